@@ -1,0 +1,215 @@
+// `paladin sim fgd`: the FGD trace experiment, every policy side by side.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "commands.h"
+#include "paladin/core/fgd_sim.h"
+#include "paladin/core/policies.h"
+#include "paladin/report/fgd_report.h"
+#include "paladin/trace/alibaba_csv.h"
+
+namespace paladin::cli {
+namespace {
+
+struct FgdArgs {
+  std::string nodes;
+  std::string pods;
+  std::string policies = "all";
+  std::string seeds = "42-51";
+  std::string out = "fgd-results";
+  double ratio = 1.3;
+  int jobs = 0;
+  bool quiet = false;
+};
+
+StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& spec) {
+  std::vector<uint64_t> seeds;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    size_t comma = spec.find(',', start);
+    if (comma == std::string::npos) comma = spec.size();
+    const std::string part = spec.substr(start, comma - start);
+    const size_t dash = part.find('-');
+    try {
+      size_t used = 0;
+      if (dash == std::string::npos) {
+        seeds.push_back(std::stoull(part, &used));
+        if (used != part.size()) throw std::invalid_argument(part);
+      } else {
+        const uint64_t lo = std::stoull(part.substr(0, dash), &used);
+        if (used != dash) throw std::invalid_argument(part);
+        const uint64_t hi = std::stoull(part.substr(dash + 1), &used);
+        if (used != part.size() - dash - 1) throw std::invalid_argument(part);
+        if (hi < lo || hi - lo > 100000) throw std::invalid_argument(part);
+        for (uint64_t s = lo; s <= hi; ++s) seeds.push_back(s);
+      }
+    } catch (const std::exception&) {
+      return InvalidArgument("--seeds: '" + part +
+                             "' is not a seed or an ascending range (examples: 42, 42-51, 1,5,9)");
+    }
+    start = comma + 1;
+  }
+  return seeds;
+}
+
+StatusOr<std::vector<std::string>> ParsePolicies(const std::string& spec) {
+  if (spec == "all") return core::PolicyNames();
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    size_t comma = spec.find(',', start);
+    if (comma == std::string::npos) comma = spec.size();
+    auto name = core::CanonicalPolicyName(spec.substr(start, comma - start));
+    if (!name.ok()) return InvalidArgument("--policies: " + name.status().message());
+    out.push_back(*name);
+    start = comma + 1;
+  }
+  return out;
+}
+
+int Fail(const Status& st) {
+  std::fprintf(stderr, "paladin sim fgd: error: %s\n", st.message().c_str());
+  return st.code() == StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int RunFgd(const FgdArgs& a) {
+  auto seeds = ParseSeeds(a.seeds);
+  if (!seeds.ok()) return Fail(seeds.status());
+  auto policies = ParsePolicies(a.policies);
+  if (!policies.ok()) return Fail(policies.status());
+  if (!(a.ratio > 0 && a.ratio <= 10)) return Fail(InvalidArgument("--ratio must be in (0, 10]"));
+
+  auto fleet = trace::ReadNodeCsv(a.nodes);
+  if (!fleet.ok()) return Fail(fleet.status());
+  auto pods = trace::ReadPodCsv(a.pods, fleet->models());
+  if (!pods.ok()) return Fail(pods.status());
+
+  std::error_code ec;
+  std::filesystem::create_directories(a.out, ec);
+  if (ec) return Fail(IoError("cannot create --out directory " + a.out + ": " + ec.message()));
+
+  const std::string pods_name = std::filesystem::path(a.pods).filename().string();
+  const std::string nodes_name = std::filesystem::path(a.nodes).filename().string();
+  const int max_pct = static_cast<int>(a.ratio * 100 + 0.5);
+  std::fprintf(stderr,
+               "FGD trace experiment: %zu tasks from %s on %zu nodes (%lld GPUs) from %s; "
+               "%zu policies x %zu seeds, arrivals to %d%% of GPU capacity\n",
+               pods->size(), pods_name.c_str(), fleet->size(),
+               static_cast<long long>(fleet->GpuMilliCapacity() / core::kMilliPerGpu),
+               nodes_name.c_str(), policies->size(), seeds->size(), max_pct);
+
+  struct Task {
+    std::string policy;
+    uint64_t seed;
+  };
+  std::vector<Task> tasks;
+  for (const auto& p : *policies) {
+    for (uint64_t s : *seeds) tasks.push_back({p, s});
+  }
+  std::vector<core::FgdRunResult> results(tasks.size());
+  std::vector<Status> errors(tasks.size());
+  std::atomic<size_t> next{0}, done{0};
+  std::mutex progress_mu;
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  const int64_t t_start = NowNs();
+  core::FgdSimOptions opts;
+  opts.target_ratio = a.ratio;
+  opts.max_pct = max_pct;
+  opts.clock_ns = NowNs;
+
+  auto worker = [&] {
+    for (size_t i = next++; i < tasks.size(); i = next++) {
+      const int64_t t0 = NowNs();
+      auto r = core::RunFgdSim(*fleet, *pods, tasks[i].policy, tasks[i].seed, opts);
+      if (r.ok()) {
+        results[i] = std::move(r).value();
+      } else {
+        errors[i] = r.status();
+      }
+      const size_t d = ++done;
+      if (!a.quiet) {
+        std::lock_guard<std::mutex> lock(progress_mu);
+        std::fprintf(stderr, "%s[%3zu/%zu] %-13s seed %-4llu %5.1f s  (elapsed %.0f s)%s",
+                     tty ? "\r" : "", d, tasks.size(), tasks[i].policy.c_str(),
+                     static_cast<unsigned long long>(tasks[i].seed), (NowNs() - t0) * 1e-9,
+                     (NowNs() - t_start) * 1e-9, tty ? "" : "\n");
+        std::fflush(stderr);
+      }
+    }
+  };
+  int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::thread::hardware_concurrency());
+  jobs = std::max(1, std::min<int>(jobs, static_cast<int>(tasks.size())));
+  std::vector<std::thread> pool;
+  for (int j = 0; j < jobs; ++j) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+  if (!a.quiet && tty) std::fprintf(stderr, "\n");
+  for (const auto& e : errors) {
+    if (!e.ok()) return Fail(e);
+  }
+
+  const auto rows = report::Summarize(results);
+  const std::string dir = a.out + "/";
+  const std::string title = "GPU allocation vs arrived load: " + pods_name + ", seeds " + a.seeds;
+  for (auto [file, content] :
+       {std::pair{"allocation.csv", report::AllocationCsv(results)},
+        std::pair{"fragmentation.csv", report::FragmentationCsv(results)},
+        std::pair{"summary.csv", report::SummaryCsv(rows)},
+        std::pair{"allocation.svg", report::AllocationSvg(results, title)}}) {
+    Status st = report::WriteFile(dir + file, content);
+    if (!st.ok()) return Fail(st);
+  }
+  std::printf("%s", report::SummaryTable(rows, true).c_str());
+  std::printf("GPU allocation in %% of capacity at x%% arrived GPU request (mean of %zu seeds); "
+              "frag = %% of idle GPU capacity the typical tasks cannot use.\n"
+              "Wrote %sallocation.csv, fragmentation.csv, summary.csv, allocation.svg "
+              "(%.1f s in all).\n",
+              seeds->size(), dir.c_str(), (NowNs() - t_start) * 1e-9);
+  return 0;
+}
+
+}  // namespace
+
+void RegisterSim(CLI::App& app, int* exit_code) {
+  CLI::App* sim = app.add_subcommand("sim", "Evaluate placement policies on traces");
+  sim->require_subcommand(1);
+  auto args = std::make_shared<FgdArgs>();
+  const std::string data = BundledDataDir() + "/alibaba-gpu-2023/";
+  args->nodes = data + "openb_node_list_gpu_node.csv";
+  args->pods = data + "openb_pod_list_default.csv";
+  CLI::App* fgd = sim->add_subcommand(
+      "fgd",
+      "The FGD paper's protocol: a static cluster, tasks arrive in random order until their GPU "
+      "request reaches --ratio x capacity, none departs; reports GPU allocation per policy.");
+  fgd->add_option("--nodes", args->nodes, "Node list CSV (sn,cpu_milli,memory_mib,gpu,model)")
+      ->capture_default_str();
+  fgd->add_option("--pods", args->pods,
+                  "Pod list CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,...])")
+      ->capture_default_str();
+  fgd->add_option("--policies", args->policies,
+                  "Comma-separated policies, or 'all' (Random,DotProduct,GpuClustering,"
+                  "GpuPacking,BestFit,FGD,paladin)")
+      ->capture_default_str();
+  fgd->add_option("--seeds", args->seeds, "Seeds: 42, 42-51 or 1,5,9")->capture_default_str();
+  fgd->add_option("--out", args->out, "Output directory")->capture_default_str();
+  fgd->add_option("--ratio", args->ratio, "Arrived GPU request at the end, x capacity")
+      ->capture_default_str();
+  fgd->add_option("--jobs", args->jobs, "Parallel runs (default: all cores)");
+  fgd->add_flag("--quiet", args->quiet, "No progress lines");
+  fgd->callback([args, exit_code] { *exit_code = RunFgd(*args); });
+}
+
+}  // namespace paladin::cli

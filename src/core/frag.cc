@@ -1,0 +1,104 @@
+#include "paladin/core/frag.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+namespace paladin::core {
+
+std::vector<TypicalWorkload> BuildTypicalWorkloads(std::span<const Workload> workloads,
+                                                   const TypicalOptions& options) {
+  using Key = std::tuple<int64_t, int32_t, int32_t, ModelMask>;  // cpu, milli, count, models
+  std::map<Key, int64_t> counts;
+  int64_t total = 0;
+  for (const Workload& w : workloads) {
+    if (!options.include_cpu_only && w.gpu_count == 0) continue;
+    ++counts[Key{w.cpu_milli, w.gpu_milli, w.gpu_count, w.allowed_models}];
+    ++total;
+  }
+  std::vector<TypicalWorkload> all;
+  all.reserve(counts.size());
+  for (const auto& [k, c] : counts) {
+    all.push_back(TypicalWorkload{std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k),
+                                  c, 0.0});
+  }
+  // Most frequent first; equal counts in a fixed order (larger shapes first) so the cut is stable.
+  std::sort(all.begin(), all.end(), [](const TypicalWorkload& a, const TypicalWorkload& b) {
+    return std::tie(b.count, b.cpu_milli, b.gpu_milli, b.gpu_count, b.allowed_models) <
+           std::tie(a.count, a.cpu_milli, a.gpu_milli, a.gpu_count, a.allowed_models);
+  });
+  const double target = options.coverage * static_cast<double>(total);
+  int64_t covered = 0;
+  size_t kept = 0;
+  while (kept < all.size() && static_cast<double>(covered) < target) covered += all[kept++].count;
+  all.resize(kept);
+  for (auto& t : all) t.freq = static_cast<double>(t.count) / static_cast<double>(covered);
+  return all;
+}
+
+int64_t NodeView::IdleMilli() const {
+  int64_t sum = 0;
+  for (int i = 0; i < gpu_count; ++i) sum += milli_left[static_cast<size_t>(i)];
+  return sum;
+}
+
+NodeView ViewOf(const Node& n) {
+  NodeView v;
+  v.model = n.model;
+  v.cpu_left = n.cpu_left;
+  v.gpu_count = n.gpu_count();
+  for (int i = 0; i < v.gpu_count; ++i) {
+    v.milli_left[static_cast<size_t>(i)] = n.gpus[static_cast<size_t>(i)].milli_left;
+  }
+  return v;
+}
+
+double FragAmount(const NodeView& v, std::span<const TypicalWorkload> typical) {
+  const int64_t idle = v.IdleMilli();
+  if (idle == 0) return 0;
+  double frag = 0;
+  for (const TypicalWorkload& t : typical) {
+    int64_t unusable = idle;
+    const bool model_ok =
+        t.allowed_models == 0 || (v.model != kNoModel && ((t.allowed_models >> v.model) & 1U));
+    if (t.gpu_milli > 0 && model_ok && v.cpu_left >= t.cpu_milli) {
+      int fitting = 0;
+      int64_t stranded = 0;
+      for (int i = 0; i < v.gpu_count; ++i) {
+        const int32_t m = v.milli_left[static_cast<size_t>(i)];
+        if (m >= t.gpu_milli) {
+          ++fitting;
+        } else {
+          stranded += m;
+        }
+      }
+      if (fitting >= t.gpu_count) unusable = stranded;
+    }
+    frag += t.freq * static_cast<double>(unusable);
+  }
+  return frag;
+}
+
+NodeView After(const NodeView& v, const Workload& w, std::span<const int16_t> gpus) {
+  NodeView out = v;
+  out.cpu_left -= w.cpu_milli;
+  for (int16_t g : gpus) out.milli_left[static_cast<size_t>(g)] -= w.gpu_milli;
+  return out;
+}
+
+std::vector<int16_t> TightestGpus(const NodeView& v, const Workload& w) {
+  std::array<int16_t, kMaxGpusPerNode> order{};
+  for (int i = 0; i < v.gpu_count; ++i) order[static_cast<size_t>(i)] = static_cast<int16_t>(i);
+  std::stable_sort(order.begin(), order.begin() + v.gpu_count, [&](int16_t a, int16_t b) {
+    return v.milli_left[static_cast<size_t>(a)] < v.milli_left[static_cast<size_t>(b)];
+  });
+  std::vector<int16_t> out;
+  for (int i = 0; i < v.gpu_count && static_cast<int>(out.size()) < w.gpu_count; ++i) {
+    const int16_t g = order[static_cast<size_t>(i)];
+    if (v.milli_left[static_cast<size_t>(g)] >= w.gpu_milli) out.push_back(g);
+  }
+  if (static_cast<int>(out.size()) < w.gpu_count) out.clear();
+  return out;
+}
+
+}  // namespace paladin::core

@@ -1,0 +1,73 @@
+// Policy constructors and shared helpers, private to the core library.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <unordered_map>
+#include <vector>
+
+#include "paladin/core/policies.h"
+
+namespace paladin::core::internal {
+
+Policy MakeRandomPolicy();
+Policy MakeDotProductPolicy();
+Policy MakeGpuClusteringPolicy();
+Policy MakeGpuPackingPolicy();
+Policy MakeBestFitPolicy();
+Policy MakeFgdPolicy(const PolicyContext& ctx);
+Policy MakePaladinPolicy(const PolicyContext& ctx);
+
+// The shape of a request, as far as per-node scores care.
+struct ShapeKey {
+  int64_t cpu_milli;
+  int64_t gpu_mem_mib;
+  ModelMask models;
+  int32_t gpu_milli;
+  int32_t gpu_count;
+  bool operator==(const ShapeKey&) const = default;
+};
+ShapeKey ShapeOf(const Workload& w);
+
+struct ShapeKeyHash {
+  size_t operator()(const ShapeKey& k) const {
+    uint64_t h = static_cast<uint64_t>(k.cpu_milli) * 0x9e3779b97f4a7c15ULL;
+    h ^= (static_cast<uint64_t>(k.gpu_milli) << 32 | static_cast<uint32_t>(k.gpu_count)) +
+         0x632be59bd9b4e019ULL + (h << 6) + (h >> 2);
+    h ^= k.models + 0x85ebca6b + (h << 6) + (h >> 2);
+    h ^= static_cast<uint64_t>(k.gpu_mem_mib) + (h << 6) + (h >> 2);
+    return static_cast<size_t>(h);
+  }
+};
+
+// Memoises a per-(node, request shape) computation until the node changes. A decision touches
+// one node, so after the first pass nearly every lookup is a hit.
+template <typename Value>
+class PerNodeCache {
+ public:
+  // Returns the cached value for (node, shape) or computes and stores it.
+  const Value& Get(const Node& n, int32_t node, const Workload& w,
+                   const std::function<Value()>& compute) {
+    if (static_cast<size_t>(node) >= slots_.size()) slots_.resize(static_cast<size_t>(node) + 1);
+    Slot& s = slots_[static_cast<size_t>(node)];
+    if (s.version != n.version || !s.valid) {
+      s.values.clear();
+      s.version = n.version;
+      s.valid = true;
+    }
+    const ShapeKey key = ShapeOf(w);
+    auto it = s.values.find(key);
+    if (it == s.values.end()) it = s.values.emplace(key, compute()).first;
+    return it->second;
+  }
+
+ private:
+  struct Slot {
+    uint64_t version = 0;
+    bool valid = false;
+    std::unordered_map<ShapeKey, Value, ShapeKeyHash> values;
+  };
+  std::vector<Slot> slots_;
+};
+
+}  // namespace paladin::core::internal

@@ -1,0 +1,255 @@
+#include "paladin/report/fgd_report.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+namespace paladin::report {
+namespace {
+
+std::string Fixed(double v, int digits) {
+  if (std::isnan(v)) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+// Two-sided 95% Student t quantiles for 1..30 degrees of freedom; 1.96 beyond.
+double T95(int dof) {
+  static const double kT[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262,
+                              2.228,  2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101,
+                              2.093,  2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052,
+                              2.048,  2.045, 2.042};
+  if (dof < 1) return 0;
+  if (dof <= 30) return kT[dof - 1];
+  return 1.96;
+}
+
+std::string CurveCsv(const std::vector<core::FgdRunResult>& runs, const char* value_name,
+                     bool frag) {
+  std::string out = std::string("policy,seed,arrived_pct,") + value_name + "\n";
+  for (const auto& r : runs) {
+    const auto& curve = frag ? r.frag_pct : r.alloc_pct;
+    for (size_t pct = 0; pct < curve.size(); ++pct) {
+      out += r.policy + "," + std::to_string(r.seed) + "," + std::to_string(pct) + "," +
+             Fixed(curve[pct], 4) + "\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<SummaryRow> Summarize(const std::vector<core::FgdRunResult>& runs,
+                                  const std::vector<int>& points) {
+  std::vector<SummaryRow> rows;
+  std::map<std::string, size_t> index;
+  std::vector<std::vector<const core::FgdRunResult*>> groups;
+  for (const auto& r : runs) {
+    auto [it, fresh] = index.emplace(r.policy, rows.size());
+    if (fresh) {
+      rows.push_back(SummaryRow{});
+      rows.back().policy = r.policy;
+      groups.emplace_back();
+    }
+    groups[it->second].push_back(&r);
+  }
+  for (size_t g = 0; g < rows.size(); ++g) {
+    SummaryRow& row = rows[g];
+    row.points = points;
+    row.seeds = static_cast<int>(groups[g].size());
+    for (int p : points) {
+      std::vector<double> a, f;
+      for (const auto* r : groups[g]) {
+        const auto i = static_cast<size_t>(p);
+        if (i < r->alloc_pct.size() && !std::isnan(r->alloc_pct[i])) a.push_back(r->alloc_pct[i]);
+        if (i < r->frag_pct.size() && !std::isnan(r->frag_pct[i])) f.push_back(r->frag_pct[i]);
+      }
+      double mean = std::nan(""), ci = std::nan(""), fmean = std::nan("");
+      if (!a.empty()) {
+        double s = 0;
+        for (double v : a) s += v;
+        mean = s / static_cast<double>(a.size());
+        double ss = 0;
+        for (double v : a) ss += (v - mean) * (v - mean);
+        const int n = static_cast<int>(a.size());
+        ci = n > 1 ? T95(n - 1) * std::sqrt(ss / (n - 1)) / std::sqrt(static_cast<double>(n)) : 0;
+      }
+      if (!f.empty()) {
+        double s = 0;
+        for (double v : f) s += v;
+        fmean = s / static_cast<double>(f.size());
+      }
+      row.alloc_mean.push_back(mean);
+      row.alloc_ci95.push_back(ci);
+      row.frag_mean.push_back(fmean);
+    }
+    std::vector<int64_t> ns;
+    for (const auto* r : groups[g]) ns.insert(ns.end(), r->decision_ns.begin(), r->decision_ns.end());
+    if (!ns.empty()) {
+      double total = 0;
+      for (int64_t v : ns) total += static_cast<double>(v);
+      row.decisions_per_s = total > 0 ? static_cast<double>(ns.size()) / (total * 1e-9) : 0;
+      const size_t k = std::min(ns.size() - 1, static_cast<size_t>(0.99 * ns.size()));
+      std::nth_element(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(k), ns.end());
+      row.p99_decision_us = static_cast<double>(ns[k]) / 1000.0;
+    }
+  }
+  return rows;
+}
+
+std::string AllocationCsv(const std::vector<core::FgdRunResult>& runs) {
+  return CurveCsv(runs, "alloc_pct", false);
+}
+
+std::string FragmentationCsv(const std::vector<core::FgdRunResult>& runs) {
+  return CurveCsv(runs, "frag_ratio_pct", true);
+}
+
+std::string SummaryCsv(const std::vector<SummaryRow>& rows) {
+  std::string out = "policy,seeds";
+  if (!rows.empty()) {
+    for (int p : rows[0].points) {
+      out += ",alloc_" + std::to_string(p) + ",alloc_" + std::to_string(p) + "_ci95";
+    }
+    for (int p : rows[0].points) out += ",frag_" + std::to_string(p);
+  }
+  out += "\n";
+  for (const auto& r : rows) {
+    out += r.policy + "," + std::to_string(r.seeds);
+    for (size_t i = 0; i < r.points.size(); ++i) {
+      out += "," + Fixed(r.alloc_mean[i], 3) + "," + Fixed(r.alloc_ci95[i], 3);
+    }
+    for (size_t i = 0; i < r.points.size(); ++i) out += "," + Fixed(r.frag_mean[i], 3);
+    out += "\n";
+  }
+  return out;
+}
+
+std::string SummaryTable(const std::vector<SummaryRow>& rows, bool with_timing) {
+  std::string out;
+  char buf[256];
+  std::string head = "policy         seeds";
+  if (!rows.empty()) {
+    for (int p : rows[0].points) {
+      std::snprintf(buf, sizeof buf, "  alloc@%-3d", p);
+      head += buf;
+    }
+    head += "   ±95%CI@" + std::to_string(rows[0].points.back());
+    head += "  frag@" + std::to_string(rows[0].points.back());
+  }
+  if (with_timing) head += "   decisions/s  p99 µs";
+  out += head + "\n";
+  for (const auto& r : rows) {
+    std::snprintf(buf, sizeof buf, "%-14s %5d", r.policy.c_str(), r.seeds);
+    std::string line = buf;
+    for (size_t i = 0; i < r.points.size(); ++i) {
+      std::snprintf(buf, sizeof buf, "  %9s", Fixed(r.alloc_mean[i], 2).c_str());
+      line += buf;
+    }
+    std::snprintf(buf, sizeof buf, "   %9s  %7s", Fixed(r.alloc_ci95.back(), 2).c_str(),
+                  Fixed(r.frag_mean.back(), 2).c_str());
+    line += buf;
+    if (with_timing) {
+      std::snprintf(buf, sizeof buf, "   %11.0f  %6.1f", r.decisions_per_s, r.p99_decision_us);
+      line += buf;
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string AllocationSvg(const std::vector<core::FgdRunResult>& runs, const std::string& title) {
+  // Mean curve per policy.
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<std::vector<double>, std::vector<int>>> acc;
+  size_t len = 0;
+  for (const auto& r : runs) {
+    auto& [sum, n] = acc[r.policy];
+    if (sum.empty()) order.push_back(r.policy);
+    len = std::max(len, r.alloc_pct.size());
+    sum.resize(len, 0);
+    n.resize(len, 0);
+    for (size_t i = 0; i < r.alloc_pct.size(); ++i) {
+      if (std::isnan(r.alloc_pct[i])) continue;
+      sum[i] += r.alloc_pct[i];
+      ++n[i];
+    }
+  }
+  const double w = 760, h = 480, left = 70, right = 170, top = 40, bottom = 60;
+  const double pw = w - left - right, ph = h - top - bottom;
+  const double xmax = len > 0 ? static_cast<double>(len - 1) : 130, ymin = 0, ymax = 100;
+  auto X = [&](double x) { return left + pw * x / xmax; };
+  auto Y = [&](double y) { return top + ph * (1 - (y - ymin) / (ymax - ymin)); };
+  static const char* kColors[] = {"#7f7f7f", "#1f77b4", "#2ca02c", "#9467bd",
+                                  "#8c564b", "#ff7f0e", "#d62728", "#17becf"};
+  std::string s;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" "
+                "height=\"100%%\" fill=\"white\"/>\n",
+                w, h);
+  s += buf;
+  std::snprintf(buf, sizeof buf, "<text x=\"%.0f\" y=\"22\" font-size=\"14\">%s</text>\n", left,
+                title.c_str());
+  s += buf;
+  for (int y = 0; y <= 100; y += 10) {
+    std::snprintf(buf, sizeof buf,
+                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>"
+                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%d</text>\n",
+                  X(0), Y(y), X(xmax), Y(y), X(0) - 6, Y(y) + 4, y);
+    s += buf;
+  }
+  for (int x = 0; x <= static_cast<int>(xmax); x += 10) {
+    std::snprintf(buf, sizeof buf,
+                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>"
+                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%d</text>\n",
+                  X(x), Y(0), X(x), Y(100), X(x), Y(0) + 16, x);
+    s += buf;
+  }
+  std::snprintf(buf, sizeof buf,
+                "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">arrived GPU request (%% of "
+                "capacity)</text>\n<text x=\"18\" y=\"%.1f\" text-anchor=\"middle\" "
+                "transform=\"rotate(-90 18 %.1f)\">GPU allocation (%% of capacity)</text>\n",
+                left + pw / 2, h - 18, top + ph / 2, top + ph / 2);
+  s += buf;
+  for (size_t p = 0; p < order.size(); ++p) {
+    const auto& [sum, n] = acc[order[p]];
+    std::string pts;
+    for (size_t i = 0; i < sum.size(); ++i) {
+      if (n[i] == 0) continue;
+      std::snprintf(buf, sizeof buf, "%.1f,%.1f ", X(static_cast<double>(i)), Y(sum[i] / n[i]));
+      pts += buf;
+    }
+    const char* color = kColors[p % (sizeof kColors / sizeof kColors[0])];
+    std::snprintf(buf, sizeof buf,
+                  "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" points=\"%s\"/>\n",
+                  color, pts.c_str());
+    s += buf;
+    const double ly = top + 14 + 18 * static_cast<double>(p);
+    std::snprintf(buf, sizeof buf,
+                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                  "stroke-width=\"3\"/><text x=\"%.1f\" y=\"%.1f\">%s</text>\n",
+                  w - right + 12, ly, w - right + 36, ly, color, w - right + 42, ly + 4,
+                  order[p].c_str());
+    s += buf;
+  }
+  s += "</svg>\n";
+  return s;
+}
+
+Status WriteFile(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return IoError("cannot write " + path + ": " + std::strerror(errno));
+  out << content;
+  out.close();
+  if (!out) return IoError("error writing " + path);
+  return Status::Ok();
+}
+
+}  // namespace paladin::report

@@ -1,0 +1,144 @@
+#include "csv.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace paladin::trace {
+namespace {
+
+// Splits one record starting at `pos`; advances `pos` past its line end. `line` counts lines.
+Status SplitRecord(const std::string& text, size_t& pos, int& line, const std::string& source,
+                   std::vector<std::string>& out) {
+  out.clear();
+  std::string field;
+  bool quoted = false;
+  const int start_line = line;
+  while (pos < text.size()) {
+    const char c = text[pos];
+    if (quoted) {
+      if (c == '"') {
+        if (pos + 1 < text.size() && text[pos + 1] == '"') {
+          field += '"';
+          pos += 2;
+          continue;
+        }
+        quoted = false;
+      } else {
+        if (c == '\n') ++line;
+        field += c;
+      }
+      ++pos;
+      continue;
+    }
+    if (c == '"' && field.empty()) {
+      quoted = true;
+    } else if (c == ',') {
+      out.push_back(std::move(field));
+      field.clear();
+    } else if (c == '\n' || c == '\r') {
+      if (c == '\r' && pos + 1 < text.size() && text[pos + 1] == '\n') ++pos;
+      ++pos;
+      ++line;
+      out.push_back(std::move(field));
+      return Status::Ok();
+    } else {
+      field += c;
+    }
+    ++pos;
+  }
+  if (quoted) {
+    return InvalidArgument(source + ":" + std::to_string(start_line) +
+                           ": unterminated quoted field (file truncated?)");
+  }
+  out.push_back(std::move(field));
+  ++line;
+  return Status::Ok();
+}
+
+bool BlankRecord(const std::vector<std::string>& r) { return r.size() == 1 && r[0].empty(); }
+
+}  // namespace
+
+StatusOr<CsvTable> CsvTable::Parse(const std::string& text, const std::string& source) {
+  CsvTable t;
+  t.source_ = source;
+  size_t pos = 0;
+  int line = 1;
+  std::vector<std::string> record;
+  if (text.empty()) return InvalidArgument(source + ": empty file, expected a CSV header");
+  PALADIN_RETURN_IF_ERROR(SplitRecord(text, pos, line, source, record));
+  if (BlankRecord(record)) return InvalidArgument(source + ":1: empty header line");
+  t.header_ = record;
+  for (size_t i = 0; i < t.header_.size(); ++i) {
+    if (!t.index_.emplace(t.header_[i], i).second) {
+      return InvalidArgument(source + ":1: column '" + t.header_[i] + "' appears twice");
+    }
+  }
+  while (pos < text.size()) {
+    const int record_line = line;
+    PALADIN_RETURN_IF_ERROR(SplitRecord(text, pos, line, source, record));
+    if (BlankRecord(record)) continue;
+    if (record.size() != t.header_.size()) {
+      return InvalidArgument(source + ":" + std::to_string(record_line) + ": expected " +
+                             std::to_string(t.header_.size()) + " fields (" +
+                             std::to_string(t.header_.size()) + " columns in the header), found " +
+                             std::to_string(record.size()) +
+                             (record.size() < t.header_.size() ? " (row truncated?)" : ""));
+    }
+    t.rows_.push_back(record);
+    t.lines_.push_back(record_line);
+  }
+  return t;
+}
+
+StatusOr<size_t> CsvTable::Column(std::string_view name) const {
+  auto it = index_.find(std::string(name));
+  if (it != index_.end()) return it->second;
+  std::string present;
+  for (const auto& h : header_) present += (present.empty() ? "" : ", ") + h;
+  return InvalidArgument(source_ + ":1: missing column '" + std::string(name) +
+                         "' (header has: " + present + ")");
+}
+
+Status CsvTable::ErrorAt(size_t row, size_t col, const std::string& what) const {
+  return InvalidArgument(source_ + ":" + std::to_string(lines_[row]) + ": field '" +
+                         header_[col] + "': " + what);
+}
+
+StatusOr<int64_t> CsvTable::Int(size_t row, size_t col, int64_t min, int64_t max) const {
+  const std::string& s = rows_[row][col];
+  if (s.empty()) return ErrorAt(row, col, "empty, expected an integer");
+  int64_t v = 0;
+  const char* first = s.data();
+  const char* last = s.data() + s.size();
+  auto [ptr, ec] = std::from_chars(first, last, v);
+  if (ec == std::errc::result_out_of_range) return ErrorAt(row, col, "'" + s + "' is too large");
+  if (ec != std::errc() || ptr != last) {
+    // Accept integral floats such as "1000.0" (pandas writes them), reject everything else.
+    double d = 0;
+    auto [dptr, dec] = std::from_chars(first, last, d);
+    if (dec != std::errc() || dptr != last || d != static_cast<double>(static_cast<int64_t>(d))) {
+      return ErrorAt(row, col, "'" + s + "' is not an integer");
+    }
+    v = static_cast<int64_t>(d);
+  }
+  if (v < min || v > max) {
+    return ErrorAt(row, col, std::to_string(v) + " outside " + std::to_string(min) + ".." +
+                                 std::to_string(max));
+  }
+  return v;
+}
+
+StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return IoError("cannot open " + path + ": " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return IoError("error reading " + path);
+  return ss.str();
+}
+
+}  // namespace paladin::trace
