@@ -60,7 +60,13 @@ StatusOr<FgdRunResult> RunFgdSim(const Fleet& fleet, std::span<const Workload> t
   if (trace.empty()) return InvalidArgument("the trace has no tasks");
   auto typical = std::make_shared<const std::vector<TypicalWorkload>>(
       BuildTypicalWorkloads(trace, options.typical));
-  auto made = MakePolicy(policy, PolicyContext{typical});
+  TypicalOptions all_shapes = options.typical;
+  all_shapes.coverage = 1.0;
+  auto shapes = std::make_shared<const std::vector<TypicalWorkload>>(
+      BuildTypicalWorkloads(trace, all_shapes));
+  const PolicyContext ctx{typical, shapes};
+  auto made = options.make_policy ? StatusOr<Policy>(options.make_policy(ctx))
+                                  : MakePolicy(policy, ctx);
   if (!made.ok()) return made.status();
   Packer packer(std::move(made).value());
   std::vector<int32_t> ranks(fleet.size());

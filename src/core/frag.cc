@@ -9,18 +9,20 @@ namespace paladin::core {
 std::vector<TypicalWorkload> BuildTypicalWorkloads(std::span<const Workload> workloads,
                                                    const TypicalOptions& options) {
   using Key = std::tuple<int64_t, int32_t, int32_t, ModelMask>;  // cpu, milli, count, models
-  std::map<Key, int64_t> counts;
+  std::map<Key, std::pair<int64_t, int64_t>> counts;  // shape -> (count, summed memory)
   int64_t total = 0;
   for (const Workload& w : workloads) {
     if (!options.include_cpu_only && w.gpu_count == 0) continue;
-    ++counts[Key{w.cpu_milli, w.gpu_milli, w.gpu_count, w.allowed_models}];
+    auto& [count, mem] = counts[Key{w.cpu_milli, w.gpu_milli, w.gpu_count, w.allowed_models}];
+    ++count;
+    mem += w.mem_mib;
     ++total;
   }
   std::vector<TypicalWorkload> all;
   all.reserve(counts.size());
-  for (const auto& [k, c] : counts) {
+  for (const auto& [k, cm] : counts) {
     all.push_back(TypicalWorkload{std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k),
-                                  c, 0.0});
+                                  cm.second / cm.first, cm.first, 0.0});
   }
   // Most frequent first; equal counts in a fixed order (larger shapes first) so the cut is stable.
   std::sort(all.begin(), all.end(), [](const TypicalWorkload& a, const TypicalWorkload& b) {
@@ -46,6 +48,7 @@ NodeView ViewOf(const Node& n) {
   NodeView v;
   v.model = n.model;
   v.cpu_left = n.cpu_left;
+  v.mem_left = n.mem_left;
   v.gpu_count = n.gpu_count();
   for (int i = 0; i < v.gpu_count; ++i) {
     v.milli_left[static_cast<size_t>(i)] = n.gpus[static_cast<size_t>(i)].milli_left;
@@ -79,9 +82,36 @@ double FragAmount(const NodeView& v, std::span<const TypicalWorkload> typical) {
   return frag;
 }
 
+double StrandedAmount(const NodeView& v, std::span<const TypicalWorkload> shapes) {
+  const int64_t idle = v.IdleMilli();
+  if (idle == 0) return 0;
+  int full = 0;
+  for (int i = 0; i < v.gpu_count; ++i) full += v.milli_left[static_cast<size_t>(i)] == kMilliPerGpu;
+  double stranded = 0;
+  for (const TypicalWorkload& t : shapes) {
+    int64_t usable = 0;
+    const bool model_ok =
+        t.allowed_models == 0 || (v.model != kNoModel && ((t.allowed_models >> v.model) & 1U));
+    if (t.gpu_milli > 0 && model_ok) {
+      int64_t copies = 0;
+      if (t.gpu_count == 1) {
+        for (int i = 0; i < v.gpu_count; ++i) copies += v.milli_left[static_cast<size_t>(i)] / t.gpu_milli;
+      } else {
+        copies = full / t.gpu_count;
+      }
+      if (t.cpu_milli > 0) copies = std::min(copies, v.cpu_left / t.cpu_milli);
+      if (t.mem_mib > 0) copies = std::min(copies, v.mem_left / t.mem_mib);
+      usable = std::min(idle, copies * t.gpu_count * t.gpu_milli);
+    }
+    stranded += t.freq * static_cast<double>(idle - usable);
+  }
+  return stranded;
+}
+
 NodeView After(const NodeView& v, const Workload& w, std::span<const int16_t> gpus) {
   NodeView out = v;
   out.cpu_left -= w.cpu_milli;
+  out.mem_left -= w.mem_mib;
   for (int16_t g : gpus) out.milli_left[static_cast<size_t>(g)] -= w.gpu_milli;
   return out;
 }

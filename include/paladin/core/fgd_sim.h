@@ -16,6 +16,7 @@
 
 #include "paladin/core/fleet.h"
 #include "paladin/core/frag.h"
+#include "paladin/core/policies.h"
 #include "paladin/core/rng.h"
 
 namespace paladin::core {
@@ -26,6 +27,8 @@ struct FgdSimOptions {
   TypicalOptions typical;
   // Optional, injected by the caller: a monotonic clock in ns, to time each decision.
   std::function<int64_t()> clock_ns;
+  // Optional: builds the policy instead of MakePolicy(name) (for parameter sweeps).
+  std::function<Policy(const PolicyContext&)> make_policy;
 };
 
 struct FgdRunResult {

@@ -21,7 +21,8 @@ struct TypicalWorkload {
   int32_t gpu_milli = 0;
   int32_t gpu_count = 0;
   ModelMask allowed_models = 0;
-  int64_t count = 0;  // occurrences in the workload it was learnt from
+  int64_t mem_mib = 0;  // mean host memory of the tasks of this shape (not part of the shape)
+  int64_t count = 0;    // occurrences in the workload it was learnt from
   double freq = 0;    // share among the kept typical workloads; sums to 1
 };
 
@@ -39,6 +40,7 @@ std::vector<TypicalWorkload> BuildTypicalWorkloads(std::span<const Workload> wor
 struct NodeView {
   ModelId model = kNoModel;
   int64_t cpu_left = 0;
+  int64_t mem_left = 0;
   int gpu_count = 0;
   std::array<int32_t, kMaxGpusPerNode> milli_left{};
 
@@ -49,6 +51,11 @@ NodeView ViewOf(const Node& n);
 
 // Expected milli-GPU of `v` that the typical workloads cannot use (FGD's F(n)).
 double FragAmount(const NodeView& v, std::span<const TypicalWorkload> typical);
+
+// A stricter measure used by paladin: for each shape, the idle milli-GPU left over after the node
+// takes as many copies of that shape as its GPUs, CPU and memory allow; weighted by `freq`.
+// Unlike FragAmount it sees that CPU can run out after a few copies, not only before the first.
+double StrandedAmount(const NodeView& v, std::span<const TypicalWorkload> shapes);
 
 // `v` after `w` takes `gpus` (and its CPU).
 NodeView After(const NodeView& v, const Workload& w, std::span<const int16_t> gpus);

@@ -25,8 +25,27 @@ namespace paladin::core {
 
 struct PolicyContext {
   // The workload's distribution of shapes: what FGD (and paladin) may know about the future.
+  // `typical` is FGD's cut (the most frequent shapes covering 95% of tasks); `shapes` is the
+  // whole distribution (every shape with its count), which paladin weighs differently.
   std::shared_ptr<const std::vector<TypicalWorkload>> typical;
+  std::shared_ptr<const std::vector<TypicalWorkload>> shapes;
 };
+
+// paladin's knobs. One set for every trace; see docs/packing.md for how they were chosen.
+struct PaladinParams {
+  // Weigh each shape by its share of the GPU demand (count x GPUs x share) instead of its count:
+  // fragmentation matters in proportion to the GPU work that cannot be placed.
+  bool weight_by_gpu_demand = true;
+  // Count CPU-only shapes in the fragmentation measure (FGD does; they strand no GPU).
+  bool include_cpu_only = false;
+  // Bonus, in milli-GPU of fragmentation, for each whole GPU the placement leaves fully used
+  // on an already-used node... (tie-breaking towards packing); 0 disables.
+  double packing_bonus = 0;
+  double exp_a = 0;
+  double exp_b = 0;
+  int measure = 0;  // 0 = FragAmount, 1 = StrandedAmount
+};
+Policy MakePaladinPolicy(const PolicyContext& ctx, const PaladinParams& params);
 
 // Canonical names, in the order reports list them.
 const std::vector<std::string>& PolicyNames();

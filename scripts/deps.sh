@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages Paladin builds and tests with. Idempotent: does nothing when
+# everything is present. Needs root (or sudo).
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build git
+  libcli11-dev          # command line
+  libgtest-dev libgmock-dev  # tests
+  libbenchmark-dev      # bench/
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null; then SUDO="sudo"; else
+    echo "deps: missing ${missing[*]}; run as root or install sudo" >&2
+    exit 1
+  fi
+fi
+echo "deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

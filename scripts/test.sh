@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: installs dependencies, builds the debug preset (ASan + UBSan) and
+# runs ctest. Extra arguments go to ctest (e.g. -L core).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+cmake --preset debug >/dev/null
+cmake --build --preset debug
+ctest --preset debug -j "$(nproc)" "$@"

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# End to end checks of `paladin sim fgd`: the same run twice gives byte-identical output files
+# of the documented shape, and bad input gives a clear error and a non-zero exit, never a crash.
+#
+# Usage: sim_fgd_test.sh PALADIN_BINARY DATA_DIR
+# Every check runs; the script fails at the end if any did.
+set -euo pipefail
+
+readonly PALADIN=${1:?usage: sim_fgd_test.sh PALADIN_BINARY DATA_DIR}
+readonly DATA=${2:?usage: sim_fgd_test.sh PALADIN_BINARY DATA_DIR}/alibaba-gpu-2023
+readonly NODES=$DATA/openb_node_list_gpu_node.csv
+readonly PODS=$DATA/openb_pod_list_default.csv
+
+WORK=$(mktemp -d)
+readonly WORK
+trap 'rm -rf "$WORK"' EXIT
+
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+pass() { echo "ok: $*"; }
+
+# A sanitizer report means a crash even when the exit code is small (ASan exits with 1).
+crashed() { grep -qE 'Sanitizer|runtime error:' <<<"$1"; }
+
+# expect_error WHAT PATTERN... -- ARGS...
+# Runs paladin with ARGS and expects a refusal within LIMIT_S seconds (default 120): a non-zero
+# exit below 128 (not killed by a signal), no sanitizer report, and every PATTERN in what it
+# printed.
+expect_error() {
+  local what=$1
+  shift
+  local -a patterns=()
+  while [[ $1 != -- ]]; do
+    patterns+=("$1")
+    shift
+  done
+  shift
+  local out rc=0 limit=${LIMIT_S:-120}
+  out=$(timeout "$limit" "$PALADIN" "$@" 2>&1) || rc=$?
+  if ((rc == 124)); then
+    fail "$what: still running after $limit s"
+    return
+  fi
+  if ((rc == 0)); then
+    fail "$what: exited 0; output: $out"
+    return
+  fi
+  if ((rc >= 128)) || crashed "$out"; then
+    fail "$what: crashed (exit $rc); output: $out"
+    return
+  fi
+  local p
+  for p in "${patterns[@]}"; do
+    if ! grep -qF -- "$p" <<<"$out"; then
+      fail "$what: output lacks '$p'; output: $out"
+      return
+    fi
+  done
+  pass "$what (exit $rc)"
+}
+
+# --- help ---
+
+help_rc=0
+help_out=$("$PALADIN" sim fgd --help 2>&1) || help_rc=$?
+if ((help_rc == 0)) && grep -qF -- '--nodes' <<<"$help_out"; then
+  pass "sim fgd --help lists --nodes"
+else
+  fail "sim fgd --help: exit $help_rc; output: $help_out"
+fi
+
+# --- the same run twice: byte-identical files ---
+
+run_sim() {
+  local out_dir=$1 rc=0
+  "$PALADIN" sim fgd --nodes "$NODES" --pods "$PODS" --policies FGD,BestFit --seeds 42 \
+    --quiet --out "$out_dir" >"$out_dir.log" 2>&1 || rc=$?
+  if ((rc != 0)) || crashed "$(cat "$out_dir.log")"; then
+    fail "sim fgd into $out_dir: exit $rc; output: $(cat "$out_dir.log")"
+    return 1
+  fi
+}
+
+readonly DIR1=$WORK/run1 DIR2=$WORK/run2
+if run_sim "$DIR1" && run_sim "$DIR2"; then
+  for f in allocation.csv fragmentation.csv summary.csv allocation.svg; do
+    if [[ ! -s $DIR1/$f ]]; then
+      fail "$f is missing or empty"
+    elif cmp -s "$DIR1/$f" "$DIR2/$f"; then
+      pass "$f is byte-identical across runs"
+    else
+      fail "$f differs between two runs with the same seed"
+    fi
+  done
+
+  header=$(head -n 1 "$DIR1/allocation.csv")
+  [[ $header == "policy,seed,arrived_pct,alloc_pct" ]] && pass "allocation.csv header" ||
+    fail "allocation.csv header is '$header'"
+  rows=$(($(wc -l <"$DIR1/allocation.csv") - 1))
+  # Two policies x one seed x arrived 0..130 %.
+  ((rows == 2 * 131)) && pass "allocation.csv has 262 data rows" ||
+    fail "allocation.csv has $rows data rows, expected 262"
+  for policy in FGD BestFit; do
+    n=$(grep -c "^$policy,42," "$DIR1/allocation.csv" || true)
+    ((n == 131)) && pass "allocation.csv has 131 rows for $policy" ||
+      fail "allocation.csv has $n rows for $policy, expected 131"
+  done
+
+  header=$(head -n 1 "$DIR1/fragmentation.csv")
+  [[ $header == "policy,seed,arrived_pct,frag_ratio_pct" ]] && pass "fragmentation.csv header" ||
+    fail "fragmentation.csv header is '$header'"
+
+  # The chart is well-formed: one complete polyline per policy and a closing tag.
+  polylines=$(grep -c '<polyline' "$DIR1/allocation.svg" || true)
+  complete=$(grep -cE '<polyline [^>]*points="[0-9., ]*"/>$' "$DIR1/allocation.svg" || true)
+  if ((polylines == 2 && complete == 2)) && [[ $(tail -n 1 "$DIR1/allocation.svg") == "</svg>" ]]
+  then
+    pass "allocation.svg has two complete curves"
+  else
+    fail "allocation.svg: $polylines polylines, $complete of them complete (want 2 and 2);" \
+      "the first one ends: ...$(grep -m1 '<polyline' "$DIR1/allocation.svg" | tail -c 160)"
+  fi
+fi
+
+# --- bad input: a clear error, a non-zero exit, no crash ---
+
+readonly BAD_OUT=$WORK/bad-out
+
+truncated=$WORK/truncated_pods.csv
+{
+  head -n 3 "$PODS"
+  echo "openb-pod-9999,1000,2048"
+} >"$truncated"
+expect_error "a pods CSV with a truncated row" "truncated_pods.csv:4" "truncated" -- \
+  sim fgd --nodes "$NODES" --pods "$truncated" --policies BestFit --seeds 1 --out "$BAD_OUT"
+
+missing=$WORK/missing_column.csv
+head -n 3 "$PODS" | cut -d, -f1-4 >"$missing"
+expect_error "a pods CSV without the gpu_milli column" "missing_column.csv" \
+  "missing column 'gpu_milli'" -- \
+  sim fgd --nodes "$NODES" --pods "$missing" --policies BestFit --seeds 1 --out "$BAD_OUT"
+
+unknown_model=$WORK/unknown_model.csv
+{
+  head -n 2 "$PODS"
+  echo "openb-pod-9999,1000,2048,1,500,NoSuchGPU,LS,Running,0,1,0"
+} >"$unknown_model"
+expect_error "an unknown GPU model in gpu_spec" "unknown_model.csv:3" "gpu_spec" "NoSuchGPU" -- \
+  sim fgd --nodes "$NODES" --pods "$unknown_model" --policies BestFit --seeds 1 --out "$BAD_OUT"
+
+expect_error "--policies Bogus" "Bogus" "Random" "FGD" "BestFit" "paladin" -- \
+  sim fgd --nodes "$NODES" --pods "$PODS" --policies Bogus --seeds 1 --out "$BAD_OUT"
+
+expect_error "--seeds 9-3" "--seeds" "9-3" -- \
+  sim fgd --nodes "$NODES" --pods "$PODS" --policies BestFit --seeds 9-3 --out "$BAD_OUT"
+
+# The largest seed as both ends of a range is one seed; the bad policy after it is then refused.
+# (The parser must not step its loop counter past the top of the range.)
+LIMIT_S=3 expect_error "--seeds ending at 2^64-1" "Bogus" -- \
+  sim fgd --nodes "$NODES" --pods "$PODS" --policies Bogus \
+  --seeds 18446744073709551615-18446744073709551615 --out "$BAD_OUT"
+
+expect_error "a nonexistent --nodes path" "$WORK/no-such-nodes.csv" -- \
+  sim fgd --nodes "$WORK/no-such-nodes.csv" --pods "$PODS" --policies BestFit --seeds 1 \
+  --out "$BAD_OUT"
+
+if ((failures > 0)); then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
+echo "all checks passed"
