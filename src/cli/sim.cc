@@ -49,7 +49,7 @@ StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& spec) {
         const uint64_t hi = std::stoull(part.substr(dash + 1), &used);
         if (used != part.size() - dash - 1) throw std::invalid_argument(part);
         if (hi < lo || hi - lo > 100000) throw std::invalid_argument(part);
-        for (uint64_t s = lo; s <= hi; ++s) seeds.push_back(s);
+        for (uint64_t k = 0; k <= hi - lo; ++k) seeds.push_back(lo + k);
       }
     } catch (const std::exception&) {
       return InvalidArgument("--seeds: '" + part +

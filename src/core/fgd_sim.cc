@@ -26,7 +26,12 @@ std::vector<Workload> BuildFgdArrivals(std::span<const Workload> trace,
   if (trace.empty()) return out;
   const double target = target_ratio * static_cast<double>(gpu_milli_capacity);
   double total = 0;
-  for (const Workload& w : out) total += static_cast<double>(w.TotalGpuMilli());
+  int64_t trace_gpu = 0;
+  for (const Workload& w : out) {
+    total += static_cast<double>(w.TotalGpuMilli());
+    trace_gpu += w.TotalGpuMilli();
+  }
+  if (trace_gpu == 0) return out;  // nothing to scale by; RunFgdSim refuses such traces
   if (total < target) {
     while (true) {
       const Workload& pick = trace[rng.Uniform(trace.size())];
@@ -58,6 +63,11 @@ StatusOr<FgdRunResult> RunFgdSim(const Fleet& fleet, std::span<const Workload> t
                                  const FgdSimOptions& options) {
   if (fleet.GpuMilliCapacity() <= 0) return InvalidArgument("the fleet has no GPUs");
   if (trace.empty()) return InvalidArgument("the trace has no tasks");
+  bool any_gpu = false;
+  for (const Workload& w : trace) any_gpu = any_gpu || w.gpu_count > 0;
+  if (!any_gpu) {
+    return InvalidArgument("the trace has no GPU tasks: nothing to measure GPU allocation with");
+  }
   auto typical = std::make_shared<const std::vector<TypicalWorkload>>(
       BuildTypicalWorkloads(trace, options.typical));
   TypicalOptions all_shapes = options.typical;

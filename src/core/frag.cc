@@ -51,7 +51,10 @@ NodeView ViewOf(const Node& n) {
   v.mem_left = n.mem_left;
   v.gpu_count = n.gpu_count();
   for (int i = 0; i < v.gpu_count; ++i) {
-    v.milli_left[static_cast<size_t>(i)] = n.gpus[static_cast<size_t>(i)].milli_left;
+    const Gpu& g = n.gpus[static_cast<size_t>(i)];
+    v.milli_left[static_cast<size_t>(i)] = g.milli_left;
+    v.gpu_mem_left[static_cast<size_t>(i)] =
+        g.mem_total_mib > 0 ? g.mem_left_mib : NodeView::kUntrackedMemory;
   }
   return v;
 }
@@ -112,7 +115,12 @@ NodeView After(const NodeView& v, const Workload& w, std::span<const int16_t> gp
   NodeView out = v;
   out.cpu_left -= w.cpu_milli;
   out.mem_left -= w.mem_mib;
-  for (int16_t g : gpus) out.milli_left[static_cast<size_t>(g)] -= w.gpu_milli;
+  for (int16_t g : gpus) {
+    out.milli_left[static_cast<size_t>(g)] -= w.gpu_milli;
+    if (out.gpu_mem_left[static_cast<size_t>(g)] != NodeView::kUntrackedMemory) {
+      out.gpu_mem_left[static_cast<size_t>(g)] -= w.gpu_mem_mib;
+    }
+  }
   return out;
 }
 
@@ -125,7 +133,7 @@ std::vector<int16_t> TightestGpus(const NodeView& v, const Workload& w) {
   std::vector<int16_t> out;
   for (int i = 0; i < v.gpu_count && static_cast<int>(out.size()) < w.gpu_count; ++i) {
     const int16_t g = order[static_cast<size_t>(i)];
-    if (v.milli_left[static_cast<size_t>(g)] >= w.gpu_milli) out.push_back(g);
+    if (v.GpuFits(g, w)) out.push_back(g);
   }
   if (static_cast<int>(out.size()) < w.gpu_count) out.clear();
   return out;

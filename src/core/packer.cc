@@ -86,7 +86,7 @@ class BestFitGpuSelector final : public GpuSelector {
                               Rng& /*rng*/) override {
     const Node& n = fleet.node(node);
     if (w.gpu_count == 0) return {};
-    if (!w.IsSharedGpu()) return FirstFreeGpus(n, w.gpu_count);
+    if (!w.IsSharedGpu()) return FirstFreeGpus(n, w);
     int best = -1;
     for (int i = 0; i < n.gpu_count(); ++i) {
       const Gpu& g = n.gpus[static_cast<size_t>(i)];
@@ -105,7 +105,7 @@ class RandomGpuSelector final : public GpuSelector {
                               Rng& rng) override {
     const Node& n = fleet.node(node);
     if (w.gpu_count == 0) return {};
-    if (!w.IsSharedGpu()) return FirstFreeGpus(n, w.gpu_count);
+    if (!w.IsSharedGpu()) return FirstFreeGpus(n, w);
     int chosen = -1;
     uint64_t seen = 0;
     for (int i = 0; i < n.gpu_count(); ++i) {
@@ -119,14 +119,13 @@ class RandomGpuSelector final : public GpuSelector {
 
 }  // namespace
 
-std::vector<int16_t> FirstFreeGpus(const Node& n, int count) {
+std::vector<int16_t> FirstFreeGpus(const Node& n, const Workload& w) {
   std::vector<int16_t> out;
-  for (int i = 0; i < n.gpu_count() && static_cast<int>(out.size()) < count; ++i) {
-    if (n.gpus[static_cast<size_t>(i)].milli_left == kMilliPerGpu) {
-      out.push_back(static_cast<int16_t>(i));
-    }
+  for (int i = 0; i < n.gpu_count() && static_cast<int>(out.size()) < w.gpu_count; ++i) {
+    const Gpu& g = n.gpus[static_cast<size_t>(i)];
+    if (g.milli_left == kMilliPerGpu && GpuFits(g, w)) out.push_back(static_cast<int16_t>(i));
   }
-  if (static_cast<int>(out.size()) < count) out.clear();
+  if (static_cast<int>(out.size()) < w.gpu_count) out.clear();
   return out;
 }
 
@@ -215,6 +214,16 @@ Status Packer::ScheduleGang(Fleet& fleet, std::span<const Workload> gang,
                             const std::vector<const PermitPlugin*>& permits,
                             std::vector<Placement>* placements) {
   if (gang.size() != ids.size()) return InvalidArgument("gang and ids differ in length");
+  for (size_t i = 0; i < ids.size(); ++i) {
+    // A rollback must only release what this call reserved.
+    if (fleet.IsReserved(ids[i])) {
+      return AlreadyExists("gang member " + gang[i].name + ": reservation id " +
+                           std::to_string(ids[i]) + " is already in use");
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (ids[j] == ids[i]) return InvalidArgument("gang reservation ids repeat");
+    }
+  }
   std::vector<Placement> placed;
   auto rollback = [&](size_t count) {
     for (size_t i = 0; i < count; ++i) fleet.Unreserve(ids[i]);

@@ -18,6 +18,20 @@ std::string Fixed(double v, int digits) {
   return buf;
 }
 
+std::string XmlEscape(const std::string& in) {
+  std::string out;
+  for (char c : in) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 // Two-sided 95% Student t quantiles for 1..30 degrees of freedom; 1.96 beyond.
 double T95(int dof) {
   static const double kT[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262,
@@ -195,9 +209,8 @@ std::string AllocationSvg(const std::vector<core::FgdRunResult>& runs, const std
                 "height=\"100%%\" fill=\"white\"/>\n",
                 w, h);
   s += buf;
-  std::snprintf(buf, sizeof buf, "<text x=\"%.0f\" y=\"22\" font-size=\"14\">%s</text>\n", left,
-                title.c_str());
-  s += buf;
+  std::snprintf(buf, sizeof buf, "<text x=\"%.0f\" y=\"22\" font-size=\"14\">", left);
+  s += buf + XmlEscape(title) + "</text>\n";
   for (int y = 0; y <= 100; y += 10) {
     std::snprintf(buf, sizeof buf,
                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>"
@@ -227,17 +240,14 @@ std::string AllocationSvg(const std::vector<core::FgdRunResult>& runs, const std
       pts += buf;
     }
     const char* color = kColors[p % (sizeof kColors / sizeof kColors[0])];
-    std::snprintf(buf, sizeof buf,
-                  "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" points=\"%s\"/>\n",
-                  color, pts.c_str());
-    s += buf;
+    s += std::string("<polyline fill=\"none\" stroke=\"") + color +
+         "\" stroke-width=\"1.8\" points=\"" + pts + "\"/>\n";
     const double ly = top + 14 + 18 * static_cast<double>(p);
     std::snprintf(buf, sizeof buf,
                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-                  "stroke-width=\"3\"/><text x=\"%.1f\" y=\"%.1f\">%s</text>\n",
-                  w - right + 12, ly, w - right + 36, ly, color, w - right + 42, ly + 4,
-                  order[p].c_str());
-    s += buf;
+                  "stroke-width=\"3\"/><text x=\"%.1f\" y=\"%.1f\">",
+                  w - right + 12, ly, w - right + 36, ly, color, w - right + 42, ly + 4);
+    s += buf + XmlEscape(order[p]) + "</text>\n";
   }
   s += "</svg>\n";
   return s;

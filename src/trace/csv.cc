@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -120,7 +121,9 @@ StatusOr<int64_t> CsvTable::Int(size_t row, size_t col, int64_t min, int64_t max
     // Accept integral floats such as "1000.0" (pandas writes them), reject everything else.
     double d = 0;
     auto [dptr, dec] = std::from_chars(first, last, d);
-    if (dec != std::errc() || dptr != last || d != static_cast<double>(static_cast<int64_t>(d))) {
+    // Check the range before converting: casting a huge or non-finite double is undefined.
+    if (dec != std::errc() || dptr != last || !std::isfinite(d) || d < -9.0e18 || d > 9.0e18 ||
+        d != std::trunc(d)) {
       return ErrorAt(row, col, "'" + s + "' is not an integer");
     }
     v = static_cast<int64_t>(d);

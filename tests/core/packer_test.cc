@@ -359,7 +359,8 @@ TEST(GpuSelectorTest, BestFitTakesTheTightestSharedGpuAndTheFirstFreeWholeOnes) 
               ElementsAre(1, 3));
   EXPECT_THAT(best_fit->Select(fleet, Workload{.gpu_count = 3, .gpu_milli = 1000}, 0, rng),
               ElementsAre());
-  EXPECT_THAT(FirstFreeGpus(fleet.node(0), 1), ElementsAre(1));
+  EXPECT_THAT(FirstFreeGpus(fleet.node(0), Workload{.gpu_count = 1, .gpu_milli = 1000}),
+              ElementsAre(1));
 }
 
 TEST(GpuSelectorTest, RandomOnlyPicksGpusThatFit) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <climits>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -43,8 +44,18 @@ struct NodeView {
   int64_t mem_left = 0;
   int gpu_count = 0;
   std::array<int32_t, kMaxGpusPerNode> milli_left{};
+  // Free GPU memory per GPU in MiB; kUntrackedMemory where the model's memory is unknown.
+  std::array<int64_t, kMaxGpusPerNode> gpu_mem_left{};
+
+  static constexpr int64_t kUntrackedMemory = INT64_MAX;
 
   int64_t IdleMilli() const;
+  // Whether GPU `i` has both the share and the GPU memory `w` asks for.
+  bool GpuFits(int i, const Workload& w) const {
+    return milli_left[static_cast<size_t>(i)] >= w.gpu_milli &&
+           gpu_mem_left[static_cast<size_t>(i)] >= w.gpu_mem_mib;
+  }
+  bool operator==(const NodeView&) const = default;
 };
 
 NodeView ViewOf(const Node& n);

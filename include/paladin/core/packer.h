@@ -143,7 +143,8 @@ std::vector<std::unique_ptr<FilterPlugin>> DefaultFilters();
 std::unique_ptr<GpuSelector> MakeBestFitGpuSelector();  // tightest GPU that fits
 std::unique_ptr<GpuSelector> MakeRandomGpuSelector();   // any GPU that fits, uniformly
 
-// The whole GPUs `w` takes on a node: the first fully free ones, in index order.
-std::vector<int16_t> FirstFreeGpus(const Node& n, int count);
+// The whole GPUs `w` takes on a node: the first fully free ones (with w's GPU memory), in index
+// order. Empty when there are not enough.
+std::vector<int16_t> FirstFreeGpus(const Node& n, const Workload& w);
 
 }  // namespace paladin::core

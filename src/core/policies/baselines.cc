@@ -17,7 +17,8 @@ double DotProductScore(const Node& n, const Workload& w) {
   const double pod_gpu = static_cast<double>(w.TotalGpuMilli()) / kMaxSpecGpuMilli;
   const double alignment = (node_cpu * pod_cpu + node_gpu * pod_gpu) / 2;
   // The more aligned the free and requested vectors, the lower the score (the artifact's sign).
-  return std::trunc(100.0 * (1 - alignment));
+  // Nodes bigger than the artifact's 128-core, 8-GPU maximum would leave [0, 100]: clamp.
+  return std::clamp(std::trunc(100.0 * (1 - alignment)), 0.0, 100.0);
 }
 
 double BestFitScore(const Node& n, const Workload& w) {
@@ -27,14 +28,15 @@ double BestFitScore(const Node& n, const Workload& w) {
   leftover += gpu_after / kMaxSpecGpuMilli * 0.5;
   // The artifact min-max normalises these integers per decision; that keeps their order and
   // their ties, so the argmax is the same without it.
-  return std::trunc((1.0 - leftover) * 100.0);
+  return std::clamp(std::trunc((1.0 - leftover) * 100.0), 0.0, 100.0);
 }
 
 double GpuClusteringScore(const Node& n, const Workload& w) {
   const int tag = w.AffinityTag();
   if (tag < 0) return 0;
   const auto spec = static_cast<int64_t>(kMaxSpecGpuMilli);
-  const int64_t base = 25 * (spec - n.GpuMilliLeft()) / spec;  // (0, 25]: fuller nodes first
+  // [0, 25]: fuller nodes first (clamped for nodes beyond the artifact's 8 GPUs).
+  const int64_t base = std::clamp<int64_t>(25 * (spec - n.GpuMilliLeft()) / spec, 0, 25);
   const bool same_kind_here = n.affinity.count[static_cast<size_t>(tag)] > 0;
   if (same_kind_here) return static_cast<double>(base + (n.affinity.distinct == 1 ? 75 : 50));
   return static_cast<double>(base + (n.affinity.distinct == 0 ? 25 : 0));

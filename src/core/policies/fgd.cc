@@ -21,7 +21,7 @@ FgdChoice FgdScore(const NodeView& v, const Workload& w, std::span<const Typical
   if (w.IsSharedGpu()) {
     bool found = false;
     for (int i = 0; i < v.gpu_count; ++i) {
-      if (v.milli_left[static_cast<size_t>(i)] < w.gpu_milli) continue;
+      if (!v.GpuFits(i, w)) continue;
       const int16_t g = static_cast<int16_t>(i);
       const double after = FragAmount(After(v, w, std::span<const int16_t>(&g, 1)), typical);
       const double score = std::trunc(Sigmoid((before - after) / 1000) * 100);
@@ -83,7 +83,7 @@ class FgdGpuSelector final : public GpuSelector {
   std::vector<int16_t> Select(const Fleet& fleet, const Workload& w, int32_t node,
                               Rng& /*rng*/) override {
     if (w.gpu_count == 0) return {};
-    if (!w.IsSharedGpu()) return FirstFreeGpus(fleet.node(node), w.gpu_count);
+    if (!w.IsSharedGpu()) return FirstFreeGpus(fleet.node(node), w);
     return eval_->Evaluate(fleet, w, node).gpus;
   }
 

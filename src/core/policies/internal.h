@@ -40,8 +40,9 @@ struct ShapeKeyHash {
   }
 };
 
-// Memoises a per-(node, request shape) computation until the node changes. A decision touches
-// one node, so after the first pass nearly every lookup is a hit.
+// Memoises a per-(node, request shape) computation until the node's state changes. A decision
+// touches one node, so after the first pass nearly every lookup is a hit. The key is the node's
+// whole NodeView, not its version, so a packer reused on another fleet never sees stale values.
 template <typename Value>
 class PerNodeCache {
  public:
@@ -50,8 +51,9 @@ class PerNodeCache {
                    const std::function<Value()>& compute) {
     if (static_cast<size_t>(node) >= slots_.size()) slots_.resize(static_cast<size_t>(node) + 1);
     Slot& s = slots_[static_cast<size_t>(node)];
-    if (s.version != n.version || !s.valid) {
+    if (!s.valid || s.version != n.version || !(s.view == ViewOf(n))) {
       s.values.clear();
+      s.view = ViewOf(n);
       s.version = n.version;
       s.valid = true;
     }
@@ -63,6 +65,7 @@ class PerNodeCache {
 
  private:
   struct Slot {
+    NodeView view;
     uint64_t version = 0;
     bool valid = false;
     std::unordered_map<ShapeKey, Value, ShapeKeyHash> values;

@@ -86,12 +86,11 @@ class PaladinEvaluator {
     };
     if (w.IsSharedGpu()) {
       for (int i = 0; i < v.gpu_count; ++i) {
-        if (v.milli_left[static_cast<size_t>(i)] >= w.gpu_milli) {
-          consider({static_cast<int16_t>(i)});
-        }
+        if (v.GpuFits(i, w)) consider({static_cast<int16_t>(i)});
       }
     } else if (w.gpu_count > 0) {
-      consider(FirstFreeGpus(n, w.gpu_count));
+      std::vector<int16_t> gpus = FirstFreeGpus(n, w);
+      if (!gpus.empty()) consider(std::move(gpus));
     } else {
       consider({});
     }
