@@ -15,6 +15,7 @@
 #include "paladin/core/policies.h"
 #include "paladin/report/fgd_report.h"
 #include "paladin/trace/alibaba_csv.h"
+#include "paladin/trace/csv.h"
 
 namespace paladin::cli {
 namespace {
@@ -28,7 +29,38 @@ struct FgdArgs {
   double ratio = 1.3;
   int jobs = 0;
   bool quiet = false;
+  std::string published;  // published means to compare with; empty = none
 };
+
+// The published means for `trace` (a pods file stem such as openb_pod_list_default), if any.
+StatusOr<std::vector<report::PublishedMeans>> LoadPublished(const std::string& path,
+                                                            const std::string& trace) {
+  auto text = trace::ReadWholeFile(path);
+  if (!text.ok()) return text.status();
+  auto table = trace::CsvTable::Parse(*text, path);
+  if (!table.ok()) return table.status();
+  std::vector<size_t> cols;
+  for (const char* c : {"trace", "policy", "alloc_90", "alloc_100", "alloc_110", "alloc_130"}) {
+    auto col = table->Column(c);
+    if (!col.ok()) return col.status();
+    cols.push_back(*col);
+  }
+  std::vector<report::PublishedMeans> out;
+  for (size_t r = 0; r < table->rows(); ++r) {
+    if (table->Cell(r, cols[0]) != trace) continue;
+    report::PublishedMeans m;
+    m.policy = table->Cell(r, cols[1]);
+    for (size_t k = 2; k < cols.size(); ++k) {
+      try {
+        m.alloc.push_back(std::stod(table->Cell(r, cols[k])));
+      } catch (const std::exception&) {
+        return table->ErrorAt(r, cols[k], "not a number");
+      }
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
 
 StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& spec) {
   std::vector<uint64_t> seeds;
@@ -173,7 +205,27 @@ int RunFgd(const FgdArgs& a) {
     if (!st.ok()) return Fail(st);
   }
   std::printf("%s", report::SummaryTable(rows, true).c_str());
-  std::printf("GPU allocation in %% of capacity at x%% arrived GPU request (mean of %zu seeds); "
+  const std::string trace_name = std::filesystem::path(a.pods).stem().string();
+  if (!a.published.empty()) {
+    auto published = LoadPublished(a.published, trace_name);
+    if (!published.ok()) return Fail(published.status());
+    const std::string cmp = report::PublishedComparison(rows, *published);
+    if (!cmp.empty()) std::printf("\n%s", cmp.c_str());
+  }
+  bool has_paladin = false, has_fgd = false;
+  for (const auto& p : *policies) {
+    has_paladin = has_paladin || p == "paladin";
+    has_fgd = has_fgd || p == "FGD";
+  }
+  if (has_paladin && has_fgd) {
+    std::printf("\npaladin - FGD, paired by seed (both see the same arrivals):\n");
+    for (int pct : {100, 130}) {
+      const auto g = report::Paired(results, "paladin", "FGD", pct);
+      std::printf("  at %3d%% arrived: %+.2f points (95%% CI +/- %.2f, smallest %+.2f, %d seeds)\n",
+                  pct, g.mean, g.ci95, g.min, g.seeds);
+    }
+  }
+  std::printf("\nGPU allocation in %% of capacity at x%% arrived GPU request (mean of %zu seeds); "
               "frag = %% of idle GPU capacity the typical tasks cannot use.\n"
               "Wrote %sallocation.csv, fragmentation.csv, summary.csv, allocation.svg "
               "(%.1f s in all).\n",
@@ -190,6 +242,7 @@ void RegisterSim(CLI::App& app, int* exit_code) {
   const std::string data = BundledDataDir() + "/alibaba-gpu-2023/";
   args->nodes = data + "openb_node_list_gpu_node.csv";
   args->pods = data + "openb_pod_list_default.csv";
+  args->published = BundledDataDir() + "/fgd-published/alloc_means.csv";
   CLI::App* fgd = sim->add_subcommand(
       "fgd",
       "The FGD paper's protocol: a static cluster, tasks arrive in random order until their GPU "
@@ -208,6 +261,9 @@ void RegisterSim(CLI::App& app, int* exit_code) {
   fgd->add_option("--ratio", args->ratio, "Arrived GPU request at the end, x capacity")
       ->capture_default_str();
   fgd->add_option("--jobs", args->jobs, "Parallel runs (default: all cores)");
+  fgd->add_option("--published", args->published,
+                  "Published means to print beside ours for a known trace ('' = none)")
+      ->capture_default_str();
   fgd->add_flag("--quiet", args->quiet, "No progress lines");
   fgd->callback([args, exit_code] { *exit_code = RunFgd(*args); });
 }

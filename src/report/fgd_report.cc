@@ -253,6 +253,59 @@ std::string AllocationSvg(const std::vector<core::FgdRunResult>& runs, const std
   return s;
 }
 
+PairedGap Paired(const std::vector<core::FgdRunResult>& runs, const std::string& policy,
+                 const std::string& baseline, int pct) {
+  std::map<uint64_t, double> a, b;
+  const auto i = static_cast<size_t>(pct);
+  for (const auto& r : runs) {
+    if (i >= r.alloc_pct.size() || std::isnan(r.alloc_pct[i])) continue;
+    if (r.policy == policy) a[r.seed] = r.alloc_pct[i];
+    if (r.policy == baseline) b[r.seed] = r.alloc_pct[i];
+  }
+  std::vector<double> d;
+  for (const auto& [seed, v] : a) {
+    auto it = b.find(seed);
+    if (it != b.end()) d.push_back(v - it->second);
+  }
+  PairedGap g;
+  g.seeds = static_cast<int>(d.size());
+  if (d.empty()) return g;
+  double s = 0;
+  g.min = d[0];
+  for (double v : d) {
+    s += v;
+    g.min = std::min(g.min, v);
+  }
+  g.mean = s / static_cast<double>(d.size());
+  double ss = 0;
+  for (double v : d) ss += (v - g.mean) * (v - g.mean);
+  const int n = g.seeds;
+  g.ci95 = n > 1 ? T95(n - 1) * std::sqrt(ss / (n - 1)) / std::sqrt(static_cast<double>(n)) : 0;
+  return g;
+}
+
+std::string PublishedComparison(const std::vector<SummaryRow>& rows,
+                                const std::vector<PublishedMeans>& published) {
+  std::string out;
+  char buf[256];
+  for (const auto& row : rows) {
+    for (const auto& p : published) {
+      if (p.policy != row.policy) continue;
+      if (out.empty()) {
+        out = "published (FGD artifact, mean of its 10 runs) vs this run, GPU allocation %:\n";
+        out += "policy          pub@100  ours@100   diff    pub@130  ours@130   diff\n";
+      }
+      const size_t i100 = 1, i130 = 3;
+      std::snprintf(buf, sizeof buf, "%-14s %8.2f  %8.2f  %+6.2f   %8.2f  %8.2f  %+6.2f\n",
+                    row.policy.c_str(), p.alloc[i100], row.alloc_mean[i100],
+                    row.alloc_mean[i100] - p.alloc[i100], p.alloc[i130], row.alloc_mean[i130],
+                    row.alloc_mean[i130] - p.alloc[i130]);
+      out += buf;
+    }
+  }
+  return out;
+}
+
 Status WriteFile(const std::string& path, const std::string& content) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return IoError("cannot write " + path + ": " + std::strerror(errno));

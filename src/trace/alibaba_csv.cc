@@ -3,7 +3,7 @@
 #include <string_view>
 #include <utility>
 
-#include "csv.h"
+#include "paladin/trace/csv.h"
 
 namespace paladin::trace {
 namespace {

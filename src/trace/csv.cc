@@ -1,4 +1,4 @@
-#include "csv.h"
+#include "paladin/trace/csv.h"
 
 #include <cerrno>
 #include <charconv>

@@ -31,19 +31,14 @@ struct PolicyContext {
   std::shared_ptr<const std::vector<TypicalWorkload>> shapes;
 };
 
-// paladin's knobs. One set for every trace; see docs/packing.md for how they were chosen.
+// paladin's knobs: one set for every trace (docs/packing.md says how they were chosen).
 struct PaladinParams {
-  // Weigh each shape by its share of the GPU demand (count x GPUs x share) instead of its count:
-  // fragmentation matters in proportion to the GPU work that cannot be placed.
-  bool weight_by_gpu_demand = true;
-  // Count CPU-only shapes in the fragmentation measure (FGD does; they strand no GPU).
-  bool include_cpu_only = false;
-  // Bonus, in milli-GPU of fragmentation, for each whole GPU the placement leaves fully used
-  // on an already-used node... (tie-breaking towards packing); 0 disables.
-  double packing_bonus = 0;
-  double exp_a = 0;
-  double exp_b = 0;
-  int measure = 0;  // 0 = FragAmount, 1 = StrandedAmount
+  // The workload's CPU per GPU over the fleet's, at or above which the fleet is CPU-bound.
+  double cpu_bound_ratio = 0.95;
+  // GPU-bound fleets: granularity (milli-GPU) of the stranding tie-breaker under FGD's score.
+  double tiebreak_quantum_milli = 400;
+  // CPU-bound fleets: granularity (milli-GPU) of the stranding + fragmentation score.
+  double cpu_bound_quantum_milli = 100;
 };
 Policy MakePaladinPolicy(const PolicyContext& ctx, const PaladinParams& params);
 

@@ -38,6 +38,24 @@ std::string AllocationSvg(const std::vector<core::FgdRunResult>& runs, const std
 // The table printed at the end of a run.
 std::string SummaryTable(const std::vector<SummaryRow>& rows, bool with_timing);
 
+// The per-seed difference `policy - baseline` at arrived load `pct`, paired on seeds (both
+// policies see the same arrival stream for a seed): mean, 95% CI half-width, smallest, count.
+struct PairedGap {
+  double mean = 0, ci95 = 0, min = 0;
+  int seeds = 0;
+};
+PairedGap Paired(const std::vector<core::FgdRunResult>& runs, const std::string& policy,
+                 const std::string& baseline, int pct);
+
+// Published means of one trace: policy -> value at 90/100/110/130 (NaN where unknown).
+struct PublishedMeans {
+  std::string policy;
+  std::vector<double> alloc;  // aligned with kSummaryPoints
+};
+// Our means beside the published ones, and the difference, for the policies that have both.
+std::string PublishedComparison(const std::vector<SummaryRow>& rows,
+                                const std::vector<PublishedMeans>& published);
+
 Status WriteFile(const std::string& path, const std::string& content);
 
 }  // namespace paladin::report

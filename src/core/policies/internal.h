@@ -51,9 +51,10 @@ class PerNodeCache {
                    const std::function<Value()>& compute) {
     if (static_cast<size_t>(node) >= slots_.size()) slots_.resize(static_cast<size_t>(node) + 1);
     Slot& s = slots_[static_cast<size_t>(node)];
-    if (!s.valid || s.version != n.version || !(s.view == ViewOf(n))) {
+    const NodeView now = ViewOf(n);
+    if (!s.valid || s.version != n.version || !(s.view == now)) {
       s.values.clear();
-      s.view = ViewOf(n);
+      s.view = now;
       s.version = n.version;
       s.valid = true;
     }

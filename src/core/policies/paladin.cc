@@ -1,4 +1,20 @@
-// paladin: Paladin's default packing policy (see docs/packing.md).
+// paladin: Paladin's default packing policy. Design and measurements: docs/packing.md.
+//
+// It knows what FGD knows (the cluster's current state and the workload's distribution of task
+// shapes, never the tasks still to come) and looks at one more thing FGD ignores: how much idle
+// GPU a node strands once its CPU or memory runs out after a few more tasks, not just before the
+// next one ("stranding", StrandedAmount in frag.h).
+//
+// Which signal leads depends on what binds the fleet. From the shape distribution and the
+// fleet's capacities it computes rho = (CPU per GPU the workload asks) / (CPU per GPU the fleet
+// has).
+//  - GPU-bound (rho < cpu_bound_ratio): FGD's own integer score leads; among nodes it ties, the
+//    one whose stranding grows least wins (quantised, so near-ties still fall to the node rank
+//    and placements stay concentrated); then the node rank.
+//  - CPU-bound (rho >= cpu_bound_ratio): the drop in stranding plus fragmentation over all shapes
+//    leads, quantised; then the node rank.
+// Shapes are weighed by count (times GPUs per task in the tie-breaker); CPU-only shapes strand
+// no GPU and are left out of stranding.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -15,17 +31,15 @@ struct PaladinChoice {
   std::vector<int16_t> gpus;
 };
 
-std::vector<TypicalWorkload> WeighShapes(const std::vector<TypicalWorkload>& shapes,
-                                         const PaladinParams& params) {
+// GPU shapes with weights proportional to count, or count x GPUs per task.
+std::vector<TypicalWorkload> GpuShapes(const std::vector<TypicalWorkload>& shapes,
+                                       bool times_gpu_count) {
   std::vector<TypicalWorkload> out;
   double total = 0;
   for (const TypicalWorkload& t : shapes) {
-    if (t.gpu_count == 0 && !params.include_cpu_only) continue;
+    if (t.gpu_count == 0) continue;
     TypicalWorkload w = t;
-    w.freq = static_cast<double>(t.count);
-    if (params.weight_by_gpu_demand) w.freq *= static_cast<double>(t.gpu_count) * t.gpu_milli;
-    if (params.exp_b == 2) w.freq *= static_cast<double>(std::max(1, t.gpu_count));
-    if (params.exp_b == 3) w.freq *= std::sqrt(static_cast<double>(std::max(1, t.gpu_count)));
+    w.freq = static_cast<double>(t.count) * (times_gpu_count ? t.gpu_count : 1);
     total += w.freq;
     out.push_back(w);
   }
@@ -33,51 +47,66 @@ std::vector<TypicalWorkload> WeighShapes(const std::vector<TypicalWorkload>& sha
   return out;
 }
 
+double Quantise(double x, double quantum) {
+  return quantum > 0 ? quantum * std::floor(x / quantum) : x;
+}
+
+double Sigmoid100(double milli) { return 100.0 / (1.0 + std::exp(-milli / 1000)); }
+
 class PaladinEvaluator {
  public:
   PaladinEvaluator(const PolicyContext& ctx, const PaladinParams& params)
       : params_(params),
-        weighted_(WeighShapes(ctx.shapes ? *ctx.shapes : *ctx.typical, params)),
-        fgd_typical_(*ctx.typical) {}
+        all_shapes_(ctx.shapes ? *ctx.shapes : *ctx.typical),
+        fgd_typical_(*ctx.typical),
+        by_count_(GpuShapes(all_shapes_, false)),
+        by_gpus_(GpuShapes(all_shapes_, true)) {}
 
   const PaladinChoice& Evaluate(const Fleet& fleet, const Workload& w, int32_t node) {
+    if (!mode_chosen_) ChooseMode(fleet);
     const Node& n = fleet.node(node);
     return cache_.Get(n, node, w, [&] { return Compute(n, w); });
   }
 
+  bool cpu_bound() const { return cpu_bound_; }
+
  private:
-  double Measure(const NodeView& v) const {
-    if (params_.measure == 1) return StrandedAmount(v, weighted_);
-    if (params_.measure == 2) return StrandedAmount(v, weighted_) + FragAmount(v, fgd_typical_);
-    if (params_.measure == 3) return StrandedAmount(v, weighted_) + FragAmount(v, weighted_);
-    return FragAmount(v, weighted_);
+  void ChooseMode(const Fleet& fleet) {
+    mode_chosen_ = true;
+    double want_cpu = 0, want_gpu = 0, have_cpu = 0, have_gpu = 0;
+    for (const TypicalWorkload& t : all_shapes_) {
+      want_cpu += static_cast<double>(t.count) * static_cast<double>(t.cpu_milli);
+      want_gpu += static_cast<double>(t.count) * t.gpu_count * t.gpu_milli;
+    }
+    for (const Node& n : fleet.nodes()) {
+      have_cpu += static_cast<double>(n.cpu_milli);
+      have_gpu += static_cast<double>(n.gpu_count()) * kMilliPerGpu;
+    }
+    if (want_gpu <= 0 || have_gpu <= 0 || have_cpu <= 0) return;
+    const double rho = (want_cpu / want_gpu) / (have_cpu / have_gpu);
+    cpu_bound_ = rho >= params_.cpu_bound_ratio;
   }
+
+  // Higher is better; only the order matters to the packer.
+  double Score(const NodeView& before, const NodeView& after) const {
+    if (cpu_bound_) {
+      const double gain = StrandedAmount(before, by_count_) + FragAmount(before, by_count_) -
+                          StrandedAmount(after, by_count_) - FragAmount(after, by_count_);
+      return Sigmoid100(Quantise(gain, params_.cpu_bound_quantum_milli));
+    }
+    const double fgd_gain = FragAmount(before, fgd_typical_) - FragAmount(after, fgd_typical_);
+    const double stranding_gain = StrandedAmount(before, by_gpus_) - StrandedAmount(after, by_gpus_);
+    // FGD's integer score, then a tie-breaker worth less than one of its points.
+    return std::trunc(Sigmoid100(fgd_gain)) +
+           0.9 * Sigmoid100(Quantise(stranding_gain, params_.tiebreak_quantum_milli)) / 100.0;
+  }
+
   PaladinChoice Compute(const Node& n, const Workload& w) const {
     const NodeView v = ViewOf(n);
-    const double before = Measure(v);
-    const int64_t idle_before = v.IdleMilli();
-    const bool node_in_use = idle_before < static_cast<int64_t>(v.gpu_count) * kMilliPerGpu;
     PaladinChoice best;
     bool found = false;
     auto consider = [&](std::vector<int16_t> gpus) {
-      const NodeView a = After(v, w, gpus);
-      const double after = Measure(a);
-      const double gain = before - after;
-      const double q = params_.exp_a > 0 ? params_.exp_a * std::floor(gain / params_.exp_a) : gain;
-      double score = 100.0 / (1.0 + std::exp(-q / 1000));
-      // Secondary terms, each < 1 point so they only order what the primary ties.
-      if (v.gpu_count > 0) {
-        const double cap = v.gpu_count * double{kMilliPerGpu};
-        const double used_after = 1.0 - static_cast<double>(a.IdleMilli()) / cap;
-        score += params_.packing_bonus * used_after;
-        (void)node_in_use;
-      }
-      if (params_.exp_b == 1 && v.gpu_count > 0) {
-        // Prefer the GPU left with the least free share (best fit within the node).
-        int32_t tight = kMilliPerGpu;
-        for (int16_t g : gpus) tight = std::min(tight, a.milli_left[static_cast<size_t>(g)]);
-        score += params_.exp_b * (1.0 - tight / double{kMilliPerGpu});
-      }
+      const double score = Score(v, After(v, w, gpus));
       if (!found || score > best.score) {
         best.score = score;
         best.gpus = std::move(gpus);
@@ -98,8 +127,12 @@ class PaladinEvaluator {
   }
 
   PaladinParams params_;
-  std::vector<TypicalWorkload> weighted_;
+  std::vector<TypicalWorkload> all_shapes_;
   std::vector<TypicalWorkload> fgd_typical_;
+  std::vector<TypicalWorkload> by_count_;
+  std::vector<TypicalWorkload> by_gpus_;
+  bool mode_chosen_ = false;
+  bool cpu_bound_ = false;
   PerNodeCache<PaladinChoice> cache_;
 };
 
