@@ -17,7 +17,7 @@ worst=0
 for t in $TRACES; do
   "$BIN" sim fgd --nodes "$DIR/openb_node_list_gpu_node.csv" --pods "$DIR/$t.csv" \
     --policies Random,DotProduct,GpuClustering,GpuPacking,BestFit,FGD --seeds 42-51 --quiet \
-    --published '' --out "$OUT/$t" >/dev/null
+    --published '' --out "$OUT/$t" >/dev/null 2>"$OUT/err" || { cat "$OUT/err" >&2; exit 1; }
   while IFS=, read -r policy _ _ _ a100 _ _ _ a130 _ _; do
     [ "$policy" = policy ] && continue
     line=$(grep "^$t,$policy," "$PUB")

@@ -11,7 +11,8 @@ printf "%-28s %7s %8s %8s %14s %9s %8s %8s\n" trace FGD paladin gap "95% CI" sma
 for f in "$DIR"/openb_pod_list_*.csv; do
   t=$(basename "$f" .csv)
   "$BIN" sim fgd --nodes "$DIR/openb_node_list_gpu_node.csv" --pods "$f" --policies FGD,paladin \
-    --seeds 42-51 --bounds --quiet --published '' --out "$OUT/$t" >/dev/null
+    --seeds 42-51 --bounds --quiet --published '' --out "$OUT/$t" >/dev/null 2>"$OUT/err" ||
+    { cat "$OUT/err" >&2; exit 1; }
   fgd=$(awk -F, '$1=="FGD"{print $9}' "$OUT/$t/summary.csv")
   pal=$(awk -F, '$1=="paladin"{print $9}' "$OUT/$t/summary.csv")
   read -r gap ci mn <<<"$(awk -F, '$3==130{print $4, $5, $6}' "$OUT/$t/paired.csv")"
