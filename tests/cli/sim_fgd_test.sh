@@ -125,6 +125,64 @@ if run_sim "$DIR1" && run_sim "$DIR2"; then
   fi
 fi
 
+# --- paladin against FGD with --bounds: paired.csv, bounds.csv and what stdout says ---
+
+readonly DIR3=$WORK/bounds
+bounds_rc=0
+"$PALADIN" sim fgd --nodes "$NODES" --pods "$PODS" --policies FGD,paladin --seeds 42 --bounds \
+  --quiet --out "$DIR3" >"$DIR3.out" 2>"$DIR3.err" || bounds_rc=$?
+if ((bounds_rc != 0)) || crashed "$(cat "$DIR3.out" "$DIR3.err")"; then
+  fail "sim fgd --policies FGD,paladin --bounds: exit $bounds_rc; output: $(cat "$DIR3.out" "$DIR3.err")"
+else
+  pass "sim fgd --policies FGD,paladin --bounds exits 0"
+
+  header=$(head -n 1 "$DIR3/paired.csv" 2>/dev/null || true)
+  [[ $header == "policy,baseline,arrived_pct,mean_gap,ci95,min_gap,seeds" ]] &&
+    pass "paired.csv header" || fail "paired.csv header is '$header'"
+  # One row per summary point (90, 100, 110, 130 % arrived), paladin against FGD on 1 seed.
+  for pct in 90 100 110 130; do
+    n=$(grep -cE "^paladin,FGD,$pct,-?[0-9]+\.[0-9]+,[0-9]+\.[0-9]+,-?[0-9]+\.[0-9]+,1$" \
+      "$DIR3/paired.csv" || true)
+    ((n == 1)) && pass "paired.csv has the row for $pct% arrived" ||
+      fail "paired.csv has $n well-formed rows for $pct% arrived, expected 1: $(cat "$DIR3/paired.csv")"
+  done
+  rows=$(($(wc -l <"$DIR3/paired.csv") - 1))
+  ((rows == 4)) && pass "paired.csv has 4 data rows" ||
+    fail "paired.csv has $rows data rows, expected 4"
+
+  header=$(head -n 1 "$DIR3/bounds.csv" 2>/dev/null || true)
+  [[ $header == "seed,upper_bound_pct,offline_sorted_paladin_pct" ]] &&
+    pass "bounds.csv header" || fail "bounds.csv header is '$header'"
+  rows=$(($(wc -l <"$DIR3/bounds.csv") - 1))
+  row=$(sed -n 2p "$DIR3/bounds.csv")
+  # One seed: 42,UB,OFFLINE with 0 <= OFFLINE <= UB <= 100 (the bound caps any placement).
+  if ((rows == 1)) && [[ $row =~ ^42,([0-9]+\.[0-9]+),([0-9]+\.[0-9]+)$ ]] &&
+    awk -v ub="${BASH_REMATCH[1]}" -v off="${BASH_REMATCH[2]}" \
+      'BEGIN { exit !(off >= 0 && off <= ub + 1e-9 && ub <= 100 + 1e-9) }'; then
+    pass "bounds.csv has one row for seed 42 with offline <= bound <= 100"
+  else
+    fail "bounds.csv: $rows data rows, second line '$row'"
+  fi
+
+  for phrase in "paired by seed" "Room above" \
+    "published (FGD artifact, mean of its 10 runs) vs this run"; do
+    grep -qF -- "$phrase" "$DIR3.out" && pass "stdout says '$phrase'" ||
+      fail "stdout lacks '$phrase'; stdout: $(cat "$DIR3.out")"
+  done
+  # The bundled trace is in the published table: FGD gets a row there; paladin is ours only.
+  if grep -qE '^FGD +[0-9]+\.[0-9]+ +[0-9]+\.[0-9]+ +[-+][0-9]+\.[0-9]+ ' \
+    <(sed -n '/^published (FGD artifact/,/^$/p' "$DIR3.out"); then
+    pass "the published comparison has a row for FGD"
+  else
+    fail "the published comparison lacks a row for FGD; stdout: $(cat "$DIR3.out")"
+  fi
+  if sed -n '/^published (FGD artifact/,/^$/p' "$DIR3.out" | grep -q '^paladin '; then
+    fail "the published comparison lists paladin, which the FGD artifact never ran"
+  else
+    pass "the published comparison leaves paladin out"
+  fi
+fi
+
 # --- bad input: a clear error, a non-zero exit, no crash ---
 
 readonly BAD_OUT=$WORK/bad-out

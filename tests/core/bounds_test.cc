@@ -71,9 +71,9 @@ TEST(ResourceUpperBoundPctTest, NothingBindsSoTheBoundIsTheArrivedGpuCappedAt100
   AddTestNode(fleet, "n", 128000, kPlentyMem, 8, "T4");
   EXPECT_DOUBLE_EQ(ResourceUpperBoundPct(fleet, Repeat(Task(1000, 1, 1000, 1024), 6)), 75.0);
   // Shares count by their milli: 3 x 500 + 2 x 2 GPUs = 1500 + 4000 = 5500 -> 68.75%.
-  EXPECT_DOUBLE_EQ(
-      ResourceUpperBoundPct(fleet, Concat(Repeat(Task(1000, 1, 500), 3), Repeat(Task(1000, 2, 1000), 2))),
-      68.75);
+  EXPECT_DOUBLE_EQ(ResourceUpperBoundPct(fleet, Concat(Repeat(Task(1000, 1, 500), 3),
+                                                       Repeat(Task(1000, 2, 1000), 2))),
+                   68.75);
   // 12 whole GPUs arrive for 8: the capacity caps it at 100%.
   EXPECT_DOUBLE_EQ(ResourceUpperBoundPct(fleet, Repeat(Task(1000, 1, 1000, 1024), 12)), 100.0);
 }
@@ -84,8 +84,8 @@ TEST(ResourceUpperBoundPctTest, TasksWithoutCpuCountFully) {
   // (Dual at lambda = 0.125: 0.125 x 16000 + 3000 = 5000; at lambda = 0: 11000.)
   Fleet fleet;
   AddTestNode(fleet, "n", 16000, kPlentyMem, 8, "T4");
-  EXPECT_DOUBLE_EQ(ResourceUpperBoundPct(fleet, Concat(Repeat(Task(8000, 1, 1000), 8),
-                                                       Repeat(Task(0, 1, 1000), 3))),
+  EXPECT_DOUBLE_EQ(ResourceUpperBoundPct(
+                       fleet, Concat(Repeat(Task(8000, 1, 1000), 8), Repeat(Task(0, 1, 1000), 3))),
                    62.5);
   // Tasks asking neither CPU nor memory are bound by GPU alone: 8 of 8 = 100%.
   EXPECT_DOUBLE_EQ(ResourceUpperBoundPct(fleet, Repeat(Task(0, 1, 1000), 8)), 100.0);
@@ -194,7 +194,8 @@ TEST(ResourceUpperBoundPctTest, NoPolicyEverExceedsItOnRandomFleetsAndStreams) {
   int binding = 0;  // trials where the bound is below both 100% and the arrived GPU
   for (int trial = 0; trial < 25; ++trial) {
     const Fleet fleet = RandomFleet(rng);
-    const std::vector<Workload> arrivals = RandomStream(rng, 10 + static_cast<int>(rng.Uniform(40)));
+    const std::vector<Workload> arrivals =
+        RandomStream(rng, 10 + static_cast<int>(rng.Uniform(40)));
     const double bound = ResourceUpperBoundPct(fleet, arrivals);
     int64_t arrived = 0;
     for (const Workload& w : arrivals) arrived += w.TotalGpuMilli();

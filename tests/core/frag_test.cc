@@ -172,7 +172,6 @@ TEST(TightestGpusTest, PicksTheLeastFreeGpusThatFitLowestIndexFirst) {
   EXPECT_THAT(TightestGpus(v, Workload{.gpu_count = 2, .gpu_milli = 1000}), IsEmpty());
 }
 
-
 // --- StrandedAmount ---
 //
 // For each shape: copies = how many it could still take by GPU (1-GPU shapes: the sum over GPUs
@@ -208,70 +207,97 @@ TEST(StrandedAmountTest, Table) {
   const Case cases[] = {
       // 4 free GPUs would take 4 copies of (4000m, 1 GPU), but 10000m CPU feeds only
       // floor(10000 / 4000) = 2: usable 2 x 1000, stranded 4000 - 2000 = 2000.
-      {"CPU allows only k copies", ViewWithMemory(0, 10000, kPlentyMem, {1000, 1000, 1000, 1000}),
-       {Typical(4000, 1, 1000)}, 2000},
+      {"CPU allows only k copies",
+       ViewWithMemory(0, 10000, kPlentyMem, {1000, 1000, 1000, 1000}),
+       {Typical(4000, 1, 1000)},
+       2000},
       // The same node with CPU for all four: nothing stranded.
-      {"CPU allows every copy", ViewWithMemory(0, 16000, kPlentyMem, {1000, 1000, 1000, 1000}),
-       {Typical(4000, 1, 1000)}, 0},
+      {"CPU allows every copy",
+       ViewWithMemory(0, 16000, kPlentyMem, {1000, 1000, 1000, 1000}),
+       {Typical(4000, 1, 1000)},
+       0},
       // Shared shape: GPUs give 2 + 2 = 4 copies of 500, CPU 6000 / 2000 = 3: usable 1500 of
       // 2000 idle, 500 stranded.
-      {"CPU caps a shared shape", ViewWithMemory(0, 6000, kPlentyMem, {1000, 1000}),
-       {Typical(2000, 1, 500)}, 500},
+      {"CPU caps a shared shape",
+       ViewWithMemory(0, 6000, kPlentyMem, {1000, 1000}),
+       {Typical(2000, 1, 500)},
+       500},
       // GPU shares alone: floor(1000/500) + floor(700/500) + floor(300/500) = 2 + 1 + 0 = 3
       // copies, usable 1500 of 2000 idle: the 200 left on GPU 1 and the 300 on GPU 2 strand.
-      {"share remainders strand", ViewWithMemory(0, 64000, kPlentyMem, {1000, 700, 300}),
-       {Typical(1000, 1, 500)}, 500},
+      {"share remainders strand",
+       ViewWithMemory(0, 64000, kPlentyMem, {1000, 700, 300}),
+       {Typical(1000, 1, 500)},
+       500},
       // Host memory: 40000 MiB / 16384 MiB = 2 copies of 4: 2000 stranded.
-      {"memory allows only k copies", ViewWithMemory(0, 64000, 40000, {1000, 1000, 1000, 1000}),
-       {ShapeWithMemory(1000, 16384, 1, 1000)}, 2000},
+      {"memory allows only k copies",
+       ViewWithMemory(0, 64000, 40000, {1000, 1000, 1000, 1000}),
+       {ShapeWithMemory(1000, 16384, 1, 1000)},
+       2000},
       // A shape with no memory request is not limited by memory, even with none left.
-      {"no memory asked, none needed", ViewWithMemory(0, 64000, 0, {1000, 1000}),
-       {ShapeWithMemory(1000, 0, 1, 1000)}, 0},
+      {"no memory asked, none needed",
+       ViewWithMemory(0, 64000, 0, {1000, 1000}),
+       {ShapeWithMemory(1000, 0, 1, 1000)},
+       0},
       // A shape with no CPU request is not limited by CPU, even with none left.
-      {"no CPU asked, none needed", ViewWithMemory(0, 0, kPlentyMem, {1000, 1000}),
-       {Typical(0, 1, 500)}, 0},
+      {"no CPU asked, none needed",
+       ViewWithMemory(0, 0, kPlentyMem, {1000, 1000}),
+       {Typical(0, 1, 500)},
+       0},
       // GPUs 4 copies, memory 40000 / 16384 = 2, CPU 8000 / 8000 = 1: the tightest wins,
       // 1 copy, usable 1000 of 4000, 3000 stranded.
       {"the tighter of CPU and memory",
        ViewWithMemory(0, 8000, 40000, {1000, 1000, 1000, 1000}),
-       {ShapeWithMemory(8000, 16384, 1, 1000)}, 3000},
+       {ShapeWithMemory(8000, 16384, 1, 1000)},
+       3000},
       // 2-GPU shape, GPUs {1000, 1000, 1000, 600}: 3 whole free GPUs -> 3 / 2 = 1 copy, usable
       // 2000 of 3600 idle: 1600 stranded (the third free GPU and the 600).
       {"multi-GPU shapes count whole free GPUs",
-       ViewWithMemory(0, 64000, kPlentyMem, {1000, 1000, 1000, 600}), {Typical(1000, 2, 1000)},
+       ViewWithMemory(0, 64000, kPlentyMem, {1000, 1000, 1000, 600}),
+       {Typical(1000, 2, 1000)},
        1600},
       // Partly used GPUs never hold a multi-GPU copy even together: {900, 900, 900, 900} has
       // 3600 idle milli and 0 whole free GPUs.
       {"partly used GPUs hold no multi-GPU copy",
-       ViewWithMemory(0, 64000, kPlentyMem, {900, 900, 900, 900}), {Typical(1000, 2, 1000)},
+       ViewWithMemory(0, 64000, kPlentyMem, {900, 900, 900, 900}),
+       {Typical(1000, 2, 1000)},
        3600},
       // 4-GPU shape on 3 whole free GPUs: 0 copies, all 3600 idle strands.
-      {"too few whole GPUs", ViewWithMemory(0, 64000, kPlentyMem, {1000, 1000, 1000, 600}),
-       {Typical(1000, 4, 1000)}, 3600},
+      {"too few whole GPUs",
+       ViewWithMemory(0, 64000, kPlentyMem, {1000, 1000, 1000, 600}),
+       {Typical(1000, 4, 1000)},
+       3600},
       // 2-GPU shape with CPU for one copy on 4 free GPUs: min(4 / 2, 12000 / 8000) = 1 copy,
       // 2000 of 4000 stranded.
       {"CPU caps a multi-GPU shape",
        ViewWithMemory(0, 12000, kPlentyMem, {1000, 1000, 1000, 1000}),
-       {Typical(8000, 2, 1000)}, 2000},
+       {Typical(8000, 2, 1000)},
+       2000},
       // CPU-only shapes use no GPU: everything idle (1000 + 500) strands.
-      {"CPU-only shape strands everything", ViewWithMemory(0, 64000, kPlentyMem, {1000, 500}),
-       {Typical(1000, 0, 0)}, 1500},
+      {"CPU-only shape strands everything",
+       ViewWithMemory(0, 64000, kPlentyMem, {1000, 500}),
+       {Typical(1000, 0, 0)},
+       1500},
       // Allowed only on model 1; the node is model 0.
       {"model mismatch strands everything",
-       ViewWithMemory(0, 64000, kPlentyMem, {1000, 1000}), {Typical(1000, 1, 500, 1.0, 0b10)},
+       ViewWithMemory(0, 64000, kPlentyMem, {1000, 1000}),
+       {Typical(1000, 1, 500, 1.0, 0b10)},
        2000},
-      {"model match", ViewWithMemory(1, 64000, kPlentyMem, {1000, 1000}),
-       {Typical(1000, 1, 500, 1.0, 0b10)}, 0},
+      {"model match",
+       ViewWithMemory(1, 64000, kPlentyMem, {1000, 1000}),
+       {Typical(1000, 1, 500, 1.0, 0b10)},
+       0},
       // A model-pinned shape on a node whose model is unknown cannot run there.
       {"pinned shape, node without a model",
        ViewWithMemory(kNoModel, 64000, kPlentyMem, {1000, 1000}),
-       {Typical(1000, 1, 500, 1.0, 0b1)}, 2000},
+       {Typical(1000, 1, 500, 1.0, 0b1)},
+       2000},
       // Weighted: 0.25 x 2000 (the CPU-limited 1-GPU shape) + 0.75 x 4000 (CPU-only).
-      {"frequency weighted", ViewWithMemory(0, 10000, kPlentyMem, {1000, 1000, 1000, 1000}),
-       {Typical(4000, 1, 1000, 0.25), Typical(1000, 0, 0, 0.75)}, 0.25 * 2000 + 0.75 * 4000},
+      {"frequency weighted",
+       ViewWithMemory(0, 10000, kPlentyMem, {1000, 1000, 1000, 1000}),
+       {Typical(4000, 1, 1000, 0.25), Typical(1000, 0, 0, 0.75)},
+       0.25 * 2000 + 0.75 * 4000},
       {"no idle GPU", ViewWithMemory(0, 0, 0, {0, 0}), {Typical(4000, 1, 500)}, 0},
-      {"no GPUs at all", ViewWithMemory(kNoModel, 64000, kPlentyMem, {}), {Typical(1000, 0, 0)},
-       0},
+      {"no GPUs at all", ViewWithMemory(kNoModel, 64000, kPlentyMem, {}), {Typical(1000, 0, 0)}, 0},
       {"no shapes", ViewWithMemory(0, 64000, kPlentyMem, {1000}), {}, 0},
   };
   for (const Case& c : cases) {
@@ -304,7 +330,8 @@ TEST(StrandedAmountTest, LiesBetweenFragAmountAndIdle) {
     v.mem_left = 4096 * static_cast<int64_t>(next(17));
     v.gpu_count = 1 + static_cast<int>(next(8));
     for (int i = 0; i < v.gpu_count; ++i) {
-      v.milli_left[static_cast<size_t>(i)] = next(3) == 0 ? 1000 : 100 * static_cast<int32_t>(next(11));
+      v.milli_left[static_cast<size_t>(i)] =
+          next(3) == 0 ? 1000 : 100 * static_cast<int32_t>(next(11));
       v.gpu_mem_left[static_cast<size_t>(i)] = NodeView::kUntrackedMemory;
     }
     std::vector<TypicalWorkload> shapes;

@@ -57,13 +57,31 @@ class PaladinEvaluator {
  public:
   PaladinEvaluator(const PolicyContext& ctx, const PaladinParams& params)
       : params_(params),
-        all_shapes_(ctx.shapes ? *ctx.shapes : *ctx.typical),
-        fgd_typical_(*ctx.typical),
+        all_shapes_(ctx.shapes ? *ctx.shapes
+                               : (ctx.typical ? *ctx.typical : std::vector<TypicalWorkload>{})),
+        fgd_typical_(ctx.typical ? *ctx.typical : std::vector<TypicalWorkload>{}),
         by_count_(GpuShapes(all_shapes_, false)),
         by_gpus_(GpuShapes(all_shapes_, true)) {}
 
+  // Called once per decision: the mode follows the fleet being scheduled (a packer may serve
+  // several fleets), and cached scores are dropped when it changes.
+  void PrepareFor(const Fleet& fleet) {
+    double have_cpu = 0, have_gpu = 0;
+    for (const Node& n : fleet.nodes()) {
+      have_cpu += static_cast<double>(n.cpu_milli);
+      have_gpu += static_cast<double>(n.gpu_count()) * kMilliPerGpu;
+    }
+    if (mode_chosen_ && have_cpu == fleet_cpu_ && have_gpu == fleet_gpu_) return;
+    mode_chosen_ = true;
+    fleet_cpu_ = have_cpu;
+    fleet_gpu_ = have_gpu;
+    const bool was = cpu_bound_;
+    cpu_bound_ = ChooseCpuBound(have_cpu, have_gpu);
+    if (was != cpu_bound_) cache_ = PerNodeCache<PaladinChoice>();
+  }
+
   const PaladinChoice& Evaluate(const Fleet& fleet, const Workload& w, int32_t node) {
-    if (!mode_chosen_) ChooseMode(fleet);
+    if (!mode_chosen_) PrepareFor(fleet);
     const Node& n = fleet.node(node);
     return cache_.Get(n, node, w, [&] { return Compute(n, w); });
   }
@@ -71,20 +89,15 @@ class PaladinEvaluator {
   bool cpu_bound() const { return cpu_bound_; }
 
  private:
-  void ChooseMode(const Fleet& fleet) {
-    mode_chosen_ = true;
-    double want_cpu = 0, want_gpu = 0, have_cpu = 0, have_gpu = 0;
+  bool ChooseCpuBound(double have_cpu, double have_gpu) const {
+    double want_cpu = 0, want_gpu = 0;
     for (const TypicalWorkload& t : all_shapes_) {
       want_cpu += static_cast<double>(t.count) * static_cast<double>(t.cpu_milli);
       want_gpu += static_cast<double>(t.count) * t.gpu_count * t.gpu_milli;
     }
-    for (const Node& n : fleet.nodes()) {
-      have_cpu += static_cast<double>(n.cpu_milli);
-      have_gpu += static_cast<double>(n.gpu_count()) * kMilliPerGpu;
-    }
-    if (want_gpu <= 0 || have_gpu <= 0 || have_cpu <= 0) return;
+    if (want_gpu <= 0 || have_gpu <= 0 || have_cpu <= 0) return false;
     const double rho = (want_cpu / want_gpu) / (have_cpu / have_gpu);
-    cpu_bound_ = rho >= params_.cpu_bound_ratio;
+    return rho >= params_.cpu_bound_ratio;
   }
 
   // Higher is better; only the order matters to the packer.
@@ -133,6 +146,7 @@ class PaladinEvaluator {
   std::vector<TypicalWorkload> by_gpus_;
   bool mode_chosen_ = false;
   bool cpu_bound_ = false;
+  double fleet_cpu_ = 0, fleet_gpu_ = 0;
   PerNodeCache<PaladinChoice> cache_;
 };
 
@@ -140,6 +154,10 @@ class PaladinScore final : public ScorePlugin {
  public:
   explicit PaladinScore(std::shared_ptr<PaladinEvaluator> e) : eval_(std::move(e)) {}
   std::string_view name() const override { return "paladin"; }
+  void PreScore(const Fleet& fleet, const Workload& /*w*/, std::span<const int32_t> /*feasible*/,
+                Rng& /*rng*/) override {
+    eval_->PrepareFor(fleet);
+  }
   double Score(const Fleet& fleet, const Workload& w, int32_t node) override {
     return eval_->Evaluate(fleet, w, node).score;
   }
