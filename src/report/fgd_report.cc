@@ -177,77 +177,122 @@ std::string SummaryTable(const std::vector<SummaryRow>& rows, bool with_timing) 
   return out;
 }
 
+namespace {
+
+struct Panel {
+  double left, top, width, height;  // pixels
+  double xmin, xmax, ymin, ymax;     // data
+  double xstep, ystep;               // grid
+};
+
+using Curves = std::vector<std::pair<std::string, std::vector<double>>>;  // policy -> mean curve
+
+const char* const kColors[] = {"#7f7f7f", "#1f77b4", "#2ca02c", "#9467bd",
+                               "#8c564b", "#ff7f0e", "#d62728", "#17becf"};
+
+std::string DrawPanel(const Panel& p, const Curves& curves, const std::string& caption) {
+  auto X = [&](double x) { return p.left + p.width * (x - p.xmin) / (p.xmax - p.xmin); };
+  auto Y = [&](double y) { return p.top + p.height * (1 - (y - p.ymin) / (p.ymax - p.ymin)); };
+  std::string s;
+  char buf[512];
+  for (double y = p.ymin; y <= p.ymax + 1e-9; y += p.ystep) {
+    std::snprintf(buf, sizeof buf,
+                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>"
+                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
+                  X(p.xmin), Y(y), X(p.xmax), Y(y), X(p.xmin) - 6, Y(y) + 4, y);
+    s += buf;
+  }
+  for (double x = p.xmin; x <= p.xmax + 1e-9; x += p.xstep) {
+    std::snprintf(buf, sizeof buf,
+                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>"
+                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",
+                  X(x), Y(p.ymin), X(x), Y(p.ymax), X(x), Y(p.ymin) + 16, x);
+    s += buf;
+  }
+  std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">",
+                p.left + p.width / 2, p.top - 8);
+  s += buf + XmlEscape(caption) + "</text>\n";
+  for (size_t c = 0; c < curves.size(); ++c) {
+    std::string pts;
+    const auto& curve = curves[c].second;
+    for (size_t i = 0; i < curve.size(); ++i) {
+      const auto x = static_cast<double>(i);
+      if (std::isnan(curve[i]) || x < p.xmin || x > p.xmax) continue;
+      const double y = std::clamp(curve[i], p.ymin, p.ymax);
+      std::snprintf(buf, sizeof buf, "%.1f,%.1f ", X(x), Y(y));
+      pts += buf;
+    }
+    const char* color = kColors[c % (sizeof kColors / sizeof kColors[0])];
+    s += std::string("<polyline fill=\"none\" stroke=\"") + color +
+         "\" stroke-width=\"1.8\" points=\"" + pts + "\"/>\n";
+  }
+  return s;
+}
+
+}  // namespace
+
 std::string AllocationSvg(const std::vector<core::FgdRunResult>& runs, const std::string& title) {
-  // Mean curve per policy.
-  std::vector<std::string> order;
-  std::map<std::string, std::pair<std::vector<double>, std::vector<int>>> acc;
-  size_t len = 0;
+  // Mean curve per policy, in the order the runs list them.
+  Curves curves;
+  std::map<std::string, size_t> index;
+  std::vector<std::vector<int>> counts;
   for (const auto& r : runs) {
-    auto& [sum, n] = acc[r.policy];
-    if (sum.empty()) order.push_back(r.policy);
-    len = std::max(len, r.alloc_pct.size());
-    sum.resize(len, 0);
-    n.resize(len, 0);
+    auto [it, fresh] = index.emplace(r.policy, curves.size());
+    if (fresh) {
+      curves.push_back({r.policy, {}});
+      counts.emplace_back();
+    }
+    auto& sum = curves[it->second].second;
+    auto& n = counts[it->second];
+    if (sum.size() < r.alloc_pct.size()) {
+      sum.resize(r.alloc_pct.size(), 0);
+      n.resize(r.alloc_pct.size(), 0);
+    }
     for (size_t i = 0; i < r.alloc_pct.size(); ++i) {
       if (std::isnan(r.alloc_pct[i])) continue;
       sum[i] += r.alloc_pct[i];
       ++n[i];
     }
   }
-  const double w = 760, h = 480, left = 70, right = 170, top = 40, bottom = 60;
-  const double pw = w - left - right, ph = h - top - bottom;
-  const double xmax = len > 0 ? static_cast<double>(len - 1) : 130, ymin = 0, ymax = 100;
-  auto X = [&](double x) { return left + pw * x / xmax; };
-  auto Y = [&](double y) { return top + ph * (1 - (y - ymin) / (ymax - ymin)); };
-  static const char* kColors[] = {"#7f7f7f", "#1f77b4", "#2ca02c", "#9467bd",
-                                  "#8c564b", "#ff7f0e", "#d62728", "#17becf"};
+  size_t len = 0;
+  double low = 100;  // lowest mean allocation at the right end, for the zoomed panel
+  for (size_t c = 0; c < curves.size(); ++c) {
+    auto& sum = curves[c].second;
+    for (size_t i = 0; i < sum.size(); ++i) {
+      sum[i] = counts[c][i] > 0 ? sum[i] / counts[c][i] : std::nan("");
+    }
+    len = std::max(len, sum.size());
+    if (!sum.empty() && !std::isnan(sum.back())) low = std::min(low, sum.back());
+  }
+  const double xmax = len > 1 ? static_cast<double>(len - 1) : 130;
+  const double zoom_ymin = std::max(0.0, std::floor(low / 5) * 5 - 5);
+  const double zoom_xmin = std::max(0.0, std::floor(zoom_ymin / 10) * 10);
+  const double w = 1100, h = 480;
   std::string s;
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
                 "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" "
-                "height=\"100%%\" fill=\"white\"/>\n",
+                "height=\"100%%\" fill=\"white\"/>\n<text x=\"70\" y=\"22\" font-size=\"14\">",
                 w, h);
-  s += buf;
-  std::snprintf(buf, sizeof buf, "<text x=\"%.0f\" y=\"22\" font-size=\"14\">", left);
   s += buf + XmlEscape(title) + "</text>\n";
-  for (int y = 0; y <= 100; y += 10) {
-    std::snprintf(buf, sizeof buf,
-                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>"
-                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%d</text>\n",
-                  X(0), Y(y), X(xmax), Y(y), X(0) - 6, Y(y) + 4, y);
-    s += buf;
-  }
-  for (int x = 0; x <= static_cast<int>(xmax); x += 10) {
-    std::snprintf(buf, sizeof buf,
-                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e0e0e0\"/>"
-                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%d</text>\n",
-                  X(x), Y(0), X(x), Y(100), X(x), Y(0) + 16, x);
-    s += buf;
-  }
+  s += DrawPanel({70, 60, 400, 340, 0, xmax, 0, 100, 10, 10}, curves, "whole run");
+  s += DrawPanel({540, 60, 400, 340, zoom_xmin, xmax, zoom_ymin, 100, 10, 5}, curves,
+                 "zoomed where policies part");
   std::snprintf(buf, sizeof buf,
-                "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">arrived GPU request (%% of "
-                "capacity)</text>\n<text x=\"18\" y=\"%.1f\" text-anchor=\"middle\" "
-                "transform=\"rotate(-90 18 %.1f)\">GPU allocation (%% of capacity)</text>\n",
-                left + pw / 2, h - 18, top + ph / 2, top + ph / 2);
+                "<text x=\"505\" y=\"%.0f\" text-anchor=\"middle\">arrived GPU request (%% of "
+                "capacity)</text>\n<text x=\"18\" y=\"230\" text-anchor=\"middle\" "
+                "transform=\"rotate(-90 18 230)\">GPU allocation (%% of capacity)</text>\n",
+                h - 18);
   s += buf;
-  for (size_t p = 0; p < order.size(); ++p) {
-    const auto& [sum, n] = acc[order[p]];
-    std::string pts;
-    for (size_t i = 0; i < sum.size(); ++i) {
-      if (n[i] == 0) continue;
-      std::snprintf(buf, sizeof buf, "%.1f,%.1f ", X(static_cast<double>(i)), Y(sum[i] / n[i]));
-      pts += buf;
-    }
-    const char* color = kColors[p % (sizeof kColors / sizeof kColors[0])];
-    s += std::string("<polyline fill=\"none\" stroke=\"") + color +
-         "\" stroke-width=\"1.8\" points=\"" + pts + "\"/>\n";
-    const double ly = top + 14 + 18 * static_cast<double>(p);
+  for (size_t c = 0; c < curves.size(); ++c) {
+    const double ly = 74 + 18 * static_cast<double>(c);
+    const char* color = kColors[c % (sizeof kColors / sizeof kColors[0])];
     std::snprintf(buf, sizeof buf,
-                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-                  "stroke-width=\"3\"/><text x=\"%.1f\" y=\"%.1f\">",
-                  w - right + 12, ly, w - right + 36, ly, color, w - right + 42, ly + 4);
-    s += buf + XmlEscape(order[p]) + "</text>\n";
+                  "<line x1=\"960\" y1=\"%.1f\" x2=\"984\" y2=\"%.1f\" stroke=\"%s\" "
+                  "stroke-width=\"3\"/><text x=\"990\" y=\"%.1f\">",
+                  ly, ly, color, ly + 4);
+    s += buf + XmlEscape(curves[c].first) + "</text>\n";
   }
   s += "</svg>\n";
   return s;
