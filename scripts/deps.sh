@@ -8,6 +8,7 @@ PACKAGES=(
   libcli11-dev          # command line
   libgtest-dev libgmock-dev  # tests
   libbenchmark-dev      # bench/
+  clang-format clang-tidy  # scripts/lint.sh
 )
 
 missing=()

@@ -1,8 +1,8 @@
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <climits>
 #include <string>
-#include <sys/stat.h>
 
 #include "commands.h"
 
@@ -25,7 +25,7 @@ std::string BundledDataDir() {
     exe[n] = '\0';
     std::string dir(exe);
     dir = dir.substr(0, dir.find_last_of('/'));
-    const std::string installed = dir + "/../share/paladin/data";
+    std::string installed = dir + "/../share/paladin/data";
     if (IsDir(installed)) return installed;
   }
   return PALADIN_SOURCE_DATA_DIR;

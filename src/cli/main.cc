@@ -1,5 +1,6 @@
 // paladin: the single executable of Paladin. Subcommands live in src/cli/*.cc.
 #include <cstdio>
+#include <exception>
 
 #include "commands.h"
 
@@ -7,7 +8,9 @@
 #define PALADIN_VERSION "0.0.0"
 #endif
 
-int main(int argc, char** argv) {
+namespace {
+
+int Run(int argc, char** argv) {
   CLI::App app{
       "Paladin: predicts what GPU workloads need, packs them onto shared GPUs with enforced "
       "quotas, and keeps the fleet balanced by moving running work."};
@@ -21,4 +24,18 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   return exit_code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Run(argc, argv);
+  } catch (const std::exception& e) {
+    // Nothing below should throw; if something does, say what and fail cleanly.
+    std::fprintf(stderr, "paladin: internal error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "paladin: internal error\n");
+  }
+  return 70;
 }

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
@@ -138,7 +139,7 @@ int RunFgd(const FgdArgs& a) {
 
   const std::string pods_name = std::filesystem::path(a.pods).filename().string();
   const std::string nodes_name = std::filesystem::path(a.nodes).filename().string();
-  const int max_pct = static_cast<int>(a.ratio * 100 + 0.5);
+  const int max_pct = static_cast<int>(std::lround(a.ratio * 100));
   std::fprintf(stderr,
                "FGD trace experiment: %zu tasks from %s on %zu nodes (%lld GPUs) from %s; "
                "%zu policies x %zu seeds, arrivals to %d%% of GPU capacity\n",
@@ -189,6 +190,7 @@ int RunFgd(const FgdArgs& a) {
   int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::thread::hardware_concurrency());
   jobs = std::max(1, std::min<int>(jobs, static_cast<int>(tasks.size())));
   std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(jobs));
   for (int j = 0; j < jobs; ++j) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
   if (!a.quiet && tty) std::fprintf(stderr, "\n");
@@ -203,11 +205,10 @@ int RunFgd(const FgdArgs& a) {
     std::atomic<size_t> nb{0};
     core::TypicalOptions all_shapes;
     all_shapes.coverage = 1.0;
-    const core::PolicyContext ctx{
-        std::make_shared<const std::vector<core::TypicalWorkload>>(
-            core::BuildTypicalWorkloads(*pods)),
-        std::make_shared<const std::vector<core::TypicalWorkload>>(
-            core::BuildTypicalWorkloads(*pods, all_shapes))};
+    const core::PolicyContext ctx{std::make_shared<const std::vector<core::TypicalWorkload>>(
+                                      core::BuildTypicalWorkloads(*pods)),
+                                  std::make_shared<const std::vector<core::TypicalWorkload>>(
+                                      core::BuildTypicalWorkloads(*pods, all_shapes))};
     auto bound_worker = [&] {
       for (size_t i = nb++; i < seeds->size(); i = nb++) {
         const auto arrivals =
@@ -222,6 +223,7 @@ int RunFgd(const FgdArgs& a) {
       }
     };
     std::vector<std::thread> bpool;
+    bpool.reserve(static_cast<size_t>(jobs));
     for (int j = 0; j < jobs; ++j) bpool.emplace_back(bound_worker);
     for (auto& t : bpool) t.join();
     for (const auto& e : errs) {
@@ -292,11 +294,12 @@ int RunFgd(const FgdArgs& a) {
                   pct, g.mean, g.ci95, g.min, g.seeds);
     }
   }
-  std::printf("\nGPU allocation in %% of capacity at x%% arrived GPU request (mean of %zu seeds); "
-              "frag = %% of idle GPU capacity the typical tasks cannot use.\n"
-              "Wrote %sallocation.csv, fragmentation.csv, summary.csv, allocation.svg "
-              "(%.1f s in all).\n",
-              seeds->size(), dir.c_str(), (NowNs() - t_start) * 1e-9);
+  std::printf(
+      "\nGPU allocation in %% of capacity at x%% arrived GPU request (mean of %zu seeds); "
+      "frag = %% of idle GPU capacity the typical tasks cannot use.\n"
+      "Wrote %sallocation.csv, fragmentation.csv, summary.csv, allocation.svg "
+      "(%.1f s in all).\n",
+      seeds->size(), dir.c_str(), (NowNs() - t_start) * 1e-9);
   return 0;
 }
 

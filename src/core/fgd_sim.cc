@@ -18,9 +18,8 @@ constexpr uint64_t kRankStream = 0x6e6f6465'72616e6bULL;
 
 }  // namespace
 
-std::vector<Workload> BuildFgdArrivals(std::span<const Workload> trace,
-                                       int64_t gpu_milli_capacity, double target_ratio,
-                                       uint64_t seed) {
+std::vector<Workload> BuildFgdArrivals(std::span<const Workload> trace, int64_t gpu_milli_capacity,
+                                       double target_ratio, uint64_t seed) {
   Rng rng(seed ^ kArrivalStream);
   std::vector<Workload> out(trace.begin(), trace.end());
   if (trace.empty()) return out;
@@ -75,8 +74,8 @@ StatusOr<FgdRunResult> RunFgdSim(const Fleet& fleet, std::span<const Workload> t
   auto shapes = std::make_shared<const std::vector<TypicalWorkload>>(
       BuildTypicalWorkloads(trace, all_shapes));
   const PolicyContext ctx{typical, shapes};
-  auto made = options.make_policy ? StatusOr<Policy>(options.make_policy(ctx))
-                                  : MakePolicy(policy, ctx);
+  auto made =
+      options.make_policy ? StatusOr<Policy>(options.make_policy(ctx)) : MakePolicy(policy, ctx);
   if (!made.ok()) return made.status();
   Packer packer(std::move(made).value());
   std::vector<int32_t> ranks(fleet.size());

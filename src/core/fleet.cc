@@ -77,8 +77,8 @@ Status ValidateWorkload(const Workload& w) {
   if (w.cpu_milli < 0) return InvalidArgument(who + ": cpu_milli is negative");
   if (w.mem_mib < 0) return InvalidArgument(who + ": memory is negative");
   if (w.gpu_count < 0 || w.gpu_count > kMaxGpusPerNode) {
-    return InvalidArgument(who + ": gpu count " + std::to_string(w.gpu_count) +
-                           " outside 0.." + std::to_string(kMaxGpusPerNode));
+    return InvalidArgument(who + ": gpu count " + std::to_string(w.gpu_count) + " outside 0.." +
+                           std::to_string(kMaxGpusPerNode));
   }
   if (w.gpu_count > 0 && (w.gpu_milli <= 0 || w.gpu_milli > kMilliPerGpu)) {
     return InvalidArgument(who + ": gpu share " + std::to_string(w.gpu_milli) +

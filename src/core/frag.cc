@@ -9,7 +9,7 @@ namespace paladin::core {
 std::vector<TypicalWorkload> BuildTypicalWorkloads(std::span<const Workload> workloads,
                                                    const TypicalOptions& options) {
   using Key = std::tuple<int64_t, int32_t, int32_t, ModelMask>;  // cpu, milli, count, models
-  std::map<Key, std::pair<int64_t, int64_t>> counts;  // shape -> (count, summed memory)
+  std::map<Key, std::pair<int64_t, int64_t>> counts;             // shape -> (count, summed memory)
   int64_t total = 0;
   for (const Workload& w : workloads) {
     if (!options.include_cpu_only && w.gpu_count == 0) continue;
@@ -89,7 +89,8 @@ double StrandedAmount(const NodeView& v, std::span<const TypicalWorkload> shapes
   const int64_t idle = v.IdleMilli();
   if (idle == 0) return 0;
   int full = 0;
-  for (int i = 0; i < v.gpu_count; ++i) full += v.milli_left[static_cast<size_t>(i)] == kMilliPerGpu;
+  for (int i = 0; i < v.gpu_count; ++i)
+    full += v.milli_left[static_cast<size_t>(i)] == kMilliPerGpu;
   double stranded = 0;
   for (const TypicalWorkload& t : shapes) {
     int64_t usable = 0;
@@ -98,7 +99,8 @@ double StrandedAmount(const NodeView& v, std::span<const TypicalWorkload> shapes
     if (t.gpu_milli > 0 && model_ok) {
       int64_t copies = 0;
       if (t.gpu_count == 1) {
-        for (int i = 0; i < v.gpu_count; ++i) copies += v.milli_left[static_cast<size_t>(i)] / t.gpu_milli;
+        for (int i = 0; i < v.gpu_count; ++i)
+          copies += v.milli_left[static_cast<size_t>(i)] / t.gpu_milli;
       } else {
         copies = full / t.gpu_count;
       }

@@ -257,8 +257,9 @@ std::string Decision::Explain() const {
     return "placed on node index " + std::to_string(placement.node) + " with score " +
            std::to_string(score) + " among " + std::to_string(feasible_nodes) + " feasible nodes";
   }
-  std::string out = feasible_nodes > 0 ? "a node passed the filters but its GPUs could not be chosen"
-                                       : "no node fits:";
+  std::string out = feasible_nodes > 0
+                        ? "a node passed the filters but its GPUs could not be chosen"
+                        : "no node fits:";
   for (const auto& r : rejections) {
     if (r.nodes == 0) continue;
     out += " " + r.plugin + " rejected " + std::to_string(r.nodes) + " node" +

@@ -22,11 +22,20 @@ std::string XmlEscape(const std::string& in) {
   std::string out;
   for (char c : in) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -34,10 +43,10 @@ std::string XmlEscape(const std::string& in) {
 
 // Two-sided 95% Student t quantiles for 1..30 degrees of freedom; 1.96 beyond.
 double T95(int dof) {
-  static const double kT[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262,
-                              2.228,  2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101,
-                              2.093,  2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052,
-                              2.048,  2.045, 2.042};
+  static const double kT[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306,
+                              2.262,  2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120,
+                              2.110,  2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+                              2.060,  2.056, 2.052, 2.048, 2.045, 2.042};
   if (dof < 1) return 0;
   if (dof <= 30) return kT[dof - 1];
   return 1.96;
@@ -103,7 +112,8 @@ std::vector<SummaryRow> Summarize(const std::vector<core::FgdRunResult>& runs,
       row.frag_mean.push_back(fmean);
     }
     std::vector<int64_t> ns;
-    for (const auto* r : groups[g]) ns.insert(ns.end(), r->decision_ns.begin(), r->decision_ns.end());
+    for (const auto* r : groups[g])
+      ns.insert(ns.end(), r->decision_ns.begin(), r->decision_ns.end());
     if (!ns.empty()) {
       double total = 0;
       for (int64_t v : ns) total += static_cast<double>(v);
@@ -181,8 +191,8 @@ namespace {
 
 struct Panel {
   double left, top, width, height;  // pixels
-  double xmin, xmax, ymin, ymax;     // data
-  double xstep, ystep;               // grid
+  double xmin, xmax, ymin, ymax;    // data
+  double xstep, ystep;              // grid
 };
 
 using Curves = std::vector<std::pair<std::string, std::vector<double>>>;  // policy -> mean curve

@@ -14,8 +14,8 @@ using core::Workload;
 // GPU memory of the public models in the trace (MiB, as the driver reports it). G1/G2/G3 are
 // undisclosed internal models: their memory stays unknown (0).
 constexpr std::pair<std::string_view, int64_t> kKnownModelMemory[] = {
-    {"T4", 15109},   {"P100", 16280},    {"V100M16", 16160},
-    {"V100M32", 32510}, {"A10", 22731},  {"A100", 81251}, {"H200", 143771},
+    {"T4", 15109},  {"P100", 16280}, {"V100M16", 16160}, {"V100M32", 32510},
+    {"A10", 22731}, {"A100", 81251}, {"H200", 143771},
 };
 
 constexpr int64_t kMaxCpuMilli = 1'000'000'000;
@@ -28,9 +28,9 @@ StatusOr<Fleet> ParseNodeCsv(const std::string& text, const std::string& source)
   if (!table.ok()) return table.status();
   const CsvTable& t = *table;
   size_t c_sn, c_cpu, c_mem, c_gpu, c_model;
-  for (auto [name, out] : {std::pair{"sn", &c_sn}, std::pair{"cpu_milli", &c_cpu},
-                           std::pair{"memory_mib", &c_mem}, std::pair{"gpu", &c_gpu},
-                           std::pair{"model", &c_model}}) {
+  for (auto [name, out] :
+       {std::pair{"sn", &c_sn}, std::pair{"cpu_milli", &c_cpu}, std::pair{"memory_mib", &c_mem},
+        std::pair{"gpu", &c_gpu}, std::pair{"model", &c_model}}) {
     auto c = t.Column(name);
     if (!c.ok()) return c.status();
     *out = *c;
@@ -75,9 +75,9 @@ StatusOr<std::vector<Workload>> ParsePodCsv(const std::string& text, const std::
   if (!table.ok()) return table.status();
   const CsvTable& t = *table;
   size_t c_name, c_cpu, c_mem, c_num, c_milli;
-  for (auto [name, out] : {std::pair{"name", &c_name}, std::pair{"cpu_milli", &c_cpu},
-                           std::pair{"memory_mib", &c_mem}, std::pair{"num_gpu", &c_num},
-                           std::pair{"gpu_milli", &c_milli}}) {
+  for (auto [name, out] :
+       {std::pair{"name", &c_name}, std::pair{"cpu_milli", &c_cpu}, std::pair{"memory_mib", &c_mem},
+        std::pair{"num_gpu", &c_num}, std::pair{"gpu_milli", &c_milli}}) {
     auto c = t.Column(name);
     if (!c.ok()) return c.status();
     *out = *c;
@@ -105,15 +105,17 @@ StatusOr<std::vector<Workload>> ParsePodCsv(const std::string& text, const std::
     w.gpu_count = static_cast<int32_t>(*num);
     w.gpu_milli = static_cast<int32_t>(*milli);
     if (w.gpu_count > 0 && w.gpu_milli == 0) {
-      return t.ErrorAt(r, c_milli, "0 for a task asking " + std::to_string(w.gpu_count) +
-                                       " GPUs (expected 1..1000)");
+      return t.ErrorAt(
+          r, c_milli,
+          "0 for a task asking " + std::to_string(w.gpu_count) + " GPUs (expected 1..1000)");
     }
     if (w.gpu_count == 0 && w.gpu_milli != 0) {
       return t.ErrorAt(r, c_milli, std::to_string(w.gpu_milli) + " for a task with num_gpu 0");
     }
     if (w.gpu_count > 1 && w.gpu_milli != core::kMilliPerGpu) {
-      return t.ErrorAt(r, c_milli, "a multi-GPU task must take whole GPUs (1000), got " +
-                                       std::to_string(w.gpu_milli));
+      return t.ErrorAt(
+          r, c_milli,
+          "a multi-GPU task must take whole GPUs (1000), got " + std::to_string(w.gpu_milli));
     }
     if (has_spec && w.gpu_count > 0) {
       auto mask = models.ParseAllowed(t.Cell(r, c_spec));

@@ -105,8 +105,8 @@ StatusOr<size_t> CsvTable::Column(std::string_view name) const {
 }
 
 Status CsvTable::ErrorAt(size_t row, size_t col, const std::string& what) const {
-  return InvalidArgument(source_ + ":" + std::to_string(lines_[row]) + ": field '" +
-                         header_[col] + "': " + what);
+  return InvalidArgument(source_ + ":" + std::to_string(lines_[row]) + ": field '" + header_[col] +
+                         "': " + what);
 }
 
 StatusOr<int64_t> CsvTable::Int(size_t row, size_t col, int64_t min, int64_t max) const {
@@ -129,8 +129,9 @@ StatusOr<int64_t> CsvTable::Int(size_t row, size_t col, int64_t min, int64_t max
     v = static_cast<int64_t>(d);
   }
   if (v < min || v > max) {
-    return ErrorAt(row, col, std::to_string(v) + " outside " + std::to_string(min) + ".." +
-                                 std::to_string(max));
+    return ErrorAt(
+        row, col,
+        std::to_string(v) + " outside " + std::to_string(min) + ".." + std::to_string(max));
   }
   return v;
 }

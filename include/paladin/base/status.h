@@ -40,7 +40,9 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
 inline Status FailedPrecondition(std::string m) {
@@ -55,7 +57,7 @@ inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  StatusOr(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   StatusOr(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!status_.ok() && "StatusOr built from an OK status carries no value");
   }
@@ -86,8 +88,8 @@ class [[nodiscard]] StatusOr {
 
 }  // namespace paladin
 
-#define PALADIN_RETURN_IF_ERROR(expr)      \
-  do {                                     \
-    ::paladin::Status _st = (expr);        \
-    if (!_st.ok()) return _st;             \
+#define PALADIN_RETURN_IF_ERROR(expr) \
+  do {                                \
+    ::paladin::Status _st = (expr);   \
+    if (!_st.ok()) return _st;        \
   } while (0)

@@ -46,9 +46,8 @@ struct FgdRunResult {
 // The arrival stream for one seed: the trace's tasks, topped up by uniform draws with
 // replacement (or thinned by uniform removals) until the total GPU request is as close to
 // target_ratio x capacity as the next task allows, then shuffled.
-std::vector<Workload> BuildFgdArrivals(std::span<const Workload> trace,
-                                       int64_t gpu_milli_capacity, double target_ratio,
-                                       uint64_t seed);
+std::vector<Workload> BuildFgdArrivals(std::span<const Workload> trace, int64_t gpu_milli_capacity,
+                                       double target_ratio, uint64_t seed);
 
 // Runs one policy over one seed's stream on a copy of `fleet`. `typical` is what FGD and
 // paladin may know of the workload; the other policies ignore it.

@@ -24,7 +24,7 @@ struct TypicalWorkload {
   ModelMask allowed_models = 0;
   int64_t mem_mib = 0;  // mean host memory of the tasks of this shape (not part of the shape)
   int64_t count = 0;    // occurrences in the workload it was learnt from
-  double freq = 0;    // share among the kept typical workloads; sums to 1
+  double freq = 0;      // share among the kept typical workloads; sums to 1
 };
 
 struct TypicalOptions {

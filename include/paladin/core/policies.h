@@ -59,9 +59,9 @@ double GpuClusteringScore(const Node& n, const Workload& w);
 double GpuPackingScore(const Node& n, const Workload& w);
 
 struct FgdChoice {
-  double score = 0;            // integer in [0, 100]: 100 * sigmoid(drop in fragmentation / 1000)
-  std::vector<int16_t> gpus;   // the GPUs FGD would use on this node
-  double frag_delta = 0;       // F(after) - F(before), milli-GPU
+  double score = 0;           // integer in [0, 100]: 100 * sigmoid(drop in fragmentation / 1000)
+  std::vector<int16_t> gpus;  // the GPUs FGD would use on this node
+  double frag_delta = 0;      // F(after) - F(before), milli-GPU
 };
 FgdChoice FgdScore(const NodeView& v, const Workload& w, std::span<const TypicalWorkload> typical);
 

@@ -108,7 +108,8 @@ class PaladinEvaluator {
       return Sigmoid100(Quantise(gain, params_.cpu_bound_quantum_milli));
     }
     const double fgd_gain = FragAmount(before, fgd_typical_) - FragAmount(after, fgd_typical_);
-    const double stranding_gain = StrandedAmount(before, by_gpus_) - StrandedAmount(after, by_gpus_);
+    const double stranding_gain =
+        StrandedAmount(before, by_gpus_) - StrandedAmount(after, by_gpus_);
     // FGD's integer score, then a tie-breaker worth less than one of its points.
     return std::trunc(Sigmoid100(fgd_gain)) +
            0.9 * Sigmoid100(Quantise(stranding_gain, params_.tiebreak_quantum_milli)) / 100.0;

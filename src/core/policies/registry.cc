@@ -7,8 +7,8 @@
 namespace paladin::core {
 
 const std::vector<std::string>& PolicyNames() {
-  static const std::vector<std::string> kNames = {"Random",  "DotProduct", "GpuClustering",
-                                                  "GpuPacking", "BestFit", "FGD", "paladin"};
+  static const std::vector<std::string> kNames = {
+      "Random", "DotProduct", "GpuClustering", "GpuPacking", "BestFit", "FGD", "paladin"};
   return kNames;
 }
 
