@@ -113,14 +113,15 @@ if run_sim "$DIR1" && run_sim "$DIR2"; then
   [[ $header == "policy,seed,arrived_pct,frag_ratio_pct" ]] && pass "fragmentation.csv header" ||
     fail "fragmentation.csv header is '$header'"
 
-  # The chart is well-formed: one complete polyline per policy and a closing tag.
+  # The chart is well-formed: one complete polyline per policy in each of its two panels (the
+  # whole run and the zoom), and a closing tag.
   polylines=$(grep -c '<polyline' "$DIR1/allocation.svg" || true)
   complete=$(grep -cE '<polyline [^>]*points="[0-9., ]*"/>$' "$DIR1/allocation.svg" || true)
-  if ((polylines == 2 && complete == 2)) && [[ $(tail -n 1 "$DIR1/allocation.svg") == "</svg>" ]]
+  if ((polylines == 4 && complete == 4)) && [[ $(tail -n 1 "$DIR1/allocation.svg") == "</svg>" ]]
   then
     pass "allocation.svg has two complete curves"
   else
-    fail "allocation.svg: $polylines polylines, $complete of them complete (want 2 and 2);" \
+    fail "allocation.svg: $polylines polylines, $complete of them complete (want 4 and 4);" \
       "the first one ends: ...$(grep -m1 '<polyline' "$DIR1/allocation.svg" | tail -c 160)"
   fi
 fi
