@@ -341,55 +341,12 @@ TEST(PaladinCpuBoundTest, APackerReusedOnAnotherFleetChoosesTheModeFromThatFleet
 
 // --- (c) legal placements in both modes ---
 
-const char* const kModels[] = {"T4", "V100M32", "A10", "G2"};
-
-// As in policy_contract_test.cc: a CPU-only node, then 7 nodes of 1-8 GPUs of random models,
-// GPU memory known for all but G2.
+// CPU-poorer nodes than the contract suite's, so that both of paladin's modes are exercised.
 Fleet RandomFleet(uint64_t seed) {
-  Fleet fleet;
-  const int64_t model_mib[] = {15109, 32510, 22731, 0};
-  for (size_t m = 0; m < std::size(kModels); ++m) {
-    fleet.models().SetMemoryMib(*fleet.models().Intern(kModels[m]), model_mib[m]);
-  }
-  Rng rng(seed);
-  AddTestNode(fleet, "cpu-only", 64000, 262144);
-  const int gpu_counts[] = {1, 2, 4, 8};
-  const int64_t cpus[] = {16000, 32000, 64000, 128000};
-  for (int i = 1; i < 8; ++i) {
-    AddTestNode(fleet, "node-" + std::to_string(i), cpus[rng.Uniform(4)],
-                65536 * static_cast<int64_t>(1 + rng.Uniform(4)), gpu_counts[rng.Uniform(4)],
-                kModels[rng.Uniform(std::size(kModels))]);
-  }
-  return fleet;
+  return test::RandomMixedFleet(seed, {16000, 32000, 64000, 128000});
 }
-
-// CPU-only, shared and whole-GPU work; some pinned to models, some asking GPU memory.
 std::vector<Workload> RandomWorkloads(uint64_t seed, int count) {
-  Rng rng(seed);
-  std::vector<Workload> out;
-  for (int i = 0; i < count; ++i) {
-    Workload w;
-    w.name = "w" + std::to_string(i);
-    w.cpu_milli = 1000 * static_cast<int64_t>(1 + rng.Uniform(16));
-    w.mem_mib = 1024 * static_cast<int64_t>(1 + rng.Uniform(32));
-    const uint64_t kind = rng.Uniform(10);
-    if (kind < 2) {
-      // CPU-only
-    } else if (kind < 7) {
-      w.gpu_count = 1;
-      w.gpu_milli = static_cast<int32_t>(50 * (1 + rng.Uniform(19)));
-    } else {
-      const int32_t counts[] = {1, 2, 4, 8};
-      w.gpu_count = counts[rng.Uniform(4)];
-      w.gpu_milli = 1000;
-    }
-    if (w.gpu_count > 0) {
-      if (rng.Uniform(3) == 0) w.allowed_models = ModelMask{1} << rng.Uniform(std::size(kModels));
-      if (rng.Uniform(2) == 0) w.gpu_mem_mib = 2048 * static_cast<int64_t>(1 + rng.Uniform(8));
-    }
-    out.push_back(std::move(w));
-  }
-  return out;
+  return test::RandomMixedWorkloads(seed, count, 1000, /*two_models=*/false);
 }
 
 PolicyContext ContextFromWorkloads(const std::vector<Workload>& ws) {

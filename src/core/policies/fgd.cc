@@ -64,41 +64,16 @@ class FgdEvaluator {
   PerNodeCache<FgdChoice> cache_;
 };
 
-class FgdScorePlugin final : public ScorePlugin {
- public:
-  explicit FgdScorePlugin(std::shared_ptr<FgdEvaluator> eval) : eval_(std::move(eval)) {}
-  std::string_view name() const override { return "FGD"; }
-  double Score(const Fleet& fleet, const Workload& w, int32_t node) override {
-    return eval_->Evaluate(fleet, w, node).score;
-  }
-
- private:
-  std::shared_ptr<FgdEvaluator> eval_;
-};
-
-class FgdGpuSelector final : public GpuSelector {
- public:
-  explicit FgdGpuSelector(std::shared_ptr<FgdEvaluator> eval) : eval_(std::move(eval)) {}
-  std::string_view name() const override { return "fgd"; }
-  std::vector<int16_t> Select(const Fleet& fleet, const Workload& w, int32_t node,
-                              Rng& /*rng*/) override {
-    if (w.gpu_count == 0) return {};
-    if (!w.IsSharedGpu()) return FirstFreeGpus(fleet.node(node), w);
-    return eval_->Evaluate(fleet, w, node).gpus;
-  }
-
- private:
-  std::shared_ptr<FgdEvaluator> eval_;
-};
-
 }  // namespace
 
 Policy MakeFgdPolicy(const PolicyContext& ctx) {
   auto eval = std::make_shared<FgdEvaluator>(ctx.typical);
   Policy p;
   p.name = "FGD";
-  p.scores.push_back(WeightedScore{std::make_unique<FgdScorePlugin>(eval), 1.0});
-  p.gpu_selector = std::make_unique<FgdGpuSelector>(eval);
+  p.scores.push_back(
+      WeightedScore{std::make_unique<EvaluatorScore<FgdEvaluator>>("FGD", eval), 1.0});
+  // For whole GPUs FGD charges the tightest that fit, which are the first fully free ones.
+  p.gpu_selector = std::make_unique<EvaluatorGpuSelector<FgdEvaluator>>("fgd", eval);
   return p;
 }
 

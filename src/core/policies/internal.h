@@ -3,6 +3,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <span>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -72,6 +75,45 @@ class PerNodeCache {
     std::unordered_map<ShapeKey, Value, ShapeKeyHash> values;
   };
   std::vector<Slot> slots_;
+};
+
+// The score plugin and the GPU selector of a policy whose work is one memoising evaluator (FGD,
+// paladin): both read the same cached choice, so the GPUs handed out are the ones scored.
+// An evaluator may have PrepareFor(fleet), called once per decision.
+template <typename Evaluator>
+class EvaluatorScore final : public ScorePlugin {
+ public:
+  EvaluatorScore(std::string_view name, std::shared_ptr<Evaluator> eval)
+      : name_(name), eval_(std::move(eval)) {}
+  std::string_view name() const override { return name_; }
+  void PreScore(const Fleet& fleet, const Workload& /*w*/, std::span<const int32_t> /*feasible*/,
+                Rng& /*rng*/) override {
+    if constexpr (requires(Evaluator & e) { e.PrepareFor(fleet); }) eval_->PrepareFor(fleet);
+  }
+  double Score(const Fleet& fleet, const Workload& w, int32_t node) override {
+    return eval_->Evaluate(fleet, w, node).score;
+  }
+
+ private:
+  std::string_view name_;
+  std::shared_ptr<Evaluator> eval_;
+};
+
+template <typename Evaluator>
+class EvaluatorGpuSelector final : public GpuSelector {
+ public:
+  EvaluatorGpuSelector(std::string_view name, std::shared_ptr<Evaluator> eval)
+      : name_(name), eval_(std::move(eval)) {}
+  std::string_view name() const override { return name_; }
+  std::vector<int16_t> Select(const Fleet& fleet, const Workload& w, int32_t node,
+                              Rng& /*rng*/) override {
+    if (w.gpu_count == 0) return {};
+    return eval_->Evaluate(fleet, w, node).gpus;
+  }
+
+ private:
+  std::string_view name_;
+  std::shared_ptr<Evaluator> eval_;
 };
 
 }  // namespace paladin::core::internal

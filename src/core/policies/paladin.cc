@@ -151,36 +151,6 @@ class PaladinEvaluator {
   PerNodeCache<PaladinChoice> cache_;
 };
 
-class PaladinScore final : public ScorePlugin {
- public:
-  explicit PaladinScore(std::shared_ptr<PaladinEvaluator> e) : eval_(std::move(e)) {}
-  std::string_view name() const override { return "paladin"; }
-  void PreScore(const Fleet& fleet, const Workload& /*w*/, std::span<const int32_t> /*feasible*/,
-                Rng& /*rng*/) override {
-    eval_->PrepareFor(fleet);
-  }
-  double Score(const Fleet& fleet, const Workload& w, int32_t node) override {
-    return eval_->Evaluate(fleet, w, node).score;
-  }
-
- private:
-  std::shared_ptr<PaladinEvaluator> eval_;
-};
-
-class PaladinGpuSelector final : public GpuSelector {
- public:
-  explicit PaladinGpuSelector(std::shared_ptr<PaladinEvaluator> e) : eval_(std::move(e)) {}
-  std::string_view name() const override { return "paladin"; }
-  std::vector<int16_t> Select(const Fleet& fleet, const Workload& w, int32_t node,
-                              Rng& /*rng*/) override {
-    if (w.gpu_count == 0) return {};
-    return eval_->Evaluate(fleet, w, node).gpus;
-  }
-
- private:
-  std::shared_ptr<PaladinEvaluator> eval_;
-};
-
 }  // namespace
 
 Policy MakePaladinPolicy(const PolicyContext& ctx) {
@@ -193,8 +163,10 @@ Policy MakePaladinPolicy(const PolicyContext& ctx, const PaladinParams& params) 
   auto eval = std::make_shared<internal::PaladinEvaluator>(ctx, params);
   Policy p;
   p.name = "paladin";
-  p.scores.push_back(WeightedScore{std::make_unique<internal::PaladinScore>(eval), 1.0});
-  p.gpu_selector = std::make_unique<internal::PaladinGpuSelector>(eval);
+  using Eval = internal::PaladinEvaluator;
+  p.scores.push_back(
+      WeightedScore{std::make_unique<internal::EvaluatorScore<Eval>>("paladin", eval), 1.0});
+  p.gpu_selector = std::make_unique<internal::EvaluatorGpuSelector<Eval>>("paladin", eval);
   p.tie_break = TieBreak::kLowestRank;
   return p;
 }
