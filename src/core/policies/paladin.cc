@@ -86,8 +86,6 @@ class PaladinEvaluator {
     return cache_.Get(n, node, w, [&] { return Compute(n, w); });
   }
 
-  bool cpu_bound() const { return cpu_bound_; }
-
  private:
   bool ChooseCpuBound(double have_cpu, double have_gpu) const {
     double want_cpu = 0, want_gpu = 0;
