@@ -80,6 +80,15 @@ inline std::string StateOf(const Fleet& fleet) {
   return out.str();
 }
 
+// One packer decision, as much of it as a replay must reproduce.
+struct Outcome {
+  bool placed;
+  int32_t node;
+  std::vector<int16_t> gpus;
+  double score;
+  bool operator==(const Outcome&) const = default;
+};
+
 // Models of the random fleets below; G2's GPU memory stays unknown, the others' is known, so
 // GPU-memory requests are checked on some nodes and not on others.
 inline const char* const kRandomFleetModels[] = {"T4", "V100M32", "A10", "G2"};

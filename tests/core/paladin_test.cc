@@ -374,13 +374,7 @@ class PaladinModesTest : public ::testing::TestWithParam<ModeCase> {
   }
 };
 
-struct Outcome {
-  bool placed;
-  int32_t node;
-  std::vector<int16_t> gpus;
-  double score;
-  bool operator==(const Outcome&) const = default;
-};
+using test::Outcome;
 
 TEST_P(PaladinModesTest, NothingGoesNegativeAndEveryPlacementIsLegal) {
   for (uint64_t seed : {1, 2, 3}) {

@@ -36,14 +36,7 @@ std::vector<Workload> RandomWorkloads(uint64_t seed, int count) {
   return test::RandomMixedWorkloads(seed, count, 500, /*two_models=*/true);
 }
 
-// One decision, as much of it as a replay must reproduce.
-struct Outcome {
-  bool placed;
-  int32_t node;
-  std::vector<int16_t> gpus;
-  double score;
-  bool operator==(const Outcome&) const = default;
-};
+using test::Outcome;
 
 class PolicyContractTest : public ::testing::TestWithParam<std::string> {
  protected:
