@@ -7,6 +7,7 @@
 namespace paladin::cli {
 
 void RegisterSim(CLI::App& app, int* exit_code);
+void RegisterPredict(CLI::App& app, int* exit_code);
 
 // Where the data files bundled with Paladin live (data/ in the source tree or the install).
 std::string BundledDataDir();

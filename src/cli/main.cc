@@ -18,6 +18,7 @@ int Run(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = 0;
   paladin::cli::RegisterSim(app, &exit_code);
+  paladin::cli::RegisterPredict(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

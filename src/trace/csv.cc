@@ -136,6 +136,21 @@ StatusOr<int64_t> CsvTable::Int(size_t row, size_t col, int64_t min, int64_t max
   return v;
 }
 
+StatusOr<double> CsvTable::Double(size_t row, size_t col, double min, double max) const {
+  const std::string& s = rows_[row][col];
+  if (s.empty()) return ErrorAt(row, col, "empty, expected a number");
+  double d = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), d);
+  if (ec != std::errc() || ptr != s.data() + s.size() || !std::isfinite(d)) {
+    return ErrorAt(row, col, "'" + s + "' is not a number");
+  }
+  if (d < min || d > max) {
+    return ErrorAt(row, col, "'" + s + "' outside " + std::to_string(min) + ".." +
+                                 std::to_string(max));
+  }
+  return d;
+}
+
 StatusOr<std::string> ReadWholeFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return IoError("cannot open " + path + ": " + std::strerror(errno));

@@ -29,6 +29,8 @@ class CsvTable {
 
   // The cell as an integer in [min, max]; errors say "file:line: field 'name': ...".
   StatusOr<int64_t> Int(size_t row, size_t col, int64_t min, int64_t max) const;
+  // The cell as a finite number in [min, max].
+  StatusOr<double> Double(size_t row, size_t col, double min, double max) const;
   Status ErrorAt(size_t row, size_t col, const std::string& what) const;
 
  private:

@@ -1,0 +1,424 @@
+#include "paladin/core/predict.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace paladin::core {
+
+std::string_view PhaseName(Phase p) {
+  switch (p) {
+    case Phase::kLoading: return "loading";
+    case Phase::kIdle: return "idle";
+    case Phase::kGrowth: return "growth";
+    case Phase::kSteady: return "steady";
+    case Phase::kActive: return "active";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr double kLogRange = 3.0;
+
+// No forecast goes above the request: nothing above it can be allocated (VPA's maxAllowed).
+double Ceil(const ResourceSpec& spec, double v) {
+  return spec.request > 0 ? std::min(v, spec.request) : v;
+}
+
+class RequestPredictor final : public Predictor {
+ public:
+  explicit RequestPredictor(const ResourceSpec& spec) : spec_(spec) {}
+  std::string_view name() const override { return "request"; }
+  void Observe(int64_t, double) override {}
+  Forecast Predict(int64_t) override { return {spec_.request, 0, Phase::kSteady}; }
+
+ private:
+  ResourceSpec spec_;
+};
+
+class PeakPredictor final : public Predictor {
+ public:
+  PeakPredictor(const ResourceSpec& spec, const PeakParams& p) : spec_(spec), p_(p) {}
+  std::string_view name() const override { return "peak"; }
+  void Observe(int64_t, double v) override {
+    seen_ = true;
+    max_ = std::max(max_, v);
+  }
+  void ObserveOom(int64_t, double limit) override {
+    seen_ = true;
+    max_ = std::max(max_, limit);
+  }
+  Forecast Predict(int64_t) override {
+    if (!seen_) return {spec_.request, 0, Phase::kLoading};
+    return {Ceil(spec_, max_ * p_.margin), 0, Phase::kSteady};
+  }
+
+ private:
+  ResourceSpec spec_;
+  PeakParams p_;
+  bool seen_ = false;
+  double max_ = 0;
+};
+
+// VPA's decaying exponential histogram of per-interval memory peaks.
+class VpaPredictor final : public Predictor {
+ public:
+  VpaPredictor(const ResourceSpec& spec, const VpaParams& p) : spec_(spec), p_(p) {
+    // Bucket i covers [start(i), start(i+1)); start(i) = first * (ratio^i - 1) / (ratio - 1).
+    double start = 0;
+    for (int i = 0; start < p_.max_bytes; ++i) {
+      starts_.push_back(start);
+      start = p_.first_bucket_bytes * (std::pow(p_.bucket_ratio, i + 1) - 1) / (p_.bucket_ratio - 1);
+    }
+    starts_.push_back(start);
+    weights_.assign(starts_.size() - 1, 0.0);
+  }
+  std::string_view name() const override { return "vpa"; }
+
+  void Observe(int64_t t, double v) override { AddSample(t, v * spec_.unit_bytes); }
+  void ObserveOom(int64_t t, double limit) override {
+    const double m = limit * spec_.unit_bytes;
+    AddSample(t, std::max(m * p_.oom_bump_ratio, m + p_.oom_min_bump_bytes));
+  }
+
+  Forecast Predict(int64_t) override {
+    if (total_ <= 0) return {spec_.request, 0, Phase::kLoading};
+    const double target =
+        std::max(Percentile(p_.target_percentile) * (1 + p_.safety_margin), p_.min_bytes);
+    return {Ceil(spec_, target / spec_.unit_bytes), 0, Phase::kSteady};
+  }
+
+ private:
+  size_t Bucket(double bytes) const {
+    auto it = std::upper_bound(starts_.begin(), starts_.end(), bytes);
+    const auto i = static_cast<size_t>(std::max<ptrdiff_t>(0, it - starts_.begin() - 1));
+    return std::min(i, weights_.size() - 1);
+  }
+  double Weight(int64_t t) {
+    if (!have_ref_) {
+      ref_ = t;
+      have_ref_ = true;
+    }
+    return std::exp2(static_cast<double>(t - ref_) / p_.half_life_s);
+  }
+  void AddSample(int64_t t, double bytes) {
+    if (!have_ref_) Weight(t);
+    const int64_t interval = (t - ref_) / p_.peak_interval_s;
+    if (interval != interval_ || peak_weight_ == 0) {
+      interval_ = interval;
+      peak_ = -1;
+      peak_weight_ = 0;
+    }
+    if (bytes <= peak_) return;
+    if (peak_weight_ > 0) {  // the interval's peak is replaced by a higher one
+      weights_[Bucket(peak_)] -= peak_weight_;
+      total_ -= peak_weight_;
+    }
+    peak_ = bytes;
+    peak_weight_ = Weight(t);
+    weights_[Bucket(bytes)] += peak_weight_;
+    total_ += peak_weight_;
+  }
+  // The end of the first bucket at which the cumulative weight reaches q of the total.
+  double Percentile(double q) const {
+    const double want = q * total_;
+    double acc = 0;
+    for (size_t i = 0; i < weights_.size(); ++i) {
+      acc += weights_[i];
+      if (acc >= want && weights_[i] > 0) return starts_[i + 1];
+    }
+    return starts_.back();
+  }
+
+  ResourceSpec spec_;
+  VpaParams p_;
+  std::vector<double> starts_;
+  std::vector<double> weights_;
+  double total_ = 0;
+  bool have_ref_ = false;
+  int64_t ref_ = 0;
+  int64_t interval_ = -1;
+  double peak_ = -1;
+  double peak_weight_ = 0;
+};
+
+// Sliding maximum and minimum over the samples of the last window.
+class WindowExtremes {
+ public:
+  void Add(int64_t t, double v) {
+    while (!maxq_.empty() && maxq_.back().v <= v) maxq_.pop_back();
+    maxq_.push_back({t, v});
+    while (!minq_.empty() && minq_.back().v >= v) minq_.pop_back();
+    minq_.push_back({t, v});
+  }
+  // Drops samples older than `from`; returns the largest value dropped (or -inf).
+  double ExpireBefore(int64_t from) {
+    double dropped = -std::numeric_limits<double>::infinity();
+    while (!maxq_.empty() && maxq_.front().t < from) {
+      dropped = std::max(dropped, maxq_.front().v);
+      maxq_.pop_front();
+    }
+    while (!minq_.empty() && minq_.front().t < from) minq_.pop_front();
+    return dropped;
+  }
+  bool empty() const { return maxq_.empty(); }
+  double max() const { return maxq_.front().v; }
+  double min() const { return minq_.front().v; }
+
+ private:
+  struct Point {
+    int64_t t;
+    double v;
+  };
+  std::deque<Point> maxq_, minq_;
+};
+
+class PaladinPredictor final : public Predictor {
+ public:
+  PaladinPredictor(const ResourceSpec& spec, const PaladinPredictorParams& p,
+                   std::shared_ptr<PaladinClassModel> model)
+      : spec_(spec), p_(p), model_(std::move(model)) {}
+  std::string_view name() const override { return "paladin"; }
+
+  void Observe(int64_t t, double v) override {
+    if (!started_) {
+      started_ = true;
+      first_t_ = t;
+      next_origin_ = t;
+    }
+    // Resolve the windows that ended before this sample: each is a lesson for the class.
+    while (t >= next_origin_) {
+      if (pending_) Learn();
+      Advance(next_origin_);
+      pending_ = true;
+      pending_features_ = Features();
+      pending_peak_ = 0;
+      next_origin_ += spec_.window_s;
+    }
+    pending_peak_ = std::max(pending_peak_, v);
+    window_.Add(t, v);
+    max_ = std::max(max_, v);
+  }
+
+  // After an out-of-memory kill at `limit`, the next window's forecast is at least 1.2x it.
+  void ObserveOom(int64_t t, double limit) override {
+    oom_floor_ = std::max(oom_floor_, limit * 1.2);
+    oom_floor_until_ = t + spec_.window_s;
+  }
+
+  Forecast Predict(int64_t now) override {
+    if (started_) Advance(now);
+    const Snapshot f = Features(now);
+    Forecast out;
+    out.phase = f.phase;
+    if (f.base[0] <= 0) {
+      out.value = spec_.request;
+      return out;
+    }
+    double q_lr = std::log(p_.cold_margin), lo = 0, hi = 0, base = f.base[0];
+    if (p_.cold_margin <= 0) q_lr = kLogRange;
+    const bool own = model_->count(f.phase) >= p_.min_class_windows;
+    if (own || model_->pooled_count() >= p_.min_class_windows) {
+      const auto c = model_->Choose(f.phase, p_.quantile, !own);
+      base = f.base[static_cast<size_t>(c.base)];
+      q_lr = c.log_q, lo = c.log_lo, hi = c.log_hi;
+    }
+    const double floor = now < oom_floor_until_ ? oom_floor_ : 0;
+    out.value = Ceil(spec_, std::max(base * std::exp(q_lr), floor));
+    out.sigma = base * (std::exp(hi) - std::exp(lo)) / 2;
+    return out;
+  }
+
+ private:
+  struct Snapshot {
+    Phase phase = Phase::kLoading;
+    std::array<double, kBaseCount> base{};  // by PaladinBase
+  };
+
+  // Moves the last window to end at `now`; folds the window peaks that ended before it into the
+  // decaying average.
+  void Advance(int64_t now) {
+    const double dropped = window_.ExpireBefore(now - spec_.window_s);
+    max_before_window_ = std::max(max_before_window_, dropped);
+    while (!completed_.empty() && completed_.front().first <= now - spec_.window_s) {
+      ewma_sum_ = completed_.front().second + p_.history_decay * ewma_sum_;
+      ewma_weight_ = 1 + p_.history_decay * ewma_weight_;
+      completed_.pop_front();
+    }
+  }
+
+  Snapshot Features(int64_t now) const {
+    Snapshot s;
+    if (!started_ || now - first_t_ < spec_.window_s || window_.empty()) {
+      // Too young to have a window of its own: forecast from the request, as the class learned.
+      s.phase = Phase::kLoading;
+      s.base.fill(spec_.request > 0 ? spec_.request : (window_.empty() ? 0 : max_));
+      return s;
+    }
+    const double last = window_.max();
+    const double avg = (last + p_.history_decay * ewma_sum_) / (1 + p_.history_decay * ewma_weight_);
+    const double least = p_.idle_share * spec_.request;
+    s.base = {std::max(avg, least), std::max(last, least), std::max(max_, least)};
+    if (last <= p_.idle_share * spec_.request || last <= 0) {
+      s.phase = Phase::kIdle;
+    } else if (max_before_window_ > 0 && last > p_.growth_ratio * max_before_window_) {
+      s.phase = Phase::kGrowth;
+    } else if (last - window_.min() <= p_.steady_range * last) {
+      s.phase = Phase::kSteady;
+    } else {
+      s.phase = Phase::kActive;
+    }
+    return s;
+  }
+  Snapshot Features() const { return Features(next_origin_); }
+
+  void Learn() {
+    completed_.emplace_back(next_origin_, pending_peak_);
+    const auto& base = pending_features_.base;
+    if (base[0] > 0 && base[1] > 0 && base[2] > 0 && pending_peak_ > 0) {
+      PaladinClassModel::Ratios r;
+      for (size_t b = 0; b < kBaseCount; ++b) r[b] = std::log(pending_peak_ / base[b]);
+      model_->Add(pending_features_.phase, r);
+    }
+  }
+
+  ResourceSpec spec_;
+  PaladinPredictorParams p_;
+  std::shared_ptr<PaladinClassModel> model_;
+  bool started_ = false;
+  int64_t first_t_ = 0;
+  int64_t next_origin_ = 0;
+  WindowExtremes window_;
+  double max_ = 0;
+  double max_before_window_ = 0;
+  // Peaks of the workload's own past windows (end time, peak) not yet folded into the average.
+  std::deque<std::pair<int64_t, double>> completed_;
+  double ewma_sum_ = 0;
+  double ewma_weight_ = 0;
+  double oom_floor_ = 0;
+  int64_t oom_floor_until_ = 0;
+  bool pending_ = false;
+  Snapshot pending_features_;
+  double pending_peak_ = 0;
+};
+
+}  // namespace
+
+std::string_view BaseName(PaladinBase b) {
+  switch (b) {
+    case PaladinBase::kRecent: return "recent";
+    case PaladinBase::kLast: return "last";
+    case PaladinBase::kHighest: return "highest";
+  }
+  return "?";
+}
+
+namespace {
+size_t BinOf(double log_ratio) {
+  const double x = std::clamp(log_ratio, -kLogRange, kLogRange - 1e-9);
+  return static_cast<size_t>((x + kLogRange) / (2 * kLogRange) * PaladinClassModel::kBins);
+}
+double BinUpper(int i) { return -kLogRange + 2 * kLogRange * (i + 1) / PaladinClassModel::kBins; }
+double BinCentre(int i) {
+  return -kLogRange + 2 * kLogRange * (i + 0.5) / PaladinClassModel::kBins;
+}
+}  // namespace
+
+void PaladinClassModel::Add(Phase phase, const Ratios& log_ratios) {
+  const auto ph = static_cast<size_t>(phase);
+  for (size_t b = 0; b < kBaseCount; ++b) {
+    const size_t bin = BinOf(log_ratios[b]);
+    ++hist_[ph][b][bin];
+    if (phase != Phase::kLoading) ++pooled_[b][bin];
+  }
+  ++counts_[ph];
+  if (phase != Phase::kLoading) ++pooled_count_;
+  ++version_;
+}
+
+double PaladinClassModel::Quantile(const Hist& h, int64_t n, double q) {
+  if (n == 0) return 0;
+  // The upper edge of the bin holding the ceil(q * n)-th smallest value.
+  const auto want = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(q * static_cast<double>(n))));
+  int64_t acc = 0;
+  for (int i = 0; i < kBins; ++i) {
+    acc += h[static_cast<size_t>(i)];
+    if (acc >= want) return BinUpper(i);
+  }
+  return kLogRange;
+}
+
+PaladinClassModel::Choice PaladinClassModel::Choose(Phase phase, double q, bool pooled) const {
+  const auto ph = static_cast<size_t>(phase);
+  Cached& c = cache_[ph][pooled ? 1 : 0];
+  if (c.version == version_ && c.q == q) return c.choice;
+  const int64_t n = pooled ? pooled_count_ : counts_[ph];
+  Choice best;
+  bool have = false;
+  for (size_t b = 0; b < kBaseCount; ++b) {
+    // Loading has one base only: the request.
+    if (phase == Phase::kLoading && !pooled && b != 0) break;
+    const Hist& h = pooled ? pooled_[b] : hist_[ph][b];
+    Choice ch;
+    ch.base = static_cast<PaladinBase>(b);
+    ch.log_q = Quantile(h, n, q);
+    ch.log_lo = Quantile(h, n, 0.16);
+    ch.log_hi = Quantile(h, n, 0.84);
+    const double m = std::exp(ch.log_q);
+    double slack = 0;
+    for (int i = 0; i < kBins; ++i) {
+      const int32_t k = h[static_cast<size_t>(i)];
+      if (k > 0) slack += k * std::max(0.0, 1 - std::exp(BinCentre(i)) / m);
+    }
+    ch.exp_slack = n > 0 ? slack / static_cast<double>(n) : 0;
+    if (!have || ch.exp_slack < best.exp_slack) best = ch, have = true;
+  }
+  c = {version_, q, best};
+  return best;
+}
+
+std::unique_ptr<Predictor> MakeRequestPredictor(const ResourceSpec& spec) {
+  return std::make_unique<RequestPredictor>(spec);
+}
+std::unique_ptr<Predictor> MakePeakPredictor(const ResourceSpec& spec, const PeakParams& p) {
+  return std::make_unique<PeakPredictor>(spec, p);
+}
+std::unique_ptr<Predictor> MakeVpaPredictor(const ResourceSpec& spec, const VpaParams& p) {
+  return std::make_unique<VpaPredictor>(spec, p);
+}
+std::unique_ptr<Predictor> MakePaladinPredictor(const ResourceSpec& spec,
+                                                const PaladinPredictorParams& p,
+                                                std::shared_ptr<PaladinClassModel> model) {
+  return std::make_unique<PaladinPredictor>(spec, p, std::move(model));
+}
+
+const std::vector<std::string>& PredictorFactory::Names() {
+  static const std::vector<std::string> kNames = {"request", "peak", "vpa", "paladin"};
+  return kNames;
+}
+
+StatusOr<PredictorFactory> PredictorFactory::ForName(std::string_view name) {
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const auto& n : Names()) {
+    if (n == lower) {
+      PredictorFactory f;
+      f.name_ = n;
+      f.model_ = std::make_shared<PaladinClassModel>();
+      return f;
+    }
+  }
+  std::string valid;
+  for (const auto& n : Names()) valid += (valid.empty() ? "" : ", ") + n;
+  return InvalidArgument("unknown predictor '" + std::string(name) + "' (valid: " + valid + ")");
+}
+
+std::unique_ptr<Predictor> PredictorFactory::Make(const ResourceSpec& spec) {
+  if (name_ == "request") return MakeRequestPredictor(spec);
+  if (name_ == "peak") return MakePeakPredictor(spec, peak);
+  if (name_ == "vpa") return MakeVpaPredictor(spec, vpa);
+  return MakePaladinPredictor(spec, paladin, model_);
+}
+
+}  // namespace paladin::core
