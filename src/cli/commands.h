@@ -3,11 +3,22 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "paladin/base/status.h"
 
 namespace paladin::cli {
 
 void RegisterSim(CLI::App& app, int* exit_code);
 void RegisterPredict(CLI::App& app, int* exit_code);
+
+// "42", "42-51" or "1,5,9"; an error says what is wrong.
+StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& spec);
+
+// Adds `sim dynamic` under the `sim` subcommand.
+void AddSimDynamic(CLI::App* sim, int* exit_code);
 
 // Where the data files bundled with Paladin live (data/ in the source tree or the install).
 std::string BundledDataDir();

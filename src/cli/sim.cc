@@ -20,6 +20,37 @@
 #include "paladin/trace/csv.h"
 
 namespace paladin::cli {
+
+StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& spec) {
+  std::vector<uint64_t> seeds;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    size_t comma = spec.find(',', start);
+    if (comma == std::string::npos) comma = spec.size();
+    const std::string part = spec.substr(start, comma - start);
+    const size_t dash = part.find('-');
+    try {
+      size_t used = 0;
+      if (dash == std::string::npos) {
+        seeds.push_back(std::stoull(part, &used));
+        if (used != part.size()) throw std::invalid_argument(part);
+      } else {
+        const uint64_t lo = std::stoull(part.substr(0, dash), &used);
+        if (used != dash) throw std::invalid_argument(part);
+        const uint64_t hi = std::stoull(part.substr(dash + 1), &used);
+        if (used != part.size() - dash - 1) throw std::invalid_argument(part);
+        if (hi < lo || hi - lo > 100000) throw std::invalid_argument(part);
+        for (uint64_t k = 0; k <= hi - lo; ++k) seeds.push_back(lo + k);
+      }
+    } catch (const std::exception&) {
+      return InvalidArgument("--seeds: '" + part +
+                             "' is not a seed or an ascending range (examples: 42, 42-51, 1,5,9)");
+    }
+    start = comma + 1;
+  }
+  return seeds;
+}
+
 namespace {
 
 struct FgdArgs {
@@ -63,36 +94,6 @@ StatusOr<std::vector<report::PublishedMeans>> LoadPublished(const std::string& p
     out.push_back(std::move(m));
   }
   return out;
-}
-
-StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& spec) {
-  std::vector<uint64_t> seeds;
-  size_t start = 0;
-  while (start <= spec.size()) {
-    size_t comma = spec.find(',', start);
-    if (comma == std::string::npos) comma = spec.size();
-    const std::string part = spec.substr(start, comma - start);
-    const size_t dash = part.find('-');
-    try {
-      size_t used = 0;
-      if (dash == std::string::npos) {
-        seeds.push_back(std::stoull(part, &used));
-        if (used != part.size()) throw std::invalid_argument(part);
-      } else {
-        const uint64_t lo = std::stoull(part.substr(0, dash), &used);
-        if (used != dash) throw std::invalid_argument(part);
-        const uint64_t hi = std::stoull(part.substr(dash + 1), &used);
-        if (used != part.size() - dash - 1) throw std::invalid_argument(part);
-        if (hi < lo || hi - lo > 100000) throw std::invalid_argument(part);
-        for (uint64_t k = 0; k <= hi - lo; ++k) seeds.push_back(lo + k);
-      }
-    } catch (const std::exception&) {
-      return InvalidArgument("--seeds: '" + part +
-                             "' is not a seed or an ascending range (examples: 42, 42-51, 1,5,9)");
-    }
-    start = comma + 1;
-  }
-  return seeds;
 }
 
 StatusOr<std::vector<std::string>> ParsePolicies(const std::string& spec) {
@@ -339,6 +340,7 @@ void RegisterSim(CLI::App& app, int* exit_code) {
                 "Also compute, per seed, an upper bound for any placement and an offline "
                 "packer's allocation (bounds.csv)");
   fgd->callback([args, exit_code] { *exit_code = RunFgd(*args); });
+  AddSimDynamic(sim, exit_code);
 }
 
 }  // namespace paladin::cli

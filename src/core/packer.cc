@@ -165,6 +165,7 @@ Decision Packer::Schedule(const Fleet& fleet, const Workload& w, Rng& rng,
   feasible_.clear();
   const auto node_count = static_cast<int32_t>(fleet.size());
   for (int32_t i = 0; i < node_count; ++i) {
+    if ((options.only_node >= 0 && i != options.only_node) || i == options.exclude_node) continue;
     bool pass = true;
     for (size_t f = 0; f < filters_.size(); ++f) {
       FilterRejections& r = d.rejections[f];

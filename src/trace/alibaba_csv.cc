@@ -134,4 +134,48 @@ StatusOr<std::vector<Workload>> ReadPodCsv(const std::string& path,
   return ParsePodCsv(*text, path, models);
 }
 
+StatusOr<std::vector<PodTimes>> ParsePodTimes(const std::string& text, const std::string& source) {
+  auto table = CsvTable::Parse(text, source);
+  if (!table.ok()) return table.status();
+  const CsvTable& t = *table;
+  std::vector<PodTimes> out;
+  if (!t.HasColumn("creation_time")) return out;
+  size_t c_create, c_sched, c_del;
+  for (auto [name, col] : {std::pair{"creation_time", &c_create},
+                           std::pair{"scheduled_time", &c_sched},
+                           std::pair{"deletion_time", &c_del}}) {
+    auto c = t.Column(name);
+    if (!c.ok()) return c.status();
+    *col = *c;
+  }
+  constexpr int64_t kMaxTime = int64_t{1} << 40;
+  out.reserve(t.rows());
+  for (size_t r = 0; r < t.rows(); ++r) {
+    PodTimes p;
+    auto created = t.Int(r, c_create, 0, kMaxTime);
+    if (!created.ok()) return created.status();
+    p.creation_s = *created;
+    for (auto [col, field] : {std::pair{c_sched, &p.scheduled_s}, std::pair{c_del, &p.deletion_s}}) {
+      if (t.Cell(r, col).empty()) continue;
+      auto v = t.Int(r, col, 0, kMaxTime);
+      if (!v.ok()) return v.status();
+      *field = *v;
+    }
+    if (p.deletion_s >= 0 && p.deletion_s < p.creation_s) {
+      return t.ErrorAt(r, c_del, "before the creation time");
+    }
+    if (p.scheduled_s >= 0 && p.deletion_s >= 0 && p.deletion_s < p.scheduled_s) {
+      return t.ErrorAt(r, c_del, "before the scheduled time");
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+StatusOr<std::vector<PodTimes>> ReadPodTimes(const std::string& path) {
+  auto text = ReadWholeFile(path);
+  if (!text.ok()) return text.status();
+  return ParsePodTimes(*text, path);
+}
+
 }  // namespace paladin::trace

@@ -100,6 +100,8 @@ struct Decision {
 
 struct PackerOptions {
   bool collect_reasons = false;  // build a human reason for the first rejection of each plugin
+  int32_t only_node = -1;        // >= 0: consider this node only (the rebalancer's trial moves)
+  int32_t exclude_node = -1;     // >= 0: never this node (a job moving off it)
 };
 
 class Packer {

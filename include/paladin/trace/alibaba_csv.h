@@ -8,6 +8,7 @@
 // the file, the line and the field, and nothing is returned from a file with a bad row.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -26,5 +27,16 @@ StatusOr<std::vector<core::Workload>> ReadPodCsv(const std::string& path,
 StatusOr<std::vector<core::Workload>> ParsePodCsv(const std::string& text,
                                                   const std::string& source,
                                                   const core::GpuModelTable& models);
+
+// The times of each task (seconds from the trace's origin), in file order. A pod list without
+// the time columns (the multigpu variants) gives an empty vector, not an error. Empty
+// scheduled_time (never scheduled) or deletion_time (still there) read as -1.
+struct PodTimes {
+  int64_t creation_s = -1;
+  int64_t scheduled_s = -1;
+  int64_t deletion_s = -1;
+};
+StatusOr<std::vector<PodTimes>> ParsePodTimes(const std::string& text, const std::string& source);
+StatusOr<std::vector<PodTimes>> ReadPodTimes(const std::string& path);
 
 }  // namespace paladin::trace

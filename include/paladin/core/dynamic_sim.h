@@ -1,0 +1,135 @@
+// The dynamic simulation: jobs arrive at their trace times, run for their trace durations, follow
+// a real usage curve (GPU memory, GPU busy share, host memory) over their lives, are sized by a
+// predictor, placed by a packing policy, slowed by the jobs they share a GPU with, killed when
+// they use more than their quota, and (in the full cycle) moved by the rebalancer.
+//
+// Units: a job's GPU quota and usage are shares of one GPU's memory (1.0 = the whole memory of
+// one of its GPUs); the packer sees the quota as the job's GPU share (milli-GPU). Host memory is
+// in MiB. Time is in seconds from the trace's origin. See docs/formats/dynamic.md for how every
+// gap in the traces is filled.
+//
+// Deterministic: same inputs, config and seed give identical results. No I/O, no clocks.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "paladin/core/fleet.h"
+#include "paladin/core/predict.h"
+#include "paladin/core/rebalance.h"
+
+namespace paladin::core {
+
+// A usage curve sampled every step_s, looped when a job outlives it.
+struct UsageCurve {
+  std::string id;
+  int64_t step_s = 60;
+  std::vector<float> gpu_mem;  // share of the GPU's memory, at a whole-GPU request
+  std::vector<float> gpu_busy;  // 0..1
+  std::vector<float> host_mem;  // share of the container's memory limit
+};
+
+// Speed of co-located jobs (1 = as fast as alone). Profiles are indices into a measured table
+// (Lucid's jobs); without one, GPU time is shared in proportion to each job's busy share.
+struct Interference {
+  int32_t profiles = 0;
+  // speed[a * profiles + b] = speed of a profile-a job sharing a GPU with a profile-b job; NaN
+  // where the pair was not measured (the mean of the measured pairs is used instead).
+  std::vector<double> pair_speed;
+  double unmeasured_speed = 0.955;  // median of Lucid's measured pairs
+};
+
+struct DynamicJob {
+  Workload request;          // the trace's request: CPU, memory, GPU count and share
+  int64_t arrival_s = 0;
+  int64_t duration_s = 0;    // run time alone
+  int32_t curve = 0;         // index into the usage curves
+  int64_t curve_offset_s = 0;
+  int32_t profile = -1;      // interference profile, -1 = none
+};
+
+// A job of the trace: its request, when it arrived and how long it ran.
+struct TraceJob {
+  Workload request;
+  int64_t arrival_s = 0;
+  int64_t duration_s = 0;
+};
+
+// The jobs of one run at `load`: the trace itself at 1.0, else round(load x N) jobs drawn
+// uniformly with replacement (each keeps its arrival and duration). Each job is matched to a
+// usage curve and a start offset into it, and GPU jobs to an interference profile, uniformly at
+// random; all of it depends on the seed only.
+std::vector<DynamicJob> BuildDynamicJobs(std::span<const TraceJob> trace, size_t curves,
+                                         std::span<const int64_t> curve_lengths_s,
+                                         int32_t profiles, double load, uint64_t seed);
+
+struct DynamicConfig {
+  std::string name;                   // e.g. "paladin+paladin+rebalance"
+  std::string policy = "paladin";     // placement policy (core/policies.h)
+  std::string predictor = "request";  // sizing (core/predict.h)
+  bool rebalance = false;
+  // Paladin's runtime: a job about to exceed its quota gets it grown in place when its GPUs (and
+  // node) have room, instead of an out-of-memory kill (the interposer asks its launcher first).
+  bool grow_on_demand = false;
+};
+
+// The five configurations compared, in report order.
+std::vector<DynamicConfig> DefaultDynamicConfigs();
+
+struct DynamicParams {
+  int64_t tick_s = 300;             // the simulation's step (usage peaks are taken per tick)
+  int64_t resize_every_s = 3600;    // predictor-sized quotas are revised this often
+  int64_t checkpoint_every_s = 1800;  // periodic checkpoints: work since the last is lost on OOM
+  int64_t horizon_s = -1;           // -1: the last arrival
+  double gpu_mem_gib_default = 32;  // GPU memory for models whose memory is unknown
+  MigrationCost migration;
+  RebalanceParams rebalance;
+  int max_admission_plans_per_tick = 4;
+  int64_t min_time_between_moves_s = 3600;  // a job moved is pinned for this long
+  // paladin's sizing quantile when quotas can grow on demand (0: the predictor's default).
+  double paladin_quantile = 0;
+};
+
+struct DynamicSeries {  // one row per hour of the run
+  int64_t t_s = 0;
+  int32_t queued = 0;
+  int32_t running = 0;
+  double mem_alloc_gib = 0;
+  double mem_used_gib = 0;
+};
+
+struct DynamicResult {
+  std::string config;
+  double load = 1;
+  uint64_t seed = 0;
+  double completed_gpu_hours = 0;
+  double possible_gpu_hours = 0;  // of the jobs that could finish by the horizon if run at once
+  int64_t jobs_completed = 0;
+  int64_t jobs = 0;
+  double queue_mean_s = 0, queue_p99_s = 0;
+  double jct_mean_s = 0;
+  double gpu_active_pct = 0;  // GPU share allocated to running jobs, time-averaged, % capacity
+  double mem_alloc_gib_h = 0, mem_used_gib_h = 0;
+  double oom_per_1k_job_h = 0;
+  int64_t ooms = 0;
+  int64_t migrations = 0;
+  double migration_downtime_s = 0;
+  int64_t grown_in_place = 0;   // quota raised at a resize, on the same GPUs
+  int64_t grown_on_demand = 0;  // quota raised when use reached it (an OOM avoided)
+  std::vector<DynamicSeries> series;
+};
+
+struct DynamicInputs {
+  const Fleet* fleet = nullptr;
+  std::span<const DynamicJob> jobs;  // sorted by arrival
+  std::span<const UsageCurve> curves;
+  const Interference* interference = nullptr;  // null: busy-share model
+  std::span<const Workload> shape_trace;  // what FGD and paladin may know of the workload mix
+};
+
+StatusOr<DynamicResult> RunDynamicSim(const DynamicInputs& in, const DynamicConfig& config,
+                                      const DynamicParams& params, double load, uint64_t seed);
+
+}  // namespace paladin::core

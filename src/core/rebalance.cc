@@ -1,0 +1,165 @@
+#include "paladin/core/rebalance.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace paladin::core {
+namespace {
+
+constexpr uint64_t kTrialId = std::numeric_limits<uint64_t>::max() - 1;
+
+double GpuShare(const Workload& w) {
+  return static_cast<double>(w.TotalGpuMilli()) / kMilliPerGpu;
+}
+
+// Whether the node could ever hold `w`, empty.
+bool Capable(const Node& n, const Workload& w) {
+  return ModelAllowed(w, n) && n.cpu_milli >= w.cpu_milli && n.mem_mib >= w.mem_mib &&
+         n.gpu_count() >= w.gpu_count;
+}
+
+// Puts the victims back where they were. Their old homes were freed by the trial, so this cannot
+// fail unless the caller's bookkeeping is broken.
+void Restore(Fleet& fleet, std::span<const MovableJob* const> victims) {
+  for (const MovableJob* v : victims) {
+    fleet.Unreserve(v->id);
+    (void)fleet.Reserve(v->id, v->shape, v->placement);
+  }
+}
+
+}  // namespace
+
+std::optional<AdmissionPlan> Rebalancer::PlanAdmission(Fleet& fleet, const Workload& w,
+                                                       std::span<const MovableJob> jobs,
+                                                       Packer& packer, Rng& rng,
+                                                       double max_cost) const {
+  // Movable jobs per node, cheapest to move first.
+  std::vector<std::vector<const MovableJob*>> on_node(fleet.size());
+  for (const auto& j : jobs) {
+    if (j.movable && j.placement.valid() && fleet.IsReserved(j.id)) {
+      on_node[static_cast<size_t>(j.placement.node)].push_back(&j);
+    }
+  }
+  const auto cost_of = [](const MovableJob* j) { return j->downtime_s * GpuShare(j->shape); };
+  // Candidate nodes: able to hold w, ranked by what would be free if every movable job left.
+  struct Candidate {
+    int32_t node;
+    int64_t reclaimable_milli;
+  };
+  std::vector<Candidate> candidates;
+  for (int32_t i = 0; i < static_cast<int32_t>(fleet.size()); ++i) {
+    const Node& n = fleet.node(i);
+    auto& here = on_node[static_cast<size_t>(i)];
+    if (here.empty() || !Capable(n, w)) continue;
+    int64_t milli = n.GpuMilliLeft(), cpu = n.cpu_left, mem = n.mem_left;
+    for (const MovableJob* j : here) {
+      milli += j->shape.TotalGpuMilli();
+      cpu += j->shape.cpu_milli;
+      mem += j->shape.mem_mib;
+    }
+    if (milli < w.TotalGpuMilli() || cpu < w.cpu_milli || mem < w.mem_mib) continue;
+    std::stable_sort(here.begin(), here.end(), [&](const MovableJob* a, const MovableJob* b) {
+      return cost_of(a) < cost_of(b) || (cost_of(a) == cost_of(b) && a->id < b->id);
+    });
+    candidates.push_back({i, milli});
+  }
+  std::stable_sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) {
+    return a.reclaimable_milli > b.reclaimable_milli;
+  });
+  if (static_cast<int>(candidates.size()) > params_.max_candidate_nodes) {
+    candidates.resize(static_cast<size_t>(params_.max_candidate_nodes));
+  }
+
+  std::optional<AdmissionPlan> best;
+  std::vector<const MovableJob*> victims;
+  // Tries moving `victims` off `node`; on success fills *plan. The fleet is restored either way.
+  const auto trial = [&](int32_t node, AdmissionPlan* plan) {
+    for (const MovableJob* v : victims) fleet.Unreserve(v->id);
+    PackerOptions only;
+    only.only_node = node;
+    const Decision d = packer.Schedule(fleet, w, rng, only);
+    bool ok = d.placed && fleet.Reserve(kTrialId, w, d.placement).ok();
+    plan->moves.clear();
+    plan->cost = 0;
+    std::vector<uint64_t> placed;
+    if (ok) {
+      plan->placement = d.placement;
+      PackerOptions away;
+      away.exclude_node = node;
+      for (const MovableJob* v : victims) {
+        const Decision dv = packer.Schedule(fleet, v->shape, rng, away);
+        if (!dv.placed || !fleet.Reserve(v->id, v->shape, dv.placement).ok()) {
+          ok = false;
+          break;
+        }
+        placed.push_back(v->id);
+        plan->moves.push_back({v->id, v->placement, dv.placement, v->downtime_s});
+        plan->cost += cost_of(v);
+      }
+    }
+    for (uint64_t id : placed) fleet.Unreserve(id);
+    fleet.Unreserve(kTrialId);
+    Restore(fleet, victims);
+    return ok;
+  };
+
+  PackerOptions only;
+  for (const auto& c : candidates) {
+    const auto& here = on_node[static_cast<size_t>(c.node)];
+    AdmissionPlan plan;
+    bool found = false;
+    // One job first, then pairs; the cheapest that works on this node.
+    for (size_t a = 0; a < here.size() && !found; ++a) {
+      victims = {here[a]};
+      if (cost_of(here[a]) > max_cost) break;  // sorted by cost: the rest cost more
+      found = trial(c.node, &plan);
+    }
+    if (params_.max_moves >= 2) {
+      for (size_t a = 0; a < here.size() && !found; ++a) {
+        for (size_t b = a + 1; b < here.size() && !found; ++b) {
+          if (cost_of(here[a]) + cost_of(here[b]) > max_cost) break;
+          victims = {here[a], here[b]};
+          found = trial(c.node, &plan);
+        }
+      }
+    }
+    // Then clear the node greedily, cheapest first, until w fits (wide jobs need whole nodes).
+    if (!found && params_.max_moves > 2) {
+      victims.clear();
+      double cost = 0;
+      only.only_node = c.node;
+      for (const MovableJob* v : here) {
+        if (static_cast<int>(victims.size()) >= params_.max_moves) break;
+        cost += cost_of(v);
+        if (cost > max_cost) break;
+        victims.push_back(v);
+        for (const MovableJob* x : victims) fleet.Unreserve(x->id);
+        const bool fits = packer.Schedule(fleet, w, rng, only).placed;
+        Restore(fleet, victims);
+        if (fits) {
+          found = trial(c.node, &plan);
+          break;
+        }
+      }
+    }
+    if (found && plan.cost <= max_cost && (!best || plan.cost < best->cost)) best = plan;
+  }
+  return best;
+}
+
+std::optional<Move> Rebalancer::PlanGrowth(Fleet& fleet, const MovableJob& job,
+                                           const Workload& grown, Packer& packer,
+                                           Rng& rng) const {
+  if (!job.movable || !fleet.IsReserved(job.id)) return std::nullopt;
+  fleet.Unreserve(job.id);
+  const Decision d = packer.Schedule(fleet, grown, rng);
+  const MovableJob* self = &job;
+  Restore(fleet, std::span<const MovableJob* const>(&self, 1));
+  if (!d.placed) return std::nullopt;
+  if (d.placement.node == job.placement.node && d.placement.gpus == job.placement.gpus) {
+    return std::nullopt;  // in place: the caller's business, not a move
+  }
+  return Move{job.id, job.placement, d.placement, job.downtime_s};
+}
+
+}  // namespace paladin::core
