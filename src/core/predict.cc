@@ -143,35 +143,58 @@ class VpaPredictor final : public Predictor {
   double peak_weight_ = 0;
 };
 
-// Sliding maximum and minimum over the samples of the last window.
+// Sliding maximum and minimum over the samples of the last window. Queries take the window's
+// start, so a forecast can look at the window ending at any time without changing the state.
 class WindowExtremes {
  public:
+  static constexpr double kNone = -std::numeric_limits<double>::infinity();
   void Add(int64_t t, double v) {
+    all_.push_back({t, v});
     while (!maxq_.empty() && maxq_.back().v <= v) maxq_.pop_back();
     maxq_.push_back({t, v});
     while (!minq_.empty() && minq_.back().v >= v) minq_.pop_back();
     minq_.push_back({t, v});
   }
-  // Drops samples older than `from`; returns the largest value dropped (or -inf).
+  // Drops samples older than `from`; returns the largest value dropped (or kNone).
   double ExpireBefore(int64_t from) {
-    double dropped = -std::numeric_limits<double>::infinity();
-    while (!maxq_.empty() && maxq_.front().t < from) {
-      dropped = std::max(dropped, maxq_.front().v);
-      maxq_.pop_front();
+    double dropped = kNone;
+    while (!all_.empty() && all_.front().t < from) {
+      dropped = std::max(dropped, all_.front().v);
+      all_.pop_front();
     }
+    while (!maxq_.empty() && maxq_.front().t < from) maxq_.pop_front();
     while (!minq_.empty() && minq_.front().t < from) minq_.pop_front();
     return dropped;
   }
-  bool empty() const { return maxq_.empty(); }
-  double max() const { return maxq_.front().v; }
-  double min() const { return minq_.front().v; }
+  // Over the samples at or after `from` (kNone when there are none).
+  double MaxFrom(int64_t from) const {
+    for (const auto& p : maxq_) {
+      if (p.t >= from) return p.v;
+    }
+    return kNone;
+  }
+  double MinFrom(int64_t from) const {
+    for (const auto& p : minq_) {
+      if (p.t >= from) return p.v;
+    }
+    return kNone;
+  }
+  // The largest sample still held from before `from`.
+  double MaxBefore(int64_t from) const {
+    double m = kNone;
+    for (const auto& p : all_) {
+      if (p.t >= from) break;
+      m = std::max(m, p.v);
+    }
+    return m;
+  }
 
  private:
   struct Point {
     int64_t t;
     double v;
   };
-  std::deque<Point> maxq_, minq_;
+  std::deque<Point> all_, maxq_, minq_;
 };
 
 class PaladinPredictor final : public Predictor {
@@ -190,12 +213,13 @@ class PaladinPredictor final : public Predictor {
     // Resolve the windows that ended before this sample: each is a lesson for the class.
     while (t >= next_origin_) {
       if (pending_) Learn();
-      Advance(next_origin_);
       pending_ = true;
-      pending_features_ = Features();
+      pending_features_ = Features(next_origin_);
       pending_peak_ = 0;
       next_origin_ += spec_.window_s;
     }
+    // The next snapshot (at next_origin_ > t) looks no further back than t - window.
+    Advance(t);
     pending_peak_ = std::max(pending_peak_, v);
     window_.Add(t, v);
     max_ = std::max(max_, v);
@@ -203,12 +227,11 @@ class PaladinPredictor final : public Predictor {
 
   // After an out-of-memory kill at `limit`, the next window's forecast is at least 1.2x it.
   void ObserveOom(int64_t t, double limit) override {
-    oom_floor_ = std::max(oom_floor_, limit * 1.2);
+    oom_floor_ = t < oom_floor_until_ ? std::max(oom_floor_, limit * 1.2) : limit * 1.2;
     oom_floor_until_ = t + spec_.window_s;
   }
 
   Forecast Predict(int64_t now) override {
-    if (started_) Advance(now);
     const Snapshot f = Features(now);
     Forecast out;
     out.phase = f.phase;
@@ -236,42 +259,52 @@ class PaladinPredictor final : public Predictor {
     std::array<double, kBaseCount> base{};  // by PaladinBase
   };
 
-  // Moves the last window to end at `now`; folds the window peaks that ended before it into the
-  // decaying average.
+  // Forgets samples older than one window before `now` (folding them into the maximum before
+  // the window), and folds the window peaks that ended by then into the decaying average.
   void Advance(int64_t now) {
-    const double dropped = window_.ExpireBefore(now - spec_.window_s);
-    max_before_window_ = std::max(max_before_window_, dropped);
-    while (!completed_.empty() && completed_.front().first <= now - spec_.window_s) {
+    const int64_t from = now - spec_.window_s;
+    max_before_window_ = std::max(max_before_window_, window_.ExpireBefore(from));
+    while (!completed_.empty() && completed_.front().first <= from) {
       ewma_sum_ = completed_.front().second + p_.history_decay * ewma_sum_;
       ewma_weight_ = 1 + p_.history_decay * ewma_weight_;
       completed_.pop_front();
     }
   }
 
+  // The phase and bases for the window [now, now + window), from samples before `now` only.
+  // Reads the state as of `now` without changing it.
   Snapshot Features(int64_t now) const {
     Snapshot s;
-    if (!started_ || now - first_t_ < spec_.window_s || window_.empty()) {
+    if (!started_ || now - first_t_ < spec_.window_s) {
       // Too young to have a window of its own: forecast from the request, as the class learned.
       s.phase = Phase::kLoading;
-      s.base.fill(spec_.request > 0 ? spec_.request : (window_.empty() ? 0 : max_));
+      s.base.fill(spec_.request > 0 ? spec_.request : max_);
       return s;
     }
-    const double last = window_.max();
-    const double avg = (last + p_.history_decay * ewma_sum_) / (1 + p_.history_decay * ewma_weight_);
+    const int64_t from = now - spec_.window_s;
+    const double last = std::max(0.0, window_.MaxFrom(from));
+    const double last_min = std::max(0.0, window_.MinFrom(from));
+    const double max_before = std::max(max_before_window_, window_.MaxBefore(from));
+    double sum = ewma_sum_, weight = ewma_weight_;
+    for (const auto& [end, peak] : completed_) {
+      if (end > from) break;
+      sum = peak + p_.history_decay * sum;
+      weight = 1 + p_.history_decay * weight;
+    }
+    const double avg = (last + p_.history_decay * sum) / (1 + p_.history_decay * weight);
     const double least = p_.idle_share * spec_.request;
     s.base = {std::max(avg, least), std::max(last, least), std::max(max_, least)};
-    if (last <= p_.idle_share * spec_.request || last <= 0) {
+    if (last <= least || last <= 0) {
       s.phase = Phase::kIdle;
-    } else if (max_before_window_ > 0 && last > p_.growth_ratio * max_before_window_) {
+    } else if (max_before > 0 && last > p_.growth_ratio * max_before) {
       s.phase = Phase::kGrowth;
-    } else if (last - window_.min() <= p_.steady_range * last) {
+    } else if (last - last_min <= p_.steady_range * last) {
       s.phase = Phase::kSteady;
     } else {
       s.phase = Phase::kActive;
     }
     return s;
   }
-  Snapshot Features() const { return Features(next_origin_); }
 
   void Learn() {
     completed_.emplace_back(next_origin_, pending_peak_);
