@@ -210,18 +210,21 @@ int RunDynamic(DynArgs a) {
   }
   if (trace_jobs.empty()) return Fail(InvalidArgument(a.pods + ": no pod with a run time"));
 
-  // The fleet: sized by default for the trace's peak concurrent GPU request.
+  // The fleet: sized by default for the trace's mean concurrent GPU request over its busy
+  // period (from the arrival at the 1st percentile to the last arrival).
   int gpus = a.fleet_gpus;
   if (gpus <= 0) {
-    std::vector<std::pair<int64_t, int64_t>> events;
+    std::vector<int64_t> arrivals;
+    for (const auto& j : trace_jobs) arrivals.push_back(j.arrival_s);
+    std::sort(arrivals.begin(), arrivals.end());
+    const int64_t from = arrivals[arrivals.size() / 100], to = arrivals.back();
+    double milli_s = 0;
     for (const auto& j : trace_jobs) {
-      events.emplace_back(j.arrival_s, j.request.TotalGpuMilli());
-      events.emplace_back(j.arrival_s + j.duration_s, -j.request.TotalGpuMilli());
+      const int64_t s = std::max(from, j.arrival_s), e = std::min(to, j.arrival_s + j.duration_s);
+      if (e > s) milli_s += static_cast<double>(j.request.TotalGpuMilli()) * static_cast<double>(e - s);
     }
-    std::sort(events.begin(), events.end());
-    int64_t cur = 0, peak = 0;
-    for (auto [t, d] : events) peak = std::max(peak, cur += d);
-    gpus = static_cast<int>((peak + core::kMilliPerGpu - 1) / core::kMilliPerGpu);
+    gpus = std::max(1, static_cast<int>(std::lround(milli_s / static_cast<double>(to - from) /
+                                                    core::kMilliPerGpu)));
   }
   const core::Fleet fleet = SampleFleet(*full, gpus);
 
@@ -423,7 +426,7 @@ void AddSimDynamic(CLI::App* sim, int* exit_code) {
       ->capture_default_str();
   dyn->add_option("--out", args->out, "Output directory")->capture_default_str();
   dyn->add_option("--fleet-gpus", args->fleet_gpus,
-                  "GPUs in the simulated fleet (default: the trace's peak concurrent GPU request)");
+                  "GPUs in the simulated fleet (default: the trace's mean concurrent GPU request over its busy period)");
   dyn->add_option("--tick", args->params.tick_s, "Simulation step, seconds")->capture_default_str();
   dyn->add_option("--checkpoint-every", args->params.checkpoint_every_s,
                   "Periodic checkpoint interval, seconds (work after it is lost on OOM)")
@@ -441,6 +444,12 @@ void AddSimDynamic(CLI::App* sim, int* exit_code) {
       ->capture_default_str();
   dyn->add_option("--paladin-quantile", args->params.paladin_quantile,
                   "paladin's sizing quantile where quotas grow on demand (0: its default)")
+      ->capture_default_str();
+  dyn->add_option("--admission-wait", args->params.admission_min_wait_s,
+                  "Seconds a job waits before the rebalancer moves others to admit it")
+      ->capture_default_str();
+  dyn->add_option("--admission-plans", args->params.max_admission_plans_per_tick,
+                  "Admission plans tried per tick")
       ->capture_default_str();
   dyn->add_option("--jobs", args->jobs, "Parallel runs (default: all cores)");
   dyn->add_flag("--quiet", args->quiet, "No progress lines");

@@ -116,7 +116,7 @@ class Sim {
     const int64_t t0 = in_.jobs.front().arrival_s / p_.tick_s * p_.tick_s;
     horizon_ = p_.horizon_s >= 0 ? p_.horizon_s : in_.jobs.back().arrival_s;
     size_t next_arrival = 0;
-    double alloc_milli_s = 0, time_s = 0;
+    double active_gpu_s = 0, time_s = 0;
     for (int64_t t = t0; t <= horizon_ + p_.tick_s; t += p_.tick_s) {
       // Skip idle stretches: nothing queued or running until the next arrival.
       if (running_.empty() && queue_.empty() && next_arrival < in_.jobs.size() &&
@@ -135,16 +135,20 @@ class Sim {
       Resize(t, rng, r);
       Schedule(t, rng, r);
       // Accounting for the tick that starts now.
-      double alloc = 0, mem_alloc = 0, mem_used = 0;
+      double mem_alloc = 0, mem_used = 0;
+      active_gpus_.clear();
       for (size_t j : running_) {
         const JobState& s = states_[j];
         const double gib = GpuGib(s.placement.node) * s.shape.gpu_count;
-        alloc += static_cast<double>(s.shape.TotalGpuMilli());
+        for (int16_t g : s.placement.gpus) active_gpus_.push_back(int64_t{s.placement.node} * 64 + g);
         mem_alloc += s.gpu_quota * gib;
         mem_used += s.gpu_use * gib;
       }
+      std::sort(active_gpus_.begin(), active_gpus_.end());
+      const auto active = static_cast<double>(
+          std::unique(active_gpus_.begin(), active_gpus_.end()) - active_gpus_.begin());
       const double dt = static_cast<double>(p_.tick_s);
-      alloc_milli_s += alloc * dt;
+      active_gpu_s += active * dt;
       time_s += dt;
       r.mem_alloc_gib_h += mem_alloc * dt / 3600;
       r.mem_used_gib_h += mem_used * dt / 3600;
@@ -184,8 +188,8 @@ class Sim {
     }
     if (r.jobs_completed > 0) r.jct_mean_s = jct / static_cast<double>(r.jobs_completed);
     if (time_s > 0 && fleet_.GpuMilliCapacity() > 0) {
-      r.gpu_active_pct =
-          100 * alloc_milli_s / (time_s * static_cast<double>(fleet_.GpuMilliCapacity()));
+      r.gpu_active_pct = 100 * active_gpu_s * kMilliPerGpu /
+                         (time_s * static_cast<double>(fleet_.GpuMilliCapacity()));
     }
     r.oom_per_1k_job_h = run_h > 0 ? 1000.0 * static_cast<double>(r.ooms) / run_h : 0;
     return r;
@@ -491,7 +495,8 @@ class Sim {
         Start(j, t, shape, d.placement, gq, hq);
         continue;
       }
-      if (config_.rebalance && plans < p_.max_admission_plans_per_tick) {
+      if (config_.rebalance && plans < p_.max_admission_plans_per_tick &&
+          t - s.queued_since >= p_.admission_min_wait_s) {
         ++plans;
         std::vector<MovableJob> movable;
         movable.reserve(running_.size());
@@ -525,6 +530,7 @@ class Sim {
   std::vector<size_t> queue_;    // by arrival
   std::vector<size_t> running_;  // in start order
   int64_t version_ = 0;          // bumped whenever resources are freed
+  std::vector<int64_t> active_gpus_;  // scratch: GPUs with a running job this tick
   int64_t horizon_ = 0;
   double recent_wait_s_ = 0;     // decaying mean of recent queue waits
 };

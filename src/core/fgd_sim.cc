@@ -103,7 +103,15 @@ StatusOr<FgdRunResult> RunFgdSim(const Fleet& fleet, std::span<const Workload> t
   }
 
   FgdRunResult r;
-  r.policy = packer.policy().name;
+  r.policy = packer.policy().name + (options.rebalance ? "+rebalance" : "");
+  const Rebalancer rebalancer(options.rebalance_params);
+  std::vector<MovableJob> placed;  // what the rebalancer may move: every placed task
+  const auto refresh = [&](int32_t node) {
+    const auto i = static_cast<size_t>(node);
+    frag_total -= node_frag[i];
+    node_frag[i] = FragAmount(ViewOf(state.node(node)), *typical);
+    frag_total += node_frag[i];
+  };
   r.seed = seed;
   if (options.clock_ns) r.decision_ns.reserve(arrivals.size());
   int64_t arrived = 0;
@@ -112,14 +120,35 @@ StatusOr<FgdRunResult> RunFgdSim(const Fleet& fleet, std::span<const Workload> t
     arrived += w.TotalGpuMilli();
     const int64_t t0 = options.clock_ns ? options.clock_ns() : 0;
     Decision d = packer.Schedule(state, w, rng);
+    if (!d.placed && options.rebalance && w.gpu_count > 0) {
+      // Every move costs the same here (no downtime in this protocol): the plan with the fewest
+      // GPU-shares moved wins.
+      auto plan = rebalancer.PlanAdmission(state, w, placed, packer, rng,
+                                           std::numeric_limits<double>::infinity());
+      if (plan) {
+        for (const Move& mv : plan->moves) {
+          MovableJob& job = placed[static_cast<size_t>(mv.job)];
+          state.Unreserve(mv.job);
+          PALADIN_RETURN_IF_ERROR(state.Reserve(mv.job, job.shape, mv.to));
+          refresh(mv.from.node);
+          refresh(mv.to.node);
+          job.placement = mv.to;
+          ++r.moves;
+        }
+        d.placed = true;
+        d.placement = plan->placement;
+        ++r.rebalanced;
+      }
+    }
     if (options.clock_ns) r.decision_ns.push_back(options.clock_ns() - t0);
     if (d.placed) {
       PALADIN_RETURN_IF_ERROR(state.Reserve(k, w, d.placement));
       ++r.placed;
-      const auto i = static_cast<size_t>(d.placement.node);
-      frag_total -= node_frag[i];
-      node_frag[i] = FragAmount(ViewOf(state.node(d.placement.node)), *typical);
-      frag_total += node_frag[i];
+      refresh(d.placement.node);
+    }
+    if (options.rebalance) {
+      // Ids are arrival indices; unplaced tasks keep a slot that is never movable.
+      placed.push_back({k, w, d.placed ? d.placement : Placement{}, 1.0, d.placed});
     }
     // Bucket by arrived % rounded to nearest (ties to even), as the artifact's analysis does.
     const double arrived_pct = 100.0 * static_cast<double>(arrived) / capacity;

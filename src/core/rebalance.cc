@@ -41,10 +41,11 @@ std::optional<AdmissionPlan> Rebalancer::PlanAdmission(Fleet& fleet, const Workl
     }
   }
   const auto cost_of = [](const MovableJob* j) { return j->downtime_s * GpuShare(j->shape); };
-  // Candidate nodes: able to hold w, ranked by what would be free if every movable job left.
+  // Candidate nodes: able to hold w once their movable jobs leave, ranked by how far w is from
+  // fitting now (the least missing first: fewest moves), then by node index.
   struct Candidate {
     int32_t node;
-    int64_t reclaimable_milli;
+    double shortfall;
   };
   std::vector<Candidate> candidates;
   for (int32_t i = 0; i < static_cast<int32_t>(fleet.size()); ++i) {
@@ -58,14 +59,35 @@ std::optional<AdmissionPlan> Rebalancer::PlanAdmission(Fleet& fleet, const Workl
       mem += j->shape.mem_mib;
     }
     if (milli < w.TotalGpuMilli() || cpu < w.cpu_milli || mem < w.mem_mib) continue;
+    double shortfall = 0;
+    if (w.cpu_milli > 0) {
+      shortfall += static_cast<double>(std::max<int64_t>(0, w.cpu_milli - n.cpu_left)) /
+                   static_cast<double>(w.cpu_milli);
+    }
+    if (w.mem_mib > 0) {
+      shortfall += static_cast<double>(std::max<int64_t>(0, w.mem_mib - n.mem_left)) /
+                   static_cast<double>(w.mem_mib);
+    }
+    if (w.gpu_count > 0) {
+      // GPUs that could take w's share now, against how many it needs.
+      int ready = 0;
+      int32_t best_free = 0;
+      for (const Gpu& g : n.gpus) {
+        if (g.milli_left >= w.gpu_milli) ++ready;
+        best_free = std::max(best_free, g.milli_left);
+      }
+      shortfall += static_cast<double>(std::max(0, w.gpu_count - ready)) / w.gpu_count;
+      if (ready == 0) {
+        shortfall += static_cast<double>(w.gpu_milli - best_free) / kMilliPerGpu;
+      }
+    }
     std::stable_sort(here.begin(), here.end(), [&](const MovableJob* a, const MovableJob* b) {
       return cost_of(a) < cost_of(b) || (cost_of(a) == cost_of(b) && a->id < b->id);
     });
-    candidates.push_back({i, milli});
+    candidates.push_back({i, shortfall});
   }
-  std::stable_sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) {
-    return a.reclaimable_milli > b.reclaimable_milli;
-  });
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const auto& a, const auto& b) { return a.shortfall < b.shortfall; });
   if (static_cast<int>(candidates.size()) > params_.max_candidate_nodes) {
     candidates.resize(static_cast<size_t>(params_.max_candidate_nodes));
   }

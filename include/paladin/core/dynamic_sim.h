@@ -87,9 +87,11 @@ struct DynamicParams {
   MigrationCost migration;
   RebalanceParams rebalance;
   int max_admission_plans_per_tick = 4;
+  // Only jobs that waited this long get an admission plan (moving others has a cost for them).
+  int64_t admission_min_wait_s = 6 * 3600;
   int64_t min_time_between_moves_s = 3600;  // a job moved is pinned for this long
   // paladin's sizing quantile when quotas can grow on demand (0: the predictor's default).
-  double paladin_quantile = 0;
+  double paladin_quantile = 0.5;
 };
 
 struct DynamicSeries {  // one row per hour of the run
@@ -110,7 +112,7 @@ struct DynamicResult {
   int64_t jobs = 0;
   double queue_mean_s = 0, queue_p99_s = 0;
   double jct_mean_s = 0;
-  double gpu_active_pct = 0;  // GPU share allocated to running jobs, time-averaged, % capacity
+  double gpu_active_pct = 0;  // GPUs holding at least one running job, time-averaged, % of all
   double mem_alloc_gib_h = 0, mem_used_gib_h = 0;
   double oom_per_1k_job_h = 0;
   int64_t ooms = 0;

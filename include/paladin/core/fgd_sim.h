@@ -17,6 +17,7 @@
 #include "paladin/core/fleet.h"
 #include "paladin/core/frag.h"
 #include "paladin/core/policies.h"
+#include "paladin/core/rebalance.h"
 #include "paladin/core/rng.h"
 
 namespace paladin::core {
@@ -29,6 +30,9 @@ struct FgdSimOptions {
   std::function<int64_t()> clock_ns;
   // Optional: builds the policy instead of MakePolicy(name) (for parameter sweeps).
   std::function<Policy(const PolicyContext&)> make_policy;
+  // Let the rebalancer move placed tasks to admit one that fits nowhere (each move counts 1).
+  bool rebalance = false;
+  RebalanceParams rebalance_params;
 };
 
 struct FgdRunResult {
@@ -39,6 +43,8 @@ struct FgdRunResult {
   std::vector<double> frag_pct;   // mean fragmentation ratio, % of idle GPU capacity
   int64_t arrivals = 0;
   int64_t placed = 0;
+  int64_t moves = 0;       // tasks moved by the rebalancer
+  int64_t rebalanced = 0;  // tasks admitted thanks to moves
   double final_alloc_pct = 0;
   std::vector<int64_t> decision_ns;  // per decision, when a clock was given
 };
