@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# End to end checks of `paladin predict eval` and `paladin sim dynamic` on the bundled data: the
+# documented files with the documented headers, byte-identical across two runs, and bad input
+# refused with a clear error and a non-zero exit, never a crash.
+#
+# Usage: predict_dynamic_test.sh PALADIN_BINARY DATA_DIR
+set -euo pipefail
+
+readonly PALADIN=${1:?usage: predict_dynamic_test.sh PALADIN_BINARY DATA_DIR}
+readonly DATA=${2:?usage: predict_dynamic_test.sh PALADIN_BINARY DATA_DIR}
+readonly NODES=$DATA/alibaba-gpu-2023/openb_node_list_gpu_node.csv
+readonly USAGE=$DATA/alibaba-genai-2026-pod-usage
+
+WORK=$(mktemp -d)
+readonly WORK
+trap 'rm -rf "$WORK"' EXIT
+
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+pass() { echo "ok: $*"; }
+crashed() { grep -qE 'Sanitizer|runtime error:' <<<"$1"; }
+
+# expect_error WHAT PATTERN... -- ARGS...: a non-zero exit below 128, no sanitizer report, and
+# every PATTERN in the output.
+expect_error() {
+  local what=$1
+  shift
+  local -a patterns=()
+  while [[ $1 != -- ]]; do
+    patterns+=("$1")
+    shift
+  done
+  shift
+  local out rc=0
+  out=$(timeout 300 "$PALADIN" "$@" 2>&1) || rc=$?
+  if ((rc == 0 || rc >= 124)) || crashed "$out"; then
+    fail "$what: exit $rc; output: $out"
+    return
+  fi
+  local p
+  for p in "${patterns[@]}"; do
+    if ! grep -qF -- "$p" <<<"$out"; then
+      fail "$what: output lacks '$p'; output: $out"
+      return
+    fi
+  done
+  pass "$what (exit $rc)"
+}
+
+# expect_header FILE HEADER
+expect_header() {
+  local got
+  got=$(head -n 1 "$1" 2>/dev/null || true)
+  if [[ $got == "$2" ]]; then pass "$(basename "$1") header"; else fail "$1: header '$got'"; fi
+}
+
+# --- predict eval ---
+
+run_eval() {
+  local rc=0 out
+  out=$("$PALADIN" predict eval --usage "$USAGE" --out "$1" 2>&1) || rc=$?
+  if ((rc != 0)) || crashed "$out"; then fail "predict eval: exit $rc: $out"; fi
+}
+run_eval "$WORK/e1"
+run_eval "$WORK/e2"
+expect_header "$WORK/e1/predictors.csv" \
+  "predictor,resource,windows,median_rel_err,p95_rel_err,under_rate,mean_slack"
+for r in gpu_mem host_mem; do
+  for p in request peak vpa paladin; do
+    if grep -q "^$p,$r," "$WORK/e1/predictors.csv"; then pass "row $p,$r"; else fail "no row $p,$r"; fi
+  done
+  [[ -s $WORK/e1/tradeoff_$r.svg ]] && pass "tradeoff_$r.svg" || fail "no tradeoff_$r.svg"
+done
+# request never under-predicts: usage never exceeds the whole GPU or the whole limit.
+if awk -F, '$1=="request" && $6!="0.0000"{bad=1} END{exit bad}' "$WORK/e1/predictors.csv"; then
+  pass "request under_rate is 0"
+else
+  fail "request under-predicts: $(cat "$WORK/e1/predictors.csv")"
+fi
+for f in predictors.csv tradeoff.csv frontier.csv; do
+  if cmp -s "$WORK/e1/$f" "$WORK/e2/$f"; then pass "$f identical across runs"; else fail "$f differs"; fi
+done
+expect_error "unknown predictor" "unknown predictor 'oracle'" "request, peak, vpa, paladin" -- \
+  predict eval --usage "$USAGE" --predictors vpa,oracle --out "$WORK/bad"
+expect_error "missing usage directory" "cannot open" "pod_gpu_memory_used_bytes_anon.csv" -- \
+  predict eval --usage "$WORK/nowhere" --out "$WORK/bad"
+mkdir -p "$WORK/badusage"
+cp "$USAGE"/*.csv "$WORK/badusage/"
+sed -i '3s/^[^,]*,[^,]*,/1662858720.0,lots,/' "$WORK/badusage/pod_gpu_memory_used_bytes_anon.csv"
+expect_error "a bad usage row" "pod_gpu_memory_used_bytes_anon.csv:3" "field 'value'" -- \
+  predict eval --usage "$WORK/badusage" --out "$WORK/bad"
+
+# --- sim dynamic, on the first 1,500 pods of the default list ---
+
+head -n 1501 "$DATA/alibaba-gpu-2023/openb_pod_list_default.csv" >"$WORK/pods.csv"
+run_dyn() {
+  local rc=0 out
+  out=$("$PALADIN" sim dynamic --nodes "$NODES" --pods "$WORK/pods.csv" --usage "$USAGE" \
+    --loads 1.0,1.5 --seeds 42 --quiet --out "$1" 2>&1) || rc=$?
+  if ((rc != 0)) || crashed "$out"; then fail "sim dynamic: exit $rc: $out"; fi
+}
+run_dyn "$WORK/d1"
+run_dyn "$WORK/d2"
+expect_header "$WORK/d1/dynamic.csv" \
+  "config,load,seed,completed_gpu_hours,jobs_completed,queue_mean_s,queue_p99_s,jct_mean_s,gpu_active_pct,mem_alloc_gib_h,mem_used_gib_h,oom_per_1k_job_h,migrations,migration_downtime_s"
+rows=$(($(wc -l <"$WORK/d1/dynamic.csv") - 1))
+if ((rows == 10)); then pass "dynamic.csv: 5 configs x 2 loads"; else fail "dynamic.csv has $rows rows"; fi
+for f in dynamic.csv timeseries.csv queue_load1.00.svg memory_load1.50.svg; do
+  [[ -s $WORK/d1/$f ]] || fail "no $f"
+done
+for f in dynamic.csv timeseries.csv; do
+  if cmp -s "$WORK/d1/$f" "$WORK/d2/$f"; then pass "$f identical across runs"; else fail "$f differs"; fi
+done
+# Sizing by request never kills a job: usage never exceeds the request.
+if awk -F, '$1 ~ /\+request$/ && $12 != "0.000"{bad=1} END{exit bad}' "$WORK/d1/dynamic.csv"; then
+  pass "request configs have no OOM"
+else
+  fail "OOM under request sizing: $(cat "$WORK/d1/dynamic.csv")"
+fi
+expect_error "load out of range" "--loads: '3'" -- sim dynamic --loads 1,3 --out "$WORK/bad"
+expect_error "unknown config" "unknown 'FGD+magic'" "paladin+paladin+rebalance" -- \
+  sim dynamic --configs FGD+magic --out "$WORK/bad"
+expect_error "pods without times and no time source" "has no time columns" -- \
+  sim dynamic --pods "$DATA/alibaba-gpu-2023/openb_pod_list_multigpu20.csv" \
+  --times-from "$DATA/alibaba-gpu-2023/openb_pod_list_multigpu20.csv" --out "$WORK/bad"
+
+if ((failures > 0)); then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
+echo "all checks passed"
