@@ -16,8 +16,8 @@ std::vector<DynamicConfig> DefaultDynamicConfigs() {
       {"FGD+request", "FGD", "request", false},
       {"FGD+vpa", "FGD", "vpa", false},
       {"paladin+request", "paladin", "request", false},
-      {"paladin+paladin", "paladin", "paladin", false, true},
-      {"paladin+paladin+rebalance", "paladin", "paladin", true, true},
+      {"paladin+paladin", "paladin", "paladin", false, true, true},
+      {"paladin+paladin+rebalance", "paladin", "paladin", true, true, true},
   };
 }
 
@@ -309,6 +309,14 @@ class Sim {
     if (!killed.empty()) SortQueue();
   }
 
+  // Whether job j should have its GPUs to itself: its profile's label says sharing hurts.
+  bool Exclusive(size_t j) const {
+    const Interference* f = in_.interference;
+    const int32_t p = in_.jobs[j].profile;
+    return config_.interference_aware && f != nullptr && p >= 0 &&
+           static_cast<size_t>(p) < f->label.size() && f->label[static_cast<size_t>(p)] >= 2;
+  }
+
   // Raises job j's quotas in place to what it uses now, when its GPUs and node have room.
   bool GrowToUse(size_t j, JobState& s) {
     Workload want = s.shape;
@@ -369,6 +377,7 @@ class Sim {
       *gpu_quota = std::min(*gpu_quota, 1.0);
       w.gpu_milli = MilliOf(*gpu_quota);
       *gpu_quota = static_cast<double>(w.gpu_milli) / kMilliPerGpu;
+      if (Exclusive(j)) w.gpu_milli = kMilliPerGpu;  // the memory quota stays what was predicted
     } else {
       *gpu_quota = 0;
     }

@@ -29,11 +29,16 @@ StatusOr<LucidProfiles> ReadLucidProfiles(const std::string& dir) {
   if (!single.ok()) return single.status();
   LucidProfiles out;
   std::map<std::string, int32_t> index;
+  auto c_label = single->Column("label");
+  if (!c_label.ok()) return c_label.status();
   for (size_t r = 0; r < single->rows(); ++r) {
     auto key = KeyAt(*single, r, "");
     if (!key.ok()) return key.status();
+    auto label = single->Int(r, *c_label, 0, 2);
+    if (!label.ok()) return label.status();
     if (index.emplace(*key, static_cast<int32_t>(out.names.size())).second) {
       out.names.push_back(*key);
+      out.interference.label.push_back(static_cast<int8_t>(*label));
     }
   }
   if (out.names.empty()) return InvalidArgument(single_path + ": no profiles");

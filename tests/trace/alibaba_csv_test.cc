@@ -186,6 +186,103 @@ TEST(ParsePodCsvTest, ColumnsAreFoundByNameInAnyOrder) {
   EXPECT_EQ((*pods)[0].gpu_milli, 250);
 }
 
+// --- pod times ---
+
+constexpr char kTimesHeader[] =
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+    "deletion_time,scheduled_time\n";
+
+StatusOr<std::vector<PodTimes>> ParseTimes(const std::string& text) {
+  return ParsePodTimes(text, "pods.csv");
+}
+
+TEST(ParsePodTimesTest, ReadsTheTimesInFileOrder) {
+  auto times = ParseTimes(std::string(kTimesHeader) +
+                          "p0,1000,1024,1,500,,LS,Running,100,900,120\n"
+                          "p1,1000,1024,0,0,,BE,Succeeded,0,50,0\n"
+                          "p2,1000,1024,1,1000,T4,LS,Running,7200.0,86400,7300\n");
+  ASSERT_TRUE(times.ok()) << times.status().ToString();
+  ASSERT_EQ(times->size(), 3u);
+  EXPECT_EQ((*times)[0].creation_s, 100);
+  EXPECT_EQ((*times)[0].scheduled_s, 120);
+  EXPECT_EQ((*times)[0].deletion_s, 900);
+  EXPECT_EQ((*times)[1].creation_s, 0);
+  EXPECT_EQ((*times)[1].scheduled_s, 0);
+  EXPECT_EQ((*times)[1].deletion_s, 50);
+  EXPECT_EQ((*times)[2].creation_s, 7200);
+  EXPECT_EQ((*times)[2].scheduled_s, 7300);
+  EXPECT_EQ((*times)[2].deletion_s, 86400);
+}
+
+TEST(ParsePodTimesTest, ColumnsAreFoundByName) {
+  auto times = ParseTimes(
+      "scheduled_time,name,deletion_time,creation_time\n"
+      "20,p0,30,10\n");
+  ASSERT_TRUE(times.ok()) << times.status().ToString();
+  ASSERT_EQ(times->size(), 1u);
+  EXPECT_EQ((*times)[0].creation_s, 10);
+  EXPECT_EQ((*times)[0].scheduled_s, 20);
+  EXPECT_EQ((*times)[0].deletion_s, 30);
+}
+
+TEST(ParsePodTimesTest, EmptyScheduledOrDeletionTimesReadAsMinusOne) {
+  auto times = ParseTimes(std::string(kTimesHeader) +
+                          "never-scheduled,1000,1024,1,500,,LS,Pending,100,,\n"
+                          "still-running,1000,1024,1,500,,LS,Running,100,,150\n"
+                          "deleted-unscheduled,1000,1024,1,500,,LS,Failed,100,400,\n");
+  ASSERT_TRUE(times.ok()) << times.status().ToString();
+  ASSERT_EQ(times->size(), 3u);
+  EXPECT_EQ((*times)[0].scheduled_s, -1);
+  EXPECT_EQ((*times)[0].deletion_s, -1);
+  EXPECT_EQ((*times)[1].scheduled_s, 150);
+  EXPECT_EQ((*times)[1].deletion_s, -1);
+  EXPECT_EQ((*times)[2].scheduled_s, -1);
+  EXPECT_EQ((*times)[2].deletion_s, 400);
+  for (const PodTimes& t : *times) EXPECT_EQ(t.creation_s, 100);
+}
+
+TEST(ParsePodTimesTest, APodListWithoutTimesGivesNoTimes) {
+  auto times = ParseTimes(std::string(kPodHeader) + "p0,12000,16384,1,1000,\n");
+  ASSERT_TRUE(times.ok()) << times.status().ToString();
+  EXPECT_TRUE(times->empty());
+}
+
+TEST(ParsePodTimesTest, BadTimesNameTheLineAndField) {
+  struct Case {
+    const char* row;
+    const char* message_part;
+  };
+  const Case cases[] = {
+      {"p0,1,1,0,0,,LS,Running,500,400,\n",
+       "pods.csv:2: field 'deletion_time': before the creation"},
+      {"p0,1,1,0,0,,LS,Running,100,400,450\n",
+       "pods.csv:2: field 'deletion_time': before the scheduled"},
+      {"p0,1,1,0,0,,LS,Running,,400,\n", "pods.csv:2: field 'creation_time': empty"},
+      {"p0,1,1,0,0,,LS,Running,-5,400,\n", "pods.csv:2: field 'creation_time': -5 outside"},
+      {"p0,1,1,0,0,,LS,Running,100,soon,\n", "pods.csv:2: field 'deletion_time': 'soon'"},
+      {"p0,1,1,0,0,,LS,Running,100,,1.5\n", "pods.csv:2: field 'scheduled_time': '1.5'"},
+  };
+  for (const Case& c : cases) {
+    auto times = ParseTimes(std::string(kTimesHeader) + c.row);
+    ASSERT_FALSE(times.ok()) << c.row;
+    EXPECT_EQ(times.status().code(), StatusCode::kInvalidArgument) << c.row;
+    EXPECT_THAT(times.status().message(), HasSubstr(c.message_part)) << c.row;
+  }
+  // The error names the line of the bad row, not the first.
+  auto later = ParseTimes(std::string(kTimesHeader) +
+                          "p0,1,1,0,0,,LS,Running,100,400,\n"
+                          "p1,1,1,0,0,,LS,Running,900,800,\n");
+  ASSERT_FALSE(later.ok());
+  EXPECT_THAT(later.status().message(),
+              AllOf(HasSubstr("pods.csv:3"), HasSubstr("field 'deletion_time'")));
+}
+
+TEST(ParsePodTimesTest, CreationWithoutTheOtherTimeColumnsIsAnError) {
+  auto times = ParseTimes("name,creation_time,deletion_time\np0,1,2\n");
+  ASSERT_FALSE(times.ok());
+  EXPECT_THAT(times.status().message(), HasSubstr("missing column 'scheduled_time'"));
+}
+
 // --- nodes ---
 
 constexpr char kNodeHeader[] = "sn,cpu_milli,memory_mib,gpu,model\n";
@@ -284,6 +381,21 @@ TEST_F(BundledTraceTest, TheFiveColumnMultiGpuFileHasNoModelConstraints) {
     multi_gpu += w.gpu_count > 1 ? 1 : 0;
   }
   EXPECT_GT(multi_gpu, 0);
+}
+
+TEST_F(BundledTraceTest, PodTimesMatchThePodRows) {
+  auto pods = ReadPodTimes(Path("openb_pod_list_default.csv"));
+  ASSERT_TRUE(pods.ok()) << pods.status().ToString();
+  EXPECT_EQ(pods->size(), 8152u);
+  for (const PodTimes& t : *pods) {
+    ASSERT_GE(t.creation_s, 0);
+    if (t.deletion_s >= 0) {
+      ASSERT_GE(t.deletion_s, t.creation_s);
+    }
+  }
+  auto multi = ReadPodTimes(Path("openb_pod_list_multigpu20.csv"));
+  ASSERT_TRUE(multi.ok()) << multi.status().ToString();
+  EXPECT_TRUE(multi->empty());  // the five-column variant carries no times
 }
 
 }  // namespace

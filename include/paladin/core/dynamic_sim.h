@@ -39,6 +39,10 @@ struct Interference {
   // where the pair was not measured (the mean of the measured pairs is used instead).
   std::vector<double> pair_speed;
   double unmeasured_speed = 0.955;  // median of Lucid's measured pairs
+  // Lucid's sharing label per profile: 0 shares well, 1 somewhat, 2 is slowed (or slows others)
+  // by sharing. Paladin's packing gives label-2 jobs GPUs of their own when it knows the label
+  // (Lucid learns it by profiling a job for a few minutes).
+  std::vector<int8_t> label;
 };
 
 struct DynamicJob {
@@ -73,6 +77,8 @@ struct DynamicConfig {
   // Paladin's runtime: a job about to exceed its quota gets it grown in place when its GPUs (and
   // node) have room, instead of an out-of-memory kill (the interposer asks its launcher first).
   bool grow_on_demand = false;
+  // Packs by interference label where profiles are known: label-2 jobs get whole GPUs.
+  bool interference_aware = false;
 };
 
 // The five configurations compared, in report order.
