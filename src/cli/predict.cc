@@ -68,8 +68,7 @@ int RunEval(const EvalArgs& a) {
   const double gib = 1024.0 * 1024 * 1024;
   std::vector<Resource> resources = {
       {"gpu_mem", trace::GenAiMetric::kGpuMemBytes, {a.gpu_request_gib * gib, a.window_s, 1}, 1},
-      {"host_mem", trace::GenAiMetric::kHostMemShare, {1.0, a.window_s, a.host_unit_gib * gib},
-       1}};
+      {"host_mem", trace::GenAiMetric::kHostMemShare, {1.0, a.window_s, a.host_unit_gib * gib}, 1}};
   std::string csv = "predictor,resource,windows,median_rel_err,p95_rel_err,under_rate,mean_slack\n";
   std::string tradeoff =
       "predictor,resource,knob,value,windows,median_rel_err,p95_rel_err,under_rate,mean_slack\n";
@@ -118,8 +117,8 @@ int RunEval(const EvalArgs& a) {
       for (const auto& p : study->tradeoff) {
         if (p.predictor != name) continue;
         tradeoff += p.predictor + "," + r.name + "," + p.knob + "," + Num(p.value, 4) + "," +
-                    std::to_string(p.metrics.windows) + "," + Num(p.metrics.median_rel_err) +
-                    "," + Num(p.metrics.p95_rel_err) + "," + Num(p.metrics.under_rate) + "," +
+                    std::to_string(p.metrics.windows) + "," + Num(p.metrics.median_rel_err) + "," +
+                    Num(p.metrics.p95_rel_err) + "," + Num(p.metrics.under_rate) + "," +
                     Num(p.metrics.mean_slack) + "\n";
       }
       for (int u = 0; u <= 30; ++u) {
@@ -136,18 +135,19 @@ int RunEval(const EvalArgs& a) {
     for (int u = 1; u <= 10; ++u) {
       frontier += std::string(r.name) + "," + Num(u / 100.0, 2);
       for (const auto& n : names) {
-        frontier += "," + Num(core::FrontierSlack(study->tradeoff,
-                                                  core::PredictorFactory::ForName(n)->name(),
-                                                  u / 100.0));
+        frontier +=
+            "," + Num(core::FrontierSlack(study->tradeoff,
+                                          core::PredictorFactory::ForName(n)->name(), u / 100.0));
       }
       frontier += "\n";
     }
-    auto st = report::WriteFile(a.out + "/tradeoff_" + r.name + ".svg", report::LineChartSvg(chart));
+    auto st =
+        report::WriteFile(a.out + "/tradeoff_" + r.name + ".svg", report::LineChartSvg(chart));
     if (!st.ok()) return Fail(st);
   }
-  for (const auto& [file, content] : {std::pair{"predictors.csv", &csv},
-                                      std::pair{"tradeoff.csv", &tradeoff},
-                                      std::pair{"frontier.csv", &frontier}}) {
+  for (const auto& [file, content] :
+       {std::pair{"predictors.csv", &csv}, std::pair{"tradeoff.csv", &tradeoff},
+        std::pair{"frontier.csv", &frontier}}) {
     auto st = report::WriteFile(a.out + "/" + file, *content);
     if (!st.ok()) return Fail(st);
   }

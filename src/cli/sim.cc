@@ -302,8 +302,10 @@ int RunFgd(const FgdArgs& a) {
         moves += static_cast<double>(r.moves), admitted += static_cast<double>(r.rebalanced), ++n;
       }
       if (n == 0) continue;
-      std::printf("  %-13s allocation %+.2f points (95%% CI +-%.2f, %d seeds), %.0f moves to admit %.0f tasks per run\n",
-                  p.c_str(), g.mean, g.ci95, g.seeds, moves / n, admitted / n);
+      std::printf(
+          "  %-13s allocation %+.2f points (95%% CI +-%.2f, %d seeds), %.0f moves to admit %.0f "
+          "tasks per run\n",
+          p.c_str(), g.mean, g.ci95, g.seeds, moves / n, admitted / n);
       char line[200];
       std::snprintf(line, sizeof line, "%s,%d,%.4f,%.4f,%.1f,%.1f\n", p.c_str(), g.seeds, g.mean,
                     g.ci95, moves / n, admitted / n);

@@ -61,7 +61,8 @@ StatusOr<std::vector<double>> ParseLoads(const std::string& spec) {
       if (used != part.size() || !(v >= 0.5 && v <= 2.0)) throw std::invalid_argument(part);
       out.push_back(v);
     } catch (const std::exception&) {
-      return InvalidArgument("--loads: '" + part + "' is not a load between 0.5 and 2 (example: 1.0,1.5)");
+      return InvalidArgument("--loads: '" + part +
+                             "' is not a load between 0.5 and 2 (example: 1.0,1.5)");
     }
   }
   if (out.empty()) return InvalidArgument("--loads is empty");
@@ -221,7 +222,8 @@ int RunDynamic(DynArgs a) {
     double milli_s = 0;
     for (const auto& j : trace_jobs) {
       const int64_t s = std::max(from, j.arrival_s), e = std::min(to, j.arrival_s + j.duration_s);
-      if (e > s) milli_s += static_cast<double>(j.request.TotalGpuMilli()) * static_cast<double>(e - s);
+      if (e > s)
+        milli_s += static_cast<double>(j.request.TotalGpuMilli()) * static_cast<double>(e - s);
     }
     gpus = std::max(1, static_cast<int>(std::lround(milli_s / static_cast<double>(to - from) /
                                                     core::kMilliPerGpu)));
@@ -231,7 +233,8 @@ int RunDynamic(DynArgs a) {
   auto curves = LoadCurves(a.usage);
   if (!curves.ok()) return Fail(curves.status());
   std::vector<int64_t> lengths;
-  for (const auto& c : *curves) lengths.push_back(static_cast<int64_t>(c.host_mem.size()) * c.step_s);
+  for (const auto& c : *curves)
+    lengths.push_back(static_cast<int64_t>(c.host_mem.size()) * c.step_s);
   trace::LucidProfiles lucid;
   if (!a.lucid.empty()) {
     auto l = trace::ReadLucidProfiles(a.lucid);
@@ -267,9 +270,9 @@ int RunDynamic(DynArgs a) {
   std::vector<std::vector<core::DynamicJob>> jobs(loads->size() * seeds->size());
   for (size_t l = 0; l < loads->size(); ++l) {
     for (size_t s = 0; s < seeds->size(); ++s) {
-      jobs[l * seeds->size() + s] = core::BuildDynamicJobs(
-          trace_jobs, curves->size(), lengths, lucid.interference.profiles, (*loads)[l],
-          (*seeds)[s]);
+      jobs[l * seeds->size() + s] =
+          core::BuildDynamicJobs(trace_jobs, curves->size(), lengths, lucid.interference.profiles,
+                                 (*loads)[l], (*seeds)[s]);
     }
   }
   std::vector<StatusOr<core::DynamicResult>> results(tasks.size(), Internal("not run"));
@@ -277,8 +280,8 @@ int RunDynamic(DynArgs a) {
   std::mutex mu;
   const bool tty = isatty(2) != 0;
   const auto start = std::chrono::steady_clock::now();
-  const int workers = a.jobs > 0 ? a.jobs
-                                 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int workers =
+      a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
   for (int w = 0; w < workers; ++w) {
     pool.emplace_back([&] {
@@ -295,7 +298,8 @@ int RunDynamic(DynArgs a) {
         const size_t done = ++finished;
         if (!a.quiet) {
           std::lock_guard<std::mutex> lock(mu);
-          const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          const double el =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           std::fprintf(stderr, "%s[%3zu/%zu] %-26s load %.2f seed %-4llu (elapsed %.0f s)%s",
                        tty ? "\r" : "", done, tasks.size(), (*configs)[t.config].name.c_str(),
                        (*loads)[t.load], static_cast<unsigned long long>((*seeds)[t.seed]), el,
@@ -320,8 +324,8 @@ int RunDynamic(DynArgs a) {
     const auto& r = *rr;
     csv += r.config + "," + Num(r.load, 2) + "," + std::to_string(r.seed) + "," +
            Num(r.completed_gpu_hours, 2) + "," + std::to_string(r.jobs_completed) + "," +
-           Num(r.queue_mean_s, 1) + "," + Num(r.queue_p99_s, 1) + "," + Num(r.jct_mean_s, 1) +
-           "," + Num(r.gpu_active_pct, 2) + "," + Num(r.mem_alloc_gib_h, 1) + "," +
+           Num(r.queue_mean_s, 1) + "," + Num(r.queue_p99_s, 1) + "," + Num(r.jct_mean_s, 1) + "," +
+           Num(r.gpu_active_pct, 2) + "," + Num(r.mem_alloc_gib_h, 1) + "," +
            Num(r.mem_used_gib_h, 1) + "," + Num(r.oom_per_1k_job_h, 3) + "," +
            std::to_string(r.migrations) + "," + Num(r.migration_downtime_s, 1) + "\n";
     for (const auto& s : r.series) {
@@ -426,7 +430,8 @@ void AddSimDynamic(CLI::App* sim, int* exit_code) {
       ->capture_default_str();
   dyn->add_option("--out", args->out, "Output directory")->capture_default_str();
   dyn->add_option("--fleet-gpus", args->fleet_gpus,
-                  "GPUs in the simulated fleet (default: the trace's mean concurrent GPU request over its busy period)");
+                  "GPUs in the simulated fleet (default: the trace's mean concurrent GPU request "
+                  "over its busy period)");
   dyn->add_option("--tick", args->params.tick_s, "Simulation step, seconds")->capture_default_str();
   dyn->add_option("--checkpoint-every", args->params.checkpoint_every_s,
                   "Periodic checkpoint interval, seconds (work after it is lost on OOM)")

@@ -22,8 +22,8 @@ std::vector<DynamicConfig> DefaultDynamicConfigs() {
 }
 
 std::vector<DynamicJob> BuildDynamicJobs(std::span<const TraceJob> trace, size_t curves,
-                                         std::span<const int64_t> curve_lengths_s,
-                                         int32_t profiles, double load, uint64_t seed) {
+                                         std::span<const int64_t> curve_lengths_s, int32_t profiles,
+                                         double load, uint64_t seed) {
   Rng rng(seed * 0x9e3779b97f4a7c15ULL + 17);
   std::vector<size_t> pick;
   if (load == 1.0) {
@@ -42,7 +42,8 @@ std::vector<DynamicJob> BuildDynamicJobs(std::span<const TraceJob> trace, size_t
     if (curves > 0) {
       j.curve = static_cast<int32_t>(rng.Uniform(curves));
       const int64_t len = curve_lengths_s[static_cast<size_t>(j.curve)];
-      j.curve_offset_s = len > 0 ? static_cast<int64_t>(rng.Uniform(static_cast<uint64_t>(len))) : 0;
+      j.curve_offset_s =
+          len > 0 ? static_cast<int64_t>(rng.Uniform(static_cast<uint64_t>(len))) : 0;
     }
     j.profile = (profiles > 0 && j.request.gpu_count > 0)
                     ? static_cast<int32_t>(rng.Uniform(static_cast<uint64_t>(profiles)))
@@ -75,14 +76,14 @@ struct JobState {
   int64_t paused_until = 0;
   int64_t pinned_until = 0;
   int64_t finish_s = -1;
-  int64_t failed_version = -1;  // the fleet version at its last failed placement
+  int64_t failed_version = -1;                 // the fleet version at its last failed placement
   double gpu_use = 0, host_use = 0, busy = 0;  // this tick
   double run_s = 0;
 };
 
 int32_t MilliOf(double share) {
-  return static_cast<int32_t>(std::clamp(std::ceil(share * kMilliPerGpu - 1e-9), 1.0,
-                                         static_cast<double>(kMilliPerGpu)));
+  return static_cast<int32_t>(
+      std::clamp(std::ceil(share * kMilliPerGpu - 1e-9), 1.0, static_cast<double>(kMilliPerGpu)));
 }
 
 class Sim {
@@ -140,7 +141,8 @@ class Sim {
       for (size_t j : running_) {
         const JobState& s = states_[j];
         const double gib = GpuGib(s.placement.node) * s.shape.gpu_count;
-        for (int16_t g : s.placement.gpus) active_gpus_.push_back(int64_t{s.placement.node} * 64 + g);
+        for (int16_t g : s.placement.gpus)
+          active_gpus_.push_back(int64_t{s.placement.node} * 64 + g);
         mem_alloc += s.gpu_quota * gib;
         mem_used += s.gpu_use * gib;
       }
@@ -162,7 +164,8 @@ class Sim {
     double jct = 0, run_h = 0;
     for (size_t j = 0; j < states_.size(); ++j) {
       JobState& s = states_[j];
-      if (s.status == JobStatus::kQueued) s.queued_s += static_cast<double>(horizon_ - s.queued_since);
+      if (s.status == JobStatus::kQueued)
+        s.queued_s += static_cast<double>(horizon_ - s.queued_since);
       if (s.status == JobStatus::kNotArrived) continue;
       if (in_.jobs[j].arrival_s + in_.jobs[j].duration_s <= horizon_) {
         r.possible_gpu_hours += static_cast<double>(in_.jobs[j].request.TotalGpuMilli()) /
@@ -335,8 +338,7 @@ class Sim {
 
   double SpeedOn(size_t j, const std::vector<size_t>& here) const {
     if (here.size() <= 1) return 1;
-    if (in_.interference != nullptr && in_.interference->profiles > 0 &&
-        in_.jobs[j].profile >= 0) {
+    if (in_.interference != nullptr && in_.interference->profiles > 0 && in_.jobs[j].profile >= 0) {
       const Interference& f = *in_.interference;
       double speed = 1;
       for (size_t k : here) {
@@ -361,8 +363,8 @@ class Sim {
 
   void SortQueue() {
     std::stable_sort(queue_.begin(), queue_.end(), [&](size_t a, size_t b) {
-      return in_.jobs[a].arrival_s < in_.jobs[b].arrival_s || (in_.jobs[a].arrival_s ==
-                                                              in_.jobs[b].arrival_s && a < b);
+      return in_.jobs[a].arrival_s < in_.jobs[b].arrival_s ||
+             (in_.jobs[a].arrival_s == in_.jobs[b].arrival_s && a < b);
     });
   }
 
@@ -410,8 +412,8 @@ class Sim {
     m.id = j;
     m.shape = s.shape;
     m.placement = s.placement;
-    const double gpu_bytes = s.gpu_use * GpuGib(s.placement.node) * s.shape.gpu_count *
-                             1024.0 * 1024 * 1024;
+    const double gpu_bytes =
+        s.gpu_use * GpuGib(s.placement.node) * s.shape.gpu_count * 1024.0 * 1024 * 1024;
     m.downtime_s = p_.migration.DowntimeS(gpu_bytes, s.host_use * 1024 * 1024);
     m.movable = t >= s.pinned_until;
     return m;
@@ -536,12 +538,12 @@ class Sim {
   Rebalancer rebalancer_;
   std::unique_ptr<PredictorFactory> gpu_factory_, host_factory_;
   std::vector<JobState> states_;
-  std::vector<size_t> queue_;    // by arrival
-  std::vector<size_t> running_;  // in start order
-  int64_t version_ = 0;          // bumped whenever resources are freed
+  std::vector<size_t> queue_;         // by arrival
+  std::vector<size_t> running_;       // in start order
+  int64_t version_ = 0;               // bumped whenever resources are freed
   std::vector<int64_t> active_gpus_;  // scratch: GPUs with a running job this tick
   int64_t horizon_ = 0;
-  double recent_wait_s_ = 0;     // decaying mean of recent queue waits
+  double recent_wait_s_ = 0;  // decaying mean of recent queue waits
 };
 
 }  // namespace
@@ -556,8 +558,8 @@ StatusOr<DynamicResult> RunDynamicSim(const DynamicInputs& in, const DynamicConf
     }
   }
   if (auto f = PredictorFactory::ForName(config.predictor); !f.ok()) return f.status();
-  auto typical = std::make_shared<const std::vector<TypicalWorkload>>(
-      BuildTypicalWorkloads(in.shape_trace));
+  auto typical =
+      std::make_shared<const std::vector<TypicalWorkload>>(BuildTypicalWorkloads(in.shape_trace));
   TypicalOptions all;
   all.coverage = 1.0;
   auto shapes = std::make_shared<const std::vector<TypicalWorkload>>(

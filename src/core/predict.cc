@@ -8,11 +8,16 @@ namespace paladin::core {
 
 std::string_view PhaseName(Phase p) {
   switch (p) {
-    case Phase::kLoading: return "loading";
-    case Phase::kIdle: return "idle";
-    case Phase::kGrowth: return "growth";
-    case Phase::kSteady: return "steady";
-    case Phase::kActive: return "active";
+    case Phase::kLoading:
+      return "loading";
+    case Phase::kIdle:
+      return "idle";
+    case Phase::kGrowth:
+      return "growth";
+    case Phase::kSteady:
+      return "steady";
+    case Phase::kActive:
+      return "active";
   }
   return "?";
 }
@@ -69,7 +74,8 @@ class VpaPredictor final : public Predictor {
     double start = 0;
     for (int i = 0; start < p_.max_bytes; ++i) {
       starts_.push_back(start);
-      start = p_.first_bucket_bytes * (std::pow(p_.bucket_ratio, i + 1) - 1) / (p_.bucket_ratio - 1);
+      start =
+          p_.first_bucket_bytes * (std::pow(p_.bucket_ratio, i + 1) - 1) / (p_.bucket_ratio - 1);
     }
     starts_.push_back(start);
     weights_.assign(starts_.size() - 1, 0.0);
@@ -340,9 +346,12 @@ class PaladinPredictor final : public Predictor {
 
 std::string_view BaseName(PaladinBase b) {
   switch (b) {
-    case PaladinBase::kRecent: return "recent";
-    case PaladinBase::kLast: return "last";
-    case PaladinBase::kHighest: return "highest";
+    case PaladinBase::kRecent:
+      return "recent";
+    case PaladinBase::kLast:
+      return "last";
+    case PaladinBase::kHighest:
+      return "highest";
   }
   return "?";
 }
@@ -373,7 +382,8 @@ void PaladinClassModel::Add(Phase phase, const Ratios& log_ratios) {
 double PaladinClassModel::Quantile(const Hist& h, int64_t n, double q) {
   if (n == 0) return 0;
   // The upper edge of the bin holding the ceil(q * n)-th smallest value.
-  const auto want = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(q * static_cast<double>(n))));
+  const auto want =
+      std::max<int64_t>(1, static_cast<int64_t>(std::ceil(q * static_cast<double>(n))));
   int64_t acc = 0;
   for (int i = 0; i < kBins; ++i) {
     acc += h[static_cast<size_t>(i)];

@@ -45,8 +45,8 @@ std::vector<std::vector<WindowScore>> EvaluateRolling(std::span<const UsageSerie
     st.has_window = false;
     if (!st.window.any) return;
     for (size_t m = 0; m < makers.size(); ++m) {
-      out[m].push_back({static_cast<int32_t>(s), st.window.origin, st.window.forecast[m],
-                        st.window.peak});
+      out[m].push_back(
+          {static_cast<int32_t>(s), st.window.origin, st.window.forecast[m], st.window.peak});
     }
   };
   const auto open_window = [&](size_t s) {
@@ -182,8 +182,7 @@ StatusOr<PredictorStudy> StudyPredictors(std::span<const UsageSeries> series,
           for (double margin : {0.0, 0.15, 0.3, 0.5, 0.75, 1.0}) {
             PALADIN_RETURN_IF_ERROR(
                 add(name, "target_percentile@safety_margin=" + std::to_string(margin).substr(0, 4),
-                    pct, false,
-                    [pct, margin](PredictorFactory& f) {
+                    pct, false, [pct, margin](PredictorFactory& f) {
                       f.vpa.target_percentile = pct;
                       f.vpa.safety_margin = margin;
                     }));
@@ -192,8 +191,8 @@ StatusOr<PredictorStudy> StudyPredictors(std::span<const UsageSeries> series,
       } else if (name == "paladin") {
         for (double q : {0.5, 0.7, 0.8, 0.85, 0.9, 0.925, 0.95, 0.96, 0.97, 0.975, 0.98, 0.985,
                          0.99, 0.9925, 0.995, 0.9975, 0.999}) {
-          PALADIN_RETURN_IF_ERROR(
-              add(name, "quantile", q, false, [q](PredictorFactory& f) { f.paladin.quantile = q; }));
+          PALADIN_RETURN_IF_ERROR(add(name, "quantile", q, false,
+                                      [q](PredictorFactory& f) { f.paladin.quantile = q; }));
         }
       }
     }

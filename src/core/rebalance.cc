@@ -8,9 +8,7 @@ namespace {
 
 constexpr uint64_t kTrialId = std::numeric_limits<uint64_t>::max() - 1;
 
-double GpuShare(const Workload& w) {
-  return static_cast<double>(w.TotalGpuMilli()) / kMilliPerGpu;
-}
+double GpuShare(const Workload& w) { return static_cast<double>(w.TotalGpuMilli()) / kMilliPerGpu; }
 
 // Whether the node could ever hold `w`, empty.
 bool Capable(const Node& n, const Workload& w) {
@@ -170,8 +168,7 @@ std::optional<AdmissionPlan> Rebalancer::PlanAdmission(Fleet& fleet, const Workl
 }
 
 std::optional<Move> Rebalancer::PlanGrowth(Fleet& fleet, const MovableJob& job,
-                                           const Workload& grown, Packer& packer,
-                                           Rng& rng) const {
+                                           const Workload& grown, Packer& packer, Rng& rng) const {
   if (!job.movable || !fleet.IsReserved(job.id)) return std::nullopt;
   fleet.Unreserve(job.id);
   const Decision d = packer.Schedule(fleet, grown, rng);

@@ -141,9 +141,9 @@ StatusOr<std::vector<PodTimes>> ParsePodTimes(const std::string& text, const std
   std::vector<PodTimes> out;
   if (!t.HasColumn("creation_time")) return out;
   size_t c_create, c_sched, c_del;
-  for (auto [name, col] : {std::pair{"creation_time", &c_create},
-                           std::pair{"scheduled_time", &c_sched},
-                           std::pair{"deletion_time", &c_del}}) {
+  for (auto [name, col] :
+       {std::pair{"creation_time", &c_create}, std::pair{"scheduled_time", &c_sched},
+        std::pair{"deletion_time", &c_del}}) {
     auto c = t.Column(name);
     if (!c.ok()) return c.status();
     *col = *c;
@@ -155,7 +155,8 @@ StatusOr<std::vector<PodTimes>> ParsePodTimes(const std::string& text, const std
     auto created = t.Int(r, c_create, 0, kMaxTime);
     if (!created.ok()) return created.status();
     p.creation_s = *created;
-    for (auto [col, field] : {std::pair{c_sched, &p.scheduled_s}, std::pair{c_del, &p.deletion_s}}) {
+    for (auto [col, field] :
+         {std::pair{c_sched, &p.scheduled_s}, std::pair{c_del, &p.deletion_s}}) {
       if (t.Cell(r, col).empty()) continue;
       auto v = t.Int(r, col, 0, kMaxTime);
       if (!v.ok()) return v.status();

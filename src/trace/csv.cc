@@ -145,8 +145,8 @@ StatusOr<double> CsvTable::Double(size_t row, size_t col, double min, double max
     return ErrorAt(row, col, "'" + s + "' is not a number");
   }
   if (d < min || d > max) {
-    return ErrorAt(row, col, "'" + s + "' outside " + std::to_string(min) + ".." +
-                                 std::to_string(max));
+    return ErrorAt(row, col,
+                   "'" + s + "' outside " + std::to_string(min) + ".." + std::to_string(max));
   }
   return d;
 }

@@ -10,17 +10,19 @@ namespace paladin::trace {
 
 const char* GenAiFileName(GenAiMetric metric) {
   switch (metric) {
-    case GenAiMetric::kGpuMemBytes: return "pod_gpu_memory_used_bytes_anon.csv";
-    case GenAiMetric::kHostMemShare: return "pod_memory_util_anon.csv";
-    case GenAiMetric::kGpuDutyPct: return "pod_gpu_duty_cycle_anon.csv";
+    case GenAiMetric::kGpuMemBytes:
+      return "pod_gpu_memory_used_bytes_anon.csv";
+    case GenAiMetric::kHostMemShare:
+      return "pod_memory_util_anon.csv";
+    case GenAiMetric::kGpuDutyPct:
+      return "pod_gpu_duty_cycle_anon.csv";
   }
   return "";
 }
 
 StatusOr<std::vector<core::UsageSeries>> ParseGenAiUsage(const std::string& text,
                                                          const std::string& source,
-                                                         GenAiMetric metric,
-                                                         int64_t* skipped) {
+                                                         GenAiMetric metric, int64_t* skipped) {
   if (skipped != nullptr) *skipped = 0;
   auto table = CsvTable::Parse(text, source);
   if (!table.ok()) return table.status();
@@ -75,8 +77,8 @@ StatusOr<std::vector<core::UsageSeries>> ParseGenAiUsage(const std::string& text
   return out;
 }
 
-StatusOr<std::vector<core::UsageSeries>> ReadGenAiUsage(const std::string& dir,
-                                                        GenAiMetric metric, int64_t* skipped) {
+StatusOr<std::vector<core::UsageSeries>> ReadGenAiUsage(const std::string& dir, GenAiMetric metric,
+                                                        int64_t* skipped) {
   const std::string path = dir + "/" + GenAiFileName(metric);
   auto text = ReadWholeFile(path);
   if (!text.ok()) return text.status();

@@ -26,7 +26,7 @@ namespace paladin::core {
 struct UsageCurve {
   std::string id;
   int64_t step_s = 60;
-  std::vector<float> gpu_mem;  // share of the GPU's memory, at a whole-GPU request
+  std::vector<float> gpu_mem;   // share of the GPU's memory, at a whole-GPU request
   std::vector<float> gpu_busy;  // 0..1
   std::vector<float> host_mem;  // share of the container's memory limit
 };
@@ -46,12 +46,12 @@ struct Interference {
 };
 
 struct DynamicJob {
-  Workload request;          // the trace's request: CPU, memory, GPU count and share
+  Workload request;  // the trace's request: CPU, memory, GPU count and share
   int64_t arrival_s = 0;
-  int64_t duration_s = 0;    // run time alone
-  int32_t curve = 0;         // index into the usage curves
+  int64_t duration_s = 0;  // run time alone
+  int32_t curve = 0;       // index into the usage curves
   int64_t curve_offset_s = 0;
-  int32_t profile = -1;      // interference profile, -1 = none
+  int32_t profile = -1;  // interference profile, -1 = none
 };
 
 // A job of the trace: its request, when it arrived and how long it ran.
@@ -66,8 +66,8 @@ struct TraceJob {
 // usage curve and a start offset into it, and GPU jobs to an interference profile, uniformly at
 // random; all of it depends on the seed only.
 std::vector<DynamicJob> BuildDynamicJobs(std::span<const TraceJob> trace, size_t curves,
-                                         std::span<const int64_t> curve_lengths_s,
-                                         int32_t profiles, double load, uint64_t seed);
+                                         std::span<const int64_t> curve_lengths_s, int32_t profiles,
+                                         double load, uint64_t seed);
 
 struct DynamicConfig {
   std::string name;                   // e.g. "paladin+paladin+rebalance"
@@ -85,11 +85,11 @@ struct DynamicConfig {
 std::vector<DynamicConfig> DefaultDynamicConfigs();
 
 struct DynamicParams {
-  int64_t tick_s = 300;             // the simulation's step (usage peaks are taken per tick)
-  int64_t resize_every_s = 3600;    // predictor-sized quotas are revised this often
+  int64_t tick_s = 300;               // the simulation's step (usage peaks are taken per tick)
+  int64_t resize_every_s = 3600;      // predictor-sized quotas are revised this often
   int64_t checkpoint_every_s = 1800;  // periodic checkpoints: work since the last is lost on OOM
-  int64_t horizon_s = -1;           // -1: the last arrival
-  double gpu_mem_gib_default = 32;  // GPU memory for models whose memory is unknown
+  int64_t horizon_s = -1;             // -1: the last arrival
+  double gpu_mem_gib_default = 32;    // GPU memory for models whose memory is unknown
   MigrationCost migration;
   RebalanceParams rebalance;
   int max_admission_plans_per_tick = 4;
@@ -134,7 +134,7 @@ struct DynamicInputs {
   std::span<const DynamicJob> jobs;  // sorted by arrival
   std::span<const UsageCurve> curves;
   const Interference* interference = nullptr;  // null: busy-share model
-  std::span<const Workload> shape_trace;  // what FGD and paladin may know of the workload mix
+  std::span<const Workload> shape_trace;       // what FGD and paladin may know of the workload mix
 };
 
 StatusOr<DynamicResult> RunDynamicSim(const DynamicInputs& in, const DynamicConfig& config,

@@ -54,9 +54,9 @@ class Predictor {
 
 // Parameters shared by all predictors of one resource.
 struct ResourceSpec {
-  double request = 0;     // the workload's request (or limit); also the ceiling of forecasts
+  double request = 0;       // the workload's request (or limit); also the ceiling of forecasts
   int64_t window_s = 3600;  // the forecast window
-  double unit_bytes = 1;  // bytes per unit of value (VPA's constants are in bytes)
+  double unit_bytes = 1;    // bytes per unit of value (VPA's constants are in bytes)
 };
 
 // --- the simple rule --------------------------------------------------------------------------
@@ -68,14 +68,14 @@ struct PeakParams {
 // Its defaults (pkg/recommender) except the peak interval, which is 5 min here (24 h upstream)
 // because the usage series span less than a day. See docs/predictors.md.
 struct VpaParams {
-  int64_t peak_interval_s = 300;        // memoryAggregationInterval: one peak sample per interval
-  double half_life_s = 24 * 3600.0;     // decaying histogram's half-life
-  double target_percentile = 0.9;       // target = this percentile of the peaks ...
-  double safety_margin = 0.15;          // ... x (1 + this)
-  double first_bucket_bytes = 1e7;      // exponential histogram: first bucket 10 MB,
-  double bucket_ratio = 1.05;           // each next bucket 5% wider,
-  double max_bytes = 1e12;              // up to 1 TB
-  double oom_bump_ratio = 1.2;          // after an OOM at m: a sample of max(1.2 m, m + 100 MiB)
+  int64_t peak_interval_s = 300;     // memoryAggregationInterval: one peak sample per interval
+  double half_life_s = 24 * 3600.0;  // decaying histogram's half-life
+  double target_percentile = 0.9;    // target = this percentile of the peaks ...
+  double safety_margin = 0.15;       // ... x (1 + this)
+  double first_bucket_bytes = 1e7;   // exponential histogram: first bucket 10 MB,
+  double bucket_ratio = 1.05;        // each next bucket 5% wider,
+  double max_bytes = 1e12;           // up to 1 TB
+  double oom_bump_ratio = 1.2;       // after an OOM at m: a sample of max(1.2 m, m + 100 MiB)
   double oom_min_bump_bytes = 100.0 * 1024 * 1024;
   double min_bytes = 250.0 * 1024 * 1024;  // pod-recommendation-min-memory-mb
 };
@@ -121,10 +121,10 @@ class PaladinClassModel {
 
   struct Choice {
     PaladinBase base = PaladinBase::kRecent;
-    double log_q = 0;       // the q-quantile of log(peak / base)
-    double log_lo = 0;      // its 16th and 84th percentiles: the spread
+    double log_q = 0;   // the q-quantile of log(peak / base)
+    double log_lo = 0;  // its 16th and 84th percentiles: the spread
     double log_hi = 0;
-    double exp_slack = 0;   // the slack a forecast of base x exp(log_q) is expected to leave
+    double exp_slack = 0;  // the slack a forecast of base x exp(log_q) is expected to leave
   };
   // For `phase` (or, when `pooled`, every phase but loading, whose base is the request): the
   // base whose q-quantile forecast leaves the least expected slack.
