@@ -78,7 +78,12 @@ StatusOr<std::vector<core::DynamicConfig>> ParseConfigs(const std::string& spec)
     if (it == all.end()) {
       std::string valid;
       for (const auto& c : all) valid += (valid.empty() ? "" : ", ") + c.name;
-      return InvalidArgument("--configs: unknown '" + part + "' (valid: " + valid + ")");
+      std::string msg = "--configs: unknown '";
+      msg += part;
+      msg += "' (valid: ";
+      msg += valid;
+      msg += ")";
+      return InvalidArgument(msg);
     }
     out.push_back(*it);
   }
@@ -216,6 +221,7 @@ int RunDynamic(DynArgs a) {
   int gpus = a.fleet_gpus;
   if (gpus <= 0) {
     std::vector<int64_t> arrivals;
+    arrivals.reserve(trace_jobs.size());
     for (const auto& j : trace_jobs) arrivals.push_back(j.arrival_s);
     std::sort(arrivals.begin(), arrivals.end());
     const int64_t from = arrivals[arrivals.size() / 100], to = arrivals.back();
@@ -242,6 +248,7 @@ int RunDynamic(DynArgs a) {
     lucid = std::move(*l);
   }
   std::vector<core::Workload> shapes;
+  shapes.reserve(trace_jobs.size());
   for (const auto& j : trace_jobs) shapes.push_back(j.request);
 
   std::fprintf(stderr,
@@ -283,6 +290,7 @@ int RunDynamic(DynArgs a) {
   const int workers =
       a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(workers));
   for (int w = 0; w < workers; ++w) {
     pool.emplace_back([&] {
       for (size_t i = next++; i < tasks.size(); i = next++) {

@@ -118,7 +118,8 @@ class Sim {
     horizon_ = p_.horizon_s >= 0 ? p_.horizon_s : in_.jobs.back().arrival_s;
     size_t next_arrival = 0;
     double active_gpu_s = 0, time_s = 0;
-    for (int64_t t = t0; t <= horizon_ + p_.tick_s; t += p_.tick_s) {
+    // Each step covers the tick ending at t; the last one is the tick that reaches the horizon.
+    for (int64_t t = t0; t - p_.tick_s < horizon_; t += p_.tick_s) {
       // Skip idle stretches: nothing queued or running until the next arrival.
       if (running_.empty() && queue_.empty() && next_arrival < in_.jobs.size() &&
           in_.jobs[next_arrival].arrival_s > t) {
@@ -128,7 +129,7 @@ class Sim {
           t = next;
         }
       }
-      if (t > horizon_) break;
+      if (t - p_.tick_s >= horizon_) break;
       while (next_arrival < in_.jobs.size() && in_.jobs[next_arrival].arrival_s <= t) {
         Enqueue(next_arrival++, t);
       }
@@ -149,12 +150,13 @@ class Sim {
       std::sort(active_gpus_.begin(), active_gpus_.end());
       const auto active = static_cast<double>(
           std::unique(active_gpus_.begin(), active_gpus_.end()) - active_gpus_.begin());
-      const double dt = static_cast<double>(p_.tick_s);
+      // Accounting for the tick that starts now, up to the horizon.
+      const auto dt = static_cast<double>(std::clamp<int64_t>(horizon_ - t, 0, p_.tick_s));
       active_gpu_s += active * dt;
       time_s += dt;
       r.mem_alloc_gib_h += mem_alloc * dt / 3600;
       r.mem_used_gib_h += mem_used * dt / 3600;
-      if ((t - t0) % 3600 == 0) {
+      if ((t - t0) % 3600 == 0 && t <= horizon_) {
         r.series.push_back({t, static_cast<int32_t>(queue_.size()),
                             static_cast<int32_t>(running_.size()), mem_alloc, mem_used});
       }
@@ -320,10 +322,15 @@ class Sim {
            static_cast<size_t>(p) < f->label.size() && f->label[static_cast<size_t>(p)] >= 2;
   }
 
+  // Whether job j holds whole GPUs whatever its memory quota.
+  bool WholeGpus(size_t j) const { return in_.jobs[j].request.gpu_count > 1 || Exclusive(j); }
+
   // Raises job j's quotas in place to what it uses now, when its GPUs and node have room.
   bool GrowToUse(size_t j, JobState& s) {
     Workload want = s.shape;
-    if (s.shape.gpu_count > 0) want.gpu_milli = std::max(want.gpu_milli, MilliOf(s.gpu_use));
+    if (s.shape.gpu_count > 0 && !WholeGpus(j)) {
+      want.gpu_milli = std::max(want.gpu_milli, MilliOf(s.gpu_use));
+    }
     want.mem_mib = std::max(want.mem_mib, static_cast<int64_t>(std::ceil(s.host_use)));
     fleet_.Unreserve(j);
     if (!fleet_.Reserve(j, want, s.placement).ok()) {
@@ -331,7 +338,8 @@ class Sim {
       return false;
     }
     s.shape = want;
-    s.gpu_quota = static_cast<double>(want.gpu_milli) / kMilliPerGpu;
+    s.gpu_quota = WholeGpus(j) ? std::max(s.gpu_quota, MilliOf(s.gpu_use) / double{kMilliPerGpu})
+                               : static_cast<double>(want.gpu_milli) / kMilliPerGpu;
     s.host_quota = static_cast<double>(want.mem_mib);
     return true;
   }
@@ -343,8 +351,9 @@ class Sim {
       double speed = 1;
       for (size_t k : here) {
         if (k == j || in_.jobs[k].profile < 0) continue;
-        const double v = f.pair_speed[static_cast<size_t>(in_.jobs[j].profile * f.profiles +
-                                                          in_.jobs[k].profile)];
+        const double v = f.pair_speed[static_cast<size_t>(in_.jobs[j].profile) *
+                                          static_cast<size_t>(f.profiles) +
+                                      static_cast<size_t>(in_.jobs[k].profile)];
         speed *= std::min(1.0, std::isnan(v) ? f.unmeasured_speed : v);
       }
       return speed;
@@ -377,9 +386,10 @@ class Sim {
     if (w.gpu_count > 0) {
       *gpu_quota = std::max(s.gpu_pred->Predict(t).value, floor_gpu);
       *gpu_quota = std::min(*gpu_quota, 1.0);
-      w.gpu_milli = MilliOf(*gpu_quota);
-      *gpu_quota = static_cast<double>(w.gpu_milli) / kMilliPerGpu;
-      if (Exclusive(j)) w.gpu_milli = kMilliPerGpu;  // the memory quota stays what was predicted
+      *gpu_quota = static_cast<double>(MilliOf(*gpu_quota)) / kMilliPerGpu;
+      // Jobs on whole GPUs (several GPUs, or a GPU of their own) keep their quota on memory
+      // only; the others pack by it.
+      w.gpu_milli = WholeGpus(j) ? kMilliPerGpu : MilliOf(*gpu_quota);
     } else {
       *gpu_quota = 0;
     }
@@ -440,7 +450,10 @@ class Sim {
       s.next_resize = t + p_.resize_every_s;
       double gq = 0, hq = 0;
       const Workload want = ShapeFor(j, t, &gq, &hq);
-      if (want.gpu_milli == s.shape.gpu_milli && want.mem_mib == s.shape.mem_mib) continue;
+      if (want.gpu_milli == s.shape.gpu_milli && want.mem_mib == s.shape.mem_mib) {
+        s.gpu_quota = gq;  // whole-GPU jobs: the quota changes, the reservation does not
+        continue;
+      }
       // In place: release, try the bigger (or smaller) shape on the same GPUs, else put back.
       const Workload old = s.shape;
       fleet_.Unreserve(j);
@@ -483,7 +496,7 @@ class Sim {
         (void)fleet_.Reserve(j, partial, s.placement);
         ++version_;
         s.shape = partial;
-        s.gpu_quota = static_cast<double>(partial.gpu_milli) / kMilliPerGpu;
+        s.gpu_quota = WholeGpus(j) ? gq : static_cast<double>(partial.gpu_milli) / kMilliPerGpu;
         s.host_quota = static_cast<double>(partial.mem_mib);
       }
     }
@@ -552,12 +565,24 @@ StatusOr<DynamicResult> RunDynamicSim(const DynamicInputs& in, const DynamicConf
                                       const DynamicParams& params, double load, uint64_t seed) {
   if (in.fleet == nullptr) return InvalidArgument("no fleet");
   if (in.curves.empty()) return InvalidArgument("no usage curves");
+  for (const auto& c : in.curves) {
+    if (c.step_s <= 0) return InvalidArgument("usage curve '" + c.id + "': step must be positive");
+    if (c.gpu_mem.size() != c.host_mem.size() || c.gpu_busy.size() != c.host_mem.size() ||
+        c.host_mem.empty()) {
+      return InvalidArgument("usage curve '" + c.id +
+                             "': GPU memory, GPU busy and host memory must have the same, "
+                             "non-zero number of samples");
+    }
+  }
   for (const auto& j : in.jobs) {
     if (j.curve < 0 || static_cast<size_t>(j.curve) >= in.curves.size()) {
       return InvalidArgument("job '" + j.request.name + "' has no usage curve");
     }
   }
-  if (auto f = PredictorFactory::ForName(config.predictor); !f.ok()) return f.status();
+  auto predictor = PredictorFactory::ForName(config.predictor);
+  if (!predictor.ok()) return predictor.status();
+  DynamicConfig canonical = config;
+  canonical.predictor = predictor->name();
   auto typical =
       std::make_shared<const std::vector<TypicalWorkload>>(BuildTypicalWorkloads(in.shape_trace));
   TypicalOptions all;
@@ -566,7 +591,7 @@ StatusOr<DynamicResult> RunDynamicSim(const DynamicInputs& in, const DynamicConf
       BuildTypicalWorkloads(in.shape_trace, all));
   auto policy = MakePolicy(config.policy, PolicyContext{typical, shapes});
   if (!policy.ok()) return policy.status();
-  Sim sim(in, config, params, std::move(*policy));
+  Sim sim(in, canonical, params, std::move(*policy));
   DynamicResult r = sim.Run(seed);
   r.load = load;
   return r;

@@ -129,7 +129,7 @@ std::optional<AdmissionPlan> Rebalancer::PlanAdmission(Fleet& fleet, const Workl
     AdmissionPlan plan;
     bool found = false;
     // One job first, then pairs; the cheapest that works on this node.
-    for (size_t a = 0; a < here.size() && !found; ++a) {
+    for (size_t a = 0; a < here.size() && !found && params_.max_moves >= 1; ++a) {
       victims = {here[a]};
       if (cost_of(here[a]) > max_cost) break;  // sorted by cost: the rest cost more
       found = trial(c.node, &plan);

@@ -67,8 +67,9 @@ StatusOr<LucidProfiles> ReadLucidProfiles(const std::string& dir) {
     if (!s2.ok()) return s2.status();
     const auto a = index.find(*k1), b = index.find(*k2);
     if (a == index.end() || b == index.end()) continue;  // a pair of a job never profiled alone
-    const auto ab = static_cast<size_t>(a->second * n + b->second);
-    const auto ba = static_cast<size_t>(b->second * n + a->second);
+    const auto un = static_cast<size_t>(n);
+    const size_t ab = static_cast<size_t>(a->second) * un + static_cast<size_t>(b->second);
+    const size_t ba = static_cast<size_t>(b->second) * un + static_cast<size_t>(a->second);
     sum[ab] += *s1, ++count[ab];
     sum[ba] += *s2, ++count[ba];
     all.push_back(*s1), all.push_back(*s2);
@@ -81,7 +82,8 @@ StatusOr<LucidProfiles> ReadLucidProfiles(const std::string& dir) {
     if (count[i] > 0) out.interference.pair_speed[i] = sum[i] / count[i];
   }
   std::sort(all.begin(), all.end());
-  out.interference.unmeasured_speed = all[all.size() / 2];
+  const size_t m = all.size();
+  out.interference.unmeasured_speed = m % 2 == 1 ? all[m / 2] : (all[m / 2 - 1] + all[m / 2]) / 2;
   return out;
 }
 

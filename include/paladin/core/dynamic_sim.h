@@ -36,7 +36,7 @@ struct UsageCurve {
 struct Interference {
   int32_t profiles = 0;
   // speed[a * profiles + b] = speed of a profile-a job sharing a GPU with a profile-b job; NaN
-  // where the pair was not measured (the mean of the measured pairs is used instead).
+  // where the pair was not measured (unmeasured_speed is used instead).
   std::vector<double> pair_speed;
   double unmeasured_speed = 0.955;  // median of Lucid's measured pairs
   // Lucid's sharing label per profile: 0 shares well, 1 somewhat, 2 is slowed (or slows others)
@@ -94,7 +94,7 @@ struct DynamicParams {
   RebalanceParams rebalance;
   int max_admission_plans_per_tick = 4;
   // Only jobs that waited this long get an admission plan (moving others has a cost for them).
-  int64_t admission_min_wait_s = 6 * 3600;
+  int64_t admission_min_wait_s = int64_t{6} * 3600;
   int64_t min_time_between_moves_s = 3600;  // a job moved is pinned for this long
   // paladin's sizing quantile when quotas can grow on demand (0: the predictor's default).
   double paladin_quantile = 0.5;
