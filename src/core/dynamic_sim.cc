@@ -318,7 +318,7 @@ class Sim {
   bool Exclusive(size_t j) const {
     const Interference* f = in_.interference;
     const int32_t p = in_.jobs[j].profile;
-    return config_.interference_aware && f != nullptr && p >= 0 &&
+    return config_.interference_aware && p_.isolate_sensitive && f != nullptr && p >= 0 &&
            static_cast<size_t>(p) < f->label.size() && f->label[static_cast<size_t>(p)] >= 2;
   }
 
@@ -520,7 +520,8 @@ class Sim {
         continue;
       }
       if (config_.rebalance && plans < p_.max_admission_plans_per_tick &&
-          t - s.queued_since >= p_.admission_min_wait_s) {
+          t - s.queued_since >= p_.admission_min_wait_s &&
+          (!p_.admission_head_only || j == queue_.front())) {
         ++plans;
         std::vector<MovableJob> movable;
         movable.reserve(running_.size());

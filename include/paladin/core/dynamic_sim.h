@@ -94,10 +94,14 @@ struct DynamicParams {
   RebalanceParams rebalance;
   int max_admission_plans_per_tick = 4;
   // Only jobs that waited this long get an admission plan (moving others has a cost for them).
-  int64_t admission_min_wait_s = int64_t{6} * 3600;
+  int64_t admission_min_wait_s = int64_t{24} * 3600;
+  // Only the job at the head of the queue (the oldest waiting) gets an admission plan.
+  bool admission_head_only = false;
   int64_t min_time_between_moves_s = 3600;  // a job moved is pinned for this long
   // paladin's sizing quantile when quotas can grow on demand (0: the predictor's default).
   double paladin_quantile = 0.5;
+  // Whether interference-aware configurations give label-2 jobs whole GPUs.
+  bool isolate_sensitive = true;
 };
 
 struct DynamicSeries {  // one row per hour of the run
