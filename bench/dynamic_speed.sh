@@ -13,11 +13,11 @@ base=""
 for cfg in FGD+request FGD+vpa paladin+request paladin+paladin paladin+paladin+rebalance; do
   start=$(date +%s.%N)
   "$BIN" sim dynamic --usage "$USAGE" --loads 1.0 --seeds 42 --configs "$cfg" --jobs 1 --quiet \
-    --out "$OUT/$cfg" >/dev/null
+    --out "$OUT/$cfg" >/dev/null 2>&1
   secs=$(echo "$(date +%s.%N) - $start" | bc)
   [ -z "$base" ] && base=$secs
   printf '%-27s %6.1f s   %5.2fx FGD+request\n' "$cfg" "$secs" "$(echo "$secs / $base" | bc -l)"
 done
 start=$(date +%s.%N)
-"$BIN" sim dynamic --usage "$USAGE" --loads 1.0 --seeds 42 --quiet --out "$OUT/all" >/dev/null
+"$BIN" sim dynamic --usage "$USAGE" --loads 1.0 --seeds 42 --quiet --out "$OUT/all" >/dev/null 2>&1
 printf '%-27s %6.1f s   (all cores)\n' "all five" "$(echo "$(date +%s.%N) - $start" | bc)"
