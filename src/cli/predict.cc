@@ -105,6 +105,16 @@ int RunEval(const EvalArgs& a) {
                     m.under_rate, m.mean_slack);
       table += buf;
     }
+    // paladin against VPA at VPA's own under-prediction rate: the claim the sweep checks.
+    for (const auto& [name, m] : study->defaults) {
+      if (name != "vpa" || !a.sweep) continue;
+      const double slack = core::FrontierSlack(study->tradeoff, "paladin", m.under_rate);
+      if (std::isnan(slack)) continue;
+      std::snprintf(buf, sizeof buf,
+                    "at vpa's under_rate %.3f: paladin's least slack %.3f, vpa's %.3f\n",
+                    m.under_rate, slack, m.mean_slack);
+      table += buf;
+    }
     report::Chart chart;
     chart.title = std::string("Slack against under-prediction, ") + r.name +
                   " (each point: one setting of the predictor's knob)";
