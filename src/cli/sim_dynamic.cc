@@ -466,9 +466,10 @@ void AddSimDynamic(CLI::App* sim, int* exit_code) {
   dyn->add_option("--admission-plans", args->params.max_admission_plans_per_tick,
                   "Admission plans tried per tick")
       ->capture_default_str();
-  dyn->add_flag("!--share-sensitive", args->params.isolate_sensitive,
-                "Let paladin's packing co-locate jobs Lucid labels as sharing-sensitive (by default "
-                "they get GPUs of their own)");
+  dyn->add_flag(
+      "!--share-sensitive", args->params.isolate_sensitive,
+      "Let paladin's packing co-locate jobs Lucid labels as sharing-sensitive (by default "
+      "they get GPUs of their own)");
   dyn->add_option("--jobs", args->jobs, "Parallel runs (default: all cores)");
   dyn->add_flag("--quiet", args->quiet, "No progress lines");
   dyn->callback([args, exit_code] { *exit_code = RunDynamic(*args); });
