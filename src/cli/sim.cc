@@ -66,6 +66,7 @@ struct FgdArgs {
   bool bounds = false;
   bool rebalance = false;
   int rebalance_candidates = 8;
+  double defrag_every_pct = 1;
 };
 
 // The published means for `trace` (a pods file stem such as openb_pod_list_default), if any.
@@ -183,6 +184,7 @@ int RunFgd(const FgdArgs& a) {
       o.rebalance = tasks[i].rebalance;
       o.rebalance_params.max_moves = 4;
       o.rebalance_params.max_candidate_nodes = a.rebalance_candidates;
+      o.defrag_every_pct = a.defrag_every_pct;
       auto r = core::RunFgdSim(*fleet, *pods, tasks[i].policy, tasks[i].seed, o);
       if (r.ok()) {
         results[i] = std::move(r).value();
@@ -378,7 +380,12 @@ void RegisterSim(CLI::App& app, int* exit_code) {
                 "packer's allocation (bounds.csv)");
   fgd->add_flag("--rebalance", args->rebalance,
                 "Also run each policy with the rebalancer: a task that fits nowhere may move up "
-                "to four placed tasks to make room (reported as POLICY+rebalance, with moves)");
+                "to four placed tasks to make room, and every --defrag-every points of load shared "
+                "tasks move where that lowers fragmentation (reported as POLICY+rebalance)");
+  fgd->add_option("--defrag-every", args->defrag_every_pct,
+                  "With --rebalance: every this many points of arrived load, move shared tasks "
+                  "where that lowers fragmentation (0 = never)")
+      ->capture_default_str();
   fgd->add_option("--rebalance-candidates", args->rebalance_candidates,
                   "Nodes the rebalancer tries per task that fits nowhere")
       ->capture_default_str();

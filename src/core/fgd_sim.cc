@@ -106,6 +106,7 @@ StatusOr<FgdRunResult> RunFgdSim(const Fleet& fleet, std::span<const Workload> t
   r.policy = packer.policy().name + (options.rebalance ? "+rebalance" : "");
   const Rebalancer rebalancer(options.rebalance_params);
   std::vector<MovableJob> placed;  // what the rebalancer may move: every placed task
+  double next_defrag_pct = options.defrag_every_pct;
   const auto refresh = [&](int32_t node) {
     const auto i = static_cast<size_t>(node);
     frag_total -= node_frag[i];
@@ -119,6 +120,20 @@ StatusOr<FgdRunResult> RunFgdSim(const Fleet& fleet, std::span<const Workload> t
     const Workload& w = arrivals[k];
     arrived += w.TotalGpuMilli();
     const int64_t t0 = options.clock_ns ? options.clock_ns() : 0;
+    if (options.rebalance && options.defrag_every_pct > 0 &&
+        100.0 * static_cast<double>(arrived) / capacity >= next_defrag_pct) {
+      next_defrag_pct += options.defrag_every_pct;
+      for (const Move& mv :
+           rebalancer.PlanDefrag(state, placed, *typical, options.defrag_moves, 1.0)) {
+        MovableJob& job = placed[static_cast<size_t>(mv.job)];
+        state.Unreserve(mv.job);
+        PALADIN_RETURN_IF_ERROR(state.Reserve(mv.job, job.shape, mv.to));
+        refresh(mv.from.node);
+        refresh(mv.to.node);
+        job.placement = mv.to;
+        ++r.moves;
+      }
+    }
     Decision d = packer.Schedule(state, w, rng);
     if (!d.placed && options.rebalance && w.gpu_count > 0) {
       // Every move costs the same here (no downtime in this protocol): the plan with the fewest

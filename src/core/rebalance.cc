@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "paladin/core/policies.h"
+
 namespace paladin::core {
 namespace {
 
@@ -179,6 +181,75 @@ std::optional<Move> Rebalancer::PlanGrowth(Fleet& fleet, const MovableJob& job,
     return std::nullopt;  // in place: the caller's business, not a move
   }
   return Move{job.id, job.placement, d.placement, job.downtime_s};
+}
+
+std::vector<Move> Rebalancer::PlanDefrag(Fleet& fleet, std::span<const MovableJob> jobs,
+                                         std::span<const TypicalWorkload> typical, int max_moves,
+                                         double min_gain_milli) const {
+  const auto n = static_cast<int32_t>(fleet.size());
+  std::vector<double> frag(fleet.size());
+  for (int32_t i = 0; i < n; ++i)
+    frag[static_cast<size_t>(i)] = FragAmount(ViewOf(fleet.node(i)), typical);
+  // Candidate jobs: shared-GPU jobs on the most fragmented nodes.
+  std::vector<const MovableJob*> cands;
+  for (const auto& j : jobs) {
+    if (j.movable && j.placement.valid() && j.shape.IsSharedGpu() && fleet.IsReserved(j.id)) {
+      cands.push_back(&j);
+    }
+  }
+  std::stable_sort(cands.begin(), cands.end(), [&](const MovableJob* a, const MovableJob* b) {
+    const double fa = frag[static_cast<size_t>(a->placement.node)];
+    const double fb = frag[static_cast<size_t>(b->placement.node)];
+    return fa > fb || (fa == fb && a->id < b->id);
+  });
+  const size_t limit = static_cast<size_t>(std::max(0, params_.max_candidate_nodes)) * 4;
+  if (cands.size() > limit) cands.resize(limit);
+
+  std::vector<Move> moves;
+  std::vector<std::pair<const MovableJob*, Placement>> applied;  // to roll back
+  for (const MovableJob* j : cands) {
+    if (static_cast<int>(moves.size()) >= max_moves) break;
+    const int32_t from = j->placement.node;
+    const Placement now = [&] {
+      for (const auto& [job, p] : applied) {
+        if (job == j) return p;
+      }
+      return j->placement;
+    }();
+    if (now.node != from) continue;  // already moved in this plan
+    fleet.Unreserve(j->id);
+    const double gain_from =
+        frag[static_cast<size_t>(from)] - FragAmount(ViewOf(fleet.node(from)), typical);
+    double best_gain = min_gain_milli;
+    Placement best;
+    for (int32_t b = 0; b < n; ++b) {
+      if (b == from) continue;
+      const Node& node = fleet.node(b);
+      if (!ModelAllowed(j->shape, node) || node.cpu_left < j->shape.cpu_milli ||
+          node.mem_left < j->shape.mem_mib || node.GpuMilliLeft() < j->shape.gpu_milli) {
+        continue;
+      }
+      const FgdChoice c = FgdScore(ViewOf(node), j->shape, typical);
+      if (c.gpus.empty()) continue;
+      const double gain = gain_from - c.frag_delta;
+      if (gain > best_gain) {
+        best_gain = gain;
+        best = Placement{b, c.gpus};
+      }
+    }
+    if (best.valid() && fleet.Reserve(j->id, j->shape, best).ok()) {
+      frag[static_cast<size_t>(from)] = FragAmount(ViewOf(fleet.node(from)), typical);
+      frag[static_cast<size_t>(best.node)] = FragAmount(ViewOf(fleet.node(best.node)), typical);
+      moves.push_back({j->id, j->placement, best, j->downtime_s});
+      applied.emplace_back(j, best);
+    } else {
+      (void)fleet.Reserve(j->id, j->shape, j->placement);
+    }
+  }
+  // Roll back, newest first.
+  for (auto it = applied.rbegin(); it != applied.rend(); ++it) fleet.Unreserve(it->first->id);
+  for (const auto& [job, p] : applied) (void)fleet.Reserve(job->id, job->shape, job->placement);
+  return moves;
 }
 
 }  // namespace paladin::core

@@ -542,3 +542,67 @@ INSTANTIATE_TEST_SUITE_P(Policies, RebalanceContractTest, ::testing::Values("Bes
 
 }  // namespace
 }  // namespace paladin::core
+
+// --- defragmentation ---
+
+namespace paladin::core {
+namespace {
+
+double FleetFrag(const Fleet& fleet, const std::vector<TypicalWorkload>& typical) {
+  double f = 0;
+  for (const Node& n : fleet.nodes()) f += FragAmount(ViewOf(n), typical);
+  return f;
+}
+
+// On random fleets: every planned move lands where the job fits (models included), each job moves
+// at most once, the fleet's fragmentation drops at every step, only shared, movable jobs move,
+// the plan is deterministic and the fleet is left as it was.
+TEST(DefragTest, EveryMoveFitsLowersFragmentationAndLeavesTheFleetAlone) {
+  auto packer = BestFitPacker();
+  const std::vector<Workload> shapes = {Shared("s3", 300), Shared("s5", 500), Whole("w1", 1)};
+  const std::vector<TypicalWorkload> typical = BuildTypicalWorkloads(shapes);
+  const Rebalancer rebalancer;
+  int moved_scenarios = 0;
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    Scenario s = RandomScenario(seed, *packer);
+    const std::string before = StateOf(s.fleet);
+    const auto moves = rebalancer.PlanDefrag(s.fleet, s.jobs, typical, 10, 1.0);
+    EXPECT_EQ(StateOf(s.fleet), before) << "seed " << seed;
+    EXPECT_EQ(moves.size(), rebalancer.PlanDefrag(s.fleet, s.jobs, typical, 10, 1.0).size());
+    Fleet copy = s.fleet;
+    std::set<uint64_t> seen;
+    double frag = FleetFrag(copy, typical);
+    for (const Move& mv : moves) {
+      const MovableJob* job = FindJob(s.jobs, mv.job);
+      ASSERT_NE(job, nullptr);
+      EXPECT_TRUE(seen.insert(mv.job).second) << "job " << mv.job << " moved twice";
+      EXPECT_TRUE(job->movable);
+      EXPECT_TRUE(job->shape.IsSharedGpu());
+      EXPECT_NE(mv.to.node, mv.from.node);
+      copy.Unreserve(mv.job);
+      const Status fits = copy.CheckPlacement(job->shape, mv.to);
+      EXPECT_TRUE(fits.ok()) << "seed " << seed << ": " << fits.ToString();
+      EXPECT_TRUE(copy.Reserve(mv.job, job->shape, mv.to).ok());
+      const double after = FleetFrag(copy, typical);
+      EXPECT_LT(after, frag - 1.0 + 1e-9) << "seed " << seed << ", job " << mv.job;
+      frag = after;
+    }
+    if (!moves.empty()) ++moved_scenarios;
+  }
+  EXPECT_GT(moved_scenarios, 10) << "too few scenarios exercised a move";
+}
+
+TEST(DefragTest, MaxMovesBoundsThePlan) {
+  auto packer = BestFitPacker();
+  const std::vector<TypicalWorkload> typical = BuildTypicalWorkloads(
+      std::vector<Workload>{Shared("s3", 300), Shared("s5", 500), Whole("w1", 1)});
+  const Rebalancer rebalancer;
+  for (uint64_t seed = 1; seed <= 50; ++seed) {
+    Scenario s = RandomScenario(seed, *packer);
+    EXPECT_LE(rebalancer.PlanDefrag(s.fleet, s.jobs, typical, 1, 1.0).size(), 1u);
+    EXPECT_TRUE(rebalancer.PlanDefrag(s.fleet, s.jobs, typical, 0, 1.0).empty());
+  }
+}
+
+}  // namespace
+}  // namespace paladin::core

@@ -33,6 +33,10 @@ struct FgdSimOptions {
   // Let the rebalancer move placed tasks to admit one that fits nowhere (each move counts 1).
   bool rebalance = false;
   RebalanceParams rebalance_params;
+  // With rebalance: every this many points of arrived load (% of capacity), fragmentation-lowering
+  // moves of shared tasks (PlanDefrag), at most defrag_moves each time. 0 = never.
+  double defrag_every_pct = 0;
+  int defrag_moves = 50;
 };
 
 struct FgdRunResult {

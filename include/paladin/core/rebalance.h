@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "paladin/core/fleet.h"
+#include "paladin/core/frag.h"
 #include "paladin/core/packer.h"
 #include "paladin/core/rng.h"
 
@@ -75,6 +76,14 @@ class Rebalancer {
   std::optional<AdmissionPlan> PlanAdmission(Fleet& fleet, const Workload& w,
                                              std::span<const MovableJob> jobs, Packer& packer,
                                              Rng& rng, double max_cost) const;
+
+  // Consolidation: moves of shared-GPU jobs, one at a time, each lowering the fleet's expected
+  // fragmentation (FGD's measure against `typical`) by at least `min_gain_milli`; the jobs of the
+  // most fragmented nodes first, at most `max_moves`, each job at most once. The fleet is
+  // unchanged; the moves are to be carried out in order.
+  std::vector<Move> PlanDefrag(Fleet& fleet, std::span<const MovableJob> jobs,
+                               std::span<const TypicalWorkload> typical, int max_moves,
+                               double min_gain_milli) const;
 
   // Where `job` can go once it grows to `grown` (another node, or other GPUs of its node), or
   // nothing. The move's downtime is the job's.
