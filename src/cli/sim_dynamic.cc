@@ -470,6 +470,10 @@ void AddSimDynamic(CLI::App* sim, int* exit_code) {
       "!--share-sensitive", args->params.isolate_sensitive,
       "Let paladin's packing co-locate jobs Lucid labels as sharing-sensitive (by default "
       "they get GPUs of their own)");
+  dyn->add_option("--defrag-moves", args->params.defrag_moves,
+                  "Full cycle: fragmentation-lowering moves of shared jobs per hour while jobs "
+                  "wait (0 = none)")
+      ->capture_default_str();
   dyn->add_option("--jobs", args->jobs, "Parallel runs (default: all cores)");
   dyn->add_flag("--quiet", args->quiet, "No progress lines");
   dyn->callback([args, exit_code] { *exit_code = RunDynamic(*args); });

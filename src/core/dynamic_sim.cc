@@ -89,8 +89,9 @@ int32_t MilliOf(double share) {
 class Sim {
  public:
   Sim(const DynamicInputs& in, const DynamicConfig& config, const DynamicParams& params,
-      Policy policy)
+      Policy policy, std::shared_ptr<const std::vector<TypicalWorkload>> typical)
       : in_(in),
+        typical_(std::move(typical)),
         config_(config),
         p_(params),
         fleet_(*in.fleet),
@@ -502,7 +503,23 @@ class Sim {
     }
   }
 
+  // Consolidation while jobs wait: moves of shared jobs that lower fragmentation, once an hour.
+  void Defrag(int64_t t, DynamicResult& r) {
+    if (!config_.rebalance || p_.defrag_moves <= 0 || queue_.empty() || t < next_defrag_) return;
+    next_defrag_ = t + 3600;
+    std::vector<MovableJob> movable;
+    movable.reserve(running_.size());
+    for (size_t k : running_) {
+      if (!WholeGpus(k)) movable.push_back(Movable(k, t));
+    }
+    for (const Move& mv : rebalancer_.PlanDefrag(fleet_, movable, *typical_, p_.defrag_moves,
+                                                 p_.defrag_min_gain_milli)) {
+      ApplyMove(mv, t, r);
+    }
+  }
+
   void Schedule(int64_t t, Rng& rng, DynamicResult& r) {
+    Defrag(t, r);
     int plans = 0;
     std::vector<size_t> still;
     still.reserve(queue_.size());
@@ -545,6 +562,8 @@ class Sim {
   }
 
   const DynamicInputs& in_;
+  std::shared_ptr<const std::vector<TypicalWorkload>> typical_;
+  int64_t next_defrag_ = 0;
   DynamicConfig config_;
   DynamicParams p_;
   Fleet fleet_;
@@ -592,7 +611,7 @@ StatusOr<DynamicResult> RunDynamicSim(const DynamicInputs& in, const DynamicConf
       BuildTypicalWorkloads(in.shape_trace, all));
   auto policy = MakePolicy(config.policy, PolicyContext{typical, shapes});
   if (!policy.ok()) return policy.status();
-  Sim sim(in, canonical, params, std::move(*policy));
+  Sim sim(in, canonical, params, std::move(*policy), typical);
   DynamicResult r = sim.Run(seed);
   r.load = load;
   return r;

@@ -98,6 +98,10 @@ struct DynamicParams {
   // Only the job at the head of the queue (the oldest waiting) gets an admission plan.
   bool admission_head_only = false;
   int64_t min_time_between_moves_s = 3600;  // a job moved is pinned for this long
+  // The full cycle's consolidation while jobs wait: at most this many fragmentation-lowering
+  // moves of shared jobs an hour, each lowering expected fragmentation by at least the gain.
+  int defrag_moves = 0;  // off by default: see docs/dynamic.md
+  double defrag_min_gain_milli = 50;
   // paladin's sizing quantile when quotas can grow on demand (0: the predictor's default).
   double paladin_quantile = 0.5;
   // Whether interference-aware configurations give label-2 jobs whole GPUs.
