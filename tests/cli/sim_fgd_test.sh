@@ -226,6 +226,22 @@ expect_error "a nonexistent --nodes path" "$WORK/no-such-nodes.csv" -- \
   sim fgd --nodes "$WORK/no-such-nodes.csv" --pods "$PODS" --policies BestFit --seeds 1 \
   --out "$BAD_OUT"
 
+# --- the rebalancer: a POLICY+rebalance run beside each policy, and rebalance.csv ---
+
+reb_rc=0
+"$PALADIN" sim fgd --nodes "$NODES" --pods "$PODS" --policies BestFit --seeds 42 --ratio 0.9 \
+  --rebalance --quiet --out "$WORK/reb" >"$WORK/reb.log" 2>&1 || reb_rc=$?
+if ((reb_rc != 0)) || crashed "$(cat "$WORK/reb.log")"; then
+  fail "sim fgd --rebalance: exit $reb_rc: $(cat "$WORK/reb.log")"
+elif ! grep -q '^BestFit+rebalance,' "$WORK/reb/summary.csv"; then
+  fail "sim fgd --rebalance: no BestFit+rebalance row in summary.csv"
+elif [[ $(head -n 1 "$WORK/reb/rebalance.csv") != \
+  "policy,seeds,alloc_130_gain,alloc_130_gain_ci95,moves_mean,admitted_mean" ]]; then
+  fail "sim fgd --rebalance: rebalance.csv header: $(head -n 1 "$WORK/reb/rebalance.csv")"
+else
+  pass "sim fgd --rebalance writes the rebalanced run and rebalance.csv"
+fi
+
 if ((failures > 0)); then
   echo "$failures check(s) failed" >&2
   exit 1
