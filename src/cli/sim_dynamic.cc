@@ -461,6 +461,9 @@ void AddSimDynamic(CLI::App* sim, int* exit_code) {
   dyn->add_option("--admission-wait", args->params.admission_min_wait_s,
                   "Seconds a job waits before the rebalancer moves others to admit it")
       ->capture_default_str();
+  dyn->add_option("--admission-max-gpus", args->params.admission_max_gpus,
+                  "Jobs asking more GPUs than this get no admission plan (0 = no limit)")
+      ->capture_default_str();
   dyn->add_flag("--admission-head-only", args->params.admission_head_only,
                 "Only the oldest waiting job gets an admission plan");
   dyn->add_option("--admission-plans", args->params.max_admission_plans_per_tick,

@@ -538,7 +538,8 @@ class Sim {
       }
       if (config_.rebalance && plans < p_.max_admission_plans_per_tick &&
           t - s.queued_since >= p_.admission_min_wait_s &&
-          (!p_.admission_head_only || j == queue_.front())) {
+          (!p_.admission_head_only || j == queue_.front()) &&
+          (p_.admission_max_gpus <= 0 || shape.gpu_count <= p_.admission_max_gpus)) {
         ++plans;
         std::vector<MovableJob> movable;
         movable.reserve(running_.size());

@@ -95,6 +95,8 @@ struct DynamicParams {
   int max_admission_plans_per_tick = 4;
   // Only jobs that waited this long get an admission plan (moving others has a cost for them).
   int64_t admission_min_wait_s = int64_t{24} * 3600;
+  // Jobs asking more GPUs than this get no admission plan (0 = no limit).
+  int32_t admission_max_gpus = 0;
   // Only the job at the head of the queue (the oldest waiting) gets an admission plan.
   bool admission_head_only = false;
   int64_t min_time_between_moves_s = 3600;  // a job moved is pinned for this long
