@@ -14,6 +14,9 @@ namespace paladin::cli {
 void RegisterSim(CLI::App& app, int* exit_code);
 void RegisterPredict(CLI::App& app, int* exit_code);
 
+// The items of a comma-separated list, empty ones included (so a caller can refuse them).
+std::vector<std::string> SplitComma(const std::string& s);
+
 // "42", "42-51" or "1,5,9"; an error says what is wrong.
 StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& spec);
 

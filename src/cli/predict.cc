@@ -2,7 +2,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -10,6 +9,7 @@
 #include "paladin/core/predict_eval.h"
 #include "paladin/report/chart.h"
 #include "paladin/report/fgd_report.h"
+#include "paladin/report/format.h"
 #include "paladin/trace/genai_usage.h"
 
 namespace paladin::cli {
@@ -32,22 +32,15 @@ struct Resource {
   double scale;  // values -> reported unit
 };
 
-std::vector<std::string> SplitList(const std::string& s) {
+std::vector<std::string> NonEmpty(const std::vector<std::string>& items) {
   std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(item);
+  for (const auto& i : items) {
+    if (!i.empty()) out.push_back(i);
   }
   return out;
 }
 
-std::string Num(double v, int digits = 4) {
-  if (std::isnan(v)) return "";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
+std::string Num(double v, int digits = 4) { return report::Fixed(v, digits); }
 
 int Fail(const Status& st) {
   std::fprintf(stderr, "paladin predict eval: error: %s\n", st.message().c_str());
@@ -55,7 +48,7 @@ int Fail(const Status& st) {
 }
 
 int RunEval(const EvalArgs& a) {
-  const auto names = SplitList(a.predictors);
+  const auto names = NonEmpty(SplitComma(a.predictors));
   if (names.empty()) return Fail(InvalidArgument("--predictors is empty"));
   for (const auto& n : names) {
     if (auto f = core::PredictorFactory::ForName(n); !f.ok()) return Fail(f.status());

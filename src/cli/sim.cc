@@ -21,6 +21,18 @@
 
 namespace paladin::cli {
 
+std::vector<std::string> SplitComma(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    if (comma == std::string::npos) comma = s.size();
+    out.push_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
 StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& spec) {
   std::vector<uint64_t> seeds;
   size_t start = 0;
@@ -102,14 +114,10 @@ StatusOr<std::vector<report::PublishedMeans>> LoadPublished(const std::string& p
 StatusOr<std::vector<std::string>> ParsePolicies(const std::string& spec) {
   if (spec == "all") return core::PolicyNames();
   std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= spec.size()) {
-    size_t comma = spec.find(',', start);
-    if (comma == std::string::npos) comma = spec.size();
-    auto name = core::CanonicalPolicyName(spec.substr(start, comma - start));
+  for (const auto& part : SplitComma(spec)) {
+    auto name = core::CanonicalPolicyName(part);
     if (!name.ok()) return InvalidArgument("--policies: " + name.status().message());
     out.push_back(*name);
-    start = comma + 1;
   }
   return out;
 }

@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "paladin/core/dynamic_sim.h"
 #include "paladin/report/chart.h"
 #include "paladin/report/fgd_report.h"
+#include "paladin/report/format.h"
 #include "paladin/trace/alibaba_csv.h"
 #include "paladin/trace/genai_usage.h"
 #include "paladin/trace/lucid.h"
@@ -44,17 +44,9 @@ int Fail(const Status& st) {
   return st.code() == StatusCode::kInvalidArgument ? 2 : 1;
 }
 
-std::vector<std::string> Split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(item);
-  return out;
-}
-
 StatusOr<std::vector<double>> ParseLoads(const std::string& spec) {
   std::vector<double> out;
-  for (const auto& part : Split(spec)) {
+  for (const auto& part : SplitComma(spec)) {
     try {
       size_t used = 0;
       const double v = std::stod(part, &used);
@@ -73,7 +65,7 @@ StatusOr<std::vector<core::DynamicConfig>> ParseConfigs(const std::string& spec)
   const auto all = core::DefaultDynamicConfigs();
   if (spec == "all") return all;
   std::vector<core::DynamicConfig> out;
-  for (const auto& part : Split(spec)) {
+  for (const auto& part : SplitComma(spec)) {
     auto it = std::find_if(all.begin(), all.end(), [&](const auto& c) { return c.name == part; });
     if (it == all.end()) {
       std::string valid;
@@ -162,11 +154,7 @@ core::Fleet SampleFleet(const core::Fleet& full, int gpus) {
   return out;
 }
 
-std::string Num(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
+std::string Num(double v, int digits) { return report::Fixed(v, digits); }
 
 int RunDynamic(DynArgs a) {
   auto loads = ParseLoads(a.loads);

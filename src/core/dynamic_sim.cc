@@ -134,7 +134,7 @@ class Sim {
       while (next_arrival < in_.jobs.size() && in_.jobs[next_arrival].arrival_s <= t) {
         Enqueue(next_arrival++, t);
       }
-      Step(t, rng, r);
+      Step(t, r);
       Resize(t, rng, r);
       Schedule(t, rng, r);
       // Accounting for the tick that starts now.
@@ -248,7 +248,7 @@ class Sim {
   }
 
   // Advances every running job over the tick ending at t.
-  void Step(int64_t t, Rng& /*rng*/, DynamicResult& r) {
+  void Step(int64_t t, DynamicResult& r) {
     if (running_.empty()) return;
     for (size_t j : running_) Usage(j, t, states_[j]);
     // Speeds from co-location, GPU by GPU.
@@ -477,17 +477,10 @@ class Sim {
         // last checkpoint plus a wait in the queue.
         if (m.downtime_s < s.run_since_checkpoint_s + recent_wait_s_) {
           if (auto mv = rebalancer_.PlanGrowth(fleet_, m, want, packer_, rng)) {
-            fleet_.Unreserve(j);
-            (void)fleet_.Reserve(j, want, mv->to);
-            s.shape = want;
-            ++version_;
-            s.placement = mv->to;
-            s.paused_until = t + static_cast<int64_t>(std::ceil(mv->downtime_s));
-            s.pinned_until = t + p_.min_time_between_moves_s;
+            s.shape = want;  // the move re-homes the job under its new shape
+            ApplyMove(*mv, t, r);
             s.gpu_quota = gq;
             s.host_quota = hq;
-            ++r.migrations;
-            r.migration_downtime_s += mv->downtime_s;
             continue;
           }
         }

@@ -113,6 +113,17 @@ StatusOr<FgdRunResult> RunFgdSim(const Fleet& fleet, std::span<const Workload> t
     node_frag[i] = FragAmount(ViewOf(state.node(node)), *typical);
     frag_total += node_frag[i];
   };
+  // Carries out one move of a placed task.
+  const auto apply_move = [&](const Move& mv) -> Status {
+    MovableJob& job = placed[static_cast<size_t>(mv.job)];
+    state.Unreserve(mv.job);
+    PALADIN_RETURN_IF_ERROR(state.Reserve(mv.job, job.shape, mv.to));
+    refresh(mv.from.node);
+    refresh(mv.to.node);
+    job.placement = mv.to;
+    ++r.moves;
+    return Status::Ok();
+  };
   r.seed = seed;
   if (options.clock_ns) r.decision_ns.reserve(arrivals.size());
   int64_t arrived = 0;
@@ -125,13 +136,7 @@ StatusOr<FgdRunResult> RunFgdSim(const Fleet& fleet, std::span<const Workload> t
       next_defrag_pct += options.defrag_every_pct;
       for (const Move& mv :
            rebalancer.PlanDefrag(state, placed, *typical, options.defrag_moves, 1.0)) {
-        MovableJob& job = placed[static_cast<size_t>(mv.job)];
-        state.Unreserve(mv.job);
-        PALADIN_RETURN_IF_ERROR(state.Reserve(mv.job, job.shape, mv.to));
-        refresh(mv.from.node);
-        refresh(mv.to.node);
-        job.placement = mv.to;
-        ++r.moves;
+        PALADIN_RETURN_IF_ERROR(apply_move(mv));
       }
     }
     Decision d = packer.Schedule(state, w, rng);
@@ -142,13 +147,7 @@ StatusOr<FgdRunResult> RunFgdSim(const Fleet& fleet, std::span<const Workload> t
                                            std::numeric_limits<double>::infinity());
       if (plan) {
         for (const Move& mv : plan->moves) {
-          MovableJob& job = placed[static_cast<size_t>(mv.job)];
-          state.Unreserve(mv.job);
-          PALADIN_RETURN_IF_ERROR(state.Reserve(mv.job, job.shape, mv.to));
-          refresh(mv.from.node);
-          refresh(mv.to.node);
-          job.placement = mv.to;
-          ++r.moves;
+          PALADIN_RETURN_IF_ERROR(apply_move(mv));
         }
         d.placed = true;
         d.placement = plan->placement;

@@ -4,31 +4,10 @@
 #include <cmath>
 #include <cstdio>
 
+#include "paladin/report/format.h"
+
 namespace paladin::report {
 namespace {
-
-std::string Escape(const std::string& in) {
-  std::string out;
-  for (char c : in) {
-    switch (c) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 // A "nice" grid step giving about 5-10 lines over `span`.
 double NiceStep(double span) {
@@ -40,9 +19,6 @@ double NiceStep(double span) {
   }
   return 10 * mag;
 }
-
-const char* const kColors[] = {"#7f7f7f", "#1f77b4", "#2ca02c", "#9467bd",
-                               "#8c564b", "#ff7f0e", "#d62728", "#17becf"};
 
 }  // namespace
 
@@ -70,7 +46,7 @@ std::string LineChartSvg(const Chart& chart) {
                 "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" "
                 "height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" y=\"24\" font-size=\"14\">",
                 w, h, left);
-  s += buf + Escape(chart.title) + "</text>\n";
+  s += buf + XmlEscape(chart.title) + "</text>\n";
   const double xs = NiceStep(x1 - x0), ys = NiceStep(y1 - y0);
   for (double y = std::ceil(y0 / ys) * ys; y <= y1 + 1e-9; y += ys) {
     std::snprintf(buf, sizeof buf,
@@ -88,15 +64,15 @@ std::string LineChartSvg(const Chart& chart) {
   }
   std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">",
                 left + width / 2, top + height + 40);
-  s += buf + Escape(chart.x_label) + "</text>\n";
+  s += buf + XmlEscape(chart.x_label) + "</text>\n";
   std::snprintf(buf, sizeof buf,
                 "<text x=\"20\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 20 "
                 "%.1f)\">",
                 top + height / 2, top + height / 2);
-  s += buf + Escape(chart.y_label) + "</text>\n";
+  s += buf + XmlEscape(chart.y_label) + "</text>\n";
   for (size_t c = 0; c < chart.series.size(); ++c) {
     const auto& ser = chart.series[c];
-    const char* color = kColors[c % (sizeof kColors / sizeof kColors[0])];
+    const char* color = SeriesColor(c);
     std::string pts;
     for (auto [x, y] : ser.points) {
       if (std::isnan(x) || std::isnan(y) || x < x0 || x > x1) continue;
@@ -115,7 +91,7 @@ std::string LineChartSvg(const Chart& chart) {
                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                   "stroke-width=\"3\"/><text x=\"%.1f\" y=\"%.1f\">",
                   left + width + 20, ly, left + width + 44, ly, color, left + width + 50, ly + 4);
-    s += buf + Escape(ser.name) + "</text>\n";
+    s += buf + XmlEscape(ser.name) + "</text>\n";
   }
   s += "</svg>\n";
   return s;

@@ -8,38 +8,10 @@
 #include <fstream>
 #include <map>
 
+#include "paladin/report/format.h"
+
 namespace paladin::report {
 namespace {
-
-std::string Fixed(double v, int digits) {
-  if (std::isnan(v)) return "";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
-std::string XmlEscape(const std::string& in) {
-  std::string out;
-  for (char c : in) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 // Two-sided 95% Student t quantiles for 1..30 degrees of freedom; 1.96 beyond.
 double T95(int dof) {
@@ -197,9 +169,6 @@ struct Panel {
 
 using Curves = std::vector<std::pair<std::string, std::vector<double>>>;  // policy -> mean curve
 
-const char* const kColors[] = {"#7f7f7f", "#1f77b4", "#2ca02c", "#9467bd",
-                               "#8c564b", "#ff7f0e", "#d62728", "#17becf"};
-
 std::string DrawPanel(const Panel& p, const Curves& curves, const std::string& caption) {
   auto X = [&](double x) { return p.left + p.width * (x - p.xmin) / (p.xmax - p.xmin); };
   auto Y = [&](double y) { return p.top + p.height * (1 - (y - p.ymin) / (p.ymax - p.ymin)); };
@@ -232,7 +201,7 @@ std::string DrawPanel(const Panel& p, const Curves& curves, const std::string& c
       std::snprintf(buf, sizeof buf, "%.1f,%.1f ", X(x), Y(y));
       pts += buf;
     }
-    const char* color = kColors[c % (sizeof kColors / sizeof kColors[0])];
+    const char* color = SeriesColor(c);
     s += std::string("<polyline fill=\"none\" stroke=\"") + color +
          "\" stroke-width=\"1.8\" points=\"" + pts + "\"/>\n";
   }
@@ -297,7 +266,7 @@ std::string AllocationSvg(const std::vector<core::FgdRunResult>& runs, const std
   s += buf;
   for (size_t c = 0; c < curves.size(); ++c) {
     const double ly = 74 + 18 * static_cast<double>(c);
-    const char* color = kColors[c % (sizeof kColors / sizeof kColors[0])];
+    const char* color = SeriesColor(c);
     std::snprintf(buf, sizeof buf,
                   "<line x1=\"960\" y1=\"%.1f\" x2=\"984\" y2=\"%.1f\" stroke=\"%s\" "
                   "stroke-width=\"3\"/><text x=\"990\" y=\"%.1f\">",

@@ -15,40 +15,10 @@ WORK=$(mktemp -d)
 readonly WORK
 trap 'rm -rf "$WORK"' EXIT
 
-failures=0
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-pass() { echo "ok: $*"; }
-crashed() { grep -qE 'Sanitizer|runtime error:' <<<"$1"; }
-
-# expect_error WHAT PATTERN... -- ARGS...: a non-zero exit below 128, no sanitizer report, and
-# every PATTERN in the output.
-expect_error() {
-  local what=$1
-  shift
-  local -a patterns=()
-  while [[ $1 != -- ]]; do
-    patterns+=("$1")
-    shift
-  done
-  shift
-  local out rc=0
-  out=$(timeout 300 "$PALADIN" "$@" 2>&1) || rc=$?
-  if ((rc == 0 || rc >= 124)) || crashed "$out"; then
-    fail "$what: exit $rc; output: $out"
-    return
-  fi
-  local p
-  for p in "${patterns[@]}"; do
-    if ! grep -qF -- "$p" <<<"$out"; then
-      fail "$what: output lacks '$p'; output: $out"
-      return
-    fi
-  done
-  pass "$what (exit $rc)"
-}
+# Refusals may take a while under the sanitizers.
+LIMIT_S=${LIMIT_S:-300}
+# shellcheck source=tests/cli/testlib.sh
+source "$(dirname "$0")/testlib.sh"
 
 # expect_header FILE HEADER
 expect_header() {

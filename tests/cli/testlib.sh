@@ -1,0 +1,49 @@
+# Shared by the CLI end-to-end scripts: check bookkeeping and the refusal check.
+# Needs PALADIN (the binary) set by the caller; counts failures in $failures.
+
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+pass() { echo "ok: $*"; }
+
+# A sanitizer report means a crash even when the exit code is small (ASan exits with 1).
+crashed() { grep -qE 'Sanitizer|runtime error:' <<<"$1"; }
+
+# expect_error WHAT PATTERN... -- ARGS...
+# Runs paladin with ARGS and expects a refusal within LIMIT_S seconds (default 120): a non-zero
+# exit below 128 (not killed by a signal), no sanitizer report, and every PATTERN in what it
+# printed.
+expect_error() {
+  local what=$1
+  shift
+  local -a patterns=()
+  while [[ $1 != -- ]]; do
+    patterns+=("$1")
+    shift
+  done
+  shift
+  local out rc=0 limit=${LIMIT_S:-120}
+  out=$(timeout "$limit" "$PALADIN" "$@" 2>&1) || rc=$?
+  if ((rc == 124)); then
+    fail "$what: still running after $limit s"
+    return
+  fi
+  if ((rc == 0)); then
+    fail "$what: exited 0; output: $out"
+    return
+  fi
+  if ((rc >= 128)) || crashed "$out"; then
+    fail "$what: crashed (exit $rc); output: $out"
+    return
+  fi
+  local p
+  for p in "${patterns[@]}"; do
+    if ! grep -qF -- "$p" <<<"$out"; then
+      fail "$what: output lacks '$p'; output: $out"
+      return
+    fi
+  done
+  pass "$what (exit $rc)"
+}
