@@ -19,6 +19,7 @@ int Run(int argc, char** argv) {
   int exit_code = 0;
   paladin::cli::RegisterSim(app, &exit_code);
   paladin::cli::RegisterPredict(app, &exit_code);
+  paladin::cli::RegisterRun(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
