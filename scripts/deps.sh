@@ -6,6 +6,8 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build git
   libcli11-dev          # command line
+  libssl-dev            # SHA-256 of checkpoint images
+  nlohmann-json3-dev    # image manifests, job records
   libgtest-dev libgmock-dev  # tests
   libbenchmark-dev      # bench/
   clang-format clang-tidy  # scripts/lint.sh

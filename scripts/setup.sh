@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Installs dependencies and builds Paladin (release) into build/release.
+# Installs dependencies (and CRIU 4 into its private prefix) and builds Paladin (release) into
+# build/release.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
+bash scripts/criu.sh  # CRIU 4 in a private prefix, for paladin checkpoint/restore
 cmake --preset release >/dev/null
 cmake --build --preset release
 echo "setup: built $(pwd)/build/release/paladin"

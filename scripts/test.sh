@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: installs dependencies, builds the debug preset (ASan + UBSan) and
-# runs ctest. Extra arguments go to ctest (e.g. -L core).
+# Runs the whole test suite: installs dependencies (and CRIU 4 into its private prefix), builds
+# the debug preset (ASan + UBSan) and runs ctest. Extra arguments go to ctest (e.g. -L core).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
+bash scripts/criu.sh  # CRIU 4 for the checkpoint tests (label ckpt)
 cmake --preset debug >/dev/null
 cmake --build --preset debug
 ctest --preset debug -j "$(nproc)" "$@"

@@ -14,6 +14,8 @@ namespace paladin::cli {
 void RegisterSim(CLI::App& app, int* exit_code);
 void RegisterPredict(CLI::App& app, int* exit_code);
 void RegisterRun(CLI::App& app, int* exit_code);
+// checkpoint, restore, image inspect|verify, doctor.
+void RegisterCheckpoint(CLI::App& app, int* exit_code);
 
 // The items of a comma-separated list, empty ones included (so a caller can refuse them).
 std::vector<std::string> SplitComma(const std::string& s);

@@ -20,6 +20,7 @@ int Run(int argc, char** argv) {
   paladin::cli::RegisterSim(app, &exit_code);
   paladin::cli::RegisterPredict(app, &exit_code);
   paladin::cli::RegisterRun(app, &exit_code);
+  paladin::cli::RegisterCheckpoint(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "commands.h"
+#include "paladin/ckpt/cgroup.h"
+#include "paladin/ckpt/workload.h"
 #include "paladin/gpu/nvml.h"
 #include "paladin/quota/launch.h"
 #include "paladin/quota/region.h"
@@ -45,9 +47,13 @@ void Say(const std::string& line) { std::fprintf(stderr, "paladin run: %s\n", li
 
 std::atomic<pid_t> g_child{0};
 
+std::atomic<int> g_signals{0};
+
+// The workload is pid 1 of its namespace, which ignores signals it does not handle: a second
+// interrupt kills it.
 void Forward(int signal) {
   const pid_t child = g_child.load();
-  if (child > 0) kill(child, signal);
+  if (child > 0) kill(child, g_signals.fetch_add(1) == 0 ? signal : SIGKILL);
 }
 
 std::string DefaultRunDir(const std::string& name) {
@@ -150,20 +156,6 @@ StatusOr<quota::RegionSettings> QuotaSettings(const RunArgs& a) {
   return s;
 }
 
-pid_t Spawn(const std::vector<std::string>& command,
-            const std::vector<std::pair<std::string, std::string>>& env) {
-  const pid_t pid = fork();
-  if (pid != 0) return pid;
-  for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);
-  std::vector<char*> argv;
-  argv.reserve(command.size() + 1);
-  for (const std::string& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  execvp(argv[0], argv.data());
-  std::fprintf(stderr, "paladin run: cannot run %s: %s\n", argv[0], strerror(errno));
-  _exit(127);
-}
-
 int WaitForChild(pid_t child) {
   int status = 0;
   while (waitpid(child, &status, 0) < 0) {
@@ -174,6 +166,51 @@ int WaitForChild(pid_t child) {
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
 }
+
+// Copies what the workload appends to its log files onto this terminal while it runs.
+class LogFollower {
+ public:
+  LogFollower(std::string out, std::string err) : out_(std::move(out)), err_(std::move(err)) {}
+  void Start() {
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        Pump();
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      Pump();
+    });
+  }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Pump() {
+    Copy(out_, &out_offset_, stdout);
+    Copy(err_, &err_offset_, stderr);
+  }
+  static void Copy(const std::string& path, long* offset, FILE* to) {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) return;
+    std::fseek(f, *offset, SEEK_SET);
+    char buf[8192];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) {
+      std::fwrite(buf, 1, n, to);
+      *offset += static_cast<long>(n);
+    }
+    std::fflush(to);
+    std::fclose(f);
+  }
+
+  std::string out_;
+  std::string err_;
+  long out_offset_ = 0;
+  long err_offset_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 void Summarise(const quota::Region& region, const std::string& name, int code) {
   std::string line = name + " exited with " + std::to_string(code);
@@ -188,6 +225,92 @@ void Summarise(const quota::Region& region, const std::string& name, int code) {
   Say(line);
 }
 
+// The GPU side of a run: the driver behind the workload, its quota region, the environment.
+struct GpuSetup {
+  std::string mode;  // "", "real" or "emulated"
+  std::unique_ptr<gpu::Nvml> nvml;
+  std::unique_ptr<quota::Region> region;
+  quota::RegionSettings settings;
+  std::vector<std::pair<std::string, std::string>> env;
+  std::string region_path;
+  std::string emu_state;
+  std::string emu_gpus;
+  std::string description;
+};
+
+// Returns an exit code (non-zero) when the run cannot go ahead.
+int PrepareGpu(const RunArgs& args, const std::string& run_dir, GpuSetup* gpu) {
+  if (!args.gpu_mem.empty()) {
+    StatusOr<quota::RegionSettings> settings = QuotaSettings(args);
+    if (!settings.ok()) {
+      Say(settings.status().message());
+      return 2;
+    }
+    gpu->settings = *settings;
+  } else if (!args.gpu_mem_max.empty()) {
+    Say("--gpu-mem-max needs --gpu-mem");
+    return 2;
+  }
+  StatusOr<quota::Libraries> libs = quota::FindLibraries();
+  if (!libs.ok()) {
+    Say(libs.status().message());
+    return 1;
+  }
+  const quota::DriverChoice driver = quota::ChooseDriver(*libs, args.emulated_gpus);
+  if (driver.emulated) {
+    // The launcher (and later `paladin checkpoint`) reads the emulated GPUs through the same
+    // library and state file the workload uses.
+    gpu->emu_gpus = driver.emulated_spec;
+    gpu->emu_state = quota::EmulatedStatePath();
+    setenv("PALADIN_EMU_GPUS", gpu->emu_gpus.c_str(), 1);
+    setenv("PALADIN_EMU_STATE", gpu->emu_state.c_str(), 1);
+  }
+  StatusOr<std::unique_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(driver.nvml_next);
+  if (!nvml.ok() && driver.emulated) {
+    Say("--emulated-gpus '" + driver.emulated_spec + "' gives no GPU: " + nvml.status().message() +
+        " (see the line above)");
+    return 2;
+  }
+  if (!nvml.ok()) {
+    Say(nvml.status().message() + " (no usage figures from NVML; the quota cannot grow)");
+  } else {
+    gpu->nvml = std::move(*nvml);
+  }
+  StatusOr<quota::WorkloadSetup> setup =
+      quota::PrepareWorkload(run_dir, *libs, driver, gpu->settings, &gpu->region);
+  if (!setup.ok()) {
+    Say(setup.status().message());
+    return 1;
+  }
+  gpu->mode = driver.emulated ? "emulated" : "real";
+  gpu->env = setup->env;
+  gpu->region_path = gpu->region != nullptr ? setup->region_path : "";
+  if (!args.gpus.empty()) gpu->env.emplace_back("CUDA_VISIBLE_DEVICES", args.gpus);
+  std::string limit = "no GPU-memory quota";
+  if (gpu->region != nullptr) {
+    limit = quota::FormatSize(gpu->settings.quota_bytes) + " GPU-memory quota";
+    if (gpu->settings.ceiling_bytes > gpu->settings.quota_bytes) {
+      limit += " (grows on demand up to " + quota::FormatSize(gpu->settings.ceiling_bytes) + ")";
+    }
+  }
+  std::string share = "compute is shared without a cap (no MPS control daemon)";
+  if (MpsRunning()) {
+    share = "MPS is running: compute share " +
+            (args.compute_share > 0 ? std::to_string(args.compute_share) + "%" : "uncapped") +
+            "; the workload cannot be checkpointed by the driver while it is an MPS client";
+    if (args.compute_share > 0) {
+      gpu->env.emplace_back("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                            std::to_string(args.compute_share));
+    }
+  } else if (args.compute_share > 0) {
+    share = "--compute-share needs NVIDIA MPS, which is not running: " + share;
+  }
+  gpu->description = limit + "; " + driver.reason +
+                     (driver.emulated ? " (" + driver.emulated_spec + ", emulated)" : "") + "; " +
+                     share;
+  return 0;
+}
+
 int RunWorkload(RunArgs args) {
   if (args.command.empty()) {
     Say("nothing to run: give the command after --, e.g. paladin run --gpu-mem 10GiB -- python "
@@ -199,81 +322,47 @@ int RunWorkload(RunArgs args) {
     Say("--compute-share " + std::to_string(args.compute_share) + ": expected a percentage, 1-100");
     return 2;
   }
-  if (args.gpu_mem.empty()) {
-    if (!args.gpu_mem_max.empty() || !args.emulated_gpus.empty()) {
-      Say("--gpu-mem-max and --emulated-gpus need --gpu-mem");
-      return 2;
-    }
-    // No GPU quota asked for: the workload runs as it is.
-    g_child = Spawn(args.command, {});
-    return WaitForChild(g_child);
-  }
-  StatusOr<quota::RegionSettings> settings = QuotaSettings(args);
-  if (!settings.ok()) {
-    Say(settings.status().message());
-    return 2;
-  }
-  StatusOr<quota::Libraries> libs = quota::FindLibraries();
-  if (!libs.ok()) {
-    Say(libs.status().message());
-    return 1;
-  }
-  const quota::DriverChoice driver = quota::ChooseDriver(*libs, args.emulated_gpus);
-  if (driver.emulated) {
-    // The launcher reads the emulated GPUs through the same library the workload uses.
-    setenv("PALADIN_EMU_GPUS", driver.emulated_spec.c_str(), 1);
-  }
-  StatusOr<std::unique_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(driver.nvml_next);
-  if (!nvml.ok()) {
-    Say(nvml.status().message() + " (no usage figures from NVML; the quota cannot grow)");
-  }
-  const gpu::Nvml* gpus = nvml.ok() ? nvml->get() : nullptr;
-  if (gpus != nullptr && driver.emulated) {
-    StatusOr<std::vector<gpu::GpuInfo>> list = gpus->Gpus();
-    if (list.ok() && list->empty()) {
-      Say("--emulated-gpus '" + driver.emulated_spec + "' gives no GPU (see the line above)");
-      return 2;
-    }
-  }
   const std::string run_dir = args.run_dir.empty() ? DefaultRunDir(args.name) : args.run_dir;
-  std::unique_ptr<quota::Region> region;
-  StatusOr<quota::WorkloadSetup> setup =
-      quota::PrepareWorkload(run_dir, *libs, driver, *settings, &region);
-  if (!setup.ok()) {
-    Say(setup.status().message());
-    return 1;
-  }
-  std::vector<std::pair<std::string, std::string>> env = setup->env;
-  if (!args.gpus.empty()) env.emplace_back("CUDA_VISIBLE_DEVICES", args.gpus);
-  std::string share = "compute is shared without a cap (no MPS control daemon)";
-  if (MpsRunning()) {
-    share = "MPS is running: compute share " +
-            (args.compute_share > 0 ? std::to_string(args.compute_share) + "%" : "uncapped") +
-            "; the workload cannot be checkpointed by the driver while it is an MPS client";
-    if (args.compute_share > 0) {
-      env.emplace_back("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(args.compute_share));
+  GpuSetup gpu;
+  const bool wants_gpu =
+      !args.gpu_mem.empty() || !args.emulated_gpus.empty() || !args.gpu_mem_max.empty();
+  if (wants_gpu) {
+    if (int code = PrepareGpu(args, run_dir, &gpu); code != 0) return code;
+  } else {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(run_dir).parent_path(), ec);
+    if (!std::filesystem::create_directory(run_dir, ec)) {
+      Say("cannot create run directory " + run_dir + (ec ? ": " + ec.message() : ": exists"));
+      return 1;
     }
-  } else if (args.compute_share > 0) {
-    share = "--compute-share needs NVIDIA MPS, which is not running: " + share;
   }
-  std::string limit = quota::FormatSize(settings->quota_bytes) + " GPU-memory quota";
-  if (settings->ceiling_bytes > settings->quota_bytes) {
-    limit += " (grows on demand up to " + quota::FormatSize(settings->ceiling_bytes) + ")";
+
+  ckpt::JobRecord job;
+  job.name = args.name;
+  job.command = args.command;
+  job.cwd = std::filesystem::current_path().string();
+  job.run_dir = std::filesystem::absolute(run_dir).string();
+  job.stdout_log = job.run_dir + "/stdout.log";
+  job.stderr_log = job.run_dir + "/stderr.log";
+  job.gpu = gpu.mode;
+  job.region = gpu.region_path;
+  job.emu_state = gpu.emu_state;
+  job.emu_gpus = gpu.emu_gpus;
+  Say(args.name + ": " + (wants_gpu ? gpu.description : "no GPU") + "; logs in " + job.run_dir);
+
+  quota::QuotaGrower grower(gpu.region.get(), gpu.nvml.get(),
+                            [](const std::string& line) { Say(line); });
+  if (gpu.region != nullptr && gpu.settings.ceiling_bytes > gpu.settings.quota_bytes) {
+    grower.Start();
   }
-  Say(args.name + ": " + limit + "; " + driver.reason +
-      (driver.emulated ? " (" + driver.emulated_spec + ", emulated)" : "") + "; " + share);
-
-  quota::QuotaGrower grower(region.get(), gpus, [](const std::string& line) { Say(line); });
-  if (settings->ceiling_bytes > settings->quota_bytes) grower.Start();
-
   std::unique_ptr<UsageLog> log;
   FILE* log_file = nullptr;
-  if (!args.usage_log.empty()) {
+  if (!args.usage_log.empty() && gpu.region != nullptr) {
     log_file = std::fopen(args.usage_log.c_str(), "w");
     if (log_file == nullptr) {
       Say("cannot write --usage-log " + args.usage_log + ": " + strerror(errno));
     } else {
-      log = std::make_unique<UsageLog>(log_file, *region, gpus, args.usage_every_s);
+      log = std::make_unique<UsageLog>(log_file, *gpu.region, gpu.nvml.get(), args.usage_every_s);
     }
   }
   struct sigaction forward {};
@@ -281,14 +370,49 @@ int RunWorkload(RunArgs args) {
   sigaction(SIGINT, &forward, nullptr);
   sigaction(SIGTERM, &forward, nullptr);
   sigaction(SIGHUP, &forward, nullptr);
-  g_child = Spawn(args.command, env);
-  if (log) log->Start(g_child);
-  const int code = WaitForChild(g_child);
+
+  ckpt::WorkloadSpec spec;
+  spec.command = args.command;
+  spec.env = gpu.env;
+  spec.stdout_log = job.stdout_log;
+  spec.stderr_log = job.stderr_log;
+  spec.cgroup = args.name + "-" + std::to_string(getpid());
+  StatusOr<ckpt::StartedWorkload> started = ckpt::StartWorkload(spec);
+  if (!started.ok()) {
+    Say(started.status().message());
+    return 1;
+  }
+  for (const std::string& warning : started->warnings) Say(warning);
+  g_child = started->pid;
+  job.pid = started->pid;
+  job.pid_namespace = started->pid_namespace;
+  job.cgroup = started->cgroup;
+  if (Status s = ckpt::WriteJob(job); !s.ok()) Say(s.message());
+  LogFollower follower(job.stdout_log, job.stderr_log);
+  follower.Start();
+  if (log) log->Start(started->pid);
+  const int code = WaitForChild(started->pid);
   if (log) log->Stop();
   if (log_file != nullptr) std::fclose(log_file);
+  follower.Stop();
   grower.Stop();
-  Summarise(*region, args.name, code);
-  region.reset();
+  if (!job.cgroup.empty()) (void)ckpt::Cgroup::Existing(job.cgroup).Remove();
+
+  // A checkpoint that stopped the workload is not its end: the run directory stays for the
+  // restore.
+  StatusOr<ckpt::JobRecord> latest = ckpt::ReadJob(job.run_dir);
+  for (int i = 0; i < 600 && latest.ok() && latest->state == "checkpointing"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the image is being finished
+    latest = ckpt::ReadJob(job.run_dir);
+  }
+  if (latest.ok() && latest->state == "checkpointed") {
+    Say(args.name + " was checkpointed to " + latest->image + "; resume it with: paladin restore " +
+        latest->image);
+    return 0;
+  }
+  if (gpu.region != nullptr) Summarise(*gpu.region, args.name, code);
+  if (gpu.region == nullptr) Say(args.name + " exited with " + std::to_string(code));
+  gpu.region.reset();
   if (!args.keep_run_dir) {
     std::error_code ec;
     std::filesystem::remove_all(run_dir, ec);
@@ -311,8 +435,8 @@ void RegisterRun(CLI::App& app, int* exit_code) {
   run->add_option("--gpu-mem-max", args->gpu_mem_max,
                   "Ceiling up to which the quota grows on demand while the GPU has room");
   run->add_option("--emulated-gpus", args->emulated_gpus,
-                  "Use emulated GPUs, e.g. 1x80GiB or 2x40GiB (default when no GPU is found: "
-                  "1x80GiB)");
+                  "Use emulated GPUs, e.g. 1x80GiB or 2x40GiB (the default with --gpu-mem when "
+                  "no GPU is found: 1x80GiB); without --gpu-mem, no quota");
   run->add_option("--gpus", args->gpus, "CUDA_VISIBLE_DEVICES for the workload");
   run->add_option("--compute-share", args->compute_share,
                   "Percent of the GPU's SMs (needs NVIDIA MPS)");

@@ -16,13 +16,18 @@ CUresult CountedCreate(CUdevice ordinal, bool count, const char* function, Creat
   if (!shim.enforcing() || !count) return create();
   const int device = shim.SlotForOrdinal(ordinal);
   if (device < 0) return create();
-  const uint64_t estimate = shim.ContextOverheadEstimate();
-  CUresult r = shim.Admit(device, estimate, function);
-  if (r != CUDA_SUCCESS) return r;
-  r = create();
-  shim.Unadmit(device, estimate);
+  // A context whose cost is known (measured on an earlier one) must fit before it is made; the
+  // workload's first context is charged what it turns out to cost.
+  const uint64_t estimate = shim.region()->context_estimate();
+  if (estimate > 0) {
+    CUresult r = shim.Admit(device, estimate, function);
+    if (r != CUDA_SUCCESS) return r;
+  }
+  CUresult r = create();
+  if (estimate > 0) shim.Unadmit(device, estimate);
   if (r != CUDA_SUCCESS) return r;
   const uint64_t measured = shim.MeasureContextOverhead(ordinal, device);
+  shim.region()->set_context_estimate(measured);
   shim.ForceCharge(device, measured, true);
   shim.ContextCreated(*out, device, measured);
   return r;

@@ -24,6 +24,7 @@ CUresult Counted(uint64_t bytes, Kind kind, const char* function, Allocate alloc
     return r;
   }
   shim.Track(key(), {device, counted, kind, context, nullptr});
+  shim.Kept(device);
   return r;
 }
 
@@ -67,6 +68,7 @@ CUresult AllocAsync(Real real, const char* name, CUdeviceptr* dptr, size_t bytes
   }
   shim.Track(*dptr, {device, counted, Kind::kAsync, context, pool});
   shim.PoolAllocated(pool, counted, shortfall);
+  shim.Kept(device);
   return r;
 }
 
@@ -263,13 +265,42 @@ PALADIN_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t
     return r;
   }
   shim.Track(*handle, {device, counted, Kind::kVmm, nullptr, nullptr});
+  shim.Kept(device);
   return r;
 }
 
 PALADIN_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
-  auto real = Shim::Get().next().cuMemRelease;
-  if (real == nullptr) return Shim::Get().Missing("cuMemRelease");
-  return Uncounted(handle, [&] { return real(handle); });
+  Shim& shim = Shim::Get();
+  auto real = shim.next().cuMemRelease;
+  if (real == nullptr) return shim.Missing("cuMemRelease");
+  CUresult r = real(handle);
+  paladin::cudashim::Charge charge;
+  if (r == CUDA_SUCCESS && shim.enforcing() && shim.ReleasedHandle(handle, &charge)) {
+    shim.Uncharge(charge.device, charge.bytes, false);
+  }
+  return r;
+}
+
+PALADIN_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                                 CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  Shim& shim = Shim::Get();
+  auto real = shim.next().cuMemMap;
+  if (real == nullptr) return shim.Missing("cuMemMap");
+  CUresult r = real(ptr, size, offset, handle, flags);
+  if (r == CUDA_SUCCESS && shim.enforcing()) shim.Mapped(ptr, handle);
+  return r;
+}
+
+PALADIN_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  Shim& shim = Shim::Get();
+  auto real = shim.next().cuMemUnmap;
+  if (real == nullptr) return shim.Missing("cuMemUnmap");
+  CUresult r = real(ptr, size);
+  paladin::cudashim::Charge charge;
+  if (r == CUDA_SUCCESS && shim.enforcing() && shim.Unmapped(ptr, &charge)) {
+    shim.Uncharge(charge.device, charge.bytes, false);
+  }
+  return r;
 }
 
 PALADIN_EXPORT CUresult cuArrayCreate_v2(CUarray* array, const CUDA_ARRAY_DESCRIPTOR* desc) {

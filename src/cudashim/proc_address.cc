@@ -26,6 +26,8 @@ CUresult cuMemPoolDestroy(CUmemoryPool);
 CUresult cuMemCreate(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
                      unsigned long long);
 CUresult cuMemRelease(CUmemGenericAllocationHandle);
+CUresult cuMemMap(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+CUresult cuMemUnmap(CUdeviceptr, size_t);
 CUresult cuArrayCreate_v2(CUarray*, const CUDA_ARRAY_DESCRIPTOR*);
 CUresult cuArray3DCreate_v2(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR*);
 CUresult cuArrayDestroy(CUarray);
@@ -73,6 +75,8 @@ Hook g_hooks[] = {
     PALADIN_HOOK("cuMemPoolDestroy", cuMemPoolDestroy, 11020, false),
     PALADIN_HOOK("cuMemCreate", cuMemCreate, 10020, false),
     PALADIN_HOOK("cuMemRelease", cuMemRelease, 10020, false),
+    PALADIN_HOOK("cuMemMap", cuMemMap, 10020, false),
+    PALADIN_HOOK("cuMemUnmap", cuMemUnmap, 10020, false),
     PALADIN_HOOK("cuArrayCreate", cuArrayCreate_v2, 3020, false),
     PALADIN_HOOK("cuArray3DCreate", cuArray3DCreate_v2, 3020, false),
     PALADIN_HOOK("cuArrayDestroy", cuArrayDestroy, 2000, false),

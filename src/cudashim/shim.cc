@@ -136,6 +136,8 @@ void Shim::LoadNext() {
       {reinterpret_cast<void**>(&n.cuDeviceGetMemPool), "cuDeviceGetMemPool", 11020},
       {reinterpret_cast<void**>(&n.cuMemCreate), "cuMemCreate", 10020},
       {reinterpret_cast<void**>(&n.cuMemRelease), "cuMemRelease", 10020},
+      {reinterpret_cast<void**>(&n.cuMemMap), "cuMemMap", 10020},
+      {reinterpret_cast<void**>(&n.cuMemUnmap), "cuMemUnmap", 10020},
       {reinterpret_cast<void**>(&n.cuArrayCreate), "cuArrayCreate_v2", 3020},
       {reinterpret_cast<void**>(&n.cuArray3DCreate), "cuArray3DCreate_v2", 3020},
       {reinterpret_cast<void**>(&n.cuArrayDestroy), "cuArrayDestroy", 0},
@@ -158,6 +160,7 @@ void Shim::OpenRegion() {
     if (region_ == nullptr) {
       WriteLine(error + "; refusing GPU allocations (the quota is unknown)");
       region_ = quota::Region::CreatePrivate(closed);
+      closed_ = true;
     }
   } else if (size != nullptr && size[0] != '\0') {
     quota::RegionSettings settings;
@@ -165,6 +168,7 @@ void Shim::OpenRegion() {
       WriteLine(std::string("PALADIN_GPU_MEM='") + size +
                 "' is not a size (expected e.g. 10GiB); refusing GPU allocations");
       settings = closed;
+      closed_ = true;
     }
     settings.grow_wait_ms = 0;
     region_ = quota::Region::CreatePrivate(settings);
@@ -180,6 +184,7 @@ void Shim::OpenRegion() {
     WriteLine("accounting region " + region_->path() +
               ": no free process slot; refusing GPU allocations");
     region_ = quota::Region::CreatePrivate(closed);
+    closed_ = true;
     if (region_ != nullptr) proc_ = region_->AttachProcess(quota::SelfProcessId());
   }
 }
@@ -251,6 +256,7 @@ CUresult Shim::Admit(int device, uint64_t bytes, const char* function) {
     if (r.TryReserve(device, proc_, bytes)) return CUDA_SUCCESS;
   }
   r.NoteRefusal(bytes);
+  if (closed_) return CUDA_ERROR_OUT_OF_MEMORY;  // why was said once, when the region failed
   const uint64_t now = NowMs();
   uint64_t last = last_refusal_note_ms_.load();
   if (now - last >= 1000 && last_refusal_note_ms_.compare_exchange_strong(last, now)) {
@@ -285,6 +291,42 @@ void Shim::DropContext(CUcontext context) {
       ++it;
     }
   }
+}
+
+void Shim::Mapped(CUdeviceptr ptr, CUmemGenericAllocationHandle handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = charges_.find(handle);
+  if (it == charges_.end()) return;
+  ++it->second.mappings;
+  mappings_[ptr] = handle;
+}
+
+bool Shim::Unmapped(CUdeviceptr ptr, Charge* release) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto m = mappings_.find(ptr);
+  if (m == mappings_.end()) return false;
+  const CUmemGenericAllocationHandle handle = m->second;
+  mappings_.erase(m);
+  auto it = charges_.find(handle);
+  if (it == charges_.end()) return false;
+  if (it->second.mappings > 0) --it->second.mappings;
+  if (it->second.mappings > 0 || !it->second.released) return false;
+  *release = it->second;
+  charges_.erase(it);
+  return true;
+}
+
+bool Shim::ReleasedHandle(CUmemGenericAllocationHandle handle, Charge* release) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = charges_.find(handle);
+  if (it == charges_.end()) return false;
+  if (it->second.mappings > 0) {
+    it->second.released = true;  // the memory lives until its last mapping goes
+    return false;
+  }
+  *release = it->second;
+  charges_.erase(it);
+  return true;
 }
 
 uint64_t Shim::PoolShortfall(CUmemoryPool pool, int device, uint64_t bytes) {
@@ -332,7 +374,8 @@ void Shim::SyncPool(CUmemoryPool pool) {
   std::lock_guard<std::mutex> lock(mu_);
   PoolCharge& p = pools_[pool];
   if (p.device < 0) return;
-  const uint64_t target = p.live > reserved ? p.live : region_->Rounded(reserved);
+  const uint64_t pool_bytes = reserved == 0 ? 0 : region_->Rounded(reserved);
+  const uint64_t target = p.live > pool_bytes ? p.live : pool_bytes;
   if (target > p.charged) {
     region_->ForceReserve(p.device, proc_, target - p.charged, false);
   } else if (target < p.charged) {

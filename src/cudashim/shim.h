@@ -52,6 +52,8 @@ struct NextDriver {
   FnCuDeviceGetMemPool cuDeviceGetMemPool = nullptr;
   FnCuMemCreate cuMemCreate = nullptr;
   FnCuMemRelease cuMemRelease = nullptr;
+  FnCuMemMap cuMemMap = nullptr;
+  FnCuMemUnmap cuMemUnmap = nullptr;
   FnCuArrayCreate cuArrayCreate = nullptr;
   FnCuArray3DCreate cuArray3DCreate = nullptr;
   FnCuArrayDestroy cuArrayDestroy = nullptr;
@@ -67,6 +69,8 @@ struct Charge {
   Kind kind = Kind::kMemory;
   CUcontext context = nullptr;
   CUmemoryPool pool = nullptr;  // kAsync only
+  int mappings = 0;             // kVmm: live cuMemMap mappings of the handle
+  bool released = false;        // kVmm: cuMemRelease called while still mapped
 };
 
 // Per pool: bytes of live allocations and what is charged to the region for the pool in all
@@ -119,6 +123,13 @@ class Shim {
   // Gives back everything charged to a context the driver has destroyed.
   void DropContext(CUcontext context);
 
+  // VMM: physical memory lives until the handle is released and its last mapping is gone.
+  void Mapped(CUdeviceptr ptr, CUmemGenericAllocationHandle handle);
+  bool Unmapped(CUdeviceptr ptr, Charge* release);
+  bool ReleasedHandle(CUmemGenericAllocationHandle handle, Charge* release);
+  // Raises the device's recorded peak once admitted bytes are really kept.
+  void Kept(int device) { region_->NotePeak(device); }
+
   // Pool bookkeeping for stream-ordered allocations.
   uint64_t PoolShortfall(CUmemoryPool pool, int device, uint64_t bytes);
   void PoolAllocated(CUmemoryPool pool, uint64_t bytes, uint64_t precharged);
@@ -129,7 +140,6 @@ class Shim {
   void TrimPools();
 
   // Context overhead: what a new context on `device` costs, measured with NVML where possible.
-  uint64_t ContextOverheadEstimate() const { return context_overhead_default_; }
   uint64_t MeasureContextOverhead(CUdevice ordinal, int device);
   void ContextCreated(CUcontext ctx, int device, uint64_t charged);
   void ContextDestroyed(CUcontext ctx);
@@ -151,10 +161,12 @@ class Shim {
   int driver_version_ = 0;
   std::unique_ptr<quota::Region> region_;
   int proc_ = -1;
+  bool closed_ = false;  // the quota is unknown: every allocation is refused
   uint64_t context_overhead_default_ = 512ull << 20;
 
   std::mutex mu_;
   std::unordered_map<uint64_t, Charge> charges_;
+  std::unordered_map<CUdeviceptr, CUmemGenericAllocationHandle> mappings_;
   std::unordered_map<CUmemoryPool, PoolCharge> pools_;
   std::unordered_map<CUcontext, std::pair<int, uint64_t>> contexts_;  // device, overhead
   std::unordered_map<int, int> primary_retains_;                      // ordinal -> count

@@ -129,6 +129,14 @@ StatusOr<WorkloadSetup> PrepareWorkload(const std::string& run_dir, const Librar
   if (mkdir(setup.lib_dir.c_str(), 0700) != 0) {
     return IoError("cannot create " + setup.lib_dir + ": " + strerror(errno));
   }
+  if (settings.quota_bytes == 0) {
+    PALADIN_RETURN_IF_ERROR(Symlink(driver.cuda_next, setup.lib_dir + "/libcuda.so.1"));
+    PALADIN_RETURN_IF_ERROR(Symlink(driver.cuda_next, setup.lib_dir + "/libcuda.so"));
+    PALADIN_RETURN_IF_ERROR(Symlink(driver.nvml_next, setup.lib_dir + "/libnvidia-ml.so.1"));
+    setup.env.emplace_back("LD_LIBRARY_PATH", WithPrefix(setup.lib_dir, getenv("LD_LIBRARY_PATH")));
+    if (driver.emulated) setup.env.emplace_back("PALADIN_EMU_GPUS", driver.emulated_spec);
+    return setup;
+  }
   const std::string cuda_shim = fs::canonical(libs.cuda_shim, ec).string();
   const std::string nvml_shim = fs::canonical(libs.nvml_shim, ec).string();
   PALADIN_RETURN_IF_ERROR(Symlink(cuda_shim, setup.lib_dir + "/libcuda.so.1"));
@@ -147,6 +155,13 @@ StatusOr<WorkloadSetup> PrepareWorkload(const std::string& run_dir, const Librar
   setup.env.emplace_back("PALADIN_QUOTA_REGION", setup.region_path);
   if (driver.emulated) setup.env.emplace_back("PALADIN_EMU_GPUS", driver.emulated_spec);
   return setup;
+}
+
+std::string EmulatedStatePath() {
+  if (const char* path = getenv("PALADIN_EMU_STATE"); path != nullptr && path[0] != '\0') {
+    return path;
+  }
+  return "/dev/shm/paladin-emu-" + std::to_string(getuid()) + ".state";
 }
 
 uint64_t GrownQuota(uint64_t quota, uint64_t ceiling, uint64_t shortfall, uint64_t gpu_free,

@@ -75,6 +75,7 @@ struct Region::Layout {
   AtomicU64 grow_count;
   AtomicU64 refusals;
   AtomicU64 last_refused_bytes;
+  AtomicU64 context_estimate;  // a context's measured cost, once one has been measured
   struct Device {
     AtomicU32 state;
     uint32_t pad;
@@ -149,11 +150,21 @@ bool ProcessAlive(const ProcessId& id) {
 bool ParseSize(const std::string& text, uint64_t* bytes) {
   const char* s = text.c_str();
   while (*s == ' ') ++s;
-  if (*s == '\0' || *s == '-' || *s == '+') return false;
+  // Decimal only: strtod alone would also take hexadecimal, exponents, "inf" and "nan".
+  size_t digits = 0;
+  size_t points = 0;
+  for (const char* p = s; (*p >= '0' && *p <= '9') || *p == '.'; ++p) {
+    digits += *p != '.' ? 1 : 0;
+    points += *p == '.' ? 1 : 0;
+  }
+  if (digits == 0 || points > 1) return false;
+  if (s[digits + points] == 'x' || s[digits + points] == 'X') return false;
   char* end = nullptr;
   errno = 0;
   double value = strtod(s, &end);
-  if (end == s || errno != 0 || !std::isfinite(value) || value < 0) return false;
+  if (end != s + digits + points || errno != 0 || !std::isfinite(value) || value < 0) {
+    return false;
+  }
   std::string unit(end);
   while (!unit.empty() && unit.back() == ' ') unit.pop_back();
   while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
@@ -398,9 +409,13 @@ bool Region::TryReserve(int device, int proc, uint64_t bytes) {
     const uint64_t q = layout_->quota.load();
     if (cur > q || bytes > q - cur) return false;
   } while (!d.used.compare_exchange_weak(cur, cur + bytes));
-  RaisePeak(d.peak, cur + bytes);
   layout_->processes[proc].used[device].fetch_add(bytes);
   return true;
+}
+
+void Region::NotePeak(int device) {
+  Layout::Device& d = layout_->devices[device];
+  RaisePeak(d.peak, d.used.load());
 }
 
 void Region::ForceReserve(int device, int proc, uint64_t bytes, bool context_overhead) {
@@ -433,6 +448,8 @@ void Region::NoteRefusal(uint64_t bytes) {
   layout_->last_refused_bytes.store(bytes);
 }
 uint64_t Region::refusals() const { return layout_->refusals.load(); }
+uint64_t Region::context_estimate() const { return layout_->context_estimate.load(); }
+void Region::set_context_estimate(uint64_t bytes) { layout_->context_estimate.store(bytes); }
 uint64_t Region::grows() const { return layout_->grow_count.load(); }
 
 bool Region::RequestGrowth(uint64_t shortfall) {

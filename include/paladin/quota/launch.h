@@ -44,6 +44,10 @@ struct DriverChoice {
 // the emulated driver with one 80 GiB GPU.
 DriverChoice ChooseDriver(const Libraries& libs, const std::string& emulated_spec);
 
+// The emulated GPUs' shared state file: $PALADIN_EMU_STATE, else /dev/shm/paladin-emu-UID.state.
+// Every process using the same file shares the same emulated GPUs.
+std::string EmulatedStatePath();
+
 struct WorkloadSetup {
   std::string run_dir;
   std::string lib_dir;
@@ -53,6 +57,8 @@ struct WorkloadSetup {
 
 // Creates run_dir (which must not exist), its lib/ directory and the accounting region, and
 // returns the environment for the workload. The caller removes run_dir when the workload ends.
+// With settings.quota_bytes 0 there is no quota: no region, no interposer, and libcuda.so.1 is
+// the chosen driver itself (how an emulated GPU is used without a quota).
 StatusOr<WorkloadSetup> PrepareWorkload(const std::string& run_dir, const Libraries& libs,
                                         const DriverChoice& driver, const RegionSettings& settings,
                                         std::unique_ptr<Region>* region);

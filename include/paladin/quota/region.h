@@ -96,6 +96,8 @@ class Region {
 
   // Counts `bytes` for `proc` on `device` if the device's total stays within the quota.
   bool TryReserve(int device, int proc, uint64_t bytes);
+  // Raises the device's peak to its current use (call once reserved bytes are really kept).
+  void NotePeak(int device);
   // Counts `bytes` whatever the quota (a context's overhead, once the context exists).
   void ForceReserve(int device, int proc, uint64_t bytes, bool context_overhead);
   void Release(int device, int proc, uint64_t bytes, bool context_overhead);
@@ -106,6 +108,9 @@ class Region {
   void NoteRefusal(uint64_t bytes);
   uint64_t refusals() const;
   uint64_t grows() const;
+  // What a context of this workload costs, as measured by the first one (0: not yet measured).
+  uint64_t context_estimate() const;
+  void set_context_estimate(uint64_t bytes);
 
   // --- on-demand growth: the workload side ---
   // Asks the launcher for `shortfall` more bytes and waits up to grow_wait_ms for its answer.

@@ -1,0 +1,44 @@
+// A workload's control group: host memory, CPU accounting and pids, on cgroup v2 or on the v1
+// controllers (memory, cpuacct, pids), whichever the machine mounts. Groups live under
+// <mount>/paladin/<name>. Creating one needs write access to the hierarchy (root, or a
+// delegated subtree).
+#ifndef PALADIN_CKPT_CGROUP_H_
+#define PALADIN_CKPT_CGROUP_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "paladin/base/status.h"
+
+namespace paladin::ckpt {
+
+class Cgroup {
+ public:
+  // "v2", "v1", or "none".
+  static std::string Version();
+  static StatusOr<Cgroup> Create(const std::string& name);
+  // The group a running workload was put in, without creating anything.
+  static Cgroup Existing(const std::string& name);
+
+  Status Add(pid_t pid) const;
+  // 0 lifts the limit.
+  Status SetMemoryLimit(uint64_t bytes) const;
+  uint64_t MemoryLimit() const;  // 0 when none
+  uint64_t MemoryBytes() const;
+  double CpuSeconds() const;
+  // Removes the (empty) group.
+  Status Remove() const;
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  bool v2_ = false;
+  std::vector<std::string> dirs_;  // v2: one; v1: memory, cpuacct, pids
+};
+
+}  // namespace paladin::ckpt
+
+#endif  // PALADIN_CKPT_CGROUP_H_

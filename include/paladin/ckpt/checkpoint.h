@@ -1,0 +1,55 @@
+// The checkpoint engine: a job's whole state into an image directory, and back. GPU processes
+// are locked and checkpointed through the driver first (device memory into host RAM, with the
+// job's cgroup memory limit lifted meanwhile), then CRIU dumps the tree; a restore runs the
+// other way round, after the image is verified. See docs/ckpt.md.
+#ifndef PALADIN_CKPT_CHECKPOINT_H_
+#define PALADIN_CKPT_CHECKPOINT_H_
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "paladin/base/status.h"
+#include "paladin/ckpt/criu.h"
+#include "paladin/ckpt/image.h"
+#include "paladin/ckpt/workload.h"
+
+namespace paladin::ckpt {
+
+using Progress = std::function<void(const std::string&)>;
+
+struct CheckpointOptions {
+  enum class After { kKill, kLeaveRunning, kLeaveStopped };
+  After after = After::kKill;
+  int pre_dumps = 0;  // memory passes while the job runs, before the final dump
+  double timeout_s = 600;
+};
+
+struct PhaseTimes {
+  std::vector<std::pair<std::string, double>> seconds;  // in order
+  uint64_t image_bytes = 0;
+  std::string Describe() const;
+};
+
+// Checkpoints `job` into `out` (created; must not exist). On failure the job keeps running (GPU
+// state restored and unlocked) and the partial image is removed.
+StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::string& out,
+                                   const CheckpointOptions& options, const Progress& progress);
+
+struct RestoreOptions2 {
+  std::vector<std::pair<std::string, std::string>> gpu_map;  // old UUID -> new UUID
+  double timeout_s = 600;
+};
+
+// Verifies `dir` and restores the job it holds; returns the restored job record.
+StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
+                               const RestoreOptions2& options, const Progress& progress,
+                               PhaseTimes* times);
+
+// "OLD=NEW,OLD=NEW" (GPU UUIDs).
+StatusOr<std::vector<std::pair<std::string, std::string>>> ParseGpuMap(const std::string& text);
+
+}  // namespace paladin::ckpt
+
+#endif  // PALADIN_CKPT_CHECKPOINT_H_

@@ -1,0 +1,53 @@
+// CRIU, the checkpoint/restore tool for a process tree's CPU-side state, run as a bounded
+// subprocess. Paladin uses CRIU 4.x from a private prefix (scripts/criu.sh); see docs/ckpt.md.
+#ifndef PALADIN_CKPT_CRIU_H_
+#define PALADIN_CKPT_CRIU_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "paladin/base/status.h"
+
+namespace paladin::ckpt {
+
+struct Criu {
+  std::string path;     // the criu program (the prefix's wrapper, or criu on the PATH)
+  std::string version;  // e.g. "4.1.1"
+  // CRIU's no-breakpoint fallback (CRIU_FAULT=130): needed on kernels where hardware breakpoints
+  // do not fire (some virtual machines), where a dump otherwise hangs in parasite cure.
+  bool no_breakpoints = false;
+
+  std::vector<std::pair<std::string, std::string>> Env() const;
+};
+
+// $PALADIN_CRIU, else /opt/paladin/criu/criu (scripts/criu.sh), else `criu` on the PATH; it must
+// answer --version within 10 s and be version 4 or newer.
+StatusOr<Criu> LocateCriu();
+
+// Decides `no_breakpoints` for this kernel by dumping a throwaway process (its own PID
+// namespace) with a 20 s limit, first plainly and then with CRIU_FAULT=130. The answer is cached
+// per kernel in `cache_dir`. Fails (with CRIU's last log lines) when neither works.
+Status ProbeBreakpoints(Criu* criu, const std::string& cache_dir);
+
+struct DumpOptions {
+  bool leave_running = false;  // the default is to kill the tree once dumped
+  bool leave_stopped = false;
+  bool pre_dump = false;      // memory only, the tree keeps running (iterative migration)
+  std::string parent_images;  // a previous (pre-)dump, relative to the image dir
+  double timeout_s = 600;
+};
+Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOptions& options);
+
+struct RestoreOptions {
+  bool leave_stopped = false;  // restored tasks wait in SIGSTOP (GPU restore comes next)
+  double timeout_s = 600;
+};
+// Restores the tree detached from CRIU; returns the host pid of its root.
+StatusOr<pid_t> Restore(const Criu& criu, const std::string& dir, const RestoreOptions& options);
+
+}  // namespace paladin::ckpt
+
+#endif  // PALADIN_CKPT_CRIU_H_

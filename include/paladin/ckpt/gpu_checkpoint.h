@@ -1,0 +1,49 @@
+// GPU state through the CUDA driver's checkpoint API (cuCheckpointProcess*), called by pid from
+// outside the workload: lock (further CUDA calls in the process block), checkpoint (device memory
+// moves into the process's own RAM and its GPU handles are released), restore (optionally onto
+// other GPUs, by UUID), unlock. Loaded with dlopen: the real libcuda.so.1, or the emulated driver
+// for jobs on emulated GPUs. Every call has a time limit.
+#ifndef PALADIN_CKPT_GPU_CHECKPOINT_H_
+#define PALADIN_CKPT_GPU_CHECKPOINT_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "paladin/base/status.h"
+#include "paladin/gpu/cuda_api.h"
+
+namespace paladin::ckpt {
+
+class GpuCheckpointer {
+ public:
+  // `driver`: "libcuda.so.1" or the emulated driver's path.
+  static StatusOr<std::unique_ptr<GpuCheckpointer>> Load(const std::string& driver);
+
+  // The processes among `pids` that hold CUDA state (GetState answers for them).
+  std::vector<pid_t> CudaProcesses(const std::vector<pid_t>& pids) const;
+  StatusOr<CUprocessState> State(pid_t pid) const;
+  Status Lock(pid_t pid, unsigned int timeout_ms) const;
+  Status Checkpoint(pid_t pid) const;
+  // `remap`: pairs of GPU UUIDs ("GPU-…") old → new.
+  Status Restore(pid_t pid, const std::vector<std::pair<std::string, std::string>>& remap) const;
+  Status Unlock(pid_t pid) const;
+
+ private:
+  GpuCheckpointer() = default;
+  std::string Describe(const char* call, pid_t pid, CUresult r) const;
+
+  FnCuGetErrorName error_name_ = nullptr;
+  FnCuCheckpointProcessLock lock_ = nullptr;
+  FnCuCheckpointProcessCheckpoint checkpoint_ = nullptr;
+  FnCuCheckpointProcessRestore restore_ = nullptr;
+  FnCuCheckpointProcessUnlock unlock_ = nullptr;
+  FnCuCheckpointProcessGetState state_ = nullptr;
+};
+
+}  // namespace paladin::ckpt
+
+#endif  // PALADIN_CKPT_GPU_CHECKPOINT_H_

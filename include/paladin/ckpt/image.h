@@ -1,0 +1,75 @@
+// A checkpoint image: a directory of CRIU's files plus Paladin's own (the workload's logs, GPU
+// metadata) and `manifest.json`, which names the workload, where and with what it was taken, and
+// every file's size and SHA-256. `Verify` runs before every restore: a corrupted, truncated or
+// incompatible image is refused with what is wrong, and nothing is started.
+// Format: docs/formats/image.md.
+#ifndef PALADIN_CKPT_IMAGE_H_
+#define PALADIN_CKPT_IMAGE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "paladin/base/status.h"
+
+namespace paladin::ckpt {
+
+inline constexpr int kImageFormatVersion = 1;
+
+struct ImageFile {
+  std::string path;  // relative to the image directory
+  uint64_t size = 0;
+  std::string sha256;  // lowercase hex
+};
+
+struct ImageGpu {
+  std::string uuid;
+  std::string name;
+  uint64_t memory_bytes = 0;  // what the workload held there
+};
+
+struct Manifest {
+  int version = kImageFormatVersion;
+  int64_t created_unix = 0;
+  // The workload.
+  std::string name;
+  std::vector<std::string> command;
+  std::string cwd;
+  int64_t pid = 0;  // host pid of the tree's root when dumped
+  std::string run_dir;
+  std::vector<std::string> logs;         // image-relative copies of stdout/stderr
+  std::vector<std::string> log_targets;  // where each log lives on the host
+  // Where and with what.
+  std::string hostname;
+  std::string kernel;
+  std::string arch;
+  std::string criu_version;
+  bool criu_no_breakpoints = false;
+  std::string gpu_driver;  // "" when the workload used no GPU; "emulated ..." for emucuda
+  std::vector<ImageGpu> gpus;
+  std::vector<ImageFile> files;
+};
+
+// SHA-256 of a file, lowercase hex.
+StatusOr<std::string> Sha256File(const std::string& path);
+
+// Fills m.files with every regular file under `dir` (except manifest.json) and writes
+// dir/manifest.json.
+Status WriteManifest(const std::string& dir, Manifest m);
+// Reads dir/manifest.json; an error names what is malformed.
+StatusOr<Manifest> ReadManifest(const std::string& dir);
+
+struct VerifyReport {
+  int files_checked = 0;
+  uint64_t bytes_checked = 0;
+};
+// Checks the manifest and every file's presence, size and hash; and that this host can restore
+// it (architecture, CRIU major version).
+StatusOr<VerifyReport> VerifyImage(const std::string& dir, const std::string& local_criu_version);
+
+// A human summary of the manifest (paladin image inspect).
+std::string DescribeManifest(const Manifest& m);
+
+}  // namespace paladin::ckpt
+
+#endif  // PALADIN_CKPT_IMAGE_H_

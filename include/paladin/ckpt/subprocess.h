@@ -1,0 +1,26 @@
+// Running a helper program (CRIU, mostly) with a time limit: every call into an external tool is
+// bounded, so a hung tool is killed and reported instead of hanging Paladin.
+#ifndef PALADIN_CKPT_SUBPROCESS_H_
+#define PALADIN_CKPT_SUBPROCESS_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace paladin::ckpt {
+
+struct SubprocessResult {
+  int exit_code = -1;  // 128 + signal when killed by one
+  bool timed_out = false;
+  std::string output;  // stdout and stderr together (the last 64 KiB)
+};
+
+// Runs argv[0] (searched on the PATH) with `env` added to this process's environment, waits at
+// most `timeout_s` seconds, then kills its whole process group.
+SubprocessResult RunBounded(const std::vector<std::string>& argv,
+                            const std::vector<std::pair<std::string, std::string>>& env,
+                            double timeout_s);
+
+}  // namespace paladin::ckpt
+
+#endif  // PALADIN_CKPT_SUBPROCESS_H_

@@ -1,0 +1,127 @@
+#include "paladin/ckpt/cgroup.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace paladin::ckpt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kRoot = "/sys/fs/cgroup";
+constexpr uint64_t kV1Unlimited = 0x7FFFFFFFFFFFF000ull;
+
+bool IsV2() {
+  return fs::exists(std::string(kRoot) + "/cgroup.controllers") &&
+         !fs::exists(std::string(kRoot) + "/memory");
+}
+
+Status WriteValue(const std::string& path, const std::string& value) {
+  std::ofstream out(path);
+  out << value;
+  out.flush();
+  if (!out) return IoError("cannot write '" + value + "' to " + path + ": " + strerror(errno));
+  return Status::Ok();
+}
+
+std::string ReadValue(const std::string& path) {
+  std::ifstream in(path);
+  std::string value;
+  in >> value;
+  return value;
+}
+
+}  // namespace
+
+std::string Cgroup::Version() {
+  if (IsV2()) return "v2";
+  if (fs::exists(std::string(kRoot) + "/memory")) return "v1";
+  return "none";
+}
+
+Cgroup Cgroup::Existing(const std::string& name) {
+  Cgroup g;
+  g.name_ = name;
+  g.v2_ = IsV2();
+  if (g.v2_) {
+    g.dirs_ = {std::string(kRoot) + "/paladin/" + name};
+  } else {
+    for (const char* c : {"memory", "cpuacct", "pids"}) {
+      g.dirs_.push_back(std::string(kRoot) + "/" + c + "/paladin/" + name);
+    }
+  }
+  return g;
+}
+
+StatusOr<Cgroup> Cgroup::Create(const std::string& name) {
+  if (Version() == "none") return FailedPrecondition("no cgroup hierarchy at /sys/fs/cgroup");
+  Cgroup g = Existing(name);
+  if (g.v2_) {
+    // Controllers must be enabled in every ancestor's subtree_control.
+    (void)WriteValue(std::string(kRoot) + "/cgroup.subtree_control", "+memory +cpu +pids");
+    std::error_code ec;
+    fs::create_directories(std::string(kRoot) + "/paladin", ec);
+    (void)WriteValue(std::string(kRoot) + "/paladin/cgroup.subtree_control", "+memory +cpu +pids");
+  }
+  for (const std::string& dir : g.dirs_) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) return IoError("cannot create cgroup " + dir + ": " + ec.message());
+  }
+  return g;
+}
+
+Status Cgroup::Add(pid_t pid) const {
+  for (const std::string& dir : dirs_) {
+    PALADIN_RETURN_IF_ERROR(WriteValue(dir + "/cgroup.procs", std::to_string(pid)));
+  }
+  return Status::Ok();
+}
+
+Status Cgroup::SetMemoryLimit(uint64_t bytes) const {
+  if (v2_) return WriteValue(dirs_[0] + "/memory.max", bytes == 0 ? "max" : std::to_string(bytes));
+  return WriteValue(dirs_[0] + "/memory.limit_in_bytes",
+                    bytes == 0 ? std::to_string(kV1Unlimited) : std::to_string(bytes));
+}
+
+uint64_t Cgroup::MemoryLimit() const {
+  const std::string v = ReadValue(dirs_[0] + (v2_ ? "/memory.max" : "/memory.limit_in_bytes"));
+  if (v.empty() || v == "max") return 0;
+  const uint64_t bytes = std::stoull(v);
+  return bytes >= kV1Unlimited ? 0 : bytes;
+}
+
+uint64_t Cgroup::MemoryBytes() const {
+  const std::string v = ReadValue(dirs_[0] + (v2_ ? "/memory.current" : "/memory.usage_in_bytes"));
+  return v.empty() ? 0 : std::stoull(v);
+}
+
+double Cgroup::CpuSeconds() const {
+  if (v2_) {
+    std::ifstream in(dirs_[0] + "/cpu.stat");
+    std::string key;
+    uint64_t value = 0;
+    while (in >> key >> value) {
+      if (key == "usage_usec") return static_cast<double>(value) / 1e6;
+    }
+    return 0;
+  }
+  const std::string v = ReadValue(dirs_[1] + "/cpuacct.usage");
+  return v.empty() ? 0 : static_cast<double>(std::stoull(v)) / 1e9;
+}
+
+Status Cgroup::Remove() const {
+  for (const std::string& dir : dirs_) {
+    if (rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+      return IoError("cannot remove cgroup " + dir + ": " + strerror(errno));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace paladin::ckpt

@@ -1,0 +1,341 @@
+#include "paladin/ckpt/checkpoint.h"
+
+#include <signal.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+
+#include "paladin/ckpt/cgroup.h"
+#include "paladin/ckpt/gpu_checkpoint.h"
+#include "paladin/gpu/nvml.h"
+#include "paladin/quota/launch.h"
+#include "paladin/quota/region.h"
+#include "paladin/quota/usage.h"
+
+namespace paladin::ckpt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+class Stopwatch {
+ public:
+  double Lap() {
+    const auto now = std::chrono::steady_clock::now();
+    const double s = std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+    return s;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+std::vector<pid_t> Tree(pid_t root) {
+  std::vector<pid_t> pids;
+  for (uint32_t p : quota::ProcessTree(static_cast<uint32_t>(root))) {
+    pids.push_back(static_cast<pid_t>(p));
+  }
+  return pids;
+}
+
+// The driver whose checkpoint API handles this job's GPU processes, or null for a CPU job.
+StatusOr<std::unique_ptr<GpuCheckpointer>> DriverFor(const std::string& gpu,
+                                                     const std::string& emu_state) {
+  if (gpu.empty()) return std::unique_ptr<GpuCheckpointer>();
+  std::string driver = "libcuda.so.1";
+  if (gpu == "emulated") {
+    StatusOr<quota::Libraries> libs = quota::FindLibraries();
+    if (!libs.ok()) return libs.status();
+    driver = libs->emucuda;
+    if (!emu_state.empty()) setenv("PALADIN_EMU_STATE", emu_state.c_str(), 1);
+  }
+  return GpuCheckpointer::Load(driver);
+}
+
+// Puts every locked or checkpointed process back to running.
+void ResumeGpu(const GpuCheckpointer& gpu, const std::vector<pid_t>& pids) {
+  for (pid_t pid : pids) {
+    StatusOr<CUprocessState> state = gpu.State(pid);
+    if (!state.ok()) continue;
+    if (*state == CU_PROCESS_STATE_CHECKPOINTED) (void)gpu.Restore(pid, {});
+    (void)gpu.Unlock(pid);
+  }
+}
+
+Status CopyFile(const std::string& from, const std::string& to) {
+  std::error_code ec;
+  fs::create_directories(fs::path(to).parent_path(), ec);
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+  if (ec) return IoError("cannot copy " + from + " to " + to + ": " + ec.message());
+  return Status::Ok();
+}
+
+std::string Hostname() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+Manifest Describe(const JobRecord& job, const Criu& criu, int64_t root_pid) {
+  Manifest m;
+  m.created_unix = static_cast<int64_t>(time(nullptr));
+  m.name = job.name;
+  m.command = job.command;
+  m.cwd = job.cwd;
+  m.pid = root_pid;
+  m.run_dir = job.run_dir;
+  m.hostname = Hostname();
+  utsname u{};
+  if (uname(&u) == 0) {
+    m.kernel = u.release;
+    m.arch = u.machine;
+  }
+  m.criu_version = criu.version;
+  m.criu_no_breakpoints = criu.no_breakpoints;
+  return m;
+}
+
+// The GPUs the job's processes hold memory on, from NVML (real or emulated).
+void DescribeGpus(const JobRecord& job, const std::vector<pid_t>& pids, Manifest* m) {
+  if (job.gpu.empty()) return;
+  m->gpu_driver = job.gpu == "emulated" ? "emulated" : "nvidia";
+  std::string nvml_lib = "libnvidia-ml.so.1";
+  if (job.gpu == "emulated") {
+    StatusOr<quota::Libraries> libs = quota::FindLibraries();
+    if (!libs.ok()) return;
+    nvml_lib = libs->emucuda;
+  }
+  StatusOr<std::unique_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(nvml_lib);
+  if (!nvml.ok()) return;
+  m->gpu_driver += " " + (*nvml)->driver_version();
+  StatusOr<std::vector<gpu::GpuInfo>> gpus = (*nvml)->Gpus();
+  if (!gpus.ok()) return;
+  for (const gpu::GpuInfo& g : *gpus) {
+    StatusOr<std::vector<gpu::GpuProcess>> procs = (*nvml)->Processes(g.uuid);
+    if (!procs.ok()) continue;
+    uint64_t held = 0;
+    for (const gpu::GpuProcess& p : *procs) {
+      for (pid_t pid : pids) held += p.pid == static_cast<uint32_t>(pid) ? p.used_bytes : 0;
+    }
+    if (held > 0) m->gpus.push_back({g.uuid, g.name, held});
+  }
+}
+
+}  // namespace
+
+std::string PhaseTimes::Describe() const {
+  std::ostringstream out;
+  for (size_t i = 0; i < seconds.size(); ++i) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s %.2f s", seconds[i].first.c_str(), seconds[i].second);
+    out << (i > 0 ? ", " : "") << buf;
+  }
+  return out.str();
+}
+
+StatusOr<std::vector<std::pair<std::string, std::string>>> ParseGpuMap(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> map;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    const size_t eq = item.find('=');
+    char bytes[16];
+    if (eq == std::string::npos || !gpu::ParseGpuUuid(item.substr(0, eq), bytes) ||
+        !gpu::ParseGpuUuid(item.substr(eq + 1), bytes)) {
+      return InvalidArgument("--gpu-map '" + item +
+                             "': expected OLD=NEW with GPU UUIDs (GPU-xxxxxxxx-xxxx-…)");
+    }
+    map.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+  }
+  return map;
+}
+
+StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::string& out,
+                                   const CheckpointOptions& options, const Progress& progress) {
+  const pid_t root = static_cast<pid_t>(job->pid);
+  if (job->pid <= 0 || kill(root, 0) != 0) {
+    return FailedPrecondition("job " + job->name + " (pid " + std::to_string(job->pid) +
+                              ") is not running");
+  }
+  std::error_code ec;
+  if (fs::exists(out) && !fs::is_empty(out, ec)) {
+    return AlreadyExists(out + " exists and is not empty; give a new directory");
+  }
+  fs::create_directories(out, ec);
+  if (ec) return IoError("cannot create " + out + ": " + ec.message());
+  const std::string image = fs::canonical(out).string();
+  PhaseTimes times;
+  Stopwatch watch;
+  auto fail = [&](const Status& s) {
+    fs::remove_all(image, ec);
+    return s;
+  };
+
+  // Memory passes while the job runs: the final pause only copies what changed since.
+  std::string parent;
+  for (int i = 1; i <= options.pre_dumps; ++i) {
+    const std::string dir = "pre-" + std::to_string(i);
+    const std::string pre_dir = (fs::path(image) / dir).string();
+    fs::create_directories(pre_dir, ec);
+    DumpOptions pre;
+    pre.pre_dump = true;
+    pre.parent_images = parent.empty() ? "" : "../" + parent;
+    pre.timeout_s = options.timeout_s;
+    progress("pre-dump " + std::to_string(i) + " of " + std::to_string(options.pre_dumps));
+    Status s = Dump(criu, root, pre_dir, pre);
+    if (!s.ok()) return fail(s);
+    parent = dir;
+    times.seconds.emplace_back("pre-dump " + std::to_string(i), watch.Lap());
+  }
+
+  const std::vector<pid_t> pids = Tree(root);
+  StatusOr<std::unique_ptr<GpuCheckpointer>> driver = DriverFor(job->gpu, job->emu_state);
+  if (!driver.ok()) return fail(driver.status());
+  const GpuCheckpointer* gpu = driver->get();
+  std::vector<pid_t> cuda = gpu != nullptr ? gpu->CudaProcesses(pids) : std::vector<pid_t>();
+  // GPU memory is about to land in the job's RAM: its cgroup limit must not kill it meanwhile.
+  uint64_t memory_limit = 0;
+  std::unique_ptr<Cgroup> group;
+  if (!cuda.empty() && !job->cgroup.empty()) {
+    group = std::make_unique<Cgroup>(Cgroup::Existing(job->cgroup));
+    memory_limit = group->MemoryLimit();
+    if (memory_limit > 0) (void)group->SetMemoryLimit(0);
+  }
+  auto undo_gpu = [&](const Status& s) {
+    if (gpu != nullptr) ResumeGpu(*gpu, cuda);
+    if (group && memory_limit > 0) (void)group->SetMemoryLimit(memory_limit);
+    return fail(s);
+  };
+  for (pid_t pid : cuda) {
+    progress("locking the GPU state of pid " + std::to_string(pid));
+    Status s = gpu->Lock(pid, 10000);
+    if (!s.ok()) return undo_gpu(s);
+  }
+  if (!cuda.empty()) times.seconds.emplace_back("gpu lock", watch.Lap());
+  for (pid_t pid : cuda) {
+    progress("checkpointing the GPU state of pid " + std::to_string(pid));
+    Status s = gpu->Checkpoint(pid);
+    if (!s.ok()) return undo_gpu(s);
+  }
+  if (!cuda.empty()) times.seconds.emplace_back("gpu checkpoint", watch.Lap());
+
+  Manifest manifest = Describe(*job, criu, job->pid);
+  DescribeGpus(*job, pids, &manifest);
+  const std::string previous_state = job->state;
+  job->state = options.after == CheckpointOptions::After::kKill ? "checkpointing" : job->state;
+  (void)WriteJob(*job);
+  DumpOptions dump;
+  dump.leave_running = options.after == CheckpointOptions::After::kLeaveRunning;
+  dump.leave_stopped = options.after == CheckpointOptions::After::kLeaveStopped;
+  dump.parent_images = parent.empty() ? "" : parent;
+  dump.timeout_s = options.timeout_s;
+  progress("dumping " + std::to_string(pids.size()) + " process(es) with CRIU");
+  Status dumped = Dump(criu, root, image, dump);
+  if (!dumped.ok()) {
+    job->state = previous_state;
+    (void)WriteJob(*job);
+    return undo_gpu(dumped);
+  }
+  times.seconds.emplace_back("criu dump", watch.Lap());
+
+  // The logs travel with the image, as they were at the dump (CRIU checks open files' sizes).
+  const std::vector<std::pair<std::string, std::string>> logs = {
+      {job->stdout_log, "logs/stdout.log"}, {job->stderr_log, "logs/stderr.log"}};
+  for (const auto& [host, rel] : logs) {
+    if (host.empty() || !fs::exists(host)) continue;
+    Status s = CopyFile(host, (fs::path(image) / rel).string());
+    if (!s.ok()) return fail(s);
+    manifest.logs.push_back(rel);
+    manifest.log_targets.push_back(host);
+  }
+  Status written = WriteManifest(image, manifest);
+  if (!written.ok()) return fail(written);
+  times.seconds.emplace_back("manifest", watch.Lap());
+  for (const auto& entry : fs::recursive_directory_iterator(image, ec)) {
+    if (entry.is_regular_file()) times.image_bytes += entry.file_size();
+  }
+
+  if (options.after == CheckpointOptions::After::kLeaveRunning && gpu != nullptr) {
+    ResumeGpu(*gpu, cuda);
+    if (group && memory_limit > 0) (void)group->SetMemoryLimit(memory_limit);
+  }
+  job->image = image;
+  job->state = options.after == CheckpointOptions::After::kKill ? "checkpointed" : previous_state;
+  (void)WriteJob(*job);
+  return times;
+}
+
+StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
+                               const RestoreOptions2& options, const Progress& progress,
+                               PhaseTimes* times) {
+  Stopwatch watch;
+  progress("verifying " + dir);
+  StatusOr<VerifyReport> verified = VerifyImage(dir, criu.version);
+  if (!verified.ok())
+    return Status(verified.status().code(), "refusing to restore: " + verified.status().message());
+  times->seconds.emplace_back("verify", watch.Lap());
+  StatusOr<Manifest> m = ReadManifest(dir);
+  if (!m.ok()) return m.status();
+
+  // The job's record, as it was when checkpointed (a copy travels in the run dir).
+  JobRecord job;
+  StatusOr<JobRecord> previous = ReadJob(m->run_dir);
+  if (previous.ok()) job = *previous;
+  job.name = m->name;
+  job.command = m->command;
+  job.cwd = m->cwd;
+  job.run_dir = m->run_dir;
+  std::error_code ec;
+  fs::create_directories(job.run_dir, ec);
+
+  for (size_t i = 0; i < m->logs.size(); ++i) {
+    Status s = CopyFile(dir + "/" + m->logs[i], m->log_targets[i]);
+    if (!s.ok()) return s;
+  }
+  const bool has_gpu = !m->gpu_driver.empty();
+  // The restored tree runs at once: while its GPU state is still checkpointed and locked, its
+  // CUDA calls block (as after the driver's own lock), so nothing touches the GPU until unlock.
+  RestoreOptions restore;
+  restore.leave_stopped = false;
+  restore.timeout_s = options.timeout_s;
+  progress("restoring with CRIU");
+  StatusOr<pid_t> pid = Restore(criu, dir, restore);
+  if (!pid.ok()) return pid.status();
+  times->seconds.emplace_back("criu restore", watch.Lap());
+  const std::vector<pid_t> pids = Tree(*pid);
+  if (has_gpu) {
+    StatusOr<std::unique_ptr<GpuCheckpointer>> driver = DriverFor(job.gpu, job.emu_state);
+    Status s = driver.ok() ? Status::Ok() : driver.status();
+    std::vector<pid_t> cuda;
+    if (s.ok()) cuda = (*driver)->CudaProcesses(pids);
+    for (pid_t p : cuda) {
+      progress("restoring the GPU state of pid " + std::to_string(p));
+      if (s.ok()) s = (*driver)->Restore(p, options.gpu_map);
+    }
+    for (pid_t p : cuda) {
+      if (s.ok()) s = (*driver)->Unlock(p);
+    }
+    if (!s.ok()) {
+      // The image still holds the job; the half-restored copy must not run.
+      for (pid_t p : pids) kill(p, SIGKILL);
+      return Status(s.code(),
+                    s.message() + " (the restored copy was stopped; the image is intact)");
+    }
+    times->seconds.emplace_back("gpu restore", watch.Lap());
+  }
+  for (pid_t p : pids) kill(p, SIGCONT);
+  job.pid = *pid;
+  job.state = "running";
+  job.image = fs::canonical(dir, ec).string();
+  Status s = WriteJob(job);
+  if (!s.ok()) progress("warning: " + s.message());
+  return job;
+}
+
+}  // namespace paladin::ckpt

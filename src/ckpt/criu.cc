@@ -1,0 +1,197 @@
+#include "paladin/ckpt/criu.h"
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "paladin/ckpt/subprocess.h"
+
+namespace paladin::ckpt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kPrefixCriu = "/opt/paladin/criu/criu";
+
+// The last lines of CRIU's log, for error messages.
+std::string LogTail(const std::string& path, int lines = 6) {
+  std::ifstream in(path);
+  std::vector<std::string> all;
+  for (std::string line; std::getline(in, line);) all.push_back(line);
+  std::string out;
+  for (size_t i = all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0; i < all.size();
+       ++i) {
+    out += "\n  " + all[i];
+  }
+  return out;
+}
+
+std::string KernelRelease() {
+  utsname u{};
+  return uname(&u) == 0 ? u.release : "unknown";
+}
+
+// A `sleep` leading its own session as pid 1 of a new PID namespace: what CRIU dumps in the probe.
+pid_t StartProbeProcess() {
+  const pid_t pid = static_cast<pid_t>(
+      syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr, nullptr, nullptr, nullptr));
+  if (pid != 0) return pid;
+  setsid();
+  char sleep_path[] = "sleep";
+  char seconds[] = "60";
+  char* argv[] = {sleep_path, seconds, nullptr};
+  execvp("sleep", argv);
+  _exit(127);
+}
+
+Status ProbeDump(const Criu& criu, const std::string& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir, ec);
+  const pid_t pid = StartProbeProcess();
+  if (pid < 0) return FailedPrecondition("cannot start a process in a new PID namespace (root?)");
+  usleep(100 * 1000);
+  SubprocessResult r = RunBounded(
+      {criu.path, "dump", "-t", std::to_string(pid), "-D", dir, "-o", "dump.log"}, criu.Env(), 20);
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  if (r.timed_out) return FailedPrecondition("criu dump still running after 20 s");
+  if (r.exit_code != 0) {
+    return FailedPrecondition("criu dump failed (exit " + std::to_string(r.exit_code) +
+                              "):" + LogTail(dir + "/dump.log"));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> Criu::Env() const {
+  if (no_breakpoints) return {{"CRIU_FAULT", "130"}};
+  return {};
+}
+
+StatusOr<Criu> LocateCriu() {
+  std::vector<std::string> candidates;
+  if (const char* p = getenv("PALADIN_CRIU")) candidates.emplace_back(p);
+  candidates.emplace_back(kPrefixCriu);
+  candidates.emplace_back("criu");
+  std::string tried;
+  for (const std::string& path : candidates) {
+    if (path.find('/') != std::string::npos && !fs::exists(path)) {
+      tried += "\n  " + path + ": not there";
+      continue;
+    }
+    SubprocessResult r = RunBounded({path, "--version"}, {}, 10);
+    std::istringstream out(r.output);
+    std::string word;
+    std::string version;
+    while (out >> word) {
+      if (word == "Version:") out >> version;
+    }
+    if (r.exit_code != 0 || version.empty()) {
+      tried += "\n  " + path + ": " + (r.timed_out ? "timed out" : "does not run");
+      continue;
+    }
+    if (version[0] < '4' || version[1] != '.') {
+      tried.append("\n  ")
+          .append(path)
+          .append(": version ")
+          .append(version)
+          .append(" (4.0 or newer needed)");
+      continue;
+    }
+    Criu criu;
+    criu.path = path;
+    criu.version = version;
+    return criu;
+  }
+  return NotFound("no usable CRIU; install it with scripts/criu.sh (or set PALADIN_CRIU):" + tried);
+}
+
+Status ProbeBreakpoints(Criu* criu, const std::string& cache_dir) {
+  const std::string cache = cache_dir + "/criu-probe-" + KernelRelease();
+  std::ifstream cached(cache);
+  std::string answer;
+  if (cached >> answer && (answer == "plain" || answer == "no-breakpoints")) {
+    criu->no_breakpoints = answer == "no-breakpoints";
+    return Status::Ok();
+  }
+  const std::string scratch = cache_dir + "/criu-probe-images";
+  criu->no_breakpoints = false;
+  Status plain = ProbeDump(*criu, scratch);
+  if (!plain.ok()) {
+    criu->no_breakpoints = true;
+    Status fallback = ProbeDump(*criu, scratch);
+    if (!fallback.ok()) {
+      return FailedPrecondition("CRIU cannot dump here: plainly: " + plain.message() +
+                                "; with CRIU_FAULT=130: " + fallback.message());
+    }
+  }
+  std::error_code ec;
+  fs::remove_all(scratch, ec);
+  std::ofstream(cache) << (criu->no_breakpoints ? "no-breakpoints" : "plain") << "\n";
+  return Status::Ok();
+}
+
+Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOptions& options) {
+  std::vector<std::string> argv = {criu.path,     options.pre_dump ? "pre-dump" : "dump",
+                                   "-t",          std::to_string(root),
+                                   "-D",          dir,
+                                   "-o",          options.pre_dump ? "pre-dump.log" : "dump.log",
+                                   "-v4",         "--tcp-close",
+                                   "--file-locks"};
+  if (options.pre_dump || !options.parent_images.empty()) argv.emplace_back("--track-mem");
+  if (!options.parent_images.empty()) {
+    argv.emplace_back("--prev-images-dir");
+    argv.push_back(options.parent_images);
+  }
+  if (options.leave_running && !options.pre_dump) argv.emplace_back("--leave-running");
+  if (options.leave_stopped) argv.emplace_back("--leave-stopped");
+  SubprocessResult r = RunBounded(argv, criu.Env(), options.timeout_s);
+  const std::string log = dir + (options.pre_dump ? "/pre-dump.log" : "/dump.log");
+  if (r.timed_out) {
+    return Internal("criu dump of pid " + std::to_string(root) + " still running after " +
+                    std::to_string(static_cast<int>(options.timeout_s)) + " s; killed" +
+                    LogTail(log));
+  }
+  if (r.exit_code != 0) {
+    return Internal("criu dump of pid " + std::to_string(root) + " failed (exit " +
+                    std::to_string(r.exit_code) + "):" + LogTail(log));
+  }
+  return Status::Ok();
+}
+
+StatusOr<pid_t> Restore(const Criu& criu, const std::string& dir, const RestoreOptions& options) {
+  const std::string pidfile = fs::absolute(dir).string() + "/restored.pid";
+  std::error_code ec;
+  fs::remove(pidfile, ec);
+  std::vector<std::string> argv = {criu.path,   "restore",     "-D",          dir,
+                                   "-o",        "restore.log", "-v4",         "-d",
+                                   "--pidfile", pidfile,       "--tcp-close", "--file-locks"};
+  if (options.leave_stopped) argv.emplace_back("--leave-stopped");
+  SubprocessResult r = RunBounded(argv, criu.Env(), options.timeout_s);
+  if (r.timed_out) {
+    return Internal("criu restore from " + dir + " still running after " +
+                    std::to_string(static_cast<int>(options.timeout_s)) + " s; killed" +
+                    LogTail(dir + "/restore.log"));
+  }
+  if (r.exit_code != 0) {
+    return Internal("criu restore from " + dir + " failed (exit " + std::to_string(r.exit_code) +
+                    "):" + LogTail(dir + "/restore.log"));
+  }
+  std::ifstream in(pidfile);
+  pid_t pid = 0;
+  if (!(in >> pid) || pid <= 0) return Internal("criu restore wrote no pid to " + pidfile);
+  return pid;
+}
+
+}  // namespace paladin::ckpt

@@ -1,0 +1,93 @@
+#include "paladin/ckpt/subprocess.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace paladin::ckpt {
+
+SubprocessResult RunBounded(const std::vector<std::string>& argv,
+                            const std::vector<std::pair<std::string, std::string>>& env,
+                            double timeout_s) {
+  SubprocessResult result;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    result.output = std::string("pipe: ") + strerror(errno);
+    return result;
+  }
+  const pid_t pid = fork();
+  if (pid < 0) {
+    result.output = std::string("fork: ") + strerror(errno);
+    close(fds[0]);
+    close(fds[1]);
+    return result;
+  }
+  if (pid == 0) {
+    setpgid(0, 0);  // its own group, so a timeout kills everything it started
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    const int null = open("/dev/null", O_RDONLY);
+    if (null >= 0) dup2(null, STDIN_FILENO);
+    for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);
+    std::vector<char*> args;
+    args.reserve(argv.size() + 1);
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    dprintf(STDERR_FILENO, "cannot run %s: %s\n", args[0], strerror(errno));
+    _exit(127);
+  }
+  close(fds[1]);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  char buf[4096];
+  int status = 0;
+  bool exited = false;
+  // Reads until the program exits (a descendant it left behind may keep the pipe open: stop
+  // reading then) or the time is up.
+  while (!exited) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) {
+      result.timed_out = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    const int ready = poll(&p, 1, static_cast<int>(left < 100 ? left : 100));
+    if (ready > 0) {
+      const ssize_t n = read(fds[0], buf, sizeof buf);
+      if (n > 0) {
+        result.output.append(buf, static_cast<size_t>(n));
+        if (result.output.size() > 65536) result.output.erase(0, result.output.size() - 65536);
+        continue;
+      }
+    }
+    exited = waitpid(pid, &status, WNOHANG) == pid;
+  }
+  if (exited) {  // what it wrote just before exiting
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) {
+      result.output.append(buf, static_cast<size_t>(n));
+    }
+    if (result.output.size() > 65536) result.output.erase(0, result.output.size() - 65536);
+  }
+  close(fds[0]);
+  if (result.timed_out) {
+    kill(-pid, SIGKILL);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.exit_code = 128 + WTERMSIG(status);
+  return result;
+}
+
+}  // namespace paladin::ckpt

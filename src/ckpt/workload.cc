@@ -1,0 +1,213 @@
+#include "paladin/ckpt/workload.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "paladin/ckpt/cgroup.h"
+
+extern char** environ;
+
+namespace paladin::ckpt {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+Status WriteJob(const JobRecord& job) {
+  json j = {{"name", job.name},
+            {"command", job.command},
+            {"cwd", job.cwd},
+            {"run_dir", job.run_dir},
+            {"pid", job.pid},
+            {"pid_namespace", job.pid_namespace},
+            {"cgroup", job.cgroup},
+            {"stdout_log", job.stdout_log},
+            {"stderr_log", job.stderr_log},
+            {"state", job.state},
+            {"image", job.image},
+            {"gpu", job.gpu},
+            {"region", job.region},
+            {"emu_state", job.emu_state},
+            {"emu_gpus", job.emu_gpus}};
+  const std::string path = job.run_dir + "/job.json";
+  {
+    std::ofstream out(path + ".tmp");
+    out << j.dump(2) << "\n";
+    if (!out) return IoError("cannot write " + path);
+  }
+  std::error_code ec;
+  fs::rename(path + ".tmp", path, ec);
+  if (ec) return IoError("cannot write " + path + ": " + ec.message());
+  return Status::Ok();
+}
+
+StatusOr<JobRecord> ReadJob(const std::string& run_dir) {
+  const std::string path = run_dir + "/job.json";
+  std::ifstream in(path);
+  if (!in) return NotFound("no job record at " + path);
+  json j = json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument(path + ": not valid JSON");
+  JobRecord job;
+  try {
+    job.name = j.at("name").get<std::string>();
+    job.command = j.at("command").get<std::vector<std::string>>();
+    job.cwd = j.at("cwd").get<std::string>();
+    job.run_dir = j.at("run_dir").get<std::string>();
+    job.pid = j.at("pid").get<int64_t>();
+    job.pid_namespace = j.at("pid_namespace").get<bool>();
+    job.cgroup = j.at("cgroup").get<std::string>();
+    job.stdout_log = j.at("stdout_log").get<std::string>();
+    job.stderr_log = j.at("stderr_log").get<std::string>();
+    job.state = j.at("state").get<std::string>();
+    job.image = j.at("image").get<std::string>();
+    job.gpu = j.at("gpu").get<std::string>();
+    job.region = j.at("region").get<std::string>();
+    job.emu_state = j.at("emu_state").get<std::string>();
+    job.emu_gpus = j.at("emu_gpus").get<std::string>();
+  } catch (const json::exception& e) {
+    return InvalidArgument(path + ": " + e.what());
+  }
+  return job;
+}
+
+std::string RunBase() {
+  if (const char* dir = getenv("PALADIN_RUN_DIR")) return dir;
+  const char* runtime = getenv("XDG_RUNTIME_DIR");
+  return std::string(runtime != nullptr ? runtime : "/tmp") + "/paladin-" +
+         std::to_string(getuid());
+}
+
+StatusOr<JobRecord> FindJob(const std::string& name_or_pid) {
+  const bool by_pid =
+      !name_or_pid.empty() && name_or_pid.find_first_not_of("0123456789") == std::string::npos;
+  std::error_code ec;
+  JobRecord best;
+  fs::file_time_type newest{};
+  for (const auto& entry : fs::directory_iterator(RunBase(), ec)) {
+    StatusOr<JobRecord> job = ReadJob(entry.path().string());
+    if (!job.ok()) continue;
+    const bool match = by_pid ? std::to_string(job->pid) == name_or_pid : job->name == name_or_pid;
+    if (!match) continue;
+    const fs::file_time_type t = fs::last_write_time(entry.path() / "job.json", ec);
+    if (best.run_dir.empty() || t > newest) {
+      best = *job;
+      newest = t;
+    }
+  }
+  if (best.run_dir.empty()) {
+    return NotFound(
+        "no job " + name_or_pid + " under " + RunBase() +
+        " (paladin run records its jobs there; set PALADIN_RUN_DIR if it was elsewhere)");
+  }
+  return best;
+}
+
+namespace {
+
+// Everything the child needs, prepared before the fork: after a raw clone only async-signal-safe
+// calls are allowed.
+struct Prepared {
+  std::vector<std::string> env_storage;
+  std::vector<char*> envp;
+  std::vector<char*> argv;
+  int out = -1;
+  int err = -1;
+  int go[2] = {-1, -1};
+};
+
+[[noreturn]] void ChildExec(const Prepared& p) {
+  setsid();
+  close(p.go[1]);  // so that the read below ends if the launcher dies first
+  char byte = 0;
+  while (read(p.go[0], &byte, 1) < 0 && errno == EINTR) {
+  }
+  const int null = open("/dev/null", O_RDONLY);
+  if (null >= 0) dup2(null, STDIN_FILENO);
+  dup2(p.out, STDOUT_FILENO);
+  dup2(p.err, STDERR_FILENO);
+  execvpe(p.argv[0], p.argv.data(), p.envp.data());
+  // Only async-signal-safe calls here: strerrordesc_np neither allocates nor reads the locale.
+  const char* why = strerrordesc_np(errno);
+  const char* parts[] = {"paladin run: cannot run ", p.argv[0], ": ", why != nullptr ? why : "?",
+                         "\n"};
+  for (const char* part : parts) {
+    ssize_t ignored = write(STDERR_FILENO, part, strlen(part));
+    (void)ignored;
+  }
+  _exit(127);
+}
+
+}  // namespace
+
+StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec) {
+  if (spec.command.empty()) return InvalidArgument("no command to run");
+  Prepared p;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const std::string key = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const auto& kv : spec.env) replaced |= kv.first == key;
+    if (!replaced) p.env_storage.push_back(entry);
+  }
+  for (const auto& [key, value] : spec.env)
+    p.env_storage.push_back(std::string(key).append("=").append(value));
+  for (std::string& e : p.env_storage) p.envp.push_back(e.data());
+  p.envp.push_back(nullptr);
+  for (const std::string& a : spec.command) p.argv.push_back(const_cast<char*>(a.c_str()));
+  p.argv.push_back(nullptr);
+  p.out = open(spec.stdout_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  p.err = open(spec.stderr_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (p.out < 0 || p.err < 0) {
+    return IoError("cannot open the workload's logs in " +
+                   fs::path(spec.stdout_log).parent_path().string() + ": " + strerror(errno));
+  }
+  if (pipe2(p.go, O_CLOEXEC) != 0) return IoError(std::string("pipe: ") + strerror(errno));
+
+  StartedWorkload started;
+  pid_t pid = -1;
+  if (spec.pid_namespace) {
+    pid = static_cast<pid_t>(
+        syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr, nullptr, nullptr, nullptr));
+    if (pid == 0) ChildExec(p);
+    if (pid > 0) started.pid_namespace = true;
+    if (pid < 0) {
+      started.warnings.push_back(std::string("no PID namespace (") + strerror(errno) +
+                                 "): the workload can be restored only where its pids are free");
+    }
+  }
+  if (pid < 0) {
+    pid = fork();
+    if (pid == 0) ChildExec(p);
+  }
+  if (pid < 0) return IoError(std::string("cannot start the workload: ") + strerror(errno));
+  started.pid = pid;
+  if (!spec.cgroup.empty()) {
+    StatusOr<Cgroup> group = Cgroup::Create(spec.cgroup);
+    Status added = group.ok() ? group->Add(pid) : group.status();
+    if (added.ok()) {
+      started.cgroup = spec.cgroup;
+    } else {
+      started.warnings.push_back("no cgroup (" + added.message() +
+                                 "): host memory and CPU are not limited or measured by group");
+    }
+  }
+  // Now that it is in its cgroup, let it run.
+  close(p.go[0]);
+  ssize_t ignored = write(p.go[1], "g", 1);
+  (void)ignored;
+  close(p.go[1]);
+  close(p.out);
+  close(p.err);
+  return started;
+}
+
+}  // namespace paladin::ckpt

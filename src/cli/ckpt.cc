@@ -1,0 +1,253 @@
+// `paladin checkpoint`, `paladin restore`, `paladin image inspect|verify` and `paladin doctor`.
+#include <dlfcn.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "paladin/ckpt/cgroup.h"
+#include "paladin/ckpt/checkpoint.h"
+#include "paladin/ckpt/criu.h"
+#include "paladin/ckpt/image.h"
+#include "paladin/ckpt/workload.h"
+#include "paladin/gpu/cuda_api.h"
+#include "paladin/gpu/nvml.h"
+#include "paladin/quota/launch.h"
+
+namespace paladin::cli {
+namespace {
+
+void Say(const char* command, const std::string& line) {
+  std::fprintf(stderr, "paladin %s: %s\n", command, line.c_str());
+}
+
+// CRIU, located and probed (whether it needs CRIU_FAULT=130 here), or an error to print.
+StatusOr<ckpt::Criu> ReadyCriu() {
+  StatusOr<ckpt::Criu> criu = ckpt::LocateCriu();
+  if (!criu.ok()) return criu.status();
+  std::error_code ec;
+  std::filesystem::create_directories(ckpt::RunBase(), ec);
+  Status probed = ckpt::ProbeBreakpoints(&*criu, ckpt::RunBase());
+  if (!probed.ok()) return probed;
+  return criu;
+}
+
+struct CheckpointArgs {
+  std::string job;
+  std::string out;
+  bool leave_running = false;
+  bool leave_stopped = false;
+  int pre_dumps = 0;
+  double timeout_s = 600;
+};
+
+int RunCheckpoint(const CheckpointArgs& a) {
+  StatusOr<ckpt::JobRecord> job = ckpt::FindJob(a.job);
+  if (!job.ok()) {
+    Say("checkpoint", job.status().message());
+    return 1;
+  }
+  if (job->state != "running") {
+    Say("checkpoint", "job " + job->name + " is " + job->state +
+                          (job->image.empty() ? "" : " (image " + job->image + ")"));
+    return 1;
+  }
+  StatusOr<ckpt::Criu> criu = ReadyCriu();
+  if (!criu.ok()) {
+    Say("checkpoint", criu.status().message());
+    return 1;
+  }
+  ckpt::CheckpointOptions options;
+  options.after = a.leave_running   ? ckpt::CheckpointOptions::After::kLeaveRunning
+                  : a.leave_stopped ? ckpt::CheckpointOptions::After::kLeaveStopped
+                                    : ckpt::CheckpointOptions::After::kKill;
+  options.pre_dumps = a.pre_dumps;
+  options.timeout_s = a.timeout_s;
+  StatusOr<ckpt::PhaseTimes> times = ckpt::CheckpointJob(
+      *criu, &*job, a.out, options, [](const std::string& line) { Say("checkpoint", line); });
+  if (!times.ok()) {
+    Say("checkpoint", times.status().message() + "; the job keeps running");
+    return 1;
+  }
+  const char* after = a.leave_running   ? "left running"
+                      : a.leave_stopped ? "left stopped"
+                                        : "stopped";
+  std::printf("checkpointed %s (pid %lld) to %s: %s, %s; job %s\n", job->name.c_str(),
+              static_cast<long long>(job->pid), job->image.c_str(),
+              quota::FormatSize(times->image_bytes).c_str(), times->Describe().c_str(), after);
+  return 0;
+}
+
+struct RestoreArgs {
+  std::string dir;
+  std::string gpu_map;
+  double timeout_s = 600;
+};
+
+int RunRestore(const RestoreArgs& a) {
+  ckpt::RestoreOptions2 options;
+  options.timeout_s = a.timeout_s;
+  if (!a.gpu_map.empty()) {
+    StatusOr<std::vector<std::pair<std::string, std::string>>> map = ckpt::ParseGpuMap(a.gpu_map);
+    if (!map.ok()) {
+      Say("restore", map.status().message());
+      return 2;
+    }
+    options.gpu_map = *map;
+  }
+  StatusOr<ckpt::Criu> criu = ReadyCriu();
+  if (!criu.ok()) {
+    Say("restore", criu.status().message());
+    return 1;
+  }
+  ckpt::PhaseTimes times;
+  StatusOr<ckpt::JobRecord> job = ckpt::RestoreJob(
+      *criu, a.dir, options, [](const std::string& line) { Say("restore", line); }, &times);
+  if (!job.ok()) {
+    Say("restore", job.status().message());
+    return 1;
+  }
+  std::printf("restored %s as pid %lld: %s; logs in %s\n", job->name.c_str(),
+              static_cast<long long>(job->pid), times.Describe().c_str(), job->run_dir.c_str());
+  return 0;
+}
+
+int RunInspect(const std::string& dir) {
+  StatusOr<ckpt::Manifest> m = ckpt::ReadManifest(dir);
+  if (!m.ok()) {
+    Say("image inspect", m.status().message());
+    return 1;
+  }
+  std::printf("%s", ckpt::DescribeManifest(*m).c_str());
+  return 0;
+}
+
+int RunVerify(const std::string& dir) {
+  StatusOr<ckpt::Criu> criu = ckpt::LocateCriu();
+  StatusOr<ckpt::VerifyReport> report = ckpt::VerifyImage(dir, criu.ok() ? criu->version : "");
+  if (!report.ok()) {
+    Say("image verify", dir + ": " + report.status().message());
+    return 1;
+  }
+  std::printf("%s: OK, %d files, %s verified\n", dir.c_str(), report->files_checked,
+              quota::FormatSize(report->bytes_checked).c_str());
+  return 0;
+}
+
+// One line per check: OK, or what is missing and how to fix it.
+int RunDoctor() {
+  int problems = 0;
+  auto line = [&](bool ok, const std::string& what, const std::string& detail) {
+    std::printf("%-8s %-12s %s\n", ok ? "OK" : "MISSING", what.c_str(), detail.c_str());
+    problems += ok ? 0 : 1;
+  };
+  auto note = [](const std::string& what, const std::string& detail) {
+    std::printf("%-8s %-12s %s\n", "NOTE", what.c_str(), detail.c_str());
+  };
+  utsname u{};
+  uname(&u);
+  line(true, "kernel", std::string(u.sysname) + " " + u.release + " " + u.machine);
+  StatusOr<ckpt::Criu> criu = ReadyCriu();
+  if (criu.ok()) {
+    line(true, "criu",
+         criu->version + " at " + criu->path +
+             (criu->no_breakpoints ? " (this kernel needs CRIU_FAULT=130: set "
+                                     "automatically)"
+                                   : ""));
+  } else {
+    line(false, "criu",
+         criu.status().message() + "\n                      fix: bash scripts/criu.sh");
+  }
+  const bool root = geteuid() == 0;
+  line(root, "namespaces",
+       root ? "PID namespaces available (running as root)"
+            : "creating PID namespaces and restoring with CRIU need root; fix: run as root");
+  const std::string cgroups = ckpt::Cgroup::Version();
+  line(cgroups != "none", "cgroups",
+       cgroups == "none" ? "no hierarchy at /sys/fs/cgroup; fix: mount cgroup2 there"
+                         : cgroups + (root ? "" : " (creating groups needs root or delegation)"));
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (cuda != nullptr) {
+    auto version = reinterpret_cast<FnCuDriverGetVersion>(dlsym(cuda, "cuDriverGetVersion"));
+    int v = 0;
+    if (version != nullptr) version(&v);
+    const bool checkpoint = dlsym(cuda, "cuCheckpointProcessCheckpoint") != nullptr;
+    line(
+        true, "cuda driver",
+        "API " + std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10) +
+            (checkpoint ? ", checkpoint API present" : ", no checkpoint API (driver 550+ needed)"));
+  } else {
+    note("cuda driver", "none (no NVIDIA driver): GPU workloads use the emulated GPU");
+  }
+  StatusOr<std::unique_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load("libnvidia-ml.so.1");
+  if (nvml.ok()) {
+    StatusOr<std::vector<gpu::GpuInfo>> gpus = (*nvml)->Gpus();
+    line(true, "nvml",
+         "driver " + (*nvml)->driver_version() + ", " +
+             std::to_string(gpus.ok() ? gpus->size() : 0) + " GPU(s)");
+  } else {
+    note("nvml", "none: " + nvml.status().message());
+  }
+  StatusOr<quota::Libraries> libs = quota::FindLibraries();
+  line(libs.ok(), "interposer",
+       libs.ok() ? libs->dir + " (libpaladin-cuda.so, libpaladin-nvml.so, libpaladin-emucuda.so)"
+                 : libs.status().message());
+  std::printf("%s\n", problems == 0 ? "everything Paladin needs is here"
+                                    : (std::to_string(problems) + " problem(s)").c_str());
+  return problems == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+void RegisterCheckpoint(CLI::App& app, int* exit_code) {
+  auto c = std::make_shared<CheckpointArgs>();
+  CLI::App* checkpoint =
+      app.add_subcommand("checkpoint",
+                         "Checkpoint a job started by paladin run (CPU state with CRIU, GPU state "
+                         "through the driver) into an image directory");
+  checkpoint->add_option("job", c->job, "Job name or the host pid of its root")->required();
+  checkpoint->add_option("--out", c->out, "Image directory to create")->required();
+  auto* running =
+      checkpoint->add_flag("--leave-running", c->leave_running, "Let the job continue after");
+  checkpoint->add_flag("--leave-stopped", c->leave_stopped, "Leave the job stopped after")
+      ->excludes(running);
+  checkpoint
+      ->add_option("--pre-dump", c->pre_dumps,
+                   "Memory passes while the job runs, to shorten the final pause")
+      ->check(CLI::Range(0, 10));
+  checkpoint->add_option("--timeout", c->timeout_s, "Seconds allowed for each CRIU call")
+      ->capture_default_str();
+  checkpoint->callback([c, exit_code] { *exit_code = RunCheckpoint(*c); });
+
+  auto r = std::make_shared<RestoreArgs>();
+  CLI::App* restore = app.add_subcommand(
+      "restore", "Verify an image and resume the job it holds (its logs come back with it)");
+  restore->add_option("dir", r->dir, "Image directory")->required();
+  restore->add_option("--gpu-map", r->gpu_map, "Restore onto other GPUs: OLD-UUID=NEW-UUID[,...]");
+  restore->add_option("--timeout", r->timeout_s, "Seconds allowed for each CRIU call")
+      ->capture_default_str();
+  restore->callback([r, exit_code] { *exit_code = RunRestore(*r); });
+
+  CLI::App* image = app.add_subcommand("image", "Inspect or verify checkpoint images");
+  image->require_subcommand(1);
+  auto dir = std::make_shared<std::string>();
+  CLI::App* inspect = image->add_subcommand("inspect", "Print an image's manifest");
+  inspect->add_option("dir", *dir, "Image directory")->required();
+  inspect->callback([dir, exit_code] { *exit_code = RunInspect(*dir); });
+  CLI::App* verify = image->add_subcommand(
+      "verify", "Check every file's size and SHA-256 and that this host can restore the image");
+  verify->add_option("dir", *dir, "Image directory")->required();
+  verify->callback([dir, exit_code] { *exit_code = RunVerify(*dir); });
+
+  CLI::App* doctor = app.add_subcommand(
+      "doctor",
+      "Check what Paladin needs on this machine: CRIU, kernel, namespaces, cgroups, "
+      "CUDA driver, NVML");
+  doctor->callback([exit_code] { *exit_code = RunDoctor(); });
+}
+
+}  // namespace paladin::cli

@@ -1,0 +1,255 @@
+#include "emucuda/config.h"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <cinttypes>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+namespace paladin::emucuda {
+namespace {
+
+struct Unit {
+  const char* name;
+  uint64_t factor;
+};
+constexpr Unit kUnits[] = {
+    {"", 1},
+    {"b", 1},
+    {"k", 1ull << 10},
+    {"kib", 1ull << 10},
+    {"m", 1ull << 20},
+    {"mib", 1ull << 20},
+    {"g", 1ull << 30},
+    {"gib", 1ull << 30},
+    {"t", 1ull << 40},
+    {"tib", 1ull << 40},
+    {"kb", 1000},
+    {"mb", 1000000},
+    {"gb", 1000000000},
+    {"tb", 1000000000000ull},
+};
+
+bool UnitFactor(std::string_view unit, uint64_t* factor) {
+  std::string lower;
+  for (char c : unit) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const Unit& u : kUnits) {
+    if (lower == u.name) {
+      *factor = u.factor;
+      return true;
+    }
+  }
+  return false;
+}
+
+// "'<entry>'<what>", built with append: GCC 12 warns falsely (-Wrestrict) on chained operator+.
+std::string EntryError(std::string_view entry, const char* what) {
+  std::string error = "'";
+  error.append(entry);
+  error += "'";
+  error += what;
+  return error;
+}
+
+std::string_view Trim(std::string_view text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) {
+    text.remove_prefix(1);
+  }
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
+    text.remove_suffix(1);
+  }
+  return text;
+}
+
+bool ParseCount(std::string_view text, int* count) {
+  if (text.empty() || text.size() > 3) return false;
+  int value = 0;
+  for (char c : text) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+    value = value * 10 + (c - '0');
+  }
+  *count = value;
+  return value > 0;
+}
+
+bool ParseDriverVersion(const char* text, int* version) {
+  char* end = nullptr;
+  long value = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || value < 1000 || value > 99990) return false;
+  *version = static_cast<int>(value);
+  return true;
+}
+
+uint64_t ContextOverheadFromEnv() {
+  const char* text = std::getenv("PALADIN_EMU_CTX_OVERHEAD");
+  uint64_t bytes = kDefaultContextOverhead;
+  if (text != nullptr && !ParseSize(text, &bytes)) {
+    LogLine("PALADIN_EMU_CTX_OVERHEAD='%s': not a size; using 256MiB", text);
+    bytes = kDefaultContextOverhead;
+  }
+  return RoundToGranularity(bytes);
+}
+
+int DriverVersionFromEnv() {
+  const char* text = std::getenv("PALADIN_EMU_DRIVER_VERSION");
+  int version = kDefaultDriverVersion;
+  if (text != nullptr && !ParseDriverVersion(text, &version)) {
+    LogLine("PALADIN_EMU_DRIVER_VERSION='%s': not a driver version such as 12080; using %d", text,
+            kDefaultDriverVersion);
+    version = kDefaultDriverVersion;
+  }
+  return version;
+}
+
+}  // namespace
+
+uint64_t RoundToGranularity(uint64_t bytes) {
+  if (bytes > UINT64_MAX - kGranularity) return UINT64_MAX - (UINT64_MAX % kGranularity);
+  return (bytes + kGranularity - 1) / kGranularity * kGranularity;
+}
+
+bool ParseSize(std::string_view text, uint64_t* bytes) {
+  text = Trim(text);
+  size_t i = 0;
+  uint64_t whole = 0;
+  size_t whole_digits = 0;
+  for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]));
+       ++i, ++whole_digits) {
+    if (__builtin_mul_overflow(whole, 10u, &whole) ||
+        __builtin_add_overflow(whole, static_cast<uint64_t>(text[i] - '0'), &whole)) {
+      return false;
+    }
+  }
+  uint64_t fraction = 0;
+  uint64_t fraction_scale = 1;
+  size_t fraction_digits = 0;
+  if (i < text.size() && text[i] == '.') {
+    for (++i; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]));
+         ++i, ++fraction_digits) {
+      if (fraction_scale < 1000000000000000ull) {
+        fraction = fraction * 10 + static_cast<uint64_t>(text[i] - '0');
+        fraction_scale *= 10;
+      }
+    }
+  }
+  if (whole_digits + fraction_digits == 0) return false;
+  uint64_t factor = 0;
+  if (!UnitFactor(Trim(text.substr(i)), &factor)) return false;
+  uint64_t result = 0;
+  if (__builtin_mul_overflow(whole, factor, &result)) return false;
+  // The fraction has at most 15 digits: a long double holds fraction x factor exactly enough.
+  auto part = static_cast<uint64_t>(static_cast<long double>(fraction) * factor / fraction_scale);
+  if (__builtin_add_overflow(result, part, &result)) return false;
+  *bytes = result;
+  return true;
+}
+
+std::string FormatSize(uint64_t bytes) {
+  static constexpr const char* kNames[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (unit < 4 && bytes >= (1ull << (10 * (unit + 1)))) ++unit;
+  uint64_t factor = 1ull << (10 * unit);
+  char text[64];
+  if (bytes % factor == 0) {
+    std::snprintf(text, sizeof(text), "%" PRIu64 " %s", bytes / factor, kNames[unit]);
+  } else {
+    std::snprintf(text, sizeof(text), "%.2f %s", static_cast<double>(bytes) / factor, kNames[unit]);
+  }
+  return text;
+}
+
+bool ParseDeviceSpec(std::string_view text, std::vector<uint64_t>* device_bytes,
+                     std::string* error) {
+  device_bytes->clear();
+  if (Trim(text).empty()) {
+    *error = "empty";
+    return false;
+  }
+  while (true) {
+    size_t comma = text.find(',');
+    std::string_view entry = Trim(text.substr(0, comma));
+    size_t x = entry.find_first_of("xX");
+    int count = 0;
+    uint64_t bytes = 0;
+    if (entry.empty()) {
+      *error = "an empty entry";
+      return false;
+    }
+    if (x == std::string_view::npos) {
+      *error = EntryError(entry, " has no 'x' between the count and the size");
+      return false;
+    }
+    if (!ParseCount(Trim(entry.substr(0, x)), &count)) {
+      *error = EntryError(entry, ": bad device count");
+      return false;
+    }
+    if (!ParseSize(entry.substr(x + 1), &bytes)) {
+      *error = EntryError(entry, ": bad size");
+      return false;
+    }
+    if (bytes < kGranularity) {
+      *error = EntryError(entry, ": a device needs at least 2 MiB");
+      return false;
+    }
+    if (device_bytes->size() + count > kMaxDevices) {
+      *error = "more than 16 devices";
+      return false;
+    }
+    device_bytes->insert(device_bytes->end(), count, bytes);
+    if (comma == std::string_view::npos) return true;
+    text.remove_prefix(comma + 1);
+  }
+}
+
+std::string StatePathFromEnv() {
+  const char* path = std::getenv("PALADIN_EMU_STATE");
+  if (path != nullptr && *path != '\0') return path;
+  return "/dev/shm/paladin-emu-" + std::to_string(getuid()) + ".state";
+}
+
+std::vector<uint64_t> DeviceSpecFromEnv() {
+  const char* env = std::getenv("PALADIN_EMU_GPUS");
+  const char* spec = env != nullptr ? env : kDefaultDeviceSpec;
+  std::vector<uint64_t> bytes;
+  std::string error;
+  if (!ParseDeviceSpec(spec, &bytes, &error)) {
+    LogLine("PALADIN_EMU_GPUS='%s': %s; expected e.g. 2x80GiB", spec, error.c_str());
+    bytes.clear();
+  }
+  return bytes;
+}
+
+std::string ControlDir(const std::string& state_path) { return state_path + ".ctl"; }
+
+const Config& ProcessConfig() {
+  static const Config* config = [] {
+    auto* c = new Config;
+    c->device_bytes = DeviceSpecFromEnv();
+    c->state_path = StatePathFromEnv();
+    c->context_overhead = ContextOverheadFromEnv();
+    c->driver_version = DriverVersionFromEnv();
+    return c;
+  }();
+  return *config;
+}
+
+bool DriverHas(int version) { return ProcessConfig().driver_version >= version; }
+
+void LogLine(const char* format, ...) {
+  char line[768];
+  int prefix = std::snprintf(line, sizeof(line), "paladin-emucuda: ");
+  va_list args;
+  va_start(args, format);
+  int body = std::vsnprintf(line + prefix, sizeof(line) - prefix - 1, format, args);
+  va_end(args);
+  size_t length = prefix + (body < 0 ? 0 : static_cast<size_t>(body));
+  if (length > sizeof(line) - 2) length = sizeof(line) - 2;
+  line[length++] = '\n';
+  ssize_t ignored = write(STDERR_FILENO, line, length);
+  (void)ignored;
+}
+
+}  // namespace paladin::emucuda

@@ -1,0 +1,37 @@
+// Processes as the host sees them. Workloads may run in their own PID namespace while /proc is
+// the host's, so a process names itself by the first NSpid value of /proc/self/status, and is
+// told apart from a later process with the same pid by its start time (field 22 of stat).
+#ifndef PALADIN_EMUCUDA_HOST_PROCESS_H_
+#define PALADIN_EMUCUDA_HOST_PROCESS_H_
+
+#include <cstdint>
+#include <string>
+
+namespace paladin::emucuda {
+
+struct HostProcess {
+  uint32_t pid = 0;
+  uint64_t start_time = 0;  // clock ticks after boot
+};
+
+// This process.
+HostProcess SelfHostProcess();
+// The calling thread's id in the same namespace as SelfHostProcess().pid.
+uint32_t SelfThreadHostTid();
+// The start time of `pid`; false when it does not exist or is a zombie.
+bool LiveStartTime(uint32_t pid, uint64_t* start_time);
+// True when `pid` exists, is not a zombie and started at `start_time`.
+bool HostProcessAlive(uint32_t pid, uint64_t start_time);
+// True when `pid` has a handler installed for `signo` (SigCgt in its status).
+bool ProcessCatchesSignal(uint32_t pid, int signo);
+// True when thread `tid` belongs to process `pid`.
+bool ThreadBelongsTo(uint32_t pid, uint32_t tid);
+// The first thread of `pid` whose name (comm) is `name`; 0 when there is none.
+uint32_t FindThreadNamed(uint32_t pid, const char* name);
+
+// Reads a small file (up to 64 KiB) whole; false when it cannot be opened.
+bool ReadSmallFile(const std::string& path, std::string* text);
+
+}  // namespace paladin::emucuda
+
+#endif  // PALADIN_EMUCUDA_HOST_PROCESS_H_
