@@ -47,7 +47,8 @@ std::vector<pid_t> Tree(pid_t root) {
 
 // The driver whose checkpoint API handles this job's GPU processes, or null for a CPU job.
 StatusOr<std::unique_ptr<GpuCheckpointer>> DriverFor(const std::string& gpu,
-                                                     const std::string& emu_state) {
+                                                     const std::string& emu_state,
+                                                     const std::string& emu_gpus) {
   if (gpu.empty()) return std::unique_ptr<GpuCheckpointer>();
   std::string driver = "libcuda.so.1";
   if (gpu == "emulated") {
@@ -55,6 +56,7 @@ StatusOr<std::unique_ptr<GpuCheckpointer>> DriverFor(const std::string& gpu,
     if (!libs.ok()) return libs.status();
     driver = libs->emucuda;
     if (!emu_state.empty()) setenv("PALADIN_EMU_STATE", emu_state.c_str(), 1);
+    if (!emu_gpus.empty()) setenv("PALADIN_EMU_GPUS", emu_gpus.c_str(), 1);
   }
   return GpuCheckpointer::Load(driver);
 }
@@ -77,6 +79,13 @@ Status CopyFile(const std::string& from, const std::string& to) {
   return Status::Ok();
 }
 
+std::vector<quota::ProcessId> RestoredIds(const std::vector<pid_t>& pids) {
+  std::vector<quota::ProcessId> ids;
+  ids.reserve(pids.size());
+  for (pid_t pid : pids) ids.push_back(quota::ProcessIdOf(std::to_string(pid)));
+  return ids;
+}
+
 std::string Hostname() {
   char buf[256] = {0};
   gethostname(buf, sizeof buf - 1);
@@ -85,6 +94,10 @@ std::string Hostname() {
 
 Manifest Describe(const JobRecord& job, const Criu& criu, int64_t root_pid) {
   Manifest m;
+  m.region = job.region;
+  m.gpu_mode = job.gpu;
+  m.emu_state = job.emu_state;
+  m.emu_gpus = job.emu_gpus;
   m.created_unix = static_cast<int64_t>(time(nullptr));
   m.name = job.name;
   m.command = job.command;
@@ -195,10 +208,13 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
   }
 
   const std::vector<pid_t> pids = Tree(root);
-  StatusOr<std::unique_ptr<GpuCheckpointer>> driver = DriverFor(job->gpu, job->emu_state);
+  StatusOr<std::unique_ptr<GpuCheckpointer>> driver = DriverFor(job->gpu, job->emu_state, job->emu_gpus);
   if (!driver.ok()) return fail(driver.status());
   const GpuCheckpointer* gpu = driver->get();
   std::vector<pid_t> cuda = gpu != nullptr ? gpu->CudaProcesses(pids) : std::vector<pid_t>();
+  // What the job holds on which GPU, while it still holds it.
+  Manifest manifest = Describe(*job, criu, job->pid);
+  DescribeGpus(*job, pids, &manifest);
   // GPU memory is about to land in the job's RAM: its cgroup limit must not kill it meanwhile.
   uint64_t memory_limit = 0;
   std::unique_ptr<Cgroup> group;
@@ -225,8 +241,15 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
   }
   if (!cuda.empty()) times.seconds.emplace_back("gpu checkpoint", watch.Lap());
 
-  Manifest manifest = Describe(*job, criu, job->pid);
-  DescribeGpus(*job, pids, &manifest);
+  // The quota's counters must outlive the processes the dump kills: they come back with them.
+  std::unique_ptr<quota::Region> region;
+  if (!job->region.empty()) {
+    std::string error;
+    region = quota::Region::Open(job->region, &error);
+    if (region == nullptr) return undo_gpu(Internal(error));
+  }
+  const bool kill_after = options.after == CheckpointOptions::After::kKill;
+  if (region != nullptr && kill_after) region->FreezeProcesses();
   const std::string previous_state = job->state;
   job->state = options.after == CheckpointOptions::After::kKill ? "checkpointing" : job->state;
   (void)WriteJob(*job);
@@ -240,7 +263,12 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
   if (!dumped.ok()) {
     job->state = previous_state;
     (void)WriteJob(*job);
+    if (region != nullptr && kill_after) region->ThawProcesses(RestoredIds(pids));
     return undo_gpu(dumped);
+  }
+  if (region != nullptr) {
+    Status s = CopyFile(job->region, image + "/quota.region");
+    if (!s.ok()) return fail(s);
   }
   times.seconds.emplace_back("criu dump", watch.Lap());
 
@@ -283,10 +311,16 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
   StatusOr<Manifest> m = ReadManifest(dir);
   if (!m.ok()) return m.status();
 
-  // The job's record, as it was when checkpointed (a copy travels in the run dir).
+  // The job's record: as it was when checkpointed where the run dir is still there, else from
+  // the manifest.
   JobRecord job;
   StatusOr<JobRecord> previous = ReadJob(m->run_dir);
   if (previous.ok()) job = *previous;
+  job.region = m->region;
+  job.gpu = m->gpu_mode;
+  job.emu_gpus = m->emu_gpus;
+  const char* local_state = getenv("PALADIN_EMU_STATE");
+  job.emu_state = local_state != nullptr && local_state[0] != '\0' ? local_state : m->emu_state;
   job.name = m->name;
   job.command = m->command;
   job.cwd = m->cwd;
@@ -299,6 +333,16 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
     if (!s.ok()) return s;
   }
   const bool has_gpu = !m->gpu_driver.empty();
+  std::unique_ptr<quota::Region> region;
+  if (!m->region.empty()) {
+    if (!fs::exists(m->region)) {
+      Status s = CopyFile(dir + "/quota.region", m->region);
+      if (!s.ok()) return s;
+    }
+    std::string error;
+    region = quota::Region::Open(m->region, &error);
+    if (region == nullptr) return Internal("the job's quota region: " + error);
+  }
   // The restored tree runs at once: while its GPU state is still checkpointed and locked, its
   // CUDA calls block (as after the driver's own lock), so nothing touches the GPU until unlock.
   RestoreOptions restore;
@@ -309,8 +353,22 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
   if (!pid.ok()) return pid.status();
   times->seconds.emplace_back("criu restore", watch.Lap());
   const std::vector<pid_t> pids = Tree(*pid);
+  // The quota's counters now belong to the restored processes, on the GPUs they move to.
+  auto rename_devices = [&](bool back) {
+    for (const auto& [from, to] : options.gpu_map) {
+      char a[16];
+      char b[16];
+      if (gpu::ParseGpuUuid(from, a) && gpu::ParseGpuUuid(to, b)) {
+        region->RenameDevice(back ? b : a, back ? a : b);
+      }
+    }
+  };
+  if (region != nullptr) {
+    region->ThawProcesses(RestoredIds(pids));
+    rename_devices(false);
+  }
   if (has_gpu) {
-    StatusOr<std::unique_ptr<GpuCheckpointer>> driver = DriverFor(job.gpu, job.emu_state);
+    StatusOr<std::unique_ptr<GpuCheckpointer>> driver = DriverFor(job.gpu, job.emu_state, job.emu_gpus);
     Status s = driver.ok() ? Status::Ok() : driver.status();
     std::vector<pid_t> cuda;
     if (s.ok()) cuda = (*driver)->CudaProcesses(pids);
@@ -324,6 +382,10 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
     if (!s.ok()) {
       // The image still holds the job; the half-restored copy must not run.
       for (pid_t p : pids) kill(p, SIGKILL);
+      if (region != nullptr) {
+        rename_devices(true);
+        region->FreezeProcesses();
+      }
       return Status(s.code(),
                     s.message() + " (the restored copy was stopped; the image is intact)");
     }

@@ -38,10 +38,16 @@ json ToJson(const Manifest& m) {
             {"pid", m.pid},
             {"run_dir", m.run_dir},
             {"logs", m.logs},
-            {"log_targets", m.log_targets}}},
+            {"log_targets", m.log_targets},
+            {"region", m.region}}},
           {"host", {{"hostname", m.hostname}, {"kernel", m.kernel}, {"arch", m.arch}}},
           {"criu", {{"version", m.criu_version}, {"no_breakpoints", m.criu_no_breakpoints}}},
-          {"gpu", {{"driver", m.gpu_driver}, {"gpus", gpus}}},
+          {"gpu",
+           {{"driver", m.gpu_driver},
+            {"mode", m.gpu_mode},
+            {"emu_state", m.emu_state},
+            {"emu_gpus", m.emu_gpus},
+            {"gpus", gpus}}},
           {"files", files}};
 }
 
@@ -90,7 +96,11 @@ Status FromJson(const json& j, Manifest* m) {
   PALADIN_RETURN_IF_ERROR(Field(j, "host", "arch", &m->arch));
   PALADIN_RETURN_IF_ERROR(Field(j, "criu", "version", &m->criu_version));
   PALADIN_RETURN_IF_ERROR(Field(j, "criu", "no_breakpoints", &m->criu_no_breakpoints));
+  PALADIN_RETURN_IF_ERROR(Field(j, "workload", "region", &m->region));
   PALADIN_RETURN_IF_ERROR(Field(j, "gpu", "driver", &m->gpu_driver));
+  PALADIN_RETURN_IF_ERROR(Field(j, "gpu", "mode", &m->gpu_mode));
+  PALADIN_RETURN_IF_ERROR(Field(j, "gpu", "emu_state", &m->emu_state));
+  PALADIN_RETURN_IF_ERROR(Field(j, "gpu", "emu_gpus", &m->emu_gpus));
   if (m->logs.size() != m->log_targets.size()) {
     return InvalidArgument("manifest: workload.logs and workload.log_targets differ in length");
   }

@@ -138,6 +138,14 @@ void HandleRequest() {
   unlink(path.c_str());
   std::lock_guard<std::mutex> lock(TargetMutex());
   if (request.seq == target.last_seq) return;
+  if (self.pid != target.self.pid) {
+    // Restored by CRIU under another pid: answer under the new one (the caller waits there).
+    Target before = target;
+    target.self = self;
+    target.tid = SelfThreadHostTid();
+    target.dir = Runtime::Get().control_dir();
+    ForgetOldStateFile(before, target);
+  }
   CUresult result = Perform(target, request);
   target.last_seq = request.seq;
   WriteOwnState(target, result);

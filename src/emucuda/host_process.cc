@@ -36,6 +36,19 @@ uint32_t HostIdFrom(const char* status_path, uint32_t fallback) {
   return id != 0 ? id : fallback;
 }
 
+// The boot-time offset of this process's time namespace, in clock ticks (0 in the host's).
+int64_t BoottimeOffsetTicks() {
+  std::string text;
+  if (!ReadSmallFile("/proc/self/timens_offsets", &text)) return 0;
+  const char* line = std::strstr(text.c_str(), "boottime");
+  if (line == nullptr) return 0;
+  char* end = nullptr;
+  const long long seconds = std::strtoll(line + 8, &end, 10);
+  const long long nanos = std::strtoll(end, nullptr, 10);
+  const long long hz = sysconf(_SC_CLK_TCK);
+  return seconds * hz + nanos * hz / 1000000000LL;
+}
+
 // Parses /proc/<pid>/stat: the state letter (field 3) and the start time (field 22). The command
 // name (field 2) may hold spaces and parentheses, so fields are counted after its last ')'.
 bool ParseStat(const std::string& stat, char* state, uint64_t* start_time) {
@@ -47,7 +60,10 @@ bool ParseStat(const std::string& stat, char* state, uint64_t* start_time) {
     if (*p == '\0') return false;
     if (field == 3) *state = *p;
     if (field == 22) {
-      *start_time = std::strtoull(p, nullptr, 10);
+      // /proc shows start times shifted by the reader's time namespace (CRIU restores a tree in
+      // one, so that its clocks continue): convert to the host's view, the same from anywhere.
+      const int64_t shifted = static_cast<int64_t>(std::strtoull(p, nullptr, 10));
+      *start_time = static_cast<uint64_t>(shifted - BoottimeOffsetTicks());
       return true;
     }
     while (*p != ' ' && *p != '\0') ++p;

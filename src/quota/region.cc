@@ -22,7 +22,9 @@ namespace {
 
 constexpr char kMagic[8] = {'P', 'L', 'D', 'N', 'Q', 'U', 'O', 'T'};
 
-enum SlotState : uint32_t { kFree = 0, kClaiming = 1, kReady = 2, kReclaiming = 3 };
+// kFrozen: the process is in a checkpoint; its bytes stay counted and no sweep reclaims them
+// until a restore binds the slot to the restored process.
+enum SlotState : uint32_t { kFree = 0, kClaiming = 1, kReady = 2, kReclaiming = 3, kFrozen = 4 };
 
 using AtomicU64 = std::atomic<uint64_t>;
 using AtomicU32 = std::atomic<uint32_t>;
@@ -87,21 +89,71 @@ struct Region::Layout {
     AtomicU32 state;
     uint32_t pid;
     uint64_t start_time;
+    uint32_t ns_pid;  // the pid inside the workload's own PID namespace (kept by a restore)
+    uint32_t pad;
     AtomicU64 used[kMaxDevices];
     AtomicU64 context[kMaxDevices];
   } processes[kMaxProcesses];
 };
 
-ProcessId SelfProcessId() {
+namespace {
+
+// The boot-time offset of this process's time namespace, in clock ticks (0 in the host's).
+// /proc shows every start time shifted by it, and CRIU restores a tree in a time namespace of
+// its own (so that its clocks continue): start times are kept in the host's view.
+int64_t BoottimeOffsetTicks() {
+  FILE* f = fopen("/proc/self/timens_offsets", "re");
+  if (f == nullptr) return 0;
+  char name[32];
+  long long seconds = 0;
+  long long nanos = 0;
+  int64_t ticks = 0;
+  const long long hz = sysconf(_SC_CLK_TCK);
+  while (fscanf(f, "%31s %lld %lld", name, &seconds, &nanos) == 3) {
+    if (strcmp(name, "boottime") == 0) ticks = seconds * hz + nanos * hz / 1000000000LL;
+  }
+  fclose(f);
+  return ticks;
+}
+
+// Field 22 (starttime) of a /proc/PID/stat text, in the host's view; 0 if unreadable.
+uint64_t StartTimeField(const char* stat, char* state) {
+  const char* p = strrchr(stat, ')');
+  if (p == nullptr) return 0;
+  if (state != nullptr) *state = p[1] == ' ' ? p[2] : '?';
+  int field = 2;
+  for (; *p != '\0' && field < 22; ++p) {
+    if (*p == ' ') ++field;
+  }
+  const int64_t shifted = static_cast<int64_t>(strtoull(p, nullptr, 10));
+  return static_cast<uint64_t>(shifted - BoottimeOffsetTicks());
+}
+
+}  // namespace
+
+ProcessId SelfProcessId() { return ProcessIdOf("self"); }
+
+ProcessId ProcessIdOf(const std::string& proc_name) {
   ProcessId id;
-  id.pid = static_cast<uint32_t>(getpid());
+  id.pid = proc_name == "self" ? static_cast<uint32_t>(getpid())
+                               : static_cast<uint32_t>(strtoul(proc_name.c_str(), nullptr, 10));
+  id.ns_pid = id.pid;
   // NSpid lists the pid in every namespace from the one /proc was mounted in (the host's here)
-  // down to the process's own; the first is what the launcher and NVML see.
-  if (FILE* f = fopen("/proc/self/status", "re")) {
+  // down to the process's own; the first is what the launcher and NVML see, the last is what
+  // a restore keeps.
+  const std::string status = "/proc/" + proc_name + "/status";
+  if (FILE* f = fopen(status.c_str(), "re")) {
     char line[256];
     while (fgets(line, sizeof line, f) != nullptr) {
       if (strncmp(line, "NSpid:", 6) == 0) {
-        id.pid = static_cast<uint32_t>(strtoul(line + 6, nullptr, 10));
+        char* p = line + 6;
+        id.pid = static_cast<uint32_t>(strtoul(p, &p, 10));
+        id.ns_pid = id.pid;
+        for (char* end = p;; p = end) {
+          const unsigned long next = strtoul(p, &end, 10);
+          if (end == p) break;
+          id.ns_pid = static_cast<uint32_t>(next);
+        }
         break;
       }
     }
@@ -114,14 +166,7 @@ ProcessId SelfProcessId() {
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     buf[n] = '\0';
     fclose(f);
-    // Field 22 (starttime) counts from the field after the command's closing parenthesis.
-    if (const char* p = strrchr(buf, ')')) {
-      int field = 2;
-      for (; *p != '\0' && field < 22; ++p) {
-        if (*p == ' ') ++field;
-      }
-      id.start_time = strtoull(p, nullptr, 10);
-    }
+    id.start_time = StartTimeField(buf, nullptr);
   }
   return id;
 }
@@ -136,15 +181,10 @@ bool ProcessAlive(const ProcessId& id) {
   size_t n = fread(buf, 1, sizeof buf - 1, f);
   buf[n] = '\0';
   fclose(f);
-  const char* p = strrchr(buf, ')');
-  if (p == nullptr) return true;
-  char state = p[2];
+  char state = '?';
+  const uint64_t start = StartTimeField(buf, &state);
   if (state == 'Z' || state == 'X') return false;
-  int field = 2;
-  for (; *p != '\0' && field < 22; ++p) {
-    if (*p == ' ') ++field;
-  }
-  return id.start_time == 0 || strtoull(p, nullptr, 10) == id.start_time;
+  return id.start_time == 0 || start == id.start_time;
 }
 
 bool ParseSize(const std::string& text, uint64_t* bytes) {
@@ -366,6 +406,7 @@ int Region::AttachProcess(const ProcessId& id) {
       if (p.state.compare_exchange_strong(expected, kClaiming)) {
         p.pid = id.pid;
         p.start_time = id.start_time;
+        p.ns_pid = id.ns_pid;
         for (int d = 0; d < kMaxDevices; ++d) {
           p.used[d].store(0);
           p.context[d].store(0);
@@ -392,8 +433,8 @@ void Region::DetachProcess(int proc) {
 
 ProcessId Region::process(int proc) const {
   const Layout::Process& p = layout_->processes[proc];
-  if (p.state.load() != kReady) return {};
-  return {p.pid, p.start_time};
+  if (p.state.load() != kReady && p.state.load() != kFrozen) return {};
+  return {p.pid, p.start_time, p.ns_pid};
 }
 uint64_t Region::process_used(int proc, int device) const {
   return layout_->processes[proc].used[device].load();
@@ -429,6 +470,52 @@ void Region::Release(int device, int proc, uint64_t bytes, bool context_overhead
   SubtractClamped(layout_->processes[proc].used[device], bytes);
   if (context_overhead) SubtractClamped(layout_->processes[proc].context[device], bytes);
   SubtractClamped(layout_->devices[device].used, bytes);
+}
+
+int Region::FreezeProcesses() {
+  int frozen = 0;
+  for (auto& p : layout_->processes) {
+    uint32_t expected = kReady;
+    if (p.state.compare_exchange_strong(expected, kFrozen)) ++frozen;
+  }
+  return frozen;
+}
+
+int Region::ThawProcesses(const std::vector<ProcessId>& restored) {
+  int bound = 0;
+  for (auto& p : layout_->processes) {
+    if (p.state.load() != kFrozen) continue;
+    for (const ProcessId& id : restored) {
+      if (id.ns_pid != p.ns_pid) continue;
+      p.pid = id.pid;
+      p.start_time = id.start_time;
+      p.state.store(kReady);
+      ++bound;
+      break;
+    }
+  }
+  return bound;
+}
+
+int Region::ReleaseFrozen() {
+  int released = 0;
+  for (int i = 0; i < kMaxProcesses; ++i) {
+    uint32_t expected = kFrozen;
+    if (!layout_->processes[i].state.compare_exchange_strong(expected, kReady)) continue;
+    DetachProcess(i);
+    ++released;
+  }
+  return released;
+}
+
+bool Region::RenameDevice(const char from[16], const char to[16]) {
+  for (auto& d : layout_->devices) {
+    if (d.state.load() == kReady && memcmp(d.uuid, from, 16) == 0) {
+      memcpy(d.uuid, to, 16);
+      return true;
+    }
+  }
+  return false;
 }
 
 int Region::SweepDead() {

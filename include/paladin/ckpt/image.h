@@ -39,6 +39,8 @@ struct Manifest {
   std::string run_dir;
   std::vector<std::string> logs;         // image-relative copies of stdout/stderr
   std::vector<std::string> log_targets;  // where each log lives on the host
+  std::string region;  // the GPU-memory accounting region's path ("" without a quota); a copy
+                       // travels in the image as quota.region
   // Where and with what.
   std::string hostname;
   std::string kernel;
@@ -46,6 +48,9 @@ struct Manifest {
   std::string criu_version;
   bool criu_no_breakpoints = false;
   std::string gpu_driver;  // "" when the workload used no GPU; "emulated ..." for emucuda
+  std::string gpu_mode;    // "", "real" or "emulated"
+  std::string emu_state;   // emulated GPUs: the state file the job used
+  std::string emu_gpus;
   std::vector<ImageGpu> gpus;
   std::vector<ImageFile> files;
 };

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace paladin::quota {
 
@@ -36,10 +37,13 @@ struct RegionSettings {
 struct ProcessId {
   uint32_t pid = 0;
   uint64_t start_time = 0;
+  uint32_t ns_pid = 0;  // inside the workload's PID namespace: the same after a restore
 };
 
-// This process's host pid (first NSpid entry of /proc/self/status) and start time.
+// This process's host pid (first NSpid entry of /proc/self/status), namespace pid (last entry)
+// and start time; ProcessIdOf reads another process's ("1234").
 ProcessId SelfProcessId();
+ProcessId ProcessIdOf(const std::string& proc_name);
 // True when `id` names a process that still exists (same pid, same start time).
 bool ProcessAlive(const ProcessId& id);
 
@@ -103,6 +107,16 @@ class Region {
   void Release(int device, int proc, uint64_t bytes, bool context_overhead);
   // Reclaims the bytes of processes that have exited; returns how many were reclaimed.
   int SweepDead();
+
+  // --- checkpoint and restore ---
+  // Marks every live process as in a checkpoint: its bytes stay counted, no sweep reclaims them.
+  int FreezeProcesses();
+  // Binds frozen slots to the restored processes (matched by namespace pid); returns how many.
+  int ThawProcesses(const std::vector<ProcessId>& restored);
+  // Gives back the bytes of processes still frozen (a checkpoint that will not be restored here).
+  int ReleaseFrozen();
+  // A restore onto another GPU: the device's counters follow it.
+  bool RenameDevice(const char from[16], const char to[16]);
 
   // Refusal and growth statistics.
   void NoteRefusal(uint64_t bytes);
