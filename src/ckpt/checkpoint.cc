@@ -190,9 +190,17 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
     return s;
   };
 
-  // Memory passes while the job runs: the final pause only copies what changed since.
+  // Memory passes while the job runs: the final pause only copies what changed since. They need
+  // the kernel to track dirty memory.
+  int pre_dumps = options.pre_dumps;
+  if (pre_dumps > 0 && !criu.dirty_tracking) {
+    progress(
+        "warning: this kernel does not track dirty memory (CONFIG_MEM_SOFT_DIRTY), which "
+        "pre-dumps need; dumping in one pass");
+    pre_dumps = 0;
+  }
   std::string parent;
-  for (int i = 1; i <= options.pre_dumps; ++i) {
+  for (int i = 1; i <= pre_dumps; ++i) {
     const std::string dir = "pre-" + std::to_string(i);
     const std::string pre_dir = (fs::path(image) / dir).string();
     fs::create_directories(pre_dir, ec);
@@ -200,7 +208,7 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
     pre.pre_dump = true;
     pre.parent_images = parent.empty() ? "" : "../" + parent;
     pre.timeout_s = options.timeout_s;
-    progress("pre-dump " + std::to_string(i) + " of " + std::to_string(options.pre_dumps));
+    progress("pre-dump " + std::to_string(i) + " of " + std::to_string(pre_dumps));
     Status s = Dump(criu, root, pre_dir, pre);
     if (!s.ok()) return fail(s);
     parent = dir;
@@ -208,7 +216,8 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
   }
 
   const std::vector<pid_t> pids = Tree(root);
-  StatusOr<std::unique_ptr<GpuCheckpointer>> driver = DriverFor(job->gpu, job->emu_state, job->emu_gpus);
+  StatusOr<std::unique_ptr<GpuCheckpointer>> driver =
+      DriverFor(job->gpu, job->emu_state, job->emu_gpus);
   if (!driver.ok()) return fail(driver.status());
   const GpuCheckpointer* gpu = driver->get();
   std::vector<pid_t> cuda = gpu != nullptr ? gpu->CudaProcesses(pids) : std::vector<pid_t>();
@@ -368,7 +377,8 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
     rename_devices(false);
   }
   if (has_gpu) {
-    StatusOr<std::unique_ptr<GpuCheckpointer>> driver = DriverFor(job.gpu, job.emu_state, job.emu_gpus);
+    StatusOr<std::unique_ptr<GpuCheckpointer>> driver =
+        DriverFor(job.gpu, job.emu_state, job.emu_gpus);
     Status s = driver.ok() ? Status::Ok() : driver.status();
     std::vector<pid_t> cuda;
     if (s.ok()) cuda = (*driver)->CudaProcesses(pids);

@@ -121,8 +121,10 @@ Status ProbeBreakpoints(Criu* criu, const std::string& cache_dir) {
   const std::string cache = cache_dir + "/criu-probe-" + KernelRelease();
   std::ifstream cached(cache);
   std::string answer;
-  if (cached >> answer && (answer == "plain" || answer == "no-breakpoints")) {
+  std::string tracking;
+  if (cached >> answer >> tracking && (answer == "plain" || answer == "no-breakpoints")) {
     criu->no_breakpoints = answer == "no-breakpoints";
+    criu->dirty_tracking = tracking == "dirty-tracking";
     return Status::Ok();
   }
   const std::string scratch = cache_dir + "/criu-probe-images";
@@ -138,7 +140,11 @@ Status ProbeBreakpoints(Criu* criu, const std::string& cache_dir) {
   }
   std::error_code ec;
   fs::remove_all(scratch, ec);
-  std::ofstream(cache) << (criu->no_breakpoints ? "no-breakpoints" : "plain") << "\n";
+  criu->dirty_tracking =
+      RunBounded({criu->path, "check", "--feature", "mem_dirty_track"}, criu->Env(), 10)
+          .exit_code == 0;
+  std::ofstream(cache) << (criu->no_breakpoints ? "no-breakpoints" : "plain") << " "
+                       << (criu->dirty_tracking ? "dirty-tracking" : "no-dirty-tracking") << "\n";
   return Status::Ok();
 }
 

@@ -158,6 +158,11 @@ int RunDoctor() {
              (criu->no_breakpoints ? " (this kernel needs CRIU_FAULT=130: set "
                                      "automatically)"
                                    : ""));
+    if (!criu->dirty_tracking) {
+      note("pre-dumps",
+           "unavailable: the kernel does not track dirty memory "
+           "(CONFIG_MEM_SOFT_DIRTY); checkpoints dump in one pass");
+    }
   } else {
     line(false, "criu",
          criu.status().message() + "\n                      fix: bash scripts/criu.sh");

@@ -19,6 +19,8 @@ struct Criu {
   // CRIU's no-breakpoint fallback (CRIU_FAULT=130): needed on kernels where hardware breakpoints
   // do not fire (some virtual machines), where a dump otherwise hangs in parasite cure.
   bool no_breakpoints = false;
+  // Whether the kernel tracks dirty memory (soft-dirty bits), which pre-dumps need.
+  bool dirty_tracking = false;
 
   std::vector<std::pair<std::string, std::string>> Env() const;
 };
@@ -28,8 +30,9 @@ struct Criu {
 StatusOr<Criu> LocateCriu();
 
 // Decides `no_breakpoints` for this kernel by dumping a throwaway process (its own PID
-// namespace) with a 20 s limit, first plainly and then with CRIU_FAULT=130. The answer is cached
-// per kernel in `cache_dir`. Fails (with CRIU's last log lines) when neither works.
+// namespace) with a 20 s limit, first plainly and then with CRIU_FAULT=130, and
+// `dirty_tracking` with `criu check --feature mem_dirty_track`. The answers are cached per kernel
+// in `cache_dir`. Fails (with CRIU's last log lines) when no dump works.
 Status ProbeBreakpoints(Criu* criu, const std::string& cache_dir);
 
 struct DumpOptions {
