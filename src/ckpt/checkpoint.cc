@@ -262,9 +262,10 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
   const std::string previous_state = job->state;
   job->state = options.after == CheckpointOptions::After::kKill ? "checkpointing" : job->state;
   (void)WriteJob(*job);
+  // A job that goes on running is left stopped by the dump until its logs are copied: what it
+  // writes after the dump must not be in the image.
   DumpOptions dump;
-  dump.leave_running = options.after == CheckpointOptions::After::kLeaveRunning;
-  dump.leave_stopped = options.after == CheckpointOptions::After::kLeaveStopped;
+  dump.leave_stopped = options.after != CheckpointOptions::After::kKill;
   dump.parent_images = parent.empty() ? "" : parent;
   dump.timeout_s = options.timeout_s;
   progress("dumping " + std::to_string(pids.size()) + " process(es) with CRIU");
@@ -298,8 +299,11 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
     if (entry.is_regular_file()) times.image_bytes += entry.file_size();
   }
 
-  if (options.after == CheckpointOptions::After::kLeaveRunning && gpu != nullptr) {
-    ResumeGpu(*gpu, cuda);
+  if (options.after == CheckpointOptions::After::kLeaveRunning) {
+    // Running again first (its CUDA calls still block until unlocked), so that the driver's
+    // restore can reach it.
+    for (pid_t pid : pids) kill(pid, SIGCONT);
+    if (gpu != nullptr) ResumeGpu(*gpu, cuda);
     if (group && memory_limit > 0) (void)group->SetMemoryLimit(memory_limit);
   }
   job->image = image;
@@ -382,6 +386,11 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
     Status s = driver.ok() ? Status::Ok() : driver.status();
     std::vector<pid_t> cuda;
     if (s.ok()) cuda = (*driver)->CudaProcesses(pids);
+    if (s.ok() && cuda.empty()) {
+      s = Internal(
+          "the image holds GPU state but no restored process answers the driver's "
+          "checkpoint API");
+    }
     for (pid_t p : cuda) {
       progress("restoring the GPU state of pid " + std::to_string(p));
       if (s.ok()) s = (*driver)->Restore(p, options.gpu_map);

@@ -134,6 +134,9 @@ struct Prepared {
   if (null >= 0) dup2(null, STDIN_FILENO);
   dup2(p.out, STDOUT_FILENO);
   dup2(p.err, STDERR_FILENO);
+  // Nothing else of the launcher's: an inherited descriptor would tie the job's checkpoints to a
+  // file outside it.
+  close_range(3, ~0U, 0);
   execvpe(p.argv[0], p.argv.data(), p.envp.data());
   // Only async-signal-safe calls here: strerrordesc_np neither allocates nor reads the locale.
   const char* why = strerrordesc_np(errno);

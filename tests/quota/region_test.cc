@@ -597,5 +597,47 @@ TEST(GrownQuota, Table) {
   }
 }
 
+// Checkpoint and restore: a frozen slot keeps its bytes through sweeps while its process is
+// gone, and is bound to the restored process by its pid inside the workload's namespace.
+TEST_F(RegionTest, FrozenSlotsSurviveSweepsAndBindToTheRestoredProcess) {
+  auto region = MustCreate(Settings(1000, 1));
+  const int dev = region->DeviceSlot(kGpu0);
+  const pid_t child = ChildThatReservesAndExits(Path("quota.region"), 700, kGpu0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(region->FreezeProcesses(), 1);
+  EXPECT_EQ(region->SweepDead(), 0);  // dead, but in a checkpoint
+  EXPECT_EQ(region->used(dev), 700u);
+
+  // "Restored": this process plays the restored child (same namespace pid, new host pid).
+  ProcessId restored = SelfProcessId();
+  restored.ns_pid = static_cast<uint32_t>(child);
+  ProcessId stranger = SelfProcessId();
+  stranger.ns_pid = static_cast<uint32_t>(child) + 1;
+  EXPECT_EQ(region->ThawProcesses({stranger}), 0);
+  EXPECT_EQ(region->ThawProcesses({restored}), 1);
+  EXPECT_EQ(region->SweepDead(), 0);  // bound to a live process now
+  EXPECT_EQ(region->used(dev), 700u);
+  EXPECT_FALSE(region->TryReserve(dev, 0, 301));
+
+  // Restored onto another GPU: the counters follow it.
+  EXPECT_TRUE(region->RenameDevice(kGpu0, kGpu1));
+  EXPECT_EQ(region->FindDevice(kGpu1), dev);
+  EXPECT_EQ(region->FindDevice(kGpu0), -1);
+  EXPECT_EQ(region->used(dev), 700u);
+}
+
+TEST_F(RegionTest, ReleaseFrozenGivesBackWhatACheckpointHeld) {
+  auto region = MustCreate(Settings(1000, 1));
+  const int dev = region->DeviceSlot(kGpu0);
+  const pid_t child = ChildThatReservesAndExits(Path("quota.region"), 400, kGpu0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_EQ(region->FreezeProcesses(), 1);
+  EXPECT_EQ(region->ReleaseFrozen(), 1);
+  EXPECT_EQ(region->used(dev), 0u);
+}
+
 }  // namespace
 }  // namespace paladin::quota

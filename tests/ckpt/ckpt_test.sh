@@ -1,0 +1,673 @@
+#!/usr/bin/env bash
+# Checkpoint/restore end to end, in the pattern of CRIU's ZDTM tests: start a workload with
+# `paladin run`, let it build up state, `paladin checkpoint` it (which stops it), check that it is
+# gone, `paladin restore` it, and check that it continued from where it was (not from the start)
+# with its state intact. One scenario a run:
+#
+#   threads        a 4-thread program, 64 MiB per thread, self-verifying per step
+#   python_file    CPython appending to a file it keeps open across the checkpoint
+#   pipe           bash running `seq | python3 consumer`: numbers through a full pipe
+#   gpu_remap      device memory on emulated GPU 0, restored onto GPU 1 (--gpu-map)
+#   gpu_quota      the same under a GPU-memory quota: the quota's counts move with the job
+#   bad_input      corrupted, truncated and incompatible images; unknown job; bad --gpu-map
+#   leave_running  --leave-running: the job keeps going, and the image restores later
+#
+# Usage: ckpt_test.sh SCENARIO PALADIN CKPT_THREADS CKPT_GPU
+# Needs root (PID namespaces, CRIU) and CRIU (scripts/criu.sh); exits 77 (skipped) without them.
+# Each run has its own run directory and emulated GPUs under a temporary folder, removed at the
+# end with every process the test started (KEEP_WORK=1 keeps the folder).
+set -u
+
+SCENARIO=$1
+PALADIN=$(realpath "$2")
+THREADS=$(realpath "$3")
+GPU=$(realpath "$4")
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/../cli/testlib.sh"
+
+LIMIT=120 # seconds for any one paladin command
+
+if ((EUID != 0)); then
+  echo "SKIP: checkpoint/restore needs root (PID namespaces, CRIU)"
+  exit 77
+fi
+if [[ -z ${PALADIN_CRIU:-} && ! -x /opt/paladin/criu/criu ]] && ! command -v criu >/dev/null; then
+  echo "SKIP: no CRIU (install it with scripts/criu.sh)"
+  exit 77
+fi
+
+# Descriptors inherited from the caller (ctest passes its own log file) would be inherited by the
+# workloads too (see the descriptor check of the threads scenario) and make their images depend
+# on files that change: close them. Bash keeps its script on 255, close-on-exec.
+for fd in "/proc/$$/fd/"*; do
+  fd=${fd##*/}
+  if ((fd > 2 && fd != 255)); then eval "exec $fd>&-"; fi
+done
+
+work=$(mktemp -d "/tmp/paladin-ckpt-$SCENARIO.XXXXXX")
+work=$(realpath "$work")
+export PALADIN_RUN_DIR=$work/run
+export PALADIN_EMU_STATE=$work/emu.state
+unset PALADIN_EMU_GPUS PALADIN_QUOTA_REGION PALADIN_GPU_MEM PALADIN_CUDA_DRIVER PALADIN_LIB_DIR \
+  PALADIN_EMU_CTX_OVERHEAD PALADIN_EMU_DRIVER_VERSION LD_PRELOAD CUDA_VISIBLE_DEVICES
+mkdir -p "$PALADIN_RUN_DIR"
+
+roots=()     # host pids of job roots (original and restored) to kill at the end
+launchers=() # background `paladin run`s
+groups=()    # cgroups paladin made (NAME-PID)
+
+# --- processes --------------------------------------------------------------------------------
+
+# alive PID: the process exists and is not a zombie (a restored job's parent is init, which may
+# be slow to reap it).
+alive() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [[ ${stat:0:1} != Z && ${stat:0:1} != X ]]
+}
+
+# tree ROOT: ROOT and every live process below it, host pids.
+tree() {
+  local table p
+  local -a queue=("$1") out=()
+  table=$(ps -eo pid=,ppid=)
+  while ((${#queue[@]} > 0)); do
+    p=${queue[0]}
+    queue=("${queue[@]:1}")
+    alive "$p" || continue
+    out+=("$p")
+    mapfile -t -O "${#queue[@]}" queue < <(awk -v pp="$p" '$2 == pp { print $1 }' <<<"$table")
+  done
+  echo "${out[@]}"
+}
+
+none_alive() {
+  local p
+  for p in "$@"; do
+    if alive "$p"; then return 1; fi
+  done
+  return 0
+}
+
+comms() {
+  local p
+  for p in "$@"; do cat "/proc/$p/comm" 2>/dev/null; done | sort | tr '\n' ' '
+}
+
+# wait_until SECONDS COMMAND...: polls COMMAND every 0.1 s; false when it never succeeded.
+wait_until() {
+  local deadline=$((SECONDS + $1))
+  shift
+  while ! "$@"; do
+    ((SECONDS >= deadline)) && return 1
+    sleep 0.1
+  done
+  return 0
+}
+
+cleanup() {
+  local root p pids=()
+  local -a some
+  for root in "${roots[@]}"; do
+    read -ra some <<<"$(tree "$root")"
+    pids+=("${some[@]}")
+  done
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait_until 10 none_alive "${pids[@]}"
+  for p in "${launchers[@]}"; do
+    wait_until 10 eval "! kill -0 $p 2>/dev/null" || kill -9 "$p" 2>/dev/null
+  done
+  wait 2>/dev/null
+  local g d
+  for g in "${groups[@]}"; do
+    for d in /sys/fs/cgroup/paladin/"$g" /sys/fs/cgroup/*/paladin/"$g"; do
+      [[ -d $d ]] && wait_until 5 rmdir "$d" 2>/dev/null
+    done
+  done
+  if [[ -z ${KEEP_WORK:-} ]]; then rm -rf "$work"; else echo "kept $work"; fi
+}
+trap cleanup EXIT
+
+# --- jobs -------------------------------------------------------------------------------------
+
+# start_job NAME [RUN-ARGS...] -- COMMAND...
+# Starts `paladin run --name NAME ...` in the background and waits for its job record. Sets
+# job_name, launcher, run_dir, log (the workload's stdout.log) and job_pid (host pid of its root).
+start_job() {
+  job_name=$1
+  shift
+  # In a folder of its own: CRIU's parasite creates proc.crtools in the working directory of a
+  # task whose /proc is not its namespace's, so two dumps of jobs sharing one collide (EEXIST).
+  mkdir -p "$work/cwd-$job_name"
+  (cd "$work/cwd-$job_name" && exec timeout 600 "$PALADIN" run --name "$job_name" "$@") \
+    >"$work/$job_name.run.out" 2>"$work/$job_name.run.err" &
+  launcher=$!
+  launchers+=("$launcher")
+  job_pid=0
+  run_dir=
+  local i
+  for ((i = 0; i < 300; i++)); do
+    run_dir=$(find "$PALADIN_RUN_DIR" -mindepth 1 -maxdepth 1 -name "$job_name-*" | head -1)
+    if [[ -n $run_dir && -f $run_dir/job.json ]]; then
+      job_pid=$(job_field pid)
+      ((job_pid > 0)) && break
+    fi
+    sleep 0.05
+  done
+  if ((job_pid <= 0)); then
+    fail "$job_name: paladin run wrote no job record in 15 s: $(cat "$work/$job_name.run.err")"
+    return 1
+  fi
+  roots+=("$job_pid")
+  groups+=("$(basename "$run_dir")")
+  log=$run_dir/stdout.log
+}
+
+job_field() {
+  python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' \
+    "$run_dir/job.json" "$1" 2>/dev/null
+}
+
+# checkpoint IMAGE [ARGS...]: sets ck_rc and ck_out (stdout and stderr).
+checkpoint() {
+  local image=$1
+  shift
+  ck_rc=0
+  ck_out=$(timeout "$LIMIT" "$PALADIN" checkpoint "$job_name" --out "$image" "$@" 2>&1) || ck_rc=$?
+}
+
+# restore IMAGE [ARGS...]: sets rs_rc, rs_out, and job_pid to the restored root.
+restore() {
+  rs_rc=0
+  rs_out=$(timeout "$LIMIT" "$PALADIN" restore "$@" 2>&1) || rs_rc=$?
+  local pid
+  pid=$(sed -n 's/^restored .* as pid \([0-9]*\):.*/\1/p' <<<"$rs_out")
+  if [[ -n $pid ]]; then
+    job_pid=$pid
+    roots+=("$pid")
+  fi
+}
+
+# expect_checkpointed WHAT IMAGE PID...: after a checkpoint that stops the job, the command said
+# so, every process of the tree (PIDs) is gone, paladin run ended with exit 0 naming the image,
+# the job record says checkpointed, and the image verifies.
+expect_checkpointed() {
+  local what=$1 image=$2
+  shift 2
+  if ((ck_rc != 0)) || crashed "$ck_out"; then
+    fail "$what: paladin checkpoint exit $ck_rc: $ck_out"
+    return 1
+  fi
+  if ! grep -q "to $image: .*job stopped" <<<"$ck_out"; then
+    fail "$what: paladin checkpoint did not say the job stopped: $ck_out"
+  fi
+  if ! wait_until 10 none_alive "$@"; then
+    fail "$what: still running 10 s after the checkpoint: $(comms "$@")"
+    return 1
+  fi
+  if ! wait_until 30 eval "! kill -0 $launcher 2>/dev/null"; then
+    fail "$what: paladin run still running 30 s after its job was checkpointed"
+    return 1
+  fi
+  local rc=0
+  wait "$launcher" || rc=$?
+  if ((rc != 0)) || ! grep -q "was checkpointed to $image" "$work/$job_name.run.err"; then
+    fail "$what: paladin run exit $rc after the checkpoint: $(cat "$work/$job_name.run.err")"
+  fi
+  local state
+  state=$(job_field state)
+  [[ $state == checkpointed ]] || fail "$what: the job record says '$state', not checkpointed"
+  local verify
+  verify=$(timeout "$LIMIT" "$PALADIN" image verify "$image" 2>&1) ||
+    fail "$what: the fresh image does not verify: $verify"
+  pass "$what: checkpointed, every process gone, paladin run exited 0, image verifies"
+}
+
+# expect_restored WHAT: paladin restore said so and the restored root runs.
+expect_restored() {
+  local what=$1
+  if ((rs_rc != 0)) || crashed "$rs_out" || ! alive "$job_pid"; then
+    fail "$what: paladin restore exit $rs_rc: $rs_out"
+    return 1
+  fi
+  local state
+  state=$(job_field state)
+  [[ $state == running ]] || fail "$what: the job record says '$state' after the restore"
+  # Restored into a PID namespace of its own again: pid 1 there.
+  local nspid
+  nspid=$(awk '/^NSpid:/ { print $NF }' "/proc/$job_pid/status")
+  [[ $nspid == 1 ]] || fail "$what: the restored root is pid $nspid in its namespace, not 1"
+  pass "$what: restored as pid $job_pid"
+}
+
+lines_at_least() { (($(wc -l <"$1") >= $2)); }
+
+# --- scenarios --------------------------------------------------------------------------------
+
+last_step() { awk -v t="$1" '$1 == "thread" && $2 == t { s = $4 } END { print s + 0 }' "$log"; }
+threads_at() {
+  local t
+  for t in 0 1 2 3; do (($(last_step $t) >= $1)) || return 1; done
+}
+
+scenario_threads() {
+  # A descriptor of the caller's that is not close-on-exec: the workload must not get it.
+  local extra
+  exec {extra}>"$work/caller-descriptor"
+  start_job threads -- "$THREADS" --threads 4 --mib 64 --pause-ms 20 || return
+  exec {extra}>&-
+  if ! wait_until 60 threads_at 5; then
+    fail "threads: not every thread reached step 5 in 60 s: $(tail -5 "$log")"
+    return
+  fi
+  local tasks
+  tasks=$(find "/proc/$job_pid/task" -mindepth 1 -maxdepth 1 | wc -l)
+  ((tasks == 5)) || fail "threads: $tasks threads before the checkpoint, expected 5"
+  local fds
+  fds=$(find "/proc/$job_pid/fd" -mindepth 1 -printf '%f -> %l\n' | sort -n | tr '\n' ' ')
+  if [[ $(find "/proc/$job_pid/fd" -mindepth 1 -printf '%f ' | tr ' ' '\n' | sort -n |
+    tr '\n' ' ') == "0 1 2 " ]]; then
+    pass "threads: the workload holds only stdin, stdout and stderr"
+  else
+    fail "threads: the workload holds descriptors beyond 0, 1, 2 (inherited from paladin run or" \
+      "its caller, they tie the image to files outside the job): $fds"
+  fi
+  local -a before
+  read -ra before <<<"$(tree "$job_pid")"
+  checkpoint "$work/image"
+  expect_checkpointed threads "$work/image" "${before[@]}" || return
+  local -a cut
+  local t top=0
+  for t in 0 1 2 3; do
+    cut[t]=$(last_step $t)
+    ((cut[t] > top)) && top=${cut[t]}
+  done
+  local size
+  size=$(stat -c %s "$log")
+  sleep 1
+  (($(stat -c %s "$log") == size)) || fail "threads: the log still grows after the checkpoint"
+
+  restore "$work/image"
+  expect_restored threads || return
+  if ! wait_until 60 threads_at $((top + 5)); then
+    fail "threads: not every thread got 5 steps past step $top in 60 s after the restore" \
+      "(steps now: $(for t in 0 1 2 3; do echo -n "$(last_step $t) "; done)): $(tail -3 "$log")"
+    return
+  fi
+  if grep -q MISMATCH "$log"; then
+    fail "threads: a buffer did not match its step: $(grep -m1 MISMATCH "$log")"
+  fi
+  # Every thread's steps run 1, 2, 3, ... through the checkpoint: none restarted, none skipped.
+  local gaps
+  gaps=$(awk '$1 == "thread" { if ($4 != last[$2] + 1) print "thread " $2 ": step " $4 \
+    " after " last[$2] + 0; last[$2] = $4 }' "$log")
+  if [[ -n $gaps ]]; then
+    fail "threads: steps not consecutive across the restore: $(head -3 <<<"$gaps")"
+  else
+    pass "threads: every thread continued from its step (cut at ${cut[*]}), none restarted"
+  fi
+  tasks=$(find "/proc/$job_pid/task" -mindepth 1 -maxdepth 1 | wc -l)
+  ((tasks == 5)) || fail "threads: $tasks threads after the restore, expected 5"
+  # The sums it printed are those of the buffers it should hold at those steps.
+  local step line want bad=0
+  for t in 0 1 2 3; do
+    for step in $((cut[t] + 1)) $((top + 5)); do
+      line=$(awk -v t=$t -v s=$step '$1 == "thread" && $2 == t && $4 == s { print $6 }' "$log")
+      want=$("$THREADS" --checksum 64 $t $step)
+      if [[ $line != "$want" ]]; then
+        fail "threads: thread $t step $step sum '$line', expected $want"
+        bad=1
+      fi
+    done
+  done
+  ((bad == 0)) && pass "threads: buffer sums after the restore match their steps"
+}
+
+scenario_python_file() {
+  local data=$work/seq.txt
+  start_job pyfile -- python3 "$HERE/seq_writer.py" "$data" --every-ms 10 || return
+  if ! wait_until 60 lines_at_least "$data" 50; then
+    fail "python_file: fewer than 50 lines in 60 s: $(cat "$work/pyfile.run.err")"
+    return
+  fi
+  local fd
+  fd=$(find "/proc/$job_pid/fd" -lname "$data" -printf '%f\n' | head -1)
+  [[ -n $fd ]] || fail "python_file: the interpreter has no descriptor open on $data"
+  local -a before
+  read -ra before <<<"$(tree "$job_pid")"
+  checkpoint "$work/image"
+  expect_checkpointed python_file "$work/image" "${before[@]}" || return
+  local cut
+  cut=$(wc -l <"$data")
+  sleep 0.5
+  (($(wc -l <"$data") == cut)) || fail "python_file: lines appended after the checkpoint"
+
+  restore "$work/image"
+  expect_restored python_file || return
+  if ! wait_until 60 lines_at_least "$data" $((cut + 50)); then
+    fail "python_file: no 50 more lines in 60 s after the restore (cut at $cut, now" \
+      "$(wc -l <"$data"))"
+    return
+  fi
+  local bad
+  bad=$(awk '$0 != "line " NR { print NR ": " $0; exit }' "$data")
+  if [[ -n $bad ]]; then
+    fail "python_file: the sequence breaks at line $bad (cut at line $cut)"
+  else
+    pass "python_file: lines 1..$(wc -l <"$data") in sequence, continued from line $cut"
+  fi
+  if [[ -n $fd && $(readlink "/proc/$job_pid/fd/$fd") == "$data" ]]; then
+    pass "python_file: descriptor $fd is still open on the file after the restore"
+  else
+    fail "python_file: descriptor ${fd:-?} is not open on $data after the restore"
+  fi
+  [[ $(comms "$job_pid") == "python3 " ]] ||
+    fail "python_file: the restored process is '$(comms "$job_pid")', not python3"
+}
+
+last_got() { awk '$1 == "got" { n = $2 } END { print n + 0 }' "$log"; }
+got_at_least() { (($(last_got) >= $1)); }
+
+scenario_pipe() {
+  start_job pipe -- bash -c "seq 1 1000000000 | python3 '$HERE/pipe_consumer.py'" || return
+  if ! wait_until 60 got_at_least 500; then
+    fail "pipe: fewer than 500 numbers through the pipe in 60 s: $(tail -3 "$log")"
+    return
+  fi
+  local -a before
+  read -ra before <<<"$(tree "$job_pid")"
+  local shape
+  shape=$(comms "${before[@]}")
+  [[ $shape == "bash python3 seq " ]] || fail "pipe: the tree is '$shape', not bash, python3, seq"
+  checkpoint "$work/image"
+  expect_checkpointed pipe "$work/image" "${before[@]}" || return
+  local cut
+  cut=$(last_got)
+  # The producer is far ahead of the consumer: the pipe was full when dumped.
+  [[ -s $work/image/pipes-data.img ]] || fail "pipe: the image holds no pipe data"
+
+  restore "$work/image"
+  expect_restored pipe || return
+  if ! wait_until 60 got_at_least $((cut + 500)); then
+    fail "pipe: no 500 more numbers in 60 s after the restore (cut at $cut, now $(last_got)):" \
+      "$(tail -3 "$log")"
+    return
+  fi
+  if grep -qE '^(GAP|EOF)' "$log"; then
+    fail "pipe: the consumer saw $(grep -m1 -E '^(GAP|EOF)' "$log")"
+  fi
+  local bad
+  bad=$(awk '$1 == "got" && $2 != ++n { print "got " $2 " where " n " was due"; exit }' "$log")
+  if [[ -n $bad ]]; then
+    fail "pipe: numbers out of sequence across the restore: $bad (cut at $cut)"
+  else
+    pass "pipe: numbers 1..$(last_got) arrived in sequence, continued after $cut"
+  fi
+  local -a after
+  read -ra after <<<"$(tree "$job_pid")"
+  [[ $(comms "${after[@]}") == "$shape" ]] ||
+    fail "pipe: the restored tree is '$(comms "${after[@]}")', not '$shape'"
+}
+
+# The emulated GPUs of this test's state file, as "BYTES BYTES ...": read from its header
+# (docs/emucuda.md, "Layout"), since loading the driver to ask could itself change them.
+emu_devices() {
+  python3 -c 'import struct, sys
+d = open(sys.argv[1], "rb").read(1560)
+n = struct.unpack_from("<I", d, 20)[0]
+print(" ".join(str(struct.unpack_from("<Q", d, 24 + 96 * i + 80)[0]) for i in range(n)))' \
+    "$PALADIN_EMU_STATE" 2>/dev/null
+}
+
+last_gen() { awk '$1 == "gen" { n = $2 } END { print n + 0 }' "$log"; }
+gen_at_least() { (($(last_gen) >= $1)); }
+
+# remap_scenario WHAT [paladin run flags...]: the GPU workload moved from GPU 0 to GPU 1.
+remap_scenario() {
+  local what=$1
+  shift
+  start_job gpu --emulated-gpus 2x1GiB "$@" -- "$GPU" --mib 64 --every-ms 50 || return
+  if ! wait_until 60 gen_at_least 5; then
+    fail "$what: the GPU workload did not reach generation 5 in 60 s: $(tail -3 "$log")" \
+      "$(cat "$work/gpu.run.err")"
+    return
+  fi
+  local u0 u1 free_before
+  u0=$(awk '$1 == "device" && $2 == 0 { print $3 }' "$log")
+  u1=$(awk '$1 == "device" && $2 == 1 { print $3 }' "$log")
+  free_before=$(awk '$1 == "gen" { f = $8 } END { print f }' "$log")
+  if [[ -z $u0 || -z $u1 || $u0 == "$u1" ]]; then
+    fail "$what: expected two emulated GPUs, the workload saw: $(grep '^device' "$log")"
+    return
+  fi
+  grep -q "^gen .* dev 0 $u0 " "$log" || fail "$what: the context is not on GPU 0 ($u0)"
+  local -a before
+  read -ra before <<<"$(tree "$job_pid")"
+  checkpoint "$work/image"
+  expect_checkpointed "$what" "$work/image" "${before[@]}" || return
+  local cut
+  cut=$(last_gen)
+  local gib=$((1 << 30)) devices
+  devices=$(emu_devices)
+  if [[ $devices == "$gib $gib" ]]; then
+    pass "$what: the emulated GPUs are still 2 x 1 GiB after the checkpoint"
+  else
+    fail "$what: after the checkpoint the emulated GPUs are '$devices' bytes, not 2 x 1 GiB" \
+      "(someone re-initialised $PALADIN_EMU_STATE with other devices)"
+  fi
+  local inspect
+  inspect=$(timeout "$LIMIT" "$PALADIN" image inspect "$work/image" 2>&1)
+  if grep -q '^gpu: *emulated' <<<"$inspect" && grep -q "$u0" <<<"$inspect"; then
+    pass "$what: the image records the emulated GPU the job held memory on"
+  else
+    fail "$what: image inspect does not name the GPU the job held memory on ($u0): $inspect"
+  fi
+
+  restore "$work/image" --gpu-map "$u0=$u1"
+  expect_restored "$what" || return
+  if ! grep -q "restoring the GPU state of pid" <<<"$rs_out"; then
+    fail "$what: paladin restore exited $rs_rc without restoring any GPU state: $rs_out"
+  fi
+  devices=$(emu_devices)
+  [[ $devices == "$gib $gib" ]] ||
+    fail "$what: after the restore the emulated GPUs are '$devices' bytes, not 2 x 1 GiB"
+  if ! wait_until 30 gen_at_least $((cut + 5)); then
+    fail "$what: the restored job made no progress in 30 s (generation $(last_gen), cut at" \
+      "$cut; its GPU state was not restored and unlocked?); restore said: $rs_out"
+    return
+  fi
+  if grep -qE '^(MISMATCH|ERROR)' "$log"; then
+    fail "$what: $(grep -m1 -E '^(MISMATCH|ERROR)' "$log")"
+  fi
+  local bad
+  bad=$(awk '$1 == "gen" && $2 != ++n { print "gen " $2 " where " n " was due"; exit }' "$log")
+  if [[ -n $bad ]]; then
+    fail "$what: generations out of sequence across the restore: $bad (cut at $cut)"
+  else
+    pass "$what: device memory verified intact at every generation, continued after $cut"
+  fi
+  local after
+  after=$(awk -v c="$cut" '$1 == "gen" && $2 > c' "$log")
+  if grep -q " dev 0 $u0 " <<<"$after" || ! grep -q " dev 0 $u1 " <<<"$after"; then
+    fail "$what: after the restore the context is not on GPU 1 ($u1): $(tail -1 <<<"$after")"
+  else
+    pass "$what: after the restore the context reports GPU 1 ($u1)"
+  fi
+  # GPU 1 is as large as GPU 0: it must now count what the job held there.
+  local free_after
+  free_after=$(tail -1 <<<"$after" | awk '{ print $8 }')
+  if [[ $free_after != "$free_before" ]]; then
+    fail "$what: cuMemGetInfo free is $free_after after the restore, $free_before before" \
+      "(the job's memory is not counted on its new GPU)"
+  else
+    pass "$what: the job's memory is counted on its new GPU"
+  fi
+}
+
+scenario_gpu_remap() { remap_scenario gpu_remap; }
+
+# The same under a GPU-memory quota: the interposer's counts travel with the job (cuMemGetInfo
+# reports the same quota-relative free memory on the new GPU as before on the old one).
+scenario_gpu_quota() { remap_scenario gpu_quota --gpu-mem 512MiB; }
+
+scenario_bad_input() {
+  # A copy of the workload under a name of its own, so that a process it starts can be found.
+  local marker=$work/bad-input-workload.py
+  cp "$HERE/seq_writer.py" "$marker"
+  start_job badinput -- python3 "$marker" - --every-ms 20 || return
+  if ! wait_until 60 lines_at_least "$log" 10; then
+    fail "bad_input: the workload wrote nothing in 60 s: $(cat "$work/badinput.run.err")"
+    return
+  fi
+  local -a before
+  read -ra before <<<"$(tree "$job_pid")"
+  local good=$work/good
+  checkpoint "$good"
+  expect_checkpointed bad_input "$good" "${before[@]}" || return
+
+  local inspect criu_version
+  inspect=$(timeout "$LIMIT" "$PALADIN" image inspect "$good" 2>&1)
+  criu_version=$(timeout "$LIMIT" "$PALADIN" doctor 2>/dev/null |
+    awk '$1 == "OK" && $2 == "criu" { print $3 }')
+  if grep -q "^workload: *badinput " <<<"$inspect" && [[ -n $criu_version ]] &&
+    grep -qE "^criu: +$criu_version( |\$)" <<<"$inspect"; then
+    pass "bad_input: image inspect names the workload and CRIU $criu_version"
+  else
+    fail "bad_input: image inspect lacks the workload's name or CRIU '$criu_version': $inspect"
+  fi
+
+  local pages size
+  local -a found=("$good"/pages-*.img)
+  pages=${found[0]##*/}
+  size=$(stat -c %s "$good/$pages")
+  cp -a "$good" "$work/flipped"
+  python3 -c 'import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(int(sys.argv[2]) // 2); b = f.read(1); f.seek(-1, 1); f.write(bytes([b[0] ^ 0xFF]))' \
+    "$work/flipped/$pages" "$size"
+  expect_error "bad_input: verify, one byte of $pages flipped" "$pages" SHA-256 corrupted -- \
+    image verify "$work/flipped"
+  cp -a "$good" "$work/truncated"
+  truncate -s $((size - 1)) "$work/truncated/$pages"
+  expect_error "bad_input: verify, $pages truncated" "$pages" "$((size - 1)) bytes" \
+    "the manifest says $size" -- image verify "$work/truncated"
+  cp -a "$good" "$work/nomanifest"
+  rm "$work/nomanifest/manifest.json"
+  expect_error "bad_input: verify, no manifest" "no manifest" -- image verify "$work/nomanifest"
+  cp -a "$good" "$work/v99"
+  python3 -c 'import json, sys
+m = json.load(open(sys.argv[1])); m["version"] = 99; json.dump(m, open(sys.argv[1], "w"))' \
+    "$work/v99/manifest.json"
+  expect_error "bad_input: verify, format version 99" "version 99" -- image verify "$work/v99"
+  expect_error "bad_input: inspect, format version 99" "version 99" -- image inspect "$work/v99"
+
+  # A restore refuses a damaged image and starts nothing.
+  local image
+  for image in flipped truncated v99; do
+    expect_error "bad_input: restore of the $image image" "refusing to restore" -- \
+      restore "$work/$image"
+  done
+  sleep 0.5
+  local started
+  started=$(pgrep -f -- "$marker")
+  if [[ -n $started ]]; then
+    local -a strays
+    read -ra strays <<<"$started"
+    roots+=("${strays[@]}")
+    fail "bad_input: a refused restore started the workload anyway: pid(s) $started"
+  else
+    pass "bad_input: the refused restores started nothing"
+  fi
+  [[ $(job_field state) == checkpointed ]] ||
+    fail "bad_input: the job record says '$(job_field state)' after the refused restores"
+
+  expect_error "bad_input: checkpoint of an unknown job" "no job nosuchjob" -- \
+    checkpoint nosuchjob --out "$work/nosuchjob"
+  [[ ! -e $work/nosuchjob ]] || fail "bad_input: checkpoint of an unknown job left $work/nosuchjob"
+  local out rc=0
+  out=$(timeout "$LIMIT" "$PALADIN" restore "$good" --gpu-map garbage 2>&1) || rc=$?
+  if ((rc == 2)) && grep -q -- "--gpu-map 'garbage'" <<<"$out"; then
+    pass "bad_input: --gpu-map garbage is refused (exit 2)"
+  else
+    fail "bad_input: --gpu-map garbage: exit $rc (expected 2): $out"
+  fi
+  started=$(pgrep -f -- "$marker")
+  [[ -z $started ]] || fail "bad_input: --gpu-map garbage started the workload: $started"
+
+  # After all that, the intact image still restores and the workload continues.
+  local cut
+  cut=$(wc -l <"$log")
+  restore "$good"
+  expect_restored bad_input || return
+  if wait_until 30 lines_at_least "$log" $((cut + 10)) &&
+    [[ -z $(awk '$0 != "line " NR { print NR; exit }' "$log") ]]; then
+    pass "bad_input: the intact image restores and continues after line $cut"
+  else
+    fail "bad_input: the intact image's workload did not continue from line $cut:" \
+      "$(tail -3 "$log")"
+  fi
+}
+
+scenario_leave_running() {
+  start_job leaverun --keep-run-dir -- python3 "$HERE/seq_writer.py" - --every-ms 10 || return
+  if ! wait_until 60 lines_at_least "$log" 30; then
+    fail "leave_running: the workload wrote nothing in 60 s: $(cat "$work/leaverun.run.err")"
+    return
+  fi
+  local original=$job_pid
+  checkpoint "$work/image" --leave-running
+  if ((ck_rc != 0)) || ! grep -q "left running" <<<"$ck_out"; then
+    fail "leave_running: paladin checkpoint exit $ck_rc: $ck_out"
+    return
+  fi
+  local at
+  at=$(wc -l <"$log")
+  if wait_until 10 lines_at_least "$log" $((at + 20)) && alive "$original" &&
+    kill -0 "$launcher" 2>/dev/null && [[ $(job_field state) == running ]]; then
+    pass "leave_running: the job runs on after the checkpoint (pid $original)"
+  else
+    fail "leave_running: the job did not run on after the checkpoint (alive: $(alive "$original" &&
+      echo yes || echo no), record: $(job_field state)): $(tail -2 "$log")"
+  fi
+  local verify
+  verify=$(timeout "$LIMIT" "$PALADIN" image verify "$work/image" 2>&1) ||
+    fail "leave_running: the image does not verify: $verify"
+  local cut
+  cut=$(wc -l <"$work/image/logs/stdout.log")
+
+  local -a tree_now
+  read -ra tree_now <<<"$(tree "$original")"
+  kill -9 "${tree_now[@]}"
+  wait_until 10 none_alive "${tree_now[@]}" || fail "leave_running: the original survived SIGKILL"
+  wait_until 30 eval "! kill -0 $launcher 2>/dev/null" || fail "leave_running: paladin run hangs"
+
+  restore "$work/image"
+  expect_restored leave_running || return
+  # The restore puts the log back as it was at the checkpoint; the job continues from there.
+  if ! wait_until 30 lines_at_least "$log" $((cut + 30)); then
+    fail "leave_running: no 30 more lines in 30 s after the restore (cut at $cut):" \
+      "$(tail -2 "$log")"
+    return
+  fi
+  local bad
+  bad=$(awk '$0 != "line " NR { print NR ": " $0; exit }' "$log")
+  if [[ -n $bad ]]; then
+    fail "leave_running: the restored job's log breaks at line $bad (cut at $cut; a repeated" \
+      "line means the image's copy of the log holds output written after the dump)"
+  else
+    pass "leave_running: the image restores and continues after line $cut"
+  fi
+}
+
+case $SCENARIO in
+  threads | python_file | pipe | gpu_remap | gpu_quota | bad_input | leave_running) ;;
+  *)
+    echo "unknown scenario $SCENARIO" >&2
+    exit 2
+    ;;
+esac
+started_at=$SECONDS
+"scenario_$SCENARIO"
+echo "$SCENARIO: $((SECONDS - started_at)) s, $failures failure(s)"
+((failures == 0))
