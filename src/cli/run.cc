@@ -84,8 +84,9 @@ class UsageLog {
                  "time_s,gpu_uuid,quota_bytes,counted_bytes,counted_peak_bytes,context_bytes,"
                  "nvml_bytes,sm_util_pct,host_rss_bytes,cpu_seconds,refusals,grows,processes\n");
   }
-  void Start(pid_t root) {
+  void Start(pid_t root, std::string cgroup) {
     root_ = root;
+    cgroup_ = std::move(cgroup);
     start_ = std::chrono::steady_clock::now();
     thread_ = std::thread([this] { Loop(); });
   }
@@ -109,7 +110,8 @@ class UsageLog {
   void Write() {
     const double t =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    const quota::WorkloadUsage u = quota::SampleUsage(region_, nvml_, static_cast<uint32_t>(root_));
+    const quota::WorkloadUsage u =
+        quota::SampleUsage(region_, nvml_, static_cast<uint32_t>(root_), cgroup_);
     for (const quota::GpuUsage& g : u.gpus) {
       std::fprintf(out_, "%.3f,%s,%llu,%llu,%llu,%llu,%s,%u,%llu,%.2f,%llu,%llu,%zu\n", t,
                    g.uuid.c_str(), static_cast<unsigned long long>(g.quota_bytes),
@@ -129,6 +131,7 @@ class UsageLog {
   const gpu::Nvml* nvml_;
   double every_s_;
   pid_t root_ = 0;
+  std::string cgroup_;
   std::chrono::steady_clock::time_point start_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -390,7 +393,7 @@ int RunWorkload(RunArgs args) {
   if (Status s = ckpt::WriteJob(job); !s.ok()) Say(s.message());
   LogFollower follower(job.stdout_log, job.stderr_log);
   follower.Start();
-  if (log) log->Start(started->pid);
+  if (log) log->Start(started->pid, started->cgroup);
   const int code = WaitForChild(started->pid);
   if (log) log->Stop();
   if (log_file != nullptr) std::fclose(log_file);
@@ -418,6 +421,56 @@ int RunWorkload(RunArgs args) {
     std::filesystem::remove_all(run_dir, ec);
   }
   return code;
+}
+
+struct ResizeArgs {
+  std::string job;
+  std::string gpu_mem;
+  std::string gpu_mem_max;
+};
+
+// Changes a running job's quota through its accounting region: a raise lets a refused allocation
+// succeed on its next try; a cut below use refuses new allocations and frees nothing.
+int ResizeJob(const ResizeArgs& a) {
+  auto say = [](const std::string& line) {
+    std::fprintf(stderr, "paladin resize: %s\n", line.c_str());
+  };
+  StatusOr<ckpt::JobRecord> job = ckpt::FindJob(a.job);
+  if (!job.ok()) {
+    say(job.status().message());
+    return 1;
+  }
+  if (job->region.empty()) {
+    say("job " + job->name + " has no GPU-memory quota (it was not started with --gpu-mem)");
+    return 1;
+  }
+  uint64_t quota_bytes = 0;
+  uint64_t ceiling = 0;
+  if (!quota::ParseSize(a.gpu_mem, &quota_bytes) || quota_bytes == 0) {
+    say("--gpu-mem '" + a.gpu_mem + "': not a size (expected e.g. 10GiB)");
+    return 2;
+  }
+  if (!a.gpu_mem_max.empty() && !quota::ParseSize(a.gpu_mem_max, &ceiling)) {
+    say("--gpu-mem-max '" + a.gpu_mem_max + "': not a size (expected e.g. 20GiB)");
+    return 2;
+  }
+  std::string error;
+  std::unique_ptr<quota::Region> region = quota::Region::Open(job->region, &error);
+  if (region == nullptr) {
+    say(error);
+    return 1;
+  }
+  const uint64_t before = region->quota();
+  region->SetQuota(quota_bytes);
+  if (!a.gpu_mem_max.empty()) region->SetCeiling(ceiling);
+  std::string use;
+  for (int slot = 0; slot < region->device_count(); ++slot) {
+    use += (use.empty() ? "" : ", ") + quota::FormatSize(region->used(slot));
+  }
+  std::printf("%s: GPU-memory quota %s -> %s (in use: %s)\n", job->name.c_str(),
+              quota::FormatSize(before).c_str(), quota::FormatSize(quota_bytes).c_str(),
+              use.empty() ? "nothing yet" : use.c_str());
+  return 0;
 }
 
 }  // namespace
@@ -451,6 +504,14 @@ void RegisterRun(CLI::App& app, int* exit_code) {
   run->add_flag("--keep-run-dir", args->keep_run_dir, "Leave the run directory when done");
   run->add_option("command", args->command, "The command and its arguments, after --")->required();
   run->callback([args, exit_code] { *exit_code = RunWorkload(*args); });
+
+  auto resize = std::make_shared<ResizeArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "resize", "Change the GPU-memory quota of a job started by paladin run, while it runs");
+  cmd->add_option("job", resize->job, "Job name or the host pid of its root")->required();
+  cmd->add_option("--gpu-mem", resize->gpu_mem, "The new quota per GPU, e.g. 12GiB")->required();
+  cmd->add_option("--gpu-mem-max", resize->gpu_mem_max, "A new ceiling for on-demand growth");
+  cmd->callback([resize, exit_code] { *exit_code = ResizeJob(*resize); });
 }
 
 }  // namespace paladin::cli

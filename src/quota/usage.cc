@@ -8,6 +8,8 @@
 #include <cstring>
 #include <map>
 
+#include "paladin/ckpt/cgroup.h"
+
 namespace paladin::quota {
 
 namespace {
@@ -78,14 +80,21 @@ std::vector<uint32_t> ProcessTree(uint32_t root) {
   return tree;
 }
 
-WorkloadUsage SampleUsage(const Region& region, const gpu::Nvml* nvml, uint32_t root) {
+WorkloadUsage SampleUsage(const Region& region, const gpu::Nvml* nvml, uint32_t root,
+                          const std::string& cgroup) {
   WorkloadUsage usage;
   usage.pids = ProcessTree(root);
-  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
-  for (uint32_t pid : usage.pids) {
-    usage.host_rss_bytes += ResidentBytes(pid);
-    ProcStat st;
-    if (ReadStat(pid, &st)) usage.cpu_seconds += static_cast<double>(st.ticks) / tick;
+  if (!cgroup.empty()) {
+    const ckpt::Cgroup group = ckpt::Cgroup::Existing(cgroup);
+    usage.host_rss_bytes = group.MemoryBytes();
+    usage.cpu_seconds = group.CpuSeconds();
+  } else {
+    const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+    for (uint32_t pid : usage.pids) {
+      usage.host_rss_bytes += ResidentBytes(pid);
+      ProcStat st;
+      if (ReadStat(pid, &st)) usage.cpu_seconds += static_cast<double>(st.ticks) / tick;
+    }
   }
   usage.refusals = region.refusals();
   usage.grows = region.grows();

@@ -305,6 +305,25 @@ ran_ok "$what" &&
   expect_err "$what" "quota not grown" &&
   pass "$what"
 
+# --- f. raising the quota of a running job (paladin resize) lets a blocked allocation succeed ----
+what="f: paladin resize raises the quota mid-run"
+mkdir -p "$work/f-resize"
+(
+  for _ in $(seq 300); do [[ -e $work/f-resize/blocked ]] && break; sleep 0.1; done
+  PALADIN_RUN_DIR=$work/f-resize/run timeout 30 "$PALADIN" resize resized --gpu-mem 2GiB \
+    >"$work/f-resize/resize.out" 2>&1
+  touch "$work/f-resize/raised"
+) &
+run_case f-resize --name resized --gpu-mem 1GiB --emulated-gpus $EMU -- \
+  "$CLIENT" init alloc $((Q - C)) alloc $((256 * MiB)) touch "$work/f-resize/blocked" \
+  waitfor "$work/f-resize/raised" alloc $((256 * MiB)) info
+wait
+ran_ok "$what" &&
+  expect_lines "$what" "alloc $((Q - C)) ok" "alloc $((256 * MiB)) error 2" \
+    "alloc $((256 * MiB)) ok" "info free $((2 * GiB - Q - 256 * MiB)) total $((2 * GiB))" &&
+  grep -q "resized: GPU-memory quota 1 GiB -> 2 GiB" "$work/f-resize/resize.out" &&
+  pass "$what" || fail "$what: resize said: $(cat "$work/f-resize/resize.out")"
+
 # --- g. bad input -------------------------------------------------------------------------------
 # A flag the launcher refuses: one line, exit 2, nothing run.
 refused() {

@@ -1,6 +1,6 @@
 // Usage measurement for one workload: what the interposer counts per GPU (from the accounting
 // region), what NVML measures for the workload's processes, and the host memory and CPU time of
-// its process tree (from its cgroup once workloads run in one; from /proc until then). The node
+// its process tree (from its cgroup when it has one, else from /proc). The node
 // agent and `paladin top` read workloads through this one API; `paladin run --usage-log` writes
 // its samples as CSV (docs/formats/usage-log.md).
 #ifndef PALADIN_QUOTA_USAGE_H_
@@ -39,8 +39,10 @@ struct WorkloadUsage {
 std::vector<uint32_t> ProcessTree(uint32_t root);
 
 // Samples the workload whose accounting is `region` and whose process tree starts at `root`.
-// `nvml` may be null (no NVML figures).
-WorkloadUsage SampleUsage(const Region& region, const gpu::Nvml* nvml, uint32_t root);
+// `nvml` may be null (no NVML figures). With `cgroup` (the workload's group name under
+// paladin/), host memory and CPU come from the group, else from the process tree in /proc.
+WorkloadUsage SampleUsage(const Region& region, const gpu::Nvml* nvml, uint32_t root,
+                          const std::string& cgroup = "");
 
 }  // namespace paladin::quota
 
