@@ -396,7 +396,7 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
       if (s.ok()) s = (*driver)->Restore(p, options.gpu_map);
     }
     for (pid_t p : cuda) {
-      if (s.ok()) s = (*driver)->Unlock(p);
+      if (s.ok() && !options.leave_stopped) s = (*driver)->Unlock(p);
     }
     if (!s.ok()) {
       // The image still holds the job; the half-restored copy must not run.
@@ -410,13 +410,30 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
     }
     times->seconds.emplace_back("gpu restore", watch.Lap());
   }
-  for (pid_t p : pids) kill(p, SIGCONT);
+  // Left stopped (a migration's destination before the commit): stopped, its GPU state restored
+  // but still locked; ResumeJob lets it go.
+  for (pid_t p : pids) kill(p, options.leave_stopped ? SIGSTOP : SIGCONT);
   job.pid = *pid;
-  job.state = "running";
+  job.state = options.leave_stopped ? "stopped" : "running";
   job.image = fs::canonical(dir, ec).string();
   Status s = WriteJob(job);
   if (!s.ok()) progress("warning: " + s.message());
   return job;
+}
+
+Status ResumeJob(JobRecord* job) {
+  const std::vector<pid_t> pids = Tree(static_cast<pid_t>(job->pid));
+  if (pids.empty()) return FailedPrecondition("job " + job->name + " has no processes to resume");
+  // Running first: the driver's restore and unlock need the process to answer.
+  for (pid_t p : pids) kill(p, SIGCONT);
+  if (!job->gpu.empty()) {
+    StatusOr<std::unique_ptr<GpuCheckpointer>> driver =
+        DriverFor(job->gpu, job->emu_state, job->emu_gpus);
+    if (!driver.ok()) return driver.status();
+    ResumeGpu(**driver, (*driver)->CudaProcesses(pids));
+  }
+  job->state = "running";
+  return WriteJob(*job);
 }
 
 }  // namespace paladin::ckpt

@@ -25,7 +25,8 @@ void Say(const char* command, const std::string& line) {
   std::fprintf(stderr, "paladin %s: %s\n", command, line.c_str());
 }
 
-// CRIU, located and probed (whether it needs CRIU_FAULT=130 here), or an error to print.
+}  // namespace
+
 StatusOr<ckpt::Criu> ReadyCriu() {
   StatusOr<ckpt::Criu> criu = ckpt::LocateCriu();
   if (!criu.ok()) return criu.status();
@@ -35,6 +36,8 @@ StatusOr<ckpt::Criu> ReadyCriu() {
   if (!probed.ok()) return probed;
   return criu;
 }
+
+namespace {
 
 struct CheckpointArgs {
   std::string job;
@@ -239,6 +242,7 @@ void RegisterCheckpoint(CLI::App& app, int* exit_code) {
 
   CLI::App* image = app.add_subcommand("image", "Inspect or verify checkpoint images");
   image->require_subcommand(1);
+  AddImageTransfer(image, exit_code);
   auto dir = std::make_shared<std::string>();
   CLI::App* inspect = image->add_subcommand("inspect", "Print an image's manifest");
   inspect->add_option("dir", *dir, "Image directory")->required();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "paladin/base/status.h"
+#include "paladin/ckpt/criu.h"
 
 namespace paladin::cli {
 
@@ -16,6 +17,10 @@ void RegisterPredict(CLI::App& app, int* exit_code);
 void RegisterRun(CLI::App& app, int* exit_code);
 // checkpoint, restore, image inspect|verify, doctor.
 void RegisterCheckpoint(CLI::App& app, int* exit_code);
+// CRIU, located and probed (whether it needs CRIU_FAULT=130 here), or an error to print.
+StatusOr<ckpt::Criu> ReadyCriu();
+// migrate, receive.
+void RegisterMigrate(CLI::App& app, int* exit_code);
 
 // The items of a comma-separated list, empty ones included (so a caller can refuse them).
 std::vector<std::string> SplitComma(const std::string& s);
@@ -25,6 +30,9 @@ StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& spec);
 
 // Adds `sim dynamic` under the `sim` subcommand.
 void AddSimDynamic(CLI::App* sim, int* exit_code);
+
+// Adds `image send` and `image receive` under the `image` subcommand.
+void AddImageTransfer(CLI::App* image, int* exit_code);
 
 // Where the data files bundled with Paladin live (data/ in the source tree or the install).
 std::string BundledDataDir();

@@ -21,6 +21,7 @@ int Run(int argc, char** argv) {
   paladin::cli::RegisterPredict(app, &exit_code);
   paladin::cli::RegisterRun(app, &exit_code);
   paladin::cli::RegisterCheckpoint(app, &exit_code);
+  paladin::cli::RegisterMigrate(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

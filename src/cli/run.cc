@@ -408,6 +408,10 @@ int RunWorkload(RunArgs args) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the image is being finished
     latest = ckpt::ReadJob(job.run_dir);
   }
+  if (latest.ok() && (latest->state == "moving" || latest->state == "moved")) {
+    Say(args.name + " moved to " + latest->image + "; its run directory stays for it");
+    return 0;
+  }
   if (latest.ok() && latest->state == "checkpointed") {
     Say(args.name + " was checkpointed to " + latest->image + "; resume it with: paladin restore " +
         latest->image);

@@ -39,6 +39,9 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
 
 struct RestoreOptions2 {
   std::vector<std::pair<std::string, std::string>> gpu_map;  // old UUID -> new UUID
+  // Leave the restored job stopped with its GPU state restored but locked (a migration's
+  // destination until the move is committed); ResumeJob lets it run.
+  bool leave_stopped = false;
   double timeout_s = 600;
 };
 
@@ -46,6 +49,10 @@ struct RestoreOptions2 {
 StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
                                const RestoreOptions2& options, const Progress& progress,
                                PhaseTimes* times);
+
+// Lets a stopped job run again: a destination after the commit, or a source whose move failed
+// (its GPU state, checkpointed or locked, is restored and unlocked).
+Status ResumeJob(JobRecord* job);
 
 // "OLD=NEW,OLD=NEW" (GPU UUIDs).
 StatusOr<std::vector<std::pair<std::string, std::string>>> ParseGpuMap(const std::string& text);

@@ -1,0 +1,147 @@
+// `paladin migrate JOB --to HOST:PORT` and `paladin receive --listen PORT`: a job moved between
+// machines without losing it (include/paladin/migrate/migrate.h).
+#include "paladin/migrate/migrate.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "paladin/ckpt/checkpoint.h"
+#include "paladin/ckpt/workload.h"
+#include "paladin/transfer/transfer.h"
+
+namespace paladin::cli {
+namespace {
+
+void Say(const char* command, const std::string& line) {
+  std::fprintf(stderr, "paladin %s: %s\n", command, line.c_str());
+}
+
+struct MigrateArgs {
+  std::string job;
+  std::string to;
+  std::string token_file;
+  int streams = 4;
+  bool keep_image = false;
+  std::string work_dir;
+};
+
+int RunMigrate(const MigrateArgs& a) {
+  StatusOr<std::pair<std::string, int>> to = transfer::ParseHostPort(a.to);
+  StatusOr<std::string> token = transfer::LoadToken(a.token_file);
+  if (!to.ok() || !token.ok()) {
+    Say("migrate", (!to.ok() ? to.status() : token.status()).message());
+    return 2;
+  }
+  StatusOr<ckpt::JobRecord> job = ckpt::FindJob(a.job);
+  if (!job.ok()) {
+    Say("migrate", job.status().message());
+    return 1;
+  }
+  if (job->state != "running") {
+    Say("migrate", "job " + job->name + " is " + job->state);
+    return 1;
+  }
+  StatusOr<ckpt::Criu> criu = ReadyCriu();
+  if (!criu.ok()) {
+    Say("migrate", criu.status().message());
+    return 1;
+  }
+  migrate::MigrateOptions options;
+  options.host = to->first;
+  options.port = to->second;
+  options.token = *token;
+  options.streams = a.streams;
+  options.keep_image = a.keep_image;
+  options.work_dir = a.work_dir.empty() ? job->run_dir : a.work_dir;
+  StatusOr<migrate::MigrateReport> report = migrate::Migrate(
+      *criu, &*job, options, [](const std::string& line) { Say("migrate", line); });
+  if (!report.ok()) {
+    Say("migrate", report.status().message());
+    return 1;
+  }
+  std::printf("moved %s to %s (pid %lld there): pause %.2f s; %s%s\n", job->name.c_str(),
+              a.to.c_str(), report->remote_pid, report->pause_s, report->times.Describe().c_str(),
+              report->image.empty() ? "" : ("; image kept in " + report->image).c_str());
+  return 0;
+}
+
+struct ReceiveArgs {
+  int port = 0;
+  std::string bind = "127.0.0.1";
+  std::string dir;
+  std::string token_file;
+  std::string gpu_map;
+};
+
+int RunReceive(const ReceiveArgs& a) {
+  StatusOr<std::string> token = transfer::LoadToken(a.token_file);
+  if (!token.ok()) {
+    Say("receive", token.status().message());
+    return 2;
+  }
+  migrate::DestinationOptions options;
+  options.port = a.port;
+  options.bind_address = a.bind;
+  options.token = *token;
+  options.dir = a.dir.empty() ? ckpt::RunBase() + "/incoming-" + std::to_string(a.port) : a.dir;
+  if (!a.gpu_map.empty()) {
+    StatusOr<std::vector<std::pair<std::string, std::string>>> map = ckpt::ParseGpuMap(a.gpu_map);
+    if (!map.ok()) {
+      Say("receive", map.status().message());
+      return 2;
+    }
+    options.gpu_map = *map;
+  }
+  StatusOr<ckpt::Criu> criu = ReadyCriu();
+  if (!criu.ok()) {
+    Say("receive", criu.status().message());
+    return 1;
+  }
+  StatusOr<ckpt::JobRecord> job = migrate::ServeOneMigration(
+      *criu, options, [](const std::string& line) { Say("receive", line); });
+  if (!job.ok()) {
+    Say("receive", job.status().message());
+    return 1;
+  }
+  std::printf("received %s: running here as pid %lld; logs in %s\n", job->name.c_str(),
+              static_cast<long long>(job->pid), job->run_dir.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void RegisterMigrate(CLI::App& app, int* exit_code) {
+  auto m = std::make_shared<MigrateArgs>();
+  CLI::App* migrate = app.add_subcommand(
+      "migrate",
+      "Move a running job to another machine (paladin receive there); on any failure "
+      "before the move commits, the job resumes here");
+  migrate->add_option("job", m->job, "Job name or the host pid of its root")->required();
+  migrate->add_option("--to", m->to, "The destination's paladin receive, HOST:PORT")->required();
+  migrate->add_option("--token-file", m->token_file, "Shared token (else $PALADIN_TOKEN)");
+  migrate->add_option("--streams", m->streams, "Parallel connections for the image")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  migrate->add_flag("--keep-image", m->keep_image, "Keep the local image after the move");
+  migrate->add_option("--work-dir", m->work_dir,
+                      "Where the image is written (default: the "
+                      "job's run directory)");
+  migrate->callback([m, exit_code] { *exit_code = RunMigrate(*m); });
+
+  auto r = std::make_shared<ReceiveArgs>();
+  CLI::App* receive = app.add_subcommand(
+      "receive", "Receive one job moved by paladin migrate: verify, restore, resume when told");
+  receive->add_option("--listen", r->port, "Port for images (commands use PORT+1)")
+      ->required()
+      ->check(CLI::Range(1, 65534));
+  receive->add_option("--bind", r->bind, "Address to listen on")->capture_default_str();
+  receive->add_option("--dir", r->dir, "Where the image lands");
+  receive->add_option("--token-file", r->token_file, "Shared token (else $PALADIN_TOKEN)");
+  receive->add_option("--gpu-map", r->gpu_map, "Restore onto other GPUs: OLD-UUID=NEW-UUID,...");
+  receive->callback([r, exit_code] { *exit_code = RunReceive(*r); });
+}
+
+}  // namespace paladin::cli

@@ -1,0 +1,150 @@
+#include "control.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+namespace paladin::migrate {
+
+namespace {
+int Millis(double seconds) { return static_cast<int>(seconds * 1000); }
+}  // namespace
+
+Channel::~Channel() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Channel& Channel::operator=(Channel&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = other.fd_;
+    other.fd_ = -1;
+    buffer_ = std::move(other.buffer_);
+  }
+  return *this;
+}
+
+StatusOr<Channel> Channel::Connect(const std::string& host, int port, double timeout_s) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 ||
+      found == nullptr) {
+    return NotFound("cannot resolve " + host);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  std::string last = "no address";
+  // The destination may still be receiving the image: retry until the time is up.
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+      const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd < 0) continue;
+      if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+        freeaddrinfo(found);
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        return Channel(fd);
+      }
+      last = strerror(errno);
+      close(fd);
+    }
+    usleep(200 * 1000);
+  }
+  freeaddrinfo(found);
+  return IoError("cannot connect to " + host + ":" + std::to_string(port) + ": " + last);
+}
+
+Status Channel::Send(const std::string& line) {
+  const std::string data = line + "\n";
+  size_t sent = 0;
+  while (sent < data.size()) {
+    const ssize_t n = send(fd_, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return IoError(std::string("the connection broke: ") + strerror(errno));
+    sent += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::string> Channel::Receive(double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    const size_t newline = buffer_.find('\n');
+    if (newline != std::string::npos) {
+      std::string line = buffer_.substr(0, newline);
+      buffer_.erase(0, newline + 1);
+      return line;
+    }
+    const double left =
+        std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) return IoError("no answer within " + std::to_string(Millis(timeout_s)) + " ms");
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, Millis(left)) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = recv(fd_, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return IoError("the other side closed the connection");
+    buffer_.append(buf, static_cast<size_t>(n));
+    if (buffer_.size() > 65536) return InvalidArgument("a line longer than 64 KiB");
+  }
+}
+
+StatusOr<std::string> Channel::Call(const std::string& command, double timeout_s) {
+  PALADIN_RETURN_IF_ERROR(Send(command));
+  StatusOr<std::string> answer = Receive(timeout_s);
+  if (!answer.ok()) return answer.status();
+  if (answer->rfind("OK", 0) == 0) return answer->size() > 3 ? answer->substr(3) : "";
+  if (answer->rfind("ERR ", 0) == 0) return Internal(answer->substr(4));
+  return InvalidArgument("unexpected answer: " + *answer);
+}
+
+Listener::~Listener() {
+  if (fd_ >= 0) close(fd_);
+}
+
+StatusOr<Listener> Listener::Listen(const std::string& bind_address, int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return IoError(std::string("socket: ") + strerror(errno));
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (inet_pton(AF_INET, bind_address.c_str(), &addr.sin_addr) != 1) {
+    close(fd);
+    return InvalidArgument("--bind '" + bind_address + "': not an IPv4 address");
+  }
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, 4) != 0) {
+    const std::string why = strerror(errno);
+    close(fd);
+    return IoError("cannot listen on " + bind_address + ":" + std::to_string(port) + ": " + why);
+  }
+  return Listener(fd);
+}
+
+StatusOr<Channel> Listener::Accept(double timeout_s) {
+  pollfd p{fd_, POLLIN, 0};
+  if (poll(&p, 1, Millis(timeout_s)) <= 0) {
+    return IoError("no connection within " + std::to_string(static_cast<int>(timeout_s)) + " s");
+  }
+  const int fd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0) return IoError(std::string("accept: ") + strerror(errno));
+  return Channel(fd);
+}
+
+bool SameSecret(const std::string& a, const std::string& b) {
+  if (b.empty()) return false;
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i % b.size()];
+  return diff == 0;
+}
+
+}  // namespace paladin::migrate

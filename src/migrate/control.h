@@ -1,0 +1,52 @@
+// The migration's command channel: one TCP connection, one text line per command and per
+// answer, authenticated by the shared token on its first line. Every read has a time limit.
+#ifndef PALADIN_MIGRATE_CONTROL_H_
+#define PALADIN_MIGRATE_CONTROL_H_
+
+#include <string>
+
+#include "paladin/base/status.h"
+
+namespace paladin::migrate {
+
+class Channel {
+ public:
+  Channel() = default;
+  explicit Channel(int fd) : fd_(fd) {}
+  ~Channel();
+  Channel(Channel&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  Channel& operator=(Channel&& other) noexcept;
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+
+  static StatusOr<Channel> Connect(const std::string& host, int port, double timeout_s);
+  Status Send(const std::string& line);
+  StatusOr<std::string> Receive(double timeout_s);
+  // Sends `command` and returns the answer's text after "OK" ("" when bare), or its error.
+  StatusOr<std::string> Call(const std::string& command, double timeout_s);
+
+ private:
+  int fd_ = -1;
+  std::string buffer_;
+};
+
+class Listener {
+ public:
+  ~Listener();
+  Listener(Listener&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+  static StatusOr<Listener> Listen(const std::string& bind_address, int port);
+  StatusOr<Channel> Accept(double timeout_s);
+
+ private:
+  explicit Listener(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
+// True when a and b are equal, in time independent of where they differ.
+bool SameSecret(const std::string& a, const std::string& b);
+
+}  // namespace paladin::migrate
+
+#endif  // PALADIN_MIGRATE_CONTROL_H_

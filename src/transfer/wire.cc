@@ -1,0 +1,348 @@
+#include "wire.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+namespace paladin::transfer::wire {
+
+namespace {
+
+std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+std::string PeerName(const sockaddr* addr, socklen_t len) {
+  char host[NI_MAXHOST];
+  char port[NI_MAXSERV];
+  if (getnameinfo(addr, len, host, sizeof host, port, sizeof port,
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "?";
+  }
+  return std::string(host) + ":" + port;
+}
+
+struct AddrInfoFree {
+  void operator()(addrinfo* a) const { freeaddrinfo(a); }
+};
+using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoFree>;
+
+StatusOr<AddrInfoPtr> Resolve(const std::string& host, int port, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  addrinfo* result = nullptr;
+  const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(),
+                             &hints, &result);
+  if (rc != 0) return InvalidArgument("cannot resolve " + host + ": " + gai_strerror(rc));
+  return AddrInfoPtr(result);
+}
+
+// Non-blocking connect to one address, waiting at most timeout_ms.
+StatusOr<int> ConnectOne(const addrinfo* a, int timeout_ms) {
+  const int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return IoError(Errno("socket"));
+  if (connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
+    const Status s = IoError(Errno("connect"));
+    close(fd);
+    return s;
+  }
+  pollfd p{fd, POLLOUT, 0};
+  const int ready = poll(&p, 1, timeout_ms);
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (ready == 1) getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (ready != 1 || err != 0) {
+    const std::string why = ready == 0 ? "timed out" : std::strerror(ready == 1 ? err : errno);
+    close(fd);
+    return IoError("connect: " + why);
+  }
+  return fd;
+}
+
+void TuneSocket(int fd) {
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+}  // namespace
+
+Socket::Socket(int fd, int timeout_ms) : fd_(fd), timeout_ms_(timeout_ms) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    peer_ = PeerName(reinterpret_cast<sockaddr*>(&addr), len);
+  }
+}
+
+Socket::~Socket() { Close(); }
+
+Socket::Socket(Socket&& other) noexcept
+    : fd_(other.fd_), timeout_ms_(other.timeout_ms_), peer_(std::move(other.peer_)) {
+  other.fd_ = -1;
+}
+
+Socket& Socket::operator=(Socket&& other) noexcept {
+  if (this != &other) {
+    Close();
+    fd_ = other.fd_;
+    timeout_ms_ = other.timeout_ms_;
+    peer_ = std::move(other.peer_);
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+void Socket::Close() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
+void Socket::ShutdownFd(int fd) {
+  if (fd >= 0) shutdown(fd, SHUT_RDWR);
+}
+
+Status Socket::Wait(short events) const {
+  pollfd p{fd_, events, 0};
+  for (;;) {
+    const int rc = poll(&p, 1, timeout_ms_);
+    if (rc > 0) return Status::Ok();
+    if (rc == 0) {
+      const std::string wait = timeout_ms_ % 1000 == 0 ? std::to_string(timeout_ms_ / 1000) + " s"
+                                                       : std::to_string(timeout_ms_) + " ms";
+      return IoError("no progress for " + wait + " (timed out)");
+    }
+    if (errno != EINTR) return IoError(Errno("poll"));
+  }
+}
+
+Status Socket::Write(Type type, const std::vector<uint8_t>& head, const uint8_t* data, size_t len) {
+  if (fd_ < 0) return IoError("not connected");
+  const size_t body = 1 + head.size() + len;
+  uint8_t header[5] = {static_cast<uint8_t>(body >> 24), static_cast<uint8_t>(body >> 16),
+                       static_cast<uint8_t>(body >> 8), static_cast<uint8_t>(body),
+                       static_cast<uint8_t>(type)};
+  iovec iov[3] = {{header, sizeof header},
+                  {const_cast<uint8_t*>(head.data()), head.size()},
+                  {const_cast<uint8_t*>(data), len}};
+  int first = 0;
+  while (first < 3) {
+    msghdr msg{};
+    msg.msg_iov = iov + first;
+    msg.msg_iovlen = 3 - first;
+    const ssize_t n = sendmsg(fd_, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return IoError(Errno("send"));
+      PALADIN_RETURN_IF_ERROR(Wait(POLLOUT));
+      continue;
+    }
+    size_t done = static_cast<size_t>(n);
+    while (first < 3 && done >= iov[first].iov_len) done -= iov[first++].iov_len;
+    if (first < 3) {
+      iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + done;
+      iov[first].iov_len -= done;
+    }
+  }
+  return Status::Ok();
+}
+
+Status Socket::Write(Type type, const std::string& text) {
+  return Write(type, std::vector<uint8_t>(text.begin(), text.end()));
+}
+
+Status Socket::ReadAll(uint8_t* p, size_t n, size_t* got) const {
+  *got = 0;
+  while (*got < n) {
+    const ssize_t r = recv(fd_, p + *got, n - *got, 0);
+    if (r > 0) {
+      *got += static_cast<size_t>(r);
+    } else if (r == 0) {
+      return IoError("connection closed by the peer");
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      PALADIN_RETURN_IF_ERROR(Wait(POLLIN));
+    } else if (errno != EINTR) {
+      return IoError(Errno("recv"));
+    }
+  }
+  return Status::Ok();
+}
+
+Status Socket::Read(size_t max_payload, Frame* frame) {
+  if (fd_ < 0) return IoError("not connected");
+  uint8_t header[5];
+  size_t got = 0;
+  const Status head = ReadAll(header, sizeof header, &got);
+  closed_between_frames_ = !head.ok() && got == 0;
+  PALADIN_RETURN_IF_ERROR(head);
+  const uint32_t body = (uint32_t{header[0]} << 24) | (uint32_t{header[1]} << 16) |
+                        (uint32_t{header[2]} << 8) | header[3];
+  if (body == 0 || body - 1 > max_payload) {
+    return InvalidArgument("protocol error: a frame of " + std::to_string(body) +
+                           " bytes (at most " + std::to_string(max_payload + 1) + " expected)");
+  }
+  frame->type = static_cast<Type>(header[4]);
+  frame->payload.resize(body - 1);
+  return ReadAll(frame->payload.data(), frame->payload.size(), &got);
+}
+
+StatusOr<Socket> Connect(const std::string& host, int port, int timeout_ms) {
+  StatusOr<AddrInfoPtr> addrs = Resolve(host, port, false);
+  if (!addrs.ok()) return addrs.status();
+  Status last = IoError("no address for " + host);
+  for (const addrinfo* a = addrs->get(); a != nullptr; a = a->ai_next) {
+    StatusOr<int> fd = ConnectOne(a, timeout_ms);
+    if (fd.ok()) {
+      TuneSocket(*fd);
+      return Socket(*fd, timeout_ms);
+    }
+    last = fd.status();
+  }
+  return IoError(host + ":" + std::to_string(port) + ": " + last.message());
+}
+
+StatusOr<Listener> Listener::Bind(const std::string& address, int port) {
+  StatusOr<AddrInfoPtr> addrs = Resolve(address, port, true);
+  if (!addrs.ok()) return addrs.status();
+  const addrinfo* a = addrs->get();
+  Listener l;
+  l.fd_ = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (l.fd_ < 0) return IoError(Errno("socket"));
+  const int one = 1;
+  setsockopt(l.fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  const std::string where = address + ":" + std::to_string(port);
+  if (bind(l.fd_, a->ai_addr, a->ai_addrlen) != 0) return IoError(Errno("bind " + where));
+  if (listen(l.fd_, 128) != 0) return IoError(Errno("listen " + where));
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  getsockname(l.fd_, reinterpret_cast<sockaddr*>(&bound), &len);
+  l.port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                              : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  return l;
+}
+
+Listener::~Listener() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Listener::Listener(Listener&& other) noexcept : fd_(other.fd_), port_(other.port_) {
+  other.fd_ = -1;
+}
+
+Listener& Listener::operator=(Listener&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = other.fd_;
+    port_ = other.port_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+StatusOr<Socket> Listener::Accept(int wait_ms, int io_timeout_ms) const {
+  pollfd p{fd_, POLLIN, 0};
+  const int ready = poll(&p, 1, wait_ms);
+  if (ready < 0 && errno != EINTR) return IoError(Errno("poll"));
+  if (ready <= 0) return Socket();
+  const int fd = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd < 0) {
+    if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return Socket();
+    return IoError(Errno("accept"));
+  }
+  TuneSocket(fd);
+  return Socket(fd, io_timeout_ms);
+}
+
+void PutU32(std::vector<uint8_t>* out, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<uint8_t>(v >> shift));
+}
+
+void PutU64(std::vector<uint8_t>* out, uint64_t v) {
+  for (int shift = 56; shift >= 0; shift -= 8) out->push_back(static_cast<uint8_t>(v >> shift));
+}
+
+bool Reader::U32(uint32_t* v) {
+  if (left_ < 4) return false;
+  *v = 0;
+  for (int i = 0; i < 4; ++i) *v = (*v << 8) | p_[i];
+  p_ += 4;
+  left_ -= 4;
+  return true;
+}
+
+bool Reader::U64(uint64_t* v) {
+  if (left_ < 8) return false;
+  *v = 0;
+  for (int i = 0; i < 8; ++i) *v = (*v << 8) | p_[i];
+  p_ += 8;
+  left_ -= 8;
+  return true;
+}
+
+bool Reader::Bytes(size_t n, const uint8_t** p) {
+  if (left_ < n) return false;
+  *p = p_;
+  p_ += n;
+  left_ -= n;
+  return true;
+}
+
+Digest Sha256(const uint8_t* data, size_t size) {
+  Digest d{};
+  unsigned int len = 0;
+  EVP_Digest(data, size, d.data(), &len, EVP_sha256(), nullptr);
+  return d;
+}
+
+Digest HmacSha256(const std::string& key, const uint8_t* data, size_t size) {
+  Digest d{};
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), data, size, d.data(), &len);
+  return d;
+}
+
+bool SameDigest(const uint8_t* a, const uint8_t* b) {
+  return CRYPTO_memcmp(a, b, kDigestBytes) == 0;
+}
+
+Status RandomBytes(uint8_t* out, size_t n) {
+  if (RAND_bytes(out, static_cast<int>(n)) != 1) return Internal("no random bytes (RAND_bytes)");
+  return Status::Ok();
+}
+
+std::string Hex(const uint8_t* data, size_t size) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(size * 2);
+  for (size_t i = 0; i < size; ++i) {
+    hex += kDigits[data[i] >> 4];
+    hex += kDigits[data[i] & 15];
+  }
+  return hex;
+}
+
+std::vector<uint8_t> PackBits(const std::vector<bool>& bits) {
+  std::vector<uint8_t> out((bits.size() + 7) / 8, 0);
+  for (size_t i = 0; i < bits.size(); ++i) {
+    if (bits[i]) out[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+  }
+  return out;
+}
+
+bool BitAt(const std::vector<uint8_t>& bitmap, size_t i) {
+  return i / 8 < bitmap.size() && (bitmap[i / 8] >> (i % 8) & 1) != 0;
+}
+
+}  // namespace paladin::transfer::wire

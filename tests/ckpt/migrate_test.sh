@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# `paladin migrate` between two directories on loopback (`paladin receive` on the same machine),
+# with injected faults. Whatever happens, no run loses the job or runs it twice: afterwards
+# exactly one copy runs (here or there) and the numbers it writes continue with no gap.
+#
+#   migrate_test.sh PALADIN
+set -u
+PALADIN=$(realpath "$1")
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/../cli/testlib.sh"
+if ((EUID != 0)); then
+  echo "SKIP: migration needs root (PID namespaces, CRIU)"
+  exit 77
+fi
+for fd in $(ls /proc/$$/fd); do ((fd > 2 && fd != 255)) && eval "exec $fd>&-"; done
+
+work=$(mktemp -d /tmp/paladin-migrate-test.XXXXXX)
+export PALADIN_TOKEN=migrate-test-token
+port=$((20000 + RANDOM % 20000))
+cleanup() {
+  pkill -f "$work/count.py" 2>/dev/null
+  pkill -f "receive --listen" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+cat >"$work/count.py" <<'PY'
+import sys, time
+ballast = bytearray(64 << 20)  # so the image spans several transfer chunks
+for i in range(0, len(ballast), 4096):
+    ballast[i] = i % 251
+n = 0
+with open(sys.argv[1], "a") as f:
+    while True:
+        n += 1
+        f.write(f"{n}\n")
+        f.flush()
+        time.sleep(0.02)
+PY
+
+# The job's own processes (not the launcher or timeout, whose command lines mention it too).
+job_pids() {
+  local p
+  for p in $(pgrep -f "$work/count.py $1"); do
+    [[ $(cat "/proc/$p/comm" 2>/dev/null) == python* ]] && echo "$p"
+  done
+}
+copies() { job_pids "$1" | wc -l; }
+last() { tail -1 "$1" 2>/dev/null || echo 0; }
+no_gap() { awk 'NR != $1 { bad = 1; exit } END { exit bad }' "$1"; }
+
+# scenario NAME EXPECT(moved|stayed) [env for migrate] -- [env for receive]
+scenario() {
+  local name=$1 expect=$2
+  shift 2
+  local -a menv=() renv=()
+  while [[ $# -gt 0 && $1 != -- ]]; do menv+=("$1"); shift; done
+  [[ ${1:-} == -- ]] && shift
+  renv=("$@")
+  local dir=$work/$name counts=$work/$name/counts.txt
+  mkdir -p "$dir"
+  port=$((port + 2))
+  PALADIN_RUN_DIR=$dir/src timeout 120 "$PALADIN" run --name "$name" -- \
+    python3 "$work/count.py" "$counts" >"$dir/run.out" 2>&1 &
+  for _ in $(seq 100); do (($(last "$counts") > 20)) && break; sleep 0.1; done
+  local pid_before
+  pid_before=$(job_pids "$counts")
+  env "${renv[@]}" PALADIN_RUN_DIR="$dir/dst" timeout 120 "$PALADIN" receive --listen $port \
+    --dir "$dir/in" >"$dir/recv.out" 2>&1 &
+  local receiver=$!
+  sleep 0.3
+  local out rc=0
+  out=$(env "${menv[@]}" PALADIN_RUN_DIR="$dir/src" timeout 120 "$PALADIN" migrate "$name" \
+    --to 127.0.0.1:$port 2>&1) || rc=$?
+  # A receiver whose sender gave up (a refused token, say) would wait for another: stop it.
+  [[ $expect == moved ]] || kill $receiver 2>/dev/null
+  wait $receiver 2>/dev/null
+  local at
+  at=$(last "$counts")
+  sleep 1
+  local n
+  n=$(copies "$counts")
+  if ((n != 1)); then
+    fail "$name: $n copies of the job run after the move (want exactly 1); migrate: $out"
+  elif (($(last "$counts") <= at)); then
+    fail "$name: the job does not progress after the move (stuck at $at); migrate: $out"
+  elif ! no_gap "$counts"; then
+    fail "$name: the job's numbers have a gap or a repeat: lost or duplicated work"
+  elif [[ $expect == moved ]]; then
+    if ((rc != 0)) || [[ $(job_pids "$counts") == "$pid_before" ]]; then
+      fail "$name: expected the job to move (exit $rc): $out; receive: $(cat "$dir/recv.out")"
+    else
+      pass "$name: moved, one copy running, numbers continue ($at -> $(last "$counts"))"
+    fi
+  else
+    if ((rc == 0)) || [[ $(job_pids "$counts") != "$pid_before" ]] ||
+      ! grep -q "resumed here" <<<"$out"; then
+      fail "$name: expected the move to fail and the job to resume here (exit $rc): $out"
+    else
+      pass "$name: refused, the job resumed here: $(grep -o '[^:]*; the job resumed here' <<<"$out" | head -1)"
+    fi
+  fi
+  pkill -f "$work/count.py $counts" 2>/dev/null
+  return 0
+}
+
+scenario plain moved
+scenario dropped moved PALADIN_TRANSFER_FAULT=drop-after:2 --
+scenario corrupted stayed PALADIN_MIGRATE_FAULT=corrupt-image --
+scenario refused stayed -- PALADIN_TRANSFER_FAULT=refuse
+scenario badtoken stayed PALADIN_TOKEN=wrong-token --
+echo "migrate: $failures failure(s)"
+((failures == 0))
