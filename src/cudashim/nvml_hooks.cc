@@ -12,6 +12,7 @@
 #include <string>
 
 #include "paladin/gpu/nvml_api.h"
+#include "paladin/gpu/uuid.h"
 #include "paladin/quota/region.h"
 
 #define PALADIN_EXPORT extern "C" __attribute__((visibility("default")))
@@ -60,26 +61,6 @@ NvmlShim& Get() {
   return *g_nvml;
 }
 
-bool ParseUuid(const char* text, char out[16]) {
-  if (strncmp(text, "GPU-", 4) != 0) return false;
-  int n = 0;
-  for (const char* p = text + 4; *p != '\0' && n < 32; ++p) {
-    if (*p == '-') continue;
-    char c = *p;
-    int v = c >= '0' && c <= '9'                     ? c - '0'
-            : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10
-                                                     : -1;
-    if (v < 0) return false;
-    if (n % 2 == 0) {
-      out[n / 2] = static_cast<char>(v << 4);
-    } else {
-      out[n / 2] = static_cast<char>(out[n / 2] | v);
-    }
-    ++n;
-  }
-  return n == 32;
-}
-
 // The quota view of `device`, or false when the workload has no quota there.
 bool QuotaView(nvmlDevice_t device, unsigned long long real_free, unsigned long long* total,
                unsigned long long* used, unsigned long long* free_bytes) {
@@ -87,7 +68,8 @@ bool QuotaView(nvmlDevice_t device, unsigned long long real_free, unsigned long 
   if (s.region == nullptr || s.get_uuid == nullptr) return false;
   char text[96];
   char uuid[16];
-  if (s.get_uuid(device, text, sizeof text) != NVML_SUCCESS || !ParseUuid(text, uuid)) return false;
+  if (s.get_uuid(device, text, sizeof text) != NVML_SUCCESS || !paladin::gpu::ParseUuid(text, uuid))
+    return false;
   const int slot = s.region->FindDevice(uuid);
   // Before the workload has used any GPU, every GPU shows its quota; afterwards, the ones it
   // uses do and the others show what they have.

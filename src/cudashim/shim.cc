@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "paladin/gpu/nvml_api.h"
+#include "paladin/gpu/uuid.h"
 
 namespace paladin::cudashim {
 
@@ -38,21 +39,6 @@ void CreateShim() { g_shim = new Shim(); }  // never destroyed: hooks may run du
 
 std::string VersionText(int v) {
   return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
-}
-
-void FormatUuid(const char uuid[16], char out[41]) {
-  static const char* kHex = "0123456789abcdef";
-  int o = 0;
-  out[o++] = 'G';
-  out[o++] = 'P';
-  out[o++] = 'U';
-  out[o++] = '-';
-  for (int i = 0; i < 16; ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) out[o++] = '-';
-    out[o++] = kHex[(static_cast<unsigned char>(uuid[i]) >> 4) & 0xf];
-    out[o++] = kHex[static_cast<unsigned char>(uuid[i]) & 0xf];
-  }
-  out[o] = '\0';
 }
 
 }  // namespace
@@ -413,8 +399,8 @@ uint64_t Shim::MeasureContextOverhead(CUdevice ordinal, int device) {
   CUuuid uuid{};
   if (init != nullptr && by_uuid != nullptr && procs != nullptr && init() == NVML_SUCCESS &&
       next_.cuDeviceGetUuid != nullptr && next_.cuDeviceGetUuid(&uuid, ordinal) == CUDA_SUCCESS) {
-    char text[41];
-    FormatUuid(uuid.bytes, text);
+    char text[gpu::kUuidTextSize];
+    gpu::FormatUuid(uuid.bytes, text);
     nvmlDevice_t handle = nullptr;
     nvmlProcessInfo_t infos[256];
     unsigned int count = 256;

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "paladin/gpu/uuid.h"
+
 namespace paladin::emucuda {
 
 using AtomicU64 = std::atomic<uint64_t>;
@@ -368,11 +370,8 @@ std::vector<SharedState::ProcessUsage> SharedState::ProcessesOn(int device) cons
 }
 
 std::string UuidString(const unsigned char* uuid) {
-  char text[48];
-  std::snprintf(text, sizeof(text),
-                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", uuid[0],
-                uuid[1], uuid[2], uuid[3], uuid[4], uuid[5], uuid[6], uuid[7], uuid[8], uuid[9],
-                uuid[10], uuid[11], uuid[12], uuid[13], uuid[14], uuid[15]);
+  char text[gpu::kUuidTextSize];
+  gpu::FormatUuid(uuid, text);
   return text;
 }
 

@@ -5,37 +5,18 @@
 #include <cstdio>
 #include <cstring>
 
+#include "paladin/gpu/uuid.h"
+
 namespace paladin::gpu {
 
 std::string FormatGpuUuid(const char bytes[16]) {
-  char out[48];
-  int o = snprintf(out, sizeof out, "GPU-");
-  for (int i = 0; i < 16; ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) out[o++] = '-';
-    o += snprintf(out + o, sizeof out - o, "%02x", static_cast<unsigned char>(bytes[i]));
-  }
-  return std::string(out, o);
+  char text[kUuidTextSize];
+  FormatUuid(bytes, text);
+  return text;
 }
 
 bool ParseGpuUuid(const std::string& text, char bytes[16]) {
-  if (text.rfind("GPU-", 0) != 0) return false;
-  int nibbles = 0;
-  for (size_t i = 4; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '-') continue;
-    int v = -1;
-    if (c >= '0' && c <= '9') v = c - '0';
-    if (c >= 'a' && c <= 'f') v = c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') v = c - 'A' + 10;
-    if (v < 0 || nibbles >= 32) return false;
-    if (nibbles % 2 == 0) {
-      bytes[nibbles / 2] = static_cast<char>(v << 4);
-    } else {
-      bytes[nibbles / 2] = static_cast<char>(bytes[nibbles / 2] | v);
-    }
-    ++nibbles;
-  }
-  return nibbles == 32;
+  return ParseUuid(text.c_str(), bytes);
 }
 
 namespace {
