@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "paladin/quota/region.h"
+
 namespace paladin::emucuda {
 namespace {
 
@@ -36,41 +38,6 @@ uint32_t HostIdFrom(const char* status_path, uint32_t fallback) {
   return id != 0 ? id : fallback;
 }
 
-// The boot-time offset of this process's time namespace, in clock ticks (0 in the host's).
-int64_t BoottimeOffsetTicks() {
-  std::string text;
-  if (!ReadSmallFile("/proc/self/timens_offsets", &text)) return 0;
-  const char* line = std::strstr(text.c_str(), "boottime");
-  if (line == nullptr) return 0;
-  char* end = nullptr;
-  const long long seconds = std::strtoll(line + 8, &end, 10);
-  const long long nanos = std::strtoll(end, nullptr, 10);
-  const long long hz = sysconf(_SC_CLK_TCK);
-  return seconds * hz + nanos * hz / 1000000000LL;
-}
-
-// Parses /proc/<pid>/stat: the state letter (field 3) and the start time (field 22). The command
-// name (field 2) may hold spaces and parentheses, so fields are counted after its last ')'.
-bool ParseStat(const std::string& stat, char* state, uint64_t* start_time) {
-  size_t close = stat.rfind(')');
-  if (close == std::string::npos) return false;
-  const char* p = stat.c_str() + close + 1;
-  for (int field = 3; field <= 22; ++field) {
-    while (*p == ' ') ++p;
-    if (*p == '\0') return false;
-    if (field == 3) *state = *p;
-    if (field == 22) {
-      // /proc shows start times shifted by the reader's time namespace (CRIU restores a tree in
-      // one, so that its clocks continue): convert to the host's view, the same from anywhere.
-      const int64_t shifted = static_cast<int64_t>(std::strtoull(p, nullptr, 10));
-      *start_time = static_cast<uint64_t>(shifted - BoottimeOffsetTicks());
-      return true;
-    }
-    while (*p != ' ' && *p != '\0') ++p;
-  }
-  return false;
-}
-
 }  // namespace
 
 bool ReadSmallFile(const std::string& path, std::string* text) {
@@ -88,13 +55,11 @@ bool ReadSmallFile(const std::string& path, std::string* text) {
   return true;
 }
 
+// Process identities come from the accounting region's code, so that the emulated driver and
+// the quota interposer agree (host pid, start time in the host's time namespace).
 HostProcess SelfHostProcess() {
-  HostProcess self;
-  self.pid = HostIdFrom("/proc/self/status", static_cast<uint32_t>(getpid()));
-  std::string stat;
-  char state = 0;
-  if (ReadSmallFile("/proc/self/stat", &stat)) ParseStat(stat, &state, &self.start_time);
-  return self;
+  const quota::ProcessId id = quota::SelfProcessId();
+  return {id.pid, id.start_time};
 }
 
 uint32_t SelfThreadHostTid() {
@@ -102,18 +67,13 @@ uint32_t SelfThreadHostTid() {
 }
 
 bool LiveStartTime(uint32_t pid, uint64_t* start_time) {
-  std::string stat;
-  if (pid == 0 || !ReadSmallFile("/proc/" + std::to_string(pid) + "/stat", &stat)) return false;
-  char state = 0;
-  if (!ParseStat(stat, &state, start_time)) return false;
-  return state != 'Z' && state != 'X' && state != 'x';
+  if (pid == 0 || !quota::ProcessAlive({pid, 0, 0})) return false;
+  *start_time = quota::ProcessIdOf(std::to_string(pid)).start_time;
+  return *start_time != 0;
 }
 
 bool HostProcessAlive(uint32_t pid, uint64_t start_time) {
-  uint64_t actual = 0;
-  // Within a tick: a time namespace's offset is not a whole number of ticks, so the same start
-  // time converted from inside and from outside may differ by one.
-  return LiveStartTime(pid, &actual) && actual + 1 >= start_time && actual <= start_time + 1;
+  return quota::ProcessAlive({pid, start_time, 0});
 }
 
 bool ProcessCatchesSignal(uint32_t pid, int signo) {
