@@ -17,9 +17,21 @@ for fd in $(ls /proc/$$/fd); do ((fd > 2 && fd != 255)) && eval "exec $fd>&-"; d
 work=$(mktemp -d /tmp/paladin-migrate-test.XXXXXX)
 export PALADIN_TOKEN=migrate-test-token
 port=$((20000 + RANDOM % 20000))
+# Everything the test started goes, including the cgroups of the jobs (and of their restored
+# copies). A job is pid 1 of its namespace and ignores SIGTERM: SIGKILL.
 cleanup() {
-  pkill -f "$work/count.py" 2>/dev/null
-  pkill -f "receive --listen" 2>/dev/null
+  pkill -KILL -f "$work/count.py" 2>/dev/null
+  pkill -KILL -f "receive --listen" 2>/dev/null
+  sleep 0.5
+  local record group dir
+  for record in "$work"/*/src/*/job.json "$work"/*/dst/*/job.json; do
+    [[ -e $record ]] || continue
+    group=$(sed -n 's/.*"cgroup": "\(.*\)".*/\1/p' "$record")
+    [[ -n $group ]] || continue
+    for dir in /sys/fs/cgroup/*/paladin/"$group" /sys/fs/cgroup/paladin/"$group"; do
+      [[ -d $dir ]] && rmdir "$dir" 2>/dev/null
+    done
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -99,7 +111,7 @@ scenario() {
       pass "$name: refused, the job resumed here: $(grep -o '[^:]*; the job resumed here' <<<"$out" | head -1)"
     fi
   fi
-  pkill -f "$work/count.py $counts" 2>/dev/null
+  pkill -KILL -f "$work/count.py $counts" 2>/dev/null
   return 0
 }
 
