@@ -19,13 +19,23 @@
 #include "paladin/quota/launch.h"
 
 namespace paladin::cli {
-namespace {
+namespace {}  // namespace
 
 void Say(const char* command, const std::string& line) {
   std::fprintf(stderr, "paladin %s: %s\n", command, line.c_str());
 }
 
-}  // namespace
+bool GpuMapFlag(const char* command, const std::string& text,
+                std::vector<std::pair<std::string, std::string>>* map) {
+  if (text.empty()) return true;
+  StatusOr<std::vector<std::pair<std::string, std::string>>> parsed = ckpt::ParseGpuMap(text);
+  if (!parsed.ok()) {
+    Say(command, parsed.status().message());
+    return false;
+  }
+  *map = *parsed;
+  return true;
+}
 
 StatusOr<ckpt::Criu> ReadyCriu() {
   StatusOr<ckpt::Criu> criu = ckpt::LocateCriu();
@@ -94,14 +104,7 @@ struct RestoreArgs {
 int RunRestore(const RestoreArgs& a) {
   ckpt::RestoreOptions2 options;
   options.timeout_s = a.timeout_s;
-  if (!a.gpu_map.empty()) {
-    StatusOr<std::vector<std::pair<std::string, std::string>>> map = ckpt::ParseGpuMap(a.gpu_map);
-    if (!map.ok()) {
-      Say("restore", map.status().message());
-      return 2;
-    }
-    options.gpu_map = *map;
-  }
+  if (!GpuMapFlag("restore", a.gpu_map, &options.gpu_map)) return 2;
   StatusOr<ckpt::Criu> criu = ReadyCriu();
   if (!criu.ok()) {
     Say("restore", criu.status().message());

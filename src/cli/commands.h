@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "paladin/base/status.h"
@@ -17,6 +18,11 @@ void RegisterPredict(CLI::App& app, int* exit_code);
 void RegisterRun(CLI::App& app, int* exit_code);
 // checkpoint, restore, image inspect|verify, doctor.
 void RegisterCheckpoint(CLI::App& app, int* exit_code);
+// "paladin COMMAND: LINE" on stderr.
+void Say(const char* command, const std::string& line);
+// Parses --gpu-map (empty: no remapping); says what is wrong and returns false on a bad one.
+bool GpuMapFlag(const char* command, const std::string& text,
+                std::vector<std::pair<std::string, std::string>>* map);
 // CRIU, located and probed (whether it needs CRIU_FAULT=130 here), or an error to print.
 StatusOr<ckpt::Criu> ReadyCriu();
 // migrate, receive.

@@ -15,10 +15,6 @@
 namespace paladin::cli {
 namespace {
 
-void Say(const char* command, const std::string& line) {
-  std::fprintf(stderr, "paladin %s: %s\n", command, line.c_str());
-}
-
 struct MigrateArgs {
   std::string job;
   std::string to;
@@ -87,14 +83,7 @@ int RunReceive(const ReceiveArgs& a) {
   options.bind_address = a.bind;
   options.token = *token;
   options.dir = a.dir.empty() ? ckpt::RunBase() + "/incoming-" + std::to_string(a.port) : a.dir;
-  if (!a.gpu_map.empty()) {
-    StatusOr<std::vector<std::pair<std::string, std::string>>> map = ckpt::ParseGpuMap(a.gpu_map);
-    if (!map.ok()) {
-      Say("receive", map.status().message());
-      return 2;
-    }
-    options.gpu_map = *map;
-  }
+  if (!GpuMapFlag("receive", a.gpu_map, &options.gpu_map)) return 2;
   StatusOr<ckpt::Criu> criu = ReadyCriu();
   if (!criu.ok()) {
     Say("receive", criu.status().message());

@@ -11,7 +11,7 @@
 namespace paladin::cli {
 namespace {
 
-void Say(const char* command, const std::string& line) {
+void SayImage(const char* command, const std::string& line) {
   std::fprintf(stderr, "paladin image %s: %s\n", command, line.c_str());
 }
 
@@ -41,8 +41,8 @@ class ProgressLine {
     last_sent_ = p.bytes_sent;
     const int percent =
         p.bytes_total == 0 ? 100 : static_cast<int>(100 * p.bytes_done / p.bytes_total);
-    Say("send", quota::FormatSize(p.bytes_done) + " / " + quota::FormatSize(p.bytes_total) + " (" +
-                    std::to_string(percent) + "%), " + Rate(sent, interval));
+    SayImage("send", quota::FormatSize(p.bytes_done) + " / " + quota::FormatSize(p.bytes_total) +
+                         " (" + std::to_string(percent) + "%), " + Rate(sent, interval));
   }
 
  private:
@@ -54,12 +54,13 @@ void SaySent(const std::string& dir, const transfer::SendReport& r) {
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%.2f s", r.seconds);
   const int again = r.chunks_sent - (r.chunks_total - r.chunks_present_at_start);
-  Say("send", "sent " + dir + " (" + quota::FormatSize(r.bytes_total) + ") in " + seconds + ", " +
-                  Rate(r.bytes_total, r.seconds) + "; " + std::to_string(r.chunks_total) +
-                  " chunks, " + std::to_string(r.chunks_present_at_start) + " already there, " +
-                  std::to_string(again) + " sent again (" + std::to_string(r.chunks_rejected) +
-                  " after a bad hash), " + std::to_string(r.reconnects) +
-                  " reconnections; receiver: " + r.receiver_message);
+  SayImage("send", "sent " + dir + " (" + quota::FormatSize(r.bytes_total) + ") in " + seconds +
+                       ", " + Rate(r.bytes_total, r.seconds) + "; " +
+                       std::to_string(r.chunks_total) + " chunks, " +
+                       std::to_string(r.chunks_present_at_start) + " already there, " +
+                       std::to_string(again) + " sent again (" + std::to_string(r.chunks_rejected) +
+                       " after a bad hash), " + std::to_string(r.reconnects) +
+                       " reconnections; receiver: " + r.receiver_message);
 }
 
 int RunSend(const SendArgs& a) {
@@ -68,7 +69,7 @@ int RunSend(const SendArgs& a) {
   StatusOr<transfer::Fault> fault = transfer::FaultFromEnv();
   for (const Status* s : {&target.status(), &token.status(), &fault.status()}) {
     if (!s->ok()) {
-      Say("send", s->message());
+      SayImage("send", s->message());
       return 2;
     }
   }
@@ -82,7 +83,7 @@ int RunSend(const SendArgs& a) {
       transfer::SendImage(a.dir, target->first, target->second, options,
                           [line](const transfer::SendProgress& p) { (*line)(p); });
   if (!report.ok()) {
-    Say("send", a.dir + ": " + report.status().message());
+    SayImage("send", a.dir + ": " + report.status().message());
     return 1;
   }
   SaySent(a.dir, *report);
@@ -100,12 +101,12 @@ struct ReceiveArgs {
 void SayReceived(const transfer::ReceiveReport& r) {
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%.2f s", r.seconds);
-  Say("receive", (r.already_present ? "already had " : "received ") + r.dir + ": " +
-                     std::to_string(r.files) + " files, " + quota::FormatSize(r.bytes) +
-                     ", verified, in " + seconds + " (" + std::to_string(r.chunks_received) +
-                     " of " + std::to_string(r.chunks_total) + " chunks received, " +
-                     std::to_string(r.chunks_rejected) + " rejected, " + std::to_string(r.resumes) +
-                     " resumed connections)");
+  SayImage("receive", (r.already_present ? "already had " : "received ") + r.dir + ": " +
+                          std::to_string(r.files) + " files, " + quota::FormatSize(r.bytes) +
+                          ", verified, in " + seconds + " (" + std::to_string(r.chunks_received) +
+                          " of " + std::to_string(r.chunks_total) + " chunks received, " +
+                          std::to_string(r.chunks_rejected) + " rejected, " +
+                          std::to_string(r.resumes) + " resumed connections)");
 }
 
 int RunReceive(const ReceiveArgs& a) {
@@ -113,7 +114,7 @@ int RunReceive(const ReceiveArgs& a) {
   StatusOr<transfer::Fault> fault = transfer::FaultFromEnv();
   for (const Status* s : {&token.status(), &fault.status()}) {
     if (!s->ok()) {
-      Say("receive", s->message());
+      SayImage("receive", s->message());
       return 2;
     }
   }
@@ -123,19 +124,19 @@ int RunReceive(const ReceiveArgs& a) {
   options.bind_address = a.bind;
   options.port = a.port;
   options.fault = *fault;
-  options.log = [](const std::string& line) { Say("receive", line); };
+  options.log = [](const std::string& line) { SayImage("receive", line); };
   StatusOr<std::unique_ptr<transfer::Receiver>> receiver =
       transfer::Receiver::Listen(std::move(options));
   if (!receiver.ok()) {
-    Say("receive", receiver.status().message());
+    SayImage("receive", receiver.status().message());
     return 1;
   }
-  Say("receive", "listening on " + a.bind + ":" + std::to_string((*receiver)->port()) +
-                     ", images into " + a.out);
+  SayImage("receive", "listening on " + a.bind + ":" + std::to_string((*receiver)->port()) +
+                          ", images into " + a.out);
   for (;;) {
     StatusOr<transfer::ReceiveReport> report = (*receiver)->ReceiveOne();
     if (report.ok()) SayReceived(*report);
-    if (!report.ok()) Say("receive", a.out + ": " + report.status().message());
+    if (!report.ok()) SayImage("receive", a.out + ": " + report.status().message());
     if (a.once) return report.ok() ? 0 : 1;
   }
 }

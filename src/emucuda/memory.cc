@@ -34,20 +34,28 @@ CUresult ChargeAndMap(int ordinal, uint64_t counted, uint64_t* address) {
   return result;
 }
 
-// Counts and maps `bytes` in the calling thread's context.
-CUresult AllocateInContext(uint64_t bytes, AllocKind kind, CUdeviceptr* ptr) {
+// Counts and maps `bytes` on the device of the calling thread's context, then records it with
+// `record(ctx, counted, address)`, all under the runtime's lock.
+template <typename Record>
+CUresult MapInContext(uint64_t bytes, bool out_ok, Record record) {
   CUcontext ctx = CurrentContext();
   if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  if (ptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  Runtime& runtime = Runtime::Get();
-  uint64_t counted = RoundToGranularity(bytes);
-  std::lock_guard<std::mutex> lock(runtime.mu());
+  if (!out_ok || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t counted = RoundToGranularity(bytes);
+  std::lock_guard<std::mutex> lock(Runtime::Get().mu());
   uint64_t address = 0;
   CUresult result = ChargeAndMap(ctx->ordinal, counted, &address);
   if (result != CUDA_SUCCESS) return result;
-  AddAllocation(address, Allocation{counted, counted, ctx->ordinal, kind, ctx, nullptr});
-  *ptr = address;
+  record(ctx, counted, address);
   return CUDA_SUCCESS;
+}
+
+// Counts and maps `bytes` in the calling thread's context.
+CUresult AllocateInContext(uint64_t bytes, AllocKind kind, CUdeviceptr* ptr) {
+  return MapInContext(bytes, ptr != nullptr, [&](CUcontext ctx, uint64_t counted, uint64_t at) {
+    AddAllocation(at, Allocation{counted, counted, ctx->ordinal, kind, ctx, nullptr});
+    *ptr = at;
+  });
 }
 
 unsigned int FormatBytes(CUarray_format format) {
@@ -82,24 +90,16 @@ uint64_t ArrayBytes(size_t width, size_t height, size_t depth, CUarray_format fo
 }
 
 CUresult CreateArray(CUarray* array, uint64_t bytes) {
-  CUcontext ctx = CurrentContext();
-  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  if (array == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  Runtime& runtime = Runtime::Get();
-  uint64_t counted = RoundToGranularity(bytes);
-  std::lock_guard<std::mutex> lock(runtime.mu());
-  uint64_t address = 0;
-  CUresult result = ChargeAndMap(ctx->ordinal, counted, &address);
-  if (result != CUDA_SUCCESS) return result;
-  auto* created = new CUarray_st;
-  created->ptr = address;
-  created->bytes = counted;
-  created->counted = counted;
-  created->ordinal = ctx->ordinal;
-  created->ctx = ctx;
-  Arrays().insert(created);
-  *array = created;
-  return CUDA_SUCCESS;
+  return MapInContext(bytes, array != nullptr, [&](CUcontext ctx, uint64_t counted, uint64_t at) {
+    auto* created = new CUarray_st;
+    created->ptr = at;
+    created->bytes = counted;
+    created->counted = counted;
+    created->ordinal = ctx->ordinal;
+    created->ctx = ctx;
+    Arrays().insert(created);
+    *array = created;
+  });
 }
 
 void DestroyArray(CUarray array) {
