@@ -7,7 +7,9 @@ PACKAGES=(
   build-essential cmake ninja-build git
   libcli11-dev          # command line
   libssl-dev            # SHA-256 of checkpoint images
-  nlohmann-json3-dev    # image manifests, job records
+  nlohmann-json3-dev    # image manifests, job records, the API
+  libcpp-httplib-dev pkg-config  # the REST API (server, agent, CLI)
+  libsqlite3-dev        # the server's state
   libgtest-dev libgmock-dev  # tests
   libbenchmark-dev      # bench/
   clang-format clang-tidy  # scripts/lint.sh

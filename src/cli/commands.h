@@ -40,6 +40,17 @@ void AddSimDynamic(CLI::App* sim, int* exit_code);
 // Adds `image send` and `image receive` under the `image` subcommand.
 void AddImageTransfer(CLI::App* image, int* exit_code);
 
+// The fleet client commands: submit, ps, show, logs, cancel, migrate --to, drain, checkpoint JOB
+// (when a server is configured), resume, explain, top, teams, quota, tokens (src/cli/fleet.cc).
+void RegisterFleet(CLI::App& app, int* exit_code);
+// `paladin server` (src/cli/server_cmd.cc).
+void RegisterServer(CLI::App& app, int* exit_code);
+// `paladin agent` (src/cli/agent_cmd.cc).
+void RegisterAgent(CLI::App& app, int* exit_code);
+// `paladin up` (src/cli/up.cc) and `paladin demo` (src/cli/demo.cc).
+void RegisterUp(CLI::App& app, int* exit_code);
+void RegisterDemo(CLI::App& app, int* exit_code);
+
 // Where the data files bundled with Paladin live (data/ in the source tree or the install).
 std::string BundledDataDir();
 

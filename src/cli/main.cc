@@ -22,6 +22,11 @@ int Run(int argc, char** argv) {
   paladin::cli::RegisterRun(app, &exit_code);
   paladin::cli::RegisterCheckpoint(app, &exit_code);
   paladin::cli::RegisterMigrate(app, &exit_code);
+  paladin::cli::RegisterFleet(app, &exit_code);
+  paladin::cli::RegisterServer(app, &exit_code);
+  paladin::cli::RegisterAgent(app, &exit_code);
+  paladin::cli::RegisterUp(app, &exit_code);
+  paladin::cli::RegisterDemo(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

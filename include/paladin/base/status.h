@@ -18,6 +18,9 @@ enum class StatusCode {
   kResourceExhausted,   // not enough capacity (CPU, memory, GPU share, quota)
   kIoError,
   kInternal,
+  kUnauthenticated,  // no valid credentials (HTTP 401)
+  kPermissionDenied,  // credentials that do not allow the action (HTTP 403)
+  kUnavailable,       // a service that cannot be reached or answered 5xx
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -53,6 +56,13 @@ inline Status ResourceExhausted(std::string m) {
 }
 inline Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status Unauthenticated(std::string m) {
+  return {StatusCode::kUnauthenticated, std::move(m)};
+}
+inline Status PermissionDenied(std::string m) {
+  return {StatusCode::kPermissionDenied, std::move(m)};
+}
+inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 
 template <typename T>
 class [[nodiscard]] StatusOr {

@@ -1,0 +1,61 @@
+// A client of Paladin's REST API (docs/formats/api.md), shared by the CLI and the node agent:
+// a base URL, a bearer token, JSON in and out, and errors that say what the server said.
+//
+// Thread safety: one Client per thread (each call opens its own connection).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "paladin/base/status.h"
+
+namespace paladin::api {
+
+using Json = nlohmann::json;
+
+struct Endpoint {
+  std::string host = "127.0.0.1";
+  int port = 7070;
+  bool tls = false;
+};
+
+// "http://host:port", "host:port" or "https://host:port"; an error says what is wrong.
+StatusOr<Endpoint> ParseUrl(const std::string& url);
+
+class Client {
+ public:
+  Client(Endpoint endpoint, std::string token, double timeout_s = 30);
+
+  // Each returns the decoded JSON body of a 2xx answer (null for an empty body), or an error
+  // carrying the server's {"error": ...} message and the HTTP status:
+  // 401 Unauthenticated, 403 PermissionDenied, 404 NotFound, 409 FailedPrecondition,
+  // other 4xx InvalidArgument, 5xx and connection failures Unavailable.
+  StatusOr<Json> Get(const std::string& path) const;
+  StatusOr<Json> Post(const std::string& path, const Json& body) const;
+  StatusOr<Json> Put(const std::string& path, const Json& body) const;
+  StatusOr<Json> Delete(const std::string& path) const;
+  // The raw body of a 2xx GET (for /metrics).
+  StatusOr<std::string> GetText(const std::string& path) const;
+
+  const Endpoint& endpoint() const { return endpoint_; }
+  std::string Url() const;
+
+ private:
+  StatusOr<std::string> Call(const std::string& method, const std::string& path,
+                             const std::string* body) const;
+  Endpoint endpoint_;
+  std::string token_;
+  double timeout_s_;
+};
+
+// The server URL and token the CLI uses: the flags when given, else $PALADIN_SERVER /
+// $PALADIN_TOKEN, else the file written by `paladin up` ($PALADIN_HOME/client.json, default
+// ~/.paladin/client.json).
+struct ClientConfig {
+  std::string url;
+  std::string token;
+};
+ClientConfig ResolveClientConfig(const std::string& url_flag, const std::string& token_flag);
+std::string PaladinHome();
+
+}  // namespace paladin::api
