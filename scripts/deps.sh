@@ -15,6 +15,11 @@ PACKAGES=(
   clang-format clang-tidy  # scripts/lint.sh
 )
 
+# `deps.sh --tests` adds what only the tests need: Chromium, for the dashboard's browser test.
+if [ "${1:-}" = "--tests" ]; then
+  PACKAGES+=(chromium)
+fi
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -3,7 +3,7 @@
 # the debug preset (ASan + UBSan) and runs ctest. Extra arguments go to ctest (e.g. -L core).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/deps.sh
+bash scripts/deps.sh --tests
 bash scripts/criu.sh  # CRIU 4 for the checkpoint tests (label ckpt)
 cmake --preset debug >/dev/null
 cmake --build --preset debug

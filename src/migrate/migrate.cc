@@ -130,7 +130,16 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   report.remote_pid = std::atoll(restored->c_str());
   report.times.seconds.emplace_back("remote restore", Since(restoring));
 
-  // The commit: this command owns the job's record until there is a server.
+  // The commit: the owner of the job's record (the server, or this command) decides.
+  if (options.commit) {
+    progress("the destination holds the job, stopped; asking the job's owner to commit");
+    if (Status committed = options.commit(); !committed.ok()) {
+      cleanup();
+      return Abandon(job, &*channel,
+                     Status(committed.code(), "the move was not committed: " + committed.message()),
+                     progress);
+    }
+  }
   job->state = "moving";
   (void)ckpt::WriteJob(*job);
   StatusOr<std::string> resumed = channel->Call("RESUME", kAnswerTimeoutS);

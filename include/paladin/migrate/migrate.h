@@ -10,6 +10,7 @@
 #ifndef PALADIN_MIGRATE_MIGRATE_H_
 #define PALADIN_MIGRATE_MIGRATE_H_
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +29,11 @@ struct MigrateOptions {
   int streams = 4;
   bool keep_image = false;
   std::string work_dir;  // where the image is written before it is sent
+  // The commit point, called once the destination holds the job restored and stopped: OK
+  // commits the move (the destination resumes the job, this side is released); an error
+  // abandons it (the destination drops its copy, the job resumes here). Unset: this call owns
+  // the job's record and commits by itself (the direct form, `paladin migrate`).
+  std::function<Status()> commit;
 };
 
 struct MigrateReport {
