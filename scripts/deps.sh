@@ -17,7 +17,7 @@ PACKAGES=(
 
 # `deps.sh --tests` adds what only the tests need: Chromium, for the dashboard's browser test.
 if [ "${1:-}" = "--tests" ]; then
-  PACKAGES+=(chromium)
+  PACKAGES+=(chromium curl python3)
 fi
 
 missing=()

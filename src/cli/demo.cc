@@ -1,7 +1,624 @@
+// `paladin demo`: the predict-pack-rebalance cycle, live, on this machine. It starts a server and
+// two agents with two emulated GPUs each, submits a mix of demo workloads that hold and mutate
+// GPU and host memory and verify it every step, and walks through prediction, packing, a quota
+// grown in place, a migration, and a node lost with its jobs restored elsewhere from their last
+// checkpoints; then it checks every workload's state and prints a summary.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
 #include "commands.h"
+#include "local_fleet.h"
+#include "paladin/api/client.h"
+#include "paladin/quota/launch.h"
 
 namespace paladin::cli {
+namespace {
+namespace fs = std::filesystem;
+using api::Json;
 
-void RegisterDemo(CLI::App& /*app*/, int* /*exit_code*/) {}
+struct DemoArgs {
+  std::string data;
+  std::string emulated_gpus = "2x16GiB";
+  bool keep = false;
+  bool json = false;
+  double timeout_s = 180;  // for each step
+};
+
+volatile sig_atomic_t g_interrupted = 0;
+void OnInterrupt(int /*signal*/) { g_interrupted = 1; }
+
+void Say(const std::string& line) { cli::Say("demo", line); }
+
+std::string Gib(int64_t bytes) {
+  char text[32];
+  if (bytes >= (int64_t{1} << 30)) {
+    std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
+  } else {
+    std::snprintf(text, sizeof text, "%lld MiB", static_cast<long long>(bytes >> 20));
+  }
+  return text;
+}
+
+int64_t Int(const Json& j, const char* key) {
+  if (!j.contains(key) || !j[key].is_number()) return 0;
+  return j[key].get<int64_t>();
+}
+std::string Str(const Json& j, const char* key) {
+  if (!j.contains(key) || !j[key].is_string()) return "";
+  return j[key].get<std::string>();
+}
+
+// A port P with P and P+1 free on loopback (an agent takes images on P, commands on P+1).
+int FreePortPair() {
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      close(fd);
+      continue;
+    }
+    const int port = ntohs(addr.sin_port);
+    close(fd);
+    if (port >= 65535) continue;
+    int next = socket(AF_INET, SOCK_STREAM, 0);
+    addr.sin_port = htons(static_cast<uint16_t>(port + 1));
+    const bool ok = bind(next, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    close(next);
+    if (ok) return port;
+  }
+  return 17100;
+}
+
+class Demo {
+ public:
+  Demo(DemoArgs args, LocalFleet* fleet) : args_(std::move(args)), fleet_(fleet) {}
+
+  int Run();
+
+ private:
+  struct Submitted {
+    std::string id;
+    std::string name;
+    bool expect_oom = false;
+  };
+
+  // Polls `done` every 250 ms until it holds, the step times out or the user interrupts.
+  Status WaitFor(const std::string& what, const std::function<StatusOr<bool>()>& done);
+  StatusOr<Json> Job(const std::string& id) { return admin_.Get("/v1/jobs/" + id); }
+  StatusOr<std::string> Logs(const std::string& id);
+  Status StartFleet();
+  Status SubmitMix();
+  Status ShowPlacement();
+  Status ShowQuotaGrowth();
+  Status Migrate();
+  Status LoseNode();
+  Status Verify();
+  Status CheckAccounting();
+  void Summarise();
+  void Cleanup();
+
+  DemoArgs args_;
+  LocalFleet* fleet_;
+  api::Client admin_{api::Endpoint{}, ""};
+  std::vector<Submitted> jobs_;
+  std::string workload_;
+  int verification_failures_ = 0;
+  std::map<std::string, std::string> verdicts_;
+  std::map<std::string, std::string> accounting_;
+  Json summary_;
+  bool steps_ok_ = true;
+  std::vector<std::string> failed_steps_;
+};
+
+StatusOr<std::string> Demo::Logs(const std::string& id) {
+  StatusOr<Json> logs = admin_.Get("/v1/jobs/" + id + "/logs?stream=stdout");
+  if (!logs.ok()) return logs.status();
+  return Str(*logs, "text");
+}
+
+Status Demo::WaitFor(const std::string& what, const std::function<StatusOr<bool>()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int>(args_.timeout_s * 1000));
+  Status last = Status::Ok();
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (g_interrupted != 0) return FailedPrecondition("interrupted while waiting for " + what);
+    const std::string gone = fleet_->Exited();
+    if (!gone.empty()) {
+      return FailedPrecondition(gone + " exited while waiting for " + what + "; see " +
+                                fleet_->LogPath(gone));
+    }
+    StatusOr<bool> ok = done();
+    if (ok.ok() && *ok) return Status::Ok();
+    if (!ok.ok()) last = ok.status();
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  return Unavailable("timed out after " + std::to_string(static_cast<int>(args_.timeout_s)) +
+                     " s waiting for " + what + (last.ok() ? "" : " (last error: " +
+                                                                      last.message() + ")"));
+}
+
+Status Demo::StartFleet() {
+  Say("starting a server and two agents (" + args_.emulated_gpus +
+      " emulated GPUs each) under " + args_.data);
+  PALADIN_RETURN_IF_ERROR(fleet_->StartServer(
+      "127.0.0.1:0", {"--lease", "3", "--heartbeat", "0.5", "--checkpoint-every", "4",
+                      "--keep-checkpoints", "2"}));
+  admin_ = fleet_->Admin();
+  for (const char* node : {"node-a", "node-b"}) {
+    PALADIN_RETURN_IF_ERROR(fleet_->StartAgent(
+        node, {"--emulated-gpus", args_.emulated_gpus, "--migrate-port",
+               std::to_string(FreePortPair())}));
+    Say("agent " + std::string(node) + " registered");
+  }
+  Say("dashboard: " + fleet_->url() + "/#token=" + fleet_->admin_token());
+  return Status::Ok();
+}
+
+Status Demo::SubmitMix() {
+  PALADIN_RETURN_IF_ERROR(
+      admin_.Put("/v1/teams/vision", {{"max_gpus", 4}, {"max_gpu_mem", "24GiB"}, {"priority", 1}})
+          .status());
+  PALADIN_RETURN_IF_ERROR(
+      admin_.Put("/v1/teams/nlp", {{"max_gpus", 4}, {"max_gpu_mem", "24GiB"}, {"priority", 0}})
+          .status());
+  struct Spec {
+    const char* name;
+    const char* team;
+    Json gpu_mem;
+    Json gpu_mem_max;
+    std::vector<std::string> args;
+    bool expect_oom;
+  };
+  const std::vector<Spec> mix = {
+      {"resnet-train", "vision", "2GiB", nullptr, {"--mib", "256", "--host-mib", "16"}, false},
+      {"bert-finetune", "nlp", "auto", nullptr, {"--mib", "384", "--host-mib", "8"}, false},
+      {"llm-serve", "nlp", "6GiB", nullptr, {"--mib", "512", "--host-mib", "32"}, false},
+      {"vit-grow", "vision", "768MiB", "3GiB",
+       {"--mib", "256", "--grow-mib", "768", "--grow-at", "12"}, false},
+      {"overreach", "nlp", "512MiB", nullptr, {"--mib", "1024", "--gens", "5"}, true},
+  };
+  for (const Spec& s : mix) {
+    Json command = Json::array({workload_});
+    for (const std::string& a : s.args) command.push_back(a);
+    Json body = {{"name", s.name}, {"team", s.team}, {"command", command}, {"gpu_mem", s.gpu_mem},
+                 {"gpus", 1}};
+    if (!s.gpu_mem_max.is_null()) body["gpu_mem_max"] = s.gpu_mem_max;
+    StatusOr<Json> job = admin_.Post("/v1/jobs", body);
+    if (!job.ok()) return job.status();
+    jobs_.push_back({Str(*job, "id"), s.name, s.expect_oom});
+    Say("submitted " + Str(*job, "id") + " " + s.name + " (team " + s.team + ", GPU memory " +
+        (s.gpu_mem.is_string() ? s.gpu_mem.get<std::string>() : std::string("?")) +
+        (s.gpu_mem_max.is_null() ? "" : ", may grow to " + s.gpu_mem_max.get<std::string>()) +
+        ")");
+  }
+  return Status::Ok();
+}
+
+Status Demo::ShowPlacement() {
+  Status s = WaitFor("the workloads to run", [&]() -> StatusOr<bool> {
+    for (const Submitted& j : jobs_) {
+      if (j.expect_oom) continue;
+      StatusOr<Json> job = Job(j.id);
+      if (!job.ok()) return job.status();
+      if (Str(*job, "state") != "running") return false;
+    }
+    return true;
+  });
+  if (!s.ok()) return s;
+  Say("placed by the packer (policy paladin):");
+  for (const Submitted& j : jobs_) {
+    StatusOr<Json> job = Job(j.id);
+    if (!job.ok()) continue;
+    std::string line = "  " + j.id + " " + j.name + " -> " + Str(*job, "node") + "/" +
+                       std::to_string(Int(*job, "gpu")) + ", quota " +
+                       Gib(Int(*job, "quota_bytes")) + ", " + Str(*job, "state");
+    if (Int(*job, "predicted_bytes") > 0) line += ", predicted " + Gib(Int(*job, "predicted_bytes"));
+    Say(line);
+  }
+  for (const Submitted& j : jobs_) {
+    if (!j.expect_oom) continue;
+    Status refused = WaitFor("the quota to refuse " + j.name, [&]() -> StatusOr<bool> {
+      StatusOr<std::string> logs = Logs(j.id);
+      if (!logs.ok()) return logs.status();
+      return logs->find("OOM") != std::string::npos;
+    });
+    if (!refused.ok()) return refused;
+    Say("quota enforced: " + j.name + " asked for more than its quota and was refused "
+        "(CUDA_ERROR_OUT_OF_MEMORY), without touching its neighbours");
+  }
+  return Status::Ok();
+}
+
+Status Demo::ShowQuotaGrowth() {
+  const Submitted& grow = jobs_[3];
+  Status s = WaitFor("the quota of " + grow.name + " to grow in place", [&]() -> StatusOr<bool> {
+    StatusOr<Json> events = admin_.Get("/v1/events?job=" + grow.id);
+    if (!events.ok()) return events.status();
+    for (const Json& e : (*events)["events"]) {
+      if (Str(e, "kind") == "quota_grown") {
+        Say("quota grown in place: " + Str(e, "message"));
+        return true;
+      }
+    }
+    return false;
+  });
+  return s;
+}
+
+Status Demo::Migrate() {
+  const Submitted& moving = jobs_[0];
+  StatusOr<Json> job = Job(moving.id);
+  if (!job.ok()) return job.status();
+  const std::string from = Str(*job, "node");
+  const std::string to = from == "node-a" ? "node-b" : "node-a";
+  Say("migrating " + moving.id + " " + moving.name + " from " + from + " to " + to +
+      " (CPU and GPU state moved, nothing restarted)");
+  PALADIN_RETURN_IF_ERROR(admin_.Post("/v1/jobs/" + moving.id + "/migrate", {{"to", to}}).status());
+  std::string last_step;
+  return WaitFor("the migration of " + moving.name, [&]() -> StatusOr<bool> {
+    StatusOr<Json> now = Job(moving.id);
+    if (!now.ok()) return now.status();
+    if ((*now)["migration"].is_object()) {
+      const std::string step = Str((*now)["migration"], "step");
+      if (step != last_step) Say("  step: " + step);
+      last_step = step;
+      return false;
+    }
+    if (Str(*now, "node") == to && Str(*now, "state") == "running") {
+      Say(moving.name + " now runs on " + to + "/" + std::to_string(Int(*now, "gpu")));
+      return true;
+    }
+    if (Int(*now, "migrations") == 0 && Str(*now, "node") == from && last_step.empty() == false) {
+      return FailedPrecondition("the migration failed; the job kept running on " + from);
+    }
+    return false;
+  });
+}
+
+Status Demo::LoseNode() {
+  const std::string lost = "node-a";
+  std::vector<std::string> on_lost;
+  PALADIN_RETURN_IF_ERROR(WaitFor("a checkpoint of every job on " + lost, [&]() -> StatusOr<bool> {
+    on_lost.clear();
+    for (const Submitted& j : jobs_) {
+      StatusOr<Json> job = Job(j.id);
+      if (!job.ok()) return job.status();
+      if (Str(*job, "node") != lost || Str(*job, "state") != "running") continue;
+      if (!(*job)["last_checkpoint"].is_object()) return false;
+      on_lost.push_back(j.id);
+    }
+    return true;
+  }));
+  Say("every job on " + lost + " has a periodic checkpoint in the shared store");
+  Say("losing " + lost + ": its agent and workloads killed, its data directory deleted");
+  PALADIN_RETURN_IF_ERROR(fleet_->KillNode(lost));
+  std::error_code ec;
+  fs::remove_all(fleet_->AgentDir(lost), ec);
+  if (on_lost.empty()) {
+    Say("no job ran on " + lost + " at that moment; nothing to recover");
+    return Status::Ok();
+  }
+  return WaitFor("the jobs of " + lost + " to be restored elsewhere", [&]() -> StatusOr<bool> {
+    for (const std::string& id : on_lost) {
+      StatusOr<Json> job = Job(id);
+      if (!job.ok()) return job.status();
+      if (Str(*job, "node") == lost || Str(*job, "state") != "running") return false;
+    }
+    for (const std::string& id : on_lost) {
+      StatusOr<Json> job = Job(id);
+      if (job.ok()) {
+        Say("recovered " + id + " " + Str(*job, "name") + " on " + Str(*job, "node") + "/" +
+            std::to_string(Int(*job, "gpu")) + " from its last checkpoint");
+      }
+    }
+    return true;
+  });
+}
+
+// Every workload's log: no MISMATCH, started once (a restart from zero would print "started:"
+// again), generations moving on after everything that happened to it.
+Status Demo::Verify() {
+  std::map<std::string, int64_t> gen_before;
+  auto last_gen = [](const std::string& logs) -> int64_t {
+    static const std::regex gen(R"(gen (\d+) ok)");
+    int64_t last = 0;
+    for (auto it = std::sregex_iterator(logs.begin(), logs.end(), gen); it != std::sregex_iterator();
+         ++it) {
+      last = std::stoll((*it)[1].str());
+    }
+    return last;
+  };
+  for (const Submitted& j : jobs_) {
+    StatusOr<std::string> logs = Logs(j.id);
+    if (logs.ok()) gen_before[j.id] = last_gen(*logs);
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  for (const Submitted& j : jobs_) {
+    StatusOr<Json> job = Job(j.id);
+    StatusOr<std::string> logs = Logs(j.id);
+    if (!job.ok() || !logs.ok()) {
+      ++verification_failures_;
+      verdicts_[j.id] = "cannot read the job";
+      continue;
+    }
+    size_t starts = 0;
+    for (size_t at = logs->find("started:"); at != std::string::npos;
+         at = logs->find("started:", at + 1)) {
+      ++starts;
+    }
+    const int64_t gen = last_gen(*logs);
+    std::string verdict;
+    if (logs->find("MISMATCH") != std::string::npos) {
+      verdict = "state MISMATCH";
+    } else if (j.expect_oom) {
+      verdict = logs->find("OOM") != std::string::npos ? "refused past its quota, as expected"
+                                                       : "was never refused";
+    } else if (starts != 1 + static_cast<size_t>(Int(*job, "restarts"))) {
+      verdict = "started " + std::to_string(starts) + " times (lost progress)";
+    } else if (Str(*job, "state") != "running") {
+      verdict = "not running (" + Str(*job, "state") + ")";
+    } else if (gen <= gen_before[j.id]) {
+      verdict = "not making progress (gen " + std::to_string(gen) + ")";
+    } else {
+      verdict = "verified through gen " + std::to_string(gen);
+    }
+    if (verdict.rfind("verified", 0) != 0 && verdict.rfind("refused", 0) != 0) {
+      ++verification_failures_;
+    }
+    verdicts_[j.id] = verdict;
+  }
+  return CheckAccounting();
+}
+
+// Each team's usage must fit its jobs' lifetimes: GPU-hours no more than the jobs have existed
+// (x their GPUs), more than zero when a job ran, and memory used never above memory allocated.
+Status Demo::CheckAccounting() {
+  StatusOr<Json> teams = admin_.Get("/v1/teams");
+  if (!teams.ok()) return teams.status();
+  const double now = static_cast<double>(time(nullptr));
+  std::map<std::string, double> lifetime_s;
+  for (const Submitted& j : jobs_) {
+    StatusOr<Json> job = Job(j.id);
+    if (!job.ok()) return job.status();
+    const double end = (*job)["ended_at"].is_number() ? (*job)["ended_at"].get<double>() : now;
+    const double submitted = (*job).value("submitted_at", now);
+    lifetime_s[Str(*job, "team")] += (end - submitted + 2) * static_cast<double>(Int(*job, "gpus"));
+  }
+  for (const Json& team : (*teams)["teams"]) {
+    const std::string name = Str(team, "name");
+    if (lifetime_s.count(name) == 0) continue;
+    const Json usage = team.value("usage", Json::object());
+    const double gpu_s = usage.value("gpu_hours", 0.0) * 3600;
+    const double allocated = usage.value("gpu_mem_hours_allocated", 0.0);
+    const double used = usage.value("gpu_mem_hours_used", 0.0);
+    std::string problem;
+    if (gpu_s <= 0) problem = "no GPU time recorded";
+    if (gpu_s > lifetime_s[name]) {
+      problem = "GPU time " + std::to_string(gpu_s) + " s exceeds the jobs' lifetimes " +
+                std::to_string(lifetime_s[name]) + " s";
+    }
+    if (used > allocated * 1.01 + 1e-9) problem = "more GPU memory used than allocated";
+    accounting_[name] = problem.empty() ? "consistent" : problem;
+    if (!problem.empty()) ++verification_failures_;
+    Say("accounting for team " + name + ": " + std::to_string(gpu_s / 3600).substr(0, 6) +
+        " GPU-hours; " + (problem.empty() ? "consistent with the jobs' lifetimes" : problem));
+  }
+  return Status::Ok();
+}
+
+void Demo::Summarise() {
+  StatusOr<Json> server = admin_.Get("/v1/summary");
+  Json s = server.ok() ? *server : Json::object();
+  Json jobs = Json::array();
+  for (const Submitted& j : jobs_) {
+    StatusOr<Json> job = Job(j.id);
+    Json row = {{"id", j.id}, {"name", j.name}, {"verdict", verdicts_[j.id]}};
+    if (job.ok()) {
+      for (const char* key : {"state", "node", "gpu", "quota_bytes", "predicted_bytes",
+                              "migrations", "recoveries", "restarts", "checkpoints"}) {
+        if (job->contains(key)) row[key] = (*job)[key];
+      }
+    }
+    jobs.push_back(row);
+  }
+  summary_ = {{"jobs_submitted", jobs_.size()},
+              {"jobs_lost", s.value("jobs_lost", 0)},
+              {"migrations", s.value("migrations", 0)},
+              {"recoveries", s.value("recoveries", 0)},
+              {"quota_grows", s.value("quota_grows", 0)},
+              {"checkpoints", s.value("checkpoints", 0)},
+              {"state_verifications_failed", verification_failures_},
+              {"accounting", accounting_},
+              {"steps_failed", failed_steps_},
+              {"ok", steps_ok_ && verification_failures_ == 0 && s.value("jobs_lost", 0) == 0},
+              {"dashboard", fleet_->url()},
+              {"jobs", jobs}};
+  if (args_.json) {
+    std::printf("%s\n", summary_.dump(2).c_str());
+    return;
+  }
+  std::printf("\nPaladin demo summary\n");
+  std::printf("  %-26s %s\n", "jobs submitted", std::to_string(jobs_.size()).c_str());
+  for (const char* key : {"jobs_lost", "migrations", "recoveries", "quota_grows", "checkpoints",
+                          "state_verifications_failed"}) {
+    std::printf("  %-26s %s\n", key, summary_[key].dump().c_str());
+  }
+  std::printf("\n  %-10s %-14s %-8s %-9s %s\n", "JOB", "NAME", "NODE", "STATE", "STATE CHECK");
+  for (const Json& row : jobs) {
+    std::printf("  %-10s %-14s %-8s %-9s %s\n", row.value("id", "").c_str(),
+                row.value("name", "").c_str(), row.value("node", "").c_str(),
+                row.value("state", "").c_str(), row.value("verdict", "").c_str());
+  }
+  for (const std::string& step : failed_steps_) std::printf("  step failed: %s\n", step.c_str());
+  std::printf("\n%s\n", summary_["ok"].get<bool>() ? "demo: every check passed"
+                                                    : "demo: some checks FAILED (see above)");
+}
+
+void Demo::Cleanup() {
+  for (const Submitted& j : jobs_) (void)admin_.Post("/v1/jobs/" + j.id + "/cancel", Json::object());
+  // Give the agents a moment to kill the workloads before they stop.
+  for (int i = 0; i < 40; ++i) {
+    bool all_ended = true;
+    for (const Submitted& j : jobs_) {
+      StatusOr<Json> job = Job(j.id);
+      if (job.ok() && Str(*job, "state") != "cancelled" && Str(*job, "state") != "succeeded" &&
+          Str(*job, "state") != "failed") {
+        all_ended = false;
+      }
+    }
+    if (all_ended) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+// Copies the demo workload and the libraries preloaded into workloads into the demo's
+// directory: workloads run as an unprivileged user, who may not reach the build tree (a clone
+// under /root). Returns the workload's path.
+StatusOr<std::string> StageFiles(const std::string& data) {
+  const fs::path here = fs::path(SelfExe()).parent_path();
+  StatusOr<quota::Libraries> libs = quota::FindLibraries();
+  if (!libs.ok()) return libs.status();
+  const fs::path workload = here / "paladin-demo-workload";
+  const fs::path installed = here / ".." / "bin" / "paladin-demo-workload";
+  const fs::path source = fs::exists(workload) ? workload : installed;
+  if (!fs::exists(source)) {
+    return NotFound("cannot find paladin-demo-workload next to paladin (" + workload.string() +
+                    "); build it: cmake --build --preset release");
+  }
+  std::error_code ec;
+  const fs::path bin = fs::path(data) / "bin";
+  const fs::path lib = fs::path(data) / "lib";
+  fs::create_directories(bin, ec);
+  fs::create_directories(lib, ec);
+  const auto copy = fs::copy_options::overwrite_existing;
+  for (const auto& [from, to] :
+       std::vector<std::pair<fs::path, fs::path>>{{source, bin / "paladin-demo-workload"},
+                                                   {libs->cuda_shim, lib / "libpaladin-cuda.so"},
+                                                   {libs->nvml_shim, lib / "libpaladin-nvml.so"},
+                                                   {libs->emucuda, lib / "libpaladin-emucuda.so"}}) {
+    if (!fs::copy_file(from, to, copy, ec)) {
+      return IoError("cannot copy " + from.string() + " to " + to.string() + ": " + ec.message());
+    }
+  }
+  for (const fs::path& dir : {fs::path(data), bin, lib}) {
+    fs::permissions(dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                             fs::perms::others_read | fs::perms::others_exec,
+                    ec);
+  }
+  setenv("PALADIN_LIB_DIR", lib.c_str(), 1);
+  return (bin / "paladin-demo-workload").string();
+}
+
+int Demo::Run() {
+  StatusOr<std::string> workload = StageFiles(args_.data);
+  if (!workload.ok()) {
+    Say(workload.status().message());
+    return 1;
+  }
+  workload_ = *workload;
+  if (Status s = StartFleet(); !s.ok()) {
+    Say(s.message());
+    return 1;
+  }
+  const std::vector<std::pair<std::string, std::function<Status()>>> steps = {
+      {"submit", [&] { return SubmitMix(); }},
+      {"placement", [&] { return ShowPlacement(); }},
+      {"quota growth", [&] { return ShowQuotaGrowth(); }},
+      {"migration", [&] { return Migrate(); }},
+      {"node loss", [&] { return LoseNode(); }},
+      {"verification", [&] { return Verify(); }},
+  };
+  for (const auto& [name, step] : steps) {
+    Status s = step();
+    if (!s.ok()) {
+      Say("step '" + name + "' failed: " + s.message());
+      steps_ok_ = false;
+      failed_steps_.push_back(name + ": " + s.message());
+      if (name == "submit" || g_interrupted != 0) break;
+    }
+  }
+  Summarise();
+  if (args_.keep && g_interrupted == 0) {
+    Say("the fleet stays up; dashboard: " + fleet_->url() + "/#token=" + fleet_->admin_token() +
+        " ; Ctrl-C to stop");
+    while (g_interrupted == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  Cleanup();
+  fleet_->StopAll();
+  return summary_.value("ok", false) ? 0 : 1;
+}
+
+int RunDemo(DemoArgs args) {
+  const bool own_dir = args.data.empty();
+  if (own_dir) {
+    // Workloads run as an unprivileged user when the demo runs as root: their files must be
+    // reachable by it, which a home directory is not.
+    char dir[] = "/tmp/paladin-demo-XXXXXX";
+    if (mkdtemp(dir) == nullptr) {
+      Say(std::string("cannot create a directory under /tmp: ") + std::strerror(errno));
+      return 1;
+    }
+    args.data = dir;
+    std::error_code ec;
+    fs::permissions(args.data, fs::perms::owner_all | fs::perms::group_read |
+                                   fs::perms::group_exec | fs::perms::others_read |
+                                   fs::perms::others_exec,
+                    ec);
+  }
+  struct sigaction stop {};
+  stop.sa_handler = OnInterrupt;
+  sigaction(SIGINT, &stop, nullptr);
+  sigaction(SIGTERM, &stop, nullptr);
+  int code = 0;
+  {
+    LocalFleet fleet(args.data);
+    Demo demo(args, &fleet);
+    code = demo.Run();
+  }
+  if (own_dir && code == 0) {
+    std::error_code ec;
+    fs::remove_all(args.data, ec);
+  } else if (code != 0) {
+    Say("logs kept in " + args.data + "/logs");
+  }
+  return code;
+}
+
+}  // namespace
+
+void RegisterDemo(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<DemoArgs>();
+  CLI::App* demo = app.add_subcommand(
+      "demo",
+      "Show the whole cycle on this machine: a server and two agents with emulated GPUs, demo "
+      "workloads that verify their GPU memory, prediction, packing, a quota grown in place, a "
+      "migration and a node lost with its jobs restored from checkpoints");
+  demo->add_option("--data", args->data, "Where the demo's fleet keeps its state (default: a new "
+                                         "directory under /tmp, removed after a clean run)");
+  demo->add_option("--emulated-gpus", args->emulated_gpus, "Each agent's emulated GPUs")
+      ->capture_default_str();
+  demo->add_flag("--keep", args->keep,
+                 "Leave the fleet and its dashboard up after the summary, until Ctrl-C");
+  demo->add_flag("--json", args->json, "Print the summary as one JSON object on stdout");
+  demo->add_option("--step-timeout", args->timeout_s, "Seconds each step may take")
+      ->capture_default_str();
+  demo->callback([args, exit_code] { *exit_code = RunDemo(*args); });
+}
 
 }  // namespace paladin::cli

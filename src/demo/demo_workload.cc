@@ -1,0 +1,231 @@
+// paladin-demo-workload: the workload `paladin demo` submits. It holds GPU memory and host memory
+// whose contents it can check, mutates both every step, and checks them before each mutation,
+// so a checkpoint, migration or recovery that loses or corrupts state shows at once:
+//
+//   gen 17 ok dev 0 GPU-454d5500-... device 64 MiB host 8 MiB
+//
+// Generations only count up; one that restarted from scratch would start again at gen 1. A wrong
+// word prints "MISMATCH ..." and exits 3; a driver error prints "ERROR <call> <code>" and exits
+// 2; an allocation refused past the quota (CUDA_ERROR_OUT_OF_MEMORY) prints "OOM ..." and exits
+// 4. With --gens N it ends after N generations, printing "DONE gen N: every generation verified".
+//
+// With --grow-mib M --grow-at G it allocates M MiB more at generation G (a model growing), which
+// is how the demo shows a quota grown in place.
+//
+// It loads the driver as frameworks do (dlopen libcuda.so.1), so it runs on a real GPU or on the
+// emulated driver, under Paladin's quota interposer; it links nothing of Paladin's.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "paladin/gpu/cuda_api.h"
+
+namespace {
+
+void* g_driver = nullptr;
+
+template <typename Fn>
+Fn Resolve(const char* name) {
+  void* fn = dlsym(g_driver, name);
+  if (fn == nullptr) {
+    std::printf("ERROR dlsym %s\n", name);
+    std::exit(2);
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+
+void Check(const char* call, CUresult r) {
+  if (r == CUDA_SUCCESS) return;
+  std::printf("ERROR %s %d\n", call, r);
+  std::fflush(stdout);
+  std::exit(2);
+}
+
+std::string FormatUuid(const CUuuid& uuid) {
+  std::string out = "GPU-";
+  char hex[3];
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned char>(uuid.bytes[i]));
+    out += hex;
+  }
+  return out;
+}
+
+// The word at `index` of buffer `buffer` in generation `gen`.
+uint64_t Pattern(uint64_t buffer, uint64_t index, uint64_t gen) {
+  uint64_t x = (index + 1 + (buffer << 40)) * 0x9E3779B97F4A7C15ull;
+  x ^= x >> 31;
+  return x + gen * 0xD1B54A32D192ED03ull;
+}
+
+struct Args {
+  uint64_t mib = 64;
+  uint64_t host_mib = 8;
+  uint64_t grow_mib = 0;
+  uint64_t grow_at = 0;
+  uint64_t gens = 0;  // 0: forever
+  int every_ms = 200;
+};
+
+bool ParseArgs(int argc, char** argv, Args* a) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) return false;
+    const char* value = argv[++i];
+    if (flag == "--mib") {
+      a->mib = std::strtoull(value, nullptr, 10);
+    } else if (flag == "--host-mib") {
+      a->host_mib = std::strtoull(value, nullptr, 10);
+    } else if (flag == "--grow-mib") {
+      a->grow_mib = std::strtoull(value, nullptr, 10);
+    } else if (flag == "--grow-at") {
+      a->grow_at = std::strtoull(value, nullptr, 10);
+    } else if (flag == "--gens") {
+      a->gens = std::strtoull(value, nullptr, 10);
+    } else if (flag == "--every-ms") {
+      a->every_ms = std::atoi(value);
+    } else if (flag == "--tag") {
+      // Ignored: lets a test find this process by its command line.
+    } else {
+      return false;
+    }
+  }
+  return a->mib > 0 && a->every_ms >= 0;
+}
+
+struct Driver {
+  FnCuMemAlloc alloc;
+  FnCuMemcpyHtoD htod;
+  FnCuMemcpyDtoH dtoh;
+};
+
+// One device buffer and its host mirror.
+struct Buffer {
+  uint64_t id = 0;
+  CUdeviceptr ptr = 0;
+  std::vector<uint64_t> words;
+
+  void Write(const Driver& d, uint64_t gen) {
+    for (size_t i = 0; i < words.size(); ++i) words[i] = Pattern(id, i, gen);
+    Check("cuMemcpyHtoD", d.htod(ptr, words.data(), words.size() * sizeof(uint64_t)));
+  }
+  bool Verify(const Driver& d, uint64_t gen) {
+    std::memset(words.data(), 0, words.size() * sizeof(uint64_t));
+    Check("cuMemcpyDtoH", d.dtoh(words.data(), ptr, words.size() * sizeof(uint64_t)));
+    for (size_t i = 0; i < words.size(); ++i) {
+      if (words[i] != Pattern(id, i, gen)) {
+        std::printf("MISMATCH gen %" PRIu64 " device buffer %" PRIu64 " word %zu: %016" PRIx64
+                    ", expected %016" PRIx64 "\n",
+                    gen, id, i, words[i], Pattern(id, i, gen));
+        return false;
+      }
+    }
+    return true;
+  }
+};
+
+// Allocates `mib` MiB; false when the quota refuses it.
+bool Allocate(const Driver& d, uint64_t id, uint64_t mib, uint64_t gen, Buffer* out) {
+  out->id = id;
+  const CUresult r = d.alloc(&out->ptr, mib << 20);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) return false;
+  Check("cuMemAlloc", r);
+  out->words.assign((mib << 20) / sizeof(uint64_t), 0);
+  out->Write(d, gen);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  if (!ParseArgs(argc, argv, &args)) {
+    std::fprintf(stderr,
+                 "usage: paladin-demo-workload [--mib N] [--host-mib N] [--grow-mib N --grow-at "
+                 "GEN] [--gens N] [--every-ms N] [--tag TEXT]\n");
+    return 1;
+  }
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  g_driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (g_driver == nullptr) {
+    std::printf("ERROR dlopen %s\n", dlerror());
+    return 2;
+  }
+  auto init = Resolve<FnCuInit>("cuInit");
+  auto device_get = Resolve<FnCuDeviceGet>("cuDeviceGet");
+  auto get_uuid = Resolve<FnCuDeviceGetUuid>("cuDeviceGetUuid");
+  auto retain = Resolve<FnCuDevicePrimaryCtxRetain>("cuDevicePrimaryCtxRetain");
+  auto set_current = Resolve<FnCuCtxSetCurrent>("cuCtxSetCurrent");
+  auto ctx_device = Resolve<FnCuCtxGetDevice>("cuCtxGetDevice");
+  const Driver driver{Resolve<FnCuMemAlloc>("cuMemAlloc_v2"),
+                      Resolve<FnCuMemcpyHtoD>("cuMemcpyHtoD_v2"),
+                      Resolve<FnCuMemcpyDtoH>("cuMemcpyDtoH_v2")};
+
+  Check("cuInit", init(0));
+  CUdevice dev0 = 0;
+  Check("cuDeviceGet", device_get(&dev0, 0));
+  CUcontext ctx = nullptr;
+  Check("cuDevicePrimaryCtxRetain", retain(&ctx, dev0));
+  Check("cuCtxSetCurrent", set_current(ctx));
+
+  uint64_t gen = 1;
+  std::vector<Buffer> buffers(1);
+  if (!Allocate(driver, 0, args.mib, gen, &buffers[0])) {
+    std::printf("OOM allocating %" PRIu64 " MiB: refused past the GPU-memory quota\n", args.mib);
+    return 4;
+  }
+  // Host state: a buffer of words that must follow the same generations.
+  std::vector<uint64_t> host((args.host_mib << 20) / sizeof(uint64_t));
+  for (size_t i = 0; i < host.size(); ++i) host[i] = Pattern(1000, i, gen);
+  std::printf("started: %" PRIu64 " MiB on the GPU, %" PRIu64 " MiB of host state, gen 1\n",
+              args.mib, args.host_mib);
+
+  uint64_t device_mib = args.mib;
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(args.every_ms));
+    for (Buffer& b : buffers) {
+      if (!b.Verify(driver, gen)) return 3;
+    }
+    for (size_t i = 0; i < host.size(); ++i) {
+      if (host[i] != Pattern(1000, i, gen)) {
+        std::printf("MISMATCH gen %" PRIu64 " host word %zu\n", gen, i);
+        return 3;
+      }
+    }
+    ++gen;
+    for (Buffer& b : buffers) b.Write(driver, gen);
+    for (size_t i = 0; i < host.size(); ++i) host[i] = Pattern(1000, i, gen);
+    if (args.grow_mib > 0 && gen == args.grow_at) {
+      Buffer grown;
+      if (!Allocate(driver, buffers.size(), args.grow_mib, gen, &grown)) {
+        std::printf("OOM growing by %" PRIu64 " MiB at gen %" PRIu64
+                    ": refused past the GPU-memory quota\n",
+                    args.grow_mib, gen);
+        return 4;
+      }
+      buffers.push_back(std::move(grown));
+      device_mib += args.grow_mib;
+      std::printf("grew by %" PRIu64 " MiB at gen %" PRIu64 "\n", args.grow_mib, gen);
+    }
+    CUdevice dev = -1;
+    CUuuid uuid{};
+    Check("cuCtxGetDevice", ctx_device(&dev));
+    Check("cuDeviceGetUuid", get_uuid(&uuid, dev));
+    std::printf("gen %" PRIu64 " ok dev %d %s device %" PRIu64 " MiB host %" PRIu64 " MiB\n",
+                gen - 1, dev, FormatUuid(uuid).c_str(), device_mib, args.host_mib);
+    if (args.gens > 0 && gen > args.gens) {
+      std::printf("DONE gen %" PRIu64 ": every generation verified\n", gen - 1);
+      return 0;
+    }
+  }
+}

@@ -1,0 +1,425 @@
+#!/usr/bin/env python3
+"""Crash safety of the fleet (label e2e), with real processes on loopback and emulated GPUs.
+
+1. The server is killed (SIGKILL, through its seeded fault hook PALADIN_SERVER_FAULT=crash-at:STEP)
+   at every step of the migration transaction, and at random moments during migrations, then
+   restarted: the job ends running exactly once, with its state verified (its log shows no
+   MISMATCH and one start: it was never restarted from zero).
+2. An agent restarted: its running workload keeps running (same pid) and is re-adopted.
+3. An agent cut off from the server (its connection goes through a proxy the test cuts): the job
+   never runs in two places; the agent freezes its copy before the server restores it elsewhere.
+
+Usage: crash_test.py PALADIN
+"""
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+PALADIN = os.path.realpath(sys.argv[1])
+STEPS = ["reserved", "migrate_in_sent", "migrate_out_sent", "before_commit", "after_commit", "done"]
+failures = []
+
+
+def fail(what):
+    print("FAIL:", what, flush=True)
+    failures.append(what)
+
+
+def ok(what):
+    print("ok:", what, flush=True)
+
+
+def free_port(pair=False):
+    while True:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        if not pair:
+            return port
+        t = socket.socket()
+        try:
+            t.bind(("127.0.0.1", port + 1))
+            return port
+        except OSError:
+            pass
+        finally:
+            t.close()
+
+
+def wait_for(what, predicate, timeout=90, interval=0.25):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as e:  # the server may be restarting
+            last = e
+        time.sleep(interval)
+    raise TimeoutError(f"timed out waiting for {what}" + (f" (last error: {last})" if last else ""))
+
+
+def tagged_processes(tag):
+    """pid -> state letter of the workload processes carrying --tag TAG."""
+    found = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+            if b"--tag" not in args or args[args.index(b"--tag") + 1] != tag.encode():
+                continue
+            if not args[0].endswith(b"paladin-demo-workload"):
+                continue
+            with open(f"/proc/{pid}/stat") as f:
+                found[int(pid)] = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+class Proxy:
+    """A TCP proxy from a local port to the server; cut() drops every connection."""
+
+    def __init__(self, target_port):
+        self.target = target_port
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.open = True
+        self.conns = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            if not self.open:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, a, b):
+        try:
+            while self.open:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def cut(self):
+        self.open = False
+        for c in self.conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+                c.close()
+            except OSError:
+                pass
+        self.conns = []
+
+    def restore(self):
+        self.open = True
+
+
+class Fleet:
+    """A server and two agents under one directory; the server can be killed and restarted."""
+
+    def __init__(self, work, name, fault=None, through_proxy=None):
+        self.dir = os.path.join(work, name)
+        os.makedirs(self.dir)
+        os.chmod(self.dir, 0o755)
+        self.port = free_port()
+        self.procs = {}
+        self.start_server(fault)
+        self.proxy = Proxy(self.port) if through_proxy else None
+        for node in ("node-a", "node-b"):
+            self.start_agent(node)
+
+    def log(self, name):
+        return open(os.path.join(self.dir, name + ".log"), "ab")
+
+    def start_server(self, fault=None):
+        env = dict(os.environ)
+        env.pop("PALADIN_SERVER_FAULT", None)
+        if fault:
+            env["PALADIN_SERVER_FAULT"] = fault
+        os.makedirs(os.path.join(self.dir, "server"), exist_ok=True)
+        url_file = os.path.join(self.dir, "server", "server.url")
+        if os.path.exists(url_file):
+            os.remove(url_file)
+        self.procs["server"] = subprocess.Popen(
+            [PALADIN, "server", "--listen", f"127.0.0.1:{self.port}", "--data",
+             os.path.join(self.dir, "server"), "--lease", "3", "--heartbeat", "0.5",
+             "--checkpoint-every", "3", "--keep-checkpoints", "2"],
+            stdout=self.log("server"), stderr=subprocess.STDOUT, env=env)
+        wait_for("the server", lambda: os.path.exists(url_file), 30)
+        with open(os.path.join(self.dir, "server", "admin.token")) as f:
+            self.token = f.read().strip()
+        wait_for("the server to answer", lambda: self.get("/v1/summary") is not None, 30)
+
+    def start_agent(self, node):
+        port = self.proxy.port if self.proxy else self.port
+        self.procs[node] = subprocess.Popen(
+            [PALADIN, "agent", "--server", f"http://127.0.0.1:{port}", "--token-file",
+             os.path.join(self.dir, "server", "agent.token"), "--name", node, "--data",
+             os.path.join(self.dir, "agents", node), "--emulated-gpus", "2x8GiB",
+             "--migrate-port", str(free_port(pair=True))],
+            stdout=self.log("agent-" + node), stderr=subprocess.STDOUT)
+        wait_for(f"agent {node}", lambda: any(
+            n["name"] == node and n["state"] == "alive" for n in self.get("/v1/nodes")["nodes"]))
+
+    def request(self, method, path, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data,
+                                     method=method)
+        req.add_header("Authorization", "Bearer " + self.token)
+        req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            text = r.read()
+            return json.loads(text) if text else {}
+
+    def get(self, path):
+        return self.request("GET", path)
+
+    def post(self, path, body):
+        return self.request("POST", path, body)
+
+    def job(self, job_id):
+        return self.get("/v1/jobs/" + job_id)
+
+    def submit(self, tag):
+        # The demo workload is copied where the unprivileged workload user can run it.
+        return self.post("/v1/jobs", {
+            "name": tag, "team": "crash", "gpu_mem": "1GiB", "gpus": 1,
+            "command": [WORKLOAD, "--mib", "64", "--host-mib", "4", "--every-ms", "100",
+                        "--tag", tag]})["id"]
+
+    def stop(self):
+        for name in ("node-a", "node-b", "server"):
+            p = self.procs.get(name)
+            if p and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+
+def verify_once(fleet, job_id, tag, what):
+    """The job runs, exactly one copy of it, with verified state and one start."""
+    def settled():
+        job = fleet.job(job_id)
+        return job["state"] == "running" and job.get("migration") is None
+    wait_for(f"{what}: the job running with no migration under way", settled, 120)
+    wait_for(f"{what}: one live copy", lambda: len(
+        [s for s in tagged_processes(tag).values() if s not in "TtZ"]) == 1, 60)
+    time.sleep(2)
+    live = [s for s in tagged_processes(tag).values() if s not in "TtZ"]
+    if len(live) != 1:
+        fail(f"{what}: {len(live)} running copies of the job")
+        return
+    logs = fleet.get(f"/v1/jobs/{job_id}/logs?stream=stdout")["text"]
+    job = fleet.job(job_id)
+    starts = logs.count("started:")
+    if "MISMATCH" in logs:
+        fail(f"{what}: state MISMATCH in the job's log")
+    elif starts != 1 + job.get("restarts", 0):
+        fail(f"{what}: the workload started {starts} times")
+    else:
+        ok(f"{what}: one copy on {job['node']}, state verified, started once")
+
+
+def cancel_and_check_gone(fleet, job_id, tag):
+    fleet.post(f"/v1/jobs/{job_id}/cancel", {})
+    try:
+        wait_for("the cancelled job's processes to go", lambda: not tagged_processes(tag), 30)
+    except TimeoutError as e:
+        fail(str(e))
+
+
+def server_crash_at(work, step):
+    fleet = Fleet(work, "crash-" + step, fault=f"crash-at:{step}")
+    tag = "crash-" + step
+    try:
+        job_id = fleet.submit(tag)
+        wait_for("the job to run", lambda: fleet.job(job_id)["state"] == "running")
+        node = fleet.job(job_id)["node"]
+        fleet.post(f"/v1/jobs/{job_id}/migrate", {"to": "node-b" if node == "node-a" else "node-a"})
+        code = fleet.procs["server"].wait(120)
+        if code != 137:
+            fail(f"crash at {step}: the server exited {code}, not 137 (did the fault hook fire?)")
+        fleet.start_server()
+        verify_once(fleet, job_id, tag, f"server killed at '{step}'")
+        cancel_and_check_gone(fleet, job_id, tag)
+    except (TimeoutError, urllib.error.URLError, subprocess.TimeoutExpired) as e:
+        fail(f"crash at {step}: {e}")
+    finally:
+        fleet.stop()
+
+
+def server_killed_randomly(work, rounds, seed):
+    rng = random.Random(seed)
+    fleet = Fleet(work, "random")
+    tag = "crash-random"
+    try:
+        job_id = fleet.submit(tag)
+        wait_for("the job to run", lambda: fleet.job(job_id)["state"] == "running")
+        for i in range(rounds):
+            wait_for("the job to settle", lambda: fleet.job(job_id)["state"] == "running" and
+                     fleet.job(job_id).get("migration") is None, 120)
+            node = fleet.job(job_id)["node"]
+            fleet.post(f"/v1/jobs/{job_id}/migrate", {"to": "node-b" if node == "node-a" else "node-a"})
+            delay = rng.uniform(0, 4)
+            time.sleep(delay)
+            fleet.procs["server"].kill()
+            fleet.procs["server"].wait()
+            fleet.start_server()
+            verify_once(fleet, job_id, tag, f"server killed {delay:.2f} s into migration {i + 1}")
+        cancel_and_check_gone(fleet, job_id, tag)
+    except (TimeoutError, urllib.error.URLError, subprocess.TimeoutExpired) as e:
+        fail(f"random server kills: {e}")
+    finally:
+        fleet.stop()
+
+
+def agent_restart(work):
+    fleet = Fleet(work, "agent-restart")
+    tag = "agent-restart"
+    try:
+        job_id = fleet.submit(tag)
+        wait_for("the job to run", lambda: fleet.job(job_id)["state"] == "running")
+        node = fleet.job(job_id)["node"]
+        before = set(tagged_processes(tag))
+        fleet.procs[node].kill()
+        fleet.procs[node].wait()
+        time.sleep(1)
+        fleet.start_agent(node)
+        time.sleep(3)
+        after = set(tagged_processes(tag))
+        job = fleet.job(job_id)
+        if before != after:
+            fail(f"agent restart: the workload's processes changed ({before} -> {after})")
+        elif job["state"] != "running" or job["node"] != node or job.get("restarts", 0) != 0:
+            fail(f"agent restart: the job is {job['state']} on {job['node']}, not re-adopted")
+        else:
+            ok("agent restarted: its workload kept running (same pid) and was re-adopted")
+        verify_once(fleet, job_id, tag, "after the agent restart")
+        cancel_and_check_gone(fleet, job_id, tag)
+    except (TimeoutError, urllib.error.URLError, subprocess.TimeoutExpired) as e:
+        fail(f"agent restart: {e}")
+    finally:
+        fleet.stop()
+
+
+def agent_cut_off(work):
+    fleet = Fleet(work, "cut-off", through_proxy=True)
+    tag = "cut-off"
+    try:
+        job_id = fleet.submit(tag)
+        wait_for("a checkpoint of the job", lambda: fleet.job(job_id)["state"] == "running" and
+                 fleet.job(job_id).get("last_checkpoint"))
+        node = fleet.job(job_id)["node"]
+        fleet.proxy.cut()
+        # From now on, never two live copies: sample until the job runs elsewhere.
+        deadline = time.time() + 120
+        moved = False
+        while time.time() < deadline:
+            live = [s for s in tagged_processes(tag).values() if s not in "TtZ"]
+            if len(live) > 1:
+                fail(f"agent cut off: {len(live)} live copies at once")
+                break
+            try:
+                job = fleet.job(job_id)
+                if job["node"] != node and job["state"] == "running" and len(live) == 1:
+                    moved = True
+                    break
+            except urllib.error.URLError:
+                pass
+            time.sleep(0.1)
+        if not moved:
+            fail("agent cut off: the job was not restored on another node")
+        else:
+            ok("agent cut off: its copy froze, the job was restored elsewhere, never two live copies")
+        fleet.proxy.restore()
+        # The agent comes back: it is told to drop its stale, frozen copy.
+        wait_for("the stale copy to go", lambda: len(tagged_processes(tag)) == 1, 60)
+        ok("the reconnected agent dropped its stale copy")
+        verify_once(fleet, job_id, tag, "after the cut-off")
+        cancel_and_check_gone(fleet, job_id, tag)
+    except (TimeoutError, urllib.error.URLError, subprocess.TimeoutExpired) as e:
+        fail(f"agent cut off: {e}")
+    finally:
+        fleet.stop()
+
+
+def main():
+    global WORKLOAD
+    if os.geteuid() != 0:
+        print("SKIP: the fleet end to end needs root (PID namespaces, cgroups, CRIU)")
+        return 77
+    if not os.path.exists("/opt/paladin/criu/criu") and not os.environ.get("PALADIN_CRIU"):
+        print("SKIP: no CRIU (install it with scripts/criu.sh)")
+        return 77
+    work = tempfile.mkdtemp(prefix="paladin-e2e-crash.")
+    os.chmod(work, 0o755)
+    bin_dir = os.path.join(work, "bin")
+    os.makedirs(bin_dir)
+    WORKLOAD = os.path.join(bin_dir, "paladin-demo-workload")
+    subprocess.run(["cp", os.path.join(os.path.dirname(PALADIN), "paladin-demo-workload"),
+                    WORKLOAD], check=True)
+    os.chmod(bin_dir, 0o755)
+    only = os.environ.get("PALADIN_CRASH_ONLY", "")
+    try:
+        for step in STEPS:
+            if not only or only == step:
+                server_crash_at(work, step)
+        if not only or only == "random":
+            server_killed_randomly(work, rounds=3, seed=int(os.environ.get("PALADIN_SEED", "7")))
+        if not only or only == "agent-restart":
+            agent_restart(work)
+        if not only or only == "cut-off":
+            agent_cut_off(work)
+    finally:
+        subprocess.run(["pkill", "-KILL", "-f", WORKLOAD])
+        subprocess.run(["rm", "-rf", work])
+    if failures:
+        print(f"crash_test: {len(failures)} failure(s)")
+        return 1
+    print("crash_test: all checks passed")
+    return 0
+
+
+WORKLOAD = ""
+if __name__ == "__main__":
+    sys.exit(main())
