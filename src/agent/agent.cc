@@ -1,2 +1,315 @@
-// Placeholder until the agent lands.
-namespace paladin::agent {}
+// The agent's main loop: register (with backoff), heartbeat every heartbeat_s, dispatch the
+// commands of each answer once, carry results to the next heartbeats, watch the lease.
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "agent_impl.h"
+
+namespace paladin::agent {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kRememberedCommands = 4096;
+
+double Seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+void Say(const std::string& line) {
+  std::fprintf(stderr, "paladin agent: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+int RunAgent(const AgentOptions& options, const std::atomic<bool>* stop) {
+  Agent agent(options, stop);
+  return agent.Run();
+}
+
+Agent::Agent(AgentOptions options, const std::atomic<bool>* stop)
+    : options_(std::move(options)), stop_(stop) {}
+
+Agent::~Agent() { StopWorkers(true); }
+
+Status Agent::Setup() {
+  if (options_.name.empty()) return InvalidArgument("--name: the node needs a name");
+  if (options_.data_dir.empty()) return InvalidArgument("--data: the agent needs a directory");
+  if (options_.token.empty()) {
+    return InvalidArgument("no token: give --token, --token-file or $PALADIN_TOKEN");
+  }
+  StatusOr<api::Endpoint> endpoint = api::ParseUrl(options_.server_url);
+  if (!endpoint.ok()) return InvalidArgument("--server: " + endpoint.status().message());
+  client_ = std::make_unique<api::Client>(*endpoint, options_.token, 10);
+
+  std::error_code ec;
+  fs::create_directories(options_.data_dir, ec);
+  if (ec) return IoError("cannot create --data " + options_.data_dir + ": " + ec.message());
+  data_dir_ = fs::canonical(options_.data_dir, ec).string();
+  runs_dir_ = data_dir_ + "/runs";
+  fs::create_directories(runs_dir_, ec);
+  if (ec) return IoError("cannot create " + runs_dir_ + ": " + ec.message());
+  // Workloads run as another user: they must be able to reach their run directories.
+  for (const std::string& dir : {data_dir_, runs_dir_}) {
+    struct stat st {};
+    if (stat(dir.c_str(), &st) == 0) chmod(dir.c_str(), (st.st_mode & 07777) | 0711);
+  }
+  PALADIN_RETURN_IF_ERROR(ResolveUser());
+  PALADIN_RETURN_IF_ERROR(DiscoverGpus());
+  // Restored and received workloads are detached from CRIU; as a subreaper this agent becomes
+  // their parent and learns their exit codes.
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+    Say("warning: cannot become a child subreaper; restored workloads' exit codes are unknown");
+  }
+  LoadCommandIds();
+  return Status::Ok();
+}
+
+int Agent::Run() {
+  if (Status s = Setup(); !s.ok()) {
+    Say(s.message());
+    return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  Adopt();
+  last_contact_ = std::chrono::steady_clock::now();
+  double backoff = 0.5;
+  while (!stop_->load()) {
+    const auto began = std::chrono::steady_clock::now();
+    PollExits();
+    StopWorkers(false);
+    if (!registered_ && !Register()) {
+      CheckLease();
+      Say("retrying in " + std::to_string(static_cast<int>(backoff * 1000)) + " ms");
+      SleepFor(backoff);
+      backoff = std::min(backoff * 2, 10.0);
+      continue;
+    }
+    backoff = 0.5;
+    (void)Heartbeat();
+    CheckLease();
+    SleepFor(heartbeat_s_ - Seconds(std::chrono::steady_clock::now() - began));
+  }
+  Say("stopping");
+  StopWorkers(true);
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t left = 0;
+  for (auto& [key, w] : jobs_) {
+    if (w->state == "exited") continue;
+    if (options_.kill_on_exit) {
+      (void)KillTree(w.get());
+      Say("killed job " + w->id + " (--kill-on-exit)");
+    } else {
+      ++left;
+    }
+    if (w->grower) w->grower->Stop();
+  }
+  if (left > 0) {
+    Say(std::to_string(left) +
+        " workload(s) left running; a new agent with the same --data adopts them");
+  }
+  return 0;
+}
+
+void Agent::SleepFor(double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!stop_->load() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+bool Agent::Register() {
+  Json body = {{"name", options_.name},
+               {"address", options_.address},
+               {"migrate_port", options_.migrate_port},
+               {"gpus", GpusForRegister()},
+               {"jobs", Reports(true)}};
+  StatusOr<Json> answer = client_->Post("/v1/agents/register", body);
+  if (!answer.ok()) {
+    Say("cannot register with " + client_->Url() + ": " + answer.status().message());
+    return false;
+  }
+  Delivered();
+  try {
+    if (answer->is_object()) {
+      lease_s_ = answer->value("lease_s", lease_s_.load());
+      heartbeat_s_ = answer->value("heartbeat_s", heartbeat_s_);
+    }
+  } catch (const Json::exception& e) {
+    Say("the server's answer to register is malformed (" + std::string(e.what()) +
+        "); keeping lease " + std::to_string(lease_s_.load()) + " s");
+  }
+  heartbeat_s_ = std::clamp(heartbeat_s_, 0.05, 60.0);
+  registered_ = true;
+  last_contact_ = std::chrono::steady_clock::now();
+  char line[256];
+  std::snprintf(line, sizeof line, "registered with %s as %s: heartbeat every %.2g s, lease %.2g s",
+                client_->Url().c_str(), options_.name.c_str(), heartbeat_s_, lease_s_.load());
+  Say(line);
+  return true;
+}
+
+bool Agent::Heartbeat() {
+  Json results = Json::array();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    results_in_flight_ = results_.size();
+    for (const Result& r : results_) {
+      results.push_back({{"command", r.command},
+                         {"ok", r.status.ok()},
+                         {"error", r.status.message()},
+                         {"detail", r.detail}});
+    }
+  }
+  Json body = {{"gpus", GpusForHeartbeat()}, {"jobs", Reports(true)}, {"results", results}};
+  StatusOr<Json> answer = client_->Post("/v1/agents/" + options_.name + "/heartbeat", body);
+  if (!answer.ok()) {
+    const double silent = Seconds(std::chrono::steady_clock::now() - last_contact_);
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "heartbeat failed (%s); no contact for %.1f s of a %.2g s lease",
+                  answer.status().message().c_str(), silent, lease_s_.load());
+    Say(line);
+    // A server that does not know this agent (restarted without its state) hears from it again.
+    if (answer.status().code() == StatusCode::kNotFound) registered_ = false;
+    return false;
+  }
+  last_contact_ = std::chrono::steady_clock::now();
+  Delivered();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < results_in_flight_ && !results_.empty(); ++i) results_.pop_front();
+    results_in_flight_ = 0;
+  }
+  try {
+    if (answer->is_object()) {
+      lease_s_ = answer->value("lease_s", lease_s_.load());
+      if (answer->contains("heartbeat_s")) heartbeat_s_ = answer->at("heartbeat_s").get<double>();
+      heartbeat_s_ = std::clamp(heartbeat_s_, 0.05, 60.0);
+      if (answer->contains("commands")) {
+        for (const Json& c : answer->at("commands")) Dispatch(c);
+      }
+    }
+  } catch (const Json::exception& e) {
+    Say("malformed heartbeat answer: " + std::string(e.what()));
+  }
+  // The server has spoken (it may have killed some): what is still frozen runs again.
+  if (frozen_) Thaw();
+  return true;
+}
+
+void Agent::Dispatch(const Json& c) {
+  int64_t id = 0;
+  std::string kind;
+  try {
+    id = c.at("id").get<int64_t>();
+    kind = c.at("kind").get<std::string>();
+  } catch (const Json::exception& e) {
+    Say("ignoring a command without id or kind: " +
+        c.dump(-1, ' ', false, Json::error_handler_t::replace));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (seen_commands_.count(id) > 0) return;  // executed once, whatever the server repeats
+  }
+  RememberCommand(id);
+  Say("command " + std::to_string(id) + ": " + kind +
+      (c.contains("job") && c["job"].is_string() ? " " + c["job"].get<std::string>() : ""));
+  try {
+    if (kind == "start") {
+      Json detail = Json::object();
+      Status s = Start(c, &detail);
+      AddResult(id, s, detail);
+    } else if (kind == "kill") {
+      AddResult(id, Kill(c));
+    } else if (kind == "resize") {
+      AddResult(id, Resize(c));
+    } else if (kind == "fault") {
+      AddResult(id, Fault(c));
+    } else if (kind == "checkpoint") {
+      RunOnWorker(&Agent::Checkpoint, id, c);
+    } else if (kind == "restore") {
+      RunOnWorker(&Agent::Restore, id, c);
+    } else if (kind == "migrate_in") {
+      RunOnWorker(&Agent::MigrateIn, id, c);
+    } else if (kind == "migrate_out") {
+      RunOnWorker(&Agent::MigrateOut, id, c);
+    } else {
+      AddResult(id, InvalidArgument("unknown command kind '" + kind + "'"));
+    }
+  } catch (const Json::exception& e) {
+    AddResult(id, InvalidArgument("command " + std::to_string(id) + " (" + kind +
+                                  "): " + std::string(e.what())));
+  }
+}
+
+void Agent::RunOnWorker(void (Agent::*method)(int64_t, Json), int64_t id, const Json& command) {
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread thread([this, method, id, command, done] {
+    try {
+      (this->*method)(id, command);
+    } catch (const Json::exception& e) {
+      AddResult(id, InvalidArgument("command " + std::to_string(id) + ": " + e.what()));
+    }
+    done->store(true);
+  });
+  workers_.push_back({std::move(thread), done});
+}
+
+void Agent::StopWorkers(bool all) {
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    if (all || it->done->load()) {
+      if (all && !it->done->load()) Say("waiting for a command in progress to finish");
+      it->thread.join();
+      it = workers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Agent::AddResult(int64_t id, Status status, Json detail) {
+  Say("command " + std::to_string(id) + (status.ok() ? ": done" : ": failed: " + status.message()));
+  std::lock_guard<std::mutex> lock(mu_);
+  results_.push_back({id, std::move(status), std::move(detail)});
+}
+
+void Agent::RememberCommand(int64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  seen_commands_.insert(id);
+  seen_order_.push_back(id);
+  while (seen_order_.size() > kRememberedCommands) {
+    seen_commands_.erase(seen_order_.front());
+    seen_order_.pop_front();
+  }
+  // Remembered across restarts: a command executed just before a crash is not run twice.
+  const std::string path = data_dir_ + "/commands.json";
+  {
+    std::ofstream out(path + ".tmp");
+    out << Json(std::vector<int64_t>(seen_order_.begin(), seen_order_.end())).dump() << "\n";
+  }
+  std::error_code ec;
+  fs::rename(path + ".tmp", path, ec);
+}
+
+void Agent::LoadCommandIds() {
+  std::ifstream in(data_dir_ + "/commands.json");
+  if (!in) return;
+  const Json ids = Json::parse(in, nullptr, false);
+  if (!ids.is_array()) return;
+  for (const Json& id : ids) {
+    if (!id.is_number_integer()) continue;
+    seen_commands_.insert(id.get<int64_t>());
+    seen_order_.push_back(id.get<int64_t>());
+  }
+}
+
+}  // namespace paladin::agent

@@ -122,7 +122,20 @@ struct Prepared {
   int out = -1;
   int err = -1;
   int go[2] = {-1, -1};
+  const char* cwd = nullptr;
+  int64_t uid = -1;
+  int64_t gid = -1;
 };
+
+// Only async-signal-safe calls after the clone: writes the parts to stderr.
+void ChildSay(const char* what, const char* detail) {
+  const char* why = strerrordesc_np(errno);
+  const char* parts[] = {"paladin run: ", what, detail, ": ", why != nullptr ? why : "?", "\n"};
+  for (const char* part : parts) {
+    ssize_t ignored = write(STDERR_FILENO, part, strlen(part));
+    (void)ignored;
+  }
+}
 
 [[noreturn]] void ChildExec(const Prepared& p) {
   setsid();
@@ -137,6 +150,20 @@ struct Prepared {
   // Nothing else of the launcher's: an inherited descriptor would tie the job's checkpoints to a
   // file outside it.
   close_range(3, ~0U, 0);
+  if (p.cwd != nullptr && chdir(p.cwd) != 0) {
+    ChildSay("cannot enter ", p.cwd);
+    _exit(126);
+  }
+  // Raw system calls: after a raw clone glibc's set*id would signal the parent's threads.
+  if (p.gid >= 0 && (syscall(SYS_setgroups, 0, nullptr) != 0 ||
+                     syscall(SYS_setresgid, p.gid, p.gid, p.gid) != 0)) {
+    ChildSay("cannot switch group", "");
+    _exit(126);
+  }
+  if (p.uid >= 0 && syscall(SYS_setresuid, p.uid, p.uid, p.uid) != 0) {
+    ChildSay("cannot switch user", "");
+    _exit(126);
+  }
   execvpe(p.argv[0], p.argv.data(), p.envp.data());
   // Only async-signal-safe calls here: strerrordesc_np neither allocates nor reads the locale.
   const char* why = strerrordesc_np(errno);
@@ -173,6 +200,9 @@ StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec) {
     return IoError("cannot open the workload's logs in " +
                    fs::path(spec.stdout_log).parent_path().string() + ": " + strerror(errno));
   }
+  p.cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
+  p.uid = spec.uid;
+  p.gid = spec.gid;
   if (pipe2(p.go, O_CLOEXEC) != 0) return IoError(std::string("pipe: ") + strerror(errno));
 
   StartedWorkload started;

@@ -1,7 +1,94 @@
+// `paladin agent`: the node agent (include/paladin/agent/agent.h, docs/agent.md).
+#include <signal.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
 #include "commands.h"
+#include "paladin/agent/agent.h"
 
 namespace paladin::cli {
+namespace {
 
-void RegisterAgent(CLI::App& /*app*/, int* /*exit_code*/) {}
+std::atomic<bool> g_stop{false};
+
+// Stops the agent only: its workloads run on (unless --kill-on-exit).
+void OnSignal(int /*signal*/) { g_stop.store(true); }
+
+struct AgentArgs {
+  agent::AgentOptions options;
+  std::string token_file;
+};
+
+// The token: --token, else the first line of --token-file, else $PALADIN_TOKEN.
+bool ResolveToken(AgentArgs* a) {
+  if (!a->options.token.empty()) return true;
+  if (!a->token_file.empty()) {
+    std::ifstream in(a->token_file);
+    std::string line;
+    if (!in || !std::getline(in, line)) {
+      Say("agent", "--token-file " + a->token_file + ": cannot read it");
+      return false;
+    }
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    a->options.token = line;
+  } else if (const char* env = std::getenv("PALADIN_TOKEN")) {
+    a->options.token = env;
+  }
+  if (a->options.token.empty()) {
+    Say("agent", "no token: give --token, --token-file or $PALADIN_TOKEN");
+    return false;
+  }
+  return true;
+}
+
+int RunAgentCommand(AgentArgs a) {
+  if (!ResolveToken(&a)) return 2;
+  struct sigaction stop {};
+  stop.sa_handler = OnSignal;
+  sigemptyset(&stop.sa_mask);
+  sigaction(SIGINT, &stop, nullptr);
+  sigaction(SIGTERM, &stop, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  return agent::RunAgent(a.options, &g_stop);
+}
+
+}  // namespace
+
+void RegisterAgent(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<AgentArgs>();
+  agent::AgentOptions& o = a->options;
+  CLI::App* cmd = app.add_subcommand(
+      "agent",
+      "Run the node agent: register with the server, heartbeat, and run, checkpoint, restore "
+      "and migrate the workloads it is told to (as an unprivileged user, under GPU-memory "
+      "quotas)");
+  cmd->add_option("--server", o.server_url, "The server, http://HOST:PORT")->required();
+  auto* token = cmd->add_option("--token", o.token, "An agent token (else $PALADIN_TOKEN)");
+  cmd->add_option("--token-file", a->token_file, "A file holding the token")->excludes(token);
+  cmd->add_option("--name", o.name, "This node's name")->required();
+  cmd->add_option("--data", o.data_dir,
+                  "The agent's directory: run directories, job records, emulated GPUs' state")
+      ->required();
+  cmd->add_option("--emulated-gpus", o.emulated_gpus,
+                  "Emulated GPUs of this agent's own, e.g. 2x80GiB (default: the real GPUs, or "
+                  "one emulated GPU when there is none)");
+  cmd->add_option("--address", o.address, "The address other agents reach this one at")
+      ->capture_default_str();
+  cmd->add_option("--migrate-port", o.migrate_port, "Port for incoming migrations (and PORT+1)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65534));
+  cmd->add_option("--user", o.user, "Workloads run as this user when the agent runs as root")
+      ->capture_default_str();
+  cmd->add_flag("--allow-root", o.allow_root, "Allow --user root");
+  cmd->add_flag("--kill-on-exit", o.kill_on_exit,
+                "Kill the workloads when the agent stops (default: they run on, and the next "
+                "agent with this --data adopts them)");
+  cmd->callback([a, exit_code] { *exit_code = RunAgentCommand(*a); });
+}
 
 }  // namespace paladin::cli

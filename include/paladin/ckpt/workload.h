@@ -52,6 +52,11 @@ struct WorkloadSpec {
   std::string stderr_log;
   bool pid_namespace = true;
   std::string cgroup;  // created if non-empty
+  // Optional: the working directory (default: the caller's), and the user and group the workload
+  // runs as (-1: the caller's). Switching needs root; supplementary groups are dropped.
+  std::string cwd;
+  int64_t uid = -1;
+  int64_t gid = -1;
 };
 
 struct StartedWorkload {

@@ -1,0 +1,40 @@
+// The node agent (`paladin agent`): one per node. It discovers the node's GPUs (NVML, or emulated
+// GPUs of its own), registers with the server, heartbeats every heartbeat_s seconds and carries
+// out the commands the answers carry (docs/formats/api.md, "Node agents"): it starts workloads
+// under the GPU-memory quota as an unprivileged user, reports their state, usage and logs,
+// resizes their quotas, checkpoints, restores and migrates them, and freezes them when it loses
+// the server for longer than its lease. Workloads outlive the agent: a restarted agent adopts the
+// ones still running from its data directory. See docs/agent.md.
+#ifndef PALADIN_AGENT_AGENT_H_
+#define PALADIN_AGENT_AGENT_H_
+
+#include <atomic>
+#include <string>
+
+namespace paladin::agent {
+
+struct AgentOptions {
+  std::string server_url;  // "http://host:port"
+  std::string token;       // an `agent` (or admin) token
+  std::string name;        // the node's name
+  std::string data_dir;    // run directories, records, emulated GPUs' state
+  // Non-empty: emulated GPUs ("2x80GiB"), private to this agent (their state lives under
+  // data_dir). Empty: the real GPUs through NVML, else one emulated GPU (the agent says so).
+  std::string emulated_gpus;
+  std::string address = "127.0.0.1";  // what other agents reach this one's migrations at
+  int migrate_port = 7100;
+  std::string user = "nobody";  // workloads run as this user when the agent is root
+  bool allow_root = false;      // let workloads run as root (--user root)
+  bool kill_on_exit = false;    // kill the workloads when the agent stops (default: leave them)
+};
+
+// Runs the agent until *stop becomes true (a signal handler may set it) and returns the process's
+// exit code: 0 after a requested stop, 2 for unusable options, 1 when the node cannot host
+// workloads. Blocks the calling thread; starts and joins its own worker threads. Call it at most
+// once per process: it makes the process a child subreaper and sets PALADIN_EMU_* in its
+// environment.
+int RunAgent(const AgentOptions& options, const std::atomic<bool>* stop);
+
+}  // namespace paladin::agent
+
+#endif  // PALADIN_AGENT_AGENT_H_

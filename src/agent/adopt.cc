@@ -1,0 +1,110 @@
+// Re-adoption: workloads outlive the agent (their own sessions, detached from it), so a new agent
+// with the same data directory finds them by their records (DATA/runs/*/agent.json) and carries
+// on reporting, growing and checkpointing them. A record whose pid is gone, or now names another
+// process (another start time), is reported once as exited and forgotten.
+#include <filesystem>
+#include <fstream>
+
+#include "agent_impl.h"
+
+namespace paladin::agent {
+
+namespace fs = std::filesystem;
+
+StatusOr<std::unique_ptr<Workload>> Agent::Track(const std::string& id, int64_t epoch,
+                                                 const ckpt::JobRecord& record, int gpu_index,
+                                                 const std::string& gpu_uuid) {
+  auto w = std::make_unique<Workload>();
+  w->id = id;
+  w->epoch = epoch;
+  w->agent_dir = runs_dir_ + "/" + id + "-" + std::to_string(epoch);
+  w->record = record;
+  w->gpu_index = gpu_index;
+  w->gpu_uuid = gpu_uuid.empty() ? GpuUuid(gpu_index) : gpu_uuid;
+  w->start_time = quota::ProcessIdOf(std::to_string(record.pid)).start_time;
+  if (!record.region.empty()) {
+    std::string error;
+    w->region = quota::Region::Open(record.region, &error);
+    if (w->region == nullptr) return Internal("job " + id + ": its quota region: " + error);
+  }
+  StartGrower(w.get());
+  return w;
+}
+
+void Agent::Adopt() {
+  std::error_code ec;
+  int adopted = 0;
+  for (const auto& entry : fs::directory_iterator(runs_dir_, ec)) {
+    const std::string path = entry.path().string() + "/agent.json";
+    std::ifstream in(path);
+    if (!in) continue;
+    const Json j = Json::parse(in, nullptr, false);
+    std::string id;
+    int64_t epoch = 0;
+    std::string run_dir;
+    uint64_t start_time = 0;
+    int gpu_index = -1;
+    std::string gpu_uuid;
+    int64_t out_offset = 0;
+    int64_t err_offset = 0;
+    try {
+      id = j.at("id").get<std::string>();
+      epoch = j.at("epoch").get<int64_t>();
+      run_dir = j.at("run_dir").get<std::string>();
+      start_time = j.at("start_time").get<uint64_t>();
+      gpu_index = j.value("gpu_index", -1);
+      gpu_uuid = j.value("gpu_uuid", std::string());
+      out_offset = j.value("out_offset", int64_t{0});
+      err_offset = j.value("err_offset", int64_t{0});
+    } catch (const Json::exception& e) {
+      Say("ignoring " + path + ": " + e.what());
+      continue;
+    }
+    StatusOr<ckpt::JobRecord> record = ckpt::ReadJob(run_dir);
+    if (!record.ok()) {
+      Say("ignoring " + path + ": " + record.status().message());
+      fs::remove(path, ec);
+      continue;
+    }
+    quota::ProcessId pid;
+    pid.pid = static_cast<uint32_t>(record->pid);
+    pid.start_time = start_time;
+    const bool alive = record->pid > 0 && quota::ProcessAlive(pid) &&
+                       quota::ProcessIdOf(std::to_string(record->pid)).start_time == start_time;
+    std::unique_ptr<Workload> w;
+    if (alive) {
+      StatusOr<std::unique_ptr<Workload>> tracked = Track(id, epoch, *record, gpu_index, gpu_uuid);
+      if (!tracked.ok()) {
+        Say("cannot adopt job " + id + ": " + tracked.status().message());
+        continue;
+      }
+      w = std::move(*tracked);
+      w->start_time = start_time;
+      // Frozen by the previous agent when it lost the server: the server's next answer decides.
+      const char state = ProcState(static_cast<pid_t>(record->pid), nullptr);
+      if (state == 'T' || state == 't') {
+        w->frozen = true;
+        frozen_ = true;
+      }
+      ++adopted;
+      Say("adopted job " + id + " (epoch " + std::to_string(epoch) + ", pid " +
+          std::to_string(record->pid) + "), left running by a previous agent");
+    } else {
+      w = std::make_unique<Workload>();
+      w->id = id;
+      w->epoch = epoch;
+      w->agent_dir = entry.path().string();
+      w->record = *record;
+      w->state = "exited";
+      Say("job " + id + " (pid " + std::to_string(record->pid) +
+          ") ended while no agent watched it (exit code unknown)");
+    }
+    w->out_offset = w->out_pending = out_offset;
+    w->err_offset = w->err_pending = err_offset;
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_[{id, epoch}] = std::move(w);
+  }
+  if (adopted > 0) Say("adopted " + std::to_string(adopted) + " running workload(s)");
+}
+
+}  // namespace paladin::agent

@@ -1,0 +1,202 @@
+// The node agent's internals, one class whose methods live in files by concern:
+//   agent.cc     the main loop: register, heartbeat, lease, command dispatch, results
+//   gpus.cc      GPU discovery (NVML or emulated), faults, the GPU part of reports
+//   launcher.cc  starting a workload (quota region, interposer, user, namespace, cgroup)
+//   jobs.cc      the job table: reports, logs, exit detection, records, forgetting
+//   commands.cc  the commands (start, kill, resize, checkpoint, restore, migrate_*, fault)
+//   adopt.cc     re-adopting the workloads a previous agent left running
+//   lease.cc     freezing workloads when the server is out of reach, thawing them after
+//
+// Threads: the main loop (RunAgent's caller) and one worker thread per long command
+// (checkpoint, restore, migrate_in, migrate_out). mu_ guards the job table, the results and the
+// command ids; a worker marks its job busy under mu_ and works on it without the lock, so a busy
+// job is never erased, frozen or reaped by anyone else.
+#ifndef PALADIN_AGENT_AGENT_IMPL_H_
+#define PALADIN_AGENT_AGENT_IMPL_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "paladin/agent/agent.h"
+#include "paladin/api/client.h"
+#include "paladin/base/status.h"
+#include "paladin/ckpt/criu.h"
+#include "paladin/ckpt/workload.h"
+#include "paladin/gpu/nvml.h"
+#include "paladin/quota/launch.h"
+#include "paladin/quota/region.h"
+
+namespace paladin::agent {
+
+using Json = nlohmann::json;
+
+// "paladin agent: LINE" on stderr.
+void Say(const std::string& line);
+
+// The emulated driver's host-wide control folder, and the link a state file's control folder
+// (STATE.ctl) becomes to it (gpus.cc).
+inline constexpr const char* kHostControlDir = "/dev/shm/paladin-emu-ctl";
+void LinkControlDir(const std::string& state_path);
+// A restored process maps the state file its environment names (the source's): where that path
+// is free here (the source's data is gone), it becomes a link to this agent's state file.
+void LinkStateFile(const std::string& old_state, const std::string& state);
+
+// The state letter of a process ('R', 'S', 'T', 'Z', ...; '\0' when there is none) and, when
+// `parent` is not null, its parent's pid, from /proc/PID/stat.
+char ProcState(pid_t pid, pid_t* parent);
+
+// A workload this agent runs (started, restored, received or adopted).
+struct Workload {
+  std::string id;
+  int64_t epoch = 0;
+  std::string agent_dir;    // DATA/runs/<id>-<epoch>: the agent's record (agent.json)
+  ckpt::JobRecord record;   // record.run_dir is agent_dir for a started job
+  uint64_t start_time = 0;  // of the root, so a reused pid is never taken for it
+  int gpu_index = -1;
+  std::string gpu_uuid;
+  std::unique_ptr<quota::Region> region;
+  std::unique_ptr<quota::QuotaGrower> grower;
+  std::string state = "running";  // running | exited | stopped | frozen
+  std::optional<int> exit_code;
+  int64_t out_offset = 0;  // log bytes the server has
+  int64_t err_offset = 0;
+  int64_t out_pending = 0;  // up to where the heartbeat in flight carries them
+  int64_t err_pending = 0;
+  bool busy = false;  // a worker is checkpointing or migrating it
+  bool frozen = false;
+  bool exit_reported = false;  // the report in flight says it exited: forget it once delivered
+};
+
+struct Result {
+  int64_t command = 0;
+  Status status;
+  Json detail = Json::object();
+};
+
+class Agent {
+ public:
+  Agent(AgentOptions options, const std::atomic<bool>* stop);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  int Run();
+
+ private:
+  // --- agent.cc ---
+  Status Setup();
+  bool Register();
+  bool Heartbeat();
+  void Dispatch(const Json& command);
+  void AddResult(int64_t id, Status status, Json detail = Json::object());
+  void SleepFor(double seconds);
+  void RememberCommand(int64_t id);
+  void LoadCommandIds();
+  void StopWorkers(bool all);
+  void RunOnWorker(void (Agent::*method)(int64_t, Json), int64_t id, const Json& command);
+
+  // --- gpus.cc ---
+  Status DiscoverGpus();
+  Json GpusForRegister() const;
+  Json GpusForHeartbeat() const;
+  std::string GpuUuid(int index) const;
+  void ShareEmulatedState() const;
+
+  // --- launcher.cc ---
+  Status ResolveUser();
+  StatusOr<std::unique_ptr<Workload>> Launch(const Json& command);
+  void GiveToUser(const std::string& path) const;
+
+  // --- jobs.cc ---
+  Workload* Find(const std::string& id, int64_t epoch);  // epoch < 0: any; needs mu_
+  Json Reports(bool with_logs);                          // takes mu_
+  void Delivered();                                      // takes mu_
+  void PollExits();                                      // takes mu_
+  void Forget(const std::string& id, int64_t epoch, bool remove_run_dir);  // needs mu_
+  void SaveRecord(const Workload& w) const;
+  void StartGrower(Workload* w) const;
+  static Status KillTree(Workload* w);
+
+  // --- adopt.cc ---
+  void Adopt();
+  StatusOr<std::unique_ptr<Workload>> Track(const std::string& id, int64_t epoch,
+                                            const ckpt::JobRecord& record, int gpu_index,
+                                            const std::string& gpu_uuid);
+
+  // --- commands.cc ---
+  Status Start(const Json& c, Json* detail);
+  Status Kill(const Json& c);
+  Status Resize(const Json& c);
+  Status Fault(const Json& c);
+  void Checkpoint(int64_t id, Json c);
+  void Restore(int64_t id, Json c);
+  void MigrateIn(int64_t id, Json c);
+  void MigrateOut(int64_t id, Json c);
+  StatusOr<ckpt::Criu> ReadyCriu();
+  Status CommitMigration(int64_t migration);
+  Workload* Claim(const Json& c, Status* why);  // marks the job busy; takes mu_
+  void Release(Workload* w);                    // takes mu_
+
+  // --- lease.cc ---
+  void CheckLease();
+  void Thaw();
+  static void SignalTree(pid_t root, int signal);
+
+  AgentOptions options_;
+  const std::atomic<bool>* stop_;
+  std::string data_dir_;
+  std::string runs_dir_;
+  std::unique_ptr<api::Client> client_;
+
+  // GPUs (set up before any thread starts; faults_ under gpu_mu_).
+  quota::Libraries libs_;
+  quota::DriverChoice driver_;
+  std::unique_ptr<gpu::Nvml> nvml_;
+  std::vector<gpu::GpuInfo> gpus_;
+  mutable std::mutex gpu_mu_;
+  std::map<int, std::string> faults_;
+
+  // Who workloads run as (-1: the agent's own user).
+  int64_t uid_ = -1;
+  int64_t gid_ = -1;
+
+  std::mutex criu_mu_;
+  std::optional<StatusOr<ckpt::Criu>> criu_;
+
+  // Contact with the server (main loop only, but lease_s_ is read by workers).
+  bool registered_ = false;
+  std::atomic<double> lease_s_{6};
+  double heartbeat_s_ = 1;
+  std::chrono::steady_clock::time_point last_contact_;
+  bool frozen_ = false;
+
+  std::mutex mu_;
+  std::map<std::pair<std::string, int64_t>, std::unique_ptr<Workload>> jobs_;
+  std::deque<Result> results_;
+  size_t results_in_flight_ = 0;
+  std::set<int64_t> seen_commands_;
+  std::deque<int64_t> seen_order_;
+  struct Worker {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Worker> workers_;  // main loop only
+};
+
+}  // namespace paladin::agent
+
+#endif  // PALADIN_AGENT_AGENT_IMPL_H_

@@ -1,0 +1,483 @@
+// The server's commands (docs/formats/api.md, "Node agents"). start, kill, resize and fault are
+// quick and run on the main loop; checkpoint, restore, migrate_in and migrate_out run on worker
+// threads while heartbeats go on. Each adds exactly one result.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "agent_impl.h"
+#include "paladin/ckpt/cgroup.h"
+#include "paladin/ckpt/checkpoint.h"
+#include "paladin/ckpt/image.h"
+#include "paladin/migrate/migrate.h"
+
+namespace paladin::agent {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// CRIU's parasite needs the task's /proc to be its own PID namespace's, or the right to mount
+// one: a workload of an unprivileged user in a PID namespace of its own has neither.
+Status Explained(const Status& s, int64_t uid) {
+  if (s.ok() || uid < 0 || s.message().find("Dumping FAILED") == std::string::npos) return s;
+  return Status(s.code(), s.message() +
+                              " (workloads run as an unprivileged user cannot be dumped by CRIU "
+                              "here: start the agent with --user root --allow-root for "
+                              "checkpointable workloads; see docs/agent.md)");
+}
+
+double Since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+int64_t Epoch(const Json& c) { return c.contains("epoch") ? c.at("epoch").get<int64_t>() : -1; }
+
+int64_t FileSize(const std::string& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  return ec ? 0 : static_cast<int64_t>(size);
+}
+
+// The restored copy's exit status goes to this agent (a subreaper) once CRIU lets go of it; a
+// killed source's root, when it was our child, is reaped here.
+void Reap(pid_t pid) {
+  pid_t parent = 0;
+  for (int i = 0; i < 100; ++i) {
+    const char state = ProcState(pid, &parent);
+    if (state == '\0' || parent != getpid()) return;
+    if (state == 'Z') {
+      waitpid(pid, nullptr, WNOHANG);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// RestoreJob rebuilds the record from the manifest where the run directory was gone; the logs'
+// places come from the manifest too.
+void FillLogs(const std::string& image, ckpt::JobRecord* record) {
+  if (!record->stdout_log.empty() && !record->stderr_log.empty()) return;
+  StatusOr<ckpt::Manifest> m = ckpt::ReadManifest(image);
+  if (!m.ok()) return;
+  for (size_t i = 0; i < m->logs.size() && i < m->log_targets.size(); ++i) {
+    if (m->logs[i] == "logs/stdout.log") record->stdout_log = m->log_targets[i];
+    if (m->logs[i] == "logs/stderr.log") record->stderr_log = m->log_targets[i];
+  }
+  if (record->stdout_log.empty()) record->stdout_log = record->run_dir + "/stdout.log";
+  if (record->stderr_log.empty()) record->stderr_log = record->run_dir + "/stderr.log";
+  (void)ckpt::WriteJob(*record);
+}
+
+}  // namespace
+
+Workload* Agent::Claim(const Json& c, Status* why) {
+  const std::string id = c.at("job").get<std::string>();
+  std::lock_guard<std::mutex> lock(mu_);
+  Workload* w = Find(id, Epoch(c));
+  if (w == nullptr) {
+    *why = NotFound("job " + id + " does not run here");
+  } else if (w->busy) {
+    *why = FailedPrecondition("job " + id + " is busy with another checkpoint or move");
+  } else if (w->state == "exited") {
+    *why = FailedPrecondition("job " + id + " has exited");
+  } else if (w->frozen) {
+    *why = FailedPrecondition("job " + id + " is frozen (no contact with the server)");
+  } else {
+    w->busy = true;
+    return w;
+  }
+  return nullptr;
+}
+
+void Agent::Release(Workload* w) {
+  std::lock_guard<std::mutex> lock(mu_);
+  w->busy = false;
+}
+
+StatusOr<ckpt::Criu> Agent::ReadyCriu() {
+  std::lock_guard<std::mutex> lock(criu_mu_);
+  if (!criu_) {
+    StatusOr<ckpt::Criu> criu = ckpt::LocateCriu();
+    if (criu.ok()) {
+      std::error_code ec;
+      fs::create_directories(ckpt::RunBase(), ec);
+      Status probed = ckpt::ProbeBreakpoints(&*criu, ckpt::RunBase());
+      if (!probed.ok()) criu = probed;
+    }
+    if (criu.ok()) {
+      Say("CRIU " + criu->version + " at " + criu->path +
+          (criu->no_breakpoints ? " (CRIU_FAULT=130 on this kernel)" : ""));
+    }
+    criu_ = criu;
+  }
+  return *criu_;
+}
+
+Status Agent::Start(const Json& c, Json* detail) {
+  const std::string id = c.at("job").get<std::string>();
+  const int64_t epoch = c.value("epoch", int64_t{0});
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Workload* w = Find(id, epoch); w != nullptr && w->state != "exited") {
+      (*detail)["pid"] = w->record.pid;  // already started: the server asked twice
+      return Status::Ok();
+    }
+  }
+  StatusOr<std::unique_ptr<Workload>> w = Launch(c);
+  if (!w.ok()) return w.status();
+  (*detail)["pid"] = (*w)->record.pid;
+  std::string quota = "no GPU-memory quota";
+  if ((*w)->region != nullptr) {
+    quota = quota::FormatSize((*w)->region->quota()) + " quota";
+    if ((*w)->region->ceiling() > (*w)->region->quota()) {
+      quota += " (grows up to " + quota::FormatSize((*w)->region->ceiling()) + ")";
+    }
+  }
+  Say("started job " + id + " (epoch " + std::to_string(epoch) + ") as pid " +
+      std::to_string((*w)->record.pid) + " on GPU " + std::to_string((*w)->gpu_index) + ", " +
+      quota + "; logs in " + (*w)->record.run_dir);
+  std::lock_guard<std::mutex> lock(mu_);
+  jobs_[{id, epoch}] = std::move(*w);
+  return Status::Ok();
+}
+
+Status Agent::Kill(const Json& c) {
+  const std::string id = c.at("job").get<std::string>();
+  const int64_t epoch = Epoch(c);
+  std::vector<Workload*> victims;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, w] : jobs_) {
+      if (key.first != id || (epoch >= 0 && key.second != epoch)) continue;
+      if (w->busy) return FailedPrecondition("job " + id + " is being checkpointed or moved");
+      victims.push_back(w.get());
+    }
+    for (Workload* w : victims) w->busy = true;
+  }
+  if (victims.empty()) return Status::Ok();  // nothing of it runs here: killed already
+  Status result = Status::Ok();
+  for (Workload* w : victims) {
+    Status s = KillTree(w);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!s.ok()) {
+      w->busy = false;
+      result = s;
+      continue;
+    }
+    Say("killed job " + w->id + " (epoch " + std::to_string(w->epoch) + ", pid " +
+        std::to_string(w->record.pid) + ")");
+    Forget(w->id, w->epoch, true);
+  }
+  return result;
+}
+
+Status Agent::Resize(const Json& c) {
+  const std::string id = c.at("job").get<std::string>();
+  std::lock_guard<std::mutex> lock(mu_);
+  Workload* w = Find(id, Epoch(c));
+  if (w == nullptr) return NotFound("job " + id + " does not run here");
+  if (w->region == nullptr) return FailedPrecondition("job " + id + " has no GPU-memory quota");
+  const uint64_t before = w->region->quota();
+  if (c.contains("quota_bytes")) w->region->SetQuota(c.at("quota_bytes").get<uint64_t>());
+  if (c.contains("ceiling_bytes")) w->region->SetCeiling(c.at("ceiling_bytes").get<uint64_t>());
+  StartGrower(w);
+  Say("job " + id + ": quota " + quota::FormatSize(before) + " -> " +
+      quota::FormatSize(w->region->quota()) + ", ceiling " +
+      quota::FormatSize(w->region->ceiling()));
+  return Status::Ok();
+}
+
+Status Agent::Fault(const Json& c) {
+  const int index = c.at("gpu_index").get<int>();
+  if (GpuUuid(index).empty()) return NotFound("no GPU " + std::to_string(index) + " here");
+  if (!driver_.emulated) {
+    return FailedPrecondition("GPU " + std::to_string(index) +
+                              " is real: faults are injected "
+                              "into emulated GPUs only");
+  }
+  // "kind" names the command: the fault's kind comes as fault_kind.
+  std::string fault = c.value("fault_kind", std::string("xid"));
+  if (c.contains("code")) fault += " " + c.at("code").dump();
+  std::lock_guard<std::mutex> lock(gpu_mu_);
+  faults_[index] = fault;
+  Say("GPU " + std::to_string(index) + " marked faulty: " + fault);
+  return Status::Ok();
+}
+
+void Agent::Checkpoint(int64_t id, Json c) {
+  const std::string mode = c.value("mode", std::string("keep"));
+  const std::string dir = c.at("dir").get<std::string>();
+  if (mode != "keep" && mode != "stop") {
+    AddResult(id, InvalidArgument("checkpoint mode '" + mode + "': expected keep or stop"));
+    return;
+  }
+  Status why;
+  Workload* w = Claim(c, &why);
+  if (w == nullptr) {
+    AddResult(id, why);
+    return;
+  }
+  StatusOr<ckpt::Criu> criu = ReadyCriu();
+  if (!criu.ok()) {
+    Release(w);
+    AddResult(id, criu.status());
+    return;
+  }
+  ckpt::CheckpointOptions options;
+  options.after = mode == "keep" ? ckpt::CheckpointOptions::After::kLeaveRunning
+                                 : ckpt::CheckpointOptions::After::kKill;
+  const auto began = std::chrono::steady_clock::now();
+  const std::string job = w->id;
+  StatusOr<ckpt::PhaseTimes> times = ckpt::CheckpointJob(
+      *criu, &w->record, dir, options,
+      [job](const std::string& line) { Say("checkpoint " + job + ": " + line); });
+  if (!times.ok()) {
+    Release(w);
+    AddResult(id, Explained(Status(times.status().code(),
+                                   times.status().message() + "; the job keeps running"),
+                            uid_));
+    return;
+  }
+  const Json detail = {
+      {"path", w->record.image}, {"bytes", times->image_bytes}, {"seconds", Since(began)}};
+  Say("checkpointed job " + job + " into " + w->record.image + " (" +
+      quota::FormatSize(times->image_bytes) + ", " + times->Describe() + ")" +
+      (mode == "stop" ? "; it is stopped and forgotten here" : "; it runs on"));
+  if (mode == "stop") {
+    Reap(static_cast<pid_t>(w->record.pid));
+    if (!w->record.cgroup.empty()) (void)ckpt::Cgroup::Existing(w->record.cgroup).Remove();
+    std::lock_guard<std::mutex> lock(mu_);
+    Forget(w->id, w->epoch, true);
+  } else {
+    Release(w);
+  }
+  AddResult(id, Status::Ok(), detail);
+}
+
+void Agent::Restore(int64_t id, Json c) {
+  const std::string job = c.at("job").get<std::string>();
+  const int64_t epoch = c.value("epoch", int64_t{0});
+  const std::string image = c.at("image").get<std::string>();
+  const int gpu_index = c.value("gpu_index", 0);
+  std::string gpu_uuid = c.value("gpu_uuid", std::string());
+  if (gpu_uuid.empty()) gpu_uuid = GpuUuid(gpu_index);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Workload* w = Find(job, epoch); w != nullptr && w->state != "exited") {
+      AddResult(id, Status::Ok(), {{"pid", w->record.pid}});
+      return;
+    }
+  }
+  StatusOr<ckpt::Manifest> manifest = ckpt::ReadManifest(image);
+  if (!manifest.ok()) {
+    AddResult(id, manifest.status());
+    return;
+  }
+  if (manifest->gpu_mode == "emulated" && driver_.emulated) {
+    LinkControlDir(manifest->emu_state);
+    LinkStateFile(manifest->emu_state, data_dir_ + "/emu.state");
+  }
+  ckpt::RestoreOptions2 options;
+  // Every GPU the process saw must be paired (the server may send the whole source node's map);
+  // the ones it held memory on go to gpu_uuid.
+  if (c.contains("gpu_map") && c["gpu_map"].is_object()) {
+    for (const auto& [old_uuid, new_uuid] : c["gpu_map"].items()) {
+      options.gpu_map.emplace_back(old_uuid, new_uuid.get<std::string>());
+    }
+  }
+  for (const ckpt::ImageGpu& g : manifest->gpus) {
+    bool paired = false;
+    for (const auto& pair : options.gpu_map) paired |= pair.first == g.uuid;
+    if (!paired && !gpu_uuid.empty() && g.uuid != gpu_uuid) {
+      options.gpu_map.emplace_back(g.uuid, gpu_uuid);
+    }
+  }
+  StatusOr<ckpt::Criu> criu = ReadyCriu();
+  if (!criu.ok()) {
+    AddResult(id, criu.status());
+    return;
+  }
+  ckpt::PhaseTimes times;
+  StatusOr<ckpt::JobRecord> record = ckpt::RestoreJob(
+      *criu, image, options,
+      [job](const std::string& line) { Say("restore " + job + ": " + line); }, &times);
+  if (!record.ok()) {
+    AddResult(id, record.status());
+    return;
+  }
+  FillLogs(image, &*record);
+  GiveToUser(record->run_dir);
+  StatusOr<std::unique_ptr<Workload>> w = Track(job, epoch, *record, gpu_index, gpu_uuid);
+  if (!w.ok()) {
+    AddResult(id, w.status());  // it runs, but without its quota: say so
+    return;
+  }
+  if ((*w)->region != nullptr && c.contains("quota_bytes")) {
+    (*w)->region->SetQuota(c.at("quota_bytes").get<uint64_t>());
+    if (c.contains("ceiling_bytes")) {
+      (*w)->region->SetCeiling(c.at("ceiling_bytes").get<uint64_t>());
+    }
+    StartGrower(w->get());
+  }
+  // The logs came back with the image; the server has their text up to the checkpoint.
+  (*w)->out_offset = (*w)->out_pending = FileSize(record->stdout_log);
+  (*w)->err_offset = (*w)->err_pending = FileSize(record->stderr_log);
+  SaveRecord(**w);
+  Say("restored job " + job + " (epoch " + std::to_string(epoch) + ") as pid " +
+      std::to_string(record->pid) + " on " + gpu_uuid + ": " + times.Describe());
+  const int64_t pid = record->pid;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_[{job, epoch}] = std::move(*w);
+  }
+  AddResult(id, Status::Ok(), {{"pid", pid}});
+}
+
+void Agent::MigrateIn(int64_t id, Json c) {
+  const std::string job = c.at("job").get<std::string>();
+  const int64_t epoch = c.value("epoch", int64_t{0});
+  const int gpu_index = c.value("gpu_index", 0);
+  std::string gpu_uuid = c.value("gpu_uuid", std::string());
+  if (gpu_uuid.empty()) gpu_uuid = GpuUuid(gpu_index);
+  migrate::DestinationOptions options;
+  options.port = c.at("port").get<int>();
+  options.token = c.at("token").get<std::string>();
+  options.bind_address = options_.address;
+  options.dir =
+      data_dir_ + "/incoming/" + job + "-" + std::to_string(epoch) + "-" + std::to_string(id);
+  // The destination maps the source's GPU onto its own before the image arrives, so it must be
+  // told which it was (from_gpu_uuid, or a whole gpu_map).
+  const std::string from = c.value("from_gpu_uuid", std::string());
+  if (c.contains("gpu_map") && c["gpu_map"].is_object()) {
+    for (const auto& [old_uuid, new_uuid] : c["gpu_map"].items()) {
+      options.gpu_map.emplace_back(old_uuid, new_uuid.get<std::string>());
+    }
+  }
+  if (!from.empty() && from != gpu_uuid && !c.contains("gpu_map")) {
+    options.gpu_map.emplace_back(from, gpu_uuid);
+  }
+  std::error_code ec;
+  fs::remove_all(options.dir, ec);
+  fs::create_directories(options.dir, ec);
+  StatusOr<ckpt::Criu> criu = ReadyCriu();
+  if (!criu.ok()) {
+    AddResult(id, criu.status());
+    return;
+  }
+  // The image's control folder must lead to ours before the restore asks the process anything:
+  // watch for its manifest (it appears once the image is verified, before the restore).
+  std::atomic<bool> served{false};
+  std::thread link([&] {
+    const std::string manifest = options.dir + "/image/manifest.json";
+    while (!served.load() && !fs::exists(manifest)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    StatusOr<ckpt::Manifest> m = ckpt::ReadManifest(options.dir + "/image");
+    if (m.ok() && m->gpu_mode == "emulated" && driver_.emulated) {
+      LinkControlDir(m->emu_state);
+      LinkStateFile(m->emu_state, data_dir_ + "/emu.state");
+    }
+  });
+  StatusOr<ckpt::JobRecord> record = migrate::ServeOneMigration(
+      *criu, options, [job](const std::string& line) { Say("migrate_in " + job + ": " + line); });
+  served.store(true);
+  link.join();
+  if (record.ok()) FillLogs(options.dir + "/image", &*record);
+  fs::remove_all(options.dir, ec);  // restored: the image is no longer needed here
+  if (!record.ok()) {
+    AddResult(id, record.status());
+    return;
+  }
+  GiveToUser(record->run_dir);
+  StatusOr<std::unique_ptr<Workload>> w = Track(job, epoch, *record, gpu_index, gpu_uuid);
+  if (!w.ok()) {
+    AddResult(id, w.status());
+    return;
+  }
+  (*w)->out_offset = (*w)->out_pending = FileSize(record->stdout_log);
+  (*w)->err_offset = (*w)->err_pending = FileSize(record->stderr_log);
+  SaveRecord(**w);
+  Say("received job " + job + " (epoch " + std::to_string(epoch) + "): running here as pid " +
+      std::to_string(record->pid));
+  const int64_t pid = record->pid;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_[{job, epoch}] = std::move(*w);
+  }
+  AddResult(id, Status::Ok(), {{"pid", pid}});
+}
+
+Status Agent::CommitMigration(int64_t migration) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(lease_s_.load());
+  api::Client client(client_->endpoint(), options_.token, 10);  // one client per thread
+  const std::string path = "/v1/migrations/" + std::to_string(migration) + "/commit";
+  for (;;) {
+    StatusOr<Json> answer = client.Post(path, Json::object());
+    if (answer.ok()) {
+      const bool commit = answer->is_object() && answer->contains("commit") &&
+                          (*answer)["commit"].is_boolean() && (*answer)["commit"].get<bool>();
+      if (commit) return Status::Ok();
+      return FailedPrecondition("the server did not commit migration " + std::to_string(migration));
+    }
+    // Only a server out of reach is worth retrying, and only while our lease holds.
+    if (answer.status().code() != StatusCode::kUnavailable ||
+        std::chrono::steady_clock::now() >= deadline) {
+      return answer.status();
+    }
+    Say("commit of migration " + std::to_string(migration) + ": " + answer.status().message() +
+        "; retrying");
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+}
+
+void Agent::MigrateOut(int64_t id, Json c) {
+  migrate::MigrateOptions options;
+  options.host = c.at("to_address").get<std::string>();
+  options.port = c.at("to_port").get<int>();
+  options.token = c.at("token").get<std::string>();
+  const int64_t migration = c.at("migration").get<int64_t>();
+  options.commit = [this, migration] { return CommitMigration(migration); };
+  options.work_dir = data_dir_ + "/outgoing";
+  std::error_code ec;
+  fs::create_directories(options.work_dir, ec);
+  Status why;
+  Workload* w = Claim(c, &why);
+  if (w == nullptr) {
+    AddResult(id, why);
+    return;
+  }
+  StatusOr<ckpt::Criu> criu = ReadyCriu();
+  if (!criu.ok()) {
+    Release(w);
+    AddResult(id, criu.status());
+    return;
+  }
+  const std::string job = w->id;
+  StatusOr<migrate::MigrateReport> report =
+      migrate::Migrate(*criu, &w->record, options,
+                       [job](const std::string& line) { Say("migrate_out " + job + ": " + line); });
+  if (!report.ok()) {
+    Release(w);  // any failure before the commit resumed it here
+    AddResult(id, Explained(report.status(), uid_));
+    return;
+  }
+  Json phases = Json::object();
+  for (const auto& [name, seconds] : report->times.seconds) phases[name] = seconds;
+  Say("moved job " + job + " to " + options.host + ":" + std::to_string(options.port) + " (pid " +
+      std::to_string(report->remote_pid) + " there), pause " + std::to_string(report->pause_s) +
+      " s; forgotten here");
+  Reap(static_cast<pid_t>(w->record.pid));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Its run directory stays: on one machine the destination's copy runs from the same paths.
+    Forget(w->id, w->epoch, false);
+  }
+  AddResult(id, Status::Ok(),
+            {{"pause_s", report->pause_s}, {"phases", phases}, {"pid", report->remote_pid}});
+}
+
+}  // namespace paladin::agent

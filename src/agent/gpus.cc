@@ -1,0 +1,121 @@
+// The node's GPUs: the real ones through NVML, or emulated GPUs private to this agent (their
+// state file lives in its data directory, so their UUIDs are its own); injected faults.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "agent_impl.h"
+
+namespace paladin::agent {
+
+namespace fs = std::filesystem;
+
+Status Agent::DiscoverGpus() {
+  StatusOr<quota::Libraries> libs = quota::FindLibraries();
+  if (!libs.ok()) return libs.status();
+  libs_ = *libs;
+  // Set before anything loads the emulated driver (this process, its workloads, the driver's
+  // checkpoint calls): every agent has GPUs of its own.
+  const std::string state = data_dir_ + "/emu.state";
+  setenv("PALADIN_EMU_STATE", state.c_str(), 1);
+  driver_ = quota::ChooseDriver(libs_, options_.emulated_gpus);
+  if (driver_.emulated) {
+    setenv("PALADIN_EMU_GPUS", driver_.emulated_spec.c_str(), 1);
+    if (options_.emulated_gpus.empty()) {
+      Say("no NVIDIA GPU here (" + driver_.reason + "): using emulated GPUs " +
+          driver_.emulated_spec);
+    }
+  } else {
+    unsetenv("PALADIN_EMU_STATE");
+  }
+  StatusOr<std::unique_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(driver_.nvml_next);
+  if (!nvml.ok()) return Internal("cannot read the GPUs: " + nvml.status().message());
+  nvml_ = std::move(*nvml);
+  StatusOr<std::vector<gpu::GpuInfo>> gpus = nvml_->Gpus();
+  if (!gpus.ok()) return Internal("cannot list the GPUs: " + gpus.status().message());
+  gpus_ = *gpus;
+  if (driver_.emulated) ShareEmulatedState();
+  for (const gpu::GpuInfo& g : gpus_) {
+    Say("GPU " + std::to_string(g.index) + ": " + g.name + " " + g.uuid + ", " +
+        quota::FormatSize(g.total_bytes) + (driver_.emulated ? " (emulated)" : ""));
+  }
+  if (gpus_.empty()) Say("warning: no GPU found; workloads run without one");
+  return Status::Ok();
+}
+
+// The emulated driver's control folder (STATE.ctl) carries checkpoint requests by host pid. A
+// restored workload still reads them where its first state file was (another agent's, on this
+// host), so every agent's folder is a link to one host-wide folder, world-writable and sticky
+// like /tmp: requests are per pid, which the host keeps unique.
+void Agent::ShareEmulatedState() const {
+  const std::string state = data_dir_ + "/emu.state";
+  GiveToUser(state);
+  mkdir(kHostControlDir, 01777);
+  chmod(kHostControlDir, 01777);
+  LinkControlDir(state);
+}
+
+void LinkControlDir(const std::string& state_path) {
+  if (state_path.empty()) return;
+  const fs::path control = state_path + ".ctl";
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(control, ec);
+  if (fs::is_symlink(st) && fs::read_symlink(control, ec) == kHostControlDir) return;
+  if (fs::exists(st)) fs::remove_all(control, ec);
+  fs::create_directories(control.parent_path(), ec);
+  fs::create_directory_symlink(kHostControlDir, control, ec);
+  if (ec) Say("warning: cannot link " + control.string() + ": " + ec.message());
+}
+
+void LinkStateFile(const std::string& old_state, const std::string& state) {
+  std::error_code ec;
+  if (old_state.empty() || old_state == state || fs::exists(fs::symlink_status(old_state, ec))) {
+    return;
+  }
+  fs::create_directories(fs::path(old_state).parent_path(), ec);
+  fs::create_symlink(state, old_state, ec);
+  if (ec) Say("warning: cannot link " + old_state + ": " + ec.message());
+}
+
+std::string Agent::GpuUuid(int index) const {
+  for (const gpu::GpuInfo& g : gpus_) {
+    if (g.index == index) return g.uuid;
+  }
+  return "";
+}
+
+Json Agent::GpusForRegister() const {
+  std::lock_guard<std::mutex> lock(gpu_mu_);
+  Json out = Json::array();
+  for (const gpu::GpuInfo& g : gpus_) {
+    out.push_back({{"index", g.index},
+                   {"uuid", g.uuid},
+                   {"model", g.name},
+                   {"memory_bytes", g.total_bytes},
+                   {"emulated", driver_.emulated},
+                   {"healthy", faults_.count(g.index) == 0}});
+  }
+  return out;
+}
+
+Json Agent::GpusForHeartbeat() const {
+  StatusOr<std::vector<gpu::GpuInfo>> now = nvml_->Gpus();
+  std::lock_guard<std::mutex> lock(gpu_mu_);
+  Json out = Json::array();
+  for (const gpu::GpuInfo& g : gpus_) {
+    uint64_t used = 0;
+    if (now.ok()) {
+      for (const gpu::GpuInfo& n : *now) used = n.uuid == g.uuid ? n.used_bytes : used;
+    }
+    auto fault = faults_.find(g.index);
+    out.push_back({{"index", g.index},
+                   {"healthy", fault == faults_.end()},
+                   {"fault", fault == faults_.end() ? "" : fault->second},
+                   {"used_bytes", used}});
+  }
+  return out;
+}
+
+}  // namespace paladin::agent

@@ -1,0 +1,261 @@
+// The job table: what heartbeats report of each workload (state, usage, new log text), exit
+// detection, the agent's per-job record (agent.json) and forgetting a job.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "agent_impl.h"
+#include "paladin/ckpt/cgroup.h"
+#include "paladin/quota/usage.h"
+
+namespace paladin::agent {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kMaxLogBytes = int64_t{64} * 1024;  // per stream per heartbeat
+
+}  // namespace
+
+char ProcState(pid_t pid, pid_t* parent) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return '\0';
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos || close + 4 >= line.size()) return '\0';
+  char state = line[close + 2];
+  if (parent != nullptr) *parent = static_cast<pid_t>(std::atoll(line.c_str() + close + 4));
+  return state;
+}
+
+namespace {
+
+// Appends `text` to `out` as valid UTF-8 (invalid bytes become U+FFFD); returns how many bytes
+// were consumed: an incomplete sequence at the end waits for the rest.
+size_t AppendUtf8(const std::string& text, std::string* out) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    size_t n = 0;
+    if (c < 0x80) {
+      n = 1;
+    } else if ((c & 0xE0) == 0xC0 && c >= 0xC2) {
+      n = 2;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 3;
+    } else if ((c & 0xF8) == 0xF0 && c <= 0xF4) {
+      n = 4;
+    }
+    if (n == 0) {
+      out->append("\xEF\xBF\xBD");
+      ++i;
+      continue;
+    }
+    if (i + n > text.size()) break;  // the rest of this character has not been written yet
+    bool valid = true;
+    for (size_t k = 1; k < n; ++k) {
+      valid &= (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+    }
+    if (!valid) {
+      out->append("\xEF\xBF\xBD");
+      ++i;
+      continue;
+    }
+    out->append(text, i, n);
+    i += n;
+  }
+  return i;
+}
+
+// New text of a log from `offset`, at most kMaxLogBytes; *end is where the next read starts.
+std::string ReadLog(const std::string& path, int64_t offset, int64_t* end) {
+  *end = offset;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  const int64_t size = in.tellg();
+  if (size <= offset) {
+    if (size < offset) *end = size;  // replaced by a shorter file (a restore): start over there
+    return "";
+  }
+  std::string raw(static_cast<size_t>(std::min(size - offset, kMaxLogBytes)), '\0');
+  in.seekg(offset);
+  in.read(raw.data(), static_cast<std::streamsize>(raw.size()));
+  raw.resize(static_cast<size_t>(in.gcount()));
+  std::string text;
+  *end = offset + static_cast<int64_t>(AppendUtf8(raw, &text));
+  return text;
+}
+
+bool WaitGone(pid_t pid, double seconds) {
+  for (int i = 0; i < static_cast<int>(seconds * 50); ++i) {
+    pid_t parent = 0;
+    const char state = ProcState(pid, &parent);
+    if (state == '\0') return true;
+    if (state == 'Z') {
+      if (parent == getpid()) waitpid(pid, nullptr, WNOHANG);
+      if (parent != getpid()) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return ProcState(pid, nullptr) == '\0';
+}
+
+}  // namespace
+
+Workload* Agent::Find(const std::string& id, int64_t epoch) {
+  for (auto& [key, w] : jobs_) {
+    if (key.first == id && (epoch < 0 || key.second == epoch)) return w.get();
+  }
+  return nullptr;
+}
+
+Json Agent::Reports(bool with_logs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Json out = Json::array();
+  for (auto& [key, w] : jobs_) {
+    std::string state = w->state;
+    if (state != "exited") {
+      const char letter = ProcState(static_cast<pid_t>(w->record.pid), nullptr);
+      state = w->frozen ? "frozen" : letter == 'T' || letter == 't' ? "stopped" : "running";
+    }
+    uint64_t used = 0;
+    if (w->region != nullptr) {
+      for (int slot = 0; slot < w->region->device_count(); ++slot) used += w->region->used(slot);
+    }
+    Json r = {{"id", w->id},
+              {"epoch", w->epoch},
+              {"state", state},
+              {"pid", w->record.pid},
+              {"used_bytes", used},
+              {"quota_bytes", w->region != nullptr ? w->region->quota() : 0},
+              {"quota_grows", w->region != nullptr ? w->region->grows() : 0},
+              {"refusals", w->region != nullptr ? w->region->refusals() : 0},
+              {"exit_code", w->exit_code ? Json(*w->exit_code) : Json(nullptr)},
+              {"stdout", ""},
+              {"stderr", ""}};
+    if (with_logs) {
+      r["stdout"] = ReadLog(w->record.stdout_log, w->out_offset, &w->out_pending);
+      r["stderr"] = ReadLog(w->record.stderr_log, w->err_offset, &w->err_pending);
+    }
+    w->exit_reported = state == "exited";
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+void Agent::Delivered() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, int64_t>> ended;
+  for (auto& [key, w] : jobs_) {
+    if (w->out_pending != w->out_offset || w->err_pending != w->err_offset) {
+      w->out_offset = w->out_pending;
+      w->err_offset = w->err_pending;
+      if (!w->exit_reported) SaveRecord(*w);
+    }
+    if (w->exit_reported && !w->busy) ended.push_back(key);
+  }
+  for (const auto& [id, epoch] : ended) Forget(id, epoch, true);
+}
+
+void Agent::PollExits() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, w] : jobs_) {
+    if (w->busy || w->state == "exited") continue;
+    const auto pid = static_cast<pid_t>(w->record.pid);
+    pid_t parent = 0;
+    const char state = ProcState(pid, &parent);
+    if (parent == getpid() && state != '\0') {
+      int status = 0;
+      if (waitpid(pid, &status, WNOHANG) != pid) continue;
+      w->exit_code = WIFEXITED(status)     ? WEXITSTATUS(status)
+                     : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                           : 1;
+    } else {
+      quota::ProcessId id;
+      id.pid = static_cast<uint32_t>(pid);
+      id.start_time = w->start_time;
+      if (state != '\0' && state != 'Z' && quota::ProcessAlive(id)) continue;
+      w->exit_code.reset();  // not our child: its exit status went to its parent
+    }
+    w->state = "exited";
+    Say("job " + w->id + " (pid " + std::to_string(pid) + ") exited" +
+        (w->exit_code ? " with code " + std::to_string(*w->exit_code) : " (exit code unknown)"));
+    if (w->grower) w->grower->Stop();
+    if (!w->record.cgroup.empty()) (void)ckpt::Cgroup::Existing(w->record.cgroup).Remove();
+  }
+}
+
+void Agent::Forget(const std::string& id, int64_t epoch, bool remove_run_dir) {
+  auto it = jobs_.find({id, epoch});
+  if (it == jobs_.end()) return;
+  Workload* w = it->second.get();
+  if (w->grower) w->grower->Stop();
+  w->grower.reset();
+  w->region.reset();
+  std::error_code ec;
+  fs::remove(w->agent_dir + "/agent.json", ec);
+  if (w->agent_dir != w->record.run_dir) fs::remove_all(w->agent_dir, ec);
+  // Only directories of this agent's: a restored job's run directory may be another's path.
+  if (remove_run_dir && !w->record.run_dir.empty() &&
+      w->record.run_dir.rfind(runs_dir_ + "/", 0) == 0) {
+    fs::remove_all(w->record.run_dir, ec);
+  }
+  jobs_.erase(it);
+}
+
+void Agent::SaveRecord(const Workload& w) const {
+  const Json j = {{"id", w.id},
+                  {"epoch", w.epoch},
+                  {"run_dir", w.record.run_dir},
+                  {"pid", w.record.pid},
+                  {"start_time", w.start_time},
+                  {"gpu_index", w.gpu_index},
+                  {"gpu_uuid", w.gpu_uuid},
+                  {"out_offset", w.out_offset},
+                  {"err_offset", w.err_offset}};
+  std::error_code ec;
+  fs::create_directories(w.agent_dir, ec);
+  const std::string path = w.agent_dir + "/agent.json";
+  {
+    std::ofstream out(path + ".tmp");
+    out << j.dump(2) << "\n";
+    if (!out) {
+      Say("cannot write " + path);
+      return;
+    }
+  }
+  fs::rename(path + ".tmp", path, ec);
+  if (ec) Say("cannot write " + path + ": " + ec.message());
+}
+
+void Agent::StartGrower(Workload* w) const {
+  if (w->region == nullptr || w->grower != nullptr) return;
+  if (w->region->ceiling() <= w->region->quota()) return;
+  const std::string id = w->id;
+  w->grower = std::make_unique<quota::QuotaGrower>(
+      w->region.get(), nvml_.get(),
+      [id](const std::string& line) { Say("job " + id + ": " + line); });
+  w->grower->Start();
+}
+
+Status Agent::KillTree(Workload* w) {
+  const auto root = static_cast<pid_t>(w->record.pid);
+  if (w->state != "exited" && root > 0) {
+    SignalTree(root, SIGKILL);
+    if (!WaitGone(root, 10)) {
+      return Internal("job " + w->id + " (pid " + std::to_string(root) +
+                      ") is still there 10 s after SIGKILL");
+    }
+  }
+  if (w->grower) w->grower->Stop();
+  if (!w->record.cgroup.empty()) (void)ckpt::Cgroup::Existing(w->record.cgroup).Remove();
+  return Status::Ok();
+}
+
+}  // namespace paladin::agent
