@@ -1,7 +1,77 @@
+// `paladin server`: the control plane (include/paladin/server/server.h, docs/server.md).
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+
 #include "commands.h"
+#include "paladin/server/server.h"
 
 namespace paladin::cli {
+namespace {
 
-void RegisterServer(CLI::App& /*app*/, int* /*exit_code*/) {}
+int RunServer(const server::ServerOptions& options) {
+  // Block the stop signals before any thread starts, so only sigwait below receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  StatusOr<std::unique_ptr<server::Server>> srv = server::Server::Start(options);
+  if (!srv.ok()) {
+    Say("server", srv.status().message());
+    return srv.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if ((*srv)->created_tokens()) {
+    Say("server", "created tokens: admin in " + (*srv)->admin_token_path() + ", agents in " +
+                      (*srv)->agent_token_path() + " (mode 0600)");
+  } else {
+    Say("server", "tokens: admin in " + (*srv)->admin_token_path() + ", agents in " +
+                      (*srv)->agent_token_path());
+  }
+  Say("server", "listening on " + (*srv)->url());
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  Say("server", std::string("stopping (") + (signal == SIGINT ? "SIGINT" : "SIGTERM") + ")");
+  (*srv)->Stop();
+  return 0;
+}
+
+}  // namespace
+
+void RegisterServer(CLI::App& app, int* exit_code) {
+  auto options = std::make_shared<server::ServerOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "server", "Run the control plane: REST API, scheduler, migrations, dashboard");
+  cmd->add_option("--listen", options->listen, "HOST:PORT to serve on (port 0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--data", options->data_dir,
+                  "Data directory (paladin.db, admin.token, agent.token, server.url)")
+      ->required();
+  cmd->add_option("--lease", options->lease_s, "Seconds without a heartbeat before a node is dead")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--heartbeat", options->heartbeat_s, "Agents' heartbeat period, seconds")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--checkpoint-every", options->checkpoint_every_s,
+                  "Checkpoint running jobs every SECONDS (0: never)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--keep-checkpoints", options->keep_checkpoints, "Checkpoints kept per job")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--checkpoint-store", options->checkpoint_store,
+                  "Where checkpoint images go (default DATA/checkpoints; shared by the agents)");
+  cmd->add_option("--policy", options->policy, "Placement policy (paladin, FGD, BestFit, ...)")
+      ->capture_default_str();
+  cmd->callback([options, exit_code] {
+    if (const char* fault = std::getenv("PALADIN_SERVER_FAULT"); fault != nullptr) {
+      options->fault = fault;
+    }
+    *exit_code = RunServer(*options);
+  });
+}
 
 }  // namespace paladin::cli

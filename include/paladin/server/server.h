@@ -1,0 +1,61 @@
+// `paladin server`: the control plane. REST API (docs/formats/api.md), SQLite store, scheduling
+// loop over the core packer, migration orchestrator, failure detector, accounting, /metrics and
+// the dashboard page. docs/server.md describes how it works.
+//
+// Thread safety: Start, Stop and the accessors may be called from any thread; Stop is idempotent
+// and is also called by the destructor.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "paladin/base/status.h"
+
+namespace paladin::server {
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:7070";  // HOST:PORT; port 0 picks a free one
+  std::string data_dir;                   // paladin.db, admin.token, agent.token, server.url
+  double lease_s = 6;                     // an agent silent this long is dead
+  double heartbeat_s = 1;                 // told to agents
+  double checkpoint_every_s = 0;          // periodic checkpoints of running jobs; 0 = off
+  int keep_checkpoints = 3;               // images kept per job
+  std::string checkpoint_store;           // default DATA/checkpoints
+  std::string policy = "paladin";         // a core::PolicyNames() entry
+  std::string fault;                      // "crash-at:<step>" (PALADIN_SERVER_FAULT), tests only
+  double schedule_interval_s = 0.5;
+};
+
+class Server {
+ public:
+  // Opens (or creates) the data directory and its database, creates the admin and agent tokens
+  // on first start (DATA/admin.token and DATA/agent.token, mode 0600), binds the listening
+  // socket, writes DATA/server.url, and starts serving and scheduling. Blocks only on the disk.
+  static StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Stops serving, finishes the request in flight, stops the scheduling loop.
+  void Stop();
+
+  int port() const;
+  std::string url() const;  // http://HOST:PORT
+  // Paths of the token files, and the tokens they hold.
+  std::string admin_token_path() const;
+  std::string agent_token_path() const;
+  std::string admin_token() const;
+  std::string agent_token() const;
+  // Whether the tokens were created by this start (first start of a data directory).
+  bool created_tokens() const;
+
+ private:
+  struct Impl;
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The dashboard page compiled into the server (src/server/dashboard.html).
+const char* DashboardHtml();
+
+}  // namespace paladin::server

@@ -1,0 +1,453 @@
+// The node agents' side of the API: registration, heartbeats (job reports, command results,
+// GPU health) and the command queue. Reports are the truth of where jobs run: a report of a job
+// the agent should not have (unknown, owned by another node, or an older epoch) gets a kill.
+#include <algorithm>
+
+#include "control.h"
+#include "paladin/server/validate.h"
+
+namespace paladin::server {
+namespace {
+
+StatusOr<int64_t> IntOf(const Json& o, const char* key, int64_t lo, int64_t hi, int64_t fallback,
+                        const std::string& where) {
+  if (!o.contains(key) || o[key].is_null()) return fallback;
+  if (!o[key].is_number_integer()) {
+    return InvalidArgument(where + std::string(key) + ": expected an integer");
+  }
+  if (o[key].is_number_unsigned() && o[key].get<uint64_t>() > static_cast<uint64_t>(hi)) {
+    return InvalidArgument(where + std::string(key) + ": out of range");
+  }
+  const int64_t n = o[key].get<int64_t>();
+  if (n < lo || n > hi) return InvalidArgument(where + std::string(key) + ": out of range");
+  return n;
+}
+
+StatusOr<std::string> StringOf(const Json& o, const char* key, const std::string& where) {
+  if (!o.contains(key) || o[key].is_null()) return std::string();
+  if (!o[key].is_string()) return InvalidArgument(where + std::string(key) + ": expected a string");
+  return o[key].get<std::string>();
+}
+
+StatusOr<bool> BoolOf(const Json& o, const char* key, bool fallback, const std::string& where) {
+  if (!o.contains(key) || o[key].is_null()) return fallback;
+  if (!o[key].is_boolean())
+    return InvalidArgument(where + std::string(key) + ": expected a boolean");
+  return o[key].get<bool>();
+}
+
+inline constexpr int64_t kMaxBytes = int64_t{1} << 60;
+
+// Checks every field the server reads from a heartbeat before anything is applied, so a bad
+// heartbeat changes nothing.
+Status CheckHeartbeat(const Json& body) {
+  if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
+  for (const char* list : {"gpus", "jobs", "results"}) {
+    if (body.contains(list) && !body[list].is_null() && !body[list].is_array()) {
+      return InvalidArgument(std::string(list) + ": expected a list");
+    }
+  }
+  if (body.contains("gpus") && body["gpus"].is_array()) {
+    for (const Json& g : body["gpus"]) {
+      const std::string where = "gpus[]: ";
+      if (!g.is_object()) return InvalidArgument("gpus[]: expected objects");
+      PALADIN_RETURN_IF_ERROR(IntOf(g, "index", 0, 1023, 0, where).status());
+      PALADIN_RETURN_IF_ERROR(IntOf(g, "used_bytes", 0, kMaxBytes, 0, where).status());
+      PALADIN_RETURN_IF_ERROR(BoolOf(g, "healthy", true, where).status());
+      PALADIN_RETURN_IF_ERROR(StringOf(g, "fault", where).status());
+    }
+  }
+  if (body.contains("jobs") && body["jobs"].is_array()) {
+    for (const Json& r : body["jobs"]) {
+      const std::string where = "jobs[]: ";
+      if (!r.is_object()) return InvalidArgument("jobs[]: expected objects");
+      StatusOr<std::string> id = StringOf(r, "id", where);
+      if (!id.ok()) return id.status();
+      PALADIN_RETURN_IF_ERROR(ParseJobId(*id).status());
+      PALADIN_RETURN_IF_ERROR(IntOf(r, "epoch", 0, kMaxBytes, 0, where).status());
+      PALADIN_RETURN_IF_ERROR(IntOf(r, "used_bytes", 0, kMaxBytes, 0, where).status());
+      PALADIN_RETURN_IF_ERROR(IntOf(r, "quota_bytes", 0, kMaxBytes, 0, where).status());
+      PALADIN_RETURN_IF_ERROR(IntOf(r, "quota_grows", 0, kMaxBytes, 0, where).status());
+      PALADIN_RETURN_IF_ERROR(IntOf(r, "refusals", 0, kMaxBytes, 0, where).status());
+      PALADIN_RETURN_IF_ERROR(IntOf(r, "pid", -1, kMaxBytes, 0, where).status());
+      PALADIN_RETURN_IF_ERROR(IntOf(r, "exit_code", -1000, 1000, 0, where).status());
+      for (const char* key : {"state", "stdout", "stderr"}) {
+        PALADIN_RETURN_IF_ERROR(StringOf(r, key, where).status());
+      }
+    }
+  }
+  if (body.contains("results") && body["results"].is_array()) {
+    for (const Json& r : body["results"]) {
+      const std::string where = "results[]: ";
+      if (!r.is_object()) return InvalidArgument("results[]: expected objects");
+      PALADIN_RETURN_IF_ERROR(IntOf(r, "command", 0, kMaxBytes, 0, where).status());
+      PALADIN_RETURN_IF_ERROR(BoolOf(r, "ok", false, where).status());
+      PALADIN_RETURN_IF_ERROR(StringOf(r, "error", where).status());
+      if (r.contains("detail") && !r["detail"].is_null() && !r["detail"].is_object()) {
+        return InvalidArgument("results[]: detail: expected an object");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<Json> Control::RegisterAgent(const Json& body) {
+  if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
+  StatusOr<std::string> name = StringOf(body, "name", "");
+  if (!name.ok()) return name.status();
+  if (!ValidName(*name)) {
+    return InvalidArgument("name: '" + name->substr(0, 64) +
+                           "' must be 1-63 characters of letters, digits, '.', '_', '-'");
+  }
+  StatusOr<std::string> address = StringOf(body, "address", "");
+  if (!address.ok()) return address.status();
+  StatusOr<int64_t> port = IntOf(body, "migrate_port", 0, 65535, 0, "");
+  if (!port.ok()) return port.status();
+  std::vector<GpuRecord> gpus;
+  if (body.contains("gpus") && !body["gpus"].is_null()) {
+    if (!body["gpus"].is_array()) return InvalidArgument("gpus: expected a list");
+    for (const Json& g : body["gpus"]) {
+      if (!g.is_object()) return InvalidArgument("gpus[]: expected objects");
+      GpuRecord r;
+      StatusOr<int64_t> index = IntOf(g, "index", 0, core::kMaxGpusPerNode - 1, -1, "gpus[]: ");
+      if (!index.ok()) return index.status();
+      if (*index < 0) return InvalidArgument("gpus[]: index: required");
+      StatusOr<int64_t> memory = IntOf(g, "memory_bytes", 0, kMaxBytes, 0, "gpus[]: ");
+      if (!memory.ok()) return memory.status();
+      StatusOr<std::string> uuid = StringOf(g, "uuid", "gpus[]: ");
+      StatusOr<std::string> model = StringOf(g, "model", "gpus[]: ");
+      StatusOr<bool> emulated = BoolOf(g, "emulated", false, "gpus[]: ");
+      StatusOr<bool> healthy = BoolOf(g, "healthy", true, "gpus[]: ");
+      if (!uuid.ok()) return uuid.status();
+      if (!model.ok()) return model.status();
+      if (!emulated.ok()) return emulated.status();
+      if (!healthy.ok()) return healthy.status();
+      r.index = static_cast<int>(*index);
+      r.memory_bytes = *memory;
+      r.uuid = *uuid;
+      r.model = model->empty() ? "GPU" : *model;
+      r.emulated = *emulated;
+      r.healthy = *healthy;
+      if (std::any_of(gpus.begin(), gpus.end(),
+                      [&](const GpuRecord& o) { return o.index == r.index; })) {
+        return InvalidArgument("gpus[]: index " + std::to_string(r.index) + " appears twice");
+      }
+      gpus.push_back(r);
+    }
+  }
+  Json reports = Json::array();
+  if (body.contains("jobs") && !body["jobs"].is_null()) {
+    PALADIN_RETURN_IF_ERROR(CheckHeartbeat(Json{{"jobs", body["jobs"]}}));
+    reports = body["jobs"];
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const double now = Now();
+  NodeRecord& n = nodes_[*name];
+  const bool fresh = n.name.empty();
+  n.name = *name;
+  n.address = *address;
+  n.migrate_port = static_cast<int>(*port);
+  // Keep what the server learnt about a GPU's health across re-registration.
+  for (GpuRecord& g : gpus) {
+    if (const GpuRecord* old = n.Gpu(g.index)) {
+      g.fault = old->fault;
+      g.healthy = g.healthy && old->healthy;
+    }
+  }
+  n.gpus = gpus;
+  n.last_heartbeat = now;
+  n.state = n.draining ? "draining" : "alive";
+  n.dead_since = 0;
+  Event("registered", nullptr, n.name,
+        std::string(fresh ? "agent registered" : "agent registered again") + " with " +
+            std::to_string(n.gpus.size()) + " GPU(s)");
+  for (const Json& r : reports) ApplyReport(n, r, true);
+  DirtyNode(n);
+  PALADIN_RETURN_IF_ERROR(Flush());
+  Wake();
+  return Json{{"lease_s", options_.lease_s},
+              {"heartbeat_s", options_.heartbeat_s},
+              {"checkpoint_store", options_.checkpoint_store}};
+}
+
+StatusOr<Json> Control::Heartbeat(const std::string& name, const Json& body) {
+  PALADIN_RETURN_IF_ERROR(CheckHeartbeat(body));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) return NotFound("node " + name + " not found: register first");
+  NodeRecord& n = it->second;
+  const double now = Now();
+  if (n.state == "dead") {
+    n.state = n.draining ? "draining" : "alive";
+    Event("registered", nullptr, n.name, "agent heartbeating again after being dead");
+  }
+  n.last_heartbeat = now;
+  n.dead_since = 0;
+  if (body.contains("gpus") && body["gpus"].is_array()) UpdateGpus(n, body["gpus"], false);
+  if (body.contains("results") && body["results"].is_array()) {
+    for (const Json& r : body["results"]) ApplyResult(n, r);
+  }
+  if (body.contains("jobs") && body["jobs"].is_array()) {
+    for (const Json& r : body["jobs"]) ApplyReport(n, r, false);
+  }
+  // The destination had migrate_in delivered in an earlier heartbeat: it is listening now.
+  for (auto& [id, m] : migrations_) {
+    if (m.to_node == n.name && m.step == "migrate_in_sent" && m.in_delivered_at > 0 &&
+        m.in_delivered_at < now) {
+      AdvanceMigration(m, "listening");
+    }
+  }
+  DirtyNode(n);
+  Json commands = TakeCommands(n);
+  PALADIN_RETURN_IF_ERROR(Flush());
+  return Json{
+      {"lease_s", options_.lease_s}, {"heartbeat_s", options_.heartbeat_s}, {"commands", commands}};
+}
+
+void Control::UpdateGpus(NodeRecord& n, const Json& gpus, bool /*registering*/) {
+  for (const Json& g : gpus) {
+    const int index = g.value("index", 0);
+    for (GpuRecord& r : n.gpus) {
+      if (r.index != index) continue;
+      r.used_bytes = g.value("used_bytes", int64_t{0});
+      const bool healthy =
+          g.contains("healthy") && g["healthy"].is_boolean() ? g["healthy"].get<bool>() : true;
+      const std::string fault =
+          g.contains("fault") && g["fault"].is_string() ? g["fault"].get<std::string>() : "";
+      if (r.healthy && (!healthy || !fault.empty())) {
+        Event("gpu_unhealthy", nullptr, n.name,
+              "GPU " + std::to_string(index) + " unhealthy" + (fault.empty() ? "" : ": " + fault));
+        Wake();
+      }
+      r.healthy = healthy && fault.empty();
+      r.fault = fault;
+    }
+  }
+}
+
+void Control::ApplyReport(NodeRecord& n, const Json& r, bool /*registering*/) {
+  const std::string id = r.value("id", "");
+  const int64_t epoch =
+      r.contains("epoch") && r["epoch"].is_number_integer() ? r["epoch"].get<int64_t>() : 0;
+  const std::string state =
+      r.contains("state") && r["state"].is_string() ? r["state"].get<std::string>() : "running";
+  auto kill = [&](const std::string& why, const std::string& team) {
+    if (state == "exited") return;  // nothing left to kill
+    for (const auto& [cid, c] : commands_) {
+      if (c.node == n.name && c.kind == "kill" && c.job == id &&
+          c.body.value("epoch", int64_t{-1}) == epoch) {
+        return;  // already told
+      }
+    }
+    CommandRecord& c = commands_[next_command_];
+    c.id = next_command_++;
+    c.node = n.name;
+    c.job = id;
+    c.kind = "kill";
+    c.created_at = Now();
+    c.body = {{"id", c.id}, {"kind", "kill"}, {"job", id}, {"epoch", epoch}};
+    dirty_commands_.insert(c.id);
+    events_.push_back(PendingEvent{
+        Now(), id, n.name, "stale_copy",
+        "told " + n.name + " to kill its copy (epoch " + std::to_string(epoch) + "): " + why,
+        team});
+  };
+  StatusOr<int64_t> seq = ParseJobId(id);
+  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
+  if (found == jobs_.end()) return kill("unknown job", "");
+  JobRecord& j = found->second;
+  MigrationRecord* m = ActiveMigration(j);
+  if (m != nullptr && m->to_node == n.name && !m->commit_answer.value_or(false)) {
+    return;  // the destination's copy, not committed yet: the migration owns it
+  }
+  if (j.Terminal()) {
+    return kill("the job has ended (" + j.state + ")", j.team);
+  }
+  if (j.node != n.name || epoch < j.epoch) {
+    kill(j.node != n.name
+             ? "the job belongs to " + (j.node.empty() ? "no node" : j.node)
+             : "epoch " + std::to_string(epoch) + " is older than " + std::to_string(j.epoch),
+         j.team);
+    return;
+  }
+  const double now = Now();
+  if (j.HoldsGpu()) Accrue(j, now);
+  j.used_bytes = r.value("used_bytes", j.used_bytes);
+  const int64_t quota = r.value("quota_bytes", int64_t{0});
+  if (quota > 0) j.quota_bytes = quota;
+  const int64_t grows = r.value("quota_grows", int64_t{0});
+  if (grows > j.quota_grows) {
+    Count("quota_grows", grows - j.quota_grows);
+    Event("quota_grown", &j, n.name,
+          "quota grown in place to " + std::to_string(j.quota_bytes) + " bytes (" +
+              std::to_string(grows) + " grow(s) so far)");
+    j.quota_grows = grows;
+  }
+  j.refusals = std::max(j.refusals, r.value("refusals", int64_t{0}));
+  for (const char* stream : {"stdout", "stderr"}) {
+    if (r.contains(stream) && r[stream].is_string() && !r[stream].get<std::string>().empty()) {
+      AppendLog(j, stream, r[stream].get<std::string>());
+    }
+  }
+  if (state == "running" && (j.state == "starting" || j.state == "restoring")) {
+    j.state = "running";
+    if (!j.started_at) j.started_at = now;
+    if (j.recovering) {
+      j.recovering = false;
+      ++j.recoveries;
+      Count("recoveries");
+      Event("recovered", &j, n.name,
+            "running again on " + n.name + " from " +
+                (j.last_checkpoint ? j.last_checkpoint->path : "?"));
+    } else {
+      Event("started", &j, n.name, "running on " + n.name + "/" + std::to_string(j.gpu));
+    }
+    j.reason = "running on " + n.name + "/" + std::to_string(j.gpu);
+  }
+  if (state == "running" && j.state == "migrating" && m != nullptr &&
+      m->commit_answer.value_or(false) && m->to_node == n.name) {
+    FinishMigration(*m);
+  }
+  if (state == "exited") {
+    std::optional<int> code;
+    if (r.contains("exit_code") && r["exit_code"].is_number_integer()) {
+      code = r["exit_code"].get<int>();
+    }
+    if (j.cancel_requested) {
+      EndJob(j, "cancelled", code, "cancelled");
+    } else if (code.value_or(1) != 0 && j.refusals > 0 && j.restarts < 3 && j.mem_auto) {
+      // Out of GPU memory under its quota: start again (from its checkpoint when it has one)
+      // with 1.5 x the quota.
+      const double t = now;
+      Accrue(j, t);
+      const int64_t bigger = static_cast<int64_t>(static_cast<double>(j.quota_bytes) * 1.5);
+      ReleaseJob(j);
+      j.quota_bytes = bigger;
+      j.predicted_bytes = bigger;
+      j.mem_auto = false;
+      j.mem_request = bigger;
+      j.refusals = 0;
+      ++j.restarts;
+      Count("restarts");
+      j.pending_since = t;
+      j.state = j.last_checkpoint ? "restoring" : "pending";
+      j.recovering = j.last_checkpoint.has_value();
+      j.reason = "out of GPU memory (exit " + std::to_string(code.value_or(-1)) +
+                 "): again with quota " + std::to_string(bigger) + " bytes";
+      Event("restarted", &j, n.name, j.reason);
+      Wake();
+    } else {
+      const bool ok = code.value_or(1) == 0;
+      EndJob(j, ok ? "succeeded" : "failed", code,
+             "exited with code " + (code ? std::to_string(*code) : std::string("unknown")));
+      Wake();
+    }
+    DirtyJob(j);
+    return;
+  }
+  if (j.state == "running" || j.state == "migrating" || j.state == "checkpointing") {
+    ObserveUsage(j, now);
+  }
+  DirtyJob(j);
+}
+
+void Control::AppendLog(JobRecord& j, const std::string& stream, const std::string& text) {
+  logs_[{j.seq, stream}] += text;
+  if (stream != "stdout") return;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (j.at_line_start && text.compare(i, 8, "MISMATCH") == 0) j.mismatch = true;
+    j.at_line_start = text[i] == '\n';
+  }
+}
+
+void Control::ApplyResult(NodeRecord& n, const Json& r) {
+  const int64_t id = r.value("command", int64_t{0});
+  auto it = commands_.find(id);
+  if (it == commands_.end() || it->second.node != n.name || it->second.acked) return;
+  CommandRecord& c = it->second;
+  c.acked = true;
+  c.ok = r.value("ok", false);
+  c.result = r;
+  dirty_commands_.insert(c.id);
+  const std::string error = r.value("error", "");
+  const Json detail =
+      r.contains("detail") && r["detail"].is_object() ? r["detail"] : Json::object();
+  const int64_t epoch = c.body.value("epoch", int64_t{-1});
+  if (c.kind == "migrate_in" || c.kind == "migrate_out") {
+    auto m = migrations_.find(c.body.value("migration", int64_t{0}));
+    if (m != migrations_.end()) {
+      AdvanceMigration(m->second, c.kind + (c.ok ? "_ok" : "_failed:" + error));
+    }
+    return;
+  }
+  StatusOr<int64_t> seq = ParseJobId(c.job);
+  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
+  if (found == jobs_.end()) return;
+  JobRecord& j = found->second;
+  if (c.kind == "kill") {
+    if (j.cancel_requested && !j.Terminal()) EndJob(j, "cancelled", std::nullopt, "cancelled");
+    return;
+  }
+  if (epoch != j.epoch || j.node != n.name) return;  // about an older placement
+  if ((c.kind == "start" || c.kind == "restore") && !c.ok) {
+    if (c.kind == "restore") {
+      Accrue(j, Now());
+      ReleaseJob(j);
+      ++j.restarts;
+      Count("restarts");
+      j.state = "pending";
+      j.recovering = false;
+      j.pending_since = Now();
+      j.reason = "restore failed on " + n.name + " (" + error + "): starting over";
+      Event("restarted", &j, n.name, j.reason);
+    } else {
+      EndJob(j, "failed", std::nullopt, "start failed on " + n.name + ": " + error);
+    }
+    DirtyJob(j);
+    Wake();
+    return;
+  }
+  if (c.kind == "checkpoint") {
+    const std::string mode = c.body.value("mode", "keep");
+    if (c.ok) RecordCheckpoint(j, detail, c.body.value("dir", ""));
+    if (mode == "stop" && j.state == "checkpointing") {
+      if (c.ok) {
+        Accrue(j, Now());
+        ReleaseJob(j);
+        j.state = "checkpointed";
+        j.reason = std::string(j.preempted ? "preempted: " : "") + "checkpointed to " +
+                   (j.last_checkpoint ? j.last_checkpoint->path : "?");
+        Wake();
+      } else {
+        j.state = "running";
+        j.preempted = false;
+        j.reason = "checkpoint failed (" + error + "); running on " + j.node;
+      }
+    }
+    DirtyJob(j);
+  }
+}
+
+Json Control::TakeCommands(NodeRecord& n) {
+  const double now = Now();
+  const double resend = std::max(3.0, 3 * options_.heartbeat_s);
+  Json out = Json::array();
+  for (auto& [id, c] : commands_) {
+    if (c.node != n.name || c.acked) continue;
+    if (c.sent_at > 0 && now - c.sent_at < resend) continue;
+    c.sent_at = now;
+    dirty_commands_.insert(id);
+    out.push_back(c.body);
+    if (c.kind == "migrate_in") {
+      auto m = migrations_.find(c.body.value("migration", int64_t{0}));
+      if (m != migrations_.end() && m->second.in_delivered_at == 0) {
+        m->second.in_delivered_at = now;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace paladin::server

@@ -1,0 +1,516 @@
+#include "control.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "paladin/core/policies.h"
+#include "paladin/server/validate.h"
+
+namespace paladin::server {
+namespace {
+
+inline constexpr size_t kLogKeepBytes = 1 << 20;
+inline constexpr int kUsageKeep = 2000;
+
+// The shapes the packing policy expects to see (FGD and paladin weigh fragmentation against
+// them): shared GPUs in eighths, quarters and halves, and whole GPUs.
+std::shared_ptr<const std::vector<core::TypicalWorkload>> DefaultShapes() {
+  std::vector<core::TypicalWorkload> shapes;
+  const std::pair<int32_t, int32_t> kShapes[] = {
+      {125, 1}, {250, 1}, {500, 1}, {1000, 1}, {1000, 2}};
+  const double kFreq[] = {0.2, 0.3, 0.25, 0.2, 0.05};
+  for (size_t i = 0; i < std::size(kShapes); ++i) {
+    core::TypicalWorkload t;
+    t.gpu_milli = kShapes[i].first;
+    t.gpu_count = kShapes[i].second;
+    t.count = static_cast<int64_t>(kFreq[i] * 100);
+    t.freq = kFreq[i];
+    shapes.push_back(t);
+  }
+  return std::make_shared<const std::vector<core::TypicalWorkload>>(std::move(shapes));
+}
+
+}  // namespace
+
+void LatencyRecorder::Add(double seconds) {
+  recent_.push_back(seconds);
+  if (recent_.size() > 1024) recent_.pop_front();
+  sum_ += seconds;
+  ++count_;
+}
+
+std::string LatencyRecorder::Prometheus(const std::string& name, const std::string& help) const {
+  std::vector<double> sorted(recent_.begin(), recent_.end());
+  std::sort(sorted.begin(), sorted.end());
+  std::string out = "# HELP " + name + " " + help + "\n# TYPE " + name + " summary\n";
+  char line[256];
+  for (double q : {0.5, 0.9, 0.99}) {
+    double v = 0;
+    if (!sorted.empty()) {
+      v = sorted[std::min(sorted.size() - 1,
+                          static_cast<size_t>(q * static_cast<double>(sorted.size())))];
+    }
+    std::snprintf(line, sizeof line, "%s{quantile=\"%g\"} %.9g\n", name.c_str(), q, v);
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "%s_sum %.9g\n%s_count %lld\n", name.c_str(), sum_, name.c_str(),
+                static_cast<long long>(count_));
+  out += line;
+  return out;
+}
+
+Control::Control(std::unique_ptr<Store> store, ControlOptions options, core::Policy policy)
+    : store_(std::move(store)),
+      options_(std::move(options)),
+      packer_(std::move(policy)),
+      predictors_factory_(*core::PredictorFactory::ForName("paladin")) {}
+
+StatusOr<std::unique_ptr<Control>> Control::Create(std::unique_ptr<Store> store,
+                                                   ControlOptions options) {
+  core::PolicyContext ctx;
+  ctx.typical = DefaultShapes();
+  ctx.shapes = ctx.typical;
+  StatusOr<core::Policy> policy = core::MakePolicy(options.policy, ctx);
+  if (!policy.ok()) return policy.status();
+  std::unique_ptr<Control> control(
+      new Control(std::move(store), std::move(options), std::move(*policy)));
+  std::lock_guard<std::mutex> lock(control->mu_);
+  PALADIN_RETURN_IF_ERROR(control->Load());
+  control->Reconcile();
+  PALADIN_RETURN_IF_ERROR(control->Flush());
+  return control;
+}
+
+double Control::Now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+Status Control::Load() {
+  auto rows = store_->Query("SELECT id, digest, scope, name, created_at FROM tokens");
+  if (!rows.ok()) return rows.status();
+  for (const DbRow& r : *rows) {
+    TokenRecord t{DbInt(r[0]), DbText(r[1]), DbText(r[2]), DbText(r[3]), DbReal(r[4])};
+    tokens_[t.digest] = t;
+  }
+  rows = store_->Query("SELECT name, max_gpus, max_gpu_mem, priority, usage FROM teams");
+  if (!rows.ok()) return rows.status();
+  for (const DbRow& r : *rows) {
+    TeamRecord t;
+    t.name = DbText(r[0]);
+    t.max_gpus = DbInt(r[1]);
+    t.max_gpu_mem = DbInt(r[2]);
+    t.priority = static_cast<int>(DbInt(r[3]));
+    t.usage = TeamUsageFromDoc(Json::parse(DbText(r[4]), nullptr, false));
+    teams_[t.name] = t;
+  }
+  rows = store_->Query("SELECT doc, name FROM nodes");
+  if (!rows.ok()) return rows.status();
+  for (const DbRow& r : *rows) {
+    Json doc = Json::parse(DbText(r[0]), nullptr, false);
+    NodeRecord n;
+    try {
+      n = NodeFromDoc(doc.is_object() ? doc : Json::object());
+    } catch (const std::exception&) {
+    }
+    n.name = DbText(r[1]);
+    nodes_[n.name] = n;
+  }
+  rows = store_->Query("SELECT id, team, state, doc FROM jobs ORDER BY id");
+  if (!rows.ok()) return rows.status();
+  for (const DbRow& r : *rows) {
+    Json doc = Json::parse(DbText(r[3]), nullptr, false);
+    JobRecord j;
+    try {
+      j = JobFromDoc(doc.is_object() ? doc : Json::object());
+    } catch (const std::exception&) {
+    }
+    j.seq = DbInt(r[0]);
+    j.id = FormatJobId(j.seq);
+    j.team = DbText(r[1]);
+    j.state = DbText(r[2]);
+    next_job_ = std::max(next_job_, j.seq + 1);
+    if (j.peak_used_bytes > 0) {
+      int64_t& peak = class_peak_[j.ClassKey()];
+      peak = std::max(peak, j.peak_used_bytes);
+    }
+    jobs_[j.seq] = std::move(j);
+  }
+  rows = store_->Query("SELECT id, node, job, kind, body, created_at, acked FROM commands");
+  if (!rows.ok()) return rows.status();
+  for (const DbRow& r : *rows) {
+    next_command_ = std::max(next_command_, DbInt(r[0]) + 1);
+    if (DbInt(r[6]) != 0) continue;
+    CommandRecord c;
+    c.id = DbInt(r[0]);
+    c.node = DbText(r[1]);
+    c.job = DbText(r[2]);
+    c.kind = DbText(r[3]);
+    c.body = Json::parse(DbText(r[4]), nullptr, false);
+    c.created_at = DbReal(r[5]);
+    commands_[c.id] = std::move(c);
+  }
+  rows = store_->Query("SELECT id, doc FROM migrations");
+  if (!rows.ok()) return rows.status();
+  for (const DbRow& r : *rows) {
+    Json doc = Json::parse(DbText(r[1]), nullptr, false);
+    MigrationRecord m;
+    try {
+      m = MigrationFromDoc(doc.is_object() ? doc : Json::object());
+    } catch (const std::exception&) {
+    }
+    m.id = DbInt(r[0]);
+    next_migration_ = std::max(next_migration_, m.id + 1);
+    migrations_[m.id] = std::move(m);
+  }
+  rows = store_->Query("SELECT key, value FROM counters");
+  if (!rows.ok()) return rows.status();
+  for (const DbRow& r : *rows) counters_[DbText(r[0])] = DbInt(r[1]);
+  return Status::Ok();
+}
+
+// After a restart: a migration that had not committed has failed (its source resumes when its
+// commit call gets false or no answer); a committed one is finished. The agents' heartbeats then
+// say where jobs really run.
+void Control::Reconcile() {
+  const double now = Now();
+  for (auto& [id, m] : migrations_) {
+    if (m.Finished()) continue;
+    if (m.commit_answer.value_or(false)) {
+      FinishMigration(m);
+    } else {
+      FailMigration(m, "the server restarted before the commit");
+    }
+  }
+  for (auto& [seq, j] : jobs_) {
+    if (j.state == "migrating" && j.migration_id == 0) {
+      j.state = "running";
+      DirtyJob(j);
+    }
+    if (j.HoldsGpu()) j.accounted_at = std::max(j.accounted_at, now);
+  }
+  for (auto& [name, n] : nodes_) {
+    // Give every agent a fresh lease: the server was away, not the agents.
+    if (n.state != "dead") n.last_heartbeat = now;
+  }
+}
+
+void Control::CrashPoint(const std::string& step) {
+  if (options_.crash_at != step) return;
+  if (step != "before_commit") (void)Flush();
+  std::fprintf(stderr, "paladin server: fault injected: crash at %s\n", step.c_str());
+  std::fflush(stderr);
+  _exit(137);
+}
+
+void Control::Count(const std::string& key, int64_t by) {
+  counters_[key] += by;
+  dirty_counters_.insert(key);
+}
+
+int64_t Control::Counter(const std::string& key) const {
+  auto it = counters_.find(key);
+  return it == counters_.end() ? 0 : it->second;
+}
+
+void Control::Event(const std::string& kind, const JobRecord* job, const std::string& node,
+                    const std::string& message) {
+  events_.push_back(PendingEvent{Now(), job != nullptr ? job->id : "", node, kind, message,
+                                 job != nullptr ? job->team : ""});
+}
+
+int64_t Control::SendCommand(const std::string& node, const std::string& kind, const JobRecord* job,
+                             Json fields) {
+  CommandRecord c;
+  c.id = next_command_++;
+  c.node = node;
+  c.kind = kind;
+  c.created_at = Now();
+  fields["id"] = c.id;
+  fields["kind"] = kind;
+  if (job != nullptr) {
+    c.job = job->id;
+    fields["job"] = job->id;
+    if (!fields.contains("epoch")) fields["epoch"] = job->epoch;
+  }
+  c.body = std::move(fields);
+  dirty_commands_.insert(c.id);
+  commands_[c.id] = std::move(c);
+  return next_command_ - 1;
+}
+
+TeamRecord& Control::Team(const std::string& name) {
+  auto it = teams_.find(name);
+  if (it == teams_.end()) {
+    TeamRecord t;
+    t.name = name;
+    it = teams_.emplace(name, t).first;
+    DirtyTeam(name);
+  }
+  return it->second;
+}
+
+StatusOr<JobRecord*> Control::FindJob(const Principal& who, const std::string& id) {
+  StatusOr<int64_t> seq = ParseJobId(id);
+  if (!seq.ok()) return seq.status();
+  auto it = jobs_.find(*seq);
+  if (it == jobs_.end() || !who.SeesTeam(it->second.team)) {
+    return NotFound("job " + id + " not found");
+  }
+  return &it->second;
+}
+
+Json Control::JobJson(const JobRecord& j) const {
+  Json out = JobToApi(j);
+  if (j.migration_id != 0) {
+    auto it = migrations_.find(j.migration_id);
+    if (it != migrations_.end() && !it->second.Finished()) {
+      const MigrationRecord& m = it->second;
+      out["migration"] = {{"id", m.id}, {"to", m.to_node}, {"to_gpu", m.to_gpu}, {"step", m.step}};
+    }
+  }
+  return out;
+}
+
+Status Control::Flush() {
+  if (dirty_jobs_.empty() && dirty_nodes_.empty() && dirty_teams_.empty() &&
+      dirty_commands_.empty() && dirty_migrations_.empty() && dirty_counters_.empty() &&
+      events_.empty() && samples_.empty() && logs_.empty() && deleted_dirs_.empty()) {
+    return Status::Ok();
+  }
+  Store::Transaction txn(store_.get());
+  for (int64_t seq : dirty_jobs_) {
+    auto it = jobs_.find(seq);
+    if (it == jobs_.end()) continue;
+    const JobRecord& j = it->second;
+    PALADIN_RETURN_IF_ERROR(store_->Run(
+        "INSERT INTO jobs (id, team, state, doc) VALUES (?, ?, ?, ?) ON CONFLICT(id) DO UPDATE "
+        "SET team = excluded.team, state = excluded.state, doc = excluded.doc",
+        {j.seq, j.team, j.state, JobToDoc(j).dump()}));
+  }
+  for (const std::string& name : dirty_nodes_) {
+    auto it = nodes_.find(name);
+    if (it == nodes_.end()) continue;
+    const NodeRecord& n = it->second;
+    PALADIN_RETURN_IF_ERROR(store_->Run(
+        "INSERT INTO nodes (name, address, migrate_port, state, last_heartbeat, doc) VALUES "
+        "(?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET address = excluded.address, "
+        "migrate_port = excluded.migrate_port, state = excluded.state, "
+        "last_heartbeat = excluded.last_heartbeat, doc = excluded.doc",
+        {n.name, n.address, int64_t{n.migrate_port}, n.state, n.last_heartbeat,
+         NodeDoc(n).dump()}));
+    PALADIN_RETURN_IF_ERROR(store_->Run("DELETE FROM gpus WHERE node = ?", {n.name}));
+    for (const GpuRecord& g : n.gpus) {
+      PALADIN_RETURN_IF_ERROR(store_->Run(
+          "INSERT INTO gpus (node, idx, uuid, model, memory_bytes, emulated, healthy, fault) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+          {n.name, int64_t{g.index}, g.uuid, g.model, g.memory_bytes, int64_t{g.emulated},
+           int64_t{g.healthy}, g.fault}));
+    }
+  }
+  for (const std::string& name : dirty_teams_) {
+    auto it = teams_.find(name);
+    if (it == teams_.end()) continue;
+    const TeamRecord& t = it->second;
+    PALADIN_RETURN_IF_ERROR(store_->Run(
+        "INSERT INTO teams (name, max_gpus, max_gpu_mem, priority, usage) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT(name) DO UPDATE SET max_gpus = excluded.max_gpus, max_gpu_mem = "
+        "excluded.max_gpu_mem, priority = excluded.priority, usage = excluded.usage",
+        {t.name, t.max_gpus, t.max_gpu_mem, int64_t{t.priority}, TeamUsageDoc(t.usage).dump()}));
+  }
+  for (int64_t id : dirty_commands_) {
+    auto it = commands_.find(id);
+    if (it == commands_.end()) continue;  // acknowledged: written when it was acked
+    const CommandRecord& c = it->second;
+    PALADIN_RETURN_IF_ERROR(store_->Run(
+        "INSERT INTO commands (id, node, job, kind, body, created_at, delivered_at, acked, ok, "
+        "result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+        "delivered_at = excluded.delivered_at, acked = excluded.acked, ok = excluded.ok, "
+        "result = excluded.result",
+        {c.id, c.node, c.job, c.kind, c.body.dump(), c.created_at,
+         c.sent_at > 0 ? DbValue(c.sent_at) : DbValue(nullptr), int64_t{c.acked},
+         c.acked ? DbValue(int64_t{c.ok}) : DbValue(nullptr), c.result.dump()}));
+    if (c.acked) commands_.erase(it);
+  }
+  for (int64_t id : dirty_migrations_) {
+    auto it = migrations_.find(id);
+    if (it == migrations_.end()) continue;
+    const MigrationRecord& m = it->second;
+    PALADIN_RETURN_IF_ERROR(store_->Run(
+        "INSERT INTO migrations (id, job, from_node, from_gpu, to_node, to_gpu, step, "
+        "commit_answer, created_at, ended_at, doc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT(id) DO UPDATE SET step = excluded.step, commit_answer = "
+        "excluded.commit_answer, ended_at = excluded.ended_at, doc = excluded.doc",
+        {m.id, m.job, m.from_node, int64_t{m.from_gpu}, m.to_node, int64_t{m.to_gpu}, m.step,
+         m.commit_answer ? DbValue(int64_t{*m.commit_answer}) : DbValue(nullptr), m.created_at,
+         m.ended_at > 0 ? DbValue(m.ended_at) : DbValue(nullptr), MigrationDoc(m).dump()}));
+  }
+  for (const std::string& key : dirty_counters_) {
+    PALADIN_RETURN_IF_ERROR(store_->Run(
+        "INSERT INTO counters (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = "
+        "excluded.value",
+        {key, Counter(key)}));
+  }
+  for (const PendingEvent& e : events_) {
+    PALADIN_RETURN_IF_ERROR(store_->Run(
+        "INSERT INTO events (t, job, node, kind, message, team) VALUES (?, ?, ?, ?, ?, ?)",
+        {e.t, e.job, e.node, e.kind, e.message, e.team}));
+  }
+  std::set<int64_t> sampled;
+  for (const PendingSample& s : samples_) {
+    PALADIN_RETURN_IF_ERROR(store_->Run(
+        "INSERT INTO usage_samples (job, t, used_bytes, quota_bytes, predicted_bytes) VALUES "
+        "(?, ?, ?, ?, ?)",
+        {s.job, s.t, s.used, s.quota, s.predicted}));
+    sampled.insert(s.job);
+  }
+  for (int64_t job : sampled) {
+    PALADIN_RETURN_IF_ERROR(store_->Run(
+        "DELETE FROM usage_samples WHERE job = ?1 AND rowid <= (SELECT rowid FROM usage_samples "
+        "WHERE job = ?1 ORDER BY rowid DESC LIMIT 1 OFFSET " +
+            std::to_string(kUsageKeep) + ")",
+        {job}));
+  }
+  for (const auto& [key, text] : logs_) {
+    auto old = store_->Query("SELECT text FROM logs WHERE job = ? AND stream = ?",
+                             {key.first, key.second});
+    if (!old.ok()) return old.status();
+    std::string all = old->empty() ? "" : DbText((*old)[0][0]);
+    all += text;
+    if (all.size() > kLogKeepBytes) all = all.substr(all.size() - kLogKeepBytes);
+    PALADIN_RETURN_IF_ERROR(store_->Run(
+        "INSERT INTO logs (job, stream, text) VALUES (?, ?, ?) ON CONFLICT(job, stream) DO "
+        "UPDATE SET text = excluded.text",
+        {key.first, key.second, all}));
+  }
+  for (const auto& [job, path] : deleted_dirs_) {
+    PALADIN_RETURN_IF_ERROR(
+        store_->Run("UPDATE checkpoints SET deleted = 1 WHERE job = ? AND path = ?", {job, path}));
+  }
+  Status committed = txn.Commit();
+  if (committed.ok()) {
+    for (const auto& [job, path] : deleted_dirs_) {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  }
+  dirty_jobs_.clear();
+  dirty_nodes_.clear();
+  dirty_teams_.clear();
+  dirty_commands_.clear();
+  dirty_migrations_.clear();
+  dirty_counters_.clear();
+  events_.clear();
+  samples_.clear();
+  logs_.clear();
+  deleted_dirs_.clear();
+  for (auto it = commands_.begin(); it != commands_.end();) {
+    it = it->second.acked ? commands_.erase(it) : std::next(it);
+  }
+  return committed;
+}
+
+// --- tokens ---
+
+StatusOr<Principal> Control::Authenticate(const std::string& secret) {
+  if (secret.empty()) return Unauthenticated("no bearer token (Authorization: Bearer pal_...)");
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tokens_.find(Sha256Hex(secret));
+  if (it == tokens_.end()) return Unauthenticated("invalid token");
+  StatusOr<Principal> p = ParseScope(it->second.scope);
+  if (!p.ok()) return Unauthenticated("token with an unusable scope");
+  p->token_id = it->second.id;
+  return p;
+}
+
+StatusOr<Json> Control::CreateToken(const std::string& scope, const std::string& name) {
+  StatusOr<Principal> parsed = ParseScope(scope);
+  if (!parsed.ok()) return parsed.status();
+  StatusOr<std::string> secret = NewToken();
+  if (!secret.ok()) return secret.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  TokenRecord t{0, Sha256Hex(*secret), scope, name, Now()};
+  PALADIN_RETURN_IF_ERROR(
+      store_->Run("INSERT INTO tokens (digest, scope, name, created_at) VALUES (?, ?, ?, ?)",
+                  {t.digest, t.scope, t.name, t.created_at}));
+  t.id = store_->LastInsertId();
+  tokens_[t.digest] = t;
+  if (parsed->team_scoped()) {
+    Team(parsed->team);
+    PALADIN_RETURN_IF_ERROR(Flush());
+  }
+  return Json{{"id", t.id}, {"token", *secret}, {"scope", t.scope}, {"name", t.name}};
+}
+
+StatusOr<Json> Control::ListTokens() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<const TokenRecord*> sorted;
+  for (const auto& [digest, t] : tokens_) sorted.push_back(&t);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const TokenRecord* a, const TokenRecord* b) { return a->id < b->id; });
+  Json out = Json::array();
+  for (const TokenRecord* t : sorted) {
+    out.push_back(
+        {{"id", t->id}, {"name", t->name}, {"scope", t->scope}, {"created_at", t->created_at}});
+  }
+  return Json{{"tokens", out}};
+}
+
+Status Control::DeleteToken(int64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = tokens_.begin(); it != tokens_.end(); ++it) {
+    if (it->second.id != id) continue;
+    PALADIN_RETURN_IF_ERROR(store_->Run("DELETE FROM tokens WHERE id = ?", {id}));
+    tokens_.erase(it);
+    return Status::Ok();
+  }
+  return NotFound("token " + std::to_string(id) + " not found");
+}
+
+bool Control::HasTokenOfScope(const std::string& scope) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::any_of(tokens_.begin(), tokens_.end(),
+                     [&](const auto& kv) { return kv.second.scope == scope; });
+}
+
+// --- the loop ---
+
+void Control::Wake() {
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    woken_ = true;
+  }
+  wake_.notify_all();
+}
+
+void Control::WaitForWork(double seconds) {
+  std::unique_lock<std::mutex> lock(wake_mu_);
+  wake_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return woken_; });
+  woken_ = false;
+}
+
+void Control::Tick() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double now = Now();
+  DetectFailures(now);
+  MigrationTimeouts(now);
+  GpuHealthMoves();
+  DrainNodes();
+  PeriodicCheckpoints(now);
+  for (auto& [seq, j] : jobs_) {
+    if (j.HoldsGpu()) {
+      Accrue(j, now);
+      DirtyJob(j);
+    }
+  }
+  FleetView view = BuildFleet(true);
+  PlaceWaiting(view);
+  Status s = Flush();
+  if (!s.ok()) std::fprintf(stderr, "paladin server: %s\n", s.ToString().c_str());
+}
+
+}  // namespace paladin::server

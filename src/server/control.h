@@ -1,0 +1,247 @@
+// The control plane: every record the server keeps, and every operation on them. The HTTP layer
+// (api.cc) turns requests into calls here; the scheduling loop (server.cc) calls Tick().
+//
+// The implementation is split by concern: control.cc (loading, persistence, commands, events,
+// tokens), jobs.cc (the job endpoints), agents.cc (registration and heartbeats), scheduler.cc
+// (placement with the core packer, predictions, accounting), orchestrator.cc (migrations,
+// checkpoints, recovery, drain), views.cc (nodes, teams, events, summary, metrics).
+//
+// Thread safety: every public method takes the one lock, so calls from the HTTP threads and the
+// scheduling loop are serialised; none blocks on the network. Each state change is written to
+// the store in one transaction before the method returns (Flush).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "model.h"
+#include "paladin/base/status.h"
+#include "paladin/core/fleet.h"
+#include "paladin/core/packer.h"
+#include "paladin/core/predict.h"
+#include "paladin/core/rebalance.h"
+#include "paladin/core/rng.h"
+#include "paladin/server/auth.h"
+#include "paladin/server/store.h"
+
+namespace paladin::server {
+
+struct ControlOptions {
+  double lease_s = 6;
+  double heartbeat_s = 1;
+  double checkpoint_every_s = 0;  // 0 = no periodic checkpoints
+  int keep_checkpoints = 3;
+  std::string checkpoint_store;
+  std::string policy = "paladin";
+  std::string crash_at;  // PALADIN_SERVER_FAULT=crash-at:<step>
+  double migration_timeout_s = 300;
+};
+
+// A bounded record of durations for a Prometheus summary.
+class LatencyRecorder {
+ public:
+  void Add(double seconds);
+  // "name{quantile=...} v" lines plus _sum and _count.
+  std::string Prometheus(const std::string& name, const std::string& help) const;
+
+ private:
+  std::deque<double> recent_;
+  double sum_ = 0;
+  int64_t count_ = 0;
+};
+
+class Control {
+ public:
+  static StatusOr<std::unique_ptr<Control>> Create(std::unique_ptr<Store> store,
+                                                   ControlOptions options);
+  Control(const Control&) = delete;
+  Control& operator=(const Control&) = delete;
+
+  const ControlOptions& options() const { return options_; }
+
+  // --- tokens and authentication ---
+  StatusOr<Principal> Authenticate(const std::string& secret);
+  // Creates a token; its secret is in the answer (the only time it is shown).
+  StatusOr<Json> CreateToken(const std::string& scope, const std::string& name);
+  StatusOr<Json> ListTokens();
+  Status DeleteToken(int64_t id);
+  // Whether any token of `scope` exists (first start creates the admin and agent tokens).
+  bool HasTokenOfScope(const std::string& scope);
+
+  // --- jobs (docs/formats/api.md) ---
+  StatusOr<Json> Submit(const Principal& who, const Json& body);
+  StatusOr<Json> ListJobs(const Principal& who, const std::string& team, const std::string& state,
+                          bool all);
+  StatusOr<Json> GetJob(const Principal& who, const std::string& id);
+  StatusOr<Json> Logs(const Principal& who, const std::string& id, const std::string& stream,
+                      int64_t tail);
+  StatusOr<Json> Usage(const Principal& who, const std::string& id);
+  StatusOr<Json> Explain(const Principal& who, const std::string& id);
+  StatusOr<Json> Cancel(const Principal& who, const std::string& id);
+  StatusOr<Json> Migrate(const Principal& who, const std::string& id, const Json& body);
+  StatusOr<Json> CheckpointJob(const Principal& who, const std::string& id);
+  StatusOr<Json> Resume(const Principal& who, const std::string& id);
+
+  // --- nodes, teams, events, views ---
+  StatusOr<Json> Nodes(const Principal& who);
+  StatusOr<Json> Drain(const std::string& node);
+  StatusOr<Json> Fault(const std::string& node, int gpu, const Json& body);
+  StatusOr<Json> Events(const Principal& who, const std::string& job, double since);
+  StatusOr<Json> Teams(const Principal& who);
+  StatusOr<Json> PutTeam(const std::string& name, const Json& body);
+  StatusOr<Json> Summary(const Principal& who);
+  std::string Metrics(const Principal& who);
+  void RecordRequest(double seconds);
+
+  // --- agents ---
+  StatusOr<Json> RegisterAgent(const Json& body);
+  StatusOr<Json> Heartbeat(const std::string& node, const Json& body);
+  StatusOr<Json> Commit(int64_t migration);
+
+  // --- the loop ---
+  // One pass: failure detection, recovery, drains, periodic checkpoints, migrations' timeouts,
+  // accounting, then placement of waiting jobs.
+  void Tick();
+  // Wakes the loop early (something changed); WaitForWork blocks up to `seconds` for a wake.
+  void Wake();
+  void WaitForWork(double seconds);
+
+ private:
+  Control(std::unique_ptr<Store> store, ControlOptions options, core::Policy policy);
+
+  // control.cc
+  Status Load();
+  void Reconcile();
+  Status Flush();
+  void CrashPoint(const std::string& step);
+  void DirtyJob(const JobRecord& j) { dirty_jobs_.insert(j.seq); }
+  void DirtyNode(const NodeRecord& n) { dirty_nodes_.insert(n.name); }
+  void DirtyTeam(const std::string& team) { dirty_teams_.insert(team); }
+  void DirtyMigration(const MigrationRecord& m) { dirty_migrations_.insert(m.id); }
+  void Count(const std::string& key, int64_t by = 1);
+  int64_t Counter(const std::string& key) const;
+  void Event(const std::string& kind, const JobRecord* job, const std::string& node,
+             const std::string& message);
+  int64_t SendCommand(const std::string& node, const std::string& kind, const JobRecord* job,
+                      Json fields);
+  TeamRecord& Team(const std::string& name);
+  StatusOr<JobRecord*> FindJob(const Principal& who, const std::string& id);
+  Json JobJson(const JobRecord& j) const;
+  static double Now();
+
+  // scheduler.cc
+  struct FleetView {
+    core::Fleet fleet;
+    std::vector<std::string> names;           // fleet node index -> node name
+    std::map<std::string, int32_t> index;     // node name -> fleet node index
+    std::vector<std::vector<int>> gpu_index;  // [node][fleet gpu] -> GPU index on the node
+    std::vector<int64_t> gpu_memory;          // [node] -> bytes per GPU (smallest)
+  };
+  FleetView BuildFleet(bool reserve_running);
+  core::Workload ShapeOf(const JobRecord& j, int64_t gpu_memory) const;
+  int64_t LargestGpuMemory() const;
+  void PlaceWaiting(FleetView& view);
+  bool TryPlace(FleetView& view, JobRecord& j);
+  std::string TeamQuotaRefusal(const JobRecord& j) const;
+  void Bind(FleetView& view, JobRecord& j, const core::Placement& p, const std::string& how);
+  void SizeAutoJob(JobRecord& j);
+  void Accrue(JobRecord& j, double now);
+  void ReleaseJob(JobRecord& j);
+  void EndJob(JobRecord& j, const std::string& state, std::optional<int> exit_code,
+              const std::string& why);
+  void ObserveUsage(JobRecord& j, double now);
+
+  // agents.cc
+  void ApplyReport(NodeRecord& node, const Json& report, bool registering);
+  void ApplyResult(NodeRecord& node, const Json& result);
+  void UpdateGpus(NodeRecord& node, const Json& gpus, bool registering);
+  void AppendLog(JobRecord& j, const std::string& stream, const std::string& text);
+  Json TakeCommands(NodeRecord& node);
+
+  // orchestrator.cc
+  Status StartMigration(JobRecord& j, const std::string& to, int to_gpu, const std::string& why,
+                        std::string* refusal);
+  void AdvanceMigration(MigrationRecord& m, const std::string& event);
+  void FailMigration(MigrationRecord& m, const std::string& why);
+  void FinishMigration(MigrationRecord& m);
+  bool HasIncomingMigration(const std::string& node) const;
+  MigrationRecord* ActiveMigration(const JobRecord& j);
+  void DetectFailures(double now);
+  void RecoverNode(NodeRecord& node);
+  void DrainNodes();
+  void PeriodicCheckpoints(double now);
+  void MigrationTimeouts(double now);
+  void RecordCheckpoint(JobRecord& j, const Json& detail, const std::string& dir);
+  void Rebalance(FleetView& view, JobRecord& waiting);
+  void GpuHealthMoves();
+  std::string CheckpointDir(const JobRecord& j, int seq) const;
+
+  std::mutex mu_;
+  std::mutex wake_mu_;  // taken after mu_ when both are held
+  std::condition_variable wake_;
+  bool woken_ = false;
+
+  std::unique_ptr<Store> store_;
+  ControlOptions options_;
+  core::Packer packer_;
+  core::Rebalancer rebalancer_;
+  core::Rng rng_{42};
+  core::PredictorFactory predictors_factory_;
+  std::map<int64_t, std::unique_ptr<core::Predictor>> predictors_;
+  std::map<int64_t, int64_t> announced_prediction_;
+
+  struct TokenRecord {
+    int64_t id = 0;
+    std::string digest;
+    std::string scope;
+    std::string name;
+    double created_at = 0;
+  };
+  std::map<std::string, TokenRecord> tokens_;  // by digest
+
+  std::map<int64_t, JobRecord> jobs_;  // by sequence number
+  std::map<std::string, NodeRecord> nodes_;
+  std::map<std::string, TeamRecord> teams_;
+  std::map<int64_t, CommandRecord> commands_;  // not yet acknowledged
+  std::map<int64_t, MigrationRecord> migrations_;
+  std::map<std::string, int64_t> counters_;
+  std::map<std::string, int64_t> class_peak_;  // ClassKey -> highest used bytes seen
+  std::vector<core::Move> admission_moves_;    // the rebalancer's plan being carried out
+  int64_t next_job_ = 1;
+  int64_t next_command_ = 1;
+  int64_t next_migration_ = 1;
+
+  // Written by Flush.
+  std::set<int64_t> dirty_jobs_;
+  std::set<std::string> dirty_nodes_;
+  std::set<std::string> dirty_teams_;
+  std::set<int64_t> dirty_commands_;
+  std::set<int64_t> dirty_migrations_;
+  std::set<std::string> dirty_counters_;
+  struct PendingEvent {
+    double t;
+    std::string job, node, kind, message, team;
+  };
+  std::vector<PendingEvent> events_;
+  struct PendingSample {
+    int64_t job;
+    double t;
+    int64_t used, quota, predicted;
+  };
+  std::vector<PendingSample> samples_;
+  std::map<std::pair<int64_t, std::string>, std::string> logs_;  // (job, stream) -> new text
+  std::vector<std::pair<std::string, std::string>> deleted_dirs_;
+
+  LatencyRecorder decision_seconds_;
+  LatencyRecorder request_seconds_;
+};
+
+}  // namespace paladin::server

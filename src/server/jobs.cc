@@ -1,0 +1,342 @@
+// The job endpoints: submit, list, show, logs, usage, explain, cancel, migrate, checkpoint,
+// resume.
+#include <algorithm>
+
+#include "control.h"
+#include "paladin/server/validate.h"
+
+namespace paladin::server {
+namespace {
+
+bool Present(const Json& body, const char* key) {
+  return body.contains(key) && !body[key].is_null();
+}
+
+StatusOr<int64_t> IntField(const Json& body, const char* key, int64_t lo, int64_t hi,
+                           int64_t fallback) {
+  if (!Present(body, key)) return fallback;
+  const Json& v = body[key];
+  if (!v.is_number_integer()) return InvalidArgument(std::string(key) + ": expected an integer");
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
+    return InvalidArgument(std::string(key) + ": out of range " + std::to_string(lo) + ".." +
+                           std::to_string(hi));
+  }
+  const int64_t n = v.get<int64_t>();
+  if (n < lo || n > hi) {
+    return InvalidArgument(std::string(key) + ": " + std::to_string(n) + " is out of range " +
+                           std::to_string(lo) + ".." + std::to_string(hi));
+  }
+  return n;
+}
+
+}  // namespace
+
+StatusOr<Json> Control::Submit(const Principal& who, const Json& body) {
+  if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
+  JobRecord j;
+  // command
+  if (!Present(body, "command")) return InvalidArgument("command: required (a list of strings)");
+  if (!body["command"].is_array() || body["command"].empty()) {
+    return InvalidArgument("command: expected a non-empty list of strings");
+  }
+  for (const Json& arg : body["command"]) {
+    if (!arg.is_string()) return InvalidArgument("command: every item must be a string");
+    j.command.push_back(arg.get<std::string>());
+  }
+  if (j.command[0].empty()) return InvalidArgument("command: the program name is empty");
+  // team
+  std::string team = who.team_scoped() ? who.team : "default";
+  if (Present(body, "team")) {
+    if (!body["team"].is_string()) return InvalidArgument("team: expected a string");
+    const std::string asked = body["team"].get<std::string>();
+    if (!ValidName(asked)) {
+      return InvalidArgument("team: '" + asked.substr(0, 64) +
+                             "' must be 1-63 characters of letters, digits, '.', '_', '-'");
+    }
+    if (who.team_scoped() && asked != who.team) {
+      return PermissionDenied("team: a token of team " + who.team + " cannot submit for " + asked);
+    }
+    team = asked;
+  }
+  j.team = team;
+  // name
+  if (Present(body, "name")) {
+    if (!body["name"].is_string()) return InvalidArgument("name: expected a string");
+    j.name = body["name"].get<std::string>();
+    if (!j.name.empty() && !ValidName(j.name)) {
+      return InvalidArgument("name: '" + j.name.substr(0, 64) +
+                             "' must be 1-63 characters of letters, digits, '.', '_', '-'");
+    }
+  }
+  if (j.name.empty()) {
+    std::string base = j.command[0].substr(j.command[0].rfind('/') + 1);
+    std::replace_if(
+        base.begin(), base.end(),
+        [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) == 0 && c != '.' && c != '_' &&
+                 c != '-';
+        },
+        '_');
+    if (base.empty() || std::isalnum(static_cast<unsigned char>(base[0])) == 0) base = "job" + base;
+    j.name = base.substr(0, 63);
+  }
+  // sizes
+  j.mem_auto = true;
+  if (Present(body, "gpu_mem") && !(body["gpu_mem"].is_string() && body["gpu_mem"] == "auto")) {
+    StatusOr<int64_t> mem = SizeField(body["gpu_mem"], "gpu_mem");
+    if (!mem.ok()) return mem.status();
+    if (*mem <= 0) return InvalidArgument("gpu_mem: must be more than 0 bytes (or \"auto\")");
+    j.mem_auto = false;
+    j.mem_request = *mem;
+  }
+  if (Present(body, "gpu_mem_max")) {
+    StatusOr<int64_t> mem = SizeField(body["gpu_mem_max"], "gpu_mem_max");
+    if (!mem.ok()) return mem.status();
+    if (*mem <= 0) return InvalidArgument("gpu_mem_max: must be more than 0 bytes");
+    if (!j.mem_auto && *mem < j.mem_request) {
+      return InvalidArgument("gpu_mem_max: smaller than gpu_mem");
+    }
+    j.mem_max = *mem;
+  }
+  StatusOr<int64_t> gpus = IntField(body, "gpus", 1, core::kMaxGpusPerNode, 1);
+  if (!gpus.ok()) return gpus.status();
+  StatusOr<int64_t> priority = IntField(body, "priority", -1000000, 1000000, 0);
+  if (!priority.ok()) return priority.status();
+  j.gpus = static_cast<int>(*gpus);
+  j.priority = static_cast<int>(*priority);
+  if (Present(body, "env")) {
+    if (!body["env"].is_object()) return InvalidArgument("env: expected an object of strings");
+    for (const auto& [k, v] : body["env"].items()) {
+      if (!v.is_string()) return InvalidArgument("env: " + k.substr(0, 64) + ": expected a string");
+      if (k.empty() || k.find('=') != std::string::npos) {
+        return InvalidArgument("env: '" + k.substr(0, 64) + "' is not a variable name");
+      }
+      j.env[k] = v.get<std::string>();
+    }
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  const double now = Now();
+  j.seq = next_job_++;
+  j.id = FormatJobId(j.seq);
+  j.submitted_at = now;
+  j.pending_since = now;
+  j.state = "pending";
+  j.reason = "waiting for the scheduler";
+  if (j.mem_auto) {
+    SizeAutoJob(j);
+  } else {
+    j.quota_bytes = j.mem_request;
+  }
+  ++Team(j.team).usage.jobs;
+  DirtyTeam(j.team);
+  Count("jobs_submitted");
+  Event("submitted", &j, "",
+        "submitted by " + who.Scope() + ": " + std::to_string(j.gpus) + " GPU(s), gpu_mem " +
+            (j.mem_auto ? "auto" : std::to_string(j.mem_request)) + ", priority " +
+            std::to_string(j.priority));
+  DirtyJob(j);
+  Json out = JobJson(j);
+  jobs_[j.seq] = std::move(j);
+  PALADIN_RETURN_IF_ERROR(Flush());
+  Wake();
+  return out;
+}
+
+StatusOr<Json> Control::ListJobs(const Principal& who, const std::string& team,
+                                 const std::string& state, bool all) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Json out = Json::array();
+  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
+    const JobRecord& j = it->second;
+    if (!who.SeesTeam(j.team)) continue;
+    if (!team.empty() && j.team != team) continue;
+    if (!state.empty() && j.state != state) continue;
+    if (j.Terminal() && !all && state.empty()) continue;
+    out.push_back(JobJson(j));
+  }
+  return Json{{"jobs", out}};
+}
+
+StatusOr<Json> Control::GetJob(const Principal& who, const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  StatusOr<JobRecord*> j = FindJob(who, id);
+  if (!j.ok()) return j.status();
+  return JobJson(**j);
+}
+
+StatusOr<Json> Control::Logs(const Principal& who, const std::string& id, const std::string& stream,
+                             int64_t tail) {
+  if (stream != "stdout" && stream != "stderr") {
+    return InvalidArgument("stream: expected stdout or stderr");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  StatusOr<JobRecord*> j = FindJob(who, id);
+  if (!j.ok()) return j.status();
+  auto rows =
+      store_->Query("SELECT text FROM logs WHERE job = ? AND stream = ?", {(*j)->seq, stream});
+  if (!rows.ok()) return rows.status();
+  std::string text = rows->empty() ? "" : DbText((*rows)[0][0]);
+  if (tail > 0) {
+    size_t pos = text.size();
+    if (pos > 0 && text[pos - 1] == '\n') --pos;
+    for (int64_t lines = 0; lines < tail && pos > 0; ++lines) {
+      const size_t nl = text.rfind('\n', pos - 1);
+      pos = nl == std::string::npos ? 0 : nl;
+      if (nl == std::string::npos) break;
+    }
+    if (pos > 0) text = text.substr(pos + 1);
+  }
+  // Logs are the workload's bytes: the HTTP layer replaces invalid UTF-8 when it writes JSON.
+  return Json{{"text", text}};
+}
+
+StatusOr<Json> Control::Usage(const Principal& who, const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  StatusOr<JobRecord*> j = FindJob(who, id);
+  if (!j.ok()) return j.status();
+  auto rows = store_->Query(
+      "SELECT t, used_bytes, quota_bytes, predicted_bytes FROM usage_samples WHERE job = ? "
+      "ORDER BY rowid",
+      {(*j)->seq});
+  if (!rows.ok()) return rows.status();
+  Json samples = Json::array();
+  for (const DbRow& r : *rows) {
+    samples.push_back({{"t", DbReal(r[0])},
+                       {"used_bytes", DbInt(r[1])},
+                       {"quota_bytes", DbInt(r[2])},
+                       {"predicted_bytes", DbInt(r[3])}});
+  }
+  return Json{{"samples", samples}};
+}
+
+StatusOr<Json> Control::Explain(const Principal& who, const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  StatusOr<JobRecord*> found = FindJob(who, id);
+  if (!found.ok()) return found.status();
+  const JobRecord& j = **found;
+  std::string placement;
+  if (!j.node.empty()) placement = j.node + "/" + std::to_string(j.gpu);
+  std::string why_not;
+  if (j.state != "running") {
+    why_not = "the job is " + j.state + "; only running jobs can migrate";
+  } else if (j.migration_id != 0) {
+    why_not = "a migration is already under way";
+  } else {
+    auto node = nodes_.find(j.node);
+    if (node == nodes_.end() || node->second.state == "dead") why_not = "its node is not alive";
+  }
+  return Json{{"state", j.state},
+              {"reason", j.reason},
+              {"placement", placement},
+              {"migratable", why_not.empty()},
+              {"why_not_migratable", why_not},
+              {"prediction", j.prediction}};
+}
+
+StatusOr<Json> Control::Cancel(const Principal& who, const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  StatusOr<JobRecord*> found = FindJob(who, id);
+  if (!found.ok()) return found.status();
+  JobRecord& j = **found;
+  if (j.Terminal()) return FailedPrecondition("job " + id + " has already ended (" + j.state + ")");
+  auto node = nodes_.find(j.node);
+  const bool node_alive = node != nodes_.end() && node->second.state != "dead";
+  if (j.node.empty() || !node_alive) {
+    EndJob(j, "cancelled", std::nullopt, "cancelled by " + who.Scope());
+  } else {
+    j.cancel_requested = true;
+    j.reason = "cancelling: the agent on " + j.node + " was told to kill it";
+    SendCommand(j.node, "kill", &j, Json::object());
+    if (MigrationRecord* m = ActiveMigration(j)) {
+      if (!m->commit_answer.has_value()) {
+        FailMigration(*m, "the job was cancelled");
+      } else {
+        SendCommand(m->to_node, "kill", &j, Json{{"epoch", m->new_epoch}});
+      }
+    }
+    DirtyJob(j);
+  }
+  Json out = JobJson(j);
+  PALADIN_RETURN_IF_ERROR(Flush());
+  Wake();
+  return out;
+}
+
+StatusOr<Json> Control::Migrate(const Principal& who, const std::string& id, const Json& body) {
+  if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
+  if (!Present(body, "to") || !body["to"].is_string()) {
+    return InvalidArgument("to: required, the destination node's name");
+  }
+  std::string to = body["to"].get<std::string>();
+  int gpu = -1;
+  const size_t slash = to.find('/');
+  if (slash != std::string::npos) {
+    StatusOr<int64_t> g = ParseIntParam(to.substr(slash + 1), 0, core::kMaxGpusPerNode, "to: GPU");
+    if (!g.ok()) return g.status();
+    gpu = static_cast<int>(*g);
+    to = to.substr(0, slash);
+  }
+  if (!ValidName(to)) return InvalidArgument("to: '" + to.substr(0, 64) + "' is not a node name");
+  if (Present(body, "gpu")) {
+    StatusOr<int64_t> g = IntField(body, "gpu", 0, core::kMaxGpusPerNode, -1);
+    if (!g.ok()) return g.status();
+    gpu = static_cast<int>(*g);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  StatusOr<JobRecord*> found = FindJob(who, id);
+  if (!found.ok()) return found.status();
+  JobRecord& j = **found;
+  if (nodes_.find(to) == nodes_.end()) return NotFound("node " + to + " not found");
+  std::string refusal;
+  Status s = StartMigration(j, to, gpu, "asked by " + who.Scope(), &refusal);
+  if (!s.ok()) return s;
+  Json out = JobJson(j);
+  PALADIN_RETURN_IF_ERROR(Flush());
+  Wake();
+  return out;
+}
+
+StatusOr<Json> Control::CheckpointJob(const Principal& who, const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  StatusOr<JobRecord*> found = FindJob(who, id);
+  if (!found.ok()) return found.status();
+  JobRecord& j = **found;
+  if (j.state != "running") {
+    return FailedPrecondition("job " + id + " is " + j.state + "; only a running job can be " +
+                              "checkpointed");
+  }
+  j.state = "checkpointing";
+  j.reason = "checkpointing (stop) on " + j.node;
+  ++j.checkpoint_seq;
+  SendCommand(j.node, "checkpoint", &j,
+              Json{{"mode", "stop"}, {"dir", CheckpointDir(j, j.checkpoint_seq)}});
+  DirtyJob(j);
+  Json out = JobJson(j);
+  PALADIN_RETURN_IF_ERROR(Flush());
+  return out;
+}
+
+StatusOr<Json> Control::Resume(const Principal& who, const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  StatusOr<JobRecord*> found = FindJob(who, id);
+  if (!found.ok()) return found.status();
+  JobRecord& j = **found;
+  if (j.state != "checkpointed" || !j.last_checkpoint) {
+    return FailedPrecondition("job " + id + " is " + j.state + "; only a checkpointed job " +
+                              "can be resumed");
+  }
+  j.state = "restoring";
+  j.preempted = false;
+  j.node.clear();
+  j.gpu = -1;
+  j.pending_since = Now();
+  j.reason = "waiting for room to restore from " + j.last_checkpoint->path;
+  DirtyJob(j);
+  Json out = JobJson(j);
+  PALADIN_RETURN_IF_ERROR(Flush());
+  Wake();
+  return out;
+}
+
+}  // namespace paladin::server

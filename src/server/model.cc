@@ -1,0 +1,267 @@
+#include "model.h"
+
+namespace paladin::server {
+namespace {
+
+Json Optional(const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); }
+
+std::optional<double> OptionalReal(const Json& doc, const char* key) {
+  if (!doc.contains(key) || !doc[key].is_number()) return std::nullopt;
+  return doc[key].get<double>();
+}
+
+}  // namespace
+
+std::string JobRecord::ClassKey() const {
+  std::string base = command.empty() ? "" : command[0];
+  const size_t slash = base.rfind('/');
+  if (slash != std::string::npos) base = base.substr(slash + 1);
+  return team + "/" + base;
+}
+
+Json JobToApi(const JobRecord& j) {
+  Json out = {{"id", j.id},
+              {"name", j.name},
+              {"team", j.team},
+              {"command", j.command},
+              {"priority", j.priority},
+              {"gpus", j.gpus},
+              {"gpu_mem_request", j.mem_auto ? Json("auto") : Json(j.mem_request)},
+              {"quota_bytes", j.quota_bytes},
+              {"ceiling_bytes", j.ceiling_bytes},
+              {"predicted_bytes", j.predicted_bytes},
+              {"used_bytes", j.used_bytes},
+              {"state", j.state},
+              {"reason", j.reason},
+              {"node", j.node.empty() ? Json(nullptr) : Json(j.node)},
+              {"gpu", j.gpu < 0 ? Json(nullptr) : Json(j.gpu)},
+              {"gpu_uuid", j.gpu_uuid.empty() ? Json(nullptr) : Json(j.gpu_uuid)},
+              {"epoch", j.epoch},
+              {"submitted_at", j.submitted_at},
+              {"started_at", Optional(j.started_at)},
+              {"ended_at", Optional(j.ended_at)},
+              {"exit_code", j.exit_code ? Json(*j.exit_code) : Json(nullptr)},
+              {"restarts", j.restarts},
+              {"migrations", j.migrations},
+              {"recoveries", j.recoveries},
+              {"checkpoints", j.checkpoints},
+              {"last_checkpoint", nullptr},
+              {"migration", nullptr},
+              {"quota_grows", j.quota_grows}};
+  if (j.last_checkpoint) {
+    out["last_checkpoint"] = {{"path", j.last_checkpoint->path},
+                              {"at", j.last_checkpoint->at},
+                              {"bytes", j.last_checkpoint->bytes}};
+  }
+  return out;
+}
+
+Json JobToDoc(const JobRecord& j) {
+  Json doc = JobToApi(j);
+  doc["seq"] = j.seq;
+  doc["env"] = j.env;
+  doc["mem_auto"] = j.mem_auto;
+  doc["mem_request"] = j.mem_request;
+  doc["mem_max"] = j.mem_max;
+  doc["peak_used_bytes"] = j.peak_used_bytes;
+  doc["gpu_indices"] = j.gpu_indices;
+  doc["checkpoint_seq"] = j.checkpoint_seq;
+  doc["migration_id"] = j.migration_id;
+  doc["refusals"] = j.refusals;
+  doc["prediction"] = j.prediction;
+  doc["cancel_requested"] = j.cancel_requested;
+  doc["recovering"] = j.recovering;
+  doc["preempted"] = j.preempted;
+  doc["mismatch"] = j.mismatch;
+  doc["at_line_start"] = j.at_line_start;
+  doc["pending_since"] = j.pending_since;
+  doc["accounted_at"] = j.accounted_at;
+  doc["gpu_seconds"] = j.gpu_seconds;
+  doc["last_sample_at"] = j.last_sample_at;
+  doc["last_checkpoint_cmd_at"] = j.last_checkpoint_cmd_at;
+  return doc;
+}
+
+JobRecord JobFromDoc(const Json& d) {
+  JobRecord j;
+  j.seq = d.value("seq", int64_t{0});
+  j.id = d.value("id", "");
+  j.name = d.value("name", "");
+  j.team = d.value("team", "");
+  j.command = d.value("command", std::vector<std::string>{});
+  j.env = d.value("env", std::map<std::string, std::string>{});
+  j.priority = d.value("priority", 0);
+  j.gpus = d.value("gpus", 1);
+  j.mem_auto = d.value("mem_auto", false);
+  j.mem_request = d.value("mem_request", int64_t{0});
+  j.mem_max = d.value("mem_max", int64_t{0});
+  j.quota_bytes = d.value("quota_bytes", int64_t{0});
+  j.ceiling_bytes = d.value("ceiling_bytes", int64_t{0});
+  j.predicted_bytes = d.value("predicted_bytes", int64_t{0});
+  j.used_bytes = d.value("used_bytes", int64_t{0});
+  j.peak_used_bytes = d.value("peak_used_bytes", int64_t{0});
+  j.state = d.value("state", "pending");
+  j.reason = d.value("reason", "");
+  j.node = d.contains("node") && d["node"].is_string() ? d["node"].get<std::string>() : "";
+  j.gpu = d.contains("gpu") && d["gpu"].is_number() ? d["gpu"].get<int>() : -1;
+  j.gpu_indices = d.value("gpu_indices", std::vector<int>{});
+  j.gpu_uuid =
+      d.contains("gpu_uuid") && d["gpu_uuid"].is_string() ? d["gpu_uuid"].get<std::string>() : "";
+  j.epoch = d.value("epoch", int64_t{0});
+  j.submitted_at = d.value("submitted_at", 0.0);
+  j.started_at = OptionalReal(d, "started_at");
+  j.ended_at = OptionalReal(d, "ended_at");
+  if (d.contains("exit_code") && d["exit_code"].is_number())
+    j.exit_code = d["exit_code"].get<int>();
+  j.restarts = d.value("restarts", 0);
+  j.migrations = d.value("migrations", 0);
+  j.recoveries = d.value("recoveries", 0);
+  j.checkpoints = d.value("checkpoints", 0);
+  j.checkpoint_seq = d.value("checkpoint_seq", 0);
+  if (d.contains("last_checkpoint") && d["last_checkpoint"].is_object()) {
+    const Json& c = d["last_checkpoint"];
+    j.last_checkpoint =
+        CheckpointRef{c.value("path", ""), c.value("at", 0.0), c.value("bytes", int64_t{0})};
+  }
+  j.migration_id = d.value("migration_id", int64_t{0});
+  j.quota_grows = d.value("quota_grows", int64_t{0});
+  j.refusals = d.value("refusals", int64_t{0});
+  j.prediction = d.value("prediction", "");
+  j.cancel_requested = d.value("cancel_requested", false);
+  j.recovering = d.value("recovering", false);
+  j.preempted = d.value("preempted", false);
+  j.mismatch = d.value("mismatch", false);
+  j.at_line_start = d.value("at_line_start", true);
+  j.pending_since = d.value("pending_since", 0.0);
+  j.accounted_at = d.value("accounted_at", 0.0);
+  j.gpu_seconds = d.value("gpu_seconds", 0.0);
+  j.last_sample_at = d.value("last_sample_at", 0.0);
+  j.last_checkpoint_cmd_at = d.value("last_checkpoint_cmd_at", 0.0);
+  return j;
+}
+
+Json NodeDoc(const NodeRecord& n) {
+  Json gpus = Json::array();
+  for (const auto& g : n.gpus) {
+    gpus.push_back({{"index", g.index},
+                    {"uuid", g.uuid},
+                    {"model", g.model},
+                    {"memory_bytes", g.memory_bytes},
+                    {"emulated", g.emulated},
+                    {"healthy", g.healthy},
+                    {"fault", g.fault},
+                    {"used_bytes", g.used_bytes}});
+  }
+  return {{"name", n.name},
+          {"state", n.state},
+          {"address", n.address},
+          {"migrate_port", n.migrate_port},
+          {"last_heartbeat", n.last_heartbeat},
+          {"dead_since", n.dead_since},
+          {"draining", n.draining},
+          {"recovered", n.recovered},
+          {"gpus", gpus}};
+}
+
+NodeRecord NodeFromDoc(const Json& d) {
+  NodeRecord n;
+  n.name = d.value("name", "");
+  n.state = d.value("state", "alive");
+  n.address = d.value("address", "");
+  n.migrate_port = d.value("migrate_port", 0);
+  n.last_heartbeat = d.value("last_heartbeat", 0.0);
+  n.dead_since = d.value("dead_since", 0.0);
+  n.draining = d.value("draining", false);
+  n.recovered = d.value("recovered", false);
+  if (d.contains("gpus") && d["gpus"].is_array()) {
+    for (const Json& g : d["gpus"]) {
+      GpuRecord r;
+      r.index = g.value("index", 0);
+      r.uuid = g.value("uuid", "");
+      r.model = g.value("model", "");
+      r.memory_bytes = g.value("memory_bytes", int64_t{0});
+      r.emulated = g.value("emulated", false);
+      r.healthy = g.value("healthy", true);
+      r.fault = g.value("fault", "");
+      r.used_bytes = g.value("used_bytes", int64_t{0});
+      n.gpus.push_back(r);
+    }
+  }
+  return n;
+}
+
+Json MigrationDoc(const MigrationRecord& m) {
+  return {{"id", m.id},
+          {"job", m.job},
+          {"from_node", m.from_node},
+          {"from_gpu", m.from_gpu},
+          {"to_node", m.to_node},
+          {"to_gpu", m.to_gpu},
+          {"to_uuid", m.to_uuid},
+          {"step", m.step},
+          {"commit_answer", m.commit_answer ? Json(*m.commit_answer) : Json(nullptr)},
+          {"token", m.token},
+          {"port", m.port},
+          {"in_command", m.in_command},
+          {"out_command", m.out_command},
+          {"new_epoch", m.new_epoch},
+          {"created_at", m.created_at},
+          {"ended_at", m.ended_at},
+          {"error", m.error},
+          {"why", m.why}};
+}
+
+MigrationRecord MigrationFromDoc(const Json& d) {
+  MigrationRecord m;
+  m.id = d.value("id", int64_t{0});
+  m.job = d.value("job", "");
+  m.from_node = d.value("from_node", "");
+  m.from_gpu = d.value("from_gpu", 0);
+  m.to_node = d.value("to_node", "");
+  m.to_gpu = d.value("to_gpu", 0);
+  m.to_uuid = d.value("to_uuid", "");
+  m.step = d.value("step", "reserved");
+  if (d.contains("commit_answer") && d["commit_answer"].is_boolean()) {
+    m.commit_answer = d["commit_answer"].get<bool>();
+  }
+  m.token = d.value("token", "");
+  m.port = d.value("port", 0);
+  m.in_command = d.value("in_command", int64_t{0});
+  m.out_command = d.value("out_command", int64_t{0});
+  m.new_epoch = d.value("new_epoch", int64_t{0});
+  m.created_at = d.value("created_at", 0.0);
+  m.ended_at = d.value("ended_at", 0.0);
+  m.error = d.value("error", "");
+  m.why = d.value("why", "");
+  return m;
+}
+
+Json TeamUsageToApi(const TeamUsage& u) {
+  const double gib = static_cast<double>(kGiB);
+  return {{"gpu_hours", u.gpu_seconds / 3600.0},
+          {"gpu_mem_hours_allocated", u.mem_alloc_byte_seconds / 3600.0 / gib},
+          {"gpu_mem_hours_used", u.mem_used_byte_seconds / 3600.0 / gib},
+          {"queue_seconds", u.queue_seconds},
+          {"jobs", u.jobs}};
+}
+
+Json TeamUsageDoc(const TeamUsage& u) {
+  return {{"gpu_seconds", u.gpu_seconds},
+          {"mem_alloc_byte_seconds", u.mem_alloc_byte_seconds},
+          {"mem_used_byte_seconds", u.mem_used_byte_seconds},
+          {"queue_seconds", u.queue_seconds},
+          {"jobs", u.jobs}};
+}
+
+TeamUsage TeamUsageFromDoc(const Json& d) {
+  TeamUsage u;
+  if (!d.is_object()) return u;
+  u.gpu_seconds = d.value("gpu_seconds", 0.0);
+  u.mem_alloc_byte_seconds = d.value("mem_alloc_byte_seconds", 0.0);
+  u.mem_used_byte_seconds = d.value("mem_used_byte_seconds", 0.0);
+  u.queue_seconds = d.value("queue_seconds", 0.0);
+  u.jobs = d.value("jobs", int64_t{0});
+  return u;
+}
+
+}  // namespace paladin::server

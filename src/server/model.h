@@ -1,0 +1,183 @@
+// The control plane's records (jobs, nodes, teams, commands, migrations) and their JSON forms:
+// the API's (docs/formats/api.md) and the store's (a superset, so a restart loses nothing).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace paladin::server {
+
+using Json = nlohmann::json;
+
+inline constexpr int64_t kMiB = int64_t{1024} * 1024;
+inline constexpr int64_t kGiB = 1024 * kMiB;
+
+struct CheckpointRef {
+  std::string path;
+  double at = 0;
+  int64_t bytes = 0;
+};
+
+struct TeamUsage {
+  double gpu_seconds = 0;
+  double mem_alloc_byte_seconds = 0;  // quota x time
+  double mem_used_byte_seconds = 0;   // used x time
+  double queue_seconds = 0;
+  int64_t jobs = 0;
+};
+
+struct JobRecord {
+  int64_t seq = 0;
+  std::string id;
+  std::string name;
+  std::string team;
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;
+  int priority = 0;
+  int gpus = 1;
+  bool mem_auto = false;
+  int64_t mem_request = 0;  // bytes, when not auto
+  int64_t mem_max = 0;      // 0 = the GPU's memory
+  int64_t quota_bytes = 0;
+  int64_t ceiling_bytes = 0;
+  int64_t predicted_bytes = 0;
+  int64_t used_bytes = 0;
+  int64_t peak_used_bytes = 0;
+  std::string state = "pending";
+  std::string reason;
+  std::string node;
+  int gpu = -1;
+  std::vector<int> gpu_indices;
+  std::string gpu_uuid;
+  int64_t epoch = 0;
+  double submitted_at = 0;
+  std::optional<double> started_at;
+  std::optional<double> ended_at;
+  std::optional<int> exit_code;
+  int restarts = 0;
+  int migrations = 0;
+  int recoveries = 0;
+  int checkpoints = 0;
+  int checkpoint_seq = 0;
+  std::optional<CheckpointRef> last_checkpoint;
+  int64_t migration_id = 0;  // the migration under way, 0 when none
+  int64_t quota_grows = 0;
+  int64_t refusals = 0;
+  std::string prediction;  // why predicted_bytes is what it is
+  bool cancel_requested = false;
+  bool recovering = false;  // restoring after its node died: `recovered` when it runs again
+  bool preempted = false;   // checkpointed to make room; resumes when room returns
+  bool mismatch = false;    // its stdout had a line starting with MISMATCH
+  bool at_line_start = true;
+  // Accounting.
+  double pending_since = 0;
+  double accounted_at = 0;  // usage is accrued up to here while it holds a GPU
+  double gpu_seconds = 0;
+  double last_sample_at = 0;
+  double last_checkpoint_cmd_at = 0;
+
+  bool Terminal() const {
+    return state == "succeeded" || state == "failed" || state == "cancelled";
+  }
+  // Whether it holds GPU room on its node.
+  bool HoldsGpu() const {
+    return state == "starting" || state == "running" || state == "migrating" ||
+           state == "checkpointing" || (state == "restoring" && !node.empty());
+  }
+  // team + basename of command[0]: jobs of one class share a memory history.
+  std::string ClassKey() const;
+};
+
+struct GpuRecord {
+  int index = 0;
+  std::string uuid;
+  std::string model;
+  int64_t memory_bytes = 0;
+  bool emulated = false;
+  bool healthy = true;
+  std::string fault;
+  int64_t used_bytes = 0;
+};
+
+struct NodeRecord {
+  std::string name;
+  std::string state = "alive";  // alive | draining | dead
+  std::string address;
+  int migrate_port = 0;
+  double last_heartbeat = 0;
+  double dead_since = 0;
+  bool draining = false;
+  bool recovered = false;  // its jobs were placed elsewhere after it died
+  std::vector<GpuRecord> gpus;
+
+  const GpuRecord* Gpu(int index) const {
+    for (const auto& g : gpus) {
+      if (g.index == index) return &g;
+    }
+    return nullptr;
+  }
+};
+
+struct TeamRecord {
+  std::string name;
+  int64_t max_gpus = 0;     // 0 = no limit
+  int64_t max_gpu_mem = 0;  // bytes; 0 = no limit
+  int priority = 0;
+  TeamUsage usage;
+};
+
+struct CommandRecord {  // NOLINT(bugprone-exception-escape): Json's members
+  int64_t id = 0;
+  std::string node;
+  std::string job;
+  std::string kind;
+  Json body;  // the whole command as sent
+  double created_at = 0;
+  double sent_at = 0;
+  bool acked = false;
+  bool ok = false;
+  Json result;
+};
+
+struct MigrationRecord {
+  int64_t id = 0;
+  std::string job;
+  std::string from_node;
+  int from_gpu = 0;
+  std::string to_node;
+  int to_gpu = 0;
+  std::string to_uuid;
+  // reserved, migrate_in_sent, transfer (migrate_out sent), committed, done, failed
+  std::string step = "reserved";
+  std::optional<bool> commit_answer;
+  std::string token;
+  int port = 0;
+  int64_t in_command = 0;
+  int64_t out_command = 0;
+  int64_t new_epoch = 0;
+  double created_at = 0;
+  double ended_at = 0;
+  std::string error;
+  std::string why;             // "operator", "drain", "rebalance", "gpu unhealthy"
+  double in_delivered_at = 0;  // when migrate_in reached the destination (not stored)
+
+  bool Finished() const { return step == "done" || step == "failed"; }
+};
+
+// API and store forms.
+Json JobToApi(const JobRecord& j);
+Json JobToDoc(const JobRecord& j);
+JobRecord JobFromDoc(const Json& doc);
+Json NodeDoc(const NodeRecord& n);
+NodeRecord NodeFromDoc(const Json& doc);
+Json MigrationDoc(const MigrationRecord& m);
+MigrationRecord MigrationFromDoc(const Json& doc);
+Json TeamUsageToApi(const TeamUsage& u);
+Json TeamUsageDoc(const TeamUsage& u);
+TeamUsage TeamUsageFromDoc(const Json& doc);
+
+}  // namespace paladin::server

@@ -1,0 +1,516 @@
+// The migration transaction (docs/server.md, DESIGN.md "Migration is a transaction"), drains,
+// the rebalancer's admission plans, periodic checkpoints and recovery from dead nodes.
+//
+//   reserved -> migrate_in_sent -> transfer (migrate_out sent) -> committed -> done
+//            \___________________ failed (before the commit: the job stays on its source)
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "control.h"
+#include "paladin/server/validate.h"
+
+namespace paladin::server {
+
+std::string Control::CheckpointDir(const JobRecord& j, int seq) const {
+  char name[16];
+  std::snprintf(name, sizeof name, "%04d", seq);
+  return options_.checkpoint_store + "/" + j.id + "/" + name;
+}
+
+bool Control::HasIncomingMigration(const std::string& node) const {
+  return std::any_of(migrations_.begin(), migrations_.end(), [&](const auto& kv) {
+    return !kv.second.Finished() && kv.second.to_node == node;
+  });
+}
+
+MigrationRecord* Control::ActiveMigration(const JobRecord& j) {
+  if (j.migration_id == 0) return nullptr;
+  auto it = migrations_.find(j.migration_id);
+  if (it == migrations_.end() || it->second.Finished()) return nullptr;
+  return &it->second;
+}
+
+Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
+                               const std::string& why, std::string* refusal) {
+  if (j.state != "running") {
+    return FailedPrecondition("job " + j.id + " is " + j.state + "; only a running job migrates");
+  }
+  if (ActiveMigration(j) != nullptr) {
+    return FailedPrecondition("job " + j.id + " is already migrating");
+  }
+  if (j.gpus != 1) return FailedPrecondition("job " + j.id + " uses several GPUs; not migratable");
+  auto dest = nodes_.find(to);
+  if (dest == nodes_.end()) return NotFound("node " + to + " not found");
+  if (to == j.node) return FailedPrecondition("job " + j.id + " already runs on " + to);
+  if (dest->second.state != "alive" || dest->second.draining) {
+    return FailedPrecondition("node " + to + " is " + dest->second.state);
+  }
+  if (dest->second.migrate_port <= 0) {
+    return FailedPrecondition("node " + to + " registered no migrate_port");
+  }
+  if (HasIncomingMigration(to)) {
+    return FailedPrecondition("node " + to + " is already receiving a migration");
+  }
+  auto source = nodes_.find(j.node);
+  if (source == nodes_.end() || source->second.state == "dead") {
+    return FailedPrecondition("job " + j.id + "'s node is not alive");
+  }
+  FleetView view = BuildFleet(true);
+  const int32_t node = view.index.at(to);
+  const core::Workload w = ShapeOf(j, view.gpu_memory[static_cast<size_t>(node)]);
+  core::Placement p;
+  if (to_gpu >= 0) {
+    const auto& map = view.gpu_index[static_cast<size_t>(node)];
+    auto g = std::find(map.begin(), map.end(), to_gpu);
+    if (g == map.end()) {
+      return FailedPrecondition("node " + to + " has no healthy GPU " + std::to_string(to_gpu));
+    }
+    p.node = node;
+    p.gpus.push_back(static_cast<int16_t>(g - map.begin()));
+    Status fits = view.fleet.CheckPlacement(w, p);
+    if (!fits.ok()) return FailedPrecondition("the job does not fit there: " + fits.message());
+  } else {
+    core::PackerOptions options;
+    options.collect_reasons = true;
+    options.only_node = node;
+    core::Decision d = packer_.Schedule(view.fleet, w, rng_, options);
+    if (!d.placed) {
+      if (refusal != nullptr) *refusal = d.Explain();
+      return FailedPrecondition("the job does not fit on " + to + ": " + d.Explain());
+    }
+    p = d.placement;
+  }
+  StatusOr<std::string> token = RandomHex(16);
+  if (!token.ok()) return token.status();
+  MigrationRecord m;
+  m.id = next_migration_++;
+  m.job = j.id;
+  m.from_node = j.node;
+  m.from_gpu = j.gpu;
+  m.to_node = to;
+  m.to_gpu = view.gpu_index[static_cast<size_t>(node)][static_cast<size_t>(p.gpus[0])];
+  const GpuRecord* gpu = dest->second.Gpu(m.to_gpu);
+  m.to_uuid = gpu != nullptr ? gpu->uuid : "";
+  m.token = *token;
+  m.port = dest->second.migrate_port;
+  m.new_epoch = j.epoch + 1;
+  m.created_at = Now();
+  m.why = why;
+  m.step = "reserved";
+  j.state = "migrating";
+  j.migration_id = m.id;
+  j.reason = "migrating to " + to + "/" + std::to_string(m.to_gpu) + " (" + why + ")";
+  Event("migration_started", &j, j.node,
+        "migration " + std::to_string(m.id) + " to " + to + "/" + std::to_string(m.to_gpu) + " (" +
+            why + ")");
+  DirtyJob(j);
+  MigrationRecord& stored = migrations_[m.id] = m;
+  DirtyMigration(stored);
+  CrashPoint("reserved");
+  AdvanceMigration(stored, "reserved");
+  return Status::Ok();
+}
+
+void Control::AdvanceMigration(MigrationRecord& m, const std::string& event) {
+  if (m.Finished()) return;
+  StatusOr<int64_t> seq = ParseJobId(m.job);
+  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
+  if (found == jobs_.end()) return FailMigration(m, "the job is gone");
+  JobRecord& j = found->second;
+  const bool committed = m.commit_answer.value_or(false);
+  if (event.rfind("migrate_in_failed", 0) == 0 || event.rfind("migrate_out_failed", 0) == 0) {
+    if (!committed) return FailMigration(m, event.substr(event.find(':') + 1));
+    return FinishMigration(m);  // the destination has it: the source's errors come after
+  }
+  if (event == "migrate_in_ok" || event == "migrate_out_ok") {
+    if (committed) return FinishMigration(m);
+    if (event == "migrate_in_ok" && m.step == "migrate_in_sent") {
+      return AdvanceMigration(m, "listening");
+    }
+    if (event == "migrate_out_ok") {
+      return FailMigration(m, "the source finished without a commit");
+    }
+    return;
+  }
+  if (event == "reserved" && m.step == "reserved") {
+    const NodeRecord& dest = nodes_[m.to_node];
+    m.in_command = SendCommand(m.to_node, "migrate_in", &j,
+                               Json{{"port", m.port},
+                                    {"token", m.token},
+                                    {"gpu_index", m.to_gpu},
+                                    {"gpu_uuid", m.to_uuid},
+                                    {"migration", m.id},
+                                    {"epoch", m.new_epoch},
+                                    {"name", j.name},
+                                    {"command", j.command},
+                                    {"env", j.env},
+                                    {"quota_bytes", j.quota_bytes},
+                                    {"ceiling_bytes", std::max(j.ceiling_bytes, j.quota_bytes)},
+                                    {"from", m.from_node},
+                                    {"from_gpu_uuid", j.gpu_uuid},
+                                    {"address", dest.address}});
+    m.step = "migrate_in_sent";
+    DirtyMigration(m);
+    CrashPoint("migrate_in_sent");
+    return;
+  }
+  if (event == "listening" && m.step == "migrate_in_sent") {
+    const NodeRecord& dest = nodes_[m.to_node];
+    m.out_command =
+        SendCommand(m.from_node, "migrate_out", &j,
+                    Json{{"to_address", dest.address.empty() ? "127.0.0.1" : dest.address},
+                         {"to_port", m.port},
+                         {"token", m.token},
+                         {"migration", m.id},
+                         {"to", m.to_node},
+                         {"to_gpu", m.to_gpu},
+                         {"to_gpu_uuid", m.to_uuid}});
+    m.step = "transfer";
+    DirtyMigration(m);
+    CrashPoint("migrate_out_sent");
+  }
+}
+
+StatusOr<Json> Control::Commit(int64_t migration) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = migrations_.find(migration);
+  if (it == migrations_.end())
+    return NotFound("migration " + std::to_string(migration) + " not found");
+  MigrationRecord& m = it->second;
+  if (m.commit_answer.has_value()) return Json{{"commit", *m.commit_answer}};
+  if (m.Finished()) return Json{{"commit", false}};
+  StatusOr<int64_t> seq = ParseJobId(m.job);
+  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
+  if (found == jobs_.end() || found->second.Terminal() || found->second.cancel_requested) {
+    FailMigration(m, "the job has ended");
+    PALADIN_RETURN_IF_ERROR(Flush());
+    return Json{{"commit", false}};
+  }
+  CrashPoint("before_commit");
+  JobRecord& j = found->second;
+  const double now = Now();
+  Accrue(j, now);
+  m.commit_answer = true;
+  m.step = "committed";
+  j.node = m.to_node;
+  j.gpu = m.to_gpu;
+  j.gpu_indices = {m.to_gpu};
+  j.gpu_uuid = m.to_uuid;
+  j.epoch = m.new_epoch;
+  ++j.migrations;
+  Count("migrations");
+  j.reason = "committed to " + m.to_node + "/" + std::to_string(m.to_gpu) + "; resuming there";
+  DirtyJob(j);
+  DirtyMigration(m);
+  PALADIN_RETURN_IF_ERROR(Flush());
+  CrashPoint("after_commit");
+  Wake();
+  return Json{{"commit", true}};
+}
+
+void Control::FailMigration(MigrationRecord& m, const std::string& why) {
+  if (m.Finished()) return;
+  if (!m.commit_answer.has_value()) m.commit_answer = false;
+  m.step = "failed";
+  m.error = why;
+  m.ended_at = Now();
+  Count("migrations_failed");
+  DirtyMigration(m);
+  StatusOr<int64_t> seq = ParseJobId(m.job);
+  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
+  if (found != jobs_.end()) {
+    JobRecord& j = found->second;
+    if (j.migration_id == m.id) j.migration_id = 0;
+    if (j.state == "migrating") {
+      j.state = "running";
+      j.reason =
+          "migration " + std::to_string(m.id) + " failed (" + why + "); running on " + j.node;
+    }
+    Event("migration_failed", &j, m.from_node,
+          "migration " + std::to_string(m.id) + " to " + m.to_node + " failed: " + why);
+    // The destination drops its copy (it never ran: the commit was refused).
+    auto dest = nodes_.find(m.to_node);
+    if (dest != nodes_.end() && dest->second.state != "dead") {
+      SendCommand(m.to_node, "kill", &j, Json{{"epoch", m.new_epoch}});
+    }
+    DirtyJob(j);
+  }
+  Wake();
+}
+
+void Control::FinishMigration(MigrationRecord& m) {
+  if (m.Finished()) return;
+  m.step = "done";
+  m.ended_at = Now();
+  DirtyMigration(m);
+  StatusOr<int64_t> seq = ParseJobId(m.job);
+  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
+  if (found != jobs_.end()) {
+    JobRecord& j = found->second;
+    if (j.migration_id == m.id) j.migration_id = 0;
+    if (j.state == "migrating") j.state = "running";
+    j.reason = "running on " + j.node + "/" + std::to_string(j.gpu) + " (migrated from " +
+               m.from_node + ")";
+    Event("migrated", &j, m.to_node,
+          "migration " + std::to_string(m.id) + ": " + m.from_node + "/" +
+              std::to_string(m.from_gpu) + " -> " + m.to_node + "/" + std::to_string(m.to_gpu));
+    DirtyJob(j);
+  }
+  CrashPoint("done");
+  Wake();
+}
+
+void Control::MigrationTimeouts(double now) {
+  for (auto& [id, m] : migrations_) {
+    if (m.Finished() || now - m.created_at < options_.migration_timeout_s) continue;
+    if (m.commit_answer.value_or(false)) {
+      FinishMigration(m);
+    } else {
+      FailMigration(m, "timed out");
+    }
+  }
+}
+
+void Control::DetectFailures(double now) {
+  for (auto& [name, n] : nodes_) {
+    if (n.state != "dead" && now - n.last_heartbeat > options_.lease_s) {
+      n.state = "dead";
+      n.dead_since = now;
+      n.recovered = false;
+      Event("node_dead", nullptr, n.name,
+            "no heartbeat for " + std::to_string(static_cast<int>(now - n.last_heartbeat)) + " s");
+      DirtyNode(n);
+      for (auto& [id, m] : migrations_) {
+        if (!m.Finished() && !m.commit_answer.has_value() &&
+            (m.to_node == n.name || m.from_node == n.name)) {
+          FailMigration(m, "node " + n.name + " died");
+        }
+      }
+    }
+    // Its agent has frozen its workloads by now: the jobs may run elsewhere.
+    if (n.state == "dead" && !n.recovered && now - n.dead_since > options_.lease_s) {
+      RecoverNode(n);
+      n.recovered = true;
+      DirtyNode(n);
+    }
+  }
+}
+
+void Control::RecoverNode(NodeRecord& n) {
+  const double now = Now();
+  for (auto& [seq, j] : jobs_) {
+    if (j.node != n.name || !j.HoldsGpu()) continue;
+    if (MigrationRecord* m = ActiveMigration(j)) FailMigration(*m, "node " + n.name + " died");
+    Accrue(j, now);
+    ReleaseJob(j);
+    j.pending_since = now;
+    j.cancel_requested = false;
+    if (j.last_checkpoint) {
+      j.state = "restoring";
+      j.recovering = true;
+      j.reason = "node " + n.name + " died: restoring from " + j.last_checkpoint->path;
+    } else {
+      j.state = "pending";
+      ++j.restarts;
+      Count("restarts");
+      j.reason = "node " + n.name + " died and the job had no checkpoint: starting over";
+      Event("restarted", &j, n.name, j.reason);
+    }
+    DirtyJob(j);
+  }
+}
+
+void Control::DrainNodes() {
+  for (auto& [name, n] : nodes_) {
+    if (!n.draining || n.state == "dead") continue;
+    for (auto& [seq, j] : jobs_) {
+      if (j.node != name || j.state != "running" || j.migration_id != 0) continue;
+      FleetView view = BuildFleet(true);
+      core::PackerOptions options;
+      options.collect_reasons = true;
+      core::Decision d = packer_.Schedule(view.fleet, ShapeOf(j, 0), rng_, options);
+      if (!d.placed) {
+        j.reason = "draining " + name + ": nowhere to go yet (" + d.Explain() + ")";
+        continue;
+      }
+      const std::string& to = view.names[static_cast<size_t>(d.placement.node)];
+      if (HasIncomingMigration(to)) continue;
+      const int gpu = view.gpu_index[static_cast<size_t>(d.placement.node)]
+                                    [static_cast<size_t>(d.placement.gpus[0])];
+      (void)StartMigration(j, to, gpu, "draining " + name, nullptr);
+    }
+  }
+}
+
+StatusOr<Json> Control::Drain(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return NotFound("node " + node + " not found");
+  NodeRecord& n = it->second;
+  n.draining = true;
+  if (n.state != "dead") n.state = "draining";
+  Event("draining", nullptr, n.name, "drain asked: its jobs move off, nothing new is placed");
+  DirtyNode(n);
+  PALADIN_RETURN_IF_ERROR(Flush());
+  Wake();
+  return NodeDoc(n);
+}
+
+StatusOr<Json> Control::Fault(const std::string& node, int gpu, const Json& body) {
+  if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
+  std::string kind = "xid";
+  if (body.contains("kind") && !body["kind"].is_null()) {
+    if (!body["kind"].is_string()) return InvalidArgument("kind: expected \"xid\" or \"ecc\"");
+    kind = body["kind"].get<std::string>();
+    if (kind != "xid" && kind != "ecc") return InvalidArgument("kind: expected \"xid\" or \"ecc\"");
+  }
+  int64_t code = 79;
+  if (body.contains("code") && !body["code"].is_null()) {
+    if (!body["code"].is_number_integer()) return InvalidArgument("code: expected an integer");
+    code = body["code"].get<int64_t>();
+    if (code < 0 || code > 1000000) return InvalidArgument("code: out of range");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return NotFound("node " + node + " not found");
+  const GpuRecord* g = it->second.Gpu(gpu);
+  if (g == nullptr) return NotFound("node " + node + " has no GPU " + std::to_string(gpu));
+  if (!g->emulated)
+    return FailedPrecondition("GPU " + std::to_string(gpu) + " of " + node +
+                              " is a real GPU: faults are injected into emulated ones");
+  SendCommand(node, "fault", nullptr, Json{{"gpu_index", gpu}, {"kind", kind}, {"code", code}});
+  PALADIN_RETURN_IF_ERROR(Flush());
+  return Json{{"node", node}, {"gpu", gpu}, {"kind", kind}, {"code", code}, {"sent", true}};
+}
+
+void Control::GpuHealthMoves() {
+  for (auto& [seq, j] : jobs_) {
+    if (j.state != "running" || j.migration_id != 0) continue;
+    auto n = nodes_.find(j.node);
+    if (n == nodes_.end() || n->second.state == "dead") continue;
+    const GpuRecord* g = n->second.Gpu(j.gpu);
+    if (g == nullptr || g->healthy) continue;
+    FleetView view = BuildFleet(true);
+    core::PackerOptions options;
+    options.exclude_node = -1;
+    core::Decision d = packer_.Schedule(view.fleet, ShapeOf(j, 0), rng_, options);
+    if (!d.placed) continue;
+    const std::string& to = view.names[static_cast<size_t>(d.placement.node)];
+    if (to == j.node || HasIncomingMigration(to)) continue;
+    const int gpu = view.gpu_index[static_cast<size_t>(d.placement.node)]
+                                  [static_cast<size_t>(d.placement.gpus[0])];
+    (void)StartMigration(j, to, gpu, "GPU " + std::to_string(j.gpu) + " unhealthy", nullptr);
+  }
+}
+
+void Control::PeriodicCheckpoints(double now) {
+  if (options_.checkpoint_every_s <= 0) return;
+  for (auto& [seq, j] : jobs_) {
+    if (j.state != "running" || j.migration_id != 0 || !j.started_at) continue;
+    const double since = std::max(
+        {*j.started_at, j.last_checkpoint_cmd_at, j.last_checkpoint ? j.last_checkpoint->at : 0.0});
+    if (now - since < options_.checkpoint_every_s) continue;
+    j.last_checkpoint_cmd_at = now;
+    ++j.checkpoint_seq;
+    SendCommand(j.node, "checkpoint", &j,
+                Json{{"mode", "keep"}, {"dir", CheckpointDir(j, j.checkpoint_seq)}});
+    DirtyJob(j);
+  }
+}
+
+void Control::RecordCheckpoint(JobRecord& j, const Json& detail, const std::string& dir) {
+  CheckpointRef ref;
+  ref.path = detail.contains("path") && detail["path"].is_string()
+                 ? detail["path"].get<std::string>()
+                 : dir;
+  ref.bytes = detail.contains("bytes") && detail["bytes"].is_number_integer()
+                  ? detail["bytes"].get<int64_t>()
+                  : 0;
+  ref.at = Now();
+  j.last_checkpoint = ref;
+  ++j.checkpoints;
+  Count("checkpoints");
+  (void)store_->Run("INSERT INTO checkpoints (job, seq, path, at, bytes) VALUES (?, ?, ?, ?, ?)",
+                    {j.id, int64_t{j.checkpoint_seq}, ref.path, ref.at, ref.bytes});
+  Event("checkpointed", &j, j.node,
+        "checkpoint " + ref.path + " (" + std::to_string(ref.bytes) + " bytes)");
+  // Keep the newest --keep-checkpoints images of this job.
+  auto rows = store_->Query(
+      "SELECT path FROM checkpoints WHERE job = ? AND deleted = 0 ORDER BY id DESC LIMIT -1 "
+      "OFFSET ?",
+      {j.id, int64_t{std::max(1, options_.keep_checkpoints)}});
+  if (rows.ok()) {
+    for (const DbRow& r : *rows) {
+      const std::string path = DbText(r[0]);
+      // Only directories inside the checkpoint store are ever deleted.
+      if (path.rfind(options_.checkpoint_store + "/", 0) == 0 &&
+          path.find("..") == std::string::npos) {
+        deleted_dirs_.emplace_back(j.id, path);
+      }
+    }
+  }
+  DirtyJob(j);
+}
+
+void Control::Rebalance(FleetView& view, JobRecord& waiting) {
+  // One plan at a time: carry on with the current one first.
+  if (!admission_moves_.empty()) {
+    std::vector<core::Move> left;
+    for (const core::Move& move : admission_moves_) {
+      auto j = jobs_.find(static_cast<int64_t>(move.job));
+      if (j == jobs_.end() || j->second.state != "running") continue;
+      const std::string& to = view.names.size() > static_cast<size_t>(move.to.node)
+                                  ? view.names[static_cast<size_t>(move.to.node)]
+                                  : std::string();
+      if (to.empty() || j->second.node == to) continue;
+      if (HasIncomingMigration(to) || j->second.migration_id != 0) {
+        left.push_back(move);
+        continue;
+      }
+      const int gpu =
+          view.gpu_index[static_cast<size_t>(move.to.node)][static_cast<size_t>(move.to.gpus[0])];
+      if (!StartMigration(j->second, to, gpu, "rebalance for " + waiting.id, nullptr).ok()) {
+        continue;
+      }
+    }
+    admission_moves_ = left;
+    return;
+  }
+  if (std::any_of(migrations_.begin(), migrations_.end(),
+                  [](const auto& kv) { return !kv.second.Finished(); })) {
+    return;
+  }
+  if (!waiting.reason.empty() && waiting.reason.rfind("team ", 0) == 0) return;
+  std::vector<core::MovableJob> movable;
+  core::MigrationCost cost;
+  for (const auto& [seq, j] : jobs_) {
+    if (j.state != "running" || j.gpus != 1) continue;
+    auto at = view.index.find(j.node);
+    if (at == view.index.end()) continue;
+    const auto& map = view.gpu_index[static_cast<size_t>(at->second)];
+    auto g = std::find(map.begin(), map.end(), j.gpu);
+    if (g == map.end()) continue;
+    core::MovableJob m;
+    m.id = static_cast<uint64_t>(seq);
+    m.shape = ShapeOf(j, view.gpu_memory[static_cast<size_t>(at->second)]);
+    m.placement.node = at->second;
+    m.placement.gpus = {static_cast<int16_t>(g - map.begin())};
+    m.downtime_s = cost.DowntimeS(static_cast<double>(j.used_bytes), 0);
+    m.movable = nodes_[j.node].migrate_port > 0;
+    movable.push_back(std::move(m));
+  }
+  if (movable.empty()) return;
+  int64_t largest = 0;
+  for (int64_t m : view.gpu_memory) largest = std::max(largest, m);
+  std::optional<core::AdmissionPlan> plan = rebalancer_.PlanAdmission(
+      view.fleet, ShapeOf(waiting, largest), movable, packer_, rng_, 1e12);
+  if (!plan || plan->moves.empty()) return;
+  admission_moves_ = plan->moves;
+  Event("rebalance", &waiting, "",
+        "the rebalancer plans " + std::to_string(plan->moves.size()) +
+            " migration(s) to make room for " + waiting.id);
+  Rebalance(view, waiting);
+}
+
+}  // namespace paladin::server

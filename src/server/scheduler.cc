@@ -1,0 +1,358 @@
+// Placement: the live fleet as a core::Fleet, waiting jobs placed by the core packer (never a
+// second packer), team quotas, the initial size of "auto" jobs, predictions and accounting.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "control.h"
+
+namespace paladin::server {
+namespace {
+
+inline constexpr uint64_t kMigrationReservation = uint64_t{1} << 48;
+inline constexpr int64_t kDefaultAutoQuota = 4 * kGiB;
+
+std::string Bytes(int64_t b) {
+  char buffer[64];
+  if (b >= kGiB) {
+    std::snprintf(buffer, sizeof buffer, "%.2f GiB", static_cast<double>(b) / kGiB);
+  } else {
+    std::snprintf(buffer, sizeof buffer, "%.0f MiB", static_cast<double>(b) / kMiB);
+  }
+  return buffer;
+}
+
+}  // namespace
+
+int64_t Control::LargestGpuMemory() const {
+  int64_t most = 0;
+  for (const auto& [name, n] : nodes_) {
+    for (const GpuRecord& g : n.gpus) most = std::max(most, g.memory_bytes);
+  }
+  return most;
+}
+
+core::Workload Control::ShapeOf(const JobRecord& j, int64_t gpu_memory) const {
+  core::Workload w;
+  w.name = j.id;
+  w.team = j.team;
+  w.priority = j.priority;
+  w.gpu_count = j.gpus;
+  w.gpu_mem_mib = std::max<int64_t>(1, (j.quota_bytes + kMiB - 1) / kMiB);
+  if (j.gpus > 1 || gpu_memory <= 0) {
+    w.gpu_milli = core::kMilliPerGpu;
+  } else {
+    const double share =
+        std::ceil(1000.0 * static_cast<double>(j.quota_bytes) / static_cast<double>(gpu_memory));
+    w.gpu_milli = static_cast<int32_t>(std::clamp(share, 1.0, 1000.0));
+  }
+  return w;
+}
+
+Control::FleetView Control::BuildFleet(bool reserve_running) {
+  FleetView v;
+  for (const auto& [name, n] : nodes_) {
+    if (n.state != "alive" || n.draining) continue;
+    std::vector<int> healthy;
+    int64_t memory = 0;
+    std::string model;
+    for (const GpuRecord& g : n.gpus) {
+      if (!g.healthy || !g.fault.empty() || g.memory_bytes <= 0) continue;
+      healthy.push_back(g.index);
+      memory = memory == 0 ? g.memory_bytes : std::min(memory, g.memory_bytes);
+      if (model.empty()) model = g.model;
+    }
+    if (healthy.empty() || static_cast<int>(healthy.size()) > core::kMaxGpusPerNode) continue;
+    const int64_t mib = memory / kMiB;
+    StatusOr<core::ModelId> id = v.fleet.models().Intern(model + "/" + std::to_string(mib));
+    if (!id.ok()) continue;
+    v.fleet.models().SetMemoryMib(*id, mib);
+    StatusOr<int32_t> index = v.fleet.AddNode(name, int64_t{1} << 40, int64_t{1} << 40,
+                                              static_cast<int>(healthy.size()), *id);
+    if (!index.ok()) continue;
+    v.names.push_back(name);
+    v.index[name] = *index;
+    v.gpu_index.push_back(healthy);
+    v.gpu_memory.push_back(memory);
+  }
+  if (!reserve_running) return v;
+  auto fleet_gpu = [&](int32_t node, int gpu) -> int16_t {
+    const auto& map = v.gpu_index[static_cast<size_t>(node)];
+    auto it = std::find(map.begin(), map.end(), gpu);
+    return it == map.end() ? int16_t{-1} : static_cast<int16_t>(it - map.begin());
+  };
+  auto reserve = [&](uint64_t id, const JobRecord& j, const std::string& node,
+                     const std::vector<int>& gpus) {
+    auto at = v.index.find(node);
+    if (at == v.index.end()) return;
+    core::Placement p;
+    p.node = at->second;
+    for (int g : gpus) {
+      const int16_t f = fleet_gpu(p.node, g);
+      if (f < 0) return;
+      p.gpus.push_back(f);
+    }
+    const core::Workload w = ShapeOf(j, v.gpu_memory[static_cast<size_t>(p.node)]);
+    if (static_cast<int>(p.gpus.size()) != w.gpu_count) return;
+    // A fleet that is over-committed (a GPU that shrank, a restart) still books what runs: the
+    // reservation is forced by booking it even when CheckPlacement would refuse.
+    (void)v.fleet.Reserve(id, w, p);
+  };
+  for (const auto& [seq, j] : jobs_) {
+    if (!j.HoldsGpu()) continue;
+    std::vector<int> gpus = j.gpu_indices;
+    if (gpus.empty() && j.gpu >= 0) gpus.push_back(j.gpu);
+    reserve(static_cast<uint64_t>(seq), j, j.node, gpus);
+  }
+  for (const auto& [id, m] : migrations_) {
+    if (m.Finished() || m.commit_answer.value_or(false)) continue;
+    const std::string& wanted = m.job;
+    auto job = std::find_if(jobs_.begin(), jobs_.end(),
+                            [&wanted](const auto& kv) { return kv.second.id == wanted; });
+    if (job == jobs_.end()) continue;
+    reserve(kMigrationReservation + static_cast<uint64_t>(id), job->second, m.to_node, {m.to_gpu});
+  }
+  return v;
+}
+
+void Control::SizeAutoJob(JobRecord& j) {
+  auto peak = class_peak_.find(j.ClassKey());
+  int64_t quota = kDefaultAutoQuota;
+  if (peak != class_peak_.end() && peak->second > 0) {
+    quota = static_cast<int64_t>(static_cast<double>(peak->second) * 1.2);
+    j.prediction = "highest peak of earlier " + j.ClassKey() + " jobs " + Bytes(peak->second) +
+                   " x 1.2 = " + Bytes(quota);
+  } else {
+    j.prediction = "no history for " + j.ClassKey() + ": the default " + Bytes(quota);
+  }
+  const int64_t largest = LargestGpuMemory();
+  if (j.mem_max > 0 && quota > j.mem_max) {
+    quota = j.mem_max;
+    j.prediction += ", capped at gpu_mem_max";
+  }
+  if (largest > 0 && quota > largest) {
+    quota = largest;
+    j.prediction += ", capped at the largest GPU";
+  }
+  quota = std::max<int64_t>(quota, 64 * kMiB);
+  j.quota_bytes = quota;
+  j.predicted_bytes = quota;
+}
+
+std::string Control::TeamQuotaRefusal(const JobRecord& j) const {
+  auto team = teams_.find(j.team);
+  if (team == teams_.end()) return "";
+  const TeamRecord& t = team->second;
+  if (t.max_gpus <= 0 && t.max_gpu_mem <= 0) return "";
+  int64_t gpus = 0;
+  int64_t mem = 0;
+  for (const auto& [seq, other] : jobs_) {
+    if (other.team != j.team || !other.HoldsGpu()) continue;
+    gpus += other.gpus;
+    mem += other.quota_bytes * other.gpus;
+  }
+  if (t.max_gpus > 0 && gpus + j.gpus > t.max_gpus) {
+    return "team " + t.name + " quota: " + std::to_string(gpus) + " of its " +
+           std::to_string(t.max_gpus) + " GPUs in use, this job needs " + std::to_string(j.gpus);
+  }
+  if (t.max_gpu_mem > 0 && mem + j.quota_bytes * j.gpus > t.max_gpu_mem) {
+    return "team " + t.name + " quota: " + Bytes(mem) + " of its " + Bytes(t.max_gpu_mem) +
+           " GPU memory in use, this job needs " + Bytes(j.quota_bytes * j.gpus);
+  }
+  return "";
+}
+
+void Control::PlaceWaiting(FleetView& view) {
+  std::vector<JobRecord*> waiting;
+  for (auto& [seq, j] : jobs_) {
+    if (j.state == "pending" || (j.state == "restoring" && j.node.empty())) waiting.push_back(&j);
+  }
+  std::stable_sort(waiting.begin(), waiting.end(), [](const JobRecord* a, const JobRecord* b) {
+    return a->priority != b->priority ? a->priority > b->priority : a->seq < b->seq;
+  });
+  for (JobRecord* j : waiting) {
+    if (TryPlace(view, *j)) continue;
+    const int64_t before = next_migration_;
+    Rebalance(view, *j);
+    if (next_migration_ != before) view = BuildFleet(true);  // destinations are booked now
+  }
+}
+
+bool Control::TryPlace(FleetView& view, JobRecord& j) {
+  if (j.mem_auto && j.state == "pending") SizeAutoJob(j);
+  const std::string refusal = TeamQuotaRefusal(j);
+  if (!refusal.empty()) {
+    if (j.reason != refusal) {
+      j.reason = refusal;
+      DirtyJob(j);
+    }
+    return false;
+  }
+  int64_t largest = 0;
+  for (int64_t m : view.gpu_memory) largest = std::max(largest, m);
+  const core::Workload w = ShapeOf(j, largest);
+  core::PackerOptions options;
+  options.collect_reasons = true;
+  const auto start = std::chrono::steady_clock::now();
+  core::Decision d = packer_.Schedule(view.fleet, w, rng_, options);
+  decision_seconds_.Add(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (!d.placed) {
+    std::string reason = view.names.empty() ? "no alive node with a healthy GPU" : d.Explain();
+    if (j.reason != reason) {
+      j.reason = reason;
+      DirtyJob(j);
+    }
+    return false;
+  }
+  // The share was sized for the largest GPU; book it at the chosen node's own share.
+  const core::Workload booked = ShapeOf(j, view.gpu_memory[static_cast<size_t>(d.placement.node)]);
+  if (!view.fleet.Reserve(static_cast<uint64_t>(j.seq), booked, d.placement).ok()) {
+    j.reason = "the chosen GPU could not be booked; retrying";
+    return false;
+  }
+  char how[160];
+  std::snprintf(how, sizeof how, " by %s (score %.1f, %d feasible node%s)",
+                packer_.policy().name.c_str(), d.score, d.feasible_nodes,
+                d.feasible_nodes == 1 ? "" : "s");
+  Bind(view, j, d.placement, how);
+  return true;
+}
+
+void Control::Bind(FleetView& view, JobRecord& j, const core::Placement& p,
+                   const std::string& how) {
+  const double now = Now();
+  const std::string& node_name = view.names[static_cast<size_t>(p.node)];
+  const NodeRecord& node = nodes_[node_name];
+  j.gpu_indices.clear();
+  for (int16_t g : p.gpus) {
+    j.gpu_indices.push_back(view.gpu_index[static_cast<size_t>(p.node)][static_cast<size_t>(g)]);
+  }
+  j.node = node_name;
+  j.gpu = j.gpu_indices.empty() ? -1 : j.gpu_indices[0];
+  const GpuRecord* gpu = node.Gpu(j.gpu);
+  j.gpu_uuid = gpu != nullptr ? gpu->uuid : "";
+  const int64_t gpu_memory = view.gpu_memory[static_cast<size_t>(p.node)];
+  j.ceiling_bytes = j.mem_max > 0 ? std::min(j.mem_max, gpu_memory) : gpu_memory;
+  if (j.mem_auto) j.ceiling_bytes = std::max(j.ceiling_bytes, j.quota_bytes);
+  ++j.epoch;
+  Team(j.team).usage.queue_seconds += std::max(0.0, now - j.pending_since);
+  DirtyTeam(j.team);
+  j.accounted_at = now;
+  j.used_bytes = 0;
+  const std::string where = j.node + "/" + std::to_string(j.gpu);
+  Json gpus_json = j.gpu_indices;
+  if (j.state == "restoring" && j.last_checkpoint) {
+    j.reason = "restoring on " + where + how;
+    SendCommand(j.node, "restore", &j,
+                Json{{"image", j.last_checkpoint->path},
+                     {"name", j.name},
+                     {"command", j.command},
+                     {"env", j.env},
+                     {"gpu_index", j.gpu},
+                     {"gpu_indices", gpus_json},
+                     {"gpu_uuid", j.gpu_uuid},
+                     {"quota_bytes", j.quota_bytes},
+                     {"ceiling_bytes", j.ceiling_bytes}});
+    Event("placed", &j, j.node,
+          "placed on " + where + how + " to restore from " + j.last_checkpoint->path);
+  } else {
+    j.state = "starting";
+    j.reason = "placed on " + where + how;
+    SendCommand(j.node, "start", &j,
+                Json{{"name", j.name},
+                     {"command", j.command},
+                     {"env", j.env},
+                     {"gpu_index", j.gpu},
+                     {"gpu_indices", gpus_json},
+                     {"gpu_uuid", j.gpu_uuid},
+                     {"quota_bytes", j.quota_bytes},
+                     {"ceiling_bytes", j.ceiling_bytes}});
+    Event("placed", &j, j.node, j.reason);
+  }
+  if (j.mem_auto) {
+    Event("predicted", &j, j.node,
+          "quota " + std::to_string(j.quota_bytes) + " bytes: " + j.prediction);
+    announced_prediction_[j.seq] = j.quota_bytes;
+  }
+  predictors_.erase(j.seq);
+  DirtyJob(j);
+}
+
+void Control::Accrue(JobRecord& j, double now) {
+  if (j.accounted_at <= 0) j.accounted_at = now;
+  const double dt = now - j.accounted_at;
+  if (dt <= 0) return;
+  j.accounted_at = now;
+  TeamUsage& u = Team(j.team).usage;
+  u.gpu_seconds += dt * j.gpus;
+  u.mem_alloc_byte_seconds += dt * static_cast<double>(j.quota_bytes) * j.gpus;
+  u.mem_used_byte_seconds += dt * static_cast<double>(j.used_bytes);
+  j.gpu_seconds += dt * j.gpus;
+  DirtyTeam(j.team);
+}
+
+void Control::ReleaseJob(JobRecord& j) {
+  predictors_.erase(j.seq);
+  announced_prediction_.erase(j.seq);
+  j.node.clear();
+  j.gpu = -1;
+  j.gpu_indices.clear();
+  j.gpu_uuid.clear();
+  j.used_bytes = 0;
+}
+
+void Control::EndJob(JobRecord& j, const std::string& state, std::optional<int> exit_code,
+                     const std::string& why) {
+  const double now = Now();
+  if (j.HoldsGpu()) Accrue(j, now);
+  if (j.peak_used_bytes > 0) {
+    int64_t& peak = class_peak_[j.ClassKey()];
+    peak = std::max(peak, j.peak_used_bytes);
+  }
+  const std::string node = j.node;
+  ReleaseJob(j);
+  j.state = state;
+  j.exit_code = exit_code;
+  j.ended_at = now;
+  j.reason = why;
+  j.cancel_requested = false;
+  Event(state == "cancelled" ? "cancelled" : "ended", &j, node, why);
+  DirtyJob(j);
+}
+
+void Control::ObserveUsage(JobRecord& j, double now) {
+  j.peak_used_bytes = std::max(j.peak_used_bytes, j.used_bytes);
+  {
+    auto& predictor = predictors_[j.seq];
+    if (!predictor) {
+      core::ResourceSpec spec;
+      spec.request = static_cast<double>(std::max(j.ceiling_bytes, j.quota_bytes));
+      spec.window_s = 60;
+      predictor = predictors_factory_.Make(spec);
+    }
+    const auto t = static_cast<int64_t>(now);
+    predictor->Observe(t, static_cast<double>(j.used_bytes));
+    const core::Forecast f = predictor->Predict(t);
+    j.predicted_bytes = static_cast<int64_t>(f.value);
+    char why[200];
+    std::snprintf(why, sizeof why, "paladin predictor: next-minute peak %s (+/- %s), phase %s",
+                  Bytes(j.predicted_bytes).c_str(), Bytes(static_cast<int64_t>(f.sigma)).c_str(),
+                  std::string(core::PhaseName(f.phase)).c_str());
+    j.prediction = why;
+    int64_t& announced = announced_prediction_[j.seq];
+    if (j.mem_auto &&
+        (announced <= 0 || std::abs(static_cast<double>(j.predicted_bytes - announced)) >
+                               0.2 * static_cast<double>(announced))) {
+      announced = j.predicted_bytes;
+      Event("predicted", &j, j.node, std::to_string(j.predicted_bytes) + " bytes: " + why);
+    }
+  }
+  if (now - j.last_sample_at >= 2.0) {
+    j.last_sample_at = now;
+    samples_.push_back(PendingSample{j.seq, now, j.used_bytes, j.quota_bytes, j.predicted_bytes});
+  }
+}
+
+}  // namespace paladin::server

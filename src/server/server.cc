@@ -1,0 +1,194 @@
+// Wiring: the data directory, the store, the first-start tokens, the HTTP server and the
+// scheduling loop.
+#include "paladin/server/server.h"
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "api.h"
+#include "control.h"
+
+namespace paladin::server {
+
+struct Server::Impl {
+  ServerOptions options;
+  std::unique_ptr<Control> control;
+  httplib::Server http;
+  std::thread http_thread;
+  std::thread loop_thread;
+  std::atomic<bool> stopping{false};
+  int port = 0;
+  std::string host;
+  std::string admin_token;
+  std::string agent_token;
+  bool created_tokens = false;
+};
+
+namespace {
+
+std::string ReadFirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r' || line.back() == ' ')) {
+    line.pop_back();
+  }
+  return line;
+}
+
+Status WritePrivate(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return IoError("cannot write " + tmp);
+    out << text << "\n";
+    if (!out.flush()) return IoError("cannot write " + tmp);
+  }
+  if (chmod(tmp.c_str(), 0600) != 0) return IoError("cannot chmod " + tmp);
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return IoError("cannot rename " + tmp + ": " + ec.message());
+  return Status::Ok();
+}
+
+// The token in `path` when it is still valid, else a new token of `scope` written there.
+StatusOr<std::string> EnsureToken(Control& control, const std::string& path,
+                                  const std::string& scope, const std::string& name,
+                                  bool* created) {
+  const std::string existing = ReadFirstLine(path);
+  if (!existing.empty()) {
+    StatusOr<Principal> p = control.Authenticate(existing);
+    if (p.ok() && p->Scope() == scope) return existing;
+  }
+  StatusOr<Json> token = control.CreateToken(scope, name);
+  if (!token.ok()) return token.status();
+  const std::string secret = (*token)["token"].get<std::string>();
+  PALADIN_RETURN_IF_ERROR(WritePrivate(path, secret));
+  *created = true;
+  return secret;
+}
+
+StatusOr<std::pair<std::string, int>> SplitListen(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return InvalidArgument("--listen '" + listen + "': expected HOST:PORT");
+  }
+  const std::string port = listen.substr(colon + 1);
+  char* end = nullptr;
+  const long p = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end != '\0' || p < 0 || p > 65535) {
+    return InvalidArgument("--listen '" + listen + "': port must be 0-65535");
+  }
+  return std::make_pair(listen.substr(0, colon), static_cast<int>(p));
+}
+
+}  // namespace
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Server::~Server() { Stop(); }
+
+StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
+  if (options.data_dir.empty()) return InvalidArgument("--data: a directory is required");
+  if (options.lease_s <= 0 || options.heartbeat_s <= 0 || options.heartbeat_s >= options.lease_s) {
+    return InvalidArgument("--heartbeat must be positive and shorter than --lease");
+  }
+  if (options.checkpoint_every_s < 0) return InvalidArgument("--checkpoint-every: negative");
+  if (options.keep_checkpoints < 1) return InvalidArgument("--keep-checkpoints: at least 1");
+  StatusOr<std::pair<std::string, int>> listen = SplitListen(options.listen);
+  if (!listen.ok()) return listen.status();
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  std::error_code ec;
+  std::filesystem::create_directories(options.data_dir, ec);
+  if (ec) return IoError("cannot create " + options.data_dir + ": " + ec.message());
+  const std::string data = std::filesystem::absolute(options.data_dir).string();
+  ControlOptions control_options;
+  control_options.lease_s = options.lease_s;
+  control_options.heartbeat_s = options.heartbeat_s;
+  control_options.checkpoint_every_s = options.checkpoint_every_s;
+  control_options.keep_checkpoints = options.keep_checkpoints;
+  control_options.checkpoint_store =
+      options.checkpoint_store.empty()
+          ? data + "/checkpoints"
+          : std::filesystem::absolute(options.checkpoint_store).string();
+  control_options.policy = options.policy;
+  if (options.fault.rfind("crash-at:", 0) == 0) control_options.crash_at = options.fault.substr(9);
+  std::filesystem::create_directories(control_options.checkpoint_store, ec);
+  if (ec) {
+    return IoError("cannot create " + control_options.checkpoint_store + ": " + ec.message());
+  }
+  StatusOr<std::unique_ptr<Store>> store = Store::Open(data + "/paladin.db");
+  if (!store.ok()) return store.status();
+  StatusOr<std::unique_ptr<Control>> control =
+      Control::Create(std::move(*store), std::move(control_options));
+  if (!control.ok()) return control.status();
+  impl->control = std::move(*control);
+  StatusOr<std::string> admin = EnsureToken(*impl->control, data + "/admin.token", "admin",
+                                            "admin (first start)", &impl->created_tokens);
+  if (!admin.ok()) return admin.status();
+  StatusOr<std::string> agent = EnsureToken(*impl->control, data + "/agent.token", "agent",
+                                            "agents (first start)", &impl->created_tokens);
+  if (!agent.ok()) return agent.status();
+  impl->admin_token = *admin;
+  impl->agent_token = *agent;
+
+  InstallRoutes(impl->http, *impl->control);
+  impl->host = listen->first;
+  if (listen->second == 0) {
+    impl->port = impl->http.bind_to_any_port(impl->host);
+  } else {
+    impl->port = impl->http.bind_to_port(impl->host, listen->second) ? listen->second : -1;
+  }
+  if (impl->port <= 0) {
+    return Unavailable("cannot listen on " + options.listen + " (address in use or invalid)");
+  }
+  std::unique_ptr<Server> server(new Server(std::move(impl)));
+  Impl* s = server->impl_.get();
+  PALADIN_RETURN_IF_ERROR(WritePrivate(data + "/server.url", server->url()));
+  s->http_thread = std::thread([s] { s->http.listen_after_bind(); });
+  s->loop_thread = std::thread([s] {
+    while (!s->stopping.load()) {
+      s->control->WaitForWork(s->options.schedule_interval_s);
+      if (s->stopping.load()) break;
+      s->control->Tick();
+    }
+  });
+  // stop() only stops a running accept loop: wait until it runs.
+  for (int i = 0; i < 5000 && !s->http.is_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return server;
+}
+
+void Server::Stop() {
+  if (!impl_ || impl_->stopping.exchange(true)) return;
+  impl_->control->Wake();
+  impl_->http.stop();
+  if (impl_->http_thread.joinable()) impl_->http_thread.join();
+  if (impl_->loop_thread.joinable()) impl_->loop_thread.join();
+}
+
+int Server::port() const { return impl_->port; }
+
+std::string Server::url() const {
+  return "http://" + impl_->host + ":" + std::to_string(impl_->port);
+}
+
+std::string Server::admin_token_path() const {
+  return std::filesystem::absolute(impl_->options.data_dir).string() + "/admin.token";
+}
+std::string Server::agent_token_path() const {
+  return std::filesystem::absolute(impl_->options.data_dir).string() + "/agent.token";
+}
+std::string Server::admin_token() const { return impl_->admin_token; }
+std::string Server::agent_token() const { return impl_->agent_token; }
+bool Server::created_tokens() const { return impl_->created_tokens; }
+
+}  // namespace paladin::server

@@ -1,0 +1,319 @@
+// Read-mostly views: nodes, teams, events, the summary and /metrics (Prometheus text format).
+// A team token sees only its own jobs in each of them.
+#include <algorithm>
+#include <cstdio>
+
+#include "control.h"
+#include "paladin/server/validate.h"
+
+namespace paladin::server {
+namespace {
+
+std::string Label(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\' || c == '"') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+void Line(std::string* out, const std::string& name, const std::string& labels, double value) {
+  char number[64];
+  std::snprintf(number, sizeof number, "%.17g", value);
+  *out += name;
+  if (!labels.empty()) *out += "{" + labels + "}";
+  *out += " ";
+  *out += number;
+  *out += "\n";
+}
+
+}  // namespace
+
+StatusOr<Json> Control::Nodes(const Principal& who) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Json out = Json::array();
+  for (const auto& [name, n] : nodes_) {
+    Json gpus = Json::array();
+    for (const GpuRecord& g : n.gpus) {
+      int64_t allocated = 0;
+      Json jobs = Json::array();
+      for (const auto& [seq, j] : jobs_) {
+        if (!j.HoldsGpu() || j.node != name) continue;
+        const bool on_gpu =
+            std::find(j.gpu_indices.begin(), j.gpu_indices.end(), g.index) != j.gpu_indices.end() ||
+            j.gpu == g.index;
+        if (!on_gpu) continue;
+        allocated += j.quota_bytes;
+        if (who.SeesTeam(j.team)) jobs.push_back(j.id);
+      }
+      gpus.push_back({{"index", g.index},
+                      {"uuid", g.uuid},
+                      {"model", g.model},
+                      {"memory_bytes", g.memory_bytes},
+                      {"emulated", g.emulated},
+                      {"healthy", g.healthy},
+                      {"fault", g.fault},
+                      {"allocated_bytes", allocated},
+                      {"used_bytes", g.used_bytes},
+                      {"jobs", jobs}});
+    }
+    out.push_back({{"name", n.name},
+                   {"state", n.state},
+                   {"address", n.address},
+                   {"migrate_port", n.migrate_port},
+                   {"last_heartbeat", n.last_heartbeat},
+                   {"gpus", gpus}});
+  }
+  return Json{{"nodes", out}};
+}
+
+StatusOr<Json> Control::Events(const Principal& who, const std::string& job, double since) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!job.empty()) {
+    StatusOr<JobRecord*> found = FindJob(who, job);
+    if (!found.ok()) return found.status();
+  }
+  std::string sql = "SELECT id, t, job, node, kind, message FROM events WHERE 1 = 1";
+  std::vector<DbValue> params;
+  if (!job.empty()) {
+    sql += " AND job = ?";
+    params.emplace_back(job);
+  }
+  if (!who.admin()) {
+    sql += " AND team = ?";
+    params.emplace_back(who.team);
+  }
+  // `since` is an event id, or (from 1e9 on) a Unix time.
+  if (since >= 1e9) {
+    sql += " AND t > ?";
+    params.emplace_back(since);
+  } else if (since > 0) {
+    sql += " AND id > ?";
+    params.emplace_back(static_cast<int64_t>(since));
+  }
+  sql += " ORDER BY id DESC LIMIT 1000";
+  auto rows = store_->Query(sql, params);
+  if (!rows.ok()) return rows.status();
+  Json out = Json::array();
+  for (auto it = rows->rbegin(); it != rows->rend(); ++it) {
+    const DbRow& r = *it;
+    out.push_back({{"id", DbInt(r[0])},
+                   {"t", DbReal(r[1])},
+                   {"job", DbText(r[2]).empty() ? Json(nullptr) : Json(DbText(r[2]))},
+                   {"node", DbText(r[3]).empty() ? Json(nullptr) : Json(DbText(r[3]))},
+                   {"kind", DbText(r[4])},
+                   {"message", DbText(r[5])}});
+  }
+  return Json{{"events", out}};
+}
+
+StatusOr<Json> Control::Teams(const Principal& who) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double now = Now();
+  Json out = Json::array();
+  for (auto& [name, t] : teams_) {
+    if (!who.SeesTeam(name)) continue;
+    TeamUsage usage = t.usage;
+    // Include what running jobs used since the last pass, so the figures are current.
+    for (const auto& [seq, j] : jobs_) {
+      if (j.team != name || !j.HoldsGpu() || j.accounted_at <= 0) continue;
+      const double dt = std::max(0.0, now - j.accounted_at);
+      usage.gpu_seconds += dt * j.gpus;
+      usage.mem_alloc_byte_seconds += dt * static_cast<double>(j.quota_bytes) * j.gpus;
+      usage.mem_used_byte_seconds += dt * static_cast<double>(j.used_bytes);
+    }
+    out.push_back({{"name", name},
+                   {"max_gpus", t.max_gpus},
+                   {"max_gpu_mem_bytes", t.max_gpu_mem},
+                   {"priority", t.priority},
+                   {"usage", TeamUsageToApi(usage)}});
+  }
+  if (who.team_scoped() && out.empty()) {
+    out.push_back({{"name", who.team},
+                   {"max_gpus", 0},
+                   {"max_gpu_mem_bytes", 0},
+                   {"priority", 0},
+                   {"usage", TeamUsageToApi(TeamUsage{})}});
+  }
+  return Json{{"teams", out}};
+}
+
+StatusOr<Json> Control::PutTeam(const std::string& name, const Json& body) {
+  if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
+  std::optional<int64_t> max_gpus;
+  std::optional<int64_t> max_mem;
+  std::optional<int64_t> priority;
+  if (body.contains("max_gpus") && !body["max_gpus"].is_null()) {
+    const Json& v = body["max_gpus"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1000000) {
+      return InvalidArgument("max_gpus: expected a non-negative integer (0 = no limit)");
+    }
+    max_gpus = v.get<int64_t>();
+  }
+  for (const char* key : {"max_gpu_mem", "max_gpu_mem_bytes"}) {
+    if (body.contains(key) && !body[key].is_null()) {
+      StatusOr<int64_t> mem = SizeField(body[key], key);
+      if (!mem.ok()) return mem.status();
+      max_mem = *mem;
+    }
+  }
+  if (body.contains("priority") && !body["priority"].is_null()) {
+    const Json& v = body["priority"];
+    if (!v.is_number_integer() || v.get<int64_t>() < -1000000 || v.get<int64_t>() > 1000000) {
+      return InvalidArgument("priority: expected an integer");
+    }
+    priority = v.get<int64_t>();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  TeamRecord& t = Team(name);
+  if (max_gpus) t.max_gpus = *max_gpus;
+  if (max_mem) t.max_gpu_mem = *max_mem;
+  if (priority) t.priority = static_cast<int>(*priority);
+  DirtyTeam(name);
+  PALADIN_RETURN_IF_ERROR(Flush());
+  Wake();
+  return Json{{"name", t.name},
+              {"max_gpus", t.max_gpus},
+              {"max_gpu_mem_bytes", t.max_gpu_mem},
+              {"priority", t.priority},
+              {"usage", TeamUsageToApi(t.usage)}};
+}
+
+StatusOr<Json> Control::Summary(const Principal& who) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t submitted = 0, running = 0, pending = 0, lost = 0, mismatches = 0, restarts = 0,
+          recoveries = 0, migrations = 0, checkpoints = 0, grows = 0, ended = 0;
+  for (const auto& [seq, j] : jobs_) {
+    if (!who.SeesTeam(j.team)) continue;
+    ++submitted;
+    if (j.state == "running" || j.state == "migrating") ++running;
+    if (j.state == "pending") ++pending;
+    if (j.Terminal()) ++ended;
+    // A job that ended without an exit code and was not cancelled ended in a non-terminal way.
+    if ((j.state == "failed" && !j.exit_code && j.reason.rfind("start failed", 0) != 0) ||
+        (!j.Terminal() && j.state == "lost")) {
+      ++lost;
+    }
+    if (j.mismatch) ++mismatches;
+    restarts += j.restarts;
+    recoveries += j.recoveries;
+    migrations += j.migrations;
+    checkpoints += j.checkpoints;
+    grows += j.quota_grows;
+  }
+  int64_t migrations_failed = 0;
+  for (const auto& [id, m] : migrations_) {
+    if (m.step != "failed") continue;
+    StatusOr<int64_t> seq = ParseJobId(m.job);
+    auto j = seq.ok() ? jobs_.find(*seq) : jobs_.end();
+    if (j != jobs_.end() && who.SeesTeam(j->second.team)) ++migrations_failed;
+  }
+  int64_t alive = 0, gpus = 0, gpu_memory = 0;
+  for (const auto& [name, n] : nodes_) {
+    if (n.state == "dead") continue;
+    ++alive;
+    gpus += static_cast<int64_t>(n.gpus.size());
+    for (const GpuRecord& g : n.gpus) gpu_memory += g.memory_bytes;
+  }
+  return Json{{"jobs_submitted", submitted},
+              {"jobs_running", running},
+              {"jobs_pending", pending},
+              {"jobs_ended", ended},
+              {"jobs_lost", lost},
+              {"migrations", migrations},
+              {"migrations_failed", migrations_failed},
+              {"recoveries", recoveries},
+              {"restarts", restarts},
+              {"quota_grows", grows},
+              {"checkpoints", checkpoints},
+              {"state_verifications_failed", mismatches},
+              {"nodes_alive", alive},
+              {"nodes", static_cast<int64_t>(nodes_.size())},
+              {"gpus", gpus},
+              {"gpu_memory_bytes", gpu_memory}};
+}
+
+void Control::RecordRequest(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  request_seconds_.Add(seconds);
+}
+
+std::string Control::Metrics(const Principal& who) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string out;
+  out += "# HELP paladin_jobs Jobs by state.\n# TYPE paladin_jobs gauge\n";
+  std::map<std::string, int64_t> states;
+  for (const char* s : {"pending", "starting", "running", "migrating", "checkpointing",
+                        "checkpointed", "restoring", "succeeded", "failed", "cancelled"}) {
+    states[s] = 0;
+  }
+  for (const auto& [seq, j] : jobs_) {
+    if (who.SeesTeam(j.team)) ++states[j.state];
+  }
+  for (const auto& [s, n] : states)
+    Line(&out, "paladin_jobs", "state=\"" + s + "\"", static_cast<double>(n));
+
+  out +=
+      "# HELP paladin_gpu_memory_bytes GPU memory by node, GPU and kind.\n"
+      "# TYPE paladin_gpu_memory_bytes gauge\n";
+  for (const auto& [name, n] : nodes_) {
+    for (const GpuRecord& g : n.gpus) {
+      int64_t allocated = 0;
+      int64_t used = 0;
+      for (const auto& [seq, j] : jobs_) {
+        if (!j.HoldsGpu() || j.node != name || j.gpu != g.index) continue;
+        if (!who.SeesTeam(j.team)) continue;
+        allocated += j.quota_bytes;
+        used += j.used_bytes;
+      }
+      if (who.admin()) used = std::max(used, g.used_bytes);
+      const std::string labels =
+          "node=\"" + Label(name) + "\",gpu=\"" + std::to_string(g.index) + "\",kind=";
+      Line(&out, "paladin_gpu_memory_bytes", labels + "\"total\"",
+           static_cast<double>(g.memory_bytes));
+      Line(&out, "paladin_gpu_memory_bytes", labels + "\"allocated\"",
+           static_cast<double>(allocated));
+      Line(&out, "paladin_gpu_memory_bytes", labels + "\"used\"", static_cast<double>(used));
+    }
+  }
+  out +=
+      "# HELP paladin_job_gpu_memory_bytes GPU memory of each job holding a GPU.\n"
+      "# TYPE paladin_job_gpu_memory_bytes gauge\n";
+  for (const auto& [seq, j] : jobs_) {
+    if (!j.HoldsGpu() || !who.SeesTeam(j.team)) continue;
+    const std::string labels = "job=\"" + j.id + "\",team=\"" + Label(j.team) + "\",kind=";
+    Line(&out, "paladin_job_gpu_memory_bytes", labels + "\"quota\"",
+         static_cast<double>(j.quota_bytes));
+    Line(&out, "paladin_job_gpu_memory_bytes", labels + "\"used\"",
+         static_cast<double>(j.used_bytes));
+    Line(&out, "paladin_job_gpu_memory_bytes", labels + "\"predicted\"",
+         static_cast<double>(j.predicted_bytes));
+  }
+  int64_t migrations = 0;
+  int64_t recoveries = 0;
+  for (const auto& [seq, j] : jobs_) {
+    if (!who.SeesTeam(j.team)) continue;
+    migrations += j.migrations;
+    recoveries += j.recoveries;
+  }
+  out +=
+      "# HELP paladin_migrations_total Committed migrations.\n"
+      "# TYPE paladin_migrations_total counter\n";
+  Line(&out, "paladin_migrations_total", "", static_cast<double>(migrations));
+  out +=
+      "# HELP paladin_recoveries_total Jobs restored after their node died.\n"
+      "# TYPE paladin_recoveries_total counter\n";
+  Line(&out, "paladin_recoveries_total", "", static_cast<double>(recoveries));
+  out += decision_seconds_.Prometheus("paladin_schedule_decision_seconds",
+                                      "Time of one packer decision.");
+  out +=
+      request_seconds_.Prometheus("paladin_api_request_seconds", "Time to answer one API request.");
+  return out;
+}
+
+}  // namespace paladin::server

@@ -1,0 +1,271 @@
+// The migration transaction with fake agents: reserve -> migrate_in -> migrate_out -> commit
+// (idempotent) -> done; a failure before the commit leaves the job on its source and refuses a
+// late commit; drains move jobs off; checkpoints are recorded and restored after a node dies.
+#include <gtest/gtest.h>
+
+#include "harness.h"
+
+namespace paladin::server {
+namespace {
+
+using testing::FakeAgent;
+using testing::Json;
+using testing::kGiB;
+using testing::WaitFor;
+
+Json Job(const api::Client& c, const std::string& id) {
+  StatusOr<Json> j = c.Get("/v1/jobs/" + id);
+  EXPECT_TRUE(j.ok()) << j.status().ToString();
+  return j.ok() ? *j : Json::object();
+}
+
+std::optional<Json> AwaitCommand(FakeAgent& a, const std::string& kind, const std::string& job) {
+  std::optional<Json> found;
+  WaitFor([&] {
+    EXPECT_TRUE(a.Heartbeat().ok());
+    for (const Json& c : a.commands()) {
+      if (c["kind"] == kind && c.value("job", "") == job) found = c;
+    }
+    return found.has_value();
+  });
+  return found;
+}
+
+class MigrationTest : public ::testing::Test {
+ protected:
+  explicit MigrationTest(ServerOptions options = {})
+      : h_("migrate", options),
+        a_(h_, "node-a", 1, 16 * kGiB, 7100),
+        b_(h_, "node-b", 1, 16 * kGiB, 7200) {}
+
+  // A job running on node-a.
+  std::string RunningJob() {
+    EXPECT_TRUE(a_.Register().ok());
+    StatusOr<Json> j =
+        h_.Admin().Post("/v1/jobs", Json{{"command", {"w"}}, {"gpu_mem", "2GiB"}, {"team", "t"}});
+    EXPECT_TRUE(j.ok());
+    const std::string id = (*j)["id"];
+    std::optional<Json> start = AwaitCommand(a_, "start", id);
+    EXPECT_TRUE(start.has_value());
+    a_.Obey(*start);
+    EXPECT_TRUE(a_.Heartbeat().ok());
+    EXPECT_EQ(Job(h_.Admin(), id)["state"], "running");
+    EXPECT_TRUE(b_.Register().ok());
+    return id;
+  }
+
+  testing::ServerHarness h_;
+  FakeAgent a_;
+  FakeAgent b_;
+};
+
+TEST_F(MigrationTest, CommitsMovesTheJobOnce) {
+  const std::string id = RunningJob();
+  api::Client admin = h_.Admin();
+  const int64_t epoch = Job(admin, id)["epoch"];
+  StatusOr<Json> asked = admin.Post("/v1/jobs/" + id + "/migrate", Json{{"to", "node-b"}});
+  ASSERT_TRUE(asked.ok()) << asked.status().ToString();
+  EXPECT_EQ((*asked)["state"], "migrating");
+  EXPECT_EQ((*asked)["migration"]["to"], "node-b");
+  // A second migration of the same job, or to a busy destination, is refused.
+  EXPECT_EQ(admin.Post("/v1/jobs/" + id + "/migrate", Json{{"to", "node-b"}}).status().code(),
+            StatusCode::kFailedPrecondition);
+
+  std::optional<Json> in = AwaitCommand(b_, "migrate_in", id);
+  ASSERT_TRUE(in.has_value());
+  EXPECT_EQ((*in)["port"], 7200);
+  EXPECT_EQ((*in)["epoch"], epoch + 1);
+  ASSERT_TRUE(b_.Heartbeat().ok());  // listening now
+  std::optional<Json> out = AwaitCommand(a_, "migrate_out", id);
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ((*out)["to_port"], 7200);
+  EXPECT_EQ((*out)["token"], (*in)["token"]);
+  const int64_t migration = (*out)["migration"];
+
+  api::Client agent = h_.Agent();
+  const std::string commit = "/v1/migrations/" + std::to_string(migration) + "/commit";
+  StatusOr<Json> first = agent.Post(commit, Json::object());
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ((*first)["commit"], true);
+  StatusOr<Json> again = agent.Post(commit, Json::object());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)["commit"], true);
+  Json moved = Job(admin, id);
+  EXPECT_EQ(moved["node"], "node-b");
+  EXPECT_EQ(moved["epoch"], epoch + 1);
+  EXPECT_EQ(moved["migrations"], 1);
+
+  // The destination runs it at the new epoch; the source's results end the transaction.
+  b_.jobs()[id] = FakeAgent::Job{id, epoch + 1};
+  b_.Answer(Json{{"command", (*in)["id"]}, {"ok", true}, {"detail", {{"pid", 5}}}});
+  ASSERT_TRUE(b_.Heartbeat().ok());
+  a_.Answer(Json{{"command", (*out)["id"]}, {"ok", true}, {"detail", {{"pause_s", 1.5}}}});
+  a_.jobs().erase(id);
+  ASSERT_TRUE(a_.Heartbeat().ok());
+  Json done = Job(admin, id);
+  EXPECT_EQ(done["state"], "running");
+  EXPECT_TRUE(done["migration"].is_null());
+  StatusOr<Json> events = admin.Get("/v1/events?job=" + id);
+  ASSERT_TRUE(events.ok());
+  EXPECT_NE(events->dump().find("\"migrated\""), std::string::npos);
+  // A copy left on the source at the old epoch is killed.
+  a_.jobs()[id] = FakeAgent::Job{id, epoch};
+  EXPECT_TRUE(AwaitCommand(a_, "kill", id).has_value());
+  StatusOr<std::string> metrics = admin.GetText("/metrics");
+  ASSERT_TRUE(metrics.ok());
+  EXPECT_NE(metrics->find("paladin_migrations_total 1"), std::string::npos);
+}
+
+TEST_F(MigrationTest, AFailureBeforeTheCommitKeepsTheJobOnItsSource) {
+  const std::string id = RunningJob();
+  api::Client admin = h_.Admin();
+  ASSERT_TRUE(admin.Post("/v1/jobs/" + id + "/migrate", Json{{"to", "node-b"}}).ok());
+  std::optional<Json> in = AwaitCommand(b_, "migrate_in", id);
+  ASSERT_TRUE(in.has_value());
+  ASSERT_TRUE(b_.Heartbeat().ok());  // listening now
+  std::optional<Json> out = AwaitCommand(a_, "migrate_out", id);
+  ASSERT_TRUE(out.has_value());
+  a_.Answer(Json{{"command", (*out)["id"]}, {"ok", false}, {"error", "transfer refused"}});
+  ASSERT_TRUE(a_.Heartbeat().ok());
+  Json job = Job(admin, id);
+  EXPECT_EQ(job["state"], "running");
+  EXPECT_EQ(job["node"], "node-a");
+  EXPECT_EQ(job["migrations"], 0);
+  StatusOr<Json> late =
+      h_.Agent().Post("/v1/migrations/" + (*out)["migration"].dump() + "/commit", Json::object());
+  ASSERT_TRUE(late.ok());
+  EXPECT_EQ((*late)["commit"], false);
+  StatusOr<Json> summary = admin.Get("/v1/summary");
+  ASSERT_TRUE(summary.ok());
+  EXPECT_EQ((*summary)["migrations_failed"], 1);
+  // The destination is told to drop its copy.
+  EXPECT_TRUE(AwaitCommand(b_, "kill", id).has_value());
+}
+
+TEST_F(MigrationTest, ARestartFailsAnUncommittedMigration) {
+  const std::string id = RunningJob();
+  ASSERT_TRUE(h_.Admin().Post("/v1/jobs/" + id + "/migrate", Json{{"to", "node-b"}}).ok());
+  std::optional<Json> in = AwaitCommand(b_, "migrate_in", id);
+  ASSERT_TRUE(in.has_value());
+  h_.Restart();
+  Json job = Job(h_.Admin(), id);
+  EXPECT_EQ(job["state"], "running");
+  EXPECT_EQ(job["node"], "node-a");
+  StatusOr<Json> late =
+      h_.Agent().Post("/v1/migrations/" + (*in)["migration"].dump() + "/commit", Json::object());
+  ASSERT_TRUE(late.ok());
+  EXPECT_EQ((*late)["commit"], false);
+}
+
+TEST_F(MigrationTest, DrainMovesJobsOff) {
+  const std::string id = RunningJob();
+  api::Client admin = h_.Admin();
+  StatusOr<Json> drained = admin.Post("/v1/nodes/node-a/drain", Json::object());
+  ASSERT_TRUE(drained.ok()) << drained.status().ToString();
+  EXPECT_EQ((*drained)["state"], "draining");
+  std::optional<Json> in = AwaitCommand(b_, "migrate_in", id);
+  ASSERT_TRUE(in.has_value());
+  EXPECT_EQ(Job(admin, id)["state"], "migrating");
+}
+
+class CheckpointTest : public MigrationTest {
+ protected:
+  static ServerOptions Options() {
+    ServerOptions o;
+    o.lease_s = 1;
+    o.heartbeat_s = 0.2;
+    o.checkpoint_every_s = 0.5;
+    o.keep_checkpoints = 2;
+    return o;
+  }
+  CheckpointTest() : MigrationTest(Options()) {}
+};
+
+TEST_F(CheckpointTest, PeriodicCheckpointsAndRecoveryFromADeadNode) {
+  const std::string id = RunningJob();
+  api::Client admin = h_.Admin();
+  // Three periodic checkpoints, each answered with its directory.
+  std::set<int64_t> answered;
+  std::vector<std::string> dirs;
+  ASSERT_TRUE(WaitFor([&] {
+    EXPECT_TRUE(a_.Heartbeat().ok());
+    EXPECT_TRUE(b_.Heartbeat().ok());
+    for (const Json& c : a_.commands()) {
+      if (c["kind"] != "checkpoint" || answered.count(c["id"].get<int64_t>())) continue;
+      answered.insert(c["id"].get<int64_t>());
+      EXPECT_EQ(c["mode"], "keep");
+      const std::string dir = c["dir"];
+      std::filesystem::create_directories(dir);
+      dirs.push_back(dir);
+      a_.Answer(Json{{"command", c["id"]},
+                     {"ok", true},
+                     {"detail", {{"path", dir}, {"bytes", 1000}, {"seconds", 0.1}}}});
+    }
+    return answered.size() >= 3 && Job(admin, id)["checkpoints"].get<int>() >= 3;
+  }));
+  Json job = Job(admin, id);
+  ASSERT_FALSE(job["last_checkpoint"].is_null());
+  EXPECT_EQ(job["last_checkpoint"]["path"], dirs[2]);
+  EXPECT_NE(dirs[0].find(id + "/0001"), std::string::npos);
+  // Only the newest two are kept.
+  ASSERT_TRUE(WaitFor([&] { return !std::filesystem::exists(dirs[0]); }));
+  EXPECT_TRUE(std::filesystem::exists(dirs[2]));
+
+  // node-a dies; after another lease its job is restored on node-b from its last checkpoint.
+  std::optional<Json> restore;
+  ASSERT_TRUE(WaitFor([&] {
+    EXPECT_TRUE(b_.Heartbeat().ok());
+    for (const Json& c : b_.commands()) {
+      if (c["kind"] == "restore" && c["job"] == id) restore = c;
+    }
+    return restore.has_value();
+  }));
+  const std::string last = Job(admin, id)["last_checkpoint"]["path"];
+  EXPECT_EQ((*restore)["image"], last);
+  EXPECT_EQ(Job(admin, id)["state"], "restoring");
+  b_.Obey(*restore);
+  ASSERT_TRUE(b_.Heartbeat().ok());
+  job = Job(admin, id);
+  EXPECT_EQ(job["state"], "running");
+  EXPECT_EQ(job["node"], "node-b");
+  EXPECT_EQ(job["recoveries"], 1);
+  StatusOr<Json> summary = admin.Get("/v1/summary");
+  ASSERT_TRUE(summary.ok());
+  EXPECT_EQ((*summary)["recoveries"], 1);
+  EXPECT_EQ((*summary)["jobs_lost"], 0);
+}
+
+TEST_F(MigrationTest, CheckpointStopAndResume) {
+  const std::string id = RunningJob();
+  api::Client admin = h_.Admin();
+  StatusOr<Json> asked = admin.Post("/v1/jobs/" + id + "/checkpoint", Json::object());
+  ASSERT_TRUE(asked.ok()) << asked.status().ToString();
+  EXPECT_EQ((*asked)["state"], "checkpointing");
+  std::optional<Json> c = AwaitCommand(a_, "checkpoint", id);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ((*c)["mode"], "stop");
+  a_.Answer(Json{{"command", (*c)["id"]}, {"ok", true}, {"detail", {{"path", (*c)["dir"]}}}});
+  a_.jobs().erase(id);
+  ASSERT_TRUE(a_.Heartbeat().ok());
+  EXPECT_EQ(Job(admin, id)["state"], "checkpointed");
+  EXPECT_TRUE(Job(admin, id)["node"].is_null());
+  EXPECT_EQ(admin.Post("/v1/jobs/" + id + "/checkpoint", Json::object()).status().code(),
+            StatusCode::kFailedPrecondition);
+  StatusOr<Json> resumed = admin.Post("/v1/jobs/" + id + "/resume", Json::object());
+  ASSERT_TRUE(resumed.ok());
+  EXPECT_EQ((*resumed)["state"], "restoring");
+  std::optional<Json> restore;
+  ASSERT_TRUE(WaitFor([&] {
+    for (FakeAgent* agent : {&a_, &b_}) {
+      EXPECT_TRUE(agent->Heartbeat().ok());
+      for (const Json& cmd : agent->commands()) {
+        if (cmd["kind"] == "restore" && cmd["job"] == id) restore = cmd;
+      }
+    }
+    return restore.has_value();
+  }));
+  EXPECT_EQ((*restore)["image"], (*c)["dir"]);
+}
+
+}  // namespace
+}  // namespace paladin::server

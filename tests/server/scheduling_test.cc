@@ -1,0 +1,293 @@
+// Scheduling with fake agents over loopback: jobs go where the core packer puts them, with the
+// quotas asked for; reports drive states, usage, logs and accounting; stale copies are killed;
+// team quotas hold jobs back; a dead node's jobs start over elsewhere.
+#include <gtest/gtest.h>
+
+#include "harness.h"
+
+namespace paladin::server {
+namespace {
+
+using testing::FakeAgent;
+using testing::Json;
+using testing::kGiB;
+using testing::WaitFor;
+
+Json Job(api::Client& c, const std::string& id) {
+  StatusOr<Json> j = c.Get("/v1/jobs/" + id);
+  EXPECT_TRUE(j.ok()) << j.status().ToString();
+  return j.ok() ? *j : Json::object();
+}
+
+std::string Submit(api::Client& c, int64_t bytes, const std::string& team = "ml",
+                   int priority = 0) {
+  StatusOr<Json> j = c.Post("/v1/jobs", Json{{"command", {"python3", "train.py"}},
+                                             {"team", team},
+                                             {"gpu_mem", bytes},
+                                             {"priority", priority}});
+  EXPECT_TRUE(j.ok()) << j.status().ToString();
+  return j.ok() ? (*j)["id"].get<std::string>() : "";
+}
+
+// Heartbeats until the agent has received a command of `kind` for `job`.
+std::optional<Json> AwaitCommand(FakeAgent& a, const std::string& kind, const std::string& job) {
+  std::optional<Json> found;
+  WaitFor([&] {
+    EXPECT_TRUE(a.Heartbeat().ok());
+    for (const Json& c : a.commands()) {
+      if (c["kind"] == kind && c.value("job", "") == job) found = c;
+    }
+    return found.has_value();
+  });
+  return found;
+}
+
+TEST(SchedulingTest, StartsGoWhereThePackerSaysWithTheQuotasAsked) {
+  testing::ServerHarness h("sched");
+  api::Client admin = h.Admin();
+  FakeAgent a(h, "node-a", 1, 16 * kGiB);
+  FakeAgent b(h, "node-b", 1, 16 * kGiB);
+  ASSERT_TRUE(a.Register().ok());
+  ASSERT_TRUE(b.Register().ok());
+
+  const std::string j1 = Submit(admin, 10 * kGiB);
+  ASSERT_TRUE(WaitFor([&] { return Job(admin, j1)["state"] == "starting"; }));
+  const std::string j2 = Submit(admin, 10 * kGiB);
+  ASSERT_TRUE(WaitFor([&] { return Job(admin, j2)["state"] == "starting"; }));
+  // Two 10 GiB jobs cannot share a 16 GiB GPU.
+  EXPECT_NE(Job(admin, j1)["node"], Job(admin, j2)["node"]);
+  const std::string j3 = Submit(admin, 6 * kGiB);
+  ASSERT_TRUE(WaitFor([&] { return Job(admin, j3)["state"] == "starting"; }));
+  const std::string j4 = Submit(admin, 7 * kGiB);
+  ASSERT_TRUE(WaitFor([&] {
+    return !Job(admin, j4)["reason"].get<std::string>().empty() &&
+           Job(admin, j4)["reason"] != "waiting for the scheduler";
+  }));
+  Json pending = Job(admin, j4);
+  EXPECT_EQ(pending["state"], "pending");
+  EXPECT_NE(pending["reason"].get<std::string>().find("no node fits"), std::string::npos)
+      << pending["reason"];
+  StatusOr<Json> explain = admin.Get("/v1/jobs/" + j4 + "/explain");
+  ASSERT_TRUE(explain.ok());
+  EXPECT_EQ((*explain)["state"], "pending");
+  EXPECT_FALSE((*explain)["migratable"].get<bool>());
+
+  // Every start command went to the node the job's record names, with the quota asked for.
+  std::map<std::string, int64_t> per_gpu;
+  for (const std::string& id : {j1, j2, j3}) {
+    Json job = Job(admin, id);
+    FakeAgent& agent = job["node"] == "node-a" ? a : b;
+    std::optional<Json> start = AwaitCommand(agent, "start", id);
+    ASSERT_TRUE(start.has_value()) << id;
+    EXPECT_EQ((*start)["gpu_index"], job["gpu"]);
+    EXPECT_EQ((*start)["quota_bytes"], job["quota_bytes"]);
+    EXPECT_EQ((*start)["epoch"], job["epoch"]);
+    EXPECT_EQ((*start)["command"], Json({"python3", "train.py"}));
+    EXPECT_EQ((*start)["ceiling_bytes"], 16 * kGiB);
+    per_gpu[job["node"].get<std::string>()] += job["quota_bytes"].get<int64_t>();
+  }
+  EXPECT_EQ(Job(admin, j1)["quota_bytes"], 10 * kGiB);
+  EXPECT_EQ(Job(admin, j3)["quota_bytes"], 6 * kGiB);
+  for (const auto& [node, bytes] : per_gpu) EXPECT_LE(bytes, 16 * kGiB) << node;
+
+  // The agents start them; reports make them running.
+  for (FakeAgent* agent : {&a, &b}) {
+    for (const Json& c : agent->commands()) agent->Obey(c);
+    agent->commands().clear();
+    ASSERT_TRUE(agent->Heartbeat().ok());
+  }
+  EXPECT_EQ(Job(admin, j1)["state"], "running");
+  EXPECT_FALSE(Job(admin, j1)["started_at"].is_null());
+
+  // Usage, logs (a MISMATCH line counts as a failed state verification), then an exit.
+  FakeAgent& owner = Job(admin, j1)["node"] == "node-a" ? a : b;
+  owner.jobs()[j1].used_bytes = 3 * kGiB;
+  owner.jobs()[j1].stdout_text = "step 1\nMISMATCH at step 2\n";
+  ASSERT_TRUE(owner.Heartbeat().ok());
+  EXPECT_EQ(Job(admin, j1)["used_bytes"], 3 * kGiB);
+  StatusOr<Json> logs = admin.Get("/v1/jobs/" + j1 + "/logs?tail=1");
+  ASSERT_TRUE(logs.ok());
+  EXPECT_EQ((*logs)["text"], "MISMATCH at step 2\n");
+  StatusOr<Json> usage = admin.Get("/v1/jobs/" + j1 + "/usage");
+  ASSERT_TRUE(usage.ok());
+  ASSERT_FALSE((*usage)["samples"].empty());
+  EXPECT_EQ((*usage)["samples"].back()["quota_bytes"], 10 * kGiB);  // one sample per 2 s
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  owner.jobs()[j1].state = "exited";
+  owner.jobs()[j1].exit_code = 0;
+  ASSERT_TRUE(owner.Heartbeat().ok());
+  Json done = Job(admin, j1);
+  EXPECT_EQ(done["state"], "succeeded");
+  EXPECT_EQ(done["exit_code"], 0);
+  EXPECT_FALSE(done["ended_at"].is_null());
+  // The 7 GiB job now fits where j1 was.
+  ASSERT_TRUE(WaitFor([&] { return Job(admin, j4)["state"] == "starting"; }));
+
+  StatusOr<Json> summary = admin.Get("/v1/summary");
+  ASSERT_TRUE(summary.ok());
+  EXPECT_EQ((*summary)["state_verifications_failed"], 1);
+  EXPECT_EQ((*summary)["jobs_lost"], 0);
+  EXPECT_EQ((*summary)["nodes_alive"], 2);
+  StatusOr<Json> teams = admin.Get("/v1/teams");
+  ASSERT_TRUE(teams.ok());
+  bool seen = false;
+  for (const Json& t : (*teams)["teams"]) {
+    if (t["name"] != "ml") continue;
+    seen = true;
+    const double gpu_hours = t["usage"]["gpu_hours"];
+    EXPECT_GT(gpu_hours, 0);
+    EXPECT_GT(t["usage"]["gpu_mem_hours_allocated"].get<double>(),
+              t["usage"]["gpu_mem_hours_used"].get<double>());
+    EXPECT_EQ(t["usage"]["jobs"], 4);
+    // j1 alone ran start..end; all jobs together cannot have used more GPU time than wall time
+    // since the first start, times the jobs that held a GPU.
+    const double span = done["ended_at"].get<double>() - done["submitted_at"].get<double>();
+    EXPECT_LE(gpu_hours * 3600, 4 * (span + 5));
+  }
+  EXPECT_TRUE(seen);
+  StatusOr<std::string> metrics = admin.GetText("/metrics");
+  ASSERT_TRUE(metrics.ok());
+  for (const char* series :
+       {"paladin_jobs{state=\"running\"}",
+        "paladin_gpu_memory_bytes{node=\"node-a\",gpu=\"0\",kind=\"total\"}",
+        "paladin_job_gpu_memory_bytes{job=", "paladin_migrations_total", "paladin_recoveries_total",
+        "paladin_schedule_decision_seconds_count", "paladin_api_request_seconds{quantile="}) {
+    EXPECT_NE(metrics->find(series), std::string::npos) << series;
+  }
+}
+
+TEST(SchedulingTest, StaleReportsGetAKill) {
+  testing::ServerHarness h("stale");
+  api::Client admin = h.Admin();
+  FakeAgent a(h, "node-a", 1, 16 * kGiB);
+  FakeAgent b(h, "node-b", 1, 16 * kGiB);
+  ASSERT_TRUE(a.Register().ok());
+  const std::string id = Submit(admin, 2 * kGiB);
+  std::optional<Json> start = AwaitCommand(a, "start", id);
+  ASSERT_TRUE(start.has_value());
+  a.Obey(*start);
+  ASSERT_TRUE(a.Heartbeat().ok());
+  const int64_t epoch = Job(admin, id)["epoch"];
+  // An older epoch of the same job on its own node.
+  FakeAgent::Job old = a.jobs()[id];
+  a.jobs()[id].epoch = epoch - 1;
+  std::optional<Json> kill = AwaitCommand(a, "kill", id);
+  ASSERT_TRUE(kill.has_value());
+  EXPECT_EQ((*kill)["epoch"], epoch - 1);
+  a.jobs()[id] = old;
+  // Another node reporting the job, and a job nobody knows.
+  ASSERT_TRUE(b.Register().ok());
+  b.jobs()[id] = old;
+  b.jobs()["j-000777"] = FakeAgent::Job{"j-000777", 1};
+  EXPECT_TRUE(AwaitCommand(b, "kill", id).has_value());
+  EXPECT_TRUE(AwaitCommand(b, "kill", "j-000777").has_value());
+  // The rightful copy is left alone.
+  EXPECT_EQ(Job(admin, id)["state"], "running");
+  EXPECT_EQ(Job(admin, id)["node"], "node-a");
+}
+
+TEST(SchedulingTest, TeamQuotasHoldJobsBack) {
+  testing::ServerHarness h("quota");
+  api::Client admin = h.Admin();
+  ASSERT_TRUE(admin.Put("/v1/teams/small", Json{{"max_gpus", 1}, {"max_gpu_mem", "4GiB"}}).ok());
+  FakeAgent a(h, "node-a", 2, 16 * kGiB);
+  ASSERT_TRUE(a.Register().ok());
+  const std::string first = Submit(admin, 3 * kGiB, "small");
+  ASSERT_TRUE(WaitFor([&] { return Job(admin, first)["state"] == "starting"; }));
+  const std::string second = Submit(admin, 3 * kGiB, "small");
+  ASSERT_TRUE(WaitFor([&] {
+    return Job(admin, second)["reason"].get<std::string>().find("team small quota") !=
+           std::string::npos;
+  }));
+  EXPECT_EQ(Job(admin, second)["state"], "pending");
+  StatusOr<Json> cancelled = admin.Post("/v1/jobs/" + first + "/cancel", Json::object());
+  ASSERT_TRUE(cancelled.ok());
+  // The agent kills it; the server then marks it cancelled and the next job goes.
+  std::optional<Json> kill = AwaitCommand(a, "kill", first);
+  ASSERT_TRUE(kill.has_value());
+  a.Obey(*kill);
+  ASSERT_TRUE(a.Heartbeat().ok());
+  EXPECT_EQ(Job(admin, first)["state"], "cancelled");
+  ASSERT_TRUE(WaitFor([&] { return Job(admin, second)["state"] == "starting"; }));
+}
+
+TEST(SchedulingTest, AutoJobsAreSizedFromTheirClassHistory) {
+  testing::ServerHarness h("auto");
+  api::Client admin = h.Admin();
+  FakeAgent a(h, "node-a", 1, 40 * kGiB);
+  ASSERT_TRUE(a.Register().ok());
+  StatusOr<Json> first = admin.Post(
+      "/v1/jobs",
+      Json{{"command", {"/usr/bin/python3", "a.py"}}, {"team", "t"}, {"gpu_mem", "auto"}});
+  ASSERT_TRUE(first.ok());
+  const std::string id = (*first)["id"];
+  EXPECT_EQ((*first)["quota_bytes"], 4 * kGiB);
+  EXPECT_EQ((*first)["gpu_mem_request"], "auto");
+  std::optional<Json> start = AwaitCommand(a, "start", id);
+  ASSERT_TRUE(start.has_value());
+  a.Obey(*start);
+  a.jobs()[id].used_bytes = 5 * kGiB;
+  a.jobs()[id].quota_bytes = 6 * kGiB;
+  a.jobs()[id].quota_grows = 1;
+  ASSERT_TRUE(a.Heartbeat().ok());
+  Json running = Job(admin, id);
+  EXPECT_EQ(running["quota_grows"], 1);
+  EXPECT_GT(running["predicted_bytes"].get<int64_t>(), 0);
+  a.jobs()[id].state = "exited";
+  a.jobs()[id].exit_code = 0;
+  ASSERT_TRUE(a.Heartbeat().ok());
+  StatusOr<Json> second = admin.Post(
+      "/v1/jobs", Json{{"command", {"python3", "b.py"}}, {"team", "t"}, {"gpu_mem", "auto"}});
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ((*second)["quota_bytes"], static_cast<int64_t>(5 * kGiB * 1.2));
+  StatusOr<Json> events = admin.Get("/v1/events?job=" + id);
+  ASSERT_TRUE(events.ok());
+  std::set<std::string> kinds;
+  for (const Json& e : (*events)["events"]) kinds.insert(e["kind"]);
+  for (const char* k : {"submitted", "placed", "predicted", "started", "quota_grown", "ended"}) {
+    EXPECT_TRUE(kinds.count(k)) << k;
+  }
+}
+
+TEST(SchedulingTest, DeadNodesJobsStartOverElsewhere) {
+  ServerOptions options;
+  options.lease_s = 1;
+  options.heartbeat_s = 0.2;
+  testing::ServerHarness h("dead", options);
+  api::Client admin = h.Admin();
+  FakeAgent a(h, "node-a", 1, 16 * kGiB);
+  ASSERT_TRUE(a.Register().ok());
+  const std::string id = Submit(admin, 2 * kGiB);
+  std::optional<Json> start = AwaitCommand(a, "start", id);
+  ASSERT_TRUE(start.has_value());
+  a.Obey(*start);
+  ASSERT_TRUE(a.Heartbeat().ok());
+  FakeAgent b(h, "node-b", 1, 16 * kGiB);
+  ASSERT_TRUE(b.Register().ok());
+  // node-a goes silent; node-b keeps heartbeating.
+  std::optional<Json> restart;
+  ASSERT_TRUE(WaitFor([&] {
+    EXPECT_TRUE(b.Heartbeat().ok());
+    for (const Json& c : b.commands()) {
+      if (c["kind"] == "start" && c["job"] == id) restart = c;
+    }
+    return restart.has_value();
+  }));
+  Json job = Job(admin, id);
+  EXPECT_EQ(job["node"], "node-b");
+  EXPECT_EQ(job["restarts"], 1);
+  EXPECT_GT((*restart)["epoch"].get<int64_t>(), (*start)["epoch"].get<int64_t>());
+  StatusOr<Json> nodes = admin.Get("/v1/nodes");
+  ASSERT_TRUE(nodes.ok());
+  for (const Json& n : (*nodes)["nodes"]) {
+    if (n["name"] == "node-a") EXPECT_EQ(n["state"], "dead");
+  }
+  // node-a comes back still running its old copy: it is told to kill it.
+  EXPECT_TRUE(AwaitCommand(a, "kill", id).has_value());
+  StatusOr<Json> summary = admin.Get("/v1/summary");
+  ASSERT_TRUE(summary.ok());
+  EXPECT_EQ((*summary)["jobs_lost"], 0);
+}
+
+}  // namespace
+}  // namespace paladin::server
