@@ -1,0 +1,450 @@
+// `paladin submit`, `ps`, `show`, `logs`, `cancel`, `explain` and `events`: jobs through the
+// server (docs/formats/api.md, "Jobs").
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fleet.h"
+#include "fleet_format.h"
+
+namespace paladin::cli {
+namespace {
+
+using api::Json;
+using fleet::Array;
+using fleet::BytesCell;
+using fleet::Escape;
+using fleet::FormatAgo;
+using fleet::Int;
+using fleet::Num;
+using fleet::Printable;
+using fleet::Str;
+
+std::string JobPath(const std::string& job) { return "/v1/jobs/" + Escape(job); }
+
+// --- submit ---
+
+struct SubmitArgs {
+  FleetFlags flags;
+  std::string name;
+  std::string team;
+  std::string gpu_mem = "auto";
+  std::string gpu_mem_max;
+  int gpus = 1;
+  int priority = 0;
+  std::vector<std::string> env;
+  bool wait = false;
+  double timeout_s = 0;
+  std::vector<std::string> command;
+};
+
+StatusOr<Json> SubmitBody(const SubmitArgs& a) {
+  Json body = Json::object();
+  std::string name = a.name;
+  if (name.empty()) name = std::filesystem::path(a.command.front()).filename().string();
+  body["name"] = name;
+  if (!a.team.empty()) body["team"] = a.team;
+  body["command"] = a.command;
+  StatusOr<Json> gpu_mem = fleet::ParseGpuMemFlag("--gpu-mem", a.gpu_mem);
+  if (!gpu_mem.ok()) return gpu_mem.status();
+  body["gpu_mem"] = *gpu_mem;
+  if (!a.gpu_mem_max.empty()) {
+    StatusOr<uint64_t> max = fleet::ParseSizeFlag("--gpu-mem-max", a.gpu_mem_max);
+    if (!max.ok()) return max.status();
+    if (gpu_mem->is_number_unsigned() && *max < gpu_mem->get<uint64_t>()) {
+      return InvalidArgument("--gpu-mem-max " + fleet::FormatBytes(*max) + " is below --gpu-mem " +
+                             fleet::FormatBytes(gpu_mem->get<uint64_t>()));
+    }
+    body["gpu_mem_max"] = *max;
+  }
+  body["gpus"] = a.gpus;
+  body["priority"] = a.priority;
+  StatusOr<std::map<std::string, std::string>> env = fleet::ParseEnv(a.env);
+  if (!env.ok()) return env.status();
+  if (!env->empty()) body["env"] = *env;
+  return body;
+}
+
+// Follows a job until it runs or ends, saying each state it passes through on stderr.
+int WaitForStart(const FleetApi& api, const std::string& id, double timeout_s) {
+  const auto start = std::chrono::steady_clock::now();
+  std::string last;
+  while (true) {
+    StatusOr<Json> job = api.Get(JobPath(id));
+    if (!job.ok()) return api.Fail(job.status());
+    const std::string state = Str(*job, "state");
+    const std::string said = state + " " + Str(*job, "reason");
+    if (said != last) {
+      std::string line = id;
+      line += " " + state;
+      if (state == "running") line += " on " + fleet::PlacementCell(*job);
+      const std::string reason = Str(*job, "reason");
+      if (!reason.empty() && state != "running") line += ": " + reason;
+      api.Say(Printable(line));
+      last = said;
+    }
+    if (state == "running" || state == "succeeded") return 0;
+    if (fleet::IsEnded(state)) return 1;
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (timeout_s > 0 && waited > timeout_s) {
+      api.Say(std::string(id).append(" still ").append(state).append(" after ").append(
+          fleet::FormatDuration(waited)));
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+}
+
+int RunSubmit(const SubmitArgs& a) {
+  FleetApi api("submit", a.flags);
+  StatusOr<Json> body = SubmitBody(a);
+  if (!body.ok()) return api.Fail(body.status());
+  StatusOr<Json> job = api.Post("/v1/jobs", *body);
+  if (!job.ok()) return api.Fail(job.status());
+  const std::string id = Str(*job, "id");
+  if (api.json()) {
+    FleetApi::PrintJson(*job);
+  } else {
+    std::printf("%s\n", Printable(id).c_str());
+    std::fflush(stdout);
+  }
+  if (!a.wait) return 0;
+  if (id.empty()) return api.Fail(Unavailable("the server's answer has no job id"));
+  return WaitForStart(api, id, a.timeout_s);
+}
+
+// --- ps ---
+
+struct PsArgs {
+  FleetFlags flags;
+  bool all = false;
+  std::string team;
+  std::string state;
+};
+
+int RunPs(const PsArgs& a) {
+  FleetApi api("ps", a.flags);
+  StatusOr<Json> answer = api.Get(
+      "/v1/jobs" + fleet::Query({{"team", a.team}, {"state", a.state}, {"all", a.all ? "1" : ""}}));
+  if (!answer.ok()) return api.Fail(answer.status());
+  if (api.json()) {
+    FleetApi::PrintJson(*answer);
+    return 0;
+  }
+  const double now = FleetNow();
+  fleet::Table table(
+      {"ID", "NAME", "TEAM", "STATE", "NODE/GPU", "QUOTA", "USED", "PREDICTED", "AGE"});
+  for (const Json& job : Array(*answer, "jobs")) {
+    table.AddRow({Str(job, "id"), Str(job, "name"), Str(job, "team"), Str(job, "state"),
+                  fleet::PlacementCell(job), BytesCell(job, "quota_bytes"),
+                  BytesCell(job, "used_bytes"), BytesCell(job, "predicted_bytes"),
+                  fleet::FormatDuration(now - Num(job, "submitted_at").value_or(now))});
+  }
+  if (table.rows() == 0) {
+    std::printf(a.all ? "no jobs\n" : "no jobs (ended ones show with --all)\n");
+    return 0;
+  }
+  std::fputs(table.Render().c_str(), stdout);
+  return 0;
+}
+
+// --- show ---
+
+std::string Or(const std::string& s, const std::string& fallback) {
+  return s.empty() ? fallback : s;
+}
+
+std::string CountCell(const Json& j, const char* key) {
+  const std::optional<int64_t> v = Int(j, key);
+  return v.has_value() ? std::to_string(*v) : "-";
+}
+
+void PrintJob(const Json& job) {
+  const double now = FleetNow();
+  std::vector<std::pair<std::string, std::string>> rows;
+  std::string command;
+  for (const Json& word : Array(job, "command")) {
+    if (!command.empty()) command += ' ';
+    command += word.is_string() ? word.get<std::string>() : word.dump();
+  }
+  rows.emplace_back("id", Str(job, "id"));
+  rows.emplace_back("name", Str(job, "name"));
+  rows.emplace_back("team", Str(job, "team"));
+  rows.emplace_back("state", Str(job, "state"));
+  rows.emplace_back("reason", Or(Str(job, "reason"), "-"));
+  rows.emplace_back("command", command);
+  rows.emplace_back("placed on", fleet::PlacementCell(job));
+  rows.emplace_back("gpus", CountCell(job, "gpus"));
+  rows.emplace_back("priority", CountCell(job, "priority"));
+  // "auto" or bytes.
+  std::string request = BytesCell(job, "gpu_mem_request");
+  if (request == "-") request = Str(job, "gpu_mem_request", "-");
+  rows.emplace_back("gpu memory", "requested " + request + ", quota " +
+                                      BytesCell(job, "quota_bytes") + ", ceiling " +
+                                      BytesCell(job, "ceiling_bytes") + ", predicted " +
+                                      BytesCell(job, "predicted_bytes") + ", used " +
+                                      BytesCell(job, "used_bytes"));
+  rows.emplace_back("submitted", FormatAgo(Num(job, "submitted_at"), now));
+  rows.emplace_back("started", FormatAgo(Num(job, "started_at"), now));
+  if (Num(job, "ended_at").has_value()) {
+    rows.emplace_back("ended", FormatAgo(Num(job, "ended_at"), now) + ", exit code " +
+                                   CountCell(job, "exit_code"));
+  }
+  rows.emplace_back("history", CountCell(job, "restarts") + " restarts, " +
+                                   CountCell(job, "migrations") + " migrations, " +
+                                   CountCell(job, "recoveries") + " recoveries, " +
+                                   CountCell(job, "checkpoints") + " checkpoints");
+  const Json& ckpt = job.contains("last_checkpoint") ? job["last_checkpoint"] : Json();
+  if (ckpt.is_object()) {
+    rows.emplace_back("checkpoint", Str(ckpt, "path") + " (" + BytesCell(ckpt, "bytes") + ", " +
+                                        FormatAgo(Num(ckpt, "at"), now) + ")");
+  }
+  const Json& move = job.contains("migration") ? job["migration"] : Json();
+  if (move.is_object()) {
+    std::string to = Str(move, "to");
+    if (Int(move, "to_gpu").has_value()) to += "/" + std::to_string(*Int(move, "to_gpu"));
+    rows.emplace_back("migration", "#" + CountCell(move, "id") + " to " + to + ", step " +
+                                       Or(Str(move, "step"), "-"));
+  }
+  for (const auto& [key, value] : rows) {
+    std::printf("%-11s %s\n", (key + ":").c_str(), Printable(value).c_str());
+  }
+}
+
+struct JobArgs {
+  FleetFlags flags;
+  std::string job;
+};
+
+int RunShow(const JobArgs& a) {
+  FleetApi api("show", a.flags);
+  StatusOr<Json> job = api.Get(JobPath(a.job));
+  if (!job.ok()) return api.Fail(job.status());
+  if (api.json()) {
+    FleetApi::PrintJson(*job);
+  } else {
+    PrintJob(*job);
+  }
+  return 0;
+}
+
+int RunCancel(const JobArgs& a) {
+  FleetApi api("cancel", a.flags);
+  StatusOr<Json> job = api.Post(JobPath(a.job) + "/cancel", Json::object());
+  if (!job.ok()) return api.Fail(job.status());
+  if (api.json()) {
+    FleetApi::PrintJson(*job);
+  } else {
+    std::printf("%s %s\n", Printable(Or(Str(*job, "id"), a.job)).c_str(),
+                Printable(Or(Str(*job, "state"), "cancelled")).c_str());
+  }
+  return 0;
+}
+
+int RunExplain(const JobArgs& a) {
+  FleetApi api("explain", a.flags);
+  StatusOr<Json> answer = api.Get(JobPath(a.job) + "/explain");
+  if (!answer.ok()) return api.Fail(answer.status());
+  if (api.json()) {
+    FleetApi::PrintJson(*answer);
+    return 0;
+  }
+  const Json& e = *answer;
+  std::string migratable = "-";
+  if (e.contains("migratable") && e["migratable"].is_boolean()) {
+    migratable = e["migratable"].get<bool>() ? "yes" : "no";
+    const std::string why = Str(e, "why_not_migratable");
+    if (!e["migratable"].get<bool>() && !why.empty()) migratable += ": " + why;
+  }
+  const std::vector<std::pair<std::string, std::string>> rows = {
+      {"job", a.job},
+      {"state", Str(e, "state")},
+      {"reason", Or(Str(e, "reason"), "-")},
+      {"placement", Or(Str(e, "placement"), "-")},
+      {"migratable", migratable},
+      {"prediction", Or(Str(e, "prediction"), "-")}};
+  for (const auto& [key, value] : rows) {
+    std::printf("%-11s %s\n", (key + ":").c_str(), Printable(value).c_str());
+  }
+  return 0;
+}
+
+// --- logs ---
+
+struct LogsArgs {
+  FleetFlags flags;
+  std::string job;
+  bool stderr_stream = false;
+  int tail = 0;
+  bool follow = false;
+  double interval_s = 1.0;
+};
+
+// Log text is the job's own output: printed as it is (a terminal shows it as `paladin run` would).
+void Emit(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+int RunLogs(const LogsArgs& a) {
+  FleetApi api("logs", a.flags);
+  const std::string stream = a.stderr_stream ? "stderr" : "stdout";
+  if (a.follow && api.json()) return api.Fail(InvalidArgument("--json cannot be used with -f"));
+  const std::string tail = a.tail > 0 && !a.follow ? std::to_string(a.tail) : "";
+  const std::string path =
+      JobPath(a.job) + "/logs" + fleet::Query({{"stream", stream}, {"tail", tail}});
+  StatusOr<Json> answer = api.Get(path);
+  if (!answer.ok()) return api.Fail(answer.status());
+  if (api.json()) {
+    FleetApi::PrintJson(*answer);
+    return 0;
+  }
+  std::string shown = Str(*answer, "text");
+  Emit(a.follow ? fleet::TailLines(shown, a.tail) : shown);
+  if (!a.follow) return 0;
+  // Polls until the job has ended, then once more for the last of its output.
+  bool ended = false;
+  while (!ended) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(a.interval_s));
+    StatusOr<Json> job = api.Get(JobPath(a.job));
+    if (!job.ok()) return api.Fail(job.status());
+    ended = fleet::IsEnded(Str(*job, "state"));
+    answer = api.Get(path);
+    if (!answer.ok()) return api.Fail(answer.status());
+    const std::string text = Str(*answer, "text");
+    Emit(fleet::NewLogText(shown, text));
+    shown = text;
+  }
+  return 0;
+}
+
+// --- events ---
+
+struct EventsArgs {
+  FleetFlags flags;
+  std::string job;
+  std::string since;
+};
+
+int RunEvents(const EventsArgs& a) {
+  FleetApi api("events", a.flags);
+  StatusOr<Json> answer =
+      api.Get("/v1/events" + fleet::Query({{"job", a.job}, {"since", a.since}}));
+  if (!answer.ok()) return api.Fail(answer.status());
+  if (api.json()) {
+    FleetApi::PrintJson(*answer);
+    return 0;
+  }
+  const double now = FleetNow();
+  fleet::Table table({"ID", "WHEN", "JOB", "NODE", "KIND", "MESSAGE"});
+  for (const Json& e : Array(*answer, "events")) {
+    table.AddRow({Str(e, "id"), FormatAgo(Num(e, "t"), now), Or(Str(e, "job"), "-"),
+                  Or(Str(e, "node"), "-"), Str(e, "kind"), Str(e, "message")});
+  }
+  if (table.rows() == 0) {
+    std::printf("no events\n");
+    return 0;
+  }
+  std::fputs(table.Render().c_str(), stdout);
+  return 0;
+}
+
+CLI::App* JobCommand(CLI::App& app, const char* name, const char* help,
+                     const std::shared_ptr<JobArgs>& args) {
+  CLI::App* cmd = app.add_subcommand(name, help);
+  cmd->add_option("job", args->job, "Job id, e.g. j-000001")->required();
+  AddFleetFlags(cmd, &args->flags);
+  return cmd;
+}
+
+}  // namespace
+
+void RegisterFleetJobs(CLI::App& app, int* exit_code) {
+  auto s = std::make_shared<SubmitArgs>();
+  CLI::App* submit = app.add_subcommand(
+      "submit", "Submit a job to the Paladin server; prints its id (e.g. j-000001)");
+  submit->add_option("--name", s->name, "Job name (default: the command's name)");
+  submit->add_option("--team", s->team,
+                     "Team to charge (admin tokens; a team token always submits as its team)");
+  submit
+      ->add_option("--gpu-mem", s->gpu_mem,
+                   "GPU memory per GPU: a size such as 8GiB, or auto to let Paladin predict "
+                   "it")
+      ->capture_default_str();
+  submit->add_option("--gpu-mem-max", s->gpu_mem_max,
+                     "Ceiling up to which the quota may grow on demand, e.g. 16GiB");
+  submit->add_option("--gpus", s->gpus, "Number of GPUs")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  submit->add_option("--priority", s->priority, "Priority (higher is placed first)")
+      ->capture_default_str();
+  // One value per --env, so that "--env A=1 -- CMD" leaves "--" to start the command.
+  submit->add_option("--env", s->env, "Environment variable for the job, NAME=VALUE (repeatable)")
+      ->allow_extra_args(false);
+  submit->add_flag("--wait", s->wait, "Follow the job until it runs or ends");
+  submit->add_option("--timeout", s->timeout_s, "With --wait: give up after this many seconds")
+      ->check(CLI::NonNegativeNumber);
+  submit->add_option("command", s->command, "The command and its arguments, after --")->required();
+  AddFleetFlags(submit, &s->flags);
+  submit->callback(
+      [s, exit_code] { *exit_code = Guarded("submit", [&] { return RunSubmit(*s); }); });
+
+  auto p = std::make_shared<PsArgs>();
+  CLI::App* ps = app.add_subcommand(
+      "ps", "List jobs: ID NAME TEAM STATE NODE/GPU QUOTA USED PREDICTED AGE, newest first");
+  ps->add_flag("--all,-a", p->all, "Include ended jobs");
+  ps->add_option("--team", p->team, "Only this team's jobs");
+  ps->add_option("--state", p->state, "Only jobs in this state (pending, running, ...)");
+  AddFleetFlags(ps, &p->flags);
+  ps->callback([p, exit_code] { *exit_code = Guarded("ps", [&] { return RunPs(*p); }); });
+
+  auto show = std::make_shared<JobArgs>();
+  JobCommand(app, "show", "Show one job: state, placement, memory, history", show)
+      ->callback(
+          [show, exit_code] { *exit_code = Guarded("show", [&] { return RunShow(*show); }); });
+
+  auto cancel = std::make_shared<JobArgs>();
+  JobCommand(app, "cancel", "Cancel a job (a running one is killed)", cancel)
+      ->callback([cancel, exit_code] {
+        *exit_code = Guarded("cancel", [&] { return RunCancel(*cancel); });
+      });
+
+  auto explain = std::make_shared<JobArgs>();
+  JobCommand(app, "explain",
+             "Why a job is pending or placed where it is, whether it can migrate, and its "
+             "memory prediction",
+             explain)
+      ->callback([explain, exit_code] {
+        *exit_code = Guarded("explain", [&] { return RunExplain(*explain); });
+      });
+
+  auto l = std::make_shared<LogsArgs>();
+  CLI::App* logs = app.add_subcommand(
+      "logs", "Print a job's output as shipped by its agent (the server keeps the last 1 MiB)");
+  logs->add_option("job", l->job, "Job id, e.g. j-000001")->required();
+  logs->add_flag("--stderr", l->stderr_stream, "The job's stderr instead of its stdout");
+  logs->add_option("--tail", l->tail, "Only the last N lines")->check(CLI::NonNegativeNumber);
+  logs->add_flag("-f,--follow", l->follow, "Keep printing new output until the job ends");
+  logs->add_option("--interval", l->interval_s, "With -f: seconds between polls")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 60.0));
+  AddFleetFlags(logs, &l->flags);
+  logs->callback([l, exit_code] { *exit_code = Guarded("logs", [&] { return RunLogs(*l); }); });
+
+  auto e = std::make_shared<EventsArgs>();
+  CLI::App* events = app.add_subcommand(
+      "events", "The server's event log: submissions, placements, migrations, failures, ...");
+  events->add_option("--job", e->job, "Only this job's events");
+  events->add_option("--since", e->since,
+                     "Only events after this point (passed to the server as since=)");
+  AddFleetFlags(events, &e->flags);
+  events->callback(
+      [e, exit_code] { *exit_code = Guarded("events", [&] { return RunEvents(*e); }); });
+}
+
+}  // namespace paladin::cli

@@ -1,0 +1,274 @@
+// `paladin job migrate|checkpoint|resume` (and `paladin resume`), `paladin drain`: operations the
+// server runs in the background. The command asks for one, then polls the job and prints each
+// step until it is done or failed (docs/formats/api.md: 202 answers, "poll the job").
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "fleet.h"
+#include "fleet_format.h"
+
+namespace paladin::cli {
+namespace {
+
+using api::Json;
+using fleet::Printable;
+using fleet::Str;
+
+// How a background operation shows in the job's record.
+struct Watch {
+  std::function<bool(const Json&)> busy;       // still under way
+  std::function<bool(const Json&)> succeeded;  // ended the way it was asked to
+  std::function<std::string(const Json&)> done_line;
+  const char* failure_kind;  // the event kind that explains a failure ("" for any)
+};
+
+std::string JobPath(const std::string& job) { return "/v1/jobs/" + fleet::Escape(job); }
+
+// "migrating: step transfer to node-b/1", "pending: no room on ...".
+std::string Progress(const Json& job) {
+  std::string line = Str(job, "state");
+  const Json& move = job.contains("migration") ? job["migration"] : Json();
+  if (move.is_object()) {
+    std::string to = Str(move, "to");
+    if (fleet::Int(move, "to_gpu").has_value())
+      to += "/" + std::to_string(*fleet::Int(move, "to_gpu"));
+    line += ": step " + Str(move, "step", "?") + " (to " + to + ")";
+  } else if (Str(job, "state") == "running") {
+    line += " on " + fleet::PlacementCell(job);
+  } else if (!Str(job, "reason").empty()) {
+    line += ": " + Str(job, "reason");
+  }
+  return line;
+}
+
+// The newest event about `job` of `kind` (any kind when empty), for a failure's reason.
+std::string LastEvent(const FleetApi& api, const std::string& job, const std::string& kind) {
+  StatusOr<Json> answer = api.Get("/v1/events" + fleet::Query({{"job", job}}));
+  if (!answer.ok()) return "";
+  std::string found;
+  double newest = -1;
+  for (const Json& e : fleet::Array(*answer, "events")) {
+    if (!kind.empty() && Str(e, "kind") != kind) continue;
+    const double t = fleet::Num(e, "t").value_or(0);
+    if (t >= newest) {
+      newest = t;
+      found = Str(e, "message");
+    }
+  }
+  return found;
+}
+
+// Polls the job every half second, printing each new step, until `watch` says it is over.
+// `first` is the server's 202 answer. A job that has not shown the operation yet gets a few
+// seconds to start it before its state counts as the outcome.
+int Follow(const FleetApi& api, const std::string& id, const Watch& watch, Json job,
+           double timeout_s) {
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&start] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  FILE* progress = api.json() ? stderr : stdout;
+  std::string last;
+  bool seen_busy = false;
+  while (true) {
+    const std::string line = Progress(job);
+    if (line != last) {
+      std::fprintf(progress, "  %6.1fs  %s\n", elapsed(), Printable(line).c_str());
+      std::fflush(progress);
+      last = line;
+    }
+    const bool busy = watch.busy(job);
+    seen_busy = seen_busy || busy;
+    if (!busy && watch.succeeded(job)) break;
+    if (!busy && (seen_busy || elapsed() > 5)) {
+      std::string why = LastEvent(api, id, watch.failure_kind);
+      if (why.empty()) why = "the job is " + Progress(job);
+      if (api.json()) FleetApi::PrintJson(job);
+      api.Say(Printable(std::string(id).append(": failed: ").append(why)));
+      return 1;
+    }
+    if (timeout_s > 0 && elapsed() > timeout_s) {
+      if (api.json()) FleetApi::PrintJson(job);
+      api.Say(Printable(id + ": still " + Progress(job) + " after " +
+                        fleet::FormatDuration(elapsed()) + " (it goes on in the background)"));
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    StatusOr<Json> next = api.Get(JobPath(id));
+    if (!next.ok()) return api.Fail(next.status());
+    job = std::move(*next);
+  }
+  if (api.json()) {
+    FleetApi::PrintJson(job);
+  } else {
+    std::printf("%s (took %s)\n", Printable(watch.done_line(job)).c_str(),
+                fleet::FormatDuration(elapsed()).c_str());
+  }
+  return 0;
+}
+
+// Posts the request; without `wait`, prints the 202 answer (the job) and returns.
+int Start(const FleetApi& api, const std::string& id, const std::string& action, const Json& body,
+          const Watch& watch, bool wait, double timeout_s) {
+  StatusOr<Json> job = api.Post(JobPath(id) + "/" + action, body);
+  if (!job.ok()) return api.Fail(job.status());
+  if (!wait) {
+    if (api.json()) {
+      FleetApi::PrintJson(*job);
+    } else {
+      std::printf("%s %s: %s\n", Printable(id).c_str(), action.c_str(),
+                  Printable(Progress(*job)).c_str());
+    }
+    return 0;
+  }
+  return Follow(api, id, watch, std::move(*job), timeout_s);
+}
+
+struct MoveArgs {
+  FleetFlags flags;
+  std::string job;
+  std::string to;
+  bool no_wait = false;
+  double timeout_s = 0;
+};
+
+int RunDrain(const MoveArgs& a) {
+  FleetApi api("drain", a.flags);
+  StatusOr<Json> node = api.Post("/v1/nodes/" + fleet::Escape(a.job) + "/drain", Json::object());
+  if (!node.ok()) return api.Fail(node.status());
+  if (api.json()) {
+    FleetApi::PrintJson(*node);
+    return 0;
+  }
+  size_t jobs = 0;
+  for (const Json& gpu : fleet::Array(*node, "gpus")) jobs += fleet::Array(gpu, "jobs").size();
+  std::printf("%s %s: nothing new is placed on it; %zu job%s being migrated off\n",
+              Printable(Str(*node, "name", a.job)).c_str(),
+              Printable(Str(*node, "state", "draining")).c_str(), jobs,
+              jobs == 1 ? " is" : "s are");
+  return 0;
+}
+
+void AddMoveFlags(CLI::App* cmd, MoveArgs* args) {
+  cmd->add_option("job", args->job, "Job id, e.g. j-000001")->required();
+  cmd->add_flag("--no-wait", args->no_wait, "Return once the server has accepted the request");
+  cmd->add_option("--timeout", args->timeout_s,
+                  "Stop following after this many seconds (the operation goes on)")
+      ->check(CLI::NonNegativeNumber);
+  AddFleetFlags(cmd, &args->flags);
+}
+
+CLI::App* ResumeCommand(CLI::App* parent, int* exit_code) {
+  auto r = std::make_shared<MoveArgs>();
+  CLI::App* resume = parent->add_subcommand(
+      "resume", "Resume a checkpointed job from its last checkpoint, on the best node");
+  AddMoveFlags(resume, r.get());
+  resume->callback(
+      [r, exit_code] { *exit_code = FleetResume(r->job, r->flags, !r->no_wait, r->timeout_s); });
+  return resume;
+}
+
+}  // namespace
+
+int FleetMigrate(const std::string& job, const std::string& to, const FleetFlags& flags, bool wait,
+                 double timeout_s) {
+  return Guarded("job migrate", [&] {
+    FleetApi api("job migrate", flags);
+    StatusOr<fleet::NodeGpu> target = fleet::ParseNodeGpu("--to", to);
+    if (!target.ok()) return api.Fail(target.status());
+    Json body = {{"to", target->node}};
+    if (target->gpu.has_value()) body["gpu"] = *target->gpu;
+    const fleet::NodeGpu want = *target;
+    Watch watch;
+    watch.busy = [](const Json& j) { return Str(j, "state") == "migrating"; };
+    watch.succeeded = [want](const Json& j) {
+      return Str(j, "state") == "running" && Str(j, "node") == want.node &&
+             (!want.gpu.has_value() || fleet::Int(j, "gpu") == std::optional<int64_t>(*want.gpu));
+    };
+    watch.done_line = [](const Json& j) {
+      return Str(j, "id") + " moved to " + fleet::PlacementCell(j) + ", running";
+    };
+    watch.failure_kind = "migration_failed";
+    return Start(api, job, "migrate", body, watch, wait, timeout_s);
+  });
+}
+
+int FleetCheckpoint(const std::string& job, const FleetFlags& flags, bool wait, double timeout_s) {
+  return Guarded("job checkpoint", [&] {
+    FleetApi api("job checkpoint", flags);
+    Watch watch;
+    watch.busy = [](const Json& j) { return Str(j, "state") == "checkpointing"; };
+    watch.succeeded = [](const Json& j) { return Str(j, "state") == "checkpointed"; };
+    watch.done_line = [](const Json& j) {
+      std::string line = Str(j, "id") + " checkpointed";
+      const Json& c = j.contains("last_checkpoint") ? j["last_checkpoint"] : Json();
+      if (c.is_object()) {
+        line += " to " + Str(c, "path") + " (" + fleet::BytesCell(c, "bytes") + ")";
+      }
+      return line + "; paladin job resume " + Str(j, "id") + " restarts it";
+    };
+    watch.failure_kind = "";
+    return Start(api, job, "checkpoint", Json::object(), watch, wait, timeout_s);
+  });
+}
+
+int FleetResume(const std::string& job, const FleetFlags& flags, bool wait, double timeout_s) {
+  return Guarded("job resume", [&] {
+    FleetApi api("job resume", flags);
+    Watch watch;
+    watch.busy = [](const Json& j) {
+      const std::string s = Str(j, "state");
+      return s == "restoring" || s == "pending" || s == "starting";
+    };
+    watch.succeeded = [](const Json& j) { return Str(j, "state") == "running"; };
+    watch.done_line = [](const Json& j) {
+      return Str(j, "id") + " resumed on " + fleet::PlacementCell(j);
+    };
+    watch.failure_kind = "";
+    return Start(api, job, "resume", Json::object(), watch, wait, timeout_s);
+  });
+}
+
+void RegisterFleetMoves(CLI::App& app, int* exit_code) {
+  CLI::App* group = app.add_subcommand(
+      "job",
+      "Operations on a server's job that run in the background: migrate, checkpoint, "
+      "resume (each prints its steps until done)");
+  group->require_subcommand(1);
+
+  auto m = std::make_shared<MoveArgs>();
+  CLI::App* migrate = group->add_subcommand(
+      "migrate",
+      "Move a running job to another node (and GPU); on any failure before the move commits, "
+      "it runs on where it was");
+  AddMoveFlags(migrate, m.get());
+  migrate->add_option("--to", m->to, "Destination NODE or NODE/GPU, e.g. node-b/1")->required();
+  migrate->callback([m, exit_code] {
+    *exit_code = FleetMigrate(m->job, m->to, m->flags, !m->no_wait, m->timeout_s);
+  });
+
+  auto c = std::make_shared<MoveArgs>();
+  CLI::App* checkpoint = group->add_subcommand(
+      "checkpoint", "Checkpoint a job and stop it (it ends checkpointed; resume restarts it)");
+  AddMoveFlags(checkpoint, c.get());
+  checkpoint->callback([c, exit_code] {
+    *exit_code = FleetCheckpoint(c->job, c->flags, !c->no_wait, c->timeout_s);
+  });
+
+  ResumeCommand(group, exit_code);
+  // `paladin resume JOB` too, unless a local command has the name.
+  if (!HasSubcommand(app, "resume")) ResumeCommand(&app, exit_code);
+
+  auto d = std::make_shared<MoveArgs>();
+  CLI::App* drain = app.add_subcommand(
+      "drain", "Drain a node: nothing new is placed on it and its jobs are migrated off (admin)");
+  drain->add_option("node", d->job, "Node name")->required();
+  AddFleetFlags(drain, &d->flags);
+  drain->callback([d, exit_code] { *exit_code = Guarded("drain", [&] { return RunDrain(*d); }); });
+}
+
+}  // namespace paladin::cli
