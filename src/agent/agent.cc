@@ -57,8 +57,14 @@ Status Agent::Setup() {
   runs_dir_ = data_dir_ + "/runs";
   fs::create_directories(runs_dir_, ec);
   if (ec) return IoError("cannot create " + runs_dir_ + ": " + ec.message());
+  workloads_dir_ = runs_dir_;
+  if (!options_.workloads_dir.empty()) {
+    fs::create_directories(options_.workloads_dir, ec);
+    if (ec) return IoError("cannot create --workloads " + options_.workloads_dir + ": " + ec.message());
+    workloads_dir_ = fs::canonical(options_.workloads_dir, ec).string();
+  }
   // Workloads run as another user: they must be able to reach their run directories.
-  for (const std::string& dir : {data_dir_, runs_dir_}) {
+  for (const std::string& dir : {data_dir_, runs_dir_, workloads_dir_}) {
     struct stat st {};
     if (stat(dir.c_str(), &st) == 0) chmod(dir.c_str(), (st.st_mode & 07777) | 0711);
   }

@@ -159,7 +159,8 @@ class Agent {
   AgentOptions options_;
   const std::atomic<bool>* stop_;
   std::string data_dir_;
-  std::string runs_dir_;
+  std::string runs_dir_;       // the agent's own records (agent.json per job)
+  std::string workloads_dir_;  // workloads' run directories
   std::unique_ptr<api::Client> client_;
 
   // GPUs (set up before any thread starts; faults_ under gpu_mu_).

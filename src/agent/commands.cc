@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "agent_impl.h"
 #include "paladin/ckpt/cgroup.h"
@@ -75,6 +77,17 @@ void FillLogs(const std::string& image, ckpt::JobRecord* record) {
 
 Workload* Agent::Claim(const Json& c, Status* why) {
   const std::string id = c.at("job").get<std::string>();
+  // A periodic checkpoint gives way to whatever is under way; a move, a stopping checkpoint or a
+  // resize waits (up to two minutes) for a periodic checkpoint to finish.
+  const bool patient = !(c.value("kind", "") == "checkpoint" && c.value("mode", "keep") == "keep");
+  for (int waited = 0; patient && waited < 1200; ++waited) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Workload* w = Find(id, Epoch(c));
+      if (w == nullptr || !w->busy) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   Workload* w = Find(id, Epoch(c));
   if (w == nullptr) {

@@ -203,7 +203,8 @@ void Agent::Forget(const std::string& id, int64_t epoch, bool remove_run_dir) {
   if (w->agent_dir != w->record.run_dir) fs::remove_all(w->agent_dir, ec);
   // Only directories of this agent's: a restored job's run directory may be another's path.
   if (remove_run_dir && !w->record.run_dir.empty() &&
-      w->record.run_dir.rfind(runs_dir_ + "/", 0) == 0) {
+      (w->record.run_dir.rfind(runs_dir_ + "/", 0) == 0 ||
+       w->record.run_dir.rfind(workloads_dir_ + "/", 0) == 0)) {
     fs::remove_all(w->record.run_dir, ec);
   }
   jobs_.erase(it);

@@ -68,7 +68,7 @@ StatusOr<std::unique_ptr<Workload>> Agent::Launch(const Json& c) {
   settings.ceiling_bytes = c.value("ceiling_bytes", uint64_t{0});
   if (settings.ceiling_bytes < settings.quota_bytes) settings.ceiling_bytes = 0;
 
-  const std::string run_dir = runs_dir_ + "/" + w->id + "-" + std::to_string(w->epoch);
+  const std::string run_dir = workloads_dir_ + "/" + w->id + "-" + std::to_string(w->epoch);
   std::error_code ec;
   fs::remove_all(run_dir, ec);  // a start that failed half-way before
   StatusOr<quota::WorkloadSetup> setup =
@@ -124,7 +124,7 @@ StatusOr<std::unique_ptr<Workload>> Agent::Launch(const Json& c) {
   job.pid_namespace = started->pid_namespace;
   job.cgroup = started->cgroup;
   if (Status s = ckpt::WriteJob(job); !s.ok()) Say(w->id + ": " + s.message());
-  w->agent_dir = run_dir;
+  w->agent_dir = runs_dir_ + "/" + w->id + "-" + std::to_string(w->epoch);
   w->start_time = quota::ProcessIdOf(std::to_string(job.pid)).start_time;
   StartGrower(w.get());
   SaveRecord(*w);

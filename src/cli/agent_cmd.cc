@@ -74,6 +74,9 @@ void RegisterAgent(CLI::App& app, int* exit_code) {
   cmd->add_option("--data", o.data_dir,
                   "The agent's directory: run directories, job records, emulated GPUs' state")
       ->required();
+  cmd->add_option("--workloads", o.workloads_dir,
+                  "Where workloads' run directories go (default: DATA/runs); nodes that share "
+                  "the path let moved and restored jobs keep their paths");
   cmd->add_option("--emulated-gpus", o.emulated_gpus,
                   "Emulated GPUs of this agent's own, e.g. 2x80GiB (default: the real GPUs, or "
                   "one emulated GPU when there is none)");

@@ -12,7 +12,6 @@
 #include <sstream>
 #include <thread>
 
-#include "paladin/ckpt/workload.h"
 #include "paladin/quota/usage.h"
 
 extern char** environ;
@@ -136,18 +135,13 @@ Status LocalFleet::StartAgent(const std::string& name,
 Status LocalFleet::KillNode(const std::string& name) {
   auto it = children_.find("agent-" + name);
   if (it == children_.end()) return NotFound("no agent " + name + " was started here");
+  // Its workloads die with the node: the agent is their subreaper, so they are its descendants
+  // (jobs restored or moved here by CRIU included; those that moved away are not).
+  const std::vector<uint32_t> tree = quota::ProcessTree(static_cast<uint32_t>(it->second));
   kill(it->second, SIGKILL);
+  for (uint32_t pid : tree) kill(static_cast<pid_t>(pid), SIGKILL);
   waitpid(it->second, nullptr, 0);
   children_.erase(it);
-  // Its workloads die with the node: every job record under its runs/ names a process tree.
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(AgentDir(name) + "/runs", ec)) {
-    StatusOr<ckpt::JobRecord> job = ckpt::ReadJob(entry.path().string());
-    if (!job.ok() || job->pid <= 0) continue;
-    for (uint32_t pid : quota::ProcessTree(static_cast<uint32_t>(job->pid))) {
-      kill(static_cast<pid_t>(pid), SIGKILL);
-    }
-  }
   return Status::Ok();
 }
 

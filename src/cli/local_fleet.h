@@ -29,7 +29,7 @@ class LocalFleet {
   Status StartServer(const std::string& listen, const std::vector<std::string>& extra_flags);
   // Starts an agent named `name` and waits until the server lists it alive.
   Status StartAgent(const std::string& name, const std::vector<std::string>& extra_flags);
-  // A node lost at once: its agent and every workload it started are killed with SIGKILL.
+  // A node lost at once: its agent and every workload running under it are killed with SIGKILL.
   Status KillNode(const std::string& name);
   // SIGTERM to every child (agents first), SIGKILL after `grace_s`.
   void StopAll(double grace_s = 10);

@@ -17,6 +17,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdint>
@@ -109,25 +110,35 @@ struct Driver {
   FnCuMemcpyDtoH dtoh;
 };
 
-// One device buffer and its host mirror.
+// One device buffer, written and checked through a small host scratch buffer, so the process's
+// host memory (and its checkpoint image) holds the device contents once, not twice.
 struct Buffer {
+  static constexpr size_t kChunkWords = (1u << 20) / sizeof(uint64_t);
   uint64_t id = 0;
   CUdeviceptr ptr = 0;
-  std::vector<uint64_t> words;
+  size_t words = 0;
 
-  void Write(const Driver& d, uint64_t gen) {
-    for (size_t i = 0; i < words.size(); ++i) words[i] = Pattern(id, i, gen);
-    Check("cuMemcpyHtoD", d.htod(ptr, words.data(), words.size() * sizeof(uint64_t)));
+  void Write(const Driver& d, uint64_t gen, std::vector<uint64_t>* scratch) const {
+    for (size_t at = 0; at < words; at += kChunkWords) {
+      const size_t n = std::min(kChunkWords, words - at);
+      for (size_t i = 0; i < n; ++i) (*scratch)[i] = Pattern(id, at + i, gen);
+      Check("cuMemcpyHtoD", d.htod(ptr + at * sizeof(uint64_t), scratch->data(),
+                                   n * sizeof(uint64_t)));
+    }
   }
-  bool Verify(const Driver& d, uint64_t gen) {
-    std::memset(words.data(), 0, words.size() * sizeof(uint64_t));
-    Check("cuMemcpyDtoH", d.dtoh(words.data(), ptr, words.size() * sizeof(uint64_t)));
-    for (size_t i = 0; i < words.size(); ++i) {
-      if (words[i] != Pattern(id, i, gen)) {
-        std::printf("MISMATCH gen %" PRIu64 " device buffer %" PRIu64 " word %zu: %016" PRIx64
-                    ", expected %016" PRIx64 "\n",
-                    gen, id, i, words[i], Pattern(id, i, gen));
-        return false;
+  bool Verify(const Driver& d, uint64_t gen, std::vector<uint64_t>* scratch) const {
+    for (size_t at = 0; at < words; at += kChunkWords) {
+      const size_t n = std::min(kChunkWords, words - at);
+      std::memset(scratch->data(), 0, n * sizeof(uint64_t));
+      Check("cuMemcpyDtoH", d.dtoh(scratch->data(), ptr + at * sizeof(uint64_t),
+                                   n * sizeof(uint64_t)));
+      for (size_t i = 0; i < n; ++i) {
+        if ((*scratch)[i] != Pattern(id, at + i, gen)) {
+          std::printf("MISMATCH gen %" PRIu64 " device buffer %" PRIu64 " word %zu: %016" PRIx64
+                      ", expected %016" PRIx64 "\n",
+                      gen, id, at + i, (*scratch)[i], Pattern(id, at + i, gen));
+          return false;
+        }
       }
     }
     return true;
@@ -135,13 +146,14 @@ struct Buffer {
 };
 
 // Allocates `mib` MiB; false when the quota refuses it.
-bool Allocate(const Driver& d, uint64_t id, uint64_t mib, uint64_t gen, Buffer* out) {
+bool Allocate(const Driver& d, uint64_t id, uint64_t mib, uint64_t gen,
+              std::vector<uint64_t>* scratch, Buffer* out) {
   out->id = id;
   const CUresult r = d.alloc(&out->ptr, mib << 20);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) return false;
   Check("cuMemAlloc", r);
-  out->words.assign((mib << 20) / sizeof(uint64_t), 0);
-  out->Write(d, gen);
+  out->words = (mib << 20) / sizeof(uint64_t);
+  out->Write(d, gen, scratch);
   return true;
 }
 
@@ -179,8 +191,9 @@ int main(int argc, char** argv) {
   Check("cuCtxSetCurrent", set_current(ctx));
 
   uint64_t gen = 1;
+  std::vector<uint64_t> scratch(Buffer::kChunkWords);
   std::vector<Buffer> buffers(1);
-  if (!Allocate(driver, 0, args.mib, gen, &buffers[0])) {
+  if (!Allocate(driver, 0, args.mib, gen, &scratch, &buffers[0])) {
     std::printf("OOM allocating %" PRIu64 " MiB: refused past the GPU-memory quota\n", args.mib);
     return 4;
   }
@@ -194,7 +207,7 @@ int main(int argc, char** argv) {
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(args.every_ms));
     for (Buffer& b : buffers) {
-      if (!b.Verify(driver, gen)) return 3;
+      if (!b.Verify(driver, gen, &scratch)) return 3;
     }
     for (size_t i = 0; i < host.size(); ++i) {
       if (host[i] != Pattern(1000, i, gen)) {
@@ -203,11 +216,11 @@ int main(int argc, char** argv) {
       }
     }
     ++gen;
-    for (Buffer& b : buffers) b.Write(driver, gen);
+    for (Buffer& b : buffers) b.Write(driver, gen, &scratch);
     for (size_t i = 0; i < host.size(); ++i) host[i] = Pattern(1000, i, gen);
     if (args.grow_mib > 0 && gen == args.grow_at) {
       Buffer grown;
-      if (!Allocate(driver, buffers.size(), args.grow_mib, gen, &grown)) {
+      if (!Allocate(driver, buffers.size(), args.grow_mib, gen, &scratch, &grown)) {
         std::printf("OOM growing by %" PRIu64 " MiB at gen %" PRIu64
                     ": refused past the GPU-memory quota\n",
                     args.grow_mib, gen);

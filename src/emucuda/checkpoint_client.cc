@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "emucuda/config.h"
 #include "emucuda/control_files.h"
 #include "emucuda/driver.h"
 #include "emucuda/entry_points.h"
@@ -147,6 +148,9 @@ EMU_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs*
   EMU_REQUIRE_DRIVER(kCheckpointIntroduced);
   ControlRequest request;
   request.op = ControlOp::kRestore;
+  // The process joins the emulated GPUs of whoever restores it (a line of text: no newline).
+  const std::string state_path = paladin::emucuda::StatePathFromEnv();
+  if (state_path.find('\n') == std::string::npos) request.state_path = state_path;
   if (args != nullptr && args->gpuPairsCount > 0) {
     if (args->gpuPairs == nullptr || args->gpuPairsCount > 64) return CUDA_ERROR_INVALID_VALUE;
     for (unsigned int i = 0; i < args->gpuPairsCount; ++i) {

@@ -86,7 +86,7 @@ void ForgetOldStateFile(const Target& before, const Target& now) {
 
 CUresult Restore(Target& target, const ControlRequest& request) {
   Runtime& runtime = Runtime::Get();
-  CUresult result = runtime.ReattachForRestore(request.pairs);
+  CUresult result = runtime.ReattachForRestore(request.pairs, request.state_path);
   if (result != CUDA_SUCCESS) return result;
   Target before = target;
   target.self = SelfHostProcess();

@@ -147,6 +147,7 @@ std::string FormatRequest(const ControlRequest& request) {
   for (const GpuPair& pair : request.pairs) {
     text += "pair " + Hex(pair.old_uuid) + " " + Hex(pair.new_uuid) + "\n";
   }
+  if (!request.state_path.empty()) text += "state_path " + request.state_path + "\n";
   return text;
 }
 
@@ -167,6 +168,11 @@ bool ParseRequest(const std::string& text, ControlRequest* request) {
     if (key == "timeout_ms") {
       if (!ParseNumber(value, &number) || number > UINT32_MAX) return false;
       request->timeout_ms = static_cast<uint32_t>(number);
+      return true;
+    }
+    if (key == "state_path") {
+      if (value.empty() || value[0] != '/' || value.size() > 4096) return false;
+      request->state_path = std::string(value);
       return true;
     }
     if (key == "pair") {

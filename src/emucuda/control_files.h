@@ -23,6 +23,9 @@ struct ControlRequest {
   ControlOp op = ControlOp::kQuery;
   uint32_t timeout_ms = 0;  // lock: how long to wait for the threads inside the driver
   std::vector<GpuPair> pairs;
+  // restore: the emulated GPUs' state file of whoever restores the process (its node's GPUs),
+  // which may not be the one named in the process's environment (the node it came from).
+  std::string state_path;
 };
 
 struct ControlState {

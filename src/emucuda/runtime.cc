@@ -200,8 +200,9 @@ CUresult Runtime::CountAgain(SharedState* fresh, const std::vector<Ordinal>& mov
   return CUDA_SUCCESS;
 }
 
-CUresult Runtime::ReattachForRestore(const std::vector<GpuPair>& pairs) {
-  std::string path = StatePathFromEnv();
+CUresult Runtime::ReattachForRestore(const std::vector<GpuPair>& pairs,
+                                     const std::string& state_path) {
+  std::string path = state_path.empty() ? StatePathFromEnv() : state_path;
   std::vector<uint64_t> device_bytes = DeviceSpecFromEnv();
   SharedState* fresh = device_bytes.empty() ? nullptr : SharedState::Attach(path, device_bytes);
   if (fresh == nullptr) return CUDA_ERROR_NO_DEVICE;

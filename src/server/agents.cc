@@ -294,6 +294,8 @@ void Control::ApplyReport(NodeRecord& n, const Json& r, bool /*registering*/) {
   if (state == "running" && (j.state == "starting" || j.state == "restoring")) {
     j.state = "running";
     if (!j.started_at) j.started_at = now;
+    // The image it came from is fresh: the next periodic checkpoint is a full period away.
+    j.last_checkpoint_cmd_at = now;
     if (j.recovering) {
       j.recovering = false;
       ++j.recoveries;
@@ -411,6 +413,7 @@ void Control::ApplyResult(NodeRecord& n, const Json& r) {
   }
   if (c.kind == "checkpoint") {
     const std::string mode = c.body.value("mode", "keep");
+    if (mode == "keep") j.checkpoint_in_flight = false;
     if (c.ok) RecordCheckpoint(j, detail, c.body.value("dir", ""));
     if (mode == "stop" && j.state == "checkpointing") {
       if (c.ok) {

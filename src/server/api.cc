@@ -11,6 +11,18 @@
 namespace paladin::server {
 namespace {
 
+// The one Authorization header, whole: the request's header map keeps bytes that
+// get_header_value would cut at a NUL. Two headers, or control characters in one, authenticate
+// nobody.
+std::string AuthorizationHeader(const httplib::Request& req) {
+  auto [first, last] = req.headers.equal_range("Authorization");
+  if (first == last || std::next(first) != last) return "";
+  for (const char c : first->second) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return "";
+  }
+  return first->second;
+}
+
 // Who may call a route.
 enum class Access {
   kPublic,  // no token
@@ -109,7 +121,7 @@ class Router {
         bool allowed = true;
         if (access != Access::kPublic) {
           StatusOr<Principal> p =
-              control->Authenticate(BearerSecret(req.get_header_value("Authorization")));
+              control->Authenticate(BearerSecret(AuthorizationHeader(req)));
           if (!p.ok()) {
             reply = Error(p.status());
             allowed = false;

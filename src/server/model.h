@@ -79,6 +79,7 @@ struct JobRecord {
   double gpu_seconds = 0;
   double last_sample_at = 0;
   double last_checkpoint_cmd_at = 0;
+  bool checkpoint_in_flight = false;  // a periodic checkpoint not yet answered (not stored)
 
   bool Terminal() const {
     return state == "succeeded" || state == "failed" || state == "cancelled";

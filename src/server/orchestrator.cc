@@ -408,10 +408,13 @@ void Control::PeriodicCheckpoints(double now) {
   if (options_.checkpoint_every_s <= 0) return;
   for (auto& [seq, j] : jobs_) {
     if (j.state != "running" || j.migration_id != 0 || !j.started_at) continue;
+    // One at a time: a dump that takes longer than the period must not queue up more.
+    if (j.checkpoint_in_flight) continue;
     const double since = std::max(
         {*j.started_at, j.last_checkpoint_cmd_at, j.last_checkpoint ? j.last_checkpoint->at : 0.0});
     if (now - since < options_.checkpoint_every_s) continue;
     j.last_checkpoint_cmd_at = now;
+    j.checkpoint_in_flight = true;
     ++j.checkpoint_seq;
     SendCommand(j.node, "checkpoint", &j,
                 Json{{"mode", "keep"}, {"dir", CheckpointDir(j, j.checkpoint_seq)}});

@@ -234,8 +234,15 @@ void Control::Bind(FleetView& view, JobRecord& j, const core::Placement& p,
   const GpuRecord* gpu = node.Gpu(j.gpu);
   j.gpu_uuid = gpu != nullptr ? gpu->uuid : "";
   const int64_t gpu_memory = view.gpu_memory[static_cast<size_t>(p.node)];
-  j.ceiling_bytes = j.mem_max > 0 ? std::min(j.mem_max, gpu_memory) : gpu_memory;
-  if (j.mem_auto) j.ceiling_bytes = std::max(j.ceiling_bytes, j.quota_bytes);
+  // A quota grows in place up to the ceiling: gpu_mem_max when given, the GPU for an "auto"
+  // job, and nowhere for a fixed size (the quota is what the user asked for).
+  if (j.mem_max > 0) {
+    j.ceiling_bytes = std::max(std::min(j.mem_max, gpu_memory), j.quota_bytes);
+  } else if (j.mem_auto) {
+    j.ceiling_bytes = std::max(gpu_memory, j.quota_bytes);
+  } else {
+    j.ceiling_bytes = j.quota_bytes;
+  }
   ++j.epoch;
   Team(j.team).usage.queue_seconds += std::max(0.0, now - j.pending_since);
   DirtyTeam(j.team);
@@ -328,7 +335,9 @@ void Control::ObserveUsage(JobRecord& j, double now) {
     auto& predictor = predictors_[j.seq];
     if (!predictor) {
       core::ResourceSpec spec;
-      spec.request = static_cast<double>(std::max(j.ceiling_bytes, j.quota_bytes));
+      // What the user asked for: the ceiling they declared, else the quota.
+      spec.request = static_cast<double>(j.mem_max > 0 ? std::max(j.ceiling_bytes, j.quota_bytes)
+                                                       : j.quota_bytes);
       spec.window_s = 60;
       predictor = predictors_factory_.Make(spec);
     }

@@ -69,10 +69,11 @@ check "any(j['name'] == 'overreach' and 'refused' in j['verdict'] for j in s['jo
 check "all(j['node'] != 'node-a' for j in s['jobs'] if j['name'] != 'overreach')" \
   "nothing runs on the lost node"
 check "s['ok'] is True and not s['steps_failed']" "every step of the scenario passed"
-if [[ -e $work/fleet/agents/node-a ]]; then
-  fail "the lost node's data directory was not deleted before the recovery"
+if grep -q "losing node-a: its agent and workloads killed, its data directory deleted" \
+  "$work/demo.log"; then
+  pass "the lost node's data directory was deleted before the recovery"
 else
-  pass "the lost node's data directory was gone during the recovery"
+  fail "the demo did not report deleting the lost node's data directory"
 fi
 if pgrep -f "$work/fleet/bin/paladin-demo-workload" >/dev/null; then
   fail "workloads still running after the demo"

@@ -18,6 +18,9 @@ struct AgentOptions {
   std::string token;       // an `agent` (or admin) token
   std::string name;        // the node's name
   std::string data_dir;    // run directories, records, emulated GPUs' state
+  // Where workloads' run directories (job record, logs, quota region) go; "" = data_dir/runs.
+  // Nodes that give it the same path let a job moved or restored between them keep its paths.
+  std::string workloads_dir;
   // Non-empty: emulated GPUs ("2x80GiB"), private to this agent (their state lives under
   // data_dir). Empty: the real GPUs through NVML, else one emulated GPU (the agent says so).
   std::string emulated_gpus;
