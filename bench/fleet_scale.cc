@@ -77,12 +77,18 @@ void SimulatedAgent(const paladin::api::Endpoint& server, const std::string& tok
   for (int g = 0; g < gpus; ++g) {
     char uuid[64];
     std::snprintf(uuid, sizeof uuid, "GPU-5e%06d-0000-4000-8000-%012d", index, g);
-    gpu_list.push_back({{"index", g}, {"uuid", uuid}, {"model", "H200"},
-                        {"memory_bytes", int64_t{80} << 30}, {"emulated", true},
+    gpu_list.push_back({{"index", g},
+                        {"uuid", uuid},
+                        {"model", "H200"},
+                        {"memory_bytes", int64_t{80} << 30},
+                        {"emulated", true},
                         {"healthy", true}});
   }
-  Json reg = {{"name", name},  {"address", "127.0.0.1"}, {"migrate_port", 30000 + 2 * index},
-              {"gpus", gpu_list}, {"jobs", Json::array()}};
+  Json reg = {{"name", name},
+              {"address", "127.0.0.1"},
+              {"migrate_port", 30000 + 2 * index},
+              {"gpus", gpu_list},
+              {"jobs", Json::array()}};
   while (!stop && !client.Post("/v1/agents/register", reg).ok()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
@@ -126,8 +132,8 @@ int Run(const Args& args) {
   if (server == 0) {
     const std::string log = dir + "/server.log";
     freopen(log.c_str(), "w", stderr);
-    execl(args.paladin.c_str(), args.paladin.c_str(), "server", "--listen", "127.0.0.1:0",
-          "--data", dir.c_str(), "--lease", "30", "--heartbeat", "1", nullptr);
+    execl(args.paladin.c_str(), args.paladin.c_str(), "server", "--listen", "127.0.0.1:0", "--data",
+          dir.c_str(), "--lease", "30", "--heartbeat", "1", nullptr);
     _exit(127);
   }
   for (int i = 0; i < 300 && !fs::exists(dir + "/server.url"); ++i) {
@@ -197,9 +203,10 @@ int Run(const Args& args) {
   kill(server, SIGTERM);
   waitpid(server, nullptr, 0);
 
-  std::printf("fleet_scale: %d simulated agents x %d GPUs, %d jobs submitted in %.1f s, %lld "
-              "running at the end\n\n",
-              args.agents, args.gpus, args.jobs, submit_s, static_cast<long long>(placed));
+  std::printf(
+      "fleet_scale: %d simulated agents x %d GPUs, %d jobs submitted in %.1f s, %lld "
+      "running at the end\n\n",
+      args.agents, args.gpus, args.jobs, submit_s, static_cast<long long>(placed));
   const double base99 = Quantile(lat.ms["GET /healthz"], 0.99);
   std::printf("%-20s %8s %9s %9s %14s\n", "request", "count", "p50 ms", "p99 ms", "p99/healthz");
   for (const auto& [what, values] : lat.ms) {

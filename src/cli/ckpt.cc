@@ -9,6 +9,7 @@
 #include <string>
 
 #include "commands.h"
+#include "fleet.h"
 #include "paladin/ckpt/cgroup.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/criu.h"
@@ -56,6 +57,7 @@ struct CheckpointArgs {
   bool leave_stopped = false;
   int pre_dumps = 0;
   double timeout_s = 600;
+  FleetFlags fleet;  // a server's job (j-NNNNNN) is checkpointed through the server
 };
 
 int RunCheckpoint(const CheckpointArgs& a) {
@@ -221,7 +223,10 @@ void RegisterCheckpoint(CLI::App& app, int* exit_code) {
                          "Checkpoint a job started by paladin run (CPU state with CRIU, GPU state "
                          "through the driver) into an image directory");
   checkpoint->add_option("job", c->job, "Job name or the host pid of its root")->required();
-  checkpoint->add_option("--out", c->out, "Image directory to create")->required();
+  checkpoint->add_option("--out", c->out,
+                         "Image directory to create (a local job; a server's job j-NNNNNN goes "
+                         "to the server's checkpoint store)");
+  AddFleetFlags(checkpoint, &c->fleet);
   auto* running =
       checkpoint->add_flag("--leave-running", c->leave_running, "Let the job continue after");
   checkpoint->add_flag("--leave-stopped", c->leave_stopped, "Leave the job stopped after")
@@ -232,7 +237,18 @@ void RegisterCheckpoint(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0, 10));
   checkpoint->add_option("--timeout", c->timeout_s, "Seconds allowed for each CRIU call")
       ->capture_default_str();
-  checkpoint->callback([c, exit_code] { *exit_code = RunCheckpoint(*c); });
+  checkpoint->callback([c, exit_code] {
+    if (c->out.empty() && LooksLikeFleetJob(c->job) && FleetServerConfigured(c->fleet)) {
+      *exit_code = FleetCheckpoint(c->job, c->fleet);
+      return;
+    }
+    if (c->out.empty()) {
+      Say("checkpoint", "--out DIR is required for a local job");
+      *exit_code = 2;
+      return;
+    }
+    *exit_code = RunCheckpoint(*c);
+  });
 
   auto r = std::make_shared<RestoreArgs>();
   CLI::App* restore = app.add_subcommand(

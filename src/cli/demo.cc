@@ -140,8 +140,9 @@ Status Demo::WaitFor(const std::string& what, const std::function<StatusOr<bool>
     if (g_interrupted != 0) return FailedPrecondition("interrupted while waiting for " + what);
     const std::string gone = fleet_->Exited();
     if (!gone.empty()) {
-      return FailedPrecondition(gone + " exited while waiting for " + what + "; see " +
-                                fleet_->LogPath(gone));
+      std::string why = gone;
+      why += " exited while waiting for " + what + "; see " + fleet_->LogPath(gone);
+      return FailedPrecondition(why);
     }
     StatusOr<bool> ok = done();
     if (ok.ok() && *ok) return Status::Ok();
@@ -149,26 +150,26 @@ Status Demo::WaitFor(const std::string& what, const std::function<StatusOr<bool>
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
   return Unavailable("timed out after " + std::to_string(static_cast<int>(args_.timeout_s)) +
-                     " s waiting for " + what + (last.ok() ? "" : " (last error: " +
-                                                                      last.message() + ")"));
+                     " s waiting for " + what +
+                     (last.ok() ? "" : " (last error: " + last.message() + ")"));
 }
 
 Status Demo::StartFleet() {
-  Say("starting a server and two agents (" + args_.emulated_gpus +
-      " emulated GPUs each) under " + args_.data);
+  Say("starting a server and two agents (" + args_.emulated_gpus + " emulated GPUs each) under " +
+      args_.data);
   // CRIU cannot yet dump a workload that runs as an unprivileged user (its parasite needs a /proc
   // of the job's own, which needs a mount namespace per job): the demo's jobs run as root.
   Say("the demo's workloads run as root (--allow-root): checkpointing workloads that run as an "
       "unprivileged user is not supported yet (docs/agent.md)");
-  PALADIN_RETURN_IF_ERROR(fleet_->StartServer(
-      "127.0.0.1:0", {"--lease", "3", "--heartbeat", "0.5", "--checkpoint-every", "10",
-                      "--keep-checkpoints", "2"}));
+  PALADIN_RETURN_IF_ERROR(
+      fleet_->StartServer("127.0.0.1:0", {"--lease", "3", "--heartbeat", "0.5",
+                                          "--checkpoint-every", "10", "--keep-checkpoints", "2"}));
   admin_ = fleet_->Admin();
   for (const char* node : {"node-a", "node-b"}) {
-    PALADIN_RETURN_IF_ERROR(fleet_->StartAgent(
-        node, {"--emulated-gpus", args_.emulated_gpus, "--migrate-port",
-               std::to_string(FreePortPair()), "--user", "root", "--allow-root",
-               "--kill-on-exit", "--workloads", args_.data + "/workloads"}));
+    PALADIN_RETURN_IF_ERROR(
+        fleet_->StartAgent(node, {"--emulated-gpus", args_.emulated_gpus, "--migrate-port",
+                                  std::to_string(FreePortPair()), "--user", "root", "--allow-root",
+                                  "--kill-on-exit", "--workloads", args_.data + "/workloads"}));
     Say("agent " + std::string(node) + " registered");
   }
   Say("dashboard: " + fleet_->url() + "/#token=" + fleet_->admin_token());
@@ -194,14 +195,21 @@ Status Demo::SubmitMix() {
       {"resnet-train", "vision", "2GiB", nullptr, {"--mib", "192", "--host-mib", "16"}, false},
       {"bert-finetune", "nlp", "auto", nullptr, {"--mib", "256", "--host-mib", "8"}, false},
       {"llm-serve", "nlp", "6GiB", nullptr, {"--mib", "320", "--host-mib", "32"}, false},
-      {"vit-grow", "vision", "512MiB", "2GiB",
-       {"--mib", "128", "--grow-mib", "512", "--grow-at", "12"}, false},
+      {"vit-grow",
+       "vision",
+       "512MiB",
+       "2GiB",
+       {"--mib", "128", "--grow-mib", "512", "--grow-at", "12"},
+       false},
       {"overreach", "nlp", "512MiB", nullptr, {"--mib", "1024", "--gens", "5"}, true},
   };
   for (const Spec& s : mix) {
     Json command = Json::array({workload_});
     for (const std::string& a : s.args) command.push_back(a);
-    Json body = {{"name", s.name}, {"team", s.team}, {"command", command}, {"gpu_mem", s.gpu_mem},
+    Json body = {{"name", s.name},
+                 {"team", s.team},
+                 {"command", command},
+                 {"gpu_mem", s.gpu_mem},
                  {"gpus", 1}};
     if (!s.gpu_mem_max.is_null()) body["gpu_mem_max"] = s.gpu_mem_max;
     StatusOr<Json> job = admin_.Post("/v1/jobs", body);
@@ -209,8 +217,7 @@ Status Demo::SubmitMix() {
     jobs_.push_back({Str(*job, "id"), s.name, s.expect_oom});
     Say("submitted " + Str(*job, "id") + " " + s.name + " (team " + s.team + ", GPU memory " +
         (s.gpu_mem.is_string() ? s.gpu_mem.get<std::string>() : std::string("?")) +
-        (s.gpu_mem_max.is_null() ? "" : ", may grow to " + s.gpu_mem_max.get<std::string>()) +
-        ")");
+        (s.gpu_mem_max.is_null() ? "" : ", may grow to " + s.gpu_mem_max.get<std::string>()) + ")");
   }
   return Status::Ok();
 }
@@ -233,7 +240,8 @@ Status Demo::ShowPlacement() {
     std::string line = "  " + j.id + " " + j.name + " -> " + Str(*job, "node") + "/" +
                        std::to_string(Int(*job, "gpu")) + ", quota " +
                        Gib(Int(*job, "quota_bytes")) + ", " + Str(*job, "state");
-    if (Int(*job, "predicted_bytes") > 0) line += ", predicted " + Gib(Int(*job, "predicted_bytes"));
+    if (Int(*job, "predicted_bytes") > 0)
+      line += ", predicted " + Gib(Int(*job, "predicted_bytes"));
     Say(line);
   }
   for (const Submitted& j : jobs_) {
@@ -244,9 +252,9 @@ Status Demo::ShowPlacement() {
       return logs->find("OOM") != std::string::npos;
     });
     if (!refused.ok()) return refused;
-    Say("quota enforced: " + j.name + " asked for more than its quota and was refused "
+    Say("quota enforced: " + j.name +
+        " asked for more than its quota and was refused "
         "(CUDA_ERROR_OUT_OF_MEMORY), without touching its neighbours");
-
   }
   return Status::Ok();
 }
@@ -344,8 +352,8 @@ Status Demo::Verify() {
   auto last_gen = [](const std::string& logs) -> int64_t {
     static const std::regex gen(R"(gen (\d+) ok)");
     int64_t last = 0;
-    for (auto it = std::sregex_iterator(logs.begin(), logs.end(), gen); it != std::sregex_iterator();
-         ++it) {
+    for (auto it = std::sregex_iterator(logs.begin(), logs.end(), gen);
+         it != std::sregex_iterator(); ++it) {
       last = std::stoll((*it)[1].str());
     }
     return last;
@@ -488,11 +496,12 @@ void Demo::Summarise() {
   }
   for (const std::string& step : failed_steps_) std::printf("  step failed: %s\n", step.c_str());
   std::printf("\n%s\n", summary_["ok"].get<bool>() ? "demo: every check passed"
-                                                    : "demo: some checks FAILED (see above)");
+                                                   : "demo: some checks FAILED (see above)");
 }
 
 void Demo::Cleanup() {
-  for (const Submitted& j : jobs_) (void)admin_.Post("/v1/jobs/" + j.id + "/cancel", Json::object());
+  for (const Submitted& j : jobs_)
+    (void)admin_.Post("/v1/jobs/" + j.id + "/cancel", Json::object());
   // Give the agents a moment to kill the workloads before they stop.
   for (int i = 0; i < 40; ++i) {
     bool all_ended = true;
@@ -530,16 +539,17 @@ StatusOr<std::string> StageFiles(const std::string& data) {
   const auto copy = fs::copy_options::overwrite_existing;
   for (const auto& [from, to] :
        std::vector<std::pair<fs::path, fs::path>>{{source, bin / "paladin-demo-workload"},
-                                                   {libs->cuda_shim, lib / "libpaladin-cuda.so"},
-                                                   {libs->nvml_shim, lib / "libpaladin-nvml.so"},
-                                                   {libs->emucuda, lib / "libpaladin-emucuda.so"}}) {
+                                                  {libs->cuda_shim, lib / "libpaladin-cuda.so"},
+                                                  {libs->nvml_shim, lib / "libpaladin-nvml.so"},
+                                                  {libs->emucuda, lib / "libpaladin-emucuda.so"}}) {
     if (!fs::copy_file(from, to, copy, ec)) {
       return IoError("cannot copy " + from.string() + " to " + to.string() + ": " + ec.message());
     }
   }
   for (const fs::path& dir : {fs::path(data), bin, lib}) {
-    fs::permissions(dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                             fs::perms::others_read | fs::perms::others_exec,
+    fs::permissions(dir,
+                    fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                        fs::perms::others_read | fs::perms::others_exec,
                     ec);
   }
   setenv("PALADIN_LIB_DIR", lib.c_str(), 1);
@@ -586,6 +596,12 @@ int Demo::Run() {
 }
 
 int RunDemo(DemoArgs args) {
+  if (geteuid() != 0) {
+    Say("the demo needs root: its jobs run in PID namespaces and cgroups of their own and are "
+        "checkpointed by CRIU. Run it as root, e.g. sudo " +
+        SelfExe() + " demo");
+    return 2;
+  }
   const bool own_dir = args.data.empty();
   if (own_dir) {
     // Workloads run as an unprivileged user when the demo runs as root: their files must be
@@ -597,9 +613,9 @@ int RunDemo(DemoArgs args) {
     }
     args.data = dir;
     std::error_code ec;
-    fs::permissions(args.data, fs::perms::owner_all | fs::perms::group_read |
-                                   fs::perms::group_exec | fs::perms::others_read |
-                                   fs::perms::others_exec,
+    fs::permissions(args.data,
+                    fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                        fs::perms::others_read | fs::perms::others_exec,
                     ec);
   }
   struct sigaction stop {};
@@ -630,8 +646,9 @@ void RegisterDemo(CLI::App& app, int* exit_code) {
       "Show the whole cycle on this machine: a server and two agents with emulated GPUs, demo "
       "workloads that verify their GPU memory, prediction, packing, a quota grown in place, a "
       "migration and a node lost with its jobs restored from checkpoints");
-  demo->add_option("--data", args->data, "Where the demo's fleet keeps its state (default: a new "
-                                         "directory under /tmp, removed after a clean run)");
+  demo->add_option("--data", args->data,
+                   "Where the demo's fleet keeps its state (default: a new "
+                   "directory under /tmp, removed after a clean run)");
   demo->add_option("--emulated-gpus", args->emulated_gpus, "Each agent's emulated GPUs")
       ->capture_default_str();
   demo->add_flag("--keep", args->keep,

@@ -67,6 +67,7 @@ StatusOr<pid_t> LocalFleet::Spawn(const std::string& name, const std::vector<std
   std::vector<std::string> argv_storage = {exe_};
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
   std::vector<char*> argv;
+  argv.reserve(argv_storage.size() + 1);
   for (std::string& a : argv_storage) argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_t pid = 0;
@@ -108,9 +109,9 @@ Status LocalFleet::StartAgent(const std::string& name,
   const std::string dir = AgentDir(name);
   std::error_code ec;
   fs::create_directories(dir, ec);
-  std::vector<std::string> args = {"agent",        "--server", url_,  "--token-file",
-                                   data_dir_ + "/server/agent.token", "--name", name,
-                                   "--data",       dir};
+  std::vector<std::string> args = {
+      "agent", "--server", url_, "--token-file", data_dir_ + "/server/agent.token", "--name",
+      name,    "--data",   dir};
   args.insert(args.end(), extra_flags.begin(), extra_flags.end());
   StatusOr<pid_t> pid = Spawn("agent-" + name, args);
   if (!pid.ok()) return pid.status();
@@ -149,7 +150,7 @@ std::string LocalFleet::Exited() {
   for (auto it = children_.begin(); it != children_.end(); ++it) {
     int status = 0;
     if (waitpid(it->second, &status, WNOHANG) == it->second) {
-      const std::string name = it->first;
+      std::string name = it->first;
       children_.erase(it);
       return name;
     }
@@ -167,8 +168,8 @@ void LocalFleet::StopAll(double grace_s) {
       kill(pid, SIGTERM);
       waiting.push_back(pid);
     }
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(grace_s * 1000));
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(static_cast<int>(grace_s * 1000));
     for (pid_t pid : waiting) {
       while (waitpid(pid, nullptr, WNOHANG) == 0) {
         if (std::chrono::steady_clock::now() > deadline) {

@@ -38,7 +38,9 @@ class LocalFleet {
 
   const std::string& data_dir() const { return data_dir_; }
   std::string AgentDir(const std::string& name) const { return data_dir_ + "/agents/" + name; }
-  std::string LogPath(const std::string& name) const { return data_dir_ + "/logs/" + name + ".log"; }
+  std::string LogPath(const std::string& name) const {
+    return data_dir_ + "/logs/" + name + ".log";
+  }
   const std::string& url() const { return url_; }
   const std::string& admin_token() const { return admin_token_; }
   api::Client Admin() const;

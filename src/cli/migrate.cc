@@ -8,6 +8,7 @@
 #include <string>
 
 #include "commands.h"
+#include "fleet.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/workload.h"
 #include "paladin/transfer/transfer.h"
@@ -22,6 +23,8 @@ struct MigrateArgs {
   int streams = 4;
   bool keep_image = false;
   std::string work_dir;
+  FleetFlags fleet;  // a server's job (j-NNNNNN) moves through the server
+  bool no_wait = false;
 };
 
 int RunMigrate(const MigrateArgs& a) {
@@ -109,7 +112,13 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
       "Move a running job to another machine (paladin receive there); on any failure "
       "before the move commits, the job resumes here");
   migrate->add_option("job", m->job, "Job name or the host pid of its root")->required();
-  migrate->add_option("--to", m->to, "The destination's paladin receive, HOST:PORT")->required();
+  migrate
+      ->add_option("--to", m->to,
+                   "HOST:PORT of a paladin receive; or NODE[/GPU] for a server's job j-NNNNNN")
+      ->required();
+  AddFleetFlags(migrate, &m->fleet);
+  migrate->add_flag("--no-wait", m->no_wait,
+                    "A server's job: return once the move is asked for, do not follow it");
   migrate->add_option("--token-file", m->token_file, "Shared token (else $PALADIN_TOKEN)");
   migrate->add_option("--streams", m->streams, "Parallel connections for the image")
       ->capture_default_str()
@@ -118,7 +127,13 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
   migrate->add_option("--work-dir", m->work_dir,
                       "Where the image is written (default: the "
                       "job's run directory)");
-  migrate->callback([m, exit_code] { *exit_code = RunMigrate(*m); });
+  migrate->callback([m, exit_code] {
+    if (LooksLikeFleetJob(m->job) && FleetServerConfigured(m->fleet)) {
+      *exit_code = FleetMigrate(m->job, m->to, m->fleet, !m->no_wait);
+      return;
+    }
+    *exit_code = RunMigrate(*m);
+  });
 
   auto r = std::make_shared<ReceiveArgs>();
   CLI::App* receive = app.add_subcommand(

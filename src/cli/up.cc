@@ -43,14 +43,17 @@ Status WriteClientConfig(const std::string& url, const std::string& token) {
   if (!out) return IoError("cannot write " + path);
   out << api::Json{{"url", url}, {"token", token}}.dump(2) << "\n";
   out.close();
-  std::filesystem::permissions(path, std::filesystem::perms::owner_read |
-                                         std::filesystem::perms::owner_write,
-                               ec);
+  std::filesystem::permissions(
+      path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write, ec);
   return Status::Ok();
 }
 
 int Up(UpArgs args) {
-  if (args.data.empty()) args.data = api::PaladinHome() + "/up";
+  // As root, workloads run as an unprivileged user who must reach their run directories: not
+  // under a home directory.
+  if (args.data.empty()) {
+    args.data = geteuid() == 0 ? "/var/lib/paladin/up" : api::PaladinHome() + "/up";
+  }
   if (args.node.empty()) args.node = Hostname();
   if (args.checkpoint_every_s < 0) {
     Say("up", "--checkpoint-every must be 0 (off) or a number of seconds");
@@ -101,7 +104,7 @@ void RegisterUp(CLI::App& app, int* exit_code) {
   CLI::App* up = app.add_subcommand(
       "up", "Run a fleet of one on this machine: the server, one agent and the dashboard");
   up->add_option("--data", args->data, "Where state, checkpoints and logs go")
-      ->default_str("$PALADIN_HOME/up, PALADIN_HOME defaulting to ~/.paladin");
+      ->default_str("/var/lib/paladin/up as root, else $PALADIN_HOME/up (~/.paladin/up)");
   up->add_option("--listen", args->listen, "HOST:PORT the server listens on")
       ->capture_default_str();
   up->add_option("--emulated-gpus", args->emulated_gpus,

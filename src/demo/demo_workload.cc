@@ -122,16 +122,16 @@ struct Buffer {
     for (size_t at = 0; at < words; at += kChunkWords) {
       const size_t n = std::min(kChunkWords, words - at);
       for (size_t i = 0; i < n; ++i) (*scratch)[i] = Pattern(id, at + i, gen);
-      Check("cuMemcpyHtoD", d.htod(ptr + at * sizeof(uint64_t), scratch->data(),
-                                   n * sizeof(uint64_t)));
+      Check("cuMemcpyHtoD",
+            d.htod(ptr + at * sizeof(uint64_t), scratch->data(), n * sizeof(uint64_t)));
     }
   }
   bool Verify(const Driver& d, uint64_t gen, std::vector<uint64_t>* scratch) const {
     for (size_t at = 0; at < words; at += kChunkWords) {
       const size_t n = std::min(kChunkWords, words - at);
       std::memset(scratch->data(), 0, n * sizeof(uint64_t));
-      Check("cuMemcpyDtoH", d.dtoh(scratch->data(), ptr + at * sizeof(uint64_t),
-                                   n * sizeof(uint64_t)));
+      Check("cuMemcpyDtoH",
+            d.dtoh(scratch->data(), ptr + at * sizeof(uint64_t), n * sizeof(uint64_t)));
       for (size_t i = 0; i < n; ++i) {
         if ((*scratch)[i] != Pattern(id, at + i, gen)) {
           std::printf("MISMATCH gen %" PRIu64 " device buffer %" PRIu64 " word %zu: %016" PRIx64

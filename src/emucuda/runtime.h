@@ -66,9 +66,10 @@ class Runtime {
 
   // Checkpoint: gives back everything this process counts, drops its slot and unmaps the state.
   void DetachForCheckpoint();
-  // Restore: maps `state_path` (the restorer's GPUs; "": what PALADIN_EMU_STATE names), moves each ordinal to the device
-  // its UUID pairs to (unpaired ones keep their UUID), and counts everything again under a new
-  // slot. Fails without any change (CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_OUT_OF_MEMORY, ...).
+  // Restore: maps `state_path` (the restorer's GPUs; "": what PALADIN_EMU_STATE names), moves each
+  // ordinal to the device its UUID pairs to (unpaired ones keep their UUID), and counts everything
+  // again under a new slot. Fails without any change (CUDA_ERROR_INVALID_DEVICE,
+  // CUDA_ERROR_OUT_OF_MEMORY, ...).
   CUresult ReattachForRestore(const std::vector<GpuPair>& pairs, const std::string& state_path);
 
   // Called in a child after fork(): the child does not own the parent's slot or devices.

@@ -18,7 +18,7 @@ enum class StatusCode {
   kResourceExhausted,   // not enough capacity (CPU, memory, GPU share, quota)
   kIoError,
   kInternal,
-  kUnauthenticated,  // no valid credentials (HTTP 401)
+  kUnauthenticated,   // no valid credentials (HTTP 401)
   kPermissionDenied,  // credentials that do not allow the action (HTTP 403)
   kUnavailable,       // a service that cannot be reached or answered 5xx
 };
