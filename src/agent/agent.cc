@@ -60,7 +60,8 @@ Status Agent::Setup() {
   workloads_dir_ = runs_dir_;
   if (!options_.workloads_dir.empty()) {
     fs::create_directories(options_.workloads_dir, ec);
-    if (ec) return IoError("cannot create --workloads " + options_.workloads_dir + ": " + ec.message());
+    if (ec)
+      return IoError("cannot create --workloads " + options_.workloads_dir + ": " + ec.message());
     workloads_dir_ = fs::canonical(options_.workloads_dir, ec).string();
   }
   // Workloads run as another user: they must be able to reach their run directories.

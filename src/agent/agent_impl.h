@@ -183,7 +183,8 @@ class Agent {
   std::atomic<double> lease_s_{6};
   double heartbeat_s_ = 1;
   std::chrono::steady_clock::time_point last_contact_;
-  bool frozen_ = false;
+  // The lease ran out and has not been renewed (set by the main loop, read by workers too).
+  std::atomic<bool> frozen_{false};
 
   std::mutex mu_;
   std::map<std::pair<std::string, int64_t>, std::unique_ptr<Workload>> jobs_;

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -424,8 +425,14 @@ void Agent::MigrateIn(int64_t id, Json c) {
 }
 
 Status Agent::CommitMigration(int64_t migration) {
+  // Once asked, the commit is in doubt until the server answers: it may have committed and died
+  // before answering (it keeps the answer). Giving up then would resume the job here while the
+  // server has moved it to the destination, which drops its copy on ABORT: the job would be lost.
+  // Both copies stay stopped meanwhile (never two running); the server decides every migration
+  // within its migration timeout (300 s), so a server that is back answers true or false.
+  const double in_doubt_s = std::max(lease_s_.load(), 300.0);
   const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(lease_s_.load());
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(in_doubt_s);
   api::Client client(client_->endpoint(), options_.token, 10);  // one client per thread
   const std::string path = "/v1/migrations/" + std::to_string(migration) + "/commit";
   for (;;) {
@@ -436,9 +443,9 @@ Status Agent::CommitMigration(int64_t migration) {
       if (commit) return Status::Ok();
       return FailedPrecondition("the server did not commit migration " + std::to_string(migration));
     }
-    // Only a server out of reach is worth retrying, and only while our lease holds.
+    // Only a server out of reach is worth retrying (and not while the agent stops).
     if (answer.status().code() != StatusCode::kUnavailable ||
-        std::chrono::steady_clock::now() >= deadline) {
+        std::chrono::steady_clock::now() >= deadline || stop_->load()) {
       return answer.status();
     }
     Say("commit of migration " + std::to_string(migration) + ": " + answer.status().message() +
@@ -474,7 +481,17 @@ void Agent::MigrateOut(int64_t id, Json c) {
       migrate::Migrate(*criu, &w->record, options,
                        [job](const std::string& line) { Say("migrate_out " + job + ": " + line); });
   if (!report.ok()) {
-    Release(w);  // any failure before the commit resumed it here
+    // Any failure before the commit resumed it here. With the lease run out meanwhile the server
+    // may restore the job elsewhere: it is frozen at once, as CheckLease would have done.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      w->busy = false;
+      if (frozen_.load() && !w->frozen) {
+        SignalTree(static_cast<pid_t>(w->record.pid), SIGSTOP);
+        w->frozen = true;
+        Say("job " + job + " frozen again: no contact with the server");
+      }
+    }
     AddResult(id, Explained(report.status(), uid_));
     return;
   }

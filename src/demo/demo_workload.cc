@@ -28,39 +28,14 @@
 #include <thread>
 #include <vector>
 
+#include "demo/driver_calls.h"
 #include "paladin/gpu/cuda_api.h"
 
 namespace {
 
-void* g_driver = nullptr;
-
-template <typename Fn>
-Fn Resolve(const char* name) {
-  void* fn = dlsym(g_driver, name);
-  if (fn == nullptr) {
-    std::printf("ERROR dlsym %s\n", name);
-    std::exit(2);
-  }
-  return reinterpret_cast<Fn>(fn);
-}
-
-void Check(const char* call, CUresult r) {
-  if (r == CUDA_SUCCESS) return;
-  std::printf("ERROR %s %d\n", call, r);
-  std::fflush(stdout);
-  std::exit(2);
-}
-
-std::string FormatUuid(const CUuuid& uuid) {
-  std::string out = "GPU-";
-  char hex[3];
-  for (int i = 0; i < 16; ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
-    std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned char>(uuid.bytes[i]));
-    out += hex;
-  }
-  return out;
-}
+using paladin::workload::Check;
+using paladin::workload::FormatUuid;
+using paladin::workload::Resolve;
 
 // The word at `index` of buffer `buffer` in generation `gen`.
 uint64_t Pattern(uint64_t buffer, uint64_t index, uint64_t gen) {
@@ -168,11 +143,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   setvbuf(stdout, nullptr, _IOLBF, 0);
-  g_driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-  if (g_driver == nullptr) {
-    std::printf("ERROR dlopen %s\n", dlerror());
-    return 2;
-  }
+  paladin::workload::LoadDriver();
   auto init = Resolve<FnCuInit>("cuInit");
   auto device_get = Resolve<FnCuDeviceGet>("cuDeviceGet");
   auto get_uuid = Resolve<FnCuDeviceGetUuid>("cuDeviceGetUuid");

@@ -120,8 +120,7 @@ class Router {
         Principal who;
         bool allowed = true;
         if (access != Access::kPublic) {
-          StatusOr<Principal> p =
-              control->Authenticate(BearerSecret(AuthorizationHeader(req)));
+          StatusOr<Principal> p = control->Authenticate(BearerSecret(AuthorizationHeader(req)));
           if (!p.ok()) {
             reply = Error(p.status());
             allowed = false;

@@ -217,6 +217,17 @@ void Control::FailMigration(MigrationRecord& m, const std::string& why) {
   m.ended_at = Now();
   Count("migrations_failed");
   DirtyMigration(m);
+  // Its commands not carried out yet are withdrawn: a source must not start a move that can no
+  // longer commit (after a restart, a migrate_out persisted but never delivered), nor a
+  // destination listen for one. A result that still comes for them is ignored.
+  for (int64_t id : {m.in_command, m.out_command}) {
+    auto c = commands_.find(id);
+    if (c == commands_.end() || c->second.acked) continue;
+    c->second.acked = true;
+    c->second.ok = false;
+    c->second.result = Json{{"error", "withdrawn: migration " + std::to_string(m.id) + " failed"}};
+    dirty_commands_.insert(id);
+  }
   StatusOr<int64_t> seq = ParseJobId(m.job);
   auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
   if (found != jobs_.end()) {
