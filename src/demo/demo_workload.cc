@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
                     args.grow_mib, gen);
         return 4;
       }
-      buffers.push_back(std::move(grown));
+      buffers.push_back(grown);
       device_mib += args.grow_mib;
       std::printf("grew by %" PRIu64 " MiB at gen %" PRIu64 "\n", args.grow_mib, gen);
     }
