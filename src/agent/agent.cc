@@ -136,6 +136,8 @@ bool Agent::Register() {
   Json body = {{"name", options_.name},
                {"address", options_.address},
                {"migrate_port", options_.migrate_port},
+               // CRIU checkpoints only what runs as root here (docs/agent.md).
+               {"checkpointable", geteuid() == 0 && uid_ < 0},
                {"gpus", GpusForRegister()},
                {"jobs", Reports(true)}};
   StatusOr<Json> answer = client_->Post("/v1/agents/register", body);

@@ -105,6 +105,9 @@ StatusOr<Json> Control::RegisterAgent(const Json& body) {
   if (!address.ok()) return address.status();
   StatusOr<int64_t> port = IntOf(body, "migrate_port", 0, 65535, 0, "");
   if (!port.ok()) return port.status();
+  if (body.contains("checkpointable") && !body["checkpointable"].is_boolean()) {
+    return InvalidArgument("checkpointable: expected true or false");
+  }
   std::vector<GpuRecord> gpus;
   if (body.contains("gpus") && !body["gpus"].is_null()) {
     if (!body["gpus"].is_array()) return InvalidArgument("gpus: expected a list");
@@ -149,6 +152,7 @@ StatusOr<Json> Control::RegisterAgent(const Json& body) {
   n.name = *name;
   n.address = *address;
   n.migrate_port = static_cast<int>(*port);
+  n.checkpointable = body.value("checkpointable", true);
   // Keep what the server learnt about a GPU's health across re-registration.
   for (GpuRecord& g : gpus) {
     if (const GpuRecord* old = n.Gpu(g.index)) {

@@ -224,7 +224,11 @@ StatusOr<Json> Control::Explain(const Principal& who, const std::string& id) {
     why_not = "a migration is already under way";
   } else {
     auto node = nodes_.find(j.node);
-    if (node == nodes_.end() || node->second.state == "dead") why_not = "its node is not alive";
+    if (node == nodes_.end() || node->second.state == "dead") {
+      why_not = "its node is not alive";
+    } else if (!node->second.checkpointable) {
+      why_not = std::string(kNotCheckpointable);
+    }
   }
   return Json{{"state", j.state},
               {"reason", j.reason},

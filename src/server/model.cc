@@ -160,6 +160,7 @@ Json NodeDoc(const NodeRecord& n) {
           {"dead_since", n.dead_since},
           {"draining", n.draining},
           {"recovered", n.recovered},
+          {"checkpointable", n.checkpointable},
           {"gpus", gpus}};
 }
 
@@ -173,6 +174,7 @@ NodeRecord NodeFromDoc(const Json& d) {
   n.dead_since = d.value("dead_since", 0.0);
   n.draining = d.value("draining", false);
   n.recovered = d.value("recovered", false);
+  n.checkpointable = d.value("checkpointable", true);
   if (d.contains("gpus") && d["gpus"].is_array()) {
     for (const Json& g : d["gpus"]) {
       GpuRecord r;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace paladin::server {
@@ -104,6 +105,12 @@ struct GpuRecord {
   int64_t used_bytes = 0;
 };
 
+// Why a job on a node whose agent runs workloads unprivileged can be neither checkpointed nor
+// moved.
+inline constexpr std::string_view kNotCheckpointable =
+    "its node runs workloads as an unprivileged user, which CRIU cannot checkpoint here (start "
+    "that agent with --user root --allow-root; docs/agent.md)";
+
 struct NodeRecord {
   std::string name;
   std::string state = "alive";  // alive | draining | dead
@@ -112,7 +119,8 @@ struct NodeRecord {
   double last_heartbeat = 0;
   double dead_since = 0;
   bool draining = false;
-  bool recovered = false;  // its jobs were placed elsewhere after it died
+  bool recovered = false;      // its jobs were placed elsewhere after it died
+  bool checkpointable = true;  // false: its workloads run unprivileged, CRIU cannot dump them
   std::vector<GpuRecord> gpus;
 
   const GpuRecord* Gpu(int index) const {

@@ -40,6 +40,10 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
     return FailedPrecondition("job " + j.id + " is already migrating");
   }
   if (j.gpus != 1) return FailedPrecondition("job " + j.id + " uses several GPUs; not migratable");
+  if (auto source = nodes_.find(j.node); source != nodes_.end() && !source->second.checkpointable) {
+    return FailedPrecondition("job " + j.id +
+                              " is not migratable: " + std::string(kNotCheckpointable));
+  }
   auto dest = nodes_.find(to);
   if (dest == nodes_.end()) return NotFound("node " + to + " not found");
   if (to == j.node) return FailedPrecondition("job " + j.id + " already runs on " + to);
@@ -421,6 +425,9 @@ void Control::PeriodicCheckpoints(double now) {
     if (j.state != "running" || j.migration_id != 0 || !j.started_at) continue;
     // One at a time: a dump that takes longer than the period must not queue up more.
     if (j.checkpoint_in_flight) continue;
+    if (auto node = nodes_.find(j.node); node != nodes_.end() && !node->second.checkpointable) {
+      continue;
+    }
     const double since = std::max(
         {*j.started_at, j.last_checkpoint_cmd_at, j.last_checkpoint ? j.last_checkpoint->at : 0.0});
     if (now - since < options_.checkpoint_every_s) continue;

@@ -114,6 +114,8 @@ class FakeAgent {
         gpu_bytes_(gpu_bytes),
         port_(port) {}
 
+  bool checkpointable = true;  // what Register() says of its workloads
+
   Status Register() {
     Json gpus = Json::array();
     for (int i = 0; i < gpus_; ++i) {
@@ -129,6 +131,7 @@ class FakeAgent {
     StatusOr<Json> r = client_.Post("/v1/agents/register", Json{{"name", name_},
                                                                 {"address", "127.0.0.1"},
                                                                 {"migrate_port", port_},
+                                                                {"checkpointable", checkpointable},
                                                                 {"gpus", gpus},
                                                                 {"jobs", jobs}});
     return r.ok() ? Status::Ok() : r.status();

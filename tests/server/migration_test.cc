@@ -116,6 +116,23 @@ TEST_F(MigrationTest, CommitsMovesTheJobOnce) {
   EXPECT_NE(metrics->find("paladin_migrations_total 1"), std::string::npos);
 }
 
+// An agent whose workloads run as an unprivileged user cannot have them checkpointed by CRIU:
+// explain says so, and a move is refused before anything is reserved.
+TEST_F(MigrationTest, AnUnprivilegedNodesJobsAreNotMoved) {
+  a_.checkpointable = false;
+  const std::string id = RunningJob();
+  StatusOr<Json> explain = h_.Admin().Get("/v1/jobs/" + id + "/explain");
+  ASSERT_TRUE(explain.ok()) << explain.status().ToString();
+  EXPECT_EQ((*explain)["migratable"], false);
+  EXPECT_NE((*explain)["why_not_migratable"].get<std::string>().find("unprivileged"),
+            std::string::npos);
+  StatusOr<Json> moved = h_.Admin().Post("/v1/jobs/" + id + "/migrate", Json{{"to", "node-b"}});
+  ASSERT_FALSE(moved.ok());
+  EXPECT_EQ(moved.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Job(h_.Admin(), id)["node"], "node-a");
+  EXPECT_EQ(Job(h_.Admin(), id)["state"], "running");
+}
+
 TEST_F(MigrationTest, AFailureBeforeTheCommitKeepsTheJobOnItsSource) {
   const std::string id = RunningJob();
   api::Client admin = h_.Admin();
