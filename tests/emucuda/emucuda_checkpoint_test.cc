@@ -115,6 +115,8 @@ TEST_F(EmuCheckpointTest, CheckpointMovesTheMemoryOutAndRestoreOntoAnotherDevice
                   lock.timeoutMs = 5000;
                   CHILD_OK(emu.cuCheckpointProcessLock(workload, &lock));
                   CHILD_CHECK_EQ(StateOf(emu, workload), CU_PROCESS_STATE_LOCKED);
+                  // A call that returned just before the lock may still be counting itself.
+                  usleep(20000);
                   uint64_t calls = counter->calls.load();
                   usleep(50000);
                   CHILD_CHECK_EQ(counter->calls.load(), calls);  // API calls wait while locked
