@@ -279,12 +279,19 @@ def server_crash_at(work, step):
         job_id = fleet.submit(tag)
         wait_for("the job to run", lambda: fleet.job(job_id)["state"] == "running")
         node = fleet.job(job_id)["node"]
-        try:
-            fleet.post(f"/v1/jobs/{job_id}/migrate",
-                       {"to": "node-b" if node == "node-a" else "node-a"})
-        except (urllib.error.URLError, OSError):
-            pass  # at 'reserved' the server dies inside this very request
-        code = fleet.procs["server"].wait(120)
+        # A move can fail before it reaches the step (on a loaded machine, e.g. a periodic
+        # checkpoint under way outlasts it): ask again until the fault hook fires.
+        deadline = time.time() + 300
+        while fleet.procs["server"].poll() is None and time.time() < deadline:
+            try:
+                job = fleet.job(job_id)
+                if job["state"] == "running" and job.get("migration") is None:
+                    fleet.post(f"/v1/jobs/{job_id}/migrate",
+                               {"to": "node-b" if job["node"] == "node-a" else "node-a"})
+            except (urllib.error.URLError, OSError):
+                pass  # at 'reserved' the server dies inside this very request
+            time.sleep(1)
+        code = fleet.procs["server"].wait(10)
         if code != 137:
             fail(f"crash at {step}: the server exited {code}, not 137 (did the fault hook fire?)")
         fleet.start_server()
