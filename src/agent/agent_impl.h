@@ -149,7 +149,9 @@ class Agent {
   StatusOr<ckpt::Criu> ReadyCriu();
   Status CommitMigration(int64_t migration);
   Workload* Claim(const Json& c, Status* why);  // marks the job busy; takes mu_
-  void Release(Workload* w);                    // takes mu_
+  // Claim, then CRIU made ready; on failure answers command `id` and returns null.
+  Workload* ClaimForCriu(int64_t id, const Json& c, StatusOr<ckpt::Criu>* criu);
+  void Release(Workload* w);  // takes mu_
 
   // --- lease.cc ---
   void CheckLease();

@@ -106,6 +106,22 @@ Workload* Agent::Claim(const Json& c, Status* why) {
   return nullptr;
 }
 
+Workload* Agent::ClaimForCriu(int64_t id, const Json& c, StatusOr<ckpt::Criu>* criu) {
+  Status why;
+  Workload* w = Claim(c, &why);
+  if (w == nullptr) {
+    AddResult(id, why);
+    return nullptr;
+  }
+  *criu = ReadyCriu();
+  if (!criu->ok()) {
+    Release(w);
+    AddResult(id, criu->status());
+    return nullptr;
+  }
+  return w;
+}
+
 void Agent::Release(Workload* w) {
   std::lock_guard<std::mutex> lock(mu_);
   w->busy = false;
@@ -228,18 +244,9 @@ void Agent::Checkpoint(int64_t id, Json c) {
     AddResult(id, InvalidArgument("checkpoint mode '" + mode + "': expected keep or stop"));
     return;
   }
-  Status why;
-  Workload* w = Claim(c, &why);
-  if (w == nullptr) {
-    AddResult(id, why);
-    return;
-  }
-  StatusOr<ckpt::Criu> criu = ReadyCriu();
-  if (!criu.ok()) {
-    Release(w);
-    AddResult(id, criu.status());
-    return;
-  }
+  StatusOr<ckpt::Criu> criu = Internal("unset");
+  Workload* w = ClaimForCriu(id, c, &criu);
+  if (w == nullptr) return;
   ckpt::CheckpointOptions options;
   options.after = mode == "keep" ? ckpt::CheckpointOptions::After::kLeaveRunning
                                  : ckpt::CheckpointOptions::After::kKill;
@@ -464,18 +471,9 @@ void Agent::MigrateOut(int64_t id, Json c) {
   options.work_dir = data_dir_ + "/outgoing";
   std::error_code ec;
   fs::create_directories(options.work_dir, ec);
-  Status why;
-  Workload* w = Claim(c, &why);
-  if (w == nullptr) {
-    AddResult(id, why);
-    return;
-  }
-  StatusOr<ckpt::Criu> criu = ReadyCriu();
-  if (!criu.ok()) {
-    Release(w);
-    AddResult(id, criu.status());
-    return;
-  }
+  StatusOr<ckpt::Criu> criu = Internal("unset");
+  Workload* w = ClaimForCriu(id, c, &criu);
+  if (w == nullptr) return;
   const std::string job = w->id;
   StatusOr<migrate::MigrateReport> report =
       migrate::Migrate(*criu, &w->record, options,
