@@ -105,6 +105,7 @@ int Agent::Run() {
     SleepFor(heartbeat_s_ - Seconds(std::chrono::steady_clock::now() - began));
   }
   Say("stopping");
+  CallOffIncoming("", -1);  // a move not yet arrived fails now, not after its idle timeout
   StopWorkers(true);
   std::lock_guard<std::mutex> lock(mu_);
   size_t left = 0;

@@ -152,6 +152,9 @@ class Agent {
   // Claim, then CRIU made ready; on failure answers command `id` and returns null.
   Workload* ClaimForCriu(int64_t id, const Json& c, StatusOr<ckpt::Criu>* criu);
   void Release(Workload* w);  // takes mu_
+  // Calls off the moves this agent waits to receive: of `job` at `epoch` (-1: any epoch; an
+  // empty job: all of them). Takes mu_.
+  void CallOffIncoming(const std::string& job, int64_t epoch);
 
   // --- lease.cc ---
   void CheckLease();
@@ -191,6 +194,8 @@ class Agent {
   std::mutex mu_;
   std::map<std::pair<std::string, int64_t>, std::unique_ptr<Workload>> jobs_;
   std::deque<Result> results_;
+  // Moves being received (job, epoch) -> their cancel flag (migrate::DestinationOptions::cancel).
+  std::map<std::pair<std::string, int64_t>, std::shared_ptr<std::atomic<bool>>> incoming_;
   size_t results_in_flight_ = 0;
   std::set<int64_t> seen_commands_;
   std::deque<int64_t> seen_order_;

@@ -174,9 +174,21 @@ Status Agent::Start(const Json& c, Json* detail) {
   return Status::Ok();
 }
 
+void Agent::CallOffIncoming(const std::string& job, int64_t epoch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, cancel] : incoming_) {
+    if (!job.empty() && (key.first != job || (epoch >= 0 && key.second != epoch))) continue;
+    if (!cancel->exchange(true)) {
+      Say("migrate_in " + key.first + " (epoch " + std::to_string(key.second) + "): called off");
+    }
+  }
+}
+
 Status Agent::Kill(const Json& c) {
   const std::string id = c.at("job").get<std::string>();
   const int64_t epoch = Epoch(c);
+  // A move of the job here that failed elsewhere: stop waiting for it.
+  CallOffIncoming(id, epoch);
   std::vector<Workload*> victims;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -402,8 +414,22 @@ void Agent::MigrateIn(int64_t id, Json c) {
       LinkStateFile(m->emu_state, data_dir_ + "/emu.state");
     }
   });
+  // One listening port per agent, and the server sends one move at a time to a node: a listener
+  // still waiting from an earlier move is stale (its move failed), so this one replaces it.
+  CallOffIncoming("", -1);
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    incoming_[{job, epoch}] = cancel;
+  }
+  options.cancel = cancel.get();
   StatusOr<ckpt::JobRecord> record = migrate::ServeOneMigration(
       *criu, options, [job](const std::string& line) { Say("migrate_in " + job + ": " + line); });
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = incoming_.find({job, epoch});
+    if (it != incoming_.end() && it->second == cancel) incoming_.erase(it);
+  }
   served.store(true);
   link.join();
   if (record.ok()) FillLogs(options.dir + "/image", &*record);

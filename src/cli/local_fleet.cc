@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -115,6 +116,9 @@ Status LocalFleet::StartAgent(const std::string& name,
   args.insert(args.end(), extra_flags.begin(), extra_flags.end());
   StatusOr<pid_t> pid = Spawn("agent-" + name, args);
   if (!pid.ok()) return pid.status();
+  if (std::find(extra_flags.begin(), extra_flags.end(), "--kill-on-exit") != extra_flags.end()) {
+    kill_on_exit_.insert("agent-" + name);
+  }
   const api::Client admin = Admin();
   for (int i = 0; i < 600; ++i) {
     if (Exited() == "agent-" + name) {
@@ -161,19 +165,25 @@ std::string LocalFleet::Exited() {
 void LocalFleet::StopAll(double grace_s) {
   // Agents first (they report to the server on the way out), then the server.
   for (int pass = 0; pass < 2; ++pass) {
-    std::vector<pid_t> waiting;
+    std::vector<std::pair<std::string, pid_t>> waiting;
     for (const auto& [name, pid] : children_) {
       const bool is_server = name == "server";
       if ((pass == 0) == is_server) continue;
       kill(pid, SIGTERM);
-      waiting.push_back(pid);
+      waiting.emplace_back(name, pid);
     }
     const auto deadline = std::chrono::steady_clock::now() +
                           std::chrono::milliseconds(static_cast<int>(grace_s * 1000));
-    for (pid_t pid : waiting) {
+    for (const auto& [name, pid] : waiting) {
       while (waitpid(pid, nullptr, WNOHANG) == 0) {
         if (std::chrono::steady_clock::now() > deadline) {
+          // An agent that would have killed its workloads on the way out had it stopped in
+          // time: they go with it, as with KillNode.
+          const std::vector<uint32_t> tree =
+              kill_on_exit_.count(name) > 0 ? quota::ProcessTree(static_cast<uint32_t>(pid))
+                                            : std::vector<uint32_t>{};
           kill(pid, SIGKILL);
+          for (uint32_t p : tree) kill(static_cast<pid_t>(p), SIGKILL);
           waitpid(pid, nullptr, 0);
           break;
         }

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,7 @@ class LocalFleet {
   std::string url_;
   std::string admin_token_;
   std::map<std::string, pid_t> children_;  // name -> pid, in start order by name
+  std::set<std::string> kill_on_exit_;     // agents started with --kill-on-exit
   std::vector<std::string> order_;
 };
 

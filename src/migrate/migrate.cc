@@ -3,11 +3,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "control.h"
 #include "paladin/ckpt/cgroup.h"
@@ -232,10 +234,29 @@ StatusOr<ckpt::JobRecord> ServeOneMigration(const ckpt::Criu& criu,
   if (!receiver.ok()) return receiver.status();
   progress("listening on " + options.bind_address + ":" + std::to_string(options.port) +
            " (images) and :" + std::to_string(options.port + 1) + " (commands)");
-  StatusOr<transfer::ReceiveReport> received = (*receiver)->ReceiveOne();
+  const auto cancelled = [&] { return options.cancel != nullptr && options.cancel->load(); };
+  StatusOr<transfer::ReceiveReport> received = [&]() -> StatusOr<transfer::ReceiveReport> {
+    std::atomic<bool> over{false};
+    std::thread watch([&] {
+      while (!over.load() && !cancelled()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      if (!over.load()) (*receiver)->Stop();
+    });
+    StatusOr<transfer::ReceiveReport> r = (*receiver)->ReceiveOne();
+    over.store(true);
+    watch.join();
+    return r;
+  }();
+  if (cancelled()) return FailedPrecondition("the move was called off before its image arrived");
   if (!received.ok()) return received.status();
   progress("received and verified " + std::to_string(received->files) + " files");
-  StatusOr<Channel> channel = commands->Accept(120);
+  StatusOr<Channel> channel = IoError("no command connection from the source within 120 s");
+  for (int waited = 0; waited < 120 * 5 && !cancelled(); ++waited) {
+    channel = commands->Accept(0.2);
+    if (channel.ok()) break;
+  }
+  if (cancelled()) return FailedPrecondition("the move was called off before the source connected");
   if (!channel.ok()) return channel.status();
   StatusOr<std::string> hello = channel->Receive(30);
   if (!hello.ok()) return hello.status();

@@ -24,7 +24,7 @@ for fd in $(ls /proc/$$/fd); do ((fd > 2 && fd != 255)) && eval "exec $fd>&-"; d
 work=$(mktemp -d /tmp/paladin-e2e-demo.XXXXXX)
 chmod 755 "$work"
 cleanup() {
-  pkill -KILL -f "$work/bin/paladin-demo-workload" 2>/dev/null
+  pkill -KILL -f "$work/fleet/bin/paladin-demo-workload" 2>/dev/null
   pkill -TERM -f "paladin (server|agent) .*$work" 2>/dev/null
   sleep 1
   pkill -KILL -f "paladin (server|agent) .*$work" 2>/dev/null
@@ -75,8 +75,19 @@ if grep -q "losing node-a: its agent and workloads killed, its data directory de
 else
   fail "the demo did not report deleting the lost node's data directory"
 fi
+# SIGKILLed processes may take a moment to leave the process table.
+for _ in $(seq 1 20); do
+  pgrep -f "$work/fleet/bin/paladin-demo-workload" >/dev/null || break
+  sleep 0.25
+done
 if pgrep -f "$work/fleet/bin/paladin-demo-workload" >/dev/null; then
   fail "workloads still running after the demo"
+  ps -o pid,ppid,stat,etime,args -p "$(pgrep -d, -f "$work/fleet/bin/paladin-demo-workload")"
+  for log in "$work"/fleet/logs/agent-*.log; do
+    echo "--- last lines of $log"
+    tail -n 25 "$log"
+  done
+  pkill -9 -f "$work/fleet/bin/paladin-demo-workload" || true
 else
   pass "the demo stopped every workload it started"
 fi

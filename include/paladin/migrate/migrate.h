@@ -10,6 +10,7 @@
 #ifndef PALADIN_MIGRATE_MIGRATE_H_
 #define PALADIN_MIGRATE_MIGRATE_H_
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <utility>
@@ -53,6 +54,10 @@ struct DestinationOptions {
   std::string token;
   std::vector<std::pair<std::string, std::string>> gpu_map;
   double command_timeout_s = 600;
+  // Set from another thread: stop waiting for the source. Honoured until the image has arrived
+  // and the source has connected for commands; after that the move runs to its end (bounded by
+  // its own timeouts), since the source may already be waiting for the commit.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // Receives one job and carries out the destination's part of its migration. Returns the job as
