@@ -38,7 +38,10 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>* stop) {
 Agent::Agent(AgentOptions options, const std::atomic<bool>* stop)
     : options_(std::move(options)), stop_(stop) {}
 
-Agent::~Agent() { StopWorkers(true); }
+Agent::~Agent() {
+  StopLocal();
+  StopWorkers(true);
+}
 
 Status Agent::Setup() {
   if (options_.name.empty()) return InvalidArgument("--name: the node needs a name");
@@ -77,6 +80,7 @@ Status Agent::Setup() {
     Say("warning: cannot become a child subreaper; restored workloads' exit codes are unknown");
   }
   LoadCommandIds();
+  PALADIN_RETURN_IF_ERROR(StartLocal());
   return Status::Ok();
 }
 
@@ -105,6 +109,7 @@ int Agent::Run() {
     SleepFor(heartbeat_s_ - Seconds(std::chrono::steady_clock::now() - began));
   }
   Say("stopping");
+  StopLocal();
   CallOffIncoming("", -1);  // a move not yet arrived fails now, not after its idle timeout
   StopWorkers(true);
   std::lock_guard<std::mutex> lock(mu_);

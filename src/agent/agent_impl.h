@@ -47,14 +47,6 @@ using Json = nlohmann::json;
 // "paladin agent: LINE" on stderr.
 void Say(const std::string& line);
 
-// The emulated driver's host-wide control folder, and the link a state file's control folder
-// (STATE.ctl) becomes to it (gpus.cc).
-inline constexpr const char* kHostControlDir = "/dev/shm/paladin-emu-ctl";
-void LinkControlDir(const std::string& state_path);
-// A restored process maps the state file its environment names (the source's): where that path
-// is free here (the source's data is gone), it becomes a link to this agent's state file.
-void LinkStateFile(const std::string& old_state, const std::string& state);
-
 // The state letter of a process ('R', 'S', 'T', 'Z', ...; '\0' when there is none) and, when
 // `parent` is not null, its parent's pid, from /proc/PID/stat.
 char ProcState(pid_t pid, pid_t* parent);
@@ -156,6 +148,21 @@ class Agent {
   // empty job: all of them). Takes mu_.
   void CallOffIncoming(const std::string& job, int64_t epoch);
 
+  // --- local.cc ---
+  Status StartLocal();
+  void StopLocal();
+  void ServeLocal();
+  Json HandleLocal(const Json& request, uid_t uid, pid_t pid);
+  Json SlurmRegister(const Json& r, uid_t uid, pid_t pid);
+  Json SlurmStarted(const Json& r, uid_t uid, pid_t pid);
+  Json SlurmDone(const Json& r, uid_t uid);
+  Json SlurmCheckpoint(const Json& r, uid_t uid);
+  Json SlurmResume(const Json& r, uid_t uid);
+  Json SlurmSteps(int64_t job);
+  StatusOr<std::vector<std::string>> ClaimSlurmJob(int64_t job, uid_t uid);  // needs mu_
+  // Quota bytes given out on a GPU: this agent's jobs and the SLURM steps. Needs mu_.
+  uint64_t CommittedBytes(int gpu_index, int* jobs, int* steps) const;
+
   // --- lease.cc ---
   void CheckLease();
   void Thaw();
@@ -204,6 +211,28 @@ class Agent {
     std::shared_ptr<std::atomic<bool>> done;
   };
   std::vector<Worker> workers_;  // main loop only
+
+  // The local socket (local.cc) and the SLURM steps registered through it (under mu_).
+  struct SlurmStep {
+    int64_t job = 0;
+    std::string step;  // "batch" or the step number
+    uid_t uid = 0;     // who registered it
+    pid_t shim_pid = 0;
+    uint64_t gpu_mem = 0;
+    int gpu_index = -1;
+    std::string gpu_uuid;
+    std::string checkpoint_dir;
+    ckpt::JobRecord record;  // once it runs (record.pid > 0)
+    bool busy = false;       // being checkpointed
+    bool stopped = false;    // checkpointed and left stopped
+  };
+  std::map<std::string, SlurmStep> slurm_;  // "JOB.STEP" -> step
+  std::string local_socket_;
+  std::string slurm_dir_;
+  int local_fd_ = -1;
+  std::thread local_thread_;
+  std::atomic<bool> local_stop_{false};
+  std::atomic<int> local_calls_{0};
 };
 
 }  // namespace paladin::agent

@@ -88,6 +88,12 @@ void RegisterAgent(CLI::App& app, int* exit_code) {
   cmd->add_option("--user", o.user, "Workloads run as this user when the agent runs as root")
       ->capture_default_str();
   cmd->add_flag("--allow-root", o.allow_root, "Allow --user root");
+  cmd->add_option("--local-socket", o.local_socket,
+                  "The socket SLURM steps and `paladin slurm` reach this agent at (default: "
+                  "DATA/agent.sock)");
+  cmd->add_option("--slurm-checkpoints", o.slurm_checkpoints,
+                  "Where SLURM steps' checkpoints go (default: DATA/slurm-checkpoints); a path "
+                  "shared by every node lets a requeued job resume on any of them");
   cmd->add_flag("--kill-on-exit", o.kill_on_exit,
                 "Kill the workloads when the agent stops (default: they run on, and the next "
                 "agent with this --data adopts them)");

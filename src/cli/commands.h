@@ -50,6 +50,8 @@ void RegisterAgent(CLI::App& app, int* exit_code);
 // `paladin up` (src/cli/up.cc) and `paladin demo` (src/cli/demo.cc).
 void RegisterUp(CLI::App& app, int* exit_code);
 void RegisterDemo(CLI::App& app, int* exit_code);
+// `paladin slurm task|checkpoint|requeue|steps` (src/cli/slurm.cc).
+void RegisterSlurm(CLI::App& app, int* exit_code);
 
 // Where the data files bundled with Paladin live (data/ in the source tree or the install).
 std::string BundledDataDir();

@@ -1,6 +1,7 @@
 // `paladin run`: runs one workload on this machine the way the node agent will, under the
 // GPU-memory quota interposer, on the real driver or the emulated one.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,9 @@
 #include <vector>
 
 #include "commands.h"
+#include "run.h"
+#include "paladin/agent/agent.h"
+#include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/cgroup.h"
 #include "paladin/ckpt/workload.h"
 #include "paladin/gpu/nvml.h"
@@ -29,21 +33,11 @@
 namespace paladin::cli {
 namespace {
 
-struct RunArgs {
-  std::string name;
-  std::string gpu_mem;
-  std::string gpu_mem_max;
-  std::string emulated_gpus;
-  std::string gpus;
-  int compute_share = 0;
-  std::string usage_log;
-  double usage_every_s = 1.0;
-  std::string run_dir;
-  bool keep_run_dir = false;
-  std::vector<std::string> command;
-};
+std::string g_say_as = "paladin run";
 
-void Say(const std::string& line) { std::fprintf(stderr, "paladin run: %s\n", line.c_str()); }
+void Say(const std::string& line) {
+  std::fprintf(stderr, "%s: %s\n", g_say_as.c_str(), line.c_str());
+}
 
 std::atomic<pid_t> g_child{0};
 
@@ -174,6 +168,14 @@ int WaitForChild(pid_t child) {
 class LogFollower {
  public:
   LogFollower(std::string out, std::string err) : out_(std::move(out)), err_(std::move(err)) {}
+  // Copies only what is appended from now on (a restored job's earlier output was shown before).
+  void SkipExisting() {
+    std::error_code ec;
+    const auto out = std::filesystem::file_size(out_, ec);
+    out_offset_ = ec ? 0 : static_cast<long>(out);
+    const auto err = std::filesystem::file_size(err_, ec);
+    err_offset_ = ec ? 0 : static_cast<long>(err);
+  }
   void Start() {
     thread_ = std::thread([this] {
       while (!stop_) {
@@ -314,7 +316,71 @@ int PrepareGpu(const RunArgs& args, const std::string& run_dir, GpuSetup* gpu) {
   return 0;
 }
 
+// The job checkpointed in args.restore_from, restored as this process's child and supervised
+// like a started one.
+int RestoreAndWait(const RunArgs& args) {
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+    Say(std::string("cannot become a child subreaper: ") + strerror(errno));
+    return 1;
+  }
+  StatusOr<ckpt::Manifest> manifest = ckpt::ReadManifest(args.restore_from);
+  if (!manifest.ok()) {
+    Say(manifest.status().message());
+    return 1;
+  }
+  if (manifest->gpu_mode == "emulated") {
+    // A process restored on another node still names the state file it started with.
+    const char* state = getenv("PALADIN_EMU_STATE");
+    agent::LinkControlDir(state != nullptr ? state : manifest->emu_state);
+    if (state != nullptr) agent::LinkStateFile(manifest->emu_state, state);
+  }
+  StatusOr<ckpt::Criu> criu = ReadyCriu();
+  if (!criu.ok()) {
+    Say(criu.status().message());
+    return 1;
+  }
+  ckpt::RestoreOptions2 options;
+  options.gpu_map = args.gpu_map;
+  ckpt::PhaseTimes times;
+  StatusOr<ckpt::JobRecord> job = ckpt::RestoreJob(
+      *criu, args.restore_from, options, [](const std::string& line) { Say(line); }, &times);
+  if (!job.ok()) {
+    Say(job.status().message());
+    return 1;
+  }
+  Say("restored " + job->name + " from " + args.restore_from + " (" + times.Describe() +
+      "); its output continues below");
+  struct sigaction forward {};
+  forward.sa_handler = Forward;
+  sigaction(SIGINT, &forward, nullptr);
+  sigaction(SIGTERM, &forward, nullptr);
+  sigaction(SIGHUP, &forward, nullptr);
+  g_child = static_cast<pid_t>(job->pid);
+  if (args.on_started) args.on_started(*job);
+  LogFollower follower(job->stdout_log, job->stderr_log);
+  follower.SkipExisting();
+  follower.Start();
+  const int code = WaitForChild(static_cast<pid_t>(job->pid));
+  follower.Stop();
+  if (!job->cgroup.empty()) (void)ckpt::Cgroup::Existing(job->cgroup).Remove();
+  StatusOr<ckpt::JobRecord> latest = ckpt::ReadJob(job->run_dir);
+  if (latest.ok() && latest->state == "checkpointed") {
+    Say(job->name + " was checkpointed to " + latest->image);
+    return 0;
+  }
+  Say(job->name + " exited with " + std::to_string(code));
+  if (!args.keep_run_dir) {
+    std::error_code ec;
+    std::filesystem::remove_all(job->run_dir, ec);
+  }
+  return code;
+}
+
+}  // namespace
+
 int RunWorkload(RunArgs args) {
+  g_say_as = args.say_as;
+  if (!args.restore_from.empty()) return RestoreAndWait(args);
   if (args.command.empty()) {
     Say("nothing to run: give the command after --, e.g. paladin run --gpu-mem 10GiB -- python "
         "train.py");
@@ -391,6 +457,7 @@ int RunWorkload(RunArgs args) {
   job.pid_namespace = started->pid_namespace;
   job.cgroup = started->cgroup;
   if (Status s = ckpt::WriteJob(job); !s.ok()) Say(s.message());
+  if (args.on_started) args.on_started(job);
   LogFollower follower(job.stdout_log, job.stderr_log);
   follower.Start();
   if (log) log->Start(started->pid, started->cgroup);
@@ -426,6 +493,8 @@ int RunWorkload(RunArgs args) {
   }
   return code;
 }
+
+namespace {
 
 struct ResizeArgs {
   std::string job;

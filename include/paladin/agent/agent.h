@@ -29,6 +29,8 @@ struct AgentOptions {
   std::string user = "nobody";  // workloads run as this user when the agent is root
   bool allow_root = false;      // let workloads run as root (--user root)
   bool kill_on_exit = false;    // kill the workloads when the agent stops (default: leave them)
+  std::string local_socket;       // "" = data_dir/agent.sock (SLURM steps, `paladin slurm`)
+  std::string slurm_checkpoints;  // "" = data_dir/slurm-checkpoints; shared across nodes ideally
 };
 
 // Runs the agent until *stop becomes true (a signal handler may set it) and returns the process's
@@ -37,6 +39,14 @@ struct AgentOptions {
 // once per process: it makes the process a child subreaper and sets PALADIN_EMU_* in its
 // environment.
 int RunAgent(const AgentOptions& options, const std::atomic<bool>* stop);
+
+// The emulated driver's host-wide control folder, and the link a state file's control folder
+// (STATE.ctl) becomes to it.
+inline constexpr const char* kHostControlDir = "/dev/shm/paladin-emu-ctl";
+void LinkControlDir(const std::string& state_path);
+// A restored process maps the state file its environment names (the source's): where that path
+// is free here (the source's data is gone), it becomes a link to this agent's state file.
+void LinkStateFile(const std::string& old_state, const std::string& state);
 
 }  // namespace paladin::agent
 

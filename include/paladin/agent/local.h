@@ -1,0 +1,25 @@
+// The agent's local socket (DATA/agent.sock, or --local-socket): how processes on the node reach
+// their agent: the SLURM step shim (`paladin slurm task`) and `paladin slurm checkpoint|requeue`.
+// One JSON object per line each way, one request per connection; the agent learns the caller's
+// uid from the socket (SO_PEERCRED). Requests and answers: docs/slurm.md.
+#ifndef PALADIN_AGENT_LOCAL_H_
+#define PALADIN_AGENT_LOCAL_H_
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "paladin/base/status.h"
+
+namespace paladin::agent {
+
+// $PALADIN_AGENT_SOCKET, else /var/lib/paladin/agent/agent.sock.
+std::string DefaultLocalSocket();
+
+// Sends `request` and returns the answer. kUnavailable when no agent listens at `socket`; the
+// agent's refusals come back as {"ok": false, "error": ...}, not as an error status.
+StatusOr<nlohmann::json> CallLocal(const std::string& socket, const nlohmann::json& request,
+                                   double timeout_s);
+
+}  // namespace paladin::agent
+
+#endif  // PALADIN_AGENT_LOCAL_H_

@@ -1,0 +1,490 @@
+// The agent's local socket and the SLURM steps registered through it (docs/slurm.md).
+//
+// A SLURM step started with --paladin-gpu-mem runs under `paladin slurm task`, a child of
+// slurmstepd, so SLURM keeps tracking and signalling it. That shim registers the step here: the
+// agent picks a GPU with the quota uncommitted (counting its own jobs and the other steps),
+// names the emulated GPUs' state when the GPUs are emulated, and says where the step's
+// checkpoints live. Once the workload runs, the shim reports its run directory; from then on
+// `paladin slurm checkpoint` asks the agent (root) to checkpoint the step's process tree.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "agent_impl.h"
+#include "paladin/agent/local.h"
+#include "paladin/ckpt/checkpoint.h"
+
+namespace paladin::agent {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kMaxLine = 1 << 20;
+
+// Reads one line (without its newline) within `timeout_s`.
+StatusOr<std::string> ReadLine(int fd, double timeout_s) {
+  std::string line;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  char c = 0;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) return Unavailable("no answer within " + std::to_string(timeout_s) + " s");
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+    const ssize_t n = read(fd, &c, 1);
+    if (n == 0) return Unavailable("the connection closed before a whole line");
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return IoError(std::string("read: ") + strerror(errno));
+    }
+    if (c == '\n') return line;
+    line.push_back(c);
+    if (line.size() > kMaxLine) return InvalidArgument("a line longer than 1 MiB");
+  }
+}
+
+Status WriteAll(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = send(fd, text.data() + done, text.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return IoError(std::string("write: ") + strerror(errno));
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Json Refuse(const std::string& why) { return {{"ok", false}, {"error", why}}; }
+
+bool Alive(pid_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+
+// The newest complete image under dir (images are named by the time they were taken).
+std::string LatestImage(const std::string& dir) {
+  std::error_code ec;
+  std::string best;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string path = entry.path().string();
+    if (!fs::exists(path + "/manifest.json", ec)) continue;
+    if (best.empty() || entry.path().filename().string() > fs::path(best).filename().string()) {
+      best = path;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+std::string DefaultLocalSocket() {
+  const char* env = getenv("PALADIN_AGENT_SOCKET");
+  return env != nullptr && env[0] != '\0' ? env : "/var/lib/paladin/agent/agent.sock";
+}
+
+StatusOr<Json> CallLocal(const std::string& socket_path, const Json& request, double timeout_s) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.size() >= sizeof addr.sun_path) {
+    return InvalidArgument("socket path too long: " + socket_path);
+  }
+  std::strncpy(addr.sun_path, socket_path.c_str(), sizeof addr.sun_path - 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return IoError(std::string("socket: ") + strerror(errno));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    const std::string why = strerror(errno);
+    close(fd);
+    return Unavailable("no Paladin agent listens at " + socket_path + " (" + why + ")");
+  }
+  Status sent = WriteAll(fd, request.dump() + "\n");
+  StatusOr<std::string> line = sent.ok() ? ReadLine(fd, timeout_s) : StatusOr<std::string>(sent);
+  close(fd);
+  if (!line.ok()) {
+    return Unavailable("the agent at " + socket_path + " did not answer: " +
+                       line.status().message());
+  }
+  Json answer = Json::parse(*line, nullptr, false);
+  if (answer.is_discarded() || !answer.is_object()) {
+    return Internal("the agent at " + socket_path + " answered something that is not JSON");
+  }
+  return answer;
+}
+
+Status Agent::StartLocal() {
+  local_socket_ = options_.local_socket.empty() ? data_dir_ + "/agent.sock" : options_.local_socket;
+  slurm_dir_ = options_.slurm_checkpoints.empty() ? data_dir_ + "/slurm-checkpoints"
+                                                  : options_.slurm_checkpoints;
+  std::error_code ec;
+  fs::create_directories(slurm_dir_, ec);
+  if (ec) return IoError("cannot create " + slurm_dir_ + ": " + ec.message());
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (local_socket_.size() >= sizeof addr.sun_path) {
+    return InvalidArgument("--local-socket " + local_socket_ + ": path too long");
+  }
+  std::strncpy(addr.sun_path, local_socket_.c_str(), sizeof addr.sun_path - 1);
+  fs::remove(local_socket_, ec);  // an earlier agent's
+  local_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (local_fd_ < 0 || bind(local_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      listen(local_fd_, 16) != 0) {
+    const std::string why = strerror(errno);
+    if (local_fd_ >= 0) close(local_fd_);
+    local_fd_ = -1;
+    return IoError("cannot listen on " + local_socket_ + ": " + why);
+  }
+  // Any local user may register their own steps; the agent checks who asks for what.
+  chmod(local_socket_.c_str(), 0666);
+  local_thread_ = std::thread([this] { ServeLocal(); });
+  Say("local socket " + local_socket_ + "; SLURM steps' checkpoints in " + slurm_dir_);
+  return Status::Ok();
+}
+
+void Agent::StopLocal() {
+  if (!local_thread_.joinable()) return;
+  local_stop_.store(true);
+  local_thread_.join();
+  while (local_calls_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  close(local_fd_);
+  local_fd_ = -1;
+  std::error_code ec;
+  fs::remove(local_socket_, ec);
+}
+
+void Agent::ServeLocal() {
+  auto last_sweep = std::chrono::steady_clock::now();
+  while (!local_stop_.load() && !stop_->load()) {
+    pollfd p{local_fd_, POLLIN, 0};
+    if (poll(&p, 1, 200) > 0) {
+      const int fd = accept4(local_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd >= 0) {
+        ucred cred{};
+        socklen_t len = sizeof cred;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+          close(fd);
+          continue;
+        }
+        ++local_calls_;
+        std::thread([this, fd, cred] {
+          StatusOr<std::string> line = ReadLine(fd, 10);
+          Json answer;
+          if (!line.ok()) {
+            answer = Refuse(line.status().message());
+          } else {
+            Json request = Json::parse(*line, nullptr, false);
+            answer = request.is_object() ? HandleLocal(request, cred.uid, cred.pid)
+                                         : Refuse("the request is not a JSON object");
+          }
+          (void)WriteAll(fd, answer.dump() + "\n");
+          close(fd);
+          --local_calls_;
+        }).detach();
+      }
+    }
+    if (std::chrono::steady_clock::now() - last_sweep > std::chrono::seconds(2)) {
+      last_sweep = std::chrono::steady_clock::now();
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = slurm_.begin(); it != slurm_.end();) {
+        if (!it->second.busy && !Alive(it->second.shim_pid)) {
+          Say("SLURM step " + it->first + ": its shim is gone; forgotten");
+          it = slurm_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+}
+
+Json Agent::HandleLocal(const Json& r, uid_t uid, pid_t pid) {
+  try {
+    const std::string op = r.value("op", "");
+    if (op == "register") return SlurmRegister(r, uid, pid);
+    if (op == "started") return SlurmStarted(r, uid, pid);
+    if (op == "done") return SlurmDone(r, uid);
+    if (op == "checkpoint") return SlurmCheckpoint(r, uid);
+    if (op == "resume") return SlurmResume(r, uid);
+    if (op == "steps") return SlurmSteps(r.value("job", int64_t{-1}));
+    return Refuse("unknown op '" + op +
+                  "' (expected register, started, done, checkpoint, resume or steps)");
+  } catch (const Json::exception& e) {
+    return Refuse(std::string("bad request: ") + e.what());
+  }
+}
+
+uint64_t Agent::CommittedBytes(int gpu_index, int* jobs, int* steps) const {
+  uint64_t bytes = 0;
+  for (const auto& [key, w] : jobs_) {
+    if (w->state == "exited" || w->gpu_index != gpu_index || w->region == nullptr) continue;
+    bytes += w->region->quota();
+    ++*jobs;
+  }
+  for (const auto& [key, s] : slurm_) {
+    if (s.gpu_index != gpu_index) continue;
+    bytes += s.gpu_mem;
+    ++*steps;
+  }
+  return bytes;
+}
+
+Json Agent::SlurmRegister(const Json& r, uid_t uid, pid_t pid) {
+  const int64_t job = r.at("job").get<int64_t>();
+  const std::string step = r.at("step").get<std::string>();
+  const uint64_t gpu_mem = r.at("gpu_mem").get<uint64_t>();
+  const int64_t restarts = r.value("restart_count", int64_t{0});
+  if (job <= 0 || step.empty() || step.find('/') != std::string::npos || step[0] == '.') {
+    return Refuse("bad SLURM job " + std::to_string(job) + " step '" + step + "'");
+  }
+  if (gpu_mem == 0) return Refuse("gpu_mem must be more than 0 bytes");
+  const std::string key = std::to_string(job) + "." + step;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = slurm_.find(key); it != slurm_.end() && Alive(it->second.shim_pid)) {
+    return Refuse("SLURM step " + key + " is already registered here (shim pid " +
+                  std::to_string(it->second.shim_pid) + ")");
+  }
+  std::string why = "this node has no GPU";
+  int best = -1;
+  uint64_t best_free = 0;
+  {
+    std::lock_guard<std::mutex> gpu_lock(gpu_mu_);
+    why.clear();
+    for (const gpu::GpuInfo& g : gpus_) {
+      int jobs = 0;
+      int steps = 0;
+      const uint64_t committed = CommittedBytes(g.index, &jobs, &steps);
+      const uint64_t free = g.total_bytes > committed ? g.total_bytes - committed : 0;
+      if (faults_.count(g.index) > 0) {
+        why += "; GPU " + std::to_string(g.index) + " is unhealthy";
+        continue;
+      }
+      if (free >= gpu_mem && (best < 0 || free > best_free)) {
+        best = g.index;
+        best_free = free;
+      }
+      why += "; GPU " + std::to_string(g.index) + " (" + quota::FormatSize(g.total_bytes) +
+             ") has " + quota::FormatSize(free) + " uncommitted (" + std::to_string(jobs) +
+             " Paladin job(s), " + std::to_string(steps) + " SLURM step(s))";
+    }
+    if (gpus_.empty()) why = "; this node has no GPU";
+  }
+  if (best < 0) {
+    return Refuse("no GPU on node " + options_.name + " has " + quota::FormatSize(gpu_mem) +
+                  " of memory uncommitted" + why);
+  }
+  const std::string dir = slurm_dir_ + "/" + std::to_string(job) + "/" + step;
+  std::error_code ec;
+  if (restarts == 0) fs::remove_all(dir, ec);  // a new job that reuses an old job's id
+  SlurmStep& s = slurm_[key];
+  s = SlurmStep{};
+  s.job = job;
+  s.step = step;
+  s.uid = uid;
+  s.shim_pid = pid;
+  s.gpu_mem = gpu_mem;
+  s.gpu_index = best;
+  s.gpu_uuid = GpuUuid(best);
+  s.checkpoint_dir = dir;
+  Say("SLURM step " + key + " (uid " + std::to_string(uid) + ") registered: " +
+      quota::FormatSize(gpu_mem) + " on GPU " + std::to_string(best));
+  Json answer = {{"ok", true},
+                 {"key", key},
+                 {"node", options_.name},
+                 {"gpu_index", best},
+                 {"gpu_uuid", s.gpu_uuid},
+                 {"emulated_gpus", driver_.emulated ? driver_.emulated_spec : ""},
+                 {"emu_state", driver_.emulated ? data_dir_ + "/emu.state" : ""},
+                 {"checkpoint_dir", dir},
+                 {"image", restarts > 0 ? LatestImage(dir) : ""}};
+  return answer;
+}
+
+Json Agent::SlurmStarted(const Json& r, uid_t uid, pid_t pid) {
+  const std::string key = r.at("key").get<std::string>();
+  StatusOr<ckpt::JobRecord> record = ckpt::ReadJob(r.at("run_dir").get<std::string>());
+  if (!record.ok()) return Refuse(record.status().message());
+  // Only the shim's own child may be checkpointed under its name.
+  pid_t parent = 0;
+  if (ProcState(static_cast<pid_t>(record->pid), &parent) == '\0' || parent != pid) {
+    return Refuse("pid " + std::to_string(record->pid) + " is not a child of the caller");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slurm_.find(key);
+  if (it == slurm_.end() || it->second.shim_pid != pid) {
+    return Refuse("SLURM step " + key + " is not registered by this process");
+  }
+  (void)uid;
+  it->second.record = *record;
+  it->second.stopped = false;
+  Say("SLURM step " + key + " runs as pid " + std::to_string(record->pid));
+  return {{"ok", true}};
+}
+
+Json Agent::SlurmDone(const Json& r, uid_t uid) {
+  const std::string key = r.at("key").get<std::string>();
+  const int code = r.value("exit_code", -1);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slurm_.find(key);
+  if (it == slurm_.end()) return {{"ok", true}};
+  if (uid != 0 && uid != it->second.uid) return Refuse("SLURM step " + key + " is not yours");
+  if (it->second.busy) return Refuse("SLURM step " + key + " is being checkpointed");
+  if (code == 0) {
+    std::error_code ec;
+    fs::remove_all(it->second.checkpoint_dir, ec);  // finished: its checkpoints are done with
+  }
+  Say("SLURM step " + key + " ended with " + std::to_string(code));
+  slurm_.erase(it);
+  return {{"ok", true}};
+}
+
+// The registered steps of SLURM job `job` that `uid` may act on; an error names what is wrong.
+StatusOr<std::vector<std::string>> Agent::ClaimSlurmJob(int64_t job, uid_t uid) {
+  std::vector<std::string> keys;
+  for (auto& [key, s] : slurm_) {
+    if (s.job != job) continue;
+    if (uid != 0 && uid != s.uid) {
+      return PermissionDenied("SLURM job " + std::to_string(job) + " is not yours");
+    }
+    if (s.busy) return FailedPrecondition("SLURM step " + key + " is being checkpointed");
+    if (s.record.pid <= 0) return FailedPrecondition("SLURM step " + key + " has not started yet");
+    keys.push_back(key);
+  }
+  if (keys.empty()) {
+    return NotFound("no step of SLURM job " + std::to_string(job) +
+                    " runs under Paladin on node " + options_.name +
+                    " (was it submitted with --paladin-gpu-mem, and does it run here?)");
+  }
+  for (const std::string& key : keys) slurm_[key].busy = true;
+  return keys;
+}
+
+Json Agent::SlurmCheckpoint(const Json& r, uid_t uid) {
+  const int64_t job = r.at("job").get<int64_t>();
+  const std::string leave = r.value("leave", "running");
+  if (leave != "running" && leave != "stopped") {
+    return Refuse("leave '" + leave + "': expected running or stopped");
+  }
+  StatusOr<std::vector<std::string>> keys = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ClaimSlurmJob(job, uid);
+  }();
+  if (!keys.ok()) return Refuse(keys.status().message());
+  StatusOr<ckpt::Criu> criu = ReadyCriu();
+  Json steps = Json::array();
+  std::string failed;
+  for (const std::string& key : *keys) {
+    ckpt::JobRecord record;
+    std::string dir;
+    uint32_t owner = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      record = slurm_[key].record;
+      dir = slurm_[key].checkpoint_dir;
+      owner = slurm_[key].uid;
+    }
+    if (!criu.ok()) {
+      failed = criu.status().message();
+      break;
+    }
+    char name[32];
+    std::snprintf(name, sizeof name, "%013lld",
+                  static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             std::chrono::system_clock::now().time_since_epoch())
+                                             .count()));
+    const std::string out = dir + "/" + name;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    ckpt::CheckpointOptions options;
+    options.after = leave == "running" ? ckpt::CheckpointOptions::After::kLeaveRunning
+                                       : ckpt::CheckpointOptions::After::kLeaveStopped;
+    const auto began = std::chrono::steady_clock::now();
+    StatusOr<ckpt::PhaseTimes> times = ckpt::CheckpointJob(
+        *criu, &record, out, options,
+        [key](const std::string& line) { Say("SLURM step " + key + ": " + line); });
+    if (!times.ok()) {
+      failed = "SLURM step " + key + ": " + times.status().message() + "; it keeps running";
+      break;
+    }
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      if (entry.path().string() != out) fs::remove_all(entry.path(), ec);  // the last one is kept
+    }
+    if (owner != 0) {
+      for (const auto& entry : fs::recursive_directory_iterator(dir, ec)) {
+        (void)lchown(entry.path().c_str(), owner, static_cast<gid_t>(-1));
+      }
+      (void)lchown(dir.c_str(), owner, static_cast<gid_t>(-1));
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    Say("SLURM step " + key + " checkpointed into " + out + " (" +
+        quota::FormatSize(times->image_bytes) + ", " + times->Describe() + "), left " + leave);
+    steps.push_back(
+        {{"step", key}, {"image", out}, {"bytes", times->image_bytes}, {"seconds", seconds}});
+    std::lock_guard<std::mutex> lock(mu_);
+    slurm_[key].record = record;
+    slurm_[key].stopped = leave == "stopped";
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& key : *keys) slurm_[key].busy = false;
+  }
+  if (!failed.empty()) {
+    Json answer = Refuse(failed);
+    answer["steps"] = steps;
+    return answer;
+  }
+  return {{"ok", true}, {"steps", steps}};
+}
+
+Json Agent::SlurmResume(const Json& r, uid_t uid) {
+  const int64_t job = r.at("job").get<int64_t>();
+  StatusOr<std::vector<std::string>> keys = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ClaimSlurmJob(job, uid);
+  }();
+  if (!keys.ok()) return Refuse(keys.status().message());
+  std::string failed;
+  for (const std::string& key : *keys) {
+    std::lock_guard<std::mutex> lock(mu_);
+    SlurmStep& s = slurm_[key];
+    if (s.stopped) {
+      Status resumed = ckpt::ResumeJob(&s.record);
+      if (!resumed.ok()) failed = "SLURM step " + key + ": " + resumed.message();
+      s.stopped = !resumed.ok();
+    }
+    s.busy = false;
+  }
+  if (!failed.empty()) return Refuse(failed);
+  return {{"ok", true}};
+}
+
+Json Agent::SlurmSteps(int64_t job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Json out = Json::array();
+  for (const auto& [key, s] : slurm_) {
+    if (job >= 0 && s.job != job) continue;
+    out.push_back({{"key", key},
+                   {"job", s.job},
+                   {"step", s.step},
+                   {"uid", s.uid},
+                   {"gpu_index", s.gpu_index},
+                   {"gpu_mem", s.gpu_mem},
+                   {"pid", s.record.pid},
+                   {"state", s.busy      ? "checkpointing"
+                             : s.stopped ? "stopped"
+                             : s.record.pid > 0 ? "running"
+                                                : "starting"},
+                   {"image", LatestImage(s.checkpoint_dir)}});
+  }
+  return {{"ok", true}, {"node", options_.name}, {"steps", out}};
+}
+
+}  // namespace paladin::agent
