@@ -10,14 +10,16 @@ PACKAGES=(
   nlohmann-json3-dev    # image manifests, job records, the API
   libcpp-httplib-dev pkg-config  # the REST API (server, agent, CLI)
   libsqlite3-dev        # the server's state
+  libslurm-dev          # paladin_spank.so, the SLURM plugin (SLURM's spank.h)
   libgtest-dev libgmock-dev  # tests
   libbenchmark-dev      # bench/
   clang-format clang-tidy  # scripts/lint.sh
 )
 
-# `deps.sh --tests` adds what only the tests need: Chromium, for the dashboard's browser test.
+# `deps.sh --tests` adds what only the tests need: Chromium, for the dashboard's browser test;
+# SLURM's daemons and MUNGE, for the SLURM integration test (tests/slurm).
 if [ "${1:-}" = "--tests" ]; then
-  PACKAGES+=(chromium curl python3)
+  PACKAGES+=(chromium curl python3 slurmctld slurmd slurm-client munge)
 fi
 
 missing=()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A throwaway single-node SLURM cluster (Debian 12: slurm-wlm 22.05 + munge 0.5) for integration
-# tests. Everything lives under one work directory and listens on 127.0.0.1 only; run as root.
+# tests. Everything lives under one work directory and talks over 127.0.0.1 (the daemons still
+# listen on all addresses, on random high ports: see CommunicationParameters below); run as root.
 #
 #   source tests/slurm/cluster.sh
 #   slurm_start WORKDIR ['required /path/paladin_spank.so socket=/x/agent.sock']  # 0 once idle
@@ -31,14 +32,13 @@ _slurm_port_free() {
 
 # Prints two free consecutive ports (slurmctld, slurmd) from a random base in 20000-59999.
 _slurm_pick_ports() {
-  local i p
-  for i in $(seq 1 50); do
+  local p
+  for _ in $(seq 1 50); do
     p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
     if _slurm_port_free "$p" && _slurm_port_free $((p + 1)); then
       echo "$p $((p + 1))"
       return 0
     fi
-    : "$i"
   done
   return 1
 }
@@ -108,7 +108,7 @@ slurm_start() {
     echo "usage: slurm_start WORKDIR [PLUGSTACK_LINE]" >&2
     return 2
   fi
-  local dir d plug=${2:-} node hw ports ctld_port d_port threads select_params mem i state
+  local dir d plug=${2:-} node hwline hw ports ctld_port d_port threads select_params mem state=
   mkdir -p "$1" || return 1
   dir=$(cd "$1" && pwd) || return 1
   # munged insists that every directory above its socket is searchable by all.
@@ -119,23 +119,25 @@ slurm_start() {
       return 1
     fi
   done
-  # munged refuses directories that others can write to (without the sticky bit).
+  # munged also wants the directories holding its socket searchable by all (mktemp -d is 0700) and
+  # not writable by group or others.
   chmod 0755 "$dir" || return 1
   mkdir -p "$dir"/{etc,munge,log,run,tmp,state/ctld,state/d} || return 1
-  chmod 0755 "$dir/munge" || return 1  # clients need o+x to reach the socket
+  chmod 0755 "$dir/munge" || return 1
   SLURM_TEST_DIR=$dir
   export SLURM_TEST_DIR
 
   node=$(hostname -s)
   # The hardware line, e.g. "CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1",
   # so slurmd's registration matches; memory is not scheduled, so a small RealMemory will do.
-  hw=$(slurmd -C 2>/dev/null | head -n 1 | grep -o 'CPUs=.*ThreadsPerCore=[0-9]*')
+  hwline=$(slurmd -C 2>/dev/null | head -n 1)
+  hw=$(grep -o 'CPUs=.*ThreadsPerCore=[0-9]*' <<<"$hwline")
   [ -n "$hw" ] || hw="CPUs=$(nproc)"
-  mem=$(slurmd -C 2>/dev/null | grep -o 'RealMemory=[0-9]*' | cut -d= -f2)
+  mem=$(grep -o 'RealMemory=[0-9]*' <<<"$hwline" | cut -d= -f2)
   if [ -z "$mem" ] || [ "$mem" -gt 1024 ]; then mem=1024; fi
   # CR_Core hands out whole cores; with hyperthreads a 1-CPU job would take two CPUs, so there
   # CR_CPU keeps one job per CPU.
-  threads=$(echo "$hw" | grep -o 'ThreadsPerCore=[0-9]*' | cut -d= -f2)
+  threads=$(grep -o 'ThreadsPerCore=[0-9]*' <<<"$hw" | cut -d= -f2)
   select_params=CR_Core
   if [ -n "$threads" ] && [ "$threads" -gt 1 ]; then select_params=CR_CPU; fi
 
@@ -175,11 +177,13 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 MpiDefault=none
 MailProg=/bin/true
+# Not set: CommunicationParameters=NoInAddrAny,NoCtldInAddrAny would bind the daemons to the
+# address the host name resolves to, which is 127.0.0.1 only where /etc/hosts says so.
 SelectType=select/cons_tres
 SelectTypeParameters=$select_params
 SchedulerType=sched/backfill
-# Schedule every second, not every 30/60 s: a requeued job becomes eligible at a BeginTime with no
-# event to wake the scheduler, and a submitted batch job would otherwise wait up to 3 s.
+# Schedule every second, not every 30/60 s: a requeued job becomes eligible at its BeginTime with
+# no event to wake the scheduler; and batch jobs would otherwise wait up to 3 s after submission.
 SchedulerParameters=bf_interval=1,sched_interval=1,batch_sched_delay=0
 JobRequeue=1
 ReturnToService=2
@@ -232,13 +236,10 @@ EOF
     return 1
   }
 
-  for i in $(seq 1 $((SLURM_TEST_START_TIMEOUT * 2))); do
+  for _ in $(seq 1 $((SLURM_TEST_START_TIMEOUT * 2))); do
     state=$(sinfo -h -n "$node" -o %T 2>/dev/null)
-    if [ "$state" = "idle" ]; then
-      return 0
-    fi
+    [ "$state" = idle ] && return 0
     sleep 0.5
-    : "$i"
   done
   echo "slurm_start: node $node not idle after ${SLURM_TEST_START_TIMEOUT}s (state: ${state:-none})" >&2
   _slurm_dump_logs "$dir"
@@ -246,20 +247,19 @@ EOF
 }
 
 slurm_stop() {
-  local dir=${SLURM_TEST_DIR:-} conf jobs pid pids i
+  local dir=${SLURM_TEST_DIR:-} conf ids pid pids
   [ -n "$dir" ] && [ -d "$dir" ] || return 0
   conf=$dir/etc/slurm.conf
 
   # Cancel the jobs while the daemons are up, so slurmstepd kills the job processes.
   if _slurm_live_pid "$dir/run/slurmctld.pid" >/dev/null; then
-    jobs=$(SLURM_CONF=$conf squeue -h -o %A 2>/dev/null)
-    if [ -n "$jobs" ]; then
+    ids=$(SLURM_CONF=$conf squeue -h -o %A 2>/dev/null)
+    if [ -n "$ids" ]; then
       # shellcheck disable=SC2086 # one job id per word
-      SLURM_CONF=$conf scancel $jobs 2>/dev/null
-      for i in $(seq 1 40); do
+      SLURM_CONF=$conf scancel $ids 2>/dev/null
+      for _ in $(seq 1 40); do
         [ -z "$(SLURM_CONF=$conf squeue -h -o %A -t R,CG,S 2>/dev/null)" ] && break
         sleep 0.5
-        : "$i"
       done
     fi
   fi

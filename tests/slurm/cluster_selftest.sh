@@ -5,6 +5,12 @@
 # SLURM_TEST_KEEP=1 keeps the work directory (logs) afterwards.
 set -u
 
+if [ "$(id -u)" -ne 0 ]; then
+  echo "cluster_selftest: needs root" >&2
+  exit 1
+fi
+unset SLURM_TEST_DIR  # never stop a cluster this test did not start
+
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=cluster.sh
 source "$here/cluster.sh"
@@ -29,22 +35,18 @@ job_field() {
 
 # Waits up to $3 seconds for job $1 to reach state $2.
 wait_state() {
-  local i
-  for i in $(seq 1 $(($3 * 5))); do
+  for _ in $(seq 1 $(($3 * 5))); do
     [ "$(job_field "$1" JobState)" = "$2" ] && return 0
     sleep 0.2
-    : "$i"
   done
   return 1
 }
 
 # Waits up to $3 seconds for file $1 to contain a line matching $2.
 wait_line() {
-  local i
-  for i in $(seq 1 $(($3 * 5))); do
+  for _ in $(seq 1 $(($3 * 5))); do
     grep -q -- "$2" "$1" 2>/dev/null && return 0
     sleep 0.2
-    : "$i"
   done
   return 1
 }
@@ -57,8 +59,9 @@ job_pids() {
   done
 }
 
-# Pids of live processes (other than this shell) named munged/slurm* whose environment holds
-# this cluster's SLURM_CONF=$1.
+# Pids of live processes (other than this shell) named munged, slurm* (slurmctld, slurmd,
+# slurmstepd, slurmscriptd, the batch script slurm_script) or sleep (the jobs) whose environment
+# holds this cluster's SLURM_CONF=$1.
 cluster_pids() {
   local p comm
   for p in /proc/[0-9]*; do
@@ -68,11 +71,6 @@ cluster_pids() {
     tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qxF "SLURM_CONF=$1" && echo "${p#/proc/}"
   done
 }
-
-if [ "$(id -u)" -ne 0 ]; then
-  echo "cluster_selftest: needs root" >&2
-  exit 1
-fi
 
 # --- slurm_stop before any start, and after a start that failed half-way ---------------------
 slurm_stop && pass "slurm_stop with nothing started"
@@ -128,10 +126,9 @@ if [ "$got" = "$(hostname -s)" ]; then pass "srun hostname"; else fail "srun hos
 a=$(sbatch --parsable -n1 --wrap 'sleep 10')
 b=$(sbatch --parsable -n1 --wrap 'sleep 10')
 both=0
-for i in $(seq 1 75); do
+for _ in $(seq 1 75); do
   if [ "$(job_field "$a" JobState)" = RUNNING ] && [ "$(job_field "$b" JobState)" = RUNNING ]; then both=1; break; fi
   sleep 0.2
-  : "$i"
 done
 if [ "$both" = 1 ]; then pass "jobs $a and $b RUNNING at once"; else
   fail "jobs $a and $b not RUNNING together ($(job_field "$a" JobState) $(job_field "$b" JobState))"
@@ -140,7 +137,7 @@ fi
 scancel "$a"
 if wait_state "$a" CANCELLED 15; then
   # The job's processes go with it (KillWait=5 bounds how long they may take).
-  for i in $(seq 1 50); do [ -z "$(job_pids "$a")" ] && break; sleep 0.2; : "$i"; done
+  for _ in $(seq 1 50); do [ -z "$(job_pids "$a")" ] && break; sleep 0.2; done
   if [ -z "$(job_pids "$a")" ]; then pass "scancel $a: CANCELLED, processes gone"; else fail "job $a processes left: $(job_pids "$a")"; fi
 else
   fail "job $a not CANCELLED after scancel ($(job_field "$a" JobState))"
