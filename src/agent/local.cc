@@ -6,6 +6,8 @@
 // names the emulated GPUs' state when the GPUs are emulated, and says where the step's
 // checkpoints live. Once the workload runs, the shim reports its run directory; from then on
 // `paladin slurm checkpoint` asks the agent (root) to checkpoint the step's process tree.
+#include "paladin/agent/local.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -21,7 +23,6 @@
 #include <filesystem>
 
 #include "agent_impl.h"
-#include "paladin/agent/local.h"
 #include "paladin/ckpt/checkpoint.h"
 
 namespace paladin::agent {
@@ -110,8 +111,8 @@ StatusOr<Json> CallLocal(const std::string& socket_path, const Json& request, do
   StatusOr<std::string> line = sent.ok() ? ReadLine(fd, timeout_s) : StatusOr<std::string>(sent);
   close(fd);
   if (!line.ok()) {
-    return Unavailable("the agent at " + socket_path + " did not answer: " +
-                       line.status().message());
+    return Unavailable("the agent at " + socket_path +
+                       " did not answer: " + line.status().message());
   }
   Json answer = Json::parse(*line, nullptr, false);
   if (answer.is_discarded() || !answer.is_object()) {
@@ -293,8 +294,8 @@ Json Agent::SlurmRegister(const Json& r, uid_t uid, pid_t pid) {
   s.gpu_index = best;
   s.gpu_uuid = GpuUuid(best);
   s.checkpoint_dir = dir;
-  Say("SLURM step " + key + " (uid " + std::to_string(uid) + ") registered: " +
-      quota::FormatSize(gpu_mem) + " on GPU " + std::to_string(best));
+  Say("SLURM step " + key + " (uid " + std::to_string(uid) +
+      ") registered: " + quota::FormatSize(gpu_mem) + " on GPU " + std::to_string(best));
   Json answer = {{"ok", true},
                  {"key", key},
                  {"node", options_.name},
@@ -358,8 +359,8 @@ StatusOr<std::vector<std::string>> Agent::ClaimSlurmJob(int64_t job, uid_t uid) 
     keys.push_back(key);
   }
   if (keys.empty()) {
-    return NotFound("no step of SLURM job " + std::to_string(job) +
-                    " runs under Paladin on node " + options_.name +
+    return NotFound("no step of SLURM job " + std::to_string(job) + " runs under Paladin on node " +
+                    options_.name +
                     " (was it submitted with --paladin-gpu-mem, and does it run here?)");
   }
   for (const std::string& key : keys) slurm_[key].busy = true;
@@ -406,11 +407,12 @@ Json Agent::SlurmCheckpoint(const Json& r, uid_t uid) {
     options.after = leave == "running" ? ckpt::CheckpointOptions::After::kLeaveRunning
                                        : ckpt::CheckpointOptions::After::kLeaveStopped;
     const auto began = std::chrono::steady_clock::now();
+    const std::string who = "SLURM step " + key;
     StatusOr<ckpt::PhaseTimes> times = ckpt::CheckpointJob(
-        *criu, &record, out, options,
-        [key](const std::string& line) { Say("SLURM step " + key + ": " + line); });
+        *criu, &record, out, options, [&who](const std::string& line) { Say(who + ": " += line); });
     if (!times.ok()) {
-      failed = "SLURM step " + key + ": " + times.status().message() + "; it keeps running";
+      failed = who;
+      failed += ": " + times.status().message() + "; it keeps running";
       break;
     }
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
@@ -424,8 +426,10 @@ Json Agent::SlurmCheckpoint(const Json& r, uid_t uid) {
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-    Say("SLURM step " + key + " checkpointed into " + out + " (" +
-        quota::FormatSize(times->image_bytes) + ", " + times->Describe() + "), left " + leave);
+    std::string said = who + " checkpointed into ";
+    said.append(out).append(" (").append(quota::FormatSize(times->image_bytes)).append(", ");
+    said.append(times->Describe()).append("), left ").append(leave);
+    Say(said);
     steps.push_back(
         {{"step", key}, {"image", out}, {"bytes", times->image_bytes}, {"seconds", seconds}});
     std::lock_guard<std::mutex> lock(mu_);
@@ -478,8 +482,8 @@ Json Agent::SlurmSteps(int64_t job) {
                    {"gpu_index", s.gpu_index},
                    {"gpu_mem", s.gpu_mem},
                    {"pid", s.record.pid},
-                   {"state", s.busy      ? "checkpointing"
-                             : s.stopped ? "stopped"
+                   {"state", s.busy             ? "checkpointing"
+                             : s.stopped        ? "stopped"
                              : s.record.pid > 0 ? "running"
                                                 : "starting"},
                    {"image", LatestImage(s.checkpoint_dir)}});

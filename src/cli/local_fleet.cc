@@ -179,9 +179,9 @@ void LocalFleet::StopAll(double grace_s) {
         if (std::chrono::steady_clock::now() > deadline) {
           // An agent that would have killed its workloads on the way out had it stopped in
           // time: they go with it, as with KillNode.
-          const std::vector<uint32_t> tree =
-              kill_on_exit_.count(name) > 0 ? quota::ProcessTree(static_cast<uint32_t>(pid))
-                                            : std::vector<uint32_t>{};
+          const std::vector<uint32_t> tree = kill_on_exit_.count(name) > 0
+                                                 ? quota::ProcessTree(static_cast<uint32_t>(pid))
+                                                 : std::vector<uint32_t>{};
           kill(pid, SIGKILL);
           for (uint32_t p : tree) kill(static_cast<pid_t>(p), SIGKILL);
           waitpid(pid, nullptr, 0);

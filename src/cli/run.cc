@@ -1,5 +1,7 @@
 // `paladin run`: runs one workload on this machine the way the node agent will, under the
 // GPU-memory quota interposer, on the real driver or the emulated one.
+#include "run.h"
+
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -20,10 +22,9 @@
 #include <vector>
 
 #include "commands.h"
-#include "run.h"
 #include "paladin/agent/agent.h"
-#include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/cgroup.h"
+#include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/workload.h"
 #include "paladin/gpu/nvml.h"
 #include "paladin/quota/launch.h"

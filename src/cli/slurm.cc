@@ -48,11 +48,18 @@ int64_t EnvInt(const char* name) {
   return v != nullptr ? std::strtoll(v, nullptr, 10) : 0;
 }
 
+// argv for exec and spawn: the strings' own characters, then a null.
+std::vector<char*> Argv(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  return argv;
+}
+
 // Runs the step's command as SLURM would have, without Paladin.
 int RunPlain(const std::vector<std::string>& command) {
-  std::vector<char*> argv;
-  for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
+  std::vector<char*> argv = Argv(command);
   execvp(argv[0], argv.data());
   Note("cannot run " + command[0] + ": " + strerror(errno));
   return 127;
@@ -86,7 +93,8 @@ int RunTask(const TaskArgs& a) {
     if (a.on_agent_down == "fail") {
       Note("error: " + reg.status().message() +
            "; the step fails (--paladin-on-agent-down=fail). Start the node's agent (paladin "
-           "agent ... --local-socket " + a.socket + ") or submit without --paladin-gpu-mem.");
+           "agent ... --local-socket " +
+           a.socket + ") or submit without --paladin-gpu-mem.");
       return 1;
     }
     Note("warning: " + reg.status().message() +
@@ -138,8 +146,7 @@ int RunTask(const TaskArgs& a) {
            ": no checkpoint of step " + step + "; it starts from the beginning");
     }
     Note("step " + key + " on node " + reg->value("node", "?") + ", GPU " +
-         std::to_string(reg->value("gpu_index", -1)) + ", quota " +
-         quota::FormatSize(gpu_mem));
+         std::to_string(reg->value("gpu_index", -1)) + ", quota " + quota::FormatSize(gpu_mem));
   }
   const int code = RunWorkload(run);
   (void)agent::CallLocal(a.socket, {{"op", "done"}, {"key", key}, {"exit_code", code}}, 30);
@@ -163,14 +170,13 @@ void PrintSteps(const Json& answer) {
   for (const Json& s : answer.value("steps", Json::array())) {
     std::printf("checkpointed %s into %s (%s, %.1f s)\n", s.value("step", "?").c_str(),
                 s.value("image", "?").c_str(),
-                quota::FormatSize(s.value("bytes", uint64_t{0})).c_str(),
-                s.value("seconds", 0.0));
+                quota::FormatSize(s.value("bytes", uint64_t{0})).c_str(), s.value("seconds", 0.0));
   }
 }
 
 int Checkpoint(const std::string& socket, int64_t job, const std::string& leave) {
-  Say("slurm checkpoint", "checkpointing SLURM job " + std::to_string(job) + "'s steps (left " +
-                              leave + ")");
+  Say("slurm checkpoint",
+      "checkpointing SLURM job " + std::to_string(job) + "'s steps (left " + leave + ")");
   StatusOr<Json> answer =
       agent::CallLocal(socket, {{"op", "checkpoint"}, {"job", job}, {"leave", leave}}, 3600);
   if (Failed("slurm checkpoint", answer)) {
@@ -182,9 +188,7 @@ int Checkpoint(const std::string& socket, int64_t job, const std::string& leave)
 }
 
 int Scontrol(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
+  std::vector<char*> argv = Argv(args);
   pid_t pid = 0;
   if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return 127;
   int status = 0;

@@ -41,8 +41,8 @@ static char g_socket[PALADIN_MAX_ARG] = "/var/lib/paladin/agent/agent.sock";
 static char g_on_agent_down[16] = "run";
 static char g_gpu_mem[64] = "";
 
-static int take_gpu_mem(int val, const char *optarg, int remote);
-static int take_on_agent_down(int val, const char *optarg, int remote);
+static int take_gpu_mem(int val, const char* optarg, int remote);
+static int take_on_agent_down(int val, const char* optarg, int remote);
 
 struct spank_option spank_options[] = {
     {"paladin-gpu-mem", "SIZE",
@@ -54,7 +54,7 @@ struct spank_option spank_options[] = {
      take_on_agent_down},
     SPANK_OPTIONS_TABLE_END};
 
-static int copy_value(char *to, size_t size, const char *value, const char *what) {
+static int copy_value(char* to, size_t size, const char* value, const char* what) {
   if (value == NULL || value[0] == '\0' || strlen(value) >= size) {
     slurm_error("paladin: %s: a value of 1 to %zu characters is needed", what, size - 1);
     return -1;
@@ -63,28 +63,27 @@ static int copy_value(char *to, size_t size, const char *value, const char *what
   return 0;
 }
 
-static int valid_policy(const char *value) {
+static int valid_policy(const char* value) {
   return value != NULL && (strcmp(value, "run") == 0 || strcmp(value, "fail") == 0);
 }
 
-static int take_gpu_mem(int val, const char *optarg, int remote) {
+static int take_gpu_mem(int val, const char* optarg, int remote) {
   (void)val;
   (void)remote;
   return copy_value(g_gpu_mem, sizeof g_gpu_mem, optarg, "--paladin-gpu-mem");
 }
 
-static int take_on_agent_down(int val, const char *optarg, int remote) {
+static int take_on_agent_down(int val, const char* optarg, int remote) {
   (void)val;
   (void)remote;
   if (!valid_policy(optarg)) {
-    slurm_error("paladin: --paladin-on-agent-down=%s: expected run or fail",
-                optarg ? optarg : "");
+    slurm_error("paladin: --paladin-on-agent-down=%s: expected run or fail", optarg ? optarg : "");
     return -1;
   }
   return copy_value(g_on_agent_down, sizeof g_on_agent_down, optarg, "--paladin-on-agent-down");
 }
 
-int slurm_spank_init(spank_t sp, int ac, char **av) {
+int slurm_spank_init(spank_t sp, int ac, char** av) {
   for (int i = 0; i < ac; ++i) {
     if (strncmp(av[i], "paladin=", 8) == 0) {
       if (copy_value(g_paladin, sizeof g_paladin, av[i] + 8, "paladin=") != 0) return -1;
@@ -97,13 +96,14 @@ int slurm_spank_init(spank_t sp, int ac, char **av) {
       }
       strcpy(g_on_agent_down, av[i] + 14);
     } else {
-      slurm_error("paladin: unknown plugstack.conf argument '%s' (expected paladin=, socket=, "
-                  "on_agent_down=)",
-                  av[i]);
+      slurm_error(
+          "paladin: unknown plugstack.conf argument '%s' (expected paladin=, socket=, "
+          "on_agent_down=)",
+          av[i]);
       return -1;
     }
   }
-  for (struct spank_option *o = spank_options; o->name != NULL; ++o) {
+  for (struct spank_option* o = spank_options; o->name != NULL; ++o) {
     if (spank_option_register(sp, o) != ESPANK_SUCCESS) {
       slurm_error("paladin: cannot register option --%s", o->name);
       return -1;
@@ -114,7 +114,7 @@ int slurm_spank_init(spank_t sp, int ac, char **av) {
 
 /* The agent being down is the shim's to handle (it can reach the socket); a shim that cannot run
  * at all is this plugin's. */
-static int without_paladin(const char *why) {
+static int without_paladin(const char* why) {
   if (strcmp(g_on_agent_down, "fail") == 0) {
     fprintf(stderr, "paladin: error: %s; the step fails (--paladin-on-agent-down=fail)\n", why);
     slurm_error("paladin: %s", why);
@@ -127,7 +127,7 @@ static int without_paladin(const char *why) {
   return 0;
 }
 
-int slurm_spank_task_init(spank_t sp, int ac, char **av) {
+int slurm_spank_task_init(spank_t sp, int ac, char** av) {
   (void)ac;
   (void)av;
   if (!spank_remote(sp) || g_gpu_mem[0] == '\0') return 0;
@@ -140,8 +140,8 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av) {
   uint32_t job = 0;
   uint32_t step = 0;
   int argc = 0;
-  char **argv = NULL;
-  char **env = NULL;
+  char** argv = NULL;
+  char** env = NULL;
   if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS ||
       spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS ||
       spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS ||
@@ -161,18 +161,18 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av) {
   } else {
     snprintf(step_text, sizeof step_text, "%u", step);
   }
-  const char *head[] = {g_paladin, "slurm", "task", "--gpu-mem", g_gpu_mem, "--socket", g_socket,
-                        "--on-agent-down", g_on_agent_down, "--job", job_text, "--step",
-                        step_text, "--"};
+  const char* head[] = {
+      g_paladin,         "slurm",         "task",  "--gpu-mem", g_gpu_mem, "--socket", g_socket,
+      "--on-agent-down", g_on_agent_down, "--job", job_text,    "--step",  step_text,  "--"};
   const int nhead = (int)(sizeof head / sizeof head[0]);
-  char **shim = calloc((size_t)(nhead + argc + 1), sizeof(char *));
+  char** shim = calloc((size_t)(nhead + argc + 1), sizeof(char*));
   if (shim == NULL) return without_paladin("out of memory");
-  for (int i = 0; i < nhead; ++i) shim[i] = (char *)head[i];
+  for (int i = 0; i < nhead; ++i) shim[i] = (char*)head[i];
   for (int i = 0; i < argc; ++i) shim[nhead + i] = argv[i];
   /* The shim's environment is the task's, plus the mark that stops nested wrapping. */
   int nenv = 0;
   while (env != NULL && env[nenv] != NULL) ++nenv;
-  char **shim_env = calloc((size_t)nenv + 2, sizeof(char *));
+  char** shim_env = calloc((size_t)nenv + 2, sizeof(char*));
   if (shim_env == NULL) return without_paladin("out of memory");
   for (int i = 0; i < nenv; ++i) shim_env[i] = env[i];
   shim_env[nenv] = "PALADIN_SLURM_STEP=1";

@@ -26,9 +26,9 @@ struct AgentOptions {
   std::string emulated_gpus;
   std::string address = "127.0.0.1";  // what other agents reach this one's migrations at
   int migrate_port = 7100;
-  std::string user = "nobody";  // workloads run as this user when the agent is root
-  bool allow_root = false;      // let workloads run as root (--user root)
-  bool kill_on_exit = false;    // kill the workloads when the agent stops (default: leave them)
+  std::string user = "nobody";    // workloads run as this user when the agent is root
+  bool allow_root = false;        // let workloads run as root (--user root)
+  bool kill_on_exit = false;      // kill the workloads when the agent stops (default: leave them)
   std::string local_socket;       // "" = data_dir/agent.sock (SLURM steps, `paladin slurm`)
   std::string slurm_checkpoints;  // "" = data_dir/slurm-checkpoints; shared across nodes ideally
 };
