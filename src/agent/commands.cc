@@ -418,6 +418,13 @@ void Agent::MigrateIn(int64_t id, Json c) {
   // still waiting from an earlier move is stale (its move failed), so this one replaces it.
   CallOffIncoming("", -1);
   auto cancel = std::make_shared<std::atomic<bool>>(false);
+  for (int waited = 0; waited < 500; ++waited) {  // until stale listeners let go of the port
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (incoming_.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     incoming_[{job, epoch}] = cancel;

@@ -635,6 +635,50 @@ TEST_F(AgentTest, MigrateCommitAndRefuse) {
   }
 }
 
+// A destination waiting for a move that will never come (its server failed the move, or died
+// and failed it on restart) stops waiting when told to kill that job's copy, at once rather than
+// after the listener's idle timeout, and its port is free for the next move; a newer move to the
+// node replaces a stale listener as well.
+TEST_F(AgentTest, WaitingMigrateInIsCalledOff) {
+  StartAgent("b", {"--kill-on-exit", "--user", "root", "--allow-root"});
+  const int port = FreePortPair();
+  auto migrate_in = [&](const std::string& job) {
+    return server_.Send(Node("b"), {{"kind", "migrate_in"},
+                                    {"job", job},
+                                    {"epoch", 2},
+                                    {"port", port},
+                                    {"token", "secret"},
+                                    {"gpu_index", 0},
+                                    {"gpu_uuid", GpuUuid("b", 0)}});
+  };
+  const int64_t first = migrate_in("w1");
+  ASSERT_TRUE(WaitFor(30, [&] { return AgentLog("b").find("listening on") != std::string::npos; }))
+      << AgentLog("b");
+  const auto asked = std::chrono::steady_clock::now();
+  const int64_t kill = server_.Send(Node("b"), {{"kind", "kill"}, {"job", "w1"}, {"epoch", 2}});
+  ASSERT_TRUE(WaitFor(30, [&] { return server_.Result(first).has_value(); })) << AgentLog("b");
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::seconds(20));
+  EXPECT_FALSE((*server_.Result(first)).value("ok", true));
+  EXPECT_NE((*server_.Result(first)).dump().find("called off"), std::string::npos)
+      << (*server_.Result(first)).dump();
+  ASSERT_TRUE(WaitFor(10, [&] { return server_.Result(kill).has_value(); }));
+  EXPECT_TRUE((*server_.Result(kill)).value("ok", false));
+
+  // The port is free again: a second move listens, and a third replaces it.
+  const int64_t second = migrate_in("w2");
+  ASSERT_TRUE(WaitFor(30, [&] {
+    const std::string log = AgentLog("b");
+    return log.find("migrate_in w2: listening on") != std::string::npos;
+  })) << AgentLog("b");
+  const int64_t third = migrate_in("w3");
+  ASSERT_TRUE(WaitFor(30, [&] { return server_.Result(second).has_value(); })) << AgentLog("b");
+  EXPECT_NE((*server_.Result(second)).dump().find("called off"), std::string::npos);
+  ASSERT_TRUE(WaitFor(30, [&] {
+    return AgentLog("b").find("migrate_in w3: listening on") != std::string::npos;
+  })) << AgentLog("b");
+  EXPECT_FALSE(server_.Result(third).has_value());  // still waiting for its source
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
