@@ -307,9 +307,14 @@ void Control::ApplyReport(NodeRecord& n, const Json& r, bool /*registering*/) {
       Event("recovered", &j, n.name,
             "running again on " + n.name + " from " +
                 (j.last_checkpoint ? j.last_checkpoint->path : "?"));
+    } else if (j.preempted) {
+      Event("resumed", &j, n.name,
+            "room returned: running again on " + n.name + "/" + std::to_string(j.gpu) + " from " +
+                (j.last_checkpoint ? j.last_checkpoint->path : "?"));
     } else {
       Event("started", &j, n.name, "running on " + n.name + "/" + std::to_string(j.gpu));
     }
+    j.preempted = false;
     j.reason = "running on " + n.name + "/" + std::to_string(j.gpu);
   }
   if (state == "running" && j.state == "migrating" && m != nullptr &&
@@ -405,6 +410,7 @@ void Control::ApplyResult(NodeRecord& n, const Json& r) {
       Count("restarts");
       j.state = "pending";
       j.recovering = false;
+      j.preempted = false;
       j.pending_since = Now();
       j.reason = "restore failed on " + n.name + " (" + error + "): starting over";
       Event("restarted", &j, n.name, j.reason);
@@ -423,9 +429,16 @@ void Control::ApplyResult(NodeRecord& n, const Json& r) {
       if (c.ok) {
         Accrue(j, Now());
         ReleaseJob(j);
-        j.state = "checkpointed";
-        j.reason = std::string(j.preempted ? "preempted: " : "") + "checkpointed to " +
-                   (j.last_checkpoint ? j.last_checkpoint->path : "?");
+        const std::string path = j.last_checkpoint ? j.last_checkpoint->path : "?";
+        if (j.preempted) {
+          // It waits for room like a queued job, and restores from here when it gets some.
+          j.state = "restoring";
+          j.pending_since = Now();
+          j.reason = "preempted: waiting for room to restore from " + path;
+        } else {
+          j.state = "checkpointed";
+          j.reason = "checkpointed to " + path;
+        }
         Wake();
       } else {
         j.state = "running";

@@ -181,6 +181,10 @@ class Control {
   void MigrationTimeouts(double now);
   void RecordCheckpoint(JobRecord& j, const Json& detail, const std::string& dir);
   void Rebalance(FleetView& view, JobRecord& waiting);
+  // Higher-priority work that cannot fit otherwise: checkpoints (and stops) the fewest
+  // lower-priority running jobs on one node whose room lets `waiting` fit; they resume when room
+  // returns. Returns whether it preempted any.
+  bool Preempt(const FleetView& view, JobRecord& waiting);
   void GpuHealthMoves();
   std::string CheckpointDir(const JobRecord& j, int seq) const;
 

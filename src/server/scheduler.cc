@@ -175,8 +175,80 @@ void Control::PlaceWaiting(FleetView& view) {
     if (TryPlace(view, *j)) continue;
     const int64_t before = next_migration_;
     Rebalance(view, *j);
-    if (next_migration_ != before) view = BuildFleet(true);  // destinations are booked now
+    if (next_migration_ != before) {
+      view = BuildFleet(true);  // destinations are booked now
+      continue;
+    }
+    if (admission_moves_.empty() && Preempt(view, *j)) return;  // room comes once they stop
   }
+}
+
+bool Control::Preempt(const FleetView& view, JobRecord& waiting) {
+  if (waiting.state != "pending" || !TeamQuotaRefusal(waiting).empty()) return false;
+  // One wave at a time: what is being preempted now may already make room.
+  for (const auto& [seq, j] : jobs_) {
+    if (j.preempted && j.state == "checkpointing") return false;
+  }
+  // Candidates: running, lower priority, on a node that can checkpoint them, not moving; the
+  // lowest priority first, then the most recently started (the least work since its start).
+  std::vector<const JobRecord*> candidates;
+  for (const auto& [seq, j] : jobs_) {
+    if (j.state != "running" || j.priority >= waiting.priority || j.migration_id != 0 ||
+        j.checkpoint_in_flight || view.index.count(j.node) == 0) {
+      continue;
+    }
+    auto node = nodes_.find(j.node);
+    if (node == nodes_.end() || !node->second.checkpointable) continue;
+    candidates.push_back(&j);
+  }
+  if (candidates.empty()) return false;
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const JobRecord* a, const JobRecord* b) {
+                     if (a->priority != b->priority) return a->priority < b->priority;
+                     return a->started_at.value_or(0) > b->started_at.value_or(0);
+                   });
+  // Free the candidates one by one in a copy of the fleet until the job fits; then only those
+  // on the node it fits on are preempted.
+  core::Fleet trial = view.fleet;
+  int64_t largest = 0;
+  for (int64_t m : view.gpu_memory) largest = std::max(largest, m);
+  const core::Workload w = ShapeOf(waiting, largest);
+  std::vector<const JobRecord*> freed;
+  std::optional<core::Decision> fits;
+  for (const JobRecord* victim : candidates) {
+    trial.Unreserve(static_cast<uint64_t>(victim->seq));
+    freed.push_back(victim);
+    core::Decision d = packer_.Schedule(trial, w, rng_, core::PackerOptions{});
+    if (d.placed) {
+      fits = d;
+      break;
+    }
+  }
+  if (!fits) return false;
+  const std::string& node = view.names[static_cast<size_t>(fits->placement.node)];
+  int preempted = 0;
+  for (const JobRecord* victim : freed) {
+    if (victim->node != node) continue;
+    JobRecord& j = jobs_[victim->seq];
+    j.state = "checkpointing";
+    j.preempted = true;
+    j.reason = "preempted by " + waiting.id + " (priority " + std::to_string(waiting.priority) +
+               " > " + std::to_string(j.priority) + "): checkpointing to stop";
+    ++j.checkpoint_seq;
+    SendCommand(j.node, "checkpoint", &j,
+                Json{{"mode", "stop"}, {"dir", CheckpointDir(j, j.checkpoint_seq)}});
+    Event("preempted", &j, j.node,
+          "checkpointed and stopped to make room for " + waiting.id + " (priority " +
+              std::to_string(waiting.priority) + "); it resumes when room returns");
+    Count("preemptions");
+    DirtyJob(j);
+    ++preempted;
+  }
+  if (preempted == 0) return false;
+  waiting.reason = "preempting " + std::to_string(preempted) + " lower-priority job(s) on " + node +
+                   " to make room";
+  DirtyJob(waiting);
+  return true;
 }
 
 bool Control::TryPlace(FleetView& view, JobRecord& j) {

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -208,5 +209,26 @@ class FakeAgent {
   std::vector<Json> commands_;
   Json results_ = Json::array();
 };
+
+// The job as GET /v1/jobs/ID answers (an empty object, and a test failure, when it does not).
+inline Json Job(const api::Client& c, const std::string& id) {
+  StatusOr<Json> j = c.Get("/v1/jobs/" + id);
+  EXPECT_TRUE(j.ok()) << j.status().ToString();
+  return j.ok() ? *j : Json::object();
+}
+
+// Heartbeats until the agent has received a command of `kind` for `job`.
+inline std::optional<Json> AwaitCommand(FakeAgent& a, const std::string& kind,
+                                        const std::string& job) {
+  std::optional<Json> found;
+  WaitFor([&] {
+    EXPECT_TRUE(a.Heartbeat().ok());
+    for (const Json& c : a.commands()) {
+      if (c["kind"] == kind && c.value("job", "") == job) found = c;
+    }
+    return found.has_value();
+  });
+  return found;
+}
 
 }  // namespace paladin::server::testing

@@ -8,28 +8,12 @@
 namespace paladin::server {
 namespace {
 
+using testing::AwaitCommand;
 using testing::FakeAgent;
+using testing::Job;
 using testing::Json;
 using testing::kGiB;
 using testing::WaitFor;
-
-Json Job(const api::Client& c, const std::string& id) {
-  StatusOr<Json> j = c.Get("/v1/jobs/" + id);
-  EXPECT_TRUE(j.ok()) << j.status().ToString();
-  return j.ok() ? *j : Json::object();
-}
-
-std::optional<Json> AwaitCommand(FakeAgent& a, const std::string& kind, const std::string& job) {
-  std::optional<Json> found;
-  WaitFor([&] {
-    EXPECT_TRUE(a.Heartbeat().ok());
-    for (const Json& c : a.commands()) {
-      if (c["kind"] == kind && c.value("job", "") == job) found = c;
-    }
-    return found.has_value();
-  });
-  return found;
-}
 
 class MigrationTest : public ::testing::Test {
  protected:

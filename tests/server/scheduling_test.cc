@@ -8,16 +8,12 @@
 namespace paladin::server {
 namespace {
 
+using testing::AwaitCommand;
 using testing::FakeAgent;
+using testing::Job;
 using testing::Json;
 using testing::kGiB;
 using testing::WaitFor;
-
-Json Job(api::Client& c, const std::string& id) {
-  StatusOr<Json> j = c.Get("/v1/jobs/" + id);
-  EXPECT_TRUE(j.ok()) << j.status().ToString();
-  return j.ok() ? *j : Json::object();
-}
 
 std::string Submit(api::Client& c, int64_t bytes, const std::string& team = "ml",
                    int priority = 0) {
@@ -27,19 +23,6 @@ std::string Submit(api::Client& c, int64_t bytes, const std::string& team = "ml"
                                              {"priority", priority}});
   EXPECT_TRUE(j.ok()) << j.status().ToString();
   return j.ok() ? (*j)["id"].get<std::string>() : "";
-}
-
-// Heartbeats until the agent has received a command of `kind` for `job`.
-std::optional<Json> AwaitCommand(FakeAgent& a, const std::string& kind, const std::string& job) {
-  std::optional<Json> found;
-  WaitFor([&] {
-    EXPECT_TRUE(a.Heartbeat().ok());
-    for (const Json& c : a.commands()) {
-      if (c["kind"] == kind && c.value("job", "") == job) found = c;
-    }
-    return found.has_value();
-  });
-  return found;
 }
 
 TEST(SchedulingTest, StartsGoWhereThePackerSaysWithTheQuotasAsked) {
@@ -155,6 +138,80 @@ TEST(SchedulingTest, StartsGoWhereThePackerSaysWithTheQuotasAsked) {
         "paladin_schedule_decision_seconds_count", "paladin_api_request_seconds{quantile="}) {
     EXPECT_NE(metrics->find(series), std::string::npos) << series;
   }
+}
+
+// Higher-priority work that cannot fit preempts lower-priority work: the lower job is
+// checkpointed and stopped, the higher one starts in its room, and the lower one is restored from
+// its checkpoint when room returns. Equal priority never preempts.
+TEST(SchedulingTest, HigherPriorityPreemptsByCheckpointAndTheVictimResumes) {
+  testing::ServerHarness h("preempt");
+  api::Client admin = h.Admin();
+  FakeAgent a(h, "node-a", 1, 16 * kGiB, 7100);
+  ASSERT_TRUE(a.Register().ok());
+  auto obey_all = [&] {
+    for (const Json& c : a.commands()) {
+      if (c["kind"] == "start" || c["kind"] == "restore") a.Obey(c);
+    }
+    a.commands().clear();
+    ASSERT_TRUE(a.Heartbeat().ok());
+  };
+  const std::string low = Submit(admin, 10 * kGiB, "ml", 0);
+  ASSERT_TRUE(AwaitCommand(a, "start", low).has_value());
+  obey_all();
+  ASSERT_EQ(Job(admin, low)["state"], "running");
+
+  // The same priority waits.
+  const std::string same = Submit(admin, 10 * kGiB, "ml", 0);
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(a.Heartbeat().ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  for (const Json& c : a.commands()) EXPECT_NE(c["kind"], "checkpoint") << c.dump();
+  EXPECT_EQ(Job(admin, same)["state"], "pending");
+  ASSERT_TRUE(admin.Post("/v1/jobs/" + same + "/cancel", Json::object()).ok());
+
+  // A higher priority preempts: the low job gets a stopping checkpoint.
+  const std::string high = Submit(admin, 10 * kGiB, "ml", 5);
+  std::optional<Json> ckpt = AwaitCommand(a, "checkpoint", low);
+  ASSERT_TRUE(ckpt.has_value());
+  EXPECT_EQ((*ckpt)["mode"], "stop");
+  Json victim = Job(admin, low);
+  EXPECT_EQ(victim["state"], "checkpointing");
+  EXPECT_NE(victim["reason"].get<std::string>().find("preempted by " + high), std::string::npos)
+      << victim["reason"];
+  EXPECT_EQ(Job(admin, high)["state"], "pending");  // no room until the low job has stopped
+  const std::string dir = (*ckpt)["dir"];
+  a.Answer(Json{{"command", (*ckpt)["id"]}, {"ok", true}, {"detail", {{"path", dir}}}});
+  a.jobs().erase(low);
+  a.commands().clear();
+  ASSERT_TRUE(a.Heartbeat().ok());
+
+  // The high job starts in its room; the low one waits to be restored.
+  ASSERT_TRUE(AwaitCommand(a, "start", high).has_value());
+  victim = Job(admin, low);
+  EXPECT_EQ(victim["state"], "restoring");
+  EXPECT_TRUE(victim["node"].is_null());
+  EXPECT_EQ(victim["last_checkpoint"]["path"], dir);
+  obey_all();
+  EXPECT_EQ(Job(admin, high)["state"], "running");
+
+  // Room returns: the low job is restored from its checkpoint.
+  a.jobs()[high].state = "exited";
+  a.jobs()[high].exit_code = 0;
+  ASSERT_TRUE(a.Heartbeat().ok());
+  std::optional<Json> restore = AwaitCommand(a, "restore", low);
+  ASSERT_TRUE(restore.has_value());
+  EXPECT_EQ((*restore)["image"], dir);
+  obey_all();
+  victim = Job(admin, low);
+  EXPECT_EQ(victim["state"], "running");
+  EXPECT_EQ(victim["restarts"], 0);  // resumed, not started over
+  StatusOr<Json> events = admin.Get("/v1/events?job=" + low);
+  ASSERT_TRUE(events.ok());
+  std::string kinds;
+  for (const Json& e : (*events)["events"]) kinds += e["kind"].get<std::string>() + " ";
+  EXPECT_NE(kinds.find("preempted"), std::string::npos) << kinds;
+  EXPECT_NE(kinds.find("resumed"), std::string::npos) << kinds;
 }
 
 TEST(SchedulingTest, StaleReportsGetAKill) {
