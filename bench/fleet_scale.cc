@@ -5,6 +5,7 @@
 // and how long jobs waited to be placed.
 //
 //   fleet_scale --paladin build/release/paladin [--agents 50] [--jobs 1000] [--gpus 8]
+//   (FLEET_SCALE_KEEP=1 keeps the server's data directory and log)
 //
 // The agents are threads that speak the agent protocol (docs/formats/api.md): they register,
 // heartbeat every second, and report every `start` command they get as a running job.
@@ -222,7 +223,11 @@ int Run(const Args& args) {
       if (line.rfind("paladin_schedule", 0) == 0) std::printf("  %s\n", line.c_str());
     }
   }
-  fs::remove_all(dir);
+  if (getenv("FLEET_SCALE_KEEP") != nullptr) {
+    std::printf("kept %s (FLEET_SCALE_KEEP)\n", dir.c_str());
+  } else {
+    fs::remove_all(dir);
+  }
   return 0;
 }
 

@@ -64,6 +64,10 @@ void RegisterServer(CLI::App& app, int* exit_code) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--checkpoint-store", options->checkpoint_store,
                   "Where checkpoint images go (default DATA/checkpoints; shared by the agents)");
+  cmd->add_option("--http-threads", options->http_threads,
+                  "HTTP worker threads; each agent's open connection holds one, so give more "
+                  "than the number of nodes")
+      ->capture_default_str();
   cmd->add_option("--policy", options->policy, "Placement policy (paladin, FGD, BestFit, ...)")
       ->capture_default_str();
   cmd->callback([options, exit_code] {

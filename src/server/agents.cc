@@ -2,6 +2,7 @@
 // GPU health) and the command queue. Reports are the truth of where jobs run: a report of a job
 // the agent should not have (unknown, owned by another node, or an older epoch) gets a kill.
 #include <algorithm>
+#include <tuple>
 
 #include "control.h"
 #include "paladin/server/validate.h"
@@ -186,6 +187,7 @@ StatusOr<Json> Control::Heartbeat(const std::string& name, const Json& body) {
   if (n.state == "dead") {
     n.state = n.draining ? "draining" : "alive";
     Event("registered", nullptr, n.name, "agent heartbeating again after being dead");
+    DirtyNode(n);
   }
   n.last_heartbeat = now;
   n.dead_since = 0;
@@ -203,7 +205,7 @@ StatusOr<Json> Control::Heartbeat(const std::string& name, const Json& body) {
       AdvanceMigration(m, "listening");
     }
   }
-  DirtyNode(n);
+  LazyNode(n);  // the beat's time and GPU use; health changes mark it dirty in UpdateGpus
   Json commands = TakeCommands(n);
   PALADIN_RETURN_IF_ERROR(Flush());
   return Json{
@@ -225,6 +227,7 @@ void Control::UpdateGpus(NodeRecord& n, const Json& gpus, bool /*registering*/) 
               "GPU " + std::to_string(index) + " unhealthy" + (fault.empty() ? "" : ": " + fault));
         Wake();
       }
+      if (r.healthy != (healthy && fault.empty()) || r.fault != fault) DirtyNode(n);
       r.healthy = healthy && fault.empty();
       r.fault = fault;
     }
@@ -277,6 +280,12 @@ void Control::ApplyReport(NodeRecord& n, const Json& r, bool /*registering*/) {
     return;
   }
   const double now = Now();
+  // What must reach the store with this beat; usage alone waits for the periodic write.
+  const auto significant = [](const JobRecord& x) {
+    return std::make_tuple(x.state, x.quota_bytes, x.quota_grows, x.refusals, x.mismatch,
+                           x.epoch, x.node);
+  };
+  const auto before = significant(j);
   if (j.HoldsGpu()) Accrue(j, now);
   j.used_bytes = r.value("used_bytes", j.used_bytes);
   const int64_t quota = r.value("quota_bytes", int64_t{0});
@@ -361,7 +370,11 @@ void Control::ApplyReport(NodeRecord& n, const Json& r, bool /*registering*/) {
   if (j.state == "running" || j.state == "migrating" || j.state == "checkpointing") {
     ObserveUsage(j, now);
   }
-  DirtyJob(j);
+  if (significant(j) != before) {
+    DirtyJob(j);
+  } else {
+    LazyJob(j);
+  }
 }
 
 void Control::AppendLog(JobRecord& j, const std::string& stream, const std::string& text) {

@@ -264,15 +264,18 @@ StatusOr<JobRecord*> Control::FindJob(const Principal& who, const std::string& i
   return &it->second;
 }
 
+Json Control::MigrationJson(const JobRecord& j) const {
+  if (j.migration_id == 0) return nullptr;
+  auto it = migrations_.find(j.migration_id);
+  if (it == migrations_.end() || it->second.Finished()) return nullptr;
+  const MigrationRecord& m = it->second;
+  return {{"id", m.id}, {"to", m.to_node}, {"to_gpu", m.to_gpu}, {"step", m.step}};
+}
+
 Json Control::JobJson(const JobRecord& j) const {
   Json out = JobToApi(j);
-  if (j.migration_id != 0) {
-    auto it = migrations_.find(j.migration_id);
-    if (it != migrations_.end() && !it->second.Finished()) {
-      const MigrationRecord& m = it->second;
-      out["migration"] = {{"id", m.id}, {"to", m.to_node}, {"to_gpu", m.to_gpu}, {"step", m.step}};
-    }
-  }
+  Json migration = MigrationJson(j);
+  if (!migration.is_null()) out["migration"] = std::move(migration);
   return out;
 }
 
@@ -504,11 +507,21 @@ void Control::Tick() {
   for (auto& [seq, j] : jobs_) {
     if (j.HoldsGpu()) {
       Accrue(j, now);
-      DirtyJob(j);
+      LazyJob(j);
     }
   }
   FleetView view = BuildFleet(true);
   PlaceWaiting(view);
+  // Usage, accrual and heartbeat times go to the store every kLazyFlushS, not every pass and
+  // beat: writing every job's record twice a second held the lock for most of each pass.
+  constexpr double kLazyFlushS = 5;
+  if (now - last_lazy_flush_ >= kLazyFlushS) {
+    last_lazy_flush_ = now;
+    dirty_jobs_.insert(lazy_jobs_.begin(), lazy_jobs_.end());
+    dirty_nodes_.insert(lazy_nodes_.begin(), lazy_nodes_.end());
+    lazy_jobs_.clear();
+    lazy_nodes_.clear();
+  }
   Status s = Flush();
   if (!s.ok()) std::fprintf(stderr, "paladin server: %s\n", s.ToString().c_str());
 }

@@ -124,6 +124,10 @@ class Control {
   void CrashPoint(const std::string& step);
   void DirtyJob(const JobRecord& j) { dirty_jobs_.insert(j.seq); }
   void DirtyNode(const NodeRecord& n) { dirty_nodes_.insert(n.name); }
+  // Changes that may wait for the next periodic write (kLazyFlushS): usage, accrual, heartbeat
+  // times. A restarted server re-learns them from the next heartbeats.
+  void LazyJob(const JobRecord& j) { lazy_jobs_.insert(j.seq); }
+  void LazyNode(const NodeRecord& n) { lazy_nodes_.insert(n.name); }
   void DirtyTeam(const std::string& team) { dirty_teams_.insert(team); }
   void DirtyMigration(const MigrationRecord& m) { dirty_migrations_.insert(m.id); }
   void Count(const std::string& key, int64_t by = 1);
@@ -135,6 +139,8 @@ class Control {
   TeamRecord& Team(const std::string& name);
   StatusOr<JobRecord*> FindJob(const Principal& who, const std::string& id);
   Json JobJson(const JobRecord& j) const;
+  // The migration under way for the API's `migration` field, or null.
+  Json MigrationJson(const JobRecord& j) const;
   static double Now();
 
   // scheduler.cc
@@ -226,6 +232,9 @@ class Control {
   // Written by Flush.
   std::set<int64_t> dirty_jobs_;
   std::set<std::string> dirty_nodes_;
+  std::set<int64_t> lazy_jobs_;
+  std::set<std::string> lazy_nodes_;
+  double last_lazy_flush_ = 0;
   std::set<std::string> dirty_teams_;
   std::set<int64_t> dirty_commands_;
   std::set<int64_t> dirty_migrations_;

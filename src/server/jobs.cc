@@ -145,15 +145,26 @@ StatusOr<Json> Control::Submit(const Principal& who, const Json& body) {
 
 StatusOr<Json> Control::ListJobs(const Principal& who, const std::string& team,
                                  const std::string& state, bool all) {
-  std::lock_guard<std::mutex> lock(mu_);
+  // The records are copied under the lock and turned into JSON after it: heartbeats and the
+  // scheduler do not wait for a long list to be serialised.
+  std::vector<std::pair<JobRecord, Json>> picked;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    picked.reserve(jobs_.size());
+    for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
+      const JobRecord& j = it->second;
+      if (!who.SeesTeam(j.team)) continue;
+      if (!team.empty() && j.team != team) continue;
+      if (!state.empty() && j.state != state) continue;
+      if (j.Terminal() && !all && state.empty()) continue;
+      picked.emplace_back(j, MigrationJson(j));
+    }
+  }
   Json out = Json::array();
-  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
-    const JobRecord& j = it->second;
-    if (!who.SeesTeam(j.team)) continue;
-    if (!team.empty() && j.team != team) continue;
-    if (!state.empty() && j.state != state) continue;
-    if (j.Terminal() && !all && state.empty()) continue;
-    out.push_back(JobJson(j));
+  for (const auto& [j, migration] : picked) {
+    Json one = JobToApi(j);
+    if (!migration.is_null()) one["migration"] = migration;
+    out.push_back(std::move(one));
   }
   return Json{{"jobs", out}};
 }

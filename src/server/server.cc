@@ -2,6 +2,9 @@
 // scheduling loop.
 #include "paladin/server/server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <atomic>
@@ -74,6 +77,29 @@ StatusOr<std::string> EnsureToken(Control& control, const std::string& path,
   return secret;
 }
 
+// cpp-httplib (the shared library Debian builds) listens with a backlog of 5: fifty agents
+// connecting at once overflow it, and a dropped SYN is sent again only after a second (the
+// heartbeat p99 in bench/fleet_scale was 1 s). listen() again on the bound socket raises it.
+void RaiseBacklog(int port) {
+  for (int fd = 0; fd < 1024; ++fd) {
+    int listening = 0;
+    socklen_t size = sizeof listening;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) != 0 || listening == 0) {
+      continue;
+    }
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) continue;
+    int bound = -1;
+    if (addr.ss_family == AF_INET) {
+      bound = ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
+    } else if (addr.ss_family == AF_INET6) {
+      bound = ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
+    }
+    if (bound == port) (void)listen(fd, SOMAXCONN);
+  }
+}
+
 StatusOr<std::pair<std::string, int>> SplitListen(const std::string& listen) {
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos || colon == 0) {
@@ -101,6 +127,9 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   }
   if (options.checkpoint_every_s < 0) return InvalidArgument("--checkpoint-every: negative");
   if (options.keep_checkpoints < 1) return InvalidArgument("--keep-checkpoints: at least 1");
+  if (options.http_threads < 2 || options.http_threads > 4096) {
+    return InvalidArgument("--http-threads: expected 2 to 4096");
+  }
   StatusOr<std::pair<std::string, int>> listen = SplitListen(options.listen);
   if (!listen.ok()) return listen.status();
   auto impl = std::make_unique<Impl>();
@@ -139,6 +168,8 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   impl->admin_token = *admin;
   impl->agent_token = *agent;
 
+  const int threads = options.http_threads;
+  impl->http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   InstallRoutes(impl->http, *impl->control);
   impl->host = listen->first;
   if (listen->second == 0) {
@@ -149,6 +180,7 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   if (impl->port <= 0) {
     return Unavailable("cannot listen on " + options.listen + " (address in use or invalid)");
   }
+  RaiseBacklog(impl->port);
   std::unique_ptr<Server> server(new Server(std::move(impl)));
   Impl* s = server->impl_.get();
   PALADIN_RETURN_IF_ERROR(WritePrivate(data + "/server.url", server->url()));

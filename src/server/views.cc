@@ -2,6 +2,9 @@
 // A team token sees only its own jobs in each of them.
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <utility>
+#include <vector>
 
 #include "control.h"
 #include "paladin/server/validate.h"
@@ -36,21 +39,30 @@ void Line(std::string* out, const std::string& name, const std::string& labels, 
 
 StatusOr<Json> Control::Nodes(const Principal& who) {
   std::lock_guard<std::mutex> lock(mu_);
+  // One pass over the jobs: what each node's GPUs hold.
+  struct Held {
+    int64_t allocated = 0;
+    Json jobs = Json::array();
+  };
+  std::map<std::pair<std::string, int>, Held> held;
+  for (const auto& [seq, j] : jobs_) {
+    if (!j.HoldsGpu()) continue;
+    std::vector<int> gpus = j.gpu_indices;
+    if (std::find(gpus.begin(), gpus.end(), j.gpu) == gpus.end()) gpus.push_back(j.gpu);
+    for (int g : gpus) {
+      Held& h = held[{j.node, g}];
+      h.allocated += j.quota_bytes;
+      if (who.SeesTeam(j.team)) h.jobs.push_back(j.id);
+    }
+  }
   Json out = Json::array();
   for (const auto& [name, n] : nodes_) {
     Json gpus = Json::array();
     for (const GpuRecord& g : n.gpus) {
-      int64_t allocated = 0;
-      Json jobs = Json::array();
-      for (const auto& [seq, j] : jobs_) {
-        if (!j.HoldsGpu() || j.node != name) continue;
-        const bool on_gpu =
-            std::find(j.gpu_indices.begin(), j.gpu_indices.end(), g.index) != j.gpu_indices.end() ||
-            j.gpu == g.index;
-        if (!on_gpu) continue;
-        allocated += j.quota_bytes;
-        if (who.SeesTeam(j.team)) jobs.push_back(j.id);
-      }
+      Held h;
+      if (auto it = held.find({name, g.index}); it != held.end()) h = std::move(it->second);
+      const int64_t allocated = h.allocated;
+      Json jobs = std::move(h.jobs);
       gpus.push_back({{"index", g.index},
                       {"uuid", g.uuid},
                       {"model", g.model},

@@ -24,6 +24,9 @@ struct ServerOptions {
   std::string policy = "paladin";         // a core::PolicyNames() entry
   std::string fault;                      // "crash-at:<step>" (PALADIN_SERVER_FAULT), tests only
   double schedule_interval_s = 0.5;
+  // HTTP worker threads. Each agent keeps its connection open between beats, holding a worker:
+  // the pool must cover every node plus the API's users, or beats wait behind idle connections.
+  int http_threads = 256;
 };
 
 class Server {
