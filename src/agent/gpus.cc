@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -36,6 +37,20 @@ Status Agent::DiscoverGpus() {
   StatusOr<std::vector<gpu::GpuInfo>> gpus = nvml_->Gpus();
   if (!gpus.ok()) return Internal("cannot list the GPUs: " + gpus.status().message());
   gpus_ = *gpus;
+  if (!options_.gpus.empty()) {
+    if (driver_.emulated) return InvalidArgument("--gpus selects real GPUs; these are emulated");
+    std::vector<gpu::GpuInfo> chosen;
+    for (int index : options_.gpus) {
+      auto it = std::find_if(gpus_.begin(), gpus_.end(),
+                             [index](const gpu::GpuInfo& g) { return g.index == index; });
+      if (it == gpus_.end()) {
+        return InvalidArgument("--gpus: this node has no GPU " + std::to_string(index) +
+                               " (it has " + std::to_string(gpus_.size()) + ")");
+      }
+      chosen.push_back(*it);
+    }
+    gpus_ = chosen;
+  }
   if (driver_.emulated) ShareEmulatedState();
   for (const gpu::GpuInfo& g : gpus_) {
     Say("GPU " + std::to_string(g.index) + ": " + g.name + " " + g.uuid + ", " +

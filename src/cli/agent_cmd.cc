@@ -88,6 +88,9 @@ void RegisterAgent(CLI::App& app, int* exit_code) {
   cmd->add_option("--user", o.user, "Workloads run as this user when the agent runs as root")
       ->capture_default_str();
   cmd->add_flag("--allow-root", o.allow_root, "Allow --user root");
+  cmd->add_option("--gpus", o.gpus,
+                  "Only these of the node's real GPUs, by index, e.g. 0,2 (default: all)")
+      ->delimiter(',');
   cmd->add_option("--local-socket", o.local_socket,
                   "The socket SLURM steps and `paladin slurm` reach this agent at (default: "
                   "DATA/agent.sock)");

@@ -13,14 +13,17 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "commands.h"
 #include "local_fleet.h"
 #include "paladin/api/client.h"
+#include "paladin/gpu/nvml.h"
 #include "paladin/quota/launch.h"
 
 namespace paladin::cli {
@@ -31,6 +34,7 @@ using api::Json;
 struct DemoArgs {
   std::string data;
   std::string emulated_gpus = "2x16GiB";
+  bool emulated_given = false;  // --emulated-gpus on the command line: never the real GPUs
   bool keep = false;
   bool json = false;
   double timeout_s = 180;  // for each step
@@ -122,6 +126,7 @@ class Demo {
   std::map<std::string, std::string> verdicts_;
   std::map<std::string, std::string> accounting_;
   Json summary_;
+  std::string gpus_ = "emulated";  // or "real"
   bool steps_ok_ = true;
   std::vector<std::string> failed_steps_;
 };
@@ -154,9 +159,37 @@ Status Demo::WaitFor(const std::string& what, const std::function<StatusOr<bool>
                      (last.ok() ? "" : " (last error: " + last.message() + ")"));
 }
 
+// The node's real GPUs split between the two agents (even indices, odd indices), when there
+// are at least two; otherwise none.
+std::vector<std::string> RealGpuSplit() {
+  StatusOr<quota::Libraries> libs = quota::FindLibraries();
+  if (!libs.ok()) return {};
+  const quota::DriverChoice driver = quota::ChooseDriver(*libs, "");
+  if (driver.emulated) return {};
+  StatusOr<std::unique_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(driver.nvml_next);
+  if (!nvml.ok()) return {};
+  StatusOr<std::vector<gpu::GpuInfo>> gpus = (*nvml)->Gpus();
+  if (!gpus.ok()) return {};
+  if (gpus->size() < 2) {
+    Say("one real GPU here: the demo needs one per agent, so it uses emulated GPUs");
+    return {};
+  }
+  std::vector<std::string> split(2);
+  for (size_t i = 0; i < gpus->size(); ++i) {
+    std::string& list = split[i % 2];
+    list += (list.empty() ? "" : ",") + std::to_string((*gpus)[i].index);
+  }
+  return split;
+}
+
 Status Demo::StartFleet() {
-  Say("starting a server and two agents (" + args_.emulated_gpus + " emulated GPUs each) under " +
-      args_.data);
+  const std::vector<std::string> real =
+      args_.emulated_given ? std::vector<std::string>{} : RealGpuSplit();
+  if (!real.empty()) gpus_ = "real";
+  Say("starting a server and two agents (" +
+      (real.empty() ? args_.emulated_gpus + " emulated GPUs each"
+                    : "the real GPUs " + real[0] + " and " + real[1]) +
+      ") under " + args_.data);
   // CRIU cannot yet dump a workload that runs as an unprivileged user (its parasite needs a /proc
   // of the job's own, which needs a mount namespace per job): the demo's jobs run as root.
   Say("the demo's workloads run as root (--allow-root): checkpointing workloads that run as an "
@@ -165,12 +198,19 @@ Status Demo::StartFleet() {
       fleet_->StartServer("127.0.0.1:0", {"--lease", "3", "--heartbeat", "0.5",
                                           "--checkpoint-every", "10", "--keep-checkpoints", "2"}));
   admin_ = fleet_->Admin();
-  for (const char* node : {"node-a", "node-b"}) {
-    PALADIN_RETURN_IF_ERROR(
-        fleet_->StartAgent(node, {"--emulated-gpus", args_.emulated_gpus, "--migrate-port",
-                                  std::to_string(FreePortPair()), "--user", "root", "--allow-root",
-                                  "--kill-on-exit", "--workloads", args_.data + "/workloads"}));
-    Say("agent " + std::string(node) + " registered");
+  for (int i = 0; i < 2; ++i) {
+    const std::string node = i == 0 ? "node-a" : "node-b";
+    std::vector<std::string> flags = {"--migrate-port", std::to_string(FreePortPair()),
+                                      "--user",         "root",
+                                      "--allow-root",   "--kill-on-exit",
+                                      "--workloads",    args_.data + "/workloads"};
+    if (real.empty()) {
+      flags.insert(flags.end(), {"--emulated-gpus", args_.emulated_gpus});
+    } else {
+      flags.insert(flags.end(), {"--gpus", real[static_cast<size_t>(i)]});
+    }
+    PALADIN_RETURN_IF_ERROR(fleet_->StartAgent(node, flags));
+    Say("agent " + node + " registered");
   }
   Say("dashboard: " + fleet_->url() + "/#token=" + fleet_->admin_token());
   return Status::Ok();
@@ -478,6 +518,7 @@ void Demo::Summarise() {
               {"steps_failed", failed_steps_},
               {"ok", steps_ok_ && verification_failures_ == 0 && s.value("jobs_lost", 0) == 0},
               {"dashboard", fleet_->url()},
+              {"gpus", gpus_},
               {"jobs", jobs}};
   if (args_.json) {
     std::printf("%s\n", summary_.dump(2).c_str());
@@ -649,8 +690,11 @@ void RegisterDemo(CLI::App& app, int* exit_code) {
   demo->add_option("--data", args->data,
                    "Where the demo's fleet keeps its state (default: a new "
                    "directory under /tmp, removed after a clean run)");
-  demo->add_option("--emulated-gpus", args->emulated_gpus, "Each agent's emulated GPUs")
-      ->capture_default_str();
+  demo->add_option("--emulated-gpus", args->emulated_gpus,
+                   "Each agent's emulated GPUs (default: the real GPUs split between the two "
+                   "agents when this machine has at least two, else 2x16GiB emulated)")
+      ->capture_default_str()
+      ->each([args](const std::string&) { args->emulated_given = true; });
   demo->add_flag("--keep", args->keep,
                  "Leave the fleet and its dashboard up after the summary, until Ctrl-C");
   demo->add_flag("--json", args->json, "Print the summary as one JSON object on stdout");

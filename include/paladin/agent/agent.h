@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <string>
+#include <vector>
 
 namespace paladin::agent {
 
@@ -24,6 +25,9 @@ struct AgentOptions {
   // Non-empty: emulated GPUs ("2x80GiB"), private to this agent (their state lives under
   // data_dir). Empty: the real GPUs through NVML, else one emulated GPU (the agent says so).
   std::string emulated_gpus;
+  // Non-empty: only these of the node's real GPUs (indices, e.g. {0, 2}); several agents of one
+  // host can split its GPUs this way. Empty: all of them.
+  std::vector<int> gpus;
   std::string address = "127.0.0.1";  // what other agents reach this one's migrations at
   int migrate_port = 7100;
   std::string user = "nobody";    // workloads run as this user when the agent is root
