@@ -35,6 +35,28 @@ std::string LogTail(const std::string& path, int lines = 6) {
   return out;
 }
 
+// What a failed dump's log says about its cause, when it is one Paladin knows how to avoid.
+std::string DumpHint(const std::string& log) {
+  std::ifstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    // The parasite could not mount a /proc of the job's namespace from inside its root task.
+    if (line.find("Can't get /proc fd") != std::string::npos ||
+        line.find("doesn't belong to it") != std::string::npos) {
+      return "\n  (the root of the job's tree cannot mount a /proc for its PID namespace: it runs "
+             "as an unprivileged user, or cannot create proc.crtools in its working directory; "
+             "ckpt::StartWorkload starts unprivileged jobs under paladin-workload-init when it "
+             "can find it)";
+    }
+    if (line.find("Can't get rlimit") != std::string::npos &&
+        line.find("Operation not permitted") != std::string::npos) {
+      return "\n  (CRIU reads the resource limits of a process that runs as another user only "
+             "with CAP_SYS_RESOURCE, which this process lacks: run Paladin as a root with every "
+             "capability)";
+    }
+  }
+  return "";
+}
+
 std::string KernelRelease() {
   utsname u{};
   return uname(&u) == 0 ? u.release : "unknown";
@@ -171,7 +193,7 @@ Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOpti
   }
   if (r.exit_code != 0) {
     return Internal("criu dump of pid " + std::to_string(root) + " failed (exit " +
-                    std::to_string(r.exit_code) + "):" + LogTail(log));
+                    std::to_string(r.exit_code) + "):" + LogTail(log) + DumpHint(log));
   }
   return Status::Ok();
 }

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -125,6 +126,12 @@ struct Prepared {
   const char* cwd = nullptr;
   int64_t uid = -1;
   int64_t gid = -1;
+  // Set when the workload runs under paladin-workload-init: its path, its arguments (the
+  // workload's user, group, working directory and command) and its own working directory.
+  const char* init = nullptr;
+  std::vector<std::string> init_storage;
+  std::vector<char*> init_argv;
+  const char* init_dir = nullptr;
 };
 
 // Only async-signal-safe calls after the clone: writes the parts to stderr.
@@ -150,6 +157,16 @@ void ChildSay(const char* what, const char* detail) {
   // Nothing else of the launcher's: an inherited descriptor would tie the job's checkpoints to a
   // file outside it.
   close_range(3, ~0U, 0);
+  if (p.init != nullptr) {
+    // It switches user and directory in the workload's process, after its fork.
+    if (chdir(p.init_dir) != 0 && chdir("/") != 0) {
+      ChildSay("cannot enter ", p.init_dir);
+      _exit(126);
+    }
+    execve(p.init, p.init_argv.data(), p.envp.data());
+    ChildSay("cannot run ", p.init);
+    _exit(127);
+  }
   if (p.cwd != nullptr && chdir(p.cwd) != 0) {
     ChildSay("cannot enter ", p.cwd);
     _exit(126);
@@ -176,7 +193,33 @@ void ChildSay(const char* what, const char* detail) {
   _exit(127);
 }
 
+bool IsExecutable(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
 }  // namespace
+
+StatusOr<std::string> FindWorkloadInit() {
+  constexpr const char* kName = "paladin-workload-init";
+  if (const char* path = getenv("PALADIN_WORKLOAD_INIT"); path != nullptr && path[0] != '\0') {
+    if (IsExecutable(path)) return std::string(path);
+    return NotFound(std::string("PALADIN_WORKLOAD_INIT=") + path + " is not an executable file");
+  }
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) {
+    return NotFound(std::string("cannot find ") + kName + ": /proc/self/exe: " + ec.message());
+  }
+  const std::vector<fs::path> candidates = {
+      exe.parent_path() / kName, exe.parent_path().parent_path() / "lib/paladin" / kName};
+  for (const fs::path& path : candidates) {
+    if (IsExecutable(path.string())) return path.string();
+  }
+  return NotFound(std::string("cannot find ") + kName + " (looked in " +
+                  candidates[0].parent_path().string() + " and " +
+                  candidates[1].parent_path().string() + "; set PALADIN_WORKLOAD_INIT)");
+}
 
 StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec) {
   if (spec.command.empty()) return InvalidArgument("no command to run");
@@ -203,21 +246,45 @@ StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec) {
   p.cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
   p.uid = spec.uid;
   p.gid = spec.gid;
+  StartedWorkload started;
+  // An unprivileged root cannot be dumped by CRIU (its parasite must mount a /proc for the
+  // namespace from inside the root task): root leads the namespace instead.
+  std::string init;
+  if (spec.pid_namespace && spec.uid > 0) {
+    StatusOr<std::string> found = FindWorkloadInit();
+    if (found.ok()) {
+      init = *found;
+      p.init_storage = {init, std::to_string(spec.uid), std::to_string(spec.gid),
+                        spec.cwd.empty() ? "-" : spec.cwd};
+      p.init_storage.insert(p.init_storage.end(), spec.command.begin(), spec.command.end());
+      for (std::string& a : p.init_storage) p.init_argv.push_back(a.data());
+      p.init_argv.push_back(nullptr);
+    } else {
+      started.warnings.push_back(found.status().message() +
+                                 ": the workload leads its namespace as its user, and CRIU "
+                                 "cannot checkpoint it");
+    }
+  }
+  // The run directory: CRIU's parasite creates proc.crtools in the working directory of the root.
+  const std::string init_dir = fs::path(spec.stdout_log).parent_path().string();
+  p.init_dir = init_dir.empty() ? "/" : init_dir.c_str();
   if (pipe2(p.go, O_CLOEXEC) != 0) return IoError(std::string("pipe: ") + strerror(errno));
 
-  StartedWorkload started;
   pid_t pid = -1;
   if (spec.pid_namespace) {
+    p.init = init.empty() ? nullptr : init.c_str();
     pid = static_cast<pid_t>(
         syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr, nullptr, nullptr, nullptr));
     if (pid == 0) ChildExec(p);
     if (pid > 0) started.pid_namespace = true;
+    if (pid > 0) started.init = p.init != nullptr;
     if (pid < 0) {
       started.warnings.push_back(std::string("no PID namespace (") + strerror(errno) +
                                  "): the workload can be restored only where its pids are free");
     }
   }
   if (pid < 0) {
+    p.init = nullptr;  // without a namespace CRIU needs no /proc of it
     pid = fork();
     if (pid == 0) ChildExec(p);
   }

@@ -11,8 +11,10 @@
 #   gpu_quota      the same under a GPU-memory quota: the quota's counts move with the job
 #   bad_input      corrupted, truncated and incompatible images; unknown job; bad --gpu-map
 #   leave_running  --leave-running: the job keeps going, and the image restores later
+#   unprivileged   the threads program started as the node agent starts it, as nobody (under
+#                  paladin-workload-init), checkpointed, gone, restored, still nobody, continued
 #
-# Usage: ckpt_test.sh SCENARIO PALADIN CKPT_THREADS CKPT_GPU
+# Usage: ckpt_test.sh SCENARIO PALADIN CKPT_THREADS CKPT_GPU [CKPT_START_AS CKPT_RLIMIT_SHIM]
 # Needs root (PID namespaces, CRIU) and CRIU (scripts/criu.sh); exits 77 (skipped) without them.
 # Each run has its own run directory and emulated GPUs under a temporary folder, removed at the
 # end with every process the test started (KEEP_WORK=1 keeps the folder).
@@ -22,6 +24,8 @@ SCENARIO=$1
 PALADIN=$(realpath "$2")
 THREADS=$(realpath "$3")
 GPU=$(realpath "$4")
+START_AS=${5:+$(realpath "$5")}
+RLIMIT_SHIM=${6:+$(realpath "$6")}
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../cli/testlib.sh"
 
@@ -660,8 +664,150 @@ scenario_leave_running() {
   fi
 }
 
+# The pid, in its own namespace, of host pid PID (the last NSpid entry), and its real uid.
+ns_pid() { awk '/^NSpid:/ { print $NF }' "/proc/$1/status" 2>/dev/null; }
+uid_of() { awk '/^Uid:/ { print $2 }' "/proc/$1/status" 2>/dev/null; }
+
+scenario_unprivileged() {
+  local nobody=65534
+  if [[ -z $START_AS || -z $RLIMIT_SHIM ]]; then
+    echo "SKIP: unprivileged needs ckpt_start_as and the rlimit shim (arguments 5 and 6)"
+    exit 77
+  fi
+  # The workload's user must reach its program: a copy where it can.
+  chmod 755 "$work"
+  mkdir -p "$work/bin"
+  cp "$THREADS" "$work/bin/ckpt_threads"
+  chmod 755 "$work/bin" "$work/bin/ckpt_threads"
+  # Found next to paladin in the build tree; ckpt_start_as is elsewhere.
+  PALADIN_WORKLOAD_INIT=$(dirname "$PALADIN")/paladin-workload-init
+  export PALADIN_WORKLOAD_INIT
+  # CRIU reads the rlimits of another user's process only with CAP_SYS_RESOURCE. Where root lacks
+  # it (some sandboxed VMs), no dump of an unprivileged process can work: let CRIU read them from
+  # /proc/PID/limits instead (criu_rlimit_shim.cc), and say so.
+  local cap
+  cap=$(awk '/^CapEff:/ { print $2 }' "/proc/$$/status")
+  if ((((16#$cap >> 24) & 1) == 0)); then
+    local real=${PALADIN_CRIU:-}
+    if [[ -z $real ]]; then
+      if [[ -x /opt/paladin/criu/criu ]]; then real=/opt/paladin/criu/criu; else real=$(command -v criu); fi
+    fi
+    printf '#!/bin/sh\nLD_PRELOAD=%s exec %s "$@"\n' "$RLIMIT_SHIM" "$real" >"$work/criu"
+    chmod 755 "$work/criu"
+    export PALADIN_CRIU=$work/criu
+    echo "note: root lacks CAP_SYS_RESOURCE here: CRIU reads rlimits through $RLIMIT_SHIM"
+  fi
+
+  job_name=unpriv
+  local out
+  mkdir -p "$work/cwd-$job_name"
+  out=$(cd "$work/cwd-$job_name" && "$START_AS" "$job_name" $nobody $nobody -- \
+    "$work/bin/ckpt_threads" --threads 4 --mib 64 --pause-ms 20 2>&1) || {
+    fail "unprivileged: ckpt_start_as failed: $out"
+    return
+  }
+  run_dir=$(find "$PALADIN_RUN_DIR" -mindepth 1 -maxdepth 1 -name "$job_name-*" | head -1)
+  job_pid=$(job_field pid)
+  if [[ -z $run_dir ]] || ! ((job_pid > 0)); then
+    fail "unprivileged: no job record after ckpt_start_as: $out"
+    return
+  fi
+  roots+=("$job_pid")
+  groups+=("$(basename "$run_dir")")
+  log=$run_dir/stdout.log
+  grep -q "init 1" <<<"$out" || fail "unprivileged: not started under paladin-workload-init: $out"
+
+  # paladin-workload-init (root) is pid 1 of the namespace, the program (nobody) its child, pid 2.
+  check_tree() {
+    local when=$1 child
+    child=$(pgrep -P "$job_pid" | head -1)
+    if [[ $(cat "/proc/$job_pid/comm" 2>/dev/null) == paladin-workloa* &&
+      $(uid_of "$job_pid") == 0 && $(ns_pid "$job_pid") == 1 && -n $child &&
+      $(cat "/proc/$child/comm" 2>/dev/null) == ckpt_threads && $(uid_of "$child") == "$nobody" &&
+      $(ns_pid "$child") == 2 ]]; then
+      pass "unprivileged: $when: paladin-workload-init is pid 1 as root, the program pid 2 as nobody"
+    else
+      fail "unprivileged: $when: root $job_pid ($(cat "/proc/$job_pid/comm" 2>/dev/null), uid" \
+        "$(uid_of "$job_pid"), ns pid $(ns_pid "$job_pid")), child ${child:-none}" \
+        "($(cat "/proc/$child/comm" 2>/dev/null), uid $(uid_of "$child"), ns pid $(ns_pid "$child"))"
+    fi
+  }
+  if ! wait_until 60 threads_at 5; then
+    fail "unprivileged: not every thread reached step 5 in 60 s: $(tail -5 "$log")" \
+      "$(cat "$run_dir/stderr.log")"
+    return
+  fi
+  check_tree "started"
+
+  local -a before
+  read -ra before <<<"$(tree "$job_pid")"
+  checkpoint "$work/image"
+  if ((ck_rc != 0)) || crashed "$ck_out" || ! grep -q "job stopped" <<<"$ck_out"; then
+    fail "unprivileged: paladin checkpoint exit $ck_rc: $ck_out"
+    return
+  fi
+  if ! wait_until 10 none_alive "${before[@]}"; then
+    fail "unprivileged: still running 10 s after the checkpoint: $(comms "${before[@]}")"
+    return
+  fi
+  [[ $(job_field state) == checkpointed ]] ||
+    fail "unprivileged: the job record says '$(job_field state)', not checkpointed"
+  local verify
+  verify=$(timeout "$LIMIT" "$PALADIN" image verify "$work/image" 2>&1) ||
+    fail "unprivileged: the image does not verify: $verify"
+  pass "unprivileged: checkpointed, every process gone, image verifies"
+  local -a cut
+  local t top=0
+  for t in 0 1 2 3; do
+    cut[t]=$(last_step $t)
+    ((cut[t] > top)) && top=${cut[t]}
+  done
+
+  restore "$work/image"
+  expect_restored unprivileged || return
+  check_tree "restored"
+  if ! wait_until 60 threads_at $((top + 5)); then
+    fail "unprivileged: not every thread got 5 steps past step $top in 60 s after the restore" \
+      "(steps now: $(for t in 0 1 2 3; do echo -n "$(last_step $t) "; done)): $(tail -3 "$log")"
+    return
+  fi
+  if grep -q MISMATCH "$log"; then
+    fail "unprivileged: a buffer did not match its step: $(grep -m1 MISMATCH "$log")"
+  fi
+  local gaps
+  gaps=$(awk '$1 == "thread" { if ($4 != last[$2] + 1) print "thread " $2 ": step " $4 \
+    " after " last[$2] + 0; last[$2] = $4 }' "$log")
+  if [[ -n $gaps ]]; then
+    fail "unprivileged: steps not consecutive across the restore: $(head -3 <<<"$gaps")"
+  else
+    pass "unprivileged: every thread continued from its step (cut at ${cut[*]}), none restarted"
+  fi
+  local step line want bad=0
+  for t in 0 1 2 3; do
+    for step in $((cut[t] + 1)) $((top + 5)); do
+      line=$(awk -v t=$t -v s=$step '$1 == "thread" && $2 == t && $4 == s { print $6 }' "$log")
+      want=$("$THREADS" --checksum 64 $t $step)
+      if [[ $line != "$want" ]]; then
+        fail "unprivileged: thread $t step $step sum '$line', expected $want"
+        bad=1
+      fi
+    done
+  done
+  ((bad == 0)) && pass "unprivileged: buffer sums after the restore match their steps"
+
+  # The restored job still ends as a job: SIGTERM to its root reaches the program, and the root
+  # exits with the program's status (128 + 15).
+  local root=$job_pid
+  kill -TERM "$root"
+  if wait_until 10 eval "! alive $root"; then
+    pass "unprivileged: SIGTERM to the restored root ended the job"
+  else
+    fail "unprivileged: the restored job still runs 10 s after SIGTERM to its root"
+  fi
+}
+
 case $SCENARIO in
-  threads | python_file | pipe | gpu_remap | gpu_quota | bad_input | leave_running) ;;
+  threads | python_file | pipe | gpu_remap | gpu_quota | bad_input | leave_running | unprivileged) ;;
   *)
     echo "unknown scenario $SCENARIO" >&2
     exit 2

@@ -1,8 +1,11 @@
 // Starting a workload the way it can later be checkpointed and restored anywhere: in its own PID
 // namespace (it is pid 1 there and leads its own session, so CRIU can recreate its pids on any
 // node), in its own cgroup, with stdin from /dev/null and stdout/stderr appended to log files in
-// its run directory. The job record (run_dir/job.json) says where everything is; `paladin
-// checkpoint NAME` finds jobs by it. Format: docs/formats/job.md.
+// its run directory. A workload that runs as another, unprivileged user has
+// paladin-workload-init (root) as that pid 1 and runs as its only child (pid 2): CRIU can dump a
+// tree whose root is root, not one whose root is unprivileged (docs/ckpt.md). The job record
+// (run_dir/job.json) says where everything is; `paladin checkpoint NAME` finds jobs by it. Format:
+// docs/formats/job.md.
 #ifndef PALADIN_CKPT_WORKLOAD_H_
 #define PALADIN_CKPT_WORKLOAD_H_
 
@@ -53,22 +56,31 @@ struct WorkloadSpec {
   bool pid_namespace = true;
   std::string cgroup;  // created if non-empty
   // Optional: the working directory (default: the caller's), and the user and group the workload
-  // runs as (-1: the caller's). Switching needs root; supplementary groups are dropped.
+  // runs as (-1: the caller's). Switching needs root; supplementary groups are dropped. A
+  // workload in a PID namespace that runs as a user other than root (uid > 0) is started under
+  // paladin-workload-init, which runs in the logs' folder (the run directory: CRIU's parasite
+  // creates proc.crtools there during a dump).
   std::string cwd;
   int64_t uid = -1;
   int64_t gid = -1;
 };
 
 struct StartedWorkload {
-  pid_t pid = 0;
+  pid_t pid = 0;  // the tree's root: paladin-workload-init when `init`
   bool pid_namespace = false;
+  bool init = false;                  // the command runs as the only child of paladin-workload-init
   std::string cgroup;                 // "" when none could be made
   std::vector<std::string> warnings;  // what could not be set up, for the user
 };
 
 // Starts the workload. Without the privileges for a PID namespace or a cgroup it starts it
-// without them and says so in `warnings`.
+// without them and says so in `warnings`; so too when an unprivileged workload needs
+// paladin-workload-init and it cannot be found (the job runs, but CRIU cannot dump it).
 StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec);
+
+// paladin-workload-init: $PALADIN_WORKLOAD_INIT, else next to the running program, else in
+// ../lib/paladin from it (where `cmake --install` puts it).
+StatusOr<std::string> FindWorkloadInit();
 
 }  // namespace paladin::ckpt
 
