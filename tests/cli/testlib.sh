@@ -47,3 +47,19 @@ expect_error() {
   done
   pass "$what (exit $rc)"
 }
+
+# check_sh CONDITION WHAT: passes or fails WHAT by a shell expression.
+check_sh() {
+  if eval "$1"; then pass "$2"; else fail "$2"; fi
+}
+
+# wait_for SECONDS CONDITION: polls a shell expression every 0.5 s until it holds (0) or the time
+# is up (1).
+wait_for() {
+  local seconds=$1 condition=$2
+  for _ in $(seq 1 $((seconds * 2))); do
+    eval "$condition" && return 0
+    sleep 0.5
+  done
+  return 1
+}

@@ -27,17 +27,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-check() {
-  if eval "$1"; then pass "$2"; else fail "$2"; fi
-}
-wait_for() {
-  local seconds=$1 condition=$2
-  for _ in $(seq 1 $((seconds * 2))); do
-    eval "$condition" && return 0
-    sleep 0.5
-  done
-  return 1
-}
 job_field() {
   "$PALADIN" show "$1" --json 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin).get('$2'))"
 }
@@ -55,30 +44,30 @@ else
   tail -n 30 "$work/up.log" "$work"/up/logs/*.log
   exit 1
 fi
-check "[[ -s $PALADIN_HOME/client.json ]]" "it wrote the CLI's configuration"
+check_sh "[[ -s $PALADIN_HOME/client.json ]]" "it wrote the CLI's configuration"
 id=$("$PALADIN" submit --team demo --gpu-mem 512MiB --json -- \
   "$WORKLOAD" --tag up-test --mib 64 --every-ms 200 |
   python3 -c "import json,sys; print(json.load(sys.stdin)['id'])")
-check "[[ $id == j-* ]]" "paladin submit with no server flags submitted $id"
+check_sh "[[ $id == j-* ]]" "paladin submit with no server flags submitted $id"
 if wait_for 60 "[[ \$(job_field $id state) == running ]]"; then
   pass "the job runs"
 else
   fail "the job did not start: $("$PALADIN" show "$id" 2>&1)"
 fi
 wait_for 30 "'$PALADIN' logs $id 2>/dev/null | grep -q '^gen 5 ok'"
-check "'$PALADIN' logs $id | grep -q '^gen 5 ok'" "its logs show it verifying its memory"
-check "'$PALADIN' ps | grep -q '$id'" "paladin ps lists it"
+check_sh "'$PALADIN' logs $id | grep -q '^gen 5 ok'" "its logs show it verifying its memory"
+check_sh "'$PALADIN' ps | grep -q '$id'" "paladin ps lists it"
 wpid=$(pgrep -f "^$WORKLOAD --tag up-test" | head -1)
 uid=$(awk '/^Uid:/ {print $2}' /proc/"$wpid"/status 2>/dev/null)
-check "[[ -n '$uid' && '$uid' != 0 ]]" "the workload runs as an unprivileged user (uid $uid)"
+check_sh "[[ -n '$uid' && '$uid' != 0 ]]" "the workload runs as an unprivileged user (uid $uid)"
 
 kill -TERM "$up_pid"
 wait "$up_pid"
 up_rc=$?
 up_pid=""
-check "((up_rc == 0))" "SIGTERM stops paladin up with exit 0"
-check "! pgrep -f 'paladin (server|agent) .*$work' >/dev/null" "its server and agent are gone"
-check "kill -0 $wpid 2>/dev/null" "the job runs on without them"
+check_sh "((up_rc == 0))" "SIGTERM stops paladin up with exit 0"
+check_sh "! pgrep -f 'paladin (server|agent) .*$work' >/dev/null" "its server and agent are gone"
+check_sh "kill -0 $wpid 2>/dev/null" "the job runs on without them"
 
 if start_up; then
   pass "a second paladin up on the same data started"
@@ -86,20 +75,20 @@ else
   fail "the second paladin up did not get ready"
 fi
 wait_for 60 "[[ \$(job_field $id state) == running ]] && '$PALADIN' logs $id 2>/dev/null | tail -n 1 | grep -q '^gen'"
-check "[[ \$(job_field $id state) == running ]]" "the job is still running under the new agent"
-check "[[ \$(pgrep -f '^$WORKLOAD --tag up-test' | head -1) == $wpid ]]" "the same process, re-adopted"
+check_sh "[[ \$(job_field $id state) == running ]]" "the job is still running under the new agent"
+check_sh "[[ \$(pgrep -f '^$WORKLOAD --tag up-test' | head -1) == $wpid ]]" "the same process, re-adopted"
 before=$("$PALADIN" logs "$id" | grep -o '^gen [0-9]*' | tail -1 | awk '{print $2}')
 sleep 2
 after=$("$PALADIN" logs "$id" | grep -o '^gen [0-9]*' | tail -1 | awk '{print $2}')
-check "((after > before))" "its logs keep coming (gen $before -> $after)"
+check_sh "((after > before))" "its logs keep coming (gen $before -> $after)"
 "$PALADIN" cancel "$id" >/dev/null
 wait_for 30 "[[ \$(job_field $id state) == cancelled ]]"
-check "[[ \$(job_field $id state) == cancelled ]]" "paladin cancel ends it"
-check "! pgrep -f '$WORKLOAD --tag up-test' >/dev/null" "its process is gone"
+check_sh "[[ \$(job_field $id state) == cancelled ]]" "paladin cancel ends it"
+check_sh "! pgrep -f '$WORKLOAD --tag up-test' >/dev/null" "its process is gone"
 kill -TERM "$up_pid"
 wait "$up_pid"
 up_pid=""
-check "! pgrep -f 'paladin (server|agent) .*$work' >/dev/null" "nothing of the fleet is left running"
+check_sh "! pgrep -f 'paladin (server|agent) .*$work' >/dev/null" "nothing of the fleet is left running"
 ((failures == 0)) || {
   tail -n 40 "$work/up.log" "$work"/up/logs/*.log
   exit 1

@@ -53,24 +53,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# check CONDITION WHAT: CONDITION is a shell expression.
-check() {
-  if eval "$1"; then pass "$2"; else fail "$2"; fi
-}
 summary() {
   ((failures == 0)) || exit 1
   echo "slurm_test: all checks passed"
 }
 
-# Polls `condition` (a shell expression) every 0.5 s for up to `seconds`.
-wait_for() {
-  local seconds=$1 condition=$2
-  for _ in $(seq 1 $((seconds * 2))); do
-    eval "$condition" && return 0
-    sleep 0.5
-  done
-  return 1
-}
 job_field() { scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
 last_gen() { grep -o '^gen [0-9]* ok' "$1" 2>/dev/null | tail -1 | awk '{print $2}'; }
 show() {
@@ -119,9 +106,9 @@ else
   show "$out1"
   show "$work/agent.log"
 fi
-check "grep -q 'quota 1 GiB' '$out1'" "the step got its 1 GiB GPU-memory quota"
+check_sh "grep -q 'quota 1 GiB' '$out1'" "the step got its 1 GiB GPU-memory quota"
 "$PALADIN" slurm steps --socket "$work/agent.sock" | tee "$work/steps.txt"
-check "grep -q '^$job1.batch .* running' '$work/steps.txt'" "the agent lists the step running"
+check_sh "grep -q '^$job1.batch .* running' '$work/steps.txt'" "the agent lists the step running"
 
 if "$PALADIN" slurm requeue "$job1" --socket "$work/agent.sock" >"$work/requeue.log" 2>&1; then
   pass "paladin slurm requeue $job1 checkpointed and requeued it"
@@ -147,14 +134,14 @@ first_after=$(grep -A100000 'its output continues below' "$out1" | grep -o '^gen
   head -1 | awk '{print $2}')
 first_after=${first_after:-0}
 echo "first generation after the restore: $first_after"
-check "((first_after > before && first_after <= before + 3 && first_after > 10))" \
+check_sh "((first_after > before && first_after <= before + 3 && first_after > 10))" \
   "it continued from the checkpoint (gen $first_after after gen $before), not from zero"
-check "[[ '$(job_field "$job1" Restarts)' == 1 ]]" "SLURM counts one restart"
-check "grep -q 'SLURM restart 1 of job $job1' '$out1'" "the shim saw SLURM_RESTART_COUNT=1"
+check_sh "[[ '$(job_field "$job1" Restarts)' == 1 ]]" "SLURM counts one restart"
+check_sh "grep -q 'SLURM restart 1 of job $job1' '$out1'" "the shim saw SLURM_RESTART_COUNT=1"
 wait_for 30 '(( $(last_gen "$out1" || echo 0) >= first_after + 5 ))'
-check "(( $(last_gen "$out1") >= first_after + 5 ))" "the restored job runs on, verifying each generation"
-check "! grep -q MISMATCH '$out1'" "no memory mismatch before or after the move"
-check "[[ '$(job_field "$job1" JobState)' == RUNNING ]]" "scontrol show job reports it RUNNING"
+check_sh "(( $(last_gen "$out1") >= first_after + 5 ))" "the restored job runs on, verifying each generation"
+check_sh "! grep -q MISMATCH '$out1'" "no memory mismatch before or after the move"
+check_sh "[[ '$(job_field "$job1" JobState)' == RUNNING ]]" "scontrol show job reports it RUNNING"
 # The restored workload is a descendant of the job's slurmstepd: SLURM tracks it.
 wpid=$(pgrep -f "$WORKLOAD --tag slurm-test --mib 256" | head -1)
 lineage=""
@@ -164,11 +151,11 @@ while [[ -n $p && $p != 1 && $p != 0 ]]; do
   p=$(awk '{print $4}' /proc/"$p"/stat 2>/dev/null)
 done
 echo "restored workload $wpid: $lineage"
-check "[[ '$lineage' == *slurmstepd* ]]" "the restored workload runs inside the job's step"
+check_sh "[[ '$lineage' == *slurmstepd* ]]" "the restored workload runs inside the job's step"
 scancel "$job1"
 wait_for 30 "[[ \$(job_field $job1 JobState) == CANCELLED ]] && ! pgrep -f '$WORKLOAD --tag slurm-test --mib 256' >/dev/null"
-check "[[ '$(job_field "$job1" JobState)' == CANCELLED ]]" "scancel ends it"
-check "! pgrep -f '$WORKLOAD --tag slurm-test --mib 256' >/dev/null" "its workload is gone"
+check_sh "[[ '$(job_field "$job1" JobState)' == CANCELLED ]]" "scancel ends it"
+check_sh "! pgrep -f '$WORKLOAD --tag slurm-test --mib 256' >/dev/null" "its workload is gone"
 
 # --- 2. two jobs share the GPU under quotas ---
 out2="$work/job2.out"
@@ -180,15 +167,15 @@ job3=$(sbatch --parsable --paladin-gpu-mem=1GiB -o "$out3" \
 wait_for 120 "[[ \$(job_field $job2 JobState) == COMPLETED && \$(job_field $job3 JobState) == FAILED ]]"
 show "$out2" 5
 show "$out3" 10
-check "[[ '$(job_field "$job2" JobState)' == COMPLETED ]] && grep -q 'DONE gen 40' '$out2'" \
+check_sh "[[ '$(job_field "$job2" JobState)' == COMPLETED ]] && grep -q 'DONE gen 40' '$out2'" \
   "the job within its quota completed, every generation verified"
-check "[[ '$(job_field "$job3" JobState)' == FAILED ]]" "the job past its quota failed"
-check "grep -q 'refused: the workload uses .* of its 1 GiB GPU-memory quota' '$out3'" \
+check_sh "[[ '$(job_field "$job3" JobState)' == FAILED ]]" "the job past its quota failed"
+check_sh "grep -q 'refused: the workload uses .* of its 1 GiB GPU-memory quota' '$out3'" \
   "its SLURM output says the allocation was refused past its 1 GiB quota"
-check "grep -q 'GPU 0, quota 1 GiB' '$out2' && grep -q 'GPU 0, quota 1 GiB' '$out3'" \
+check_sh "grep -q 'GPU 0, quota 1 GiB' '$out2' && grep -q 'GPU 0, quota 1 GiB' '$out3'" \
   "both ran on the same GPU"
 overlap=$(grep -c "SLURM step .* registered" "$work/agent.log")
-check "((overlap >= 3))" "the agent registered every step"
+check_sh "((overlap >= 3))" "the agent registered every step"
 
 # --- 3. the agent down ---
 stop_agent
@@ -201,11 +188,11 @@ job5=$(sbatch --parsable --paladin-gpu-mem=1GiB --paladin-on-agent-down=fail -o 
 wait_for 60 "[[ \$(job_field $job4 JobState) =~ COMPLETED|FAILED && \$(job_field $job5 JobState) =~ COMPLETED|FAILED ]]"
 show "$out4" 5
 show "$out5" 5
-check "grep -q 'running this step WITHOUT Paladin' '$out4'" \
+check_sh "grep -q 'running this step WITHOUT Paladin' '$out4'" \
   "agent down, on_agent_down=run: the output warns that the step runs without Paladin"
-check "[[ '$(job_field "$job4" JobState)' == COMPLETED ]] && grep -q 'the step ran' '$out4'" \
+check_sh "[[ '$(job_field "$job4" JobState)' == COMPLETED ]] && grep -q 'the step ran' '$out4'" \
   "...and the step still ran"
-check "[[ '$(job_field "$job5" JobState)' == FAILED ]] && ! grep -q 'the step ran' '$out5' && grep -q 'the step fails (--paladin-on-agent-down=fail)' '$out5'" \
+check_sh "[[ '$(job_field "$job5" JobState)' == FAILED ]] && ! grep -q 'the step ran' '$out5' && grep -q 'the step fails (--paladin-on-agent-down=fail)' '$out5'" \
   "agent down, --paladin-on-agent-down=fail: the job fails with a clear message"
 
 summary
