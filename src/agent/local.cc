@@ -312,9 +312,12 @@ Json Agent::SlurmStarted(const Json& r, uid_t uid, pid_t pid) {
   const std::string key = r.at("key").get<std::string>();
   StatusOr<ckpt::JobRecord> record = ckpt::ReadJob(r.at("run_dir").get<std::string>());
   if (!record.ok()) return Refuse(record.status().message());
-  // Only the shim's own child may be checkpointed under its name.
+  // Only the shim's own child may be checkpointed under its name, or its root helper's child
+  // (`paladin slurm helper`, which starts a non-root user's step).
   pid_t parent = 0;
-  if (ProcState(static_cast<pid_t>(record->pid), &parent) == '\0' || parent != pid) {
+  pid_t grandparent = 0;
+  if (ProcState(static_cast<pid_t>(record->pid), &parent) == '\0' ||
+      (parent != pid && (ProcState(parent, &grandparent) == '\0' || grandparent != pid))) {
     return Refuse("pid " + std::to_string(record->pid) + " is not a child of the caller");
   }
   std::lock_guard<std::mutex> lock(mu_);

@@ -165,59 +165,6 @@ int WaitForChild(pid_t child) {
   return 1;
 }
 
-// Copies what the workload appends to its log files onto this terminal while it runs.
-class LogFollower {
- public:
-  LogFollower(std::string out, std::string err) : out_(std::move(out)), err_(std::move(err)) {}
-  // Copies only what is appended from now on (a restored job's earlier output was shown before).
-  void SkipExisting() {
-    std::error_code ec;
-    const auto out = std::filesystem::file_size(out_, ec);
-    out_offset_ = ec ? 0 : static_cast<long>(out);
-    const auto err = std::filesystem::file_size(err_, ec);
-    err_offset_ = ec ? 0 : static_cast<long>(err);
-  }
-  void Start() {
-    thread_ = std::thread([this] {
-      while (!stop_) {
-        Pump();
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-      Pump();
-    });
-  }
-  void Stop() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  void Pump() {
-    Copy(out_, &out_offset_, stdout);
-    Copy(err_, &err_offset_, stderr);
-  }
-  static void Copy(const std::string& path, long* offset, FILE* to) {
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (f == nullptr) return;
-    std::fseek(f, *offset, SEEK_SET);
-    char buf[8192];
-    size_t n = 0;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) {
-      std::fwrite(buf, 1, n, to);
-      *offset += static_cast<long>(n);
-    }
-    std::fflush(to);
-    std::fclose(f);
-  }
-
-  std::string out_;
-  std::string err_;
-  long out_offset_ = 0;
-  long err_offset_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
 void Summarise(const quota::Region& region, const std::string& name, int code) {
   std::string line = name + " exited with " + std::to_string(code);
   for (int slot = 0; slot < region.device_count(); ++slot) {
@@ -360,7 +307,7 @@ int RestoreAndWait(const RunArgs& args) {
   if (args.on_started) args.on_started(*job);
   LogFollower follower(job->stdout_log, job->stderr_log);
   follower.SkipExisting();
-  follower.Start();
+  if (args.follow_logs) follower.Start();
   const int code = WaitForChild(static_cast<pid_t>(job->pid));
   follower.Stop();
   if (!job->cgroup.empty()) (void)ckpt::Cgroup::Existing(job->cgroup).Remove();
@@ -447,6 +394,18 @@ int RunWorkload(RunArgs args) {
   spec.stdout_log = job.stdout_log;
   spec.stderr_log = job.stderr_log;
   spec.cgroup = args.name + "-" + std::to_string(getpid());
+  spec.uid = args.uid;
+  spec.gid = args.gid;
+  if (args.uid > 0) {
+    // Its run directory (region, libraries, logs) must be its user's.
+    std::error_code ec;
+    const auto uid = static_cast<uid_t>(args.uid);
+    const auto gid = static_cast<gid_t>(args.gid);
+    (void)lchown(job.run_dir.c_str(), uid, gid);
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(job.run_dir, ec)) {
+      (void)lchown(entry.path().c_str(), uid, gid);
+    }
+  }
   StatusOr<ckpt::StartedWorkload> started = ckpt::StartWorkload(spec);
   if (!started.ok()) {
     Say(started.status().message());
@@ -460,7 +419,7 @@ int RunWorkload(RunArgs args) {
   if (Status s = ckpt::WriteJob(job); !s.ok()) Say(s.message());
   if (args.on_started) args.on_started(job);
   LogFollower follower(job.stdout_log, job.stderr_log);
-  follower.Start();
+  if (args.follow_logs) follower.Start();
   if (log) log->Start(started->pid, started->cgroup);
   const int code = WaitForChild(started->pid);
   if (log) log->Stop();

@@ -8,14 +8,21 @@
 //   requeue     checkpoints them (left stopped), then `scontrol requeue`: SLURM starts the job
 //               again, on whichever node it picks, and the steps continue from the checkpoint
 //   steps       lists the steps this node's agent knows
+#include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "commands.h"
@@ -40,8 +47,139 @@ struct TaskArgs {
   std::string on_agent_down = "run";
   int64_t job = 0;
   std::string step;
+  int helper_fd = -1;  // a root `paladin slurm helper` (non-root steps; the plugin starts it)
   std::vector<std::string> command;
 };
+
+struct HelperArgs {
+  int fd = -1;
+  int64_t uid = -1;
+  int64_t gid = -1;
+};
+
+// The shim and its root helper speak JSON lines over a socket pair; the first message also
+// carries the shim's stdout and stderr (the job's output), so the helper writes there.
+Status SendLine(int fd, const Json& message, bool with_stdio) {
+  const std::string text = message.dump() + "\n";
+  if (with_stdio) {
+    char mark = 'F';
+    iovec io{&mark, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &io;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(2 * sizeof(int));
+    const int fds[2] = {1, 2};
+    std::memcpy(CMSG_DATA(c), fds, sizeof fds);
+    if (sendmsg(fd, &msg, MSG_NOSIGNAL) != 1)
+      return IoError(std::string("sendmsg: ") + strerror(errno));
+  }
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = send(fd, text.data() + done, text.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return IoError(std::string("send: ") + strerror(errno));
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+// One JSON line; blocks until it comes or the peer is gone.
+StatusOr<Json> ReadLine(int fd) {
+  std::string line;
+  char c = 0;
+  while (true) {
+    const ssize_t n = read(fd, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Unavailable("the other side is gone");
+    if (c == '\n') break;
+    line.push_back(c);
+  }
+  Json j = Json::parse(line, nullptr, false);
+  if (!j.is_object()) return InvalidArgument("not a JSON object: " + line);
+  return j;
+}
+
+// The helper's first message: the stdio it is given, then the request.
+StatusOr<Json> ReadRequest(int fd) {
+  char mark = 0;
+  iovec io{&mark, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &io;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  if (recvmsg(fd, &msg, MSG_CMSG_CLOEXEC) != 1 || mark != 'F') {
+    return Unavailable("no request from the step's shim");
+  }
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    int fds[2] = {-1, -1};
+    std::memcpy(fds, CMSG_DATA(c), std::min(sizeof fds, c->cmsg_len - CMSG_LEN(0)));
+    if (fds[0] >= 0) dup2(fds[0], 1);
+    if (fds[1] >= 0) dup2(fds[1], 2);
+    if (fds[0] > 2) close(fds[0]);
+    if (fds[1] > 2) close(fds[1]);
+  }
+  return ReadLine(fd);
+}
+
+// `paladin slurm helper`: started as root by the plugin for a step of a non-root user, a child of
+// the step's task; runs the step the shim describes as that user under a root-owned pid 1, which
+// is what lets CRIU checkpoint it (docs/ckpt.md), or restores it; then reports its exit.
+int RunHelper(const HelperArgs& a) {
+  if (geteuid() != 0 || a.fd < 0 || a.uid <= 0 || a.gid < 0) {
+    Note("slurm helper: for the SPANK plugin only (root, with --fd, --uid and --gid)");
+    return 2;
+  }
+  StatusOr<Json> request = ReadRequest(a.fd);
+  if (!request.ok()) return 1;
+  const Json& r = *request;
+  // The step's environment, as SLURM made it for the task.
+  clearenv();
+  for (const Json& kv : r.value("env", Json::array())) {
+    if (kv.is_string()) putenv(strdup(kv.get<std::string>().c_str()));
+  }
+  if (chdir(r.value("cwd", "/").c_str()) != 0) (void)chdir("/");
+  RunArgs run;
+  run.name = r.value("name", "slurm-step");
+  run.gpu_mem = r.value("gpu_mem", "");
+  run.emulated_gpus = r.value("emulated_gpus", "");
+  run.gpus = r.value("gpus", "");
+  run.command = r.value("command", std::vector<std::string>{});
+  run.restore_from = r.value("restore_from", "");
+  for (const auto& [from, to] : r.value("gpu_map", Json::object()).items()) {
+    run.gpu_map.emplace_back(from, to.get<std::string>());
+  }
+  run.say_as = "paladin";
+  run.uid = a.uid;
+  run.gid = a.gid;
+  bool started = false;
+  // The step ends with its shim: were the shim killed first, this helper and the workload would
+  // fall out of the step's process tree, where SLURM finds what to kill.
+  std::atomic<pid_t> root{0};
+  const pid_t shim = getppid();
+  std::thread([&root, shim] {
+    while (getppid() == shim) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (root.load() > 0) kill(root.load(), SIGKILL);  // the namespace's pid 1: all of it
+    _exit(137);
+  }).detach();
+  run.on_started = [&](const ckpt::JobRecord& record) {
+    started = true;
+    root.store(static_cast<pid_t>(record.pid));
+    (void)SendLine(a.fd, {{"event", "started"}, {"pid", record.pid}, {"run_dir", record.run_dir}},
+                   false);
+  };
+  const int code = RunWorkload(run);
+  (void)SendLine(a.fd, {{"event", started ? "exited" : "failed"}, {"code", code}}, false);
+  return code;
+}
 
 int64_t EnvInt(const char* name) {
   const char* v = getenv(name);
@@ -63,6 +201,53 @@ int RunPlain(const std::vector<std::string>& command) {
   execvp(argv[0], argv.data());
   Note("cannot run " + command[0] + ": " + strerror(errno));
   return 127;
+}
+
+// A non-root step: the root helper runs (or restores) it and writes its output; this shim tells
+// the agent once it runs and returns its exit code.
+int RunThroughHelper(int fd, const RunArgs& run) {
+  Json env = Json::array();
+  for (char** e = environ; *e != nullptr; ++e) env.push_back(*e);
+  Json map = Json::object();
+  for (const auto& [from, to] : run.gpu_map) map[from] = to;
+  char cwd[4096] = "/";
+  if (getcwd(cwd, sizeof cwd) == nullptr) std::strcpy(cwd, "/");
+  const Json request = {{"name", run.name},
+                        {"gpu_mem", run.gpu_mem},
+                        {"emulated_gpus", run.emulated_gpus},
+                        {"gpus", run.gpus},
+                        {"command", run.command},
+                        {"restore_from", run.restore_from},
+                        {"gpu_map", map},
+                        {"env", env},
+                        {"cwd", cwd}};
+  std::fflush(stdout);
+  std::fflush(stderr);
+  // SLURM signals every process of the step: the workload ends on its own signal, and this shim
+  // stays until then so that the helper and the workload remain in the step's process tree.
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
+  if (Status s = SendLine(fd, request, true); !s.ok()) {
+    Note("error: the step's root helper cannot be reached (" + s.message() + ")");
+    return 1;
+  }
+  while (true) {
+    StatusOr<Json> event = ReadLine(fd);
+    if (!event.ok()) {
+      Note("error: the step's root helper ended without saying how the step ended");
+      return 1;
+    }
+    const std::string kind = event->value("event", "");
+    if (kind == "started") {
+      ckpt::JobRecord record;
+      record.pid = event->value("pid", int64_t{0});
+      record.run_dir = event->value("run_dir", "");
+      if (run.on_started) run.on_started(record);
+    } else if (kind == "exited" || kind == "failed") {
+      return event->value("code", 1);
+    }
+  }
 }
 
 int RunTask(const TaskArgs& a) {
@@ -148,7 +333,7 @@ int RunTask(const TaskArgs& a) {
     Note("step " + key + " on node " + reg->value("node", "?") + ", GPU " +
          std::to_string(reg->value("gpu_index", -1)) + ", quota " + quota::FormatSize(gpu_mem));
   }
-  const int code = RunWorkload(run);
+  const int code = a.helper_fd >= 0 ? RunThroughHelper(a.helper_fd, run) : RunWorkload(run);
   (void)agent::CallLocal(a.socket, {{"op", "done"}, {"key", key}, {"exit_code", code}}, 30);
   return code;
 }
@@ -254,11 +439,20 @@ void RegisterSlurm(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   t->add_option("--job", task->job, "The SLURM job id (default: $SLURM_JOB_ID)");
   t->add_option("--step", task->step, "The step: batch or its number (default: batch)");
+  t->add_option("--helper-fd", task->helper_fd, "The root helper's socket (from the plugin)");
   t->add_option("command", task->command, "The step's command, after --")->required();
   t->callback([task, socket, exit_code] {
     if (task->socket.empty()) task->socket = *socket;
     *exit_code = RunTask(*task);
   });
+
+  auto helper = std::make_shared<HelperArgs>();
+  CLI::App* h = slurm->add_subcommand(
+      "helper", "Run a non-root SLURM step as its user under a root pid 1 (paladin_spank.so only)");
+  h->add_option("--fd", helper->fd, "The socket to the step's shim")->required();
+  h->add_option("--uid", helper->uid, "The step's user")->required();
+  h->add_option("--gid", helper->gid, "The step's group")->required();
+  h->callback([helper, exit_code] { *exit_code = RunHelper(*helper); });
 
   auto job = std::make_shared<int64_t>(0);
   auto leave_stopped = std::make_shared<bool>(false);

@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 SPANK_PLUGIN(paladin, 1)
@@ -40,6 +42,8 @@ static char g_paladin[PALADIN_MAX_ARG] = "/usr/local/bin/paladin";
 static char g_socket[PALADIN_MAX_ARG] = "/var/lib/paladin/agent/agent.sock";
 static char g_on_agent_down[16] = "run";
 static char g_gpu_mem[64] = "";
+/* The shim's end of the socket to its root helper (a non-root step), or -1. */
+static int g_helper_fd = -1;
 
 static int take_gpu_mem(int val, const char* optarg, int remote);
 static int take_on_agent_down(int val, const char* optarg, int remote);
@@ -127,6 +131,50 @@ static int without_paladin(const char* why) {
   return 0;
 }
 
+/* A step of a non-root user gets a root helper (`paladin slurm helper`), forked here while the
+ * task still runs as root: it runs the step as the user under a root-owned pid 1, which is what
+ * lets CRIU checkpoint it, and it is a child of the task, so SLURM still tracks it. Any failure
+ * leaves the step to the shim alone (it then runs, but cannot be checkpointed). */
+int slurm_spank_task_init_privileged(spank_t sp, int ac, char** av) {
+  (void)ac;
+  (void)av;
+  if (!spank_remote(sp) || g_gpu_mem[0] == '\0' || access(g_paladin, X_OK) != 0) return 0;
+  char wrapped[8];
+  if (spank_getenv(sp, "PALADIN_SLURM_STEP", wrapped, sizeof wrapped) == ESPANK_SUCCESS) return 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
+      spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS || uid == 0) {
+    return 0;
+  }
+  int fds[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) return 0;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    for (int fd = 3; fd < 1024; ++fd) {
+      if (fd != fds[1]) close(fd);
+    }
+    char fd_text[16];
+    char uid_text[16];
+    char gid_text[16];
+    snprintf(fd_text, sizeof fd_text, "%d", fds[1]);
+    snprintf(uid_text, sizeof uid_text, "%u", (unsigned)uid);
+    snprintf(gid_text, sizeof gid_text, "%u", (unsigned)gid);
+    char* argv[] = {g_paladin, "slurm",  "helper", "--fd",   fd_text,
+                    "--uid",   uid_text, "--gid",  gid_text, NULL};
+    char* envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+    execve(g_paladin, argv, envp);
+    _exit(127);
+  }
+  close(fds[1]);
+  if (pid < 0) {
+    close(fds[0]);
+    return 0;
+  }
+  g_helper_fd = fds[0];
+  return 0;
+}
+
 int slurm_spank_task_init(spank_t sp, int ac, char** av) {
   (void)ac;
   (void)av;
@@ -161,9 +209,12 @@ int slurm_spank_task_init(spank_t sp, int ac, char** av) {
   } else {
     snprintf(step_text, sizeof step_text, "%u", step);
   }
-  const char* head[] = {
-      g_paladin,         "slurm",         "task",  "--gpu-mem", g_gpu_mem, "--socket", g_socket,
-      "--on-agent-down", g_on_agent_down, "--job", job_text,    "--step",  step_text,  "--"};
+  char helper_text[16];
+  snprintf(helper_text, sizeof helper_text, "%d", g_helper_fd);
+  const char* head[] = {g_paladin,       "slurm",       "task",      "--gpu-mem",
+                        g_gpu_mem,       "--socket",    g_socket,    "--on-agent-down",
+                        g_on_agent_down, "--job",       job_text,    "--step",
+                        step_text,       "--helper-fd", helper_text, "--"};
   const int nhead = (int)(sizeof head / sizeof head[0]);
   char** shim = calloc((size_t)(nhead + argc + 1), sizeof(char*));
   if (shim == NULL) return without_paladin("out of memory");

@@ -50,7 +50,10 @@ expect_error() {
 
 # check_sh CONDITION WHAT: passes or fails WHAT by a shell expression.
 check_sh() {
-  if eval "$1"; then pass "$2"; else fail "$2"; fi
+  if eval "$1"; then pass "$2"; else
+    fail "$2"
+    return 1
+  fi
 }
 
 # wait_for SECONDS CONDITION: polls a shell expression every 0.5 s until it holds (0) or the time

@@ -59,7 +59,7 @@ summary() {
 }
 
 job_field() { scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
-last_gen() { grep -o '^gen [0-9]* ok' "$1" 2>/dev/null | tail -1 | awk '{print $2}'; }
+last_gen() { grep -o '^gen [0-9]* ok' "$1" 2>/dev/null | awk '{g = $2} END {print g + 0}'; }
 show() {
   echo "--- $1"
   cat "$1" 2>/dev/null | tail -n "${2:-40}"
@@ -75,7 +75,7 @@ wait_for 30 '[[ -s $work/server/server.url ]]' || {
 start_agent() {
   "$PALADIN" agent --server "$(cat "$work/server/server.url")" \
     --token-file "$work/server/agent.token" --name node1 --data "$work/agent" \
-    --emulated-gpus 1x4GiB --user root --allow-root --migrate-port $((20000 + RANDOM % 20000)) \
+    --emulated-gpus 1x4GiB --migrate-port $((20000 + RANDOM % 20000)) \
     --local-socket "$work/agent.sock" --slurm-checkpoints "$work/checkpoints" \
     >>"$work/agent.log" 2>&1 &
   agent_pid=$!
@@ -156,6 +156,44 @@ scancel "$job1"
 wait_for 30 "[[ \$(job_field $job1 JobState) == CANCELLED ]] && ! pgrep -f '$WORKLOAD --tag slurm-test --mib 256' >/dev/null"
 check_sh "[[ '$(job_field "$job1" JobState)' == CANCELLED ]]" "scancel ends it"
 check_sh "! pgrep -f '$WORKLOAD --tag slurm-test --mib 256' >/dev/null" "its workload is gone"
+
+# --- 1b. the same for a job of an unprivileged user (sbatch --uid=nobody) ---
+mkdir -p "$work/out"
+chmod 1777 "$work/out"
+out6="$work/out/job6.out"
+job6=$(sbatch --parsable --uid=nobody --paladin-gpu-mem=1GiB -o "$out6" \
+  --wrap "exec $WORKLOAD --tag slurm-test --mib 128 --host-mib 8 --every-ms 150")
+wait_for 60 '(( $(last_gen "$out6" || echo 0) >= 8 ))'
+check_sh "(( \$(last_gen '$out6' || echo 0) >= 8 ))" "job $job6 of user nobody runs under Paladin"
+uid_of() { awk '/^Uid:/ {print $2}' /proc/"$1"/status 2>/dev/null; }
+wpid=$(pgrep -f "^$WORKLOAD --tag slurm-test --mib 128" | head -1)
+check_sh "[[ '$(uid_of "$wpid")' == 65534 ]]" "its workload runs as nobody"
+if "$PALADIN" slurm requeue "$job6" --socket "$work/agent.sock" >"$work/requeue6.log" 2>&1; then
+  pass "paladin slurm requeue $job6 checkpointed nobody's step and requeued it"
+else
+  fail "paladin slurm requeue $job6 failed"
+fi
+cat "$work/requeue6.log"
+sleep 0.5
+before6=$(last_gen "$out6")
+before6=${before6:-0}
+wait_for 240 "grep -A100000 'its output continues below' '$out6' | grep -q '^gen [0-9]* ok'"
+first6=$(grep -A100000 'its output continues below' "$out6" | grep -o '^gen [0-9]* ok' |
+  head -1 | awk '{print $2}')
+first6=${first6:-0}
+check_sh "((first6 > before6 && first6 <= before6 + 3 && first6 > 8))" \
+  "nobody's job continued from the checkpoint (gen $first6 after gen $before6)" || {
+  show "$out6"
+  show "$work/agent.log" 20
+}
+wpid=$(pgrep -f "^$WORKLOAD --tag slurm-test --mib 128" | head -1)
+check_sh "[[ '$(uid_of "$wpid")' == 65534 ]]" "restored, it still runs as nobody"
+check_sh "[[ '$(job_field "$job6" JobState)' == RUNNING ]]" "scontrol reports it RUNNING"
+scancel "$job6"
+wait_for 30 "! pgrep -f '^$WORKLOAD --tag slurm-test --mib 128' >/dev/null"
+check_sh "! pgrep -f '^$WORKLOAD --tag slurm-test --mib 128' >/dev/null" "scancel ends it" ||
+  ps -eo pid,ppid,uid,stat,args | grep -E 'paladin|slurmstepd' | grep -v grep
+check_sh "! grep -q MISMATCH '$out6'" "no memory mismatch"
 
 # --- 2. two jobs share the GPU under quotas ---
 out2="$work/job2.out"
