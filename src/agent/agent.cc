@@ -73,6 +73,7 @@ Status Agent::Setup() {
     if (stat(dir.c_str(), &st) == 0) chmod(dir.c_str(), (st.st_mode & 07777) | 0711);
   }
   PALADIN_RETURN_IF_ERROR(ResolveUser());
+  DecideCheckpointable();
   PALADIN_RETURN_IF_ERROR(DiscoverGpus());
   // Restored and received workloads are detached from CRIU; as a subreaper this agent becomes
   // their parent and learns their exit codes.
@@ -142,8 +143,7 @@ bool Agent::Register() {
   Json body = {{"name", options_.name},
                {"address", options_.address},
                {"migrate_port", options_.migrate_port},
-               // CRIU checkpoints only what runs as root here (docs/agent.md).
-               {"checkpointable", geteuid() == 0 && uid_ < 0},
+               {"checkpointable", checkpointable_},
                {"gpus", GpusForRegister()},
                {"jobs", Reports(true)}};
   StatusOr<Json> answer = client_->Post("/v1/agents/register", body);

@@ -110,6 +110,9 @@ class Agent {
 
   // --- launcher.cc ---
   Status ResolveUser();
+  // Whether this node's workloads can be checkpointed (root, CRIU, and for workloads of another
+  // user paladin-workload-init and CRIU's access to their resource limits); says why not.
+  void DecideCheckpointable();
   StatusOr<std::unique_ptr<Workload>> Launch(const Json& command);
   void GiveToUser(const std::string& path) const;
 
@@ -186,6 +189,7 @@ class Agent {
   // Who workloads run as (-1: the agent's own user).
   int64_t uid_ = -1;
   int64_t gid_ = -1;
+  bool checkpointable_ = false;  // DecideCheckpointable
 
   std::mutex criu_mu_;
   std::optional<StatusOr<ckpt::Criu>> criu_;

@@ -22,16 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// CRIU's parasite needs the task's /proc to be its own PID namespace's, or the right to mount
-// one: a workload of an unprivileged user in a PID namespace of its own has neither.
-Status Explained(const Status& s, int64_t uid) {
-  if (s.ok() || uid < 0 || s.message().find("Dumping FAILED") == std::string::npos) return s;
-  return Status(s.code(), s.message() +
-                              " (workloads run as an unprivileged user cannot be dumped by CRIU "
-                              "here: start the agent with --user root --allow-root for "
-                              "checkpointable workloads; see docs/agent.md)");
-}
-
 double Since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -269,9 +259,8 @@ void Agent::Checkpoint(int64_t id, Json c) {
       [job](const std::string& line) { Say("checkpoint " + job + ": " + line); });
   if (!times.ok()) {
     Release(w);
-    AddResult(id, Explained(Status(times.status().code(),
-                                   times.status().message() + "; the job keeps running"),
-                            uid_));
+    AddResult(id,
+              Status(times.status().code(), times.status().message() + "; the job keeps running"));
     return;
   }
   const Json detail = {
@@ -523,7 +512,7 @@ void Agent::MigrateOut(int64_t id, Json c) {
         Say("job " + job + " frozen again: no contact with the server");
       }
     }
-    AddResult(id, Explained(report.status(), uid_));
+    AddResult(id, report.status());
     return;
   }
   Json phases = Json::object();

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "agent_impl.h"
+#include "paladin/ckpt/criu.h"
 
 namespace paladin::agent {
 
@@ -39,6 +40,35 @@ Status Agent::ResolveUser() {
   Say("workloads run as " + options_.user + " (uid " + std::to_string(uid_) + ", gid " +
       std::to_string(gid_) + ")");
   return Status::Ok();
+}
+
+void Agent::DecideCheckpointable() {
+  checkpointable_ = false;
+  if (geteuid() != 0) {
+    Say("workloads cannot be checkpointed: CRIU needs root");
+    return;
+  }
+  StatusOr<ckpt::Criu> criu = ckpt::LocateCriu();
+  if (!criu.ok()) {
+    Say("workloads cannot be checkpointed: " + criu.status().message());
+    return;
+  }
+  if (uid_ >= 0) {
+    // CRIU dumps a tree whose root is root (paladin-workload-init) and whose resource limits it
+    // can read (CAP_SYS_RESOURCE, or libpaladin-criu-rlimit.so preloaded into it).
+    StatusOr<std::string> init = ckpt::FindWorkloadInit();
+    if (!init.ok()) {
+      Say("workloads cannot be checkpointed: " + init.status().message());
+      return;
+    }
+    if (!criu->dumps_other_users) {
+      Say("workloads cannot be checkpointed: " + criu->rlimit_note);
+      return;
+    }
+    Say("workloads run under " + *init + " and can be checkpointed" +
+        (criu->rlimit_note.empty() ? "" : "; " + criu->rlimit_note));
+  }
+  checkpointable_ = true;
 }
 
 void Agent::GiveToUser(const std::string& path) const {

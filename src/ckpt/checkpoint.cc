@@ -1,9 +1,11 @@
 #include "paladin/ckpt/checkpoint.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -59,6 +61,35 @@ StatusOr<std::unique_ptr<GpuCheckpointer>> DriverFor(const std::string& gpu,
     if (!emu_gpus.empty()) setenv("PALADIN_EMU_GPUS", emu_gpus.c_str(), 1);
   }
   return GpuCheckpointer::Load(driver);
+}
+
+// The emulated driver answers checkpoint calls through files named by host pid in its control
+// folder (STATE.ctl; the node agent's is one sticky folder for the whole host, shared by every
+// user's processes). A state file left there by a process of another user whose pid has been
+// reused cannot be replaced by the process that has that pid now (the folder is sticky), so it
+// could not answer: for each of the job's processes, such a file goes before the driver is asked.
+void ClearForeignControlFiles(const std::string& gpu, const std::string& emu_state,
+                              const std::vector<pid_t>& pids) {
+  if (gpu != "emulated") return;
+  std::vector<std::string> dirs;
+  std::error_code ec;
+  const char* ours = getenv("PALADIN_EMU_STATE");  // the caller's, where it sends requests
+  for (const std::string& state : {emu_state, std::string(ours != nullptr ? ours : "")}) {
+    if (state.empty()) continue;
+    const std::string dir = fs::weakly_canonical(state + ".ctl", ec).string();
+    if (!dir.empty() && std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) {
+      dirs.push_back(dir);
+    }
+  }
+  for (pid_t pid : pids) {
+    struct stat process {};
+    if (stat(("/proc/" + std::to_string(pid)).c_str(), &process) != 0) continue;
+    for (const std::string& dir : dirs) {
+      const std::string path = dir + "/" + std::to_string(pid) + ".state";
+      struct stat file {};
+      if (lstat(path.c_str(), &file) == 0 && file.st_uid != process.st_uid) unlink(path.c_str());
+    }
+  }
 }
 
 // Puts every locked or checkpointed process back to running.
@@ -220,6 +251,7 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
       DriverFor(job->gpu, job->emu_state, job->emu_gpus);
   if (!driver.ok()) return fail(driver.status());
   const GpuCheckpointer* gpu = driver->get();
+  ClearForeignControlFiles(job->gpu, job->emu_state, pids);
   std::vector<pid_t> cuda = gpu != nullptr ? gpu->CudaProcesses(pids) : std::vector<pid_t>();
   // What the job holds on which GPU, while it still holds it.
   Manifest manifest = Describe(*job, criu, job->pid);
@@ -385,7 +417,11 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
         DriverFor(job.gpu, job.emu_state, job.emu_gpus);
     Status s = driver.ok() ? Status::Ok() : driver.status();
     std::vector<pid_t> cuda;
-    if (s.ok()) cuda = (*driver)->CudaProcesses(pids);
+    if (s.ok()) {
+      ClearForeignControlFiles(job.gpu, job.emu_state, pids);
+      ClearForeignControlFiles(job.gpu, m->emu_state, pids);
+      cuda = (*driver)->CudaProcesses(pids);
+    }
     if (s.ok() && cuda.empty()) {
       s = Internal(
           "the image holds GPU state but no restored process answers the driver's "
@@ -430,6 +466,7 @@ Status ResumeJob(JobRecord* job) {
     StatusOr<std::unique_ptr<GpuCheckpointer>> driver =
         DriverFor(job->gpu, job->emu_state, job->emu_gpus);
     if (!driver.ok()) return driver.status();
+    ClearForeignControlFiles(job->gpu, job->emu_state, pids);
     ResumeGpu(**driver, (*driver)->CudaProcesses(pids));
   }
   job->state = "running";

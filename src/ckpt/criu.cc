@@ -21,6 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kPrefixCriu = "/opt/paladin/criu/criu";
+constexpr int kCapSysResource = 24;  // CAP_SYS_RESOURCE, <linux/capability.h>
 
 // The last lines of CRIU's log, for error messages.
 std::string LogTail(const std::string& path, int lines = 6) {
@@ -36,7 +37,7 @@ std::string LogTail(const std::string& path, int lines = 6) {
 }
 
 // What a failed dump's log says about its cause, when it is one Paladin knows how to avoid.
-std::string DumpHint(const std::string& log) {
+std::string DumpHint(const Criu& criu, const std::string& log) {
   std::ifstream in(log);
   for (std::string line; std::getline(in, line);) {
     // The parasite could not mount a /proc of the job's namespace from inside its root task.
@@ -49,12 +50,22 @@ std::string DumpHint(const std::string& log) {
     }
     if (line.find("Can't get rlimit") != std::string::npos &&
         line.find("Operation not permitted") != std::string::npos) {
-      return "\n  (CRIU reads the resource limits of a process that runs as another user only "
-             "with CAP_SYS_RESOURCE, which this process lacks: run Paladin as a root with every "
-             "capability)";
+      return criu.rlimit_preload.empty()
+                 ? "\n  (CRIU reads the resource limits of a process that runs as another user "
+                   "only with CAP_SYS_RESOURCE, which this process lacks, or through "
+                   "libpaladin-criu-rlimit.so, which was not found: install Paladin with it, or "
+                   "set PALADIN_LIB_DIR to its folder)"
+                 : "\n  (CRIU could not read the resource limits of a process of another user "
+                   "even through " +
+                       criu.rlimit_preload + ")";
     }
   }
   return "";
+}
+
+bool IsFile(const std::string& path) {
+  std::error_code ec;
+  return fs::is_regular_file(path, ec);
 }
 
 std::string KernelRelease() {
@@ -97,8 +108,47 @@ Status ProbeDump(const Criu& criu, const std::string& dir) {
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> Criu::Env() const {
-  if (no_breakpoints) return {{"CRIU_FAULT", "130"}};
-  return {};
+  std::vector<std::pair<std::string, std::string>> env;
+  if (no_breakpoints) env.emplace_back("CRIU_FAULT", "130");
+  if (!rlimit_preload.empty()) {
+    const char* existing = getenv("LD_PRELOAD");
+    env.emplace_back("LD_PRELOAD", existing != nullptr && existing[0] != '\0'
+                                       ? rlimit_preload + ":" + existing
+                                       : rlimit_preload);
+  }
+  return env;
+}
+
+bool HasSysResource() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("CapEff:", 0) != 0) continue;
+    const unsigned long long caps = std::strtoull(line.c_str() + 7, nullptr, 16);
+    return ((caps >> kCapSysResource) & 1U) != 0;
+  }
+  return false;
+}
+
+StatusOr<std::string> FindCriuRlimitLibrary() {
+  constexpr const char* kName = "libpaladin-criu-rlimit.so";
+  std::vector<std::string> dirs;
+  if (const char* dir = getenv("PALADIN_LIB_DIR"); dir != nullptr && dir[0] != '\0') {
+    dirs.emplace_back(dir);
+  }
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    dirs.push_back(exe.parent_path().string());
+    dirs.push_back((exe.parent_path().parent_path() / "lib" / "paladin").string());
+  }
+  std::string searched;
+  for (const std::string& dir : dirs) {
+    const std::string path = dir + "/" + kName;
+    if (IsFile(path)) return path;
+    searched += (searched.empty() ? "" : ", ") + dir;
+  }
+  return NotFound(std::string("cannot find ") + kName + " (looked in " + searched +
+                  "; set PALADIN_LIB_DIR)");
 }
 
 StatusOr<Criu> LocateCriu() {
@@ -134,6 +184,24 @@ StatusOr<Criu> LocateCriu() {
     Criu criu;
     criu.path = path;
     criu.version = version;
+    // Only root dumps other users' processes; without CAP_SYS_RESOURCE CRIU cannot read their
+    // resource limits, unless through libpaladin-criu-rlimit.so.
+    if (geteuid() != 0) {
+      criu.dumps_other_users = false;
+    } else if (!HasSysResource()) {
+      StatusOr<std::string> lib = FindCriuRlimitLibrary();
+      if (lib.ok()) {
+        criu.rlimit_preload = *lib;
+        criu.rlimit_note =
+            "this process lacks CAP_SYS_RESOURCE: CRIU reads the resource limits of other "
+            "users' processes through " +
+            *lib;
+      } else {
+        criu.dumps_other_users = false;
+        criu.rlimit_note = "this process lacks CAP_SYS_RESOURCE and " + lib.status().message() +
+                           ": CRIU cannot dump jobs that run as another user";
+      }
+    }
     return criu;
   }
   return NotFound("no usable CRIU; install it with scripts/criu.sh (or set PALADIN_CRIU):" + tried);
@@ -193,7 +261,7 @@ Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOpti
   }
   if (r.exit_code != 0) {
     return Internal("criu dump of pid " + std::to_string(root) + " failed (exit " +
-                    std::to_string(r.exit_code) + "):" + LogTail(log) + DumpHint(log));
+                    std::to_string(r.exit_code) + "):" + LogTail(log) + DumpHint(criu, log));
   }
   return Status::Ok();
 }

@@ -1,9 +1,11 @@
-// Preloaded into CRIU by ckpt_test.sh only where this machine's root lacks CAP_SYS_RESOURCE
-// (some sandboxed virtual machines drop it from the bounding set). Without it the kernel refuses
-// CRIU's prlimit64(pid, resource, nullptr, &old) for a process of another user (EPERM), and CRIU
-// cannot dump an unprivileged workload at all ("Can't get rlimit 0"), whatever Paladin does. The
-// shim answers such a refused read from /proc/PID/limits, the same numbers, and changes nothing
-// else: every other call goes to the real syscall(). Test scaffolding, never used by Paladin.
+// libpaladin-criu-rlimit.so: preloaded into CRIU (ckpt::Criu::Env) when this process lacks
+// CAP_SYS_RESOURCE, as root does in Docker containers and some sandboxed virtual machines (they
+// drop it from the bounding set). Without it the kernel refuses CRIU's
+// prlimit64(pid, resource, nullptr, &old) for a process of another user (EPERM), and CRIU cannot
+// dump an unprivileged workload at all ("Can't get rlimit 0"). This library answers such a refused
+// read from /proc/PID/limits, the same numbers, and changes nothing else: every other call, and
+// every call that succeeds, is the real syscall()'s. Loaded into CRIU (which runs through its own
+// loader and libc): plain C library calls only, no sanitizers, no exceptions, nothing of Paladin's.
 #include <dlfcn.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>

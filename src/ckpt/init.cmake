@@ -1,7 +1,8 @@
 # paladin-workload-init (src/ckpt/workload_init.cc): the root-owned pid 1 of a job that runs as
 # an unprivileged user, so that CRIU can dump it (docs/ckpt.md). ckpt::StartWorkload looks for it
-# next to the running program, then in ../lib/paladin ($PALADIN_WORKLOAD_INIT overrides). It is
-# dumped by CRIU with every job it leads: plain flags, no sanitizers, nothing of Paladin's linked.
+# with ckpt::FindWorkloadInit ($PALADIN_WORKLOAD_INIT, $PALADIN_LIB_DIR, next to the running
+# program, ../lib/paladin). It is dumped by CRIU with every job it leads: plain flags, no
+# sanitizers, nothing of Paladin's linked.
 if(NOT TARGET paladin-workload-init)
   add_executable(paladin-workload-init ${PROJECT_SOURCE_DIR}/src/ckpt/workload_init.cc)
   target_compile_options(paladin-workload-init PRIVATE -O2)
@@ -11,4 +12,21 @@ if(NOT TARGET paladin-workload-init)
     add_dependencies(paladin paladin-workload-init)
   endif()
   install(TARGETS paladin-workload-init RUNTIME DESTINATION lib/paladin)
+endif()
+
+# libpaladin-criu-rlimit.so (src/ckpt/criu_rlimit.cc): preloaded into CRIU where this process
+# lacks CAP_SYS_RESOURCE, so that CRIU can read the resource limits of a job that runs as another
+# user (ckpt::Criu::Env, docs/ckpt.md). Found like the interposers ($PALADIN_LIB_DIR, next to the
+# running program, ../lib/paladin). Loaded into CRIU: plain flags, no sanitizers, no exceptions.
+if(NOT TARGET paladin-criu-rlimit)
+  add_library(paladin-criu-rlimit MODULE ${PROJECT_SOURCE_DIR}/src/ckpt/criu_rlimit.cc)
+  target_compile_options(paladin-criu-rlimit PRIVATE -O2 -fno-exceptions)
+  target_link_libraries(paladin-criu-rlimit PRIVATE ${CMAKE_DL_LIBS})
+  target_link_options(paladin-criu-rlimit PRIVATE -Wl,--as-needed)
+  set_target_properties(paladin-criu-rlimit PROPERTIES
+    PREFIX "lib" LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
+  if(TARGET paladin)
+    add_dependencies(paladin paladin-criu-rlimit)
+  endif()
+  install(TARGETS paladin-criu-rlimit LIBRARY DESTINATION lib/paladin)
 endif()

@@ -211,14 +211,21 @@ StatusOr<std::string> FindWorkloadInit() {
   if (ec) {
     return NotFound(std::string("cannot find ") + kName + ": /proc/self/exe: " + ec.message());
   }
-  const std::vector<fs::path> candidates = {
-      exe.parent_path() / kName, exe.parent_path().parent_path() / "lib/paladin" / kName};
+  // Where Paladin's libraries are staged ($PALADIN_LIB_DIR: `paladin demo` copies it there), then
+  // the build tree's and the installed layouts.
+  std::vector<fs::path> candidates;
+  if (const char* dir = getenv("PALADIN_LIB_DIR"); dir != nullptr && dir[0] != '\0') {
+    candidates.push_back(fs::path(dir) / kName);
+  }
+  candidates.push_back(exe.parent_path() / kName);
+  candidates.push_back(exe.parent_path().parent_path() / "lib/paladin" / kName);
+  std::string searched;
   for (const fs::path& path : candidates) {
     if (IsExecutable(path.string())) return path.string();
+    searched += (searched.empty() ? "" : ", ") + path.parent_path().string();
   }
-  return NotFound(std::string("cannot find ") + kName + " (looked in " +
-                  candidates[0].parent_path().string() + " and " +
-                  candidates[1].parent_path().string() + "; set PALADIN_WORKLOAD_INIT)");
+  return NotFound(std::string("cannot find ") + kName + " (looked in " + searched +
+                  "; set PALADIN_WORKLOAD_INIT)");
 }
 
 StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec) {

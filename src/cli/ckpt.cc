@@ -20,7 +20,13 @@
 #include "paladin/quota/launch.h"
 
 namespace paladin::cli {
-namespace {}  // namespace
+namespace {
+
+// Whether the note about CRIU and CAP_SYS_RESOURCE was said (once per process); `paladin doctor`
+// shows it as a line of its own instead.
+bool g_rlimit_note_said = false;
+
+}  // namespace
 
 void Say(const char* command, const std::string& line) {
   std::fprintf(stderr, "paladin %s: %s\n", command, line.c_str());
@@ -41,6 +47,10 @@ bool GpuMapFlag(const char* command, const std::string& text,
 StatusOr<ckpt::Criu> ReadyCriu() {
   StatusOr<ckpt::Criu> criu = ckpt::LocateCriu();
   if (!criu.ok()) return criu.status();
+  if (!criu->rlimit_note.empty() && !g_rlimit_note_said) {
+    Say("criu", criu->rlimit_note);
+    g_rlimit_note_said = true;
+  }
   std::error_code ec;
   std::filesystem::create_directories(ckpt::RunBase(), ec);
   Status probed = ckpt::ProbeBreakpoints(&*criu, ckpt::RunBase());
@@ -159,6 +169,7 @@ int RunDoctor() {
   utsname u{};
   uname(&u);
   line(true, "kernel", std::string(u.sysname) + " " + u.release + " " + u.machine);
+  g_rlimit_note_said = true;  // a line of its own below
   StatusOr<ckpt::Criu> criu = ReadyCriu();
   if (criu.ok()) {
     line(true, "criu",
@@ -166,6 +177,24 @@ int RunDoctor() {
              (criu->no_breakpoints ? " (this kernel needs CRIU_FAULT=130: set "
                                      "automatically)"
                                    : ""));
+    if (geteuid() == 0) {
+      // CRIU dumps a job that runs as another user (the node agent's) only if it can read its
+      // resource limits.
+      if (criu->rlimit_note.empty()) {
+        line(true, "rlimits", "CAP_SYS_RESOURCE: CRIU reads other users' resource limits");
+      } else {
+        line(criu->dumps_other_users, "rlimits",
+             criu->rlimit_note + (criu->dumps_other_users
+                                      ? ""
+                                      : "\n                      fix: install Paladin "
+                                        "with libpaladin-criu-rlimit.so"));
+      }
+      StatusOr<std::string> init = ckpt::FindWorkloadInit();
+      line(init.ok(), "init",
+           init.ok() ? *init + " (the root of jobs that run as another user)"
+                     : init.status().message() +
+                           ": jobs that run as another user cannot be checkpointed");
+    }
     if (!criu->dirty_tracking) {
       note("pre-dumps",
            "unavailable: the kernel does not track dirty memory "

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -23,6 +24,8 @@
 #include "commands.h"
 #include "local_fleet.h"
 #include "paladin/api/client.h"
+#include "paladin/ckpt/criu.h"
+#include "paladin/ckpt/workload.h"
 #include "paladin/gpu/nvml.h"
 #include "paladin/quota/launch.h"
 
@@ -129,6 +132,7 @@ class Demo {
   std::string gpus_ = "emulated";  // or "real"
   bool steps_ok_ = true;
   std::vector<std::string> failed_steps_;
+  std::set<int64_t> workload_uids_;  // of the workloads' processes, at verification
 };
 
 StatusOr<std::string> Demo::Logs(const std::string& id) {
@@ -190,10 +194,9 @@ Status Demo::StartFleet() {
       (real.empty() ? args_.emulated_gpus + " emulated GPUs each"
                     : "the real GPUs " + real[0] + " and " + real[1]) +
       ") under " + args_.data);
-  // CRIU cannot yet dump a workload that runs as an unprivileged user (its parasite needs a /proc
-  // of the job's own, which needs a mount namespace per job): the demo's jobs run as root.
-  Say("the demo's workloads run as root (--allow-root): checkpointing workloads that run as an "
-      "unprivileged user is not supported yet (docs/agent.md)");
+  // The agents' default: workloads run as nobody, under a root paladin-workload-init that lets
+  // CRIU checkpoint them (docs/agent.md).
+  Say("the demo's workloads run as nobody (the agents' default user)");
   PALADIN_RETURN_IF_ERROR(
       fleet_->StartServer("127.0.0.1:0", {"--lease", "3", "--heartbeat", "0.5",
                                           "--checkpoint-every", "10", "--keep-checkpoints", "2"}));
@@ -201,9 +204,7 @@ Status Demo::StartFleet() {
   for (int i = 0; i < 2; ++i) {
     const std::string node = i == 0 ? "node-a" : "node-b";
     std::vector<std::string> flags = {"--migrate-port", std::to_string(FreePortPair()),
-                                      "--user",         "root",
-                                      "--allow-root",   "--kill-on-exit",
-                                      "--workloads",    args_.data + "/workloads"};
+                                      "--kill-on-exit", "--workloads", args_.data + "/workloads"};
     if (real.empty()) {
       flags.insert(flags.end(), {"--emulated-gpus", args_.emulated_gpus});
     } else {
@@ -385,6 +386,27 @@ Status Demo::LoseNode() {
   });
 }
 
+// The real user ids of the processes that run `program` (their argv[0]), from /proc.
+std::set<int64_t> UidsRunning(const std::string& program) {
+  std::set<int64_t> uids;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string pid = entry.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmdline(entry.path() / "cmdline");
+    std::string argv0;
+    if (!std::getline(cmdline, argv0, '\0') || argv0 != program) continue;
+    std::ifstream status(entry.path() / "status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("Uid:", 0) == 0) {
+        uids.insert(std::atoll(line.c_str() + 4));
+        break;
+      }
+    }
+  }
+  return uids;
+}
+
 // Every workload's log: no MISMATCH, started once (a restart from zero would print "started:"
 // again), generations moving on after everything that happened to it.
 Status Demo::Verify() {
@@ -453,6 +475,11 @@ Status Demo::Verify() {
     }
     verdicts_[j.id] = verdict;
   }
+  // Who the workloads run as now, after their migration and recovery (restored processes too).
+  workload_uids_ = UidsRunning(workload_);
+  std::string uids;
+  for (int64_t uid : workload_uids_) uids += (uids.empty() ? "" : ", ") + std::to_string(uid);
+  Say("the workloads run as uid " + (uids.empty() ? std::string("(none found)") : uids));
   return CheckAccounting();
 }
 
@@ -519,6 +546,7 @@ void Demo::Summarise() {
               {"ok", steps_ok_ && verification_failures_ == 0 && s.value("jobs_lost", 0) == 0},
               {"dashboard", fleet_->url()},
               {"gpus", gpus_},
+              {"workload_uids", workload_uids_},
               {"jobs", jobs}};
   if (args_.json) {
     std::printf("%s\n", summary_.dump(2).c_str());
@@ -527,7 +555,7 @@ void Demo::Summarise() {
   std::printf("\nPaladin demo summary\n");
   std::printf("  %-26s %s\n", "jobs submitted", std::to_string(jobs_.size()).c_str());
   for (const char* key : {"jobs_lost", "migrations", "recoveries", "quota_grows", "checkpoints",
-                          "state_verifications_failed"}) {
+                          "state_verifications_failed", "workload_uids"}) {
     std::printf("  %-26s %s\n", key, summary_[key].dump().c_str());
   }
   std::printf("\n  %-10s %-14s %-8s %-9s %s\n", "JOB", "NAME", "NODE", "STATE", "STATE CHECK");
@@ -558,9 +586,9 @@ void Demo::Cleanup() {
   }
 }
 
-// Copies the demo workload and the libraries preloaded into workloads into the demo's
-// directory: workloads run as an unprivileged user, who may not reach the build tree (a clone
-// under /root). Returns the workload's path.
+// Copies the demo workload, the libraries preloaded into workloads, paladin-workload-init and
+// libpaladin-criu-rlimit.so into the demo's directory: workloads run as an unprivileged user, who
+// may not reach the build tree (a clone under /root). Returns the workload's path.
 StatusOr<std::string> StageFiles(const std::string& data) {
   const fs::path here = fs::path(SelfExe()).parent_path();
   StatusOr<quota::Libraries> libs = quota::FindLibraries();
@@ -572,6 +600,12 @@ StatusOr<std::string> StageFiles(const std::string& data) {
     return NotFound("cannot find paladin-demo-workload next to paladin (" + workload.string() +
                     "); build it: cmake --build --preset release");
   }
+  // The root of unprivileged jobs and what CRIU needs to dump them where root lacks
+  // CAP_SYS_RESOURCE: the agents find both in PALADIN_LIB_DIR.
+  StatusOr<std::string> init = ckpt::FindWorkloadInit();
+  if (!init.ok()) return init.status();
+  StatusOr<std::string> rlimit = ckpt::FindCriuRlimitLibrary();
+  if (!rlimit.ok()) return rlimit.status();
   std::error_code ec;
   const fs::path bin = fs::path(data) / "bin";
   const fs::path lib = fs::path(data) / "lib";
@@ -582,7 +616,9 @@ StatusOr<std::string> StageFiles(const std::string& data) {
        std::vector<std::pair<fs::path, fs::path>>{{source, bin / "paladin-demo-workload"},
                                                   {libs->cuda_shim, lib / "libpaladin-cuda.so"},
                                                   {libs->nvml_shim, lib / "libpaladin-nvml.so"},
-                                                  {libs->emucuda, lib / "libpaladin-emucuda.so"}}) {
+                                                  {libs->emucuda, lib / "libpaladin-emucuda.so"},
+                                                  {*init, lib / "paladin-workload-init"},
+                                                  {*rlimit, lib / "libpaladin-criu-rlimit.so"}}) {
     if (!fs::copy_file(from, to, copy, ec)) {
       return IoError("cannot copy " + from.string() + " to " + to.string() + ": " + ec.message());
     }

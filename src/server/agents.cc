@@ -282,8 +282,8 @@ void Control::ApplyReport(NodeRecord& n, const Json& r, bool /*registering*/) {
   const double now = Now();
   // What must reach the store with this beat; usage alone waits for the periodic write.
   const auto significant = [](const JobRecord& x) {
-    return std::make_tuple(x.state, x.quota_bytes, x.quota_grows, x.refusals, x.mismatch,
-                           x.epoch, x.node);
+    return std::make_tuple(x.state, x.quota_bytes, x.quota_grows, x.refusals, x.mismatch, x.epoch,
+                           x.node);
   };
   const auto before = significant(j);
   if (j.HoldsGpu()) Accrue(j, now);

@@ -219,6 +219,29 @@ int64_t UidOf(int64_t pid) {
   return -1;
 }
 
+// The first child of `pid` (the command of a job whose root is paladin-workload-init), or -1.
+int64_t ChildOf(int64_t pid) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(in, line)) continue;
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos || close + 4 >= line.size()) continue;
+    if (std::atoll(line.c_str() + close + 4) == pid) return std::atoll(name.c_str());
+  }
+  return -1;
+}
+
+std::string CommOf(int64_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string comm;
+  std::getline(in, comm);
+  return comm;
+}
+
 // The generations ckpt_gpu reported, in order.
 std::vector<int> Generations(const std::string& text) {
   std::vector<int> gens;
@@ -380,15 +403,25 @@ class AgentTest : public ::testing::Test {
   std::map<std::string, pid_t> agents_;
 };
 
-// start: the job runs as nobody, on the GPU it was given, under its quota, and reports usage and
-// logs; resize; fault; a job that exits reports its code; kill ends the whole tree.
+// start: the job runs as nobody (under a root paladin-workload-init, so it can be checkpointed),
+// on the GPU it was given, under its quota, and reports usage and logs; resize; fault; a job that
+// exits reports its code; kill ends the whole tree.
 TEST_F(AgentTest, StartResizeFaultExitKill) {
   StartAgent("a", {"--kill-on-exit"});
+  ASSERT_FALSE(server_.Registrations(Node("a")).empty());
+  EXPECT_EQ(server_.Registrations(Node("a")).back().value("checkpointable", false), true)
+      << AgentLog("a");
   const Json started = StartGpuJob("a", "j1", 1, 1);
   ASSERT_TRUE(started.value("ok", false)) << started.dump() << AgentLog("a");
   const int64_t pid = started["detail"]["pid"];
   ASSERT_TRUE(WaitGen("a", "j1", 1, 3)) << AgentLog("a");
-  EXPECT_EQ(UidOf(pid), getpwnam("nobody")->pw_uid);
+  // The job's root is paladin-workload-init, as root; the command its child, as nobody.
+  EXPECT_EQ(UidOf(pid), 0);
+  EXPECT_EQ(CommOf(pid).rfind("paladin-workloa", 0), 0u) << CommOf(pid);
+  const int64_t command = ChildOf(pid);
+  ASSERT_GT(command, 0) << "the job's root has no child";
+  EXPECT_EQ(CommOf(command), "ckpt_gpu");
+  EXPECT_EQ(UidOf(command), getpwnam("nobody")->pw_uid);
   const std::string out = server_.Stdout(Node("a"), "j1", 1);
   EXPECT_NE(out.find("dev 0 " + GpuUuid("a", 1)), std::string::npos) << out;
   ASSERT_TRUE(WaitFor(10, [&] {
@@ -438,14 +471,26 @@ TEST_F(AgentTest, StartResizeFaultExitKill) {
 // checkpoint keep: the job runs on; killed, then restored from the image onto the other GPU, it
 // continues from the checkpoint's generation with its device memory intact.
 TEST_F(AgentTest, CheckpointKeepThenRestore) {
-  StartAgent("a", {"--kill-on-exit", "--user", "root", "--allow-root"});
-  ASSERT_TRUE(StartGpuJob("a", "j1", 1, 1).value("ok", false)) << AgentLog("a");
+  StartAgent("a", {"--kill-on-exit"});
+  const Json started = StartGpuJob("a", "j1", 1, 1);
+  ASSERT_TRUE(started.value("ok", false)) << AgentLog("a");
   ASSERT_TRUE(WaitGen("a", "j1", 1, 5)) << AgentLog("a");
+  // A state file that a root process left at the command's pid in the emulated driver's
+  // host-wide control folder (sticky): the command (nobody) cannot replace it, so the checkpoint
+  // must remove it, or the command could not answer and its GPU state would not be checkpointed.
+  const int64_t command = ChildOf(started["detail"]["pid"].get<int64_t>());
+  ASSERT_GT(command, 0);
+  const std::string stale = "/dev/shm/paladin-emu-ctl/" + std::to_string(command) + ".state";
+  fs::remove(stale);
+  std::ofstream(stale) << "stale\n";
   const std::string image = store_ + "/j1-1";
   const Json ckpt = Run(
       "a", {{"kind", "checkpoint"}, {"job", "j1"}, {"epoch", 1}, {"mode", "keep"}, {"dir", image}},
       240);
   ASSERT_TRUE(ckpt.value("ok", false)) << ckpt.dump() << AgentLog("a");
+  EXPECT_NE(AgentLog("a").find("checkpointing the GPU state of pid " + std::to_string(command)),
+            std::string::npos)
+      << AgentLog("a");
   EXPECT_GT(ckpt["detail"]["bytes"].get<uint64_t>(), 64 * kMiB);
   const int at_checkpoint = Generations(server_.Stdout(Node("a"), "j1", 1)).back();
   ASSERT_TRUE(WaitGen("a", "j1", 1, at_checkpoint + 5)) << "the job did not run on";
@@ -462,6 +507,10 @@ TEST_F(AgentTest, CheckpointKeepThenRestore) {
                              {"ceiling_bytes", 0}},
                             240);
   ASSERT_TRUE(restored.value("ok", false)) << restored.dump() << AgentLog("a");
+  // Restored as it ran: the command as nobody under a root paladin-workload-init.
+  const int64_t root = restored["detail"]["pid"];
+  EXPECT_EQ(UidOf(root), 0);
+  EXPECT_EQ(UidOf(ChildOf(root)), getpwnam("nobody")->pw_uid);
   ASSERT_TRUE(WaitFor(30, [&] {
     return Generations(server_.Stdout(Node("a"), "j1", 2)).size() >= 3;
   })) << AgentLog("a");
@@ -540,7 +589,7 @@ TEST_F(AgentTest, LeaseExpiryFreezes) {
 // Recovery: a node dies (agent and workload) and its data is lost; another agent restores the job
 // from the checkpoint store alone.
 TEST_F(AgentTest, RecoveryRestoreWithoutRunDirectory) {
-  StartAgent("a", {"--user", "root", "--allow-root"});
+  StartAgent("a");
   const Json started = StartGpuJob("a", "j1", 1, 0);
   ASSERT_TRUE(started.value("ok", false));
   const int64_t pid = started["detail"]["pid"];
@@ -555,7 +604,7 @@ TEST_F(AgentTest, RecoveryRestoreWithoutRunDirectory) {
   ASSERT_TRUE(WaitFor(10, [&] { return !Alive(pid); }));
   fs::remove_all(Data("a"));
 
-  StartAgent("b", {"--kill-on-exit", "--user", "root", "--allow-root"});
+  StartAgent("b", {"--kill-on-exit"});
   const Json restored =
       Run("b",
           {{"kind", "restore"},
@@ -581,8 +630,8 @@ TEST_F(AgentTest, RecoveryRestoreWithoutRunDirectory) {
 // Migration between two agents on loopback: committed, the job runs on B with its state; refused,
 // it resumes on A.
 TEST_F(AgentTest, MigrateCommitAndRefuse) {
-  StartAgent("a", {"--kill-on-exit", "--user", "root", "--allow-root"});
-  StartAgent("b", {"--kill-on-exit", "--user", "root", "--allow-root"});
+  StartAgent("a", {"--kill-on-exit"});
+  StartAgent("b", {"--kill-on-exit"});
   // Committed moves between two agents of one host need the emulated driver to map the state file
   // the restore names rather than the one of the process's environment (docs/agent.md): until
   // then only the refused move runs here (it fails before or at the commit; the job resumes on A).
@@ -640,7 +689,7 @@ TEST_F(AgentTest, MigrateCommitAndRefuse) {
 // after the listener's idle timeout, and its port is free for the next move; a newer move to the
 // node replaces a stale listener as well.
 TEST_F(AgentTest, WaitingMigrateInIsCalledOff) {
-  StartAgent("b", {"--kill-on-exit", "--user", "root", "--allow-root"});
+  StartAgent("b", {"--kill-on-exit"});
   const int port = FreePortPair();
   auto migrate_in = [&](const std::string& job) {
     return server_.Send(Node("b"), {{"kind", "migrate_in"},

@@ -14,7 +14,7 @@
 #   unprivileged   the threads program started as the node agent starts it, as nobody (under
 #                  paladin-workload-init), checkpointed, gone, restored, still nobody, continued
 #
-# Usage: ckpt_test.sh SCENARIO PALADIN CKPT_THREADS CKPT_GPU [CKPT_START_AS CKPT_RLIMIT_SHIM]
+# Usage: ckpt_test.sh SCENARIO PALADIN CKPT_THREADS CKPT_GPU [CKPT_START_AS]
 # Needs root (PID namespaces, CRIU) and CRIU (scripts/criu.sh); exits 77 (skipped) without them.
 # Each run has its own run directory and emulated GPUs under a temporary folder, removed at the
 # end with every process the test started (KEEP_WORK=1 keeps the folder).
@@ -25,7 +25,6 @@ PALADIN=$(realpath "$2")
 THREADS=$(realpath "$3")
 GPU=$(realpath "$4")
 START_AS=${5:+$(realpath "$5")}
-RLIMIT_SHIM=${6:+$(realpath "$6")}
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../cli/testlib.sh"
 
@@ -670,8 +669,8 @@ uid_of() { awk '/^Uid:/ { print $2 }' "/proc/$1/status" 2>/dev/null; }
 
 scenario_unprivileged() {
   local nobody=65534
-  if [[ -z $START_AS || -z $RLIMIT_SHIM ]]; then
-    echo "SKIP: unprivileged needs ckpt_start_as and the rlimit shim (arguments 5 and 6)"
+  if [[ -z $START_AS ]]; then
+    echo "SKIP: unprivileged needs ckpt_start_as (argument 5)"
     exit 77
   fi
   # The workload's user must reach its program: a copy where it can.
@@ -683,19 +682,13 @@ scenario_unprivileged() {
   PALADIN_WORKLOAD_INIT=$(dirname "$PALADIN")/paladin-workload-init
   export PALADIN_WORKLOAD_INIT
   # CRIU reads the rlimits of another user's process only with CAP_SYS_RESOURCE. Where root lacks
-  # it (some sandboxed VMs), no dump of an unprivileged process can work: let CRIU read them from
-  # /proc/PID/limits instead (criu_rlimit_shim.cc), and say so.
-  local cap
+  # it (Docker, some sandboxed VMs), paladin preloads libpaladin-criu-rlimit.so (next to it in the
+  # build tree) into CRIU and says so: the checkpoint below checks that it did.
+  local cap lacks_resource=0
   cap=$(awk '/^CapEff:/ { print $2 }' "/proc/$$/status")
   if ((((16#$cap >> 24) & 1) == 0)); then
-    local real=${PALADIN_CRIU:-}
-    if [[ -z $real ]]; then
-      if [[ -x /opt/paladin/criu/criu ]]; then real=/opt/paladin/criu/criu; else real=$(command -v criu); fi
-    fi
-    printf '#!/bin/sh\nLD_PRELOAD=%s exec %s "$@"\n' "$RLIMIT_SHIM" "$real" >"$work/criu"
-    chmod 755 "$work/criu"
-    export PALADIN_CRIU=$work/criu
-    echo "note: root lacks CAP_SYS_RESOURCE here: CRIU reads rlimits through $RLIMIT_SHIM"
+    lacks_resource=1
+    echo "note: root lacks CAP_SYS_RESOURCE here: paladin should preload libpaladin-criu-rlimit.so"
   fi
 
   job_name=unpriv
@@ -745,6 +738,13 @@ scenario_unprivileged() {
   if ((ck_rc != 0)) || crashed "$ck_out" || ! grep -q "job stopped" <<<"$ck_out"; then
     fail "unprivileged: paladin checkpoint exit $ck_rc: $ck_out"
     return
+  fi
+  if ((lacks_resource)); then
+    if grep -q "lacks CAP_SYS_RESOURCE.*libpaladin-criu-rlimit.so" <<<"$ck_out"; then
+      pass "unprivileged: without CAP_SYS_RESOURCE, paladin preloaded libpaladin-criu-rlimit.so"
+    else
+      fail "unprivileged: paladin checkpoint did not say it preloads the rlimit library: $ck_out"
+    fi
   fi
   if ! wait_until 10 none_alive "${before[@]}"; then
     fail "unprivileged: still running 10 s after the checkpoint: $(comms "${before[@]}")"

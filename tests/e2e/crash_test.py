@@ -70,6 +70,18 @@ def wait_for(what, predicate, timeout=90, interval=0.25):
     raise TimeoutError(f"timed out waiting for {what}" + (f" (last error: {last})" if last else ""))
 
 
+def uid_of(pid):
+    """The real uid of a process, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
 def tagged_processes(tag):
     """pid -> state letter of the workload processes carrying --tag TAG."""
     found = {}
@@ -195,8 +207,9 @@ class Fleet:
              os.path.join(self.dir, "server", "agent.token"), "--name", node, "--data",
              os.path.join(self.dir, "agents", node), "--emulated-gpus", "2x8GiB",
              "--migrate-port", str(free_port(pair=True)),
-             # Root workloads: CRIU cannot checkpoint unprivileged ones here (docs/agent.md).
-             "--user", "root", "--allow-root", "--kill-on-exit",
+             # Workloads run as the agent's default user, nobody (under a root
+             # paladin-workload-init, so that CRIU can checkpoint them).
+             "--kill-on-exit",
              "--workloads", os.path.join(self.dir, "workloads")],
             stdout=self.log("agent-" + node), stderr=subprocess.STDOUT)
         wait_for(f"agent {node}", lambda: any(
@@ -256,12 +269,15 @@ def verify_once(fleet, job_id, tag, what):
     logs = fleet.get(f"/v1/jobs/{job_id}/logs?stream=stdout")["text"]
     job = fleet.job(job_id)
     starts = logs.count("started:")
-    if "MISMATCH" in logs:
+    uids = {uid_of(pid) for pid in tagged_processes(tag)} - {None}
+    if 0 in uids or not uids:
+        fail(f"{what}: the workload runs as uid {sorted(uids)}, not as an unprivileged user")
+    elif "MISMATCH" in logs:
         fail(f"{what}: state MISMATCH in the job's log")
     elif starts != 1 + job.get("restarts", 0):
         fail(f"{what}: the workload started {starts} times")
     else:
-        ok(f"{what}: one copy on {job['node']}, state verified, started once")
+        ok(f"{what}: one copy on {job['node']} as uid {min(uids)}, state verified, started once")
 
 
 def cancel_and_check_gone(fleet, job_id, tag):

@@ -4,7 +4,8 @@
 # lost (its agent and workloads killed, its data directory deleted first) with its jobs restored
 # elsewhere from their last checkpoints. Checks the demo's own verdicts and its JSON summary:
 # zero jobs lost, every workload's state verified after its migration and its recovery, quotas
-# enforced, accounting consistent with the jobs' lifetimes.
+# enforced, accounting consistent with the jobs' lifetimes, workloads run as an unprivileged user
+# (the agents' default, nobody) and checkpointed, moved and restored as such.
 #
 #   demo_test.sh PALADIN
 set -u
@@ -68,6 +69,8 @@ check "any(j['name'] == 'overreach' and 'refused' in j['verdict'] for j in s['jo
   "the quota refused the job that asked for more"
 check "all(j['node'] != 'node-a' for j in s['jobs'] if j['name'] != 'overreach')" \
   "nothing runs on the lost node"
+check "s['workload_uids'] and 0 not in s['workload_uids']" \
+  "the workloads ran as an unprivileged user, after their migration and recovery too"
 check "s['ok'] is True and not s['steps_failed']" "every step of the scenario passed"
 if grep -q "losing node-a: its agent and workloads killed, its data directory deleted" \
   "$work/demo.log"; then

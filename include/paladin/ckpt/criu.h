@@ -21,13 +21,31 @@ struct Criu {
   bool no_breakpoints = false;
   // Whether the kernel tracks dirty memory (soft-dirty bits), which pre-dumps need.
   bool dirty_tracking = false;
+  // libpaladin-criu-rlimit.so, preloaded into every CRIU call, when this process lacks
+  // CAP_SYS_RESOURCE (root in Docker and some sandboxed VMs): without it CRIU cannot read the
+  // resource limits of a process of another user, so cannot dump unprivileged jobs. "" otherwise.
+  std::string rlimit_preload;
+  // Whether CRIU can dump a job that runs as another user: CAP_SYS_RESOURCE, or the preload.
+  bool dumps_other_users = true;
+  // One line for the user about the above when this process lacks CAP_SYS_RESOURCE ("" when it
+  // has it): that the preload is used, or that it is missing and what that means. Said once by
+  // whoever located CRIU.
+  std::string rlimit_note;
 
+  // CRIU_FAULT for no_breakpoints, LD_PRELOAD for rlimit_preload.
   std::vector<std::pair<std::string, std::string>> Env() const;
 };
 
 // $PALADIN_CRIU, else /opt/paladin/criu/criu (scripts/criu.sh), else `criu` on the PATH; it must
-// answer --version within 10 s and be version 4 or newer.
+// answer --version within 10 s and be version 4 or newer. Also decides rlimit_preload.
 StatusOr<Criu> LocateCriu();
+
+// Whether this process has CAP_SYS_RESOURCE in its effective set (/proc/self/status, CapEff).
+bool HasSysResource();
+
+// libpaladin-criu-rlimit.so: $PALADIN_LIB_DIR, else next to the running program, else in
+// ../lib/paladin from it (where `cmake --install` puts it).
+StatusOr<std::string> FindCriuRlimitLibrary();
 
 // Decides `no_breakpoints` for this kernel by dumping a throwaway process (its own PID
 // namespace) with a 20 s limit, first plainly and then with CRIU_FAULT=130, and

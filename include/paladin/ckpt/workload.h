@@ -78,8 +78,8 @@ struct StartedWorkload {
 // paladin-workload-init and it cannot be found (the job runs, but CRIU cannot dump it).
 StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec);
 
-// paladin-workload-init: $PALADIN_WORKLOAD_INIT, else next to the running program, else in
-// ../lib/paladin from it (where `cmake --install` puts it).
+// paladin-workload-init: $PALADIN_WORKLOAD_INIT, else in $PALADIN_LIB_DIR, else next to the
+// running program, else in ../lib/paladin from it (where `cmake --install` puts it).
 StatusOr<std::string> FindWorkloadInit();
 
 }  // namespace paladin::ckpt
