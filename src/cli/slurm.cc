@@ -154,7 +154,8 @@ int RunHelper(const HelperArgs& a) {
   run.gpus = r.value("gpus", "");
   run.command = r.value("command", std::vector<std::string>{});
   run.restore_from = r.value("restore_from", "");
-  for (const auto& [from, to] : r.value("gpu_map", Json::object()).items()) {
+  const Json gpu_map = r.value("gpu_map", Json::object());
+  for (const auto& [from, to] : gpu_map.items()) {
     run.gpu_map.emplace_back(from, to.get<std::string>());
   }
   run.say_as = "paladin";
