@@ -39,6 +39,7 @@ Agent::Agent(AgentOptions options, const std::atomic<bool>* stop)
     : options_(std::move(options)), stop_(stop) {}
 
 Agent::~Agent() {
+  StopHealthWatch();
   StopLocal();
   StopWorkers(true);
 }
@@ -75,6 +76,7 @@ Status Agent::Setup() {
   PALADIN_RETURN_IF_ERROR(ResolveUser());
   DecideCheckpointable();
   PALADIN_RETURN_IF_ERROR(DiscoverGpus());
+  StartHealthWatch();
   // Restored and received workloads are detached from CRIU; as a subreaper this agent becomes
   // their parent and learns their exit codes.
   if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
@@ -110,6 +112,7 @@ int Agent::Run() {
     SleepFor(heartbeat_s_ - Seconds(std::chrono::steady_clock::now() - began));
   }
   Say("stopping");
+  StopHealthWatch();
   StopLocal();
   CallOffIncoming("", -1);  // a move not yet arrived fails now, not after its idle timeout
   StopWorkers(true);

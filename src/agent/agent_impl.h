@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -106,7 +107,14 @@ class Agent {
   Json GpusForRegister() const;
   Json GpusForHeartbeat() const;
   std::string GpuUuid(int index) const;
+  int GpuIndex(const std::string& uuid) const;  // -1: not one of this agent's GPUs
   void ShareEmulatedState() const;
+  // NVML health events (Xid, ECC) on a thread of their own; an event that makes a GPU unhealthy
+  // marks it in faults_, which the next heartbeat reports.
+  void StartHealthWatch();
+  void StopHealthWatch();
+  void WatchHealth();
+  void OnHealthEvent(const gpu::HealthEvent& event);
 
   // --- launcher.cc ---
   Status ResolveUser();
@@ -185,6 +193,12 @@ class Agent {
   std::vector<gpu::GpuInfo> gpus_;
   mutable std::mutex gpu_mu_;
   std::map<int, std::string> faults_;
+  // Health events handled so far (under gpu_mu_; health_cv_ signals each), and the watcher.
+  uint64_t health_events_ = 0;
+  std::condition_variable health_cv_;
+  std::string health_watch_error_;  // why events are not watched ("" when they are)
+  std::thread health_thread_;
+  std::atomic<bool> health_stop_{false};
 
   // Who workloads run as (-1: the agent's own user).
   int64_t uid_ = -1;

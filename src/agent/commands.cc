@@ -222,20 +222,42 @@ Status Agent::Resize(const Json& c) {
   return Status::Ok();
 }
 
+// Posts an Xid or ECC event on an emulated GPU, as its hardware would; the health watcher hears
+// it like any NVML event and judges it. Answers once the watcher has handled it.
 Status Agent::Fault(const Json& c) {
   const int index = c.at("gpu_index").get<int>();
-  if (GpuUuid(index).empty()) return NotFound("no GPU " + std::to_string(index) + " here");
+  const std::string uuid = GpuUuid(index);
+  if (uuid.empty()) return NotFound("no GPU " + std::to_string(index) + " here");
   if (!driver_.emulated) {
     return FailedPrecondition("GPU " + std::to_string(index) +
-                              " is real: faults are injected "
-                              "into emulated GPUs only");
+                              " is real: faults are injected into emulated GPUs only");
+  }
+  if (!health_thread_.joinable()) {
+    return FailedPrecondition("GPU health events are not watched: " + health_watch_error_);
   }
   // "kind" names the command: the fault's kind comes as fault_kind.
-  std::string fault = c.value("fault_kind", std::string("xid"));
-  if (c.contains("code")) fault += " " + c.at("code").dump();
-  std::lock_guard<std::mutex> lock(gpu_mu_);
-  faults_[index] = fault;
-  Say("GPU " + std::to_string(index) + " marked faulty: " + fault);
+  const std::string kind = c.value("fault_kind", std::string("xid"));
+  uint64_t type = 0;
+  if (kind == "xid") {
+    type = PALADIN_NVML_EVENT_XID;
+  } else if (kind == "ecc") {
+    type = PALADIN_NVML_EVENT_DOUBLE_BIT_ECC;
+  } else if (kind == "ecc-corrected") {
+    type = PALADIN_NVML_EVENT_SINGLE_BIT_ECC;
+  } else {
+    return InvalidArgument("fault_kind: expected xid, ecc or ecc-corrected, not " + kind);
+  }
+  const uint64_t code =
+      c.contains("code") && c.at("code").is_number_unsigned() ? c.at("code").get<uint64_t>() : 79;
+  std::unique_lock<std::mutex> lock(gpu_mu_);
+  const uint64_t before = health_events_;
+  lock.unlock();
+  PALADIN_RETURN_IF_ERROR(nvml_->PostEmulatedEvent(uuid, type, code));
+  lock.lock();
+  if (!health_cv_.wait_for(lock, std::chrono::seconds(5),
+                           [&] { return health_events_ > before; })) {
+    return Internal("the health watcher did not see the event within 5 s");
+  }
   return Status::Ok();
 }
 

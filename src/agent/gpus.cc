@@ -1,5 +1,6 @@
 // The node's GPUs: the real ones through NVML, or emulated GPUs private to this agent (their
-// state file lives in its data directory, so their UUIDs are its own); injected faults.
+// state file lives in its data directory, so their UUIDs are its own); NVML health events.
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -92,6 +93,72 @@ void LinkStateFile(const std::string& old_state, const std::string& state) {
   fs::create_directories(fs::path(old_state).parent_path(), ec);
   fs::create_symlink(state, old_state, ec);
   if (ec) Say("warning: cannot link " + old_state + ": " + ec.message());
+}
+
+void Agent::StartHealthWatch() {
+  std::vector<std::string> uuids;
+  for (const gpu::GpuInfo& g : gpus_) uuids.push_back(g.uuid);
+  if (uuids.empty()) return;
+  StatusOr<std::vector<std::string>> watched = nvml_->WatchHealth(uuids);
+  if (!watched.ok()) {
+    health_watch_error_ = watched.status().message();
+    Say("warning: GPU health events are not watched (" + health_watch_error_ +
+        "): a GPU fault does not mark its GPU unhealthy");
+    return;
+  }
+  for (const std::string& line : *watched) Say("watching health events of " + line);
+  health_thread_ = std::thread([this] { WatchHealth(); });
+}
+
+void Agent::StopHealthWatch() {
+  health_stop_ = true;
+  if (health_thread_.joinable()) health_thread_.join();
+}
+
+void Agent::WatchHealth() {
+  constexpr unsigned int kWaitMs = 200;
+  while (!health_stop_.load() && !stop_->load()) {
+    StatusOr<std::optional<gpu::HealthEvent>> event = nvml_->WaitHealthEvent(kWaitMs);
+    if (!event.ok()) {
+      Say("warning: waiting for GPU health events: " + event.status().message());
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      continue;
+    }
+    if (!event->has_value()) continue;
+    OnHealthEvent(**event);
+    // A lost GPU keeps answering GPU_IS_LOST at once: look again a second later, not in a spin.
+    if ((*event)->gpu_lost) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+}
+
+void Agent::OnHealthEvent(const gpu::HealthEvent& event) {
+  const gpu::HealthVerdict verdict = gpu::JudgeHealthEvent(event);
+  std::vector<int> affected;
+  if (!event.uuid.empty()) {
+    if (int index = GpuIndex(event.uuid); index >= 0) affected.push_back(index);
+  } else if (event.gpu_lost) {
+    // NVML did not say which: the lost ones are those it can no longer read.
+    for (const gpu::GpuInfo& g : gpus_) {
+      if (!nvml_->Probe(g.uuid).ok()) affected.push_back(g.index);
+    }
+  }
+  std::lock_guard<std::mutex> lock(gpu_mu_);
+  for (int index : affected) {
+    if (!verdict.unhealthy) {
+      Say("GPU " + std::to_string(index) + ": " + verdict.fault + " (the GPU stays healthy)");
+    } else if (faults_.emplace(index, verdict.fault).second) {
+      Say("GPU " + std::to_string(index) + " unhealthy: " + verdict.fault);
+    }
+  }
+  ++health_events_;
+  health_cv_.notify_all();
+}
+
+int Agent::GpuIndex(const std::string& uuid) const {
+  for (const gpu::GpuInfo& g : gpus_) {
+    if (strcasecmp(g.uuid.c_str(), uuid.c_str()) == 0) return g.index;
+  }
+  return -1;
 }
 
 std::string Agent::GpuUuid(int index) const {

@@ -1,4 +1,5 @@
-// `paladin job migrate|checkpoint|resume` (and `paladin resume`), `paladin drain`: operations the
+// `paladin job migrate|checkpoint|resume` (and `paladin resume`), `paladin drain`, `paladin
+// fault` (an Xid or ECC event injected into an emulated GPU, for drills): operations the
 // server runs in the background. The command asks for one, then polls the job and prints each
 // step until it is done or failed (docs/formats/api.md: 202 answers, "poll the job").
 #include <chrono>
@@ -153,6 +154,37 @@ int RunDrain(const MoveArgs& a) {
   return 0;
 }
 
+struct FaultArgs {
+  FleetFlags flags;
+  std::string target;  // NODE/GPU
+  std::string kind = "xid";
+  int64_t code = 79;
+};
+
+int RunFault(const FaultArgs& a) {
+  FleetApi api("fault", a.flags);
+  const size_t slash = a.target.rfind('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == a.target.size()) {
+    std::fprintf(stderr, "paladin fault: expected NODE/GPU, e.g. node-a/0, not %s\n",
+                 Printable(a.target).c_str());
+    return 2;
+  }
+  const std::string node = a.target.substr(0, slash);
+  const std::string gpu = a.target.substr(slash + 1);
+  StatusOr<Json> sent =
+      api.Post("/v1/nodes/" + fleet::Escape(node) + "/gpus/" + fleet::Escape(gpu) + "/fault",
+               Json{{"kind", a.kind}, {"code", a.code}});
+  if (!sent.ok()) return api.Fail(sent.status());
+  if (api.json()) {
+    FleetApi::PrintJson(*sent);
+    return 0;
+  }
+  std::printf("%s: %s%s injected; an unhealthy GPU's jobs are migrated off (see paladin nodes)\n",
+              Printable(a.target).c_str(), Printable(a.kind).c_str(),
+              a.kind == "xid" ? (" " + std::to_string(a.code)).c_str() : "");
+  return 0;
+}
+
 void AddMoveFlags(CLI::App* cmd, MoveArgs* args) {
   cmd->add_option("job", args->job, "Job id, e.g. j-000001")->required();
   cmd->add_flag("--no-wait", args->no_wait, "Return once the server has accepted the request");
@@ -269,6 +301,27 @@ void RegisterFleetMoves(CLI::App& app, int* exit_code) {
   drain->add_option("node", d->job, "Node name")->required();
   AddFleetFlags(drain, &d->flags);
   drain->callback([d, exit_code] { *exit_code = Guarded("drain", [&] { return RunDrain(*d); }); });
+
+  auto f = std::make_shared<FaultArgs>();
+  CLI::App* fault = app.add_subcommand(
+      "fault",
+      "Inject a GPU fault into an emulated GPU, as its hardware would raise it through NVML "
+      "(admin; for drills and tests): the agent judges it like a real one");
+  fault->add_option("gpu", f->target, "NODE/GPU, e.g. node-a/0")->required();
+  fault
+      ->add_option("--kind", f->kind,
+                   "xid, ecc (uncorrectable, double-bit) or ecc-corrected (single-bit: logged, "
+                   "the GPU stays healthy)")
+      ->check(CLI::IsMember({"xid", "ecc", "ecc-corrected"}))
+      ->capture_default_str();
+  fault
+      ->add_option("--code", f->code,
+                   "The Xid (79: fallen off the bus; 13, 31, 43, 45, 68, 109 are an "
+                   "application's own errors and leave the GPU healthy)")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  AddFleetFlags(fault, &f->flags);
+  fault->callback([f, exit_code] { *exit_code = Guarded("fault", [&] { return RunFault(*f); }); });
 }
 
 }  // namespace paladin::cli

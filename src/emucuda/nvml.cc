@@ -7,6 +7,8 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <type_traits>
 #include <vector>
 
@@ -16,6 +18,15 @@
 
 struct nvmlDevice_st {
   int index;
+};
+
+// An event set: the kinds registered per device, and how far this set has read each device's
+// events in the shared state file.
+struct nvmlEventSet_st {
+  std::mutex mu;
+  unsigned long long types[paladin::emucuda::kMaxDevices] = {};
+  uint64_t read[paladin::emucuda::kMaxDevices] = {};
+  std::deque<nvmlEventData_t> pending;
 };
 
 namespace paladin::emucuda {
@@ -125,6 +136,28 @@ void FillInfoV1(nvmlProcessInfo_v1_t* info, const SharedState::ProcessUsage& usa
   info->usedGpuMemory = usage.bytes;
 }
 
+constexpr unsigned long long kEmulatedEventTypes = PALADIN_NVML_EVENT_HEALTH;
+constexpr int kEventPollMs = 5;
+
+// Moves the events posted since the set last looked into its queue, keeping the registered kinds.
+void CollectEvents(const NvmlScope& scope, nvmlEventSet_st* set) {
+  for (int d = 0; d < scope.state()->device_count(); ++d) {
+    if (set->types[d] == 0) continue;
+    SharedState::EventRead read = scope.state()->EventsAfter(d, set->read[d]);
+    set->read[d] = read.next;
+    for (const SharedState::Event& e : read.events) {
+      if ((e.type & set->types[d]) == 0) continue;
+      set->pending.push_back(
+          nvmlEventData_t{&Handles()[d], e.type, e.data, kNotAvailable, kNotAvailable});
+    }
+  }
+}
+
+void SleepMs(int ms) {
+  timespec ts{0, ms * 1000000L};
+  nanosleep(&ts, nullptr);
+}
+
 unsigned long long NowMicros() {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -158,6 +191,12 @@ EMU_NVML_DECLARE(FnNvmlDeviceGetComputeRunningProcesses, nvmlDeviceGetComputeRun
 EMU_NVML_DECLARE(FnNvmlDeviceGetComputeRunningProcessesV1, nvmlDeviceGetComputeRunningProcesses);
 EMU_NVML_DECLARE(FnNvmlDeviceGetProcessUtilization, nvmlDeviceGetProcessUtilization);
 EMU_NVML_DECLARE(FnNvmlDeviceGetUtilizationRates, nvmlDeviceGetUtilizationRates);
+EMU_NVML_DECLARE(FnNvmlEventSetCreate, nvmlEventSetCreate);
+EMU_NVML_DECLARE(FnNvmlEventSetFree, nvmlEventSetFree);
+EMU_NVML_DECLARE(FnNvmlDeviceGetSupportedEventTypes, nvmlDeviceGetSupportedEventTypes);
+EMU_NVML_DECLARE(FnNvmlDeviceRegisterEvents, nvmlDeviceRegisterEvents);
+EMU_NVML_DECLARE(FnNvmlEventSetWait, nvmlEventSetWait_v2);
+EMU_NVML_DECLARE(FnPaladinEmuPostEvent, paladinEmuNvmlPostEvent);
 #undef EMU_NVML_DECLARE
 
 using paladin::emucuda::NvmlScope;
@@ -191,6 +230,10 @@ EMU_NVML_EXPORT const char* nvmlErrorString(nvmlReturn_t result) {
       return "Not Found";
     case NVML_ERROR_INSUFFICIENT_SIZE:
       return "Insufficient Size";
+    case NVML_ERROR_TIMEOUT:
+      return "Timeout";
+    case NVML_ERROR_GPU_IS_LOST:
+      return "GPU is lost";
     case NVML_ERROR_FUNCTION_NOT_FOUND:
       return "Function Not Found";
     case NVML_ERROR_UNKNOWN:
@@ -331,5 +374,82 @@ EMU_NVML_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
   if (utilization == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   utilization->gpu = 0;
   utilization->memory = 0;
+  return NVML_SUCCESS;
+}
+
+// Events: Xid and ECC events are posted on an emulated device by paladinEmuNvmlPostEvent (the
+// node agent's `fault` command, or a test); every event set registered for them sees them.
+EMU_NVML_EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
+  NvmlScope scope;
+  if (scope.state() == nullptr) return NVML_ERROR_UNINITIALIZED;
+  if (set == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *set = new nvmlEventSet_st();
+  return NVML_SUCCESS;
+}
+
+EMU_NVML_EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+  if (set == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  delete set;
+  return NVML_SUCCESS;
+}
+
+EMU_NVML_EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device,
+                                                              unsigned long long* types) {
+  NvmlScope scope;
+  int index = 0;
+  if (nvmlReturn_t error = scope.Index(device, &index); error != NVML_SUCCESS) return error;
+  if (types == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *types = paladin::emucuda::kEmulatedEventTypes;
+  return NVML_SUCCESS;
+}
+
+// As NVML: registering a kind the device does not support fails with NOT_SUPPORTED and registers
+// nothing. Events posted before registration are not delivered.
+EMU_NVML_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types,
+                                                      nvmlEventSet_t set) {
+  NvmlScope scope;
+  int index = 0;
+  if (nvmlReturn_t error = scope.Index(device, &index); error != NVML_SUCCESS) return error;
+  if (set == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if ((types & ~paladin::emucuda::kEmulatedEventTypes) != 0) return NVML_ERROR_NOT_SUPPORTED;
+  std::lock_guard<std::mutex> lock(set->mu);
+  if (set->types[index] == 0) set->read[index] = scope.state()->LastEvent(index);
+  set->types[index] |= types;
+  return NVML_SUCCESS;
+}
+
+EMU_NVML_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data,
+                                                 unsigned int timeout_ms) {
+  if (set == nullptr || data == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  unsigned int waited_ms = 0;
+  while (true) {
+    {
+      // The gate is entered per look, not for the whole wait: a checkpoint must not wait on it.
+      NvmlScope scope;
+      if (scope.state() == nullptr) return NVML_ERROR_UNINITIALIZED;
+      std::lock_guard<std::mutex> lock(set->mu);
+      paladin::emucuda::CollectEvents(scope, set);
+      if (!set->pending.empty()) {
+        *data = set->pending.front();
+        set->pending.pop_front();
+        return NVML_SUCCESS;
+      }
+    }
+    if (waited_ms >= timeout_ms) return NVML_ERROR_TIMEOUT;
+    paladin::emucuda::SleepMs(paladin::emucuda::kEventPollMs);
+    waited_ms += paladin::emucuda::kEventPollMs;
+  }
+}
+
+EMU_NVML_EXPORT nvmlReturn_t paladinEmuNvmlPostEvent(nvmlDevice_t device, unsigned long long type,
+                                                     unsigned long long data) {
+  NvmlScope scope;
+  int index = 0;
+  if (nvmlReturn_t error = scope.Index(device, &index); error != NVML_SUCCESS) return error;
+  if (type != PALADIN_NVML_EVENT_SINGLE_BIT_ECC && type != PALADIN_NVML_EVENT_DOUBLE_BIT_ECC &&
+      type != PALADIN_NVML_EVENT_XID) {
+    return NVML_ERROR_INVALID_ARGUMENT;
+  }
+  scope.state()->PostEvent(index, type, type == PALADIN_NVML_EVENT_XID ? data : 0);
   return NVML_SUCCESS;
 }

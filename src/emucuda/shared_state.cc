@@ -45,6 +45,16 @@ struct SharedProcess {
   AtomicU32 contexts[kMaxDevices];
 };
 
+// The events posted on one device: a ring of the last kEventRing. An entry's sequence number is
+// written last, so a reader that finds the sequence it expects before and after reading the
+// entry has read it whole.
+struct SharedEvents {
+  AtomicU64 posted;  // sequence number of the newest event (the first is 1)
+  AtomicU64 seq[kEventRing];
+  AtomicU64 type[kEventRing];
+  AtomicU64 data[kEventRing];
+};
+
 struct StateLayout {
   uint64_t magic;
   uint32_t version;
@@ -53,6 +63,7 @@ struct StateLayout {
   AtomicU32 device_count;
   SharedDevice devices[kMaxDevices];
   SharedProcess processes[kMaxProcesses];
+  SharedEvents events[kMaxDevices];  // since version 2
 };
 
 namespace {
@@ -106,6 +117,13 @@ void FillDevices(StateLayout* layout, const std::string& path,
     std::memset(device.name, 0, sizeof(device.name));
     device.total_bytes = present ? device_bytes[i] : 0;
     device.used_bytes.store(0);
+    SharedEvents& events = layout->events[i];
+    events.posted.store(0);
+    for (int e = 0; e < kEventRing; ++e) {
+      events.seq[e].store(0);
+      events.type[e].store(0);
+      events.data[e].store(0);
+    }
     if (!present) continue;
     DeviceUuid(path, i, device.uuid);
     std::snprintf(device.name, sizeof(device.name), "Paladin Emulated GPU %s (emulated)",
@@ -367,6 +385,50 @@ std::vector<SharedState::ProcessUsage> SharedState::ProcessesOn(int device) cons
     if (entry.bytes > 0 || entry.contexts > 0) usage.push_back(entry);
   }
   return usage;
+}
+
+uint64_t SharedState::PostEvent(int device, uint64_t type, uint64_t data) {
+  SharedEvents& events = layout_->events[device];
+  const uint64_t seq = events.posted.fetch_add(1) + 1;
+  const int slot = static_cast<int>(seq % kEventRing);
+  events.seq[slot].store(0, std::memory_order_release);  // being written
+  events.type[slot].store(type);
+  events.data[slot].store(data);
+  events.seq[slot].store(seq, std::memory_order_release);
+  return seq;
+}
+
+uint64_t SharedState::LastEvent(int device) const { return layout_->events[device].posted.load(); }
+
+SharedState::EventRead SharedState::EventsAfter(int device, uint64_t after) const {
+  const SharedEvents& events = layout_->events[device];
+  EventRead read;
+  read.next = after;
+  const uint64_t posted = events.posted.load(std::memory_order_acquire);
+  if (posted < after) {  // the file was re-initialised: start again from its events
+    read.next = 0;
+    after = 0;
+  }
+  uint64_t seq = after + 1;
+  if (posted > after + kEventRing) {  // overwritten before this reader came back
+    read.lost = posted - after - kEventRing;
+    seq = posted - kEventRing + 1;
+  }
+  for (; seq <= posted; ++seq) {
+    const int slot = static_cast<int>(seq % kEventRing);
+    const uint64_t before = events.seq[slot].load(std::memory_order_acquire);
+    const Event event{seq, events.type[slot].load(), events.data[slot].load()};
+    const uint64_t after_read = events.seq[slot].load(std::memory_order_acquire);
+    if (before == seq && after_read == seq) {
+      read.events.push_back(event);
+    } else if (before < seq || after_read < seq) {
+      break;  // still being written: read it next time
+    } else {
+      ++read.lost;  // overwritten while read
+    }
+    read.next = seq;
+  }
+  return read;
 }
 
 std::string UuidString(const unsigned char* uuid) {

@@ -19,7 +19,8 @@
 namespace paladin::emucuda {
 
 inline constexpr int kMaxProcesses = 256;
-inline constexpr uint32_t kStateVersion = 1;
+inline constexpr int kEventRing = 8;  // events kept per device for readers to catch up
+inline constexpr uint32_t kStateVersion = 2;
 
 struct StateLayout;  // shared_state.cc
 
@@ -64,6 +65,25 @@ class SharedState {
   void SweepDead();
   // The live processes that hold bytes or contexts on `device`.
   std::vector<ProcessUsage> ProcessesOn(int device) const;
+
+  // Device events (NVML's Xid and ECC events), numbered from 1 per device. Every process mapping
+  // the file sees them; each reader keeps the number of the last one it has read.
+  struct Event {
+    uint64_t seq;
+    uint64_t type;  // NVML event type bit
+    uint64_t data;  // the Xid, for an Xid event
+  };
+  struct EventRead {
+    std::vector<Event> events;  // in order
+    uint64_t next = 0;          // pass as `after` next time
+    uint64_t lost = 0;          // overwritten before they were read
+  };
+  // Posts an event on `device`; returns its number.
+  uint64_t PostEvent(int device, uint64_t type, uint64_t data);
+  // The number of the newest event on `device` (0: none yet).
+  uint64_t LastEvent(int device) const;
+  // The events on `device` numbered after `after`.
+  EventRead EventsAfter(int device, uint64_t after) const;
 
  private:
   SharedState(std::string path, StateLayout* layout) : path_(std::move(path)), layout_(layout) {}

@@ -49,6 +49,12 @@ StatusOr<std::unique_ptr<Nvml>> Nvml::Load(const std::string& library) {
   Resolve(handle, "nvmlDeviceGetComputeRunningProcesses_v3", &n->processes_);
   Resolve(handle, "nvmlDeviceGetProcessUtilization", &n->process_util_);
   Resolve(handle, "nvmlDeviceGetUtilizationRates", &n->util_);
+  Resolve(handle, "nvmlEventSetCreate", &n->event_set_create_);
+  Resolve(handle, "nvmlEventSetFree", &n->event_set_free_);
+  Resolve(handle, "nvmlDeviceGetSupportedEventTypes", &n->supported_events_);
+  Resolve(handle, "nvmlDeviceRegisterEvents", &n->register_events_);
+  Resolve(handle, "nvmlEventSetWait_v2", &n->event_wait_);
+  Resolve(handle, "paladinEmuNvmlPostEvent", &n->emu_post_event_);
   nvmlReturn_t r = n->init_();
   if (r != NVML_SUCCESS) {
     n->init_ = nullptr;  // nothing to shut down
@@ -58,6 +64,7 @@ StatusOr<std::unique_ptr<Nvml>> Nvml::Load(const std::string& library) {
 }
 
 Nvml::~Nvml() {
+  if (event_set_ != nullptr && event_set_free_ != nullptr) event_set_free_(event_set_);
   if (init_ != nullptr && shutdown_ != nullptr) shutdown_();
   // The library stays loaded: NVML does not support being unloaded and reloaded cleanly.
 }
@@ -148,6 +155,135 @@ StatusOr<std::vector<GpuProcess>> Nvml::Processes(const std::string& uuid) const
     }
   }
   return out;
+}
+
+namespace {
+
+// Xids that an application's own errors cause; the GPU itself is fine.
+bool ApplicationXid(uint64_t xid) {
+  switch (xid) {
+    case 13:   // graphics engine exception (an illegal instruction or address in a kernel)
+    case 31:   // GPU memory page fault (a kernel's bad pointer)
+    case 43:   // GPU stopped processing (the context was reset after a fault)
+    case 45:   // preemptive cleanup (a process killed while it had work queued)
+    case 68:   // video decoder exception
+    case 109:  // context switch timeout (a kernel that does not yield)
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string EventKinds(uint64_t types) {
+  std::string kinds;
+  auto add = [&kinds](const char* kind) {
+    kinds += (kinds.empty() ? "" : ", ") + std::string(kind);
+  };
+  if ((types & PALADIN_NVML_EVENT_XID) != 0) add("xid");
+  if ((types & PALADIN_NVML_EVENT_DOUBLE_BIT_ECC) != 0) add("ecc double-bit");
+  if ((types & PALADIN_NVML_EVENT_SINGLE_BIT_ECC) != 0) add("ecc single-bit");
+  return kinds;
+}
+
+}  // namespace
+
+HealthVerdict JudgeHealthEvent(const HealthEvent& event) {
+  if (event.gpu_lost) return {true, "gpu lost"};
+  switch (event.type) {
+    case PALADIN_NVML_EVENT_XID: {
+      const std::string fault = "xid " + std::to_string(event.data);
+      return {!ApplicationXid(event.data), fault};
+    }
+    case PALADIN_NVML_EVENT_DOUBLE_BIT_ECC:
+      return {true, "ecc double-bit"};
+    case PALADIN_NVML_EVENT_SINGLE_BIT_ECC:
+      return {false, "ecc single-bit"};
+    default:
+      return {false, "nvml event " + std::to_string(event.type)};
+  }
+}
+
+StatusOr<std::vector<std::string>> Nvml::WatchHealth(const std::vector<std::string>& uuids) {
+  if (event_set_create_ == nullptr || register_events_ == nullptr || event_wait_ == nullptr) {
+    return FailedPrecondition("this NVML has no event API (nvmlEventSetWait_v2)");
+  }
+  if (event_set_ == nullptr) {
+    nvmlReturn_t r = event_set_create_(&event_set_);
+    if (r != NVML_SUCCESS) {
+      event_set_ = nullptr;
+      return Internal("nvmlEventSetCreate: " + Error(r));
+    }
+  }
+  std::vector<std::string> watched;
+  std::string refused;
+  for (const std::string& uuid : uuids) {
+    nvmlDevice_t device = nullptr;
+    nvmlReturn_t r = by_uuid_(uuid.c_str(), &device);
+    if (r != NVML_SUCCESS) return NotFound("no GPU with UUID " + uuid + ": " + Error(r));
+    unsigned long long supported = PALADIN_NVML_EVENT_HEALTH;
+    if (supported_events_ != nullptr && supported_events_(device, &supported) != NVML_SUCCESS) {
+      supported = PALADIN_NVML_EVENT_HEALTH;  // unknown: try them all
+    }
+    uint64_t types = supported & PALADIN_NVML_EVENT_HEALTH;
+    r = types == 0 ? NVML_ERROR_NOT_SUPPORTED : register_events_(device, types, event_set_);
+    // ECC events are refused where ECC is off; Xid alone is still worth having.
+    if (r == NVML_ERROR_NOT_SUPPORTED && (types & PALADIN_NVML_EVENT_XID) != 0) {
+      types = PALADIN_NVML_EVENT_XID;
+      r = register_events_(device, types, event_set_);
+    }
+    if (r != NVML_SUCCESS) {
+      refused += (refused.empty() ? "" : "; ") + uuid + ": " + Error(r);
+      continue;
+    }
+    watched.push_back(uuid + ": " + EventKinds(types));
+  }
+  if (watched.empty() && !uuids.empty()) {
+    return FailedPrecondition("no GPU accepts health events (" + refused + ")");
+  }
+  return watched;
+}
+
+StatusOr<std::optional<HealthEvent>> Nvml::WaitHealthEvent(unsigned int timeout_ms) {
+  if (event_set_ == nullptr) return FailedPrecondition("WatchHealth was not called");
+  nvmlEventData_t data{};
+  nvmlReturn_t r = event_wait_(event_set_, &data, timeout_ms);
+  if (r == NVML_ERROR_TIMEOUT) return std::optional<HealthEvent>();
+  HealthEvent event;
+  if (r == NVML_ERROR_GPU_IS_LOST) {
+    event.gpu_lost = true;
+  } else if (r != NVML_SUCCESS) {
+    return Internal("nvmlEventSetWait_v2: " + Error(r));
+  } else {
+    event.type = data.eventType;
+    event.data = data.eventData;
+  }
+  if (data.device != nullptr) {
+    char buf[128] = {0};
+    if (uuid_(data.device, buf, sizeof buf) == NVML_SUCCESS) event.uuid = buf;
+  }
+  return std::optional<HealthEvent>(std::move(event));
+}
+
+Status Nvml::Probe(const std::string& uuid) const {
+  nvmlDevice_t device = nullptr;
+  nvmlReturn_t r = by_uuid_(uuid.c_str(), &device);
+  if (r != NVML_SUCCESS) return NotFound("no GPU with UUID " + uuid + ": " + Error(r));
+  nvmlMemory_t mem{};
+  r = memory_(device, &mem);
+  if (r != NVML_SUCCESS) return Unavailable(uuid + ": " + Error(r));
+  return Status::Ok();
+}
+
+Status Nvml::PostEmulatedEvent(const std::string& uuid, uint64_t type, uint64_t data) {
+  if (emu_post_event_ == nullptr) {
+    return FailedPrecondition("events are posted on emulated GPUs only; this NVML is NVIDIA's");
+  }
+  nvmlDevice_t device = nullptr;
+  nvmlReturn_t r = by_uuid_(uuid.c_str(), &device);
+  if (r != NVML_SUCCESS) return NotFound("no GPU with UUID " + uuid + ": " + Error(r));
+  r = emu_post_event_(device, type, data);
+  if (r != NVML_SUCCESS) return InvalidArgument("cannot post the event: " + Error(r));
+  return Status::Ok();
 }
 
 }  // namespace paladin::gpu

@@ -266,8 +266,11 @@ void Control::ApplyReport(NodeRecord& n, const Json& r, bool /*registering*/) {
   if (found == jobs_.end()) return kill("unknown job", "");
   JobRecord& j = found->second;
   MigrationRecord* m = ActiveMigration(j);
-  if (m != nullptr && m->to_node == n.name && !m->commit_answer.value_or(false)) {
-    return;  // the destination's copy, not committed yet: the migration owns it
+  // The destination's copy is the one at the migration's new epoch (within a node, the source's
+  // copy reports from the same agent at the old one).
+  const bool destination_copy = m != nullptr && m->to_node == n.name && epoch == m->new_epoch;
+  if (destination_copy && !m->commit_answer.value_or(false)) {
+    return;  // not committed yet: the migration owns it
   }
   if (j.Terminal()) {
     return kill("the job has ended (" + j.state + ")", j.team);
@@ -326,8 +329,8 @@ void Control::ApplyReport(NodeRecord& n, const Json& r, bool /*registering*/) {
     j.preempted = false;
     j.reason = "running on " + n.name + "/" + std::to_string(j.gpu);
   }
-  if (state == "running" && j.state == "migrating" && m != nullptr &&
-      m->commit_answer.value_or(false) && m->to_node == n.name) {
+  if (state == "running" && j.state == "migrating" && destination_copy &&
+      m->commit_answer.value_or(false)) {
     FinishMigration(*m);
   }
   if (state == "exited") {

@@ -46,7 +46,15 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
   }
   auto dest = nodes_.find(to);
   if (dest == nodes_.end()) return NotFound("node " + to + " not found");
-  if (to == j.node) return FailedPrecondition("job " + j.id + " already runs on " + to);
+  // Within a node a job moves to another of its GPUs, named.
+  if (to == j.node && to_gpu < 0) {
+    return FailedPrecondition("job " + j.id + " already runs on " + to +
+                              "; name another of its GPUs (" + to + "/GPU)");
+  }
+  if (to == j.node && to_gpu == j.gpu) {
+    return FailedPrecondition("job " + j.id + " already runs on " + to + "/" +
+                              std::to_string(to_gpu));
+  }
   if (dest->second.state != "alive" || dest->second.draining) {
     return FailedPrecondition("node " + to + " is " + dest->second.state);
   }
@@ -376,9 +384,10 @@ StatusOr<Json> Control::Fault(const std::string& node, int gpu, const Json& body
   if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
   std::string kind = "xid";
   if (body.contains("kind") && !body["kind"].is_null()) {
-    if (!body["kind"].is_string()) return InvalidArgument("kind: expected \"xid\" or \"ecc\"");
+    constexpr const char* kKinds = "kind: expected \"xid\", \"ecc\" or \"ecc-corrected\"";
+    if (!body["kind"].is_string()) return InvalidArgument(kKinds);
     kind = body["kind"].get<std::string>();
-    if (kind != "xid" && kind != "ecc") return InvalidArgument("kind: expected \"xid\" or \"ecc\"");
+    if (kind != "xid" && kind != "ecc" && kind != "ecc-corrected") return InvalidArgument(kKinds);
   }
   int64_t code = 79;
   if (body.contains("code") && !body["code"].is_null()) {
@@ -394,7 +403,9 @@ StatusOr<Json> Control::Fault(const std::string& node, int gpu, const Json& body
   if (!g->emulated)
     return FailedPrecondition("GPU " + std::to_string(gpu) + " of " + node +
                               " is a real GPU: faults are injected into emulated ones");
-  SendCommand(node, "fault", nullptr, Json{{"gpu_index", gpu}, {"kind", kind}, {"code", code}});
+  // "kind" names the command itself: the fault's kind travels as fault_kind.
+  SendCommand(node, "fault", nullptr,
+              Json{{"gpu_index", gpu}, {"fault_kind", kind}, {"code", code}});
   PALADIN_RETURN_IF_ERROR(Flush());
   return Json{{"node", node}, {"gpu", gpu}, {"kind", kind}, {"code", code}, {"sent", true}};
 }
@@ -412,7 +423,8 @@ void Control::GpuHealthMoves() {
     core::Decision d = packer_.Schedule(view.fleet, ShapeOf(j, 0), rng_, options);
     if (!d.placed) continue;
     const std::string& to = view.names[static_cast<size_t>(d.placement.node)];
-    if (to == j.node || HasIncomingMigration(to)) continue;
+    if (HasIncomingMigration(to)) continue;
+    // The unhealthy GPU is not in the view: the packer may well choose another GPU of this node.
     const int gpu = view.gpu_index[static_cast<size_t>(d.placement.node)]
                                   [static_cast<size_t>(d.placement.gpus[0])];
     (void)StartMigration(j, to, gpu, "GPU " + std::to_string(j.gpu) + " unhealthy", nullptr);

@@ -6,6 +6,7 @@
 // MISMATCH or as generations starting over.
 //
 // Needs root (workloads run as nobody in PID namespaces; CRIU) and CRIU: exits 77 without them.
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -466,6 +467,80 @@ TEST_F(AgentTest, StartResizeFaultExitKill) {
   EXPECT_TRUE(WaitFor(10, [&] { return !Alive(pid); }));
   EXPECT_TRUE(WaitFor(10, [&] { return !server_.Job(Node("a"), "j1").has_value(); }));
   EXPECT_FALSE(fs::exists(Data("a") + "/runs/j1-1"));
+}
+
+// Posts an event on an emulated GPU of agent `data_dir` from another process, as the GPU's
+// hardware would (through the emulated NVML, not through the agent); returns NVML's answer.
+int PostGpuEvent(const std::string& data_dir, const std::string& uuid, unsigned long long type,
+                 unsigned long long xid) {
+  pid_t child = fork();
+  if (child == 0) {
+    setenv("PALADIN_EMU_STATE", (data_dir + "/emu.state").c_str(), 1);
+    setenv("PALADIN_EMU_GPUS", "2x4GiB", 1);  // as the agent has them (StartAgent)
+    const std::string lib = fs::path(PALADIN_BIN).parent_path() / "libpaladin-emucuda.so";
+    void* emu = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (emu == nullptr) _exit(100);
+    using Init = int (*)();
+    using ByUuid = int (*)(const char*, void**);
+    using Post = int (*)(void*, unsigned long long, unsigned long long);
+    auto init = reinterpret_cast<Init>(dlsym(emu, "nvmlInit_v2"));
+    auto by_uuid = reinterpret_cast<ByUuid>(dlsym(emu, "nvmlDeviceGetHandleByUUID"));
+    auto post = reinterpret_cast<Post>(dlsym(emu, "paladinEmuNvmlPostEvent"));
+    if (init == nullptr || by_uuid == nullptr || post == nullptr || init() != 0) _exit(101);
+    void* device = nullptr;
+    if (by_uuid(uuid.c_str(), &device) != 0) _exit(102);
+    _exit(post(device, type, xid));
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// GPU health from NVML events: an event from the GPU itself (posted by another process, not by
+// a command) marks it unhealthy; Xids an application causes and corrected ECC errors do not; the
+// `fault` command goes the same way; a fault of no known kind is refused.
+TEST_F(AgentTest, HealthEventsMarkGpusUnhealthy) {
+  StartAgent("a", {"--kill-on-exit"});
+  ASSERT_FALSE(server_.Registrations(Node("a")).empty());
+  ASSERT_TRUE(WaitFor(10, [&] {
+    return AgentLog("a").find("watching health events of") != std::string::npos;
+  })) << AgentLog("a");
+  auto health = [&](int index) {
+    const Json gpus = server_.Gpus(Node("a"));
+    if (!gpus.is_array()) return std::string("?");
+    for (const Json& g : gpus) {
+      if (g["index"] == index)
+        return g["healthy"] == true ? std::string("healthy") : g["fault"].get<std::string>();
+    }
+    return std::string("?");
+  };
+  // An application's Xid, from the GPU: logged, the GPU stays healthy.
+  ASSERT_EQ(PostGpuEvent(Data("a"), GpuUuid("a", 1), 0x8, 13), 0);
+  ASSERT_TRUE(WaitFor(10, [&] {
+    return AgentLog("a").find("xid 13 (the GPU stays healthy)") != std::string::npos;
+  })) << AgentLog("a");
+  // An uncorrectable ECC error, from the GPU: unhealthy.
+  ASSERT_EQ(PostGpuEvent(Data("a"), GpuUuid("a", 1), 0x2, 0), 0);
+  EXPECT_TRUE(WaitFor(10, [&] { return health(1) == "ecc double-bit"; }))
+      << server_.Gpus(Node("a")).dump() << AgentLog("a");
+  EXPECT_EQ(health(0), "healthy");
+
+  const Json corrected =
+      Run("a", {{"kind", "fault"}, {"gpu_index", 0}, {"fault_kind", "ecc-corrected"}});
+  EXPECT_TRUE(corrected.value("ok", false)) << corrected.dump();
+  const Json bad = Run("a", {{"kind", "fault"}, {"gpu_index", 0}, {"fault_kind", "melted"}});
+  EXPECT_FALSE(bad.value("ok", true)) << bad.dump();
+  EXPECT_NE(bad.value("error", "").find("fault_kind"), std::string::npos) << bad.dump();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // a heartbeat or more
+  EXPECT_EQ(health(0), "healthy");
+  const Json xid =
+      Run("a", {{"kind", "fault"}, {"gpu_index", 0}, {"fault_kind", "xid"}, {"code", 79}});
+  EXPECT_TRUE(xid.value("ok", false)) << xid.dump();
+  EXPECT_TRUE(WaitFor(10, [&] { return health(0) == "xid 79"; })) << server_.Gpus(Node("a")).dump();
+  // The first fault stays: a later one does not overwrite why the GPU went bad.
+  ASSERT_EQ(PostGpuEvent(Data("a"), GpuUuid("a", 1), 0x8, 79), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(health(1), "ecc double-bit");
 }
 
 // checkpoint keep: the job runs on; killed, then restored from the image onto the other GPU, it

@@ -2,7 +2,10 @@
 # `paladin up`, a fleet of one, as its user meets it: it starts a server and one agent, writes the
 # CLI's configuration so that `paladin submit`/`ps`/`logs` need no flags, runs a submitted job as
 # an unprivileged user under its quota, stops cleanly on SIGTERM leaving the job running, and a
-# second `paladin up` on the same data re-adopts it. Stops everything it started.
+# second `paladin up` on the same data re-adopts it; the job moves to the node's other GPU
+# (`paladin job migrate --to NODE/GPU`), and back when an Xid injected into that GPU (through the
+# emulated NVML's events, `paladin fault`) marks it unhealthy, its memory verified throughout.
+# Stops everything it started.
 #
 #   up_test.sh PALADIN DEMO_WORKLOAD
 set -u
@@ -28,10 +31,10 @@ cleanup() {
 }
 trap cleanup EXIT
 job_field() {
-  "$PALADIN" show "$1" --json 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin).get('$2'))"
+  "$PALADIN" show "$1" --json 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin).get('$2'))" 2>/dev/null
 }
 start_up() {
-  "$PALADIN" up --data "$work/up" --listen 127.0.0.1:0 --emulated-gpus 1x8GiB \
+  "$PALADIN" up --data "$work/up" --listen 127.0.0.1:0 --emulated-gpus 2x4GiB \
     >>"$work/up.log" 2>&1 &
   up_pid=$!
   wait_for 90 "grep -q 'ready' '$work/up.log'"
@@ -81,6 +84,26 @@ before=$("$PALADIN" logs "$id" | grep -o '^gen [0-9]*' | tail -1 | awk '{print $
 sleep 2
 after=$("$PALADIN" logs "$id" | grep -o '^gen [0-9]*' | tail -1 | awk '{print $2}')
 check_sh "((after > before))" "its logs keep coming (gen $before -> $after)"
+last_gen() { "$PALADIN" logs "$id" | grep -o '^gen [0-9]*' | tail -1 | awk '{print $2}'; }
+node=$(job_field "$id" node)
+from=$(job_field "$id" gpu)
+to=$((1 - from))
+gen_before=$(last_gen)
+check_sh "'$PALADIN' job migrate $id --to $node/$to >/dev/null" \
+  "paladin job migrate moves it to the node's other GPU ($node/$from -> $node/$to)"
+check_sh "[[ \$(job_field $id gpu) == $to && \$(job_field $id state) == running ]]" "it runs on GPU $to"
+"$PALADIN" fault "$node/$to" --kind xid --code 79 >/dev/null
+wait_for 20 "'$PALADIN' nodes --json | grep -q 'xid 79'"
+check_sh "'$PALADIN' nodes --json | grep -q 'xid 79'" "an injected Xid 79 marks GPU $to unhealthy"
+if wait_for 60 "[[ \$(job_field $id gpu) == $from && \$(job_field $id state) == running ]]"; then
+  pass "the job moved off the unhealthy GPU, back to $node/$from"
+else
+  fail "the job did not leave the unhealthy GPU: $("$PALADIN" show "$id" 2>&1 | tail -n 5)"
+fi
+wait_for 30 "(( \$(last_gen) > gen_before + 5 ))"
+check_sh "(( \$(last_gen) > gen_before + 5 ))" "its generations went on across both moves ($gen_before -> $(last_gen))"
+check_sh "! '$PALADIN' logs $id | grep -q MISMATCH" "its GPU memory verified after each move"
+check_sh "[[ \$(job_field $id epoch) -ge 3 ]]" "two moves, two new epochs"
 "$PALADIN" cancel "$id" >/dev/null
 wait_for 30 "[[ \$(job_field $id state) == cancelled ]]"
 check_sh "[[ \$(job_field $id state) == cancelled ]]" "paladin cancel ends it"

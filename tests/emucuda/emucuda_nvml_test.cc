@@ -1,5 +1,6 @@
 // The emulated NVML: devices, UUID strings, memory of the whole device, per-process figures
-// (including each process's context overhead) and utilisation.
+// (including each process's context overhead), utilisation, and health events (Xid, ECC) posted
+// by one process and seen by every other watching the device.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -161,4 +162,78 @@ TEST_F(EmuNvmlTest, MemoryAndProcessesCoverEveryProcessAndContextOverhead) {
 }
 
 }  // namespace
+// Events reach every process that registered for their kind on their device, after it
+// registered; a reader that falls more than the ring behind gets the newest, in order.
+TEST_F(EmuNvmlTest, HealthEventsReachEveryWatcherOfTheirDeviceAndKind) {
+  EXPECT_EQ(RunInChild(
+                Env({{"PALADIN_EMU_GPUS", "2x1GiB"}}),
+                [] {
+                  Emu emu = Emu::Load();
+                  CHILD_CHECK_EQ(emu.nvmlInit_v2(), NVML_SUCCESS);
+                  nvmlDevice_t gpu1 = Handle(emu, 1);
+                  unsigned long long supported = 0;
+                  CHILD_CHECK_EQ(emu.nvmlDeviceGetSupportedEventTypes(gpu1, &supported),
+                                 NVML_SUCCESS);
+                  CHILD_CHECK_EQ(supported, PALADIN_NVML_EVENT_HEALTH);
+                  // Posted before anyone registered: nobody hears it.
+                  CHILD_CHECK_EQ(emu.paladinEmuNvmlPostEvent(gpu1, PALADIN_NVML_EVENT_XID, 31),
+                                 NVML_SUCCESS);
+                  nvmlEventSet_t set = nullptr;
+                  CHILD_CHECK_EQ(emu.nvmlEventSetCreate(&set), NVML_SUCCESS);
+                  CHILD_CHECK_EQ(emu.nvmlDeviceRegisterEvents(gpu1, 0x4 /* pstate */, set),
+                                 NVML_ERROR_NOT_SUPPORTED);
+                  CHILD_CHECK_EQ(
+                      emu.nvmlDeviceRegisterEvents(
+                          gpu1, PALADIN_NVML_EVENT_XID | PALADIN_NVML_EVENT_DOUBLE_BIT_ECC, set),
+                      NVML_SUCCESS);
+                  nvmlEventData_t data{};
+                  CHILD_CHECK_EQ(emu.nvmlEventSetWait_v2(set, &data, 0), NVML_ERROR_TIMEOUT);
+
+                  // Another process posts: an Xid and a double-bit ECC error on GPU 1 (registered),
+                  // a single-bit one on GPU 1 (kind not registered), an Xid on GPU 0 (device not).
+                  pid_t poster = ForkChild();
+                  if (poster == 0) {
+                    Emu other = Emu::Load();
+                    CHILD_CHECK_EQ(other.nvmlInit_v2(), NVML_SUCCESS);
+                    CHILD_CHECK_EQ(other.paladinEmuNvmlPostEvent(
+                                       Handle(other, 1), PALADIN_NVML_EVENT_SINGLE_BIT_ECC, 0),
+                                   NVML_SUCCESS);
+                    CHILD_CHECK_EQ(
+                        other.paladinEmuNvmlPostEvent(Handle(other, 0), PALADIN_NVML_EVENT_XID, 48),
+                        NVML_SUCCESS);
+                    CHILD_CHECK_EQ(
+                        other.paladinEmuNvmlPostEvent(Handle(other, 1), PALADIN_NVML_EVENT_XID, 79),
+                        NVML_SUCCESS);
+                    CHILD_CHECK_EQ(other.paladinEmuNvmlPostEvent(
+                                       Handle(other, 1), PALADIN_NVML_EVENT_DOUBLE_BIT_ECC, 5),
+                                   NVML_SUCCESS);
+                    CHILD_CHECK_EQ(other.paladinEmuNvmlPostEvent(Handle(other, 1), 0x4, 0),
+                                   NVML_ERROR_INVALID_ARGUMENT);
+                    _exit(0);
+                  }
+                  CHILD_CHECK_EQ(WaitExit(poster), 0);
+                  CHILD_CHECK_EQ(emu.nvmlEventSetWait_v2(set, &data, 2000), NVML_SUCCESS);
+                  CHILD_CHECK(data.device == gpu1);
+                  CHILD_CHECK_EQ(data.eventType, PALADIN_NVML_EVENT_XID);
+                  CHILD_CHECK_EQ(data.eventData, 79ull);
+                  CHILD_CHECK_EQ(emu.nvmlEventSetWait_v2(set, &data, 0), NVML_SUCCESS);
+                  CHILD_CHECK_EQ(data.eventType, PALADIN_NVML_EVENT_DOUBLE_BIT_ECC);
+                  CHILD_CHECK_EQ(data.eventData, 0ull);  // only an Xid carries data
+                  CHILD_CHECK_EQ(emu.nvmlEventSetWait_v2(set, &data, 50), NVML_ERROR_TIMEOUT);
+
+                  // Twelve Xids while nobody reads: the ring keeps the newest eight, in order.
+                  for (unsigned long long xid = 101; xid <= 112; ++xid) {
+                    CHILD_CHECK_EQ(emu.paladinEmuNvmlPostEvent(gpu1, PALADIN_NVML_EVENT_XID, xid),
+                                   NVML_SUCCESS);
+                  }
+                  for (unsigned long long xid = 105; xid <= 112; ++xid) {
+                    CHILD_CHECK_EQ(emu.nvmlEventSetWait_v2(set, &data, 0), NVML_SUCCESS);
+                    CHILD_CHECK_EQ(data.eventData, xid);
+                  }
+                  CHILD_CHECK_EQ(emu.nvmlEventSetWait_v2(set, &data, 0), NVML_ERROR_TIMEOUT);
+                  CHILD_CHECK_EQ(emu.nvmlEventSetFree(set), NVML_SUCCESS);
+                }),
+            0);
+}
+
 }  // namespace paladin::emucuda::test

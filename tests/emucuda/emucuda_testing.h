@@ -135,7 +135,13 @@ struct Emu {
   X(FnNvmlDeviceGetComputeRunningProcesses, nvmlDeviceGetComputeRunningProcesses_v2) \
   X(FnNvmlDeviceGetComputeRunningProcessesV1, nvmlDeviceGetComputeRunningProcesses)  \
   X(FnNvmlDeviceGetProcessUtilization, nvmlDeviceGetProcessUtilization)              \
-  X(FnNvmlDeviceGetUtilizationRates, nvmlDeviceGetUtilizationRates)
+  X(FnNvmlDeviceGetUtilizationRates, nvmlDeviceGetUtilizationRates)                  \
+  X(FnNvmlEventSetCreate, nvmlEventSetCreate)                                        \
+  X(FnNvmlEventSetFree, nvmlEventSetFree)                                            \
+  X(FnNvmlDeviceGetSupportedEventTypes, nvmlDeviceGetSupportedEventTypes)            \
+  X(FnNvmlDeviceRegisterEvents, nvmlDeviceRegisterEvents)                            \
+  X(FnNvmlEventSetWait, nvmlEventSetWait_v2)                                         \
+  X(FnPaladinEmuPostEvent, paladinEmuNvmlPostEvent)
 #define EMU_TEST_MEMBER(type, name) type name = nullptr;
   EMU_TEST_FUNCTIONS(EMU_TEST_MEMBER)
 #undef EMU_TEST_MEMBER

@@ -115,7 +115,8 @@ class FakeAgent {
         gpu_bytes_(gpu_bytes),
         port_(port) {}
 
-  bool checkpointable = true;  // what Register() says of its workloads
+  bool checkpointable = true;        // what Register() says of its workloads
+  Json gpu_reports = Json::array();  // what Heartbeat() says of the GPUs (health, use)
 
   Status Register() {
     Json gpus = Json::array();
@@ -145,7 +146,7 @@ class FakeAgent {
       jobs.push_back(Report(j));
       j.stdout_text.clear();
     }
-    Json body = {{"gpus", Json::array()}, {"jobs", jobs}, {"results", results_}};
+    Json body = {{"gpus", gpu_reports}, {"jobs", jobs}, {"results", results_}};
     StatusOr<Json> r = client_.Post("/v1/agents/" + name_ + "/heartbeat", body);
     if (!r.ok()) return r.status();
     results_ = Json::array();

@@ -169,6 +169,45 @@ TEST_F(MigrationTest, DrainMovesJobsOff) {
   EXPECT_EQ(Job(admin, id)["state"], "migrating");
 }
 
+// A GPU its agent reports unhealthy (an NVML Xid or ECC event) loses its jobs to a healthy GPU
+// and gets no new ones. The admin's fault injection reaches the agent with its kind.
+TEST_F(MigrationTest, AnUnhealthyGpusJobsMoveOff) {
+  const std::string id = RunningJob();
+  api::Client admin = h_.Admin();
+  StatusOr<Json> injected =
+      admin.Post("/v1/nodes/node-a/gpus/0/fault", Json{{"kind", "ecc"}, {"code", 0}});
+  ASSERT_TRUE(injected.ok()) << injected.status().ToString();
+  std::optional<Json> fault = AwaitCommand(a_, "fault", "");
+  ASSERT_TRUE(fault.has_value());
+  EXPECT_EQ((*fault)["fault_kind"], "ecc");
+  EXPECT_EQ((*fault)["gpu_index"], 0);
+  EXPECT_FALSE(admin.Post("/v1/nodes/node-a/gpus/0/fault", Json{{"kind", "melted"}}).ok());
+
+  a_.gpu_reports = Json::array(
+      {{{"index", 0}, {"healthy", false}, {"fault", "ecc double-bit"}, {"used_bytes", 0}}});
+  ASSERT_TRUE(a_.Heartbeat().ok());
+  std::optional<Json> in = AwaitCommand(b_, "migrate_in", id);
+  ASSERT_TRUE(in.has_value());
+  EXPECT_EQ(Job(admin, id)["state"], "migrating");
+  StatusOr<Json> nodes = admin.Get("/v1/nodes");
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  Json node_a;
+  for (const Json& n : (*nodes)["nodes"]) {
+    if (n["name"] == "node-a") node_a = n;
+  }
+  ASSERT_TRUE(node_a.is_object()) << nodes->dump();
+  EXPECT_EQ(node_a["gpus"][0]["healthy"], false) << node_a.dump();
+  EXPECT_EQ(node_a["gpus"][0]["fault"], "ecc double-bit") << node_a.dump();
+
+  // A new job goes to the healthy GPU.
+  StatusOr<Json> next =
+      admin.Post("/v1/jobs", Json{{"command", {"w"}}, {"gpu_mem", "1GiB"}, {"team", "t"}});
+  ASSERT_TRUE(next.ok());
+  const std::string next_id = (*next)["id"];
+  EXPECT_TRUE(AwaitCommand(b_, "start", next_id).has_value());
+  for (const Json& c : a_.commands()) EXPECT_NE(c.value("job", ""), next_id) << c.dump();
+}
+
 class CheckpointTest : public MigrationTest {
  protected:
   static ServerOptions Options() {

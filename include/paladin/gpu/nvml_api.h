@@ -16,7 +16,9 @@ enum {
   NVML_ERROR_NO_PERMISSION = 4,
   NVML_ERROR_NOT_FOUND = 6,
   NVML_ERROR_INSUFFICIENT_SIZE = 7,
+  NVML_ERROR_TIMEOUT = 10,
   NVML_ERROR_FUNCTION_NOT_FOUND = 13,
+  NVML_ERROR_GPU_IS_LOST = 15,
   NVML_ERROR_UNKNOWN = 999,
 };
 
@@ -92,6 +94,38 @@ typedef struct nvmlProcessInfo_v1_st {
 typedef nvmlReturn_t (*FnNvmlDeviceGetComputeRunningProcessesV1)(nvmlDevice_t device,
                                                                  unsigned int* count,
                                                                  nvmlProcessInfo_v1_t* infos);
+
+// Events (nvmlDeviceRegisterEvents, nvmlEventSetWait_v2): the kinds Paladin watches for GPU health.
+#define PALADIN_NVML_EVENT_SINGLE_BIT_ECC 0x1ull  // nvmlEventTypeSingleBitEccError
+#define PALADIN_NVML_EVENT_DOUBLE_BIT_ECC 0x2ull  // nvmlEventTypeDoubleBitEccError
+#define PALADIN_NVML_EVENT_XID 0x8ull             // nvmlEventTypeXidCriticalError
+#define PALADIN_NVML_EVENT_HEALTH \
+  (PALADIN_NVML_EVENT_SINGLE_BIT_ECC | PALADIN_NVML_EVENT_DOUBLE_BIT_ECC | PALADIN_NVML_EVENT_XID)
+
+typedef struct nvmlEventSet_st* nvmlEventSet_t;
+
+typedef struct nvmlEventData_st {
+  nvmlDevice_t device;
+  unsigned long long eventType;
+  unsigned long long eventData;  // the Xid for an Xid event (999: unknown), 0 otherwise
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+typedef nvmlReturn_t (*FnNvmlEventSetCreate)(nvmlEventSet_t* set);
+typedef nvmlReturn_t (*FnNvmlEventSetFree)(nvmlEventSet_t set);
+typedef nvmlReturn_t (*FnNvmlDeviceGetSupportedEventTypes)(nvmlDevice_t device,
+                                                           unsigned long long* types);
+typedef nvmlReturn_t (*FnNvmlDeviceRegisterEvents)(nvmlDevice_t device, unsigned long long types,
+                                                   nvmlEventSet_t set);
+typedef nvmlReturn_t (*FnNvmlEventSetWait)(nvmlEventSet_t set, nvmlEventData_t* data,
+                                           unsigned int timeout_ms);
+
+// Paladin's own addition to the emulated NVML (absent from NVIDIA's): posts an event on an
+// emulated device, as the hardware would, to every process watching it. `type` is one event
+// kind above; `data` the Xid for an Xid event.
+typedef nvmlReturn_t (*FnPaladinEmuPostEvent)(nvmlDevice_t device, unsigned long long type,
+                                              unsigned long long data);
 
 #ifdef __cplusplus
 }  // extern "C"
