@@ -199,7 +199,9 @@ void InstallRoutes(httplib::Server& http, Control& control) {
     if (kStates.count(state) == 0) {
       return Error(InvalidArgument("state: '" + state.substr(0, 32) + "' is not a job state"));
     }
-    return FromResult(c->ListJobs(who, team, state, all == "1" || all == "true"));
+    StatusOr<std::string> jobs = c->ListJobs(who, team, state, all == "1" || all == "true");
+    if (!jobs.ok()) return Error(jobs.status());
+    return Reply{200, Json(), std::move(*jobs), "application/json"};
   });
   r.Get(R"(/v1/jobs/([^/]+))", Access::kUser,
         [c](const httplib::Request& req, const Principal& who) {

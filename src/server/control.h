@@ -78,8 +78,9 @@ class Control {
 
   // --- jobs (docs/formats/api.md) ---
   StatusOr<Json> Submit(const Principal& who, const Json& body);
-  StatusOr<Json> ListJobs(const Principal& who, const std::string& team, const std::string& state,
-                          bool all);
+  // GET /v1/jobs, as the reply's JSON text.
+  StatusOr<std::string> ListJobs(const Principal& who, const std::string& team,
+                                 const std::string& state, bool all);
   StatusOr<Json> GetJob(const Principal& who, const std::string& id);
   StatusOr<Json> Logs(const Principal& who, const std::string& id, const std::string& stream,
                       int64_t tail);

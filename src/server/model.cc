@@ -1,5 +1,10 @@
 #include "model.h"
 
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <string_view>
+
 namespace paladin::server {
 namespace {
 
@@ -10,7 +15,175 @@ std::optional<double> OptionalReal(const Json& doc, const char* key) {
   return doc[key].get<double>();
 }
 
+// Text writers for AppendJobApiText. Strings: ASCII ones escaped here as Json::dump escapes
+// them; any other goes through Json::dump (invalid UTF-8 replaced, as the API's replies do).
+void AppendString(std::string_view s, std::string* out) {
+  const bool ascii =
+      std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+  if (!ascii) {
+    *out += Json(std::string(s)).dump(-1, ' ', false, Json::error_handler_t::replace);
+    return;
+  }
+  out->push_back('"');
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\b':
+        *out += "\\b";
+        break;
+      case '\f':
+        *out += "\\f";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\r':
+        *out += "\\r";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char escaped[8];
+          std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
+          *out += escaped;
+        } else {
+          out->push_back(c);
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+void AppendInt(int64_t v, std::string* out) {
+  char digits[24];
+  const std::to_chars_result r = std::to_chars(digits, digits + sizeof digits, v);
+  out->append(digits, r.ptr);
+}
+
+void AppendReal(double v, std::string* out) { *out += Json(v).dump(); }
+
+void AppendOptionalReal(const std::optional<double>& v, std::string* out) {
+  if (v) {
+    AppendReal(*v, out);
+  } else {
+    *out += "null";
+  }
+}
+
+void AppendOptionalString(const std::string& s, std::string* out) {
+  if (s.empty()) {
+    *out += "null";
+  } else {
+    AppendString(s, out);
+  }
+}
+
+// Writes `"key":`, after a comma unless it is the object's first.
+void Key(const char* key, bool first, std::string* out) {
+  if (!first) out->push_back(',');
+  out->push_back('"');
+  *out += key;
+  *out += "\":";
+}
+
 }  // namespace
+
+void AppendJobApiText(const JobRecord& j, const Json& migration, std::string* out) {
+  // Json objects keep their keys sorted: so does this.
+  out->push_back('{');
+  Key("ceiling_bytes", true, out);
+  AppendInt(j.ceiling_bytes, out);
+  Key("checkpoints", false, out);
+  AppendInt(j.checkpoints, out);
+  Key("command", false, out);
+  out->push_back('[');
+  for (size_t i = 0; i < j.command.size(); ++i) {
+    if (i > 0) out->push_back(',');
+    AppendString(j.command[i], out);
+  }
+  out->push_back(']');
+  Key("ended_at", false, out);
+  AppendOptionalReal(j.ended_at, out);
+  Key("epoch", false, out);
+  AppendInt(j.epoch, out);
+  Key("exit_code", false, out);
+  if (j.exit_code) {
+    AppendInt(*j.exit_code, out);
+  } else {
+    *out += "null";
+  }
+  Key("gpu", false, out);
+  if (j.gpu < 0) {
+    *out += "null";
+  } else {
+    AppendInt(j.gpu, out);
+  }
+  Key("gpu_mem_request", false, out);
+  if (j.mem_auto) {
+    *out += "\"auto\"";
+  } else {
+    AppendInt(j.mem_request, out);
+  }
+  Key("gpu_uuid", false, out);
+  AppendOptionalString(j.gpu_uuid, out);
+  Key("gpus", false, out);
+  AppendInt(j.gpus, out);
+  Key("id", false, out);
+  AppendString(j.id, out);
+  Key("last_checkpoint", false, out);
+  if (j.last_checkpoint) {
+    out->push_back('{');
+    Key("at", true, out);
+    AppendReal(j.last_checkpoint->at, out);
+    Key("bytes", false, out);
+    AppendInt(j.last_checkpoint->bytes, out);
+    Key("path", false, out);
+    AppendString(j.last_checkpoint->path, out);
+    out->push_back('}');
+  } else {
+    *out += "null";
+  }
+  Key("migration", false, out);
+  *out += migration.dump(-1, ' ', false, Json::error_handler_t::replace);
+  Key("migrations", false, out);
+  AppendInt(j.migrations, out);
+  Key("name", false, out);
+  AppendString(j.name, out);
+  Key("node", false, out);
+  AppendOptionalString(j.node, out);
+  Key("predicted_bytes", false, out);
+  AppendInt(j.predicted_bytes, out);
+  Key("priority", false, out);
+  AppendInt(j.priority, out);
+  Key("quota_bytes", false, out);
+  AppendInt(j.quota_bytes, out);
+  Key("quota_grows", false, out);
+  AppendInt(j.quota_grows, out);
+  Key("reason", false, out);
+  AppendString(j.reason, out);
+  Key("recoveries", false, out);
+  AppendInt(j.recoveries, out);
+  Key("restarts", false, out);
+  AppendInt(j.restarts, out);
+  Key("started_at", false, out);
+  AppendOptionalReal(j.started_at, out);
+  Key("state", false, out);
+  AppendString(j.state, out);
+  Key("submitted_at", false, out);
+  AppendReal(j.submitted_at, out);
+  Key("team", false, out);
+  AppendString(j.team, out);
+  Key("used_bytes", false, out);
+  AppendInt(j.used_bytes, out);
+  out->push_back('}');
+}
 
 std::string JobRecord::ClassKey() const {
   std::string base = command.empty() ? "" : command[0];

@@ -8,6 +8,7 @@
 
 #include "harness.h"
 #include "paladin/server/auth.h"
+#include "server/model.h"
 
 namespace paladin::server {
 namespace {
@@ -122,6 +123,55 @@ TEST(StoreTest, TokensAreWrittenPrivateAndStoredAsDigests) {
   h.Restart();
   EXPECT_EQ(h.server().admin_token(), token);
   EXPECT_FALSE(h.server().created_tokens());
+}
+
+// GET /v1/jobs writes its jobs straight to text: byte for byte what JobToApi gives, for a job
+// with every optional field set, one with none, and strings that need escaping or are not ASCII.
+TEST(JobTextTest, MatchesTheJsonForm) {
+  JobRecord full;
+  full.id = "j-000042";
+  full.name = "train \"big\"\n\ttab\\slash\x01";
+  full.team = "t\xc3\xa9am";
+  full.command = {"python3", "-c", "print('\xe2\x82\xac')", "bad \xff utf8"};
+  full.priority = 7;
+  full.gpus = 1;
+  full.mem_auto = false;
+  full.mem_request = 3 * kGiB;
+  full.quota_bytes = 3 * kGiB;
+  full.ceiling_bytes = 8 * kGiB;
+  full.predicted_bytes = 2 * kGiB + 1;
+  full.used_bytes = 123456789;
+  full.state = "migrating";
+  full.reason = "migrating to node-b/1 (GPU 0 unhealthy)";
+  full.node = "node-a";
+  full.gpu = 0;
+  full.gpu_uuid = "GPU-0000";
+  full.epoch = 3;
+  full.submitted_at = 1764512345.125;
+  full.started_at = 1764512346.5;
+  full.ended_at = 1764519999.0000002;
+  full.exit_code = -9;
+  full.restarts = 1;
+  full.migrations = 2;
+  full.recoveries = 1;
+  full.checkpoints = 4;
+  full.quota_grows = 5;
+  full.last_checkpoint = CheckpointRef{"/ckpt/j-000042/3", 1764512400.25, 987654321};
+  const Json migration = {{"id", 9}, {"step", "transfer"}, {"to", "node-b"}, {"to_gpu", 1}};
+
+  JobRecord bare;
+  bare.id = "j-000001";
+  bare.command = {"w"};
+  bare.mem_auto = true;
+
+  for (const auto& [job, move] : {std::pair<const JobRecord&, Json>{full, migration},
+                                  std::pair<const JobRecord&, Json>{bare, nullptr}}) {
+    Json expected = JobToApi(job);
+    expected["migration"] = move;
+    std::string text;
+    AppendJobApiText(job, move, &text);
+    EXPECT_EQ(text, expected.dump(-1, ' ', false, Json::error_handler_t::replace));
+  }
 }
 
 }  // namespace
