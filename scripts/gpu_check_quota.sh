@@ -10,7 +10,8 @@
 # PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync; two workloads under 20 GiB quotas side by
 # side on one GPU, neither able to exceed its share; the interposer's count within 5% of NVML's
 # per-process figure for each workload holding at least 1 GiB; the driver-API scenarios of the
-# CI tests on the real driver; the interposer's overhead (bench/interposer_overhead.sh).
+# CI tests on the real driver; the interposer's overhead (bench/interposer_overhead.sh); NVML
+# accepts the node agent's Xid/ECC event registration on every GPU (`paladin doctor`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build/release}
@@ -29,6 +30,12 @@ result() {  # result OK|FAIL WHAT
 echo "== machine"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' | tee -a "$OUT/gpu.txt"
+
+echo "== GPU health events (NVML Xid/ECC registration, as the node agent's watcher does it)"
+"$PALADIN" doctor >"$OUT/doctor.txt" 2>&1
+cat "$OUT/doctor.txt"
+grep -q '^OK  *gpu health .*xid' "$OUT/doctor.txt" && result OK "NVML health events registered" ||
+  result FAIL "NVML health events not registered (see doctor.txt)"
 
 echo "== PyTorch under a 10 GiB quota"
 for conf in "" "backend:cudaMallocAsync"; do

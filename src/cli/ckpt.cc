@@ -231,6 +231,19 @@ int RunDoctor() {
     line(true, "nvml",
          "driver " + (*nvml)->driver_version() + ", " +
              std::to_string(gpus.ok() ? gpus->size() : 0) + " GPU(s)");
+    // What the node agent's health watcher would register (docs/agent.md, Health).
+    std::vector<std::string> uuids;
+    for (const gpu::GpuInfo& g : gpus.ok() ? *gpus : std::vector<gpu::GpuInfo>{}) {
+      uuids.push_back(g.uuid);
+    }
+    StatusOr<std::vector<std::string>> watched = (*nvml)->WatchHealth(uuids);
+    if (!watched.ok()) {
+      note("gpu health", "events unavailable (" + watched.status().message() +
+                             "): a GPU fault does not mark the GPU unhealthy");
+    }
+    for (const std::string& w : watched.ok() ? *watched : std::vector<std::string>{}) {
+      line(true, "gpu health", w);
+    }
   } else {
     note("nvml", "none: " + nvml.status().message());
   }
