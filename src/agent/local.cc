@@ -24,49 +24,13 @@
 
 #include "agent_impl.h"
 #include "paladin/ckpt/checkpoint.h"
+#include "paladin/migrate/control.h"
 
 namespace paladin::agent {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr size_t kMaxLine = 1 << 20;
-
-// Reads one line (without its newline) within `timeout_s`.
-StatusOr<std::string> ReadLine(int fd, double timeout_s) {
-  std::string line;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  char c = 0;
-  while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          deadline - std::chrono::steady_clock::now())
-                          .count();
-    if (left <= 0) return Unavailable("no answer within " + std::to_string(timeout_s) + " s");
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(left)) <= 0) continue;
-    const ssize_t n = read(fd, &c, 1);
-    if (n == 0) return Unavailable("the connection closed before a whole line");
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return IoError(std::string("read: ") + strerror(errno));
-    }
-    if (c == '\n') return line;
-    line.push_back(c);
-    if (line.size() > kMaxLine) return InvalidArgument("a line longer than 1 MiB");
-  }
-}
-
-Status WriteAll(int fd, const std::string& text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = send(fd, text.data() + done, text.size() - done, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return IoError(std::string("write: ") + strerror(errno));
-    done += static_cast<size_t>(n);
-  }
-  return Status::Ok();
-}
 
 Json Refuse(const std::string& why) { return {{"ok", false}, {"error", why}}; }
 
@@ -107,9 +71,9 @@ StatusOr<Json> CallLocal(const std::string& socket_path, const Json& request, do
     close(fd);
     return Unavailable("no Paladin agent listens at " + socket_path + " (" + why + ")");
   }
-  Status sent = WriteAll(fd, request.dump() + "\n");
-  StatusOr<std::string> line = sent.ok() ? ReadLine(fd, timeout_s) : StatusOr<std::string>(sent);
-  close(fd);
+  migrate::Channel channel(fd);
+  Status sent = channel.Send(request.dump());
+  StatusOr<std::string> line = sent.ok() ? channel.Receive(timeout_s) : StatusOr<std::string>(sent);
   if (!line.ok()) {
     return Unavailable("the agent at " + socket_path +
                        " did not answer: " + line.status().message());
@@ -176,7 +140,8 @@ void Agent::ServeLocal() {
         }
         ++local_calls_;
         std::thread([this, fd, cred] {
-          StatusOr<std::string> line = ReadLine(fd, 10);
+          migrate::Channel channel(fd);
+          StatusOr<std::string> line = channel.Receive(10);
           Json answer;
           if (!line.ok()) {
             answer = Refuse(line.status().message());
@@ -185,8 +150,7 @@ void Agent::ServeLocal() {
             answer = request.is_object() ? HandleLocal(request, cred.uid, cred.pid)
                                          : Refuse("the request is not a JSON object");
           }
-          (void)WriteAll(fd, answer.dump() + "\n");
-          close(fd);
+          (void)channel.Send(answer.dump());
           --local_calls_;
         }).detach();
       }

@@ -28,6 +28,7 @@
 #include "commands.h"
 #include "paladin/agent/local.h"
 #include "paladin/ckpt/image.h"
+#include "paladin/migrate/control.h"
 #include "paladin/quota/launch.h"
 #include "paladin/quota/region.h"
 #include "run.h"
@@ -57,68 +58,47 @@ struct HelperArgs {
   int64_t gid = -1;
 };
 
-// The shim and its root helper speak JSON lines over a socket pair; the first message also
-// carries the shim's stdout and stderr (the job's output), so the helper writes there.
-Status SendLine(int fd, const Json& message, bool with_stdio) {
-  const std::string text = message.dump() + "\n";
-  if (with_stdio) {
-    char mark = 'F';
-    iovec io{&mark, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
-    msghdr msg{};
+// The shim and its root helper speak JSON lines over a socket pair (migrate::Channel); first the
+// shim passes its stdout and stderr (the job's output) as one byte with two descriptors, so the
+// helper writes there.
+struct StdioMessage {
+  StdioMessage() {
     msg.msg_iov = &io;
     msg.msg_iovlen = 1;
     msg.msg_control = control;
     msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(2 * sizeof(int));
-    const int fds[2] = {1, 2};
-    std::memcpy(CMSG_DATA(c), fds, sizeof fds);
-    if (sendmsg(fd, &msg, MSG_NOSIGNAL) != 1)
-      return IoError(std::string("sendmsg: ") + strerror(errno));
   }
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = send(fd, text.data() + done, text.size() - done, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return IoError(std::string("send: ") + strerror(errno));
-    done += static_cast<size_t>(n);
+  StdioMessage(const StdioMessage&) = delete;
+  StdioMessage& operator=(const StdioMessage&) = delete;
+
+  char mark = 'F';
+  iovec io{&mark, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+  msghdr msg{};
+};
+
+Status SendStdio(int fd) {
+  StdioMessage m;
+  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(2 * sizeof(int));
+  const int fds[2] = {1, 2};
+  std::memcpy(CMSG_DATA(c), fds, sizeof fds);
+  if (sendmsg(fd, &m.msg, MSG_NOSIGNAL) != 1) {
+    return IoError(std::string("sendmsg: ") + strerror(errno));
   }
   return Status::Ok();
 }
 
-// One JSON line; blocks until it comes or the peer is gone.
-StatusOr<Json> ReadLine(int fd) {
-  std::string line;
-  char c = 0;
-  while (true) {
-    const ssize_t n = read(fd, &c, 1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return Unavailable("the other side is gone");
-    if (c == '\n') break;
-    line.push_back(c);
-  }
-  Json j = Json::parse(line, nullptr, false);
-  if (!j.is_object()) return InvalidArgument("not a JSON object: " + line);
-  return j;
-}
-
-// The helper's first message: the stdio it is given, then the request.
-StatusOr<Json> ReadRequest(int fd) {
-  char mark = 0;
-  iovec io{&mark, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &io;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  if (recvmsg(fd, &msg, MSG_CMSG_CLOEXEC) != 1 || mark != 'F') {
+// Makes the shim's stdout and stderr this process's.
+Status ReceiveStdio(int fd) {
+  StdioMessage m;
+  m.mark = 0;
+  if (recvmsg(fd, &m.msg, MSG_CMSG_CLOEXEC) != 1 || m.mark != 'F') {
     return Unavailable("no request from the step's shim");
   }
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg); c != nullptr; c = CMSG_NXTHDR(&m.msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     int fds[2] = {-1, -1};
     std::memcpy(fds, CMSG_DATA(c), std::min(sizeof fds, c->cmsg_len - CMSG_LEN(0)));
@@ -127,7 +107,18 @@ StatusOr<Json> ReadRequest(int fd) {
     if (fds[0] > 2) close(fds[0]);
     if (fds[1] > 2) close(fds[1]);
   }
-  return ReadLine(fd);
+  return Status::Ok();
+}
+
+constexpr double kForever = 1e9;  // the peer's end is what ends a wait
+
+// One JSON object; blocks until it comes or the peer is gone.
+StatusOr<Json> Receive(migrate::Channel& channel) {
+  StatusOr<std::string> line = channel.Receive(kForever);
+  if (!line.ok()) return line.status();
+  Json j = Json::parse(*line, nullptr, false);
+  if (!j.is_object()) return InvalidArgument("not a JSON object: " + *line);
+  return j;
 }
 
 // `paladin slurm helper`: started as root by the plugin for a step of a non-root user, a child of
@@ -138,7 +129,9 @@ int RunHelper(const HelperArgs& a) {
     Note("slurm helper: for the SPANK plugin only (root, with --fd, --uid and --gid)");
     return 2;
   }
-  StatusOr<Json> request = ReadRequest(a.fd);
+  migrate::Channel channel(a.fd);
+  if (!ReceiveStdio(a.fd).ok()) return 1;
+  StatusOr<Json> request = Receive(channel);
   if (!request.ok()) return 1;
   const Json& r = *request;
   // The step's environment, as SLURM made it for the task.
@@ -174,11 +167,11 @@ int RunHelper(const HelperArgs& a) {
   run.on_started = [&](const ckpt::JobRecord& record) {
     started = true;
     root.store(static_cast<pid_t>(record.pid));
-    (void)SendLine(a.fd, {{"event", "started"}, {"pid", record.pid}, {"run_dir", record.run_dir}},
-                   false);
+    (void)channel.Send(
+        Json{{"event", "started"}, {"pid", record.pid}, {"run_dir", record.run_dir}}.dump());
   };
   const int code = RunWorkload(run);
-  (void)SendLine(a.fd, {{"event", started ? "exited" : "failed"}, {"code", code}}, false);
+  (void)channel.Send(Json{{"event", started ? "exited" : "failed"}, {"code", code}}.dump());
   return code;
 }
 
@@ -229,12 +222,15 @@ int RunThroughHelper(int fd, const RunArgs& run) {
   signal(SIGTERM, SIG_IGN);
   signal(SIGINT, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
-  if (Status s = SendLine(fd, request, true); !s.ok()) {
-    Note("error: the step's root helper cannot be reached (" + s.message() + ")");
+  migrate::Channel channel(fd);
+  Status sent = SendStdio(fd);
+  if (sent.ok()) sent = channel.Send(request.dump());
+  if (!sent.ok()) {
+    Note("error: the step's root helper cannot be reached (" + sent.message() + ")");
     return 1;
   }
   while (true) {
-    StatusOr<Json> event = ReadLine(fd);
+    StatusOr<Json> event = Receive(channel);
     if (!event.ok()) {
       Note("error: the step's root helper ended without saying how the step ended");
       return 1;

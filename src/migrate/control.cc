@@ -1,4 +1,4 @@
-#include "control.h"
+#include "paladin/migrate/control.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -15,7 +16,10 @@
 namespace paladin::migrate {
 
 namespace {
-int Millis(double seconds) { return static_cast<int>(seconds * 1000); }
+constexpr size_t kMaxLine = size_t{1} << 20;
+
+// For poll(); a wait of days is as good as forever.
+int Millis(double seconds) { return static_cast<int>(std::min(seconds * 1000, 2e9)); }
 }  // namespace
 
 Channel::~Channel() {
@@ -93,7 +97,7 @@ StatusOr<std::string> Channel::Receive(double timeout_s) {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return IoError("the other side closed the connection");
     buffer_.append(buf, static_cast<size_t>(n));
-    if (buffer_.size() > 65536) return InvalidArgument("a line longer than 64 KiB");
+    if (buffer_.size() > kMaxLine) return InvalidArgument("a line longer than 1 MiB");
   }
 }
 

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <thread>
 
-#include "control.h"
+#include "paladin/migrate/control.h"
 #include "paladin/ckpt/cgroup.h"
 #include "paladin/quota/usage.h"
 #include "paladin/transfer/transfer.h"

@@ -1,5 +1,7 @@
 // The migration's command channel: one TCP connection, one text line per command and per
 // answer, authenticated by the shared token on its first line. Every read has a time limit.
+// Channel is also the line protocol of the node agent's local socket and of the SLURM shim and
+// its root helper (a Channel adopts any connected stream socket).
 #ifndef PALADIN_MIGRATE_CONTROL_H_
 #define PALADIN_MIGRATE_CONTROL_H_
 
@@ -24,6 +26,7 @@ class Channel {
   StatusOr<std::string> Receive(double timeout_s);
   // Sends `command` and returns the answer's text after "OK" ("" when bare), or its error.
   StatusOr<std::string> Call(const std::string& command, double timeout_s);
+  int fd() const { return fd_; }  // still owned by the channel
 
  private:
   int fd_ = -1;
