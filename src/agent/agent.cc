@@ -95,6 +95,7 @@ int Agent::Run() {
   Adopt();
   last_contact_ = std::chrono::steady_clock::now();
   double backoff = 0.5;
+  auto last_sweep = std::chrono::steady_clock::now();
   while (!stop_->load()) {
     const auto began = std::chrono::steady_clock::now();
     PollExits();
@@ -107,6 +108,10 @@ int Agent::Run() {
       continue;
     }
     backoff = 0.5;
+    if (driver_.emulated && began - last_sweep > std::chrono::minutes(1)) {
+      SweepControlDir();
+      last_sweep = began;
+    }
     (void)Heartbeat();
     CheckLease();
     SleepFor(heartbeat_s_ - Seconds(std::chrono::steady_clock::now() - began));

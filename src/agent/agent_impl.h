@@ -109,6 +109,7 @@ class Agent {
   std::string GpuUuid(int index) const;
   int GpuIndex(const std::string& uuid) const;  // -1: not one of this agent's GPUs
   void ShareEmulatedState() const;
+  void SweepControlDir() const;  // the files of exited processes in kHostControlDir
   // NVML health events (Xid, ECC) on a thread of their own; an event that makes a GPU unhealthy
   // marks it in faults_, which the next heartbeat reports.
   void StartHealthWatch();

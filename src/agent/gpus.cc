@@ -71,6 +71,27 @@ void Agent::ShareEmulatedState() const {
   mkdir(kHostControlDir, 01777);
   chmod(kHostControlDir, 01777);
   LinkControlDir(state);
+  SweepControlDir();
+}
+
+// A process killed outright leaves its `<pid>.state` (and `.req`) behind; nothing reads the files
+// of a pid that no longer exists (a restored process writes under its new pid).
+void Agent::SweepControlDir() const {
+  std::error_code ec;
+  size_t removed = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(kHostControlDir, ec)) {
+    const std::string name = e.path().filename().string();
+    const size_t digits = name.find_first_not_of("0123456789");
+    if (digits == 0 || digits == std::string::npos) continue;
+    const std::string kind = name.substr(digits);
+    if (kind != ".state" && kind != ".req") continue;
+    if (fs::exists("/proc/" + name.substr(0, digits), ec)) continue;
+    if (fs::remove(e.path(), ec)) ++removed;
+  }
+  if (removed > 0) {
+    Say("removed " + std::to_string(removed) +
+        " emulated-driver control file(s) of exited processes");
+  }
 }
 
 void LinkControlDir(const std::string& state_path) {
