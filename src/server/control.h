@@ -123,8 +123,15 @@ class Control {
   void Reconcile();
   Status Flush();
   void CrashPoint(const std::string& step);
-  void DirtyJob(const JobRecord& j) { dirty_jobs_.insert(j.seq); }
-  void DirtyNode(const NodeRecord& n) { dirty_nodes_.insert(n.name); }
+  // Every change that reaches the store also counts in changes_ (what Preempt's memo keys on).
+  void DirtyJob(const JobRecord& j) {
+    dirty_jobs_.insert(j.seq);
+    ++changes_;
+  }
+  void DirtyNode(const NodeRecord& n) {
+    dirty_nodes_.insert(n.name);
+    ++changes_;
+  }
   // Changes that may wait for the next periodic write (kLazyFlushS): usage, accrual, heartbeat
   // times. A restarted server re-learns them from the next heartbeats.
   void LazyJob(const JobRecord& j) { lazy_jobs_.insert(j.seq); }
@@ -191,7 +198,8 @@ class Control {
   // Higher-priority work that cannot fit otherwise: checkpoints (and stops) the fewest
   // lower-priority running jobs on one node whose room lets `waiting` fit; they resume when room
   // returns. Returns whether it preempted any.
-  bool Preempt(const FleetView& view, JobRecord& waiting);
+  bool Preempt(const FleetView& view, JobRecord& waiting);  // memoised PreemptFor
+  bool PreemptFor(const FleetView& view, JobRecord& waiting);
   void GpuHealthMoves();
   std::string CheckpointDir(const JobRecord& j, int seq) const;
 
@@ -232,6 +240,7 @@ class Control {
 
   // Written by Flush.
   std::set<int64_t> dirty_jobs_;
+  uint64_t changes_ = 0;  // DirtyJob and DirtyNode calls so far
   std::set<std::string> dirty_nodes_;
   std::set<int64_t> lazy_jobs_;
   std::set<std::string> lazy_nodes_;

@@ -185,6 +185,13 @@ void Control::PlaceWaiting(FleetView& view) {
 
 bool Control::Preempt(const FleetView& view, JobRecord& waiting) {
   if (waiting.state != "pending" || !TeamQuotaRefusal(waiting).empty()) return false;
+  if (waiting.preempt_futile_at == changes_) return false;
+  const bool preempted = PreemptFor(view, waiting);
+  if (!preempted) waiting.preempt_futile_at = changes_;
+  return preempted;
+}
+
+bool Control::PreemptFor(const FleetView& view, JobRecord& waiting) {
   // One wave at a time: what is being preempted now may already make room.
   for (const auto& [seq, j] : jobs_) {
     if (j.preempted && j.state == "checkpointing") return false;
