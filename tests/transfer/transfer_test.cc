@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <openssl/evp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -382,6 +383,35 @@ TEST(TransferOptions, ParsesFaultsAndAddresses) {
   for (const char* bad : {"node7", "node7:", ":9400", "node7:70000", "::1:9400"}) {
     EXPECT_FALSE(ParseHostPort(bad).ok()) << bad;
   }
+}
+
+// Sha256File hashes small files in one pass and large ones (more than 16 MiB) with a reader
+// thread: both give the digest of the whole content, whatever the size's remainder.
+TEST(Sha256FileTest, EverySizeHashesItsWholeContent) {
+  const fs::path dir = fs::temp_directory_path() / ("paladin-sha-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::mt19937_64 rng(7);
+  for (size_t size : {size_t{0}, size_t{1}, size_t{1} << 20, (size_t{16} << 20) + 1,
+                      (size_t{24} << 20), (size_t{40} << 20) + 3}) {
+    std::string content(size, '\0');
+    for (char& c : content) c = static_cast<char>(rng());
+    const std::string path = (dir / ("f" + std::to_string(size))).string();
+    std::ofstream(path, std::ios::binary).write(content.data(), static_cast<std::streamsize>(size));
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_Digest(content.data(), content.size(), digest, &len, EVP_sha256(), nullptr);
+    std::string expected;
+    char byte[3];
+    for (unsigned int i = 0; i < len; ++i) {
+      std::snprintf(byte, sizeof byte, "%02x", digest[i]);
+      expected += byte;
+    }
+    StatusOr<std::string> hash = ckpt::Sha256File(path);
+    ASSERT_TRUE(hash.ok()) << hash.status().ToString();
+    EXPECT_EQ(*hash, expected) << size << " bytes";
+  }
+  EXPECT_FALSE(ckpt::Sha256File((dir / "missing").string()).ok());
+  fs::remove_all(dir);
 }
 
 }  // namespace
