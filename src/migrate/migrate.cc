@@ -11,8 +11,8 @@
 #include <fstream>
 #include <thread>
 
-#include "paladin/migrate/control.h"
 #include "paladin/ckpt/cgroup.h"
+#include "paladin/migrate/control.h"
 #include "paladin/quota/usage.h"
 #include "paladin/transfer/transfer.h"
 
@@ -185,6 +185,7 @@ StatusOr<ckpt::JobRecord> Obey(const ckpt::Criu& criu, const DestinationOptions&
       ckpt::RestoreOptions2 restore;
       restore.gpu_map = options.gpu_map;
       restore.leave_stopped = true;
+      restore.verified = true;  // by the transfer, as it committed the image
       ckpt::PhaseTimes times;
       StatusOr<ckpt::JobRecord> got = ckpt::RestoreJob(criu, image, restore, progress, &times);
       if (!got.ok()) {

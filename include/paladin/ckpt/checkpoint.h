@@ -43,9 +43,14 @@ struct RestoreOptions2 {
   // destination until the move is committed); ResumeJob lets it run.
   bool leave_stopped = false;
   double timeout_s = 600;
+  // The caller verified `dir` itself just before (a migration's destination: the transfer
+  // verifies every file against the manifest as it commits the image, in this process): the
+  // restore does not read and hash the whole image a second time during the pause.
+  bool verified = false;
 };
 
-// Verifies `dir` and restores the job it holds; returns the restored job record.
+// Verifies `dir` (unless options.verified) and restores the job it holds; returns the restored
+// job record.
 StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
                                const RestoreOptions2& options, const Progress& progress,
                                PhaseTimes* times);
