@@ -247,12 +247,14 @@ Status Agent::Fault(const Json& c) {
   } else {
     return InvalidArgument("fault_kind: expected xid, ecc or ecc-corrected, not " + kind);
   }
-  const uint64_t code =
-      c.contains("code") && c.at("code").is_number_unsigned() ? c.at("code").get<uint64_t>() : 79;
+  // The server sends the Xid as a (signed) JSON integer.
+  const int64_t code =
+      c.contains("code") && c.at("code").is_number_integer() ? c.at("code").get<int64_t>() : 79;
+  if (code < 0) return InvalidArgument("code: an Xid is not negative");
   std::unique_lock<std::mutex> lock(gpu_mu_);
   const uint64_t before = health_events_;
   lock.unlock();
-  PALADIN_RETURN_IF_ERROR(nvml_->PostEmulatedEvent(uuid, type, code));
+  PALADIN_RETURN_IF_ERROR(nvml_->PostEmulatedEvent(uuid, type, static_cast<uint64_t>(code)));
   lock.lock();
   if (!health_cv_.wait_for(lock, std::chrono::seconds(5),
                            [&] { return health_events_ > before; })) {

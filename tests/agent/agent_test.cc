@@ -534,9 +534,9 @@ TEST_F(AgentTest, HealthEventsMarkGpusUnhealthy) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // a heartbeat or more
   EXPECT_EQ(health(0), "healthy");
   const Json xid =
-      Run("a", {{"kind", "fault"}, {"gpu_index", 0}, {"fault_kind", "xid"}, {"code", 79}});
+      Run("a", {{"kind", "fault"}, {"gpu_index", 0}, {"fault_kind", "xid"}, {"code", 48}});
   EXPECT_TRUE(xid.value("ok", false)) << xid.dump();
-  EXPECT_TRUE(WaitFor(10, [&] { return health(0) == "xid 79"; })) << server_.Gpus(Node("a")).dump();
+  EXPECT_TRUE(WaitFor(10, [&] { return health(0) == "xid 48"; })) << server_.Gpus(Node("a")).dump();
   // The first fault stays: a later one does not overwrite why the GPU went bad.
   ASSERT_EQ(PostGpuEvent(Data("a"), GpuUuid("a", 1), 0x8, 79), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));

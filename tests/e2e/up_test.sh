@@ -92,9 +92,9 @@ gen_before=$(last_gen)
 check_sh "'$PALADIN' job migrate $id --to $node/$to >/dev/null" \
   "paladin job migrate moves it to the node's other GPU ($node/$from -> $node/$to)"
 check_sh "[[ \$(job_field $id gpu) == $to && \$(job_field $id state) == running ]]" "it runs on GPU $to"
-"$PALADIN" fault "$node/$to" --kind xid --code 79 >/dev/null
-wait_for 20 "'$PALADIN' nodes --json | grep -q 'xid 79'"
-check_sh "'$PALADIN' nodes --json | grep -q 'xid 79'" "an injected Xid 79 marks GPU $to unhealthy"
+"$PALADIN" fault "$node/$to" --kind xid --code 48 >/dev/null
+wait_for 20 "'$PALADIN' nodes --json | grep -q 'xid 48'"
+check_sh "'$PALADIN' nodes --json | grep -q 'xid 48'" "an injected Xid 48 marks GPU $to unhealthy"
 if wait_for 60 "[[ \$(job_field $id gpu) == $from && \$(job_field $id state) == running ]]"; then
   pass "the job moved off the unhealthy GPU, back to $node/$from"
 else
