@@ -175,8 +175,8 @@ Status HashFd(int fd, const std::string& path, EVP_MD_CTX* ctx) {
     }
   }
   constexpr int kBlocks = 3;
-  std::vector<std::unique_ptr<unsigned char[]>> blocks;
-  for (int b = 0; b < kBlocks; ++b) blocks.emplace_back(new unsigned char[kHashBlock]);
+  std::vector<std::unique_ptr<unsigned char[]>> blocks(kBlocks);
+  for (auto& block : blocks) block.reset(new unsigned char[kHashBlock]);
   std::vector<size_t> sizes(kBlocks, 0);
   std::mutex mu;
   std::condition_variable cv;

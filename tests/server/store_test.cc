@@ -131,7 +131,9 @@ TEST(JobTextTest, MatchesTheJsonForm) {
   JobRecord full;
   full.id = "j-000042";
   full.name = "train \"big\"\n\ttab\\slash\x01";
-  full.team = "t\xc3\xa9am";
+  full.team =
+      "t\xc3\xa9"
+      "am";  // "téam"
   full.command = {"python3", "-c", "print('\xe2\x82\xac')", "bad \xff utf8"};
   full.priority = 7;
   full.gpus = 1;
