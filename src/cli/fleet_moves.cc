@@ -163,17 +163,14 @@ struct FaultArgs {
 
 int RunFault(const FaultArgs& a) {
   FleetApi api("fault", a.flags);
-  const size_t slash = a.target.rfind('/');
-  if (slash == std::string::npos || slash == 0 || slash + 1 == a.target.size()) {
-    std::fprintf(stderr, "paladin fault: expected NODE/GPU, e.g. node-a/0, not %s\n",
-                 Printable(a.target).c_str());
-    return 2;
+  StatusOr<fleet::NodeGpu> target = fleet::ParseNodeGpu("gpu", a.target);
+  if (target.ok() && !target->gpu.has_value()) {
+    target = InvalidArgument("gpu '" + Printable(a.target) + "': expected NODE/GPU, e.g. node-a/0");
   }
-  const std::string node = a.target.substr(0, slash);
-  const std::string gpu = a.target.substr(slash + 1);
-  StatusOr<Json> sent =
-      api.Post("/v1/nodes/" + fleet::Escape(node) + "/gpus/" + fleet::Escape(gpu) + "/fault",
-               Json{{"kind", a.kind}, {"code", a.code}});
+  if (!target.ok()) return api.Fail(target.status());
+  StatusOr<Json> sent = api.Post("/v1/nodes/" + fleet::Escape(target->node) + "/gpus/" +
+                                     std::to_string(*target->gpu) + "/fault",
+                                 Json{{"kind", a.kind}, {"code", a.code}});
   if (!sent.ok()) return api.Fail(sent.status());
   if (api.json()) {
     FleetApi::PrintJson(*sent);
