@@ -369,11 +369,12 @@ int RunDynamic(DynArgs a) {
     }
   }
   // Means over seeds.
-  std::printf("%-26s %5s %10s %8s %10s %10s %9s %8s %9s %6s\n", "config", "load", "done_gpu_h",
-              "jobs", "queue_mean", "queue_p99", "jct_mean", "gpu_act%", "oom/1kh", "moves");
+  std::printf("%-26s %5s %10s %8s %10s %10s %9s %8s %9s %6s %7s\n", "config", "load", "done_gpu_h",
+              "jobs", "queue_mean", "queue_p99", "jct_mean", "gpu_act%", "oom/1kh", "moves",
+              "preempt");
   for (size_t l = 0; l < loads->size(); ++l) {
     for (size_t c = 0; c < configs->size(); ++c) {
-      double g = 0, jobs_done = 0, qm = 0, qp = 0, jct = 0, act = 0, oom = 0, mv = 0;
+      double g = 0, jobs_done = 0, qm = 0, qp = 0, jct = 0, act = 0, oom = 0, mv = 0, pre = 0;
       int n = 0;
       for (size_t i = 0; i < tasks.size(); ++i) {
         if (tasks[i].load != l || tasks[i].config != c) continue;
@@ -381,11 +382,12 @@ int RunDynamic(DynArgs a) {
         g += r.completed_gpu_hours, jobs_done += static_cast<double>(r.jobs_completed);
         qm += r.queue_mean_s, qp += r.queue_p99_s, jct += r.jct_mean_s;
         act += r.gpu_active_pct, oom += r.oom_per_1k_job_h, mv += static_cast<double>(r.migrations);
+        pre += static_cast<double>(r.preemptions);
         ++n;
       }
-      std::printf("%-26s %5.2f %10.1f %8.0f %10.0f %10.0f %9.0f %8.1f %9.2f %6.0f\n",
+      std::printf("%-26s %5.2f %10.1f %8.0f %10.0f %10.0f %9.0f %8.1f %9.2f %6.0f %7.0f\n",
                   (*configs)[c].name.c_str(), (*loads)[l], g / n, jobs_done / n, qm / n, qp / n,
-                  jct / n, act / n, oom / n, mv / n);
+                  jct / n, act / n, oom / n, mv / n, pre / n);
     }
   }
   std::printf("(means over %zu seeds; every run in %s/dynamic.csv)\n", seeds->size(),
@@ -465,6 +467,16 @@ void AddSimDynamic(CLI::App* sim, int* exit_code) {
                   "Full cycle: fragmentation-lowering moves of shared jobs per hour while jobs "
                   "wait (0 = none)")
       ->capture_default_str();
+  dyn->add_flag("!--no-preemption", args->params.preemption,
+                "Full cycle: never checkpoint running jobs off a node to admit one that waited "
+                "--admission-wait and that no move admits");
+  dyn->add_option("--preemption-wait", args->params.preemption_min_wait_s,
+                  "Full cycle: seconds a job waits before running jobs may be checkpointed off a "
+                  "node to admit it")
+      ->capture_default_str();
+  dyn->add_flag("!--share-whole-gpus", args->params.keep_whole_gpus,
+                "Let paladin's sizing co-locate jobs that asked for a whole GPU once their memory "
+                "quota shrinks (by default they keep their GPU)");
   dyn->add_option("--jobs", args->jobs, "Parallel runs (default: all cores)");
   dyn->add_flag("--quiet", args->quiet, "No progress lines");
   dyn->callback([args, exit_code] { *exit_code = RunDynamic(*args); });

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 
 #include "paladin/core/frag.h"
@@ -16,8 +17,8 @@ std::vector<DynamicConfig> DefaultDynamicConfigs() {
       {"FGD+request", "FGD", "request", false},
       {"FGD+vpa", "FGD", "vpa", false},
       {"paladin+request", "paladin", "request", false},
-      {"paladin+paladin", "paladin", "paladin", false, true, true},
-      {"paladin+paladin+rebalance", "paladin", "paladin", true, true, true},
+      {"paladin+paladin", "paladin", "paladin", false, true, true, true},
+      {"paladin+paladin+rebalance", "paladin", "paladin", true, true, true, true},
   };
 }
 
@@ -77,6 +78,8 @@ struct JobState {
   int64_t pinned_until = 0;
   int64_t finish_s = -1;
   int64_t failed_version = -1;                 // the fleet version at its last failed placement
+  double resume_pause_s = 0;                   // a preempted job's checkpoint and restore time
+  int64_t next_plan_s = 0;                     // when a job waiting for a plan gets another
   double gpu_use = 0, host_use = 0, busy = 0;  // this tick
   double run_s = 0;
 };
@@ -324,7 +327,11 @@ class Sim {
   }
 
   // Whether job j holds whole GPUs whatever its memory quota.
-  bool WholeGpus(size_t j) const { return in_.jobs[j].request.gpu_count > 1 || Exclusive(j); }
+  bool WholeGpus(size_t j) const {
+    const Workload& w = in_.jobs[j].request;
+    return w.gpu_count > 1 || Exclusive(j) ||
+           (config_.keep_whole_gpus && p_.keep_whole_gpus && w.gpu_milli >= kMilliPerGpu);
+  }
 
   // Raises job j's quotas in place to what it uses now, when its GPUs and node have room.
   bool GrowToUse(size_t j, JobState& s) {
@@ -413,6 +420,9 @@ class Sim {
     s.host_quota = host_quota;
     s.next_resize = t + p_.resize_every_s;
     s.run_since_checkpoint_s = 0;
+    // A job preempted earlier restores from its checkpoint first.
+    s.paused_until = t + static_cast<int64_t>(std::ceil(s.resume_pause_s));
+    s.resume_pause_s = 0;
     running_.push_back(j);
     recent_wait_s_ = 0.9 * recent_wait_s_ + 0.1 * static_cast<double>(t - s.queued_since);
   }
@@ -514,11 +524,15 @@ class Sim {
   void Schedule(int64_t t, Rng& rng, DynamicResult& r) {
     Defrag(t, r);
     int plans = 0;
+    bool requeued = false;
     std::vector<size_t> still;
     still.reserve(queue_.size());
     for (size_t j : queue_) {
       JobState& s = states_[j];
-      if (s.failed_version == version_) {  // nothing was freed since it last failed
+      const bool may_plan = config_.rebalance && t - s.queued_since >= p_.admission_min_wait_s;
+      // Nothing was freed since it last failed; a job waiting for a plan still gets one an hour
+      // (the waits that decide who may be preempted keep growing).
+      if (s.failed_version == version_ && !(may_plan && t >= s.next_plan_s)) {
         still.push_back(j);
         continue;
       }
@@ -529,11 +543,11 @@ class Sim {
         Start(j, t, shape, d.placement, gq, hq);
         continue;
       }
-      if (config_.rebalance && plans < p_.max_admission_plans_per_tick &&
-          t - s.queued_since >= p_.admission_min_wait_s &&
+      if (may_plan && plans < p_.max_admission_plans_per_tick &&
           (!p_.admission_head_only || j == queue_.front()) &&
           (p_.admission_max_gpus <= 0 || shape.gpu_count <= p_.admission_max_gpus)) {
         ++plans;
+        s.next_plan_s = t + 3600;
         std::vector<MovableJob> movable;
         movable.reserve(running_.size());
         for (size_t k : running_) movable.push_back(Movable(k, t));
@@ -548,11 +562,63 @@ class Sim {
           Start(j, t, shape, plan->placement, gq, hq);
           continue;
         }
+        if (p_.preemption && shape.gpu_count > 0 &&
+            t - s.queued_since >= p_.preemption_min_wait_s) {
+          if (auto plan = PlanPreemption(j, t, shape, rng)) {
+            for (uint64_t k : plan->victims) {
+              Preempt(k, t, r);
+              still.push_back(k);
+            }
+            Start(j, t, shape, plan->placement, gq, hq);
+            states_[j].pinned_until = t + p_.min_time_between_moves_s;
+            requeued = true;
+            continue;
+          }
+        }
       }
       s.failed_version = version_;
       still.push_back(j);
     }
     queue_ = std::move(still);
+    if (requeued) SortQueue();
+  }
+
+  // Victims for admitting job j: running jobs not pinned that have waited less than j in all,
+  // the most recently started first (they lose the least momentum).
+  std::optional<PreemptionPlan> PlanPreemption(size_t j, int64_t t, const Workload& shape,
+                                               Rng& rng) {
+    const JobState& s = states_[j];
+    const double waited = s.queued_s + static_cast<double>(t - s.queued_since);
+    std::vector<size_t> order;
+    for (size_t k : running_) {
+      const JobState& v = states_[k];
+      if (t >= v.pinned_until && v.queued_s < waited) order.push_back(k);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return states_[a].run_start > states_[b].run_start ||
+             (states_[a].run_start == states_[b].run_start && a < b);
+    });
+    std::vector<MovableJob> victims;
+    victims.reserve(order.size());
+    for (size_t k : order) victims.push_back(Movable(k, t));
+    return rebalancer_.PlanPreemption(fleet_, shape, victims, packer_, rng);
+  }
+
+  // Checkpoints running job k and queues it again: it keeps its progress and pays the checkpoint
+  // and restore time when it starts again.
+  void Preempt(size_t k, int64_t t, DynamicResult& r) {
+    const double downtime = Movable(k, t).downtime_s;
+    Release(k);
+    JobState& s = states_[k];
+    s.checkpoint_progress_s = s.progress_s;
+    s.run_since_checkpoint_s = 0;
+    s.resume_pause_s = downtime;
+    s.status = JobStatus::kQueued;
+    s.queued_since = t;
+    s.failed_version = -1;
+    ++r.migrations;
+    ++r.preemptions;
+    r.migration_downtime_s += downtime;
   }
 
   const DynamicInputs& in_;

@@ -169,6 +169,66 @@ std::optional<AdmissionPlan> Rebalancer::PlanAdmission(Fleet& fleet, const Workl
   return best;
 }
 
+std::optional<PreemptionPlan> Rebalancer::PlanPreemption(Fleet& fleet, const Workload& w,
+                                                         std::span<const MovableJob> jobs,
+                                                         Packer& packer, Rng& rng) const {
+  std::vector<std::vector<const MovableJob*>> on_node(fleet.size());
+  for (const auto& j : jobs) {
+    if (j.movable && j.placement.valid() && fleet.IsReserved(j.id)) {
+      on_node[static_cast<size_t>(j.placement.node)].push_back(&j);
+    }
+  }
+  std::optional<PreemptionPlan> best;
+  const auto better = [](const PreemptionPlan& a, const PreemptionPlan& b) {
+    if (a.gpu_share != b.gpu_share) return a.gpu_share < b.gpu_share;
+    return a.victims.size() < b.victims.size();
+  };
+  PackerOptions only;
+  std::vector<const MovableJob*> victims;
+  for (int32_t i = 0; i < static_cast<int32_t>(fleet.size()); ++i) {
+    const auto& here = on_node[static_cast<size_t>(i)];
+    if (here.empty() || !Capable(fleet.node(i), w)) continue;
+    only.only_node = i;
+    // Take victims in the caller's order until w fits.
+    victims.clear();
+    bool fits = false;
+    for (const MovableJob* v : here) {
+      if (static_cast<int>(victims.size()) >= params_.max_preempted) break;
+      fleet.Unreserve(v->id);
+      victims.push_back(v);
+      if (packer.Schedule(fleet, w, rng, only).placed) {
+        fits = true;
+        break;
+      }
+    }
+    if (!fits) {
+      Restore(fleet, victims);
+      continue;
+    }
+    // Leave in place the victims w turns out not to need, the caller's last choices first.
+    for (size_t k = victims.size(); k-- > 0;) {
+      const MovableJob* v = victims[k];
+      (void)fleet.Reserve(v->id, v->shape, v->placement);
+      if (packer.Schedule(fleet, w, rng, only).placed) {
+        victims.erase(victims.begin() + static_cast<std::ptrdiff_t>(k));
+      } else {
+        fleet.Unreserve(v->id);
+      }
+    }
+    PreemptionPlan plan;
+    const Decision d = packer.Schedule(fleet, w, rng, only);
+    plan.placement = d.placement;
+    for (const MovableJob* v : victims) {
+      plan.victims.push_back(v->id);
+      plan.gpu_share += GpuShare(v->shape);
+      plan.cost += v->downtime_s * GpuShare(v->shape);
+    }
+    Restore(fleet, victims);
+    if (d.placed && (!best || better(plan, *best))) best = std::move(plan);
+  }
+  return best;
+}
+
 std::optional<Move> Rebalancer::PlanGrowth(Fleet& fleet, const MovableJob& job,
                                            const Workload& grown, Packer& packer, Rng& rng) const {
   if (!job.movable || !fleet.IsReserved(job.id)) return std::nullopt;

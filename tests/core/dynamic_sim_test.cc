@@ -282,6 +282,31 @@ TEST(DynamicOomTest, GrowOnDemandAbsorbsTheJumpOnAnEmptyGpu) {
   }
 }
 
+// A job that asked for a whole GPU and uses a fifth of its memory, and a job asking for 300
+// milli-GPU, on one GPU: paladin's sizing shrinks the first's memory quota, but it keeps its
+// GPU's compute to itself, so the second waits for it. Letting whole-GPU requests share
+// (--share-whole-gpus) co-locates them once the first's quota has shrunk, as FGD+vpa does.
+TEST(DynamicSizingTest, AJobThatAskedForAWholeGpuKeepsIt) {
+  Case c;
+  c.fleet = H200Fleet(1, 1);
+  c.curves = {Flat(0.2f)};
+  const int64_t h = 3600;
+  c.jobs = {Job("whole", 1, 1000, 0, 10 * h), Job("part", 1, 300, 5 * h, 2 * h)};
+  for (const char* name : {"paladin+paladin", "paladin+paladin+rebalance"}) {
+    SCOPED_TRACE(name);
+    DynamicResult r = Simulate(c, ConfigNamed(name), Params());
+    EXPECT_EQ(r.jobs_completed, 2);
+    EXPECT_NEAR(r.queue_p99_s, 5 * h, 300) << "the second waits from 5 h to 10 h";
+    DynamicParams share = Params();
+    share.keep_whole_gpus = false;
+    r = Simulate(c, ConfigNamed(name), share);
+    EXPECT_EQ(r.jobs_completed, 2);
+    EXPECT_LT(r.queue_p99_s, 3600) << "the second shares the first's GPU";
+  }
+  const DynamicResult vpa = Simulate(c, ConfigNamed("FGD+vpa"), Params());
+  EXPECT_LT(vpa.queue_p99_s, 3600);
+}
+
 // --- determinism ---
 
 std::vector<TraceJob> SmallTrace() {
@@ -545,6 +570,66 @@ TEST(DynamicHorizonTest, AJobFinishingBeforeAnUnalignedHorizonIsCounted) {
   EXPECT_NEAR(r.possible_gpu_hours, 7000 / 3600.0, 1e-9);
   EXPECT_EQ(r.jobs_completed, 1) << "finishes at 7000, horizon 7100";
   EXPECT_NEAR(r.completed_gpu_hours, r.possible_gpu_hours, 1e-9);
+}
+
+// Backfilling starves a wide job: "w" needs both GPUs of the node, and "s2" takes the free one
+// first. The full cycle's rebalancer, once "w" has waited a day and no move can help (there is
+// one node), checkpoints the jobs that waited less, runs "w", and queues them again with their
+// progress kept.
+TEST(DynamicPreemptionTest, AStarvedWideJobRunsAndThePreemptedKeepTheirProgress) {
+  Case c;
+  c.fleet = H200Fleet(1, 2);
+  c.curves = {Flat(0.5f)};
+  const int64_t h = 3600;
+  c.jobs = {Job("s1", 1, 1000, 0, 100 * h), Job("w", 2, 1000, h, 10 * h),
+            Job("s2", 1, 1000, 2 * h, 100 * h)};
+  // s1 and s2 are taken at 25 h and resume at 35 h: they finish near 110 h and 112 h. Had they
+  // restarted from zero they would finish after 135 h.
+  const int64_t horizon = 120 * h;
+  DynamicConfig cycle{"cycle", "paladin", "request", /*rebalance=*/true};
+  DynamicParams p = Params(horizon);
+  p.preemption_min_wait_s = 24 * h;
+  DynamicResult r = Simulate(c, cycle, p);
+  EXPECT_EQ(r.preemptions, 2);
+  EXPECT_EQ(r.migrations, 2);
+  EXPECT_GT(r.migration_downtime_s, 0);
+  EXPECT_EQ(r.jobs_completed, 3);
+  EXPECT_NEAR(r.completed_gpu_hours, 220, 1e-9);
+  // The longest wait is w's day; s1 and s2 wait 10 h while it runs.
+  EXPECT_NEAR(r.queue_p99_s, 24 * h, 1);
+  EXPECT_NEAR(r.queue_mean_s, (24 * h + 2 * 10 * h) / 3.0, 1);
+
+  // Without preemption w waits for s2 to finish (1 h to 102 h).
+  DynamicParams no = p;
+  no.preemption = false;
+  r = Simulate(c, cycle, no);
+  EXPECT_EQ(r.preemptions, 0);
+  EXPECT_EQ(r.jobs_completed, 3);
+  EXPECT_NEAR(r.queue_p99_s, 101 * h, 1);
+}
+
+// Only jobs that have waited less than the starved job in all are taken. "c" (CPU only, so it
+// takes no one) waits 29 h for the blocker's CPU and starts at 30 h; "w" arrives at 31 h and
+// needs c's CPU. It has waited a day at 55 h, but c waited longer: w takes it only once its own
+// wait is longer (the hourly retry after 60 h: 61 h), and c resumes when w is done (71 h).
+TEST(DynamicPreemptionTest, JobsThatWaitedLongerAreTakenOnlyOnceTheStarvedJobWaitedMore) {
+  Case c;
+  c.fleet = H200Fleet(1, 2);
+  c.curves = {Flat(0.5f)};
+  const int64_t h = 3600;
+  c.jobs = {Job("blocker", 2, 1000, 0, 30 * h), Job("c", 0, 0, h, 100 * h),
+            Job("w", 1, 1000, 31 * h, 10 * h)};
+  c.jobs[0].request.cpu_milli = 64000;
+  c.jobs[1].request.cpu_milli = 60000;
+  c.jobs[2].request.cpu_milli = 8000;
+  DynamicConfig cycle{"cycle", "paladin", "request", /*rebalance=*/true};
+  DynamicParams p = Params(200 * h);
+  p.preemption_min_wait_s = 24 * h;
+  const DynamicResult r = Simulate(c, cycle, p);
+  EXPECT_EQ(r.preemptions, 1);
+  EXPECT_EQ(r.jobs_completed, 3);
+  // Waits: blocker 0; c 29 h + 10 h; w 30 h.
+  EXPECT_NEAR(r.queue_mean_s, (0 + 39 * h + 30 * h) / 3.0, 1);
 }
 
 // A 2-GPU job killed for its memory comes back with a quota below a whole GPU. On a fleet with a

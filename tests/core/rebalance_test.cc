@@ -289,6 +289,77 @@ TEST(AdmissionWideTest, ClearsAWholeNodeForAMultiGpuWorkload) {
   EXPECT_EQ(StateOf(fleet), before);
 }
 
+// --- preemption: a known scenario ---
+
+// Two 2-GPU nodes: A holds two whole-GPU jobs (ids 1, 2), B a half-GPU job on each GPU (ids 3,
+// 4). No node has a free GPU, so a 2-GPU workload needs jobs checkpointed off one node.
+class PreemptionScenarioTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    a_ = AddTestNode(fleet_, "a", 32000, 65536, 2, "T4");
+    b_ = AddTestNode(fleet_, "b", 32000, 65536, 2, "T4");
+    jobs_.push_back(Place(fleet_, 1, Whole("w1", 1), {a_, {0}}, 30));
+    jobs_.push_back(Place(fleet_, 2, Whole("w2", 1), {a_, {1}}, 30));
+    jobs_.push_back(Place(fleet_, 3, Shared("h3", 500), {b_, {0}}, 10));
+    jobs_.push_back(Place(fleet_, 4, Shared("h4", 500), {b_, {1}}, 10));
+  }
+
+  std::optional<PreemptionPlan> Plan(const Workload& w, RebalanceParams params = {}) {
+    Rng rng(9);
+    const std::string before = StateOf(fleet_);
+    auto plan = Rebalancer(params).PlanPreemption(fleet_, w, jobs_, *packer_, rng);
+    EXPECT_EQ(StateOf(fleet_), before) << "planning changed the fleet";
+    return plan;
+  }
+
+  Fleet fleet_;
+  int32_t a_ = -1, b_ = -1;
+  std::vector<MovableJob> jobs_;
+  std::unique_ptr<Packer> packer_ = BestFitPacker();
+};
+
+TEST_F(PreemptionScenarioTest, TakesTheNodeThatDisturbsTheLeastGpuShare) {
+  const Workload pair = Whole("pair", 2);
+  auto plan = Plan(pair);
+  ASSERT_TRUE(plan.has_value());
+  // Node B's two half-GPU jobs hold 1.0 GPU between them; node A's two whole jobs hold 2.0.
+  EXPECT_EQ(plan->placement.node, b_);
+  EXPECT_THAT(plan->victims, ElementsAre(3, 4));
+  EXPECT_DOUBLE_EQ(plan->gpu_share, 1.0);
+  EXPECT_DOUBLE_EQ(plan->cost, 2 * 10 * 0.5);
+  // Carried out: the victims leave, the workload fits where the plan says.
+  Fleet copy = fleet_;
+  for (uint64_t v : plan->victims) copy.Unreserve(v);
+  EXPECT_TRUE(copy.CheckPlacement(pair, plan->placement).ok());
+}
+
+TEST_F(PreemptionScenarioTest, LeavesInPlaceTheVictimsTheWorkloadDoesNotNeed) {
+  // 600 milli needs one of B's jobs gone (A would lose a whole GPU): the first listed on B is
+  // taken, the second is left alone.
+  auto plan = Plan(Shared("half", 600));
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(plan->placement.node, b_);
+  ASSERT_EQ(plan->victims.size(), 1u);
+  EXPECT_DOUBLE_EQ(plan->gpu_share, 0.5);
+  // The caller's order decides which: listed 4 before 3, job 4 goes.
+  std::swap(jobs_[2], jobs_[3]);
+  auto swapped = Plan(Shared("half", 600));
+  ASSERT_TRUE(swapped.has_value());
+  EXPECT_THAT(swapped->victims, ElementsAre(4));
+}
+
+TEST_F(PreemptionScenarioTest, NeverTakesPinnedJobsAndRespectsTheLimit) {
+  jobs_[2].movable = false;  // job 3 is pinned: B cannot be cleared, A can
+  auto plan = Plan(Whole("pair", 2));
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(plan->placement.node, a_);
+  EXPECT_THAT(plan->victims, ElementsAre(1, 2));
+  // One victim allowed: no node can be cleared for two GPUs.
+  EXPECT_FALSE(Plan(Whole("pair", 2), RebalanceParams{.max_preempted = 1}).has_value());
+  // A workload no node could ever hold gets no plan.
+  EXPECT_FALSE(Plan(Whole("four", 4)).has_value());
+}
+
 // --- growth ---
 
 class GrowthTest : public ::testing::Test {
@@ -506,6 +577,57 @@ TEST_P(RebalanceContractTest, AdmissionPlansAreValidDeterministicAndLeaveTheFlee
   EXPECT_GT(scenarios, 100);
   EXPECT_GT(plans, 20);
   EXPECT_GT(multi_move, 0);
+}
+
+TEST_P(RebalanceContractTest, PreemptionPlansFreeEnoughAndTakeOnlyMovableJobsOnce) {
+  auto packer = MakePacker();
+  const Rebalancer rebalancer(RebalanceParams{.max_preempted = 6});
+  int plans = 0;
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Scenario s = RandomScenario(seed, *packer);
+    if (!s.ok || s.jobs.empty()) continue;
+    const std::string before = StateOf(s.fleet);
+    Rng rng(seed);
+    auto plan = rebalancer.PlanPreemption(s.fleet, s.w, s.jobs, *packer, rng);
+    ASSERT_EQ(StateOf(s.fleet), before);
+    Rng again(seed);
+    auto twice = rebalancer.PlanPreemption(s.fleet, s.w, s.jobs, *packer, again);
+    ASSERT_EQ(plan.has_value(), twice.has_value());
+    if (!plan) continue;
+    ++plans;
+    EXPECT_EQ(plan->victims, twice->victims);
+    EXPECT_EQ(plan->placement.node, twice->placement.node);
+    EXPECT_EQ(plan->placement.gpus, twice->placement.gpus);
+    EXPECT_LE(plan->victims.size(), 6u);
+    std::set<uint64_t> ids;
+    Fleet copy = s.fleet;
+    double share = 0;
+    for (uint64_t v : plan->victims) {
+      EXPECT_TRUE(ids.insert(v).second) << "job " << v << " taken twice";
+      const MovableJob* job = FindJob(s.jobs, v);
+      ASSERT_NE(job, nullptr);
+      EXPECT_TRUE(job->movable) << "pinned job " << v << " preempted";
+      EXPECT_EQ(job->placement.node, plan->placement.node) << "a victim off another node";
+      share += static_cast<double>(job->shape.TotalGpuMilli()) / kMilliPerGpu;
+      copy.Unreserve(v);
+    }
+    EXPECT_NEAR(plan->gpu_share, share, 1e-9);
+    EXPECT_TRUE(copy.CheckPlacement(s.w, plan->placement).ok())
+        << copy.CheckPlacement(s.w, plan->placement).ToString();
+    // Minimal: with any one victim put back, the workload no longer fits on the node.
+    PackerOptions only;
+    only.only_node = plan->placement.node;
+    for (uint64_t v : plan->victims) {
+      const MovableJob* job = FindJob(s.jobs, v);
+      Fleet back = copy;
+      ASSERT_TRUE(back.Reserve(v, job->shape, job->placement).ok());
+      Rng any(seed);
+      EXPECT_FALSE(packer->Schedule(back, s.w, any, only).placed)
+          << "victim " << v << " was not needed";
+    }
+  }
+  EXPECT_GT(plans, 20);
 }
 
 TEST_P(RebalanceContractTest, GrowthMovesLandWhereTheGrownShapeFits) {

@@ -79,6 +79,9 @@ struct DynamicConfig {
   bool grow_on_demand = false;
   // Packs by interference label where profiles are known: label-2 jobs get whole GPUs.
   bool interference_aware = false;
+  // A job that asked for a whole GPU keeps its GPU's compute to itself; its memory quota still
+  // follows the predictor. Only work that asked for a fraction of a GPU is co-located.
+  bool keep_whole_gpus = false;
 };
 
 // The five configurations compared, in report order.
@@ -100,6 +103,16 @@ struct DynamicParams {
   // Only the job at the head of the queue (the oldest waiting) gets an admission plan.
   bool admission_head_only = false;
   int64_t min_time_between_moves_s = 3600;  // a job moved is pinned for this long
+  // The full cycle's last resort for a GPU job that waited preemption_min_wait_s and that no
+  // move can admit: checkpoint a few running jobs off one node (those that have waited less in
+  // all, most recently started first) and queue them again with their progress kept. Ten days:
+  // only starvation, not an ordinary queue, is worth the waits it moves onto others (see
+  // docs/dynamic.md).
+  bool preemption = true;
+  int64_t preemption_min_wait_s = int64_t{240} * 3600;
+  // Whether configurations that keep whole GPUs do (false: they co-locate whole-GPU requests by
+  // their memory quota, as the other predictor-sized configurations do).
+  bool keep_whole_gpus = true;
   // The full cycle's consolidation while jobs wait: at most this many fragmentation-lowering
   // moves of shared jobs an hour, each lowering expected fragmentation by at least the gain.
   int defrag_moves = 0;  // off by default: see docs/dynamic.md
@@ -132,8 +145,9 @@ struct DynamicResult {
   double mem_alloc_gib_h = 0, mem_used_gib_h = 0;
   double oom_per_1k_job_h = 0;
   int64_t ooms = 0;
-  int64_t migrations = 0;
+  int64_t migrations = 0;  // moves, and checkpoint-preemptions (a move through the queue)
   double migration_downtime_s = 0;
+  int64_t preemptions = 0;
   int64_t grown_in_place = 0;   // quota raised at a resize, on the same GPUs
   int64_t grown_on_demand = 0;  // quota raised when use reached it (an OOM avoided)
   std::vector<DynamicSeries> series;

@@ -5,6 +5,8 @@
 //              off it; each of those must land on another node, within its allowed GPU models
 //   growth     a running job predicted to outgrow its GPU: grow in place when the GPU has room
 //              (the caller checks that first), else move it where its new size fits
+//   preemption a workload that fits nowhere, not even after moves, takes a node once a few
+//              running jobs are checkpointed off it and queued again (their progress is kept)
 //
 // Every plan is checked on the fleet itself (reserve, try, roll back): the fleet is exactly as
 // it was when a call returns. A plan never moves a job twice and never targets a node that
@@ -59,11 +61,19 @@ struct AdmissionPlan {
   double cost = 0;  // sum over moves of downtime x the moved job's GPU share (GPU-seconds)
 };
 
+struct PreemptionPlan {
+  std::vector<uint64_t> victims;  // checkpoint and queue these, then place the workload
+  Placement placement;
+  double gpu_share = 0;  // GPUs x share the victims held: the running work disturbed
+  double cost = 0;       // sum over victims of downtime x GPU share (GPU-seconds)
+};
+
 struct RebalanceParams {
   // Jobs moved to admit one workload: single jobs and pairs are tried first, then a node is
   // cleared greedily, cheapest job first, up to this many.
   int max_moves = 8;
   int max_candidate_nodes = 24;  // nodes tried per admission, the most promising first
+  int max_preempted = 16;        // jobs checkpointed off a node to admit one workload
 };
 
 class Rebalancer {
@@ -84,6 +94,16 @@ class Rebalancer {
   std::vector<Move> PlanDefrag(Fleet& fleet, std::span<const MovableJob> jobs,
                                std::span<const TypicalWorkload> typical, int max_moves,
                                double min_gain_milli) const;
+
+  // A plan that admits `w` by checkpointing some of `jobs` off one node and queueing them again,
+  // or nothing. Only movable jobs are victims; on a node they are taken in the order `jobs`
+  // lists them (the caller's preference: put the jobs it would rather disturb first) until `w`
+  // fits, then any victim `w` does not need after all is left in place. Of the nodes that work,
+  // the one disturbing the least GPU share wins (then fewer victims, then the lower index). At
+  // most max_preempted victims.
+  std::optional<PreemptionPlan> PlanPreemption(Fleet& fleet, const Workload& w,
+                                               std::span<const MovableJob> jobs, Packer& packer,
+                                               Rng& rng) const;
 
   // Where `job` can go once it grows to `grown` (another node, or other GPUs of its node), or
   // nothing. The move's downtime is the job's.
