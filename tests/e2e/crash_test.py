@@ -261,10 +261,15 @@ def verify_once(fleet, job_id, tag, what):
     wait_for(f"{what}: the job running with no migration under way", settled, 120)
     wait_for(f"{what}: one live copy", lambda: len(
         [s for s in tagged_processes(tag).values() if s not in "TtZ"]) == 1, 60)
-    time.sleep(2)
-    live = [s for s in tagged_processes(tag).values() if s not in "TtZ"]
-    if len(live) != 1:
-        fail(f"{what}: {len(live)} running copies of the job")
+    # Watch it for a few seconds: never two live copies, and the one copy seen running. A single
+    # look can land inside a periodic checkpoint (every 3 s here), which stops the process for a
+    # moment: that is one copy, not none.
+    counts = []
+    for _ in range(8):
+        time.sleep(0.5)
+        counts.append(len([s for s in tagged_processes(tag).values() if s not in "TtZ"]))
+    if max(counts) > 1 or 1 not in counts:
+        fail(f"{what}: running copies of the job seen over 4 s: {counts}")
         return
     logs = fleet.get(f"/v1/jobs/{job_id}/logs?stream=stdout")["text"]
     job = fleet.job(job_id)
