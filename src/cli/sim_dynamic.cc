@@ -469,7 +469,7 @@ void AddSimDynamic(CLI::App* sim, int* exit_code) {
       ->capture_default_str();
   dyn->add_flag("!--no-preemption", args->params.preemption,
                 "Full cycle: never checkpoint running jobs off a node to admit one that waited "
-                "--admission-wait and that no move admits");
+                "--preemption-wait and that no move admits");
   dyn->add_option("--preemption-wait", args->params.preemption_min_wait_s,
                   "Full cycle: seconds a job waits before running jobs may be checkpointed off a "
                   "node to admit it")
