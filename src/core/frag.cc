@@ -59,7 +59,8 @@ NodeView ViewOf(const Node& n) {
   return v;
 }
 
-double FragAmount(const NodeView& v, std::span<const TypicalWorkload> typical) {
+double FragAmount(const NodeView& v, std::span<const TypicalWorkload> typical,
+                  double mem_fraction) {
   const int64_t idle = v.IdleMilli();
   if (idle == 0) return 0;
   double frag = 0;
@@ -67,7 +68,9 @@ double FragAmount(const NodeView& v, std::span<const TypicalWorkload> typical) {
     int64_t unusable = idle;
     const bool model_ok =
         t.allowed_models == 0 || (v.model != kNoModel && ((t.allowed_models >> v.model) & 1U));
-    if (t.gpu_milli > 0 && model_ok && v.cpu_left >= t.cpu_milli) {
+    const bool mem_ok =
+        static_cast<double>(v.mem_left) >= mem_fraction * static_cast<double>(t.mem_mib);
+    if (t.gpu_milli > 0 && model_ok && v.cpu_left >= t.cpu_milli && mem_ok) {
       int fitting = 0;
       int64_t stranded = 0;
       for (int i = 0; i < v.gpu_count; ++i) {

@@ -141,6 +141,29 @@ TEST(FragAmountTest, Table) {
   for (const Case& c : cases) EXPECT_DOUBLE_EQ(FragAmount(c.v, c.typical), c.expected) << c.what;
 }
 
+// FGD ignores host memory; with mem_fraction > 0 a typical task is also blocked where the node's
+// free memory is under mem_fraction x the shape's mean memory. Node: 2 free GPUs, 10240 MiB.
+// Shapes (weight 0.5 each): A = 1 whole GPU, mean 40960 MiB; B = 500 milli, mean 8192 MiB.
+//   fraction 0:   both fit                                  -> 0
+//   fraction 0.5: A needs 20480 > 10240: its 2000 idle count; B needs 4096 -> 0.5 * 2000 = 1000
+//   fraction 1:   B needs 8192 <= 10240, still fits         -> 1000
+//   fraction 0.5 with 3000 MiB free: B (4096) is blocked too -> 2000
+TEST(FragAmountTest, HostMemoryCountsOnlyWithAMemoryFraction) {
+  NodeView v = View(0, 64000, {1000, 1000});
+  v.mem_left = 10240;
+  TypicalWorkload a = Typical(1000, 1, 1000, 0.5);
+  a.mem_mib = 40960;
+  TypicalWorkload b = Typical(1000, 1, 500, 0.5);
+  b.mem_mib = 8192;
+  const std::vector<TypicalWorkload> typical = {a, b};
+  EXPECT_DOUBLE_EQ(FragAmount(v, typical), 0);
+  EXPECT_DOUBLE_EQ(FragAmount(v, typical, 0.5), 1000);
+  EXPECT_DOUBLE_EQ(FragAmount(v, typical, 1.0), 1000);
+  v.mem_left = 3000;
+  EXPECT_DOUBLE_EQ(FragAmount(v, typical, 0.5), 2000);
+  EXPECT_DOUBLE_EQ(FragAmount(v, typical), 0) << "FGD's own measure never looks at memory";
+}
+
 TEST(FragAmountTest, ViewOfCopiesWhatFragmentationLooksAt) {
   Node n;
   n.model = 3;

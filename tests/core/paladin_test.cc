@@ -5,8 +5,9 @@
 // sig(x) = 100 / (1 + e^(-x / 1000)); q(x, k) = k * floor(x / k)):
 //   rho = (CPU per milli-GPU the shapes ask, weighted by count) / (CPU per milli-GPU the fleet has)
 //   GPU-bound (rho < 0.95): trunc(sig(F_before - F_after)) + 0.9 * sig(q(S_before - S_after, 400))
-//                           / 100, with F over ctx.typical and S over GPU shapes weighted by
-//                           count x GPUs per task;
+//                           / 100, with F over ctx.typical (memory fraction 0.5: a shape is
+//                           also blocked where free host memory < 0.5 x its mean memory) and S
+//                           over GPU shapes weighted by count x GPUs per task;
 //   CPU-bound (rho >= 0.95): sig(q((S + F)_before - (S + F)_after, 100)), over GPU shapes
 //                           weighted by count;
 //   equal scores go to the node of lowest rank (node index unless Packer::SetNodeRanks).
@@ -120,6 +121,49 @@ TEST(PaladinGpuBoundTest, TheScoreIsFgdsIntegerPlusATieBreakerBelowOnePoint) {
   EXPECT_NEAR(score.Score(fleet, w, 1), 50 + 0.9 * Sig(0) / 100, 1e-9);
 }
 
+// Host memory counts in paladin's fragmentation, not in FGD's.
+//
+// Shape (4000m, 1 whole GPU), mean memory 30720 MiB. "small-mem" (32000m, 40960 MiB, 2 GPUs)
+// and "big-mem" (32000m, 204800 MiB, 2 GPUs): rho = 4 / (64000 / 4000) = 0.25, GPU-bound. The
+// task (4000m, 1 whole GPU, 30720 MiB) fits both.
+//   FGD: after it, either node has a free GPU and 28000m: F stays 0, both score 50, node 0 wins.
+//   paladin: a typical task is blocked where free memory < 0.5 x 30720 = 15360 MiB. After the
+//     task, small-mem has 10240 MiB: its free GPU counts, F 0 -> 1000, trunc(sig(-1000)) = 26;
+//     big-mem keeps 174080 MiB: F stays 0, 50. Stranding cannot tell them apart: small-mem
+//     strands one GPU by memory before (40960 / 30720 = 1 copy on 2 GPUs) and after (0 copies
+//     on 1 GPU), gain 0, as on big-mem; both tie-breakers are 0.9 * sig(0) / 100 = 0.45.
+//   small-mem: 26.45, big-mem: 50.45 <- paladin's choice. With memory_fraction = 0 the scores
+//   are FGD's and node 0 wins.
+TEST(PaladinGpuBoundTest, HostMemoryCountsInItsFragmentation) {
+  Fleet fleet;
+  AddTestNode(fleet, "small-mem", 32000, 40960, 2, "T4");
+  AddTestNode(fleet, "big-mem", 32000, 204800, 2, "T4");
+  TypicalWorkload shape = Shape(4000, 1, 1000, 10, 1.0);
+  shape.mem_mib = 30720;
+  const PolicyContext ctx = ContextOf({shape});
+  Workload w = Task("memory-heavy", 4000, 1, 1000);
+  w.mem_mib = 30720;
+
+  const Decision fgd = Decide(Fgd(ctx), fleet, w);
+  ASSERT_TRUE(fgd.placed) << fgd.Explain();
+  EXPECT_EQ(fgd.placement.node, 0);
+  EXPECT_EQ(fgd.score, 50);
+
+  Policy p = MakePaladinPolicy(ctx, PaladinParams{});
+  ScorePlugin& score = *p.scores[0].plugin;
+  EXPECT_NEAR(score.Score(fleet, w, 0), 26 + 0.9 * Sig(0) / 100, 1e-9);
+  EXPECT_NEAR(score.Score(fleet, w, 1), 50 + 0.9 * Sig(0) / 100, 1e-9);
+  const Decision d = Decide(MakePaladinPolicy(ctx, PaladinParams{}), fleet, w);
+  ASSERT_TRUE(d.placed) << d.Explain();
+  EXPECT_EQ(d.placement.node, 1) << "paladin keeps small-mem's second GPU usable";
+
+  PaladinParams fgd_frag;
+  fgd_frag.memory_fraction = 0;
+  const Decision without = Decide(MakePaladinPolicy(ctx, fgd_frag), fleet, w);
+  ASSERT_TRUE(without.placed) << without.Explain();
+  EXPECT_EQ(without.placement.node, 0);
+}
+
 // Stranding gains are quantised to 400 milli, so near-ties still fall to the node rank (keeping
 // placements concentrated).
 //
@@ -157,7 +201,8 @@ TEST(PaladinGpuBoundTest, QuantisedStrandingNearTiesFallToTheNodeRank) {
 }
 
 // On a GPU-bound fleet FGD's integer score leads: for every feasible node, the integer part of
-// paladin's score is FGD's score there. Checked for many tasks on a random fleet being filled.
+// paladin's score is FGD's score there (the shapes here carry no memory, so the memory fraction
+// changes nothing). Checked for many tasks on a random fleet being filled.
 TEST(PaladinGpuBoundTest, FgdsScoreLeadsOnEveryNode) {
   Fleet fleet;
   AddTestNode(fleet, "a", 96000, 262144, 8, "T4");

@@ -60,8 +60,12 @@ struct NodeView {
 
 NodeView ViewOf(const Node& n);
 
-// Expected milli-GPU of `v` that the typical workloads cannot use (FGD's F(n)).
-double FragAmount(const NodeView& v, std::span<const TypicalWorkload> typical);
+// Expected milli-GPU of `v` that the typical workloads cannot use (FGD's F(n)). FGD looks at GPU
+// share and CPU only (mem_fraction = 0). With mem_fraction > 0 host memory counts too: a typical
+// workload is also blocked on a node whose free host memory is under mem_fraction x its shape's
+// mean memory (paladin's variant).
+double FragAmount(const NodeView& v, std::span<const TypicalWorkload> typical,
+                  double mem_fraction = 0);
 
 // A stricter measure used by paladin: for each shape, the idle milli-GPU left over after the node
 // takes as many copies of that shape as its GPUs, CPU and memory allow; weighted by `freq`.

@@ -39,6 +39,9 @@ struct PaladinParams {
   double tiebreak_quantum_milli = 400;
   // CPU-bound fleets: granularity (milli-GPU) of the stranding + fragmentation score.
   double cpu_bound_quantum_milli = 100;
+  // GPU-bound fleets: FGD's fragmentation also counts a typical task as blocked on a node whose
+  // free host memory is under this fraction of the task shape's mean memory (0 = FGD's own).
+  double memory_fraction = 0.5;
 };
 Policy MakePaladinPolicy(const PolicyContext& ctx, const PaladinParams& params);
 

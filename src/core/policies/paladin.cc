@@ -8,9 +8,11 @@
 // Which signal leads depends on what binds the fleet. From the shape distribution and the
 // fleet's capacities it computes rho = (CPU per GPU the workload asks) / (CPU per GPU the fleet
 // has).
-//  - GPU-bound (rho < cpu_bound_ratio): FGD's own integer score leads; among nodes it ties, the
-//    one whose stranding grows least wins (quantised, so near-ties still fall to the node rank
-//    and placements stay concentrated); then the node rank.
+//  - GPU-bound (rho < cpu_bound_ratio): FGD's integer score leads, with host memory counted in
+//    its fragmentation (a typical task is blocked where the node lacks half its shape's mean
+//    memory; FGD sees GPU share and CPU only); among nodes it ties, the one whose stranding grows
+//    least wins (quantised, so near-ties still fall to the node rank and placements stay
+//    concentrated); then the node rank.
 //  - CPU-bound (rho >= cpu_bound_ratio): the drop in stranding plus fragmentation over all shapes
 //    leads, quantised; then the node rank.
 // Shapes are weighed by count (times GPUs per task in the tie-breaker); CPU-only shapes strand
@@ -105,7 +107,8 @@ class PaladinEvaluator {
                           StrandedAmount(after, by_count_) - FragAmount(after, by_count_);
       return Sigmoid100(Quantise(gain, params_.cpu_bound_quantum_milli));
     }
-    const double fgd_gain = FragAmount(before, fgd_typical_) - FragAmount(after, fgd_typical_);
+    const double fgd_gain = FragAmount(before, fgd_typical_, params_.memory_fraction) -
+                            FragAmount(after, fgd_typical_, params_.memory_fraction);
     const double stranding_gain =
         StrandedAmount(before, by_gpus_) - StrandedAmount(after, by_gpus_);
     // FGD's integer score, then a tie-breaker worth less than one of its points.
