@@ -308,11 +308,7 @@ class Sim {
       states_[j].status = JobStatus::kDone;
     }
     for (size_t j : killed) {
-      Release(j);
-      JobState& s = states_[j];
-      s.status = JobStatus::kQueued;
-      s.queued_since = t;
-      s.failed_version = -1;
+      Requeue(j, t);
       queue_.push_back(j);
     }
     if (!killed.empty()) SortQueue();
@@ -547,7 +543,7 @@ class Sim {
           (!p_.admission_head_only || j == queue_.front()) &&
           (p_.admission_max_gpus <= 0 || shape.gpu_count <= p_.admission_max_gpus)) {
         ++plans;
-        s.next_plan_s = t + 3600;
+        s.next_plan_s = t + p_.plan_retry_s;
         std::vector<MovableJob> movable;
         movable.reserve(running_.size());
         for (size_t k : running_) movable.push_back(Movable(k, t));
@@ -604,18 +600,24 @@ class Sim {
     return rebalancer_.PlanPreemption(fleet_, shape, victims, packer_, rng);
   }
 
+  // Takes running job j off its GPUs and marks it queued from t (the caller puts it in the queue).
+  void Requeue(size_t j, int64_t t) {
+    Release(j);
+    JobState& s = states_[j];
+    s.status = JobStatus::kQueued;
+    s.queued_since = t;
+    s.failed_version = -1;
+  }
+
   // Checkpoints running job k and queues it again: it keeps its progress and pays the checkpoint
   // and restore time when it starts again.
   void Preempt(size_t k, int64_t t, DynamicResult& r) {
     const double downtime = Movable(k, t).downtime_s;
-    Release(k);
     JobState& s = states_[k];
     s.checkpoint_progress_s = s.progress_s;
     s.run_since_checkpoint_s = 0;
     s.resume_pause_s = downtime;
-    s.status = JobStatus::kQueued;
-    s.queued_since = t;
-    s.failed_version = -1;
+    Requeue(k, t);
     ++r.migrations;
     ++r.preemptions;
     r.migration_downtime_s += downtime;

@@ -96,6 +96,9 @@ struct DynamicParams {
   MigrationCost migration;
   RebalanceParams rebalance;
   int max_admission_plans_per_tick = 4;
+  // A job that got a plan (admission or preemption) and still waits gets the next one this much
+  // later, even if nothing in the fleet changed.
+  int64_t plan_retry_s = 3600;
   // Only jobs that waited this long get an admission plan (moving others has a cost for them).
   int64_t admission_min_wait_s = int64_t{24} * 3600;
   // Jobs asking more GPUs than this get no admission plan (0 = no limit).
