@@ -171,6 +171,7 @@ class Agent {
   Json SlurmCheckpoint(const Json& r, uid_t uid);
   Json SlurmResume(const Json& r, uid_t uid);
   Json SlurmSteps(int64_t job);
+  Json SlurmStepFor(const Json& r, uid_t uid);
   StatusOr<std::vector<std::string>> ClaimSlurmJob(int64_t job, uid_t uid);  // needs mu_
   // Quota bytes given out on a GPU: this agent's jobs and the SLURM steps. Needs mu_.
   uint64_t CommittedBytes(int gpu_index, int* jobs, int* steps) const;
@@ -241,6 +242,7 @@ class Agent {
     int gpu_index = -1;
     std::string gpu_uuid;
     std::string checkpoint_dir;
+    std::string image;       // the checkpoint offered at registration ("" for a fresh start)
     ckpt::JobRecord record;  // once it runs (record.pid > 0)
     bool busy = false;       // being checkpointed
     bool stopped = false;    // checkpointed and left stopped

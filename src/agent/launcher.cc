@@ -10,6 +10,7 @@
 
 #include "agent_impl.h"
 #include "paladin/ckpt/criu.h"
+#include "paladin/core/job_env.h"
 
 namespace paladin::agent {
 
@@ -90,6 +91,20 @@ StatusOr<std::unique_ptr<Workload>> Agent::Launch(const Json& c) {
   if (w->id.empty() || w->id.find('/') != std::string::npos || w->id[0] == '.') {
     return InvalidArgument("start: bad job id '" + w->id + "'");
   }
+  // The server checked it at submit; checked again here, where it would reach a process.
+  std::vector<std::pair<std::string, std::string>> job_env;
+  if (c.contains("env")) {
+    if (!c["env"].is_object()) return InvalidArgument("start " + w->id + ": env: not an object");
+    for (const auto& [key, value] : c["env"].items()) {
+      if (!value.is_string()) {
+        return InvalidArgument("start " + w->id + ": env: " + key.substr(0, 64) + ": not a string");
+      }
+      job_env.emplace_back(key, value.get<std::string>());
+    }
+    if (Status s = core::CheckJobEnv(job_env); !s.ok()) {
+      return InvalidArgument("start " + w->id + ": " + s.message());
+    }
+  }
   w->gpu_index = c.value("gpu_index", -1);
   w->gpu_uuid = c.value("gpu_uuid", std::string());
   if (w->gpu_uuid.empty() && w->gpu_index >= 0) w->gpu_uuid = GpuUuid(w->gpu_index);
@@ -133,11 +148,8 @@ StatusOr<std::unique_ptr<Workload>> Agent::Launch(const Json& c) {
   if (!w->gpu_uuid.empty()) spec.env.emplace_back("CUDA_VISIBLE_DEVICES", w->gpu_uuid);
   spec.env.emplace_back("HOME", run_dir);
   spec.env.emplace_back("PALADIN_JOB", w->id);
-  if (c.contains("env") && c["env"].is_object()) {
-    for (const auto& [key, value] : c["env"].items()) {
-      spec.env.emplace_back(key, value.is_string() ? value.get<std::string>() : value.dump());
-    }
-  }
+  spec.env.insert(spec.env.end(), job_env.begin(), job_env.end());
+  spec.inherit_env = false;  // nothing of the agent's own environment reaches a job
   spec.stdout_log = job.stdout_log;
   spec.stderr_log = job.stderr_log;
   spec.cwd = run_dir;

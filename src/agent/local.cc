@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "agent_impl.h"
 #include "paladin/ckpt/checkpoint.h"
@@ -48,6 +49,34 @@ std::string LatestImage(const std::string& dir) {
     }
   }
   return best;
+}
+
+// The uid that owns /proc/PID (the process's effective uid), or -1 when it is gone.
+int64_t ProcOwner(pid_t pid) {
+  struct stat st {};
+  if (stat(("/proc/" + std::to_string(pid)).c_str(), &st) != 0) return -1;
+  return st.st_uid;
+}
+
+// Whether `pid` runs inside SLURM step JOB.STEP: one of its ancestors is that step's
+// slurmstepd, a root process whose command line names the step ("slurmstepd: [JOB.STEP]"). A
+// user cannot make a root process their ancestor, so this is what ties a caller to a step; the
+// job id alone is only a number anyone can send.
+bool InSlurmStep(pid_t pid, int64_t job, const std::string& step) {
+  const std::string want = "[" + std::to_string(job) + "." + step + "]";
+  pid_t at = pid;
+  for (int depth = 0; depth < 16 && at > 1; ++depth) {
+    pid_t parent = 0;
+    if (ProcState(at, &parent) == '\0' || parent <= 1) return false;
+    at = parent;
+    if (ProcOwner(at) != 0) continue;
+    std::ifstream in("/proc/" + std::to_string(at) + "/cmdline");
+    std::string cmdline;
+    std::getline(in, cmdline, '\0');
+    if (cmdline.rfind("slurmstepd:", 0) != 0) continue;
+    return cmdline.find(want) != std::string::npos;
+  }
+  return false;
 }
 
 }  // namespace
@@ -179,8 +208,9 @@ Json Agent::HandleLocal(const Json& r, uid_t uid, pid_t pid) {
     if (op == "checkpoint") return SlurmCheckpoint(r, uid);
     if (op == "resume") return SlurmResume(r, uid);
     if (op == "steps") return SlurmSteps(r.value("job", int64_t{-1}));
+    if (op == "step") return SlurmStepFor(r, uid);
     return Refuse("unknown op '" + op +
-                  "' (expected register, started, done, checkpoint, resume or steps)");
+                  "' (expected register, started, done, checkpoint, resume, steps or step)");
   } catch (const Json::exception& e) {
     return Refuse(std::string("bad request: ") + e.what());
   }
@@ -210,6 +240,12 @@ Json Agent::SlurmRegister(const Json& r, uid_t uid, pid_t pid) {
     return Refuse("bad SLURM job " + std::to_string(job) + " step '" + step + "'");
   }
   if (gpu_mem == 0) return Refuse("gpu_mem must be more than 0 bytes");
+  // Only a process of the step itself registers it: a registration clears or offers the step's
+  // checkpoints, which belong to the job's user.
+  if (uid != 0 && (ProcOwner(pid) != uid || !InSlurmStep(pid, job, step))) {
+    return Refuse("the caller (pid " + std::to_string(pid) + ", uid " + std::to_string(uid) +
+                  ") does not run in SLURM step " + std::to_string(job) + "." + step);
+  }
   const std::string key = std::to_string(job) + "." + step;
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = slurm_.find(key); it != slurm_.end() && Alive(it->second.shim_pid)) {
@@ -258,6 +294,7 @@ Json Agent::SlurmRegister(const Json& r, uid_t uid, pid_t pid) {
   s.gpu_index = best;
   s.gpu_uuid = GpuUuid(best);
   s.checkpoint_dir = dir;
+  s.image = restarts > 0 ? LatestImage(dir) : "";
   Say("SLURM step " + key + " (uid " + std::to_string(uid) +
       ") registered: " + quota::FormatSize(gpu_mem) + " on GPU " + std::to_string(best));
   Json answer = {{"ok", true},
@@ -268,13 +305,47 @@ Json Agent::SlurmRegister(const Json& r, uid_t uid, pid_t pid) {
                  {"emulated_gpus", driver_.emulated ? driver_.emulated_spec : ""},
                  {"emu_state", driver_.emulated ? data_dir_ + "/emu.state" : ""},
                  {"checkpoint_dir", dir},
-                 {"image", restarts > 0 ? LatestImage(dir) : ""}};
+                 {"image", s.image}};
   return answer;
+}
+
+// For the step's root helper (`paladin slurm helper`, root): what the agent decided for the step,
+// so that the helper never takes the quota, the GPU, the emulated driver's state or the image to
+// restore from the step's own (unprivileged) shim.
+Json Agent::SlurmStepFor(const Json& r, uid_t uid) {
+  if (uid != 0) return Refuse("op step: for the step's root helper only");
+  const std::string key =
+      std::to_string(r.at("job").get<int64_t>()) + "." + r.at("step").get<std::string>();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slurm_.find(key);
+  if (it == slurm_.end()) return Refuse("SLURM step " + key + " is not registered here");
+  const SlurmStep& s = it->second;
+  return {{"ok", true},
+          {"uid", s.uid},
+          {"gpu_mem", s.gpu_mem},
+          {"gpu_uuid", s.gpu_uuid},
+          {"emulated_gpus", driver_.emulated ? driver_.emulated_spec : ""},
+          {"emu_state", driver_.emulated ? data_dir_ + "/emu.state" : ""},
+          {"image", s.image}};
 }
 
 Json Agent::SlurmStarted(const Json& r, uid_t uid, pid_t pid) {
   const std::string key = r.at("key").get<std::string>();
-  StatusOr<ckpt::JobRecord> record = ckpt::ReadJob(r.at("run_dir").get<std::string>());
+  const std::string run_dir = r.at("run_dir").get<std::string>();
+  // The agent checkpoints the step as root by this record: a user's step must be one that its
+  // root helper started, whose run directory and record only root can write.
+  if (uid != 0) {
+    struct stat dir {};
+    struct stat file {};
+    if (lstat(run_dir.c_str(), &dir) != 0 || !S_ISDIR(dir.st_mode) || dir.st_uid != 0 ||
+        (dir.st_mode & 022) != 0 || lstat((run_dir + "/job.json").c_str(), &file) != 0 ||
+        !S_ISREG(file.st_mode) || file.st_uid != 0) {
+      return Refuse("run directory " + run_dir +
+                    " is not one that Paladin's root helper made (a root-owned directory with a "
+                    "root-owned job.json)");
+    }
+  }
+  StatusOr<ckpt::JobRecord> record = ckpt::ReadJob(run_dir);
   if (!record.ok()) return Refuse(record.status().message());
   // Only the shim's own child may be checkpointed under its name, or its root helper's child
   // (`paladin slurm helper`, which starts a non-root user's step).
@@ -351,12 +422,10 @@ Json Agent::SlurmCheckpoint(const Json& r, uid_t uid) {
   for (const std::string& key : *keys) {
     ckpt::JobRecord record;
     std::string dir;
-    uint32_t owner = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       record = slurm_[key].record;
       dir = slurm_[key].checkpoint_dir;
-      owner = slurm_[key].uid;
     }
     if (!criu.ok()) {
       failed = criu.status().message();
@@ -385,12 +454,9 @@ Json Agent::SlurmCheckpoint(const Json& r, uid_t uid) {
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
       if (entry.path().string() != out) fs::remove_all(entry.path(), ec);  // the last one is kept
     }
-    if (owner != 0) {
-      for (const auto& entry : fs::recursive_directory_iterator(dir, ec)) {
-        (void)lchown(entry.path().c_str(), owner, static_cast<gid_t>(-1));
-      }
-      (void)lchown(dir.c_str(), owner, static_cast<gid_t>(-1));
-    }
+    // The image stays root's (0700): it is restored as root, and CRIU recreates the credentials
+    // it holds; a user who could edit it could restore a process as anyone.
+    (void)chmod(dir.c_str(), 0700);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     std::string said = who + " checkpointed into ";

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -132,7 +133,15 @@ struct Prepared {
   std::vector<std::string> init_storage;
   std::vector<char*> init_argv;
   const char* init_dir = nullptr;
+  // The job's environment for paladin-workload-init (a sealed memfd, descriptor kInitEnvFd in
+  // it): init itself runs as root with kFixedEnvironment only.
+  int env_fd = -1;
 };
+
+constexpr int kInitEnvFd = 3;
+constexpr const char* kFixedPath =
+    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+char* const kFixedEnvironment[] = {const_cast<char*>(kFixedPath), nullptr};
 
 // Only async-signal-safe calls after the clone: writes the parts to stderr.
 void ChildSay(const char* what, const char* detail) {
@@ -154,16 +163,24 @@ void ChildSay(const char* what, const char* detail) {
   if (null >= 0) dup2(null, STDIN_FILENO);
   dup2(p.out, STDOUT_FILENO);
   dup2(p.err, STDERR_FILENO);
+  if (p.init != nullptr) {
+    // The job's environment at kInitEnvFd (dup2 clears close-on-exec; so must fcntl when the
+    // descriptor is there already).
+    if ((p.env_fd == kInitEnvFd ? fcntl(kInitEnvFd, F_SETFD, 0) : dup2(p.env_fd, kInitEnvFd)) < 0) {
+      ChildSay("cannot pass the job's environment", "");
+      _exit(126);
+    }
+  }
   // Nothing else of the launcher's: an inherited descriptor would tie the job's checkpoints to a
   // file outside it.
-  close_range(3, ~0U, 0);
+  close_range(p.init != nullptr ? kInitEnvFd + 1 : 3, ~0U, 0);
   if (p.init != nullptr) {
     // It switches user and directory in the workload's process, after its fork.
     if (chdir(p.init_dir) != 0 && chdir("/") != 0) {
       ChildSay("cannot enter ", p.init_dir);
       _exit(126);
     }
-    execve(p.init, p.init_argv.data(), p.envp.data());
+    execve(p.init, p.init_argv.data(), kFixedEnvironment);
     ChildSay("cannot run ", p.init);
     _exit(127);
   }
@@ -191,6 +208,26 @@ void ChildSay(const char* what, const char* detail) {
     (void)ignored;
   }
   _exit(127);
+}
+
+// A sealed memory file holding `env` as NUL-terminated entries, for paladin-workload-init.
+StatusOr<int> EnvironmentFile(const std::vector<std::string>& env) {
+  const int fd = memfd_create("paladin-job-env", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return IoError(std::string("memfd_create: ") + strerror(errno));
+  std::string text;
+  for (const std::string& e : env) text.append(e).push_back('\0');
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = strerror(errno);
+      close(fd);
+      return IoError("cannot write the job's environment: " + why);
+    }
+    done += static_cast<size_t>(n);
+  }
+  (void)fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE);
+  return fd;
 }
 
 bool IsExecutable(const std::string& path) {
@@ -231,15 +268,26 @@ StatusOr<std::string> FindWorkloadInit() {
 StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec) {
   if (spec.command.empty()) return InvalidArgument("no command to run");
   Prepared p;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry = *e;
-    const std::string key = entry.substr(0, entry.find('='));
-    bool replaced = false;
-    for (const auto& kv : spec.env) replaced |= kv.first == key;
-    if (!replaced) p.env_storage.push_back(entry);
+  // The base (this process's environment, or the fixed one), then the spec's variables; a later
+  // entry replaces an earlier one of the same name, so that each name appears once.
+  std::vector<std::string>& env = p.env_storage;
+  auto put = [&env](std::string entry) {
+    const size_t name_end = entry.find('=');
+    const std::string_view name(entry.data(), name_end == std::string::npos ? 0 : name_end + 1);
+    for (std::string& e : env) {
+      if (!name.empty() && e.compare(0, name.size(), name) == 0) {
+        e = std::move(entry);
+        return;
+      }
+    }
+    env.push_back(std::move(entry));
+  };
+  if (spec.inherit_env) {
+    for (char** e = environ; *e != nullptr; ++e) put(*e);
+  } else {
+    put(kFixedPath);
   }
-  for (const auto& [key, value] : spec.env)
-    p.env_storage.push_back(std::string(key).append("=").append(value));
+  for (const auto& [key, value] : spec.env) put(std::string(key).append("=").append(value));
   for (std::string& e : p.env_storage) p.envp.push_back(e.data());
   p.envp.push_back(nullptr);
   for (const std::string& a : spec.command) p.argv.push_back(const_cast<char*>(a.c_str()));
@@ -261,7 +309,18 @@ StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec) {
     StatusOr<std::string> found = FindWorkloadInit();
     if (found.ok()) {
       init = *found;
-      p.init_storage = {init, std::to_string(spec.uid), std::to_string(spec.gid),
+      StatusOr<int> env_fd = EnvironmentFile(p.env_storage);
+      if (!env_fd.ok()) {
+        close(p.out);
+        close(p.err);
+        return env_fd.status();
+      }
+      p.env_fd = *env_fd;
+      p.init_storage = {init,
+                        "--env-fd",
+                        std::to_string(kInitEnvFd),
+                        std::to_string(spec.uid),
+                        std::to_string(spec.gid),
                         spec.cwd.empty() ? "-" : spec.cwd};
       p.init_storage.insert(p.init_storage.end(), spec.command.begin(), spec.command.end());
       for (std::string& a : p.init_storage) p.init_argv.push_back(a.data());
@@ -314,6 +373,7 @@ StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec) {
   close(p.go[1]);
   close(p.out);
   close(p.err);
+  if (p.env_fd >= 0) close(p.env_fd);
   return started;
 }
 

@@ -8,9 +8,14 @@
 // as the root, the task that mounts is root, the command runs unprivileged as its only child, and
 // the job is dumped and restored with the same CRIU options as a root job. See docs/ckpt.md.
 //
-// Usage: paladin-workload-init UID GID CWD COMMAND [ARG...]
+// Usage: paladin-workload-init [--env-fd FD] UID GID CWD COMMAND [ARG...]
 //   UID, GID: the user and group the command runs as (-1: keep root's); supplementary groups are
-//   dropped. CWD: the command's working directory ("-": this program's).
+//   dropped. CWD: the command's working directory ("-": this program's). FD: a descriptor holding
+//   the command's environment (NUL-terminated NAME=VALUE entries); without it the command gets
+//   this program's. The job's environment is a team's to choose: it must never reach this
+//   program, which runs as root (LD_PRELOAD would load a team's code into it). So this program
+//   is started with a fixed environment, reads the job's from FD, closes FD, and applies it only
+//   in the command's process, after the switch of user (ckpt::StartWorkload).
 // It forwards every signal it can catch to the command, reaps every orphan of the namespace, and
 // exits with the command's exit status (128 + N when signal N killed it, as a shell reports it).
 //
@@ -25,7 +30,11 @@
 #include <cstdlib>
 #include <cstring>
 
+extern char** environ;
+
 namespace {
+
+constexpr size_t kMaxEnvironmentBytes = 4 << 20;
 
 void Say(const char* what, const char* detail) {
   std::fprintf(stderr, "paladin-workload-init: %s%s: %s\n", what, detail, std::strerror(errno));
@@ -38,13 +47,70 @@ bool ParseId(const char* text, long* id) {
   return errno == 0 && end != text && *end == '\0' && *id >= -1 && *id <= 0x7fffffffL;
 }
 
+// The NUL-terminated entries held by `fd`, as an environ array (null-terminated), or null when
+// they cannot be read. Closes `fd`: nothing of it stays in the job (nor in its checkpoints).
+char** ReadEnvironment(int fd) {
+  size_t size = 0;
+  size_t capacity = 64 * 1024;
+  char* text = static_cast<char*>(std::malloc(capacity + 1));
+  for (;;) {
+    if (text == nullptr) break;
+    const ssize_t n = pread(fd, text + size, capacity - size, static_cast<off_t>(size));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      std::free(text);
+      text = nullptr;
+      break;
+    }
+    if (n == 0) break;
+    size += static_cast<size_t>(n);
+    if (size == capacity) {
+      if (capacity >= kMaxEnvironmentBytes) {
+        errno = E2BIG;
+        std::free(text);
+        text = nullptr;
+        break;
+      }
+      capacity *= 2;
+      char* grown = static_cast<char*>(std::realloc(text, capacity + 1));
+      if (grown == nullptr) std::free(text);
+      text = grown;
+    }
+  }
+  close(fd);
+  if (text == nullptr) return nullptr;
+  if (size > 0 && text[size - 1] != '\0') text[size++] = '\0';  // a last entry without its NUL
+  size_t entries = 0;
+  for (size_t i = 0; i < size; ++i) entries += text[i] == '\0' ? 1 : 0;
+  char** env = static_cast<char**>(std::calloc(entries + 1, sizeof(char*)));
+  if (env == nullptr) return nullptr;
+  size_t next = 0;
+  for (size_t start = 0; start < size; start += std::strlen(text + start) + 1) {
+    if (text[start] != '\0') env[next++] = text + start;
+  }
+  env[next] = nullptr;
+  return env;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  char** job_env = environ;
+  if (argc >= 3 && std::strcmp(argv[1], "--env-fd") == 0) {
+    long fd = -1;
+    if (!ParseId(argv[2], &fd) || fd < 0 ||
+        (job_env = ReadEnvironment(static_cast<int>(fd))) == nullptr) {
+      Say("cannot read the job's environment from descriptor ", argv[2]);
+      return 126;
+    }
+    argc -= 2;
+    argv += 2;
+  }
   long uid = -1;
   long gid = -1;
   if (argc < 5 || !ParseId(argv[1], &uid) || !ParseId(argv[2], &gid)) {
-    std::fprintf(stderr, "usage: paladin-workload-init UID GID CWD COMMAND [ARG...]\n");
+    std::fprintf(stderr,
+                 "usage: paladin-workload-init [--env-fd FD] UID GID CWD COMMAND [ARG...]\n");
     return 2;
   }
   const char* cwd = argv[3];
@@ -76,6 +142,8 @@ int main(int argc, char** argv) {
       Say("cannot switch user", "");
       _exit(126);
     }
+    // The job's own environment from here on; execvp searches the job's PATH.
+    environ = job_env;
     execvp(argv[4], argv + 4);
     Say("cannot run ", argv[4]);
     _exit(127);

@@ -4,6 +4,7 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -324,6 +325,24 @@ int RestoreAndWait(const RunArgs& args) {
   return code;
 }
 
+// The workload's variables, then Paladin's over them; the loader's search paths join, Paladin's
+// first (its interposers must load before anything of the workload's).
+std::vector<std::pair<std::string, std::string>> WorkloadEnv(
+    const std::vector<std::pair<std::string, std::string>>& own,
+    const std::vector<std::pair<std::string, std::string>>& paladin) {
+  std::vector<std::pair<std::string, std::string>> env = own;
+  for (const auto& [name, value] : paladin) {
+    std::string joined = value;
+    if (name == "LD_LIBRARY_PATH" || name == "LD_PRELOAD") {
+      for (const auto& [own_name, own_value] : own) {
+        if (own_name == name && !own_value.empty()) joined += ":" + own_value;
+      }
+    }
+    env.emplace_back(name, joined);
+  }
+  return env;
+}
+
 }  // namespace
 
 int RunWorkload(RunArgs args) {
@@ -357,7 +376,7 @@ int RunWorkload(RunArgs args) {
   ckpt::JobRecord job;
   job.name = args.name;
   job.command = args.command;
-  job.cwd = std::filesystem::current_path().string();
+  job.cwd = args.cwd.empty() ? std::filesystem::current_path().string() : args.cwd;
   job.run_dir = std::filesystem::absolute(run_dir).string();
   job.stdout_log = job.run_dir + "/stdout.log";
   job.stderr_log = job.run_dir + "/stderr.log";
@@ -390,20 +409,26 @@ int RunWorkload(RunArgs args) {
 
   ckpt::WorkloadSpec spec;
   spec.command = args.command;
-  spec.env = gpu.env;
+  spec.env = WorkloadEnv(args.env, gpu.env);
+  spec.inherit_env = args.inherit_env;
+  spec.cwd = args.cwd;
   spec.stdout_log = job.stdout_log;
   spec.stderr_log = job.stderr_log;
   spec.cgroup = args.name + "-" + std::to_string(getpid());
   spec.uid = args.uid;
   spec.gid = args.gid;
-  if (args.uid > 0) {
-    // Its run directory (region, libraries, logs) must be its user's.
+  if (args.uid > 0 && args.uid != static_cast<int64_t>(getuid())) {
+    // Run for another user by root: the run directory and the job record stay root's (the node
+    // agent checkpoints the job as root by that record); the user gets what the workload itself
+    // opens by name: its quota region, and the interposers' folder to read.
+    (void)chmod(job.run_dir.c_str(), 0755);
+    if (!gpu.region_path.empty()) {
+      (void)lchown(gpu.region_path.c_str(), static_cast<uid_t>(args.uid),
+                   static_cast<gid_t>(args.gid));
+    }
     std::error_code ec;
-    const auto uid = static_cast<uid_t>(args.uid);
-    const auto gid = static_cast<gid_t>(args.gid);
-    (void)lchown(job.run_dir.c_str(), uid, gid);
-    for (const auto& entry : std::filesystem::recursive_directory_iterator(job.run_dir, ec)) {
-      (void)lchown(entry.path().c_str(), uid, gid);
+    for (const auto& entry : std::filesystem::directory_iterator(job.run_dir, ec)) {
+      if (entry.is_directory(ec) && !entry.is_symlink(ec)) (void)chmod(entry.path().c_str(), 0755);
     }
   }
   StatusOr<ckpt::StartedWorkload> started = ckpt::StartWorkload(spec);

@@ -43,6 +43,13 @@ struct RunArgs {
   // helper` starts a SLURM user's step this way, so that it can be checkpointed.
   int64_t uid = -1;
   int64_t gid = -1;
+  // The workload's own environment and working directory, for a supervisor that runs as root
+  // for someone else (`paladin slurm helper`): `env` reaches only the workload, after the switch
+  // of user, never this process (ckpt::WorkloadSpec); without `inherit_env` nothing of this
+  // process's environment does either. Paladin's loader paths come first, the workload's after.
+  std::vector<std::pair<std::string, std::string>> env;
+  bool inherit_env = true;
+  std::string cwd;          // "": this process's
   bool follow_logs = true;  // copy the workload's logs to this process's stdout and stderr
 };
 

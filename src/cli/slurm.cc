@@ -56,6 +56,9 @@ struct HelperArgs {
   int fd = -1;
   int64_t uid = -1;
   int64_t gid = -1;
+  std::string socket;  // the node agent's, from the plugin's configuration
+  int64_t job = 0;     // from SLURM, through the plugin
+  std::string step;
 };
 
 // The shim and its root helper speak JSON lines over a socket pair (migrate::Channel); first the
@@ -125,8 +128,11 @@ StatusOr<Json> Receive(migrate::Channel& channel) {
 // the step's task; runs the step the shim describes as that user under a root-owned pid 1, which
 // is what lets CRIU checkpoint it (docs/ckpt.md), or restores it; then reports its exit.
 int RunHelper(const HelperArgs& a) {
-  if (geteuid() != 0 || a.fd < 0 || a.uid <= 0 || a.gid < 0) {
-    Note("slurm helper: for the SPANK plugin only (root, with --fd, --uid and --gid)");
+  if (geteuid() != 0 || a.fd < 0 || a.uid <= 0 || a.gid < 0 || a.job <= 0 || a.step.empty() ||
+      a.socket.empty()) {
+    Note(
+        "slurm helper: for the SPANK plugin only (root, with --fd, --uid, --gid, --socket, --job "
+        "and --step)");
     return 2;
   }
   migrate::Channel channel(a.fd);
@@ -134,22 +140,60 @@ int RunHelper(const HelperArgs& a) {
   StatusOr<Json> request = Receive(channel);
   if (!request.ok()) return 1;
   const Json& r = *request;
-  // The step's environment, as SLURM made it for the task.
-  clearenv();
-  for (const Json& kv : r.value("env", Json::array())) {
-    if (kv.is_string()) putenv(strdup(kv.get<std::string>().c_str()));
+  // The shim runs as the step's user: what it sends is that user's to choose. Only the command,
+  // its environment and its working directory are taken from it, and they reach only the
+  // workload, after the switch of user. The quota, the GPU, the emulated driver and the image to
+  // restore from are what the agent decided for this step (SLURM's job and step, from the plugin).
+  StatusOr<Json> decided =
+      agent::CallLocal(a.socket, {{"op", "step"}, {"job", a.job}, {"step", a.step}}, 30);
+  if (decided.ok() && !decided->value("ok", false)) {
+    decided = PermissionDenied(decided->value("error", "refused"));
   }
-  if (chdir(r.value("cwd", "/").c_str()) != 0) (void)chdir("/");
+  if (decided.ok() && decided->value("uid", int64_t{-1}) != a.uid) {
+    decided = PermissionDenied("the step was registered by uid " +
+                               std::to_string(decided->value("uid", int64_t{-1})) + ", not " +
+                               std::to_string(a.uid));
+  }
+  if (!decided.ok()) {
+    Note("slurm helper: the agent does not vouch for step " + std::to_string(a.job) + "." + a.step +
+         ": " + decided.status().message());
+    (void)channel.Send(Json{{"event", "failed"}, {"code", 1}}.dump());
+    return 1;
+  }
   RunArgs run;
+  run.inherit_env = false;
+  for (const Json& kv : r.value("env", Json::array())) {
+    if (!kv.is_string()) continue;
+    const std::string entry = kv.get<std::string>();
+    const size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    run.env.emplace_back(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  run.cwd = r.value("cwd", "/");
+  if (run.cwd.empty() || run.cwd[0] != '/') run.cwd = "/";
   run.name = r.value("name", "slurm-step");
-  run.gpu_mem = r.value("gpu_mem", "");
-  run.emulated_gpus = r.value("emulated_gpus", "");
-  run.gpus = r.value("gpus", "");
+  run.gpu_mem = std::to_string(decided->value("gpu_mem", uint64_t{0}));
+  run.emulated_gpus = decided->value("emulated_gpus", "");
+  run.gpus = decided->value("gpu_uuid", "");
+  if (!run.emulated_gpus.empty()) {
+    setenv("PALADIN_EMU_GPUS", run.emulated_gpus.c_str(), 1);
+    setenv("PALADIN_EMU_STATE", decided->value("emu_state", "").c_str(), 1);
+  }
   run.command = r.value("command", std::vector<std::string>{});
-  run.restore_from = r.value("restore_from", "");
-  const Json gpu_map = r.value("gpu_map", Json::object());
-  for (const auto& [from, to] : gpu_map.items()) {
-    run.gpu_map.emplace_back(from, to.get<std::string>());
+  if (!r.value("restore_from", "").empty()) {
+    run.restore_from = decided->value("image", "");
+    if (run.restore_from.empty()) {
+      Note("slurm helper: the shim asks for a restore, but the agent has no checkpoint of step " +
+           std::to_string(a.job) + "." + a.step);
+      (void)channel.Send(Json{{"event", "failed"}, {"code", 1}}.dump());
+      return 1;
+    }
+    StatusOr<ckpt::Manifest> m = ckpt::ReadManifest(run.restore_from);
+    if (m.ok()) {
+      for (const ckpt::ImageGpu& g : m->gpus) {
+        if (g.uuid != run.gpus && !run.gpus.empty()) run.gpu_map.emplace_back(g.uuid, run.gpus);
+      }
+    }
   }
   run.say_as = "paladin";
   run.uid = a.uid;
@@ -449,6 +493,9 @@ void RegisterSlurm(CLI::App& app, int* exit_code) {
   h->add_option("--fd", helper->fd, "The socket to the step's shim")->required();
   h->add_option("--uid", helper->uid, "The step's user")->required();
   h->add_option("--gid", helper->gid, "The step's group")->required();
+  h->add_option("--socket", helper->socket, "The node agent's local socket")->required();
+  h->add_option("--job", helper->job, "The SLURM job id")->required();
+  h->add_option("--step", helper->step, "The step: batch or its number")->required();
   h->callback([helper, exit_code] { *exit_code = RunHelper(*helper); });
 
   auto job = std::make_shared<int64_t>(0);

@@ -114,6 +114,19 @@ DriverChoice ChooseDriver(const Libraries& libs, const std::string& emulated_spe
   return choice;
 }
 
+namespace {
+
+// The emulated driver's devices and its shared state file, named in the workload's own
+// environment: a workload inherits nothing else of its launcher's (a node agent's jobs do not).
+void AddEmulatedDriverEnv(const DriverChoice& driver,
+                          std::vector<std::pair<std::string, std::string>>* env) {
+  if (!driver.emulated) return;
+  env->emplace_back("PALADIN_EMU_GPUS", driver.emulated_spec);
+  env->emplace_back("PALADIN_EMU_STATE", EmulatedStatePath());
+}
+
+}  // namespace
+
 StatusOr<WorkloadSetup> PrepareWorkload(const std::string& run_dir, const Libraries& libs,
                                         const DriverChoice& driver, const RegionSettings& settings,
                                         std::unique_ptr<Region>* region) {
@@ -134,7 +147,7 @@ StatusOr<WorkloadSetup> PrepareWorkload(const std::string& run_dir, const Librar
     PALADIN_RETURN_IF_ERROR(Symlink(driver.cuda_next, setup.lib_dir + "/libcuda.so"));
     PALADIN_RETURN_IF_ERROR(Symlink(driver.nvml_next, setup.lib_dir + "/libnvidia-ml.so.1"));
     setup.env.emplace_back("LD_LIBRARY_PATH", WithPrefix(setup.lib_dir, getenv("LD_LIBRARY_PATH")));
-    if (driver.emulated) setup.env.emplace_back("PALADIN_EMU_GPUS", driver.emulated_spec);
+    AddEmulatedDriverEnv(driver, &setup.env);
     return setup;
   }
   const std::string cuda_shim = fs::canonical(libs.cuda_shim, ec).string();
@@ -153,7 +166,7 @@ StatusOr<WorkloadSetup> PrepareWorkload(const std::string& run_dir, const Librar
                          WithPrefix(setup.lib_dir + "/libcuda.so.1", getenv("LD_PRELOAD")));
   setup.env.emplace_back("LD_LIBRARY_PATH", WithPrefix(setup.lib_dir, getenv("LD_LIBRARY_PATH")));
   setup.env.emplace_back("PALADIN_QUOTA_REGION", setup.region_path);
-  if (driver.emulated) setup.env.emplace_back("PALADIN_EMU_GPUS", driver.emulated_spec);
+  AddEmulatedDriverEnv(driver, &setup.env);
   return setup;
 }
 

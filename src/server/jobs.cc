@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "control.h"
+#include "paladin/core/job_env.h"
 #include "paladin/server/validate.h"
 
 namespace paladin::server {
@@ -106,13 +107,13 @@ StatusOr<Json> Control::Submit(const Principal& who, const Json& body) {
   j.priority = static_cast<int>(*priority);
   if (Present(body, "env")) {
     if (!body["env"].is_object()) return InvalidArgument("env: expected an object of strings");
+    std::vector<std::pair<std::string, std::string>> env;
     for (const auto& [k, v] : body["env"].items()) {
       if (!v.is_string()) return InvalidArgument("env: " + k.substr(0, 64) + ": expected a string");
-      if (k.empty() || k.find('=') != std::string::npos) {
-        return InvalidArgument("env: '" + k.substr(0, 64) + "' is not a variable name");
-      }
-      j.env[k] = v.get<std::string>();
+      env.emplace_back(k, v.get<std::string>());
     }
+    PALADIN_RETURN_IF_ERROR(core::CheckJobEnv(env));
+    for (auto& [k, v] : env) j.env[k] = std::move(v);
   }
 
   std::lock_guard<std::mutex> lock(mu_);

@@ -143,8 +143,12 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char** av) {
   if (spank_getenv(sp, "PALADIN_SLURM_STEP", wrapped, sizeof wrapped) == ESPANK_SUCCESS) return 0;
   uid_t uid = 0;
   gid_t gid = 0;
+  uint32_t job = 0;
+  uint32_t step = 0;
   if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
-      spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS || uid == 0) {
+      spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS || uid == 0 ||
+      spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS ||
+      spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS) {
     return 0;
   }
   int fds[2];
@@ -160,8 +164,19 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char** av) {
     snprintf(fd_text, sizeof fd_text, "%d", fds[1]);
     snprintf(uid_text, sizeof uid_text, "%u", (unsigned)uid);
     snprintf(gid_text, sizeof gid_text, "%u", (unsigned)gid);
-    char* argv[] = {g_paladin, "slurm",  "helper", "--fd",   fd_text,
-                    "--uid",   uid_text, "--gid",  gid_text, NULL};
+    /* The helper asks the agent, as root, what it decided for this step: SLURM's own job and
+     * step ids say which (the step's shim, which runs as the user, is not believed). */
+    char job_text[16];
+    char step_text[16];
+    snprintf(job_text, sizeof job_text, "%u", job);
+    if (step == SLURM_BATCH_SCRIPT) {
+      strcpy(step_text, "batch");
+    } else {
+      snprintf(step_text, sizeof step_text, "%u", step);
+    }
+    char* argv[] = {g_paladin, "slurm",  "helper",  "--fd",     fd_text,  "--uid",
+                    uid_text,  "--gid",  gid_text,  "--socket", g_socket, "--job",
+                    job_text,  "--step", step_text, NULL};
     char* envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", NULL};
     execve(g_paladin, argv, envp);
     _exit(127);

@@ -1,10 +1,13 @@
 #include "paladin/trace/csv.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 namespace paladin::trace {
@@ -152,12 +155,52 @@ StatusOr<double> CsvTable::Double(size_t row, size_t col, double min, double max
 }
 
 StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return IoError("cannot open " + path + ": " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return IoError("error reading " + path);
-  return ss.str();
+  // A trace is a regular file of bounded size: a FIFO would block, a directory reads as nothing
+  // and /dev/zero never ends.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return IoError("cannot open " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    const std::string why = std::strerror(errno);
+    close(fd);
+    return IoError("cannot read " + path + ": " + why);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
+    return InvalidArgument(path + ": " + kind + ", expected a regular file");
+  }
+  if (static_cast<uint64_t>(st.st_size) > kMaxTraceFileBytes) {
+    close(fd);
+    return InvalidArgument(path + ": " + std::to_string(st.st_size) + " bytes, more than the " +
+                           std::to_string(kMaxTraceFileBytes >> 30) + " GiB a trace file may be");
+  }
+  std::string text;
+  text.reserve(static_cast<size_t>(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = std::strerror(errno);
+      close(fd);
+      return IoError("error reading " + path + ": " + why);
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxTraceFileBytes) {  // it grew while being read
+      close(fd);
+      return InvalidArgument(path + ": grew past the " + std::to_string(kMaxTraceFileBytes >> 30) +
+                             " GiB a trace file may be while being read");
+    }
+  }
+  close(fd);
+  return text;
 }
 
 }  // namespace paladin::trace

@@ -50,7 +50,13 @@ StatusOr<JobRecord> FindJob(const std::string& name_or_pid);
 
 struct WorkloadSpec {
   std::vector<std::string> command;
-  std::vector<std::pair<std::string, std::string>> env;  // added to this process's
+  // The workload's environment: `env` over a base, this process's environment when
+  // `inherit_env`, else only a fixed PATH (the node agent: nothing of its own reaches a job). A
+  // later entry replaces an earlier one of the same name. It reaches only the workload's own
+  // process, after the switch of user: under paladin-workload-init, through a descriptor that
+  // init reads and closes; init itself runs as root with a fixed environment.
+  std::vector<std::pair<std::string, std::string>> env;
+  bool inherit_env = true;
   std::string stdout_log;
   std::string stderr_log;
   bool pid_namespace = true;

@@ -41,6 +41,9 @@ class CsvTable {
   std::vector<int> lines_;
 };
 
+// The whole of a regular file of at most kMaxTraceFileBytes; a directory, FIFO, device or socket
+// is an error naming what it is, and is never read.
+inline constexpr uint64_t kMaxTraceFileBytes = uint64_t{4} << 30;
 StatusOr<std::string> ReadWholeFile(const std::string& path);
 
 }  // namespace paladin::trace
