@@ -170,7 +170,7 @@ class Agent {
   Json SlurmDone(const Json& r, uid_t uid);
   Json SlurmCheckpoint(const Json& r, uid_t uid);
   Json SlurmResume(const Json& r, uid_t uid);
-  Json SlurmSteps(int64_t job);
+  Json SlurmSteps(int64_t job, uid_t uid);
   Json SlurmStepFor(const Json& r, uid_t uid);
   StatusOr<std::vector<std::string>> ClaimSlurmJob(int64_t job, uid_t uid);  // needs mu_
   // Quota bytes given out on a GPU: this agent's jobs and the SLURM steps. Needs mu_.

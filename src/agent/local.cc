@@ -207,7 +207,7 @@ Json Agent::HandleLocal(const Json& r, uid_t uid, pid_t pid) {
     if (op == "done") return SlurmDone(r, uid);
     if (op == "checkpoint") return SlurmCheckpoint(r, uid);
     if (op == "resume") return SlurmResume(r, uid);
-    if (op == "steps") return SlurmSteps(r.value("job", int64_t{-1}));
+    if (op == "steps") return SlurmSteps(r.value("job", int64_t{-1}), uid);
     if (op == "step") return SlurmStepFor(r, uid);
     return Refuse("unknown op '" + op +
                   "' (expected register, started, done, checkpoint, resume, steps or step)");
@@ -234,6 +234,10 @@ uint64_t Agent::CommittedBytes(int gpu_index, int* jobs, int* steps) const {
 Json Agent::SlurmRegister(const Json& r, uid_t uid, pid_t pid) {
   const int64_t job = r.at("job").get<int64_t>();
   const std::string step = r.at("step").get<std::string>();
+  // JSON's -1 would read as 2^64 - 1 through get<uint64_t>().
+  if (!r.at("gpu_mem").is_number_unsigned()) {
+    return Refuse("gpu_mem: expected a whole number of bytes, not " + r.at("gpu_mem").dump());
+  }
   const uint64_t gpu_mem = r.at("gpu_mem").get<uint64_t>();
   const int64_t restarts = r.value("restart_count", int64_t{0});
   if (job <= 0 || step.empty() || step.find('/') != std::string::npos || step[0] == '.') {
@@ -503,11 +507,13 @@ Json Agent::SlurmResume(const Json& r, uid_t uid) {
   return {{"ok", true}};
 }
 
-Json Agent::SlurmSteps(int64_t job) {
+// The steps `uid` may see: its own (root: all of them).
+Json Agent::SlurmSteps(int64_t job, uid_t uid) {
   std::lock_guard<std::mutex> lock(mu_);
   Json out = Json::array();
   for (const auto& [key, s] : slurm_) {
     if (job >= 0 && s.job != job) continue;
+    if (uid != 0 && s.uid != uid) continue;
     out.push_back({{"key", key},
                    {"job", s.job},
                    {"step", s.step},

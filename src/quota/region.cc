@@ -233,6 +233,7 @@ bool ParseSize(const std::string& text, uint64_t* bytes) {
     if (strcasecmp(unit.c_str(), u.name) == 0) scale = u.scale;
   }
   if (scale == 0) return false;
+  if (scale == 1 && value != std::floor(value)) return false;  // a count of bytes is whole
   double total = value * scale;
   if (total >= 1.8e19) return false;
   *bytes = static_cast<uint64_t>(std::llround(total));

@@ -50,6 +50,10 @@ StatusOr<int64_t> ParseSize(std::string_view text) {
   } else {
     return InvalidArgument("'" + shown + "': unknown size unit (use B, KiB, MiB, GiB, TiB)");
   }
+  // A count of bytes is whole: "0.0000001" is not a size of 1 byte (it would round up to one).
+  if (scale == 1 && number != std::floor(number)) {
+    return InvalidArgument("'" + shown + "': a number of bytes must be whole");
+  }
   const double bytes = std::ceil(number * scale);
   if (!std::isfinite(bytes) || bytes > 9.0e18)
     return InvalidArgument("'" + shown + "' is too large");

@@ -158,7 +158,14 @@ StatusOr<std::string> ReadWholeFile(const std::string& path) {
   // A trace is a regular file of bounded size: a FIFO would block, a directory reads as nothing
   // and /dev/zero never ends.
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) return IoError("cannot open " + path + ": " + std::strerror(errno));
+  if (fd < 0) {
+    const std::string why = std::strerror(errno);
+    struct stat st {};
+    if (stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+      return InvalidArgument(path + ": a socket, expected a regular file");
+    }
+    return IoError("cannot open " + path + ": " + why);
+  }
   struct stat st {};
   if (fstat(fd, &st) != 0) {
     const std::string why = std::strerror(errno);

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# The agent's local socket against a local user who is not the step's (issue: one user could
+# make the agent delete another user's SLURM checkpoints). A real `paladin server` and
+# `paladin agent` (root, emulated GPU); root registers SLURM step 777.0 and it has a checkpoint on
+# disk. Then, as user nobody:
+#   - register 777.0 (fresh, which would clear its checkpoints; or as a restart, which would hand
+#     out its image), register a step of a job nobody does not run in, a negative gpu_mem;
+#   - checkpoint, resume, done and "started" on 777.0 (the last with a run directory of its own);
+#   - the root helper's op "step"; list the steps (root's must not show).
+# Each is refused with a message, the checkpoint is still there with the same bytes, and the
+# agent still answers. Needs root (exits 77 without).
+#
+# usage: local_socket_test.sh PALADIN
+set -uo pipefail
+
+PALADIN=$(readlink -f "${1:?usage: local_socket_test.sh PALADIN}")
+[[ $(id -u) == 0 ]] || { echo "SKIP: needs root"; exit 77; }
+# The system's python: nobody cannot run a python under root's home (pyenv's shims).
+PY=/usr/bin/python3
+[[ -x $PY ]] || { echo "SKIP: $PY is not installed"; exit 77; }
+command -v setpriv >/dev/null || { echo "SKIP: setpriv is not installed"; exit 77; }
+
+tried=0
+refused=0
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+TMP=$(mktemp -d /tmp/paladin-localsock.XXXXXX)
+chmod 0755 "$TMP"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+"$PALADIN" server --listen 127.0.0.1:0 --data "$TMP/server" >"$TMP/server.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 300); do [[ -s $TMP/server/server.url && -s $TMP/server/agent.token ]] && break; sleep 0.1; done
+URL=$(head -n1 "$TMP/server/server.url" 2>/dev/null)
+[[ -n $URL ]] || { echo "FAIL: the server did not start" >&2; cat "$TMP/server.log" >&2; exit 1; }
+SOCK=$TMP/agent.sock
+"$PALADIN" agent --server "$URL" --token-file "$TMP/server/agent.token" --name node-a \
+  --data "$TMP/agent" --emulated-gpus 1x16GiB --local-socket "$SOCK" --migrate-port $((20000 + RANDOM % 20000)) \
+  >"$TMP/agent.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 300); do [[ -S $SOCK ]] && break; sleep 0.1; done
+[[ -S $SOCK ]] || { echo "FAIL: the agent made no socket" >&2; cat "$TMP/agent.log" >&2; exit 1; }
+
+# call [AS-NOBODY] JSON: one request on the socket; prints the answer.
+cat >"$TMP/call.py" <<'PY'
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(30)
+s.connect(sys.argv[1])
+s.sendall(sys.argv[2].encode() + b"\n")
+data = b""
+while not data.endswith(b"\n"):
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    data += chunk
+print(data.decode().strip(), flush=True)
+if len(sys.argv) > 3:  # stay, as a step's shim does: the agent forgets steps whose shim is gone
+    import time
+    time.sleep(float(sys.argv[3]))
+PY
+as_root() { "$PY" "$TMP/call.py" "$SOCK" "$1"; }
+as_nobody() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$PY" "$TMP/call.py" "$SOCK" "$1"; }
+
+# Root's step 777.0 and a checkpoint of it on disk.
+"$PY" "$TMP/call.py" "$SOCK" '{"op": "register", "job": 777, "step": "0", "gpu_mem": 1073741824}' \
+  600 >"$TMP/registered" &
+PIDS+=($!)
+for _ in $(seq 100); do [[ -s $TMP/registered ]] && break; sleep 0.1; done
+answer=$(cat "$TMP/registered")
+[[ $(jq -r .ok <<<"$answer") == true ]] || { echo "FAIL: root's register: $answer" >&2; exit 1; }
+DIR=$(jq -r .checkpoint_dir <<<"$answer")
+mkdir -p "$DIR/0000000000001"
+echo '{"version": 1}' >"$DIR/0000000000001/manifest.json"
+head -c 4096 /dev/urandom >"$DIR/0000000000001/pages-1.img"
+before=$(cd "$DIR" && find . -type f -exec sha256sum {} + | sort)
+
+# expect_refused WHAT JSON: nobody's request is answered ok:false with an error.
+expect_refused() {
+  tried=$((tried + 1))
+  local answer
+  answer=$(as_nobody "$2")
+  if [[ $(jq -r '.ok' <<<"$answer" 2>/dev/null) != false ]] ||
+    [[ -z $(jq -r '.error // empty' <<<"$answer" 2>/dev/null) ]]; then
+    fail "$1: not refused: ${answer:0:300}"
+  else
+    refused=$((refused + 1))
+    echo "refused: $1: $(jq -r .error <<<"$answer" | cut -c1-160)"
+  fi
+}
+mkdir -p "$TMP/mine" && echo '{}' >"$TMP/mine/job.json" && chown -R nobody "$TMP/mine"
+expect_refused "register another user's step afresh (clears its checkpoints)" \
+  '{"op": "register", "job": 777, "step": "0", "gpu_mem": 1024, "restart_count": 0}'
+expect_refused "register another user's step as a restart (hands out its image)" \
+  '{"op": "register", "job": 777, "step": "0", "gpu_mem": 1024, "restart_count": 1}'
+expect_refused "register a step of a job the caller does not run in" \
+  '{"op": "register", "job": 778, "step": "batch", "gpu_mem": 1024, "restart_count": 0}'
+expect_refused "register with a negative gpu_mem" \
+  '{"op": "register", "job": 779, "step": "0", "gpu_mem": -1}'
+expect_refused "checkpoint another user's job" '{"op": "checkpoint", "job": 777}'
+expect_refused "resume another user's job" '{"op": "resume", "job": 777}'
+expect_refused "done on another user's step" '{"op": "done", "key": "777.0", "exit_code": 0}'
+expect_refused "started with a run directory of the caller's" \
+  "{\"op\": \"started\", \"key\": \"777.0\", \"run_dir\": \"$TMP/mine\"}"
+expect_refused "the root helper's op step" '{"op": "step", "job": 777, "step": "0"}'
+expect_refused "an unknown op" '{"op": "rm", "path": "/"}'
+tried=$((tried + 1))
+steps=$(as_nobody '{"op": "steps"}')
+if [[ $(jq '.steps | length' <<<"$steps") != 0 ]]; then
+  fail "nobody sees root's steps: $steps"
+else
+  refused=$((refused + 1))
+fi
+
+after=$(cd "$DIR" && find . -type f -exec sha256sum {} + | sort)
+[[ $before == "$after" ]] || fail "step 777.0's checkpoint changed: before [$before] after [$after]"
+answer=$(as_root '{"op": "steps"}')
+[[ $(jq -r '.steps[0].key' <<<"$answer") == 777.0 ]] || fail "root's step is gone: $answer"
+
+echo "security: local socket: tried $tried, refused $refused"
+if ((failures > 0)); then
+  echo "local_socket_test: $failures failure(s)" >&2
+  exit 1
+fi
+echo "local_socket_test: all passed"
