@@ -37,6 +37,7 @@ struct SubmitArgs {
   int gpus = 1;
   int priority = 0;
   std::vector<std::string> env;
+  std::string on_restore_failure;
   bool wait = false;
   double timeout_s = 0;
   std::vector<std::string> command;
@@ -66,6 +67,7 @@ StatusOr<Json> SubmitBody(const SubmitArgs& a) {
   StatusOr<std::map<std::string, std::string>> env = fleet::ParseEnv(a.env);
   if (!env.ok()) return env.status();
   if (!env->empty()) body["env"] = *env;
+  if (!a.on_restore_failure.empty()) body["on_restore_failure"] = a.on_restore_failure;
   return body;
 }
 
@@ -386,6 +388,11 @@ void RegisterFleetJobs(CLI::App& app, int* exit_code) {
   // One value per --env, so that "--env A=1 -- CMD" leaves "--" to start the command.
   submit->add_option("--env", s->env, "Environment variable for the job, NAME=VALUE (repeatable)")
       ->allow_extra_args(false);
+  submit
+      ->add_option("--on-restore-failure", s->on_restore_failure,
+                   "When a restore from its checkpoint fails: stop (it stays checkpointed, the "
+                   "default) or restart (it starts over from the beginning)")
+      ->check(CLI::IsMember({"stop", "restart"}));
   submit->add_flag("--wait", s->wait, "Follow the job until it runs or ends");
   submit->add_option("--timeout", s->timeout_s, "With --wait: give up after this many seconds")
       ->check(CLI::NonNegativeNumber);

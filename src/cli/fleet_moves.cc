@@ -249,15 +249,14 @@ int FleetResume(const std::string& job, const FleetFlags& flags, bool wait, doub
   return Guarded("job resume", [&] {
     FleetApi api("job resume", flags);
     Watch watch;
-    watch.busy = [](const Json& j) {
-      const std::string s = Str(j, "state");
-      return s == "restoring" || s == "pending" || s == "starting";
-    };
+    // Only a restore is a resume: a job that went back to pending (started over after a failed
+    // restore) or back to checkpointed has not resumed, and the command says why.
+    watch.busy = [](const Json& j) { return Str(j, "state") == "restoring"; };
     watch.succeeded = [](const Json& j) { return Str(j, "state") == "running"; };
     watch.done_line = [](const Json& j) {
       return Str(j, "id") + " resumed on " + fleet::PlacementCell(j);
     };
-    watch.failure_kind = "";
+    watch.failure_kind = "restore_failed";
     return Start(api, job, "resume", Json::object(), watch, wait, timeout_s);
   });
 }

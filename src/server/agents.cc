@@ -420,16 +420,29 @@ void Control::ApplyResult(NodeRecord& n, const Json& r) {
   if (epoch != j.epoch || j.node != n.name) return;  // about an older placement
   if ((c.kind == "start" || c.kind == "restore") && !c.ok) {
     if (c.kind == "restore") {
+      // Never reported as a resume, never a silent start from zero: the job's policy decides.
       Accrue(j, Now());
       ReleaseJob(j);
-      ++j.restarts;
-      Count("restarts");
-      j.state = "pending";
       j.recovering = false;
       j.preempted = false;
-      j.pending_since = Now();
-      j.reason = "restore failed on " + n.name + " (" + error + "): starting over";
-      Event("restarted", &j, n.name, j.reason);
+      const std::string from = j.last_checkpoint ? j.last_checkpoint->path : "?";
+      const std::string failed = "restore from " + from + " failed on " + n.name + ": " + error;
+      Event("restore_failed", &j, n.name, failed);
+      Count("restores_failed");
+      if (j.on_restore_failure == "restart") {
+        ++j.restarts;
+        Count("restarts");
+        j.state = "pending";
+        j.pending_since = Now();
+        j.reason = failed + "; starting over from the beginning (on_restore_failure: restart)";
+        Event("started_over", &j, n.name, j.reason);
+      } else {
+        j.state = "checkpointed";
+        j.reason = failed +
+                   "; it stays checkpointed (on_restore_failure: stop): `paladin job "
+                   "resume " +
+                   j.id + "` tries again";
+      }
     } else {
       EndJob(j, "failed", std::nullopt, "start failed on " + n.name + ": " + error);
     }

@@ -105,6 +105,13 @@ StatusOr<Json> Control::Submit(const Principal& who, const Json& body) {
   if (!priority.ok()) return priority.status();
   j.gpus = static_cast<int>(*gpus);
   j.priority = static_cast<int>(*priority);
+  if (Present(body, "on_restore_failure")) {
+    const Json& policy = body["on_restore_failure"];
+    if (!policy.is_string() || (policy != "stop" && policy != "restart")) {
+      return InvalidArgument("on_restore_failure: expected \"stop\" or \"restart\"");
+    }
+    j.on_restore_failure = policy.get<std::string>();
+  }
   if (Present(body, "env")) {
     if (!body["env"].is_object()) return InvalidArgument("env: expected an object of strings");
     std::vector<std::pair<std::string, std::string>> env;

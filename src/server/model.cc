@@ -158,6 +158,8 @@ void AppendJobApiText(const JobRecord& j, const Json& migration, std::string* ou
   AppendString(j.name, out);
   Key("node", false, out);
   AppendOptionalString(j.node, out);
+  Key("on_restore_failure", false, out);
+  AppendString(j.on_restore_failure, out);
   Key("predicted_bytes", false, out);
   AppendInt(j.predicted_bytes, out);
   Key("priority", false, out);
@@ -215,6 +217,7 @@ Json JobToApi(const JobRecord& j) {
               {"ended_at", Optional(j.ended_at)},
               {"exit_code", j.exit_code ? Json(*j.exit_code) : Json(nullptr)},
               {"restarts", j.restarts},
+              {"on_restore_failure", j.on_restore_failure},
               {"migrations", j.migrations},
               {"recoveries", j.recoveries},
               {"checkpoints", j.checkpoints},
@@ -287,6 +290,7 @@ JobRecord JobFromDoc(const Json& d) {
   if (d.contains("exit_code") && d["exit_code"].is_number())
     j.exit_code = d["exit_code"].get<int>();
   j.restarts = d.value("restarts", 0);
+  j.on_restore_failure = d.value("on_restore_failure", "stop");
   j.migrations = d.value("migrations", 0);
   j.recoveries = d.value("recoveries", 0);
   j.checkpoints = d.value("checkpoints", 0);

@@ -60,6 +60,9 @@ struct JobRecord {
   std::optional<double> ended_at;
   std::optional<int> exit_code;
   int restarts = 0;
+  // When a restore from its checkpoint fails: "stop" leaves it checkpointed (resumable, with the
+  // reason), "restart" starts it over from the beginning (a `started_over` event). Never silent.
+  std::string on_restore_failure = "stop";
   int migrations = 0;
   int recoveries = 0;
   int checkpoints = 0;

@@ -349,3 +349,93 @@ TEST(SchedulingTest, DeadNodesJobsStartOverElsewhere) {
 
 }  // namespace
 }  // namespace paladin::server
+
+namespace paladin::server {
+namespace {
+
+// A restore that fails is never a resume and never a silent start from zero: by default the job
+// stays checkpointed with the reason (and `resume` may try again); with on_restore_failure
+// "restart" it starts over, as an event of its own.
+TEST(SchedulingTest, AFailedRestoreIsReportedAndFollowsTheJobsPolicy) {
+  testing::ServerHarness h("restore-failed");
+  api::Client admin = h.Admin();
+  FakeAgent a(h, "node-a", 1, 16 * kGiB, 7110);
+  ASSERT_TRUE(a.Register().ok());
+  EXPECT_FALSE(admin
+                   .Post("/v1/jobs", Json{{"command", {"x"}},
+                                          {"team", "ml"},
+                                          {"gpu_mem", kGiB},
+                                          {"on_restore_failure", "retry"}})
+                   .ok());
+  for (const std::string policy : {"stop", "restart"}) {
+    SCOPED_TRACE(policy);
+    StatusOr<Json> submitted = admin.Post("/v1/jobs", Json{{"command", {"python3", "train.py"}},
+                                                           {"team", "ml"},
+                                                           {"gpu_mem", 2 * kGiB},
+                                                           {"on_restore_failure", policy}});
+    ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+    const std::string id = (*submitted)["id"];
+    EXPECT_EQ((*submitted)["on_restore_failure"], policy);
+    std::optional<Json> start = AwaitCommand(a, "start", id);
+    ASSERT_TRUE(start.has_value());
+    a.Obey(*start);
+    a.commands().clear();
+    ASSERT_TRUE(a.Heartbeat().ok());
+    ASSERT_EQ(Job(admin, id)["state"], "running");
+    ASSERT_TRUE(admin.Post("/v1/jobs/" + id + "/checkpoint", Json::object()).ok());
+    std::optional<Json> ckpt = AwaitCommand(a, "checkpoint", id);
+    ASSERT_TRUE(ckpt.has_value());
+    a.Answer(
+        Json{{"command", (*ckpt)["id"]}, {"ok", true}, {"detail", {{"path", (*ckpt)["dir"]}}}});
+    a.jobs().erase(id);
+    ASSERT_TRUE(a.Heartbeat().ok());
+    ASSERT_TRUE(WaitFor([&] { return Job(admin, id)["state"] == "checkpointed"; }));
+    ASSERT_TRUE(admin.Post("/v1/jobs/" + id + "/resume", Json::object()).ok());
+    std::optional<Json> restore = AwaitCommand(a, "restore", id);
+    ASSERT_TRUE(restore.has_value());
+    a.Answer(Json{{"command", (*restore)["id"]},
+                  {"ok", false},
+                  {"error", "CRIU: restore failed: injected"},
+                  {"detail", Json::object()}});
+    a.commands().clear();
+    ASSERT_TRUE(a.Heartbeat().ok());
+    const std::string expected = policy == "stop" ? "checkpointed" : "pending";
+    ASSERT_TRUE(WaitFor([&] {
+      const std::string state = Job(admin, id)["state"];
+      return state == expected || state == "starting" || state == "running";
+    }));
+    Json j = Job(admin, id);
+    const std::string reason = j["reason"];
+    StatusOr<Json> events = admin.Get("/v1/events?job=" + id);
+    ASSERT_TRUE(events.ok());
+    std::string kinds;
+    for (const Json& e : (*events)["events"]) kinds += e["kind"].get<std::string>() + " ";
+    EXPECT_NE(kinds.find("restore_failed"), std::string::npos) << kinds;
+    EXPECT_EQ(kinds.find("resumed"), std::string::npos) << kinds;
+    if (policy == "stop") {
+      EXPECT_EQ(j["state"], "checkpointed");
+      EXPECT_EQ(j["restarts"], 0);
+      EXPECT_NE(reason.find("injected"), std::string::npos) << reason;
+      EXPECT_EQ(kinds.find("started_over"), std::string::npos) << kinds;
+      // Nothing starts it behind the user's back.
+      for (int i = 0; i < 5; ++i) ASSERT_TRUE(a.Heartbeat().ok());
+      for (const Json& c : a.commands()) {
+        EXPECT_FALSE(c["kind"] == "start" && c["job"] == id) << c.dump();
+      }
+    } else {
+      EXPECT_EQ(j["restarts"], 1);
+      EXPECT_NE(kinds.find("started_over"), std::string::npos) << kinds;
+      ASSERT_TRUE(AwaitCommand(a, "start", id).has_value());
+    }
+    ASSERT_TRUE(admin.Post("/v1/jobs/" + id + "/cancel", Json::object()).ok());
+    for (const Json& c : a.commands()) {
+      if (c["kind"] == "kill" || c["kind"] == "start") a.Obey(c);
+    }
+    a.commands().clear();
+    a.jobs().clear();
+    ASSERT_TRUE(a.Heartbeat().ok());
+  }
+}
+
+}  // namespace
+}  // namespace paladin::server
