@@ -397,6 +397,7 @@ void HttpFront::Impl::Advance(Connection& c) {
 void HttpFront::Impl::OnHead(Connection& c) {
   if (c.in_pos == c.in.size()) return;
   if (c.phase == Phase::kIdle) {
+    c.head_request = false;  // until this request's method is known
     c.phase = Phase::kHead;
     c.deadline = Clock::now() + Seconds(options_.header_timeout_s);
   }
