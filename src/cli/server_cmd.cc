@@ -65,9 +65,16 @@ void RegisterServer(CLI::App& app, int* exit_code) {
   cmd->add_option("--checkpoint-store", options->checkpoint_store,
                   "Where checkpoint images go (default DATA/checkpoints; shared by the agents)");
   cmd->add_option("--http-threads", options->http_threads,
-                  "HTTP worker threads; each agent's open connection holds one, so give more "
-                  "than the number of nodes")
+                  "HTTP worker threads (they run requests; open connections hold none)")
       ->capture_default_str();
+  cmd->add_option("--http-header-timeout", options->http_header_timeout_s,
+                  "Seconds a client has to send a request's head, from its first byte")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--http-body-timeout", options->http_body_timeout_s,
+                  "Seconds a client has to send a request's body, from the end of its head")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--policy", options->policy, "Placement policy (paladin, FGD, BestFit, ...)")
       ->capture_default_str();
   cmd->callback([options, exit_code] {

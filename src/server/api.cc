@@ -3,7 +3,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <set>
+#include <string_view>
+#include <vector>
 
 #include "paladin/server/server.h"
 #include "paladin/server/validate.h"
@@ -11,16 +14,15 @@
 namespace paladin::server {
 namespace {
 
-// The one Authorization header, whole: the request's header map keeps bytes that
-// get_header_value would cut at a NUL. Two headers, or control characters in one, authenticate
-// nobody.
-std::string AuthorizationHeader(const httplib::Request& req) {
-  auto [first, last] = req.headers.equal_range("Authorization");
-  if (first == last || std::next(first) != last) return "";
-  for (const char c : first->second) {
+// The one Authorization header, whole (the front keeps every byte of it). Two headers, or
+// control characters in one, authenticate nobody.
+std::string AuthorizationHeader(const HttpRequest& req) {
+  const std::vector<std::string> values = req.HeaderValues("Authorization");
+  if (values.size() != 1) return "";
+  for (const char c : values[0]) {
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return "";
   }
-  return first->second;
+  return values[0];
 }
 
 // Who may call a route.
@@ -67,18 +69,15 @@ Reply FromResult(const StatusOr<Json>& r, int ok_status = 200) {
   return Reply{ok_status, *r, "", ""};
 }
 
-void Write(httplib::Response& res, const Reply& reply) {
-  res.status = reply.status;
-  if (!reply.content_type.empty()) {
-    res.set_content(reply.text, reply.content_type.c_str());
-    return;
-  }
-  if (reply.status == 204) return;
-  res.set_content(reply.body.dump(-1, ' ', false, Json::error_handler_t::replace),
-                  "application/json");
+HttpResponse ToResponse(const Reply& reply) {
+  if (!reply.content_type.empty())
+    return HttpResponse{reply.status, reply.content_type, reply.text};
+  if (reply.status == 204) return HttpResponse{204, "", ""};
+  return HttpResponse{reply.status, "application/json",
+                      reply.body.dump(-1, ' ', false, Json::error_handler_t::replace)};
 }
 
-StatusOr<Json> ParseBody(const httplib::Request& req) {
+StatusOr<Json> ParseBody(const HttpRequest& req) {
   if (req.body.empty()) return Json::object();
   Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return InvalidArgument("body: not valid JSON");
@@ -86,108 +85,140 @@ StatusOr<Json> ParseBody(const httplib::Request& req) {
   return body;
 }
 
-std::string Param(const httplib::Request& req, const char* key) {
-  return req.has_param(key) ? req.get_param_value(key) : "";
-}
+std::string Param(const HttpRequest& req, const char* key) { return req.Param(key); }
 
-using Handler = std::function<Reply(const httplib::Request&, const Principal&)>;
+using Handler = std::function<Reply(const HttpRequest&, const Principal&)>;
 
+// Routes are patterns of path segments: "*" matches one non-empty segment, which the handler
+// finds in req.matches. A route is chosen, and its caller authenticated, from the head alone:
+// the body of a request that is refused is never read (http_front.h).
 class Router {
  public:
-  Router(httplib::Server& http, Control& control) : http_(http), control_(control) {}
+  explicit Router(Control& control) : control_(control) {}
 
-  void Get(const char* pattern, Access access, Handler h) {
-    http_.Get(pattern, Wrap(access, std::move(h)));
-  }
-  void Post(const char* pattern, Access access, Handler h) {
-    http_.Post(pattern, Wrap(access, std::move(h)));
-  }
-  void Put(const char* pattern, Access access, Handler h) {
-    http_.Put(pattern, Wrap(access, std::move(h)));
-  }
-  void Delete(const char* pattern, Access access, Handler h) {
-    http_.Delete(pattern, Wrap(access, std::move(h)));
+  void Get(const char* pattern, Access access, Handler h) { Add("GET", pattern, access, h); }
+  void Post(const char* pattern, Access access, Handler h) { Add("POST", pattern, access, h); }
+  void Put(const char* pattern, Access access, Handler h) { Add("PUT", pattern, access, h); }
+  void Delete(const char* pattern, Access access, Handler h) { Add("DELETE", pattern, access, h); }
+
+  HttpAdmission Admit(HttpRequest& req) const {
+    const std::string method = req.method == "HEAD" ? "GET" : req.method;
+    const std::vector<std::string_view> path = Segments(req.path);
+    for (const Route& route : routes_) {
+      if (route.method != method || !Match(route.segments, path, &req.matches)) continue;
+      return Admit(route, req);
+    }
+    return HttpAdmission{ToResponse(Error(NotFound("no such endpoint"))), nullptr};
   }
 
  private:
-  httplib::Server::Handler Wrap(Access access, Handler h) {
-    Control* control = &control_;
-    return [control, access, h = std::move(h)](const httplib::Request& req,
-                                               httplib::Response& res) {
-      const auto start = std::chrono::steady_clock::now();
-      Reply reply;
-      try {
-        Principal who;
-        bool allowed = true;
-        if (access != Access::kPublic) {
-          StatusOr<Principal> p = control->Authenticate(BearerSecret(AuthorizationHeader(req)));
-          if (!p.ok()) {
-            reply = Error(p.status());
-            allowed = false;
-          } else {
-            who = *p;
-            const bool ok = access == Access::kAny || (access == Access::kUser && !who.agent()) ||
-                            (access == Access::kAdmin && who.admin()) ||
-                            (access == Access::kAgent && (who.agent() || who.admin()));
-            if (!ok) {
-              reply = Error(PermissionDenied("a " + who.Scope() + " token may not " + req.method +
-                                             " " + req.path));
-              allowed = false;
-            }
-          }
-        }
-        if (allowed) reply = h(req, who);
-      } catch (const std::exception& e) {
-        reply = Error(InvalidArgument(std::string("bad request: ") + e.what()));
-      }
-      Write(res, reply);
-      control->RecordRequest(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    };
+  struct Route {
+    std::string method;
+    std::vector<std::string> segments;
+    Access access;
+    Handler handler;
+  };
+
+  static std::vector<std::string_view> Segments(std::string_view path) {
+    std::vector<std::string_view> out;
+    size_t start = 0;
+    while (true) {
+      const size_t slash = path.find('/', start);
+      out.push_back(path.substr(start, slash - start));
+      if (slash == std::string_view::npos) return out;
+      start = slash + 1;
+    }
   }
 
-  httplib::Server& http_;
+  static bool Match(const std::vector<std::string>& pattern,
+                    const std::vector<std::string_view>& path, std::vector<std::string>* matches) {
+    if (pattern.size() != path.size()) return false;
+    std::vector<std::string> captured;
+    for (size_t i = 0; i < pattern.size(); ++i) {
+      if (pattern[i] == "*") {
+        if (path[i].empty()) return false;
+        captured.emplace_back(path[i]);
+      } else if (pattern[i] != path[i]) {
+        return false;
+      }
+    }
+    matches->clear();
+    std::string whole;
+    for (size_t i = 0; i < path.size(); ++i) whole += (i == 0 ? "" : "/") + std::string(path[i]);
+    matches->push_back(std::move(whole));
+    for (std::string& c : captured) matches->push_back(std::move(c));
+    return true;
+  }
+
+  void Add(const char* method, const char* pattern, Access access, const Handler& h) {
+    std::vector<std::string> segments;
+    for (std::string_view s : Segments(pattern)) segments.emplace_back(s);
+    routes_.push_back(Route{method, std::move(segments), access, h});
+  }
+
+  HttpAdmission Admit(const Route& route, const HttpRequest& req) const {
+    Principal who;
+    if (route.access != Access::kPublic) {
+      StatusOr<Principal> p = control_.Authenticate(BearerSecret(AuthorizationHeader(req)));
+      if (!p.ok()) return HttpAdmission{ToResponse(Error(p.status())), nullptr};
+      who = *p;
+      const Access a = route.access;
+      const bool ok = a == Access::kAny || (a == Access::kUser && !who.agent()) ||
+                      (a == Access::kAdmin && who.admin()) ||
+                      (a == Access::kAgent && (who.agent() || who.admin()));
+      if (!ok) {
+        return HttpAdmission{
+            ToResponse(Error(PermissionDenied("a " + who.Scope() + " token may not " + req.method +
+                                              " " + req.path))),
+            nullptr};
+      }
+    }
+    Control* control = &control_;
+    const Handler* handler = &route.handler;
+    return HttpAdmission{
+        std::nullopt, [control, handler, who](const HttpRequest& full) {
+          const auto start = std::chrono::steady_clock::now();
+          Reply reply;
+          try {
+            reply = (*handler)(full, who);
+          } catch (const std::exception& e) {
+            reply = Error(InvalidArgument(std::string("bad request: ") + e.what()));
+          }
+          control->RecordRequest(
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+          return ToResponse(reply);
+        }};
+  }
+
   Control& control_;
+  std::vector<Route> routes_;
 };
 
-std::string JobId(const httplib::Request& req) { return req.matches[1].str(); }
+std::string JobId(const HttpRequest& req) { return req.matches[1]; }
 
 }  // namespace
 
-void InstallRoutes(httplib::Server& http, Control& control) {
-  http.set_payload_max_length(kMaxBodyBytes);
-  http.set_error_handler([](const httplib::Request& /*req*/, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string message = "HTTP " + std::to_string(res.status);
-    if (res.status == 404) message = "no such endpoint";
-    if (res.status == 413) message = "body larger than 1 MiB";
-    if (res.status == 400) message = "malformed HTTP request";
-    res.set_content(Json{{"error", message}}.dump(), "application/json");
-  });
-  http.set_exception_handler(
-      [](const httplib::Request& /*req*/, httplib::Response& res, const std::exception_ptr& /*e*/) {
-        res.status = 500;
-        res.set_content(Json{{"error", "internal error"}}.dump(), "application/json");
-      });
-  Router r(http, control);
+HttpAdmit MakeRoutes(Control& control) {
+  auto router = std::make_shared<Router>(control);
+  Router& r = *router;
   Control* c = &control;
 
-  auto page = [](const httplib::Request&, const Principal&) {
+  auto page = [](const HttpRequest&, const Principal&) {
     return Reply{200, Json(), DashboardHtml(), "text/html; charset=utf-8"};
   };
   r.Get("/", Access::kPublic, page);
   r.Get("/dashboard.html", Access::kPublic, page);
-  r.Get("/healthz", Access::kPublic, [](const httplib::Request&, const Principal&) {
+  r.Get("/healthz", Access::kPublic, [](const HttpRequest&, const Principal&) {
     return Reply{200, Json{{"ok", true}}, "", ""};
   });
 
   // --- jobs ---
-  r.Post("/v1/jobs", Access::kUser, [c](const httplib::Request& req, const Principal& who) {
+  r.Post("/v1/jobs", Access::kUser, [c](const HttpRequest& req, const Principal& who) {
     StatusOr<Json> body = ParseBody(req);
     if (!body.ok()) return Error(body.status());
     return FromResult(c->Submit(who, *body), 201);
   });
-  r.Get("/v1/jobs", Access::kUser, [c](const httplib::Request& req, const Principal& who) {
+  r.Get("/v1/jobs", Access::kUser, [c](const HttpRequest& req, const Principal& who) {
     const std::string team = Param(req, "team");
     const std::string state = Param(req, "state");
     const std::string all = Param(req, "all");
@@ -203,77 +234,67 @@ void InstallRoutes(httplib::Server& http, Control& control) {
     if (!jobs.ok()) return Error(jobs.status());
     return Reply{200, Json(), std::move(*jobs), "application/json"};
   });
-  r.Get(R"(/v1/jobs/([^/]+))", Access::kUser,
-        [c](const httplib::Request& req, const Principal& who) {
-          return FromResult(c->GetJob(who, JobId(req)));
-        });
-  r.Get(R"(/v1/jobs/([^/]+)/logs)", Access::kUser,
-        [c](const httplib::Request& req, const Principal& who) {
-          const std::string stream = req.has_param("stream") ? Param(req, "stream") : "stdout";
-          int64_t tail = 0;
-          if (req.has_param("tail")) {
-            StatusOr<int64_t> n = ParseIntParam(Param(req, "tail"), 0, 10000000, "tail");
-            if (!n.ok()) return Error(n.status());
-            tail = *n;
-          }
-          return FromResult(c->Logs(who, JobId(req), stream, tail));
-        });
-  r.Get(R"(/v1/jobs/([^/]+)/usage)", Access::kUser,
-        [c](const httplib::Request& req, const Principal& who) {
-          return FromResult(c->Usage(who, JobId(req)));
-        });
-  r.Get(R"(/v1/jobs/([^/]+)/explain)", Access::kUser,
-        [c](const httplib::Request& req, const Principal& who) {
-          return FromResult(c->Explain(who, JobId(req)));
-        });
-  r.Post(R"(/v1/jobs/([^/]+)/cancel)", Access::kUser,
-         [c](const httplib::Request& req, const Principal& who) {
-           return FromResult(c->Cancel(who, JobId(req)));
-         });
-  r.Post(R"(/v1/jobs/([^/]+)/migrate)", Access::kUser,
-         [c](const httplib::Request& req, const Principal& who) {
-           StatusOr<Json> body = ParseBody(req);
-           if (!body.ok()) return Error(body.status());
-           return FromResult(c->Migrate(who, JobId(req), *body), 202);
-         });
-  r.Post(R"(/v1/jobs/([^/]+)/checkpoint)", Access::kUser,
-         [c](const httplib::Request& req, const Principal& who) {
-           return FromResult(c->CheckpointJob(who, JobId(req)), 202);
-         });
-  r.Post(R"(/v1/jobs/([^/]+)/resume)", Access::kUser,
-         [c](const httplib::Request& req, const Principal& who) {
-           return FromResult(c->Resume(who, JobId(req)), 202);
-         });
+  r.Get("/v1/jobs/*", Access::kUser, [c](const HttpRequest& req, const Principal& who) {
+    return FromResult(c->GetJob(who, JobId(req)));
+  });
+  r.Get("/v1/jobs/*/logs", Access::kUser, [c](const HttpRequest& req, const Principal& who) {
+    const std::string stream = req.HasParam("stream") ? Param(req, "stream") : "stdout";
+    int64_t tail = 0;
+    if (req.HasParam("tail")) {
+      StatusOr<int64_t> n = ParseIntParam(Param(req, "tail"), 0, 10000000, "tail");
+      if (!n.ok()) return Error(n.status());
+      tail = *n;
+    }
+    return FromResult(c->Logs(who, JobId(req), stream, tail));
+  });
+  r.Get("/v1/jobs/*/usage", Access::kUser, [c](const HttpRequest& req, const Principal& who) {
+    return FromResult(c->Usage(who, JobId(req)));
+  });
+  r.Get("/v1/jobs/*/explain", Access::kUser, [c](const HttpRequest& req, const Principal& who) {
+    return FromResult(c->Explain(who, JobId(req)));
+  });
+  r.Post("/v1/jobs/*/cancel", Access::kUser, [c](const HttpRequest& req, const Principal& who) {
+    return FromResult(c->Cancel(who, JobId(req)));
+  });
+  r.Post("/v1/jobs/*/migrate", Access::kUser, [c](const HttpRequest& req, const Principal& who) {
+    StatusOr<Json> body = ParseBody(req);
+    if (!body.ok()) return Error(body.status());
+    return FromResult(c->Migrate(who, JobId(req), *body), 202);
+  });
+  r.Post("/v1/jobs/*/checkpoint", Access::kUser, [c](const HttpRequest& req, const Principal& who) {
+    return FromResult(c->CheckpointJob(who, JobId(req)), 202);
+  });
+  r.Post("/v1/jobs/*/resume", Access::kUser, [c](const HttpRequest& req, const Principal& who) {
+    return FromResult(c->Resume(who, JobId(req)), 202);
+  });
 
   // --- nodes ---
   r.Get("/v1/nodes", Access::kUser,
-        [c](const httplib::Request&, const Principal& who) { return FromResult(c->Nodes(who)); });
-  r.Post(R"(/v1/nodes/([^/]+)/drain)", Access::kAdmin,
-         [c](const httplib::Request& req, const Principal&) {
-           const std::string node = req.matches[1].str();
-           if (!ValidName(node)) return Error(InvalidArgument("node: not a node name"));
-           return FromResult(c->Drain(node));
-         });
-  r.Post(R"(/v1/nodes/([^/]+)/gpus/([^/]+)/fault)", Access::kAdmin,
-         [c](const httplib::Request& req, const Principal&) {
-           const std::string node = req.matches[1].str();
-           if (!ValidName(node)) return Error(InvalidArgument("node: not a node name"));
-           StatusOr<int64_t> gpu = ParseIntParam(req.matches[2].str(), 0, 1023, "gpu index");
-           if (!gpu.ok()) return Error(gpu.status());
-           StatusOr<Json> body = ParseBody(req);
-           if (!body.ok()) return Error(body.status());
-           return FromResult(c->Fault(node, static_cast<int>(*gpu), *body));
-         });
+        [c](const HttpRequest&, const Principal& who) { return FromResult(c->Nodes(who)); });
+  r.Post("/v1/nodes/*/drain", Access::kAdmin, [c](const HttpRequest& req, const Principal&) {
+    const std::string node = req.matches[1];
+    if (!ValidName(node)) return Error(InvalidArgument("node: not a node name"));
+    return FromResult(c->Drain(node));
+  });
+  r.Post("/v1/nodes/*/gpus/*/fault", Access::kAdmin, [c](const HttpRequest& req, const Principal&) {
+    const std::string node = req.matches[1];
+    if (!ValidName(node)) return Error(InvalidArgument("node: not a node name"));
+    StatusOr<int64_t> gpu = ParseIntParam(req.matches[2], 0, 1023, "gpu index");
+    if (!gpu.ok()) return Error(gpu.status());
+    StatusOr<Json> body = ParseBody(req);
+    if (!body.ok()) return Error(body.status());
+    return FromResult(c->Fault(node, static_cast<int>(*gpu), *body));
+  });
 
   // --- events, teams, tokens, views ---
-  r.Get("/v1/events", Access::kUser, [c](const httplib::Request& req, const Principal& who) {
+  r.Get("/v1/events", Access::kUser, [c](const HttpRequest& req, const Principal& who) {
     const std::string job = Param(req, "job");
     if (!job.empty()) {
       StatusOr<int64_t> seq = ParseJobId(job);
       if (!seq.ok()) return Error(seq.status());
     }
     double since = 0;
-    if (req.has_param("since")) {
+    if (req.HasParam("since")) {
       const std::string text = Param(req, "since");
       char* end = nullptr;
       since = std::strtod(text.c_str(), &end);
@@ -284,16 +305,16 @@ void InstallRoutes(httplib::Server& http, Control& control) {
     return FromResult(c->Events(who, job, since));
   });
   r.Get("/v1/teams", Access::kUser,
-        [c](const httplib::Request&, const Principal& who) { return FromResult(c->Teams(who)); });
-  r.Put(R"(/v1/teams/([^/]+))", Access::kAdmin, [c](const httplib::Request& req, const Principal&) {
-    const std::string team = req.matches[1].str();
+        [c](const HttpRequest&, const Principal& who) { return FromResult(c->Teams(who)); });
+  r.Put("/v1/teams/*", Access::kAdmin, [c](const HttpRequest& req, const Principal&) {
+    const std::string team = req.matches[1];
     if (!ValidName(team))
       return Error(InvalidArgument("team: '" + team.substr(0, 64) + "' is not a team name"));
     StatusOr<Json> body = ParseBody(req);
     if (!body.ok()) return Error(body.status());
     return FromResult(c->PutTeam(team, *body));
   });
-  r.Post("/v1/tokens", Access::kAdmin, [c](const httplib::Request& req, const Principal&) {
+  r.Post("/v1/tokens", Access::kAdmin, [c](const HttpRequest& req, const Principal&) {
     StatusOr<Json> body = ParseBody(req);
     if (!body.ok()) return Error(body.status());
     if (!body->contains("scope") || !(*body)["scope"].is_string()) {
@@ -308,42 +329,39 @@ void InstallRoutes(httplib::Server& http, Control& control) {
     return FromResult(c->CreateToken((*body)["scope"].get<std::string>(), name), 201);
   });
   r.Get("/v1/tokens", Access::kAdmin,
-        [c](const httplib::Request&, const Principal&) { return FromResult(c->ListTokens()); });
-  r.Delete(
-      R"(/v1/tokens/([^/]+))", Access::kAdmin, [c](const httplib::Request& req, const Principal&) {
-        StatusOr<int64_t> id = ParseIntParam(req.matches[1].str(), 0, int64_t{1} << 50, "token id");
-        if (!id.ok()) return Error(id.status());
-        Status s = c->DeleteToken(*id);
-        if (!s.ok()) return Error(s);
-        return Reply{204, Json(), "", ""};
-      });
+        [c](const HttpRequest&, const Principal&) { return FromResult(c->ListTokens()); });
+  r.Delete("/v1/tokens/*", Access::kAdmin, [c](const HttpRequest& req, const Principal&) {
+    StatusOr<int64_t> id = ParseIntParam(req.matches[1], 0, int64_t{1} << 50, "token id");
+    if (!id.ok()) return Error(id.status());
+    Status s = c->DeleteToken(*id);
+    if (!s.ok()) return Error(s);
+    return Reply{204, Json(), "", ""};
+  });
   r.Get("/v1/summary", Access::kUser,
-        [c](const httplib::Request&, const Principal& who) { return FromResult(c->Summary(who)); });
-  r.Get("/metrics", Access::kAny, [c](const httplib::Request&, const Principal& who) {
+        [c](const HttpRequest&, const Principal& who) { return FromResult(c->Summary(who)); });
+  r.Get("/metrics", Access::kAny, [c](const HttpRequest&, const Principal& who) {
     return Reply{200, Json(), c->Metrics(who), "text/plain; version=0.0.4"};
   });
 
   // --- agents ---
-  r.Post("/v1/agents/register", Access::kAgent, [c](const httplib::Request& req, const Principal&) {
+  r.Post("/v1/agents/register", Access::kAgent, [c](const HttpRequest& req, const Principal&) {
     StatusOr<Json> body = ParseBody(req);
     if (!body.ok()) return Error(body.status());
     return FromResult(c->RegisterAgent(*body));
   });
-  r.Post(R"(/v1/agents/([^/]+)/heartbeat)", Access::kAgent,
-         [c](const httplib::Request& req, const Principal&) {
-           const std::string node = req.matches[1].str();
-           if (!ValidName(node)) return Error(InvalidArgument("node: not a node name"));
-           StatusOr<Json> body = ParseBody(req);
-           if (!body.ok()) return Error(body.status());
-           return FromResult(c->Heartbeat(node, *body));
-         });
-  r.Post(R"(/v1/migrations/([^/]+)/commit)", Access::kAgent,
-         [c](const httplib::Request& req, const Principal&) {
-           StatusOr<int64_t> id =
-               ParseIntParam(req.matches[1].str(), 0, int64_t{1} << 50, "migration id");
-           if (!id.ok()) return Error(id.status());
-           return FromResult(c->Commit(*id));
-         });
+  r.Post("/v1/agents/*/heartbeat", Access::kAgent, [c](const HttpRequest& req, const Principal&) {
+    const std::string node = req.matches[1];
+    if (!ValidName(node)) return Error(InvalidArgument("node: not a node name"));
+    StatusOr<Json> body = ParseBody(req);
+    if (!body.ok()) return Error(body.status());
+    return FromResult(c->Heartbeat(node, *body));
+  });
+  r.Post("/v1/migrations/*/commit", Access::kAgent, [c](const HttpRequest& req, const Principal&) {
+    StatusOr<int64_t> id = ParseIntParam(req.matches[1], 0, int64_t{1} << 50, "migration id");
+    if (!id.ok()) return Error(id.status());
+    return FromResult(c->Commit(*id));
+  });
+  return [router](HttpRequest& head) { return router->Admit(head); };
 }
 
 }  // namespace paladin::server

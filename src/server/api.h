@@ -1,17 +1,17 @@
 // The HTTP boundary: routes of docs/formats/api.md onto the control plane, with authentication,
-// scope checks, body limits and JSON errors. No exception leaves a handler: anything thrown while
-// reading a request becomes a 400 naming what was wrong.
+// scope checks and JSON errors. The route and the caller's token are checked from a request's
+// head, before its body is read (http_front.h). No exception leaves a handler: anything thrown
+// while reading a request becomes a 400 naming what was wrong.
 #pragma once
 
-#include <httplib.h>
-
 #include "control.h"
+#include "http_front.h"
 
 namespace paladin::server {
 
 inline constexpr size_t kMaxBodyBytes = 1 << 20;
 
-// Installs every route on `http`. `control` must outlive the server.
-void InstallRoutes(httplib::Server& http, Control& control);
+// Every route, as the front's admission function. `control` must outlive the front.
+HttpAdmit MakeRoutes(Control& control);
 
 }  // namespace paladin::server

@@ -2,9 +2,6 @@
 // scheduling loop.
 #include "paladin/server/server.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <atomic>
@@ -22,8 +19,7 @@ namespace paladin::server {
 struct Server::Impl {
   ServerOptions options;
   std::unique_ptr<Control> control;
-  httplib::Server http;
-  std::thread http_thread;
+  std::unique_ptr<HttpFront> http;
   std::thread loop_thread;
   std::atomic<bool> stopping{false};
   int port = 0;
@@ -77,29 +73,6 @@ StatusOr<std::string> EnsureToken(Control& control, const std::string& path,
   return secret;
 }
 
-// cpp-httplib (the shared library Debian builds) listens with a backlog of 5: fifty agents
-// connecting at once overflow it, and a dropped SYN is sent again only after a second (the
-// heartbeat p99 in bench/fleet_scale was 1 s). listen() again on the bound socket raises it.
-void RaiseBacklog(int port) {
-  for (int fd = 0; fd < 1024; ++fd) {
-    int listening = 0;
-    socklen_t size = sizeof listening;
-    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) != 0 || listening == 0) {
-      continue;
-    }
-    sockaddr_storage addr{};
-    socklen_t len = sizeof addr;
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) continue;
-    int bound = -1;
-    if (addr.ss_family == AF_INET) {
-      bound = ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
-    } else if (addr.ss_family == AF_INET6) {
-      bound = ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
-    }
-    if (bound == port) (void)listen(fd, SOMAXCONN);
-  }
-}
-
 StatusOr<std::pair<std::string, int>> SplitListen(const std::string& listen) {
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos || colon == 0) {
@@ -129,6 +102,9 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   if (options.keep_checkpoints < 1) return InvalidArgument("--keep-checkpoints: at least 1");
   if (options.http_threads < 2 || options.http_threads > 4096) {
     return InvalidArgument("--http-threads: expected 2 to 4096");
+  }
+  if (!(options.http_header_timeout_s > 0) || !(options.http_body_timeout_s > 0)) {
+    return InvalidArgument("--http-header-timeout and --http-body-timeout: must be positive");
   }
   StatusOr<std::pair<std::string, int>> listen = SplitListen(options.listen);
   if (!listen.ok()) return listen.status();
@@ -168,23 +144,23 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   impl->admin_token = *admin;
   impl->agent_token = *agent;
 
-  const int threads = options.http_threads;
-  impl->http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  InstallRoutes(impl->http, *impl->control);
   impl->host = listen->first;
-  if (listen->second == 0) {
-    impl->port = impl->http.bind_to_any_port(impl->host);
-  } else {
-    impl->port = impl->http.bind_to_port(impl->host, listen->second) ? listen->second : -1;
+  HttpFrontOptions http;
+  http.host = listen->first;
+  http.port = listen->second;
+  http.workers = options.http_threads;
+  http.max_body_bytes = kMaxBodyBytes;
+  http.header_timeout_s = options.http_header_timeout_s;
+  http.body_timeout_s = options.http_body_timeout_s;
+  StatusOr<std::unique_ptr<HttpFront>> front = HttpFront::Start(http, MakeRoutes(*impl->control));
+  if (!front.ok()) {
+    return Unavailable("cannot listen on " + options.listen + ": " + front.status().message());
   }
-  if (impl->port <= 0) {
-    return Unavailable("cannot listen on " + options.listen + " (address in use or invalid)");
-  }
-  RaiseBacklog(impl->port);
+  impl->http = std::move(*front);
+  impl->port = impl->http->port();
   std::unique_ptr<Server> server(new Server(std::move(impl)));
   Impl* s = server->impl_.get();
   PALADIN_RETURN_IF_ERROR(WritePrivate(data + "/server.url", server->url()));
-  s->http_thread = std::thread([s] { s->http.listen_after_bind(); });
   s->loop_thread = std::thread([s] {
     while (!s->stopping.load()) {
       s->control->WaitForWork(s->options.schedule_interval_s);
@@ -192,18 +168,13 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
       s->control->Tick();
     }
   });
-  // stop() only stops a running accept loop: wait until it runs.
-  for (int i = 0; i < 5000 && !s->http.is_running(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
   return server;
 }
 
 void Server::Stop() {
   if (!impl_ || impl_->stopping.exchange(true)) return;
   impl_->control->Wake();
-  impl_->http.stop();
-  if (impl_->http_thread.joinable()) impl_->http_thread.join();
+  impl_->http->Stop();
   if (impl_->loop_thread.joinable()) impl_->loop_thread.join();
 }
 

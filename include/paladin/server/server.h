@@ -24,9 +24,13 @@ struct ServerOptions {
   std::string policy = "paladin";         // a core::PolicyNames() entry
   std::string fault;                      // "crash-at:<step>" (PALADIN_SERVER_FAULT), tests only
   double schedule_interval_s = 0.5;
-  // HTTP worker threads. Each agent keeps its connection open between beats, holding a worker:
-  // the pool must cover every node plus the API's users, or beats wait behind idle connections.
-  int http_threads = 256;
+  // HTTP worker threads: they run the routes. Reading requests holds none (docs/server.md,
+  // "The HTTP front"), so an open connection, idle or slow, costs no worker.
+  int http_threads = 16;
+  // Total time a client has to send a request's head (from its first byte), and its body (from
+  // the end of the head); past either it gets a 408 and the connection is closed.
+  double http_header_timeout_s = 10;
+  double http_body_timeout_s = 30;
 };
 
 class Server {
