@@ -255,7 +255,9 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
   std::vector<pid_t> cuda = gpu != nullptr ? gpu->CudaProcesses(pids) : std::vector<pid_t>();
   // What the job holds on which GPU, while it still holds it.
   Manifest manifest = Describe(*job, criu, job->pid);
-  DescribeGpus(*job, pids, &manifest);
+  // No process with a CUDA context (a job under a quota that never touched CUDA, or not yet):
+  // the image holds no GPU state, and its restore must not wait for a process to answer for one.
+  if (!cuda.empty()) DescribeGpus(*job, pids, &manifest);
   // GPU memory is about to land in the job's RAM: its cgroup limit must not kill it meanwhile.
   uint64_t memory_limit = 0;
   std::unique_ptr<Cgroup> group;

@@ -6,6 +6,7 @@
 #
 #   threads        a 4-thread program, 64 MiB per thread, self-verifying per step
 #   python_file    CPython appending to a file it keeps open across the checkpoint
+#   quota_no_cuda  the same under a GPU-memory quota, never touching CUDA (no GPU state to restore)
 #   pipe           bash running `seq | python3 consumer`: numbers through a full pipe
 #   gpu_remap      device memory on emulated GPU 0, restored onto GPU 1 (--gpu-map)
 #   gpu_quota      the same under a GPU-memory quota: the quota's counts move with the job
@@ -327,46 +328,56 @@ scenario_threads() {
   ((bad == 0)) && pass "threads: buffer sums after the restore match their steps"
 }
 
-scenario_python_file() {
+# python_file_scenario NAME [PALADIN RUN FLAGS...]
+python_file_scenario() {
+  local name=$1
+  shift
   local data=$work/seq.txt
-  start_job pyfile -- python3 "$HERE/seq_writer.py" "$data" --every-ms 10 || return
+  start_job pyfile "$@" -- python3 "$HERE/seq_writer.py" "$data" --every-ms 10 || return
   if ! wait_until 60 lines_at_least "$data" 50; then
-    fail "python_file: fewer than 50 lines in 60 s: $(cat "$work/pyfile.run.err")"
+    fail "$name: fewer than 50 lines in 60 s: $(cat "$work/pyfile.run.err")"
     return
   fi
   local fd
   fd=$(find "/proc/$job_pid/fd" -lname "$data" -printf '%f\n' | head -1)
-  [[ -n $fd ]] || fail "python_file: the interpreter has no descriptor open on $data"
+  [[ -n $fd ]] || fail "$name: the interpreter has no descriptor open on $data"
   local -a before
   read -ra before <<<"$(tree "$job_pid")"
   checkpoint "$work/image"
-  expect_checkpointed python_file "$work/image" "${before[@]}" || return
+  expect_checkpointed "$name" "$work/image" "${before[@]}" || return
   local cut
   cut=$(wc -l <"$data")
   sleep 0.5
-  (($(wc -l <"$data") == cut)) || fail "python_file: lines appended after the checkpoint"
+  (($(wc -l <"$data") == cut)) || fail "$name: lines appended after the checkpoint"
 
   restore "$work/image"
-  expect_restored python_file || return
+  expect_restored "$name" || return
   if ! wait_until 60 lines_at_least "$data" $((cut + 50)); then
-    fail "python_file: no 50 more lines in 60 s after the restore (cut at $cut, now" \
+    fail "$name: no 50 more lines in 60 s after the restore (cut at $cut, now" \
       "$(wc -l <"$data"))"
     return
   fi
   local bad
   bad=$(awk '$0 != "line " NR { print NR ": " $0; exit }' "$data")
   if [[ -n $bad ]]; then
-    fail "python_file: the sequence breaks at line $bad (cut at line $cut)"
+    fail "$name: the sequence breaks at line $bad (cut at line $cut)"
   else
-    pass "python_file: lines 1..$(wc -l <"$data") in sequence, continued from line $cut"
+    pass "$name: lines 1..$(wc -l <"$data") in sequence, continued from line $cut"
   fi
   if [[ -n $fd && $(readlink "/proc/$job_pid/fd/$fd") == "$data" ]]; then
-    pass "python_file: descriptor $fd is still open on the file after the restore"
+    pass "$name: descriptor $fd is still open on the file after the restore"
   else
-    fail "python_file: descriptor ${fd:-?} is not open on $data after the restore"
+    fail "$name: descriptor ${fd:-?} is not open on $data after the restore"
   fi
   [[ $(comms "$job_pid") == "python3 " ]] ||
-    fail "python_file: the restored process is '$(comms "$job_pid")', not python3"
+    fail "$name: the restored process is '$(comms "$job_pid")', not python3"
+}
+
+scenario_python_file() { python_file_scenario python_file; }
+# Under a GPU-memory quota on the emulated driver, but never touching CUDA: the image holds no
+# GPU state, and the restore must not wait for a process to answer the driver for one.
+scenario_quota_no_cuda() {
+  python_file_scenario quota_no_cuda --gpu-mem 512MiB --emulated-gpus 1x4GiB
 }
 
 last_got() { awk '$1 == "got" { n = $2 } END { print n + 0 }' "$log"; }
@@ -807,7 +818,8 @@ scenario_unprivileged() {
 }
 
 case $SCENARIO in
-  threads | python_file | pipe | gpu_remap | gpu_quota | bad_input | leave_running | unprivileged) ;;
+  threads | python_file | quota_no_cuda | pipe | gpu_remap | gpu_quota | bad_input | leave_running | \
+    unprivileged) ;;
   *)
     echo "unknown scenario $SCENARIO" >&2
     exit 2
