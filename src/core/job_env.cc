@@ -63,7 +63,9 @@ Status CheckJobEnv(const std::vector<std::pair<std::string, std::string>>& env) 
                              std::to_string(kMaxJobEnvNameBytes) + " characters)");
     }
     if (std::string why = RefusedJobEnvName(name); !why.empty()) {
-      return InvalidArgument("env: " + name + " may not be set by a job: " + why);
+      std::string message = "env: " + name;
+      message.append(" may not be set by a job: ").append(why);
+      return InvalidArgument(message);
     }
     if (value.find('\0') != std::string::npos) {
       return InvalidArgument("env: " + name + ": the value holds a NUL character");

@@ -194,9 +194,10 @@ StatusOr<std::string> ReadWholeFile(const std::string& path) {
     const ssize_t n = read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      const std::string why = std::strerror(errno);
+      std::string message = "error reading " + path;
+      message.append(": ").append(std::strerror(errno));
       close(fd);
-      return IoError("error reading " + path + ": " + why);
+      return IoError(message);
     }
     if (n == 0) break;
     text.append(buf, static_cast<size_t>(n));

@@ -19,8 +19,8 @@ namespace paladin::core {
 
 inline constexpr size_t kMaxJobEnvVariables = 512;
 inline constexpr size_t kMaxJobEnvNameBytes = 255;
-inline constexpr size_t kMaxJobEnvValueBytes = 128 * 1024;  // the kernel's limit per string
-inline constexpr size_t kMaxJobEnvTotalBytes = 1024 * 1024;
+inline constexpr size_t kMaxJobEnvValueBytes = size_t{128} * 1024;  // the kernel's limit per string
+inline constexpr size_t kMaxJobEnvTotalBytes = size_t{1024} * 1024;
 
 // Why `name` may not be set by a job, or "" when it may. Names must also be well formed
 // (CheckJobEnv).
