@@ -96,10 +96,14 @@ class Router {
  public:
   explicit Router(Control& control) : control_(control) {}
 
-  void Get(const char* pattern, Access access, Handler h) { Add("GET", pattern, access, h); }
-  void Post(const char* pattern, Access access, Handler h) { Add("POST", pattern, access, h); }
-  void Put(const char* pattern, Access access, Handler h) { Add("PUT", pattern, access, h); }
-  void Delete(const char* pattern, Access access, Handler h) { Add("DELETE", pattern, access, h); }
+  void Get(const char* pattern, Access access, const Handler& h) { Add("GET", pattern, access, h); }
+  void Post(const char* pattern, Access access, const Handler& h) {
+    Add("POST", pattern, access, h);
+  }
+  void Put(const char* pattern, Access access, const Handler& h) { Add("PUT", pattern, access, h); }
+  void Delete(const char* pattern, Access access, const Handler& h) {
+    Add("DELETE", pattern, access, h);
+  }
 
   HttpAdmission Admit(HttpRequest& req) const {
     const std::string method = req.method == "HEAD" ? "GET" : req.method;
