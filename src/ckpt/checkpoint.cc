@@ -286,10 +286,16 @@ Status CopyIntoRunDir(int image, const Manifest& m, const std::string& rel, cons
                       const std::string& name) {
   const ImageFile* listed = Listed(m, rel);
   if (listed == nullptr) return InvalidArgument(rel + ": not in the image's manifest");
-  StatusOr<Fd> from = OpenRegularBeneath(image, rel);
+  struct stat from_st {};
+  StatusOr<Fd> from = OpenRegularBeneath(image, rel, &from_st);
   if (!from.ok()) return InvalidArgument("the image's " + from.status().message());
   StatusOr<Fd> to = CreateRegularIn(p.dir.get(), name);
   if (!to.ok()) return Status(to.status().code(), p.run_dir + "/" + to.status().message());
+  // CRIU checks the mode of the files it reopens (the region is 0600); nothing but read and
+  // write bits is taken from the image.
+  if (fchmod(to->get(), from_st.st_mode & 0666) != 0) {
+    return IoError("cannot set the mode of " + p.run_dir + "/" + name + ": " + strerror(errno));
+  }
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
   std::vector<char> buf(size_t{1} << 20);
