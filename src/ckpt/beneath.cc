@@ -76,8 +76,7 @@ int OpenByComponents(int dir, const std::string& rel, int flags, mode_t mode) {
       errno = ELOOP;
       return -1;
     }
-    const int next =
-        openat(at, parts[i].c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int next = openat(at, parts[i].c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (next < 0) return -1;
     current = Fd(next);
     at = current.get();
@@ -154,7 +153,7 @@ StatusOr<Fd> OpenDirectory(const std::string& path) {
 
 StatusOr<Fd> OpenBeneath(int dir, const std::string& rel, int flags, mode_t mode) {
   PALADIN_RETURN_IF_ERROR(CheckRelativePath("path", rel));
-  open_how how {};
+  open_how how{};
   how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
   how.mode = (flags & O_CREAT) != 0 ? mode : 0;
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
@@ -193,8 +192,7 @@ StatusOr<Fd> CreateRegularIn(int dir, const std::string& name) {
     return InvalidArgument("'" + name + "' is not a file name");
   }
   struct stat before {};
-  if (fstatat(dir, name.c_str(), &before, AT_SYMLINK_NOFOLLOW) == 0 &&
-      !S_ISREG(before.st_mode)) {
+  if (fstatat(dir, name.c_str(), &before, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(before.st_mode)) {
     return InvalidArgument(name + ": " + FileTypeName(before.st_mode) + ", not a regular file");
   }
   // Not O_TRUNC: a file is emptied only once it is known to be the one it should be.
@@ -281,8 +279,8 @@ Status WalkDir(int dir, const std::string& prefix, int depth, Walk* walk) {
 
 }  // namespace
 
-Status WalkBeneath(int dir,
-                   const std::function<Status(const std::string& rel, const struct stat& st)>& visit) {
+Status WalkBeneath(
+    int dir, const std::function<Status(const std::string& rel, const struct stat& st)>& visit) {
   Walk walk{visit};
   return WalkDir(dir, "", 0, &walk);
 }

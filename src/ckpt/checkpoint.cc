@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -202,8 +202,8 @@ Status CheckOwnDirectory(int fd, const std::string& what, const std::string& pat
     char mode[8];
     snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
     return FailedPrecondition(what + " " + path + " is owned by uid " + std::to_string(st.st_uid) +
-                              " with mode " + mode + ": only this user (uid " +
-                              std::to_string(me) + ") or root may be able to write it");
+                              " with mode " + mode + ": only this user (uid " + std::to_string(me) +
+                              ") or root may be able to write it");
   }
   return Status::Ok();
 }
@@ -211,9 +211,8 @@ Status CheckOwnDirectory(int fd, const std::string& what, const std::string& pat
 // Checks the manifest's places against this node's and opens the run directory (created where
 // missing). Each refusal names the manifest's field and what this node expected.
 StatusOr<Placement> Place(const Manifest& m, const RestorePlacement& where) {
-  std::string base = fs::path(where.run_base.empty() ? RunBase() : where.run_base)
-                         .lexically_normal()
-                         .string();
+  std::string base =
+      fs::path(where.run_base.empty() ? RunBase() : where.run_base).lexically_normal().string();
   while (base.size() > 1 && base.back() == '/') base.pop_back();
   if (m.run_dir.empty()) return InvalidArgument("manifest: workload.run_dir is empty");
   fs::path hinted = fs::path(m.run_dir).lexically_normal();
@@ -231,8 +230,8 @@ StatusOr<Placement> Place(const Manifest& m, const RestorePlacement& where) {
       (name.size() <= where.name_prefix.size() || name.rfind(where.name_prefix, 0) != 0 ||
        name.find_first_not_of("0123456789", where.name_prefix.size()) != std::string::npos)) {
     return InvalidArgument("manifest: workload.run_dir '" + m.run_dir +
-                           "' is not this job's run directory (" + base + "/" +
-                           where.name_prefix + "N)");
+                           "' is not this job's run directory (" + base + "/" + where.name_prefix +
+                           "N)");
   }
   Placement p;
   p.run_dir = base + "/" + name;
@@ -256,8 +255,8 @@ StatusOr<Placement> Place(const Manifest& m, const RestorePlacement& where) {
     p.region = p.run_dir + "/quota.region";
     if (!SamePath(m.region, p.region)) {
       return InvalidArgument("manifest: workload.region '" + m.region +
-                             "' is not where this node keeps the job's quota region (" +
-                             p.region + ")");
+                             "' is not where this node keeps the job's quota region (" + p.region +
+                             ")");
     }
   }
   fs::create_directories(base, ec);

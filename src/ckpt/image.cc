@@ -14,8 +14,8 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -96,8 +96,7 @@ Status CheckHostPaths(const Manifest& m) {
     PALADIN_RETURN_IF_ERROR(CheckAbsolutePath(field, path));
     if (m.run_dir.empty() || fs::path(path).lexically_normal() != run_dir / name) {
       return InvalidArgument(field + " '" + path + "' is not " + name +
-                             " in the job's run directory (workload.run_dir '" + m.run_dir +
-                             "')");
+                             " in the job's run directory (workload.run_dir '" + m.run_dir + "')");
     }
     return Status::Ok();
   };
@@ -108,8 +107,8 @@ Status CheckHostPaths(const Manifest& m) {
       return InvalidArgument("manifest: workload.logs" + index + " '" + m.logs[i] +
                              "' is neither logs/stdout.log nor logs/stderr.log");
     }
-    PALADIN_RETURN_IF_ERROR(in_run_dir("manifest: workload.log_targets" + index,
-                                       m.log_targets[i], m.logs[i].substr(5)));
+    PALADIN_RETURN_IF_ERROR(in_run_dir("manifest: workload.log_targets" + index, m.log_targets[i],
+                                       m.logs[i].substr(5)));
   }
   if (!m.region.empty()) {
     PALADIN_RETURN_IF_ERROR(in_run_dir("manifest: workload.region", m.region, "quota.region"));

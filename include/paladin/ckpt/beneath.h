@@ -67,8 +67,8 @@ StatusOr<Fd> MakeDirectoryIn(int dir, const std::string& name, mode_t mode);
 // Calls visit(rel, status) for every entry below `dir`, depth first, without following symlinks
 // (a symlinked directory is visited as a symlink, never entered). Stops at the first error.
 // Bounded: deeper than 32 levels or more than 1,000,000 entries is an error.
-Status WalkBeneath(int dir,
-                   const std::function<Status(const std::string& rel, const struct stat& st)>& visit);
+Status WalkBeneath(
+    int dir, const std::function<Status(const std::string& rel, const struct stat& st)>& visit);
 
 }  // namespace paladin::ckpt
 
