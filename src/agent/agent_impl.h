@@ -35,6 +35,7 @@
 #include "paladin/agent/agent.h"
 #include "paladin/api/client.h"
 #include "paladin/base/status.h"
+#include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/criu.h"
 #include "paladin/ckpt/workload.h"
 #include "paladin/gpu/nvml.h"
@@ -148,6 +149,8 @@ class Agent {
   Status Fault(const Json& c);
   void Checkpoint(int64_t id, Json c);
   void Restore(int64_t id, Json c);
+  // Where a restored or received copy of `job` may be written (RestoreJob's placement).
+  ckpt::RestorePlacement PlacementFor(const std::string& job) const;
   void MigrateIn(int64_t id, Json c);
   void MigrateOut(int64_t id, Json c);
   StatusOr<ckpt::Criu> ReadyCriu();

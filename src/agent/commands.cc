@@ -49,22 +49,16 @@ void Reap(pid_t pid) {
   }
 }
 
-// RestoreJob rebuilds the record from the manifest where the run directory was gone; the logs'
-// places come from the manifest too.
-void FillLogs(const std::string& image, ckpt::JobRecord* record) {
-  if (!record->stdout_log.empty() && !record->stderr_log.empty()) return;
-  StatusOr<ckpt::Manifest> m = ckpt::ReadManifest(image);
-  if (!m.ok()) return;
-  for (size_t i = 0; i < m->logs.size() && i < m->log_targets.size(); ++i) {
-    if (m->logs[i] == "logs/stdout.log") record->stdout_log = m->log_targets[i];
-    if (m->logs[i] == "logs/stderr.log") record->stderr_log = m->log_targets[i];
-  }
-  if (record->stdout_log.empty()) record->stdout_log = record->run_dir + "/stdout.log";
-  if (record->stderr_log.empty()) record->stderr_log = record->run_dir + "/stderr.log";
-  (void)ckpt::WriteJob(*record);
-}
-
 }  // namespace
+
+// A restored job lives where this agent keeps job JOB's run directories (JOB-EPOCH in its
+// workloads folder), whatever its image names: the manifest's places are only compared with it.
+ckpt::RestorePlacement Agent::PlacementFor(const std::string& job) const {
+  ckpt::RestorePlacement placement;
+  placement.run_base = workloads_dir_;
+  placement.name_prefix = job + "-";
+  return placement;
+}
 
 Workload* Agent::Claim(const Json& c, Status* why) {
   const std::string id = c.at("job").get<std::string>();
@@ -317,6 +311,10 @@ void Agent::Restore(int64_t id, Json c) {
       return;
     }
   }
+  if (job.empty() || job.find('/') != std::string::npos || job[0] == '.') {
+    AddResult(id, InvalidArgument("restore: bad job id '" + job + "'"));
+    return;
+  }
   StatusOr<ckpt::Manifest> manifest = ckpt::ReadManifest(image);
   if (!manifest.ok()) {
     AddResult(id, manifest.status());
@@ -327,6 +325,7 @@ void Agent::Restore(int64_t id, Json c) {
     LinkStateFile(manifest->emu_state, data_dir_ + "/emu.state");
   }
   ckpt::RestoreOptions2 options;
+  options.placement = PlacementFor(job);
   // Every GPU the process saw must be paired (the server may send the whole source node's map);
   // the ones it held memory on go to gpu_uuid.
   if (c.contains("gpu_map") && c["gpu_map"].is_object()) {
@@ -354,7 +353,6 @@ void Agent::Restore(int64_t id, Json c) {
     AddResult(id, record.status());
     return;
   }
-  FillLogs(image, &*record);
   GiveToUser(record->run_dir);
   StatusOr<std::unique_ptr<Workload>> w = Track(job, epoch, *record, gpu_index, gpu_uuid);
   if (!w.ok()) {
@@ -388,7 +386,12 @@ void Agent::MigrateIn(int64_t id, Json c) {
   const int gpu_index = c.value("gpu_index", 0);
   std::string gpu_uuid = c.value("gpu_uuid", std::string());
   if (gpu_uuid.empty()) gpu_uuid = GpuUuid(gpu_index);
+  if (job.empty() || job.find('/') != std::string::npos || job[0] == '.') {
+    AddResult(id, InvalidArgument("migrate_in: bad job id '" + job + "'"));
+    return;
+  }
   migrate::DestinationOptions options;
+  options.placement = PlacementFor(job);
   options.port = c.at("port").get<int>();
   options.token = c.at("token").get<std::string>();
   options.bind_address = options_.address;
@@ -452,7 +455,6 @@ void Agent::MigrateIn(int64_t id, Json c) {
   }
   served.store(true);
   link.join();
-  if (record.ok()) FillLogs(options.dir + "/image", &*record);
   fs::remove_all(options.dir, ec);  // restored: the image is no longer needed here
   if (!record.ok()) {
     AddResult(id, record.status());

@@ -70,6 +70,10 @@ void Agent::ShareEmulatedState() const {
   GiveToUser(state);
   mkdir(kHostControlDir, 01777);
   chmod(kHostControlDir, 01777);
+  // This agent's own folder, unlike one an image names, is replaced even with contents.
+  std::error_code ec;
+  const std::string own = state + ".ctl";
+  if (!fs::is_symlink(fs::symlink_status(own, ec))) fs::remove_all(own, ec);
   LinkControlDir(state);
   SweepControlDir();
 }
@@ -100,7 +104,20 @@ void LinkControlDir(const std::string& state_path) {
   std::error_code ec;
   const fs::file_status st = fs::symlink_status(control, ec);
   if (fs::is_symlink(st) && fs::read_symlink(control, ec) == kHostControlDir) return;
-  if (fs::exists(st)) fs::remove_all(control, ec);
+  // The path may come from an image's manifest: a link or an empty folder is replaced, never
+  // anything with contents.
+  if (fs::exists(st) || fs::is_symlink(st)) {
+    if (!fs::is_symlink(st) && !fs::is_directory(st)) {
+      Say("warning: not linking " + control.string() + ": it is " +
+          (fs::is_regular_file(st) ? "a file" : "not a folder"));
+      return;
+    }
+    fs::remove(control, ec);
+    if (ec) {
+      Say("warning: not linking " + control.string() + ": " + ec.message());
+      return;
+    }
+  }
   fs::create_directories(control.parent_path(), ec);
   fs::create_directory_symlink(kHostControlDir, control, ec);
   if (ec) Say("warning: cannot link " + control.string() + ": " + ec.message());

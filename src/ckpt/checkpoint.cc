@@ -1,18 +1,25 @@
 #include "paladin/ckpt/checkpoint.h"
 
+#include <fcntl.h>
+#include <openssl/evp.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <memory>
 #include <sstream>
 
+#include "paladin/ckpt/beneath.h"
 #include "paladin/ckpt/cgroup.h"
 #include "paladin/ckpt/gpu_checkpoint.h"
 #include "paladin/gpu/nvml.h"
@@ -170,6 +177,184 @@ void DescribeGpus(const JobRecord& job, const std::vector<pid_t>& pids, Manifest
     }
     if (held > 0) m->gpus.push_back({g.uuid, g.name, held});
   }
+}
+
+// This node's places for a restored job (RestorePlacement), open: writes go through `dir`.
+struct Placement {
+  std::string run_dir;
+  std::string stdout_log;
+  std::string stderr_log;
+  std::string region;  // "" without a quota
+  Fd dir;
+};
+
+bool SamePath(const std::string& a, const std::string& b) {
+  return fs::path(a).lexically_normal() == fs::path(b).lexically_normal();
+}
+
+// A directory this node writes jobs' files into must not be writable by anyone else: whoever
+// could write it could put a symlink or a FIFO where a restore is about to write.
+Status CheckOwnDirectory(int fd, const std::string& what, const std::string& path) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return IoError("cannot stat " + path + ": " + strerror(errno));
+  const uid_t me = geteuid();
+  if ((st.st_uid != me && st.st_uid != 0) || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    char mode[8];
+    snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return FailedPrecondition(what + " " + path + " is owned by uid " + std::to_string(st.st_uid) +
+                              " with mode " + mode + ": only this user (uid " + std::to_string(me) +
+                              ") or root may be able to write it");
+  }
+  return Status::Ok();
+}
+
+// Checks the manifest's places against this node's and opens the run directory (created where
+// missing). Each refusal names the manifest's field and what this node expected.
+StatusOr<Placement> Place(const Manifest& m, const RestorePlacement& where) {
+  std::string base =
+      fs::path(where.run_base.empty() ? RunBase() : where.run_base).lexically_normal().string();
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  if (m.run_dir.empty()) return InvalidArgument("manifest: workload.run_dir is empty");
+  fs::path hinted = fs::path(m.run_dir).lexically_normal();
+  if (!hinted.has_filename()) hinted = hinted.parent_path();
+  const std::string name = hinted.filename().string();
+  std::error_code ec;
+  const std::string canonical_base = fs::weakly_canonical(base, ec).string();
+  const std::string parent = hinted.parent_path().string();
+  if (name.empty() || name == "." || name == ".." || (parent != base && parent != canonical_base)) {
+    return InvalidArgument("manifest: workload.run_dir '" + m.run_dir +
+                           "' is not a run directory of this node (they are directly in " + base +
+                           ")");
+  }
+  if (!where.name_prefix.empty() &&
+      (name.size() <= where.name_prefix.size() || name.rfind(where.name_prefix, 0) != 0 ||
+       name.find_first_not_of("0123456789", where.name_prefix.size()) != std::string::npos)) {
+    return InvalidArgument("manifest: workload.run_dir '" + m.run_dir +
+                           "' is not this job's run directory (" + base + "/" + where.name_prefix +
+                           "N)");
+  }
+  Placement p;
+  p.run_dir = base + "/" + name;
+  p.stdout_log = p.run_dir + "/stdout.log";
+  p.stderr_log = p.run_dir + "/stderr.log";
+  for (size_t i = 0; i < m.logs.size(); ++i) {
+    const std::string index = "[" + std::to_string(i) + "]";
+    const std::string expected = m.logs[i] == "logs/stdout.log"   ? p.stdout_log
+                                 : m.logs[i] == "logs/stderr.log" ? p.stderr_log
+                                                                  : "";
+    if (expected.empty()) {
+      return InvalidArgument("manifest: workload.logs" + index + " '" + m.logs[i] +
+                             "' is neither logs/stdout.log nor logs/stderr.log");
+    }
+    if (!SamePath(m.log_targets[i], expected)) {
+      return InvalidArgument("manifest: workload.log_targets" + index + " '" + m.log_targets[i] +
+                             "' is not where this node keeps the job's log (" + expected + ")");
+    }
+  }
+  if (!m.region.empty()) {
+    p.region = p.run_dir + "/quota.region";
+    if (!SamePath(m.region, p.region)) {
+      return InvalidArgument("manifest: workload.region '" + m.region +
+                             "' is not where this node keeps the job's quota region (" + p.region +
+                             ")");
+    }
+  }
+  fs::create_directories(base, ec);
+  StatusOr<Fd> base_fd = OpenDirectory(base);
+  if (!base_fd.ok()) return base_fd.status();
+  PALADIN_RETURN_IF_ERROR(CheckOwnDirectory(base_fd->get(), "the run base", base));
+  // CRIU restores the working directory with the mode it had; the run directory is 0755 when the
+  // job starts (the node agent's and paladin run's).
+  StatusOr<Fd> dir = MakeDirectoryIn(base_fd->get(), name, 0755);
+  if (!dir.ok()) return Status(dir.status().code(), base + "/" + dir.status().message());
+  p.dir = std::move(*dir);
+  return p;
+}
+
+// The file of the manifest's list at `rel`, or null.
+const ImageFile* Listed(const Manifest& m, const std::string& rel) {
+  for (const ImageFile& f : m.files) {
+    if (f.path == rel) return &f;
+  }
+  return nullptr;
+}
+
+// Copies the image's `rel` into the run directory as `name`; what is written must hash to what
+// the manifest says (the image may have changed since it was verified).
+Status CopyIntoRunDir(int image, const Manifest& m, const std::string& rel, const Placement& p,
+                      const std::string& name) {
+  const ImageFile* listed = Listed(m, rel);
+  if (listed == nullptr) return InvalidArgument(rel + ": not in the image's manifest");
+  struct stat from_st {};
+  StatusOr<Fd> from = OpenRegularBeneath(image, rel, &from_st);
+  if (!from.ok()) return InvalidArgument("the image's " + from.status().message());
+  StatusOr<Fd> to = CreateRegularIn(p.dir.get(), name);
+  if (!to.ok()) return Status(to.status().code(), p.run_dir + "/" + to.status().message());
+  // CRIU checks the mode of the files it reopens (the region is 0600); nothing but read and
+  // write bits is taken from the image.
+  if (fchmod(to->get(), from_st.st_mode & 0666) != 0) {
+    return IoError("cannot set the mode of " + p.run_dir + "/" + name + ": " + strerror(errno));
+  }
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  std::vector<char> buf(size_t{1} << 20);
+  Status copied = Status::Ok();
+  for (;;) {
+    const ssize_t n = read(from->get(), buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      copied = IoError("cannot read the image's " + rel + ": " + strerror(errno));
+      break;
+    }
+    if (n == 0) break;
+    EVP_DigestUpdate(ctx, buf.data(), static_cast<size_t>(n));
+    for (ssize_t done = 0; done < n;) {
+      const ssize_t w = write(to->get(), buf.data() + done, static_cast<size_t>(n - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        copied = IoError("cannot write " + p.run_dir + "/" + name + ": " + strerror(errno));
+        break;
+      }
+      done += w;
+    }
+    if (!copied.ok()) break;
+  }
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx, digest, &len);
+  EVP_MD_CTX_free(ctx);
+  PALADIN_RETURN_IF_ERROR(copied);
+  std::string hex;
+  char byte[3];
+  for (unsigned int i = 0; i < len; ++i) {
+    snprintf(byte, sizeof byte, "%02x", digest[i]);
+    hex += byte;
+  }
+  if (hex != listed->sha256) {
+    (void)ftruncate(to->get(), 0);
+    return InvalidArgument(rel + ": changed since the image was verified (SHA-256 " +
+                           hex.substr(0, 16) + "…, the manifest says " +
+                           listed->sha256.substr(0, 16) + "…)");
+  }
+  return Status::Ok();
+}
+
+// Every directory of the image must be writable only by this user or root (RestoreJob's
+// contract).
+Status CheckImageWriters(int image, const std::string& dir) {
+  PALADIN_RETURN_IF_ERROR(CheckOwnDirectory(image, "the image directory", dir));
+  return WalkBeneath(image, [&](const std::string& rel, const struct stat& st) -> Status {
+    if (!S_ISDIR(st.st_mode)) return Status::Ok();
+    StatusOr<Fd> sub = OpenBeneath(image, rel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    if (!sub.ok()) return InvalidArgument("the image's " + sub.status().message());
+    return CheckOwnDirectory(sub->get(), "the image directory", dir + "/" + rel);
+  });
+}
+
+// A cgroup name from a job record kept in a run directory its user may write: only a plain
+// relative name is kept.
+std::string SafeCgroup(const std::string& name) {
+  return CheckRelativePath("cgroup", name).ok() ? name : "";
 }
 
 }  // namespace
@@ -350,6 +535,12 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
                                const RestoreOptions2& options, const Progress& progress,
                                PhaseTimes* times) {
   Stopwatch watch;
+  StatusOr<Fd> image = OpenDirectory(dir);
+  if (!image.ok()) return image.status();
+  Status writers = CheckImageWriters(image->get(), dir);
+  if (!writers.ok()) {
+    return Status(writers.code(), "refusing to restore: " + writers.message());
+  }
   if (!options.verified) {
     progress("verifying " + dir);
     StatusOr<VerifyReport> verified = VerifyImage(dir, criu.version);
@@ -361,13 +552,22 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
   }
   StatusOr<Manifest> m = ReadManifest(dir);
   if (!m.ok()) return m.status();
+  StatusOr<Placement> place = Place(*m, options.placement);
+  if (!place.ok()) {
+    return Status(place.status().code(), "refusing to restore: " + place.status().message());
+  }
 
-  // The job's record: as it was when checkpointed where the run dir is still there, else from
-  // the manifest.
+  // The job's record: as this node kept it where the run directory is still there (its paths
+  // replaced by this node's places), else from the manifest.
   JobRecord job;
-  StatusOr<JobRecord> previous = ReadJob(m->run_dir);
-  if (previous.ok()) job = *previous;
-  job.region = m->region;
+  struct stat record {};
+  if (fstatat(place->dir.get(), "job.json", &record, AT_SYMLINK_NOFOLLOW) == 0 &&
+      S_ISREG(record.st_mode)) {
+    StatusOr<JobRecord> previous = ReadJob(place->run_dir);
+    if (previous.ok()) job = *previous;
+  }
+  job.cgroup = SafeCgroup(job.cgroup);
+  job.region = place->region;
   job.gpu = m->gpu_mode;
   job.emu_gpus = m->emu_gpus;
   const char* local_state = getenv("PALADIN_EMU_STATE");
@@ -375,23 +575,28 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
   job.name = m->name;
   job.command = m->command;
   job.cwd = m->cwd;
-  job.run_dir = m->run_dir;
-  std::error_code ec;
-  fs::create_directories(job.run_dir, ec);
+  job.run_dir = place->run_dir;
+  job.stdout_log = place->stdout_log;
+  job.stderr_log = place->stderr_log;
 
-  for (size_t i = 0; i < m->logs.size(); ++i) {
-    Status s = CopyFile(dir + "/" + m->logs[i], m->log_targets[i]);
-    if (!s.ok()) return s;
+  for (const std::string& rel : m->logs) {
+    Status s = CopyIntoRunDir(image->get(), *m, rel, *place, fs::path(rel).filename().string());
+    if (!s.ok()) return Status(s.code(), "refusing to restore: " + s.message());
   }
   const bool has_gpu = !m->gpu_driver.empty();
   std::unique_ptr<quota::Region> region;
-  if (!m->region.empty()) {
-    if (!fs::exists(m->region)) {
-      Status s = CopyFile(dir + "/quota.region", m->region);
-      if (!s.ok()) return s;
+  if (!place->region.empty()) {
+    struct stat st {};
+    if (fstatat(place->dir.get(), "quota.region", &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      Status s = CopyIntoRunDir(image->get(), *m, "quota.region", *place, "quota.region");
+      if (!s.ok()) return Status(s.code(), "refusing to restore: " + s.message());
+    } else if (!S_ISREG(st.st_mode) || st.st_nlink != 1) {
+      return FailedPrecondition("refusing to restore: " + place->region + " is " +
+                                (S_ISREG(st.st_mode) ? "a hard link" : FileTypeName(st.st_mode)) +
+                                ", not the job's quota region");
     }
     std::string error;
-    region = quota::Region::Open(m->region, &error);
+    region = quota::Region::Open(place->region, &error);
     if (region == nullptr) return Internal("the job's quota region: " + error);
   }
   // The restored tree runs at once: while its GPU state is still checkpointed and locked, its
@@ -457,6 +662,7 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
   for (pid_t p : pids) kill(p, options.leave_stopped ? SIGSTOP : SIGCONT);
   job.pid = *pid;
   job.state = options.leave_stopped ? "stopped" : "running";
+  std::error_code ec;
   job.image = fs::canonical(dir, ec).string();
   Status s = WriteJob(job);
   if (!s.ok()) progress("warning: " + s.message());

@@ -217,7 +217,9 @@ Status ProbeBreakpoints(Criu* criu, const std::string& cache_dir) {
     criu->dirty_tracking = tracking == "dirty-tracking";
     return Status::Ok();
   }
-  const std::string scratch = cache_dir + "/criu-probe-images";
+  // Per process: two Paladin commands of one run base (a migration's both ends on one node) may
+  // probe at the same time.
+  const std::string scratch = cache_dir + "/criu-probe-images-" + std::to_string(getpid());
   criu->no_breakpoints = false;
   Status plain = ProbeDump(*criu, scratch);
   if (!plain.ok()) {

@@ -15,10 +15,12 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <vector>
 
+#include "paladin/ckpt/beneath.h"
 #include "paladin/quota/region.h"
 
 namespace paladin::ckpt {
@@ -79,6 +81,51 @@ Status Field(const json& j, const char* object, const char* key, T* out) {
   return Status::Ok();
 }
 
+// The places on the host the manifest names are only hints (a restore writes where this node's
+// record of the job says), but even a hint must be a plain path: no NUL, no "..", no relative
+// path, and an image-relative copy may not leave the image.
+Status CheckHostPaths(const Manifest& m) {
+  if (!m.run_dir.empty()) {
+    PALADIN_RETURN_IF_ERROR(CheckAbsolutePath("manifest: workload.run_dir", m.run_dir));
+  }
+  if (!m.cwd.empty()) PALADIN_RETURN_IF_ERROR(CheckAbsolutePath("manifest: workload.cwd", m.cwd));
+  // A job's logs and region live in its run directory under fixed names (docs/formats/job.md).
+  const fs::path run_dir = fs::path(m.run_dir).lexically_normal();
+  auto in_run_dir = [&](const std::string& field, const std::string& path,
+                        const std::string& name) -> Status {
+    PALADIN_RETURN_IF_ERROR(CheckAbsolutePath(field, path));
+    if (m.run_dir.empty() || fs::path(path).lexically_normal() != run_dir / name) {
+      return InvalidArgument(field + " '" + path + "' is not " + name +
+                             " in the job's run directory (workload.run_dir '" + m.run_dir + "')");
+    }
+    return Status::Ok();
+  };
+  for (size_t i = 0; i < m.logs.size(); ++i) {
+    const std::string index = "[" + std::to_string(i) + "]";
+    PALADIN_RETURN_IF_ERROR(CheckRelativePath("manifest: workload.logs" + index, m.logs[i]));
+    if (m.logs[i] != "logs/stdout.log" && m.logs[i] != "logs/stderr.log") {
+      return InvalidArgument("manifest: workload.logs" + index + " '" + m.logs[i] +
+                             "' is neither logs/stdout.log nor logs/stderr.log");
+    }
+    PALADIN_RETURN_IF_ERROR(in_run_dir("manifest: workload.log_targets" + index, m.log_targets[i],
+                                       m.logs[i].substr(5)));
+  }
+  if (!m.region.empty()) {
+    PALADIN_RETURN_IF_ERROR(in_run_dir("manifest: workload.region", m.region, "quota.region"));
+  }
+  if (!m.emu_state.empty()) {
+    PALADIN_RETURN_IF_ERROR(CheckAbsolutePath("manifest: gpu.emu_state", m.emu_state));
+    const std::string suffix = ".state";
+    if (m.emu_state.size() <= suffix.size() ||
+        m.emu_state.compare(m.emu_state.size() - suffix.size(), suffix.size(), suffix) != 0 ||
+        m.emu_state[m.emu_state.size() - suffix.size() - 1] == '/') {
+      return InvalidArgument("manifest: gpu.emu_state '" + m.emu_state +
+                             "' is not an emulated GPU state file (NAME.state)");
+    }
+  }
+  return Status::Ok();
+}
+
 Status FromJson(const json& j, Manifest* m) {
   std::string format;
   PALADIN_RETURN_IF_ERROR(Field(j, "", "format", &format));
@@ -115,8 +162,10 @@ Status FromJson(const json& j, Manifest* m) {
   if (m->logs.size() != m->log_targets.size()) {
     return InvalidArgument("manifest: workload.logs and workload.log_targets differ in length");
   }
+  PALADIN_RETURN_IF_ERROR(CheckHostPaths(*m));
   json gpus;
   PALADIN_RETURN_IF_ERROR(Field(j, "gpu", "gpus", &gpus));
+  if (!gpus.is_array()) return InvalidArgument("manifest: gpu.gpus has the wrong type");
   for (const json& g : gpus) {
     ImageGpu gpu;
     PALADIN_RETURN_IF_ERROR(Field(g, "", "uuid", &gpu.uuid));
@@ -126,13 +175,18 @@ Status FromJson(const json& j, Manifest* m) {
   }
   json files;
   PALADIN_RETURN_IF_ERROR(Field(j, "", "files", &files));
+  if (!files.is_array()) return InvalidArgument("manifest: files has the wrong type");
+  std::set<std::string> paths;
   for (const json& f : files) {
     ImageFile file;
     PALADIN_RETURN_IF_ERROR(Field(f, "", "path", &file.path));
     PALADIN_RETURN_IF_ERROR(Field(f, "", "size", &file.size));
     PALADIN_RETURN_IF_ERROR(Field(f, "", "sha256", &file.sha256));
-    if (file.path.empty() || file.path[0] == '/' || file.path.find("..") != std::string::npos) {
-      return InvalidArgument("manifest: file path '" + file.path + "' leaves the image");
+    const std::string field = "manifest: files[" + std::to_string(m->files.size()) + "].path";
+    PALADIN_RETURN_IF_ERROR(CheckRelativePath(field, file.path));
+    if (file.path == kManifest) return InvalidArgument(field + " names the manifest itself");
+    if (!paths.insert(file.path).second) {
+      return InvalidArgument(field + " '" + file.path + "' is listed twice");
     }
     m->files.push_back(file);
   }
@@ -224,14 +278,11 @@ Status HashFd(int fd, const std::string& path, EVP_MD_CTX* ctx) {
 
 }  // namespace
 
-StatusOr<std::string> Sha256File(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return IoError("cannot read " + path + ": " + strerror(errno));
+StatusOr<std::string> Sha256Fd(int fd, const std::string& name) {
   posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  const Status hashed = HashFd(fd, path, ctx);
-  close(fd);
+  const Status hashed = HashFd(fd, name, ctx);
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   EVP_DigestFinal_ex(ctx, digest, &len);
@@ -246,12 +297,22 @@ StatusOr<std::string> Sha256File(const std::string& path) {
   return hex;
 }
 
+StatusOr<std::string> Sha256File(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return IoError("cannot read " + path + ": " + strerror(errno));
+  StatusOr<std::string> hash = Sha256Fd(fd, path);
+  close(fd);
+  return hash;
+}
+
 Status WriteManifest(const std::string& dir, Manifest m) {
   m.files.clear();
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
        it.increment(ec)) {
-    if (!it->is_regular_file()) continue;
+    // Only what is a regular file itself: a symlink in the image (CRIU's parent link) is never
+    // followed, so nothing outside the image is listed or hashed.
+    if (!fs::is_regular_file(it->symlink_status(ec))) continue;
     const std::string rel = fs::relative(it->path(), dir).string();
     if (rel == kManifest) continue;
     StatusOr<std::string> hash = Sha256File(it->path().string());
@@ -272,11 +333,33 @@ Status WriteManifest(const std::string& dir, Manifest m) {
   return Status::Ok();
 }
 
-StatusOr<Manifest> ReadManifest(const std::string& dir) {
-  const std::string path = dir + "/" + kManifest;
-  std::ifstream in(path);
-  if (!in) return NotFound(path + ": no manifest (not a Paladin image, or an unfinished one)");
-  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+namespace {
+
+constexpr int64_t kMaxManifestBytes = int64_t{64} << 20;
+
+StatusOr<Manifest> ReadManifestAt(int dir, const std::string& dir_name) {
+  const std::string path = dir_name + "/" + kManifest;
+  struct stat st {};
+  StatusOr<Fd> fd = OpenRegularBeneath(dir, kManifest, &st);
+  if (!fd.ok() && fd.status().code() == StatusCode::kNotFound) {
+    return NotFound(path + ": no manifest (not a Paladin image, or an unfinished one)");
+  }
+  if (!fd.ok()) return InvalidArgument(dir_name + "/" + fd.status().message());
+  if (st.st_size > kMaxManifestBytes) {
+    return InvalidArgument(path + ": " + std::to_string(st.st_size) +
+                           " bytes, more than a manifest may have (64 MiB)");
+  }
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = read(fd->get(), text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return IoError("cannot read " + path + ": " + strerror(errno));
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  text.resize(got);
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return InvalidArgument(path + ": not valid JSON (truncated or corrupted)");
   }
@@ -286,20 +369,93 @@ StatusOr<Manifest> ReadManifest(const std::string& dir) {
   return m;
 }
 
-StatusOr<VerifyReport> VerifyImage(const std::string& dir, const std::string& local_criu_version) {
-  StatusOr<Manifest> m = ReadManifest(dir);
+// CRIU links a dump to the pre-dump it builds on with a symlink named `parent`: `pre-N` in the
+// image's top directory, `../pre-N` in a pre-dump's. Those, pointing at a pre-dump directory of
+// the same image, are the only symlinks an image holds.
+bool IsParentLink(int dir, const std::string& rel, const struct stat& st) {
+  if (!S_ISLNK(st.st_mode) || st.st_size <= 0 || st.st_size > 64) return false;
+  char target[65] = {0};
+  const ssize_t n = readlinkat(dir, rel.c_str(), target, sizeof target - 1);
+  if (n != st.st_size) return false;
+  const std::string to(target, static_cast<size_t>(n));
+  auto pre_dump = [](const std::string& name) {
+    return name.size() > 4 && name.rfind("pre-", 0) == 0 &&
+           name.find_first_not_of("0123456789", 4) == std::string::npos;
+  };
+  std::string pre;
+  if (rel == "parent") {
+    pre = to;
+  } else if (rel.size() > 7 && rel.compare(rel.size() - 7, 7, "/parent") == 0 &&
+             pre_dump(rel.substr(0, rel.size() - 7)) && to.rfind("../", 0) == 0) {
+    pre = to.substr(3);
+  } else {
+    return false;
+  }
+  if (!pre_dump(pre)) return false;
+  struct stat target_st {};
+  return fstatat(dir, pre.c_str(), &target_st, AT_SYMLINK_NOFOLLOW) == 0 &&
+         S_ISDIR(target_st.st_mode);
+}
+
+// Everything in the image is a file the manifest lists, a directory, a parent link, the manifest,
+// what a restore writes, or one of `also_allowed`; anything else (a symlink out of the image, a
+// FIFO, a device, a file nobody listed, which CRIU might read) is refused by name.
+Status CheckEntries(int dir, const Manifest& m, const std::vector<std::string>& also_allowed) {
+  std::set<std::string> listed = {kManifest, "restore.log", "restored.pid", "stats-restore"};
+  for (const ImageFile& f : m.files) listed.insert(f.path);
+  for (const std::string& name : also_allowed) listed.insert(name);
+  return WalkBeneath(dir, [&](const std::string& rel, const struct stat& st) -> Status {
+    if (S_ISDIR(st.st_mode)) return Status::Ok();
+    if (S_ISREG(st.st_mode)) {
+      if (listed.count(rel) > 0) return Status::Ok();
+      return InvalidArgument(rel + ": not in the manifest (added to the image after it was taken)");
+    }
+    if (IsParentLink(dir, rel, st)) return Status::Ok();
+    if (S_ISLNK(st.st_mode)) {
+      char target[256] = {0};
+      const ssize_t n = readlinkat(dir, rel.c_str(), target, sizeof target - 1);
+      return InvalidArgument(rel + ": a symlink" +
+                             (n > 0 ? " to " + std::string(target, static_cast<size_t>(n)) : "") +
+                             "; an image holds regular files only (symlinks are not followed)");
+    }
+    return InvalidArgument(rel + ": " + FileTypeName(st.st_mode) +
+                           "; an image holds regular files only");
+  });
+}
+
+}  // namespace
+
+StatusOr<Manifest> ReadManifest(const std::string& dir) {
+  StatusOr<Fd> fd = OpenDirectory(dir);
+  if (!fd.ok() && fd.status().code() == StatusCode::kNotFound) {
+    return NotFound(dir + "/" + kManifest +
+                    ": no manifest (not a Paladin image, or an unfinished one)");
+  }
+  if (!fd.ok()) return fd.status();
+  return ReadManifestAt(fd->get(), dir);
+}
+
+StatusOr<VerifyReport> VerifyImage(const std::string& dir, const std::string& local_criu_version,
+                                   const std::vector<std::string>& also_allowed) {
+  StatusOr<Fd> image = OpenDirectory(dir);
+  if (!image.ok()) return image.status();
+  StatusOr<Manifest> m = ReadManifestAt(image->get(), dir);
   if (!m.ok()) return m.status();
+  PALADIN_RETURN_IF_ERROR(CheckEntries(image->get(), *m, also_allowed));
   VerifyReport report;
   for (const ImageFile& f : m->files) {
-    const std::string path = dir + "/" + f.path;
-    std::error_code ec;
-    const uint64_t size = fs::file_size(path, ec);
-    if (ec) return InvalidArgument(f.path + ": missing from the image");
+    struct stat st {};
+    StatusOr<Fd> fd = OpenRegularBeneath(image->get(), f.path, &st);
+    if (!fd.ok() && fd.status().code() == StatusCode::kNotFound) {
+      return InvalidArgument(f.path + ": missing from the image");
+    }
+    if (!fd.ok()) return InvalidArgument(fd.status().message());
+    const auto size = static_cast<uint64_t>(st.st_size);
     if (size != f.size) {
       return InvalidArgument(f.path + ": " + std::to_string(size) + " bytes, the manifest says " +
                              std::to_string(f.size) + " (truncated or altered)");
     }
-    StatusOr<std::string> hash = Sha256File(path);
+    StatusOr<std::string> hash = Sha256Fd(fd->get(), f.path);
     if (!hash.ok()) return hash.status();
     if (*hash != f.sha256) {
       return InvalidArgument(f.path + ": SHA-256 " + hash->substr(0, 16) +

@@ -42,9 +42,15 @@ Status WriteJob(const JobRecord& job) {
             {"emu_gpus", job.emu_gpus}};
   const std::string path = job.run_dir + "/job.json";
   {
-    std::ofstream out(path + ".tmp");
-    out << j.dump(2) << "\n";
-    if (!out) return IoError("cannot write " + path);
+    // A fresh file, never through a symlink: the run directory may be its workload's user's.
+    const std::string tmp = path + ".tmp";
+    unlink(tmp.c_str());
+    const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    const std::string text = j.dump(2) + "\n";
+    const bool written =
+        fd >= 0 && write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    if (fd >= 0) close(fd);
+    if (!written) return IoError("cannot write " + path);
   }
   std::error_code ec;
   fs::rename(path + ".tmp", path, ec);

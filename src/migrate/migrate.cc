@@ -184,6 +184,7 @@ StatusOr<ckpt::JobRecord> Obey(const ckpt::Criu& criu, const DestinationOptions&
     if (*command == "RESTORE" && !restored) {
       ckpt::RestoreOptions2 restore;
       restore.gpu_map = options.gpu_map;
+      restore.placement = options.placement;
       restore.leave_stopped = true;
       restore.verified = true;  // by the transfer, as it committed the image
       ckpt::PhaseTimes times;

@@ -662,9 +662,11 @@ TEST_F(AgentTest, LeaseExpiryFreezes) {
 }
 
 // Recovery: a node dies (agent and workload) and its data is lost; another agent restores the job
-// from the checkpoint store alone.
+// from the checkpoint store alone. The two share the workloads' path, as nodes do whose jobs move
+// between them (an agent restores a job only into its own workloads folder).
 TEST_F(AgentTest, RecoveryRestoreWithoutRunDirectory) {
-  StartAgent("a");
+  const std::string workloads = work_ + "/workloads";
+  StartAgent("a", {"--workloads", workloads});
   const Json started = StartGpuJob("a", "j1", 1, 0);
   ASSERT_TRUE(started.value("ok", false));
   const int64_t pid = started["detail"]["pid"];
@@ -678,8 +680,9 @@ TEST_F(AgentTest, RecoveryRestoreWithoutRunDirectory) {
   kill(static_cast<pid_t>(pid), SIGKILL);
   ASSERT_TRUE(WaitFor(10, [&] { return !Alive(pid); }));
   fs::remove_all(Data("a"));
+  fs::remove_all(workloads);
 
-  StartAgent("b", {"--kill-on-exit"});
+  StartAgent("b", {"--kill-on-exit", "--workloads", workloads});
   const Json restored =
       Run("b",
           {{"kind", "restore"},

@@ -76,7 +76,9 @@ scenario() {
   for _ in $(seq 100); do (($(last "$counts") > 20)) && break; sleep 0.1; done
   local pid_before
   pid_before=$(job_pids "$counts")
-  env "${renv[@]}" PALADIN_RUN_DIR="$dir/dst" timeout 120 "$PALADIN" receive --listen $port \
+  # The destination has the source's run base, as two nodes do: a restore writes only into its
+  # own node's run base, and the job keeps its paths.
+  env "${renv[@]}" PALADIN_RUN_DIR="$dir/src" timeout 120 "$PALADIN" receive --listen $port \
     --dir "$dir/in" >"$dir/recv.out" 2>&1 &
   local receiver=$!
   sleep 0.3

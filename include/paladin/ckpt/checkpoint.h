@@ -37,7 +37,20 @@ struct PhaseTimes {
 StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::string& out,
                                    const CheckpointOptions& options, const Progress& progress);
 
+// Where a restore may write on this node. A manifest names the places its job had (run
+// directory, logs, quota region), but those are only hints: the run directory is the one of that
+// name directly in `run_base`, its logs are stdout.log and stderr.log in it and its region
+// quota.region, as `paladin run` and the node agent lay them out, and a manifest that names any
+// other place is refused. Nothing is written through a symlink, and only regular files are.
+struct RestorePlacement {
+  std::string run_base;  // "" = RunBase(); created (by the caller's rules) where missing
+  // Non-empty: the run directory's name must be this followed by digits (the node agent's
+  // JOB-EPOCH, so that one job's image cannot name another job's directory).
+  std::string name_prefix;
+};
+
 struct RestoreOptions2 {
+  RestorePlacement placement;
   std::vector<std::pair<std::string, std::string>> gpu_map;  // old UUID -> new UUID
   // Leave the restored job stopped with its GPU state restored but locked (a migration's
   // destination until the move is committed); ResumeJob lets it run.
@@ -49,8 +62,10 @@ struct RestoreOptions2 {
   bool verified = false;
 };
 
-// Verifies `dir` (unless options.verified) and restores the job it holds; returns the restored
-// job record.
+// Verifies `dir` (unless options.verified) and restores the job it holds into this node's place
+// for it (options.placement); returns the restored job record, whose run directory, logs and
+// region are those places. `dir` must be writable only by this user or root: whoever else could
+// write it could change it between the verification and CRIU's reading it.
 StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
                                const RestoreOptions2& options, const Progress& progress,
                                PhaseTimes* times);

@@ -57,11 +57,15 @@ struct Manifest {
 
 // SHA-256 of a file, lowercase hex.
 StatusOr<std::string> Sha256File(const std::string& path);
+// SHA-256 of what is left to read from `fd` (`name` for errors).
+StatusOr<std::string> Sha256Fd(int fd, const std::string& name);
 
 // Fills m.files with every regular file under `dir` (except manifest.json) and writes
 // dir/manifest.json.
 Status WriteManifest(const std::string& dir, Manifest m);
-// Reads dir/manifest.json; an error names what is malformed.
+// Reads dir/manifest.json (a regular file, not followed through a symlink); an error names what
+// is malformed. Every path the manifest names is checked: the image's own paths are relative and
+// stay inside it, the host paths are absolute with no "..", none holds a NUL byte.
 StatusOr<Manifest> ReadManifest(const std::string& dir);
 
 struct VerifyReport {
@@ -69,8 +73,12 @@ struct VerifyReport {
   uint64_t bytes_checked = 0;
 };
 // Checks the manifest and every file's presence, size and hash; and that this host can restore
-// it (architecture, CRIU major version).
-StatusOr<VerifyReport> VerifyImage(const std::string& dir, const std::string& local_criu_version);
+// it (architecture, CRIU major version). Each file is opened below `dir` without following any
+// symlink and must be a regular file; the image may hold nothing else but directories, CRIU's
+// `parent` links to its pre-dumps, what a restore writes (restore.log, restored.pid,
+// stats-restore) and the names in `also_allowed` (top-level files of the caller's own).
+StatusOr<VerifyReport> VerifyImage(const std::string& dir, const std::string& local_criu_version,
+                                   const std::vector<std::string>& also_allowed = {});
 
 // A human summary of the manifest (paladin image inspect).
 std::string DescribeManifest(const Manifest& m);

@@ -53,6 +53,7 @@ struct DestinationOptions {
   std::string dir;  // the image lands in dir/image
   std::string token;
   std::vector<std::pair<std::string, std::string>> gpu_map;
+  ckpt::RestorePlacement placement;  // where the restored job may be written on this node
   double command_timeout_s = 600;
   // Set from another thread: stop waiting for the source. Honoured until the image has arrived
   // and the source has connected for commands; after that the move runs to its end (bounded by
