@@ -31,6 +31,14 @@ StatusOr<std::unique_ptr<Workload>> Agent::Track(const std::string& id, int64_t 
   return w;
 }
 
+void Agent::AdoptUser(const Json& j, Workload* w) const {
+  w->uid = j.value("uid", int64_t{-1});
+  w->gid = j.value("gid", int64_t{-1});
+  w->pooled_uid = j.value("pooled_uid", false) && uid_pool_ != nullptr;
+  w->quota_bytes = j.value("quota_bytes", w->region != nullptr ? w->region->quota() : 0);
+  w->ceiling_bytes = j.value("ceiling_bytes", w->region != nullptr ? w->region->ceiling() : 0);
+}
+
 void Agent::Adopt() {
   std::error_code ec;
   int adopted = 0;
@@ -66,6 +74,16 @@ void Agent::Adopt() {
       fs::remove(path, ec);
       continue;
     }
+    // What the agent itself recorded wins over job.json, which lies in the job's own directory.
+    for (const char* key : {"region", "cgroup", "stdout_log", "stderr_log"}) {
+      if (!j.contains(key) || !j[key].is_string()) continue;
+      std::string& field = std::string(key) == "region"       ? record->region
+                           : std::string(key) == "cgroup"     ? record->cgroup
+                           : std::string(key) == "stdout_log" ? record->stdout_log
+                                                              : record->stderr_log;
+      field = j[key].get<std::string>();
+    }
+    if (j.contains("pid") && j["pid"].is_number_integer()) record->pid = j["pid"].get<int64_t>();
     quota::ProcessId pid;
     pid.pid = static_cast<uint32_t>(record->pid);
     pid.start_time = start_time;
@@ -80,6 +98,7 @@ void Agent::Adopt() {
       }
       w = std::move(*tracked);
       w->start_time = start_time;
+      AdoptUser(j, w.get());
       // Frozen by the previous agent when it lost the server: the server's next answer decides.
       const char state = ProcState(static_cast<pid_t>(record->pid), nullptr);
       if (state == 'T' || state == 't') {
@@ -96,6 +115,7 @@ void Agent::Adopt() {
       w->agent_dir = entry.path().string();
       w->record = *record;
       w->state = "exited";
+      AdoptUser(j, w.get());
       Say("job " + id + " (pid " + std::to_string(record->pid) +
           ") ended while no agent watched it (exit code unknown)");
     }
@@ -105,6 +125,15 @@ void Agent::Adopt() {
     jobs_[{id, epoch}] = std::move(w);
   }
   if (adopted > 0) Say("adopted " + std::to_string(adopted) + " running workload(s)");
+  // Uids a previous agent held for jobs that are gone (a crash between their end and the record's
+  // removal) go back to the pool.
+  if (uid_pool_ != nullptr) {
+    std::set<std::string> live;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, w] : jobs_) live.insert(UidHolder(key.first, key.second));
+    const int dropped = uid_pool_->Recover(data_dir_ + ":", live);
+    if (dropped > 0) Say("gave back " + std::to_string(dropped) + " uid(s) of jobs gone meanwhile");
+  }
 }
 
 }  // namespace paladin::agent

@@ -61,13 +61,13 @@ Status Agent::Setup() {
   runs_dir_ = data_dir_ + "/runs";
   fs::create_directories(runs_dir_, ec);
   if (ec) return IoError("cannot create " + runs_dir_ + ": " + ec.message());
-  workloads_dir_ = runs_dir_;
-  if (!options_.workloads_dir.empty()) {
-    fs::create_directories(options_.workloads_dir, ec);
-    if (ec)
-      return IoError("cannot create --workloads " + options_.workloads_dir + ": " + ec.message());
-    workloads_dir_ = fs::canonical(options_.workloads_dir, ec).string();
-  }
+  // Apart from the agent's records: a run directory is its job's own, and the job could replace
+  // anything the agent kept in it.
+  const std::string workloads =
+      options_.workloads_dir.empty() ? data_dir_ + "/workloads" : options_.workloads_dir;
+  fs::create_directories(workloads, ec);
+  if (ec) return IoError("cannot create --workloads " + workloads + ": " + ec.message());
+  workloads_dir_ = fs::canonical(workloads, ec).string();
   // Workloads run as another user: they must be able to reach their run directories.
   for (const std::string& dir : {data_dir_, runs_dir_, workloads_dir_}) {
     struct stat st {};

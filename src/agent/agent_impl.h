@@ -41,6 +41,7 @@
 #include "paladin/gpu/nvml.h"
 #include "paladin/quota/launch.h"
 #include "paladin/quota/region.h"
+#include "uids.h"
 
 namespace paladin::agent {
 
@@ -62,6 +63,14 @@ struct Workload {
   uint64_t start_time = 0;  // of the root, so a reused pid is never taken for it
   int gpu_index = -1;
   std::string gpu_uuid;
+  // Who its command runs as (-1: the agent's own user); held in the uid pool when pooled.
+  int64_t uid = -1;
+  int64_t gid = -1;
+  bool pooled_uid = false;
+  // The quota and ceiling the server gave it: the region is writable by the job, so what the
+  // region says is checked against these and never believed above them.
+  uint64_t quota_bytes = 0;
+  uint64_t ceiling_bytes = 0;
   std::unique_ptr<quota::Region> region;
   std::unique_ptr<quota::QuotaGrower> grower;
   std::string state = "running";  // running | exited | stopped | frozen
@@ -124,7 +133,28 @@ class Agent {
   // user paladin-workload-init and CRIU's access to their resource limits); says why not.
   void DecideCheckpointable();
   StatusOr<std::unique_ptr<Workload>> Launch(const Json& command);
-  void GiveToUser(const std::string& path) const;
+  // Launch's second half, once the job has its user: run directory, region, the process.
+  Status LaunchAs(const Json& command, const std::vector<std::string>& argv,
+                  const quota::RegionSettings& settings, Workload* w);
+  // Gives `path` (not following links) to uid/gid; -1: nothing to do.
+  static void GiveTo(const std::string& path, int64_t uid, int64_t gid);
+  // The user a new job runs as: a uid of its own from the pool, or the shared --user.
+  Status AssignUser(Workload* w);
+  // Holds `uid` for a restored or received copy of job `w` (CRIU restores the image's uid).
+  Status HoldUser(Workload* w, int64_t uid);
+  // Gives the job's uid back to the pool. Needs nothing; the pool locks itself.
+  void FreeUser(Workload* w);
+  std::string UidHolder(const std::string& id, int64_t epoch) const;
+  // A run directory of the job's own, made before a restore: 0700 and the job's (CRIU restores
+  // the working directory with the mode it had; the copy it was taken from had this one).
+  void MakeRunDir(const std::string& run_dir, const Workload& w) const;
+  // What a restore wrote as root for the job (its run directory, logs, region) becomes the
+  // job's user's; links are not followed.
+  static void GiveRestoredTo(const ckpt::JobRecord& record, const Workload& user);
+  // Moves the user held in `from` (a restore's placeholder) to the tracked job `to`.
+  static void TakeUser(Workload* from, Workload* to);
+  // Puts the region back to the server's quota and ceiling when the job raised them.
+  void CheckRegion(Workload* w) const;
 
   // --- jobs.cc ---
   Workload* Find(const std::string& id, int64_t epoch);  // epoch < 0: any; needs mu_
@@ -138,6 +168,7 @@ class Agent {
 
   // --- adopt.cc ---
   void Adopt();
+  void AdoptUser(const Json& agent_json, Workload* w) const;  // uid, gid, quota from agent.json
   StatusOr<std::unique_ptr<Workload>> Track(const std::string& id, int64_t epoch,
                                             const ckpt::JobRecord& record, int gpu_index,
                                             const std::string& gpu_uuid);
@@ -205,9 +236,11 @@ class Agent {
   std::thread health_thread_;
   std::atomic<bool> health_stop_{false};
 
-  // Who workloads run as (-1: the agent's own user).
+  // Who workloads run as (-1: the agent's own user) when they share one user (--user), or the
+  // pool each job's own uid comes from.
   int64_t uid_ = -1;
   int64_t gid_ = -1;
+  std::unique_ptr<UidPool> uid_pool_;
   bool checkpointable_ = false;  // DecideCheckpointable
 
   std::mutex criu_mu_;

@@ -207,8 +207,14 @@ Status Agent::Resize(const Json& c) {
   if (w == nullptr) return NotFound("job " + id + " does not run here");
   if (w->region == nullptr) return FailedPrecondition("job " + id + " has no GPU-memory quota");
   const uint64_t before = w->region->quota();
-  if (c.contains("quota_bytes")) w->region->SetQuota(c.at("quota_bytes").get<uint64_t>());
-  if (c.contains("ceiling_bytes")) w->region->SetCeiling(c.at("ceiling_bytes").get<uint64_t>());
+  if (c.contains("quota_bytes")) {
+    w->quota_bytes = c.at("quota_bytes").get<uint64_t>();
+    w->region->SetQuota(w->quota_bytes);
+  }
+  if (c.contains("ceiling_bytes")) {
+    w->ceiling_bytes = c.at("ceiling_bytes").get<uint64_t>();
+    w->region->SetCeiling(w->ceiling_bytes);
+  }
   StartGrower(w);
   Say("job " + id + ": quota " + quota::FormatSize(before) + " -> " +
       quota::FormatSize(w->region->quota()) + ", ceiling " +
@@ -324,6 +330,15 @@ void Agent::Restore(int64_t id, Json c) {
     LinkControlDir(manifest->emu_state);
     LinkStateFile(manifest->emu_state, data_dir_ + "/emu.state");
   }
+  // CRIU restores the job's processes with the uid they had: it must be this job's here too.
+  Workload user;
+  user.id = job;
+  user.epoch = epoch;
+  if (Status held = HoldUser(&user, manifest->uid); !held.ok()) {
+    AddResult(id, Status(held.code(), "restore " + job + ": " + held.message()));
+    return;
+  }
+  MakeRunDir(manifest->run_dir, user);
   ckpt::RestoreOptions2 options;
   options.placement = PlacementFor(job);
   // Every GPU the process saw must be paired (the server may send the whole source node's map);
@@ -342,6 +357,7 @@ void Agent::Restore(int64_t id, Json c) {
   }
   StatusOr<ckpt::Criu> criu = ReadyCriu();
   if (!criu.ok()) {
+    FreeUser(&user);
     AddResult(id, criu.status());
     return;
   }
@@ -350,19 +366,24 @@ void Agent::Restore(int64_t id, Json c) {
       *criu, image, options,
       [job](const std::string& line) { Say("restore " + job + ": " + line); }, &times);
   if (!record.ok()) {
+    FreeUser(&user);
     AddResult(id, record.status());
     return;
   }
-  GiveToUser(record->run_dir);
+  GiveRestoredTo(*record, user);
   StatusOr<std::unique_ptr<Workload>> w = Track(job, epoch, *record, gpu_index, gpu_uuid);
   if (!w.ok()) {
+    FreeUser(&user);
     AddResult(id, w.status());  // it runs, but without its quota: say so
     return;
   }
+  TakeUser(&user, w->get());
   if ((*w)->region != nullptr && c.contains("quota_bytes")) {
-    (*w)->region->SetQuota(c.at("quota_bytes").get<uint64_t>());
+    (*w)->quota_bytes = c.at("quota_bytes").get<uint64_t>();
+    (*w)->region->SetQuota((*w)->quota_bytes);
     if (c.contains("ceiling_bytes")) {
-      (*w)->region->SetCeiling(c.at("ceiling_bytes").get<uint64_t>());
+      (*w)->ceiling_bytes = c.at("ceiling_bytes").get<uint64_t>();
+      (*w)->region->SetCeiling((*w)->ceiling_bytes);
     }
     StartGrower(w->get());
   }
@@ -418,7 +439,14 @@ void Agent::MigrateIn(int64_t id, Json c) {
   }
   // The image's control folder must lead to ours before the restore asks the process anything:
   // watch for its manifest (it appears once the image is verified, before the restore).
+  // So must the job's uid be held for it here (CRIU restores the uid it had), and its run
+  // directory made as the source had it.
   std::atomic<bool> served{false};
+  Workload user;
+  user.id = job;
+  user.epoch = epoch;
+  Status held = Status::Ok();
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
   std::thread link([&] {
     const std::string manifest = options.dir + "/image/manifest.json";
     while (!served.load() && !fs::exists(manifest)) {
@@ -429,11 +457,20 @@ void Agent::MigrateIn(int64_t id, Json c) {
       LinkControlDir(m->emu_state);
       LinkStateFile(m->emu_state, data_dir_ + "/emu.state");
     }
+    if (m.ok() && !served.load()) {
+      held = HoldUser(&user, m->uid);
+      if (held.ok()) {
+        MakeRunDir(m->run_dir, user);
+      } else {
+        // Called off while the source has not connected yet: it resumes there.
+        Say("migrate_in " + job + ": " + held.message() + "; calling the move off");
+        cancel->store(true);
+      }
+    }
   });
   // One listening port per agent, and the server sends one move at a time to a node: a listener
   // still waiting from an earlier move is stale (its move failed), so this one replaces it.
   CallOffIncoming("", -1);
-  auto cancel = std::make_shared<std::atomic<bool>>(false);
   for (int waited = 0; waited < 500; ++waited) {  // until stale listeners let go of the port
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -457,15 +494,25 @@ void Agent::MigrateIn(int64_t id, Json c) {
   link.join();
   fs::remove_all(options.dir, ec);  // restored: the image is no longer needed here
   if (!record.ok()) {
+    FreeUser(&user);
     AddResult(id, record.status());
     return;
   }
-  GiveToUser(record->run_dir);
+  if (!held.ok()) {
+    // The source had connected before the call-off: the move went through and this is now the
+    // job's only copy, which must not be lost. It runs unheld (no new job gets the uid while a
+    // process runs as it), sharing its uid with the job that holds it until one of them ends.
+    Say("warning: job " + job + " runs here as a uid that " + held.message() +
+        "; the two are not isolated from each other until one of them ends");
+  }
+  GiveRestoredTo(*record, user);
   StatusOr<std::unique_ptr<Workload>> w = Track(job, epoch, *record, gpu_index, gpu_uuid);
   if (!w.ok()) {
+    FreeUser(&user);
     AddResult(id, w.status());
     return;
   }
+  TakeUser(&user, w->get());
   (*w)->out_offset = (*w)->out_pending = FileSize(record->stdout_log);
   (*w)->err_offset = (*w)->err_pending = FileSize(record->stderr_log);
   SaveRecord(**w);

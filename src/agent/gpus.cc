@@ -65,9 +65,17 @@ Status Agent::DiscoverGpus() {
 // restored workload still reads them where its first state file was (another agent's, on this
 // host), so every agent's folder is a link to one host-wide folder, world-writable and sticky
 // like /tmp: requests are per pid, which the host keeps unique.
+//
+// The state file itself is the emulated hardware: the counters of every device and process, which
+// every CUDA process of every job maps and writes (docs/agent.md, "What is isolated"). With a uid
+// per job it is writable by all of them; with one --user, that user's.
 void Agent::ShareEmulatedState() const {
   const std::string state = data_dir_ + "/emu.state";
-  GiveToUser(state);
+  if (uid_pool_ != nullptr) {
+    chmod(state.c_str(), 0666);
+  } else {
+    GiveTo(state, uid_, gid_);
+  }
   mkdir(kHostControlDir, 01777);
   chmod(kHostControlDir, 01777);
   // This agent's own folder, unlike one an image names, is replaced even with contents.

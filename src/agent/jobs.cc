@@ -1,6 +1,8 @@
 // The job table: what heartbeats report of each workload (state, usage, new log text), exit
 // detection, the agent's per-job record (agent.json) and forgetting a job.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -73,9 +75,20 @@ size_t AppendUtf8(const std::string& text, std::string* out) {
 }
 
 // New text of a log from `offset`, at most kMaxLogBytes; *end is where the next read starts.
-std::string ReadLog(const std::string& path, int64_t offset, int64_t* end) {
+// The log lies in the job's own run directory: what is read as root must be the job's plain file
+// (not a link, a FIFO or another name of someone else's file), or the job could have the agent
+// serve it another file as its log.
+std::string ReadLog(const std::string& path, int64_t offset, int64_t* end, int64_t owner) {
   *end = offset;
-  std::ifstream in(path, std::ios::binary);
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return "";
+  struct stat st {};
+  const bool plain =
+      fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
+      (st.st_uid == 0 || static_cast<int64_t>(st.st_uid) == owner || st.st_uid == geteuid());
+  std::ifstream in;
+  if (plain) in.open("/proc/self/fd/" + std::to_string(fd), std::ios::binary);
+  close(fd);
   if (!in) return "";
   in.seekg(0, std::ios::end);
   const int64_t size = in.tellg();
@@ -124,6 +137,7 @@ Json Agent::Reports(bool with_logs) {
       const char letter = ProcState(static_cast<pid_t>(w->record.pid), nullptr);
       state = w->frozen ? "frozen" : letter == 'T' || letter == 't' ? "stopped" : "running";
     }
+    CheckRegion(w.get());
     uint64_t used = 0;
     if (w->region != nullptr) {
       for (int slot = 0; slot < w->region->device_count(); ++slot) used += w->region->used(slot);
@@ -140,8 +154,8 @@ Json Agent::Reports(bool with_logs) {
               {"stdout", ""},
               {"stderr", ""}};
     if (with_logs) {
-      r["stdout"] = ReadLog(w->record.stdout_log, w->out_offset, &w->out_pending);
-      r["stderr"] = ReadLog(w->record.stderr_log, w->err_offset, &w->err_pending);
+      r["stdout"] = ReadLog(w->record.stdout_log, w->out_offset, &w->out_pending, w->uid);
+      r["stderr"] = ReadLog(w->record.stderr_log, w->err_offset, &w->err_pending, w->uid);
     }
     w->exit_reported = state == "exited";
     out.push_back(std::move(r));
@@ -198,6 +212,7 @@ void Agent::Forget(const std::string& id, int64_t epoch, bool remove_run_dir) {
   if (w->grower) w->grower->Stop();
   w->grower.reset();
   w->region.reset();
+  FreeUser(w);
   std::error_code ec;
   fs::remove(w->agent_dir + "/agent.json", ec);
   if (w->agent_dir != w->record.run_dir) fs::remove_all(w->agent_dir, ec);
@@ -219,7 +234,18 @@ void Agent::SaveRecord(const Workload& w) const {
                   {"gpu_index", w.gpu_index},
                   {"gpu_uuid", w.gpu_uuid},
                   {"out_offset", w.out_offset},
-                  {"err_offset", w.err_offset}};
+                  {"err_offset", w.err_offset},
+                  {"uid", w.uid},
+                  {"gid", w.gid},
+                  {"pooled_uid", w.pooled_uid},
+                  {"quota_bytes", w.quota_bytes},
+                  {"ceiling_bytes", w.ceiling_bytes},
+                  // The job can rewrite what is in its run directory (job.json): a restarted
+                  // agent believes this copy.
+                  {"region", w.record.region},
+                  {"cgroup", w.record.cgroup},
+                  {"stdout_log", w.record.stdout_log},
+                  {"stderr_log", w.record.stderr_log}};
   std::error_code ec;
   fs::create_directories(w.agent_dir, ec);
   const std::string path = w.agent_dir + "/agent.json";

@@ -22,6 +22,25 @@ Status Agent::ResolveUser() {
         std::to_string(geteuid()) + "), without PID namespaces or cgroups where refused");
     return Status::Ok();
   }
+  if (options_.user.empty()) {
+    UidRange range = kDefaultUidRange;
+    if (!options_.uid_range.empty()) {
+      StatusOr<UidRange> parsed = ParseUidRange(options_.uid_range);
+      if (!parsed.ok()) return parsed.status();
+      range = *parsed;
+    }
+    uid_pool_ = std::make_unique<UidPool>(
+        range, options_.uid_dir.empty() ? std::string(kDefaultUidDir) : options_.uid_dir);
+    PALADIN_RETURN_IF_ERROR(uid_pool_->Open());
+    Say("each job runs as a uid of its own from " + FormatUidRange(range) + " (held in " +
+        (options_.uid_dir.empty() ? std::string(kDefaultUidDir) : options_.uid_dir) + ")");
+    return Status::Ok();
+  }
+  if (!options_.uid_range.empty()) {
+    return InvalidArgument(
+        "--uid-range and --user exclude each other: --user runs every job as "
+        "one user");
+  }
   struct passwd pw {};
   struct passwd* found = nullptr;
   char buf[4096];
@@ -39,8 +58,88 @@ Status Agent::ResolveUser() {
   uid_ = pw.pw_uid;
   gid_ = pw.pw_gid;
   Say("workloads run as " + options_.user + " (uid " + std::to_string(uid_) + ", gid " +
-      std::to_string(gid_) + ")");
+      std::to_string(gid_) +
+      "); all jobs share that user, so they are not isolated from "
+      "each other (without --user each runs as a uid of its own)");
   return Status::Ok();
+}
+
+std::string Agent::UidHolder(const std::string& id, int64_t epoch) const {
+  return data_dir_ + ":" + id + "/" + std::to_string(epoch);
+}
+
+Status Agent::AssignUser(Workload* w) {
+  if (uid_pool_ == nullptr) {
+    w->uid = uid_;
+    w->gid = gid_;
+    return Status::Ok();
+  }
+  StatusOr<uint32_t> uid = uid_pool_->Allocate(w->id, UidHolder(w->id, w->epoch));
+  if (!uid.ok()) return uid.status();
+  // A group of its own too (the same number): nothing of one job is another's by group.
+  w->uid = w->gid = *uid;
+  w->pooled_uid = true;
+  return Status::Ok();
+}
+
+Status Agent::HoldUser(Workload* w, int64_t uid) {
+  if (uid_pool_ == nullptr || uid < 0) {
+    w->uid = uid < 0 ? uid_ : uid;
+    w->gid = uid < 0 ? gid_ : uid;
+    return Status::Ok();
+  }
+  if (uid == 0) {
+    return FailedPrecondition("job " + w->id +
+                              " ran as root where it was checkpointed; this "
+                              "node runs each job as a uid of its own (--user root "
+                              "--allow-root runs jobs as root)");
+  }
+  PALADIN_RETURN_IF_ERROR(
+      uid_pool_->Reserve(static_cast<uint32_t>(uid), w->id, UidHolder(w->id, w->epoch)));
+  w->uid = w->gid = uid;
+  w->pooled_uid = true;
+  return Status::Ok();
+}
+
+void Agent::FreeUser(Workload* w) {
+  if (!w->pooled_uid || uid_pool_ == nullptr) return;
+  uid_pool_->Free(static_cast<uint32_t>(w->uid), UidHolder(w->id, w->epoch));
+  w->pooled_uid = false;
+}
+
+void Agent::MakeRunDir(const std::string& run_dir, const Workload& w) const {
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(run_dir, ec))) return;
+  fs::create_directories(fs::path(run_dir).parent_path(), ec);
+  if (mkdir(run_dir.c_str(), 0700) != 0) return;
+  GiveTo(run_dir, w.uid, w.gid);
+}
+
+void Agent::GiveRestoredTo(const ckpt::JobRecord& record, const Workload& user) {
+  for (const std::string& path :
+       {record.run_dir, record.stdout_log, record.stderr_log, record.region}) {
+    if (!path.empty()) GiveTo(path, user.uid, user.gid);
+  }
+}
+
+void Agent::TakeUser(Workload* from, Workload* to) {
+  to->uid = from->uid;
+  to->gid = from->gid;
+  to->pooled_uid = from->pooled_uid;
+  from->pooled_uid = false;
+}
+
+void Agent::CheckRegion(Workload* w) const {
+  if (w->region == nullptr) return;
+  const uint64_t ceiling = w->region->ceiling();
+  const uint64_t quota = w->region->quota();
+  const uint64_t most = std::max(w->quota_bytes, w->ceiling_bytes);
+  if (ceiling == w->ceiling_bytes && quota <= most) return;
+  w->region->SetCeiling(w->ceiling_bytes);
+  if (quota > most) w->region->SetQuota(w->quota_bytes);
+  Say("job " + w->id + " wrote its own quota region (quota " + quota::FormatSize(quota) +
+      ", ceiling " + quota::FormatSize(ceiling) + "): set back to " +
+      quota::FormatSize(w->region->quota()) + ", ceiling " + quota::FormatSize(w->ceiling_bytes));
 }
 
 void Agent::DecideCheckpointable() {
@@ -54,7 +153,7 @@ void Agent::DecideCheckpointable() {
     Say("workloads cannot be checkpointed: " + criu.status().message());
     return;
   }
-  if (uid_ >= 0) {
+  if (uid_ >= 0 || uid_pool_ != nullptr) {
     // CRIU dumps a tree whose root is root (paladin-workload-init) and whose resource limits it
     // can read (CAP_SYS_RESOURCE, or libpaladin-criu-rlimit.so preloaded into it).
     StatusOr<std::string> init = ckpt::FindWorkloadInit();
@@ -72,14 +171,9 @@ void Agent::DecideCheckpointable() {
   checkpointable_ = true;
 }
 
-void Agent::GiveToUser(const std::string& path) const {
-  if (uid_ < 0) return;
-  std::error_code ec;
-  if (lchown(path.c_str(), static_cast<uid_t>(uid_), static_cast<gid_t>(gid_)) != 0) return;
-  if (!fs::is_directory(fs::symlink_status(path, ec))) return;
-  for (const auto& entry : fs::recursive_directory_iterator(path, ec)) {
-    (void)lchown(entry.path().c_str(), static_cast<uid_t>(uid_), static_cast<gid_t>(gid_));
-  }
+void Agent::GiveTo(const std::string& path, int64_t uid, int64_t gid) {
+  if (uid < 0) return;
+  (void)lchown(path.c_str(), static_cast<uid_t>(uid), static_cast<gid_t>(gid));
 }
 
 StatusOr<std::unique_ptr<Workload>> Agent::Launch(const Json& c) {
@@ -113,6 +207,19 @@ StatusOr<std::unique_ptr<Workload>> Agent::Launch(const Json& c) {
   settings.ceiling_bytes = c.value("ceiling_bytes", uint64_t{0});
   if (settings.ceiling_bytes < settings.quota_bytes) settings.ceiling_bytes = 0;
 
+  w->quota_bytes = settings.quota_bytes;
+  w->ceiling_bytes = settings.ceiling_bytes;
+  PALADIN_RETURN_IF_ERROR(AssignUser(w.get()));
+  Status launched = LaunchAs(c, command, settings, w.get());
+  if (!launched.ok()) {
+    FreeUser(w.get());
+    return launched;
+  }
+  return w;
+}
+
+Status Agent::LaunchAs(const Json& c, const std::vector<std::string>& command,
+                       const quota::RegionSettings& settings, Workload* w) {
   const std::string run_dir = workloads_dir_ + "/" + w->id + "-" + std::to_string(w->epoch);
   std::error_code ec;
   fs::remove_all(run_dir, ec);  // a start that failed half-way before
@@ -133,14 +240,19 @@ StatusOr<std::unique_ptr<Workload>> Agent::Launch(const Json& c) {
     job.emu_state = data_dir_ + "/emu.state";
     job.emu_gpus = driver_.emulated_spec;
   }
-  // CRIU restores the working directory with the mode it had, and a restore elsewhere recreates
-  // the run directory with the default one: they must agree.
-  chmod(run_dir.c_str(), 0755);
+  // The job's own: nobody else's job can enter it (each runs as a uid of its own). A restore
+  // elsewhere makes it with the same mode first (MakeRunDir): CRIU restores the working
+  // directory with the mode it had.
+  chmod(run_dir.c_str(), 0700);
   for (const std::string& log : {job.stdout_log, job.stderr_log}) {
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (fd >= 0) close(fd);
   }
-  GiveToUser(run_dir);
+  // Nothing runs as the job yet, so nothing in it can have been swapped for a link.
+  GiveTo(run_dir, w->uid, w->gid);
+  for (const auto& entry : fs::recursive_directory_iterator(run_dir, ec)) {
+    GiveTo(entry.path().string(), w->uid, w->gid);
+  }
 
   ckpt::WorkloadSpec spec;
   spec.command = command;
@@ -153,8 +265,8 @@ StatusOr<std::unique_ptr<Workload>> Agent::Launch(const Json& c) {
   spec.stdout_log = job.stdout_log;
   spec.stderr_log = job.stderr_log;
   spec.cwd = run_dir;
-  spec.uid = uid_;
-  spec.gid = gid_;
+  spec.uid = w->uid;
+  spec.gid = w->gid;
   spec.cgroup = options_.name + "-" + w->id + "-" + std::to_string(w->epoch);
   StatusOr<ckpt::StartedWorkload> started = ckpt::StartWorkload(spec);
   if (!started.ok()) {
@@ -168,9 +280,9 @@ StatusOr<std::unique_ptr<Workload>> Agent::Launch(const Json& c) {
   if (Status s = ckpt::WriteJob(job); !s.ok()) Say(w->id + ": " + s.message());
   w->agent_dir = runs_dir_ + "/" + w->id + "-" + std::to_string(w->epoch);
   w->start_time = quota::ProcessIdOf(std::to_string(job.pid)).start_time;
-  StartGrower(w.get());
+  StartGrower(w);
   SaveRecord(*w);
-  return w;
+  return Status::Ok();
 }
 
 }  // namespace paladin::agent

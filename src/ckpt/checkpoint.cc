@@ -16,6 +16,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <sstream>
 
@@ -128,6 +129,26 @@ std::string Hostname() {
   char buf[256] = {0};
   gethostname(buf, sizeof buf - 1);
   return buf;
+}
+
+// The uid the job's command runs as: its first process that is not root's (the root may be
+// paladin-workload-init, as root), else root's; -1 when none could be read.
+int64_t CommandUid(const std::vector<pid_t>& pids) {
+  int64_t found = -1;
+  for (pid_t pid : pids) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    int64_t uid = -1;
+    while (std::getline(in, line)) {
+      if (line.rfind("Uid:", 0) == 0) {
+        std::istringstream(line.substr(4)) >> uid;
+        break;
+      }
+    }
+    if (uid > 0) return uid;
+    if (uid == 0) found = 0;
+  }
+  return found;
 }
 
 Manifest Describe(const JobRecord& job, const Criu& criu, int64_t root_pid) {
@@ -440,6 +461,7 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
   std::vector<pid_t> cuda = gpu != nullptr ? gpu->CudaProcesses(pids) : std::vector<pid_t>();
   // What the job holds on which GPU, while it still holds it.
   Manifest manifest = Describe(*job, criu, job->pid);
+  manifest.uid = CommandUid(pids);
   // No process with a CUDA context (a job under a quota that never touched CUDA, or not yet):
   // the image holds no GPU state, and its restore must not wait for a process to answer for one.
   if (!cuda.empty()) DescribeGpus(*job, pids, &manifest);

@@ -49,6 +49,7 @@ json ToJson(const Manifest& m) {
             {"command", m.command},
             {"cwd", m.cwd},
             {"pid", m.pid},
+            {"uid", m.uid},
             {"run_dir", m.run_dir},
             {"logs", m.logs},
             {"log_targets", m.log_targets},
@@ -147,6 +148,13 @@ Status FromJson(const json& j, Manifest* m) {
   PALADIN_RETURN_IF_ERROR(Field(j, "workload", "cwd", &m->cwd));
   PALADIN_RETURN_IF_ERROR(Field(j, "workload", "pid", &m->pid));
   PALADIN_RETURN_IF_ERROR(Field(j, "workload", "run_dir", &m->run_dir));
+  // Optional: images written before it was recorded restore as they always did.
+  if (j.at("workload").contains("uid")) {
+    PALADIN_RETURN_IF_ERROR(Field(j, "workload", "uid", &m->uid));
+    if (m->uid < -1 || m->uid > 0xfffffffe) {
+      return InvalidArgument("manifest: workload.uid " + std::to_string(m->uid) + " is not a uid");
+    }
+  }
   PALADIN_RETURN_IF_ERROR(Field(j, "workload", "logs", &m->logs));
   PALADIN_RETURN_IF_ERROR(Field(j, "workload", "log_targets", &m->log_targets));
   PALADIN_RETURN_IF_ERROR(Field(j, "host", "hostname", &m->hostname));

@@ -75,7 +75,7 @@ void RegisterAgent(CLI::App& app, int* exit_code) {
                   "The agent's directory: run directories, job records, emulated GPUs' state")
       ->required();
   cmd->add_option("--workloads", o.workloads_dir,
-                  "Where workloads' run directories go (default: DATA/runs); nodes that share "
+                  "Where workloads' run directories go (default: DATA/workloads); nodes that share "
                   "the path let moved and restored jobs keep their paths");
   cmd->add_option("--emulated-gpus", o.emulated_gpus,
                   "Emulated GPUs of this agent's own, e.g. 2x80GiB (default: the real GPUs, or "
@@ -85,8 +85,15 @@ void RegisterAgent(CLI::App& app, int* exit_code) {
   cmd->add_option("--migrate-port", o.migrate_port, "Port for incoming migrations (and PORT+1)")
       ->capture_default_str()
       ->check(CLI::Range(1, 65534));
-  cmd->add_option("--user", o.user, "Workloads run as this user when the agent runs as root")
-      ->capture_default_str();
+  cmd->add_option("--uid-range", o.uid_range,
+                  "Each job runs as a uid of its own from FIRST-LAST, when the agent runs as root "
+                  "(default: 1879048192-1879113727)");
+  cmd->add_option("--uid-dir", o.uid_dir,
+                  "Where this host's agents record which job holds which uid (default: "
+                  "/run/paladin/uids)");
+  cmd->add_option("--user", o.user,
+                  "Every job runs as this one user instead of a uid of its own (jobs are then "
+                  "not isolated from each other)");
   cmd->add_flag("--allow-root", o.allow_root, "Allow --user root");
   cmd->add_option("--gpus", o.gpus,
                   "Only these of the node's real GPUs, by index, e.g. 0,2 (default: all)")

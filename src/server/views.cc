@@ -40,19 +40,23 @@ void Line(std::string* out, const std::string& name, const std::string& labels, 
 StatusOr<Json> Control::Nodes(const Principal& who) {
   std::lock_guard<std::mutex> lock(mu_);
   // One pass over the jobs: what each node's GPUs hold.
+  // A team token's figures are its own jobs' only: what other teams hold or use on a GPU is
+  // theirs (the GPU's size and health are the node's, and stay).
   struct Held {
     int64_t allocated = 0;
+    int64_t used = 0;
     Json jobs = Json::array();
   };
   std::map<std::pair<std::string, int>, Held> held;
   for (const auto& [seq, j] : jobs_) {
-    if (!j.HoldsGpu()) continue;
+    if (!j.HoldsGpu() || !who.SeesTeam(j.team)) continue;
     std::vector<int> gpus = j.gpu_indices;
     if (std::find(gpus.begin(), gpus.end(), j.gpu) == gpus.end()) gpus.push_back(j.gpu);
     for (int g : gpus) {
       Held& h = held[{j.node, g}];
       h.allocated += j.quota_bytes;
-      if (who.SeesTeam(j.team)) h.jobs.push_back(j.id);
+      if (g == j.gpu) h.used += j.used_bytes;
+      h.jobs.push_back(j.id);
     }
   }
   Json out = Json::array();
@@ -62,6 +66,7 @@ StatusOr<Json> Control::Nodes(const Principal& who) {
       Held h;
       if (auto it = held.find({name, g.index}); it != held.end()) h = std::move(it->second);
       const int64_t allocated = h.allocated;
+      const int64_t used = who.admin() ? g.used_bytes : h.used;
       Json jobs = std::move(h.jobs);
       gpus.push_back({{"index", g.index},
                       {"uuid", g.uuid},
@@ -71,7 +76,7 @@ StatusOr<Json> Control::Nodes(const Principal& who) {
                       {"healthy", g.healthy},
                       {"fault", g.fault},
                       {"allocated_bytes", allocated},
-                      {"used_bytes", g.used_bytes},
+                      {"used_bytes", used},
                       {"jobs", jobs}});
     }
     out.push_back({{"name", n.name},

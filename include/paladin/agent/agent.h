@@ -30,7 +30,13 @@ struct AgentOptions {
   std::vector<int> gpus;
   std::string address = "127.0.0.1";  // what other agents reach this one's migrations at
   int migrate_port = 7100;
-  std::string user = "nobody";    // workloads run as this user when the agent is root
+  // Run as root, the agent gives each job a uid of its own from `uid_range` ("FIRST-LAST"; ""
+  // = 1879048192-1879113727), held in `uid_dir` ("" = /run/paladin/uids, shared by every agent
+  // of the host). Non-empty `user`: every job runs as that one user instead, not isolated from
+  // the others (docs/agent.md, "Users").
+  std::string user;
+  std::string uid_range;
+  std::string uid_dir;
   bool allow_root = false;        // let workloads run as root (--user root)
   bool kill_on_exit = false;      // kill the workloads when the agent stops (default: leave them)
   std::string local_socket;       // "" = data_dir/agent.sock (SLURM steps, `paladin slurm`)

@@ -36,6 +36,9 @@ struct Manifest {
   std::vector<std::string> command;
   std::string cwd;
   int64_t pid = 0;  // host pid of the tree's root when dumped
+  // The uid the workload's command ran as (-1: not recorded). CRIU restores it from the image,
+  // so a node agent must hold that uid for the job before it restores it (docs/agent.md).
+  int64_t uid = -1;
   std::string run_dir;
   std::vector<std::string> logs;         // image-relative copies of stdout/stderr
   std::vector<std::string> log_targets;  // where each log lives on the host
