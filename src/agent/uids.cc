@@ -14,6 +14,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -56,6 +57,19 @@ bool KnownToHost(uint32_t id) {
 // A holder is one line of the file: no line breaks.
 bool ValidName(const std::string& name) {
   return !name.empty() && name.find_first_of("\n\r") == std::string::npos;
+}
+
+// A holder "DATA:JOB/EPOCH" whose agent record (DATA/runs/JOB-EPOCH/agent.json) is gone: its
+// agent forgot the job without freeing the uid (killed meanwhile) or its data was deleted.
+bool HolderGone(const std::string& holder) {
+  const size_t colon = holder.rfind(':');
+  const size_t slash = holder.rfind('/');
+  if (colon == std::string::npos || slash == std::string::npos || slash < colon) return false;
+  const std::string record = holder.substr(0, colon) + "/runs/" +
+                             holder.substr(colon + 1, slash - colon - 1) + "-" +
+                             holder.substr(slash + 1) + "/agent.json";
+  std::error_code ec;
+  return !fs::exists(record, ec) && !ec;
 }
 
 }  // namespace
@@ -177,14 +191,6 @@ Status UidPool::Write(uint32_t uid, const Entry& entry) const {
   return Status::Ok();
 }
 
-Status UidPool::Hold(uint32_t uid, const std::string& job, const std::string& holder) {
-  Entry entry;
-  Read(uid, &entry);
-  entry.job = job;
-  entry.holders.insert(holder);
-  return Write(uid, entry);
-}
-
 StatusOr<uint32_t> UidPool::Allocate(const std::string& job, const std::string& holder) {
   if (!ValidName(job) || !ValidName(holder)) return InvalidArgument("bad job or holder name");
   const int fd = Lock();
@@ -199,13 +205,14 @@ StatusOr<uint32_t> UidPool::Allocate(const std::string& job, const std::string& 
   for (uint64_t i = 0; i < size; ++i) {
     const auto uid = static_cast<uint32_t>(range_.first + (start + i) % size);
     Entry entry;
-    if (Read(uid, &entry)) {
-      // A copy of the same job holds it already (a move between two agents of this host).
-      if (entry.job != job) continue;
-    } else if (running.count(uid) != 0 || KnownToHost(uid)) {
-      continue;
-    }
-    if (Status s = Hold(uid, job, holder); !s.ok()) {
+    if (Read(uid, &entry) && entry.job != job && !Stale(uid, entry, running)) continue;
+    // Free, a copy of the same job holds it already (a move between two agents of this host), or
+    // what held it is gone.
+    if (entry.job != job && (running.count(uid) != 0 || KnownToHost(uid))) continue;
+    if (entry.job != job) entry = Entry();
+    entry.job = job;
+    entry.holders.insert(holder);
+    if (Status s = Write(uid, entry); !s.ok()) {
       result = s;
     } else {
       result = uid;
@@ -227,7 +234,9 @@ Status UidPool::Reserve(uint32_t uid, const std::string& job, const std::string&
   if (fd < 0) return IoError("cannot lock " + dir_ + "/.lock: " + strerror(errno));
   Status result = Status::Ok();
   Entry entry;
-  if (Read(uid, &entry)) {
+  const std::set<uint32_t> running = UidsInUse();
+  if (Read(uid, &entry) && entry.job != job && Stale(uid, entry, running)) entry = Entry();
+  if (!entry.holders.empty()) {
     if (entry.job != job) {
       result = FailedPrecondition("job " + job + " runs as uid " + std::to_string(uid) +
                                   ", which job " + entry.job + " holds on this node");
@@ -235,13 +244,32 @@ Status UidPool::Reserve(uint32_t uid, const std::string& job, const std::string&
   } else if (KnownToHost(uid)) {
     result = FailedPrecondition("job " + job + " runs as uid " + std::to_string(uid) +
                                 ", which is a user or group of this host");
-  } else if (UidsInUse().count(uid) != 0) {
+  } else if (running.count(uid) != 0) {
     result = FailedPrecondition("job " + job + " runs as uid " + std::to_string(uid) +
                                 ", which processes of no job of this node run as");
   }
-  if (result.ok()) result = Hold(uid, job, holder);
+  if (result.ok()) {
+    entry.job = job;
+    entry.holders.insert(holder);
+    result = Write(uid, entry);
+  }
   close(fd);
   return result;
+}
+
+bool UidPool::Stale(uint32_t uid, const Entry& entry, const std::set<uint32_t>& running) const {
+  if (running.count(uid) != 0) return false;
+  // A job being started or restored has its uid before its record and its processes: give it
+  // time.
+  struct stat st {};
+  if (stat((dir_ + "/" + std::to_string(uid)).c_str(), &st) != 0 ||
+      time(nullptr) - st.st_mtime < 300) {
+    return false;
+  }
+  for (const std::string& holder : entry.holders) {
+    if (!HolderGone(holder)) return false;
+  }
+  return true;
 }
 
 void UidPool::Free(uint32_t uid, const std::string& holder) {

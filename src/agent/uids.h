@@ -50,7 +50,8 @@ class UidPool {
 
   // A free uid for `job`, held by `holder` (unique per copy, e.g. "node/job/epoch"). It starts
   // from a hash of the job's id, so a job tends to get the same uid everywhere, and skips uids
-  // that are another job's, that a user or group of this host has, or that a process runs as.
+  // that are another job's (unless stale: Stale), that a user or group of this host has, or that
+  // a process runs as.
   // An exhausted range is an error that says so.
   StatusOr<uint32_t> Allocate(const std::string& job, const std::string& holder);
   // Holds `uid` for `job` (a restored copy keeps its uid): refused when it is outside the range,
@@ -72,7 +73,9 @@ class UidPool {
   int Lock() const;  // the lock file's descriptor, locked; -1 on failure
   bool Read(uint32_t uid, Entry* entry) const;
   Status Write(uint32_t uid, const Entry& entry) const;
-  Status Hold(uint32_t uid, const std::string& job, const std::string& holder);
+  // No process runs as `uid` and no holder's agent still has a record of its job: a holder that
+  // died with its data, or was killed between forgetting a job and freeing its uid.
+  bool Stale(uint32_t uid, const Entry& entry, const std::set<uint32_t>& running) const;
 
   UidRange range_;
   std::string dir_;

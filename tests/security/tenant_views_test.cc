@@ -62,7 +62,7 @@ TEST(TenantViewsTest, ATeamSeesOnlyItsOwnFiguresOnNodesAndMetrics) {
     if (hidden) {
       ++refused;
     } else {
-      ADD_FAILURE() << "team vision learns " << what;
+      ADD_FAILURE() << "a team learns " << what;
     }
   };
 
