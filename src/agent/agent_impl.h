@@ -135,6 +135,7 @@ class Agent {
   StatusOr<std::unique_ptr<Workload>> Launch(const Json& command);
   // Launch's second half, once the job has its user: run directory, region, the process.
   Status LaunchAs(const Json& command, const std::vector<std::string>& argv,
+                  const std::vector<std::pair<std::string, std::string>>& job_env,
                   const quota::RegionSettings& settings, Workload* w);
   // Gives `path` (not following links) to uid/gid; -1: nothing to do.
   static void GiveTo(const std::string& path, int64_t uid, int64_t gid);

@@ -210,7 +210,7 @@ StatusOr<std::unique_ptr<Workload>> Agent::Launch(const Json& c) {
   w->quota_bytes = settings.quota_bytes;
   w->ceiling_bytes = settings.ceiling_bytes;
   PALADIN_RETURN_IF_ERROR(AssignUser(w.get()));
-  Status launched = LaunchAs(c, command, settings, w.get());
+  Status launched = LaunchAs(c, command, job_env, settings, w.get());
   if (!launched.ok()) {
     FreeUser(w.get());
     return launched;
@@ -219,6 +219,7 @@ StatusOr<std::unique_ptr<Workload>> Agent::Launch(const Json& c) {
 }
 
 Status Agent::LaunchAs(const Json& c, const std::vector<std::string>& command,
+                       const std::vector<std::pair<std::string, std::string>>& job_env,
                        const quota::RegionSettings& settings, Workload* w) {
   const std::string run_dir = workloads_dir_ + "/" + w->id + "-" + std::to_string(w->epoch);
   std::error_code ec;
