@@ -243,10 +243,12 @@ Status Agent::LaunchAs(const Json& c, const std::vector<std::string>& command,
   }
   // The job's own: nobody else's job can enter it (each runs as a uid of its own). A restore
   // elsewhere makes it with the same mode first (MakeRunDir): CRIU restores the working
-  // directory with the mode it had.
+  // directory with the mode it had. The logs keep the default 0644 (private all the same, inside
+  // it): CRIU checks the mode of every file it reopens, and a moved image's copies of them arrive
+  // with the default mode.
   chmod(run_dir.c_str(), 0700);
   for (const std::string& log : {job.stdout_log, job.stderr_log}) {
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0) close(fd);
   }
   // Nothing runs as the job yet, so nothing in it can have been swapped for a link.
