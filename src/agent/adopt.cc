@@ -26,6 +26,10 @@ StatusOr<std::unique_ptr<Workload>> Agent::Track(const std::string& id, int64_t 
     std::string error;
     w->region = quota::Region::Open(record.region, &error);
     if (w->region == nullptr) return Internal("job " + id + ": its quota region: " + error);
+    // Until the server says otherwise (restore's quota, agent.json's for an adopted job): what
+    // the image or the previous agent left.
+    w->quota_bytes = w->region->quota();
+    w->ceiling_bytes = w->region->ceiling();
   }
   StartGrower(w.get());
   return w;
