@@ -146,8 +146,9 @@ class Agent {
   // Gives the job's uid back to the pool. Needs nothing; the pool locks itself.
   void FreeUser(Workload* w);
   std::string UidHolder(const std::string& id, int64_t epoch) const;
-  // A run directory of the job's own, made before a restore: 0700 and the job's (CRIU restores
-  // the working directory with the mode it had; the copy it was taken from had this one).
+  // The job's run directory in this node's workloads folder (named as the image's), made before a
+  // restore: 0700 and the job's (CRIU restores the working directory with the mode it had; the
+  // copy it was taken from had this one).
   void MakeRunDir(const std::string& run_dir, const Workload& w) const;
   // What a restore wrote as root for the job (its run directory, logs, region) becomes the
   // job's user's; links are not followed.

@@ -108,11 +108,17 @@ void Agent::FreeUser(Workload* w) {
 }
 
 void Agent::MakeRunDir(const std::string& run_dir, const Workload& w) const {
-  std::error_code ec;
-  if (fs::exists(fs::symlink_status(run_dir, ec))) return;
-  fs::create_directories(fs::path(run_dir).parent_path(), ec);
-  if (mkdir(run_dir.c_str(), 0700) != 0) return;
-  GiveTo(run_dir, w.uid, w.gid);
+  // Only where this node keeps the job's run directories (the manifest is untrusted: a name that
+  // is not JOB-EPOCH is left for RestoreJob to refuse).
+  const std::string name = fs::path(run_dir).lexically_normal().filename().string();
+  const std::string prefix = w.id + "-";
+  if (name.size() <= prefix.size() || name.rfind(prefix, 0) != 0 ||
+      name.find_first_not_of("0123456789", prefix.size()) != std::string::npos) {
+    return;
+  }
+  const std::string dir = workloads_dir_ + "/" + name;
+  if (mkdir(dir.c_str(), 0700) != 0) return;  // there already (a copy of this job on this host)
+  GiveTo(dir, w.uid, w.gid);
 }
 
 void Agent::GiveRestoredTo(const ckpt::JobRecord& record, const Workload& user) {
