@@ -60,6 +60,9 @@ struct RestoreOptions2 {
   // verifies every file against the manifest as it commits the image, in this process): the
   // restore does not read and hash the whole image a second time during the pause.
   bool verified = false;
+  // The restoring node agent's lease (fence.h), for an image whose paladin-workload-init held
+  // one; -1: the restored job is not fenced (its init gets /dev/null).
+  int lease_fd = -1;
 };
 
 // Verifies `dir` (unless options.verified) and restores the job it holds into this node's place
