@@ -156,6 +156,7 @@ StatusOr<std::unique_ptr<Workload>> Agent::Launch(const Json& c) {
   spec.uid = uid_;
   spec.gid = gid_;
   spec.cgroup = options_.name + "-" + w->id + "-" + std::to_string(w->epoch);
+  spec.lease_fd = lease_fd_;
   StatusOr<ckpt::StartedWorkload> started = ckpt::StartWorkload(spec);
   if (!started.ok()) {
     fs::remove_all(run_dir, ec);
@@ -166,7 +167,8 @@ StatusOr<std::unique_ptr<Workload>> Agent::Launch(const Json& c) {
   job.pid_namespace = started->pid_namespace;
   job.cgroup = started->cgroup;
   if (Status s = ckpt::WriteJob(job); !s.ok()) Say(w->id + ": " + s.message());
-  w->agent_dir = runs_dir_ + "/" + w->id + "-" + std::to_string(w->epoch);
+  w->agent_dir = records_dir_ + "/" + w->id + "-" + std::to_string(w->epoch);
+  w->fenced = started->fenced;
   w->start_time = quota::ProcessIdOf(std::to_string(job.pid)).start_time;
   StartGrower(w.get());
   SaveRecord(*w);

@@ -132,9 +132,9 @@ std::string Hostname() {
   return buf;
 }
 
-// The node lease the job's root holds when it is paladin-workload-init started with --lease
-// (fence.h): the file behind its descriptor kLeaseFd. "" otherwise.
-std::string LeaseOf(int64_t root_pid) {
+}  // namespace
+
+std::string HeldLease(int64_t root_pid) {
   const std::string proc = "/proc/" + std::to_string(root_pid);
   std::ifstream in(proc + "/cmdline", std::ios::binary);
   std::string arg0;
@@ -148,9 +148,11 @@ std::string LeaseOf(int64_t root_pid) {
   return ec ? "" : target.string();
 }
 
+namespace {
+
 Manifest Describe(const JobRecord& job, const Criu& criu, int64_t root_pid) {
   Manifest m;
-  m.lease = LeaseOf(root_pid);
+  m.lease = HeldLease(root_pid);
   m.region = job.region;
   m.gpu_mode = job.gpu;
   m.emu_state = job.emu_state;

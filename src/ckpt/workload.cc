@@ -25,7 +25,13 @@ namespace paladin::ckpt {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-Status WriteJob(const JobRecord& job) {
+Status WriteJob(const JobRecord& job) { return WriteJobFile(job, job.run_dir + "/job.json"); }
+
+StatusOr<JobRecord> ReadJob(const std::string& run_dir) {
+  return ReadJobFile(run_dir + "/job.json");
+}
+
+Status WriteJobFile(const JobRecord& job, const std::string& path) {
   json j = {{"name", job.name},
             {"command", job.command},
             {"cwd", job.cwd},
@@ -41,7 +47,6 @@ Status WriteJob(const JobRecord& job) {
             {"region", job.region},
             {"emu_state", job.emu_state},
             {"emu_gpus", job.emu_gpus}};
-  const std::string path = job.run_dir + "/job.json";
   {
     // A fresh file, never through a symlink: the run directory may be its workload's user's.
     const std::string tmp = path + ".tmp";
@@ -59,8 +64,7 @@ Status WriteJob(const JobRecord& job) {
   return Status::Ok();
 }
 
-StatusOr<JobRecord> ReadJob(const std::string& run_dir) {
-  const std::string path = run_dir + "/job.json";
+StatusOr<JobRecord> ReadJobFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return NotFound("no job record at " + path);
   json j = json::parse(in, nullptr, false);

@@ -77,6 +77,10 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
 // (its GPU state, checkpointed or locked, is restored and unlocked).
 Status ResumeJob(JobRecord* job);
 
+// The node lease (fence.h) that the job's root holds, when the root is paladin-workload-init
+// started with --lease: the file behind its descriptor fence::kLeaseFd. "" otherwise.
+std::string HeldLease(int64_t root_pid);
+
 // "OLD=NEW,OLD=NEW" (GPU UUIDs).
 StatusOr<std::vector<std::pair<std::string, std::string>>> ParseGpuMap(const std::string& text);
 

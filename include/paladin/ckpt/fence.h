@@ -26,6 +26,14 @@ inline constexpr int kLeaseFd = 10;
 // How often the init looks at the lease (it also looks after every signal it gets).
 inline constexpr int kPollMs = 100;
 
+// The deadline the agent writes after a heartbeat it sent at `sent_ns` was answered. The server
+// counts its own lease from when it received that beat (later), declares the node dead one lease
+// after that and gives its jobs up one lease later still; the init stops the job at most
+// kPollMs after this deadline: a margin of a whole lease, less kPollMs (docs/agent.md).
+inline uint64_t DeadlineAfter(uint64_t sent_ns, double lease_s) {
+  return sent_ns + static_cast<uint64_t>(lease_s * 1e9);
+}
+
 // The file holds one record, written in place (never renamed: inits hold its inode):
 //   bytes 0-7   "PLDLEASE"
 //   bytes 8-15  the deadline, CLOCK_BOOTTIME nanoseconds, little-endian

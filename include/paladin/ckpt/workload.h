@@ -39,8 +39,11 @@ struct JobRecord {
   std::string emu_gpus;
 };
 
-Status WriteJob(const JobRecord& job);
+Status WriteJob(const JobRecord& job);  // run_dir/job.json
 StatusOr<JobRecord> ReadJob(const std::string& run_dir);
+// The same record at another path (the node agent keeps its own copy where jobs cannot write).
+Status WriteJobFile(const JobRecord& job, const std::string& path);
+StatusOr<JobRecord> ReadJobFile(const std::string& path);
 
 // The parent of run directories: $PALADIN_RUN_DIR, else $XDG_RUNTIME_DIR/paladin-UID, else
 // /tmp/paladin-UID.
