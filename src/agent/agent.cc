@@ -214,6 +214,7 @@ bool Agent::Heartbeat() {
     if (answer.status().code() == StatusCode::kNotFound) registered_ = false;
     return false;
   }
+  const auto previous_contact = last_contact_;
   last_contact_ = sent;
   Delivered();
   {
@@ -225,6 +226,9 @@ bool Agent::Heartbeat() {
   // Once it ran out, the server may have given this node's jobs up: renewing (which lets the
   // inits continue them) waits until the answer's kills are done.
   const bool lease_out = LeaseOut();
+  // The inits may have stopped the jobs before this loop noticed: the answer's commands find them
+  // frozen, as they are.
+  if (lease_out) FreezeJobs(Seconds(sent - previous_contact));
   try {
     if (answer->is_object()) {
       lease_s_ = answer->value("lease_s", lease_s_.load());

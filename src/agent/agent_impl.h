@@ -193,6 +193,9 @@ class Agent {
   void RenewLease(uint64_t sent_ns);
   bool LeaseOut() const;  // the deadline in the lease file has passed
   void CheckLease();
+  // Marks every job frozen (and stops those without an init) after `silent` seconds without the
+  // server.
+  void FreezeJobs(double silent);
   void Thaw();
   static void SignalTree(pid_t root, int signal);
 

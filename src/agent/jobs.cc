@@ -122,7 +122,9 @@ Json Agent::Reports(bool with_logs) {
     std::string state = w->state;
     if (state != "exited") {
       const char letter = ProcState(static_cast<pid_t>(w->record.pid), nullptr);
-      state = w->frozen ? "frozen" : letter == 'T' || letter == 't' ? "stopped" : "running";
+      // A fenced job is frozen from the lease's deadline on, whether or not the agent noticed.
+      const bool frozen = w->frozen || (w->fenced && LeaseOut());
+      state = frozen ? "frozen" : letter == 'T' || letter == 't' ? "stopped" : "running";
     }
     uint64_t used = 0;
     if (w->region != nullptr) {

@@ -109,6 +109,10 @@ void Agent::CheckLease() {
   const double silent =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - last_contact_).count();
   if (silent < lease_s_.load()) return;
+  FreezeJobs(silent);
+}
+
+void Agent::FreezeJobs(double silent) {
   int frozen = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
