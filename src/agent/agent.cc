@@ -228,7 +228,7 @@ bool Agent::Heartbeat() {
   const bool lease_out = LeaseOut();
   // The inits may have stopped the jobs before this loop noticed: the answer's commands find them
   // frozen, as they are.
-  if (lease_out) FreezeJobs(Seconds(sent - previous_contact));
+  if (lease_out) FreezeJobs(Seconds(sent - previous_contact), true);
   try {
     if (answer->is_object()) {
       lease_s_ = answer->value("lease_s", lease_s_.load());

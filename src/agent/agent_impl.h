@@ -194,8 +194,8 @@ class Agent {
   bool LeaseOut() const;  // the deadline in the lease file has passed
   void CheckLease();
   // Marks every job frozen (and stops those without an init) after `silent` seconds without the
-  // server.
-  void FreezeJobs(double silent);
+  // server; says so (and counts as frozen itself) only when some job was, if `only_if_any`.
+  void FreezeJobs(double silent, bool only_if_any);
   void Thaw();
   static void SignalTree(pid_t root, int signal);
 

@@ -109,10 +109,10 @@ void Agent::CheckLease() {
   const double silent =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - last_contact_).count();
   if (silent < lease_s_.load()) return;
-  FreezeJobs(silent);
+  FreezeJobs(silent, false);
 }
 
-void Agent::FreezeJobs(double silent) {
+void Agent::FreezeJobs(double silent, bool only_if_any) {
   int frozen = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -125,6 +125,7 @@ void Agent::FreezeJobs(double silent) {
       ++frozen;
     }
   }
+  if (only_if_any && frozen == 0) return;
   if (frozen > 0 || !frozen_) {
     char line[256];
     std::snprintf(line, sizeof line,
