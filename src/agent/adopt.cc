@@ -1,11 +1,14 @@
 // Re-adoption: workloads outlive the agent (their own sessions, detached from it), so a new agent
-// with the same data directory finds them by their records (DATA/runs/*/agent.json) and carries
-// on reporting, growing and checkpointing them. A record whose pid is gone, or now names another
+// with the same data directory and node name finds them by its records
+// (DATA/agents/NODE/<job>-<epoch>/agent.json and job.json: root's, mode 0700, written by no job
+// and no other agent) and carries on reporting, growing and checkpointing them, or kills them
+// when the server says they are stale copies. A record whose pid is gone, or now names another
 // process (another start time), is reported once as exited and forgotten.
 #include <filesystem>
 #include <fstream>
 
 #include "agent_impl.h"
+#include "paladin/ckpt/checkpoint.h"
 
 namespace paladin::agent {
 
@@ -17,8 +20,10 @@ StatusOr<std::unique_ptr<Workload>> Agent::Track(const std::string& id, int64_t 
   auto w = std::make_unique<Workload>();
   w->id = id;
   w->epoch = epoch;
-  w->agent_dir = runs_dir_ + "/" + id + "-" + std::to_string(epoch);
+  w->agent_dir = records_dir_ + "/" + id + "-" + std::to_string(epoch);
   w->record = record;
+  // Restored or received here with this agent's lease, or adopted from a previous agent of it.
+  w->fenced = lease_fd_ >= 0 && ckpt::HeldLease(record.pid) == lease_path_;
   w->gpu_index = gpu_index;
   w->gpu_uuid = gpu_uuid.empty() ? GpuUuid(gpu_index) : gpu_uuid;
   w->start_time = quota::ProcessIdOf(std::to_string(record.pid)).start_time;
@@ -46,14 +51,14 @@ void Agent::AdoptUser(const Json& j, Workload* w) const {
 void Agent::Adopt() {
   std::error_code ec;
   int adopted = 0;
-  for (const auto& entry : fs::directory_iterator(runs_dir_, ec)) {
+  for (const auto& entry : fs::directory_iterator(records_dir_, ec)) {
+    if (!entry.is_directory()) continue;
     const std::string path = entry.path().string() + "/agent.json";
     std::ifstream in(path);
     if (!in) continue;
     const Json j = Json::parse(in, nullptr, false);
     std::string id;
     int64_t epoch = 0;
-    std::string run_dir;
     uint64_t start_time = 0;
     int gpu_index = -1;
     std::string gpu_uuid;
@@ -62,7 +67,6 @@ void Agent::Adopt() {
     try {
       id = j.at("id").get<std::string>();
       epoch = j.at("epoch").get<int64_t>();
-      run_dir = j.at("run_dir").get<std::string>();
       start_time = j.at("start_time").get<uint64_t>();
       gpu_index = j.value("gpu_index", -1);
       gpu_uuid = j.value("gpu_uuid", std::string());
@@ -72,10 +76,10 @@ void Agent::Adopt() {
       Say("ignoring " + path + ": " + e.what());
       continue;
     }
-    StatusOr<ckpt::JobRecord> record = ckpt::ReadJob(run_dir);
+    StatusOr<ckpt::JobRecord> record = ckpt::ReadJobFile(entry.path().string() + "/job.json");
     if (!record.ok()) {
       Say("ignoring " + path + ": " + record.status().message());
-      fs::remove(path, ec);
+      fs::remove_all(entry.path(), ec);
       continue;
     }
     // What the agent itself recorded wins over job.json, which lies in the job's own directory.
@@ -103,9 +107,10 @@ void Agent::Adopt() {
       w = std::move(*tracked);
       w->start_time = start_time;
       AdoptUser(j, w.get());
-      // Frozen by the previous agent when it lost the server: the server's next answer decides.
+      // Frozen by the previous agent, or by its init, when the lease ran out: the server's next
+      // answer decides.
       const char state = ProcState(static_cast<pid_t>(record->pid), nullptr);
-      if (state == 'T' || state == 't') {
+      if (w->fenced ? LeaseOut() : state == 'T' || state == 't') {
         w->frozen = true;
         frozen_ = true;
       }

@@ -2,6 +2,7 @@
 // commands of each answer once, carry results to the next heartbeats, watch the lease.
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,6 +43,7 @@ Agent::~Agent() {
   StopHealthWatch();
   StopLocal();
   StopWorkers(true);
+  if (lease_fd_ >= 0) close(lease_fd_);
 }
 
 Status Agent::Setup() {
@@ -73,6 +75,7 @@ Status Agent::Setup() {
     struct stat st {};
     if (stat(dir.c_str(), &st) == 0) chmod(dir.c_str(), (st.st_mode & 07777) | 0711);
   }
+  PALADIN_RETURN_IF_ERROR(OpenLease());
   PALADIN_RETURN_IF_ERROR(ResolveUser());
   DecideCheckpointable();
   PALADIN_RETURN_IF_ERROR(DiscoverGpus());
@@ -192,6 +195,13 @@ bool Agent::Heartbeat() {
     }
   }
   Json body = {{"gpus", GpusForHeartbeat()}, {"jobs", Reports(true)}, {"results", results}};
+  // The lease counts from before the server could have seen this beat: its own count starts
+  // later, so the node's fence always comes first.
+  const auto sent = std::chrono::steady_clock::now();
+  timespec boot{};
+  clock_gettime(CLOCK_BOOTTIME, &boot);
+  const uint64_t sent_ns =
+      static_cast<uint64_t>(boot.tv_sec) * 1000000000ULL + static_cast<uint64_t>(boot.tv_nsec);
   StatusOr<Json> answer = client_->Post("/v1/agents/" + options_.name + "/heartbeat", body);
   if (!answer.ok()) {
     const double silent = Seconds(std::chrono::steady_clock::now() - last_contact_);
@@ -204,18 +214,27 @@ bool Agent::Heartbeat() {
     if (answer.status().code() == StatusCode::kNotFound) registered_ = false;
     return false;
   }
-  last_contact_ = std::chrono::steady_clock::now();
+  const auto previous_contact = last_contact_;
+  last_contact_ = sent;
   Delivered();
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < results_in_flight_ && !results_.empty(); ++i) results_.pop_front();
     results_in_flight_ = 0;
   }
+  // While the lease holds, renewing first keeps jobs started by this answer from a needless stop.
+  // Once it ran out, the server may have given this node's jobs up: renewing (which lets the
+  // inits continue them) waits until the answer's kills are done.
+  const bool lease_out = LeaseOut();
+  // The inits may have stopped the jobs before this loop noticed: the answer's commands find them
+  // frozen, as they are.
+  if (lease_out) FreezeJobs(Seconds(sent - previous_contact), true);
   try {
     if (answer->is_object()) {
       lease_s_ = answer->value("lease_s", lease_s_.load());
       if (answer->contains("heartbeat_s")) heartbeat_s_ = answer->at("heartbeat_s").get<double>();
       heartbeat_s_ = std::clamp(heartbeat_s_, 0.05, 60.0);
+      if (!lease_out) RenewLease(sent_ns);
       if (answer->contains("commands")) {
         for (const Json& c : answer->at("commands")) Dispatch(c);
       }
@@ -223,6 +242,7 @@ bool Agent::Heartbeat() {
   } catch (const Json::exception& e) {
     Say("malformed heartbeat answer: " + std::string(e.what()));
   }
+  if (lease_out) RenewLease(sent_ns);
   // The server has spoken (it may have killed some): what is still frozen runs again.
   if (frozen_) Thaw();
   return true;

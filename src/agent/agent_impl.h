@@ -5,7 +5,8 @@
 //   jobs.cc      the job table: reports, logs, exit detection, records, forgetting
 //   commands.cc  the commands (start, kill, resize, checkpoint, restore, migrate_*, fault)
 //   adopt.cc     re-adopting the workloads a previous agent left running
-//   lease.cc     freezing workloads when the server is out of reach, thawing them after
+//   lease.cc     the node's lease (renewed after each answered heartbeat, enforced by each
+//                job's init) and freezing and thawing the jobs that have no init
 //
 // Threads: the main loop (RunAgent's caller) and one worker thread per long command
 // (checkpoint, restore, migrate_in, migrate_out). mu_ guards the job table, the results and the
@@ -58,7 +59,9 @@ char ProcState(pid_t pid, pid_t* parent);
 struct Workload {
   std::string id;
   int64_t epoch = 0;
-  std::string agent_dir;    // DATA/runs/<id>-<epoch>: the agent's record (agent.json)
+  // DATA/agents/<node>/<id>-<epoch>: the agent's own record (agent.json, job.json), where no
+  // job and no other agent writes.
+  std::string agent_dir;
   ckpt::JobRecord record;   // record.run_dir is agent_dir for a started job
   uint64_t start_time = 0;  // of the root, so a reused pid is never taken for it
   int gpu_index = -1;
@@ -81,6 +84,9 @@ struct Workload {
   int64_t err_pending = 0;
   bool busy = false;  // a worker is checkpointing or migrating it
   bool frozen = false;
+  // Its paladin-workload-init holds this agent's lease and fences it: the agent never stops or
+  // continues it itself (the init does, as the lease says).
+  bool fenced = false;
   bool exit_reported = false;  // the report in flight says it exited: forget it once delivered
 };
 
@@ -213,15 +219,28 @@ class Agent {
   uint64_t CommittedBytes(int gpu_index, int* jobs, int* steps) const;
 
   // --- lease.cc ---
+  // Creates the record directory (root, 0700) and opens the lease file in it.
+  Status OpenLease();
+  // After an answered heartbeat that was sent at `sent_ns`: the inits' deadline moves to
+  // sent_ns + lease_s (CLOCK_BOOTTIME).
+  void RenewLease(uint64_t sent_ns);
+  bool LeaseOut() const;  // the deadline in the lease file has passed
   void CheckLease();
+  // Marks every job frozen (and stops those without an init) after `silent` seconds without the
+  // server; says so (and counts as frozen itself) only when some job was, if `only_if_any`.
+  void FreezeJobs(double silent, bool only_if_any);
   void Thaw();
   static void SignalTree(pid_t root, int signal);
 
   AgentOptions options_;
   const std::atomic<bool>* stop_;
   std::string data_dir_;
-  std::string runs_dir_;       // the agent's own records (agent.json per job)
+  std::string runs_dir_;       // the default parent of workloads' run directories
   std::string workloads_dir_;  // workloads' run directories
+  std::string records_dir_;    // DATA/agents/<node>: records and the lease, root only (0700)
+  std::string lease_path_;     // records_dir_/lease
+  int lease_fd_ = -1;          // open on it for the agent's life (-1: no fence)
+  std::atomic<uint64_t> lease_deadline_ns_{0};  // what the file says
   std::unique_ptr<api::Client> client_;
 
   // GPUs (set up before any thread starts; faults_ under gpu_mu_).

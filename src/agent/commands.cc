@@ -341,6 +341,7 @@ void Agent::Restore(int64_t id, Json c) {
   MakeRunDir(manifest->run_dir, user);
   ckpt::RestoreOptions2 options;
   options.placement = PlacementFor(job);
+  options.lease_fd = lease_fd_;  // the restored job follows this node's lease from now on
   // Every GPU the process saw must be paired (the server may send the whole source node's map);
   // the ones it held memory on go to gpu_uuid.
   if (c.contains("gpu_map") && c["gpu_map"].is_object()) {
@@ -483,6 +484,7 @@ void Agent::MigrateIn(int64_t id, Json c) {
     incoming_[{job, epoch}] = cancel;
   }
   options.cancel = cancel.get();
+  options.lease_fd = lease_fd_;
   StatusOr<ckpt::JobRecord> record = migrate::ServeOneMigration(
       *criu, options, [job](const std::string& line) { Say("migrate_in " + job + ": " + line); });
   {
@@ -580,7 +582,8 @@ void Agent::MigrateOut(int64_t id, Json c) {
       std::lock_guard<std::mutex> lock(mu_);
       w->busy = false;
       if (frozen_.load() && !w->frozen) {
-        SignalTree(static_cast<pid_t>(w->record.pid), SIGSTOP);
+        // A fenced job's init stops it again by itself (fence::kPollMs).
+        if (!w->fenced) SignalTree(static_cast<pid_t>(w->record.pid), SIGSTOP);
         w->frozen = true;
         Say("job " + job + " frozen again: no contact with the server");
       }

@@ -135,7 +135,9 @@ Json Agent::Reports(bool with_logs) {
     std::string state = w->state;
     if (state != "exited") {
       const char letter = ProcState(static_cast<pid_t>(w->record.pid), nullptr);
-      state = w->frozen ? "frozen" : letter == 'T' || letter == 't' ? "stopped" : "running";
+      // A fenced job is frozen from the lease's deadline on, whether or not the agent noticed.
+      const bool frozen = w->frozen || (w->fenced && LeaseOut());
+      state = frozen ? "frozen" : letter == 'T' || letter == 't' ? "stopped" : "running";
     }
     CheckRegion(w.get());
     uint64_t used = 0;
@@ -214,9 +216,12 @@ void Agent::Forget(const std::string& id, int64_t epoch, bool remove_run_dir) {
   w->region.reset();
   FreeUser(w);
   std::error_code ec;
-  fs::remove(w->agent_dir + "/agent.json", ec);
-  if (w->agent_dir != w->record.run_dir) fs::remove_all(w->agent_dir, ec);
+  fs::remove_all(w->agent_dir, ec);
   // Only directories of this agent's: a restored job's run directory may be another's path.
+  // And not one that another copy now runs from (another agent of this host restored the job
+  // there while this one was away: its record names that copy's pid).
+  StatusOr<ckpt::JobRecord> there = ckpt::ReadJob(w->record.run_dir);
+  if (there.ok() && there->pid != w->record.pid) remove_run_dir = false;
   if (remove_run_dir && !w->record.run_dir.empty() &&
       (w->record.run_dir.rfind(runs_dir_ + "/", 0) == 0 ||
        w->record.run_dir.rfind(workloads_dir_ + "/", 0) == 0)) {
@@ -225,6 +230,8 @@ void Agent::Forget(const std::string& id, int64_t epoch, bool remove_run_dir) {
   jobs_.erase(it);
 }
 
+// The agent's own copy of the job's record goes next to agent.json: the one in the run directory
+// may be rewritten by another copy of the job (a restore by another agent of this host).
 void Agent::SaveRecord(const Workload& w) const {
   const Json j = {{"id", w.id},
                   {"epoch", w.epoch},
@@ -259,6 +266,9 @@ void Agent::SaveRecord(const Workload& w) const {
   }
   fs::rename(path + ".tmp", path, ec);
   if (ec) Say("cannot write " + path + ": " + ec.message());
+  if (Status s = ckpt::WriteJobFile(w.record, w.agent_dir + "/job.json"); !s.ok()) {
+    Say(s.message());
+  }
 }
 
 void Agent::StartGrower(Workload* w) const {

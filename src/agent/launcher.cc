@@ -277,6 +277,7 @@ Status Agent::LaunchAs(const Json& c, const std::vector<std::string>& command,
   spec.uid = w->uid;
   spec.gid = w->gid;
   spec.cgroup = options_.name + "-" + w->id + "-" + std::to_string(w->epoch);
+  spec.lease_fd = lease_fd_;
   StatusOr<ckpt::StartedWorkload> started = ckpt::StartWorkload(spec);
   if (!started.ok()) {
     fs::remove_all(run_dir, ec);
@@ -287,7 +288,8 @@ Status Agent::LaunchAs(const Json& c, const std::vector<std::string>& command,
   job.pid_namespace = started->pid_namespace;
   job.cgroup = started->cgroup;
   if (Status s = ckpt::WriteJob(job); !s.ok()) Say(w->id + ": " + s.message());
-  w->agent_dir = runs_dir_ + "/" + w->id + "-" + std::to_string(w->epoch);
+  w->agent_dir = records_dir_ + "/" + w->id + "-" + std::to_string(w->epoch);
+  w->fenced = started->fenced;
   w->start_time = quota::ProcessIdOf(std::to_string(job.pid)).start_time;
   StartGrower(w);
   SaveRecord(*w);

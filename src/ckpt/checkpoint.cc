@@ -22,6 +22,7 @@
 
 #include "paladin/ckpt/beneath.h"
 #include "paladin/ckpt/cgroup.h"
+#include "paladin/ckpt/fence.h"
 #include "paladin/ckpt/gpu_checkpoint.h"
 #include "paladin/gpu/nvml.h"
 #include "paladin/quota/launch.h"
@@ -151,8 +152,27 @@ int64_t CommandUid(const std::vector<pid_t>& pids) {
   return found;
 }
 
+}  // namespace
+
+std::string HeldLease(int64_t root_pid) {
+  const std::string proc = "/proc/" + std::to_string(root_pid);
+  std::ifstream in(proc + "/cmdline", std::ios::binary);
+  std::string arg0;
+  std::string arg1;
+  if (!std::getline(in, arg0, '\0') || !std::getline(in, arg1, '\0') || arg1 != "--lease" ||
+      fs::path(arg0).filename() != "paladin-workload-init") {
+    return "";
+  }
+  std::error_code ec;
+  const fs::path target = fs::read_symlink(proc + "/fd/" + std::to_string(fence::kLeaseFd), ec);
+  return ec ? "" : target.string();
+}
+
+namespace {
+
 Manifest Describe(const JobRecord& job, const Criu& criu, int64_t root_pid) {
   Manifest m;
+  m.lease = HeldLease(root_pid);
   m.region = job.region;
   m.gpu_mode = job.gpu;
   m.emu_state = job.emu_state;
@@ -626,8 +646,15 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
   RestoreOptions restore;
   restore.leave_stopped = false;
   restore.timeout_s = options.timeout_s;
+  // The init held its agent's lease: it follows the restoring agent's now, or none.
+  int no_lease = -1;
+  if (!m->lease.empty()) {
+    if (options.lease_fd < 0) no_lease = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    restore.inherit_fds.emplace_back(options.lease_fd >= 0 ? options.lease_fd : no_lease, m->lease);
+  }
   progress("restoring with CRIU");
   StatusOr<pid_t> pid = Restore(criu, dir, restore);
+  if (no_lease >= 0) close(no_lease);
   if (!pid.ok()) return pid.status();
   times->seconds.emplace_back("criu restore", watch.Lap());
   const std::vector<pid_t> pids = Tree(*pid);

@@ -7,7 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -276,7 +278,22 @@ StatusOr<pid_t> Restore(const Criu& criu, const std::string& dir, const RestoreO
                                    "-o",        "restore.log", "-v4",         "-d",
                                    "--pidfile", pidfile,       "--tcp-close", "--file-locks"};
   if (options.leave_stopped) argv.emplace_back("--leave-stopped");
+  // CRIU must inherit them: dup() drops close-on-exec. CRIU's key is the path without its '/'.
+  std::vector<int> passed;
+  for (const auto& [fd, path] : options.inherit_fds) {
+    const int copy = dup(fd);
+    if (copy < 0) {
+      for (int c : passed) close(c);
+      return IoError("cannot pass " + path + " to criu restore: " + strerror(errno));
+    }
+    passed.push_back(copy);
+    argv.emplace_back("--inherit-fd");
+    const size_t start = path.find_first_not_of('/');
+    argv.push_back("fd[" + std::to_string(copy) +
+                   "]:" + (start == std::string::npos ? std::string() : path.substr(start)));
+  }
   SubprocessResult r = RunBounded(argv, criu.Env(), options.timeout_s);
+  for (int c : passed) close(c);
   if (r.timed_out) {
     return Internal("criu restore from " + dir + " still running after " +
                     std::to_string(static_cast<int>(options.timeout_s)) + " s; killed" +

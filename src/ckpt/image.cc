@@ -53,7 +53,8 @@ json ToJson(const Manifest& m) {
             {"run_dir", m.run_dir},
             {"logs", m.logs},
             {"log_targets", m.log_targets},
-            {"region", m.region}}},
+            {"region", m.region},
+            {"lease", m.lease}}},
           {"host", {{"hostname", m.hostname}, {"kernel", m.kernel}, {"arch", m.arch}}},
           {"criu", {{"version", m.criu_version}, {"no_breakpoints", m.criu_no_breakpoints}}},
           {"gpu",
@@ -163,6 +164,10 @@ Status FromJson(const json& j, Manifest* m) {
   PALADIN_RETURN_IF_ERROR(Field(j, "criu", "version", &m->criu_version));
   PALADIN_RETURN_IF_ERROR(Field(j, "criu", "no_breakpoints", &m->criu_no_breakpoints));
   PALADIN_RETURN_IF_ERROR(Field(j, "workload", "region", &m->region));
+  // Optional: images of jobs that held no lease, and images older than the lease, lack it.
+  if (j.at("workload").contains("lease")) {
+    PALADIN_RETURN_IF_ERROR(Field(j, "workload", "lease", &m->lease));
+  }
   PALADIN_RETURN_IF_ERROR(Field(j, "gpu", "driver", &m->gpu_driver));
   PALADIN_RETURN_IF_ERROR(Field(j, "gpu", "mode", &m->gpu_mode));
   PALADIN_RETURN_IF_ERROR(Field(j, "gpu", "emu_state", &m->emu_state));

@@ -4,8 +4,11 @@
 # program, ../lib/paladin). It is dumped by CRIU with every job it leads: plain flags, no
 # sanitizers, nothing of Paladin's linked.
 if(NOT TARGET paladin-workload-init)
-  add_executable(paladin-workload-init ${PROJECT_SOURCE_DIR}/src/ckpt/workload_init.cc)
+  add_executable(paladin-workload-init ${PROJECT_SOURCE_DIR}/src/ckpt/workload_init.cc
+                                       ${PROJECT_SOURCE_DIR}/src/ckpt/init_fence.cc)
   target_compile_options(paladin-workload-init PRIVATE -O2)
+  # Header-only parts of Paladin (include/paladin/ckpt/fence.h); nothing is linked.
+  target_include_directories(paladin-workload-init PRIVATE ${PROJECT_SOURCE_DIR}/include)
   set_target_properties(paladin-workload-init PROPERTIES
     RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
   if(TARGET paladin)

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "paladin/ckpt/cgroup.h"
+#include "paladin/ckpt/fence.h"
 
 extern char** environ;
 
@@ -24,7 +25,13 @@ namespace paladin::ckpt {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-Status WriteJob(const JobRecord& job) {
+Status WriteJob(const JobRecord& job) { return WriteJobFile(job, job.run_dir + "/job.json"); }
+
+StatusOr<JobRecord> ReadJob(const std::string& run_dir) {
+  return ReadJobFile(run_dir + "/job.json");
+}
+
+Status WriteJobFile(const JobRecord& job, const std::string& path) {
   json j = {{"name", job.name},
             {"command", job.command},
             {"cwd", job.cwd},
@@ -40,7 +47,6 @@ Status WriteJob(const JobRecord& job) {
             {"region", job.region},
             {"emu_state", job.emu_state},
             {"emu_gpus", job.emu_gpus}};
-  const std::string path = job.run_dir + "/job.json";
   {
     // A fresh file, never through a symlink: the run directory may be its workload's user's.
     const std::string tmp = path + ".tmp";
@@ -58,8 +64,7 @@ Status WriteJob(const JobRecord& job) {
   return Status::Ok();
 }
 
-StatusOr<JobRecord> ReadJob(const std::string& run_dir) {
-  const std::string path = run_dir + "/job.json";
+StatusOr<JobRecord> ReadJobFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return NotFound("no job record at " + path);
   json j = json::parse(in, nullptr, false);
@@ -142,6 +147,7 @@ struct Prepared {
   // The job's environment for paladin-workload-init (a sealed memfd, descriptor kInitEnvFd in
   // it): init itself runs as root with kFixedEnvironment only.
   int env_fd = -1;
+  int lease_fd = -1;  // given to the init as fence::kLeaseFd
 };
 
 constexpr int kInitEnvFd = 3;
@@ -169,6 +175,14 @@ void ChildSay(const char* what, const char* detail) {
   if (null >= 0) dup2(null, STDIN_FILENO);
   dup2(p.out, STDOUT_FILENO);
   dup2(p.err, STDERR_FILENO);
+  // The lease first goes out of the way of kInitEnvFd (it may be there); F_DUPFD is
+  // async-signal-safe.
+  const int lease =
+      p.init != nullptr && p.lease_fd >= 0 ? fcntl(p.lease_fd, F_DUPFD_CLOEXEC, 64) : -1;
+  if (p.init != nullptr && p.lease_fd >= 0 && lease < 0) {
+    ChildSay("cannot pass the lease to the init", "");
+    _exit(126);
+  }
   if (p.init != nullptr) {
     // The job's environment at kInitEnvFd (dup2 clears close-on-exec; so must fcntl when the
     // descriptor is there already).
@@ -178,8 +192,18 @@ void ChildSay(const char* what, const char* detail) {
     }
   }
   // Nothing else of the launcher's: an inherited descriptor would tie the job's checkpoints to a
-  // file outside it.
-  close_range(p.init != nullptr ? kInitEnvFd + 1 : 3, ~0U, 0);
+  // file outside it. The lease is the one exception, and the init keeps it from the command.
+  if (lease >= 0) {
+    static_assert(fence::kLeaseFd > kInitEnvFd, "the lease goes above the environment");
+    if (dup2(lease, fence::kLeaseFd) < 0) {
+      ChildSay("cannot pass the lease to the init", "");
+      _exit(126);
+    }
+    close_range(kInitEnvFd + 1, fence::kLeaseFd - 1, 0);
+    close_range(fence::kLeaseFd + 1, ~0U, 0);
+  } else {
+    close_range(p.init != nullptr ? kInitEnvFd + 1 : 3, ~0U, 0);
+  }
   if (p.init != nullptr) {
     // It switches user and directory in the workload's process, after its fork.
     if (chdir(p.init_dir) != 0 && chdir("/") != 0) {
@@ -310,8 +334,9 @@ StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec) {
   StartedWorkload started;
   // An unprivileged root cannot be dumped by CRIU (its parasite must mount a /proc for the
   // namespace from inside the root task): root leads the namespace instead.
+  // The init also enforces the node's lease, for root workloads too.
   std::string init;
-  if (spec.pid_namespace && spec.uid > 0) {
+  if (spec.pid_namespace && (spec.uid > 0 || spec.lease_fd >= 0)) {
     StatusOr<std::string> found = FindWorkloadInit();
     if (found.ok()) {
       init = *found;
@@ -322,19 +347,22 @@ StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec) {
         return env_fd.status();
       }
       p.env_fd = *env_fd;
-      p.init_storage = {init,
-                        "--env-fd",
-                        std::to_string(kInitEnvFd),
-                        std::to_string(spec.uid),
-                        std::to_string(spec.gid),
-                        spec.cwd.empty() ? "-" : spec.cwd};
+      // --lease first: HeldLease looks for it there.
+      p.init_storage = {init};
+      if (spec.lease_fd >= 0) p.init_storage.emplace_back("--lease");
+      p.lease_fd = spec.lease_fd;
+      p.init_storage.insert(p.init_storage.end(),
+                            {"--env-fd", std::to_string(kInitEnvFd), std::to_string(spec.uid),
+                             std::to_string(spec.gid), spec.cwd.empty() ? "-" : spec.cwd});
       p.init_storage.insert(p.init_storage.end(), spec.command.begin(), spec.command.end());
       for (std::string& a : p.init_storage) p.init_argv.push_back(a.data());
       p.init_argv.push_back(nullptr);
     } else {
-      started.warnings.push_back(found.status().message() +
-                                 ": the workload leads its namespace as its user, and CRIU "
-                                 "cannot checkpoint it");
+      started.warnings.push_back(
+          found.status().message() +
+          (spec.uid > 0 ? ": the workload leads its namespace as its user, and CRIU cannot "
+                          "checkpoint it"
+                        : ": nothing but the agent itself fences the workload"));
     }
   }
   // The run directory: CRIU's parasite creates proc.crtools in the working directory of the root.
@@ -350,6 +378,7 @@ StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec) {
     if (pid == 0) ChildExec(p);
     if (pid > 0) started.pid_namespace = true;
     if (pid > 0) started.init = p.init != nullptr;
+    if (pid > 0) started.fenced = p.init != nullptr && p.lease_fd >= 0;
     if (pid < 0) {
       started.warnings.push_back(std::string("no PID namespace (") + strerror(errno) +
                                  "): the workload can be restored only where its pids are free");

@@ -8,7 +8,9 @@
 // as the root, the task that mounts is root, the command runs unprivileged as its only child, and
 // the job is dumped and restored with the same CRIU options as a root job. See docs/ckpt.md.
 //
-// Usage: paladin-workload-init [--env-fd FD] UID GID CWD COMMAND [ARG...]
+// Usage: paladin-workload-init [--lease] [--env-fd FD] UID GID CWD COMMAND [ARG...]
+//   --lease: descriptor 10 is the node agent's lease; the job is stopped while it is out
+//   (init_fence.cc, docs/agent.md "Fencing").
 //   UID, GID: the user and group the command runs as (-1: keep root's); supplementary groups are
 //   dropped. CWD: the command's working directory ("-": this program's). FD: a descriptor holding
 //   the command's environment (NUL-terminated NAME=VALUE entries); without it the command gets
@@ -29,6 +31,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include "init_fence.h"
+#include "paladin/ckpt/fence.h"
 
 extern char** environ;
 
@@ -95,6 +100,15 @@ char** ReadEnvironment(int fd) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool leased = argc > 1 && std::strcmp(argv[1], "--lease") == 0;
+  if (leased) {
+    if (!paladin::ckpt::fence::AdoptLeaseFd()) {
+      Say("--lease: no lease at descriptor 10, or not pid 1 of a PID namespace", "");
+      return 126;
+    }
+    --argc;
+    ++argv;
+  }
   char** job_env = environ;
   if (argc >= 3 && std::strcmp(argv[1], "--env-fd") == 0) {
     long fd = -1;
@@ -109,8 +123,9 @@ int main(int argc, char** argv) {
   long uid = -1;
   long gid = -1;
   if (argc < 5 || !ParseId(argv[1], &uid) || !ParseId(argv[2], &gid)) {
-    std::fprintf(stderr,
-                 "usage: paladin-workload-init [--env-fd FD] UID GID CWD COMMAND [ARG...]\n");
+    std::fprintf(
+        stderr,
+        "usage: paladin-workload-init [--lease] [--env-fd FD] UID GID CWD COMMAND [ARG...]\n");
     return 2;
   }
   const char* cwd = argv[3];
@@ -148,12 +163,16 @@ int main(int argc, char** argv) {
     Say("cannot run ", argv[4]);
     _exit(127);
   }
+  const timespec poll = {0, paladin::ckpt::fence::kPollMs * 1000000L};
   for (;;) {
     siginfo_t info;
-    const int signo = sigwaitinfo(&all, &info);
-    if (signo < 0) continue;  // EINTR, e.g. when CRIU let it go after a dump or a restore
+    const int signo = leased ? sigtimedwait(&all, &info, &poll) : sigwaitinfo(&all, &info);
+    paladin::ckpt::fence::CheckLease();
+    // < 0: EINTR (e.g. CRIU let it go after a dump or a restore) or the poll's timeout.
+    if (signo < 0) continue;
     if (signo != SIGCHLD) {
-      kill(child, signo);
+      // While fenced, the job stays stopped whoever asks.
+      if (signo != SIGCONT || !paladin::ckpt::fence::Fenced()) kill(child, signo);
       continue;
     }
     int status = 0;

@@ -187,6 +187,7 @@ StatusOr<ckpt::JobRecord> Obey(const ckpt::Criu& criu, const DestinationOptions&
       restore.placement = options.placement;
       restore.leave_stopped = true;
       restore.verified = true;  // by the transfer, as it committed the image
+      restore.lease_fd = options.lease_fd;
       ckpt::PhaseTimes times;
       StatusOr<ckpt::JobRecord> got = ckpt::RestoreJob(criu, image, restore, progress, &times);
       if (!got.ok()) {

@@ -3,7 +3,11 @@
 // $PALADIN_RUN_DIR/NAME-PID, the run directory as its working directory), but as user UID and
 // group GID, the way the node agent starts its workloads, and returns at once: `paladin
 // checkpoint NAME` and `paladin restore` take it from there. Prints "pid PID init 0|1".
+// With $PALADIN_TEST_LEASE set to a file, it writes a node lease good for an hour there and gives
+// it to the workload's init, as the node agent does (include/paladin/ckpt/fence.h).
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "paladin/ckpt/fence.h"
 #include "paladin/ckpt/workload.h"
 
 namespace ckpt = paladin::ckpt;
@@ -42,6 +47,20 @@ int main(int argc, char** argv) {
   spec.cwd = run_dir;
   spec.uid = std::strtoll(argv[2], nullptr, 10);
   spec.gid = std::strtoll(argv[3], nullptr, 10);
+  if (const char* lease = getenv("PALADIN_TEST_LEASE"); lease != nullptr && lease[0] != '\0') {
+    spec.lease_fd = open(lease, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    timespec now{};
+    clock_gettime(CLOCK_BOOTTIME, &now);
+    unsigned char record[ckpt::fence::kRecordBytes];
+    ckpt::fence::Encode(
+        ckpt::fence::DeadlineAfter(static_cast<uint64_t>(now.tv_sec) * 1000000000ULL, 3600),
+        record);
+    if (spec.lease_fd < 0 ||
+        pwrite(spec.lease_fd, record, sizeof record, 0) != static_cast<ssize_t>(sizeof record)) {
+      std::fprintf(stderr, "ckpt_start_as: cannot write the lease %s\n", lease);
+      return 1;
+    }
+  }
   paladin::StatusOr<ckpt::StartedWorkload> started = ckpt::StartWorkload(spec);
   if (!started.ok()) {
     std::fprintf(stderr, "ckpt_start_as: %s\n", started.status().message().c_str());

@@ -705,7 +705,9 @@ scenario_unprivileged() {
   job_name=unpriv
   local out
   mkdir -p "$work/cwd-$job_name"
-  out=$(cd "$work/cwd-$job_name" && "$START_AS" "$job_name" $nobody $nobody -- \
+  # Started with a node lease, as the agent starts its jobs: the init holds it (descriptor 10).
+  out=$(cd "$work/cwd-$job_name" && PALADIN_TEST_LEASE="$work/lease" "$START_AS" "$job_name" \
+    $nobody $nobody -- \
     "$work/bin/ckpt_threads" --threads 4 --mib 64 --pause-ms 20 2>&1) || {
     fail "unprivileged: ckpt_start_as failed: $out"
     return
@@ -742,6 +744,13 @@ scenario_unprivileged() {
     return
   fi
   check_tree "started"
+  if [[ $(readlink "/proc/$job_pid/fd/10") == "$work/lease" ]] &&
+    ! ls -l "/proc/$(pgrep -P "$job_pid" | head -1)/fd" 2>/dev/null | grep -q "$work/lease"; then
+    pass "unprivileged: the init holds the node lease, the program does not"
+  else
+    fail "unprivileged: the init's descriptor 10 is '$(readlink "/proc/$job_pid/fd/10")'," \
+      "not the lease $work/lease (or the program holds it too)"
+  fi
 
   local -a before
   read -ra before <<<"$(tree "$job_pid")"
@@ -767,6 +776,11 @@ scenario_unprivileged() {
   verify=$(timeout "$LIMIT" "$PALADIN" image verify "$work/image" 2>&1) ||
     fail "unprivileged: the image does not verify: $verify"
   pass "unprivileged: checkpointed, every process gone, image verifies"
+  if grep -q "\"lease\": \"$work/lease\"" "$work/image/manifest.json"; then
+    pass "unprivileged: the manifest names the lease the init held"
+  else
+    fail "unprivileged: the manifest does not name the lease: $(grep lease "$work/image/manifest.json")"
+  fi
   local -a cut
   local t top=0
   for t in 0 1 2 3; do
@@ -777,6 +791,12 @@ scenario_unprivileged() {
   restore "$work/image"
   expect_restored unprivileged || return
   check_tree "restored"
+  # Restored where no agent leads it: the init's lease is /dev/null (no fence), and the job runs.
+  if [[ $(readlink "/proc/$job_pid/fd/10") == /dev/null ]]; then
+    pass "unprivileged: restored outside an agent, the init holds /dev/null in the lease's place"
+  else
+    fail "unprivileged: the restored init's descriptor 10 is '$(readlink "/proc/$job_pid/fd/10")'"
+  fi
   if ! wait_until 60 threads_at $((top + 5)); then
     fail "unprivileged: not every thread got 5 steps past step $top in 60 s after the restore" \
       "(steps now: $(for t in 0 1 2 3; do echo -n "$(last_step $t) "; done)): $(tail -3 "$log")"

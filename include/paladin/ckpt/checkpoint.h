@@ -60,6 +60,9 @@ struct RestoreOptions2 {
   // verifies every file against the manifest as it commits the image, in this process): the
   // restore does not read and hash the whole image a second time during the pause.
   bool verified = false;
+  // The restoring node agent's lease (fence.h), for an image whose paladin-workload-init held
+  // one; -1: the restored job is not fenced (its init gets /dev/null).
+  int lease_fd = -1;
 };
 
 // Verifies `dir` (unless options.verified) and restores the job it holds into this node's place
@@ -73,6 +76,10 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
 // Lets a stopped job run again: a destination after the commit, or a source whose move failed
 // (its GPU state, checkpointed or locked, is restored and unlocked).
 Status ResumeJob(JobRecord* job);
+
+// The node lease (fence.h) that the job's root holds, when the root is paladin-workload-init
+// started with --lease: the file behind its descriptor fence::kLeaseFd. "" otherwise.
+std::string HeldLease(int64_t root_pid);
 
 // "OLD=NEW,OLD=NEW" (GPU UUIDs).
 StatusOr<std::vector<std::pair<std::string, std::string>>> ParseGpuMap(const std::string& text);

@@ -65,6 +65,9 @@ Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOpti
 struct RestoreOptions {
   bool leave_stopped = false;  // restored tasks wait in SIGSTOP (GPU restore comes next)
   double timeout_s = 600;
+  // Files the dumped tree had open that the restored one gets from this process instead
+  // (--inherit-fd): a descriptor here and the dumped file's path.
+  std::vector<std::pair<int, std::string>> inherit_fds;
 };
 // Restores the tree detached from CRIU; returns the host pid of its root.
 StatusOr<pid_t> Restore(const Criu& criu, const std::string& dir, const RestoreOptions& options);

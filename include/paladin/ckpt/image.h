@@ -44,6 +44,9 @@ struct Manifest {
   std::vector<std::string> log_targets;  // where each log lives on the host
   std::string region;  // the GPU-memory accounting region's path ("" without a quota); a copy
                        // travels in the image as quota.region
+  // The node lease paladin-workload-init held (fence.h) when dumped, "" for none: at a restore
+  // the restoring agent's own lease takes its place (CRIU's --inherit-fd key).
+  std::string lease;
   // Where and with what.
   std::string hostname;
   std::string kernel;

@@ -39,8 +39,11 @@ struct JobRecord {
   std::string emu_gpus;
 };
 
-Status WriteJob(const JobRecord& job);
+Status WriteJob(const JobRecord& job);  // run_dir/job.json
 StatusOr<JobRecord> ReadJob(const std::string& run_dir);
+// The same record at another path (the node agent keeps its own copy where jobs cannot write).
+Status WriteJobFile(const JobRecord& job, const std::string& path);
+StatusOr<JobRecord> ReadJobFile(const std::string& path);
 
 // The parent of run directories: $PALADIN_RUN_DIR, else $XDG_RUNTIME_DIR/paladin-UID, else
 // /tmp/paladin-UID.
@@ -69,12 +72,17 @@ struct WorkloadSpec {
   std::string cwd;
   int64_t uid = -1;
   int64_t gid = -1;
+  // The node agent's lease (include/paladin/ckpt/fence.h), or -1. With one, every workload in a
+  // PID namespace (a root one too) runs under paladin-workload-init, which gets it as descriptor
+  // fence::kLeaseFd and stops the job while the lease is out.
+  int lease_fd = -1;
 };
 
 struct StartedWorkload {
   pid_t pid = 0;  // the tree's root: paladin-workload-init when `init`
   bool pid_namespace = false;
   bool init = false;                  // the command runs as the only child of paladin-workload-init
+  bool fenced = false;                // ... which holds the lease (WorkloadSpec::lease_fd)
   std::string cgroup;                 // "" when none could be made
   std::vector<std::string> warnings;  // what could not be set up, for the user
 };

@@ -59,6 +59,8 @@ struct DestinationOptions {
   // and the source has connected for commands; after that the move runs to its end (bounded by
   // its own timeouts), since the source may already be waiting for the commit.
   const std::atomic<bool>* cancel = nullptr;
+  // The destination agent's lease, which the received job's init follows (RestoreOptions2).
+  int lease_fd = -1;
 };
 
 // Receives one job and carries out the destination's part of its migration. Returns the job as
