@@ -212,6 +212,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   st.id = options.id.empty() ? RandomId() : options.id;
   st.step = "checkpointing";
   st.run_dir = job->run_dir;
+  st.pid = job->pid;
   st.image = image;
   st.host = options.host;
   st.port = options.port + 1;
@@ -666,6 +667,8 @@ int RunKeeper(const std::string& state_file) {
       say(job.status().message());
       return 1;
     }
+    // On one host the destination's copy writes its record into the same run directory.
+    job->pid = st->pid;
     const std::string& step = st->step;
     if (step == "checkpointing" || step == "sending" || step == "restoring") {
       // RESUME was never sent: the destination cannot commit; its copy goes when it hears the

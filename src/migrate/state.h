@@ -23,7 +23,7 @@ struct MoveState {
   std::string image;     // source: the image sent; destination: the one received
   std::string host;      // source: the destination's address
   int port = 0;          // source: the destination's command port
-  int64_t pid = 0;       // destination: the restored copy's root
+  int64_t pid = 0;       // this side's copy's root
   double wait_s = 600;   // source: outcome_timeout_s; destination: answer_for_s
   bool keep_image = false;
 };

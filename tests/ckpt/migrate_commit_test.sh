@@ -53,12 +53,41 @@ with open(sys.argv[1], "a") as f:
         time.sleep(0.02)
 PY
 
+cat >"$work/sample.py" <<'PY'
+import os, sys, time
+pattern, stop = sys.argv[1].encode(), sys.argv[2]
+me = str(os.getpid())  # its own command line names the job too
+while not os.path.exists(stop):
+    running = stopped = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or pid == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ")
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        state = stat[stat.rindex(")") + 2]
+        if pattern not in cmd or not comm.startswith("python") or state in "ZX":
+            continue
+        if state in "Tt":
+            stopped += 1
+        else:
+            running += 1
+    print(running, stopped, flush=True)
+    time.sleep(0.1)
+PY
+
 # The job's own processes (not the launcher or timeout, whose command lines mention it too), with
 # their state letter: "PID STATE" per line.
 job_procs() {
   local p state
   for p in $(pgrep -f "$work/count.py $1"); do
     [[ $(cat "/proc/$p/comm" 2>/dev/null) == python* ]] || continue
+    grep -q sample.py "/proc/$p/cmdline" 2>/dev/null && continue  # the sampler
     state=$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null) || continue
     [[ -n $state && $state != Z && $state != X ]] && echo "$p $state"
   done
@@ -83,13 +112,9 @@ scenario() {
   for _ in $(seq 100); do (($(last "$counts") > 20)) && break; sleep 0.1; done
   local pid_before
   pid_before=$(job_procs "$counts" | awk '{print $1}')
-  # The sampler: "running stopped" every 100 ms until told to stop.
-  (
-    while [[ ! -e $dir/stop-sampling ]]; do
-      echo "$(running "$counts") $(stopped "$counts")" >>"$dir/samples"
-      sleep 0.1
-    done
-  ) &
+  # The sampler: "running stopped" every 100 ms until told to stop (one process: a shell loop
+  # that forks per sample cannot keep the pace on a busy machine).
+  python3 "$work/sample.py" "$work/count.py $counts" "$dir/stop-sampling" >"$dir/samples" &
   local sampler=$!
   env PALADIN_MIGRATE_FAULT="$rfault" PALADIN_RUN_DIR="$dir/dst" timeout 300 "$PALADIN" receive \
     --listen $port --dir "$dir/in" --command-timeout 5 --answer-for 20 >"$dir/recv.out" 2>&1 &
@@ -101,13 +126,17 @@ scenario() {
   # Settled: one copy running and none stopped, for 2 s in a row (up to 150 s: a destination
   # that lost its source waits --command-timeout, a source that cannot reach a dead destination
   # retries for a minute).
-  local stable=0 waited=0 r s
-  while ((waited < 1500 && stable < 20)); do
+  local stable_since=-1 until=$((SECONDS + 150)) r s
+  while ((SECONDS < until)); do
     r=$(running "$counts")
     s=$(stopped "$counts")
-    if ((r == 1 && s == 0)); then stable=$((stable + 1)); else stable=0; fi
+    if ((r == 1 && s == 0)); then
+      ((stable_since < 0)) && stable_since=$SECONDS
+      ((SECONDS - stable_since >= 2)) && break
+    else
+      stable_since=-1
+    fi
     sleep 0.1
-    waited=$((waited + 1))
   done
   touch "$dir/stop-sampling"
   wait $sampler 2>/dev/null
@@ -144,7 +173,7 @@ scenario() {
   if [[ $verdict == FAIL ]]; then
     echo "--- migrate (exit $rc):"; cat "$dir/migrate.out"
     echo "--- receive:"; cat "$dir/recv.out"
-    for k in "$dir"/src/*/*.migration.keeper.log "$dir"/in/*.keeper.log; do
+    for k in $(find "$dir" -name '*.keeper.log'); do
       [[ -e $k ]] && { echo "--- $k:"; cat "$k"; }
     done
   fi
