@@ -446,6 +446,8 @@ void Agent::MigrateIn(int64_t id, Json c) {
     incoming_[{job, epoch}] = cancel;
   }
   options.cancel = cancel.get();
+  // The source follows the server's row, not this side's answers: nothing to answer afterwards.
+  options.answer_for_s = 0;
   // The server's row decides a move whose source went away after the restore.
   const int64_t migration = c.value("migration", int64_t{0});
   if (migration > 0) {

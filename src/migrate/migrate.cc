@@ -67,8 +67,8 @@ Status SendOrDrop(Channel* channel, const std::string& what, const std::string& 
   return channel->Send(line);
 }
 
-StatusOr<std::string> CallOrDrop(Channel* channel, const std::string& what,
-                                 const std::string& line, double timeout_s) {
+StatusOr<std::string> CallOrDrop(Channel* channel, const std::string& what, const std::string& line,
+                                 double timeout_s) {
   if (FaultSet("drop:" + what)) {
     shutdown(channel->fd(), SHUT_RDWR);
     return IoError("fault injected: " + what + " lost");
@@ -124,8 +124,7 @@ enum class Outcome { kCommitted, kAborted, kUnknown };
 // `timeout_s` passes. The connection that got the answer is returned in *channel, for the BYE.
 Outcome AskOutcome(const MoveState& st, const std::string& token, Channel* channel,
                    const ckpt::Progress& progress) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(st.wait_s);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(st.wait_s);
   double backoff = 0.2;
   for (int attempt = 1;; ++attempt) {
     StatusOr<Channel> c = Channel::Connect(st.host, st.port, 2);
@@ -322,9 +321,9 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     }
     if (!committed.ok()) {
       (void)save("in_doubt");
-      return Status(committed.code(),
-                    "the commit is in doubt (" + committed.message() +
-                        "); the job stays stopped here (pid " + std::to_string(job->pid) + ")");
+      return Status(committed.code(), "the commit is in doubt (" + committed.message() +
+                                          "); the job stays stopped here (pid " +
+                                          std::to_string(job->pid) + ")");
     }
     CrashPoint("src-before-resume");
     // The destination resumes on RESUME, or on asking the server once it loses this connection:
@@ -351,9 +350,10 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     (void)save("resumed");
     (void)channel->Send("BYE " + st.id);
     keeper.Done();
-    return Status(StatusCode::kFailedPrecondition,
-                  "the destination did not take the job (" + resumed.status().message() + "); " +
-                      (s.ok() ? "the job resumed here" : "resuming it here failed: " + s.message()));
+    return Status(
+        StatusCode::kFailedPrecondition,
+        "the destination did not take the job (" + resumed.status().message() + "); " +
+            (s.ok() ? "the job resumed here" : "resuming it here failed: " + s.message()));
   }
   progress("no answer to RESUME (" + resumed.status().message() +
            "); the job stays stopped here until the destination says what became of the move");
@@ -378,15 +378,15 @@ namespace {
 // OUTCOME, RESUME and ABORT for it, until the source says BYE or `answer_for_s` passes.
 void AnswerQueries(Listener* listener, const std::string& state_file, const std::string& token,
                    double answer_for_s, const ckpt::Progress& progress) {
-  const auto until =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(answer_for_s);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(answer_for_s);
   for (;;) {
     StatusOr<MoveState> st = LoadState(state_file);
     if (!st.ok() || st->acked) return;
     const double left =
         std::chrono::duration<double>(until - std::chrono::steady_clock::now()).count();
     if (left <= 0) {
-      progress("nobody asked about migration " + st->id + " (" + st->step + "); no longer answering");
+      progress("nobody asked about migration " + st->id + " (" + st->step +
+               "); no longer answering");
       return;
     }
     StatusOr<Channel> c = listener->Accept(std::min(left, 1.0));
@@ -532,6 +532,7 @@ struct Destination {
           (void)channel->Send("ERR committed: the job runs here");
           continue;
         }
+        st.acked = true;  // the source decided to give up: it will not ask
         Drop();
         (void)channel->Send("OK");
         return FailedPrecondition("the source abandoned the move; the restored copy was dropped");
@@ -630,7 +631,7 @@ StatusOr<ckpt::JobRecord> ServeOneMigration(const ckpt::Criu& criu,
   PALADIN_RETURN_IF_ERROR(channel->Send("OK"));
   Status obeyed = d.Obey(&*channel);
   // The direct form: the source may have lost the last answer and ask again.
-  if (!options.resolve && d.answered_restore &&
+  if (!options.resolve && options.answer_for_s > 0 && d.answered_restore &&
       (d.st.step == "committed" || d.st.step == "aborted") && !d.st.acked) {
     AnswerQueries(&*commands, state_file, options.token, options.answer_for_s, progress);
   }

@@ -18,13 +18,13 @@ struct MoveState {
   // source: checkpointing, sending, restoring, resume_sent, done, resumed, in_doubt
   // destination: received, restoring, restored, committed, aborted
   std::string step;
-  bool acked = false;    // destination: the source has the outcome (it said BYE)
-  std::string run_dir;   // the job's run directory on this side
-  std::string image;     // source: the image sent; destination: the one received
-  std::string host;      // source: the destination's address
-  int port = 0;          // source: the destination's command port
-  int64_t pid = 0;       // this side's copy's root
-  double wait_s = 600;   // source: outcome_timeout_s; destination: answer_for_s
+  bool acked = false;   // destination: the source has the outcome (it said BYE)
+  std::string run_dir;  // the job's run directory on this side
+  std::string image;    // source: the image sent; destination: the one received
+  std::string host;     // source: the destination's address
+  int port = 0;         // source: the destination's command port
+  int64_t pid = 0;      // this side's copy's root
+  double wait_s = 600;  // source: outcome_timeout_s; destination: answer_for_s
   bool keep_image = false;
 };
 

@@ -71,7 +71,8 @@ struct DestinationOptions {
   // its own timeouts), since the source may already be waiting for the commit.
   const std::atomic<bool>* cancel = nullptr;
   // The direct form: how long, once the move is decided, the destination goes on answering the
-  // source's questions about it (until the source says BYE), and the keeper program ("" none).
+  // source's questions about it (until the source says BYE; 0: not at all), and the keeper
+  // program ("" none).
   double answer_for_s = 600;
   std::string keeper_exe;
   // The fleet form: the owner of the job's record decides when the source goes away after
