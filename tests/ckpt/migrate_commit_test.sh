@@ -116,11 +116,12 @@ scenario() {
   # that forks per sample cannot keep the pace on a busy machine).
   python3 "$work/sample.py" "$work/count.py $counts" "$dir/stop-sampling" >"$dir/samples" &
   local sampler=$!
-  env PALADIN_MIGRATE_FAULT="$rfault" PALADIN_RUN_DIR="$dir/dst" timeout 300 "$PALADIN" receive \
+  env PALADIN_MIGRATE_FAULT="$rfault" PALADIN_RUN_DIR="$dir/src" timeout 300 "$PALADIN" receive \
     --listen $port --dir "$dir/in" --command-timeout 5 --answer-for 20 >"$dir/recv.out" 2>&1 &
   local receiver=$!
   sleep 0.3
   local rc=0
+  # One node: a restore writes only into the node's run directory, so both sides share it.
   env PALADIN_MIGRATE_FAULT="$mfault" PALADIN_RUN_DIR="$dir/src" timeout 300 "$PALADIN" migrate \
     "$name" --to 127.0.0.1:$port --outcome-timeout 60 >"$dir/migrate.out" 2>&1 || rc=$?
   # Settled: one copy running and none stopped, for 2 s in a row (up to 150 s: a destination
