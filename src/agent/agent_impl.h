@@ -194,6 +194,8 @@ class Agent {
   void MigrateOut(int64_t id, Json c);
   StatusOr<ckpt::Criu> ReadyCriu();
   Status CommitMigration(int64_t migration);
+  // POST /v1/migrations/{id}/abort: true when the server had committed the move.
+  StatusOr<bool> ResolveMigration(int64_t migration);
   Workload* Claim(const Json& c, Status* why);  // marks the job busy; takes mu_
   // Claim, then CRIU made ready; on failure answers command `id` and returns null.
   Workload* ClaimForCriu(int64_t id, const Json& c, StatusOr<ckpt::Criu>* criu);

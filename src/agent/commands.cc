@@ -485,6 +485,13 @@ void Agent::MigrateIn(int64_t id, Json c) {
   }
   options.cancel = cancel.get();
   options.lease_fd = lease_fd_;
+  // The source follows the server's row, not this side's answers: nothing to answer afterwards.
+  options.answer_for_s = 0;
+  // The server's row decides a move whose source went away after the restore.
+  const int64_t migration = c.value("migration", int64_t{0});
+  if (migration > 0) {
+    options.resolve = [this, migration] { return ResolveMigration(migration); };
+  }
   StatusOr<ckpt::JobRecord> record = migrate::ServeOneMigration(
       *criu, options, [job](const std::string& line) { Say("migrate_in " + job + ": " + line); });
   {
@@ -530,32 +537,43 @@ void Agent::MigrateIn(int64_t id, Json c) {
 
 Status Agent::CommitMigration(int64_t migration) {
   // Once asked, the commit is in doubt until the server answers: it may have committed and died
-  // before answering (it keeps the answer). Giving up then would resume the job here while the
-  // server has moved it to the destination, which drops its copy on ABORT: the job would be lost.
-  // Both copies stay stopped meanwhile (never two running); the server decides every migration
-  // within its migration timeout (300 s), so a server that is back answers true or false.
-  const double in_doubt_s = std::max(lease_s_.load(), 300.0);
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(in_doubt_s);
+  // before answering (it keeps the answer). Giving up then and resuming the job here could run it
+  // twice: the server's row is the truth, and the destination resumes its copy when the server
+  // says so. So the job stays stopped here until a definite answer (the server decides every
+  // migration within its migration timeout); only the agent's stop leaves it in doubt.
   api::Client client(client_->endpoint(), options_.token, 10);  // one client per thread
   const std::string path = "/v1/migrations/" + std::to_string(migration) + "/commit";
-  for (;;) {
+  double backoff = 0.5;
+  for (int attempt = 1;; ++attempt) {
     StatusOr<Json> answer = client.Post(path, Json::object());
-    if (answer.ok()) {
-      const bool commit = answer->is_object() && answer->contains("commit") &&
-                          (*answer)["commit"].is_boolean() && (*answer)["commit"].get<bool>();
-      if (commit) return Status::Ok();
+    if (answer.ok() && answer->is_object() && answer->contains("commit") &&
+        (*answer)["commit"].is_boolean()) {
+      if ((*answer)["commit"].get<bool>()) return Status::Ok();
       return FailedPrecondition("the server did not commit migration " + std::to_string(migration));
     }
-    // Only a server out of reach is worth retrying (and not while the agent stops).
-    if (answer.status().code() != StatusCode::kUnavailable ||
-        std::chrono::steady_clock::now() >= deadline || stop_->load()) {
-      return answer.status();
+    const Status why = answer.ok() ? Internal("an answer without \"commit\"") : answer.status();
+    if (stop_->load()) {
+      return Unavailable("the agent stops with the commit of migration " +
+                         std::to_string(migration) + " unanswered: " + why.message());
     }
-    Say("commit of migration " + std::to_string(migration) + ": " + answer.status().message() +
-        "; retrying");
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    if (attempt == 1 || attempt % 10 == 0) {
+      Say("commit of migration " + std::to_string(migration) + ": " + why.message() +
+          "; the job stays stopped here; asking again");
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+    backoff = std::min(backoff * 2, 5.0);
   }
+}
+
+StatusOr<bool> Agent::ResolveMigration(int64_t migration) {
+  api::Client client(client_->endpoint(), options_.token, 10);
+  StatusOr<Json> answer =
+      client.Post("/v1/migrations/" + std::to_string(migration) + "/abort", Json::object());
+  if (!answer.ok()) return answer.status();
+  if (!answer->is_object() || !answer->contains("commit") || !(*answer)["commit"].is_boolean()) {
+    return Internal("the server's answer has no \"commit\"");
+  }
+  return (*answer)["commit"].get<bool>();
 }
 
 void Agent::MigrateOut(int64_t id, Json c) {
@@ -565,6 +583,7 @@ void Agent::MigrateOut(int64_t id, Json c) {
   options.token = c.at("token").get<std::string>();
   const int64_t migration = c.at("migration").get<int64_t>();
   options.commit = [this, migration] { return CommitMigration(migration); };
+  options.id = std::to_string(migration);
   options.work_dir = data_dir_ + "/outgoing";
   std::error_code ec;
   fs::create_directories(options.work_dir, ec);

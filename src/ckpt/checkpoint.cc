@@ -644,7 +644,9 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
   // The restored tree runs at once: while its GPU state is still checkpointed and locked, its
   // CUDA calls block (as after the driver's own lock), so nothing touches the GPU until unlock.
   RestoreOptions restore;
-  restore.leave_stopped = false;
+  // A tree without GPU state has nothing to wait for: it stays stopped from the start, so that
+  // a destination that dies mid-restore leaves no running copy.
+  restore.leave_stopped = options.leave_stopped && !has_gpu;
   restore.timeout_s = options.timeout_s;
   // The init held its agent's lease: it follows the restoring agent's now, or none.
   int no_lease = -1;

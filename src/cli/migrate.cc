@@ -25,7 +25,15 @@ struct MigrateArgs {
   std::string work_dir;
   FleetFlags fleet;  // a server's job (j-NNNNNN) moves through the server
   bool no_wait = false;
+  double outcome_timeout_s = 600;
 };
+
+// This program, for the keeper of a move's side (`paladin migrate-keeper`).
+std::string SelfExe() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : self.string();
+}
 
 int RunMigrate(const MigrateArgs& a) {
   StatusOr<std::pair<std::string, int>> to = transfer::ParseHostPort(a.to);
@@ -55,6 +63,8 @@ int RunMigrate(const MigrateArgs& a) {
   options.streams = a.streams;
   options.keep_image = a.keep_image;
   options.work_dir = a.work_dir.empty() ? job->run_dir : a.work_dir;
+  options.outcome_timeout_s = a.outcome_timeout_s;
+  options.keeper_exe = SelfExe();
   StatusOr<migrate::MigrateReport> report = migrate::Migrate(
       *criu, &*job, options, [](const std::string& line) { Say("migrate", line); });
   if (!report.ok()) {
@@ -73,6 +83,8 @@ struct ReceiveArgs {
   std::string dir;
   std::string token_file;
   std::string gpu_map;
+  double command_timeout_s = 600;
+  double answer_for_s = 600;
 };
 
 int RunReceive(const ReceiveArgs& a) {
@@ -87,6 +99,9 @@ int RunReceive(const ReceiveArgs& a) {
   options.token = *token;
   options.dir = a.dir.empty() ? ckpt::RunBase() + "/incoming-" + std::to_string(a.port) : a.dir;
   if (!GpuMapFlag("receive", a.gpu_map, &options.gpu_map)) return 2;
+  options.command_timeout_s = a.command_timeout_s;
+  options.answer_for_s = a.answer_for_s;
+  options.keeper_exe = SelfExe();
   StatusOr<ckpt::Criu> criu = ReadyCriu();
   if (!criu.ok()) {
     Say("receive", criu.status().message());
@@ -124,6 +139,13 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   migrate->add_flag("--keep-image", m->keep_image, "Keep the local image after the move");
+  migrate
+      ->add_option("--outcome-timeout", m->outcome_timeout_s,
+                   "Once RESUME is sent and its answer lost: how long to ask the destination "
+                   "what became of the move (the job stays stopped here meanwhile; then its copy "
+                   "here is dropped and the image kept)")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 86400.0));
   migrate->add_option("--work-dir", m->work_dir,
                       "Where the image is written (default: the "
                       "job's run directory)");
@@ -145,7 +167,25 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
   receive->add_option("--dir", r->dir, "Where the image lands");
   receive->add_option("--token-file", r->token_file, "Shared token (else $PALADIN_TOKEN)");
   receive->add_option("--gpu-map", r->gpu_map, "Restore onto other GPUs: OLD-UUID=NEW-UUID,...");
+  receive
+      ->add_option("--command-timeout", r->command_timeout_s,
+                   "Silence from the source after which a restored, uncommitted copy is dropped")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 86400.0));
+  receive
+      ->add_option("--answer-for", r->answer_for_s,
+                   "How long to go on answering the source about a decided move it has not "
+                   "acknowledged")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 86400.0));
   receive->callback([r, exit_code] { *exit_code = RunReceive(*r); });
+
+  // The keeper of one side of a move (started by migrate and receive; docs/formats/migrate.md).
+  auto state = std::make_shared<std::string>();
+  CLI::App* keeper = app.add_subcommand("migrate-keeper", "");
+  keeper->group("");  // internal: not listed in --help
+  keeper->add_option("state", *state, "The side's state file")->required();
+  keeper->callback([state, exit_code] { *exit_code = migrate::RunKeeper(*state); });
 }
 
 }  // namespace paladin::cli

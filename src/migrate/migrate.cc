@@ -1,10 +1,14 @@
 #include "paladin/migrate/migrate.h"
 
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -15,6 +19,7 @@
 #include "paladin/migrate/control.h"
 #include "paladin/quota/usage.h"
 #include "paladin/transfer/transfer.h"
+#include "state.h"
 
 namespace paladin::migrate {
 
@@ -31,8 +36,7 @@ double Since(std::chrono::steady_clock::time_point t) {
 // For tests (PALADIN_MIGRATE_FAULT=corrupt-image): one byte of the image's largest file is
 // flipped after the manifest is written, as a disk or a copy might.
 void MaybeCorrupt(const std::string& image, const ckpt::Progress& progress) {
-  const char* fault = getenv("PALADIN_MIGRATE_FAULT");
-  if (fault == nullptr || std::string(fault) != "corrupt-image") return;
+  if (!FaultSet("corrupt-image")) return;
   fs::path largest;
   uintmax_t size = 0;
   std::error_code ec;
@@ -53,12 +57,110 @@ void MaybeCorrupt(const std::string& image, const ckpt::Progress& progress) {
   progress("fault injected: one byte of " + largest.filename().string() + " flipped");
 }
 
-// The source's way back when the move fails before the commit.
-Status Abandon(ckpt::JobRecord* job, Channel* channel, const Status& why,
-               const ckpt::Progress& progress) {
+// A message lost on the way, for the tests (PALADIN_MIGRATE_FAULT=drop:WHAT): the connection is
+// cut where it would have been sent, so neither side hears from the other on it again.
+Status SendOrDrop(Channel* channel, const std::string& what, const std::string& line) {
+  if (FaultSet("drop:" + what)) {
+    shutdown(channel->fd(), SHUT_RDWR);
+    return IoError("fault injected: " + what + " lost");
+  }
+  return channel->Send(line);
+}
+
+StatusOr<std::string> CallOrDrop(Channel* channel, const std::string& what, const std::string& line,
+                                 double timeout_s) {
+  if (FaultSet("drop:" + what)) {
+    shutdown(channel->fd(), SHUT_RDWR);
+    return IoError("fault injected: " + what + " lost");
+  }
+  return channel->Call(line, timeout_s);
+}
+
+std::string RandomId() {
+  std::ifstream in("/dev/urandom", std::ios::binary);
+  unsigned char bytes[8] = {};
+  in.read(reinterpret_cast<char*>(bytes), sizeof bytes);
+  static const char* kHex = "0123456789abcdef";
+  std::string id;
+  for (unsigned char b : bytes) {
+    id += kHex[b >> 4];
+    id += kHex[b & 15];
+  }
+  // Unique even without /dev/urandom.
+  return id + "-" + std::to_string(getpid()) + "-" + std::to_string(time(nullptr));
+}
+
+void KillTree(int64_t root) {
+  if (root <= 0) return;
+  for (uint32_t pid : quota::ProcessTree(static_cast<uint32_t>(root))) {
+    kill(static_cast<pid_t>(pid), SIGKILL);
+  }
+}
+
+// Resumes a job that this side stopped. A dump that was still running when this side's process
+// died leaves the tree stopped once it ends: look again for a while.
+Status ResumeHere(ckpt::JobRecord* job, double settle_s) {
+  Status s = ckpt::ResumeJob(job);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(settle_s);
+  while (std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    for (uint32_t pid : quota::ProcessTree(static_cast<uint32_t>(job->pid))) {
+      kill(static_cast<pid_t>(pid), SIGCONT);
+    }
+  }
+  return s;
+}
+
+// The source once the destination runs the job: its stopped copy goes.
+void Release(ckpt::JobRecord* job) {
+  KillTree(job->pid);
+  if (!job->cgroup.empty()) (void)ckpt::Cgroup::Existing(job->cgroup).Remove();
+}
+
+enum class Outcome { kCommitted, kAborted, kUnknown };
+
+// The source's question, after it sent RESUME and lost the answer: what became of migration
+// `id`? Asked again and again (with backoff) until the destination says committed or aborted, or
+// `timeout_s` passes. The connection that got the answer is returned in *channel, for the BYE.
+Outcome AskOutcome(const MoveState& st, const std::string& token, Channel* channel,
+                   const ckpt::Progress& progress) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(st.wait_s);
+  double backoff = 0.2;
+  for (int attempt = 1;; ++attempt) {
+    StatusOr<Channel> c = Channel::Connect(st.host, st.port, 2);
+    std::string why;
+    if (c.ok()) {
+      StatusOr<std::string> hello = c->Call("TOKEN " + token, 5);
+      StatusOr<std::string> answer =
+          hello.ok() ? c->Call("OUTCOME " + st.id, 5) : StatusOr<std::string>(hello.status());
+      if (answer.ok() && (*answer == "committed" || *answer == "aborted")) {
+        progress("the destination says migration " + st.id + " " + *answer);
+        *channel = std::move(*c);
+        return *answer == "committed" ? Outcome::kCommitted : Outcome::kAborted;
+      }
+      why = answer.ok() ? "it says " + *answer : answer.status().message();
+    } else {
+      why = c.status().message();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return Outcome::kUnknown;
+    if (attempt == 1 || attempt % 10 == 0) {
+      progress("what became of migration " + st.id + "? not known yet (" + why +
+               "); the job stays stopped here; asking again");
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+    backoff = std::min(backoff * 2, 5.0);
+  }
+}
+
+// The source's way back when the move fails before RESUME was sent.
+Status Abandon(ckpt::JobRecord* job, Channel* channel, const Status& why, MoveState* st,
+               const std::string& state_file, Keeper* keeper, const ckpt::Progress& progress) {
   if (channel != nullptr) (void)channel->Call("ABORT", 60);
   progress("the move failed (" + why.message() + "); resuming the job here");
   Status resumed = ckpt::ResumeJob(job);
+  st->step = "resumed";
+  (void)SaveState(state_file, *st);
+  keeper->Done();
   if (!resumed.ok()) {
     return Status(why.code(), why.message() +
                                   "; resuming it here failed too: " + resumed.message() +
@@ -67,11 +169,34 @@ Status Abandon(ckpt::JobRecord* job, Channel* channel, const Status& why,
   return Status(why.code(), why.message() + "; the job resumed here");
 }
 
-// The source once the destination runs the job: its stopped copy goes.
-void Release(ckpt::JobRecord* job) {
-  for (uint32_t pid : quota::ProcessTree(static_cast<uint32_t>(job->pid))) {
-    kill(static_cast<pid_t>(pid), SIGKILL);
+// Settles the source's side once RESUME was sent (the direct form): only the destination's word
+// decides whether the job resumes here.
+Status SettleSource(ckpt::JobRecord* job, MoveState* st, const std::string& state_file,
+                    const std::string& token, const ckpt::Progress& progress) {
+  Channel asked;
+  const Outcome outcome = AskOutcome(*st, token, &asked, progress);
+  if (outcome == Outcome::kCommitted) {
+    Release(job);
+    st->step = "done";
+  } else if (outcome == Outcome::kAborted) {
+    Status s = ckpt::ResumeJob(job);
+    if (!s.ok()) progress("resuming the job here failed: " + s.message());
+    st->step = "resumed";
+  } else {
+    // Nobody can say: the stopped copy goes, the image stays, for whoever sorts it out.
+    Release(job);
+    st->step = "in_doubt";
   }
+  (void)SaveState(state_file, *st);
+  if (outcome != Outcome::kUnknown) (void)SendOrDrop(&asked, "BYE", "BYE " + st->id);
+  if (outcome == Outcome::kCommitted) return Status::Ok();
+  if (outcome == Outcome::kAborted) {
+    return FailedPrecondition("the destination did not take the job; the job resumed here");
+  }
+  return Unavailable("the destination did not say within " +
+                     std::to_string(static_cast<int>(st->wait_s)) +
+                     " s whether it runs the job: it is stopped here and its image kept in " +
+                     st->image + " (paladin restore it if it runs nowhere)");
 }
 
 }  // namespace
@@ -81,18 +206,48 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   MigrateReport report;
   const std::string image =
       options.work_dir + "/" + job->name + "-" + std::to_string(time(nullptr)) + ".image";
+  MoveState st;
+  st.role = "source";
+  st.id = options.id.empty() ? RandomId() : options.id;
+  st.step = "checkpointing";
+  st.run_dir = job->run_dir;
+  st.pid = job->pid;
+  st.image = image;
+  st.host = options.host;
+  st.port = options.port + 1;
+  st.wait_s = options.outcome_timeout_s;
+  st.keep_image = options.keep_image;
+  const std::string state_file = image + ".migration";
+  PALADIN_RETURN_IF_ERROR(SaveState(state_file, st));
+  Keeper keeper;
+  if (!options.keeper_exe.empty()) {
+    StatusOr<Keeper> k = Keeper::Start(options.keeper_exe, state_file, options.token, -1);
+    if (!k.ok()) return k.status();
+    keeper = std::move(*k);
+  }
+  auto cleanup = [&] {
+    std::error_code ec;
+    if (!options.keep_image) fs::remove_all(image, ec);
+  };
+  auto save = [&](const std::string& step) {
+    st.step = step;
+    return SaveState(state_file, st);
+  };
+
   ckpt::CheckpointOptions checkpoint;
   checkpoint.after = ckpt::CheckpointOptions::After::kLeaveStopped;
   progress("checkpointing " + job->name + " (it stays stopped here until the move commits)");
   const auto paused = std::chrono::steady_clock::now();
   StatusOr<ckpt::PhaseTimes> times = ckpt::CheckpointJob(criu, job, image, checkpoint, progress);
-  if (!times.ok()) return times.status();  // the job keeps running
+  if (!times.ok()) {
+    (void)save("resumed");  // the job keeps running
+    keeper.Done();
+    return times.status();
+  }
   report.times = *times;
   MaybeCorrupt(image, progress);
-  auto cleanup = [&] {
-    std::error_code ec;
-    if (!options.keep_image) fs::remove_all(image, ec);
-  };
+  CrashPoint("src-after-checkpoint");
+  (void)save("sending");
 
   transfer::SendOptions send;
   send.token = options.token;
@@ -105,116 +260,297 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
       transfer::SendImage(image, options.host, options.port, send, nullptr);
   if (!sent.ok()) {
     cleanup();
-    return Abandon(job, nullptr, sent.status(), progress);
+    return Abandon(job, nullptr, sent.status(), &st, state_file, &keeper, progress);
   }
   report.times.seconds.emplace_back("transfer", Since(sending));
+  CrashPoint("src-after-transfer");
 
   StatusOr<Channel> channel = Channel::Connect(options.host, options.port + 1, 60);
   if (!channel.ok()) {
     cleanup();
-    return Abandon(job, nullptr, channel.status(), progress);
+    return Abandon(job, nullptr, channel.status(), &st, state_file, &keeper, progress);
   }
   StatusOr<std::string> hello = channel->Call("TOKEN " + options.token, 30);
+  if (hello.ok()) hello = channel->Call("BEGIN " + st.id, 30);
   if (!hello.ok()) {
     cleanup();
-    return Abandon(job, &*channel, hello.status(), progress);
+    return Abandon(job, &*channel, hello.status(), &st, state_file, &keeper, progress);
   }
+  (void)save("restoring");
   progress("the destination verified the image; restoring it there, stopped");
   const auto restoring = std::chrono::steady_clock::now();
-  StatusOr<std::string> restored = channel->Call("RESTORE", kAnswerTimeoutS);
+  StatusOr<std::string> restored = CallOrDrop(&*channel, "RESTORE", "RESTORE", kAnswerTimeoutS);
   if (!restored.ok()) {
     cleanup();
     return Abandon(job, &*channel,
                    Status(restored.status().code(), "the destination could not restore the job: " +
                                                         restored.status().message()),
-                   progress);
+                   &st, state_file, &keeper, progress);
   }
   report.remote_pid = std::atoll(restored->c_str());
   report.times.seconds.emplace_back("remote restore", Since(restoring));
+  CrashPoint("src-after-restore");
 
-  // The commit: the owner of the job's record (the server, or this command) decides.
+  auto released = [&]() -> StatusOr<MigrateReport> {
+    report.pause_s = Since(paused);
+    Release(job);
+    (void)save("done");
+    (void)SendOrDrop(&*channel, "BYE", "BYE " + st.id);
+    keeper.Done();
+    job->state = "moved";
+    job->image = options.host + ":" + std::to_string(options.port) + " pid " + *restored;
+    (void)ckpt::WriteJob(*job);
+    if (options.keep_image) report.image = image;
+    cleanup();
+    std::error_code ec;
+    fs::remove(state_file, ec);
+    return report;
+  };
+
   if (options.commit) {
+    // The fleet form: the server owns the commit and its row is the truth. Once asked, the job
+    // never resumes here unless the server said no.
     progress("the destination holds the job, stopped; asking the job's owner to commit");
-    if (Status committed = options.commit(); !committed.ok()) {
+    (void)save("resume_sent");
+    Status committed = options.commit();
+    if (committed.code() == StatusCode::kFailedPrecondition) {
       cleanup();
       return Abandon(job, &*channel,
                      Status(committed.code(), "the move was not committed: " + committed.message()),
-                     progress);
+                     &st, state_file, &keeper, progress);
     }
+    if (!committed.ok()) {
+      (void)save("in_doubt");
+      return Status(committed.code(), "the commit is in doubt (" + committed.message() +
+                                          "); the job stays stopped here (pid " +
+                                          std::to_string(job->pid) + ")");
+    }
+    CrashPoint("src-before-resume");
+    // The destination resumes on RESUME, or on asking the server once it loses this connection:
+    // whatever the answer, the job is no longer this side's.
+    StatusOr<std::string> resumed = CallOrDrop(&*channel, "RESUME", "RESUME", kAnswerTimeoutS);
+    if (!resumed.ok()) progress("RESUME: " + resumed.status().message() + "; committed anyway");
+    return released();
   }
+
+  // The direct form: the destination owns the commit. From here on the job resumes here only if
+  // the destination says it did not take it.
+  PALADIN_RETURN_IF_ERROR(save("resume_sent"));
+  CrashPoint("src-before-resume");
   job->state = "moving";
   (void)ckpt::WriteJob(*job);
-  StatusOr<std::string> resumed = channel->Call("RESUME", kAnswerTimeoutS);
-  if (!resumed.ok()) {
-    job->state = "stopped";
+  StatusOr<std::string> resumed = CallOrDrop(&*channel, "RESUME", "RESUME", kAnswerTimeoutS);
+  CrashPoint("src-after-resume");
+  if (resumed.ok()) return released();
+  job->state = "stopped";
+  if (resumed.status().code() == StatusCode::kInternal &&
+      resumed.status().message().rfind("aborted", 0) == 0) {
     cleanup();
-    return Abandon(job, &*channel, resumed.status(), progress);
+    Status s = ckpt::ResumeJob(job);
+    (void)save("resumed");
+    (void)channel->Send("BYE " + st.id);
+    keeper.Done();
+    return Status(
+        StatusCode::kFailedPrecondition,
+        "the destination did not take the job (" + resumed.status().message() + "); " +
+            (s.ok() ? "the job resumed here" : "resuming it here failed: " + s.message()));
   }
-  report.pause_s = Since(paused);
-  Release(job);
-  job->state = "moved";
-  job->image = options.host + ":" + std::to_string(options.port) + " pid " + *restored;
-  (void)ckpt::WriteJob(*job);
-  if (!job->cgroup.empty()) (void)ckpt::Cgroup::Existing(job->cgroup).Remove();
-  if (options.keep_image) report.image = image;
-  cleanup();
-  return report;
+  progress("no answer to RESUME (" + resumed.status().message() +
+           "); the job stays stopped here until the destination says what became of the move");
+  Status settled = SettleSource(job, &st, state_file, options.token, progress);
+  keeper.Done();
+  if (settled.ok()) {
+    report.pause_s = Since(paused);
+    job->state = "moved";
+    job->image = options.host + ":" + std::to_string(options.port) + " pid " + *restored;
+    (void)ckpt::WriteJob(*job);
+    if (options.keep_image) report.image = image;
+    cleanup();
+    return report;
+  }
+  if (st.step == "resumed") cleanup();
+  return settled;
 }
 
 namespace {
 
-// Carries out the source's commands until RESUME or ABORT.
-StatusOr<ckpt::JobRecord> Obey(const ckpt::Criu& criu, const DestinationOptions& options,
-                               Channel* channel, const std::string& image,
-                               const ckpt::Progress& progress) {
-  ckpt::JobRecord job;
-  bool restored = false;
+// The destination's answers about a decided move, after its command connection ended: to
+// OUTCOME, RESUME and ABORT for it, until the source says BYE or `answer_for_s` passes.
+void AnswerQueries(Listener* listener, const std::string& state_file, const std::string& token,
+                   double answer_for_s, const ckpt::Progress& progress) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(answer_for_s);
   for (;;) {
-    StatusOr<std::string> command = channel->Receive(options.command_timeout_s);
-    if (!command.ok()) {
-      if (restored) {
-        for (uint32_t pid : quota::ProcessTree(static_cast<uint32_t>(job.pid))) {
-          kill(static_cast<pid_t>(pid), SIGKILL);
-        }
-      }
-      return Status(command.status().code(), "the source went away before the commit (" +
-                                                 command.status().message() +
-                                                 "); the restored copy was dropped");
+    StatusOr<MoveState> st = LoadState(state_file);
+    if (!st.ok() || st->acked) return;
+    const double left =
+        std::chrono::duration<double>(until - std::chrono::steady_clock::now()).count();
+    if (left <= 0) {
+      progress("nobody asked about migration " + st->id + " (" + st->step +
+               "); no longer answering");
+      return;
     }
-    if (*command == "RESTORE" && !restored) {
-      ckpt::RestoreOptions2 restore;
-      restore.gpu_map = options.gpu_map;
-      restore.placement = options.placement;
-      restore.leave_stopped = true;
-      restore.verified = true;  // by the transfer, as it committed the image
-      restore.lease_fd = options.lease_fd;
-      ckpt::PhaseTimes times;
-      StatusOr<ckpt::JobRecord> got = ckpt::RestoreJob(criu, image, restore, progress, &times);
-      if (!got.ok()) {
-        (void)channel->Send("ERR " + got.status().message());
-        return got.status();
+    StatusOr<Channel> c = listener->Accept(std::min(left, 1.0));
+    if (!c.ok()) continue;
+    StatusOr<std::string> hello = c->Receive(5);
+    if (!hello.ok()) continue;
+    if (hello->rfind("TOKEN ", 0) != 0 || !SameSecret(hello->substr(6), token)) {
+      (void)c->Send("ERR authentication failed");
+      continue;
+    }
+    (void)c->Send("OK");
+    for (;;) {
+      StatusOr<std::string> line = c->Receive(5);
+      if (!line.ok()) break;
+      const size_t space = line->find(' ');
+      const std::string verb = line->substr(0, space);
+      const std::string id = space == std::string::npos ? "" : line->substr(space + 1);
+      if (id != st->id) {
+        (void)c->Send(verb == "OUTCOME" ? "OK unknown" : "ERR no migration " + id + " here");
+        continue;
       }
-      job = *got;
-      restored = true;
-      PALADIN_RETURN_IF_ERROR(channel->Send("OK " + std::to_string(job.pid)));
-    } else if (*command == "RESUME" && restored) {
-      Status s = ckpt::ResumeJob(&job);
-      (void)channel->Send(s.ok() ? "OK" : "ERR " + s.message());
-      if (!s.ok()) return s;
-      return job;
-    } else if (*command == "ABORT") {
-      if (restored) {
-        for (uint32_t pid : quota::ProcessTree(static_cast<uint32_t>(job.pid))) {
-          kill(static_cast<pid_t>(pid), SIGKILL);
-        }
+      const bool committed = st->step == "committed";
+      if (verb == "OUTCOME") {
+        (void)c->Send("OK " + st->step);
+      } else if (verb == "RESUME") {
+        (void)c->Send(committed ? "OK" : "ERR aborted: the destination dropped its copy");
+      } else if (verb == "ABORT") {
+        (void)c->Send(committed ? "ERR committed: the job runs here" : "OK");
+      } else if (verb == "BYE") {
+        st->acked = true;
+        (void)SaveState(state_file, *st);
+        (void)c->Send("OK");
+        return;
+      } else {
+        (void)c->Send("ERR unexpected command '" + verb + "'");
       }
-      (void)channel->Send("OK");
-      return FailedPrecondition("the source abandoned the move; the restored copy was dropped");
-    } else {
-      (void)channel->Send("ERR unexpected command '" + *command + "'");
     }
   }
 }
+
+struct Destination {
+  const ckpt::Criu& criu;
+  const DestinationOptions& options;
+  const std::string& image;
+  const std::string& state_file;
+  const ckpt::Progress& progress;
+  MoveState st;
+  ckpt::JobRecord job;
+  bool restored = false;
+  bool answered_restore = false;  // the source may have sent RESUME: it may ask what became of it
+
+  Status Save(const std::string& step) {
+    st.step = step;
+    return SaveState(state_file, st);
+  }
+  // The copy dies before the decision is written: a source that reads "aborted" may resume at
+  // once.
+  void Drop() {
+    if (restored) KillTree(job.pid);
+    (void)Save("aborted");
+  }
+  bool Cancelled() const { return options.cancel != nullptr && options.cancel->load(); }
+
+  // The source is gone before RESUME: who decides.
+  Status SourceGone(const Status& why) {
+    if (restored && options.resolve) {
+      // The fleet form: the owner's row is the truth; it decides every move within its timeout.
+      progress("the source went away (" + why.message() + "); asking the job's owner");
+      for (;;) {
+        StatusOr<bool> committed = options.resolve();
+        if (committed.ok() && *committed) {
+          (void)Save("committed");
+          Status s = ckpt::ResumeJob(&job);
+          if (s.ok()) return Status::Ok();
+          return s;
+        }
+        if (committed.ok() || Cancelled()) break;
+        progress("the owner did not answer (" + committed.status().message() + "); asking again");
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+      }
+    }
+    Drop();
+    return Status(why.code(), "the source went away before the commit (" + why.message() +
+                                  "); the restored copy was dropped");
+  }
+
+  // Carries out the source's commands until RESUME, ABORT or BYE. OK: the job runs here.
+  Status Obey(Channel* channel) {
+    for (;;) {
+      StatusOr<std::string> command = channel->Receive(options.command_timeout_s);
+      if (!command.ok()) {
+        if (st.step == "committed") return Status::Ok();  // the answer may have been lost
+        if (st.step == "aborted") return FailedPrecondition("the move was aborted");
+        return SourceGone(command.status());
+      }
+      if (*command == "RESTORE" && !restored && st.step == "received") {
+        (void)Save("restoring");
+        ckpt::RestoreOptions2 restore;
+        restore.gpu_map = options.gpu_map;
+        restore.placement = options.placement;
+        restore.leave_stopped = true;
+        restore.verified = true;  // by the transfer, as it committed the image
+        restore.lease_fd = options.lease_fd;
+        ckpt::PhaseTimes times;
+        StatusOr<ckpt::JobRecord> got = ckpt::RestoreJob(criu, image, restore, progress, &times);
+        if (!got.ok()) {
+          (void)Save("aborted");
+          (void)channel->Send("ERR " + got.status().message());
+          return got.status();
+        }
+        job = *got;
+        restored = true;
+        st.pid = job.pid;
+        st.run_dir = job.run_dir;
+        (void)Save("restored");
+        if (Status sent = SendOrDrop(channel, "RESTORE-answer", "OK " + std::to_string(job.pid));
+            !sent.ok()) {
+          return SourceGone(sent);
+        }
+        answered_restore = true;
+        CrashPoint("dst-after-restore");
+      } else if (*command == "RESUME" && restored) {
+        if (st.step == "aborted") {
+          (void)channel->Send("ERR aborted: the destination dropped its copy");
+          continue;
+        }
+        if (st.step != "committed") {
+          // The decision: written before the job runs here, so that whoever asks later hears it.
+          PALADIN_RETURN_IF_ERROR(Save("committed"));
+          Status s = ckpt::ResumeJob(&job);
+          if (!s.ok()) {
+            // Nobody has heard "committed" yet: it can still be taken back.
+            Drop();
+            (void)channel->Send("ERR aborted: " + s.message());
+            return s;
+          }
+        }
+        CrashPoint("dst-after-commit");
+        (void)SendOrDrop(channel, "RESUME-answer", "OK");
+        // The fleet form: the owner's row says who runs the job; nothing more to hear.
+        if (options.resolve) return Status::Ok();
+      } else if (*command == "ABORT") {
+        if (st.step == "committed") {
+          (void)channel->Send("ERR committed: the job runs here");
+          continue;
+        }
+        st.acked = true;  // the source decided to give up: it will not ask
+        Drop();
+        (void)channel->Send("OK");
+        return FailedPrecondition("the source abandoned the move; the restored copy was dropped");
+      } else if (command->rfind("BYE", 0) == 0) {
+        st.acked = true;
+        (void)SaveState(state_file, st);
+        (void)channel->Send("OK");
+        if (st.step == "committed") return Status::Ok();
+        return FailedPrecondition("the move was aborted");
+      } else if (command->rfind("OUTCOME ", 0) == 0) {
+        (void)channel->Send(command->substr(8) == st.id ? "OK " + st.step : "OK unknown");
+      } else {
+        (void)channel->Send("ERR unexpected command '" + *command + "'");
+      }
+    }
+  }
+};
 
 }  // namespace
 
@@ -222,6 +558,7 @@ StatusOr<ckpt::JobRecord> ServeOneMigration(const ckpt::Criu& criu,
                                             const DestinationOptions& options,
                                             const ckpt::Progress& progress) {
   const std::string image = options.dir + "/image";
+  const std::string state_file = options.dir + "/migration.state";
   StatusOr<Listener> commands = Listener::Listen(options.bind_address, options.port + 1);
   if (!commands.ok()) return commands.status();
   transfer::ReceiverOptions receive;
@@ -254,6 +591,7 @@ StatusOr<ckpt::JobRecord> ServeOneMigration(const ckpt::Criu& criu,
   if (cancelled()) return FailedPrecondition("the move was called off before its image arrived");
   if (!received.ok()) return received.status();
   progress("received and verified " + std::to_string(received->files) + " files");
+  CrashPoint("dst-after-image");
   StatusOr<Channel> channel = IoError("no command connection from the source within 120 s");
   for (int waited = 0; waited < 120 * 5 && !cancelled(); ++waited) {
     channel = commands->Accept(0.2);
@@ -268,7 +606,116 @@ StatusOr<ckpt::JobRecord> ServeOneMigration(const ckpt::Criu& criu,
     return FailedPrecondition("a command connection failed authentication");
   }
   PALADIN_RETURN_IF_ERROR(channel->Send("OK"));
-  return Obey(criu, options, &*channel, image, progress);
+  StatusOr<std::string> begin = channel->Receive(30);
+  if (!begin.ok()) return begin.status();
+  if (begin->rfind("BEGIN ", 0) != 0 || begin->size() <= 6 || begin->size() > 200) {
+    (void)channel->Send("ERR expected BEGIN <migration id>");
+    return InvalidArgument("the source did not name its migration");
+  }
+  Destination d{criu, options, image, state_file, progress};
+  d.st.role = "destination";
+  d.st.id = begin->substr(6);
+  d.st.image = image;
+  d.st.wait_s = options.answer_for_s;
+  PALADIN_RETURN_IF_ERROR(d.Save("received"));
+  // From here a stopped copy may exist: if this process dies, the keeper settles the move.
+  Keeper keeper;
+  if (!options.keeper_exe.empty()) {
+    StatusOr<Keeper> k =
+        Keeper::Start(options.keeper_exe, state_file, options.token, commands->fd());
+    if (!k.ok()) {
+      (void)channel->Send("ERR " + k.status().message());
+      return k.status();
+    }
+    keeper = std::move(*k);
+  }
+  PALADIN_RETURN_IF_ERROR(channel->Send("OK"));
+  Status obeyed = d.Obey(&*channel);
+  // The direct form: the source may have lost the last answer and ask again.
+  if (!options.resolve && options.answer_for_s > 0 && d.answered_restore &&
+      (d.st.step == "committed" || d.st.step == "aborted") && !d.st.acked) {
+    AnswerQueries(&*commands, state_file, options.token, options.answer_for_s, progress);
+  }
+  keeper.Done();
+  if (!obeyed.ok()) return obeyed;
+  return d.job;
+}
+
+int RunKeeper(const std::string& state_file) {
+  const auto say = [](const std::string& line) {
+    std::fprintf(stderr, "paladin keeper: %s\n", line.c_str());
+    std::fflush(stderr);
+  };
+  const char* token_env = getenv("PALADIN_MIGRATE_KEEPER_TOKEN");
+  const std::string token = token_env != nullptr ? token_env : "";
+  unsetenv("PALADIN_MIGRATE_KEEPER_TOKEN");
+  // Waits for this side's process: a byte when it settled the move, end of file when it died.
+  char byte = 0;
+  ssize_t n;
+  do {
+    n = read(3, &byte, 1);
+  } while (n < 0 && errno == EINTR);
+  if (n == 1 && byte == 'd') return 0;
+  StatusOr<MoveState> st = LoadState(state_file);
+  if (!st.ok()) {
+    say(st.status().message());
+    return 1;
+  }
+  say("the " + st->role + "'s process ended at step " + st->step + " of migration " + st->id +
+      "; settling it");
+  if (st->role == "source") {
+    StatusOr<ckpt::JobRecord> job = ckpt::ReadJob(st->run_dir);
+    if (!job.ok()) {
+      say(job.status().message());
+      return 1;
+    }
+    // On one host the destination's copy writes its record into the same run directory.
+    job->pid = st->pid;
+    const std::string& step = st->step;
+    if (step == "checkpointing" || step == "sending" || step == "restoring") {
+      // RESUME was never sent: the destination cannot commit; its copy goes when it hears the
+      // connection end.
+      Status s = ResumeHere(&*job, 5);
+      st->step = "resumed";
+      (void)SaveState(state_file, *st);
+      say(s.ok() ? "resumed the job here" : "resuming the job failed: " + s.message());
+    } else if (step == "resume_sent") {
+      Status s = SettleSource(&*job, &*st, state_file, token, say);
+      say(s.ok() ? "the destination runs the job; the copy here was released" : s.message());
+    }
+    if (!st->keep_image && (st->step == "done" || st->step == "resumed")) {
+      std::error_code ec;
+      fs::remove_all(st->image, ec);
+    }
+    return 0;
+  }
+  // The destination.
+  Listener listener(4);
+  if (st->step == "received" || st->step == "restoring" || st->step == "restored") {
+    int64_t pid = st->pid;
+    if (pid == 0 && st->step == "restoring") {
+      // A restore still under way finishes without this side's process: wait for its copy.
+      const std::string pidfile = st->image + "/restored.pid";
+      for (int i = 0; i < 600 && pid == 0; ++i) {
+        std::ifstream in(pidfile);
+        if (!(in >> pid)) pid = 0;
+        if (pid == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+    }
+    KillTree(pid);
+    st->step = "aborted";
+    (void)SaveState(state_file, *st);
+    say("dropped the restored copy" + (pid > 0 ? " (pid " + std::to_string(pid) + ")" : ""));
+  } else if (st->step == "committed") {
+    // The decision stands: the copy runs, even if this side died before letting it go.
+    StatusOr<ckpt::JobRecord> job = ckpt::ReadJob(st->run_dir);
+    if (job.ok()) {
+      Status s = ckpt::ResumeJob(&*job);
+      say(s.ok() ? "the job runs here" : "resuming the job failed: " + s.message());
+    }
+  }
+  if (!st->acked) AnswerQueries(&listener, state_file, token, st->wait_s, say);
+  return 0;
 }
 
 }  // namespace paladin::migrate

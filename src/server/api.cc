@@ -365,6 +365,11 @@ HttpAdmit MakeRoutes(Control& control) {
     if (!id.ok()) return Error(id.status());
     return FromResult(c->Commit(*id));
   });
+  r.Post("/v1/migrations/*/abort", Access::kAgent, [c](const HttpRequest& req, const Principal&) {
+    StatusOr<int64_t> id = ParseIntParam(req.matches[1], 0, int64_t{1} << 50, "migration id");
+    if (!id.ok()) return Error(id.status());
+    return FromResult(c->AbortUnlessCommitted(*id));
+  });
   return [router](HttpRequest& head) { return router->Admit(head); };
 }
 

@@ -106,6 +106,9 @@ class Control {
   StatusOr<Json> RegisterAgent(const Json& body);
   StatusOr<Json> Heartbeat(const std::string& node, const Json& body);
   StatusOr<Json> Commit(int64_t migration);
+  // The destination lost the source after restoring the job: the move is decided now if it is
+  // not yet (not committed), and the answer, as Commit's, says which.
+  StatusOr<Json> AbortUnlessCommitted(int64_t migration);
 
   // --- the loop ---
   // One pass: failure detection, recovery, drains, periodic checkpoints, migrations' timeouts,

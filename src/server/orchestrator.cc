@@ -184,6 +184,20 @@ void Control::AdvanceMigration(MigrationRecord& m, const std::string& event) {
   }
 }
 
+StatusOr<Json> Control::AbortUnlessCommitted(int64_t migration) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = migrations_.find(migration);
+  if (it == migrations_.end())
+    return NotFound("migration " + std::to_string(migration) + " not found");
+  MigrationRecord& m = it->second;
+  // Under the same lock as Commit: whichever comes first decides, and both hear that answer.
+  if (!m.commit_answer.has_value() && !m.Finished()) {
+    FailMigration(m, "the destination lost the source before the commit");
+    PALADIN_RETURN_IF_ERROR(Flush());
+  }
+  return Json{{"commit", m.commit_answer.value_or(false)}};
+}
+
 StatusOr<Json> Control::Commit(int64_t migration) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = migrations_.find(migration);

@@ -39,11 +39,13 @@ class Listener {
   Listener(Listener&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
+  // Takes over a listening socket (a keeper's, inherited from its side).
+  explicit Listener(int fd) : fd_(fd) {}
   static StatusOr<Listener> Listen(const std::string& bind_address, int port);
   StatusOr<Channel> Accept(double timeout_s);
+  int fd() const { return fd_; }  // still owned by the listener
 
  private:
-  explicit Listener(int fd) : fd_(fd) {}
   int fd_ = -1;
 };
 

@@ -1,12 +1,14 @@
 // Live migration of a job between machines, as the transaction in DESIGN.md: the source
 // checkpoints the job and leaves it stopped, sends the image (paladin::transfer), and the
-// destination verifies and restores it, left stopped; then the owner of the job's record (this
-// command, until there is a server) commits the move, the destination resumes the job and only
-// then is the source released. Any failure before the commit resumes the source and drops the
-// destination's copy: a job is never lost and never runs twice.
+// destination verifies and restores it, left stopped; then the move commits and the destination
+// resumes the job. One side owns the commit and decides it durably: the destination for a direct
+// move (`paladin migrate`), the server for a fleet's. Once the source has asked for the commit
+// (sent RESUME, or asked the server) it never resumes by itself: it stays stopped until it learns
+// the outcome. A keeper process takes over a side whose process dies, so that no stopped copy is
+// left behind. The state machine, every message and every timeout: docs/formats/migrate.md.
 //
 // The destination (`paladin receive --listen PORT`) takes the image on PORT and the transaction's
-// commands on PORT+1 (docs/formats/migrate.md).
+// commands on PORT+1.
 #ifndef PALADIN_MIGRATE_MIGRATE_H_
 #define PALADIN_MIGRATE_MIGRATE_H_
 
@@ -34,7 +36,16 @@ struct MigrateOptions {
   // commits the move (the destination resumes the job, this side is released); an error
   // abandons it (the destination drops its copy, the job resumes here). Unset: this call owns
   // the job's record and commits by itself (the direct form, `paladin migrate`).
+  // The owner's answer is final: OK commits; FailedPrecondition means it did not commit (the
+  // source resumes); any other error leaves the outcome in doubt, and the job stays stopped here.
   std::function<Status()> commit;
+  // The direct form: the migration's name (random when empty), how long the source, once it has
+  // sent RESUME, keeps asking the destination what became of the move (then it gives up: its
+  // stopped copy is killed and the image kept), and the program run as this side's keeper (""
+  // for none: the node agent keeps its own records).
+  std::string id;
+  double outcome_timeout_s = 600;
+  std::string keeper_exe;
 };
 
 struct MigrateReport {
@@ -61,6 +72,15 @@ struct DestinationOptions {
   const std::atomic<bool>* cancel = nullptr;
   // The destination agent's lease, which the received job's init follows (RestoreOptions2).
   int lease_fd = -1;
+  // The direct form: how long, once the move is decided, the destination goes on answering the
+  // source's questions about it (until the source says BYE; 0: not at all), and the keeper
+  // program ("" none).
+  double answer_for_s = 600;
+  std::string keeper_exe;
+  // The fleet form: the owner of the job's record decides when the source goes away after
+  // RESTORE: true, committed (the copy here resumes); false, not (it is dropped); an error, not
+  // known yet (asked again). Unset: this side decides, and decides against the move.
+  std::function<StatusOr<bool>()> resolve;
 };
 
 // Receives one job and carries out the destination's part of its migration. Returns the job as
@@ -68,6 +88,14 @@ struct DestinationOptions {
 StatusOr<ckpt::JobRecord> ServeOneMigration(const ckpt::Criu& criu,
                                             const DestinationOptions& options,
                                             const ckpt::Progress& progress);
+
+// The keeper of one side of a direct move (`paladin migrate-keeper`, started by Migrate and
+// ServeOneMigration with keeper_exe): it waits for its side's process to end and, if that process
+// died before the move was settled, settles it from the side's state file (the job resumed or
+// released at the source; the copy killed or resumed at the destination, and the source's
+// questions answered). The liveness pipe is on fd 3, a destination's command listener on fd 4,
+// the token in $PALADIN_MIGRATE_KEEPER_TOKEN. Returns the exit status.
+int RunKeeper(const std::string& state_file);
 
 }  // namespace paladin::migrate
 

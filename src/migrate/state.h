@@ -1,0 +1,63 @@
+// One side's durable record of a direct move, its keeper process and the fault hooks the tests
+// drive (docs/formats/migrate.md, "State files" and "Faults").
+#ifndef PALADIN_MIGRATE_STATE_H_
+#define PALADIN_MIGRATE_STATE_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "paladin/base/status.h"
+
+namespace paladin::migrate {
+
+struct MoveState {
+  std::string role;  // source | destination
+  std::string id;
+  // source: checkpointing, sending, restoring, resume_sent, done, resumed, in_doubt
+  // destination: received, restoring, restored, committed, aborted
+  std::string step;
+  bool acked = false;   // destination: the source has the outcome (it said BYE)
+  std::string run_dir;  // the job's run directory on this side
+  std::string image;    // source: the image sent; destination: the one received
+  std::string host;     // source: the destination's address
+  int port = 0;         // source: the destination's command port
+  int64_t pid = 0;      // this side's copy's root
+  double wait_s = 600;  // source: outcome_timeout_s; destination: answer_for_s
+  bool keep_image = false;
+};
+
+// Written to a temporary file, synced and renamed into place: a crash leaves the old or the new.
+Status SaveState(const std::string& path, const MoveState& state);
+StatusOr<MoveState> LoadState(const std::string& path);
+
+// True when $PALADIN_MIGRATE_FAULT (a comma-separated list) names `fault`.
+bool FaultSet(const std::string& fault);
+// A crash for the tests: SIGKILL of this process where $PALADIN_MIGRATE_FAULT has crash:POINT.
+void CrashPoint(const std::string& point);
+
+// This side's keeper, started as `KEEPER_EXE migrate-keeper STATE` in a session of its own. While
+// this process lives the keeper waits; Done() says the move is settled here (the keeper exits);
+// without it (this process died, or returned with the move unsettled) the keeper settles it.
+class Keeper {
+ public:
+  Keeper() = default;
+  ~Keeper();
+  Keeper(Keeper&& other) noexcept : fd_(other.fd_), pid_(other.pid_) { other.fd_ = -1; }
+  Keeper& operator=(Keeper&& other) noexcept;
+  Keeper(const Keeper&) = delete;
+  Keeper& operator=(const Keeper&) = delete;
+  static StatusOr<Keeper> Start(const std::string& exe, const std::string& state,
+                                const std::string& token, int listener_fd);
+  void Done();
+  pid_t pid() const { return pid_; }
+
+ private:
+  int fd_ = -1;
+  pid_t pid_ = 0;
+};
+
+}  // namespace paladin::migrate
+
+#endif  // PALADIN_MIGRATE_STATE_H_
