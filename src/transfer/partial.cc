@@ -287,8 +287,7 @@ StatusOr<ckpt::VerifyReport> PartialImage::Commit(const std::string& local_criu_
     committing_ = true;
   }
   for (const ckpt::ImageFile& f : manifest_.files) SyncPath(PartialPath(f.path), O_RDONLY);
-  StatusOr<ckpt::VerifyReport> report =
-      ckpt::VerifyImage(partial_, local_criu_version, {kJournal});
+  StatusOr<ckpt::VerifyReport> report = ckpt::VerifyImage(partial_, local_criu_version, {kJournal});
   if (!report.ok()) {
     ForgetBadFiles();
     std::lock_guard<std::mutex> lock(mu_);

@@ -119,12 +119,12 @@ cleanup() {
   stop_pid "$AGENT_PID" agent
   stop_pid "$SERVER_PID" server
   # Anything of ours still alive (a workload the agent did not get to): each job carries
-  # PALADIN_BROWSER_TEST=$WORK in its environment.
+  # BROWSER_TEST_MARK=$WORK in its environment.
   while read -r pid; do
     [[ -n $pid && $pid != "$$" ]] || continue
     log "note: killing leftover workload process $pid"
     kill -KILL "$pid" 2>/dev/null
-  done < <(grep -lsaF "PALADIN_BROWSER_TEST=$WORK" /proc/[0-9]*/environ 2>/dev/null |
+  done < <(grep -lsaF "BROWSER_TEST_MARK=$WORK" /proc/[0-9]*/environ 2>/dev/null |
            sed -n 's|^/proc/\([0-9]*\)/environ$|\1|p')
   if [[ ${KEEP_WORK:-0} == 1 || $rc -ne 0 ]]; then
     log "scratch folder kept: $WORK"
@@ -219,7 +219,7 @@ pass "agent node-a registered with 2 GPUs"
 submit() {  # NAME TEAM -> prints the id
   local body
   body=$(python3 -c 'import json, sys; print(json.dumps({"name": sys.argv[1], "team": sys.argv[2],
-    "command": ["sleep", "600"], "gpu_mem": "1GiB", "env": {"PALADIN_BROWSER_TEST": sys.argv[3]}}))' \
+    "command": ["sleep", "600"], "gpu_mem": "1GiB", "env": {"BROWSER_TEST_MARK": sys.argv[3]}}))' \
     "$1" "$2" "$WORK")
   http "$ADMIN" POST /v1/jobs "$body"
   [[ $HTTP_STATUS == 201 ]] || die "POST /v1/jobs ($1): $HTTP_STATUS $HTTP_BODY"
