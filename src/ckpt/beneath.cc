@@ -109,8 +109,10 @@ Status CheckRelativePath(const std::string& what, const std::string& path) {
   }
   for (const std::string& part : Components(path)) {
     if (part.empty() || part == "." || part == "..") {
-      return InvalidArgument(what + " '" + path + "' has a '" + part +
-                             "' component (it must stay inside the image)");
+      std::string message = what;
+      message.append(" '").append(path).append("' has a '").append(part);
+      message.append("' component (it must stay inside the image)");
+      return InvalidArgument(message);
     }
   }
   return Status::Ok();
@@ -125,7 +127,11 @@ Status CheckAbsolutePath(const std::string& what, const std::string& path) {
     return InvalidArgument(what + " '" + path + "' is not an absolute path");
   }
   for (const std::string& part : Components(path)) {
-    if (part == "..") return InvalidArgument(what + " '" + path + "' has a '..' component");
+    if (part == "..") {
+      std::string message = what;
+      message.append(" '").append(path).append("' has a '..' component");
+      return InvalidArgument(message);
+    }
   }
   return Status::Ok();
 }
@@ -261,7 +267,7 @@ Status WalkDir(int dir, const std::string& prefix, int depth, Walk* walk) {
   }
   closedir(listing);
   for (const std::string& name : names) {
-    const std::string rel = prefix.empty() ? name : prefix + "/" + name;
+    const std::string rel = prefix.empty() ? name : std::string(prefix).append("/").append(name);
     struct stat st {};
     if (fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno == ENOENT) continue;  // gone meanwhile

@@ -288,8 +288,10 @@ StatusOr<Placement> Place(const Manifest& m, const RestorePlacement& where) {
                              "' is neither logs/stdout.log nor logs/stderr.log");
     }
     if (!SamePath(m.log_targets[i], expected)) {
-      return InvalidArgument("manifest: workload.log_targets" + index + " '" + m.log_targets[i] +
-                             "' is not where this node keeps the job's log (" + expected + ")");
+      std::string message = "manifest: workload.log_targets" + index;
+      message.append(" '").append(m.log_targets[i]);
+      message.append("' is not where this node keeps the job's log (").append(expected).append(")");
+      return InvalidArgument(message);
     }
   }
   if (!m.region.empty()) {

@@ -56,7 +56,7 @@ bool ParseId(const char* text, long* id) {
 // they cannot be read. Closes `fd`: nothing of it stays in the job (nor in its checkpoints).
 char** ReadEnvironment(int fd) {
   size_t size = 0;
-  size_t capacity = 64 * 1024;
+  size_t capacity = size_t{64} * 1024;
   char* text = static_cast<char*>(std::malloc(capacity + 1));
   for (;;) {
     if (text == nullptr) break;

@@ -28,9 +28,10 @@ Status SaveState(const std::string& path, const MoveState& s) {
     const ssize_t n = write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      const std::string why = strerror(errno);
+      std::string message = "cannot write " + tmp;
+      message.append(": ").append(strerror(errno));
       close(fd);
-      return IoError("cannot write " + tmp + ": " + why);
+      return IoError(message);
     }
     done += static_cast<size_t>(n);
   }
@@ -108,6 +109,7 @@ StatusOr<Keeper> Keeper::Start(const std::string& exe, const std::string& state,
   const std::string log = state + ".keeper.log";
   std::vector<std::string> args = {exe, "migrate-keeper", state};
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::vector<std::string> env_text;
@@ -120,6 +122,7 @@ StatusOr<Keeper> Keeper::Start(const std::string& exe, const std::string& state,
   }
   env_text.push_back("PALADIN_MIGRATE_KEEPER_TOKEN=" + token);
   std::vector<char*> envp;
+  envp.reserve(env_text.size() + 1);
   for (std::string& e : env_text) envp.push_back(e.data());
   envp.push_back(nullptr);
   const pid_t pid = fork();
