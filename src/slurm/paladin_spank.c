@@ -131,6 +131,17 @@ static int without_paladin(const char* why) {
   return 0;
 }
 
+/* The job's and the step's names as the shim, the helper and the agent spell them: "JOB" and
+ * "batch" or the step's number (16 bytes each). */
+static void step_names(uint32_t job, uint32_t step, char job_text[16], char step_text[16]) {
+  snprintf(job_text, 16, "%u", job);
+  if (step == SLURM_BATCH_SCRIPT) {
+    strcpy(step_text, "batch");
+  } else {
+    snprintf(step_text, 16, "%u", step);
+  }
+}
+
 /* A step of a non-root user gets a root helper (`paladin slurm helper`), forked here while the
  * task still runs as root: it runs the step as the user under a root-owned pid 1, which is what
  * lets CRIU checkpoint it, and it is a child of the task, so SLURM still tracks it. Any failure
@@ -168,12 +179,7 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char** av) {
      * step ids say which (the step's shim, which runs as the user, is not believed). */
     char job_text[16];
     char step_text[16];
-    snprintf(job_text, sizeof job_text, "%u", job);
-    if (step == SLURM_BATCH_SCRIPT) {
-      strcpy(step_text, "batch");
-    } else {
-      snprintf(step_text, sizeof step_text, "%u", step);
-    }
+    step_names(job, step, job_text, step_text);
     char* argv[] = {g_paladin, "slurm",  "helper",  "--fd",     fd_text,  "--uid",
                     uid_text,  "--gid",  gid_text,  "--socket", g_socket, "--job",
                     job_text,  "--step", step_text, NULL};
@@ -218,12 +224,7 @@ int slurm_spank_task_init(spank_t sp, int ac, char** av) {
   }
   char job_text[16];
   char step_text[16];
-  snprintf(job_text, sizeof job_text, "%u", job);
-  if (step == SLURM_BATCH_SCRIPT) {
-    strcpy(step_text, "batch");
-  } else {
-    snprintf(step_text, sizeof step_text, "%u", step);
-  }
+  step_names(job, step, job_text, step_text);
   char helper_text[16];
   snprintf(helper_text, sizeof helper_text, "%d", g_helper_fd);
   const char* head[] = {g_paladin,       "slurm",       "task",      "--gpu-mem",
