@@ -22,7 +22,8 @@ static void record(const char* how) {
   const int len = snprintf(line, sizeof line, "%s euid=%d comm=%s\n", how, (int)geteuid(), comm);
   const int fd = open(out, O_WRONLY | O_APPEND | O_CREAT, 0666);
   if (fd < 0) return;
-  if (write(fd, line, (size_t)len) < 0) { /* nothing to do */ }
+  if (write(fd, line, (size_t)len) < 0) { /* nothing to do */
+  }
   close(fd);
 }
 
