@@ -309,3 +309,57 @@ TEST_F(MigrationTest, CheckpointStopAndResume) {
 
 }  // namespace
 }  // namespace paladin::server
+
+namespace paladin::server {
+namespace {
+
+// The fleet's commit under a lost source: the destination's abort and the source's commit meet
+// under one lock, whichever comes first decides, and both hear that one answer, again and again.
+TEST_F(MigrationTest, AbortAndCommitAgreeWhicheverComesFirst) {
+  api::Client admin = h_.Admin();
+  api::Client agent = h_.Agent();
+  const std::string id = RunningJob();
+  // Abort first: the move fails, the job stays on its source, a later commit hears "no".
+  ASSERT_TRUE(admin.Post("/v1/jobs/" + id + "/migrate", Json{{"to", "node-b"}}).ok());
+  ASSERT_TRUE(AwaitCommand(b_, "migrate_in", id).has_value());
+  ASSERT_TRUE(b_.Heartbeat().ok());
+  std::optional<Json> out = AwaitCommand(a_, "migrate_out", id);
+  ASSERT_TRUE(out.has_value());
+  const std::string first = "/v1/migrations/" + (*out)["migration"].dump();
+  StatusOr<Json> aborted = agent.Post(first + "/abort", Json::object());
+  ASSERT_TRUE(aborted.ok()) << aborted.status().ToString();
+  EXPECT_EQ((*aborted)["commit"], false);
+  StatusOr<Json> late = agent.Post(first + "/commit", Json::object());
+  ASSERT_TRUE(late.ok());
+  EXPECT_EQ((*late)["commit"], false);
+  StatusOr<Json> again = agent.Post(first + "/abort", Json::object());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)["commit"], false);
+  Json j = Job(admin, id);
+  EXPECT_EQ(j["node"], "node-a");
+  EXPECT_NE(j["state"], "migrating");
+
+  // Commit first: an abort that comes after it hears "committed", and the job has moved.
+  b_.commands().clear();
+  a_.commands().clear();
+  ASSERT_TRUE(WaitFor([&] { return Job(admin, id)["state"] == "running"; }));
+  ASSERT_TRUE(admin.Post("/v1/jobs/" + id + "/migrate", Json{{"to", "node-b"}}).ok());
+  ASSERT_TRUE(AwaitCommand(b_, "migrate_in", id).has_value());
+  ASSERT_TRUE(b_.Heartbeat().ok());
+  out = AwaitCommand(a_, "migrate_out", id);
+  ASSERT_TRUE(out.has_value());
+  const std::string second = "/v1/migrations/" + (*out)["migration"].dump();
+  ASSERT_NE(second, first);
+  StatusOr<Json> committed = agent.Post(second + "/commit", Json::object());
+  ASSERT_TRUE(committed.ok());
+  EXPECT_EQ((*committed)["commit"], true);
+  StatusOr<Json> too_late = agent.Post(second + "/abort", Json::object());
+  ASSERT_TRUE(too_late.ok());
+  EXPECT_EQ((*too_late)["commit"], true);
+  EXPECT_EQ(Job(admin, id)["node"], "node-b");
+  EXPECT_EQ(agent.Post("/v1/migrations/999999/abort", Json::object()).status().code(),
+            StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace paladin::server
