@@ -13,36 +13,9 @@ for tool in curl jq; do
   command -v "$tool" >/dev/null || { echo "SKIP: $tool is not installed"; exit 0; }
 done
 
-tried=0
-refused=0
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-
-TMP=$(mktemp -d /tmp/paladin-envapi.XXXXXX)
-DATA=$TMP/data
-SERVER_PID=
-cleanup() {
-  [[ -n $SERVER_PID ]] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-unset PALADIN_SERVER PALADIN_TOKEN
-export PALADIN_HOME=$TMP/home
-mkdir -p "$PALADIN_HOME" "$DATA"
-
-"$PALADIN" server --listen 127.0.0.1:0 --data "$DATA" >"$TMP/server.log" 2>&1 &
-SERVER_PID=$!
-for _ in $(seq 300); do
-  [[ -s $DATA/server.url && -s $DATA/admin.token ]] && break
-  sleep 0.1
-done
-URL=$(head -n1 "$DATA/server.url" 2>/dev/null)
-ADMIN=$(head -n1 "$DATA/admin.token" 2>/dev/null)
-if [[ -z $URL || -z $ADMIN ]]; then
-  echo "FAIL: the server did not start; its log:" >&2
-  cat "$TMP/server.log" >&2
-  exit 1
-fi
+source "$(dirname "$0")/seclib.sh"
+sec_scratch envapi
+sec_start_server "$TMP/data"
 timeout 60 "$PALADIN" quota alpha --gpus 2 --gpu-mem 80GiB --server "$URL" --token "$ADMIN" \
   >/dev/null || { echo "FAIL: paladin quota alpha" >&2; exit 1; }
 TEAM=$(timeout 60 "$PALADIN" tokens create --scope team:alpha --name alpha --server "$URL" \
@@ -67,15 +40,16 @@ before=$(jobs_now)
 # expect_refused NAME-IN-ERROR ENV-JSON
 expect_refused() {
   local name=$1 env=$2
-  tried=$((tried + 1))
   submit_env "$env"
   if [[ $code != 400 ]]; then
     fail "env ${env:0:80}: answered $code (expected 400): ${body:0:200}"
+    tally tried
   elif ! jq -e --arg n "$name" '.error | type == "string" and contains($n)' <<<"$body" \
     >/dev/null 2>&1; then
     fail "env ${env:0:80}: the error does not name '$name': ${body:0:200}"
+    tally tried
   else
-    refused=$((refused + 1))
+    tally refused
   fi
 }
 
@@ -109,16 +83,11 @@ fi
 out=$(timeout 60 "$PALADIN" submit --gpu-mem 1GiB --env LD_PRELOAD=/tmp/evil.so --server "$URL" \
   --token "$TEAM" -- /bin/true 2>&1)
 rc=$?
-tried=$((tried + 1))
 if [[ $rc == 0 || $out != *LD_PRELOAD* ]]; then
   fail "paladin submit --env LD_PRELOAD=...: exit $rc, said: ${out:0:300}"
+  tally tried
 else
-  refused=$((refused + 1))
+  tally refused
 fi
 
-echo "security: env at submit: tried $tried, refused $refused"
-if ((failures > 0)); then
-  echo "env_api_test: $failures failure(s)" >&2
-  exit 1
-fi
-echo "env_api_test: all passed"
+sec_report "env at submit"

@@ -10,36 +10,24 @@ set -uo pipefail
 
 PALADIN=$(readlink -f "${1:?usage: hostile_input_test.sh PALADIN DATA}")
 DATA=$(readlink -f "${2:?usage: hostile_input_test.sh PALADIN DATA}")
-tried=0
-refused=0
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-
-TMP=$(mktemp -d /tmp/paladin-hostile.XXXXXX)
-SERVER_PID=
-cleanup() {
-  [[ -n $SERVER_PID ]] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-unset PALADIN_SERVER PALADIN_TOKEN
-export PALADIN_HOME=$TMP/home
-mkdir -p "$PALADIN_HOME"
+source "$(dirname "$0")/seclib.sh"
+sec_scratch hostile
 
 # expect_refused WHAT PATTERN -- ARGS...: paladin ARGS fails (exit 1-127) within 20 s and says
 # PATTERN.
 expect_refused() {
   local what=$1 pattern=$2
   shift 3
-  tried=$((tried + 1))
   local out rc=0
   out=$(timeout 20 "$PALADIN" "$@" 2>&1) || rc=$?
   if [[ $rc == 0 || $rc -ge 124 ]]; then
     fail "$what: exit $rc (expected a refusal): ${out:0:300}"
+    tally tried
   elif ! grep -qiE -- "$pattern" <<<"$out"; then
     fail "$what: the message does not say '$pattern': ${out:0:300}"
+    tally tried
   else
-    refused=$((refused + 1))
+    tally refused
   fi
 }
 
@@ -71,30 +59,21 @@ done
 # Sizes: a fraction of a byte is not a size.
 expect_refused "run --gpu-mem 0.0000001" "gpu-mem" -- run --gpu-mem 0.0000001 \
   --emulated-gpus 1x1GiB -- /bin/true
-"$PALADIN" server --listen 127.0.0.1:0 --data "$TMP/server" >"$TMP/server.log" 2>&1 &
-SERVER_PID=$!
-for _ in $(seq 300); do [[ -s $TMP/server/server.url && -s $TMP/server/admin.token ]] && break; sleep 0.1; done
-URL=$(head -n1 "$TMP/server/server.url")
-ADMIN=$(head -n1 "$TMP/server/admin.token")
+sec_start_server "$TMP/server"
 for size in '"0.0000001"' '"0.5"' '"0.5B"' '-1' '"-1GiB"' '"1e3"' '"0x10"' '"inf"' '"nan"'; do
-  tried=$((tried + 1))
   code=$(curl -s -o "$TMP/body" -w '%{http_code}' --max-time 20 -X POST \
     -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/json' \
     --data-binary "{\"team\": \"t\", \"command\": [\"/bin/true\"], \"gpu_mem\": $size}" \
     "$URL/v1/jobs")
   if [[ $code == 400 ]] && grep -q gpu_mem "$TMP/body"; then
-    refused=$((refused + 1))
+    tally refused
   else
     fail "gpu_mem $size: answered $code: $(head -c 200 "$TMP/body")"
+    tally tried
   fi
 done
 expect_refused "submit --gpu-mem 0.0000001" "gpu-mem" -- submit --gpu-mem 0.0000001 \
   --server "$URL" --token "$ADMIN" --team t -- /bin/true
 curl -sf --max-time 10 "$URL/healthz" >/dev/null || fail "/healthz does not answer afterwards"
 
-echo "security: hostile files and sizes: tried $tried, refused $refused"
-if ((failures > 0)); then
-  echo "hostile_input_test: $failures failure(s)" >&2
-  exit 1
-fi
-echo "hostile_input_test: all passed"
+sec_report "hostile files and sizes"

@@ -20,31 +20,15 @@ PY=/usr/bin/python3
 [[ -x $PY ]] || { echo "SKIP: $PY is not installed"; exit 77; }
 command -v setpriv >/dev/null || { echo "SKIP: setpriv is not installed"; exit 77; }
 
-tried=0
-refused=0
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-
-TMP=$(mktemp -d /tmp/paladin-localsock.XXXXXX)
+source "$(dirname "$0")/seclib.sh"
+sec_scratch localsock
 chmod 0755 "$TMP"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-"$PALADIN" server --listen 127.0.0.1:0 --data "$TMP/server" >"$TMP/server.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 300); do [[ -s $TMP/server/server.url && -s $TMP/server/agent.token ]] && break; sleep 0.1; done
-URL=$(head -n1 "$TMP/server/server.url" 2>/dev/null)
-[[ -n $URL ]] || { echo "FAIL: the server did not start" >&2; cat "$TMP/server.log" >&2; exit 1; }
+sec_start_server "$TMP/server"
 SOCK=$TMP/agent.sock
-"$PALADIN" agent --server "$URL" --token-file "$TMP/server/agent.token" --name node-a \
+"$PALADIN" agent --server "$URL" --token-file "$AGENT_TOKEN_FILE" --name node-a \
   --data "$TMP/agent" --emulated-gpus 1x16GiB --local-socket "$SOCK" --migrate-port $((20000 + RANDOM % 20000)) \
   >"$TMP/agent.log" 2>&1 &
-PIDS+=($!)
+SEC_PIDS+=($!)
 for _ in $(seq 300); do [[ -S $SOCK ]] && break; sleep 0.1; done
 [[ -S $SOCK ]] || { echo "FAIL: the agent made no socket" >&2; cat "$TMP/agent.log" >&2; exit 1; }
 
@@ -72,7 +56,7 @@ as_nobody() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$PY" "$TMP/
 # Root's step 777.0 and a checkpoint of it on disk.
 "$PY" "$TMP/call.py" "$SOCK" '{"op": "register", "job": 777, "step": "0", "gpu_mem": 1073741824}' \
   600 >"$TMP/registered" &
-PIDS+=($!)
+SEC_PIDS+=($!)
 for _ in $(seq 100); do [[ -s $TMP/registered ]] && break; sleep 0.1; done
 answer=$(cat "$TMP/registered")
 [[ $(jq -r .ok <<<"$answer") == true ]] || { echo "FAIL: root's register: $answer" >&2; exit 1; }
@@ -84,14 +68,14 @@ before=$(cd "$DIR" && find . -type f -exec sha256sum {} + | sort)
 
 # expect_refused WHAT JSON: nobody's request is answered ok:false with an error.
 expect_refused() {
-  tried=$((tried + 1))
   local answer
   answer=$(as_nobody "$2")
   if [[ $(jq -r '.ok' <<<"$answer" 2>/dev/null) != false ]] ||
     [[ -z $(jq -r '.error // empty' <<<"$answer" 2>/dev/null) ]]; then
     fail "$1: not refused: ${answer:0:300}"
+    tally tried
   else
-    refused=$((refused + 1))
+    tally refused
     echo "refused: $1: $(jq -r .error <<<"$answer" | cut -c1-160)"
   fi
 }
@@ -111,12 +95,12 @@ expect_refused "started with a run directory of the caller's" \
   "{\"op\": \"started\", \"key\": \"777.0\", \"run_dir\": \"$TMP/mine\"}"
 expect_refused "the root helper's op step" '{"op": "step", "job": 777, "step": "0"}'
 expect_refused "an unknown op" '{"op": "rm", "path": "/"}'
-tried=$((tried + 1))
 steps=$(as_nobody '{"op": "steps"}')
 if [[ $(jq '.steps | length' <<<"$steps") != 0 ]]; then
   fail "nobody sees root's steps: $steps"
+  tally tried
 else
-  refused=$((refused + 1))
+  tally refused
 fi
 
 after=$(cd "$DIR" && find . -type f -exec sha256sum {} + | sort)
@@ -124,9 +108,4 @@ after=$(cd "$DIR" && find . -type f -exec sha256sum {} + | sort)
 answer=$(as_root '{"op": "steps"}')
 [[ $(jq -r '.steps[0].key' <<<"$answer") == 777.0 ]] || fail "root's step is gone: $answer"
 
-echo "security: local socket: tried $tried, refused $refused"
-if ((failures > 0)); then
-  echo "local_socket_test: $failures failure(s)" >&2
-  exit 1
-fi
-echo "local_socket_test: all passed"
+sec_report "local socket"
