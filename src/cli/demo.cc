@@ -194,9 +194,9 @@ Status Demo::StartFleet() {
       (real.empty() ? args_.emulated_gpus + " emulated GPUs each"
                     : "the real GPUs " + real[0] + " and " + real[1]) +
       ") under " + args_.data);
-  // The agents' default: workloads run as nobody, under a root paladin-workload-init that lets
-  // CRIU checkpoint them (docs/agent.md).
-  Say("the demo's workloads run as nobody (the agents' default user)");
+  // The agents' default: each workload runs as a uid of its own from the node's range, under a
+  // root paladin-workload-init that lets CRIU checkpoint it (docs/agent.md, "Users").
+  Say("each of the demo's workloads runs as a uid of its own (the agents' default)");
   PALADIN_RETURN_IF_ERROR(
       fleet_->StartServer("127.0.0.1:0", {"--lease", "3", "--heartbeat", "0.5",
                                           "--checkpoint-every", "10", "--keep-checkpoints", "2"}));

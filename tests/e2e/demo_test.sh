@@ -4,8 +4,8 @@
 # lost (its agent and workloads killed, its data directory deleted first) with its jobs restored
 # elsewhere from their last checkpoints. Checks the demo's own verdicts and its JSON summary:
 # zero jobs lost, every workload's state verified after its migration and its recovery, quotas
-# enforced, accounting consistent with the jobs' lifetimes, workloads run as an unprivileged user
-# (the agents' default, nobody) and checkpointed, moved and restored as such.
+# enforced, accounting consistent with the jobs' lifetimes, workloads run as unprivileged users
+# (the agents' default: a uid of its own per job) and checkpointed, moved and restored as such.
 #
 #   demo_test.sh PALADIN
 set -u
