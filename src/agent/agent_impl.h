@@ -134,6 +134,8 @@ class Agent {
   void OnHealthEvent(const gpu::HealthEvent& event);
 
   // --- launcher.cc ---
+  // The emulated GPUs' shared state file of this agent (DATA/emu.state).
+  std::string EmuStatePath() const { return data_dir_ + "/emu.state"; }
   Status ResolveUser();
   // Whether this node's workloads can be checkpointed (root, CRIU, and for workloads of another
   // user paladin-workload-init and CRIU's access to their resource limits); says why not.

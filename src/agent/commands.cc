@@ -328,7 +328,7 @@ void Agent::Restore(int64_t id, Json c) {
   }
   if (manifest->gpu_mode == "emulated" && driver_.emulated) {
     LinkControlDir(manifest->emu_state);
-    LinkStateFile(manifest->emu_state, data_dir_ + "/emu.state");
+    LinkStateFile(manifest->emu_state, EmuStatePath());
   }
   // CRIU restores the job's processes with the uid they had: it must be this job's here too.
   Workload user;
@@ -456,7 +456,7 @@ void Agent::MigrateIn(int64_t id, Json c) {
     StatusOr<ckpt::Manifest> m = ckpt::ReadManifest(options.dir + "/image");
     if (m.ok() && m->gpu_mode == "emulated" && driver_.emulated) {
       LinkControlDir(m->emu_state);
-      LinkStateFile(m->emu_state, data_dir_ + "/emu.state");
+      LinkStateFile(m->emu_state, EmuStatePath());
     }
     if (m.ok() && !served.load()) {
       held = HoldUser(&user, m->uid);

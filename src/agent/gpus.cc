@@ -20,7 +20,7 @@ Status Agent::DiscoverGpus() {
   libs_ = *libs;
   // Set before anything loads the emulated driver (this process, its workloads, the driver's
   // checkpoint calls): every agent has GPUs of its own.
-  const std::string state = data_dir_ + "/emu.state";
+  const std::string state = EmuStatePath();
   setenv("PALADIN_EMU_STATE", state.c_str(), 1);
   driver_ = quota::ChooseDriver(libs_, options_.emulated_gpus);
   if (driver_.emulated) {
@@ -70,7 +70,7 @@ Status Agent::DiscoverGpus() {
 // every CUDA process of every job maps and writes (docs/agent.md, "What is isolated"). With a uid
 // per job it is writable by all of them; with one --user, that user's.
 void Agent::ShareEmulatedState() const {
-  const std::string state = data_dir_ + "/emu.state";
+  const std::string state = EmuStatePath();
   if (uid_pool_ != nullptr) {
     chmod(state.c_str(), 0666);
   } else {

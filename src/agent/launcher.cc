@@ -244,7 +244,7 @@ Status Agent::LaunchAs(const Json& c, const std::vector<std::string>& command,
   job.gpu = driver_.emulated ? "emulated" : "real";
   job.region = w->region != nullptr ? setup->region_path : "";
   if (driver_.emulated) {
-    job.emu_state = data_dir_ + "/emu.state";
+    job.emu_state = EmuStatePath();
     job.emu_gpus = driver_.emulated_spec;
   }
   // The job's own: nobody else's job can enter it (each runs as a uid of its own). A restore

@@ -307,7 +307,7 @@ Json Agent::SlurmRegister(const Json& r, uid_t uid, pid_t pid) {
                  {"gpu_index", best},
                  {"gpu_uuid", s.gpu_uuid},
                  {"emulated_gpus", driver_.emulated ? driver_.emulated_spec : ""},
-                 {"emu_state", driver_.emulated ? data_dir_ + "/emu.state" : ""},
+                 {"emu_state", driver_.emulated ? EmuStatePath() : ""},
                  {"checkpoint_dir", dir},
                  {"image", s.image}};
   return answer;
@@ -329,7 +329,7 @@ Json Agent::SlurmStepFor(const Json& r, uid_t uid) {
           {"gpu_mem", s.gpu_mem},
           {"gpu_uuid", s.gpu_uuid},
           {"emulated_gpus", driver_.emulated ? driver_.emulated_spec : ""},
-          {"emu_state", driver_.emulated ? data_dir_ + "/emu.state" : ""},
+          {"emu_state", driver_.emulated ? EmuStatePath() : ""},
           {"image", s.image}};
 }
 
