@@ -42,6 +42,7 @@
 #include "paladin/gpu/nvml.h"
 #include "paladin/quota/launch.h"
 #include "paladin/quota/region.h"
+#include "paladin/supervise/supervisor.h"
 #include "uids.h"
 
 namespace paladin::agent {
@@ -125,7 +126,7 @@ class Agent {
   std::string GpuUuid(int index) const;
   int GpuIndex(const std::string& uuid) const;  // -1: not one of this agent's GPUs
   void ShareEmulatedState() const;
-  void SweepControlDir() const;  // the files of exited processes in kHostControlDir
+  void SweepControlDir() const;  // the files of exited processes in supervise::kHostControlDir
   // NVML health events (Xid, ECC) on a thread of their own; an event that makes a GPU unhealthy
   // marks it in faults_, which the next heartbeat reports.
   void StartHealthWatch();
@@ -154,13 +155,9 @@ class Agent {
   // Gives the job's uid back to the pool. Needs nothing; the pool locks itself.
   void FreeUser(Workload* w);
   std::string UidHolder(const std::string& id, int64_t epoch) const;
-  // The job's run directory in this node's workloads folder (named as the image's), made before a
-  // restore: 0700 and the job's (CRIU restores the working directory with the mode it had; the
-  // copy it was taken from had this one).
-  void MakeRunDir(const std::string& run_dir, const Workload& w) const;
-  // What a restore wrote as root for the job (its run directory, logs, region) becomes the
-  // job's user's; links are not followed.
-  static void GiveRestoredTo(const ckpt::JobRecord& record, const Workload& user);
+  // What the supervisor needs to restore job `user.id` here: this node's placement, its emulated
+  // GPUs' state file, and the uid held for it (the restored files become that uid's).
+  supervise::RestoreSpec RestoreSpecFor(const Workload& user) const;
   // Moves the user held in `from` (a restore's placeholder) to the tracked job `to`.
   static void TakeUser(Workload* from, Workload* to);
   // Puts the region back to the server's quota and ceiling when the job raised them.

@@ -60,6 +60,17 @@ ckpt::RestorePlacement Agent::PlacementFor(const std::string& job) const {
   return placement;
 }
 
+supervise::RestoreSpec Agent::RestoreSpecFor(const Workload& user) const {
+  supervise::RestoreSpec spec;
+  spec.options.placement = PlacementFor(user.id);
+  spec.options.lease_fd = lease_fd_;  // the restored job follows this node's lease from now on
+  spec.emu_state = driver_.emulated ? EmuStatePath() : "";
+  spec.uid = user.uid;
+  spec.gid = user.gid;
+  spec.owner = supervise::Owner::kJob;
+  return spec;
+}
+
 Workload* Agent::Claim(const Json& c, Status* why) {
   const std::string id = c.at("job").get<std::string>();
   // A periodic checkpoint gives way to whatever is under way; a move, a stopping checkpoint or a
@@ -326,10 +337,6 @@ void Agent::Restore(int64_t id, Json c) {
     AddResult(id, manifest.status());
     return;
   }
-  if (manifest->gpu_mode == "emulated" && driver_.emulated) {
-    LinkControlDir(manifest->emu_state);
-    LinkStateFile(manifest->emu_state, EmuStatePath());
-  }
   // CRIU restores the job's processes with the uid they had: it must be this job's here too.
   Workload user;
   user.id = job;
@@ -338,22 +345,14 @@ void Agent::Restore(int64_t id, Json c) {
     AddResult(id, Status(held.code(), "restore " + job + ": " + held.message()));
     return;
   }
-  MakeRunDir(manifest->run_dir, user);
-  ckpt::RestoreOptions2 options;
-  options.placement = PlacementFor(job);
-  options.lease_fd = lease_fd_;  // the restored job follows this node's lease from now on
+  supervise::RestoreSpec spec = RestoreSpecFor(user);
+  spec.image = image;
+  spec.gpu_uuid = gpu_uuid;
   // Every GPU the process saw must be paired (the server may send the whole source node's map);
   // the ones it held memory on go to gpu_uuid.
   if (c.contains("gpu_map") && c["gpu_map"].is_object()) {
     for (const auto& [old_uuid, new_uuid] : c["gpu_map"].items()) {
-      options.gpu_map.emplace_back(old_uuid, new_uuid.get<std::string>());
-    }
-  }
-  for (const ckpt::ImageGpu& g : manifest->gpus) {
-    bool paired = false;
-    for (const auto& pair : options.gpu_map) paired |= pair.first == g.uuid;
-    if (!paired && !gpu_uuid.empty() && g.uuid != gpu_uuid) {
-      options.gpu_map.emplace_back(g.uuid, gpu_uuid);
+      spec.options.gpu_map.emplace_back(old_uuid, new_uuid.get<std::string>());
     }
   }
   StatusOr<ckpt::Criu> criu = ReadyCriu();
@@ -363,15 +362,13 @@ void Agent::Restore(int64_t id, Json c) {
     return;
   }
   ckpt::PhaseTimes times;
-  StatusOr<ckpt::JobRecord> record = ckpt::RestoreJob(
-      *criu, image, options,
-      [job](const std::string& line) { Say("restore " + job + ": " + line); }, &times);
+  StatusOr<ckpt::JobRecord> record = supervise::Restore(
+      *criu, spec, [job](const std::string& line) { Say("restore " + job + ": " + line); }, &times);
   if (!record.ok()) {
     FreeUser(&user);
     AddResult(id, record.status());
     return;
   }
-  GiveRestoredTo(*record, user);
   StatusOr<std::unique_ptr<Workload>> w = Track(job, epoch, *record, gpu_index, gpu_uuid);
   if (!w.ok()) {
     FreeUser(&user);
@@ -454,14 +451,10 @@ void Agent::MigrateIn(int64_t id, Json c) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     StatusOr<ckpt::Manifest> m = ckpt::ReadManifest(options.dir + "/image");
-    if (m.ok() && m->gpu_mode == "emulated" && driver_.emulated) {
-      LinkControlDir(m->emu_state);
-      LinkStateFile(m->emu_state, EmuStatePath());
-    }
     if (m.ok() && !served.load()) {
       held = HoldUser(&user, m->uid);
       if (held.ok()) {
-        MakeRunDir(m->run_dir, user);
+        supervise::PrepareFor(*m, RestoreSpecFor(user));
       } else {
         // Called off while the source has not connected yet: it resumes there.
         Say("migrate_in " + job + ": " + held.message() + "; calling the move off");
@@ -514,7 +507,7 @@ void Agent::MigrateIn(int64_t id, Json c) {
     Say("warning: job " + job + " runs here as a uid that " + held.message() +
         "; the two are not isolated from each other until one of them ends");
   }
-  GiveRestoredTo(*record, user);
+  supervise::HandOver(*record, RestoreSpecFor(user));
   StatusOr<std::unique_ptr<Workload>> w = Track(job, epoch, *record, gpu_index, gpu_uuid);
   if (!w.ok()) {
     FreeUser(&user);

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "agent_impl.h"
+#include "paladin/supervise/supervisor.h"
 
 namespace paladin::agent {
 
@@ -76,13 +77,13 @@ void Agent::ShareEmulatedState() const {
   } else {
     GiveTo(state, uid_, gid_);
   }
-  mkdir(kHostControlDir, 01777);
-  chmod(kHostControlDir, 01777);
+  mkdir(supervise::kHostControlDir, 01777);
+  chmod(supervise::kHostControlDir, 01777);
   // This agent's own folder, unlike one an image names, is replaced even with contents.
   std::error_code ec;
   const std::string own = state + ".ctl";
   if (!fs::is_symlink(fs::symlink_status(own, ec))) fs::remove_all(own, ec);
-  LinkControlDir(state);
+  supervise::LinkControlDir(state);
   SweepControlDir();
 }
 
@@ -91,7 +92,7 @@ void Agent::ShareEmulatedState() const {
 void Agent::SweepControlDir() const {
   std::error_code ec;
   size_t removed = 0;
-  for (const fs::directory_entry& e : fs::directory_iterator(kHostControlDir, ec)) {
+  for (const fs::directory_entry& e : fs::directory_iterator(supervise::kHostControlDir, ec)) {
     const std::string name = e.path().filename().string();
     const size_t digits = name.find_first_not_of("0123456789");
     if (digits == 0 || digits == std::string::npos) continue;
@@ -104,41 +105,6 @@ void Agent::SweepControlDir() const {
     Say("removed " + std::to_string(removed) +
         " emulated-driver control file(s) of exited processes");
   }
-}
-
-void LinkControlDir(const std::string& state_path) {
-  if (state_path.empty()) return;
-  const fs::path control = state_path + ".ctl";
-  std::error_code ec;
-  const fs::file_status st = fs::symlink_status(control, ec);
-  if (fs::is_symlink(st) && fs::read_symlink(control, ec) == kHostControlDir) return;
-  // The path may come from an image's manifest: a link or an empty folder is replaced, never
-  // anything with contents.
-  if (fs::exists(st) || fs::is_symlink(st)) {
-    if (!fs::is_symlink(st) && !fs::is_directory(st)) {
-      Say("warning: not linking " + control.string() + ": it is " +
-          (fs::is_regular_file(st) ? "a file" : "not a folder"));
-      return;
-    }
-    fs::remove(control, ec);
-    if (ec) {
-      Say("warning: not linking " + control.string() + ": " + ec.message());
-      return;
-    }
-  }
-  fs::create_directories(control.parent_path(), ec);
-  fs::create_directory_symlink(kHostControlDir, control, ec);
-  if (ec) Say("warning: cannot link " + control.string() + ": " + ec.message());
-}
-
-void LinkStateFile(const std::string& old_state, const std::string& state) {
-  std::error_code ec;
-  if (old_state.empty() || old_state == state || fs::exists(fs::symlink_status(old_state, ec))) {
-    return;
-  }
-  fs::create_directories(fs::path(old_state).parent_path(), ec);
-  fs::create_symlink(state, old_state, ec);
-  if (ec) Say("warning: cannot link " + old_state + ": " + ec.message());
 }
 
 void Agent::StartHealthWatch() {

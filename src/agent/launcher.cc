@@ -1,6 +1,7 @@
-// Starting a workload the way `paladin run` does (quota::PrepareWorkload, ckpt::StartWorkload),
-// in-process: in its own PID namespace, session and cgroup, under the quota interposer, as the
-// unprivileged user, with its run directory, logs and region owned by that user.
+// Starting a workload through the supervisor (paladin/supervise/supervisor.h), as `paladin run`
+// does: in its own PID namespace, session and cgroup, under the quota interposer, as a uid of its
+// own, with its run directory, logs and region owned by that uid. This file holds what is the
+// agent's own: the uid pool, the records, the growth of the quota.
 #include <fcntl.h>
 #include <pwd.h>
 #include <sys/stat.h>
@@ -10,7 +11,7 @@
 
 #include "agent_impl.h"
 #include "paladin/ckpt/criu.h"
-#include "paladin/core/job_env.h"
+#include "paladin/supervise/supervisor.h"
 
 namespace paladin::agent {
 
@@ -107,27 +108,6 @@ void Agent::FreeUser(Workload* w) {
   w->pooled_uid = false;
 }
 
-void Agent::MakeRunDir(const std::string& run_dir, const Workload& w) const {
-  // Only where this node keeps the job's run directories (the manifest is untrusted: a name that
-  // is not JOB-EPOCH is left for RestoreJob to refuse).
-  const std::string name = fs::path(run_dir).lexically_normal().filename().string();
-  const std::string prefix = w.id + "-";
-  if (name.size() <= prefix.size() || name.rfind(prefix, 0) != 0 ||
-      name.find_first_not_of("0123456789", prefix.size()) != std::string::npos) {
-    return;
-  }
-  const std::string dir = workloads_dir_ + "/" + name;
-  if (mkdir(dir.c_str(), 0700) != 0) return;  // there already (a copy of this job on this host)
-  GiveTo(dir, w.uid, w.gid);
-}
-
-void Agent::GiveRestoredTo(const ckpt::JobRecord& record, const Workload& user) {
-  for (const std::string& path :
-       {record.run_dir, record.stdout_log, record.stderr_log, record.region}) {
-    if (!path.empty()) GiveTo(path, user.uid, user.gid);
-  }
-}
-
 void Agent::TakeUser(Workload* from, Workload* to) {
   to->uid = from->uid;
   to->gid = from->gid;
@@ -191,7 +171,7 @@ StatusOr<std::unique_ptr<Workload>> Agent::Launch(const Json& c) {
   if (w->id.empty() || w->id.find('/') != std::string::npos || w->id[0] == '.') {
     return InvalidArgument("start: bad job id '" + w->id + "'");
   }
-  // The server checked it at submit; checked again here, where it would reach a process.
+  // The server checked it at submit; the supervisor checks it again before it reaches a process.
   std::vector<std::pair<std::string, std::string>> job_env;
   if (c.contains("env")) {
     if (!c["env"].is_object()) return InvalidArgument("start " + w->id + ": env: not an object");
@@ -200,9 +180,6 @@ StatusOr<std::unique_ptr<Workload>> Agent::Launch(const Json& c) {
         return InvalidArgument("start " + w->id + ": env: " + key.substr(0, 64) + ": not a string");
       }
       job_env.emplace_back(key, value.get<std::string>());
-    }
-    if (Status s = core::CheckJobEnv(job_env); !s.ok()) {
-      return InvalidArgument("start " + w->id + ": " + s.message());
     }
   }
   w->gpu_index = c.value("gpu_index", -1);
@@ -230,67 +207,38 @@ Status Agent::LaunchAs(const Json& c, const std::vector<std::string>& command,
   const std::string run_dir = workloads_dir_ + "/" + w->id + "-" + std::to_string(w->epoch);
   std::error_code ec;
   fs::remove_all(run_dir, ec);  // a start that failed half-way before
-  StatusOr<quota::WorkloadSetup> setup =
-      quota::PrepareWorkload(run_dir, libs_, driver_, settings, &w->region);
-  if (!setup.ok()) return setup.status();
 
-  ckpt::JobRecord& job = w->record;
-  job.name = c.value("name", w->id);
-  job.command = command;
-  job.cwd = run_dir;
-  job.run_dir = run_dir;
-  job.stdout_log = run_dir + "/stdout.log";
-  job.stderr_log = run_dir + "/stderr.log";
-  job.gpu = driver_.emulated ? "emulated" : "real";
-  job.region = w->region != nullptr ? setup->region_path : "";
-  if (driver_.emulated) {
-    job.emu_state = EmuStatePath();
-    job.emu_gpus = driver_.emulated_spec;
-  }
-  // The job's own: nobody else's job can enter it (each runs as a uid of its own). A restore
-  // elsewhere makes it with the same mode first (MakeRunDir): CRIU restores the working
-  // directory with the mode it had. The logs keep the default 0644 (private all the same, inside
-  // it): CRIU checks the mode of every file it reopens, and a moved image's copies of them arrive
-  // with the default mode.
-  chmod(run_dir.c_str(), 0700);
-  for (const std::string& log : {job.stdout_log, job.stderr_log}) {
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd >= 0) close(fd);
-  }
-  // Nothing runs as the job yet, so nothing in it can have been swapped for a link.
-  GiveTo(run_dir, w->uid, w->gid);
-  for (const auto& entry : fs::recursive_directory_iterator(run_dir, ec)) {
-    GiveTo(entry.path().string(), w->uid, w->gid);
-  }
-
-  ckpt::WorkloadSpec spec;
+  supervise::LaunchSpec spec;
+  spec.name = c.value("name", w->id);
   spec.command = command;
-  spec.env = setup->env;
-  if (!w->gpu_uuid.empty()) spec.env.emplace_back("CUDA_VISIBLE_DEVICES", w->gpu_uuid);
-  spec.env.emplace_back("HOME", run_dir);
-  spec.env.emplace_back("PALADIN_JOB", w->id);
-  spec.env.insert(spec.env.end(), job_env.begin(), job_env.end());
-  spec.inherit_env = false;  // nothing of the agent's own environment reaches a job
-  spec.stdout_log = job.stdout_log;
-  spec.stderr_log = job.stderr_log;
+  spec.run_dir = run_dir;
   spec.cwd = run_dir;
+  spec.env = job_env;
+  spec.env_from_team = true;
+  spec.inherit_env = false;  // nothing of the agent's own environment reaches a job
+  spec.home = run_dir;
+  spec.job_id = w->id;
+  spec.gpu.enabled = true;
+  spec.gpu.libs = libs_;
+  spec.gpu.driver = driver_;
+  spec.gpu.quota = settings;
+  spec.gpu.visible = w->gpu_uuid;
+  spec.gpu.compute_share = c.value("compute_share", 0);
   spec.uid = w->uid;
   spec.gid = w->gid;
+  spec.owner = supervise::Owner::kJob;
   spec.cgroup = options_.name + "-" + w->id + "-" + std::to_string(w->epoch);
   spec.lease_fd = lease_fd_;
-  StatusOr<ckpt::StartedWorkload> started = ckpt::StartWorkload(spec);
-  if (!started.ok()) {
-    fs::remove_all(run_dir, ec);
-    return started.status();
+  StatusOr<supervise::Launched> launched = supervise::Launch(spec);
+  if (!launched.ok()) {
+    return Status(launched.status().code(), "start " + w->id + ": " + launched.status().message());
   }
-  for (const std::string& warning : started->warnings) Say(w->id + ": " + warning);
-  job.pid = started->pid;
-  job.pid_namespace = started->pid_namespace;
-  job.cgroup = started->cgroup;
-  if (Status s = ckpt::WriteJob(job); !s.ok()) Say(w->id + ": " + s.message());
+  for (const std::string& warning : launched->warnings) Say(w->id + ": " + warning);
+  w->record = launched->record;
+  w->region = std::move(launched->region);
   w->agent_dir = records_dir_ + "/" + w->id + "-" + std::to_string(w->epoch);
-  w->fenced = started->fenced;
-  w->start_time = quota::ProcessIdOf(std::to_string(job.pid)).start_time;
+  w->fenced = launched->fenced;
+  w->start_time = quota::ProcessIdOf(std::to_string(w->record.pid)).start_time;
   StartGrower(w);
   SaveRecord(*w);
   return Status::Ok();

@@ -18,6 +18,7 @@
 #include "paladin/gpu/cuda_api.h"
 #include "paladin/gpu/nvml.h"
 #include "paladin/quota/launch.h"
+#include "paladin/supervise/supervisor.h"
 
 namespace paladin::cli {
 namespace {
@@ -114,17 +115,18 @@ struct RestoreArgs {
 };
 
 int RunRestore(const RestoreArgs& a) {
-  ckpt::RestoreOptions2 options;
-  options.timeout_s = a.timeout_s;
-  if (!GpuMapFlag("restore", a.gpu_map, &options.gpu_map)) return 2;
+  supervise::RestoreSpec spec;
+  spec.image = a.dir;
+  spec.options.timeout_s = a.timeout_s;
+  if (!GpuMapFlag("restore", a.gpu_map, &spec.options.gpu_map)) return 2;
   StatusOr<ckpt::Criu> criu = ReadyCriu();
   if (!criu.ok()) {
     Say("restore", criu.status().message());
     return 1;
   }
   ckpt::PhaseTimes times;
-  StatusOr<ckpt::JobRecord> job = ckpt::RestoreJob(
-      *criu, a.dir, options, [](const std::string& line) { Say("restore", line); }, &times);
+  StatusOr<ckpt::JobRecord> job = supervise::Restore(
+      *criu, spec, [](const std::string& line) { Say("restore", line); }, &times);
   if (!job.ok()) {
     Say("restore", job.status().message());
     return 1;

@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "commands.h"
-#include "paladin/agent/agent.h"
 #include "paladin/ckpt/cgroup.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/workload.h"
@@ -31,6 +30,7 @@
 #include "paladin/quota/launch.h"
 #include "paladin/quota/region.h"
 #include "paladin/quota/usage.h"
+#include "paladin/supervise/supervisor.h"
 
 namespace paladin::cli {
 namespace {
@@ -62,13 +62,6 @@ std::string DefaultRunDir(const std::string& name) {
         std::string(runtime != nullptr ? runtime : "/tmp") + "/paladin-" + std::to_string(getuid());
   }
   return base + "/" + name + "-" + std::to_string(getpid());
-}
-
-// MPS caps each client's share of the SMs; without it, compute is shared with no cap.
-bool MpsRunning() {
-  const char* pipe = getenv("CUDA_MPS_PIPE_DIRECTORY");
-  const std::string dir = pipe != nullptr ? pipe : "/tmp/nvidia-mps";
-  return std::filesystem::exists(dir + "/control");
 }
 
 // Samples the workload every `every_s` seconds into a CSV file until stopped.
@@ -179,28 +172,21 @@ void Summarise(const quota::Region& region, const std::string& name, int code) {
   Say(line);
 }
 
-// The GPU side of a run: the driver behind the workload, its quota region, the environment.
+// The GPU side of a run: the driver behind the workload and NVML for its usage figures.
 struct GpuSetup {
-  std::string mode;  // "", "real" or "emulated"
+  supervise::GpuSpec spec;
   std::unique_ptr<gpu::Nvml> nvml;
-  std::unique_ptr<quota::Region> region;
-  quota::RegionSettings settings;
-  std::vector<std::pair<std::string, std::string>> env;
-  std::string region_path;
-  std::string emu_state;
-  std::string emu_gpus;
-  std::string description;
 };
 
 // Returns an exit code (non-zero) when the run cannot go ahead.
-int PrepareGpu(const RunArgs& args, const std::string& run_dir, GpuSetup* gpu) {
+int PrepareGpu(const RunArgs& args, GpuSetup* gpu) {
   if (!args.gpu_mem.empty()) {
     StatusOr<quota::RegionSettings> settings = QuotaSettings(args);
     if (!settings.ok()) {
       Say(settings.status().message());
       return 2;
     }
-    gpu->settings = *settings;
+    gpu->spec.quota = *settings;
   } else if (!args.gpu_mem_max.empty()) {
     Say("--gpu-mem-max needs --gpu-mem");
     return 2;
@@ -210,14 +196,17 @@ int PrepareGpu(const RunArgs& args, const std::string& run_dir, GpuSetup* gpu) {
     Say(libs.status().message());
     return 1;
   }
-  const quota::DriverChoice driver = quota::ChooseDriver(*libs, args.emulated_gpus);
+  gpu->spec.enabled = true;
+  gpu->spec.libs = *libs;
+  gpu->spec.driver = quota::ChooseDriver(*libs, args.emulated_gpus);
+  gpu->spec.visible = args.gpus;
+  gpu->spec.compute_share = args.compute_share;
+  const quota::DriverChoice& driver = gpu->spec.driver;
   if (driver.emulated) {
     // The launcher (and later `paladin checkpoint`) reads the emulated GPUs through the same
     // library and state file the workload uses.
-    gpu->emu_gpus = driver.emulated_spec;
-    gpu->emu_state = quota::EmulatedStatePath();
-    setenv("PALADIN_EMU_GPUS", gpu->emu_gpus.c_str(), 1);
-    setenv("PALADIN_EMU_STATE", gpu->emu_state.c_str(), 1);
+    setenv("PALADIN_EMU_GPUS", driver.emulated_spec.c_str(), 1);
+    setenv("PALADIN_EMU_STATE", quota::EmulatedStatePath().c_str(), 1);
   }
   StatusOr<std::unique_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(driver.nvml_next);
   if (!nvml.ok() && driver.emulated) {
@@ -230,39 +219,25 @@ int PrepareGpu(const RunArgs& args, const std::string& run_dir, GpuSetup* gpu) {
   } else {
     gpu->nvml = std::move(*nvml);
   }
-  StatusOr<quota::WorkloadSetup> setup =
-      quota::PrepareWorkload(run_dir, *libs, driver, gpu->settings, &gpu->region);
-  if (!setup.ok()) {
-    Say(setup.status().message());
-    return 1;
-  }
-  gpu->mode = driver.emulated ? "emulated" : "real";
-  gpu->env = setup->env;
-  gpu->region_path = gpu->region != nullptr ? setup->region_path : "";
-  if (!args.gpus.empty()) gpu->env.emplace_back("CUDA_VISIBLE_DEVICES", args.gpus);
-  std::string limit = "no GPU-memory quota";
-  if (gpu->region != nullptr) {
-    limit = quota::FormatSize(gpu->settings.quota_bytes) + " GPU-memory quota";
-    if (gpu->settings.ceiling_bytes > gpu->settings.quota_bytes) {
-      limit += " (grows on demand up to " + quota::FormatSize(gpu->settings.ceiling_bytes) + ")";
-    }
-  }
-  std::string share = "compute is shared without a cap (no MPS control daemon)";
-  if (MpsRunning()) {
-    share = "MPS is running: compute share " +
-            (args.compute_share > 0 ? std::to_string(args.compute_share) + "%" : "uncapped") +
-            "; the workload cannot be checkpointed by the driver while it is an MPS client";
-    if (args.compute_share > 0) {
-      gpu->env.emplace_back("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-                            std::to_string(args.compute_share));
-    }
-  } else if (args.compute_share > 0) {
-    share = "--compute-share needs NVIDIA MPS, which is not running: " + share;
-  }
-  gpu->description = limit + "; " + driver.reason +
-                     (driver.emulated ? " (" + driver.emulated_spec + ", emulated)" : "") + "; " +
-                     share;
   return 0;
+}
+
+// Says what became of the job once its root is gone; true when it is not its end (the run
+// directory stays for the restore).
+bool SayEnding(const ckpt::JobRecord& job) {
+  const supervise::Ending ending = supervise::Finish(job);
+  switch (ending.kind) {
+    case supervise::Ending::Kind::kMoved:
+      Say(job.name + " moved to " + ending.image + "; its run directory stays for it");
+      return true;
+    case supervise::Ending::Kind::kCheckpointed:
+      Say(job.name + " was checkpointed to " + ending.image + "; resume it with: paladin restore " +
+          ending.image);
+      return true;
+    case supervise::Ending::Kind::kExited:
+      return false;
+  }
+  return false;
 }
 
 // The job checkpointed in args.restore_from, restored as this process's child and supervised
@@ -272,27 +247,19 @@ int RestoreAndWait(const RunArgs& args) {
     Say(std::string("cannot become a child subreaper: ") + strerror(errno));
     return 1;
   }
-  StatusOr<ckpt::Manifest> manifest = ckpt::ReadManifest(args.restore_from);
-  if (!manifest.ok()) {
-    Say(manifest.status().message());
-    return 1;
-  }
-  if (manifest->gpu_mode == "emulated") {
-    // A process restored on another node still names the state file it started with.
-    const char* state = getenv("PALADIN_EMU_STATE");
-    agent::LinkControlDir(state != nullptr ? state : manifest->emu_state);
-    if (state != nullptr) agent::LinkStateFile(manifest->emu_state, state);
-  }
   StatusOr<ckpt::Criu> criu = ReadyCriu();
   if (!criu.ok()) {
     Say(criu.status().message());
     return 1;
   }
-  ckpt::RestoreOptions2 options;
-  options.gpu_map = args.gpu_map;
+  supervise::RestoreSpec spec;
+  spec.image = args.restore_from;
+  spec.options.gpu_map = args.gpu_map;
+  // A process restored on another node still names the state file it started with.
+  if (const char* state = getenv("PALADIN_EMU_STATE")) spec.emu_state = state;
   ckpt::PhaseTimes times;
-  StatusOr<ckpt::JobRecord> job = ckpt::RestoreJob(
-      *criu, args.restore_from, options, [](const std::string& line) { Say(line); }, &times);
+  StatusOr<ckpt::JobRecord> job = supervise::Restore(
+      *criu, spec, [](const std::string& line) { Say(line); }, &times);
   if (!job.ok()) {
     Say(job.status().message());
     return 1;
@@ -311,36 +278,13 @@ int RestoreAndWait(const RunArgs& args) {
   if (args.follow_logs) follower.Start();
   const int code = WaitForChild(static_cast<pid_t>(job->pid));
   follower.Stop();
-  if (!job->cgroup.empty()) (void)ckpt::Cgroup::Existing(job->cgroup).Remove();
-  StatusOr<ckpt::JobRecord> latest = ckpt::ReadJob(job->run_dir);
-  if (latest.ok() && latest->state == "checkpointed") {
-    Say(job->name + " was checkpointed to " + latest->image);
-    return 0;
-  }
+  if (SayEnding(*job)) return 0;
   Say(job->name + " exited with " + std::to_string(code));
   if (!args.keep_run_dir) {
     std::error_code ec;
     std::filesystem::remove_all(job->run_dir, ec);
   }
   return code;
-}
-
-// The workload's variables, then Paladin's over them; the loader's search paths join, Paladin's
-// first (its interposers must load before anything of the workload's).
-std::vector<std::pair<std::string, std::string>> WorkloadEnv(
-    const std::vector<std::pair<std::string, std::string>>& own,
-    const std::vector<std::pair<std::string, std::string>>& paladin) {
-  std::vector<std::pair<std::string, std::string>> env = own;
-  for (const auto& [name, value] : paladin) {
-    std::string joined = value;
-    if (name == "LD_LIBRARY_PATH" || name == "LD_PRELOAD") {
-      for (const auto& [own_name, own_value] : own) {
-        if (own_name == name && !own_value.empty()) joined += ":" + own_value;
-      }
-    }
-    env.emplace_back(name, joined);
-  }
-  return env;
 }
 
 }  // namespace
@@ -358,123 +302,72 @@ int RunWorkload(RunArgs args) {
     Say("--compute-share " + std::to_string(args.compute_share) + ": expected a percentage, 1-100");
     return 2;
   }
-  const std::string run_dir = args.run_dir.empty() ? DefaultRunDir(args.name) : args.run_dir;
   GpuSetup gpu;
-  const bool wants_gpu =
-      !args.gpu_mem.empty() || !args.emulated_gpus.empty() || !args.gpu_mem_max.empty();
-  if (wants_gpu) {
-    if (int code = PrepareGpu(args, run_dir, &gpu); code != 0) return code;
-  } else {
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(run_dir).parent_path(), ec);
-    if (!std::filesystem::create_directory(run_dir, ec)) {
-      Say("cannot create run directory " + run_dir + (ec ? ": " + ec.message() : ": exists"));
-      return 1;
-    }
+  if (!args.gpu_mem.empty() || !args.emulated_gpus.empty() || !args.gpu_mem_max.empty()) {
+    if (int code = PrepareGpu(args, &gpu); code != 0) return code;
   }
+  supervise::LaunchSpec spec;
+  spec.name = args.name;
+  spec.command = args.command;
+  spec.run_dir = args.run_dir.empty() ? DefaultRunDir(args.name) : args.run_dir;
+  spec.cwd = args.cwd;
+  spec.env = args.env;
+  spec.inherit_env = args.inherit_env;
+  spec.gpu = gpu.spec;
+  spec.uid = args.uid;
+  spec.gid = args.gid;
+  spec.owner = supervise::Owner::kCaller;
+  spec.cgroup = args.name + "-" + std::to_string(getpid());
 
-  ckpt::JobRecord job;
-  job.name = args.name;
-  job.command = args.command;
-  job.cwd = args.cwd.empty() ? std::filesystem::current_path().string() : args.cwd;
-  job.run_dir = std::filesystem::absolute(run_dir).string();
-  job.stdout_log = job.run_dir + "/stdout.log";
-  job.stderr_log = job.run_dir + "/stderr.log";
-  job.gpu = gpu.mode;
-  job.region = gpu.region_path;
-  job.emu_state = gpu.emu_state;
-  job.emu_gpus = gpu.emu_gpus;
-  Say(args.name + ": " + (wants_gpu ? gpu.description : "no GPU") + "; logs in " + job.run_dir);
-
-  quota::QuotaGrower grower(gpu.region.get(), gpu.nvml.get(),
-                            [](const std::string& line) { Say(line); });
-  if (gpu.region != nullptr && gpu.settings.ceiling_bytes > gpu.settings.quota_bytes) {
-    grower.Start();
-  }
-  std::unique_ptr<UsageLog> log;
-  FILE* log_file = nullptr;
-  if (!args.usage_log.empty() && gpu.region != nullptr) {
-    log_file = std::fopen(args.usage_log.c_str(), "w");
-    if (log_file == nullptr) {
-      Say("cannot write --usage-log " + args.usage_log + ": " + strerror(errno));
-    } else {
-      log = std::make_unique<UsageLog>(log_file, *gpu.region, gpu.nvml.get(), args.usage_every_s);
-    }
-  }
   struct sigaction forward {};
   forward.sa_handler = Forward;
   sigaction(SIGINT, &forward, nullptr);
   sigaction(SIGTERM, &forward, nullptr);
   sigaction(SIGHUP, &forward, nullptr);
-
-  ckpt::WorkloadSpec spec;
-  spec.command = args.command;
-  spec.env = WorkloadEnv(args.env, gpu.env);
-  spec.inherit_env = args.inherit_env;
-  spec.cwd = args.cwd;
-  spec.stdout_log = job.stdout_log;
-  spec.stderr_log = job.stderr_log;
-  spec.cgroup = args.name + "-" + std::to_string(getpid());
-  spec.uid = args.uid;
-  spec.gid = args.gid;
-  if (args.uid > 0 && args.uid != static_cast<int64_t>(getuid())) {
-    // Run for another user by root: the run directory and the job record stay root's (the node
-    // agent checkpoints the job as root by that record); the user gets what the workload itself
-    // opens by name: its quota region, and the interposers' folder to read.
-    (void)chmod(job.run_dir.c_str(), 0755);
-    if (!gpu.region_path.empty()) {
-      (void)lchown(gpu.region_path.c_str(), static_cast<uid_t>(args.uid),
-                   static_cast<gid_t>(args.gid));
-    }
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(job.run_dir, ec)) {
-      if (entry.is_directory(ec) && !entry.is_symlink(ec)) (void)chmod(entry.path().c_str(), 0755);
-    }
-  }
-  StatusOr<ckpt::StartedWorkload> started = ckpt::StartWorkload(spec);
-  if (!started.ok()) {
-    Say(started.status().message());
+  StatusOr<supervise::Launched> launched = supervise::Launch(spec);
+  if (!launched.ok()) {
+    Say(launched.status().message());
     return 1;
   }
-  for (const std::string& warning : started->warnings) Say(warning);
-  g_child = started->pid;
-  job.pid = started->pid;
-  job.pid_namespace = started->pid_namespace;
-  job.cgroup = started->cgroup;
-  if (Status s = ckpt::WriteJob(job); !s.ok()) Say(s.message());
+  const ckpt::JobRecord& job = launched->record;
+  quota::Region* region = launched->region.get();
+  g_child = static_cast<pid_t>(job.pid);
+  Say(args.name + ": " + supervise::DescribeGpu(gpu.spec) + "; logs in " + job.run_dir);
+  for (const std::string& warning : launched->warnings) Say(warning);
+
+  quota::QuotaGrower grower(region, gpu.nvml.get(), [](const std::string& line) { Say(line); });
+  if (region != nullptr && gpu.spec.quota.ceiling_bytes > gpu.spec.quota.quota_bytes) {
+    grower.Start();
+  }
+  std::unique_ptr<UsageLog> log;
+  FILE* log_file = nullptr;
+  if (!args.usage_log.empty() && region != nullptr) {
+    log_file = std::fopen(args.usage_log.c_str(), "w");
+    if (log_file == nullptr) {
+      Say("cannot write --usage-log " + args.usage_log + ": " + strerror(errno));
+    } else {
+      log = std::make_unique<UsageLog>(log_file, *region, gpu.nvml.get(), args.usage_every_s);
+    }
+  }
   if (args.on_started) args.on_started(job);
   LogFollower follower(job.stdout_log, job.stderr_log);
   if (args.follow_logs) follower.Start();
-  if (log) log->Start(started->pid, started->cgroup);
-  const int code = WaitForChild(started->pid);
+  if (log) log->Start(static_cast<pid_t>(job.pid), job.cgroup);
+  const int code = WaitForChild(static_cast<pid_t>(job.pid));
   if (log) log->Stop();
   if (log_file != nullptr) std::fclose(log_file);
   follower.Stop();
   grower.Stop();
-  if (!job.cgroup.empty()) (void)ckpt::Cgroup::Existing(job.cgroup).Remove();
-
-  // A checkpoint that stopped the workload is not its end: the run directory stays for the
-  // restore.
-  StatusOr<ckpt::JobRecord> latest = ckpt::ReadJob(job.run_dir);
-  for (int i = 0; i < 600 && latest.ok() && latest->state == "checkpointing"; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the image is being finished
-    latest = ckpt::ReadJob(job.run_dir);
+  if (SayEnding(job)) return 0;
+  if (region != nullptr) {
+    Summarise(*region, args.name, code);
+  } else {
+    Say(args.name + " exited with " + std::to_string(code));
   }
-  if (latest.ok() && (latest->state == "moving" || latest->state == "moved")) {
-    Say(args.name + " moved to " + latest->image + "; its run directory stays for it");
-    return 0;
-  }
-  if (latest.ok() && latest->state == "checkpointed") {
-    Say(args.name + " was checkpointed to " + latest->image + "; resume it with: paladin restore " +
-        latest->image);
-    return 0;
-  }
-  if (gpu.region != nullptr) Summarise(*gpu.region, args.name, code);
-  if (gpu.region == nullptr) Say(args.name + " exited with " + std::to_string(code));
-  gpu.region.reset();
+  launched->region.reset();
   if (!args.keep_run_dir) {
     std::error_code ec;
-    std::filesystem::remove_all(run_dir, ec);
+    std::filesystem::remove_all(job.run_dir, ec);
   }
   return code;
 }

@@ -50,14 +50,6 @@ struct AgentOptions {
 // environment.
 int RunAgent(const AgentOptions& options, const std::atomic<bool>* stop);
 
-// The emulated driver's host-wide control folder, and the link a state file's control folder
-// (STATE.ctl) becomes to it.
-inline constexpr const char* kHostControlDir = "/dev/shm/paladin-emu-ctl";
-void LinkControlDir(const std::string& state_path);
-// A restored process maps the state file its environment names (the source's): where that path
-// is free here (the source's data is gone), it becomes a link to this agent's state file.
-void LinkStateFile(const std::string& old_state, const std::string& state);
-
 }  // namespace paladin::agent
 
 #endif  // PALADIN_AGENT_AGENT_H_
