@@ -66,8 +66,8 @@ int ExitCodeFor(const Status& status);
 void AddFleetFlags(CLI::App* cmd, FleetFlags* flags);
 
 // True when a server is configured for this process: a flag, $PALADIN_SERVER or client.json.
-// The local commands (`paladin migrate`, `paladin checkpoint`) use this with LooksLikeFleetJob to
-// hand a server's job over to the functions below.
+// `paladin checkpoint` uses this with LooksLikeFleetJob to hand a server's job over to the
+// functions below (`paladin migrate` says which it is: --to NODE[/GPU] or --peer HOST:PORT).
 bool FleetServerConfigured(const FleetFlags& flags);
 // "j-000001": the form of the server's job ids (local jobs are names or pids).
 bool LooksLikeFleetJob(const std::string& job);

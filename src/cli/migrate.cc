@@ -1,5 +1,6 @@
-// `paladin migrate JOB --to HOST:PORT` and `paladin receive --listen PORT`: a job moved between
-// machines without losing it (include/paladin/migrate/migrate.h).
+// `paladin migrate JOB --peer HOST:PORT` and `paladin receive --listen PORT`: a job moved between
+// machines without losing it (include/paladin/migrate/migrate.h). `paladin migrate JOB --to
+// NODE[/GPU]` moves a server's job through the server (fleet_moves.cc).
 #include "paladin/migrate/migrate.h"
 
 #include <cstdio>
@@ -18,7 +19,8 @@ namespace {
 
 struct MigrateArgs {
   std::string job;
-  std::string to;
+  std::string to;    // NODE[/GPU]: a server's job
+  std::string peer;  // HOST:PORT of a paladin receive: a direct move
   std::string token_file;
   int streams = 4;
   bool keep_image = false;
@@ -36,7 +38,7 @@ std::string SelfExe() {
 }
 
 int RunMigrate(const MigrateArgs& a) {
-  StatusOr<std::pair<std::string, int>> to = transfer::ParseHostPort(a.to);
+  StatusOr<std::pair<std::string, int>> to = transfer::ParseHostPort(a.peer);
   StatusOr<std::string> token = transfer::LoadToken(a.token_file);
   if (!to.ok() || !token.ok()) {
     Say("migrate", (!to.ok() ? to.status() : token.status()).message());
@@ -72,7 +74,7 @@ int RunMigrate(const MigrateArgs& a) {
     return 1;
   }
   std::printf("moved %s to %s (pid %lld there): pause %.2f s; %s%s\n", job->name.c_str(),
-              a.to.c_str(), report->remote_pid, report->pause_s, report->times.Describe().c_str(),
+              a.peer.c_str(), report->remote_pid, report->pause_s, report->times.Describe().c_str(),
               report->image.empty() ? "" : ("; image kept in " + report->image).c_str());
   return 0;
 }
@@ -127,10 +129,12 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
       "Move a running job to another machine (paladin receive there); on any failure "
       "before the move commits, the job resumes here");
   migrate->add_option("job", m->job, "Job name or the host pid of its root")->required();
-  migrate
-      ->add_option("--to", m->to,
-                   "HOST:PORT of a paladin receive; or NODE[/GPU] for a server's job j-NNNNNN")
-      ->required();
+  CLI::Option* to = migrate->add_option(
+      "--to", m->to, "NODE[/GPU]: move a server's job there, through the server (its transaction)");
+  CLI::Option* peer = migrate->add_option(
+      "--peer", m->peer, "HOST:PORT of a paladin receive: move a job of this machine directly");
+  to->excludes(peer);
+  peer->excludes(to);
   AddFleetFlags(migrate, &m->fleet);
   migrate->add_flag("--no-wait", m->no_wait,
                     "A server's job: return once the move is asked for, do not follow it");
@@ -150,11 +154,26 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
                       "Where the image is written (default: the "
                       "job's run directory)");
   migrate->callback([m, exit_code] {
-    if (LooksLikeFleetJob(m->job) && FleetServerConfigured(m->fleet)) {
-      *exit_code = FleetMigrate(m->job, m->to, m->fleet, !m->no_wait);
+    if (!m->peer.empty()) {
+      *exit_code = RunMigrate(*m);
       return;
     }
-    *exit_code = RunMigrate(*m);
+    if (m->to.empty()) {
+      Say("migrate",
+          "say where to: --to NODE[/GPU] for a server's job, --peer HOST:PORT for a "
+          "job of this machine (paladin receive there)");
+      *exit_code = 2;
+      return;
+    }
+    if (transfer::ParseHostPort(m->to).ok() && m->to.find('/') == std::string::npos) {
+      Say("migrate", "--to " + m->to +
+                         " names a node of the fleet; to move a job of this machine to a paladin "
+                         "receive at " +
+                         m->to + ", use --peer " + m->to);
+      *exit_code = 2;
+      return;
+    }
+    *exit_code = FleetMigrate(m->job, m->to, m->fleet, !m->no_wait);
   });
 
   auto r = std::make_shared<ReceiveArgs>();

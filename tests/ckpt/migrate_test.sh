@@ -8,6 +8,11 @@ set -u
 PALADIN=$(realpath "$1")
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../cli/testlib.sh"
+# Where to is said, never guessed from the job's name: --peer HOST:PORT for a direct move,
+# --to NODE[/GPU] for a server's job.
+expect_error "migrate without a destination" "--to NODE" "--peer HOST:PORT" -- migrate somejob
+expect_error "migrate --to HOST:PORT" "use --peer 127.0.0.1:7411" -- migrate somejob \
+  --to 127.0.0.1:7411
 if ((EUID != 0)); then
   echo "SKIP: migration needs root (PID namespaces, CRIU)"
   exit 77
@@ -84,7 +89,7 @@ scenario() {
   sleep 0.3
   local out rc=0
   out=$(env "${menv[@]}" PALADIN_RUN_DIR="$dir/src" timeout 120 "$PALADIN" migrate "$name" \
-    --to 127.0.0.1:$port 2>&1) || rc=$?
+    --peer 127.0.0.1:$port 2>&1) || rc=$?
   # A receiver whose sender gave up (a refused token, say) would wait for another: stop it.
   [[ $expect == moved ]] || kill $receiver 2>/dev/null
   wait $receiver 2>/dev/null
