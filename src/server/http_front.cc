@@ -104,7 +104,7 @@ class HttpFront::Impl {
   int port() const { return port_; }
   HttpFrontStats stats() const {
     return HttpFrontStats{connections_.load(), timed_out_.load(), refused_early_.load(),
-                          too_large_.load()};
+                          too_large_.load(), over_peer_limit_.load()};
   }
 
  private:
@@ -147,6 +147,7 @@ class HttpFront::Impl {
   uint64_t next_id_ = 2;
   Clock::time_point accept_paused_until_{};
   bool accept_paused_ = false;
+  std::unordered_map<std::string, int> per_peer_;  // open connections by peer address
 
   std::mutex tasks_mu_;
   std::condition_variable tasks_cv_;
@@ -158,6 +159,7 @@ class HttpFront::Impl {
 
   std::atomic<int64_t> connections_{0};
   std::atomic<int64_t> timed_out_{0};
+  std::atomic<int64_t> over_peer_limit_{0};
   std::atomic<int64_t> refused_early_{0};
   std::atomic<int64_t> too_large_{0};
 };
@@ -300,15 +302,23 @@ void HttpFront::Impl::Accept() {
       inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr, text, sizeof text);
     }
     c->remote = text;
+    int& from_peer = per_peer_[c->remote];
+    if (from_peer >= options_.max_connections_per_peer) {
+      over_peer_limit_.fetch_add(1);
+      close(fd);
+      continue;
+    }
     c->deadline = Clock::now() + Seconds(options_.idle_timeout_s);
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.u64 = c->id;
     if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      if (from_peer == 0) per_peer_.erase(c->remote);
       close(fd);
       continue;
     }
     c->interest = ev.events;
+    ++from_peer;
     connections_.fetch_add(1);
     connections_by_id_.emplace(c->id, std::move(c));
   }
@@ -328,6 +338,8 @@ void HttpFront::Impl::Close(Connection& c) {
   c.dead = true;
   (void)epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
   close(c.fd);
+  auto peer = per_peer_.find(c.remote);
+  if (peer != per_peer_.end() && --peer->second <= 0) per_peer_.erase(peer);
   graveyard_.push_back(c.id);
 }
 

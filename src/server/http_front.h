@@ -42,15 +42,19 @@ struct HttpFrontOptions {
   double body_timeout_s = 30;         // from the end of the head to the end of the body
   double write_timeout_s = 30;        // for the whole answer to be taken by the client
   int max_connections = 4096;         // more are closed as soon as they are accepted
+  // From one peer address, so that one client cannot take every slot (each is cut anyway once
+  // idle for idle_timeout_s); more from it are closed as soon as they are accepted.
+  int max_connections_per_peer = 256;
   int max_requests_per_connection = 1000;
 };
 
 // Counters since Start, for tests and /metrics.
 struct HttpFrontStats {
-  int64_t connections = 0;    // accepted
-  int64_t timed_out = 0;      // dropped at a deadline
-  int64_t refused_early = 0;  // answered before their body was read
-  int64_t too_large = 0;      // 413
+  int64_t connections = 0;      // accepted
+  int64_t timed_out = 0;        // dropped at a deadline
+  int64_t refused_early = 0;    // answered before their body was read
+  int64_t too_large = 0;        // 413
+  int64_t over_peer_limit = 0;  // closed at accept: their peer held max_connections_per_peer
 };
 
 class HttpFront {

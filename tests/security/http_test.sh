@@ -10,6 +10,8 @@
 #      of its own, without the token); two framings; unknown codings; bad chunk sizes;
 #   3. slow clients: heads and bodies sent a byte at a time are cut at their deadlines, while
 #      /healthz keeps answering;
+#   4. one peer address opening 300 connections: the 44 past its 256 are closed at accept, and
+#      another peer is served meanwhile;
 # and after each group: /healthz answers, both jobs are still there and pending, and the
 # server's peak RSS (VmHWM, reset before the group) grew by at most a few MiB.
 #
@@ -410,6 +412,33 @@ for what, head, trickle in [
     check(worst < 2, "%s: /healthz took %.2f s with 60 slow clients and 2 workers" % (what, worst))
 print("slow clients: peak RSS +%.1f MiB" % rss_kept("slow clients", base))
 unchanged("slow clients")
+
+# --- 4. one peer holding many connections: at most 256 at once (the server's default per peer
+# address); the others are closed at accept, and other peers are served meanwhile ---
+hogs, cut = [], 0
+for _ in range(300):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.2", 0))
+    s.settimeout(10)
+    s.connect((host, port))
+    hogs.append(s)
+time.sleep(0.5)
+for s in hogs:
+    s.setblocking(False)
+    try:
+        if s.recv(1) == b"":
+            cut += 1
+    except BlockingIOError:
+        pass
+    except OSError:
+        cut += 1
+check(cut == 300 - 256, "one peer's 300 idle connections: %d closed at accept (want 44)" % cut)
+status, took = healthz_time()
+check(status == 200 and took < 2,
+      "/healthz from another peer while one holds its 256: %s in %.2f s" % (status, took))
+for s in hogs:
+    s.close()
+unchanged("one peer's many connections")
 
 print("security: http: tried %d, refused %d" % (tried, refused))
 sys.exit(1 if failures else 0)
