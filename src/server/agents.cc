@@ -273,7 +273,7 @@ void Control::ApplyReport(NodeRecord& n, const Json& r, bool /*registering*/) {
     return;  // not committed yet: the migration owns it
   }
   if (j.Terminal()) {
-    return kill("the job has ended (" + j.state + ")", j.team);
+    return kill("the job has ended (" + j.StateName() + ")", j.team);
   }
   if (j.node != n.name || epoch < j.epoch) {
     kill(j.node != n.name
@@ -285,7 +285,7 @@ void Control::ApplyReport(NodeRecord& n, const Json& r, bool /*registering*/) {
   const double now = Now();
   // What must reach the store with this beat; usage alone waits for the periodic write.
   const auto significant = [](const JobRecord& x) {
-    return std::make_tuple(x.state, x.quota_bytes, x.quota_grows, x.refusals, x.mismatch, x.epoch,
+    return std::make_tuple(x.state(), x.quota_bytes, x.quota_grows, x.refusals, x.mismatch, x.epoch,
                            x.node);
   };
   const auto before = significant(j);
@@ -307,8 +307,9 @@ void Control::ApplyReport(NodeRecord& n, const Json& r, bool /*registering*/) {
       AppendLog(j, stream, r[stream].get<std::string>());
     }
   }
-  if (state == "running" && (j.state == "starting" || j.state == "restoring")) {
-    j.state = "running";
+  if (state == "running" &&
+      (j.state() == JobState::kStarting || j.state() == JobState::kRestoring)) {
+    j.MoveTo(JobState::kRunning);
     if (!j.started_at) j.started_at = now;
     // The image it came from is fresh: the next periodic checkpoint is a full period away.
     j.last_checkpoint_cmd_at = now;
@@ -329,7 +330,7 @@ void Control::ApplyReport(NodeRecord& n, const Json& r, bool /*registering*/) {
     j.preempted = false;
     j.reason = "running on " + n.name + "/" + std::to_string(j.gpu);
   }
-  if (state == "running" && j.state == "migrating" && destination_copy &&
+  if (state == "running" && j.state() == JobState::kMigrating && destination_copy &&
       m->commit_answer.value_or(false)) {
     FinishMigration(*m);
   }
@@ -339,7 +340,7 @@ void Control::ApplyReport(NodeRecord& n, const Json& r, bool /*registering*/) {
       code = r["exit_code"].get<int>();
     }
     if (j.cancel_requested) {
-      EndJob(j, "cancelled", code, "cancelled");
+      EndJob(j, JobState::kCancelled, code, "cancelled");
     } else if (code.value_or(1) != 0 && j.refusals > 0 && j.restarts < 3 && j.mem_auto) {
       // Out of GPU memory under its quota: start again (from its checkpoint when it has one)
       // with 1.5 x the quota.
@@ -355,7 +356,7 @@ void Control::ApplyReport(NodeRecord& n, const Json& r, bool /*registering*/) {
       ++j.restarts;
       Count("restarts");
       j.pending_since = t;
-      j.state = j.last_checkpoint ? "restoring" : "pending";
+      j.MoveTo(j.last_checkpoint ? JobState::kRestoring : JobState::kPending);
       j.recovering = j.last_checkpoint.has_value();
       j.reason = "out of GPU memory (exit " + std::to_string(code.value_or(-1)) +
                  "): again with quota " + std::to_string(bigger) + " bytes";
@@ -363,14 +364,15 @@ void Control::ApplyReport(NodeRecord& n, const Json& r, bool /*registering*/) {
       Wake();
     } else {
       const bool ok = code.value_or(1) == 0;
-      EndJob(j, ok ? "succeeded" : "failed", code,
+      EndJob(j, ok ? JobState::kSucceeded : JobState::kFailed, code,
              "exited with code " + (code ? std::to_string(*code) : std::string("unknown")));
       Wake();
     }
     DirtyJob(j);
     return;
   }
-  if (j.state == "running" || j.state == "migrating" || j.state == "checkpointing") {
+  if (j.state() == JobState::kRunning || j.state() == JobState::kMigrating ||
+      j.state() == JobState::kCheckpointing) {
     ObserveUsage(j, now);
   }
   if (significant(j) != before) {
@@ -414,7 +416,8 @@ void Control::ApplyResult(NodeRecord& n, const Json& r) {
   if (found == jobs_.end()) return;
   JobRecord& j = found->second;
   if (c.kind == "kill") {
-    if (j.cancel_requested && !j.Terminal()) EndJob(j, "cancelled", std::nullopt, "cancelled");
+    if (j.cancel_requested && !j.Terminal())
+      EndJob(j, JobState::kCancelled, std::nullopt, "cancelled");
     return;
   }
   if (epoch != j.epoch || j.node != n.name) return;  // about an older placement
@@ -432,19 +435,19 @@ void Control::ApplyResult(NodeRecord& n, const Json& r) {
       if (j.on_restore_failure == "restart") {
         ++j.restarts;
         Count("restarts");
-        j.state = "pending";
+        j.MoveTo(JobState::kPending);
         j.pending_since = Now();
         j.reason = failed + "; starting over from the beginning (on_restore_failure: restart)";
         Event("started_over", &j, n.name, j.reason);
       } else {
-        j.state = "checkpointed";
+        j.MoveTo(JobState::kCheckpointed);
         j.reason = failed +
                    "; it stays checkpointed (on_restore_failure: stop): `paladin job "
                    "resume " +
                    j.id + "` tries again";
       }
     } else {
-      EndJob(j, "failed", std::nullopt, "start failed on " + n.name + ": " + error);
+      EndJob(j, JobState::kFailed, std::nullopt, "start failed on " + n.name + ": " + error);
     }
     DirtyJob(j);
     Wake();
@@ -454,23 +457,23 @@ void Control::ApplyResult(NodeRecord& n, const Json& r) {
     const std::string mode = c.body.value("mode", "keep");
     if (mode == "keep") j.checkpoint_in_flight = false;
     if (c.ok) RecordCheckpoint(j, detail, c.body.value("dir", ""));
-    if (mode == "stop" && j.state == "checkpointing") {
+    if (mode == "stop" && j.state() == JobState::kCheckpointing) {
       if (c.ok) {
         Accrue(j, Now());
         ReleaseJob(j);
         const std::string path = j.last_checkpoint ? j.last_checkpoint->path : "?";
         if (j.preempted) {
           // It waits for room like a queued job, and restores from here when it gets some.
-          j.state = "restoring";
+          j.MoveTo(JobState::kRestoring);
           j.pending_since = Now();
           j.reason = "preempted: waiting for room to restore from " + path;
         } else {
-          j.state = "checkpointed";
+          j.MoveTo(JobState::kCheckpointed);
           j.reason = "checkpointed to " + path;
         }
         Wake();
       } else {
-        j.state = "running";
+        j.MoveTo(JobState::kRunning);
         j.preempted = false;
         j.reason = "checkpoint failed (" + error + "); running on " + j.node;
       }

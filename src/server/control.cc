@@ -132,7 +132,10 @@ Status Control::Load() {
     j.seq = DbInt(r[0]);
     j.id = FormatJobId(j.seq);
     j.team = DbText(r[1]);
-    j.state = DbText(r[2]);
+    // The state column is the doc's state, kept apart for queries: the doc's reading stands.
+    if (ParseJobState(DbText(r[2])) != j.state()) {
+      if (std::optional<JobState> column = ParseJobState(DbText(r[2]))) j.LoadState(*column);
+    }
     next_job_ = std::max(next_job_, j.seq + 1);
     if (j.peak_used_bytes > 0) {
       int64_t& peak = class_peak_[j.ClassKey()];
@@ -187,8 +190,8 @@ void Control::Reconcile() {
     }
   }
   for (auto& [seq, j] : jobs_) {
-    if (j.state == "migrating" && j.migration_id == 0) {
-      j.state = "running";
+    if (j.state() == JobState::kMigrating && j.migration_id == 0) {
+      j.MoveTo(JobState::kRunning);
       DirtyJob(j);
     }
     if (j.HoldsGpu()) j.accounted_at = std::max(j.accounted_at, now);
@@ -293,7 +296,7 @@ Status Control::Flush() {
     PALADIN_RETURN_IF_ERROR(store_->Run(
         "INSERT INTO jobs (id, team, state, doc) VALUES (?, ?, ?, ?) ON CONFLICT(id) DO UPDATE "
         "SET team = excluded.team, state = excluded.state, doc = excluded.doc",
-        {j.seq, j.team, j.state, JobToDoc(j).dump()}));
+        {j.seq, j.team, j.StateName(), JobToDoc(j).dump()}));
   }
   for (const std::string& name : dirty_nodes_) {
     auto it = nodes_.find(name);

@@ -172,8 +172,7 @@ class Control {
   void SizeAutoJob(JobRecord& j);
   void Accrue(JobRecord& j, double now);
   void ReleaseJob(JobRecord& j);
-  void EndJob(JobRecord& j, const std::string& state, std::optional<int> exit_code,
-              const std::string& why);
+  void EndJob(JobRecord& j, JobState state, std::optional<int> exit_code, const std::string& why);
   void ObserveUsage(JobRecord& j, double now);
 
   // agents.cc

@@ -129,7 +129,7 @@ StatusOr<Json> Control::Submit(const Principal& who, const Json& body) {
   j.id = FormatJobId(j.seq);
   j.submitted_at = now;
   j.pending_since = now;
-  j.state = "pending";
+  j.MoveTo(JobState::kPending);
   j.reason = "waiting for the scheduler";
   if (j.mem_auto) {
     SizeAutoJob(j);
@@ -163,7 +163,7 @@ StatusOr<std::string> Control::ListJobs(const Principal& who, const std::string&
     const JobRecord& j = it->second;
     if (!who.SeesTeam(j.team)) continue;
     if (!team.empty() && j.team != team) continue;
-    if (!state.empty() && j.state != state) continue;
+    if (!state.empty() && j.StateName() != state) continue;
     if (j.Terminal() && !all && state.empty()) continue;
     if (!first) out.push_back(',');
     first = false;
@@ -233,8 +233,8 @@ StatusOr<Json> Control::Explain(const Principal& who, const std::string& id) {
   std::string placement;
   if (!j.node.empty()) placement = j.node + "/" + std::to_string(j.gpu);
   std::string why_not;
-  if (j.state != "running") {
-    why_not = "the job is " + j.state + "; only running jobs can migrate";
+  if (j.state() != JobState::kRunning) {
+    why_not = "the job is " + j.StateName() + "; only running jobs can migrate";
   } else if (j.migration_id != 0) {
     why_not = "a migration is already under way";
   } else {
@@ -245,12 +245,9 @@ StatusOr<Json> Control::Explain(const Principal& who, const std::string& id) {
       why_not = std::string(kNotCheckpointable);
     }
   }
-  return Json{{"state", j.state},
-              {"reason", j.reason},
-              {"placement", placement},
-              {"migratable", why_not.empty()},
-              {"why_not_migratable", why_not},
-              {"prediction", j.prediction}};
+  return Json{{"state", j.StateName()},        {"reason", j.reason},
+              {"placement", placement},        {"migratable", why_not.empty()},
+              {"why_not_migratable", why_not}, {"prediction", j.prediction}};
 }
 
 StatusOr<Json> Control::Cancel(const Principal& who, const std::string& id) {
@@ -258,11 +255,12 @@ StatusOr<Json> Control::Cancel(const Principal& who, const std::string& id) {
   StatusOr<JobRecord*> found = FindJob(who, id);
   if (!found.ok()) return found.status();
   JobRecord& j = **found;
-  if (j.Terminal()) return FailedPrecondition("job " + id + " has already ended (" + j.state + ")");
+  if (j.Terminal())
+    return FailedPrecondition("job " + id + " has already ended (" + j.StateName() + ")");
   auto node = nodes_.find(j.node);
   const bool node_alive = node != nodes_.end() && node->second.state != "dead";
   if (j.node.empty() || !node_alive) {
-    EndJob(j, "cancelled", std::nullopt, "cancelled by " + who.Scope());
+    EndJob(j, JobState::kCancelled, std::nullopt, "cancelled by " + who.Scope());
   } else {
     j.cancel_requested = true;
     j.reason = "cancelling: the agent on " + j.node + " was told to kill it";
@@ -321,11 +319,11 @@ StatusOr<Json> Control::CheckpointJob(const Principal& who, const std::string& i
   StatusOr<JobRecord*> found = FindJob(who, id);
   if (!found.ok()) return found.status();
   JobRecord& j = **found;
-  if (j.state != "running") {
-    return FailedPrecondition("job " + id + " is " + j.state + "; only a running job can be " +
-                              "checkpointed");
+  if (j.state() != JobState::kRunning) {
+    return FailedPrecondition("job " + id + " is " + j.StateName() +
+                              "; only a running job can be " + "checkpointed");
   }
-  j.state = "checkpointing";
+  j.MoveTo(JobState::kCheckpointing);
   j.reason = "checkpointing (stop) on " + j.node;
   ++j.checkpoint_seq;
   SendCommand(j.node, "checkpoint", &j,
@@ -341,11 +339,11 @@ StatusOr<Json> Control::Resume(const Principal& who, const std::string& id) {
   StatusOr<JobRecord*> found = FindJob(who, id);
   if (!found.ok()) return found.status();
   JobRecord& j = **found;
-  if (j.state != "checkpointed" || !j.last_checkpoint) {
-    return FailedPrecondition("job " + id + " is " + j.state + "; only a checkpointed job " +
+  if (j.state() != JobState::kCheckpointed || !j.last_checkpoint) {
+    return FailedPrecondition("job " + id + " is " + j.StateName() + "; only a checkpointed job " +
                               "can be resumed");
   }
-  j.state = "restoring";
+  j.MoveTo(JobState::kRestoring);
   j.preempted = false;
   j.node.clear();
   j.gpu = -1;

@@ -1,6 +1,7 @@
 #include "model.h"
 
 #include <algorithm>
+#include <cassert>
 #include <charconv>
 #include <cstdio>
 #include <string_view>
@@ -177,7 +178,7 @@ void AppendJobApiText(const JobRecord& j, const Json& migration, std::string* ou
   Key("started_at", false, out);
   AppendOptionalReal(j.started_at, out);
   Key("state", false, out);
-  AppendString(j.state, out);
+  AppendString(j.StateName(), out);
   Key("submitted_at", false, out);
   AppendReal(j.submitted_at, out);
   Key("team", false, out);
@@ -194,6 +195,17 @@ std::string JobRecord::ClassKey() const {
   return team + "/" + base;
 }
 
+bool JobRecord::MoveTo(JobState to) {
+  if (!JobStateAllows(state_, to)) {
+    std::fprintf(stderr, "paladin server: internal error: job %s: %s -> %s is not a transition\n",
+                 id.c_str(), StateName().c_str(), std::string(JobStateName(to)).c_str());
+    assert(false && "an illegal job state transition");
+    return false;
+  }
+  state_ = to;
+  return true;
+}
+
 Json JobToApi(const JobRecord& j) {
   Json out = {{"id", j.id},
               {"name", j.name},
@@ -206,7 +218,7 @@ Json JobToApi(const JobRecord& j) {
               {"ceiling_bytes", j.ceiling_bytes},
               {"predicted_bytes", j.predicted_bytes},
               {"used_bytes", j.used_bytes},
-              {"state", j.state},
+              {"state", j.StateName()},
               {"reason", j.reason},
               {"node", j.node.empty() ? Json(nullptr) : Json(j.node)},
               {"gpu", j.gpu < 0 ? Json(nullptr) : Json(j.gpu)},
@@ -276,8 +288,11 @@ JobRecord JobFromDoc(const Json& d) {
   j.predicted_bytes = d.value("predicted_bytes", int64_t{0});
   j.used_bytes = d.value("used_bytes", int64_t{0});
   j.peak_used_bytes = d.value("peak_used_bytes", int64_t{0});
-  j.state = d.value("state", "pending");
-  j.reason = d.value("reason", "");
+  const std::string state = d.value("state", "pending");
+  const std::optional<JobState> known = ParseJobState(state);
+  j.LoadState(known.value_or(JobState::kFailed));
+  if (!known) j.reason = "the store had it in an unknown state '" + state.substr(0, 40) + "'";
+  if (known) j.reason = d.value("reason", "");
   j.node = d.contains("node") && d["node"].is_string() ? d["node"].get<std::string>() : "";
   j.gpu = d.contains("gpu") && d["gpu"].is_number() ? d["gpu"].get<int>() : -1;
   j.gpu_indices = d.value("gpu_indices", std::vector<int>{});

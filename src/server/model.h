@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "job_state.h"
+
 namespace paladin::server {
 
 using Json = nlohmann::json;
@@ -48,7 +50,6 @@ struct JobRecord {
   int64_t predicted_bytes = 0;
   int64_t used_bytes = 0;
   int64_t peak_used_bytes = 0;
-  std::string state = "pending";
   std::string reason;
   std::string node;
   int gpu = -1;
@@ -88,16 +89,27 @@ struct JobRecord {
   // something changes, trying again would find the same.
   std::optional<uint64_t> preempt_futile_at;
 
-  bool Terminal() const {
-    return state == "succeeded" || state == "failed" || state == "cancelled";
-  }
+  JobState state() const { return state_; }
+  std::string StateName() const { return std::string(JobStateName(state_)); }
+  // The only way a job changes state: along the graph in job_state.h. An illegal transition is a
+  // bug in the control plane: it asserts (debug builds), or leaves the state as it was and says
+  // so on stderr, and returns false.
+  bool MoveTo(JobState to);
+  // The state read back from the store (no transition).
+  void LoadState(JobState state) { state_ = state; }
+
+  bool Terminal() const { return IsTerminal(state_); }
   // Whether it holds GPU room on its node.
   bool HoldsGpu() const {
-    return state == "starting" || state == "running" || state == "migrating" ||
-           state == "checkpointing" || (state == "restoring" && !node.empty());
+    return state_ == JobState::kStarting || state_ == JobState::kRunning ||
+           state_ == JobState::kMigrating || state_ == JobState::kCheckpointing ||
+           (state_ == JobState::kRestoring && !node.empty());
   }
   // team + basename of command[0]: jobs of one class share a memory history.
   std::string ClassKey() const;
+
+ private:
+  JobState state_ = JobState::kPending;
 };
 
 struct GpuRecord {

@@ -33,8 +33,9 @@ MigrationRecord* Control::ActiveMigration(const JobRecord& j) {
 
 Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
                                const std::string& why, std::string* refusal) {
-  if (j.state != "running") {
-    return FailedPrecondition("job " + j.id + " is " + j.state + "; only a running job migrates");
+  if (j.state() != JobState::kRunning) {
+    return FailedPrecondition("job " + j.id + " is " + j.StateName() +
+                              "; only a running job migrates");
   }
   if (ActiveMigration(j) != nullptr) {
     return FailedPrecondition("job " + j.id + " is already migrating");
@@ -110,7 +111,7 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
   m.created_at = Now();
   m.why = why;
   m.step = "reserved";
-  j.state = "migrating";
+  j.MoveTo(JobState::kMigrating);
   j.migration_id = m.id;
   j.reason = "migrating to " + to + "/" + std::to_string(m.to_gpu) + " (" + why + ")";
   Event("migration_started", &j, j.node,
@@ -259,8 +260,8 @@ void Control::FailMigration(MigrationRecord& m, const std::string& why) {
   if (found != jobs_.end()) {
     JobRecord& j = found->second;
     if (j.migration_id == m.id) j.migration_id = 0;
-    if (j.state == "migrating") {
-      j.state = "running";
+    if (j.state() == JobState::kMigrating) {
+      j.MoveTo(JobState::kRunning);
       j.reason =
           "migration " + std::to_string(m.id) + " failed (" + why + "); running on " + j.node;
     }
@@ -286,7 +287,7 @@ void Control::FinishMigration(MigrationRecord& m) {
   if (found != jobs_.end()) {
     JobRecord& j = found->second;
     if (j.migration_id == m.id) j.migration_id = 0;
-    if (j.state == "migrating") j.state = "running";
+    if (j.state() == JobState::kMigrating) j.MoveTo(JobState::kRunning);
     j.reason = "running on " + j.node + "/" + std::to_string(j.gpu) + " (migrated from " +
                m.from_node + ")";
     Event("migrated", &j, m.to_node,
@@ -344,11 +345,11 @@ void Control::RecoverNode(NodeRecord& n) {
     j.pending_since = now;
     j.cancel_requested = false;
     if (j.last_checkpoint) {
-      j.state = "restoring";
+      j.MoveTo(JobState::kRestoring);
       j.recovering = true;
       j.reason = "node " + n.name + " died: restoring from " + j.last_checkpoint->path;
     } else {
-      j.state = "pending";
+      j.MoveTo(JobState::kPending);
       ++j.restarts;
       Count("restarts");
       j.reason = "node " + n.name + " died and the job had no checkpoint: starting over";
@@ -362,7 +363,7 @@ void Control::DrainNodes() {
   for (auto& [name, n] : nodes_) {
     if (!n.draining || n.state == "dead") continue;
     for (auto& [seq, j] : jobs_) {
-      if (j.node != name || j.state != "running" || j.migration_id != 0) continue;
+      if (j.node != name || j.state() != JobState::kRunning || j.migration_id != 0) continue;
       FleetView view = BuildFleet(true);
       core::PackerOptions options;
       options.collect_reasons = true;
@@ -426,7 +427,7 @@ StatusOr<Json> Control::Fault(const std::string& node, int gpu, const Json& body
 
 void Control::GpuHealthMoves() {
   for (auto& [seq, j] : jobs_) {
-    if (j.state != "running" || j.migration_id != 0) continue;
+    if (j.state() != JobState::kRunning || j.migration_id != 0) continue;
     auto n = nodes_.find(j.node);
     if (n == nodes_.end() || n->second.state == "dead") continue;
     const GpuRecord* g = n->second.Gpu(j.gpu);
@@ -448,7 +449,7 @@ void Control::GpuHealthMoves() {
 void Control::PeriodicCheckpoints(double now) {
   if (options_.checkpoint_every_s <= 0) return;
   for (auto& [seq, j] : jobs_) {
-    if (j.state != "running" || j.migration_id != 0 || !j.started_at) continue;
+    if (j.state() != JobState::kRunning || j.migration_id != 0 || !j.started_at) continue;
     // One at a time: a dump that takes longer than the period must not queue up more.
     if (j.checkpoint_in_flight) continue;
     if (auto node = nodes_.find(j.node); node != nodes_.end() && !node->second.checkpointable) {
@@ -506,7 +507,7 @@ void Control::Rebalance(FleetView& view, JobRecord& waiting) {
     std::vector<core::Move> left;
     for (const core::Move& move : admission_moves_) {
       auto j = jobs_.find(static_cast<int64_t>(move.job));
-      if (j == jobs_.end() || j->second.state != "running") continue;
+      if (j == jobs_.end() || j->second.state() != JobState::kRunning) continue;
       const std::string& to = view.names.size() > static_cast<size_t>(move.to.node)
                                   ? view.names[static_cast<size_t>(move.to.node)]
                                   : std::string();
@@ -532,7 +533,7 @@ void Control::Rebalance(FleetView& view, JobRecord& waiting) {
   std::vector<core::MovableJob> movable;
   core::MigrationCost cost;
   for (const auto& [seq, j] : jobs_) {
-    if (j.state != "running" || j.gpus != 1) continue;
+    if (j.state() != JobState::kRunning || j.gpus != 1) continue;
     auto at = view.index.find(j.node);
     if (at == view.index.end()) continue;
     const auto& map = view.gpu_index[static_cast<size_t>(at->second)];

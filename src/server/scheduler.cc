@@ -166,7 +166,8 @@ std::string Control::TeamQuotaRefusal(const JobRecord& j) const {
 void Control::PlaceWaiting(FleetView& view) {
   std::vector<JobRecord*> waiting;
   for (auto& [seq, j] : jobs_) {
-    if (j.state == "pending" || (j.state == "restoring" && j.node.empty())) waiting.push_back(&j);
+    if (j.state() == JobState::kPending || (j.state() == JobState::kRestoring && j.node.empty()))
+      waiting.push_back(&j);
   }
   std::stable_sort(waiting.begin(), waiting.end(), [](const JobRecord* a, const JobRecord* b) {
     return a->priority != b->priority ? a->priority > b->priority : a->seq < b->seq;
@@ -184,7 +185,7 @@ void Control::PlaceWaiting(FleetView& view) {
 }
 
 bool Control::Preempt(const FleetView& view, JobRecord& waiting) {
-  if (waiting.state != "pending" || !TeamQuotaRefusal(waiting).empty()) return false;
+  if (waiting.state() != JobState::kPending || !TeamQuotaRefusal(waiting).empty()) return false;
   if (waiting.preempt_futile_at == changes_) return false;
   const bool preempted = PreemptFor(view, waiting);
   if (!preempted) waiting.preempt_futile_at = changes_;
@@ -194,13 +195,13 @@ bool Control::Preempt(const FleetView& view, JobRecord& waiting) {
 bool Control::PreemptFor(const FleetView& view, JobRecord& waiting) {
   // One wave at a time: what is being preempted now may already make room.
   for (const auto& [seq, j] : jobs_) {
-    if (j.preempted && j.state == "checkpointing") return false;
+    if (j.preempted && j.state() == JobState::kCheckpointing) return false;
   }
   // Candidates: running, lower priority, on a node that can checkpoint them, not moving; the
   // lowest priority first, then the most recently started (the least work since its start).
   std::vector<const JobRecord*> candidates;
   for (const auto& [seq, j] : jobs_) {
-    if (j.state != "running" || j.priority >= waiting.priority || j.migration_id != 0 ||
+    if (j.state() != JobState::kRunning || j.priority >= waiting.priority || j.migration_id != 0 ||
         j.checkpoint_in_flight || view.index.count(j.node) == 0) {
       continue;
     }
@@ -237,7 +238,7 @@ bool Control::PreemptFor(const FleetView& view, JobRecord& waiting) {
   for (const JobRecord* victim : freed) {
     if (victim->node != node) continue;
     JobRecord& j = jobs_[victim->seq];
-    j.state = "checkpointing";
+    j.MoveTo(JobState::kCheckpointing);
     j.preempted = true;
     j.reason = "preempted by " + waiting.id + " (priority " + std::to_string(waiting.priority) +
                " > " + std::to_string(j.priority) + "): checkpointing to stop";
@@ -259,7 +260,7 @@ bool Control::PreemptFor(const FleetView& view, JobRecord& waiting) {
 }
 
 bool Control::TryPlace(FleetView& view, JobRecord& j) {
-  if (j.mem_auto && j.state == "pending") SizeAutoJob(j);
+  if (j.mem_auto && j.state() == JobState::kPending) SizeAutoJob(j);
   const std::string refusal = TeamQuotaRefusal(j);
   if (!refusal.empty()) {
     if (j.reason != refusal) {
@@ -329,7 +330,7 @@ void Control::Bind(FleetView& view, JobRecord& j, const core::Placement& p,
   j.used_bytes = 0;
   const std::string where = j.node + "/" + std::to_string(j.gpu);
   Json gpus_json = j.gpu_indices;
-  if (j.state == "restoring" && j.last_checkpoint) {
+  if (j.state() == JobState::kRestoring && j.last_checkpoint) {
     j.reason = "restoring on " + where + how;
     SendCommand(j.node, "restore", &j,
                 Json{{"image", j.last_checkpoint->path},
@@ -344,7 +345,7 @@ void Control::Bind(FleetView& view, JobRecord& j, const core::Placement& p,
     Event("placed", &j, j.node,
           "placed on " + where + how + " to restore from " + j.last_checkpoint->path);
   } else {
-    j.state = "starting";
+    j.MoveTo(JobState::kStarting);
     j.reason = "placed on " + where + how;
     SendCommand(j.node, "start", &j,
                 Json{{"name", j.name},
@@ -389,7 +390,7 @@ void Control::ReleaseJob(JobRecord& j) {
   j.used_bytes = 0;
 }
 
-void Control::EndJob(JobRecord& j, const std::string& state, std::optional<int> exit_code,
+void Control::EndJob(JobRecord& j, JobState state, std::optional<int> exit_code,
                      const std::string& why) {
   const double now = Now();
   if (j.HoldsGpu()) Accrue(j, now);
@@ -399,12 +400,12 @@ void Control::EndJob(JobRecord& j, const std::string& state, std::optional<int> 
   }
   const std::string node = j.node;
   ReleaseJob(j);
-  j.state = state;
+  j.MoveTo(state);
   j.exit_code = exit_code;
   j.ended_at = now;
   j.reason = why;
   j.cancel_requested = false;
-  Event(state == "cancelled" ? "cancelled" : "ended", &j, node, why);
+  Event(state == JobState::kCancelled ? "cancelled" : "ended", &j, node, why);
   DirtyJob(j);
 }
 

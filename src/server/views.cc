@@ -208,12 +208,11 @@ StatusOr<Json> Control::Summary(const Principal& who) {
   for (const auto& [seq, j] : jobs_) {
     if (!who.SeesTeam(j.team)) continue;
     ++submitted;
-    if (j.state == "running" || j.state == "migrating") ++running;
-    if (j.state == "pending") ++pending;
+    if (j.state() == JobState::kRunning || j.state() == JobState::kMigrating) ++running;
+    if (j.state() == JobState::kPending) ++pending;
     if (j.Terminal()) ++ended;
     // A job that ended without an exit code and was not cancelled ended in a non-terminal way.
-    if ((j.state == "failed" && !j.exit_code && j.reason.rfind("start failed", 0) != 0) ||
-        (!j.Terminal() && j.state == "lost")) {
+    if (j.state() == JobState::kFailed && !j.exit_code && j.reason.rfind("start failed", 0) != 0) {
       ++lost;
     }
     if (j.mismatch) ++mismatches;
@@ -270,7 +269,7 @@ std::string Control::Metrics(const Principal& who) {
     states[s] = 0;
   }
   for (const auto& [seq, j] : jobs_) {
-    if (who.SeesTeam(j.team)) ++states[j.state];
+    if (who.SeesTeam(j.team)) ++states[j.StateName()];
   }
   for (const auto& [s, n] : states)
     Line(&out, "paladin_jobs", "state=\"" + s + "\"", static_cast<double>(n));

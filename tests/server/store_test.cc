@@ -143,7 +143,7 @@ TEST(JobTextTest, MatchesTheJsonForm) {
   full.ceiling_bytes = 8 * kGiB;
   full.predicted_bytes = 2 * kGiB + 1;
   full.used_bytes = 123456789;
-  full.state = "migrating";
+  full.LoadState(JobState::kMigrating);
   full.reason = "migrating to node-b/1 (GPU 0 unhealthy)";
   full.node = "node-a";
   full.gpu = 0;
