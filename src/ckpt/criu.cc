@@ -437,6 +437,7 @@ StatusOr<pid_t> Restore(const Criu& criu, const std::string& dir, const RestoreO
   // (--tcp-established), or closed. Images of a Paladin before CRIU 4.2 hold their connections
   // without state (they were dumped with --tcp-close): closed, as they were promised.
   argv.emplace_back(HoldsTcpStreams(dir) ? "--tcp-established" : "--tcp-close");
+  if (options.leave_stopped) argv.emplace_back("--leave-stopped");
   // CRIU must inherit them: dup() drops close-on-exec. CRIU's key is the path without its '/'.
   std::vector<int> passed;
   for (const auto& [fd, path] : options.inherit_fds) {
