@@ -36,7 +36,7 @@ mirror=$(
       awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) { print $i; break } }'
   } | grep -v -- '-security' | grep -E '/debian/?$' | head -1 || true)
 if [[ -z $mirror ]]; then
-  echo "criu: no Debian mirror found in /etc/apt/sources.list*; cannot fetch CRIU 4" >&2
+  echo "criu: no Debian mirror found in /etc/apt/sources.list*; cannot fetch CRIU 4.2" >&2
   exit 1
 fi
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
