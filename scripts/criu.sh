@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# Installs CRIU 4.x into a private prefix from Debian 13's packages (Debian 12's CRIU 3.17 fails on
-# current kernels), without touching the system's apt sources or installed packages, and writes
-# a wrapper that runs it through the prefix's own dynamic loader. Idempotent.
+# Installs CRIU 4.2 into a private prefix from Debian forky's packages, without touching the
+# system's apt sources or installed packages, and writes a wrapper that runs it through the
+# prefix's own dynamic loader and libraries. Debian 12's CRIU 3.17 fails on current kernels, and
+# 4.1 (Debian 13) cannot dump a process holding an inet socket on Linux 6.16 or newer (the kernel
+# refuses SO_PASSCRED there, which CRIU before 4.2 reads on every socket). Idempotent: a prefix
+# that already runs CRIU 4.2 or newer is left alone; an older one is replaced.
 #
 #   scripts/criu.sh [PREFIX]     (default: $PALADIN_CRIU_PREFIX or /opt/paladin/criu)
 #
 # Paladin finds CRIU at $PALADIN_CRIU, else PREFIX/criu, else `criu` on the PATH (docs/ckpt.md).
 set -euo pipefail
 PREFIX=${1:-${PALADIN_CRIU_PREFIX:-/opt/paladin/criu}}
+PREFIX=${PREFIX%/}
 WRAPPER=$PREFIX/criu
-SUITE=trixie
-PACKAGES=(criu libcompel1 libc6 libbsd0 libmd0 libgnutls30t64 libnet1 libnftables1 libnftnl11
-  libmnl0 libjansson4 libxtables12 libnl-3-200 libprotobuf-c1 libuuid1 libidn2-0 libunistring5
-  libtasn1-6 libnettle8t64 libhogweed6t64 libgmp10 libp11-kit0 libffi8 libedit2)
+SUITE=forky
+# 4.2 or newer (the first version that dumps inet sockets on Linux 6.16+).
+NEEDED='^Version: (4\.([2-9]|[1-9][0-9])|[5-9]|[1-9][0-9])'
 
-if [[ -x $WRAPPER ]] && "$WRAPPER" --version 2>/dev/null | grep -q '^Version: 4'; then
+if [[ -x $WRAPPER ]] && "$WRAPPER" --version 2>/dev/null | grep -Eq "$NEEDED"; then
   echo "criu: $("$WRAPPER" --version | head -1) in $PREFIX"
   exit 0
 fi
@@ -33,7 +36,7 @@ mirror=$(
       awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) { print $i; break } }'
   } | grep -v -- '-security' | grep -E '/debian/?$' | head -1 || true)
 if [[ -z $mirror ]]; then
-  echo "criu: no Debian mirror found in /etc/apt/sources.list*; cannot fetch CRIU 4" >&2
+  echo "criu: no Debian mirror found in /etc/apt/sources.list*; cannot fetch CRIU 4.2" >&2
   exit 1
 fi
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
@@ -47,17 +50,57 @@ APT=(-o Dir::Etc::sourcelist="$work/sources.list" -o Dir::Etc::sourceparts=-
   -o Debug::NoLocking=1 -o APT::Sandbox::User=root)
 echo "criu: fetching CRIU and its libraries from Debian $SUITE ($mirror)"
 apt-get -qq "${APT[@]}" update
-(cd "$work/debs" && apt-get -qq "${APT[@]}" download "${PACKAGES[@]}")
+# criu and everything it depends on, recursively (Depends and Pre-Depends only; virtual
+# packages, printed in <angle brackets>, are provided by one of the real ones listed).
+mapfile -t packages < <(apt-cache "${APT[@]}" depends --recurse --no-recommends --no-suggests \
+  --no-conflicts --no-breaks --no-replaces --no-enhances criu | grep -E '^[a-z0-9]' | sort -u)
+(cd "$work/debs" && apt-get -qq "${APT[@]}" download "${packages[@]}")
 
-$SUDO mkdir -p "$PREFIX"
-for deb in "$work"/debs/*.deb; do $SUDO dpkg-deb -x "$deb" "$PREFIX"; done
-libs="$PREFIX/lib/x86_64-linux-gnu:$PREFIX/usr/lib/x86_64-linux-gnu"
-loader=$PREFIX/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2
-[[ -e $loader ]] || loader=$PREFIX/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2
-$SUDO tee "$WRAPPER" >/dev/null <<WRAP
+# The prefix is replaced whole: refuse a folder that is not one of ours (or empty).
+if [[ -e $PREFIX ]] && [[ -n $(ls -A "$PREFIX") ]] && ! grep -qs 'scripts/criu.sh' "$WRAPPER"; then
+  echo "criu: $PREFIX holds something else than a CRIU of scripts/criu.sh; choose another" >&2
+  exit 1
+fi
+# Unpacked next to the prefix and checked there, then swapped in: a CRIU already running from
+# the old prefix keeps its files, and a failed fetch leaves the old prefix as it was.
+stage=$PREFIX.new.$$
+old=$PREFIX.old.$$
+$SUDO rm -rf "$stage"
+$SUDO mkdir -p "$stage"
+for deb in "$work"/debs/*.deb; do $SUDO dpkg-deb -x "$deb" "$stage"; done
+loader_in() {
+  local l
+  for l in "$1/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" \
+           "$1/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"; do
+    [[ -e $l ]] && { echo "$l"; return; }
+  done
+}
+libs_in() { echo "$1/lib/x86_64-linux-gnu:$1/usr/lib/x86_64-linux-gnu"; }
+loader=$(loader_in "$stage")
+[[ -n $loader ]] || { echo "criu: no dynamic loader among the fetched packages" >&2; exit 1; }
+# Every library CRIU loads must come from the prefix (its libc may be newer than the system's).
+deps=$("$loader" --library-path "$(libs_in "$stage")" --list "$stage/usr/sbin/criu")
+if grep -q 'not found' <<<"$deps" || grep '=>' <<<"$deps" | grep -v "=> $stage/" | grep -q .; then
+  echo "criu: libraries missing from the prefix:" >&2
+  grep -v "=> $stage/" <<<"$deps" | grep '=>' >&2
+  $SUDO rm -rf "$stage"
+  exit 1
+fi
+version=$("$loader" --library-path "$(libs_in "$stage")" "$stage/usr/sbin/criu" --version | head -1)
+if ! grep -Eq "$NEEDED" <<<"$version"; then
+  echo "criu: Debian $SUITE has CRIU '$version'; 4.2 or newer is needed" >&2
+  $SUDO rm -rf "$stage"
+  exit 1
+fi
+
+loader=${loader/#$stage/$PREFIX}
+$SUDO tee "$stage/criu" >/dev/null <<WRAP
 #!/bin/sh
 # CRIU from Debian $SUITE, run through its own loader and libraries (scripts/criu.sh).
-exec "$loader" --library-path "$libs" "$PREFIX/usr/sbin/criu" "\$@"
+exec "$loader" --library-path "$(libs_in "$PREFIX")" "$PREFIX/usr/sbin/criu" "\$@"
 WRAP
-$SUDO chmod 755 "$WRAPPER"
+$SUDO chmod 755 "$stage/criu"
+if [[ -e $PREFIX ]]; then $SUDO mv "$PREFIX" "$old"; fi
+$SUDO mv "$stage" "$PREFIX"
+$SUDO rm -rf "$old"
 echo "criu: $("$WRAPPER" --version | head -1) installed in $PREFIX"

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: installs dependencies (and CRIU 4 into its private prefix), builds
+# Runs the whole test suite: installs dependencies (and CRIU 4.2 into its private prefix), builds
 # the debug preset (ASan + UBSan) and runs ctest. Extra arguments go to ctest (e.g. -L core).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh --tests
-bash scripts/criu.sh  # CRIU 4 for the checkpoint tests (label ckpt)
+bash scripts/criu.sh  # CRIU 4.2 for the checkpoint tests (label ckpt)
 cmake --preset debug >/dev/null
 cmake --build --preset debug
 ctest --preset debug -j "$(nproc)" "$@"

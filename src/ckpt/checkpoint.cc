@@ -24,6 +24,7 @@
 #include "paladin/ckpt/cgroup.h"
 #include "paladin/ckpt/fence.h"
 #include "paladin/ckpt/gpu_checkpoint.h"
+#include "paladin/ckpt/sockets.h"
 #include "paladin/gpu/nvml.h"
 #include "paladin/quota/launch.h"
 #include "paladin/quota/region.h"
@@ -467,6 +468,7 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
     pre.pre_dump = true;
     pre.parent_images = parent.empty() ? "" : "../" + parent;
     pre.timeout_s = options.timeout_s;
+    if (!job->run_dir.empty()) pre.failed_log = job->run_dir + "/criu-pre-dump.log";
     progress("pre-dump " + std::to_string(i) + " of " + std::to_string(pre_dumps));
     Status s = Dump(criu, root, pre_dir, pre);
     if (!s.ok()) return fail(s);
@@ -531,6 +533,17 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
   dump.leave_stopped = options.after != CheckpointOptions::After::kKill;
   dump.parent_images = parent.empty() ? "" : parent;
   dump.timeout_s = options.timeout_s;
+  if (!job->run_dir.empty()) dump.failed_log = job->run_dir + "/criu-dump.log";
+  // Nothing outside the job is dumped with it: its connections to outside peers are closed now,
+  // the peers see a reset (docs/ckpt.md, "Sockets").
+  StatusOr<std::vector<TcpConnection>> connections = JobConnections(pids);
+  if (!connections.ok()) return undo_gpu(connections.status());
+  for (const TcpConnection& c : *connections) {
+    if (!c.internal)
+      progress("closing the connection " + c.Describe() + " to a peer outside the job");
+  }
+  Status closed = CloseOutsideConnections(*connections);
+  if (!closed.ok()) return undo_gpu(closed);
   progress("dumping " + std::to_string(pids.size()) + " process(es) with CRIU");
   Status dumped = Dump(criu, root, image, dump);
   if (!dumped.ok()) {

@@ -1,13 +1,18 @@
 #include "paladin/ckpt/criu.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -25,23 +30,39 @@ namespace {
 constexpr const char* kPrefixCriu = "/opt/paladin/criu/criu";
 constexpr int kCapSysResource = 24;  // CAP_SYS_RESOURCE, <linux/capability.h>
 
-// The last lines of CRIU's log, for error messages.
-std::string LogTail(const std::string& path, int lines = 6) {
-  std::ifstream in(path);
-  std::vector<std::string> all;
-  for (std::string line; std::getline(in, line);) all.push_back(line);
-  std::string out;
-  for (size_t i = all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0; i < all.size();
-       ++i) {
-    out += "\n  " + all[i];
+// CRIU's first error line (what went wrong first; later ones are its consequences) and where its
+// whole log is. Without an error line (CRIU killed, say), its last line.
+std::string ErrorReport(const std::string& log) {
+  std::ifstream in(log);
+  std::string first_error;
+  std::string last;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    last = line;
+    // "(00.012345) Error (criu/sockets.c:628): ...": the time is of no use to the reader.
+    const size_t error = line.find("Error (");
+    // CRIU reports, and goes on after, a failure to raise its own descriptor limit where root
+    // lacks CAP_SYS_RESOURCE.
+    if (line.find("Can't setup RLIMIT_NOFILE") != std::string::npos) continue;
+    if (error != std::string::npos && (error == 0 || line[error - 1] == ' ')) {
+      first_error = line.substr(error);
+      break;
+    }
   }
-  return out;
+  if (last.empty()) return "\n  (CRIU wrote no log at " + log + ")";
+  return "\n  " + (first_error.empty() ? "no error line; its last line: " + last : first_error) +
+         "\n  (CRIU's full log: " + log + ")";
 }
 
 // What a failed dump's log says about its cause, when it is one Paladin knows how to avoid.
 std::string DumpHint(const Criu& criu, const std::string& log) {
   std::ifstream in(log);
   for (std::string line; std::getline(in, line);) {
+    // CRIU before 4.2 reads SO_PASSCRED on every socket, which Linux 6.16+ refuses on inet ones.
+    if (line.find("Can't get 1:16 opt") != std::string::npos) {
+      return "\n  (CRIU " + criu.version +
+             " cannot dump inet sockets on this kernel; CRIU 4.2 can: bash scripts/criu.sh)";
+    }
     // The parasite could not mount a /proc of the job's namespace from inside its root task.
     if (line.find("Can't get /proc fd") != std::string::npos ||
         line.find("doesn't belong to it") != std::string::npos) {
@@ -102,9 +123,90 @@ Status ProbeDump(const Criu& criu, const std::string& dir) {
   if (r.timed_out) return FailedPrecondition("criu dump still running after 20 s");
   if (r.exit_code != 0) {
     return FailedPrecondition("criu dump failed (exit " + std::to_string(r.exit_code) +
-                              "):" + LogTail(dir + "/dump.log"));
+                              "):" + ErrorReport(dir + "/dump.log"));
   }
   return Status::Ok();
+}
+
+// Paladin's sockets policy (docs/ckpt.md, "Sockets"): connections between the job's processes are
+// dumped with their state (CRIU's TCP repair mode) and restored; the job's connections to outside
+// peers are closed before the dump (CloseOutsideConnections), so no lock of the network is needed
+// while the job is away (CRIU's default locks with iptables, which a node may not have); a
+// connection still waiting in a listening socket's queue is dropped (its client sees a reset).
+const std::vector<std::string> kDumpSocketFlags = {"--tcp-established", "--skip-in-flight",
+                                                   "--network-lock", "skip"};
+
+// Whether a dump saved the state of TCP connections (one tcp-stream image per connection).
+bool HoldsTcpStreams(const std::string& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().filename().string().rfind("tcp-stream-", 0) == 0) return true;
+  }
+  return false;
+}
+
+// pid 1 of a new PID namespace, leading its own session, holding a listening TCP socket and a
+// bound UDP socket on loopback and sleeping; *port is the TCP one. Its stdio is /dev/null (a
+// terminal would be external to the dump) and it works in `dir`, where CRIU puts proc.crtools.
+pid_t StartSocketProbe(const std::string& dir, int* port) {
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) != 0) return -1;
+  const pid_t pid = static_cast<pid_t>(
+      syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr, nullptr, nullptr, nullptr));
+  if (pid == 0) {
+    setsid();
+    const int null = open("/dev/null", O_RDWR);
+    for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
+    if (chdir(dir.c_str()) != 0) _exit(126);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    const int tcp = socket(AF_INET, SOCK_STREAM, 0);
+    const int udp = socket(AF_INET, SOCK_DGRAM, 0);
+    if (tcp < 0 || udp < 0 || bind(tcp, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+        listen(tcp, 4) != 0 || bind(udp, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+        getsockname(tcp, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      _exit(126);
+    }
+    const int bound = ntohs(addr.sin_port);
+    if (write(ready[1], &bound, sizeof(bound)) != sizeof(bound)) _exit(126);
+    char sleep_path[] = "sleep";
+    char seconds[] = "60";
+    char* argv[] = {sleep_path, seconds, nullptr};
+    execvp("sleep", argv);
+    _exit(127);
+  }
+  close(ready[1]);
+  if (pid > 0 && read(ready[0], port, sizeof(*port)) != sizeof(*port)) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    close(ready[0]);
+    return -1;
+  }
+  close(ready[0]);
+  return pid;
+}
+
+bool AcceptsOnLoopback(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
+// FNV-1a: a stable short name for a CRIU's path in the probe's cache file name.
+std::string PathKey(const std::string& path) {
+  uint32_t h = 2166136261U;
+  for (unsigned char c : path) h = (h ^ c) * 16777619U;
+  char hex[9];
+  snprintf(hex, sizeof(hex), "%08x", h);
+  return hex;
 }
 
 }  // namespace
@@ -242,13 +344,62 @@ Status ProbeBreakpoints(Criu* criu, const std::string& cache_dir) {
   return Status::Ok();
 }
 
+Status ProbeInetSockets(Criu* criu, const std::string& cache_dir) {
+  const std::string cache =
+      cache_dir + "/criu-inet-" + KernelRelease() + "-" + criu->version + "-" + PathKey(criu->path);
+  std::ifstream cached(cache);
+  std::string answer;
+  if (cached >> answer && (answer == "yes" || answer == "no")) {
+    criu->inet_sockets = answer == "yes";
+    cached.ignore(1);
+    std::string line;
+    criu->inet_error.clear();
+    while (std::getline(cached, line))
+      criu->inet_error += (criu->inet_error.empty() ? "" : "\n") + line;
+    return Status::Ok();
+  }
+  const std::string scratch = cache_dir + "/criu-inet-probe-" + std::to_string(getpid());
+  std::error_code ec;
+  fs::remove_all(scratch, ec);
+  fs::create_directories(scratch + "/images", ec);
+  if (ec) return IoError("cannot create " + scratch + ": " + ec.message());
+  int port = 0;
+  const pid_t pid = StartSocketProbe(scratch, &port);
+  if (pid < 0) return FailedPrecondition("cannot start a process in a new PID namespace (root?)");
+  DumpOptions dump;
+  dump.timeout_s = 20;
+  Status result = Dump(*criu, pid, scratch + "/images", dump);
+  kill(pid, SIGKILL);  // the dump killed it, unless it failed
+  waitpid(pid, nullptr, 0);
+  if (result.ok()) {
+    RestoreOptions restore;
+    restore.timeout_s = 20;
+    StatusOr<pid_t> restored = Restore(*criu, scratch + "/images", restore);
+    if (restored.ok()) {
+      if (!AcceptsOnLoopback(port)) {
+        result = Internal("the restored process does not accept on its port " +
+                          std::to_string(port) + " (images in " + scratch + ")");
+      }
+      kill(*restored, SIGKILL);
+      waitpid(*restored, nullptr, WNOHANG);
+    } else {
+      result = restored.status();
+    }
+  }
+  criu->inet_sockets = result.ok();
+  criu->inet_error = result.ok() ? "" : result.message();
+  if (result.ok()) fs::remove_all(scratch, ec);
+  std::ofstream(cache) << (result.ok() ? "yes" : "no") << "\n" << criu->inet_error << "\n";
+  return Status::Ok();
+}
+
 Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOptions& options) {
-  std::vector<std::string> argv = {criu.path,     options.pre_dump ? "pre-dump" : "dump",
-                                   "-t",          std::to_string(root),
-                                   "-D",          dir,
-                                   "-o",          options.pre_dump ? "pre-dump.log" : "dump.log",
-                                   "-v4",         "--tcp-close",
-                                   "--file-locks"};
+  std::vector<std::string> argv = {criu.path, options.pre_dump ? "pre-dump" : "dump",
+                                   "-t",      std::to_string(root),
+                                   "-D",      dir,
+                                   "-o",      options.pre_dump ? "pre-dump.log" : "dump.log",
+                                   "-v4",     "--file-locks"};
+  argv.insert(argv.end(), kDumpSocketFlags.begin(), kDumpSocketFlags.end());
   if (options.pre_dump || !options.parent_images.empty()) argv.emplace_back("--track-mem");
   if (!options.parent_images.empty()) {
     argv.emplace_back("--prev-images-dir");
@@ -257,15 +408,20 @@ Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOpti
   if (options.leave_running && !options.pre_dump) argv.emplace_back("--leave-running");
   if (options.leave_stopped) argv.emplace_back("--leave-stopped");
   SubprocessResult r = RunBounded(argv, criu.Env(), options.timeout_s);
-  const std::string log = dir + (options.pre_dump ? "/pre-dump.log" : "/dump.log");
+  std::string log = dir + (options.pre_dump ? "/pre-dump.log" : "/dump.log");
+  if ((r.timed_out || r.exit_code != 0) && !options.failed_log.empty()) {
+    std::error_code ec;
+    fs::copy_file(log, options.failed_log, fs::copy_options::overwrite_existing, ec);
+    if (!ec) log = options.failed_log;
+  }
   if (r.timed_out) {
     return Internal("criu dump of pid " + std::to_string(root) + " still running after " +
                     std::to_string(static_cast<int>(options.timeout_s)) + " s; killed" +
-                    LogTail(log));
+                    ErrorReport(log));
   }
   if (r.exit_code != 0) {
     return Internal("criu dump of pid " + std::to_string(root) + " failed (exit " +
-                    std::to_string(r.exit_code) + "):" + LogTail(log) + DumpHint(criu, log));
+                    std::to_string(r.exit_code) + "):" + ErrorReport(log) + DumpHint(criu, log));
   }
   return Status::Ok();
 }
@@ -276,7 +432,11 @@ StatusOr<pid_t> Restore(const Criu& criu, const std::string& dir, const RestoreO
   fs::remove(pidfile, ec);
   std::vector<std::string> argv = {criu.path,   "restore",     "-D",          dir,
                                    "-o",        "restore.log", "-v4",         "-d",
-                                   "--pidfile", pidfile,       "--tcp-close", "--file-locks"};
+                                   "--pidfile", pidfile,       "--file-locks"};
+  // CRIU restores a connected TCP socket only when told how: with the state it dumped
+  // (--tcp-established), or closed. Images of a Paladin before CRIU 4.2 hold their connections
+  // without state (they were dumped with --tcp-close): closed, as they were promised.
+  argv.emplace_back(HoldsTcpStreams(dir) ? "--tcp-established" : "--tcp-close");
   if (options.leave_stopped) argv.emplace_back("--leave-stopped");
   // CRIU must inherit them: dup() drops close-on-exec. CRIU's key is the path without its '/'.
   std::vector<int> passed;
@@ -297,11 +457,11 @@ StatusOr<pid_t> Restore(const Criu& criu, const std::string& dir, const RestoreO
   if (r.timed_out) {
     return Internal("criu restore from " + dir + " still running after " +
                     std::to_string(static_cast<int>(options.timeout_s)) + " s; killed" +
-                    LogTail(dir + "/restore.log"));
+                    ErrorReport(dir + "/restore.log"));
   }
   if (r.exit_code != 0) {
     return Internal("criu restore from " + dir + " failed (exit " + std::to_string(r.exit_code) +
-                    "):" + LogTail(dir + "/restore.log"));
+                    "):" + ErrorReport(dir + "/restore.log"));
   }
   std::ifstream in(pidfile);
   pid_t pid = 0;

@@ -197,6 +197,20 @@ int RunDoctor() {
                      : init.status().message() +
                            ": jobs that run as another user cannot be checkpointed");
     }
+    // Asked of CRIU itself (a listening TCP and a UDP socket dumped and restored), not read off
+    // its version: what matters is what it can do on this kernel.
+    Status probed = ckpt::ProbeInetSockets(&*criu, ckpt::RunBase());
+    if (!probed.ok()) {
+      line(false, "sockets", "cannot probe CRIU for inet sockets: " + probed.message());
+    } else if (criu->inet_sockets) {
+      line(true, "sockets",
+           "inet sockets can be dumped on this kernel (CRIU " + criu->version +
+               " dumped and restored a listening TCP and a UDP socket)");
+    } else {
+      line(false, "sockets",
+           "CRIU " + criu->version + " cannot dump inet sockets on this kernel: " +
+               criu->inet_error + "\n                      fix: bash scripts/criu.sh (CRIU 4.2)");
+    }
     if (!criu->dirty_tracking) {
       note("pre-dumps",
            "unavailable: the kernel does not track dirty memory "

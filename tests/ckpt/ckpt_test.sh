@@ -14,6 +14,13 @@
 #   leave_running  --leave-running: the job keeps going, and the image restores later
 #   unprivileged   the threads program started as the node agent starts it, as nobody (under
 #                  paladin-workload-init), checkpointed, gone, restored, still nobody, continued
+#   tcp_listen     `python3 -m http.server` on a loopback port: answers on it again after restore
+#   tcp_internal   two processes of the job with a loopback TCP connection between them, numbers
+#                  sent and checked both ways: the same connection continues after restore
+#   udp            a UDP socket answering pings: answers on the same port after restore
+#   tcp_outside    an echo server with a client outside the job connected at the checkpoint:
+#                  the client sees a reset, the job sees its connection end, and the restored
+#                  server serves a new client (docs/ckpt.md, "Sockets")
 #
 # Usage: ckpt_test.sh SCENARIO PALADIN CKPT_THREADS CKPT_GPU [CKPT_START_AS]
 # Needs root (PID namespaces, CRIU) and CRIU (scripts/criu.sh); exits 77 (skipped) without them.
@@ -837,9 +844,178 @@ scenario_unprivileged() {
   fi
 }
 
+# --- sockets (socket_job.py; docs/ckpt.md, "Sockets") --------------------------------------
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# log_value WORD FILE: the second field of FILE's first line that starts with WORD.
+log_value() { awk -v w="$1" '$1 == w { print $2; exit }' "$2"; }
+
+http_get() {
+  python3 -c 'import sys, urllib.request
+sys.stdout.write(urllib.request.urlopen("http://127.0.0.1:%s/hello.txt" % sys.argv[1],
+                                        timeout=5).read().decode())' "$1" 2>/dev/null
+}
+http_answers() { [[ $(http_get "$1") == "$2" ]]; }
+
+scenario_tcp_listen() {
+  mkdir -p "$work/www"
+  local content="paladin $RANDOM$RANDOM"
+  echo "$content" >"$work/www/hello.txt"
+  local port
+  port=$(free_port)
+  start_job http -- python3 -m http.server --bind 127.0.0.1 --directory "$work/www" "$port" ||
+    return
+  if ! wait_until 30 http_answers "$port" "$content"; then
+    fail "tcp_listen: the server does not answer on port $port: $(tail -3 "$run_dir/stderr.log")"
+    return
+  fi
+  local -a before
+  read -ra before <<<"$(tree "$job_pid")"
+  checkpoint "$work/image"
+  expect_checkpointed tcp_listen "$work/image" "${before[@]}" || return
+  if http_get "$port" >/dev/null; then
+    fail "tcp_listen: something answers on port $port while the job is checkpointed"
+  fi
+  restore "$work/image"
+  expect_restored tcp_listen || return
+  if wait_until 10 http_answers "$port" "$content"; then
+    pass "tcp_listen: the restored server answers on port $port with the same page"
+  else
+    fail "tcp_listen: the restored server does not answer on port $port: $rs_out"
+  fi
+}
+
+last_echo() { awk '$1 == "echo" { n = $2 } END { print n + 0 }' "$log"; }
+echo_at_least() { (($(last_echo) >= $1)); }
+
+scenario_tcp_internal() {
+  start_job pair -- python3 "$HERE/socket_job.py" pair || return
+  if ! wait_until 60 echo_at_least 100; then
+    fail "tcp_internal: fewer than 100 round trips in 60 s: $(tail -3 "$log") $(tail -3 "$run_dir/stderr.log")"
+    return
+  fi
+  local -a before
+  read -ra before <<<"$(tree "$job_pid")"
+  checkpoint "$work/image"
+  expect_checkpointed tcp_internal "$work/image" "${before[@]}" || return
+  grep -q "closing the connection" <<<"$ck_out" &&
+    fail "tcp_internal: the checkpoint closed a connection inside the job: $ck_out"
+  compgen -G "$work/image/tcp-stream-*.img" >/dev/null ||
+    fail "tcp_internal: the image holds no TCP connection state (tcp-stream-*.img)"
+  local cut
+  cut=$(last_echo)
+  restore "$work/image"
+  expect_restored tcp_internal || return
+  if ! wait_until 60 echo_at_least $((cut + 200)); then
+    fail "tcp_internal: no 200 more round trips in 60 s after the restore (cut at $cut, now" \
+      "$(last_echo)): $(tail -3 "$log") $(tail -3 "$run_dir/stderr.log")"
+    return
+  fi
+  local bad
+  bad=$(awk '$1 == "BAD" { print; exit } $1 == "echo" && $2 != ++n { print "echo " $2 " where " n " was due"; exit }' "$log")
+  if [[ -n $bad ]]; then
+    fail "tcp_internal: $bad (cut at $cut)"
+  elif (($(grep -c '^conn ' "$log") != 1)); then
+    fail "tcp_internal: the child connected more than once: $(grep '^conn ' "$log")"
+  else
+    pass "tcp_internal: one connection, numbers 1..$(last_echo) sent and doubled both ways in" \
+      "sequence across the restore (cut at $cut)"
+  fi
+}
+
+# udp_ping PORT N: "pong N" from PORT within a few tries.
+udp_ping() {
+  python3 -c 'import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(1)
+for _ in range(5):
+    s.sendto(b"ping " + sys.argv[2].encode(), ("127.0.0.1", int(sys.argv[1])))
+    try:
+        if s.recv(512) == b"pong " + sys.argv[2].encode():
+            sys.exit(0)
+    except OSError:
+        pass
+sys.exit(1)' "$1" "$2"
+}
+
+scenario_udp() {
+  start_job udp -- python3 "$HERE/socket_job.py" udp || return
+  wait_until 30 grep -q '^udp ' "$log" || {
+    fail "udp: the job bound no socket in 30 s: $(tail -3 "$run_dir/stderr.log")"
+    return
+  }
+  local port
+  port=$(log_value udp "$log")
+  udp_ping "$port" 1 || {
+    fail "udp: no pong from port $port"
+    return
+  }
+  local -a before
+  read -ra before <<<"$(tree "$job_pid")"
+  checkpoint "$work/image"
+  expect_checkpointed udp "$work/image" "${before[@]}" || return
+  restore "$work/image"
+  expect_restored udp || return
+  if udp_ping "$port" 2; then
+    pass "udp: the restored job answers on UDP port $port"
+  else
+    fail "udp: no pong from port $port after the restore"
+  fi
+}
+
+scenario_tcp_outside() {
+  start_job echo -- python3 "$HERE/socket_job.py" echo || return
+  wait_until 30 grep -q '^listen ' "$log" || {
+    fail "tcp_outside: the server is not listening after 30 s: $(tail -3 "$run_dir/stderr.log")"
+    return
+  }
+  local port
+  port=$(log_value listen "$log")
+  local client_out=$work/client.out
+  python3 "$HERE/socket_job.py" client "$port" >"$client_out" 2>&1 &
+  launchers+=($!)
+  if ! wait_until 30 grep -q '^echo 5$' "$client_out"; then
+    fail "tcp_outside: the outside client got no 5 echoes: $(tail -3 "$client_out")"
+    return
+  fi
+  local client
+  client=$(log_value conn "$client_out")
+  local -a before
+  read -ra before <<<"$(tree "$job_pid")"
+  checkpoint "$work/image"
+  if ! grep -q "closing the connection 127.0.0.1:$port -> $client to a peer outside the job" \
+    <<<"$ck_out"; then
+    fail "tcp_outside: the checkpoint did not say it closes the outside connection: $ck_out"
+  fi
+  expect_checkpointed tcp_outside "$work/image" "${before[@]}" || return
+  if wait_until 10 grep -q '^error ECONNRESET$' "$client_out"; then
+    pass "tcp_outside: the outside client saw a reset at the checkpoint"
+  else
+    fail "tcp_outside: the outside client did not see a reset: $(tail -2 "$client_out")"
+  fi
+  restore "$work/image"
+  expect_restored tcp_outside || return
+  if wait_until 10 grep -q "^ended $client: " "$log"; then
+    pass "tcp_outside: the job saw its connection end: $(grep "^ended $client: " "$log")"
+  else
+    fail "tcp_outside: the restored job does not say its connection to $client ended: $(tail -3 "$log")"
+  fi
+  local second=$work/client2.out
+  timeout 10 python3 "$HERE/socket_job.py" client "$port" >"$second" 2>&1 &
+  launchers+=($!)
+  if wait_until 10 grep -q '^echo 5$' "$second"; then
+    pass "tcp_outside: the restored server echoes a new client on port $port"
+  else
+    fail "tcp_outside: a new client gets no echoes from port $port: $(tail -2 "$second")"
+  fi
+}
+
 case $SCENARIO in
   threads | python_file | quota_no_cuda | pipe | gpu_remap | gpu_quota | bad_input | leave_running | \
-    unprivileged) ;;
+    unprivileged | tcp_listen | tcp_internal | udp | tcp_outside) ;;
   *)
     echo "unknown scenario $SCENARIO" >&2
     exit 2

@@ -21,6 +21,10 @@ struct Criu {
   bool no_breakpoints = false;
   // Whether the kernel tracks dirty memory (soft-dirty bits), which pre-dumps need.
   bool dirty_tracking = false;
+  // Whether this CRIU dumps and restores inet sockets on this kernel (ProbeInetSockets; CRIU
+  // before 4.2 cannot on Linux 6.16+), and CRIU's error when it cannot.
+  bool inet_sockets = false;
+  std::string inet_error;
   // libpaladin-criu-rlimit.so, preloaded into every CRIU call, when this process lacks
   // CAP_SYS_RESOURCE (root in Docker and some sandboxed VMs): without it CRIU cannot read the
   // resource limits of a process of another user, so cannot dump unprivileged jobs. "" otherwise.
@@ -53,13 +57,26 @@ StatusOr<std::string> FindCriuRlimitLibrary();
 // in `cache_dir`. Fails (with CRIU's last log lines) when no dump works.
 Status ProbeBreakpoints(Criu* criu, const std::string& cache_dir);
 
+// Decides `inet_sockets`: dumps a throwaway process (pid 1 of its own PID namespace) holding a
+// listening TCP socket and a UDP socket on loopback with the options of a job's dump, restores
+// it and connects to the listening port. The answer is cached per kernel, CRIU version and CRIU
+// path in `cache_dir`; a failed probe's images and logs are left in cache_dir, and
+// `inet_error` names CRIU's first error and the log. Fails only when the probe cannot be run.
+Status ProbeInetSockets(Criu* criu, const std::string& cache_dir);
+
 struct DumpOptions {
   bool leave_running = false;  // the default is to kill the tree once dumped
   bool leave_stopped = false;
   bool pre_dump = false;      // memory only, the tree keeps running (iterative migration)
   std::string parent_images;  // a previous (pre-)dump, relative to the image dir
   double timeout_s = 600;
+  // Where CRIU's log is copied when the dump fails, for the error to name (the caller removes a
+  // failed image); "" names it in the image directory.
+  std::string failed_log;
 };
+// Dumps the tree with Paladin's CRIU options (TCP connections with their state; see
+// CloseOutsideConnections for those to outside peers). A failure names CRIU's first error line
+// and where its full log is.
 Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOptions& options);
 
 struct RestoreOptions {
@@ -69,7 +86,8 @@ struct RestoreOptions {
   // (--inherit-fd): a descriptor here and the dumped file's path.
   std::vector<std::pair<int, std::string>> inherit_fds;
 };
-// Restores the tree detached from CRIU; returns the host pid of its root.
+// Restores the tree detached from CRIU; returns the host pid of its root. Connected TCP sockets
+// come back with their state when the dump saved it, else closed (images of CRIU before 4.2).
 StatusOr<pid_t> Restore(const Criu& criu, const std::string& dir, const RestoreOptions& options);
 
 }  // namespace paladin::ckpt
