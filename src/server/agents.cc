@@ -256,8 +256,8 @@ void Control::ApplyReport(NodeRecord& n, const Json& r, bool /*registering*/) {
     c.created_at = Now();
     c.body = {{"id", c.id}, {"kind", "kill"}, {"job", id}, {"epoch", epoch}};
     dirty_commands_.insert(c.id);
-    events_.push_back(PendingEvent{
-        Now(), id, n.name, "stale_copy",
+    events_.push_back(EventRecord{
+        0, Now(), id, n.name, "stale_copy",
         "told " + n.name + " to kill its copy (epoch " + std::to_string(epoch) + "): " + why,
         team});
   };

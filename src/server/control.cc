@@ -66,6 +66,7 @@ std::string LatencyRecorder::Prometheus(const std::string& name, const std::stri
 
 Control::Control(std::unique_ptr<Store> store, ControlOptions options, core::Policy policy)
     : store_(std::move(store)),
+      db_(store_.get()),
       options_(std::move(options)),
       packer_(std::move(policy)),
       predictors_factory_(*core::PredictorFactory::ForName("paladin")) {}
@@ -91,51 +92,18 @@ double Control::Now() {
 }
 
 Status Control::Load() {
-  auto rows = store_->Query("SELECT id, digest, scope, name, created_at FROM tokens");
-  if (!rows.ok()) return rows.status();
-  for (const DbRow& r : *rows) {
-    TokenRecord t{DbInt(r[0]), DbText(r[1]), DbText(r[2]), DbText(r[3]), DbReal(r[4])};
-    tokens_[t.digest] = t;
-  }
-  rows = store_->Query("SELECT name, max_gpus, max_gpu_mem, priority, usage FROM teams");
-  if (!rows.ok()) return rows.status();
-  for (const DbRow& r : *rows) {
-    TeamRecord t;
-    t.name = DbText(r[0]);
-    t.max_gpus = DbInt(r[1]);
-    t.max_gpu_mem = DbInt(r[2]);
-    t.priority = static_cast<int>(DbInt(r[3]));
-    t.usage = TeamUsageFromDoc(Json::parse(DbText(r[4]), nullptr, false));
-    teams_[t.name] = t;
-  }
-  rows = store_->Query("SELECT doc, name FROM nodes");
-  if (!rows.ok()) return rows.status();
-  for (const DbRow& r : *rows) {
-    Json doc = Json::parse(DbText(r[0]), nullptr, false);
-    NodeRecord n;
-    try {
-      n = NodeFromDoc(doc.is_object() ? doc : Json::object());
-    } catch (const std::exception&) {
-    }
-    n.name = DbText(r[1]);
-    nodes_[n.name] = n;
-  }
-  rows = store_->Query("SELECT id, team, state, doc FROM jobs ORDER BY id");
-  if (!rows.ok()) return rows.status();
-  for (const DbRow& r : *rows) {
-    Json doc = Json::parse(DbText(r[3]), nullptr, false);
-    JobRecord j;
-    try {
-      j = JobFromDoc(doc.is_object() ? doc : Json::object());
-    } catch (const std::exception&) {
-    }
-    j.seq = DbInt(r[0]);
-    j.id = FormatJobId(j.seq);
-    j.team = DbText(r[1]);
-    // The state column is the doc's state, kept apart for queries: the doc's reading stands.
-    if (ParseJobState(DbText(r[2])) != j.state()) {
-      if (std::optional<JobState> column = ParseJobState(DbText(r[2]))) j.LoadState(*column);
-    }
+  StatusOr<std::vector<TokenRecord>> tokens = db_.Tokens();
+  if (!tokens.ok()) return tokens.status();
+  for (TokenRecord& t : *tokens) tokens_[t.digest] = std::move(t);
+  StatusOr<std::vector<TeamRecord>> teams = db_.Teams();
+  if (!teams.ok()) return teams.status();
+  for (TeamRecord& t : *teams) teams_[t.name] = std::move(t);
+  StatusOr<std::vector<NodeRecord>> nodes = db_.Nodes();
+  if (!nodes.ok()) return nodes.status();
+  for (NodeRecord& n : *nodes) nodes_[n.name] = std::move(n);
+  StatusOr<std::vector<JobRecord>> jobs = db_.Jobs();
+  if (!jobs.ok()) return jobs.status();
+  for (JobRecord& j : *jobs) {
     next_job_ = std::max(next_job_, j.seq + 1);
     if (j.peak_used_bytes > 0) {
       int64_t& peak = class_peak_[j.ClassKey()];
@@ -143,36 +111,20 @@ Status Control::Load() {
     }
     jobs_[j.seq] = std::move(j);
   }
-  rows = store_->Query("SELECT id, node, job, kind, body, created_at, acked FROM commands");
-  if (!rows.ok()) return rows.status();
-  for (const DbRow& r : *rows) {
-    next_command_ = std::max(next_command_, DbInt(r[0]) + 1);
-    if (DbInt(r[6]) != 0) continue;
-    CommandRecord c;
-    c.id = DbInt(r[0]);
-    c.node = DbText(r[1]);
-    c.job = DbText(r[2]);
-    c.kind = DbText(r[3]);
-    c.body = Json::parse(DbText(r[4]), nullptr, false);
-    c.created_at = DbReal(r[5]);
-    commands_[c.id] = std::move(c);
-  }
-  rows = store_->Query("SELECT id, doc FROM migrations");
-  if (!rows.ok()) return rows.status();
-  for (const DbRow& r : *rows) {
-    Json doc = Json::parse(DbText(r[1]), nullptr, false);
-    MigrationRecord m;
-    try {
-      m = MigrationFromDoc(doc.is_object() ? doc : Json::object());
-    } catch (const std::exception&) {
-    }
-    m.id = DbInt(r[0]);
+  int64_t last_command = 0;
+  StatusOr<std::vector<CommandRecord>> commands = db_.UnackedCommands(&last_command);
+  if (!commands.ok()) return commands.status();
+  next_command_ = std::max(next_command_, last_command + 1);
+  for (CommandRecord& c : *commands) commands_[c.id] = std::move(c);
+  StatusOr<std::vector<MigrationRecord>> migrations = db_.Migrations();
+  if (!migrations.ok()) return migrations.status();
+  for (MigrationRecord& m : *migrations) {
     next_migration_ = std::max(next_migration_, m.id + 1);
     migrations_[m.id] = std::move(m);
   }
-  rows = store_->Query("SELECT key, value FROM counters");
-  if (!rows.ok()) return rows.status();
-  for (const DbRow& r : *rows) counters_[DbText(r[0])] = DbInt(r[1]);
+  StatusOr<std::map<std::string, int64_t>> counters = db_.Counters();
+  if (!counters.ok()) return counters.status();
+  counters_ = std::move(*counters);
   return Status::Ok();
 }
 
@@ -222,8 +174,8 @@ int64_t Control::Counter(const std::string& key) const {
 
 void Control::Event(const std::string& kind, const JobRecord* job, const std::string& node,
                     const std::string& message) {
-  events_.push_back(PendingEvent{Now(), job != nullptr ? job->id : "", node, kind, message,
-                                 job != nullptr ? job->team : ""});
+  events_.push_back(EventRecord{0, Now(), job != nullptr ? job->id : "", node, kind, message,
+                                job != nullptr ? job->team : ""});
 }
 
 int64_t Control::SendCommand(const std::string& node, const std::string& kind, const JobRecord* job,
@@ -288,114 +240,44 @@ Status Control::Flush() {
       events_.empty() && samples_.empty() && logs_.empty() && deleted_dirs_.empty()) {
     return Status::Ok();
   }
-  Store::Transaction txn(store_.get());
+  Store::Transaction txn(db_.store());
   for (int64_t seq : dirty_jobs_) {
     auto it = jobs_.find(seq);
-    if (it == jobs_.end()) continue;
-    const JobRecord& j = it->second;
-    PALADIN_RETURN_IF_ERROR(store_->Run(
-        "INSERT INTO jobs (id, team, state, doc) VALUES (?, ?, ?, ?) ON CONFLICT(id) DO UPDATE "
-        "SET team = excluded.team, state = excluded.state, doc = excluded.doc",
-        {j.seq, j.team, j.StateName(), JobToDoc(j).dump()}));
+    if (it != jobs_.end()) PALADIN_RETURN_IF_ERROR(db_.SaveJob(it->second));
   }
   for (const std::string& name : dirty_nodes_) {
     auto it = nodes_.find(name);
-    if (it == nodes_.end()) continue;
-    const NodeRecord& n = it->second;
-    PALADIN_RETURN_IF_ERROR(store_->Run(
-        "INSERT INTO nodes (name, address, migrate_port, state, last_heartbeat, doc) VALUES "
-        "(?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET address = excluded.address, "
-        "migrate_port = excluded.migrate_port, state = excluded.state, "
-        "last_heartbeat = excluded.last_heartbeat, doc = excluded.doc",
-        {n.name, n.address, int64_t{n.migrate_port}, n.state, n.last_heartbeat,
-         NodeDoc(n).dump()}));
-    PALADIN_RETURN_IF_ERROR(store_->Run("DELETE FROM gpus WHERE node = ?", {n.name}));
-    for (const GpuRecord& g : n.gpus) {
-      PALADIN_RETURN_IF_ERROR(store_->Run(
-          "INSERT INTO gpus (node, idx, uuid, model, memory_bytes, emulated, healthy, fault) "
-          "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-          {n.name, int64_t{g.index}, g.uuid, g.model, g.memory_bytes, int64_t{g.emulated},
-           int64_t{g.healthy}, g.fault}));
-    }
+    if (it != nodes_.end()) PALADIN_RETURN_IF_ERROR(db_.SaveNode(it->second));
   }
   for (const std::string& name : dirty_teams_) {
     auto it = teams_.find(name);
-    if (it == teams_.end()) continue;
-    const TeamRecord& t = it->second;
-    PALADIN_RETURN_IF_ERROR(store_->Run(
-        "INSERT INTO teams (name, max_gpus, max_gpu_mem, priority, usage) VALUES (?, ?, ?, ?, ?) "
-        "ON CONFLICT(name) DO UPDATE SET max_gpus = excluded.max_gpus, max_gpu_mem = "
-        "excluded.max_gpu_mem, priority = excluded.priority, usage = excluded.usage",
-        {t.name, t.max_gpus, t.max_gpu_mem, int64_t{t.priority}, TeamUsageDoc(t.usage).dump()}));
+    if (it != teams_.end()) PALADIN_RETURN_IF_ERROR(db_.SaveTeam(it->second));
   }
   for (int64_t id : dirty_commands_) {
     auto it = commands_.find(id);
     if (it == commands_.end()) continue;  // acknowledged: written when it was acked
-    const CommandRecord& c = it->second;
-    PALADIN_RETURN_IF_ERROR(store_->Run(
-        "INSERT INTO commands (id, node, job, kind, body, created_at, delivered_at, acked, ok, "
-        "result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-        "delivered_at = excluded.delivered_at, acked = excluded.acked, ok = excluded.ok, "
-        "result = excluded.result",
-        {c.id, c.node, c.job, c.kind, c.body.dump(), c.created_at,
-         c.sent_at > 0 ? DbValue(c.sent_at) : DbValue(nullptr), int64_t{c.acked},
-         c.acked ? DbValue(int64_t{c.ok}) : DbValue(nullptr), c.result.dump()}));
-    if (c.acked) commands_.erase(it);
+    PALADIN_RETURN_IF_ERROR(db_.SaveCommand(it->second));
+    if (it->second.acked) commands_.erase(it);
   }
   for (int64_t id : dirty_migrations_) {
     auto it = migrations_.find(id);
-    if (it == migrations_.end()) continue;
-    const MigrationRecord& m = it->second;
-    PALADIN_RETURN_IF_ERROR(store_->Run(
-        "INSERT INTO migrations (id, job, from_node, from_gpu, to_node, to_gpu, step, "
-        "commit_answer, created_at, ended_at, doc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT(id) DO UPDATE SET step = excluded.step, commit_answer = "
-        "excluded.commit_answer, ended_at = excluded.ended_at, doc = excluded.doc",
-        {m.id, m.job, m.from_node, int64_t{m.from_gpu}, m.to_node, int64_t{m.to_gpu}, m.step,
-         m.commit_answer ? DbValue(int64_t{*m.commit_answer}) : DbValue(nullptr), m.created_at,
-         m.ended_at > 0 ? DbValue(m.ended_at) : DbValue(nullptr), MigrationDoc(m).dump()}));
+    if (it != migrations_.end()) PALADIN_RETURN_IF_ERROR(db_.SaveMigration(it->second));
   }
   for (const std::string& key : dirty_counters_) {
-    PALADIN_RETURN_IF_ERROR(store_->Run(
-        "INSERT INTO counters (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = "
-        "excluded.value",
-        {key, Counter(key)}));
+    PALADIN_RETURN_IF_ERROR(db_.SaveCounter(key, Counter(key)));
   }
-  for (const PendingEvent& e : events_) {
-    PALADIN_RETURN_IF_ERROR(store_->Run(
-        "INSERT INTO events (t, job, node, kind, message, team) VALUES (?, ?, ?, ?, ?, ?)",
-        {e.t, e.job, e.node, e.kind, e.message, e.team}));
-  }
+  for (const EventRecord& e : events_) PALADIN_RETURN_IF_ERROR(db_.AddEvent(e));
   std::set<int64_t> sampled;
-  for (const PendingSample& s : samples_) {
-    PALADIN_RETURN_IF_ERROR(store_->Run(
-        "INSERT INTO usage_samples (job, t, used_bytes, quota_bytes, predicted_bytes) VALUES "
-        "(?, ?, ?, ?, ?)",
-        {s.job, s.t, s.used, s.quota, s.predicted}));
+  for (const UsageSampleRecord& s : samples_) {
+    PALADIN_RETURN_IF_ERROR(db_.AddUsageSample(s));
     sampled.insert(s.job);
   }
-  for (int64_t job : sampled) {
-    PALADIN_RETURN_IF_ERROR(store_->Run(
-        "DELETE FROM usage_samples WHERE job = ?1 AND rowid <= (SELECT rowid FROM usage_samples "
-        "WHERE job = ?1 ORDER BY rowid DESC LIMIT 1 OFFSET " +
-            std::to_string(kUsageKeep) + ")",
-        {job}));
-  }
+  for (int64_t job : sampled) PALADIN_RETURN_IF_ERROR(db_.KeepNewestSamples(job, kUsageKeep));
   for (const auto& [key, text] : logs_) {
-    auto old = store_->Query("SELECT text FROM logs WHERE job = ? AND stream = ?",
-                             {key.first, key.second});
-    if (!old.ok()) return old.status();
-    std::string all = old->empty() ? "" : DbText((*old)[0][0]);
-    all += text;
-    if (all.size() > kLogKeepBytes) all = all.substr(all.size() - kLogKeepBytes);
-    PALADIN_RETURN_IF_ERROR(store_->Run(
-        "INSERT INTO logs (job, stream, text) VALUES (?, ?, ?) ON CONFLICT(job, stream) DO "
-        "UPDATE SET text = excluded.text",
-        {key.first, key.second, all}));
+    PALADIN_RETURN_IF_ERROR(db_.AppendLog(key.first, key.second, text, kLogKeepBytes));
   }
   for (const auto& [job, path] : deleted_dirs_) {
-    PALADIN_RETURN_IF_ERROR(
-        store_->Run("UPDATE checkpoints SET deleted = 1 WHERE job = ? AND path = ?", {job, path}));
+    PALADIN_RETURN_IF_ERROR(db_.MarkCheckpointDeleted(job, path));
   }
   Status committed = txn.Commit();
   if (committed.ok()) {
@@ -440,10 +322,9 @@ StatusOr<Json> Control::CreateToken(const std::string& scope, const std::string&
   if (!secret.ok()) return secret.status();
   std::lock_guard<std::mutex> lock(mu_);
   TokenRecord t{0, Sha256Hex(*secret), scope, name, Now()};
-  PALADIN_RETURN_IF_ERROR(
-      store_->Run("INSERT INTO tokens (digest, scope, name, created_at) VALUES (?, ?, ?, ?)",
-                  {t.digest, t.scope, t.name, t.created_at}));
-  t.id = store_->LastInsertId();
+  StatusOr<int64_t> id = db_.AddToken(t);
+  if (!id.ok()) return id.status();
+  t.id = *id;
   tokens_[t.digest] = t;
   if (parsed->team_scoped()) {
     Team(parsed->team);
@@ -470,7 +351,7 @@ Status Control::DeleteToken(int64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = tokens_.begin(); it != tokens_.end(); ++it) {
     if (it->second.id != id) continue;
-    PALADIN_RETURN_IF_ERROR(store_->Run("DELETE FROM tokens WHERE id = ?", {id}));
+    PALADIN_RETURN_IF_ERROR(db_.DeleteToken(id));
     tokens_.erase(it);
     return Status::Ok();
   }

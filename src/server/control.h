@@ -31,6 +31,7 @@
 #include "paladin/core/rng.h"
 #include "paladin/server/auth.h"
 #include "paladin/server/store.h"
+#include "persistence.h"
 
 namespace paladin::server {
 
@@ -211,6 +212,7 @@ class Control {
   bool woken_ = false;
 
   std::unique_ptr<Store> store_;
+  Persistence db_;  // over store_: the only SQL
   ControlOptions options_;
   core::Packer packer_;
   core::Rebalancer rebalancer_;
@@ -219,13 +221,6 @@ class Control {
   std::map<int64_t, std::unique_ptr<core::Predictor>> predictors_;
   std::map<int64_t, int64_t> announced_prediction_;
 
-  struct TokenRecord {
-    int64_t id = 0;
-    std::string digest;
-    std::string scope;
-    std::string name;
-    double created_at = 0;
-  };
   std::map<std::string, TokenRecord> tokens_;  // by digest
 
   std::map<int64_t, JobRecord> jobs_;  // by sequence number
@@ -251,17 +246,8 @@ class Control {
   std::set<int64_t> dirty_commands_;
   std::set<int64_t> dirty_migrations_;
   std::set<std::string> dirty_counters_;
-  struct PendingEvent {
-    double t;
-    std::string job, node, kind, message, team;
-  };
-  std::vector<PendingEvent> events_;
-  struct PendingSample {
-    int64_t job;
-    double t;
-    int64_t used, quota, predicted;
-  };
-  std::vector<PendingSample> samples_;
+  std::vector<EventRecord> events_;
+  std::vector<UsageSampleRecord> samples_;
   std::map<std::pair<int64_t, std::string>, std::string> logs_;  // (job, stream) -> new text
   std::vector<std::pair<std::string, std::string>> deleted_dirs_;
 

@@ -188,10 +188,9 @@ StatusOr<Json> Control::Logs(const Principal& who, const std::string& id, const 
   std::lock_guard<std::mutex> lock(mu_);
   StatusOr<JobRecord*> j = FindJob(who, id);
   if (!j.ok()) return j.status();
-  auto rows =
-      store_->Query("SELECT text FROM logs WHERE job = ? AND stream = ?", {(*j)->seq, stream});
-  if (!rows.ok()) return rows.status();
-  std::string text = rows->empty() ? "" : DbText((*rows)[0][0]);
+  StatusOr<std::string> log = db_.Log((*j)->seq, stream);
+  if (!log.ok()) return log.status();
+  std::string text = std::move(*log);
   if (tail > 0) {
     size_t pos = text.size();
     if (pos > 0 && text[pos - 1] == '\n') --pos;
@@ -210,17 +209,14 @@ StatusOr<Json> Control::Usage(const Principal& who, const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   StatusOr<JobRecord*> j = FindJob(who, id);
   if (!j.ok()) return j.status();
-  auto rows = store_->Query(
-      "SELECT t, used_bytes, quota_bytes, predicted_bytes FROM usage_samples WHERE job = ? "
-      "ORDER BY rowid",
-      {(*j)->seq});
+  StatusOr<std::vector<UsageSampleRecord>> rows = db_.UsageSamples((*j)->seq);
   if (!rows.ok()) return rows.status();
   Json samples = Json::array();
-  for (const DbRow& r : *rows) {
-    samples.push_back({{"t", DbReal(r[0])},
-                       {"used_bytes", DbInt(r[1])},
-                       {"quota_bytes", DbInt(r[2])},
-                       {"predicted_bytes", DbInt(r[3])}});
+  for (const UsageSampleRecord& r : *rows) {
+    samples.push_back({{"t", r.t},
+                       {"used_bytes", r.used},
+                       {"quota_bytes", r.quota},
+                       {"predicted_bytes", r.predicted}});
   }
   return Json{{"samples", samples}};
 }

@@ -479,18 +479,14 @@ void Control::RecordCheckpoint(JobRecord& j, const Json& detail, const std::stri
   j.last_checkpoint = ref;
   ++j.checkpoints;
   Count("checkpoints");
-  (void)store_->Run("INSERT INTO checkpoints (job, seq, path, at, bytes) VALUES (?, ?, ?, ?, ?)",
-                    {j.id, int64_t{j.checkpoint_seq}, ref.path, ref.at, ref.bytes});
+  (void)db_.AddCheckpoint(j.id, j.checkpoint_seq, ref);
   Event("checkpointed", &j, j.node,
         "checkpoint " + ref.path + " (" + std::to_string(ref.bytes) + " bytes)");
   // Keep the newest --keep-checkpoints images of this job.
-  auto rows = store_->Query(
-      "SELECT path FROM checkpoints WHERE job = ? AND deleted = 0 ORDER BY id DESC LIMIT -1 "
-      "OFFSET ?",
-      {j.id, int64_t{std::max(1, options_.keep_checkpoints)}});
-  if (rows.ok()) {
-    for (const DbRow& r : *rows) {
-      const std::string path = DbText(r[0]);
+  StatusOr<std::vector<std::string>> beyond =
+      db_.CheckpointsBeyond(j.id, std::max(1, options_.keep_checkpoints));
+  if (beyond.ok()) {
+    for (const std::string& path : *beyond) {
       // Only directories inside the checkpoint store are ever deleted.
       if (path.rfind(options_.checkpoint_store + "/", 0) == 0 &&
           path.find("..") == std::string::npos) {

@@ -440,7 +440,8 @@ void Control::ObserveUsage(JobRecord& j, double now) {
   }
   if (now - j.last_sample_at >= 2.0) {
     j.last_sample_at = now;
-    samples_.push_back(PendingSample{j.seq, now, j.used_bytes, j.quota_bytes, j.predicted_bytes});
+    samples_.push_back(
+        UsageSampleRecord{j.seq, now, j.used_bytes, j.quota_bytes, j.predicted_bytes});
   }
 }
 

@@ -95,36 +95,25 @@ StatusOr<Json> Control::Events(const Principal& who, const std::string& job, dou
     StatusOr<JobRecord*> found = FindJob(who, job);
     if (!found.ok()) return found.status();
   }
-  std::string sql = "SELECT id, t, job, node, kind, message FROM events WHERE 1 = 1";
-  std::vector<DbValue> params;
-  if (!job.empty()) {
-    sql += " AND job = ?";
-    params.emplace_back(job);
-  }
-  if (!who.admin()) {
-    sql += " AND team = ?";
-    params.emplace_back(who.team);
-  }
+  EventQuery query;
+  query.job = job;
+  if (!who.admin()) query.team = who.team;
   // `since` is an event id, or (from 1e9 on) a Unix time.
   if (since >= 1e9) {
-    sql += " AND t > ?";
-    params.emplace_back(since);
+    query.after_t = since;
   } else if (since > 0) {
-    sql += " AND id > ?";
-    params.emplace_back(static_cast<int64_t>(since));
+    query.after_id = static_cast<int64_t>(since);
   }
-  sql += " ORDER BY id DESC LIMIT 1000";
-  auto rows = store_->Query(sql, params);
-  if (!rows.ok()) return rows.status();
+  StatusOr<std::vector<EventRecord>> events = db_.Events(query);
+  if (!events.ok()) return events.status();
   Json out = Json::array();
-  for (auto it = rows->rbegin(); it != rows->rend(); ++it) {
-    const DbRow& r = *it;
-    out.push_back({{"id", DbInt(r[0])},
-                   {"t", DbReal(r[1])},
-                   {"job", DbText(r[2]).empty() ? Json(nullptr) : Json(DbText(r[2]))},
-                   {"node", DbText(r[3]).empty() ? Json(nullptr) : Json(DbText(r[3]))},
-                   {"kind", DbText(r[4])},
-                   {"message", DbText(r[5])}});
+  for (const EventRecord& e : *events) {
+    out.push_back({{"id", e.id},
+                   {"t", e.t},
+                   {"job", e.job.empty() ? Json(nullptr) : Json(e.job)},
+                   {"node", e.node.empty() ? Json(nullptr) : Json(e.node)},
+                   {"kind", e.kind},
+                   {"message", e.message}});
   }
   return Json{{"events", out}};
 }
