@@ -87,7 +87,8 @@ StatusOr<std::unique_ptr<Control>> Control::Create(std::unique_ptr<Store> store,
   return control;
 }
 
-double Control::Now() {
+double Control::Now() const {
+  if (options_.clock) return options_.clock();
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 

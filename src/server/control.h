@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -44,6 +45,9 @@ struct ControlOptions {
   std::string policy = "paladin";
   std::string crash_at;  // PALADIN_SERVER_FAULT=crash-at:<step>
   double migration_timeout_s = 300;
+  // Seconds since the epoch; empty: the system clock. Tests inject their own, so the control
+  // plane's decisions in time (leases, periodic checkpoints, timeouts) are tested without sleeps.
+  std::function<double()> clock;
 };
 
 // A bounded record of durations for a Prometheus summary.
@@ -153,7 +157,7 @@ class Control {
   Json JobJson(const JobRecord& j) const;
   // The migration under way for the API's `migration` field, or null.
   Json MigrationJson(const JobRecord& j) const;
-  static double Now();
+  double Now() const;  // options_.clock, or the system clock
 
   // scheduler.cc
   struct FleetView {
