@@ -200,9 +200,9 @@ StatusOr<Json> Control::Heartbeat(const std::string& name, const Json& body) {
   }
   // The destination had migrate_in delivered in an earlier heartbeat: it is listening now.
   for (auto& [id, m] : migrations_) {
-    if (m.to_node == n.name && m.step == "migrate_in_sent" && m.in_delivered_at > 0 &&
+    if (m.to_node == n.name && m.step == MigrationStep::kMigrateInSent && m.in_delivered_at > 0 &&
         m.in_delivered_at < now) {
-      AdvanceMigration(m, "listening");
+      AdvanceMigration(m, MigrationEvent{MigrationEvent::Kind::kListening, ""});
     }
   }
   LazyNode(n);  // the beat's time and GPU use; health changes mark it dirty in UpdateGpus
@@ -404,11 +404,9 @@ void Control::ApplyResult(NodeRecord& n, const Json& r) {
   const Json detail =
       r.contains("detail") && r["detail"].is_object() ? r["detail"] : Json::object();
   const int64_t epoch = c.body.value("epoch", int64_t{-1});
-  if (c.kind == "migrate_in" || c.kind == "migrate_out") {
+  if (std::optional<MigrationEvent> event = EventOfResult(c.kind, c.ok, error)) {
     auto m = migrations_.find(c.body.value("migration", int64_t{0}));
-    if (m != migrations_.end()) {
-      AdvanceMigration(m->second, c.kind + (c.ok ? "_ok" : "_failed:" + error));
-    }
+    if (m != migrations_.end()) AdvanceMigration(m->second, *event);
     return;
   }
   StatusOr<int64_t> seq = ParseJobId(c.job);

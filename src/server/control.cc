@@ -225,7 +225,7 @@ Json Control::MigrationJson(const JobRecord& j) const {
   auto it = migrations_.find(j.migration_id);
   if (it == migrations_.end() || it->second.Finished()) return nullptr;
   const MigrationRecord& m = it->second;
-  return {{"id", m.id}, {"to", m.to_node}, {"to_gpu", m.to_gpu}, {"step", m.step}};
+  return {{"id", m.id}, {"to", m.to_node}, {"to_gpu", m.to_gpu}, {"step", m.StepName()}};
 }
 
 Json Control::JobJson(const JobRecord& j) const {

@@ -190,7 +190,8 @@ class Control {
   // orchestrator.cc
   Status StartMigration(JobRecord& j, const std::string& to, int to_gpu, const std::string& why,
                         std::string* refusal);
-  void AdvanceMigration(MigrationRecord& m, const std::string& event);
+  // Carries out NextMigrationAction for the event (migration_steps.h).
+  void AdvanceMigration(MigrationRecord& m, const MigrationEvent& event);
   void FailMigration(MigrationRecord& m, const std::string& why);
   void FinishMigration(MigrationRecord& m);
   bool HasIncomingMigration(const std::string& node) const;

@@ -392,7 +392,7 @@ Json MigrationDoc(const MigrationRecord& m) {
           {"to_node", m.to_node},
           {"to_gpu", m.to_gpu},
           {"to_uuid", m.to_uuid},
-          {"step", m.step},
+          {"step", m.StepName()},
           {"commit_answer", m.commit_answer ? Json(*m.commit_answer) : Json(nullptr)},
           {"token", m.token},
           {"port", m.port},
@@ -414,7 +414,8 @@ MigrationRecord MigrationFromDoc(const Json& d) {
   m.to_node = d.value("to_node", "");
   m.to_gpu = d.value("to_gpu", 0);
   m.to_uuid = d.value("to_uuid", "");
-  m.step = d.value("step", "reserved");
+  // A step this build does not know: the move is taken as failed (its source resumes).
+  m.step = ParseMigrationStep(d.value("step", "reserved")).value_or(MigrationStep::kFailed);
   if (d.contains("commit_answer") && d["commit_answer"].is_boolean()) {
     m.commit_answer = d["commit_answer"].get<bool>();
   }

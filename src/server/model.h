@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "job_state.h"
+#include "migration_steps.h"
 
 namespace paladin::server {
 
@@ -178,8 +179,7 @@ struct MigrationRecord {
   std::string to_node;
   int to_gpu = 0;
   std::string to_uuid;
-  // reserved, migrate_in_sent, transfer (migrate_out sent), committed, done, failed
-  std::string step = "reserved";
+  MigrationStep step = MigrationStep::kReserved;  // migration_steps.h
   std::optional<bool> commit_answer;
   std::string token;
   int port = 0;
@@ -192,7 +192,8 @@ struct MigrationRecord {
   std::string why;             // "operator", "drain", "rebalance", "gpu unhealthy"
   double in_delivered_at = 0;  // when migrate_in reached the destination (not stored)
 
-  bool Finished() const { return step == "done" || step == "failed"; }
+  bool Finished() const { return step == MigrationStep::kDone || step == MigrationStep::kFailed; }
+  std::string StepName() const { return std::string(MigrationStepName(step)); }
 };
 
 // API and store forms.

@@ -110,7 +110,7 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
   m.new_epoch = j.epoch + 1;
   m.created_at = Now();
   m.why = why;
-  m.step = "reserved";
+  m.step = MigrationStep::kReserved;
   j.MoveTo(JobState::kMigrating);
   j.migration_id = m.id;
   j.reason = "migrating to " + to + "/" + std::to_string(m.to_gpu) + " (" + why + ")";
@@ -121,67 +121,63 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
   MigrationRecord& stored = migrations_[m.id] = m;
   DirtyMigration(stored);
   CrashPoint("reserved");
-  AdvanceMigration(stored, "reserved");
+  AdvanceMigration(stored, MigrationEvent{MigrationEvent::Kind::kReserved, ""});
   return Status::Ok();
 }
 
-void Control::AdvanceMigration(MigrationRecord& m, const std::string& event) {
+void Control::AdvanceMigration(MigrationRecord& m, const MigrationEvent& event) {
   if (m.Finished()) return;
   StatusOr<int64_t> seq = ParseJobId(m.job);
   auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
   if (found == jobs_.end()) return FailMigration(m, "the job is gone");
   JobRecord& j = found->second;
-  const bool committed = m.commit_answer.value_or(false);
-  if (event.rfind("migrate_in_failed", 0) == 0 || event.rfind("migrate_out_failed", 0) == 0) {
-    if (!committed) return FailMigration(m, event.substr(event.find(':') + 1));
-    return FinishMigration(m);  // the destination has it: the source's errors come after
-  }
-  if (event == "migrate_in_ok" || event == "migrate_out_ok") {
-    if (committed) return FinishMigration(m);
-    if (event == "migrate_in_ok" && m.step == "migrate_in_sent") {
-      return AdvanceMigration(m, "listening");
+  const MigrationAction action =
+      NextMigrationAction(m.step, m.commit_answer.value_or(false), event);
+  switch (action.kind) {
+    case MigrationAction::Kind::kNone:
+      return;
+    case MigrationAction::Kind::kFinish:
+      return FinishMigration(m);
+    case MigrationAction::Kind::kFail:
+      return FailMigration(m, action.why);
+    case MigrationAction::Kind::kSendMigrateIn: {
+      const NodeRecord& dest = nodes_[m.to_node];
+      m.in_command = SendCommand(m.to_node, "migrate_in", &j,
+                                 Json{{"port", m.port},
+                                      {"token", m.token},
+                                      {"gpu_index", m.to_gpu},
+                                      {"gpu_uuid", m.to_uuid},
+                                      {"migration", m.id},
+                                      {"epoch", m.new_epoch},
+                                      {"name", j.name},
+                                      {"command", j.command},
+                                      {"env", j.env},
+                                      {"quota_bytes", j.quota_bytes},
+                                      {"ceiling_bytes", std::max(j.ceiling_bytes, j.quota_bytes)},
+                                      {"from", m.from_node},
+                                      {"from_gpu_uuid", j.gpu_uuid},
+                                      {"address", dest.address}});
+      m.step = MigrationStep::kMigrateInSent;
+      DirtyMigration(m);
+      CrashPoint("migrate_in_sent");
+      return;
     }
-    if (event == "migrate_out_ok") {
-      return FailMigration(m, "the source finished without a commit");
+    case MigrationAction::Kind::kSendMigrateOut: {
+      const NodeRecord& dest = nodes_[m.to_node];
+      m.out_command =
+          SendCommand(m.from_node, "migrate_out", &j,
+                      Json{{"to_address", dest.address.empty() ? "127.0.0.1" : dest.address},
+                           {"to_port", m.port},
+                           {"token", m.token},
+                           {"migration", m.id},
+                           {"to", m.to_node},
+                           {"to_gpu", m.to_gpu},
+                           {"to_gpu_uuid", m.to_uuid}});
+      m.step = MigrationStep::kTransfer;
+      DirtyMigration(m);
+      CrashPoint("migrate_out_sent");
+      return;
     }
-    return;
-  }
-  if (event == "reserved" && m.step == "reserved") {
-    const NodeRecord& dest = nodes_[m.to_node];
-    m.in_command = SendCommand(m.to_node, "migrate_in", &j,
-                               Json{{"port", m.port},
-                                    {"token", m.token},
-                                    {"gpu_index", m.to_gpu},
-                                    {"gpu_uuid", m.to_uuid},
-                                    {"migration", m.id},
-                                    {"epoch", m.new_epoch},
-                                    {"name", j.name},
-                                    {"command", j.command},
-                                    {"env", j.env},
-                                    {"quota_bytes", j.quota_bytes},
-                                    {"ceiling_bytes", std::max(j.ceiling_bytes, j.quota_bytes)},
-                                    {"from", m.from_node},
-                                    {"from_gpu_uuid", j.gpu_uuid},
-                                    {"address", dest.address}});
-    m.step = "migrate_in_sent";
-    DirtyMigration(m);
-    CrashPoint("migrate_in_sent");
-    return;
-  }
-  if (event == "listening" && m.step == "migrate_in_sent") {
-    const NodeRecord& dest = nodes_[m.to_node];
-    m.out_command =
-        SendCommand(m.from_node, "migrate_out", &j,
-                    Json{{"to_address", dest.address.empty() ? "127.0.0.1" : dest.address},
-                         {"to_port", m.port},
-                         {"token", m.token},
-                         {"migration", m.id},
-                         {"to", m.to_node},
-                         {"to_gpu", m.to_gpu},
-                         {"to_gpu_uuid", m.to_uuid}});
-    m.step = "transfer";
-    DirtyMigration(m);
-    CrashPoint("migrate_out_sent");
   }
 }
 
@@ -219,7 +215,7 @@ StatusOr<Json> Control::Commit(int64_t migration) {
   const double now = Now();
   Accrue(j, now);
   m.commit_answer = true;
-  m.step = "committed";
+  m.step = MigrationStep::kCommitted;
   j.node = m.to_node;
   j.gpu = m.to_gpu;
   j.gpu_indices = {m.to_gpu};
@@ -239,7 +235,7 @@ StatusOr<Json> Control::Commit(int64_t migration) {
 void Control::FailMigration(MigrationRecord& m, const std::string& why) {
   if (m.Finished()) return;
   if (!m.commit_answer.has_value()) m.commit_answer = false;
-  m.step = "failed";
+  m.step = MigrationStep::kFailed;
   m.error = why;
   m.ended_at = Now();
   Count("migrations_failed");
@@ -279,7 +275,7 @@ void Control::FailMigration(MigrationRecord& m, const std::string& why) {
 
 void Control::FinishMigration(MigrationRecord& m) {
   if (m.Finished()) return;
-  m.step = "done";
+  m.step = MigrationStep::kDone;
   m.ended_at = Now();
   DirtyMigration(m);
   StatusOr<int64_t> seq = ParseJobId(m.job);

@@ -174,7 +174,7 @@ Status Persistence::SaveMigration(const MigrationRecord& m) {
       "commit_answer, created_at, ended_at, doc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
       "ON CONFLICT(id) DO UPDATE SET step = excluded.step, commit_answer = "
       "excluded.commit_answer, ended_at = excluded.ended_at, doc = excluded.doc",
-      {m.id, m.job, m.from_node, int64_t{m.from_gpu}, m.to_node, int64_t{m.to_gpu}, m.step,
+      {m.id, m.job, m.from_node, int64_t{m.from_gpu}, m.to_node, int64_t{m.to_gpu}, m.StepName(),
        m.commit_answer ? DbValue(int64_t{*m.commit_answer}) : DbValue(nullptr), m.created_at,
        m.ended_at > 0 ? DbValue(m.ended_at) : DbValue(nullptr), MigrationDoc(m).dump()});
 }

@@ -213,7 +213,7 @@ StatusOr<Json> Control::Summary(const Principal& who) {
   }
   int64_t migrations_failed = 0;
   for (const auto& [id, m] : migrations_) {
-    if (m.step != "failed") continue;
+    if (m.step != MigrationStep::kFailed) continue;
     StatusOr<int64_t> seq = ParseJobId(m.job);
     auto j = seq.ok() ? jobs_.find(*seq) : jobs_.end();
     if (j != jobs_.end() && who.SeesTeam(j->second.team)) ++migrations_failed;
