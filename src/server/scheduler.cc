@@ -215,29 +215,31 @@ bool Control::PreemptFor(const FleetView& view, JobRecord& waiting) {
                      if (a->priority != b->priority) return a->priority < b->priority;
                      return a->started_at.value_or(0) > b->started_at.value_or(0);
                    });
-  // Free the candidates one by one in a copy of the fleet until the job fits; then only those
-  // on the node it fits on are preempted.
+  // The core's planner (the simulator's too) picks the node and the victims: on each node it
+  // takes the candidates in this order until the job fits, leaves in place those the job turns
+  // out not to need, and prefers the node where the least running GPU share is disturbed.
+  std::vector<core::MovableJob> movable;
+  core::MigrationCost cost;
+  for (const JobRecord* j : candidates) {
+    std::optional<core::Fleet::Holding> held = view.fleet.HoldingOf(static_cast<uint64_t>(j->seq));
+    if (!held) continue;
+    core::MovableJob m;
+    m.id = static_cast<uint64_t>(j->seq);
+    m.shape = held->workload;
+    m.placement = held->placement;
+    m.downtime_s = cost.DowntimeS(static_cast<double>(j->used_bytes), 0);
+    movable.push_back(std::move(m));
+  }
   core::Fleet trial = view.fleet;
   int64_t largest = 0;
   for (int64_t m : view.gpu_memory) largest = std::max(largest, m);
-  const core::Workload w = ShapeOf(waiting, largest);
-  std::vector<const JobRecord*> freed;
-  std::optional<core::Decision> fits;
-  for (const JobRecord* victim : candidates) {
-    trial.Unreserve(static_cast<uint64_t>(victim->seq));
-    freed.push_back(victim);
-    core::Decision d = packer_.Schedule(trial, w, rng_, core::PackerOptions{});
-    if (d.placed) {
-      fits = d;
-      break;
-    }
-  }
-  if (!fits) return false;
-  const std::string& node = view.names[static_cast<size_t>(fits->placement.node)];
+  std::optional<core::PreemptionPlan> plan =
+      rebalancer_.PlanPreemption(trial, ShapeOf(waiting, largest), movable, packer_, rng_);
+  if (!plan) return false;
+  const std::string& node = view.names[static_cast<size_t>(plan->placement.node)];
   int preempted = 0;
-  for (const JobRecord* victim : freed) {
-    if (victim->node != node) continue;
-    JobRecord& j = jobs_[victim->seq];
+  for (uint64_t victim : plan->victims) {
+    JobRecord& j = jobs_.at(static_cast<int64_t>(victim));
     j.MoveTo(JobState::kCheckpointing);
     j.preempted = true;
     j.reason = "preempted by " + waiting.id + " (priority " + std::to_string(waiting.priority) +

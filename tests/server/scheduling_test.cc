@@ -307,6 +307,45 @@ TEST(SchedulingTest, AutoJobsAreSizedFromTheirClassHistory) {
   }
 }
 
+// The core's preemption planner decides (the simulator's too): it takes victims in the server's
+// order (the most recently started first) until the job fits, then leaves in place those the job
+// turns out not to need. Here the newest 4 GiB job alone frees too little; with the 8 GiB one the
+// high job fits, and then the 4 GiB one is not needed after all: only the 8 GiB job is stopped.
+TEST(SchedulingTest, PreemptionStopsOnlyTheJobsTheCorePlannerNeeds) {
+  testing::ServerHarness h("preempt-least");
+  api::Client admin = h.Admin();
+  FakeAgent a(h, "node-a", 1, 16 * kGiB, 7100);
+  ASSERT_TRUE(a.Register().ok());
+  auto start = [&](int64_t bytes) {
+    const std::string id = Submit(admin, bytes, "ml", 0);
+    std::optional<Json> c = AwaitCommand(a, "start", id);
+    EXPECT_TRUE(c.has_value());
+    if (c) a.Obey(*c);
+    a.commands().clear();
+    EXPECT_TRUE(a.Heartbeat().ok());
+    EXPECT_TRUE(WaitFor([&] { return Job(admin, id)["state"] == "running"; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // distinct start times
+    return id;
+  };
+  const std::string oldest = start(4 * kGiB);
+  const std::string big = start(8 * kGiB);
+  const std::string newest = start(4 * kGiB);  // the GPU is full: 16 of 16 GiB
+
+  const std::string high = Submit(admin, 8 * kGiB, "ml", 5);
+  ASSERT_TRUE(AwaitCommand(a, "checkpoint", big).has_value());
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(a.Heartbeat().ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (const Json& c : a.commands()) {
+    if (c["kind"] == "checkpoint") EXPECT_EQ(c["job"], big) << c.dump();
+  }
+  EXPECT_EQ(Job(admin, newest)["state"], "running");
+  EXPECT_EQ(Job(admin, oldest)["state"], "running");
+  EXPECT_EQ(Job(admin, big)["state"], "checkpointing");
+  EXPECT_EQ(Job(admin, high)["state"], "pending") << "room comes once the 8 GiB job has stopped";
+}
+
 TEST(SchedulingTest, DeadNodesJobsStartOverElsewhere) {
   ServerOptions options;
   options.lease_s = 1;

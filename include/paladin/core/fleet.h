@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -131,6 +132,16 @@ class Fleet {
   // Returns what `id` holds. Unknown ids are a no-op (unreserve is idempotent).
   void Unreserve(uint64_t id);
   bool IsReserved(uint64_t id) const { return reservations_.count(id) != 0; }
+  // What `id` holds and where, or nullopt when it holds nothing.
+  struct Holding {
+    Workload workload;
+    Placement placement;
+  };
+  std::optional<Holding> HoldingOf(uint64_t id) const {
+    auto it = reservations_.find(id);
+    if (it == reservations_.end()) return std::nullopt;
+    return Holding{it->second.workload, it->second.placement};
+  }
   size_t reservation_count() const { return reservations_.size(); }
 
   int64_t GpuMilliCapacity() const { return gpu_milli_capacity_; }
