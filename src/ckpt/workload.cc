@@ -46,7 +46,8 @@ Status WriteJobFile(const JobRecord& job, const std::string& path) {
             {"gpu", job.gpu},
             {"region", job.region},
             {"emu_state", job.emu_state},
-            {"emu_gpus", job.emu_gpus}};
+            {"emu_gpus", job.emu_gpus},
+            {"stopped", job.stopped}};
   {
     // A fresh file, never through a symlink: the run directory may be its workload's user's.
     const std::string tmp = path + ".tmp";
@@ -86,6 +87,8 @@ StatusOr<JobRecord> ReadJobFile(const std::string& path) {
     job.region = j.at("region").get<std::string>();
     job.emu_state = j.at("emu_state").get<std::string>();
     job.emu_gpus = j.at("emu_gpus").get<std::string>();
+    // Optional: records written before it was kept lack it.
+    if (j.contains("stopped")) job.stopped = j.at("stopped").get<std::vector<int64_t>>();
   } catch (const json::exception& e) {
     return InvalidArgument(path + ": " + e.what());
   }

@@ -21,6 +21,11 @@
 #   tcp_outside    an echo server with a client outside the job connected at the checkpoint:
 #                  the client sees a reset, the job sees its connection end, and the restored
 #                  server serves a new client (docs/ckpt.md, "Sockets")
+#   stopped        two counting processes, one stopped (SIGSTOP) by the job itself: after a
+#                  --leave-running checkpoint and after a restore the stopped one is still stopped
+#                  (state T, its count still) and the other runs; woken by hand, it continues its
+#                  count. Then the same with the stopped process as paladin-workload-init's child
+#                  (the init must not pass Paladin's resume on to it)
 #
 # Usage: ckpt_test.sh SCENARIO PALADIN CKPT_THREADS CKPT_GPU [CKPT_START_AS]
 # Needs root (PID namespaces, CRIU) and CRIU (scripts/criu.sh); exits 77 (skipped) without them.
@@ -1013,9 +1018,140 @@ scenario_tcp_outside() {
   fi
 }
 
+# --- stopped processes (stopped_job.py) -------------------------------------------------------
+
+last_count() { awk -v w="$1" '$1 == w { n = $2 } END { print n + 0 }' "$log"; }
+count_at_least() { (($(last_count "$1") >= $2)); }
+
+# host_of ROOT NSPID: the host pid of the process of ROOT's tree that is NSPID in its namespace.
+host_of() {
+  local p
+  for p in $(tree "$1"); do
+    if [[ $(ns_pid "$p") == "$2" ]]; then
+      echo "$p"
+      return
+    fi
+  done
+}
+
+state_of() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return
+  stat=${stat##*) }
+  echo "${stat:0:1}"
+}
+
+# check_stopped WHAT WHEN NSPID STOPPED RUNNING: the job's process NSPID is stopped (state T) and
+# its count (STOPPED) stands still while the other's (RUNNING) goes on.
+check_stopped() {
+  local what=$1 when=$2 ns=$3 stopped=$4 running=$5 host
+  host=$(host_of "$job_pid" "$ns")
+  if [[ -z $host ]]; then
+    fail "$what: $when: no process is pid $ns of the job's namespace"
+    return 1
+  fi
+  local c r
+  c=$(last_count "$stopped")
+  r=$(last_count "$running")
+  sleep 1
+  if [[ $(state_of "$host") == T ]] && (($(last_count "$stopped") == c)) &&
+    (($(last_count "$running") >= r + 10)); then
+    pass "$what: $when: pid $ns (host $host) is still stopped at $stopped $c, $running runs on"
+  else
+    fail "$what: $when: pid $ns (host $host) is in state '$(state_of "$host")', $stopped" \
+      "$c -> $(last_count "$stopped"), $running $r -> $(last_count "$running") in 1 s"
+    return 1
+  fi
+}
+
+# stopped_rounds WHAT NSPID STOPPED RUNNING: a --leave-running checkpoint, a checkpoint and a
+# restore, each leaving stopped what was stopped; then the stopped one is woken by hand.
+stopped_rounds() {
+  local what=$1 ns=$2 stopped=$3 running=$4
+  check_stopped "$what" "before the checkpoint" "$ns" "$stopped" "$running" || return
+  checkpoint "$work/image-$what-live" --leave-running
+  if ((ck_rc != 0)) || crashed "$ck_out"; then
+    fail "$what: paladin checkpoint --leave-running exit $ck_rc: $ck_out"
+    return
+  fi
+  check_stopped "$what" "after a --leave-running checkpoint" "$ns" "$stopped" "$running" || return
+  local -a before
+  read -ra before <<<"$(tree "$job_pid")"
+  checkpoint "$work/image-$what"
+  if ((ck_rc != 0)) || ! wait_until 10 none_alive "${before[@]}"; then
+    fail "$what: paladin checkpoint exit $ck_rc, or the job still runs: $ck_out"
+    return
+  fi
+  local recorded
+  recorded=$(python3 -c 'import json, sys
+print(json.load(open(sys.argv[1]))["workload"].get("stopped"))' "$work/image-$what/manifest.json")
+  [[ $recorded == "[$ns]" ]] ||
+    fail "$what: the manifest records the stopped processes as $recorded, not [$ns]"
+  restore "$work/image-$what"
+  if ((rs_rc != 0)) || ! alive "$job_pid"; then
+    fail "$what: paladin restore exit $rs_rc: $rs_out"
+    return
+  fi
+  check_stopped "$what" "after the restore" "$ns" "$stopped" "$running" || return
+  local host c
+  host=$(host_of "$job_pid" "$ns")
+  c=$(last_count "$stopped")
+  kill -CONT "$host"
+  if wait_until 10 count_at_least "$stopped" $((c + 10)); then
+    pass "$what: woken by hand after the restore, $stopped continues its count from $c"
+  else
+    fail "$what: $stopped did not count on after SIGCONT (at $(last_count "$stopped"), state" \
+      "$(state_of "$host"))"
+  fi
+  local bad
+  bad=$(awk -v w="$stopped" '$1 == w && $2 != ++n { print w " " $2 " where " n " was due"; exit }' \
+    "$log")
+  [[ -z $bad ]] || fail "$what: $bad: the restored $stopped restarted or skipped"
+}
+
+scenario_stopped() {
+  start_job stopped -- python3 "$HERE/stopped_job.py" child || return
+  if ! wait_until 30 grep -q '^stopped ' "$log"; then
+    fail "stopped: the job stopped nothing in 30 s: $(tail -3 "$run_dir/stderr.log")"
+    return
+  fi
+  stopped_rounds stopped "$(log_value stopped "$log")" child parent
+
+  if [[ -z $START_AS ]]; then
+    echo "note: no ckpt_start_as (argument 5): the round under paladin-workload-init is skipped"
+    return
+  fi
+  # Under paladin-workload-init (a root job with a lease, as the node agent starts them): the
+  # interpreter, the init's child, stops itself.
+  PALADIN_WORKLOAD_INIT=$(dirname "$PALADIN")/paladin-workload-init
+  export PALADIN_WORKLOAD_INIT
+  job_name=stopinit
+  mkdir -p "$work/cwd-$job_name"
+  local out
+  out=$(cd "$work/cwd-$job_name" && PALADIN_TEST_LEASE="$work/lease" "$START_AS" "$job_name" 0 0 \
+    -- python3 "$HERE/stopped_job.py" self 2>&1) || {
+    fail "stopped: ckpt_start_as failed: $out"
+    return
+  }
+  run_dir=$(find "$PALADIN_RUN_DIR" -mindepth 1 -maxdepth 1 -name "$job_name-*" | head -1)
+  job_pid=$(job_field pid)
+  roots+=("$job_pid")
+  groups+=("$(basename "$run_dir")")
+  log=$run_dir/stdout.log
+  grep -q "init 1" <<<"$out" || fail "stopped: not started under paladin-workload-init: $out"
+  if ! wait_until 30 grep -q '^stopped ' "$log"; then
+    fail "stopped: the job under the init stopped nothing in 30 s: $(tail -3 "$run_dir/stderr.log")"
+    return
+  fi
+  local ns
+  ns=$(log_value stopped "$log")
+  [[ $ns == 2 ]] || fail "stopped: under the init the interpreter is pid $ns, not 2"
+  stopped_rounds stopped_init "$ns" parent child
+}
+
 case $SCENARIO in
   threads | python_file | quota_no_cuda | pipe | gpu_remap | gpu_quota | bad_input | leave_running | \
-    unprivileged | tcp_listen | tcp_internal | udp | tcp_outside) ;;
+    unprivileged | tcp_listen | tcp_internal | udp | tcp_outside | stopped) ;;
   *)
     echo "unknown scenario $SCENARIO" >&2
     exit 2

@@ -37,6 +37,9 @@ struct JobRecord {
   std::string region;
   std::string emu_state;
   std::string emu_gpus;
+  // The processes the job (or its user) had stopped when it was last dumped, by their pid in the
+  // job's PID namespace: a resume leaves them stopped.
+  std::vector<int64_t> stopped;
 };
 
 Status WriteJob(const JobRecord& job);  // run_dir/job.json
