@@ -780,6 +780,9 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
     ContinueTree(*pid, job.stopped);
   }
   job.pid = *pid;
+  // CRIU put the tree back into the group it was dumped in (making it where missing): the
+  // record names that group, so that whoever sees the job end removes it (supervise::Finish).
+  if (const std::string group = Cgroup::Of(*pid); !group.empty()) job.cgroup = group;
   job.state = options.leave_stopped ? "stopped" : "running";
   std::error_code ec;
   job.image = fs::canonical(dir, ec).string();

@@ -26,6 +26,8 @@
 #                  (state T, its count still) and the other runs; woken by hand, it continues its
 #                  count. Then the same with the stopped process as paladin-workload-init's child
 #                  (the init must not pass Paladin's resume on to it)
+#   restored_cgroup  a restored job is back in its cgroup, its record names it, and once the job
+#                  ends (killed, then a second restore that exits by itself) the group is gone
 #
 # Usage: ckpt_test.sh SCENARIO PALADIN CKPT_THREADS CKPT_GPU [CKPT_START_AS]
 # Needs root (PID namespaces, CRIU) and CRIU (scripts/criu.sh); exits 77 (skipped) without them.
@@ -1149,9 +1151,76 @@ scenario_stopped() {
   stopped_rounds stopped_init "$ns" parent child
 }
 
+# --- the restored job's cgroup ------------------------------------------------------------------
+
+# group_dirs NAME: the job's group's directories that exist (v2, or the v1 controllers).
+group_dirs() {
+  local d
+  for d in /sys/fs/cgroup/paladin/"$1" /sys/fs/cgroup/*/paladin/"$1"; do
+    [[ -d $d ]] && echo "$d"
+  done
+}
+group_gone() { [[ -z $(group_dirs "$1") ]]; }
+
+scenario_restored_cgroup() {
+  if [[ $(cat /sys/fs/cgroup/cgroup.controllers 2>/dev/null) == "" && ! -d /sys/fs/cgroup/memory ]]; then
+    echo "SKIP: no cgroup hierarchy"
+    exit 77
+  fi
+  # Writes a line every 10 ms until $work/stop exists, then ends by itself.
+  start_job cgjob -- python3 -c 'import os, sys, time
+n = 0
+while not os.path.exists(sys.argv[1]):
+    n += 1
+    print("line", n, flush=True)
+    time.sleep(0.01)' "$work/stop" || return
+  local group
+  group=$(job_field cgroup)
+  if [[ -z $group || -z $(group_dirs "$group") ]]; then
+    fail "restored_cgroup: paladin run made no cgroup ('$group')"
+    return
+  fi
+  wait_until 30 lines_at_least "$log" 20 || fail "restored_cgroup: the job wrote nothing"
+  local -a before
+  read -ra before <<<"$(tree "$job_pid")"
+  checkpoint "$work/image"
+  expect_checkpointed restored_cgroup "$work/image" "${before[@]}" || return
+  wait_until 10 group_gone "$group" ||
+    fail "restored_cgroup: paladin run left $group behind at the checkpoint: $(group_dirs "$group")"
+
+  local round
+  for round in killed exits; do
+    restore "$work/image"
+    expect_restored "restored_cgroup ($round)" || return
+    local root=$job_pid
+    if [[ -n $(group_dirs "$group") ]] && grep -q ":/paladin/$group\$" "/proc/$root/cgroup" &&
+      [[ $(job_field cgroup) == "$group" ]]; then
+      pass "restored_cgroup ($round): the restored job is in its group $group, its record names it"
+    else
+      fail "restored_cgroup ($round): restored into '$(grep paladin "/proc/$root/cgroup" | head -1)'," \
+        "record '$(job_field cgroup)', dirs '$(group_dirs "$group")', expected $group"
+    fi
+    if [[ $round == killed ]]; then
+      kill -9 "$root"
+    else
+      touch "$work/stop"
+    fi
+    if ! wait_until 10 eval "! alive $root"; then
+      fail "restored_cgroup ($round): the job did not end"
+      return
+    fi
+    if wait_until 15 group_gone "$group"; then
+      pass "restored_cgroup ($round): once the restored job ended, its group is gone"
+    else
+      fail "restored_cgroup ($round): its group is still there 15 s after the restored job ended:" \
+        "$(group_dirs "$group")"
+    fi
+  done
+}
+
 case $SCENARIO in
   threads | python_file | quota_no_cuda | pipe | gpu_remap | gpu_quota | bad_input | leave_running | \
-    unprivileged | tcp_listen | tcp_internal | udp | tcp_outside | stopped) ;;
+    unprivileged | tcp_listen | tcp_internal | udp | tcp_outside | stopped | restored_cgroup) ;;
   *)
     echo "unknown scenario $SCENARIO" >&2
     exit 2
