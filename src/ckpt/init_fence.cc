@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,6 +39,23 @@ bool AdoptLeaseFd() {
 }
 
 bool Fenced() { return leased && watch.fenced; }
+
+void ReopenLease() {
+  if (!leased) return;
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/fd/10", path, sizeof path - 1);
+  if (n <= 0 || path[0] != '/') return;
+  path[n] = '\0';
+  const int again = open(path, O_RDONLY | O_CLOEXEC);
+  if (again < 0) return;
+  struct stat held {};
+  struct stat found {};
+  if (fstat(kLeaseFd, &held) == 0 && fstat(again, &found) == 0 && held.st_dev == found.st_dev &&
+      held.st_ino == found.st_ino) {
+    (void)dup3(again, kLeaseFd, O_CLOEXEC);
+  }
+  close(again);
+}
 
 void CheckLease() {
   if (!leased) return;

@@ -167,6 +167,7 @@ int main(int argc, char** argv) {
   for (;;) {
     siginfo_t info;
     const int signo = leased ? sigtimedwait(&all, &info, &poll) : sigwaitinfo(&all, &info);
+    if (signo < 0 && errno == EINTR) paladin::ckpt::fence::ReopenLease();
     paladin::ckpt::fence::CheckLease();
     // < 0: EINTR (e.g. CRIU let it go after a dump or a restore) or the poll's timeout.
     if (signo < 0) continue;

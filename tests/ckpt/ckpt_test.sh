@@ -26,6 +26,11 @@
 #                  (state T, its count still) and the other runs; woken by hand, it continues its
 #                  count. Then the same with the stopped process as paladin-workload-init's child
 #                  (the init must not pass Paladin's resume on to it)
+#   proc_self      a job reading /proc/self (its own /proc in its own mount namespace) sees its
+#                  namespace pid, as getpid() does, and only its own processes, before and after
+#                  a restore; under paladin-workload-init (pid 2), through two restores
+#   sysv_ipc       System V shared memory (1 MiB pattern), a semaphore and a message queue in the
+#                  job's own IPC namespace: invisible to the host, intact after a restore
 #   restored_cgroup  a restored job is back in its cgroup, its record names it, and once the job
 #                  ends (killed, then a second restore that exits by itself) the group is gone
 #
@@ -1151,6 +1156,143 @@ scenario_stopped() {
   stopped_rounds stopped_init "$ns" parent child
 }
 
+# --- the job's own namespaces (ns_job.py; docs/ckpt.md, "What a job sees") ---------------------
+
+last_self() { awk '$1 == "self" { l = $0 } END { print l }' "$log"; }
+self_at_least() { (($(awk '$1 == "self" { n = $2 } END { print n + 0 }' "$log") >= $1)); }
+
+# check_self WHAT WHEN PID PROCS: the job's last lines since line CUT say getpid(), /proc/self/stat
+# and /proc/self all give PID, and /proc lists at most PROCS processes.
+check_self() {
+  local what=$1 when=$2 want=$3 procs=$4 from=$5 bad
+  bad=$(awk -v from="$from" -v p="$want" -v most="$procs" '$1 == "self" && $2 > from &&
+    ($3 != p || $4 != p || $5 != p || $6 > most) { print; exit }' "$log")
+  if [[ -z $bad ]]; then
+    pass "$what: $when: getpid(), /proc/self/stat and /proc/self all say $want; /proc lists" \
+      "only the job's processes ($(last_self | awk '{ print $6 }'))"
+  else
+    fail "$what: $when: '$bad' (self N GETPID STAT LINK PROCS; expected pid $want, at most" \
+      "$procs processes)"
+  fi
+}
+
+own_namespaces() {
+  local what=$1 ns
+  for ns in mnt ipc; do
+    if [[ $(readlink "/proc/$job_pid/ns/$ns") == "$(readlink "/proc/$$/ns/$ns")" ]]; then
+      fail "$what: the job shares the host's $ns namespace"
+      return 1
+    fi
+  done
+  pass "$what: the job has its own mount and IPC namespaces"
+}
+
+# self_rounds WHAT PID PROCS ROUNDS: checkpoint and restore ROUNDS times, checking what the job
+# sees of itself each time.
+self_rounds() {
+  local what=$1 want=$2 procs=$3 rounds=$4 round cut=0
+  if ! wait_until 30 self_at_least 20; then
+    fail "$what: the job wrote no 20 lines in 30 s: $(tail -3 "$run_dir/stderr.log")"
+    return 1
+  fi
+  check_self "$what" started "$want" "$procs" 0
+  own_namespaces "$what"
+  for ((round = 1; round <= rounds; round++)); do
+    local -a before
+    read -ra before <<<"$(tree "$job_pid")"
+    checkpoint "$work/image-$what-$round"
+    if ((ck_rc != 0)) || ! wait_until 10 none_alive "${before[@]}"; then
+      fail "$what: checkpoint $round: exit $ck_rc: $ck_out"
+      return 1
+    fi
+    cut=$(awk '$1 == "self" { n = $2 } END { print n + 0 }' "$log")
+    restore "$work/image-$what-$round"
+    expect_restored "$what (round $round)" || return 1
+    if ! wait_until 30 self_at_least $((cut + 20)); then
+      fail "$what: no 20 more lines in 30 s after restore $round (cut at $cut)"
+      return 1
+    fi
+    check_self "$what" "after restore $round" "$want" "$procs" "$cut"
+    own_namespaces "$what (round $round)"
+  done
+  local gaps
+  gaps=$(awk '$1 == "self" && $2 != ++n { print "self " $2 " where " n " was due"; exit }' "$log")
+  [[ -z $gaps ]] || fail "$what: $gaps: the job restarted"
+}
+
+scenario_proc_self() {
+  start_job nsself -- python3 "$HERE/ns_job.py" self || return
+  # The host file system stays visible: the job runs the test's script from it.
+  self_rounds proc_self 1 1 1 || return
+  if [[ -z $START_AS ]]; then
+    echo "note: no ckpt_start_as (argument 5): the round under paladin-workload-init is skipped"
+    return
+  fi
+  PALADIN_WORKLOAD_INIT=$(dirname "$PALADIN")/paladin-workload-init
+  export PALADIN_WORKLOAD_INIT
+  job_name=nsinit
+  mkdir -p "$work/cwd-$job_name"
+  local out
+  out=$(cd "$work/cwd-$job_name" && PALADIN_TEST_LEASE="$work/lease" "$START_AS" "$job_name" 0 0 \
+    -- python3 "$HERE/ns_job.py" self 2>&1) || {
+    fail "proc_self: ckpt_start_as failed: $out"
+    return
+  }
+  run_dir=$(find "$PALADIN_RUN_DIR" -mindepth 1 -maxdepth 1 -name "$job_name-*" | head -1)
+  job_pid=$(job_field pid)
+  roots+=("$job_pid")
+  groups+=("$(basename "$run_dir")")
+  log=$run_dir/stdout.log
+  grep -q "init 1" <<<"$out" || fail "proc_self: not started under paladin-workload-init: $out"
+  # Twice: the first restore hands the init its lease from outside the job's mounts (CRIU's
+  # --inherit-fd), which it must open again inside them for the second dump to succeed.
+  self_rounds proc_self_init 2 2 2
+}
+
+last_ipc() { awk '$1 == "ipc" && $3 == "ok" { n = $2 } END { print n + 0 }' "$log"; }
+ipc_at_least() { (($(last_ipc) >= $1)); }
+
+scenario_sysv_ipc() {
+  start_job nsipc -- python3 "$HERE/ns_job.py" ipc || return
+  if ! wait_until 30 ipc_at_least 20; then
+    fail "sysv_ipc: the job did not check its IPC objects 20 times in 30 s: $(tail -3 "$log")" \
+      "$(tail -3 "$run_dir/stderr.log")"
+    return
+  fi
+  own_namespaces sysv_ipc
+  if ipcs -a 2>/dev/null | grep -qi 0x504c4431; then
+    fail "sysv_ipc: the host sees the job's IPC objects (key 0x504c4431): $(ipcs -a | grep -i 0x504c4431)"
+  else
+    pass "sysv_ipc: the job's shared memory, semaphore and message queue are not the host's"
+  fi
+  local -a before
+  read -ra before <<<"$(tree "$job_pid")"
+  checkpoint "$work/image"
+  expect_checkpointed sysv_ipc "$work/image" "${before[@]}" || return
+  if compgen -G "$work/image/ipcns-shm-*.img" >/dev/null; then
+    pass "sysv_ipc: the image holds the job's shared memory"
+  else
+    fail "sysv_ipc: the image holds no ipcns-shm image: $(ls "$work/image" | tr '\n' ' ')"
+  fi
+  local cut
+  cut=$(last_ipc)
+  restore "$work/image"
+  expect_restored sysv_ipc || return
+  if ! wait_until 30 ipc_at_least $((cut + 20)); then
+    fail "sysv_ipc: no 20 more checks in 30 s after the restore (cut at $cut): $(tail -3 "$log")"
+    return
+  fi
+  local bad
+  bad=$(awk '$1 == "BAD" { print; exit } $1 == "ipc" && $3 == "ok" && $2 != ++n { print "ipc " $2 " where " n " was due"; exit }' "$log")
+  if [[ -n $bad ]]; then
+    fail "sysv_ipc: $bad (cut at $cut)"
+  else
+    pass "sysv_ipc: the 1 MiB segment's bytes, the semaphore and the queued message are intact" \
+      "after the restore (checks 1..$(last_ipc), cut at $cut)"
+  fi
+  own_namespaces "sysv_ipc (restored)"
+}
+
 # --- the restored job's cgroup ------------------------------------------------------------------
 
 # group_dirs NAME: the job's group's directories that exist (v2, or the v1 controllers).
@@ -1220,7 +1362,7 @@ while not os.path.exists(sys.argv[1]):
 
 case $SCENARIO in
   threads | python_file | quota_no_cuda | pipe | gpu_remap | gpu_quota | bad_input | leave_running | \
-    unprivileged | tcp_listen | tcp_internal | udp | tcp_outside | stopped | restored_cgroup) ;;
+    unprivileged | tcp_listen | tcp_internal | udp | tcp_outside | stopped | restored_cgroup | proc_self | sysv_ipc) ;;
   *)
     echo "unknown scenario $SCENARIO" >&2
     exit 2
