@@ -25,7 +25,8 @@
 #                  --leave-running checkpoint and after a restore the stopped one is still stopped
 #                  (state T, its count still) and the other runs; woken by hand, it continues its
 #                  count. Then the same with the stopped process as paladin-workload-init's child
-#                  (the init must not pass Paladin's resume on to it)
+#                  (the init must not pass Paladin's resume on to it), and through the node
+#                  lease's fence (the lease runs out, then is renewed)
 #   proc_self      a job reading /proc/self (its own /proc in its own mount namespace) sees its
 #                  namespace pid, as getpid() does, and only its own processes, before and after
 #                  a restore; under paladin-workload-init (pid 2), through two restores
@@ -1153,7 +1154,38 @@ scenario_stopped() {
   local ns
   ns=$(log_value stopped "$log")
   [[ $ns == 2 ]] || fail "stopped: under the init the interpreter is pid $ns, not 2"
+  # The node's fence (docs/agent.md, "Fencing") stops the whole job when its lease runs out and
+  # continues it once renewed: what the job had stopped itself stays stopped.
+  check_stopped stopped_init "before the fence" "$ns" parent child || return
+  local child p
+  for p in $(tree "$job_pid"); do
+    if [[ $(ns_pid "$p") != 1 && $(ns_pid "$p") != "$ns" ]]; then child=$p; fi
+  done
+  write_lease "$work/lease" -1
+  if wait_until 5 is_stopped "$child"; then
+    pass "stopped_init: the lease ran out: the init stopped the running process too"
+  else
+    fail "stopped_init: the lease ran out 5 s ago and the child (host ${child:-?}) is in state" \
+      "'$(state_of "$child")'"
+  fi
+  write_lease "$work/lease" 3600
+  if wait_until 5 eval "! is_stopped '$child'"; then
+    check_stopped stopped_init "after the fence was lifted" "$ns" parent child
+  else
+    fail "stopped_init: the lease was renewed 5 s ago and the child (host $child) is still stopped"
+  fi
   stopped_rounds stopped_init "$ns" parent child
+}
+
+is_stopped() { [[ -n $1 && $(state_of "$1") == T ]]; }
+
+# write_lease FILE SECONDS: the node lease (include/paladin/ckpt/fence.h) with a deadline SECONDS
+# from now (negative: already past), written in place as the agent writes it.
+write_lease() {
+  python3 -c 'import struct, sys, time
+d = time.clock_gettime_ns(time.CLOCK_BOOTTIME) + int(float(sys.argv[2]) * 1e9)
+with open(sys.argv[1], "r+b") as f:
+    f.write(b"PLDLEASE" + struct.pack("<QQ", d, d ^ 0xa5c3e1f00f1e3c5a))' "$1" "$2"
 }
 
 # --- the job's own namespaces (ns_job.py; docs/ckpt.md, "What a job sees") ---------------------
