@@ -1,5 +1,11 @@
 #include "paladin/ckpt/cgroup.h"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -120,6 +126,62 @@ Status Cgroup::Remove() const {
     if (rmdir(dir.c_str()) != 0 && errno != ENOENT) {
       return IoError("cannot remove cgroup " + dir + ": " + strerror(errno));
     }
+  }
+  return Status::Ok();
+}
+
+std::string Cgroup::Of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+  // "ID:CONTROLLERS:/paladin/NAME[/...]" on v1, "0::/paladin/NAME" on v2.
+  const std::string marker = ":/paladin/";
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.find(marker);
+    if (at == std::string::npos) continue;
+    const std::string rest = line.substr(at + marker.size());
+    const std::string name = rest.substr(0, rest.find('/'));
+    if (!name.empty() && name != "." && name != "..") return name;
+  }
+  return "";
+}
+
+Status Cgroup::RemoveWhenGone(pid_t root) const {
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, root, 0));
+  if (pidfd < 0) return IoError("pidfd_open " + std::to_string(root) + ": " + strerror(errno));
+  // Everything the watcher needs, prepared here: after the fork it makes system calls only.
+  std::vector<const char*> dirs;
+  for (const std::string& dir : dirs_) dirs.push_back(dir.c_str());
+  const pid_t first = fork();
+  if (first < 0) {
+    const std::string why = strerror(errno);
+    close(pidfd);
+    return IoError("cannot start the cgroup's watcher: " + why);
+  }
+  if (first == 0) {
+    // Detached from the caller's session, and a grandchild, so that init reaps it.
+    setsid();
+    if (fork() != 0) _exit(0);
+    const int null = open("/dev/null", O_RDWR);
+    for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
+    close_range(3, pidfd - 1, 0);
+    close_range(pidfd + 1, ~0U, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    pollfd watch = {pidfd, POLLIN, 0};
+    while (poll(&watch, 1, -1) < 0 && errno == EINTR) {
+    }
+    const timespec pause = {0, 100 * 1000 * 1000};
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      bool left = false;
+      for (const char* dir : dirs) left |= rmdir(dir) != 0 && errno != ENOENT;
+      if (!left) break;
+      nanosleep(&pause, nullptr);
+    }
+    _exit(0);
+  }
+  close(pidfd);
+  int status = 0;
+  while (waitpid(first, &status, 0) < 0 && errno == EINTR) {
   }
   return Status::Ok();
 }

@@ -17,6 +17,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <sstream>
 
@@ -401,7 +402,50 @@ std::string SafeCgroup(const std::string& name) {
   return CheckRelativePath("cgroup", name).ok() ? name : "";
 }
 
+// The pid of host pid `pid` in its own (innermost) PID namespace, or -1.
+int64_t NamespacePid(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("NSpid:", 0) != 0) continue;
+    std::istringstream fields(line.substr(6));
+    int64_t last = -1;
+    for (int64_t id = 0; fields >> id;) last = id;
+    return last;
+  }
+  return -1;
+}
+
+// The state letter of /proc/PID/stat (after the command's closing parenthesis), or '?'.
+char ProcessState(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+}
+
 }  // namespace
+
+std::vector<int64_t> StoppedProcesses(const std::vector<pid_t>& pids) {
+  std::vector<int64_t> stopped;
+  for (pid_t pid : pids) {
+    if (ProcessState(pid) != 'T') continue;
+    const int64_t ns_pid = NamespacePid(pid);
+    if (ns_pid > 0) stopped.push_back(ns_pid);
+  }
+  return stopped;
+}
+
+void ContinueTree(pid_t root, const std::vector<int64_t>& stopped) {
+  sigval value{};
+  value.sival_int = fence::kResumeValue;
+  for (pid_t pid : Tree(root)) {
+    if (!stopped.empty() &&
+        std::find(stopped.begin(), stopped.end(), NamespacePid(pid)) != stopped.end()) {
+      continue;
+    }
+    sigqueue(pid, SIGCONT, value);
+  }
+}
 
 std::string PhaseTimes::Describe() const {
   std::ostringstream out;
@@ -486,6 +530,9 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
   // What the job holds on which GPU, while it still holds it.
   Manifest manifest = Describe(*job, criu, job->pid);
   manifest.uid = CommandUid(pids);
+  // What the job stopped itself stays stopped wherever it is resumed.
+  manifest.stopped = StoppedProcesses(pids);
+  job->stopped = manifest.stopped;
   // No process with a CUDA context (a job under a quota that never touched CUDA, or not yet):
   // the image holds no GPU state, and its restore must not wait for a process to answer for one.
   if (!cuda.empty()) DescribeGpus(*job, pids, &manifest);
@@ -577,8 +624,8 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
 
   if (options.after == CheckpointOptions::After::kLeaveRunning) {
     // Running again first (its CUDA calls still block until unlocked), so that the driver's
-    // restore can reach it.
-    for (pid_t pid : pids) kill(pid, SIGCONT);
+    // restore can reach it; what the job had stopped itself stays stopped.
+    ContinueTree(root, job->stopped);
     if (gpu != nullptr) ResumeGpu(*gpu, cuda);
     if (group && memory_limit > 0) (void)group->SetMemoryLimit(memory_limit);
   }
@@ -724,9 +771,18 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
     times->seconds.emplace_back("gpu restore", watch.Lap());
   }
   // Left stopped (a migration's destination before the commit): stopped, its GPU state restored
-  // but still locked; ResumeJob lets it go.
-  for (pid_t p : pids) kill(p, options.leave_stopped ? SIGSTOP : SIGCONT);
+  // but still locked; ResumeJob lets it go. Otherwise running, except what the job had stopped
+  // itself (CRIU restores those stopped; a SIGCONT to the whole tree would wake them).
+  job.stopped = m->stopped;
+  if (options.leave_stopped) {
+    for (pid_t p : pids) kill(p, SIGSTOP);
+  } else {
+    ContinueTree(*pid, job.stopped);
+  }
   job.pid = *pid;
+  // CRIU put the tree back into the group it was dumped in (making it where missing): the
+  // record names that group, so that whoever sees the job end removes it (supervise::Finish).
+  if (const std::string group = Cgroup::Of(*pid); !group.empty()) job.cgroup = group;
   job.state = options.leave_stopped ? "stopped" : "running";
   std::error_code ec;
   job.image = fs::canonical(dir, ec).string();
@@ -738,8 +794,9 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
 Status ResumeJob(JobRecord* job) {
   const std::vector<pid_t> pids = Tree(static_cast<pid_t>(job->pid));
   if (pids.empty()) return FailedPrecondition("job " + job->name + " has no processes to resume");
-  // Running first: the driver's restore and unlock need the process to answer.
-  for (pid_t p : pids) kill(p, SIGCONT);
+  // Running first: the driver's restore and unlock need the process to answer. What the job had
+  // stopped itself when it was dumped stays stopped.
+  ContinueTree(static_cast<pid_t>(job->pid), job->stopped);
   if (!job->gpu.empty()) {
     StatusOr<std::unique_ptr<GpuCheckpointer>> driver =
         DriverFor(job->gpu, job->emu_state, job->emu_gpus);

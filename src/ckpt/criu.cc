@@ -136,6 +136,21 @@ Status ProbeDump(const Criu& criu, const std::string& dir) {
 const std::vector<std::string> kDumpSocketFlags = {"--tcp-established", "--skip-in-flight",
                                                    "--network-lock", "skip"};
 
+// A process's mount namespace ("mnt:[INODE]"), "" when unreadable.
+std::string MountNamespace(const std::string& pid) {
+  std::error_code ec;
+  return fs::read_symlink("/proc/" + pid + "/ns/mnt", ec).string();
+}
+
+// Whether a dump holds the job's own mount namespace (its mount points image).
+bool HoldsMountNamespace(const std::string& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().filename().string().rfind("mountpoints-", 0) == 0) return true;
+  }
+  return false;
+}
+
 // Whether a dump saved the state of TCP connections (one tcp-stream image per connection).
 bool HoldsTcpStreams(const std::string& dir) {
   std::error_code ec;
@@ -405,6 +420,13 @@ Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOpti
     argv.emplace_back("--prev-images-dir");
     argv.push_back(options.parent_images);
   }
+  // A job with its own mount namespace (ckpt::StartWorkload) sees a private copy of the host's
+  // mounts with its own /proc: every mount of the copy is the host's, declared external (CRIU
+  // finds them itself) and bound again from the restoring node's at a restore.
+  const std::string job_mounts = MountNamespace(std::to_string(root));
+  if (!job_mounts.empty() && job_mounts != MountNamespace("self")) {
+    argv.insert(argv.end(), {"--external", "mnt[]"});
+  }
   if (options.leave_running && !options.pre_dump) argv.emplace_back("--leave-running");
   if (options.leave_stopped) argv.emplace_back("--leave-stopped");
   SubprocessResult r = RunBounded(argv, criu.Env(), options.timeout_s);
@@ -452,7 +474,20 @@ StatusOr<pid_t> Restore(const Criu& criu, const std::string& dir, const RestoreO
     argv.push_back("fd[" + std::to_string(copy) +
                    "]:" + (start == std::string::npos ? std::string() : path.substr(start)));
   }
-  SubprocessResult r = RunBounded(argv, criu.Env(), options.timeout_s);
+  // The job's mount namespace is rebuilt on the host's root file system, bound where CRIU can
+  // pivot into it, in a mount namespace of CRIU's own that goes with it.
+  std::string root_at;
+  if (HoldsMountNamespace(dir)) {
+    std::string pattern = (fs::temp_directory_path(ec) / "paladin-criu-root-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) {
+      for (int c : passed) close(c);
+      return IoError("cannot make a directory for the job's root: " + std::string(strerror(errno)));
+    }
+    root_at = pattern;
+    argv.insert(argv.end(), {"--root", root_at, "--external", "mnt[]"});
+  }
+  SubprocessResult r = RunBounded(argv, criu.Env(), options.timeout_s, root_at);
+  if (!root_at.empty()) fs::remove(root_at, ec);
   for (int c : passed) close(c);
   if (r.timed_out) {
     return Internal("criu restore from " + dir + " still running after " +

@@ -54,7 +54,8 @@ json ToJson(const Manifest& m) {
             {"logs", m.logs},
             {"log_targets", m.log_targets},
             {"region", m.region},
-            {"lease", m.lease}}},
+            {"lease", m.lease},
+            {"stopped", m.stopped}}},
           {"host", {{"hostname", m.hostname}, {"kernel", m.kernel}, {"arch", m.arch}}},
           {"criu", {{"version", m.criu_version}, {"no_breakpoints", m.criu_no_breakpoints}}},
           {"gpu",
@@ -167,6 +168,17 @@ Status FromJson(const json& j, Manifest* m) {
   // Optional: images of jobs that held no lease, and images older than the lease, lack it.
   if (j.at("workload").contains("lease")) {
     PALADIN_RETURN_IF_ERROR(Field(j, "workload", "lease", &m->lease));
+  }
+  // Optional: images older than it had every process resumed.
+  if (j.at("workload").contains("stopped")) {
+    PALADIN_RETURN_IF_ERROR(Field(j, "workload", "stopped", &m->stopped));
+    for (size_t i = 0; i < m->stopped.size(); ++i) {
+      // PID_MAX_LIMIT: no pid is larger on any Linux.
+      if (m->stopped[i] < 1 || m->stopped[i] > (int64_t{1} << 22)) {
+        return InvalidArgument("manifest: workload.stopped[" + std::to_string(i) + "] " +
+                               std::to_string(m->stopped[i]) + " is not a pid");
+      }
+    }
   }
   PALADIN_RETURN_IF_ERROR(Field(j, "gpu", "driver", &m->gpu_driver));
   PALADIN_RETURN_IF_ERROR(Field(j, "gpu", "mode", &m->gpu_mode));

@@ -5,12 +5,16 @@
 // the restoring agent's lease (--inherit-fd), so the job follows the node it now runs on.
 #include "init_fence.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "paladin/ckpt/fence.h"
 
@@ -20,6 +24,71 @@ namespace {
 
 bool leased = false;
 Watch watch;
+
+// The processes the job had stopped itself when the fence came down (their pids in the job's
+// namespace): the thaw leaves them stopped.
+constexpr int kMaxSelfStopped = 1024;
+pid_t self_stopped[kMaxSelfStopped];
+int self_stopped_count = 0;
+
+// Whether /proc is the job's own (its mount namespace), where pids are the namespace's.
+bool OwnProc() {
+  char target[16];
+  const ssize_t n = readlink("/proc/self", target, sizeof target);
+  return n == 1 && target[0] == '1';
+}
+
+// Calls each(pid, state) for every other process of the job, from its own /proc.
+template <typename F>
+void ForEachOtherProcess(F each) {
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return;
+  while (const dirent* entry = readdir(dir)) {
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || pid <= 1) continue;
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    char stat[512];
+    const ssize_t n = read(fd, stat, sizeof stat - 1);
+    close(fd);
+    if (n <= 0) continue;
+    stat[n] = '\0';
+    const char* name_end = std::strrchr(stat, ')');
+    each(static_cast<pid_t>(pid), name_end != nullptr && name_end[1] == ' ' ? name_end[2] : '?');
+  }
+  closedir(dir);
+}
+
+void Freeze(bool first) {
+  if (first) {
+    self_stopped_count = 0;
+    if (OwnProc()) {
+      ForEachOtherProcess([](pid_t pid, char state) {
+        if (state == 'T' && self_stopped_count < kMaxSelfStopped) {
+          self_stopped[self_stopped_count++] = pid;
+        }
+      });
+    }
+  }
+  kill(-1, SIGSTOP);
+}
+
+void Thaw() {
+  if (self_stopped_count == 0 || !OwnProc()) {
+    kill(-1, SIGCONT);
+  } else {
+    ForEachOtherProcess([](pid_t pid, char) {
+      for (int i = 0; i < self_stopped_count; ++i) {
+        if (self_stopped[i] == pid) return;
+      }
+      kill(pid, SIGCONT);
+    });
+  }
+  self_stopped_count = 0;
+}
 
 uint64_t BootNs() {
   timespec ts{};
@@ -39,6 +108,23 @@ bool AdoptLeaseFd() {
 
 bool Fenced() { return leased && watch.fenced; }
 
+void ReopenLease() {
+  if (!leased) return;
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/fd/10", path, sizeof path - 1);
+  if (n <= 0 || path[0] != '/') return;
+  path[n] = '\0';
+  const int again = open(path, O_RDONLY | O_CLOEXEC);
+  if (again < 0) return;
+  struct stat held {};
+  struct stat found {};
+  if (fstat(kLeaseFd, &held) == 0 && fstat(again, &found) == 0 && held.st_dev == found.st_dev &&
+      held.st_ino == found.st_ino) {
+    (void)dup3(again, kLeaseFd, O_CLOEXEC);
+  }
+  close(again);
+}
+
 void CheckLease() {
   if (!leased) return;
   const uint64_t now = BootNs();
@@ -55,8 +141,10 @@ void CheckLease() {
   // kill(-1) from a namespace's pid 1 reaches every other process of that namespace, and only
   // those. The stop is repeated while the lease stays out: whoever continued a process meanwhile
   // (a failed migration's resume, a user) is overruled within kPollMs.
-  if (action == Action::kFreeze) kill(-1, SIGSTOP);
-  if (action == Action::kThaw) kill(-1, SIGCONT);
+  // What the job had stopped itself before the fence stays stopped after it (read from the job's
+  // own /proc; without one every process is continued).
+  if (action == Action::kFreeze) Freeze(changed);
+  if (action == Action::kThaw) Thaw();
   if (changed) {
     std::fprintf(stderr, "paladin-workload-init: %s\n",
                  action == Action::kFreeze

@@ -13,6 +13,13 @@ bool AdoptLeaseFd();
 // lease says. Cheap; called every kPollMs and after every signal.
 void CheckLease();
 
+// Opens the lease again by its path, in this process's mount namespace: after a restore, CRIU
+// hands the init the restoring agent's lease (--inherit-fd) as a descriptor on a mount of the
+// host's, which the job's own mount namespace lacks, and which the next dump could not resolve.
+// Called once CRIU lets the init go (its wait ends with EINTR); a no-op when the path no longer
+// names the same file.
+void ReopenLease();
+
 // Whether the job is held stopped now: a SIGCONT meant for the command is not forwarded then.
 bool Fenced();
 

@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,7 +18,7 @@ namespace paladin::ckpt {
 
 SubprocessResult RunBounded(const std::vector<std::string>& argv,
                             const std::vector<std::pair<std::string, std::string>>& env,
-                            double timeout_s) {
+                            double timeout_s, const std::string& root_at) {
   SubprocessResult result;
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
@@ -36,6 +38,13 @@ SubprocessResult RunBounded(const std::vector<std::string>& argv,
     dup2(fds[1], STDERR_FILENO);
     const int null = open("/dev/null", O_RDONLY);
     if (null >= 0) dup2(null, STDIN_FILENO);
+    if (!root_at.empty() && (unshare(CLONE_NEWNS) != 0 ||
+                             mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+                             mount("/", root_at.c_str(), nullptr, MS_BIND, nullptr) != 0)) {
+      dprintf(STDERR_FILENO, "cannot bind the root file system at %s: %s\n", root_at.c_str(),
+              strerror(errno));
+      _exit(126);
+    }
     for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);
     std::vector<char*> args;
     args.reserve(argv.size() + 1);

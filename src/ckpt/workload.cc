@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -46,7 +47,8 @@ Status WriteJobFile(const JobRecord& job, const std::string& path) {
             {"gpu", job.gpu},
             {"region", job.region},
             {"emu_state", job.emu_state},
-            {"emu_gpus", job.emu_gpus}};
+            {"emu_gpus", job.emu_gpus},
+            {"stopped", job.stopped}};
   {
     // A fresh file, never through a symlink: the run directory may be its workload's user's.
     const std::string tmp = path + ".tmp";
@@ -86,6 +88,8 @@ StatusOr<JobRecord> ReadJobFile(const std::string& path) {
     job.region = j.at("region").get<std::string>();
     job.emu_state = j.at("emu_state").get<std::string>();
     job.emu_gpus = j.at("emu_gpus").get<std::string>();
+    // Optional: records written before it was kept lack it.
+    if (j.contains("stopped")) job.stopped = j.at("stopped").get<std::vector<int64_t>>();
   } catch (const json::exception& e) {
     return InvalidArgument(path + ": " + e.what());
   }
@@ -148,6 +152,13 @@ struct Prepared {
   // it): init itself runs as root with kFixedEnvironment only.
   int env_fd = -1;
   int lease_fd = -1;  // given to the init as fence::kLeaseFd
+  // The job has a mount namespace of its own (a private copy of this one's): it mounts its own
+  // /proc there and opens its files again by these paths, so that no descriptor of its refers
+  // to a mount outside its namespace, which CRIU could not dump.
+  bool own_mounts = false;
+  const char* stdout_path = nullptr;
+  const char* stderr_path = nullptr;
+  std::string lease_path;  // "" when unknown
 };
 
 constexpr int kInitEnvFd = 3;
@@ -165,21 +176,107 @@ void ChildSay(const char* what, const char* detail) {
   }
 }
 
+// Whether `fd` and `other` are the same file. Async-signal-safe.
+bool SameFile(int fd, int other) {
+  struct stat a {};
+  struct stat b {};
+  return fstat(fd, &a) == 0 && fstat(other, &b) == 0 && a.st_dev == b.st_dev &&
+         a.st_ino == b.st_ino;
+}
+
+// `fd` opened again by `path` in this mount namespace when that is the same file, else `fd`
+// itself. Async-signal-safe.
+int Reopened(int fd, const char* path, int flags) {
+  if (path == nullptr || path[0] == '\0') return fd;
+  const int again = open(path, flags | O_CLOEXEC, 0644);
+  if (again < 0) return fd;
+  if (!SameFile(fd, again)) {
+    close(again);
+    return fd;
+  }
+  return again;
+}
+
+// Unmounts every mount of a namespace file (nsfs: /run/netns/NAME and the like) from the job's
+// view: they come and go with other software's namespaces, and a restore would need each again
+// (CRIU binds every mount of the job's namespace from the restoring node's). Reads
+// /proc/self/mountinfo line by line with plain system calls (async-signal-safe).
+void DropNamespaceMounts() {
+  const int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  char buf[8192];
+  char line[4096];
+  size_t used = 0;
+  bool overlong = false;
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) {
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buf[i] != '\n') {
+        if (used + 1 < sizeof line) {
+          line[used++] = buf[i];
+        } else {
+          overlong = true;
+        }
+        continue;
+      }
+      line[used] = '\0';
+      // "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [TAGS...] - FSTYPE SOURCE SUPER": the fifth
+      // field is the mount point (octal escapes for spaces: such a mount stays).
+      const char* type = strstr(line, " - ");
+      char* point = line;
+      for (int field = 0; field < 4 && point != nullptr; ++field) {
+        point = strchr(point, ' ');
+        if (point != nullptr) ++point;
+      }
+      if (!overlong && type != nullptr && point != nullptr && strncmp(type + 3, "nsfs ", 5) == 0) {
+        char* end = strchr(point, ' ');
+        if (end != nullptr) *end = '\0';
+        if (strchr(point, '\\') == nullptr) (void)umount2(point, MNT_DETACH);
+      }
+      used = 0;
+      overlong = false;
+    }
+  }
+  close(fd);
+}
+
+// The job's own mounts: a private copy of the launcher's, with a /proc of its PID namespace in
+// place of the host's. Async-signal-safe; false (said on stderr) when the job cannot have them.
+bool EnterOwnMounts() {
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    ChildSay("cannot make the job's mounts private", "");
+    return false;
+  }
+  // The host's /proc (and whatever is mounted below it) leaves the job's view entirely.
+  for (int i = 0; i < 8 && umount2("/proc", MNT_DETACH) == 0; ++i) {
+  }
+  if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
+    ChildSay("cannot mount the job's /proc", "");
+    return false;
+  }
+  DropNamespaceMounts();
+  return true;
+}
+
 [[noreturn]] void ChildExec(const Prepared& p) {
   setsid();
   close(p.go[1]);  // so that the read below ends if the launcher dies first
   char byte = 0;
   while (read(p.go[0], &byte, 1) < 0 && errno == EINTR) {
   }
+  if (p.own_mounts && !EnterOwnMounts()) _exit(126);
   const int null = open("/dev/null", O_RDONLY);
   if (null >= 0) dup2(null, STDIN_FILENO);
-  dup2(p.out, STDOUT_FILENO);
-  dup2(p.err, STDERR_FILENO);
+  const int out = p.own_mounts ? Reopened(p.out, p.stdout_path, O_WRONLY | O_APPEND) : p.out;
+  const int err = p.own_mounts ? Reopened(p.err, p.stderr_path, O_WRONLY | O_APPEND) : p.err;
+  dup2(out, STDOUT_FILENO);
+  dup2(err, STDERR_FILENO);
   // The lease first goes out of the way of kInitEnvFd (it may be there); F_DUPFD is
   // async-signal-safe.
-  const int lease =
-      p.init != nullptr && p.lease_fd >= 0 ? fcntl(p.lease_fd, F_DUPFD_CLOEXEC, 64) : -1;
-  if (p.init != nullptr && p.lease_fd >= 0 && lease < 0) {
+  const int held = p.init != nullptr && p.lease_fd >= 0 && p.own_mounts
+                       ? Reopened(p.lease_fd, p.lease_path.c_str(), O_RDONLY)
+                       : p.lease_fd;
+  const int lease = p.init != nullptr && held >= 0 ? fcntl(held, F_DUPFD_CLOEXEC, 64) : -1;
+  if (p.init != nullptr && held >= 0 && lease < 0) {
     ChildSay("cannot pass the lease to the init", "");
     _exit(126);
   }
@@ -328,6 +425,12 @@ StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec) {
     return IoError("cannot open the workload's logs in " +
                    fs::path(spec.stdout_log).parent_path().string() + ": " + strerror(errno));
   }
+  p.stdout_path = spec.stdout_log.c_str();
+  p.stderr_path = spec.stderr_log.c_str();
+  if (spec.lease_fd >= 0) {
+    std::error_code ec;
+    p.lease_path = fs::read_symlink("/proc/self/fd/" + std::to_string(spec.lease_fd), ec).string();
+  }
   p.cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
   p.uid = spec.uid;
   p.gid = spec.gid;
@@ -373,8 +476,22 @@ StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec) {
   pid_t pid = -1;
   if (spec.pid_namespace) {
     p.init = init.empty() ? nullptr : init.c_str();
+    // Its own mounts (for a /proc of its own) and its own System V IPC (so that its shared
+    // memory, semaphores and message queues are dumped and travel with it); the host's network
+    // and hostname stay (docs/ckpt.md, "What a job sees").
+    p.own_mounts = spec.own_proc;
+    const unsigned long own =
+        (spec.own_proc ? CLONE_NEWNS : 0UL) | (spec.own_ipc ? CLONE_NEWIPC : 0UL);
     pid = static_cast<pid_t>(
-        syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr, nullptr, nullptr, nullptr));
+        syscall(SYS_clone, CLONE_NEWPID | own | SIGCHLD, nullptr, nullptr, nullptr, nullptr));
+    if (pid < 0 && own != 0) {
+      started.warnings.push_back(std::string("no mount or IPC namespace of its own (") +
+                                 strerror(errno) +
+                                 "): the job sees the host's /proc and System V IPC");
+      p.own_mounts = false;
+      pid = static_cast<pid_t>(
+          syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr, nullptr, nullptr, nullptr));
+    }
     if (pid == 0) ChildExec(p);
     if (pid > 0) started.pid_namespace = true;
     if (pid > 0) started.init = p.init != nullptr;

@@ -167,12 +167,16 @@ int main(int argc, char** argv) {
   for (;;) {
     siginfo_t info;
     const int signo = leased ? sigtimedwait(&all, &info, &poll) : sigwaitinfo(&all, &info);
+    if (signo < 0 && errno == EINTR) paladin::ckpt::fence::ReopenLease();
     paladin::ckpt::fence::CheckLease();
     // < 0: EINTR (e.g. CRIU let it go after a dump or a restore) or the poll's timeout.
     if (signo < 0) continue;
     if (signo != SIGCHLD) {
-      // While fenced, the job stays stopped whoever asks.
-      if (signo != SIGCONT || !paladin::ckpt::fence::Fenced()) kill(child, signo);
+      // While fenced, the job stays stopped whoever asks. Paladin's own resume continues this
+      // process only: the command may be one the job had stopped itself.
+      const bool resume = signo == SIGCONT && info.si_code == SI_QUEUE &&
+                          info.si_value.sival_int == paladin::ckpt::fence::kResumeValue;
+      if (signo != SIGCONT || (!resume && !paladin::ckpt::fence::Fenced())) kill(child, signo);
       continue;
     }
     int status = 0;

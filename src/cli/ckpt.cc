@@ -131,6 +131,13 @@ int RunRestore(const RestoreArgs& a) {
     Say("restore", job.status().message());
     return 1;
   }
+  // Nothing of Paladin's waits for this job: a watcher removes its group when it ends.
+  if (!job->cgroup.empty()) {
+    Status watched =
+        ckpt::Cgroup::Existing(job->cgroup).RemoveWhenGone(static_cast<pid_t>(job->pid));
+    if (!watched.ok())
+      Say("restore", "warning: the job's cgroup stays when it ends: " + watched.message());
+  }
   std::printf("restored %s as pid %lld: %s; logs in %s\n", job->name.c_str(),
               static_cast<long long>(job->pid), times.Describe().c_str(), job->run_dir.c_str());
   return 0;

@@ -104,9 +104,7 @@ Status ResumeHere(ckpt::JobRecord* job, double settle_s) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(settle_s);
   while (std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    for (uint32_t pid : quota::ProcessTree(static_cast<uint32_t>(job->pid))) {
-      kill(static_cast<pid_t>(pid), SIGCONT);
-    }
+    ckpt::ContinueTree(static_cast<pid_t>(job->pid), job->stopped);
   }
   return s;
 }

@@ -21,6 +21,19 @@
 #   tcp_outside    an echo server with a client outside the job connected at the checkpoint:
 #                  the client sees a reset, the job sees its connection end, and the restored
 #                  server serves a new client (docs/ckpt.md, "Sockets")
+#   stopped        two counting processes, one stopped (SIGSTOP) by the job itself: after a
+#                  --leave-running checkpoint and after a restore the stopped one is still stopped
+#                  (state T, its count still) and the other runs; woken by hand, it continues its
+#                  count. Then the same with the stopped process as paladin-workload-init's child
+#                  (the init must not pass Paladin's resume on to it), and through the node
+#                  lease's fence (the lease runs out, then is renewed)
+#   proc_self      a job reading /proc/self (its own /proc in its own mount namespace) sees its
+#                  namespace pid, as getpid() does, and only its own processes, before and after
+#                  a restore; under paladin-workload-init (pid 2), through two restores
+#   sysv_ipc       System V shared memory (1 MiB pattern), a semaphore and a message queue in the
+#                  job's own IPC namespace: invisible to the host, intact after a restore
+#   restored_cgroup  a restored job is back in its cgroup, its record names it, and once the job
+#                  ends (killed, then a second restore that exits by itself) the group is gone
 #
 # Usage: ckpt_test.sh SCENARIO PALADIN CKPT_THREADS CKPT_GPU [CKPT_START_AS]
 # Needs root (PID namespaces, CRIU) and CRIU (scripts/criu.sh); exits 77 (skipped) without them.
@@ -1013,9 +1026,375 @@ scenario_tcp_outside() {
   fi
 }
 
+# --- stopped processes (stopped_job.py) -------------------------------------------------------
+
+last_count() { awk -v w="$1" '$1 == w { n = $2 } END { print n + 0 }' "$log"; }
+count_at_least() { (($(last_count "$1") >= $2)); }
+
+# host_of ROOT NSPID: the host pid of the process of ROOT's tree that is NSPID in its namespace.
+host_of() {
+  local p
+  for p in $(tree "$1"); do
+    if [[ $(ns_pid "$p") == "$2" ]]; then
+      echo "$p"
+      return
+    fi
+  done
+}
+
+state_of() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return
+  stat=${stat##*) }
+  echo "${stat:0:1}"
+}
+
+# check_stopped WHAT WHEN NSPID STOPPED RUNNING: the job's process NSPID is stopped (state T) and
+# its count (STOPPED) stands still while the other's (RUNNING) goes on.
+check_stopped() {
+  local what=$1 when=$2 ns=$3 stopped=$4 running=$5 host
+  host=$(host_of "$job_pid" "$ns")
+  if [[ -z $host ]]; then
+    fail "$what: $when: no process is pid $ns of the job's namespace"
+    return 1
+  fi
+  local c r
+  c=$(last_count "$stopped")
+  r=$(last_count "$running")
+  sleep 1
+  if [[ $(state_of "$host") == T ]] && (($(last_count "$stopped") == c)) &&
+    (($(last_count "$running") >= r + 10)); then
+    pass "$what: $when: pid $ns (host $host) is still stopped at $stopped $c, $running runs on"
+  else
+    fail "$what: $when: pid $ns (host $host) is in state '$(state_of "$host")', $stopped" \
+      "$c -> $(last_count "$stopped"), $running $r -> $(last_count "$running") in 1 s"
+    return 1
+  fi
+}
+
+# stopped_rounds WHAT NSPID STOPPED RUNNING: a --leave-running checkpoint, a checkpoint and a
+# restore, each leaving stopped what was stopped; then the stopped one is woken by hand.
+stopped_rounds() {
+  local what=$1 ns=$2 stopped=$3 running=$4
+  check_stopped "$what" "before the checkpoint" "$ns" "$stopped" "$running" || return
+  checkpoint "$work/image-$what-live" --leave-running
+  if ((ck_rc != 0)) || crashed "$ck_out"; then
+    fail "$what: paladin checkpoint --leave-running exit $ck_rc: $ck_out"
+    return
+  fi
+  check_stopped "$what" "after a --leave-running checkpoint" "$ns" "$stopped" "$running" || return
+  local -a before
+  read -ra before <<<"$(tree "$job_pid")"
+  checkpoint "$work/image-$what"
+  if ((ck_rc != 0)) || ! wait_until 10 none_alive "${before[@]}"; then
+    fail "$what: paladin checkpoint exit $ck_rc, or the job still runs: $ck_out"
+    return
+  fi
+  local recorded
+  recorded=$(python3 -c 'import json, sys
+print(json.load(open(sys.argv[1]))["workload"].get("stopped"))' "$work/image-$what/manifest.json")
+  [[ $recorded == "[$ns]" ]] ||
+    fail "$what: the manifest records the stopped processes as $recorded, not [$ns]"
+  restore "$work/image-$what"
+  if ((rs_rc != 0)) || ! alive "$job_pid"; then
+    fail "$what: paladin restore exit $rs_rc: $rs_out"
+    return
+  fi
+  check_stopped "$what" "after the restore" "$ns" "$stopped" "$running" || return
+  local host c
+  host=$(host_of "$job_pid" "$ns")
+  c=$(last_count "$stopped")
+  kill -CONT "$host"
+  if wait_until 10 count_at_least "$stopped" $((c + 10)); then
+    pass "$what: woken by hand after the restore, $stopped continues its count from $c"
+  else
+    fail "$what: $stopped did not count on after SIGCONT (at $(last_count "$stopped"), state" \
+      "$(state_of "$host"))"
+  fi
+  local bad
+  bad=$(awk -v w="$stopped" '$1 == w && $2 != ++n { print w " " $2 " where " n " was due"; exit }' \
+    "$log")
+  [[ -z $bad ]] || fail "$what: $bad: the restored $stopped restarted or skipped"
+}
+
+scenario_stopped() {
+  start_job stopped -- python3 "$HERE/stopped_job.py" child || return
+  if ! wait_until 30 grep -q '^stopped ' "$log"; then
+    fail "stopped: the job stopped nothing in 30 s: $(tail -3 "$run_dir/stderr.log")"
+    return
+  fi
+  stopped_rounds stopped "$(log_value stopped "$log")" child parent
+
+  if [[ -z $START_AS ]]; then
+    echo "note: no ckpt_start_as (argument 5): the round under paladin-workload-init is skipped"
+    return
+  fi
+  # Under paladin-workload-init (a root job with a lease, as the node agent starts them): the
+  # interpreter, the init's child, stops itself.
+  PALADIN_WORKLOAD_INIT=$(dirname "$PALADIN")/paladin-workload-init
+  export PALADIN_WORKLOAD_INIT
+  job_name=stopinit
+  mkdir -p "$work/cwd-$job_name"
+  local out
+  out=$(cd "$work/cwd-$job_name" && PALADIN_TEST_LEASE="$work/lease" "$START_AS" "$job_name" 0 0 \
+    -- python3 "$HERE/stopped_job.py" self 2>&1) || {
+    fail "stopped: ckpt_start_as failed: $out"
+    return
+  }
+  run_dir=$(find "$PALADIN_RUN_DIR" -mindepth 1 -maxdepth 1 -name "$job_name-*" | head -1)
+  job_pid=$(job_field pid)
+  roots+=("$job_pid")
+  groups+=("$(basename "$run_dir")")
+  log=$run_dir/stdout.log
+  grep -q "init 1" <<<"$out" || fail "stopped: not started under paladin-workload-init: $out"
+  if ! wait_until 30 grep -q '^stopped ' "$log"; then
+    fail "stopped: the job under the init stopped nothing in 30 s: $(tail -3 "$run_dir/stderr.log")"
+    return
+  fi
+  local ns
+  ns=$(log_value stopped "$log")
+  [[ $ns == 2 ]] || fail "stopped: under the init the interpreter is pid $ns, not 2"
+  # The node's fence (docs/agent.md, "Fencing") stops the whole job when its lease runs out and
+  # continues it once renewed: what the job had stopped itself stays stopped.
+  check_stopped stopped_init "before the fence" "$ns" parent child || return
+  local child p
+  for p in $(tree "$job_pid"); do
+    if [[ $(ns_pid "$p") != 1 && $(ns_pid "$p") != "$ns" ]]; then child=$p; fi
+  done
+  write_lease "$work/lease" -1
+  if wait_until 5 is_stopped "$child"; then
+    pass "stopped_init: the lease ran out: the init stopped the running process too"
+  else
+    fail "stopped_init: the lease ran out 5 s ago and the child (host ${child:-?}) is in state" \
+      "'$(state_of "$child")'"
+  fi
+  write_lease "$work/lease" 3600
+  if wait_until 5 eval "! is_stopped '$child'"; then
+    check_stopped stopped_init "after the fence was lifted" "$ns" parent child
+  else
+    fail "stopped_init: the lease was renewed 5 s ago and the child (host $child) is still stopped"
+  fi
+  stopped_rounds stopped_init "$ns" parent child
+}
+
+is_stopped() { [[ -n $1 && $(state_of "$1") == T ]]; }
+
+# write_lease FILE SECONDS: the node lease (include/paladin/ckpt/fence.h) with a deadline SECONDS
+# from now (negative: already past), written in place as the agent writes it.
+write_lease() {
+  python3 -c 'import struct, sys, time
+d = time.clock_gettime_ns(time.CLOCK_BOOTTIME) + int(float(sys.argv[2]) * 1e9)
+with open(sys.argv[1], "r+b") as f:
+    f.write(b"PLDLEASE" + struct.pack("<QQ", d, d ^ 0xa5c3e1f00f1e3c5a))' "$1" "$2"
+}
+
+# --- the job's own namespaces (ns_job.py; docs/ckpt.md, "What a job sees") ---------------------
+
+last_self() { awk '$1 == "self" { l = $0 } END { print l }' "$log"; }
+self_at_least() { (($(awk '$1 == "self" { n = $2 } END { print n + 0 }' "$log") >= $1)); }
+
+# check_self WHAT WHEN PID PROCS: the job's last lines since line CUT say getpid(), /proc/self/stat
+# and /proc/self all give PID, and /proc lists at most PROCS processes.
+check_self() {
+  local what=$1 when=$2 want=$3 procs=$4 from=$5 bad
+  bad=$(awk -v from="$from" -v p="$want" -v most="$procs" '$1 == "self" && $2 > from &&
+    ($3 != p || $4 != p || $5 != p || $6 > most) { print; exit }' "$log")
+  if [[ -z $bad ]]; then
+    pass "$what: $when: getpid(), /proc/self/stat and /proc/self all say $want; /proc lists" \
+      "only the job's processes ($(last_self | awk '{ print $6 }'))"
+  else
+    fail "$what: $when: '$bad' (self N GETPID STAT LINK PROCS; expected pid $want, at most" \
+      "$procs processes)"
+  fi
+}
+
+own_namespaces() {
+  local what=$1 ns
+  for ns in mnt ipc; do
+    if [[ $(readlink "/proc/$job_pid/ns/$ns") == "$(readlink "/proc/$$/ns/$ns")" ]]; then
+      fail "$what: the job shares the host's $ns namespace"
+      return 1
+    fi
+  done
+  pass "$what: the job has its own mount and IPC namespaces"
+}
+
+# self_rounds WHAT PID PROCS ROUNDS: checkpoint and restore ROUNDS times, checking what the job
+# sees of itself each time.
+self_rounds() {
+  local what=$1 want=$2 procs=$3 rounds=$4 round cut=0
+  if ! wait_until 30 self_at_least 20; then
+    fail "$what: the job wrote no 20 lines in 30 s: $(tail -3 "$run_dir/stderr.log")"
+    return 1
+  fi
+  check_self "$what" started "$want" "$procs" 0
+  own_namespaces "$what"
+  for ((round = 1; round <= rounds; round++)); do
+    local -a before
+    read -ra before <<<"$(tree "$job_pid")"
+    checkpoint "$work/image-$what-$round"
+    if ((ck_rc != 0)) || ! wait_until 10 none_alive "${before[@]}"; then
+      fail "$what: checkpoint $round: exit $ck_rc: $ck_out"
+      return 1
+    fi
+    cut=$(awk '$1 == "self" { n = $2 } END { print n + 0 }' "$log")
+    restore "$work/image-$what-$round"
+    expect_restored "$what (round $round)" || return 1
+    if ! wait_until 30 self_at_least $((cut + 20)); then
+      fail "$what: no 20 more lines in 30 s after restore $round (cut at $cut)"
+      return 1
+    fi
+    check_self "$what" "after restore $round" "$want" "$procs" "$cut"
+    own_namespaces "$what (round $round)"
+  done
+  local gaps
+  gaps=$(awk '$1 == "self" && $2 != ++n { print "self " $2 " where " n " was due"; exit }' "$log")
+  [[ -z $gaps ]] || fail "$what: $gaps: the job restarted"
+}
+
+scenario_proc_self() {
+  start_job nsself -- python3 "$HERE/ns_job.py" self || return
+  # The host file system stays visible: the job runs the test's script from it.
+  self_rounds proc_self 1 1 1 || return
+  if [[ -z $START_AS ]]; then
+    echo "note: no ckpt_start_as (argument 5): the round under paladin-workload-init is skipped"
+    return
+  fi
+  PALADIN_WORKLOAD_INIT=$(dirname "$PALADIN")/paladin-workload-init
+  export PALADIN_WORKLOAD_INIT
+  job_name=nsinit
+  mkdir -p "$work/cwd-$job_name"
+  local out
+  out=$(cd "$work/cwd-$job_name" && PALADIN_TEST_LEASE="$work/lease" "$START_AS" "$job_name" 0 0 \
+    -- python3 "$HERE/ns_job.py" self 2>&1) || {
+    fail "proc_self: ckpt_start_as failed: $out"
+    return
+  }
+  run_dir=$(find "$PALADIN_RUN_DIR" -mindepth 1 -maxdepth 1 -name "$job_name-*" | head -1)
+  job_pid=$(job_field pid)
+  roots+=("$job_pid")
+  groups+=("$(basename "$run_dir")")
+  log=$run_dir/stdout.log
+  grep -q "init 1" <<<"$out" || fail "proc_self: not started under paladin-workload-init: $out"
+  # Twice: the first restore hands the init its lease from outside the job's mounts (CRIU's
+  # --inherit-fd), which it must open again inside them for the second dump to succeed.
+  self_rounds proc_self_init 2 2 2
+}
+
+last_ipc() { awk '$1 == "ipc" && $3 == "ok" { n = $2 } END { print n + 0 }' "$log"; }
+ipc_at_least() { (($(last_ipc) >= $1)); }
+
+scenario_sysv_ipc() {
+  start_job nsipc -- python3 "$HERE/ns_job.py" ipc || return
+  if ! wait_until 30 ipc_at_least 20; then
+    fail "sysv_ipc: the job did not check its IPC objects 20 times in 30 s: $(tail -3 "$log")" \
+      "$(tail -3 "$run_dir/stderr.log")"
+    return
+  fi
+  own_namespaces sysv_ipc
+  if ipcs -a 2>/dev/null | grep -qi 0x504c4431; then
+    fail "sysv_ipc: the host sees the job's IPC objects (key 0x504c4431): $(ipcs -a | grep -i 0x504c4431)"
+  else
+    pass "sysv_ipc: the job's shared memory, semaphore and message queue are not the host's"
+  fi
+  local -a before
+  read -ra before <<<"$(tree "$job_pid")"
+  checkpoint "$work/image"
+  expect_checkpointed sysv_ipc "$work/image" "${before[@]}" || return
+  if compgen -G "$work/image/ipcns-shm-*.img" >/dev/null; then
+    pass "sysv_ipc: the image holds the job's shared memory"
+  else
+    fail "sysv_ipc: the image holds no ipcns-shm image: $(ls "$work/image" | tr '\n' ' ')"
+  fi
+  local cut
+  cut=$(last_ipc)
+  restore "$work/image"
+  expect_restored sysv_ipc || return
+  if ! wait_until 30 ipc_at_least $((cut + 20)); then
+    fail "sysv_ipc: no 20 more checks in 30 s after the restore (cut at $cut): $(tail -3 "$log")"
+    return
+  fi
+  local bad
+  bad=$(awk '$1 == "BAD" { print; exit } $1 == "ipc" && $3 == "ok" && $2 != ++n { print "ipc " $2 " where " n " was due"; exit }' "$log")
+  if [[ -n $bad ]]; then
+    fail "sysv_ipc: $bad (cut at $cut)"
+  else
+    pass "sysv_ipc: the 1 MiB segment's bytes, the semaphore and the queued message are intact" \
+      "after the restore (checks 1..$(last_ipc), cut at $cut)"
+  fi
+  own_namespaces "sysv_ipc (restored)"
+}
+
+# --- the restored job's cgroup ------------------------------------------------------------------
+
+# group_dirs NAME: the job's group's directories that exist (v2, or the v1 controllers).
+group_dirs() {
+  local d
+  for d in /sys/fs/cgroup/paladin/"$1" /sys/fs/cgroup/*/paladin/"$1"; do
+    [[ -d $d ]] && echo "$d"
+  done
+}
+group_gone() { [[ -z $(group_dirs "$1") ]]; }
+
+scenario_restored_cgroup() {
+  if [[ $(cat /sys/fs/cgroup/cgroup.controllers 2>/dev/null) == "" && ! -d /sys/fs/cgroup/memory ]]; then
+    echo "SKIP: no cgroup hierarchy"
+    exit 77
+  fi
+  # Writes a line every 10 ms until $work/stop exists, then ends by itself.
+  start_job cgjob -- python3 -c 'import os, sys, time
+n = 0
+while not os.path.exists(sys.argv[1]):
+    n += 1
+    print("line", n, flush=True)
+    time.sleep(0.01)' "$work/stop" || return
+  local group
+  group=$(job_field cgroup)
+  if [[ -z $group || -z $(group_dirs "$group") ]]; then
+    fail "restored_cgroup: paladin run made no cgroup ('$group')"
+    return
+  fi
+  wait_until 30 lines_at_least "$log" 20 || fail "restored_cgroup: the job wrote nothing"
+  local -a before
+  read -ra before <<<"$(tree "$job_pid")"
+  checkpoint "$work/image"
+  expect_checkpointed restored_cgroup "$work/image" "${before[@]}" || return
+  wait_until 10 group_gone "$group" ||
+    fail "restored_cgroup: paladin run left $group behind at the checkpoint: $(group_dirs "$group")"
+
+  local round
+  for round in killed exits; do
+    restore "$work/image"
+    expect_restored "restored_cgroup ($round)" || return
+    local root=$job_pid
+    if [[ -n $(group_dirs "$group") ]] && grep -q ":/paladin/$group\$" "/proc/$root/cgroup" &&
+      [[ $(job_field cgroup) == "$group" ]]; then
+      pass "restored_cgroup ($round): the restored job is in its group $group, its record names it"
+    else
+      fail "restored_cgroup ($round): restored into '$(grep paladin "/proc/$root/cgroup" | head -1)'," \
+        "record '$(job_field cgroup)', dirs '$(group_dirs "$group")', expected $group"
+    fi
+    if [[ $round == killed ]]; then
+      kill -9 "$root"
+    else
+      touch "$work/stop"
+    fi
+    if ! wait_until 10 eval "! alive $root"; then
+      fail "restored_cgroup ($round): the job did not end"
+      return
+    fi
+    if wait_until 15 group_gone "$group"; then
+      pass "restored_cgroup ($round): once the restored job ended, its group is gone"
+    else
+      fail "restored_cgroup ($round): its group is still there 15 s after the restored job ended:" \
+        "$(group_dirs "$group")"
+    fi
+  done
+}
+
 case $SCENARIO in
   threads | python_file | quota_no_cuda | pipe | gpu_remap | gpu_quota | bad_input | leave_running | \
-    unprivileged | tcp_listen | tcp_internal | udp | tcp_outside) ;;
+    unprivileged | tcp_listen | tcp_internal | udp | tcp_outside | stopped | restored_cgroup | proc_self | sysv_ipc) ;;
   *)
     echo "unknown scenario $SCENARIO" >&2
     exit 2

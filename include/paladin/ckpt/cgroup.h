@@ -31,6 +31,16 @@ class Cgroup {
   double CpuSeconds() const;
   // Removes the (empty) group.
   Status Remove() const;
+  // Removes the group once the process `root` has ended (and its namespace with it), from a
+  // detached watcher process, for a caller that returns while the job runs on (`paladin
+  // restore`: CRIU recreates a restored job's group, and nothing else would remove it). The
+  // watcher holds a pidfd, not the pid, so a reused pid cannot fool it; it retries the removal
+  // for up to 10 s while the namespace's last processes exit, and holds no descriptor of the
+  // caller's.
+  Status RemoveWhenGone(pid_t root) const;
+  // The name of the group under paladin/ that process `pid` is in ("" for none), from
+  // /proc/PID/cgroup.
+  static std::string Of(pid_t pid);
   const std::string& name() const { return name_; }
 
  private:

@@ -75,7 +75,17 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
 
 // Lets a stopped job run again: a destination after the commit, or a source whose move failed
 // (its GPU state, checkpointed or locked, is restored and unlocked).
+// Leaves stopped the processes the job had stopped itself when it was dumped (job->stopped).
 Status ResumeJob(JobRecord* job);
+
+// SIGCONT to every process of the tree under `root` except those whose pid in the job's PID
+// namespace is in `stopped` (JobRecord::stopped): a process the job stopped stays stopped. Sent
+// with fence::kResumeValue, so paladin-workload-init does not pass it on to its command.
+void ContinueTree(pid_t root, const std::vector<int64_t>& stopped);
+
+// The processes among `pids` (host pids) that are stopped (state T, not a tracing stop), by
+// their pid in their own PID namespace.
+std::vector<int64_t> StoppedProcesses(const std::vector<pid_t>& pids);
 
 // The node lease (fence.h) that the job's root holds, when the root is paladin-workload-init
 // started with --lease: the file behind its descriptor fence::kLeaseFd. "" otherwise.

@@ -23,6 +23,10 @@ namespace paladin::ckpt::fence {
 
 // The descriptor number the lease has in paladin-workload-init.
 inline constexpr int kLeaseFd = 10;
+// The value Paladin's own resume sends with SIGCONT (sigqueue, ckpt::ContinueTree): the init
+// is continued by it but does not forward it to the command, which may be a process the job had
+// stopped itself. Any other SIGCONT to the init is forwarded, as every signal it can catch.
+inline constexpr int kResumeValue = 0x504c4443;  // "PLDC"
 // How often the init looks at the lease (it also looks after every signal it gets).
 inline constexpr int kPollMs = 100;
 

@@ -47,6 +47,9 @@ struct Manifest {
   // The node lease paladin-workload-init held (fence.h) when dumped, "" for none: at a restore
   // the restoring agent's own lease takes its place (CRIU's --inherit-fd key).
   std::string lease;
+  // The processes stopped (SIGSTOP, state T) when dumped, by their pid in the job's PID
+  // namespace: CRIU restores them stopped, and Paladin's resume leaves them so.
+  std::vector<int64_t> stopped;
   // Where and with what.
   std::string hostname;
   std::string kernel;

@@ -1,9 +1,10 @@
 // Starting a workload the way it can later be checkpointed and restored anywhere: in its own PID
 // namespace (it is pid 1 there and leads its own session, so CRIU can recreate its pids on any
-// node), in its own cgroup, with stdin from /dev/null and stdout/stderr appended to log files in
-// its run directory. A workload that runs as another, unprivileged user has
-// paladin-workload-init (root) as that pid 1 and runs as its only child (pid 2): CRIU can dump a
-// tree whose root is root, not one whose root is unprivileged (docs/ckpt.md). The job record
+// node), its own mount namespace with a /proc of its own and its own System V IPC namespace
+// (docs/ckpt.md, "What a job sees"), in its own cgroup, with stdin from /dev/null and stdout/stderr
+// appended to log files in its run directory. A workload that runs as another, unprivileged user
+// has paladin-workload-init (root) as that pid 1 and runs as its only child (pid 2): CRIU can dump
+// a tree whose root is root, not one whose root is unprivileged (docs/ckpt.md). The job record
 // (run_dir/job.json) says where everything is; `paladin checkpoint NAME` finds jobs by it. Format:
 // docs/formats/job.md.
 #ifndef PALADIN_CKPT_WORKLOAD_H_
@@ -37,6 +38,9 @@ struct JobRecord {
   std::string region;
   std::string emu_state;
   std::string emu_gpus;
+  // The processes the job (or its user) had stopped when it was last dumped, by their pid in the
+  // job's PID namespace: a resume leaves them stopped.
+  std::vector<int64_t> stopped;
 };
 
 Status WriteJob(const JobRecord& job);  // run_dir/job.json
@@ -63,6 +67,11 @@ struct WorkloadSpec {
   std::string stdout_log;
   std::string stderr_log;
   bool pid_namespace = true;
+  // With the PID namespace: a mount namespace of the job's own (a private copy of the caller's,
+  // with a /proc of the job's PID namespace), and a System V IPC namespace of its own
+  // (docs/ckpt.md, "What a job sees"). Without them where the kernel refuses, with a warning.
+  bool own_proc = true;
+  bool own_ipc = true;
   std::string cgroup;  // created if non-empty
   // Optional: the working directory (default: the caller's), and the user and group the workload
   // runs as (-1: the caller's). Switching needs root; supplementary groups are dropped. A
