@@ -102,6 +102,22 @@ def tagged_processes(tag):
     return found
 
 
+def describe_copies(tag):
+    """Each copy of the job: its state, its parent and the PID namespace it runs in (for a
+    failure's message)."""
+    out = []
+    for pid, state in tagged_processes(tag).items():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = f.read().rsplit(")", 1)[1].split()[1]
+            pidns = os.readlink(f"/proc/{pid}/ns/pid")
+            mntns = os.readlink(f"/proc/{pid}/ns/mnt")
+        except OSError:
+            continue
+        out.append(f"pid {pid} {state} parent {ppid} {pidns} {mntns}")
+    return "; ".join(out) or "none"
+
+
 class Proxy:
     """A TCP proxy from a local port to the server; cut() drops every connection."""
 
@@ -163,20 +179,54 @@ class Proxy:
         self.open = True
 
 
-class Fleet:
-    """A server and two agents under one directory; the server can be killed and restarted."""
+class OneHost:
+    """Both agents on this host: one file system, one network (loopback)."""
 
-    def __init__(self, work, name, fault=None, through_proxy=None):
+    server_ip = "127.0.0.1"
+
+    def popen(self, node, argv, log, env):
+        """Starts NODE's agent, ARGV, as a child of the test, its output appended to LOG."""
+        return subprocess.Popen(argv, stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env)
+
+    def agent_args(self, fleet, node):
+        return ["--data", os.path.join(fleet.dir, "agents", node),
+                "--workloads", os.path.join(fleet.dir, "workloads")]
+
+
+class Fleet:
+    """A server and two agents under one directory; the server can be killed and restarted.
+
+    `hosts` says where the agents run (OneHost, or tests/e2e/hosts_test.py's separate hosts);
+    `agent_env` adds to an agent's environment (PALADIN_MIGRATE_FAULT, say), per node."""
+
+    def __init__(self, work, name, fault=None, through_proxy=None, hosts=None, agent_env=None):
         self.dir = os.path.join(work, name)
         os.makedirs(self.dir)
         os.chmod(self.dir, 0o755)
+        self.hosts = hosts or OneHost()
+        self.agent_env = dict(agent_env or {})
         self.port = free_port()
         self.procs = {}
         self.start_server(fault)
-        # One proxy per agent, so that one agent can be cut off while the other stays in touch.
-        self.proxies = {n: Proxy(self.port) for n in ("node-a", "node-b")} if through_proxy else {}
+        # One proxy per agent, so that one agent can be cut off while the other stays in touch
+        # (separate hosts are cut off at their network link instead).
+        self.proxies = ({n: Proxy(self.port) for n in ("node-a", "node-b")}
+                        if through_proxy and isinstance(self.hosts, OneHost) else {})
         for node in ("node-a", "node-b"):
             self.start_agent(node)
+
+    def cut(self, node):
+        """Cuts the node off from the server."""
+        if node in self.proxies:
+            self.proxies[node].cut()
+        else:
+            self.hosts.cut(node)
+
+    def reconnect(self, node):
+        if node in self.proxies:
+            self.proxies[node].restore()
+        else:
+            self.hosts.reconnect(node)
 
     def log(self, name):
         return open(os.path.join(self.dir, name + ".log"), "ab")
@@ -191,7 +241,7 @@ class Fleet:
         if os.path.exists(url_file):
             os.remove(url_file)
         self.procs["server"] = subprocess.Popen(
-            [PALADIN, "server", "--listen", f"127.0.0.1:{self.port}", "--data",
+            [PALADIN, "server", "--listen", f"{self.hosts.server_ip}:{self.port}", "--data",
              os.path.join(self.dir, "server"), "--lease", "3", "--heartbeat", "0.5",
              "--checkpoint-every", "3", "--keep-checkpoints", "2"],
             stdout=self.log("server"), stderr=subprocess.STDOUT, env=env)
@@ -200,24 +250,25 @@ class Fleet:
             self.token = f.read().strip()
         wait_for("the server to answer", lambda: self.get("/v1/summary") is not None, 30)
 
-    def start_agent(self, node):
+    def start_agent(self, node, env=None):
+        """Starts (or restarts) NODE's agent; `env` adds to its environment for this run only."""
         port = self.proxies[node].port if node in self.proxies else self.port
-        self.procs[node] = subprocess.Popen(
-            [PALADIN, "agent", "--server", f"http://127.0.0.1:{port}", "--token-file",
-             os.path.join(self.dir, "server", "agent.token"), "--name", node, "--data",
-             os.path.join(self.dir, "agents", node), "--emulated-gpus", "2x8GiB",
-             "--migrate-port", str(free_port(pair=True)),
-             # Workloads run as the agent's default user, nobody (under a root
-             # paladin-workload-init, so that CRIU can checkpoint them).
-             "--kill-on-exit",
-             "--workloads", os.path.join(self.dir, "workloads")],
-            stdout=self.log("agent-" + node), stderr=subprocess.STDOUT)
+        agent_env = dict(os.environ)
+        agent_env.pop("PALADIN_MIGRATE_FAULT", None)
+        agent_env.update(self.agent_env.get(node, {}) if env is None else env)
+        self.procs[node] = self.hosts.popen(node, [PALADIN, "agent", "--server", f"http://{self.hosts.server_ip}:{port}", "--token-file",
+             os.path.join(self.dir, "server", "agent.token"), "--name", node,
+             "--emulated-gpus", "2x8GiB", "--migrate-port", str(free_port(pair=True)),
+             # Workloads run as uids of their own (under a root paladin-workload-init, so that
+             # CRIU can checkpoint them).
+             "--kill-on-exit"] + self.hosts.agent_args(self, node),
+            os.path.join(self.dir, "agent-" + node + ".log"), agent_env)
         wait_for(f"agent {node}", lambda: any(
             n["name"] == node and n["state"] == "alive" for n in self.get("/v1/nodes")["nodes"]))
 
     def request(self, method, path, body=None):
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data,
+        req = urllib.request.Request(f"http://{self.hosts.server_ip}:{self.port}{path}", data=data,
                                      method=method)
         req.add_header("Authorization", "Bearer " + self.token)
         req.add_header("Content-Type", "application/json")
@@ -386,7 +437,7 @@ def agent_cut_off(work):
         wait_for("a checkpoint of the job", lambda: fleet.job(job_id)["state"] == "running" and
                  fleet.job(job_id).get("last_checkpoint"))
         node = fleet.job(job_id)["node"]
-        fleet.proxies[node].cut()
+        fleet.cut(node)
         # From now on, never two live copies: sample until the job runs elsewhere.
         deadline = time.time() + 120
         moved = False
@@ -407,7 +458,7 @@ def agent_cut_off(work):
             fail("agent cut off: the job was not restored on another node")
         else:
             ok("agent cut off: its copy froze, the job was restored elsewhere, never two live copies")
-        fleet.proxies[node].restore()
+        fleet.reconnect(node)
         # The agent comes back: it is told to drop its stale, frozen copy.
         wait_for("the stale copy to go", lambda: len(tagged_processes(tag)) == 1, 60)
         ok("the reconnected agent dropped its stale copy")

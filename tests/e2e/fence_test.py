@@ -78,9 +78,9 @@ def job_on(fleet, job_id, node):
     return job["node"] == node and job["state"] == "running" and job.get("migration") is None
 
 
-def drill(work, fault):
-    fleet = Fleet(work, "fence-" + fault, through_proxy=True)
-    tag = "fence-" + fault
+def drill(work, fault, hosts=None, prefix="fence-"):
+    fleet = Fleet(work, prefix + fault, through_proxy=True, hosts=hosts)
+    tag = prefix + fault
     try:
         job_id = fleet.submit(tag)
         wait_for("a checkpoint of the job", lambda: fleet.job(job_id)["state"] == "running" and
@@ -96,25 +96,26 @@ def drill(work, fault):
         elif fault == "sigstop":
             agent.send_signal(signal.SIGSTOP)
         else:
-            fleet.proxies[node].cut()
+            fleet.cut(node)
         # The server restores the job elsewhere two leases after the last beat it saw.
         wait_for("the job restored on " + other, lambda: job_on(fleet, job_id, other), 120, 0.2)
         restored_after = time.time() - began
         time.sleep(max(0.0, 3 * LEASE_S - (time.time() - began)))
         away = time.time() - began
         stale = [p for p, s in tagged_processes(tag).items() if s in "Tt"]
+        print(f"fence {fault}: copies after 3 leases: {crash_test.describe_copies(tag)}", flush=True)
         if fault == "sigkill":
             fleet.start_agent(node)
         elif fault == "sigstop":
             agent.send_signal(signal.SIGCONT)
         else:
-            fleet.proxies[node].restore()
+            fleet.reconnect(node)
         # Its stale copy goes: one copy of the job is left, and it runs.
         try:
             wait_for("the stale copy to go", lambda: len(tagged_processes(tag)) == 1, 60, 0.2)
             came_back = True
         except TimeoutError as e:
-            fail(f"{fault}: {e}: {tagged_processes(tag)}")
+            fail(f"{fault}: {e}: {crash_test.describe_copies(tag)}")
             came_back = False
         time.sleep(2)
         sampler.finish()

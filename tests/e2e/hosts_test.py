@@ -1,0 +1,389 @@
+#!/usr/bin/env python3
+"""Exactly-once drills with the two agents as separate hosts (label e2e).
+
+Each agent runs in a "host" of its own: its own network namespace (one end of a veth pair; the
+other end is on a bridge in this namespace, where the server listens) and its own mount namespace,
+in which a private tmpfs lies over the agent's data and workloads folders (one path, the same on
+both hosts, as a fleet deployed from one configuration has), over /tmp, /dev/shm and /run/paladin.
+So the two agents share no run directory, no records, no uid allocations and no emulated-driver
+control files; an image moves between them only through Paladin (a migration's transfer, or the
+server's checkpoint store). PID namespaces are not separated, so this test sees every copy of a
+job in /proc, wherever it runs.
+
+What the hosts do share, as machines of a fleet would:
+  - the server's checkpoint store (DIR/server/checkpoints): it is where the agents write their
+    periodic checkpoints and where another node restores a dead node's job from, so it is the
+    fleet's shared file system (a network file system in a real fleet);
+  - the programs (the build's paladin and libraries, and the demo workload), read only;
+  - the kernel (cgroups, the clock the lease runs on).
+
+The drills, each on a fresh server and two fresh hosts:
+  1. The node's fence (fence_test.py's drill, run here across hosts): the job's agent SIGKILLed,
+     SIGSTOPped, or its host cut off from the network (its link set down), for 3x the lease.
+  2. Fleet migrations with a fault (PALADIN_MIGRATE_FAULT in one agent's environment, read by the
+     migration code the agent runs in-process): the destination agent killed after RESTORE, the
+     source agent killed once the server committed (before RESUME) and after RESUME, and each
+     message of the move lost in turn. A killed agent stays away for 3x the lease, then comes back.
+In each, every copy of the job is sampled every 100 ms: never two running at once, the job ends
+running exactly once with its state verified (the demo workload checks its memory every step),
+and no stopped copy is left behind (a killed agent's stopped copy is cleaned up by its lease and
+by the restarted agent's re-adoption).
+
+Usage: hosts_test.py PALADIN
+Environment: PALADIN_HOSTS_ONLY=DRILL runs one drill (names as printed).
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import crash_test  # noqa: E402
+import fence_test  # noqa: E402
+from crash_test import (Fleet, fail, failures, ok, tagged_processes, verify_once,  # noqa: E402
+                        wait_for)
+
+LEASE_S = fence_test.LEASE_S
+BRIDGE = "pal-br0"
+SUBNET = "10.213.77"
+ADDRESSES = {"node-a": SUBNET + ".2", "node-b": SUBNET + ".3"}
+
+
+def sh(*args, check=True):
+    return subprocess.run(list(args), check=check, capture_output=True, text=True)
+
+
+def children(pid):
+    """The pids whose parent is PID."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+class HostProcess:
+    """An agent started on a host: nsenter's child there. Signals go to the agent itself;
+    nsenter waits for it and exits when it does."""
+
+    def __init__(self, popen):
+        self.popen = popen
+        self.pid = wait_for("the agent on its host", lambda: children(popen.pid), 10, 0.02)[0]
+
+    def poll(self):
+        return self.popen.poll()
+
+    def wait(self, timeout=None):
+        return self.popen.wait(timeout)
+
+    def send_signal(self, sig):
+        if self.popen.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+
+class SeparateHosts:
+    """Two hosts, node-a and node-b, each a network namespace and a mount namespace.
+
+    A mount namespace lives as long as a process in it: each host's is held by a `sleep` (its
+    "machine"), so that a restarted agent enters the same one and finds its records."""
+
+    server_ip = SUBNET + ".1"
+
+    def __init__(self, work, name):
+        self.mount = os.path.join(work, name + ".host")  # the same path on every host
+        os.makedirs(self.mount)
+        self.holders = {}
+        os.makedirs("/run/paladin", exist_ok=True)
+        sh("ip", "link", "add", BRIDGE, "type", "bridge")
+        sh("ip", "addr", "add", self.server_ip + "/24", "dev", BRIDGE)
+        sh("ip", "link", "set", BRIDGE, "up")
+        for node, address in ADDRESSES.items():
+            ns = self.netns(node)
+            sh("ip", "netns", "add", ns)
+            sh("ip", "link", "add", self.link(node), "type", "veth", "peer", "name", "eth0",
+               "netns", ns)
+            sh("ip", "link", "set", self.link(node), "master", BRIDGE, "up")
+            sh("ip", "-n", ns, "addr", "add", address + "/24", "dev", "eth0")
+            sh("ip", "-n", ns, "link", "set", "eth0", "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+            # The host's init: pid 1 of its PID namespace, reaping what is orphaned there.
+            init = ("import os, time\n"
+                    "while True:\n"
+                    "    try:\n"
+                    "        os.wait()\n"
+                    "    except ChildProcessError:\n"
+                    "        time.sleep(0.2)\n")
+            setup = ("set -e; "
+                     f"mount -t tmpfs -o mode=0755 {node} {self.mount}; "
+                     "mount -t tmpfs -o mode=1777 tmp /tmp; "
+                     "mount -t tmpfs -o mode=1777 shm /dev/shm; "
+                     "mount -t tmpfs -o mode=0755 run /run/paladin; "
+                     f"echo ready; exec python3 -c '{init}'")
+            holder = subprocess.Popen(
+                ["nsenter", f"--net=/run/netns/{ns}", "--", "unshare", "--mount", "--pid",
+                 "--fork", "--mount-proc", "--propagation", "private", "--", "sh", "-c", setup],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            line = holder.stdout.readline().strip()
+            if line != "ready":
+                raise RuntimeError(f"host {node}: {line} {holder.stdout.read()}")
+            self.holders[node] = holder
+
+    @staticmethod
+    def netns(node):
+        return "pal-" + node
+
+    @staticmethod
+    def link(node):
+        return "pal-" + node[-1] + "0"
+
+    def init_pid(self, node):
+        """The host's pid 1, as this namespace numbers it."""
+        return wait_for(f"host {node}'s init", lambda: children(self.holders[node].pid), 10,
+                        0.05)[0]
+
+    def prefix(self, node):
+        init = self.init_pid(node)
+        return ["nsenter", f"--mount=/proc/{init}/ns/mnt", f"--pid=/proc/{init}/ns/pid",
+                f"--net=/run/netns/{self.netns(node)}", "--"]
+
+    def popen(self, node, argv, log, env):
+        # Everything the agent holds is opened on its host: its working directory and its output
+        # (a descriptor opened here would name a mount of this namespace, which CRIU, dumping the
+        # agent's children there, cannot find).
+        return HostProcess(subprocess.Popen(
+            self.prefix(node) + ["sh", "-c", 'cd / && exec "$@" </dev/null >>"$LOG" 2>&1', "sh"] +
+            argv, env=dict(env, LOG=log), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL))
+
+    def agent_args(self, fleet, node):
+        return ["--data", os.path.join(self.mount, "agent"),
+                "--workloads", os.path.join(self.mount, "workloads"),
+                "--address", ADDRESSES[node]]
+
+    def cut(self, node):
+        sh("ip", "link", "set", self.link(node), "down")
+
+    def reconnect(self, node):
+        sh("ip", "link", "set", self.link(node), "up")
+
+    def sees(self, node, path):
+        """Whether PATH exists on NODE's host."""
+        return subprocess.run(self.prefix(node) + ["test", "-e", path]).returncode == 0
+
+    def close(self):
+        for holder in self.holders.values():
+            holder.kill()
+            holder.wait()
+        for node in ADDRESSES:
+            sh("ip", "link", "del", self.link(node), check=False)
+            sh("ip", "netns", "del", self.netns(node), check=False)
+        sh("ip", "link", "del", BRIDGE, check=False)
+        shutil.rmtree(self.mount, ignore_errors=True)
+
+
+def clean_network():
+    """What an earlier run that was killed left behind."""
+    for node in ADDRESSES:
+        sh("ip", "netns", "del", SeparateHosts.netns(node), check=False)
+        sh("ip", "link", "del", SeparateHosts.link(node), check=False)
+    sh("ip", "link", "del", BRIDGE, check=False)
+
+
+def hosts_are_separate(work):
+    """The premise of every drill here: a file one host writes is not seen by the other, and the
+    hosts reach each other and the server only by their addresses."""
+    hosts = SeparateHosts(work, "premise")
+    try:
+        probe = os.path.join(hosts.mount, "probe")
+        subprocess.run(hosts.prefix("node-a") + ["touch", probe], check=True)
+        if not hosts.sees("node-a", probe) or hosts.sees("node-b", probe) or os.path.exists(probe):
+            fail("hosts: a file made on node-a is seen elsewhere, or not on node-a")
+            return False
+        reach = subprocess.run(hosts.prefix("node-a") + ["ping", "-c1", "-W2", ADDRESSES["node-b"]],
+                               capture_output=True)
+        if shutil.which("ping") and reach.returncode != 0:
+            fail(f"hosts: node-a cannot reach node-b: {reach.stdout!r}")
+            return False
+        ok("hosts: node-a and node-b share no folder and reach each other by address")
+        return True
+    finally:
+        hosts.close()
+
+
+def fence_drill(work, fault):
+    hosts = SeparateHosts(work, "hosts-fence-" + fault)
+    try:
+        fence_test.drill(work, fault, hosts=hosts, prefix="hosts-fence-")
+    finally:
+        hosts.close()
+
+
+class Migration:
+    """One fleet move of the job with a fault in one agent, sampled every 100 ms from the move's
+    start to the end of the drill."""
+
+    def __init__(self, name, faulty, fault, killed=False):
+        self.name = name
+        self.faulty = faulty  # "source" or "destination"
+        self.fault = fault  # PALADIN_MIGRATE_FAULT
+        self.killed = killed  # the fault kills the faulty side's agent
+
+
+MIGRATIONS = [
+    Migration("dst-killed-after-restore", "destination", "crash:dst-after-restore", True),
+    Migration("dst-killed-after-image", "destination", "crash:dst-after-image", True),
+    Migration("src-killed-after-restore", "source", "crash:src-after-restore", True),
+    Migration("src-killed-after-commit", "source", "crash:src-before-resume", True),
+    Migration("src-killed-after-resume", "source", "crash:src-after-resume", True),
+    Migration("lost-RESTORE", "source", "drop:RESTORE"),
+    Migration("lost-RESTORE-answer", "destination", "drop:RESTORE-answer"),
+    Migration("lost-RESUME", "source", "drop:RESUME"),
+    Migration("lost-RESUME-answer", "destination", "drop:RESUME-answer"),
+    Migration("lost-BYE", "source", "drop:BYE"),
+]
+
+
+def migration_drill(work, hosts, m):
+    """Moves the job from node-a to node-b with M's fault, then checks the end state."""
+    name = "mig-" + m.name
+    faulty_node = "node-a" if m.faulty == "source" else "node-b"
+    fleet = Fleet(work, name + ("-hosts" if hosts else "-onehost"), hosts=hosts,
+                  agent_env={faulty_node: {"PALADIN_MIGRATE_FAULT": m.fault}})
+    tag = name + ("-h" if hosts else "-1")
+    what = f"{m.name} ({'separate hosts' if hosts else 'one host'})"
+    sampler = None
+    try:
+        job_id = fleet.submit(tag)
+        wait_for("a checkpoint of the job", lambda: fleet.job(job_id)["state"] == "running" and
+                 fleet.job(job_id).get("last_checkpoint"), 120)
+        # The job starts where the packer puts it: move it so that node-a is the source.
+        if fleet.job(job_id)["node"] != "node-a":
+            fleet.post(f"/v1/jobs/{job_id}/migrate", {"to": "node-a"})
+            wait_for("the job on node-a", lambda: fence_test.job_on(fleet, job_id, "node-a"),
+                     120, 0.2)
+        sampler = fence_test.Sampler(tag)
+        began = time.time()
+        fleet.post(f"/v1/jobs/{job_id}/migrate", {"to": "node-b"})
+        outcome = ""
+        if m.killed:
+            agent = fleet.procs[faulty_node]
+            try:
+                agent.wait(120)
+            except subprocess.TimeoutExpired:
+                fail(f"{what}: the fault did not kill the {m.faulty}'s agent")
+            died = time.time() - began
+            # Away for 3x the lease: the server gives the dead node's jobs up meanwhile.
+            time.sleep(3 * LEASE_S)
+            stopped = [p for p, s in tagged_processes(tag).items() if s in "Tt"]
+            outcome = (f"the {m.faulty}'s agent died {died:.1f} s into the move; after 3 leases "
+                       f"{len(stopped)} stopped copy(ies); ")
+            fleet.start_agent(faulty_node, env={})
+        # The move settles one way or another, and one copy is left.
+        wait_for(f"{what}: the job settled", lambda: fleet.job(job_id)["state"] == "running" and
+                 fleet.job(job_id).get("migration") is None, 180, 0.2)
+        try:
+            wait_for(f"{what}: one copy left", lambda: len(tagged_processes(tag)) == 1, 60, 0.2)
+        except TimeoutError as e:
+            fail(f"{e}: {tagged_processes(tag)}")
+        time.sleep(2)
+        sampler.finish()
+        job = fleet.job(job_id)
+        print(f"migration {what}: {outcome}ended on {job['node']} (restarts "
+              f"{job.get('restarts', 0)}, recoveries {job.get('recoveries', 0)}) "
+              f"{time.time() - began:.1f} s after the move began; {sampler.describe()}",
+              flush=True)
+        if sampler.double:
+            fail(f"{what}: two copies running at once at {sampler.double[:10]} s")
+        else:
+            ok(f"{what}: never two copies running at once")
+        left = tagged_processes(tag)
+        if len(left) != 1 or any(s in "Tt" for s in left.values()):
+            fail(f"{what}: copies left: {left}")
+        else:
+            ok(f"{what}: one copy left, none stopped")
+        verify_once(fleet, job_id, tag, f"after {what}")
+        crash_test.cancel_and_check_gone(fleet, job_id, tag)
+    except (TimeoutError, urllib.error.URLError, subprocess.TimeoutExpired) as e:
+        fail(f"{what}: {e}; copies {tagged_processes(tag)}")
+    finally:
+        if sampler is not None and not sampler.stop:
+            sampler.finish()
+        fleet.stop()
+        for pid in tagged_processes(tag):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def main():
+    if os.geteuid() != 0:
+        print("SKIP: separate hosts need root (network and mount namespaces, CRIU)")
+        return 77
+    for tool in ("ip", "nsenter", "unshare"):
+        if not shutil.which(tool):
+            print(f"SKIP: no '{tool}' on this machine (needed to make the hosts)")
+            return 77
+    if not os.path.exists("/opt/paladin/criu/criu") and not os.environ.get("PALADIN_CRIU"):
+        print("SKIP: no CRIU (install it with scripts/criu.sh)")
+        return 77
+    clean_network()
+    probe = sh("ip", "netns", "add", "pal-probe", check=False)
+    sh("ip", "netns", "del", "pal-probe", check=False)
+    if probe.returncode != 0:
+        print(f"SKIP: cannot make a network namespace here: {probe.stderr.strip()}")
+        return 77
+    # Not under /tmp: each host has a /tmp of its own over it.
+    work = tempfile.mkdtemp(prefix="paladin-e2e-hosts.", dir="/var/tmp")
+    os.chmod(work, 0o755)
+    bin_dir = os.path.join(work, "bin")
+    os.makedirs(bin_dir)
+    crash_test.WORKLOAD = os.path.join(bin_dir, "paladin-demo-workload")
+    subprocess.run(["cp", os.path.join(os.path.dirname(crash_test.PALADIN),
+                                       "paladin-demo-workload"), crash_test.WORKLOAD], check=True)
+    os.chmod(bin_dir, 0o755)
+    only = os.environ.get("PALADIN_HOSTS_ONLY", "")
+    try:
+        if hosts_are_separate(work):
+            for fault in ("sigkill", "sigstop", "cut-off"):
+                if not only or only == "fence-" + fault:
+                    fence_drill(work, fault)
+            for m in MIGRATIONS:
+                if only and only != "mig-" + m.name and only != "mig-" + m.name + "-onehost":
+                    continue
+                if only != "mig-" + m.name + "-onehost":
+                    hosts = SeparateHosts(work, "mig-" + m.name)
+                    try:
+                        migration_drill(work, hosts, m)
+                    finally:
+                        hosts.close()
+                if not only or only == "mig-" + m.name + "-onehost":
+                    migration_drill(work, None, m)
+    finally:
+        clean_network()
+        if os.environ.get("KEEP_WORK"):
+            print("hosts_test: kept", work)
+        else:
+            subprocess.run(["rm", "-rf", work])
+    if failures:
+        print(f"hosts_test: {len(failures)} failure(s)")
+        return 1
+    print("hosts_test: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
