@@ -325,9 +325,10 @@ const ImageFile* Listed(const Manifest& m, const std::string& rel) {
 }
 
 // Copies the image's `rel` into the run directory as `name`; what is written must hash to what
-// the manifest says (the image may have changed since it was verified).
+// the manifest says (the image may have changed since it was verified). `mode` is the file's
+// mode when Paladin knows it; otherwise (-1) the read and write bits of the image's copy.
 Status CopyIntoRunDir(int image, const Manifest& m, const std::string& rel, const Placement& p,
-                      const std::string& name) {
+                      const std::string& name, int mode = -1) {
   const ImageFile* listed = Listed(m, rel);
   if (listed == nullptr) return InvalidArgument(rel + ": not in the image's manifest");
   struct stat from_st {};
@@ -335,9 +336,10 @@ Status CopyIntoRunDir(int image, const Manifest& m, const std::string& rel, cons
   if (!from.ok()) return InvalidArgument("the image's " + from.status().message());
   StatusOr<Fd> to = CreateRegularIn(p.dir.get(), name);
   if (!to.ok()) return Status(to.status().code(), p.run_dir + "/" + to.status().message());
-  // CRIU checks the mode of the files it reopens (the region is 0600); nothing but read and
-  // write bits is taken from the image.
-  if (fchmod(to->get(), from_st.st_mode & 0666) != 0) {
+  // CRIU checks the mode of the files it reopens; nothing but read and write bits is taken from
+  // the image.
+  const mode_t want = mode >= 0 ? static_cast<mode_t>(mode) : from_st.st_mode & 0666;
+  if (fchmod(to->get(), want) != 0) {
     return IoError("cannot set the mode of " + p.run_dir + "/" + name + ": " + strerror(errno));
   }
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
@@ -692,7 +694,9 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
   if (!place->region.empty()) {
     struct stat st {};
     if (fstatat(place->dir.get(), "quota.region", &st, AT_SYMLINK_NOFOLLOW) != 0) {
-      Status s = CopyIntoRunDir(image->get(), *m, "quota.region", *place, "quota.region");
+      // Always 0600 where it was made (quota::Region::Create), which CRIU insists on; an image
+      // that came through a move's transfer holds a copy with the default mode instead.
+      Status s = CopyIntoRunDir(image->get(), *m, "quota.region", *place, "quota.region", 0600);
       if (!s.ok()) return Status(s.code(), "refusing to restore: " + s.message());
     } else if (!S_ISREG(st.st_mode) || st.st_nlink != 1) {
       return FailedPrecondition("refusing to restore: " + place->region + " is " +
