@@ -327,6 +327,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     // The destination resumes on RESUME, or on asking the server once it loses this connection:
     // whatever the answer, the job is no longer this side's.
     StatusOr<std::string> resumed = CallOrDrop(&*channel, "RESUME", "RESUME", kAnswerTimeoutS);
+    CrashPoint("src-after-resume");
     if (!resumed.ok()) progress("RESUME: " + resumed.status().message() + "; committed anyway");
     return released();
   }

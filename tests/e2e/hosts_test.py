@@ -291,6 +291,12 @@ def migration_drill(work, hosts, m):
             outcome = (f"the {m.faulty}'s agent died {died:.1f} s into the move; after 3 leases "
                        f"{len(stopped)} stopped copy(ies); ")
             fleet.start_agent(faulty_node, env={})
+        else:
+            try:
+                wait_for(f"{what}: the fault to fire", lambda: b"fault injected" in open(
+                    os.path.join(fleet.dir, f"agent-{faulty_node}.log"), "rb").read(), 120, 0.2)
+            except TimeoutError as e:
+                fail(str(e))
         # The move settles one way or another, and one copy is left.
         wait_for(f"{what}: the job settled", lambda: fleet.job(job_id)["state"] == "running" and
                  fleet.job(job_id).get("migration") is None, 180, 0.2)
