@@ -245,6 +245,8 @@ bool Agent::Heartbeat() {
   if (lease_out) RenewLease(sent_ns);
   // The server has spoken (it may have killed some): what is still frozen runs again.
   if (frozen_) Thaw();
+  // Only now: a received copy that the server already gave up (stale) was killed by this answer.
+  ResolveIncoming();
   return true;
 }
 

@@ -89,6 +89,10 @@ struct Workload {
   // continues it itself (the init does, as the lease says).
   bool fenced = false;
   bool exit_reported = false;  // the report in flight says it exited: forget it once delivered
+  // A copy received by a fleet move (this migration id) whose outcome this agent has not heard:
+  // restored stopped, recorded before the source heard of it. Settled with the server once it
+  // has answered a heartbeat (ResolveIncoming): resumed if the move committed, else killed.
+  int64_t incoming_migration = 0;
 };
 
 struct Result {
@@ -169,6 +173,8 @@ class Agent {
   void Delivered();                                      // takes mu_
   void PollExits();                                      // takes mu_
   void Forget(const std::string& id, int64_t epoch, bool remove_run_dir);  // needs mu_
+  // Settles the received copies that a previous agent died holding (Workload::incoming_migration).
+  void ResolveIncoming();
   void SaveRecord(const Workload& w) const;
   void StartGrower(Workload* w) const;
   static Status KillTree(Workload* w);

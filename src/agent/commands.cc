@@ -478,6 +478,24 @@ void Agent::MigrateIn(int64_t id, Json c) {
   }
   options.cancel = cancel.get();
   options.lease_fd = lease_fd_;
+  // Recorded before the source hears of it: if this agent dies now, its successor finds the
+  // stopped copy and asks the server what became of the move (ResolveIncoming).
+  const int64_t migration_id = c.value("migration", int64_t{0});
+  options.restored = [&](const ckpt::JobRecord& restored) {
+    Workload pending;
+    pending.id = job;
+    pending.epoch = epoch;
+    pending.agent_dir = records_dir_ + "/" + job + "-" + std::to_string(epoch);
+    pending.record = restored;
+    pending.start_time = quota::ProcessIdOf(std::to_string(restored.pid)).start_time;
+    pending.gpu_index = gpu_index;
+    pending.gpu_uuid = gpu_uuid;
+    pending.uid = user.uid;
+    pending.gid = user.gid;
+    pending.pooled_uid = user.pooled_uid;
+    pending.incoming_migration = migration_id > 0 ? migration_id : -1;
+    SaveRecord(pending);
+  };
   // The source follows the server's row, not this side's answers: nothing to answer afterwards.
   options.answer_for_s = 0;
   // The server's row decides a move whose source went away after the restore.
@@ -496,6 +514,8 @@ void Agent::MigrateIn(int64_t id, Json c) {
   link.join();
   fs::remove_all(options.dir, ec);  // restored: the image is no longer needed here
   if (!record.ok()) {
+    // Its copy, if one was restored, was dropped.
+    fs::remove_all(records_dir_ + "/" + job + "-" + std::to_string(epoch), ec);
     FreeUser(&user);
     AddResult(id, record.status());
     return;
@@ -567,6 +587,52 @@ StatusOr<bool> Agent::ResolveMigration(int64_t migration) {
     return Internal("the server's answer has no \"commit\"");
   }
   return (*answer)["commit"].get<bool>();
+}
+
+void Agent::ResolveIncoming() {
+  std::vector<Workload*> pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, w] : jobs_) {
+      if (w->incoming_migration != 0 && !w->busy && w->state != "exited") {
+        w->busy = true;
+        pending.push_back(w.get());
+      }
+    }
+  }
+  for (Workload* w : pending) {
+    // No migration id (a server without one): nobody can say it committed, so it goes.
+    StatusOr<bool> committed =
+        w->incoming_migration > 0 ? ResolveMigration(w->incoming_migration) : StatusOr<bool>(false);
+    if (!committed.ok()) {
+      Say("job " + w->id + ": received by migration " + std::to_string(w->incoming_migration) +
+          " and left stopped by a previous agent; the server did not say what became of it (" +
+          committed.status().message() + "); asking again");
+      std::lock_guard<std::mutex> lock(mu_);
+      w->busy = false;
+      continue;
+    }
+    if (*committed) {
+      // The move committed: this is the job's copy. Its init (stopped by the restore) continues
+      // it, and fences it by this node's lease from then on.
+      SignalTree(static_cast<pid_t>(w->record.pid), SIGCONT);
+      std::lock_guard<std::mutex> lock(mu_);
+      w->incoming_migration = 0;
+      w->frozen = false;
+      w->busy = false;
+      SaveRecord(*w);
+      Say("job " + w->id + ": migration committed while no agent watched; its received copy runs");
+      continue;
+    }
+    Status s = KillTree(w);
+    std::lock_guard<std::mutex> lock(mu_);
+    w->busy = false;
+    if (!s.ok()) continue;
+    Say("job " + w->id +
+        ": migration not committed; killed the received copy a previous agent "
+        "left stopped");
+    Forget(w->id, w->epoch, true);
+  }
 }
 
 void Agent::MigrateOut(int64_t id, Json c) {

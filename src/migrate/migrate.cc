@@ -501,6 +501,7 @@ struct Destination {
         st.pid = job.pid;
         st.run_dir = job.run_dir;
         (void)Save("restored");
+        if (options.restored) options.restored(job);
         if (Status sent = SendOrDrop(channel, "RESTORE-answer", "OK " + std::to_string(job.pid));
             !sent.ok()) {
           return SourceGone(sent);

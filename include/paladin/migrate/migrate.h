@@ -81,6 +81,10 @@ struct DestinationOptions {
   // RESTORE: true, committed (the copy here resumes); false, not (it is dropped); an error, not
   // known yet (asked again). Unset: this side decides, and decides against the move.
   std::function<StatusOr<bool>()> resolve;
+  // Called once the job is restored here, stopped, before the source hears of it: from then on
+  // this side holds a copy that must outlive this process's death (the fleet agent records it,
+  // so that its successor settles it with the owner).
+  std::function<void(const ckpt::JobRecord&)> restored;
 };
 
 // Receives one job and carries out the destination's part of its migration. Returns the job as
