@@ -108,6 +108,7 @@ void Agent::Adopt() {
       w->start_time = start_time;
       AdoptUser(j, w.get());
       w->incoming_migration = j.value("incoming_migration", int64_t{0});
+      w->outgoing_migration = j.value("outgoing_migration", int64_t{0});
       // Frozen by the previous agent, or by its init, when the lease ran out: the server's next
       // answer decides.
       const char state = ProcState(static_cast<pid_t>(record->pid), nullptr);

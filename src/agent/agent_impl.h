@@ -93,6 +93,10 @@ struct Workload {
   // restored stopped, recorded before the source heard of it. Settled with the server once it
   // has answered a heartbeat (ResolveIncoming): resumed if the move committed, else killed.
   int64_t incoming_migration = 0;
+  // This copy's fleet move out (its migration id) is under way, or was when the agent stopped or
+  // died: the dump leaves it stopped, and only the move's outcome says whether it runs again
+  // (ResolveIncoming: killed if the move committed, continued if not).
+  int64_t outgoing_migration = 0;
 };
 
 struct Result {
@@ -173,7 +177,8 @@ class Agent {
   void Delivered();                                      // takes mu_
   void PollExits();                                      // takes mu_
   void Forget(const std::string& id, int64_t epoch, bool remove_run_dir);  // needs mu_
-  // Settles the received copies that a previous agent died holding (Workload::incoming_migration).
+  // Settles the copies that a previous agent died holding in the middle of a fleet move
+  // (Workload::incoming_migration, outgoing_migration).
   void ResolveIncoming();
   void SaveRecord(const Workload& w) const;
   void StartGrower(Workload* w) const;

@@ -494,6 +494,9 @@ void Agent::MigrateIn(int64_t id, Json c) {
     pending.gid = user.gid;
     pending.pooled_uid = user.pooled_uid;
     pending.incoming_migration = migration_id > 0 ? migration_id : -1;
+    // The logs came with the image; the server has their text up to the dump.
+    pending.out_offset = pending.out_pending = FileSize(restored.stdout_log);
+    pending.err_offset = pending.err_pending = FileSize(restored.stderr_log);
     SaveRecord(pending);
   };
   // The source follows the server's row, not this side's answers: nothing to answer afterwards.
@@ -594,44 +597,49 @@ void Agent::ResolveIncoming() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [key, w] : jobs_) {
-      if (w->incoming_migration != 0 && !w->busy && w->state != "exited") {
+      if ((w->incoming_migration != 0 || w->outgoing_migration != 0) && !w->busy &&
+          w->state != "exited") {
         w->busy = true;
         pending.push_back(w.get());
       }
     }
   }
   for (Workload* w : pending) {
-    // No migration id (a server without one): nobody can say it committed, so it goes.
-    StatusOr<bool> committed =
-        w->incoming_migration > 0 ? ResolveMigration(w->incoming_migration) : StatusOr<bool>(false);
+    const bool incoming = w->incoming_migration != 0;
+    const int64_t migration = incoming ? w->incoming_migration : w->outgoing_migration;
+    // The server's answer is the same whoever asks: once asked, an undecided move is aborted.
+    // No migration id (a server without one): nobody can say it committed.
+    StatusOr<bool> committed = migration > 0 ? ResolveMigration(migration) : StatusOr<bool>(false);
+    const std::string what = "job " + w->id + ": migration " + std::to_string(migration) +
+                             (incoming ? " (in)" : " (out)") +
+                             ", left unsettled by a previous agent";
     if (!committed.ok()) {
-      Say("job " + w->id + ": received by migration " + std::to_string(w->incoming_migration) +
-          " and left stopped by a previous agent; the server did not say what became of it (" +
-          committed.status().message() + "); asking again");
+      Say(what + "; the server did not say what became of it (" + committed.status().message() +
+          "); asking again");
       std::lock_guard<std::mutex> lock(mu_);
       w->busy = false;
       continue;
     }
-    if (*committed) {
-      // The move committed: this is the job's copy. Its init (stopped by the restore) continues
-      // it, and fences it by this node's lease from then on.
+    // The copy that runs: the received one if the move committed, else the one sent. Its init
+    // (stopped by the dump or the restore) continues it, and fences it by this node's lease.
+    if (*committed == incoming) {
       SignalTree(static_cast<pid_t>(w->record.pid), SIGCONT);
       std::lock_guard<std::mutex> lock(mu_);
       w->incoming_migration = 0;
+      w->outgoing_migration = 0;
       w->frozen = false;
       w->busy = false;
       SaveRecord(*w);
-      Say("job " + w->id + ": migration committed while no agent watched; its received copy runs");
+      Say(what + ": " + (incoming ? "committed" : "not committed") + "; this copy continues");
       continue;
     }
     Status s = KillTree(w);
     std::lock_guard<std::mutex> lock(mu_);
     w->busy = false;
     if (!s.ok()) continue;
-    Say("job " + w->id +
-        ": migration not committed; killed the received copy a previous agent "
-        "left stopped");
-    Forget(w->id, w->epoch, true);
+    Say(what + ": " + (incoming ? "not committed" : "committed") + "; killed this copy");
+    // A sent copy's run directory stays, as after a move (on one host the other copy uses it).
+    Forget(w->id, w->epoch, incoming);
   }
 }
 
@@ -650,6 +658,13 @@ void Agent::MigrateOut(int64_t id, Json c) {
   Workload* w = ClaimForCriu(id, c, &criu);
   if (w == nullptr) return;
   const std::string job = w->id;
+  // Recorded before the dump stops the job: if this agent dies before the move is settled, its
+  // successor finds the copy stopped and asks the server what became of the move.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    w->outgoing_migration = migration;
+    SaveRecord(*w);
+  }
   StatusOr<migrate::MigrateReport> report =
       migrate::Migrate(*criu, &w->record, options,
                        [job](const std::string& line) { Say("migrate_out " + job + ": " + line); });
@@ -659,6 +674,12 @@ void Agent::MigrateOut(int64_t id, Json c) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       w->busy = false;
+      // Settled here (resumed), unless the agent stops with the commit unanswered: then the next
+      // agent asks.
+      if (!stop_->load()) {
+        w->outgoing_migration = 0;
+        SaveRecord(*w);
+      }
       if (frozen_.load() && !w->frozen) {
         // A fenced job's init stops it again by itself (fence::kPollMs).
         if (!w->fenced) SignalTree(static_cast<pid_t>(w->record.pid), SIGSTOP);

@@ -248,6 +248,7 @@ void Agent::SaveRecord(const Workload& w) const {
                   {"quota_bytes", w.quota_bytes},
                   {"ceiling_bytes", w.ceiling_bytes},
                   {"incoming_migration", w.incoming_migration},
+                  {"outgoing_migration", w.outgoing_migration},
                   // The job can rewrite what is in its run directory (job.json): a restarted
                   // agent believes this copy.
                   {"region", w.record.region},

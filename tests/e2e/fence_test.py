@@ -13,8 +13,8 @@ every 100 ms from the fault until the end:
     rewrote the job's record there), and no stopped copy is left behind.
 It prints what it observed in each drill.
 
-Both agents share this host's file system and network (no separate namespaces): the drill with
-agents as separate hosts is not done here.
+Both agents share this host's file system and network; hosts_test.py runs the same drill with the
+agents as separate hosts.
 
 Usage: fence_test.py PALADIN
 """

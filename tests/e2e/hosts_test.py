@@ -235,23 +235,41 @@ class Migration:
     """One fleet move of the job with a fault in one agent, sampled every 100 ms from the move's
     start to the end of the drill."""
 
-    def __init__(self, name, faulty, fault, killed=False):
+    def __init__(self, name, faulty, fault, killed=False, away=3, evidence=None):
         self.name = name
         self.faulty = faulty  # "source" or "destination"
         self.fault = fault  # PALADIN_MIGRATE_FAULT
         self.killed = killed  # the fault kills the faulty side's agent
+        self.away = away  # leases the killed agent stays away before it is restarted
+        # (node, text): what an agent's log says once a message was lost (the fault fired).
+        self.evidence = evidence
 
 
 MIGRATIONS = [
     Migration("dst-killed-after-restore", "destination", "crash:dst-after-restore", True),
+    # Back before the server gives the node up: the copy it received is settled with the server.
+    Migration("dst-killed-after-restore-back-at-once", "destination", "crash:dst-after-restore",
+              True, away=0),
     Migration("dst-killed-after-image", "destination", "crash:dst-after-image", True),
     Migration("src-killed-after-restore", "source", "crash:src-after-restore", True),
+    # Back at once: its stopped copy is the job's only one (the move was not committed).
+    Migration("src-killed-after-restore-back-at-once", "source", "crash:src-after-restore", True,
+              away=0),
     Migration("src-killed-after-commit", "source", "crash:src-before-resume", True),
+    Migration("src-killed-after-commit-back-at-once", "source", "crash:src-before-resume", True,
+              away=0),
     Migration("src-killed-after-resume", "source", "crash:src-after-resume", True),
-    Migration("lost-RESTORE", "source", "drop:RESTORE"),
-    Migration("lost-RESTORE-answer", "destination", "drop:RESTORE-answer"),
-    Migration("lost-RESUME", "source", "drop:RESUME"),
-    Migration("lost-RESUME-answer", "destination", "drop:RESUME-answer"),
+    Migration("lost-RESTORE", "source", "drop:RESTORE",
+              evidence=("node-a", "fault injected: RESTORE lost")),
+    Migration("lost-RESTORE-answer", "destination", "drop:RESTORE-answer",
+              evidence=("node-b", "fault injected: RESTORE-answer lost")),
+    Migration("lost-RESUME", "source", "drop:RESUME",
+              evidence=("node-a", "fault injected: RESUME lost")),
+    # The destination drops the answer silently; the source says so.
+    Migration("lost-RESUME-answer", "destination", "drop:RESUME-answer",
+              evidence=("node-a", "; committed anyway")),
+    # In the fleet form nobody waits for BYE (the server's row settles the move): its loss shows
+    # nowhere, and the drill checks that nothing goes wrong.
     Migration("lost-BYE", "source", "drop:BYE"),
 ]
 
@@ -286,15 +304,16 @@ def migration_drill(work, hosts, m):
                 fail(f"{what}: the fault did not kill the {m.faulty}'s agent")
             died = time.time() - began
             # Away for 3x the lease: the server gives the dead node's jobs up meanwhile.
-            time.sleep(3 * LEASE_S)
+            time.sleep(m.away * LEASE_S)
             stopped = [p for p, s in tagged_processes(tag).items() if s in "Tt"]
-            outcome = (f"the {m.faulty}'s agent died {died:.1f} s into the move; after 3 leases "
-                       f"{len(stopped)} stopped copy(ies); ")
+            outcome = (f"the {m.faulty}'s agent died {died:.1f} s into the move; after "
+                       f"{m.away} leases {len(stopped)} stopped copy(ies); ")
             fleet.start_agent(faulty_node, env={})
-        else:
+        elif m.evidence:
+            log = os.path.join(fleet.dir, f"agent-{m.evidence[0]}.log")
             try:
-                wait_for(f"{what}: the fault to fire", lambda: b"fault injected" in open(
-                    os.path.join(fleet.dir, f"agent-{faulty_node}.log"), "rb").read(), 120, 0.2)
+                wait_for(f"{what}: the fault to fire", lambda: m.evidence[1].encode() in open(
+                    log, "rb").read(), 120, 0.2)
             except TimeoutError as e:
                 fail(str(e))
         # The move settles one way or another, and one copy is left.
