@@ -246,7 +246,7 @@ bool Agent::Heartbeat() {
   // The server has spoken (it may have killed some): what is still frozen runs again.
   if (frozen_) Thaw();
   // Only now: a received copy that the server already gave up (stale) was killed by this answer.
-  ResolveIncoming();
+  SettleInterruptedMoves();
   return true;
 }
 

@@ -91,11 +91,11 @@ struct Workload {
   bool exit_reported = false;  // the report in flight says it exited: forget it once delivered
   // A copy received by a fleet move (this migration id) whose outcome this agent has not heard:
   // restored stopped, recorded before the source heard of it. Settled with the server once it
-  // has answered a heartbeat (ResolveIncoming): resumed if the move committed, else killed.
+  // has answered a heartbeat (SettleInterruptedMoves): resumed if the move committed, else killed.
   int64_t incoming_migration = 0;
   // This copy's fleet move out (its migration id) is under way, or was when the agent stopped or
   // died: the dump leaves it stopped, and only the move's outcome says whether it runs again
-  // (ResolveIncoming: killed if the move committed, continued if not).
+  // (SettleInterruptedMoves: killed if the move committed, continued if not).
   int64_t outgoing_migration = 0;
 };
 
@@ -179,7 +179,7 @@ class Agent {
   void Forget(const std::string& id, int64_t epoch, bool remove_run_dir);  // needs mu_
   // Settles the copies that a previous agent died holding in the middle of a fleet move
   // (Workload::incoming_migration, outgoing_migration).
-  void ResolveIncoming();
+  void SettleInterruptedMoves();
   void SaveRecord(const Workload& w) const;
   void StartGrower(Workload* w) const;
   static Status KillTree(Workload* w);

@@ -479,7 +479,7 @@ void Agent::MigrateIn(int64_t id, Json c) {
   options.cancel = cancel.get();
   options.lease_fd = lease_fd_;
   // Recorded before the source hears of it: if this agent dies now, its successor finds the
-  // stopped copy and asks the server what became of the move (ResolveIncoming).
+  // stopped copy and asks the server what became of the move (SettleInterruptedMoves).
   const int64_t migration_id = c.value("migration", int64_t{0});
   options.restored = [&](const ckpt::JobRecord& restored) {
     Workload pending;
@@ -592,7 +592,7 @@ StatusOr<bool> Agent::ResolveMigration(int64_t migration) {
   return (*answer)["commit"].get<bool>();
 }
 
-void Agent::ResolveIncoming() {
+void Agent::SettleInterruptedMoves() {
   std::vector<Workload*> pending;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -74,7 +74,8 @@ def children(pid):
 
 class HostProcess:
     """An agent started on a host: nsenter's child there. Signals go to the agent itself;
-    nsenter waits for it and exits when it does."""
+    nsenter waits for it and exits when it does. nsenter stops itself when its child stops, so a
+    SIGCONT goes to both."""
 
     def __init__(self, popen):
         self.popen = popen
@@ -89,6 +90,8 @@ class HostProcess:
     def send_signal(self, sig):
         if self.popen.poll() is None:
             os.kill(self.pid, sig)
+            if sig == signal.SIGCONT:
+                os.kill(self.popen.pid, sig)
 
     def kill(self):
         self.send_signal(signal.SIGKILL)
@@ -134,7 +137,8 @@ class SeparateHosts:
                      f"echo ready; exec python3 -c '{init}'")
             holder = subprocess.Popen(
                 ["nsenter", f"--net=/run/netns/{ns}", "--", "unshare", "--mount", "--pid",
-                 "--fork", "--mount-proc", "--propagation", "private", "--", "sh", "-c", setup],
+                 "--fork", "--kill-child", "--mount-proc", "--propagation", "private", "--", "sh",
+                 "-c", setup],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             line = holder.stdout.readline().strip()
             if line != "ready":
@@ -184,7 +188,10 @@ class SeparateHosts:
         return subprocess.run(self.prefix(node) + ["test", "-e", path]).returncode == 0
 
     def close(self):
-        for holder in self.holders.values():
+        """Powers the hosts off: the end of a host's init ends every process on it."""
+        for node, holder in self.holders.items():
+            for init in children(holder.pid):
+                os.kill(init, signal.SIGKILL)
             holder.kill()
             holder.wait()
         for node in ADDRESSES:
