@@ -283,14 +283,16 @@ MIGRATIONS = [
 
 def migration_drill(work, hosts, m):
     """Moves the job from node-a to node-b with M's fault, then checks the end state."""
-    name = "mig-" + m.name
+    # Short: the agents' local sockets live below the fleet's folder (108 bytes at most).
+    name = f"m{MIGRATIONS.index(m):02d}" + ("h" if hosts else "1")
     faulty_node = "node-a" if m.faulty == "source" else "node-b"
-    fleet = Fleet(work, name + ("-hosts" if hosts else "-onehost"), hosts=hosts,
-                  agent_env={faulty_node: {"PALADIN_MIGRATE_FAULT": m.fault}})
-    tag = name + ("-h" if hosts else "-1")
+    tag = name
     what = f"{m.name} ({'separate hosts' if hosts else 'one host'})"
     sampler = None
+    fleet = None
     try:
+        fleet = Fleet(work, name, hosts=hosts,
+                      agent_env={faulty_node: {"PALADIN_MIGRATE_FAULT": m.fault}})
         job_id = fleet.submit(tag)
         wait_for("a checkpoint of the job", lambda: fleet.job(job_id)["state"] == "running" and
                  fleet.job(job_id).get("last_checkpoint"), 120)
@@ -353,7 +355,8 @@ def migration_drill(work, hosts, m):
     finally:
         if sampler is not None and not sampler.stop:
             sampler.finish()
-        fleet.stop()
+        if fleet is not None:
+            fleet.stop()
         for pid in tagged_processes(tag):
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -397,7 +400,7 @@ def main():
                 if only and only != "mig-" + m.name and only != "mig-" + m.name + "-onehost":
                     continue
                 if only != "mig-" + m.name + "-onehost":
-                    hosts = SeparateHosts(work, "mig-" + m.name)
+                    hosts = SeparateHosts(work, f"m{MIGRATIONS.index(m):02d}")
                     try:
                         migration_drill(work, hosts, m)
                     finally:
