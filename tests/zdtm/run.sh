@@ -193,9 +193,13 @@ run_one() {
   if grep -qs ZDTM_NOREAP "$STATIC/$t.c"; then init+=(--no-reap); fi
 
   local name=zdtm-$t image=$work/img-$t
-  # Not exec: a job killed by a signal is then reported by this subshell, into the log.
-  (cd "$STATIC" && env "${env[@]}" timeout 600 "$PALADIN" run --name "$name" -- \
-    "${init[@]}" "$t.pid" "${argv[@]}") >"$work/$t.run.out" 2>"$work/$t.run.err" &
+  # The subshell waits (bash would exec a last command): a `paladin run` that ends by a signal,
+  # as it does when its job is killed, is then reported into the log, not on the terminal.
+  (
+    cd "$STATIC" && env "${env[@]}" timeout 600 "$PALADIN" run --name "$name" -- \
+      "${init[@]}" "$t.pid" "${argv[@]}"
+    exit $?
+  ) >"$work/$t.run.out" 2>"$work/$t.run.err" &
   local launcher=$!
   if ! wait_until "$timeout" eval "[[ -s $STATIC/$t.pid ]] || ! kill -0 $launcher 2>/dev/null"; then
     outcome=start
@@ -208,7 +212,7 @@ run_one() {
   run_dir=$(find "$PALADIN_RUN_DIR" -mindepth 1 -maxdepth 1 -name "$name-*" | head -1)
   [[ -n $run_dir ]] && root=${run_dir##*-}
   if [[ $outcome == start ]]; then
-    ((root > 0)) && kill_job "$root"
+    if ((root > 0)); then kill_job "$root"; else kill_job "$launcher"; fi
     wait "$launcher" 2>/dev/null
     return
   fi
@@ -254,10 +258,15 @@ run_one() {
     why=$(verdict_of "$t")
   fi
   [[ -n ${ZDTM_NOCKPT:-} ]] && wait "$launcher" 2>/dev/null
-  # Paladin's cgroups of the job (the restored one's are left behind by CRIU).
+  return 0
+}
+
+# cgroup_cleanup TEST: removes Paladin's cgroups of the test's job (CRIU leaves the restored
+# job's behind), so that a run leaves none.
+cgroup_cleanup() {
   local g
-  for g in /sys/fs/cgroup/paladin/"$name"-* /sys/fs/cgroup/*/paladin/"$name"-*; do
-    [[ -d $g ]] && rmdir "$g" 2>/dev/null
+  for g in /sys/fs/cgroup/paladin/"zdtm-$1"-* /sys/fs/cgroup/*/paladin/"zdtm-$1"-*; do
+    [[ -d $g ]] && wait_until 5 rmdir "$g" 2>/dev/null
   done
   return 0
 }
@@ -280,6 +289,7 @@ for t in "${tests[@]}"; do
   ipc_before=$(ipc_ids)
   run_one "$t"
   ipc_cleanup "$ipc_before"
+  cgroup_cleanup "$t"
   total=$((total + 1))
   line="$t: $outcome${why:+: $why}"
   printf '%s\n' "$line" >>"$results"
