@@ -17,9 +17,11 @@ PACKAGES=(
 )
 
 # `deps.sh --tests` adds what only the tests need: Chromium, for the dashboard's browser test;
-# SLURM's daemons and MUNGE, for the SLURM integration test (tests/slurm).
+# SLURM's daemons and MUNGE, for the SLURM integration test (tests/slurm); the headers CRIU's
+# ZDTM tests include (tests/zdtm builds them from CRIU's source).
 if [ "${1:-}" = "--tests" ]; then
   PACKAGES+=(chromium curl python3 slurmctld slurmd slurm-client munge)
+  PACKAGES+=(libaio-dev libcap-dev xz-utils)
 fi
 
 missing=()

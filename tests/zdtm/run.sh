@@ -1,0 +1,326 @@
+#!/usr/bin/env bash
+# CRIU's ZDTM static tests through Paladin's path: what CRIU's harness (test/zdtm.py) does for a
+# static test, with `paladin run`, `paladin checkpoint` and `paladin restore` in place of its own
+# calls to CRIU. For each test of the list:
+#
+#   1. start it under `paladin run` (its root is zdtm_init, which stays in the foreground for the
+#      daemonizing test: see zdtm_init.cc), with the environment zdtm.py gives it, and wait
+#      until it writes its pidfile (it is ready: its state is set up);
+#   2. `paladin checkpoint` the job (which stops it) and check that `paladin run` ended;
+#   3. `paladin restore` the image;
+#   4. SIGTERM the restored job's root (zdtm_init passes it to the test, which then checks that
+#      its state survived), wait for the job to end, and read the test's verdict (PASS) from
+#      its .out file.
+#
+# A test passes when its verdict is PASS. The run fails when a test fails that the
+# expected-failures file does not name, or when a test it names passes (the file stays honest),
+# unless it is named there as flaky.
+#
+# Usage: run.sh PALADIN ZDTM_INIT CACHE LIST EXPECTED [TEST...]
+#   CACHE     the folder fetch_build.sh built CRIU's tests in
+#   LIST      the tests to run, one a line (# comments)
+#   EXPECTED  "TEST  reason" lines: the tests of LIST that cannot pass here, and why; a reason
+#             that starts with "[flaky]" names a test that fails only at times (a race), whose
+#             pass is then no surprise
+#   TEST...   run only these (of LIST or not); the summary and verdict cover only them
+# Environment: ZDTM_NOCKPT=1 runs each test under `paladin run` without the checkpoint, which
+# tells a test that fails here anyway from one the checkpoint breaks (for a measurement; the
+# expected-failures file is not checked then). KEEP_WORK=1 keeps the images and logs.
+# Needs root and CRIU; exits 77 (skipped) without them or without the built tests.
+set -u
+
+PALADIN=$(realpath "$1")
+INIT=$(realpath "$2")
+CACHE=$3
+LIST=$4
+EXPECTED=$5
+shift 5
+
+LIMIT=120 # seconds for any one paladin command
+
+if ((EUID != 0)); then
+  echo "SKIP: the ZDTM tests need root (PID namespaces, CRIU)"
+  exit 77
+fi
+if [[ -z ${PALADIN_CRIU:-} && ! -x /opt/paladin/criu/criu ]] && ! command -v criu >/dev/null; then
+  echo "SKIP: no CRIU (install it with scripts/criu.sh)"
+  exit 77
+fi
+STATIC=$(cat "$CACHE/static-dir" 2>/dev/null)
+if [[ -z $STATIC || ! -d $STATIC ]]; then
+  echo "SKIP: CRIU's ZDTM tests are not built in $CACHE (tests/zdtm/fetch_build.sh)"
+  exit 77
+fi
+
+# ctest's own descriptors would be inherited by the test and make its image depend on them.
+for fd in "/proc/$$/fd/"*; do
+  fd=${fd##*/}
+  if ((fd > 2 && fd != 255)); then eval "exec $fd>&-"; fi
+done
+
+work=$(mktemp -d /tmp/paladin-zdtm.XXXXXX)
+export PALADIN_RUN_DIR=$work/run
+mkdir -p "$PALADIN_RUN_DIR"
+unset LD_PRELOAD PALADIN_EMU_GPUS CUDA_VISIBLE_DEVICES
+results=$CACHE/results.txt
+: >"$results"
+
+alive() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [[ ${stat:0:1} != Z && ${stat:0:1} != X ]]
+}
+
+# wait_until SECONDS COMMAND...: polls COMMAND every 0.05 s; false when it never succeeded.
+wait_until() {
+  local deadline=$((SECONDS + $1))
+  shift
+  while ! "$@"; do
+    ((SECONDS >= deadline)) && return 1
+    sleep 0.05
+  done
+}
+
+# tree ROOT: ROOT and every process below it, host pids.
+tree() {
+  local table p
+  local -a queue=("$1") out=()
+  table=$(ps -eo pid=,ppid=)
+  while ((${#queue[@]} > 0)); do
+    p=${queue[0]}
+    queue=("${queue[@]:1}")
+    [[ -d /proc/$p ]] || continue
+    out+=("$p")
+    mapfile -t -O "${#queue[@]}" queue < <(awk -v pp="$p" '$2 == pp { print $1 }' <<<"$table")
+  done
+  echo "${out[@]}"
+}
+
+# kill_job ROOT: SIGKILL to every process of the job left over (a failed test).
+kill_job() {
+  local -a pids
+  read -ra pids <<<"$(tree "$1")"
+  ((${#pids[@]} == 0)) && return
+  kill -9 "${pids[@]}" 2>/dev/null
+  local p
+  for p in "${pids[@]}"; do wait_until 10 eval "! alive $p"; done
+}
+
+# desc TEST KEY: a field of the test's .desc (a Python literal), empty when absent.
+desc() {
+  [[ -f $STATIC/$1.desc ]] || return 0
+  python3 -c 'import ast, sys
+d = ast.literal_eval(open(sys.argv[1]).read())
+print(d.get(sys.argv[2], ""))' "$STATIC/$1.desc" "$2" 2>/dev/null
+}
+
+# first_error TEXT: the line of TEXT that says what went wrong first.
+first_error() {
+  local line
+  line=$(grep -m1 -E '^ *Error \(' <<<"$1")
+  [[ -n $line ]] || line=$(grep -m1 -E 'Error|error|FAIL|refus|cannot|Cannot' <<<"$1")
+  [[ -n $line ]] || line=$(head -1 <<<"$1")
+  tr -s ' \t' ' ' <<<"$line" | cut -c1-240
+}
+
+verdict_of() { # TEST: the test's own words, from its .out (or .out.inprogress)
+  local f
+  for f in "$STATIC/$1.out" "$STATIC/$1.out.inprogress"; do
+    if [[ -f $f ]]; then
+      tail -c 2000 "$f" | tr -s ' \t\n' ' ' | cut -c1-240
+      return
+    fi
+  done
+  echo "no .out file"
+}
+
+# ipc_ids: "KIND:ID" of every SysV IPC object of this IPC namespace. A job has no IPC namespace
+# of its own, so what a failed test leaves behind would make the next run of it fail at start
+# (EEXIST); run_one removes what appeared while its test ran.
+ipc_ids() {
+  local kind
+  for kind in shm msg sem; do
+    awk -v k="$kind" 'NR > 1 { print k ":" $2 }' "/proc/sysvipc/$kind" 2>/dev/null
+  done
+}
+
+ipc_cleanup() { # BEFORE: the ipc_ids output from before the test
+  local id
+  while read -r id; do
+    [[ -z $id ]] && continue
+    case ${id%%:*} in
+      shm) ipcrm -m "${id#*:}" 2>/dev/null ;;
+      msg) ipcrm -q "${id#*:}" 2>/dev/null ;;
+      sem) ipcrm -s "${id#*:}" 2>/dev/null ;;
+    esac
+  done < <(comm -13 <(sort <<<"$1") <(ipc_ids | sort))
+}
+
+# run_one TEST: sets outcome (PASS, or the stage that failed) and why.
+run_one() {
+  local t=$1
+  outcome=FAIL
+  why=
+  if [[ ! -x $STATIC/$t ]]; then
+    why="not built"
+    return
+  fi
+  (cd "$STATIC" && make -s --no-print-directory "$t.cleanout" >/dev/null 2>&1)
+  rm -f "$STATIC/$t.pid" "$STATIC/$t.out" "$STATIC/$t.out.inprogress"
+  local cmdline
+  cmdline=$(cd "$STATIC" && make -s -n --no-print-directory "$t.pid" 2>/dev/null | tail -1)
+  local -a argv
+  read -ra argv <<<"$cmdline"
+  if [[ ${argv[0]:-} != "./$t" ]]; then
+    why="cannot tell its command line from the Makefile: '$cmdline'"
+    return
+  fi
+  # As zdtm.py does: a test not marked suid drops to these ids, in a folder it may write.
+  local -a env=(TMPDIR=/tmp ZDTM_THREAD_BOMB=5)
+  if [[ " $(desc "$t" flags) " != *" suid "* ]]; then
+    env+=(ZDTM_UID=18943 ZDTM_GID=58467 "ZDTM_GROUPS=27495 48244")
+  fi
+  # zdtm.py allows 30 s (or the .desc's timeout) for each step; every test of the list that
+  # passes here is ready and done in under 5 s, so a shorter default keeps a hung test from
+  # eating the suite's time.
+  local timeout
+  timeout=$(desc "$t" timeout)
+  timeout=${timeout:-15}
+
+  # A test that sets ZDTM_NOREAP keeps a zombie that its namespace's init must not reap.
+  local -a init=("$INIT")
+  if grep -qs ZDTM_NOREAP "$STATIC/$t.c"; then init+=(--no-reap); fi
+
+  local name=zdtm-$t image=$work/img-$t
+  # The subshell waits (bash would exec a last command): a `paladin run` that ends by a signal,
+  # as it does when its job is killed, is then reported into the log, not on the terminal.
+  (
+    cd "$STATIC" && env "${env[@]}" timeout 600 "$PALADIN" run --name "$name" -- \
+      "${init[@]}" "$t.pid" "${argv[@]}"
+    exit $?
+  ) >"$work/$t.run.out" 2>"$work/$t.run.err" &
+  local launcher=$!
+  if ! wait_until "$timeout" eval "[[ -s $STATIC/$t.pid ]] || ! kill -0 $launcher 2>/dev/null"; then
+    outcome=start
+    why="not ready after $timeout s"
+  elif [[ ! -s $STATIC/$t.pid ]]; then
+    outcome=start
+    why="ended before it was ready: $(verdict_of "$t") $(tail -2 "$work/$t.run.err" | tr '\n' ' ')"
+  fi
+  local run_dir root=0
+  run_dir=$(find "$PALADIN_RUN_DIR" -mindepth 1 -maxdepth 1 -name "$name-*" | head -1)
+  [[ -n $run_dir ]] && root=${run_dir##*-}
+  if [[ $outcome == start ]]; then
+    if ((root > 0)); then kill_job "$root"; else kill_job "$launcher"; fi
+    wait "$launcher" 2>/dev/null
+    return
+  fi
+
+  if [[ -z ${ZDTM_NOCKPT:-} ]]; then
+    local out rc=0
+    out=$(timeout "$LIMIT" "$PALADIN" checkpoint "$name" --out "$image" 2>&1) || rc=$?
+    if ((rc != 0)); then
+      outcome=checkpoint
+      why=$(first_error "$out")
+      kill_job "$root"
+      wait "$launcher" 2>/dev/null
+      return
+    fi
+    if ! wait_until 30 eval "! kill -0 $launcher 2>/dev/null"; then
+      outcome=checkpoint
+      why="paladin run still running 30 s after the checkpoint"
+      kill_job "$root"
+      return
+    fi
+    wait "$launcher" 2>/dev/null
+    rc=0
+    out=$(timeout "$LIMIT" "$PALADIN" restore "$image" 2>&1) || rc=$?
+    root=$(sed -n 's/^restored .* as pid \([0-9]*\):.*/\1/p' <<<"$out")
+    if ((rc != 0)) || [[ -z $root ]]; then
+      outcome=restore
+      why=$(first_error "$out")
+      [[ -n $root ]] && kill_job "$root"
+      return
+    fi
+  fi
+
+  # zdtm.py's stop: SIGTERM, then the test's verdict once it has ended.
+  kill -TERM "$root" 2>/dev/null
+  if ! wait_until "$((timeout * 2 / 3))" eval "! alive $root"; then
+    outcome=verify
+    why="still running $((timeout * 2 / 3)) s after SIGTERM: $(verdict_of "$t")"
+    kill_job "$root"
+  elif [[ -f $STATIC/$t.out ]] && tail -c 2000 "$STATIC/$t.out" | grep -qw PASS; then
+    outcome=PASS
+  else
+    outcome=verify
+    why=$(verdict_of "$t")
+  fi
+  [[ -n ${ZDTM_NOCKPT:-} ]] && wait "$launcher" 2>/dev/null
+  return 0
+}
+
+# cgroup_cleanup TEST: removes Paladin's cgroups of the test's job (CRIU leaves the restored
+# job's behind), so that a run leaves none.
+cgroup_cleanup() {
+  local g
+  for g in /sys/fs/cgroup/paladin/"zdtm-$1"-* /sys/fs/cgroup/*/paladin/"zdtm-$1"-*; do
+    [[ -d $g ]] && wait_until 5 rmdir "$g" 2>/dev/null
+  done
+  return 0
+}
+
+declare -A expected=()
+while read -r t reason; do
+  [[ -z $t || $t == \#* ]] && continue
+  expected[$t]=$reason
+done <"$EXPECTED"
+
+tests=("$@")
+if ((${#tests[@]} == 0)); then
+  mapfile -t tests < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "$LIST" | grep .)
+fi
+
+total=0 passed=0 xfail=0 unexpected=0
+start=$SECONDS
+for t in "${tests[@]}"; do
+  t0=$SECONDS
+  ipc_before=$(ipc_ids)
+  run_one "$t"
+  ipc_cleanup "$ipc_before"
+  cgroup_cleanup "$t"
+  total=$((total + 1))
+  line="$t: $outcome${why:+: $why}"
+  printf '%s\n' "$line" >>"$results"
+  if [[ -n ${ZDTM_NOCKPT:-} ]]; then
+    [[ $outcome == PASS ]] && passed=$((passed + 1))
+    echo "zdtm: $line ($((SECONDS - t0)) s)"
+  elif [[ $outcome == PASS && -z ${expected[$t]+x} ]]; then
+    passed=$((passed + 1))
+    echo "zdtm: $t: PASS ($((SECONDS - t0)) s)"
+  elif [[ $outcome == PASS && ${expected[$t]} == "[flaky]"* ]]; then
+    passed=$((passed + 1))
+    echo "zdtm: $t: PASS this time ($((SECONDS - t0)) s; fails at times: ${expected[$t]})"
+  elif [[ $outcome == PASS ]]; then
+    passed=$((passed + 1))
+    unexpected=$((unexpected + 1))
+    echo "zdtm: UNEXPECTED PASS: $t (expected to fail: ${expected[$t]}); remove it from" \
+      "$(basename "$EXPECTED")"
+  elif [[ -n ${expected[$t]+x} ]]; then
+    xfail=$((xfail + 1))
+    echo "zdtm: $t: expected failure at $outcome (${expected[$t]}): $why"
+  else
+    unexpected=$((unexpected + 1))
+    echo "zdtm: FAIL: $t at $outcome: $why"
+  fi
+done
+
+if [[ -z ${KEEP_WORK:-} ]]; then rm -rf "$work"; else echo "kept $work"; fi
+echo "zdtm: results in $results ($((SECONDS - start)) s)"
+if [[ -n ${ZDTM_NOCKPT:-} ]]; then
+  echo "zdtm (no checkpoint): $total tests, $passed passed, $((total - passed)) failed"
+  exit 0
+fi
+echo "zdtm: $total tests, $passed passed, $xfail expected failures, $unexpected unexpected"
+((unexpected == 0))
