@@ -133,8 +133,7 @@ Status ProbeDump(const Criu& criu, const std::string& dir) {
 // peers are closed before the dump (CloseOutsideConnections), so no lock of the network is needed
 // while the job is away (CRIU's default locks with iptables, which a node may not have); a
 // connection still waiting in a listening socket's queue is dropped (its client sees a reset).
-const std::vector<std::string> kDumpSocketFlags = {"--tcp-established", "--skip-in-flight",
-                                                   "--network-lock", "skip"};
+const std::vector<std::string> kDumpSocketFlags = {"--tcp-established", "--skip-in-flight"};
 
 // A process's mount namespace ("mnt:[INODE]"), "" when unreadable.
 std::string MountNamespace(const std::string& pid) {
@@ -303,6 +302,9 @@ StatusOr<Criu> LocateCriu() {
     Criu criu;
     criu.path = path;
     criu.version = version;
+    if (RunBounded({path, "check", "--feature", "nftables"}, {}, 10).exit_code == 0) {
+      criu.network_lock = "nftables";
+    }
     // Only root dumps other users' processes; without CAP_SYS_RESOURCE CRIU cannot read their
     // resource limits, unless through libpaladin-criu-rlimit.so.
     if (geteuid() != 0) {
@@ -415,6 +417,7 @@ Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOpti
                                    "-o",      options.pre_dump ? "pre-dump.log" : "dump.log",
                                    "-v4",     "--file-locks"};
   argv.insert(argv.end(), kDumpSocketFlags.begin(), kDumpSocketFlags.end());
+  argv.insert(argv.end(), {"--network-lock", criu.network_lock});
   if (options.pre_dump || !options.parent_images.empty()) argv.emplace_back("--track-mem");
   if (!options.parent_images.empty()) {
     argv.emplace_back("--prev-images-dir");
@@ -459,6 +462,7 @@ StatusOr<pid_t> Restore(const Criu& criu, const std::string& dir, const RestoreO
   // (--tcp-established), or closed. Images of a Paladin before CRIU 4.2 hold their connections
   // without state (they were dumped with --tcp-close): closed, as they were promised.
   argv.emplace_back(HoldsTcpStreams(dir) ? "--tcp-established" : "--tcp-close");
+  argv.insert(argv.end(), {"--network-lock", criu.network_lock});
   if (options.leave_stopped) argv.emplace_back("--leave-stopped");
   // CRIU must inherit them: dup() drops close-on-exec. CRIU's key is the path without its '/'.
   std::vector<int> passed;

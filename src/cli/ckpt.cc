@@ -212,7 +212,10 @@ int RunDoctor() {
     } else if (criu->inet_sockets) {
       line(true, "sockets",
            "inet sockets can be dumped on this kernel (CRIU " + criu->version +
-               " dumped and restored a listening TCP and a UDP socket)");
+               " dumped and restored a listening TCP and a UDP socket); TCP held still during "
+               "dumps by " +
+               (criu->network_lock == "nftables" ? std::string("an nftables lock")
+                                                 : std::string("nothing (no nftables here)")));
     } else {
       line(false, "sockets",
            "CRIU " + criu->version + " cannot dump inet sockets on this kernel: " +

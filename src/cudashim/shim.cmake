@@ -9,6 +9,7 @@ add_library(paladin_quota_pic STATIC src/quota/region.cc)
 target_include_directories(paladin_quota_pic PUBLIC include)
 target_compile_options(paladin_quota_pic PRIVATE ${PALADIN_PRELOAD_FLAGS})
 set_target_properties(paladin_quota_pic PROPERTIES POSITION_INDEPENDENT_CODE ON)
+target_link_libraries(paladin_quota_pic PUBLIC paladin_base)
 
 # Stand-ins that give the interposers their DT_NEEDED entries. At run time the launcher's library
 # directory resolves these names to the real (or emulated) driver and NVML.

@@ -12,39 +12,6 @@
 namespace paladin::emucuda {
 namespace {
 
-struct Unit {
-  const char* name;
-  uint64_t factor;
-};
-constexpr Unit kUnits[] = {
-    {"", 1},
-    {"b", 1},
-    {"k", 1ull << 10},
-    {"kib", 1ull << 10},
-    {"m", 1ull << 20},
-    {"mib", 1ull << 20},
-    {"g", 1ull << 30},
-    {"gib", 1ull << 30},
-    {"t", 1ull << 40},
-    {"tib", 1ull << 40},
-    {"kb", 1000},
-    {"mb", 1000000},
-    {"gb", 1000000000},
-    {"tb", 1000000000000ull},
-};
-
-bool UnitFactor(std::string_view unit, uint64_t* factor) {
-  std::string lower;
-  for (char c : unit) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (const Unit& u : kUnits) {
-    if (lower == u.name) {
-      *factor = u.factor;
-      return true;
-    }
-  }
-  return false;
-}
-
 // "'<entry>'<what>", built with append: GCC 12 warns falsely (-Wrestrict) on chained operator+.
 std::string EntryError(std::string_view entry, const char* what) {
   std::string error = "'";
@@ -109,56 +76,6 @@ int DriverVersionFromEnv() {
 uint64_t RoundToGranularity(uint64_t bytes) {
   if (bytes > UINT64_MAX - kGranularity) return UINT64_MAX - (UINT64_MAX % kGranularity);
   return (bytes + kGranularity - 1) / kGranularity * kGranularity;
-}
-
-bool ParseSize(std::string_view text, uint64_t* bytes) {
-  text = Trim(text);
-  size_t i = 0;
-  uint64_t whole = 0;
-  size_t whole_digits = 0;
-  for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]));
-       ++i, ++whole_digits) {
-    if (__builtin_mul_overflow(whole, 10u, &whole) ||
-        __builtin_add_overflow(whole, static_cast<uint64_t>(text[i] - '0'), &whole)) {
-      return false;
-    }
-  }
-  uint64_t fraction = 0;
-  uint64_t fraction_scale = 1;
-  size_t fraction_digits = 0;
-  if (i < text.size() && text[i] == '.') {
-    for (++i; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]));
-         ++i, ++fraction_digits) {
-      if (fraction_scale < 1000000000000000ull) {
-        fraction = fraction * 10 + static_cast<uint64_t>(text[i] - '0');
-        fraction_scale *= 10;
-      }
-    }
-  }
-  if (whole_digits + fraction_digits == 0) return false;
-  uint64_t factor = 0;
-  if (!UnitFactor(Trim(text.substr(i)), &factor)) return false;
-  uint64_t result = 0;
-  if (__builtin_mul_overflow(whole, factor, &result)) return false;
-  // The fraction has at most 15 digits: a long double holds fraction x factor exactly enough.
-  auto part = static_cast<uint64_t>(static_cast<long double>(fraction) * factor / fraction_scale);
-  if (__builtin_add_overflow(result, part, &result)) return false;
-  *bytes = result;
-  return true;
-}
-
-std::string FormatSize(uint64_t bytes) {
-  static constexpr const char* kNames[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int unit = 0;
-  while (unit < 4 && bytes >= (1ull << (10 * (unit + 1)))) ++unit;
-  uint64_t factor = 1ull << (10 * unit);
-  char text[64];
-  if (bytes % factor == 0) {
-    std::snprintf(text, sizeof(text), "%" PRIu64 " %s", bytes / factor, kNames[unit]);
-  } else {
-    std::snprintf(text, sizeof(text), "%.2f %s", static_cast<double>(bytes) / factor, kNames[unit]);
-  }
-  return text;
 }
 
 bool ParseDeviceSpec(std::string_view text, std::vector<uint64_t>* device_bytes,

@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "paladin/base/size.h"
+
 namespace paladin::emucuda {
 
 inline constexpr int kMaxDevices = 16;
@@ -28,11 +30,9 @@ inline constexpr const char* kDefaultDeviceSpec = "1x80GiB";
 // Rounds up to a multiple of kGranularity; saturates instead of overflowing.
 uint64_t RoundToGranularity(uint64_t bytes);
 
-// "80GiB", "512M", "1.5GiB", "4096" (bytes). Units: B, KiB/K, MiB/M, GiB/G, TiB/T (binary) and
-// KB/MB/GB/TB (decimal), case-insensitive. False on anything else or on overflow.
-bool ParseSize(std::string_view text, uint64_t* bytes);
-// "80 GiB", "1.50 GiB", "512 MiB", "4096 B".
-std::string FormatSize(uint64_t bytes);
+// Sizes: the project's one parser and formatter (paladin/base/size.h).
+using base::FormatSize;
+using base::ParseSize;
 // Parses a device spec such as "2x80GiB" or "1x16GiB,1x40GiB". On failure returns false and says
 // what is wrong in *error (without the variable's name).
 bool ParseDeviceSpec(std::string_view text, std::vector<uint64_t>* device_bytes,

@@ -5,58 +5,27 @@
 #include <cstdio>
 #include <limits>
 
+#include "paladin/base/size.h"
+
 namespace paladin::server {
 
 StatusOr<int64_t> ParseSize(std::string_view text) {
   const std::string shown(text);
-  size_t i = 0;
-  while (i < text.size() && text[i] == ' ') ++i;
-  const size_t number_start = i;
-  bool dot = false;
-  while (i < text.size() &&
-         (std::isdigit(static_cast<unsigned char>(text[i])) != 0 || (text[i] == '.' && !dot))) {
-    dot = dot || text[i] == '.';
-    ++i;
+  uint64_t bytes = 0;
+  switch (base::ReadSize(text, &bytes)) {
+    case base::SizeError::kNone:
+      break;
+    case base::SizeError::kNotANumber:
+      return InvalidArgument("'" + shown + "' is not a size (expected e.g. 8GiB, 512MiB, 4096)");
+    case base::SizeError::kUnknownUnit:
+      return InvalidArgument("'" + shown + "': unknown size unit (use B, KiB, MiB, GiB, TiB)");
+    case base::SizeError::kFractionalBytes:
+      // "0.0000001" is not a size of 1 byte (it would round up to one).
+      return InvalidArgument("'" + shown + "': a number of bytes must be whole");
+    case base::SizeError::kTooLarge:
+      return InvalidArgument("'" + shown + "' is too large");
   }
-  if (i == number_start) {
-    return InvalidArgument("'" + shown + "' is not a size (expected e.g. 8GiB, 512MiB, 4096)");
-  }
-  const double number =
-      std::strtod(std::string(text.substr(number_start, i - number_start)).c_str(), nullptr);
-  while (i < text.size() && text[i] == ' ') ++i;
-  std::string unit;
-  for (; i < text.size(); ++i) unit.push_back(static_cast<char>(std::tolower(text[i])));
-  while (!unit.empty() && unit.back() == ' ') unit.pop_back();
-  double scale = 0;
-  constexpr double kKi = 1024.0;
-  if (unit.empty() || unit == "b") {
-    scale = 1;
-  } else if (unit == "k" || unit == "kib") {
-    scale = kKi;
-  } else if (unit == "m" || unit == "mib") {
-    scale = kKi * kKi;
-  } else if (unit == "g" || unit == "gib") {
-    scale = kKi * kKi * kKi;
-  } else if (unit == "t" || unit == "tib") {
-    scale = kKi * kKi * kKi * kKi;
-  } else if (unit == "kb") {
-    scale = 1e3;
-  } else if (unit == "mb") {
-    scale = 1e6;
-  } else if (unit == "gb") {
-    scale = 1e9;
-  } else if (unit == "tb") {
-    scale = 1e12;
-  } else {
-    return InvalidArgument("'" + shown + "': unknown size unit (use B, KiB, MiB, GiB, TiB)");
-  }
-  // A count of bytes is whole: "0.0000001" is not a size of 1 byte (it would round up to one).
-  if (scale == 1 && number != std::floor(number)) {
-    return InvalidArgument("'" + shown + "': a number of bytes must be whole");
-  }
-  const double bytes = std::ceil(number * scale);
-  if (!std::isfinite(bytes) || bytes > 9.0e18)
-    return InvalidArgument("'" + shown + "' is too large");
+  if (bytes > 9000000000000000000ULL) return InvalidArgument("'" + shown + "' is too large");
   return static_cast<int64_t>(bytes);
 }
 

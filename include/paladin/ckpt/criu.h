@@ -25,6 +25,12 @@ struct Criu {
   // before 4.2 cannot on Linux 6.16+), and CRIU's error when it cannot.
   bool inet_sockets = false;
   std::string inet_error;
+  // How CRIU holds the job's TCP connections still while it dumps and restores them: "nftables"
+  // where this CRIU and kernel can (`criu check --feature nftables`), else "skip" (CRIU's default,
+  // iptables, needs a program nodes may lack). Without a lock a connection's peer in the job may
+  // send into a socket being dumped, and its restore can fail ("Can't restore not-sent send
+  // queue data"): docs/ckpt.md, "Sockets".
+  std::string network_lock = "skip";
   // libpaladin-criu-rlimit.so, preloaded into every CRIU call, when this process lacks
   // CAP_SYS_RESOURCE (root in Docker and some sandboxed VMs): without it CRIU cannot read the
   // resource limits of a process of another user, so cannot dump unprivileged jobs. "" otherwise.

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "paladin/base/size.h"
+
 namespace paladin::quota {
 
 inline constexpr int kMaxDevices = 16;
@@ -47,11 +49,9 @@ ProcessId ProcessIdOf(const std::string& proc_name);
 // True when `id` names a process that still exists (same pid, same start time).
 bool ProcessAlive(const ProcessId& id);
 
-// Parses a size such as "10GiB", "512MiB", "1.5GiB", "10G", "4096" (bytes). Units: B, KiB/K,
-// MiB/M, GiB/G, TiB/T (all binary); KB/MB/GB/TB are decimal. Returns false on anything else.
-bool ParseSize(const std::string& text, uint64_t* bytes);
-// "10 GiB", "512 MiB", "1.50 GiB", "4096 B".
-std::string FormatSize(uint64_t bytes);
+// Sizes: the project's one parser and formatter (paladin/base/size.h).
+using base::FormatSize;
+using base::ParseSize;
 
 class Region {
  public:
