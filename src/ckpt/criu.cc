@@ -97,11 +97,17 @@ std::string KernelRelease() {
 }
 
 // A `sleep` leading its own session as pid 1 of a new PID namespace: what CRIU dumps in the probe.
-pid_t StartProbeProcess() {
+// It works in `dir` with /dev/null for stdio, as a job does: a caller's working directory or
+// output on a mount CRIU cannot resolve (a node agent in a mount namespace of its own) would
+// otherwise fail the probe, and with it every checkpoint.
+pid_t StartProbeProcess(const std::string& dir) {
   const pid_t pid = static_cast<pid_t>(
       syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr, nullptr, nullptr, nullptr));
   if (pid != 0) return pid;
   setsid();
+  const int null = open("/dev/null", O_RDWR);
+  for (int fd = 0; fd < 3 && null >= 0; ++fd) dup2(null, fd);
+  if (chdir(dir.c_str()) != 0) _exit(126);
   char sleep_path[] = "sleep";
   char seconds[] = "60";
   char* argv[] = {sleep_path, seconds, nullptr};
@@ -113,7 +119,7 @@ Status ProbeDump(const Criu& criu, const std::string& dir) {
   std::error_code ec;
   fs::remove_all(dir, ec);
   fs::create_directories(dir, ec);
-  const pid_t pid = StartProbeProcess();
+  const pid_t pid = StartProbeProcess(dir);
   if (pid < 0) return FailedPrecondition("cannot start a process in a new PID namespace (root?)");
   usleep(100 * 1000);
   SubprocessResult r = RunBounded(

@@ -82,8 +82,18 @@ def uid_of(pid):
     return None
 
 
+# Tags are this run's own: two drills on one machine (two sessions, say) never count each
+# other's workloads as copies of their own.
+RUN_ID = str(os.getpid())
+
+
+def run_tag(tag):
+    return f"{tag}.{RUN_ID}"
+
+
 def tagged_processes(tag):
-    """pid -> state letter of the workload processes carrying --tag TAG."""
+    """pid -> state letter of this run's workload processes carrying --tag TAG."""
+    tag = run_tag(tag)
     found = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -290,7 +300,7 @@ class Fleet:
         return self.post("/v1/jobs", {
             "name": tag, "team": "crash", "gpu_mem": "1GiB", "gpus": 1,
             "command": [WORKLOAD, "--mib", "64", "--host-mib", "4", "--every-ms", "100",
-                        "--tag", tag]})["id"]
+                        "--tag", run_tag(tag)]})["id"]
 
     def stop(self):
         for name in ("node-a", "node-b", "server"):
