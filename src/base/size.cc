@@ -127,4 +127,20 @@ std::string FormatSize(uint64_t bytes) {
   return buf;
 }
 
+std::string FormatSizeShort(uint64_t bytes) {
+  static constexpr const char* kNames[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (unit < 4 && bytes >= (uint64_t{1} << (10 * (unit + 1)))) ++unit;
+  if (unit == 0) return std::to_string(bytes) + " B";
+  const double v = static_cast<double>(bytes) / static_cast<double>(uint64_t{1} << (10 * unit));
+  char buf[64];
+  // Rounds as printf will, so 9.96 GiB prints "10 GiB", not "10.0 GiB".
+  if (static_cast<double>(static_cast<int64_t>(v * 10 + 0.5)) / 10 < 10) {
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, kNames[unit]);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.0f %s", v, kNames[unit]);
+  }
+  return buf;
+}
+
 }  // namespace paladin::base

@@ -5,40 +5,14 @@
 #include <cstdio>
 #include <limits>
 
+#include "paladin/base/size.h"
 #include "paladin/quota/region.h"
 
 namespace paladin::cli::fleet {
 
-namespace {
+namespace {}  // namespace
 
-constexpr uint64_t kKiB = 1024;
-constexpr uint64_t kMiB = kKiB * 1024;
-constexpr uint64_t kGiB = kMiB * 1024;
-constexpr uint64_t kTiB = kGiB * 1024;
-
-std::string Printf(const char* format, double value, const char* unit) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, value, unit);
-  return buf;
-}
-
-// One unit with one decimal below 10 of it and none above: "1.5 GiB", "12 GiB", "512 MiB".
-std::string InUnit(uint64_t bytes, uint64_t unit, const char* name) {
-  const double v = static_cast<double>(bytes) / static_cast<double>(unit);
-  // Rounds as printf will, so 9.96 GiB prints "10 GiB", not "10.0 GiB".
-  if (std::round(v * 10) / 10 < 10) return Printf("%.1f %s", v, name);
-  return Printf("%.0f %s", v, name);
-}
-
-}  // namespace
-
-std::string FormatBytes(uint64_t bytes) {
-  if (bytes >= kTiB) return InUnit(bytes, kTiB, "TiB");
-  if (bytes >= kGiB) return InUnit(bytes, kGiB, "GiB");
-  if (bytes >= kMiB) return InUnit(bytes, kMiB, "MiB");
-  if (bytes >= kKiB) return InUnit(bytes, kKiB, "KiB");
-  return std::to_string(bytes) + " B";
-}
+std::string FormatBytes(uint64_t bytes) { return base::FormatSizeShort(bytes); }
 
 std::string FormatDuration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) seconds = 0;

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "control.h"
+#include "paladin/base/size.h"
 
 namespace paladin::server {
 namespace {
@@ -13,14 +14,9 @@ namespace {
 inline constexpr uint64_t kMigrationReservation = uint64_t{1} << 48;
 inline constexpr int64_t kDefaultAutoQuota = 4 * kGiB;
 
+// Sizes in reasons and events: the project's one formatter (negative ones never occur).
 std::string Bytes(int64_t b) {
-  char buffer[64];
-  if (b >= kGiB) {
-    std::snprintf(buffer, sizeof buffer, "%.2f GiB", static_cast<double>(b) / kGiB);
-  } else {
-    std::snprintf(buffer, sizeof buffer, "%.0f MiB", static_cast<double>(b) / kMiB);
-  }
-  return buffer;
+  return base::FormatSize(static_cast<uint64_t>(std::max<int64_t>(b, 0)));
 }
 
 }  // namespace

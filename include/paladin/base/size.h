@@ -30,4 +30,8 @@ inline bool ParseSize(std::string_view text, uint64_t* bytes) {
 // 1 MiB in bytes. ParseSize reads every output back.
 std::string FormatSize(uint64_t bytes);
 
+// For a table's narrow column: one unit (up to TiB), one decimal below 10 of it and none above:
+// "1.5 GiB", "12 GiB", "512 MiB", "1023 B".
+std::string FormatSizeShort(uint64_t bytes);
+
 }  // namespace paladin::base
