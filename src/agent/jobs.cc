@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "agent_impl.h"
+#include "paladin/api/wire.h"
 #include "paladin/ckpt/cgroup.h"
 #include "paladin/quota/usage.h"
 
@@ -144,23 +145,24 @@ Json Agent::Reports(bool with_logs) {
     if (w->region != nullptr) {
       for (int slot = 0; slot < w->region->device_count(); ++slot) used += w->region->used(slot);
     }
-    Json r = {{"id", w->id},
-              {"epoch", w->epoch},
-              {"state", state},
-              {"pid", w->record.pid},
-              {"used_bytes", used},
-              {"quota_bytes", w->region != nullptr ? w->region->quota() : 0},
-              {"quota_grows", w->region != nullptr ? w->region->grows() : 0},
-              {"refusals", w->region != nullptr ? w->region->refusals() : 0},
-              {"exit_code", w->exit_code ? Json(*w->exit_code) : Json(nullptr)},
-              {"stdout", ""},
-              {"stderr", ""}};
+    api::JobReport r;
+    r.id = w->id;
+    r.epoch = w->epoch;
+    r.state = state;
+    r.pid = w->record.pid;
+    r.used_bytes = static_cast<int64_t>(used);
+    if (w->region != nullptr) {
+      r.quota_bytes = static_cast<int64_t>(w->region->quota());
+      r.quota_grows = static_cast<int64_t>(w->region->grows());
+      r.refusals = static_cast<int64_t>(w->region->refusals());
+    }
+    r.exit_code = w->exit_code;
     if (with_logs) {
-      r["stdout"] = ReadLog(w->record.stdout_log, w->out_offset, &w->out_pending, w->uid);
-      r["stderr"] = ReadLog(w->record.stderr_log, w->err_offset, &w->err_pending, w->uid);
+      r.stdout_text = ReadLog(w->record.stdout_log, w->out_offset, &w->out_pending, w->uid);
+      r.stderr_text = ReadLog(w->record.stderr_log, w->err_offset, &w->err_pending, w->uid);
     }
     w->exit_reported = state == "exited";
-    out.push_back(std::move(r));
+    out.push_back(api::ToJson(r));
   }
   return out;
 }

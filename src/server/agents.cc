@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "control.h"
+#include "paladin/api/wire.h"
 #include "paladin/server/validate.h"
 
 namespace paladin::server {
@@ -41,52 +42,12 @@ inline constexpr int64_t kMaxBytes = int64_t{1} << 60;
 
 // Checks every field the server reads from a heartbeat before anything is applied, so a bad
 // heartbeat changes nothing.
-Status CheckHeartbeat(const Json& body) {
-  if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
-  for (const char* list : {"gpus", "jobs", "results"}) {
-    if (body.contains(list) && !body[list].is_null() && !body[list].is_array()) {
-      return InvalidArgument(std::string(list) + ": expected a list");
-    }
-  }
-  if (body.contains("gpus") && body["gpus"].is_array()) {
-    for (const Json& g : body["gpus"]) {
-      const std::string where = "gpus[]: ";
-      if (!g.is_object()) return InvalidArgument("gpus[]: expected objects");
-      PALADIN_RETURN_IF_ERROR(IntOf(g, "index", 0, 1023, 0, where).status());
-      PALADIN_RETURN_IF_ERROR(IntOf(g, "used_bytes", 0, kMaxBytes, 0, where).status());
-      PALADIN_RETURN_IF_ERROR(BoolOf(g, "healthy", true, where).status());
-      PALADIN_RETURN_IF_ERROR(StringOf(g, "fault", where).status());
-    }
-  }
-  if (body.contains("jobs") && body["jobs"].is_array()) {
-    for (const Json& r : body["jobs"]) {
-      const std::string where = "jobs[]: ";
-      if (!r.is_object()) return InvalidArgument("jobs[]: expected objects");
-      StatusOr<std::string> id = StringOf(r, "id", where);
-      if (!id.ok()) return id.status();
-      PALADIN_RETURN_IF_ERROR(ParseJobId(*id).status());
-      PALADIN_RETURN_IF_ERROR(IntOf(r, "epoch", 0, kMaxBytes, 0, where).status());
-      PALADIN_RETURN_IF_ERROR(IntOf(r, "used_bytes", 0, kMaxBytes, 0, where).status());
-      PALADIN_RETURN_IF_ERROR(IntOf(r, "quota_bytes", 0, kMaxBytes, 0, where).status());
-      PALADIN_RETURN_IF_ERROR(IntOf(r, "quota_grows", 0, kMaxBytes, 0, where).status());
-      PALADIN_RETURN_IF_ERROR(IntOf(r, "refusals", 0, kMaxBytes, 0, where).status());
-      PALADIN_RETURN_IF_ERROR(IntOf(r, "pid", -1, kMaxBytes, 0, where).status());
-      PALADIN_RETURN_IF_ERROR(IntOf(r, "exit_code", -1000, 1000, 0, where).status());
-      for (const char* key : {"state", "stdout", "stderr"}) {
-        PALADIN_RETURN_IF_ERROR(StringOf(r, key, where).status());
-      }
-    }
-  }
-  if (body.contains("results") && body["results"].is_array()) {
-    for (const Json& r : body["results"]) {
-      const std::string where = "results[]: ";
-      if (!r.is_object()) return InvalidArgument("results[]: expected objects");
-      PALADIN_RETURN_IF_ERROR(IntOf(r, "command", 0, kMaxBytes, 0, where).status());
-      PALADIN_RETURN_IF_ERROR(BoolOf(r, "ok", false, where).status());
-      PALADIN_RETURN_IF_ERROR(StringOf(r, "error", where).status());
-      if (r.contains("detail") && !r["detail"].is_null() && !r["detail"].is_object()) {
-        return InvalidArgument("results[]: detail: expected an object");
-      }
+// The wire decoder checks each field's type and range; a job id's syntax is the server's.
+Status CheckJobIds(const std::vector<api::JobReport>& reports) {
+  for (size_t i = 0; i < reports.size(); ++i) {
+    Status s = ParseJobId(reports[i].id).status();
+    if (!s.ok()) {
+      return InvalidArgument("jobs[" + std::to_string(i) + "]: id: " + s.message());
     }
   }
   return Status::Ok();
@@ -141,10 +102,12 @@ StatusOr<Json> Control::RegisterAgent(const Json& body) {
       gpus.push_back(r);
     }
   }
-  Json reports = Json::array();
-  if (body.contains("jobs") && !body["jobs"].is_null()) {
-    PALADIN_RETURN_IF_ERROR(CheckHeartbeat(Json{{"jobs", body["jobs"]}}));
-    reports = body["jobs"];
+  std::vector<api::JobReport> reports;
+  if (body.contains("jobs")) {
+    StatusOr<std::vector<api::JobReport>> decoded = api::DecodeJobReports(body["jobs"]);
+    if (!decoded.ok()) return decoded.status();
+    PALADIN_RETURN_IF_ERROR(CheckJobIds(*decoded));
+    reports = std::move(*decoded);
   }
   std::lock_guard<std::mutex> lock(mu_);
   const double now = Now();
@@ -168,7 +131,7 @@ StatusOr<Json> Control::RegisterAgent(const Json& body) {
   Event("registered", nullptr, n.name,
         std::string(fresh ? "agent registered" : "agent registered again") + " with " +
             std::to_string(n.gpus.size()) + " GPU(s)");
-  for (const Json& r : reports) ApplyReport(n, r, true);
+  for (const api::JobReport& r : reports) ApplyReport(n, r);
   DirtyNode(n);
   PALADIN_RETURN_IF_ERROR(Flush());
   Wake();
@@ -178,7 +141,9 @@ StatusOr<Json> Control::RegisterAgent(const Json& body) {
 }
 
 StatusOr<Json> Control::Heartbeat(const std::string& name, const Json& body) {
-  PALADIN_RETURN_IF_ERROR(CheckHeartbeat(body));
+  StatusOr<api::Heartbeat> beat = api::DecodeHeartbeat(body);
+  if (!beat.ok()) return beat.status();
+  PALADIN_RETURN_IF_ERROR(CheckJobIds(beat->jobs));
   std::lock_guard<std::mutex> lock(mu_);
   auto it = nodes_.find(name);
   if (it == nodes_.end()) return NotFound("node " + name + " not found: register first");
@@ -191,13 +156,9 @@ StatusOr<Json> Control::Heartbeat(const std::string& name, const Json& body) {
   }
   n.last_heartbeat = now;
   n.dead_since = 0;
-  if (body.contains("gpus") && body["gpus"].is_array()) UpdateGpus(n, body["gpus"], false);
-  if (body.contains("results") && body["results"].is_array()) {
-    for (const Json& r : body["results"]) ApplyResult(n, r);
-  }
-  if (body.contains("jobs") && body["jobs"].is_array()) {
-    for (const Json& r : body["jobs"]) ApplyReport(n, r, false);
-  }
+  UpdateGpus(n, beat->gpus);
+  for (const api::CommandResult& r : beat->results) ApplyResult(n, r);
+  for (const api::JobReport& r : beat->jobs) ApplyReport(n, r);
   // The destination had migrate_in delivered in an earlier heartbeat: it is listening now.
   for (auto& [id, m] : migrations_) {
     if (m.to_node == n.name && m.step == MigrationStep::kMigrateInSent && m.in_delivered_at > 0 &&
@@ -212,34 +173,28 @@ StatusOr<Json> Control::Heartbeat(const std::string& name, const Json& body) {
       {"lease_s", options_.lease_s}, {"heartbeat_s", options_.heartbeat_s}, {"commands", commands}};
 }
 
-void Control::UpdateGpus(NodeRecord& n, const Json& gpus, bool /*registering*/) {
-  for (const Json& g : gpus) {
-    const int index = g.value("index", 0);
+void Control::UpdateGpus(NodeRecord& n, const std::vector<api::GpuReport>& gpus) {
+  for (const api::GpuReport& g : gpus) {
     for (GpuRecord& r : n.gpus) {
-      if (r.index != index) continue;
-      r.used_bytes = g.value("used_bytes", int64_t{0});
-      const bool healthy =
-          g.contains("healthy") && g["healthy"].is_boolean() ? g["healthy"].get<bool>() : true;
-      const std::string fault =
-          g.contains("fault") && g["fault"].is_string() ? g["fault"].get<std::string>() : "";
-      if (r.healthy && (!healthy || !fault.empty())) {
+      if (r.index != g.index) continue;
+      r.used_bytes = g.used_bytes;
+      if (r.healthy && (!g.healthy || !g.fault.empty())) {
         Event("gpu_unhealthy", nullptr, n.name,
-              "GPU " + std::to_string(index) + " unhealthy" + (fault.empty() ? "" : ": " + fault));
+              "GPU " + std::to_string(g.index) + " unhealthy" +
+                  (g.fault.empty() ? "" : ": " + g.fault));
         Wake();
       }
-      if (r.healthy != (healthy && fault.empty()) || r.fault != fault) DirtyNode(n);
-      r.healthy = healthy && fault.empty();
-      r.fault = fault;
+      if (r.healthy != (g.healthy && g.fault.empty()) || r.fault != g.fault) DirtyNode(n);
+      r.healthy = g.healthy && g.fault.empty();
+      r.fault = g.fault;
     }
   }
 }
 
-void Control::ApplyReport(NodeRecord& n, const Json& r, bool /*registering*/) {
-  const std::string id = r.value("id", "");
-  const int64_t epoch =
-      r.contains("epoch") && r["epoch"].is_number_integer() ? r["epoch"].get<int64_t>() : 0;
-  const std::string state =
-      r.contains("state") && r["state"].is_string() ? r["state"].get<std::string>() : "running";
+void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
+  const std::string& id = r.id;
+  const int64_t epoch = r.epoch;
+  const std::string& state = r.state;
   auto kill = [&](const std::string& why, const std::string& team) {
     if (state == "exited") return;  // nothing left to kill
     for (const auto& [cid, c] : commands_) {
@@ -290,10 +245,9 @@ void Control::ApplyReport(NodeRecord& n, const Json& r, bool /*registering*/) {
   };
   const auto before = significant(j);
   if (j.HoldsGpu()) Accrue(j, now);
-  j.used_bytes = r.value("used_bytes", j.used_bytes);
-  const int64_t quota = r.value("quota_bytes", int64_t{0});
-  if (quota > 0) j.quota_bytes = quota;
-  const int64_t grows = r.value("quota_grows", int64_t{0});
+  j.used_bytes = r.used_bytes.value_or(j.used_bytes);
+  if (r.quota_bytes > 0) j.quota_bytes = r.quota_bytes;
+  const int64_t grows = r.quota_grows;
   if (grows > j.quota_grows) {
     Count("quota_grows", grows - j.quota_grows);
     Event("quota_grown", &j, n.name,
@@ -301,12 +255,9 @@ void Control::ApplyReport(NodeRecord& n, const Json& r, bool /*registering*/) {
               std::to_string(grows) + " grow(s) so far)");
     j.quota_grows = grows;
   }
-  j.refusals = std::max(j.refusals, r.value("refusals", int64_t{0}));
-  for (const char* stream : {"stdout", "stderr"}) {
-    if (r.contains(stream) && r[stream].is_string() && !r[stream].get<std::string>().empty()) {
-      AppendLog(j, stream, r[stream].get<std::string>());
-    }
-  }
+  j.refusals = std::max(j.refusals, r.refusals);
+  if (!r.stdout_text.empty()) AppendLog(j, "stdout", r.stdout_text);
+  if (!r.stderr_text.empty()) AppendLog(j, "stderr", r.stderr_text);
   if (state == "running" &&
       (j.state() == JobState::kStarting || j.state() == JobState::kRestoring)) {
     j.MoveTo(JobState::kRunning);
@@ -335,10 +286,7 @@ void Control::ApplyReport(NodeRecord& n, const Json& r, bool /*registering*/) {
     FinishMigration(*m);
   }
   if (state == "exited") {
-    std::optional<int> code;
-    if (r.contains("exit_code") && r["exit_code"].is_number_integer()) {
-      code = r["exit_code"].get<int>();
-    }
+    const std::optional<int> code = r.exit_code;
     if (j.cancel_requested) {
       EndJob(j, JobState::kCancelled, code, "cancelled");
     } else if (code.value_or(1) != 0 && j.refusals > 0 && j.restarts < 3 && j.mem_auto) {
@@ -391,18 +339,16 @@ void Control::AppendLog(JobRecord& j, const std::string& stream, const std::stri
   }
 }
 
-void Control::ApplyResult(NodeRecord& n, const Json& r) {
-  const int64_t id = r.value("command", int64_t{0});
-  auto it = commands_.find(id);
+void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
+  auto it = commands_.find(r.command);
   if (it == commands_.end() || it->second.node != n.name || it->second.acked) return;
   CommandRecord& c = it->second;
   c.acked = true;
-  c.ok = r.value("ok", false);
-  c.result = r;
+  c.ok = r.ok;
+  c.result = api::ToJson(r);
   dirty_commands_.insert(c.id);
-  const std::string error = r.value("error", "");
-  const Json detail =
-      r.contains("detail") && r["detail"].is_object() ? r["detail"] : Json::object();
+  const std::string& error = r.error;
+  const Json& detail = r.detail;
   const int64_t epoch = c.body.value("epoch", int64_t{-1});
   if (std::optional<MigrationEvent> event = EventOfResult(c.kind, c.ok, error)) {
     auto m = migrations_.find(c.body.value("migration", int64_t{0}));

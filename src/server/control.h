@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "model.h"
+#include "paladin/api/wire.h"
 #include "paladin/base/status.h"
 #include "paladin/core/fleet.h"
 #include "paladin/core/packer.h"
@@ -181,9 +182,9 @@ class Control {
   void ObserveUsage(JobRecord& j, double now);
 
   // agents.cc
-  void ApplyReport(NodeRecord& node, const Json& report, bool registering);
-  void ApplyResult(NodeRecord& node, const Json& result);
-  void UpdateGpus(NodeRecord& node, const Json& gpus, bool registering);
+  void ApplyReport(NodeRecord& node, const api::JobReport& report);
+  void ApplyResult(NodeRecord& node, const api::CommandResult& result);
+  void UpdateGpus(NodeRecord& node, const std::vector<api::GpuReport>& gpus);
   void AppendLog(JobRecord& j, const std::string& stream, const std::string& text);
   Json TakeCommands(NodeRecord& node);
 
