@@ -3,6 +3,7 @@
 #include "paladin/base/size.h"
 
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 
 namespace paladin::base {
@@ -135,7 +136,7 @@ std::string FormatSizeShort(uint64_t bytes) {
   const double v = static_cast<double>(bytes) / static_cast<double>(uint64_t{1} << (10 * unit));
   char buf[64];
   // Rounds as printf will, so 9.96 GiB prints "10 GiB", not "10.0 GiB".
-  if (static_cast<double>(static_cast<int64_t>(v * 10 + 0.5)) / 10 < 10) {
+  if (std::round(v * 10) / 10 < 10) {
     std::snprintf(buf, sizeof buf, "%.1f %s", v, kNames[unit]);
   } else {
     std::snprintf(buf, sizeof buf, "%.0f %s", v, kNames[unit]);

@@ -138,7 +138,7 @@ std::string Cgroup::Of(pid_t pid) {
     const size_t at = line.find(marker);
     if (at == std::string::npos) continue;
     const std::string rest = line.substr(at + marker.size());
-    const std::string name = rest.substr(0, rest.find('/'));
+    std::string name = rest.substr(0, rest.find('/'));
     if (!name.empty() && name != "." && name != "..") return name;
   }
   return "";
@@ -170,7 +170,7 @@ Status Cgroup::RemoveWhenGone(pid_t root) const {
     pollfd watch = {pidfd, POLLIN, 0};
     while (poll(&watch, 1, -1) < 0 && errno == EINTR) {
     }
-    const timespec pause = {0, 100 * 1000 * 1000};
+    const timespec pause = {0, 100L * 1000 * 1000};
     for (int attempt = 0; attempt < 100; ++attempt) {
       bool left = false;
       for (const char* dir : dirs) left |= rmdir(dir) != 0 && errno != ENOENT;
