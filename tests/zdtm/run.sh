@@ -25,7 +25,13 @@
 #   TEST...   run only these (of LIST or not); the summary and verdict cover only them
 # Environment: ZDTM_NOCKPT=1 runs each test under `paladin run` without the checkpoint, which
 # tells a test that fails here anyway from one the checkpoint breaks (for a measurement; the
-# expected-failures file is not checked then). KEEP_WORK=1 keeps the images and logs.
+# expected-failures file is not checked then). ZDTM_MIGRATE=1 moves each test with `paladin
+# migrate` in place of steps 2 and 3: to a `paladin receive` on loopback (a fresh port a test)
+# that runs as a second node would, in a mount and IPC namespace of its own with a tmpfs of its
+# own over the run base (the same path: a restore places the job in its node's run base, and
+# the two sides share nothing there); step 4 then signals the test where it now runs.
+# ZDTM_MIGRATE=shared runs the receiver in the host's namespaces instead (which tells a failure of
+# the second node's set-up from one of the move). KEEP_WORK=1 keeps the images and logs.
 # Needs root and CRIU; exits 77 (skipped) without them or without the built tests.
 set -u
 
@@ -63,6 +69,13 @@ export PALADIN_RUN_DIR=$work/run
 mkdir -p "$PALADIN_RUN_DIR"
 unset LD_PRELOAD PALADIN_EMU_GPUS CUDA_VISIBLE_DEVICES
 results=$CACHE/results.txt
+tag=zdtm
+if [[ -n ${ZDTM_MIGRATE:-} ]]; then
+  results=$CACHE/results-migrate.txt
+  tag=zdtm-migrate
+  export PALADIN_TOKEN=zdtm-migrate-$$
+  port=$((20000 + RANDOM % 20000))
+fi
 : >"$results"
 
 alive() {
@@ -157,6 +170,60 @@ ipc_cleanup() { # BEFORE: the ipc_ids output from before the test
   done < <(comm -13 <(sort <<<"$1") <(ipc_ids | sort))
 }
 
+# migrate_job TEST NAME: moves the job NAME (its root: $root, its `paladin run`: $launcher) to a
+# `paladin receive` on loopback, in namespaces of its own (ZDTM_MIGRATE above), and sets root to
+# the job's pid there. On failure sets outcome and why, kills the job wherever it runs (after a
+# failed move it resumes here), and returns 1.
+migrate_job() {
+  local t=$1 name=$2 out rc=0
+  port=$((port + 2)) # the receiver takes PORT and PORT+1
+  local -a recv=("$PALADIN" receive --listen "$port" --dir "$work/in-$t")
+  if [[ $ZDTM_MIGRATE != shared ]]; then
+    # shellcheck disable=SC2016 # expanded by the receiver's shell
+    recv=(unshare --mount --ipc --propagation private -- bash -c \
+      'mount -t tmpfs -o mode=0755 paladin-node2 "$PALADIN_RUN_DIR" && exec "$@"' receiver \
+      "${recv[@]}")
+  fi
+  timeout "$LIMIT" "${recv[@]}" >"$work/$t.recv.out" 2>&1 &
+  local receiver=$!
+  if ! wait_until 10 eval "ss -Hltn 'sport = :$port' | grep -q . || ! kill -0 $receiver 2>/dev/null" ||
+    ! kill -0 "$receiver" 2>/dev/null; then
+    outcome=migrate
+    why="paladin receive is not listening on $port: $(first_error "$(cat "$work/$t.recv.out")")"
+    kill "$receiver" 2>/dev/null
+    wait "$receiver" 2>/dev/null
+    kill_job "$root"
+    wait "$launcher" 2>/dev/null
+    return 1
+  fi
+  out=$(timeout "$LIMIT" "$PALADIN" migrate "$name" --peer "127.0.0.1:$port" 2>&1) || rc=$?
+  local there
+  there=$(sed -n 's/^moved .* (pid \([0-9]*\) there).*/\1/p' <<<"$out")
+  if ((rc != 0)) || [[ -z $there ]]; then
+    outcome=migrate
+    why="$(first_error "$out"); receive: $(first_error "$(cat "$work/$t.recv.out")")"
+    kill "$receiver" 2>/dev/null
+    wait "$receiver" 2>/dev/null
+    [[ -n $there ]] && kill_job "$there"
+    kill_job "$root"
+    wait "$launcher" 2>/dev/null
+    return 1
+  fi
+  if ! wait_until 30 eval "! kill -0 $receiver 2>/dev/null"; then
+    kill "$receiver" 2>/dev/null
+  fi
+  wait "$receiver" 2>/dev/null
+  root=$there
+  if ! wait_until 30 eval "! kill -0 $launcher 2>/dev/null"; then
+    outcome=migrate
+    why="paladin run still running here 30 s after the job moved"
+    kill_job "$root"
+    return 1
+  fi
+  wait "$launcher" 2>/dev/null
+  return 0
+}
+
 # run_one TEST: sets outcome (PASS, or the stage that failed) and why.
 run_one() {
   local t=$1
@@ -217,7 +284,9 @@ run_one() {
     return
   fi
 
-  if [[ -z ${ZDTM_NOCKPT:-} ]]; then
+  if [[ -n ${ZDTM_MIGRATE:-} ]]; then
+    migrate_job "$t" "$name" || return 0
+  elif [[ -z ${ZDTM_NOCKPT:-} ]]; then
     local out rc=0
     out=$(timeout "$LIMIT" "$PALADIN" checkpoint "$name" --out "$image" 2>&1) || rc=$?
     if ((rc != 0)); then
@@ -295,32 +364,32 @@ for t in "${tests[@]}"; do
   printf '%s\n' "$line" >>"$results"
   if [[ -n ${ZDTM_NOCKPT:-} ]]; then
     [[ $outcome == PASS ]] && passed=$((passed + 1))
-    echo "zdtm: $line ($((SECONDS - t0)) s)"
+    echo "$tag: $line ($((SECONDS - t0)) s)"
   elif [[ $outcome == PASS && -z ${expected[$t]+x} ]]; then
     passed=$((passed + 1))
-    echo "zdtm: $t: PASS ($((SECONDS - t0)) s)"
+    echo "$tag: $t: PASS ($((SECONDS - t0)) s)"
   elif [[ $outcome == PASS && ${expected[$t]} == "[flaky]"* ]]; then
     passed=$((passed + 1))
-    echo "zdtm: $t: PASS this time ($((SECONDS - t0)) s; fails at times: ${expected[$t]})"
+    echo "$tag: $t: PASS this time ($((SECONDS - t0)) s; fails at times: ${expected[$t]})"
   elif [[ $outcome == PASS ]]; then
     passed=$((passed + 1))
     unexpected=$((unexpected + 1))
-    echo "zdtm: UNEXPECTED PASS: $t (expected to fail: ${expected[$t]}); remove it from" \
+    echo "$tag: UNEXPECTED PASS: $t (expected to fail: ${expected[$t]}); remove it from" \
       "$(basename "$EXPECTED")"
   elif [[ -n ${expected[$t]+x} ]]; then
     xfail=$((xfail + 1))
-    echo "zdtm: $t: expected failure at $outcome (${expected[$t]}): $why"
+    echo "$tag: $t: expected failure at $outcome (${expected[$t]}): $why"
   else
     unexpected=$((unexpected + 1))
-    echo "zdtm: FAIL: $t at $outcome: $why"
+    echo "$tag: FAIL: $t at $outcome: $why"
   fi
 done
 
 if [[ -z ${KEEP_WORK:-} ]]; then rm -rf "$work"; else echo "kept $work"; fi
-echo "zdtm: results in $results ($((SECONDS - start)) s)"
+echo "$tag: results in $results ($((SECONDS - start)) s)"
 if [[ -n ${ZDTM_NOCKPT:-} ]]; then
-  echo "zdtm (no checkpoint): $total tests, $passed passed, $((total - passed)) failed"
+  echo "$tag (no checkpoint): $total tests, $passed passed, $((total - passed)) failed"
   exit 0
 fi
-echo "zdtm: $total tests, $passed passed, $xfail expected failures, $unexpected unexpected"
+echo "$tag: $total tests, $passed passed, $xfail expected failures, $unexpected unexpected"
 ((unexpected == 0))

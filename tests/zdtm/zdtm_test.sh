@@ -3,9 +3,18 @@
 # (fetch_build.sh), then runs them through Paladin (run.sh). Exits 77 (skipped), saying why, when
 # not root, without CRIU, or when CRIU's source cannot be fetched.
 #
-#   zdtm_test.sh PALADIN ZDTM_INIT CACHE [TEST...]
+#   zdtm_test.sh [--migrate] PALADIN ZDTM_INIT CACHE [TEST...]
+#
+# --migrate: the sample of migrate_tests.txt, each moved by `paladin migrate` to a receiver in
+# namespaces of its own (run.sh, ZDTM_MIGRATE) in place of a checkpoint and restore.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
+LIST=$HERE/tests.txt
+if [[ ${1:-} == --migrate ]]; then
+  shift
+  LIST=$HERE/migrate_tests.txt
+  export ZDTM_MIGRATE=${ZDTM_MIGRATE:-1}
+fi
 PALADIN=$1
 INIT=$2
 CACHE=$3
@@ -15,7 +24,7 @@ if ((EUID != 0)); then
   exit 77
 fi
 rc=0
-bash "$HERE/fetch_build.sh" "$CACHE" "$HERE/tests.txt" || rc=$?
+bash "$HERE/fetch_build.sh" "$CACHE" "$LIST" || rc=$?
 if ((rc != 0)); then exit "$rc"; fi
-exec bash "$HERE/run.sh" "$PALADIN" "$INIT" "$CACHE" "$HERE/tests.txt" \
+exec bash "$HERE/run.sh" "$PALADIN" "$INIT" "$CACHE" "$LIST" \
   "$HERE/expected_failures.txt" "$@"
