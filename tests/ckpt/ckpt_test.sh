@@ -82,6 +82,7 @@ mkdir -p "$PALADIN_RUN_DIR"
 roots=()     # host pids of job roots (original and restored) to kill at the end
 launchers=() # background `paladin run`s
 groups=()    # cgroups paladin made (NAME-PID)
+mounts=()    # file systems the test mounted on the host
 
 # --- processes --------------------------------------------------------------------------------
 
@@ -152,6 +153,7 @@ cleanup() {
       [[ -d $d ]] && wait_until 5 rmdir "$d" 2>/dev/null
     done
   done
+  for d in "${mounts[@]}"; do umount -l "$d" 2>/dev/null; done
   if [[ -z ${KEEP_WORK:-} ]]; then rm -rf "$work"; else echo "kept $work"; fi
 }
 trap cleanup EXIT
@@ -1328,10 +1330,6 @@ scenario_sysv_ipc() {
   own_namespaces "sysv_ipc (restored)"
 }
 
-# The same job moved by `paladin migrate` to a second "node": a `paladin receive` on loopback in
-# a mount and IPC namespace of its own, with a tmpfs of its own over the run base (the same path,
-# as nodes share it; nothing of the source's run directory there). The objects must travel in the
-# image: nothing of them is left in, or taken from, the host's IPC namespace.
 # ipc_inside PID: seen with ipcs inside PID's IPC namespace, ns_job.py's objects are there: the
 # 1 MiB segment, the semaphore and the queue holding its message (the job takes the message out
 # and puts it back every 20 ms: the caller retries).
@@ -1343,7 +1341,20 @@ ipc_inside() {
   ((shm == 1 && sem == 1 && msq == 1))
 }
 
+# The same job moved by `paladin migrate` to a second "node": a `paladin receive` on loopback in
+# a mount and IPC namespace of its own, with a tmpfs of its own over the run base (the same path,
+# as nodes share it; nothing of the source's run directory there). The run base here is a tmpfs
+# too: nodes are set up alike, and a job sees the mounts it started with, bound again from the
+# restoring node's at the same paths, over that node's root file system (docs/ckpt.md, "What a
+# job sees"), so a mount only the second node has would not be where the moved job writes its
+# logs. The objects must travel in the image: nothing of them is left in, or taken from, the
+# host's IPC namespace.
 scenario_sysv_ipc_migrate() {
+  if ! mount -t tmpfs -o mode=0755 paladin-node1 "$PALADIN_RUN_DIR"; then
+    fail "sysv_ipc_migrate: cannot mount a tmpfs over the run base $PALADIN_RUN_DIR"
+    return
+  fi
+  mounts+=("$PALADIN_RUN_DIR")
   start_job nsipc -- python3 "$HERE/ns_job.py" ipc || return
   if ! wait_until 30 ipc_at_least 20; then
     fail "sysv_ipc_migrate: the job did not check its IPC objects 20 times in 30 s:" \
