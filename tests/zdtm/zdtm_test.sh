@@ -6,13 +6,16 @@
 #   zdtm_test.sh [--migrate] PALADIN ZDTM_INIT CACHE [TEST...]
 #
 # --migrate: the sample of migrate_tests.txt, each moved by `paladin migrate` to a receiver in
-# namespaces of its own (run.sh, ZDTM_MIGRATE) in place of a checkpoint and restore.
+# namespaces of its own (run.sh, ZDTM_MIGRATE) in place of a checkpoint and restore, checked
+# against migrate_expected_failures.txt.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 LIST=$HERE/tests.txt
+EXPECTED=$HERE/expected_failures.txt
 if [[ ${1:-} == --migrate ]]; then
   shift
   LIST=$HERE/migrate_tests.txt
+  EXPECTED=$HERE/migrate_expected_failures.txt
   export ZDTM_MIGRATE=${ZDTM_MIGRATE:-1}
 fi
 PALADIN=$1
@@ -27,4 +30,4 @@ rc=0
 bash "$HERE/fetch_build.sh" "$CACHE" "$LIST" || rc=$?
 if ((rc != 0)); then exit "$rc"; fi
 exec bash "$HERE/run.sh" "$PALADIN" "$INIT" "$CACHE" "$LIST" \
-  "$HERE/expected_failures.txt" "$@"
+  "$EXPECTED" "$@"
