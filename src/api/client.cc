@@ -1,7 +1,10 @@
 #include "paladin/api/client.h"
 
 #include <httplib.h>
+#include <signal.h>
 #include <unistd.h>
+
+#include <ctime>
 
 #include <cstdlib>
 #include <fstream>
@@ -69,6 +72,38 @@ Status FromHttp(int status, const std::string& body, const std::string& what) {
   return Unavailable(message);
 }
 
+// The packaged HTTP library writes with plain send(), so a server that answers and closes before
+// a request's body is all sent (413 on an oversized body) would kill the caller with SIGPIPE.
+// While it lives, this blocks SIGPIPE on the calling thread; a SIGPIPE raised meanwhile is taken
+// off the thread's pending set, so the write fails with EPIPE and the call returns an error.
+class SigpipeBlock {
+ public:
+  SigpipeBlock() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeBlock() {
+    sigset_t pending;
+    sigpending(&pending);
+    if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
+      const timespec now{0, 0};
+      (void)sigtimedwait(&pipe_, nullptr, &now);
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeBlock(const SigpipeBlock&) = delete;
+  SigpipeBlock& operator=(const SigpipeBlock&) = delete;
+
+ private:
+  sigset_t pipe_{};
+  sigset_t old_{};
+  bool was_pending_ = false;
+};
+
 }  // namespace
 
 StatusOr<std::string> Client::Call(const std::string& method, const std::string& path,
@@ -83,6 +118,7 @@ StatusOr<std::string> Client::Call(const std::string& method, const std::string&
   if (!token_.empty()) headers.emplace("Authorization", "Bearer " + token_);
   const std::string type = "application/json";
   const std::string& payload = body != nullptr ? *body : std::string("{}");
+  const SigpipeBlock no_sigpipe;
   httplib::Result result = method == "GET"    ? http.Get(path, headers)
                            : method == "POST" ? http.Post(path, headers, payload, type)
                            : method == "PUT"  ? http.Put(path, headers, payload, type)
