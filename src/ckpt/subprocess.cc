@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@ SubprocessResult RunBounded(const std::vector<std::string>& argv,
     result.output = std::string("pipe: ") + strerror(errno);
     return result;
   }
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     result.output = std::string("fork: ") + strerror(errno);
@@ -34,6 +36,11 @@ SubprocessResult RunBounded(const std::vector<std::string>& argv,
   }
   if (pid == 0) {
     setpgid(0, 0);  // its own group, so a timeout kills everything it started
+    // The caller waits for it on this thread: if the caller dies (a `paladin receive` cut by a
+    // signal), the program dies too rather than live on unwatched (a CRIU restore blocked on a
+    // lock would otherwise stay for ever).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(125);
     dup2(fds[1], STDOUT_FILENO);
     dup2(fds[1], STDERR_FILENO);
     const int null = open("/dev/null", O_RDONLY);
