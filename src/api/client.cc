@@ -4,9 +4,8 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <ctime>
-
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 

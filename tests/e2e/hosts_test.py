@@ -29,8 +29,16 @@ running exactly once with its state verified (the demo workload checks its memor
 and no stopped copy is left behind (a killed agent's stopped copy is cleaned up by its lease and
 by the restarted agent's re-adoption).
 
+The drills are independent (each has its own server, hosts, job tag and ports), so they run
+PALADIN_HOSTS_JOBS at a time (default 3), each in a child process of this script with a slot of
+its own: slot N's hosts are on bridge pal-brN, subnet 10.213.(77+N).0/24, namespaces pal-N-*.
+A child's output is printed whole when it ends.
+
 Usage: hosts_test.py PALADIN
-Environment: PALADIN_HOSTS_ONLY=DRILL runs one drill (names as printed).
+Environment: PALADIN_HOSTS_ONLY=DRILL runs one drill (names as printed: fence-FAULT,
+mig-NAME on separate hosts, mig-NAME-onehost on one host) in this process;
+PALADIN_HOSTS_SLOT=N picks its network names (default 0); PALADIN_HOSTS_JOBS=N drills at a
+time.
 """
 import os
 import shutil
@@ -38,6 +46,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 
@@ -48,8 +57,9 @@ from crash_test import (Fleet, fail, failures, ok, tagged_processes, verify_once
                         wait_for)
 
 LEASE_S = fence_test.LEASE_S
-BRIDGE = "pal-br0"
-SUBNET = "10.213.77"
+SLOT = int(os.environ.get("PALADIN_HOSTS_SLOT", "0"))
+BRIDGE = f"pal-br{SLOT}"
+SUBNET = f"10.213.{77 + SLOT}"
 ADDRESSES = {"node-a": SUBNET + ".2", "node-b": SUBNET + ".3"}
 
 
@@ -147,11 +157,11 @@ class SeparateHosts:
 
     @staticmethod
     def netns(node):
-        return "pal-" + node
+        return f"pal-{SLOT}-{node}"
 
     @staticmethod
     def link(node):
-        return "pal-" + node[-1] + "0"
+        return f"pal-{SLOT}{node[-1]}0"
 
     def init_pid(self, node):
         """The host's pid 1, as this namespace numbers it."""
@@ -201,12 +211,12 @@ class SeparateHosts:
         shutil.rmtree(self.mount, ignore_errors=True)
 
 
-def clean_network():
-    """What an earlier run that was killed left behind."""
+def clean_network(slot):
+    """What an earlier run of SLOT that was killed left behind."""
     for node in ADDRESSES:
-        sh("ip", "netns", "del", SeparateHosts.netns(node), check=False)
-        sh("ip", "link", "del", SeparateHosts.link(node), check=False)
-    sh("ip", "link", "del", BRIDGE, check=False)
+        sh("ip", "netns", "del", f"pal-{slot}-{node}", check=False)
+        sh("ip", "link", "del", f"pal-{slot}{node[-1]}0", check=False)
+    sh("ip", "link", "del", f"pal-br{slot}", check=False)
 
 
 def hosts_are_separate(work):
@@ -344,12 +354,19 @@ def migration_drill(work, hosts, m):
         else:
             ok(f"{what}: never two copies running at once")
         # A copy stopped in one look may be under a periodic checkpoint (CRIU stops it for a
-        # moment); one left behind is stopped in every look.
+        # moment, for seconds on a busy machine); one left behind is stopped in every look, for
+        # 2 s and on for up to 20 s while any copy has not been seen running.
         looks = []
-        for _ in range(10):
+        stuck = set()
+        began_looking = time.time()
+        while True:
             looks.append(tagged_processes(tag))
+            stuck = set.intersection(*[{p for p, s in look.items() if s in "Tt"}
+                                       for look in looks])
+            waited = time.time() - began_looking
+            if waited >= 20 or (waited >= 2 and not stuck):
+                break
             time.sleep(0.2)
-        stuck = set.intersection(*[{p for p, s in look.items() if s in "Tt"} for look in looks])
         left = looks[-1]
         if len(left) != 1 or stuck:
             fail(f"{what}: copies left: {left}, stopped throughout: {sorted(stuck)}")
@@ -371,6 +388,67 @@ def migration_drill(work, hosts, m):
                 pass
 
 
+def drill_names():
+    names = ["fence-" + fault for fault in ("sigkill", "sigstop", "cut-off")]
+    for m in MIGRATIONS:
+        names += ["mig-" + m.name, "mig-" + m.name + "-onehost"]
+    return names
+
+
+def run_one(work, only):
+    """Runs the drill named ONLY in this process."""
+    for fault in ("sigkill", "sigstop", "cut-off"):
+        if only == "fence-" + fault:
+            fence_drill(work, fault)
+            return
+    for m in MIGRATIONS:
+        if only == "mig-" + m.name:
+            hosts = SeparateHosts(work, f"m{MIGRATIONS.index(m):02d}")
+            try:
+                migration_drill(work, hosts, m)
+            finally:
+                hosts.close()
+            return
+        if only == "mig-" + m.name + "-onehost":
+            migration_drill(work, None, m)
+            return
+    fail(f"no drill named {only!r}; the drills: {', '.join(drill_names())}")
+
+
+def run_all(jobs):
+    """Runs every drill, JOBS at a time, each in a child process with a slot of its own; prints
+    each child's output when it ends. Returns the names of the drills that failed."""
+    pending = list(drill_names())
+    running = {}  # slot -> (name, Popen, began)
+    failed = []
+    free = list(range(jobs))
+    while pending or running:
+        while pending and free:
+            slot = free.pop(0)
+            name = pending.pop(0)
+            env = dict(os.environ, PALADIN_HOSTS_ONLY=name, PALADIN_HOSTS_SLOT=str(slot))
+            child = subprocess.Popen([sys.executable, os.path.abspath(__file__),
+                                      crash_test.PALADIN], env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            running[slot] = (name, child, time.time(), tempfile.TemporaryFile())
+            threading.Thread(target=shutil.copyfileobj, args=(child.stdout, running[slot][3]),
+                             daemon=True).start()
+        time.sleep(0.5)
+        for slot, (name, child, began, out) in list(running.items()):
+            if child.poll() is None:
+                continue
+            time.sleep(0.2)  # the copying thread reaches the end of the pipe
+            out.seek(0)
+            text = out.read().decode(errors="replace")
+            print(f"--- drill {name} (slot {slot}, {time.time() - began:.0f} s, "
+                  f"exit {child.returncode}) ---\n{text}", end="", flush=True)
+            if child.returncode != 0:
+                failed.append(name)
+            del running[slot]
+            free.append(slot)
+    return failed
+
+
 def main():
     if os.geteuid() != 0:
         print("SKIP: separate hosts need root (network and mount namespaces, CRIU)")
@@ -382,9 +460,15 @@ def main():
     if not os.path.exists("/opt/paladin/criu/criu") and not os.environ.get("PALADIN_CRIU"):
         print("SKIP: no CRIU (install it with scripts/criu.sh)")
         return 77
-    clean_network()
-    probe = sh("ip", "netns", "add", "pal-probe", check=False)
-    sh("ip", "netns", "del", "pal-probe", check=False)
+    only = os.environ.get("PALADIN_HOSTS_ONLY", "")
+    jobs = max(1, int(os.environ.get("PALADIN_HOSTS_JOBS", "3")))
+    if not only:
+        for slot in range(jobs):
+            clean_network(slot)
+    else:
+        clean_network(SLOT)
+    probe = sh("ip", "netns", "add", f"pal-{SLOT}-probe", check=False)
+    sh("ip", "netns", "del", f"pal-{SLOT}-probe", check=False)
     if probe.returncode != 0:
         print(f"SKIP: cannot make a network namespace here: {probe.stderr.strip()}")
         return 77
@@ -397,33 +481,31 @@ def main():
     subprocess.run(["cp", os.path.join(os.path.dirname(crash_test.PALADIN),
                                        "paladin-demo-workload"), crash_test.WORKLOAD], check=True)
     os.chmod(bin_dir, 0o755)
-    only = os.environ.get("PALADIN_HOSTS_ONLY", "")
+    failed = []
+    began = time.time()
     try:
-        if hosts_are_separate(work):
-            for fault in ("sigkill", "sigstop", "cut-off"):
-                if not only or only == "fence-" + fault:
-                    fence_drill(work, fault)
-            for m in MIGRATIONS:
-                if only and only != "mig-" + m.name and only != "mig-" + m.name + "-onehost":
-                    continue
-                if only != "mig-" + m.name + "-onehost":
-                    hosts = SeparateHosts(work, f"m{MIGRATIONS.index(m):02d}")
-                    try:
-                        migration_drill(work, hosts, m)
-                    finally:
-                        hosts.close()
-                if not only or only == "mig-" + m.name + "-onehost":
-                    migration_drill(work, None, m)
+        if only:
+            run_one(work, only)
+        elif hosts_are_separate(work):
+            failed = run_all(jobs)
     finally:
-        clean_network()
+        if only:
+            clean_network(SLOT)
+        else:
+            for slot in range(jobs):
+                clean_network(slot)
         if os.environ.get("KEEP_WORK"):
             print("hosts_test: kept", work)
         else:
             subprocess.run(["rm", "-rf", work])
-    if failures:
-        print(f"hosts_test: {len(failures)} failure(s)")
+    if only:
+        return 1 if failures else 0
+    if failures or failed:
+        print(f"hosts_test: {len(failures) + len(failed)} failure(s)"
+              f"{': ' + ', '.join(failed) if failed else ''} ({time.time() - began:.0f} s)")
         return 1
-    print("hosts_test: all checks passed")
+    print(f"hosts_test: all checks passed ({len(drill_names())} drills, {jobs} at a time, "
+          f"{time.time() - began:.0f} s)")
     return 0
 
 

@@ -12,8 +12,9 @@
 #      its state survived), wait for the job to end, and read the test's verdict (PASS) from
 #      its .out file.
 #
-# A test passes when its verdict is PASS. The run fails when a test fails that the
-# expected-failures file does not name, or when a test it names passes (the file stays honest),
+# A test passes when its verdict is PASS. A test that fails and is not an expected failure is run
+# once more, and the summary counts those passed on a second try. The run fails when a test fails
+# twice that the expected-failures file does not name, or when a test it names passes (the file stays honest),
 # unless it is named there as flaky.
 #
 # Usage: run.sh PALADIN ZDTM_INIT CACHE LIST EXPECTED [TEST...]
@@ -376,14 +377,32 @@ if ((${#tests[@]} == 0)); then
   mapfile -t tests < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "$LIST" | grep .)
 fi
 
-total=0 passed=0 xfail=0 unexpected=0
+# attempt TEST: one run of the test, then the clean-up of what it left.
+attempt() {
+  local ipc_before
+  ipc_before=$(ipc_ids)
+  run_one "$1"
+  ipc_cleanup "$ipc_before"
+  cgroup_cleanup "$1"
+}
+
+total=0 passed=0 xfail=0 unexpected=0 retried=0
 start=$SECONDS
 for t in "${tests[@]}"; do
   t0=$SECONDS
-  ipc_before=$(ipc_ids)
-  run_one "$t"
-  ipc_cleanup "$ipc_before"
-  cgroup_cleanup "$t"
+  attempt "$t"
+  # A test that should pass and failed gets one more try: on a busy machine a race in the test
+  # or in the host (a mount that came and went) is not the checkpoint's fault. The first failure
+  # stays in the results and the summary counts it.
+  if [[ $outcome != PASS && -z ${expected[$t]+x} && -z ${ZDTM_NOCKPT:-} ]]; then
+    first="$outcome${why:+: $why}"
+    attempt "$t"
+    if [[ $outcome == PASS ]]; then
+      retried=$((retried + 1))
+      printf '%s\n' "$t: failed once: $first" >>"$results"
+      echo "$tag: $t: failed once, passed on the second try (first: $first)"
+    fi
+  fi
   total=$((total + 1))
   line="$t: $outcome${why:+: $why}"
   printf '%s\n' "$line" >>"$results"
@@ -420,5 +439,6 @@ if [[ -n ${ZDTM_NOCKPT:-} ]]; then
   echo "$tag (no checkpoint): $total tests, $passed passed, $((total - passed)) failed"
   exit 0
 fi
-echo "$tag: $total tests, $passed passed, $xfail expected failures, $unexpected unexpected"
+echo "$tag: $total tests, $passed passed ($retried on a second try), $xfail expected failures," \
+  "$unexpected unexpected"
 ((unexpected == 0))
