@@ -334,6 +334,19 @@ shim_pids() {
       echo "${p#/proc/}"
   done
 }
+# rmdir only, deepest first: a cgroup that still holds a process stays, and is reported. A killed
+# process leaves its cgroup a moment after it is gone from cgroup.procs, hence the retries.
+remove_cgroup() {
+  local i
+  for ((i = 0; i < 50; i++)); do
+    [[ -d $1 ]] || return 0
+    find "$1" -depth -type d -exec rmdir {} + 2>/dev/null || true
+    [[ -d $1 ]] || return 0
+    sleep 0.1
+  done
+  echo "cluster: $1 still holds processes: $(find "$1" -name cgroup.procs -exec cat {} + | tr '\n' ' ')" >&2
+  return 1
+}
 unmount_under() {
   local m
   # Deepest first; a busy one is detached.
@@ -343,7 +356,7 @@ unmount_under() {
 }
 
 down() {
-  local t0 kind a b pid i
+  local t0 kind a b pid i left=0
   t0=$(now)
   [[ $(id -u) -eq 0 ]] || die "needs root"
   if [[ ! -f $D/host-state ]]; then
@@ -366,16 +379,17 @@ down() {
   done <"$D/host-state"
   while read -r kind a b; do
     case $kind in
-      sysctl) sysctl -qw "$a=$b" || echo "cluster: could not put back $a=$b" >&2 ;;
+      sysctl) sysctl -qw "$a=$b" || { echo "cluster: could not put back $a=$b" >&2; left=1; } ;;
       absent) rm -rf "$a" ;;
       link) ip link delete "$a" 2>/dev/null || true ;;
-      cgroup)
-        # rmdir only: a cgroup that still holds a process stays, and is reported below.
-        if [[ -d $a ]]; then find "$a" -depth -type d -exec rmdir {} + 2>/dev/null || true; fi
-        [[ ! -d $a ]] || echo "cluster: $a still holds processes" >&2
-        ;;
+      cgroup) remove_cgroup "$a" || left=1 ;;
     esac
   done <"$D/host-state"
+  if [[ $left == 1 ]]; then
+    # host-state stays: `down` again retries what is left.
+    echo "cluster: down in $(since "$t0") s, but the host is not all put back (see above)" >&2
+    return 1
+  fi
   rm -rf "$D/containerd" "$D/kubelet" "$D/etcd" "$D/run"
   mv "$D/host-state" "$D/host-state.restored"
   echo "cluster: down in $(since "$t0") s; host state put back (stopped in s: ${STOPPED[*]})"

@@ -64,22 +64,21 @@ if [[ $own_cluster == 1 ]]; then
   rc=0
   bash "$repo/scripts/k8s.sh" "$PREFIX" || rc=$?
   [[ $rc == 0 ]] || { [[ $rc == 77 ]] && echo "k8s: SKIP: no toolkit"; exit "$rc"; }
-  # A cluster of an earlier run killed before its trap ran: put the host back first (only one
-  # whose daemons are all gone; a live one belongs to a run in progress, and `up` refuses then).
+  # A cluster of an earlier run killed before its trap ran (ctest's timeout, SIGKILL): put the
+  # host back first. Only one whose test is gone: a live one belongs to a run in progress (and
+  # `up` refuses then), and a cluster a user started by hand has no owner file.
   for stale in /tmp/paladin-k8s.*/host-state; do
     [[ -f $stale ]] || continue
-    live=0
-    for pidf in "$(dirname "$stale")"/run/*.pid; do
-      [[ -f $pidf ]] && [[ $(readlink "/proc/$(cat "$pidf")/exe" 2>/dev/null) == "$PREFIX"/* ]] && live=1
-    done
-    if [[ $live == 0 ]]; then
-      echo "k8s: putting back the host state of an interrupted run in $(dirname "$stale")"
-      bash "$here/cluster.sh" down "$(dirname "$stale")" || true
-      rm -rf "$(dirname "$stale")"
-    fi
+    sd=$(dirname "$stale")
+    owner=$(cat "$sd/owner" 2>/dev/null) || continue
+    tr '\0' ' ' <"/proc/$owner/cmdline" 2>/dev/null | grep -q k8s_test.sh && continue
+    echo "k8s: putting back the host state of an interrupted run in $sd"
+    bash "$here/cluster.sh" down "$sd" || true
+    rm -rf "$sd"
   done
   before=$(host_state)
   DIR=$(mktemp -d /tmp/paladin-k8s.XXXXXX)
+  echo $$ >"$DIR/owner"
   finish() {
     local rc=$? after
     trap - EXIT INT TERM
