@@ -25,7 +25,7 @@ t0=$SECONDS
 own_cluster=1
 if [[ ! -f $TOOLKIT/bin/SHA256SUMS ]]; then
   if [[ -z ${KUBECONFIG:-} ]]; then
-    echo "k8s: SKIP: these tests need the Kubernetes toolkit ($TOOLKIT, or PALADIN_K8S_TOOLKIT)" \
+    echo "k8s: SKIP: these tests need the Kubernetes toolkit (none at $TOOLKIT; see PALADIN_K8S_TOOLKIT)" \
       "to start a cluster of their own, or KUBECONFIG naming yours (docs/kubernetes.md)"
     exit 77
   fi
