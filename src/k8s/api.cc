@@ -161,8 +161,9 @@ StatusOr<std::string> ApiClient::Call(const std::string& method, const std::stri
   httplib::Headers headers{{"Accept", "application/json"}};
   if (!config_.token.empty()) headers.emplace("Authorization", "Bearer " + config_.token);
   const SigpipeBlock no_sigpipe;
-  httplib::Result result =
-      method == "PATCH" ? http.Patch(path, headers, body, content_type) : http.Get(path, headers);
+  httplib::Result result = method == "PATCH"  ? http.Patch(path, headers, body, content_type)
+                           : method == "POST" ? http.Post(path, headers, body, content_type)
+                                              : http.Get(path, headers);
   const std::string what = method + " " + path;
   if (!result) {
     std::string detail = httplib::to_string(result.error());
@@ -180,6 +181,15 @@ StatusOr<std::string> ApiClient::Call(const std::string& method, const std::stri
 
 StatusOr<std::string> ApiClient::Get(const std::string& path) const {
   return Call("GET", path, "", "");
+}
+
+StatusOr<std::string> ApiClient::Post(const std::string& path, const std::string& json) const {
+  return Call("POST", path, json, "application/json");
+}
+
+StatusOr<std::string> ApiClient::Patch(const std::string& path, const std::string& body,
+                                       const std::string& content_type) const {
+  return Call("PATCH", path, body, content_type);
 }
 
 StatusOr<std::string> ApiClient::PatchNodeStatus(const std::string& node,

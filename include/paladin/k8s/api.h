@@ -52,6 +52,11 @@ class ApiClient {
 
   // GET PATH; the response body, or an error with the server's message.
   StatusOr<std::string> Get(const std::string& path) const;
+  // POST PATH with a JSON body; the response body.
+  StatusOr<std::string> Post(const std::string& path, const std::string& json) const;
+  // PATCH PATH with a body of `content_type` (a merge or strategic merge patch); the response.
+  StatusOr<std::string> Patch(const std::string& path, const std::string& body,
+                              const std::string& content_type) const;
   // Applies a JSON merge patch to /api/v1/nodes/NODE/status; the Node as the server returns it.
   StatusOr<std::string> PatchNodeStatus(const std::string& node,
                                         const std::string& merge_patch) const;
