@@ -113,7 +113,7 @@ if [[ $own_cluster == 1 ]]; then
   # `paladin k8s node` reaches the API server as the cluster's admin.
   server=$("$KUBECTL" config view -o jsonpath='{.clusters[0].cluster.server}')
   pki=$DIR/pki
-  export NODE=localhost K8S_NODE_FLAGS="--server $server --ca-cert $pki/ca.crt --client-cert $pki/admin.crt --client-key $pki/admin.key"
+  export CLUSTER_DIR=$DIR NODE=localhost K8S_NODE_FLAGS="--server $server --ca-cert $pki/ca.crt --client-cert $pki/admin.crt --client-key $pki/admin.key"
 else
   KUBECTL=$(command -v kubectl)
   IMAGE=$PALADIN_K8S_TEST_IMAGE
