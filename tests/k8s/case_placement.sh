@@ -3,7 +3,7 @@
 # another: 6Gi, 4Gi, 2Gi and 3Gi land where the packer puts them (the tightest GPU that fits:
 # 0, 1, 0, 1), each with a Scheduled event naming the GPU and the policy. Then what stays Pending
 # and why: 2Gi more (no GPU has 2 GiB free), 17Gi (more than any GPU has), a malformed
-# paladin.io/priority (the event names the field). With Paladin's webhook down, a GPU pod is
+# paladin.io/priority (refused by the webhook, or an event, naming the field). With Paladin's webhook down, a GPU pod is
 # refused at creation and a pod asking for no GPU memory is not affected.
 # Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, PALADIN, EMUCUDA, NODE, K8S_NODE_FLAGS,
 # CLUSTER_DIR.
@@ -11,7 +11,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 k() { "$KUBECTL" -n "$NS" "$@"; }
 fail() {
-  echo "placement: FAIL: $*"
+  echo "placement: FAIL: $*" >&2
   exit 1
 }
 if [[ -z ${K8S_NODE_FLAGS:-} || -z ${CLUSTER_DIR:-} ]]; then
@@ -62,7 +62,25 @@ pending() {
 }
 pending full 2Gi "" "no GPU has 2 GiB free: the most free is 1 GiB on $NODE/1"
 pending too-big 17Gi "" "asks for 17 GiB of GPU memory, more than any GPU has (the largest: 8 GiB on $NODE/0)"
-pending bad-priority 1Gi '"paladin.io/priority": "high"' "metadata.annotations[paladin.io/priority]: 'high' is not an integer"
+# A malformed annotation: the webhook refuses the pod at creation, naming the field; a pod that
+# names Paladin as its scheduler without passing the webhook gets the same as an event.
+rc=0
+out=$(gpu_pod bad-priority 1Gi '"paladin.io/priority": "high"' 2>&1) || rc=$?
+[[ $rc != 0 && $out == *"metadata.annotations[paladin.io/priority]: 'high' is not an integer"* ]] ||
+  fail "bad paladin.io/priority admitted: rc $rc, '$out'"
+echo "placement: bad-priority refused at creation: ${out##*denied the request: }"
+k apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: direct, annotations: {paladin.io/priority: "high"}}
+spec:
+  schedulerName: paladin
+  containers: [{name: demo, image: $IMAGE, imagePullPolicy: IfNotPresent}]
+YAML
+message=$(wait_event direct FailedScheduling)
+[[ $message == *"metadata.annotations[paladin.io/priority]: 'high' is not an integer"* ]] ||
+  fail "pod direct: reason '$message'"
+echo "placement: direct (schedulerName paladin, no webhook) Pending: $message"
 
 # Paladin down: its pods are refused at creation (failurePolicy Fail), other pods are untouched.
 paladin_stop
