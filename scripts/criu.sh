@@ -28,28 +28,14 @@ if [[ $(id -u) -ne 0 ]]; then
   SUDO=sudo
 fi
 
-# The mirror this machine already uses for Debian (never a hard-coded host): the first http(s)
-# URI of a Debian source in deb822 or one-line format.
-mirror=$(
-  { cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ {print $2}'
-    cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-      awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) { print $i; break } }'
-  } | grep -v -- '-security' | grep -E '/debian/?$' | head -1 || true)
-if [[ -z $mirror ]]; then
-  echo "criu: no Debian mirror found in /etc/apt/sources.list*; cannot fetch CRIU 4.2" >&2
-  exit 1
-fi
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-
+# shellcheck source=scripts/lib/debian.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/debian.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$work/debs"
-echo "deb [signed-by=$keyring] $mirror $SUITE main" >"$work/sources.list"
-APT=(-o Dir::Etc::sourcelist="$work/sources.list" -o Dir::Etc::sourceparts=-
-  -o Dir::State::Lists="$work/lists" -o Dir::Cache="$work/cache" -o APT::Get::List-Cleanup=0
-  -o Debug::NoLocking=1 -o APT::Sandbox::User=root)
-echo "criu: fetching CRIU and its libraries from Debian $SUITE ($mirror)"
-apt-get -qq "${APT[@]}" update
+mkdir -p "$work/debs"
+echo "criu: fetching CRIU and its libraries from Debian $SUITE"
+debian_apt_init "$work/apt" "$SUITE"
+APT=("${DEBIAN_APT[@]}")
 # criu and everything it depends on, recursively (Depends and Pre-Depends only; virtual
 # packages, printed in <angle brackets>, are provided by one of the real ones listed).
 mapfile -t packages < <(apt-cache "${APT[@]}" depends --recurse --no-recommends --no-suggests \

@@ -22,6 +22,7 @@ PACKAGES=(
 if [ "${1:-}" = "--tests" ]; then
   PACKAGES+=(chromium curl python3 slurmctld slurmd slurm-client munge)
   PACKAGES+=(libaio-dev libcap-dev xz-utils)
+  PACKAGES+=(openssl)  # tests/k8s: the test cluster's throwaway PKI
 fi
 
 missing=()

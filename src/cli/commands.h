@@ -52,6 +52,8 @@ void RegisterUp(CLI::App& app, int* exit_code);
 void RegisterDemo(CLI::App& app, int* exit_code);
 // `paladin slurm task|checkpoint|requeue|steps` (src/cli/slurm.cc).
 void RegisterSlurm(CLI::App& app, int* exit_code);
+// `paladin k8s node` (src/cli/k8s.cc).
+void RegisterK8s(CLI::App& app, int* exit_code);
 
 // Where the data files bundled with Paladin live (data/ in the source tree or the install).
 std::string BundledDataDir();

@@ -28,6 +28,7 @@ int Run(int argc, char** argv) {
   paladin::cli::RegisterUp(app, &exit_code);
   paladin::cli::RegisterDemo(app, &exit_code);
   paladin::cli::RegisterSlurm(app, &exit_code);
+  paladin::cli::RegisterK8s(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -170,6 +170,38 @@ StatusOr<WorkloadSetup> PrepareWorkload(const std::string& run_dir, const Librar
   return setup;
 }
 
+Status PrepareSharedLibraryDir(const std::string& dir, const Libraries& libs) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return IoError("cannot create " + dir + ": " + ec.message());
+  fs::permissions(dir, fs::perms(0755), ec);
+  const std::pair<const std::string*, const char*> copies[] = {
+      {&libs.cuda_shim, "libpaladin-cuda.so"},
+      {&libs.nvml_shim, "libpaladin-nvml.so"},
+      {&libs.emucuda, "libpaladin-emucuda.so"}};
+  for (const auto& [from, name] : copies) {
+    // Copied, then renamed over: a pod starting meanwhile maps either the old file or the new.
+    const std::string to = dir + "/" + name;
+    fs::copy_file(*from, to + ".new", fs::copy_options::overwrite_existing, ec);
+    if (ec) return IoError("cannot copy " + *from + " to " + dir + ": " + ec.message());
+    fs::permissions(to + ".new", fs::perms(0755), ec);
+    fs::rename(to + ".new", to, ec);
+    if (ec) return IoError("cannot write " + to + ": " + ec.message());
+  }
+  const std::pair<const char*, const char*> links[] = {
+      {"libcuda.so.1", "libpaladin-cuda.so"},
+      {"libcuda.so", "libpaladin-cuda.so"},
+      {"libnvidia-ml.so.1", "libpaladin-nvml.so"},
+      {"libpaladin-cuda-next.so.1", "libpaladin-emucuda.so"},
+      {"libpaladin-nvml-next.so.1", "libpaladin-emucuda.so"}};
+  for (const auto& [name, target] : links) {
+    const std::string at = dir + "/" + name;
+    fs::remove(at, ec);
+    PALADIN_RETURN_IF_ERROR(Symlink(target, at));
+  }
+  return Status::Ok();
+}
+
 std::string EmulatedStatePath() {
   if (const char* path = getenv("PALADIN_EMU_STATE"); path != nullptr && path[0] != '\0') {
     return path;

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "paladin/core/policies.h"
+#include "paladin/server/placement.h"
 #include "paladin/server/validate.h"
 
 namespace paladin::server {
@@ -17,8 +18,8 @@ namespace {
 inline constexpr size_t kLogKeepBytes = 1 << 20;
 inline constexpr int kUsageKeep = 2000;
 
-// The shapes the packing policy expects to see (FGD and paladin weigh fragmentation against
-// them): shared GPUs in eighths, quarters and halves, and whole GPUs.
+}  // namespace
+
 std::shared_ptr<const std::vector<core::TypicalWorkload>> DefaultShapes() {
   std::vector<core::TypicalWorkload> shapes;
   const std::pair<int32_t, int32_t> kShapes[] = {
@@ -35,7 +36,12 @@ std::shared_ptr<const std::vector<core::TypicalWorkload>> DefaultShapes() {
   return std::make_shared<const std::vector<core::TypicalWorkload>>(std::move(shapes));
 }
 
-}  // namespace
+StatusOr<core::Policy> MakeServerPolicy(const std::string& name) {
+  core::PolicyContext ctx;
+  ctx.typical = DefaultShapes();
+  ctx.shapes = ctx.typical;
+  return core::MakePolicy(name, ctx);
+}
 
 void LatencyRecorder::Add(double seconds) {
   recent_.push_back(seconds);
@@ -73,10 +79,7 @@ Control::Control(std::unique_ptr<Store> store, ControlOptions options, core::Pol
 
 StatusOr<std::unique_ptr<Control>> Control::Create(std::unique_ptr<Store> store,
                                                    ControlOptions options) {
-  core::PolicyContext ctx;
-  ctx.typical = DefaultShapes();
-  ctx.shapes = ctx.typical;
-  StatusOr<core::Policy> policy = core::MakePolicy(options.policy, ctx);
+  StatusOr<core::Policy> policy = MakeServerPolicy(options.policy);
   if (!policy.ok()) return policy.status();
   std::unique_ptr<Control> control(
       new Control(std::move(store), std::move(options), std::move(*policy)));

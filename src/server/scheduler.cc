@@ -7,6 +7,7 @@
 
 #include "control.h"
 #include "paladin/base/size.h"
+#include "paladin/server/placement.h"
 
 namespace paladin::server {
 namespace {
@@ -29,21 +30,26 @@ int64_t Control::LargestGpuMemory() const {
   return most;
 }
 
-core::Workload Control::ShapeOf(const JobRecord& j, int64_t gpu_memory) const {
+core::Workload GpuShape(const std::string& name, const std::string& team, int32_t priority,
+                        int32_t gpus, int64_t quota_bytes, int64_t gpu_memory) {
   core::Workload w;
-  w.name = j.id;
-  w.team = j.team;
-  w.priority = j.priority;
-  w.gpu_count = j.gpus;
-  w.gpu_mem_mib = std::max<int64_t>(1, (j.quota_bytes + kMiB - 1) / kMiB);
-  if (j.gpus > 1 || gpu_memory <= 0) {
+  w.name = name;
+  w.team = team;
+  w.priority = priority;
+  w.gpu_count = gpus;
+  w.gpu_mem_mib = std::max<int64_t>(1, (quota_bytes + kMiB - 1) / kMiB);
+  if (gpus > 1 || gpu_memory <= 0) {
     w.gpu_milli = core::kMilliPerGpu;
   } else {
     const double share =
-        std::ceil(1000.0 * static_cast<double>(j.quota_bytes) / static_cast<double>(gpu_memory));
+        std::ceil(1000.0 * static_cast<double>(quota_bytes) / static_cast<double>(gpu_memory));
     w.gpu_milli = static_cast<int32_t>(std::clamp(share, 1.0, 1000.0));
   }
   return w;
+}
+
+core::Workload Control::ShapeOf(const JobRecord& j, int64_t gpu_memory) const {
+  return GpuShape(j.id, j.team, j.priority, j.gpus, j.quota_bytes, gpu_memory);
 }
 
 Control::FleetView Control::BuildFleet(bool reserve_running) {

@@ -63,6 +63,13 @@ StatusOr<WorkloadSetup> PrepareWorkload(const std::string& run_dir, const Librar
                                         const DriverChoice& driver, const RegionSettings& settings,
                                         std::unique_ptr<Region>* region);
 
+// A folder holding copies of Paladin's interposers and the emulated driver, named as
+// PrepareWorkload names them (libcuda.so.1 and libnvidia-ml.so.1 the interposers, the
+// libpaladin-*-next.so.1 names the emulated driver) with relative links only, so that it works
+// wherever it is mounted: what a Kubernetes node gives its pods through a hostPath volume
+// (docs/kubernetes.md). Replaces what an earlier call left there.
+Status PrepareSharedLibraryDir(const std::string& dir, const Libraries& libs);
+
 // How far to grow a quota on demand: to cover `shortfall` in steps of `step`, never above the
 // ceiling, and only if the GPU has that much free. Returns the new quota, or `quota` unchanged.
 uint64_t GrownQuota(uint64_t quota, uint64_t ceiling, uint64_t shortfall, uint64_t gpu_free,

@@ -1,0 +1,88 @@
+// Paladin as the scheduler of its pods (docs/kubernetes.md): pods whose spec.schedulerName is
+// Paladin's are placed by the core packer (the server's policy and shapes, include/paladin/
+// server/placement.h) onto the GPUs the nodes publish in their paladin.io/gpus annotation, bound
+// through the pods/binding subresource with the chosen GPU in annotations, and told why with an
+// Event (Scheduled, or FailedScheduling with the packer's reason, also set on the pod's
+// PodScheduled condition).
+//
+// Thread safety: a Scheduler is used by one loop; RunOnce blocks on the API server.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "paladin/base/status.h"
+#include "paladin/core/packer.h"
+#include "paladin/core/rng.h"
+#include "paladin/gpu/nvml.h"
+#include "paladin/k8s/api.h"
+
+namespace paladin::k8s {
+
+// Annotations Paladin reads and writes.
+inline constexpr char kGpusAnnotation[] = "paladin.io/gpus";  // a node's GPUs (JSON, below)
+inline constexpr char kGpuAnnotation[] = "paladin.io/gpu";    // the pod's GPU index on its node
+inline constexpr char kGpuBytesAnnotation[] = "paladin.io/gpu-memory-bytes";  // its quota
+inline constexpr char kPlacementAnnotation[] = "paladin.io/placement";        // why there
+inline constexpr char kPriorityAnnotation[] = "paladin.io/priority";  // optional, an integer
+inline constexpr char kSchedulerName[] = "paladin";
+
+// A Kubernetes quantity of bytes: "8Gi", "512Mi", "1.5Gi", "17179869184", "8G", "1e9". An error
+// says what is wrong with it.
+StatusOr<uint64_t> ParseQuantity(std::string_view text);
+
+struct NodeGpu {
+  int index = 0;
+  int64_t memory_bytes = 0;
+  std::string model;
+};
+// The node annotation's value: [{"index":0,"memory":8589934592,"model":"..."}, ...].
+std::string GpusAnnotationValue(const std::vector<gpu::GpuInfo>& gpus);
+StatusOr<std::vector<NodeGpu>> ParseGpusAnnotation(const std::string& value);
+
+// What Paladin reads of a pod: its paladin.io/gpu-memory (the sum over its containers' limits)
+// and its annotations. `error` names the field that is malformed, if any.
+struct PodRequest {
+  std::string ns, name, uid, node, phase, created;
+  bool deleting = false;
+  uint64_t gpu_memory = 0;
+  int32_t priority = 0;
+  int gpu = -1;  // paladin.io/gpu once bound by Paladin
+  uint64_t bound_bytes = 0;
+  std::string error;
+};
+PodRequest ReadPod(const std::string& pod_json);
+
+struct SchedulerOptions {
+  std::string scheduler_name = kSchedulerName;
+  std::string policy = "paladin";
+};
+
+class Scheduler {
+ public:
+  // Fails on an unknown policy.
+  static StatusOr<std::unique_ptr<Scheduler>> Create(ApiClient client, SchedulerOptions options);
+
+  // One pass: reads the nodes and Paladin's pods, places every pending one it can, binds it and
+  // says so. Returns how many it bound (or the API server's error).
+  StatusOr<int> RunOnce();
+
+ private:
+  Scheduler(ApiClient client, SchedulerOptions options, core::Policy policy);
+  Status Event(const PodRequest& pod, const std::string& type, const std::string& reason,
+               const std::string& message);
+  // A pending pod's reason, as an event and its PodScheduled condition (once per new reason).
+  void Unschedulable(const PodRequest& pod, const std::string& message);
+
+  ApiClient client_;
+  SchedulerOptions options_;
+  core::Packer packer_;
+  core::Rng rng_{1};
+  std::map<std::string, std::string> said_;  // pod uid -> last reason given
+  uint64_t event_seq_ = 0;
+};
+
+}  // namespace paladin::k8s

@@ -1,0 +1,42 @@
+// Paladin's mutating admission webhook (docs/kubernetes.md): a pod that asks for
+// paladin.io/gpu-memory gets Paladin as its scheduler and Paladin's interposer injected, with
+// nothing changed in its image. The interposer and the driver behind it come from a hostPath
+// folder that `paladin k8s node --lib-dir` prepares on each node; the environment is the one
+// `paladin run` gives a workload (docs/quota.md): LD_PRELOAD and LD_LIBRARY_PATH naming that
+// folder, PALADIN_GPU_MEM the container's own request in bytes (a quota region private to the
+// container's process, so no other pod can write it), CUDA_VISIBLE_DEVICES from the GPU the
+// scheduler chose (the pod's paladin.io/gpu annotation, through the downward API), and for the
+// emulated GPU PALADIN_EMU_GPUS and PALADIN_EMU_STATE (a state file shared by the node's pods, as
+// one physical GPU is).
+//
+// Thread safety: Review is a pure function; the server answers from several threads.
+#pragma once
+
+#include <string>
+
+#include "paladin/base/status.h"
+
+namespace paladin::k8s {
+
+struct InjectOptions {
+  std::string scheduler_name = "paladin";
+  std::string lib_dir;                               // on the node (hostPath)
+  std::string lib_mount = "/run/paladin/lib";        // in the container
+  std::string emulated_gpus;                         // PALADIN_EMU_GPUS; empty: a real driver
+  std::string emu_state_dir;                         // on the node (hostPath), emulated only
+  std::string emu_state_mount = "/run/paladin/emu";  // in the container
+};
+
+// The JSON Patch (RFC 6902) for a pod, or "" when the pod asks for no paladin.io/gpu-memory
+// (then it is left exactly as it is). An error names the field that is malformed.
+StatusOr<std::string> PodPatch(const std::string& pod_json, const InjectOptions& options);
+
+// An AdmissionReview (admission.k8s.io/v1) request in, the response out. A pod with a malformed
+// field is refused with a message naming it; anything that is not a pod is allowed unchanged.
+std::string Review(const std::string& review_json, const InjectOptions& options);
+
+// Serves Review at POST /mutate over HTTPS on `listen` (HOST:PORT) until stopped by a signal.
+Status ServeWebhook(const std::string& listen, const std::string& cert_file,
+                    const std::string& key_file, const InjectOptions& options);
+
+}  // namespace paladin::k8s

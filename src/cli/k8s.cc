@@ -1,0 +1,257 @@
+// `paladin k8s`: Paladin's side of a Kubernetes cluster (docs/kubernetes.md).
+//
+//   node   advertises this node's GPU memory to the API server as the node-level extended
+//          resource paladin.io/gpu-memory (bytes, the sum over its GPUs as NVML reports them, or
+//          --gpu-memory), so that pods asking for it are admitted only where it fits and a
+//          ResourceQuota on it caps a namespace; publishes each GPU's size in the node's
+//          paladin.io/gpus annotation and, with --lib-dir, prepares the folder of Paladin's
+//          libraries that the webhook mounts into GPU pods
+//   scheduler  places the pods whose schedulerName is paladin with the core packer
+//   webhook    the mutating admission webhook: Paladin's scheduler and interposer for GPU pods
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "paladin/base/size.h"
+#include "paladin/gpu/nvml.h"
+#include "paladin/k8s/api.h"
+#include "paladin/k8s/scheduler.h"
+#include "paladin/k8s/webhook.h"
+#include "paladin/quota/launch.h"
+
+namespace paladin::cli {
+namespace {
+
+struct NodeArgs {
+  std::string node;
+  std::string gpu_memory;  // empty: from NVML
+  std::string nvml = "libnvidia-ml.so.1";
+  std::string server;  // empty: in-cluster
+  std::string ca_cert;
+  std::string client_cert;
+  std::string client_key;
+  std::string token_file;
+  std::string lib_dir;  // empty: no library folder
+  // The scheduler's
+  std::string policy = "paladin";
+  double interval_s = 0.5;
+  bool once = false;
+  // The webhook's
+  std::string listen = "127.0.0.1:9443";
+  std::string cert;
+  std::string key;
+  k8s::InjectOptions inject;
+};
+
+void Say(const std::string& line) { cli::Say("k8s node", line); }
+
+// The node's GPU memory in bytes, with where it came from.
+StatusOr<uint64_t> GpuMemory(const NodeArgs& args, std::string* source,
+                             std::vector<gpu::GpuInfo>* list) {
+  if (!args.gpu_memory.empty()) {
+    uint64_t bytes = 0;
+    if (!base::ParseSize(args.gpu_memory, &bytes) || bytes == 0) {
+      return InvalidArgument("--gpu-memory '" + args.gpu_memory +
+                             "': expected a size such as 80GiB");
+    }
+    *source = "--gpu-memory";
+    return bytes;
+  }
+  StatusOr<std::unique_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(args.nvml);
+  if (!nvml.ok()) {
+    return FailedPrecondition("no GPU memory to advertise: " + nvml.status().message() +
+                              " (give --gpu-memory on a node without NVML)");
+  }
+  StatusOr<std::vector<gpu::GpuInfo>> gpus = (*nvml)->Gpus();
+  if (!gpus.ok()) return gpus.status();
+  if (gpus->empty()) return FailedPrecondition("NVML reports no GPU on this node");
+  uint64_t total = 0;
+  for (const gpu::GpuInfo& g : *gpus) total += g.total_bytes;
+  *list = *gpus;
+  *source = std::to_string(gpus->size()) + " GPU(s) as NVML reports them";
+  return total;
+}
+
+StatusOr<k8s::ApiConfig> Config(const NodeArgs& args) {
+  if (args.server.empty()) return k8s::InClusterConfig();
+  k8s::ApiConfig config;
+  if (Status s = k8s::SetServer(args.server, &config); !s.ok()) return s;
+  config.ca_cert_file = args.ca_cert;
+  if (args.client_cert.empty() != args.client_key.empty()) {
+    return InvalidArgument("--client-cert and --client-key go together");
+  }
+  config.client_cert_file = args.client_cert;
+  config.client_key_file = args.client_key;
+  if (!args.token_file.empty()) {
+    std::FILE* f = std::fopen(args.token_file.c_str(), "r");
+    if (f == nullptr) return InvalidArgument("--token-file '" + args.token_file + "' unreadable");
+    char buffer[8192];
+    const size_t n = std::fread(buffer, 1, sizeof buffer, f);
+    std::fclose(f);
+    config.token.assign(buffer, n);
+    while (!config.token.empty() && (config.token.back() == '\n' || config.token.back() == ' ')) {
+      config.token.pop_back();
+    }
+    if (config.token.empty())
+      return InvalidArgument("--token-file '" + args.token_file + "' is empty");
+  }
+  return config;
+}
+
+int RunNode(const NodeArgs& args) {
+  if (Status s = k8s::CheckNodeName(args.node); !s.ok()) {
+    Say(s.message());
+    return 2;
+  }
+  StatusOr<k8s::ApiConfig> config = Config(args);
+  if (!config.ok()) {
+    Say(config.status().message());
+    return 2;
+  }
+  std::string source;
+  std::vector<gpu::GpuInfo> gpus;
+  StatusOr<uint64_t> bytes = GpuMemory(args, &source, &gpus);
+  if (!bytes.ok()) {
+    Say(bytes.status().message());
+    return 1;
+  }
+  const k8s::ApiClient client(*config);
+  StatusOr<std::string> node = client.PatchNodeStatus(
+      args.node, k8s::ExtendedResourcePatch(k8s::kGpuMemoryResource, *bytes));
+  if (!node.ok()) {
+    Say(node.status().message());
+    return 1;
+  }
+  std::printf("node %s: %s = %llu (%s, from %s)\n", args.node.c_str(), k8s::kGpuMemoryResource,
+              static_cast<unsigned long long>(*bytes), base::FormatSize(*bytes).c_str(),
+              source.c_str());
+  if (!gpus.empty()) {
+    // Each GPU's size, for Paladin's scheduler: the resource above is only the node's sum.
+    nlohmann::json patch;
+    patch["metadata"]["annotations"][k8s::kGpusAnnotation] = k8s::GpusAnnotationValue(gpus);
+    StatusOr<std::string> annotated =
+        client.Patch("/api/v1/nodes/" + args.node, patch.dump(), "application/merge-patch+json");
+    if (!annotated.ok()) {
+      Say(annotated.status().message());
+      return 1;
+    }
+    std::printf("node %s: %s = %s\n", args.node.c_str(), k8s::kGpusAnnotation,
+                k8s::GpusAnnotationValue(gpus).c_str());
+  }
+  if (!args.lib_dir.empty()) {
+    StatusOr<quota::Libraries> libs = quota::FindLibraries();
+    if (!libs.ok()) {
+      Say(libs.status().message());
+      return 1;
+    }
+    if (Status s = quota::PrepareSharedLibraryDir(args.lib_dir, *libs); !s.ok()) {
+      Say(s.message());
+      return 1;
+    }
+    std::printf("node %s: Paladin's interposer and the emulated driver in %s\n", args.node.c_str(),
+                args.lib_dir.c_str());
+  }
+  return 0;
+}
+
+int RunScheduler(const NodeArgs& args) {
+  StatusOr<k8s::ApiConfig> config = Config(args);
+  if (!config.ok()) {
+    cli::Say("k8s scheduler", config.status().message());
+    return 2;
+  }
+  k8s::SchedulerOptions options;
+  options.policy = args.policy;
+  StatusOr<std::unique_ptr<k8s::Scheduler>> scheduler =
+      k8s::Scheduler::Create(k8s::ApiClient(*config), options);
+  if (!scheduler.ok()) {
+    cli::Say("k8s scheduler", scheduler.status().message());
+    return 2;
+  }
+  std::fprintf(stderr, "paladin k8s scheduler: placing pods of schedulerName %s (policy %s)\n",
+               options.scheduler_name.c_str(), options.policy.c_str());
+  std::string last_error;
+  for (;;) {
+    StatusOr<int> bound = (*scheduler)->RunOnce();
+    if (!bound.ok() && bound.status().message() != last_error) {
+      last_error = bound.status().message();
+      cli::Say("k8s scheduler", last_error + " (retrying)");
+    } else if (bound.ok()) {
+      last_error.clear();
+    }
+    if (args.once) return bound.ok() ? 0 : 1;
+    usleep(static_cast<useconds_t>(args.interval_s * 1e6));
+  }
+}
+
+int RunWebhook(const NodeArgs& args) {
+  if (args.cert.empty() || args.key.empty() || args.inject.lib_dir.empty()) {
+    cli::Say("k8s webhook", "--cert, --key and --lib-dir are required");
+    return 2;
+  }
+  if (!args.inject.emulated_gpus.empty() && args.inject.emu_state_dir.empty()) {
+    cli::Say("k8s webhook", "--emulated-gpus needs --emu-state-dir");
+    return 2;
+  }
+  Status s = k8s::ServeWebhook(args.listen, args.cert, args.key, args.inject);
+  cli::Say("k8s webhook", s.message());
+  return s.ok() ? 0 : 1;
+}
+
+void AddApiOptions(CLI::App* app, NodeArgs* args) {
+  app->add_option("--server", args->server,
+                  "API server, https://HOST:PORT; default: the pod's (in-cluster)");
+  app->add_option("--ca-cert", args->ca_cert, "PEM CA file verifying the API server");
+  app->add_option("--client-cert", args->client_cert, "PEM client certificate");
+  app->add_option("--client-key", args->client_key, "PEM client key");
+  app->add_option("--token-file", args->token_file, "File holding a bearer token");
+}
+
+}  // namespace
+
+void RegisterK8s(CLI::App& app, int* exit_code) {
+  CLI::App* k8s = app.add_subcommand("k8s", "Paladin's side of a Kubernetes cluster");
+  k8s->require_subcommand(1);
+  auto args = std::make_shared<NodeArgs>();
+  CLI::App* node = k8s->add_subcommand(
+      "node", "Advertise this node's GPU memory as the extended resource paladin.io/gpu-memory");
+  node->add_option("--node", args->node, "The Node's name in the cluster")->required();
+  node->add_option("--gpu-memory", args->gpu_memory,
+                   "GPU memory to advertise (e.g. 80GiB); default: the sum over NVML's GPUs");
+  node->add_option("--nvml", args->nvml, "NVML library to read the GPUs from");
+  node->add_option("--lib-dir", args->lib_dir,
+                   "Prepare this folder with Paladin's interposer and the emulated driver, for "
+                   "the webhook's hostPath volume");
+  AddApiOptions(node, args.get());
+  node->callback([args, exit_code] { *exit_code = RunNode(*args); });
+
+  CLI::App* scheduler = k8s->add_subcommand(
+      "scheduler", "Place the pods whose schedulerName is paladin with Paladin's packer");
+  scheduler->add_option("--policy", args->policy, "Packing policy (as the server's --policy)");
+  scheduler->add_option("--interval", args->interval_s, "Seconds between passes");
+  scheduler->add_flag("--once", args->once, "One pass, then exit");
+  AddApiOptions(scheduler, args.get());
+  scheduler->callback([args, exit_code] { *exit_code = RunScheduler(*args); });
+
+  CLI::App* webhook = k8s->add_subcommand(
+      "webhook",
+      "Serve the mutating admission webhook that gives GPU pods Paladin's scheduler "
+      "and interposer");
+  webhook->add_option("--listen", args->listen, "HOST:PORT to serve HTTPS on");
+  webhook->add_option("--cert", args->cert, "PEM server certificate");
+  webhook->add_option("--key", args->key, "PEM server key");
+  webhook->add_option("--lib-dir", args->inject.lib_dir,
+                      "The nodes' folder of Paladin's libraries (paladin k8s node --lib-dir)");
+  webhook->add_option("--emulated-gpus", args->inject.emulated_gpus,
+                      "Give pods the emulated driver with these GPUs (e.g. 2x8GiB)");
+  webhook->add_option("--emu-state-dir", args->inject.emu_state_dir,
+                      "The nodes' folder of the emulated GPUs' shared state");
+  webhook->callback([args, exit_code] { *exit_code = RunWebhook(*args); });
+}
+
+}  // namespace paladin::cli

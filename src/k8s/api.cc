@@ -1,0 +1,202 @@
+#include "paladin/k8s/api.h"
+
+#include <httplib.h>
+#include <signal.h>
+
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "paladin/api/client.h"
+
+namespace paladin::k8s {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr char kServiceAccountDir[] = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+bool ReadWhole(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream text;
+  text << in.rdbuf();
+  *out = text.str();
+  return static_cast<bool>(in) || in.eof();
+}
+
+// The API server answers errors with a Status object; its message says what was wrong.
+Status FromHttp(int status, const std::string& body, const std::string& what) {
+  std::string message;
+  const Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("message") && j["message"].is_string()) {
+    message = j["message"].get<std::string>();
+  }
+  if (message.empty()) message = body.empty() ? "HTTP " + std::to_string(status) : body;
+  message = what + ": " + message;
+  if (status == 401) return Unauthenticated(message);
+  if (status == 403) return PermissionDenied(message);
+  if (status == 404) return NotFound(message);
+  if (status == 409) return FailedPrecondition(message);
+  if (status >= 400 && status < 500) return InvalidArgument(message);
+  return Unavailable(message);
+}
+
+// As in the Paladin API client: the HTTP library writes with plain send(), so a server closing
+// early would raise SIGPIPE; it is blocked on the calling thread for the call and a pending one
+// taken off, so the write fails with EPIPE instead.
+class SigpipeBlock {
+ public:
+  SigpipeBlock() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeBlock() {
+    sigset_t pending;
+    sigpending(&pending);
+    if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
+      const timespec now{0, 0};
+      (void)sigtimedwait(&pipe_, nullptr, &now);
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeBlock(const SigpipeBlock&) = delete;
+  SigpipeBlock& operator=(const SigpipeBlock&) = delete;
+
+ private:
+  sigset_t pipe_{};
+  sigset_t old_{};
+  bool was_pending_ = false;
+};
+
+}  // namespace
+
+Status SetServer(const std::string& url, ApiConfig* config) {
+  if (url.rfind("https://", 0) != 0) {
+    return InvalidArgument("API server '" + url + "': expected https://HOST[:PORT]");
+  }
+  StatusOr<api::Endpoint> endpoint = api::ParseUrl(url);
+  if (!endpoint.ok()) return endpoint.status();
+  config->host = endpoint->host;
+  config->port = endpoint->port;
+  return Status::Ok();
+}
+
+StatusOr<ApiConfig> InClusterConfig() {
+  const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
+  const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
+  if (host == nullptr || *host == '\0' || port == nullptr || *port == '\0') {
+    return FailedPrecondition(
+        "not in a pod (KUBERNETES_SERVICE_HOST/PORT unset): give the API server with --server");
+  }
+  ApiConfig config;
+  // An IPv6 service address needs brackets in a URL.
+  const std::string h = std::string(host).find(':') != std::string::npos
+                            ? "[" + std::string(host) + "]"
+                            : std::string(host);
+  if (Status s = SetServer("https://" + h + ":" + port, &config); !s.ok()) return s;
+  if (h != host) config.host = host;
+  const std::string dir = kServiceAccountDir;
+  if (!ReadWhole(dir + "/token", &config.token) || config.token.empty()) {
+    return FailedPrecondition("no ServiceAccount token in " + dir + "/token");
+  }
+  while (!config.token.empty() && (config.token.back() == '\n' || config.token.back() == ' ')) {
+    config.token.pop_back();
+  }
+  config.ca_cert_file = dir + "/ca.crt";
+  return config;
+}
+
+Status CheckNodeName(const std::string& name) {
+  if (name.empty() || name.size() > 253) {
+    return InvalidArgument("node name '" + name + "': must be 1 to 253 characters");
+  }
+  for (const char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) {
+      return InvalidArgument("node name '" + name +
+                             "': only lowercase letters, digits, '-' and '.' are allowed");
+    }
+  }
+  const auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!alnum(name.front()) || !alnum(name.back())) {
+    return InvalidArgument("node name '" + name +
+                           "': must start and end with a lowercase letter or digit");
+  }
+  return Status::Ok();
+}
+
+std::string ExtendedResourcePatch(const std::string& resource, uint64_t bytes) {
+  Json amount;
+  amount[resource] = std::to_string(bytes);  // a quantity: a string of whole bytes
+  Json patch;
+  patch["status"]["capacity"] = amount;
+  patch["status"]["allocatable"] = amount;
+  return patch.dump();
+}
+
+ApiClient::ApiClient(ApiConfig config) : config_(std::move(config)) {}
+
+StatusOr<std::string> ApiClient::Call(const std::string& method, const std::string& path,
+                                      const std::string& body,
+                                      const std::string& content_type) const {
+  httplib::SSLClient http(config_.host, config_.port, config_.client_cert_file,
+                          config_.client_key_file);
+  if (!config_.client_cert_file.empty() && !http.is_valid()) {
+    return InvalidArgument("client certificate '" + config_.client_cert_file + "' or key '" +
+                           config_.client_key_file + "' cannot be loaded");
+  }
+  if (!config_.ca_cert_file.empty()) http.set_ca_cert_path(config_.ca_cert_file.c_str());
+  http.enable_server_certificate_verification(true);
+  const auto seconds = static_cast<time_t>(config_.timeout_s);
+  const auto micros = static_cast<time_t>((config_.timeout_s - static_cast<double>(seconds)) * 1e6);
+  http.set_connection_timeout(seconds, micros);
+  http.set_read_timeout(seconds, micros);
+  http.set_write_timeout(seconds, micros);
+  httplib::Headers headers{{"Accept", "application/json"}};
+  if (!config_.token.empty()) headers.emplace("Authorization", "Bearer " + config_.token);
+  const SigpipeBlock no_sigpipe;
+  httplib::Result result = method == "PATCH"  ? http.Patch(path, headers, body, content_type)
+                           : method == "POST" ? http.Post(path, headers, body, content_type)
+                                              : http.Get(path, headers);
+  const std::string what = method + " " + path;
+  if (!result) {
+    std::string detail = httplib::to_string(result.error());
+    if (result.error() == httplib::Error::SSLServerVerification) {
+      detail += " (the server's certificate is not signed by '" + config_.ca_cert_file + "')";
+    }
+    return Unavailable("cannot reach the API server at " + config_.host + ":" +
+                       std::to_string(config_.port) + " (" + what + "): " + detail);
+  }
+  if (result->status < 200 || result->status >= 300) {
+    return FromHttp(result->status, result->body, what);
+  }
+  return result->body;
+}
+
+StatusOr<std::string> ApiClient::Get(const std::string& path) const {
+  return Call("GET", path, "", "");
+}
+
+StatusOr<std::string> ApiClient::Post(const std::string& path, const std::string& json) const {
+  return Call("POST", path, json, "application/json");
+}
+
+StatusOr<std::string> ApiClient::Patch(const std::string& path, const std::string& body,
+                                       const std::string& content_type) const {
+  return Call("PATCH", path, body, content_type);
+}
+
+StatusOr<std::string> ApiClient::PatchNodeStatus(const std::string& node,
+                                                 const std::string& merge_patch) const {
+  if (Status s = CheckNodeName(node); !s.ok()) return s;
+  return Call("PATCH", "/api/v1/nodes/" + node + "/status", merge_patch,
+              "application/merge-patch+json");
+}
+
+}  // namespace paladin::k8s

@@ -1,0 +1,388 @@
+#include "paladin/k8s/scheduler.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "paladin/base/size.h"
+#include "paladin/server/placement.h"
+
+namespace paladin::k8s {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string Size(int64_t bytes) {
+  return base::FormatSize(static_cast<uint64_t>(std::max<int64_t>(bytes, 0)));
+}
+
+std::string Now() {
+  char out[32];
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(out, sizeof out, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return out;
+}
+
+std::string Str(const Json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+// Paladin's pods, as the packer sees them: every node's GPUs (fleet index -> GPU index).
+struct FleetView {
+  core::Fleet fleet;
+  std::vector<std::string> names;
+  std::vector<std::vector<int>> gpu_index;
+  std::vector<int64_t> gpu_memory;
+};
+
+}  // namespace
+
+StatusOr<uint64_t> ParseQuantity(std::string_view text) {
+  const std::string what = "quantity '" + std::string(text) + "'";
+  size_t i = 0;
+  while (i < text.size() && ((text[i] >= '0' && text[i] <= '9') || text[i] == '.')) ++i;
+  if (i == 0) return InvalidArgument(what + ": expected a number such as 8Gi");
+  const std::string number(text.substr(0, i));
+  const std::string_view suffix = text.substr(i);
+  if (std::count(number.begin(), number.end(), '.') > 1) {
+    return InvalidArgument(what + ": more than one decimal point");
+  }
+  struct Unit {
+    std::string_view name;
+    double scale;
+  };
+  static constexpr Unit kUnits[] = {{"", 1},        {"Ki", 0x1p10}, {"Mi", 0x1p20}, {"Gi", 0x1p30},
+                                    {"Ti", 0x1p40}, {"Pi", 0x1p50}, {"k", 1e3},     {"M", 1e6},
+                                    {"G", 1e9},     {"T", 1e12},    {"P", 1e15},    {"m", 1e-3}};
+  double scale = -1;
+  for (const Unit& u : kUnits) {
+    if (suffix == u.name) scale = u.scale;
+  }
+  if (scale < 0 && suffix.size() >= 2 && (suffix[0] == 'e' || suffix[0] == 'E')) {
+    int exponent = 0;
+    for (char c : suffix.substr(1)) {
+      if (c < '0' || c > '9' || exponent > 30) return InvalidArgument(what + ": bad exponent");
+      exponent = exponent * 10 + (c - '0');
+    }
+    scale = std::pow(10.0, exponent);
+  }
+  if (scale < 0) {
+    return InvalidArgument(what + ": unknown suffix '" + std::string(suffix) +
+                           "' (expected Ki, Mi, Gi, Ti, k, M, G, T or none)");
+  }
+  const double bytes = std::ceil(std::strtod(number.c_str(), nullptr) * scale);
+  if (!(bytes >= 0) || bytes > 0x1p62) return InvalidArgument(what + ": out of range");
+  return static_cast<uint64_t>(bytes);
+}
+
+std::string GpusAnnotationValue(const std::vector<gpu::GpuInfo>& gpus) {
+  Json out = Json::array();
+  for (const gpu::GpuInfo& g : gpus) {
+    out.push_back({{"index", g.index}, {"memory", g.total_bytes}, {"model", g.name}});
+  }
+  return out.dump();
+}
+
+StatusOr<std::vector<NodeGpu>> ParseGpusAnnotation(const std::string& value) {
+  const Json j = Json::parse(value, nullptr, /*allow_exceptions=*/false);
+  const std::string what = std::string("annotation ") + kGpusAnnotation;
+  if (!j.is_array()) return InvalidArgument(what + ": not a JSON array");
+  std::vector<NodeGpu> gpus;
+  for (const Json& g : j) {
+    if (!g.is_object() || !g.contains("index") || !g["index"].is_number_integer() ||
+        !g.contains("memory") || !g["memory"].is_number_integer()) {
+      return InvalidArgument(what + ": each GPU needs an integer index and memory");
+    }
+    NodeGpu gpu;
+    gpu.index = g["index"].get<int>();
+    gpu.memory_bytes = g["memory"].get<int64_t>();
+    gpu.model = Str(g, "model");
+    if (gpu.index < 0 || gpu.memory_bytes <= 0) {
+      return InvalidArgument(what + ": GPU index or memory out of range");
+    }
+    gpus.push_back(gpu);
+  }
+  return gpus;
+}
+
+PodRequest ReadPod(const std::string& pod_json) {
+  PodRequest p;
+  const Json pod = Json::parse(pod_json, nullptr, /*allow_exceptions=*/false);
+  if (!pod.is_object()) {
+    p.error = "pod: not a JSON object";
+    return p;
+  }
+  const Json meta = pod.value("metadata", Json::object());
+  const Json spec = pod.value("spec", Json::object());
+  p.ns = Str(meta, "namespace");
+  p.name = Str(meta, "name");
+  p.uid = Str(meta, "uid");
+  p.created = Str(meta, "creationTimestamp");
+  p.deleting = meta.contains("deletionTimestamp");
+  p.node = Str(spec, "nodeName");
+  p.phase = Str(pod.value("status", Json::object()), "phase");
+  const Json containers = spec.value("containers", Json::array());
+  for (size_t i = 0; i < containers.size() && containers.is_array(); ++i) {
+    const Json& c = containers[i];
+    if (!c.is_object() || !c.contains("resources")) continue;
+    const Json limits = c["resources"].value("limits", Json::object());
+    const std::string q = Str(limits, kGpuMemoryResource);
+    if (q.empty()) continue;
+    StatusOr<uint64_t> bytes = ParseQuantity(q);
+    if (!bytes.ok()) {
+      p.error = "spec.containers[" + std::to_string(i) + "].resources.limits[" +
+                kGpuMemoryResource + "]: " + bytes.status().message();
+      return p;
+    }
+    p.gpu_memory += *bytes;
+  }
+  const Json annotations = meta.value("annotations", Json::object());
+  if (const std::string prio = Str(annotations, kPriorityAnnotation); !prio.empty()) {
+    char* end = nullptr;
+    const long v = std::strtol(prio.c_str(), &end, 10);
+    if (end == prio.c_str() || *end != '\0' || v < -1000000 || v > 1000000) {
+      p.error = std::string("metadata.annotations[") + kPriorityAnnotation + "]: '" + prio +
+                "' is not an integer in [-1000000, 1000000]";
+      return p;
+    }
+    p.priority = static_cast<int32_t>(v);
+  }
+  if (const std::string gpu = Str(annotations, kGpuAnnotation); !gpu.empty()) {
+    p.gpu = std::atoi(gpu.c_str());
+    uint64_t bytes = 0;
+    if (base::ParseSize(Str(annotations, kGpuBytesAnnotation), &bytes)) p.bound_bytes = bytes;
+  }
+  return p;
+}
+
+StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(ApiClient client, SchedulerOptions options) {
+  StatusOr<core::Policy> policy = server::MakeServerPolicy(options.policy);
+  if (!policy.ok()) return policy.status();
+  return std::unique_ptr<Scheduler>(
+      new Scheduler(std::move(client), std::move(options), std::move(*policy)));
+}
+
+Scheduler::Scheduler(ApiClient client, SchedulerOptions options, core::Policy policy)
+    : client_(std::move(client)), options_(std::move(options)), packer_(std::move(policy)) {}
+
+Status Scheduler::Event(const PodRequest& pod, const std::string& type, const std::string& reason,
+                        const std::string& message) {
+  char name[96];
+  std::snprintf(
+      name, sizeof name, ".paladin.%llx.%llu",
+      static_cast<unsigned long long>(std::chrono::system_clock::now().time_since_epoch().count()),
+      static_cast<unsigned long long>(++event_seq_));
+  const std::string now = Now();
+  Json event = {{"apiVersion", "v1"},
+                {"kind", "Event"},
+                {"metadata", {{"name", pod.name + name}, {"namespace", pod.ns}}},
+                {"involvedObject",
+                 {{"apiVersion", "v1"},
+                  {"kind", "Pod"},
+                  {"namespace", pod.ns},
+                  {"name", pod.name},
+                  {"uid", pod.uid}}},
+                {"type", type},
+                {"reason", reason},
+                {"message", message},
+                {"source", {{"component", options_.scheduler_name}}},
+                {"reportingComponent", options_.scheduler_name},
+                {"firstTimestamp", now},
+                {"lastTimestamp", now},
+                {"count", 1}};
+  return client_.Post("/api/v1/namespaces/" + pod.ns + "/events", event.dump()).status();
+}
+
+void Scheduler::Unschedulable(const PodRequest& pod, const std::string& message) {
+  std::string& said = said_[pod.uid];
+  if (said == message) return;
+  said = message;
+  std::fprintf(stderr, "paladin k8s scheduler: %s/%s pending: %s\n", pod.ns.c_str(),
+               pod.name.c_str(), message.c_str());
+  (void)Event(pod, "Warning", "FailedScheduling", message);
+  const Json condition = {{"type", "PodScheduled"},
+                          {"status", "False"},
+                          {"reason", "Unschedulable"},
+                          {"message", message},
+                          {"lastTransitionTime", Now()}};
+  const Json patch = {{"status", {{"conditions", Json::array({condition})}}}};
+  (void)client_.Patch("/api/v1/namespaces/" + pod.ns + "/pods/" + pod.name + "/status",
+                      patch.dump(), "application/strategic-merge-patch+json");
+}
+
+StatusOr<int> Scheduler::RunOnce() {
+  StatusOr<std::string> nodes_body = client_.Get("/api/v1/nodes");
+  if (!nodes_body.ok()) return nodes_body.status();
+  StatusOr<std::string> pods_body =
+      client_.Get("/api/v1/pods?fieldSelector=spec.schedulerName%3D" + options_.scheduler_name);
+  if (!pods_body.ok()) return pods_body.status();
+  const Json nodes = Json::parse(*nodes_body, nullptr, false);
+  const Json pods = Json::parse(*pods_body, nullptr, false);
+  if (!nodes.is_object() || !pods.is_object()) {
+    return Unavailable("the API server's node or pod list is not JSON");
+  }
+
+  // The fleet: every schedulable node that publishes its GPUs, as the server builds its own.
+  FleetView v;
+  std::map<std::string, int32_t> index;
+  for (const Json& n : nodes.value("items", Json::array())) {
+    const Json meta = n.value("metadata", Json::object());
+    const std::string name = Str(meta, "name");
+    if (n.value("spec", Json::object()).value("unschedulable", false)) continue;
+    const std::string value = Str(meta.value("annotations", Json::object()), kGpusAnnotation);
+    if (value.empty()) continue;
+    StatusOr<std::vector<NodeGpu>> gpus = ParseGpusAnnotation(value);
+    if (!gpus.ok() || gpus->empty() || gpus->size() > core::kMaxGpusPerNode) {
+      std::fprintf(stderr, "paladin k8s scheduler: node %s skipped: %s\n", name.c_str(),
+                   gpus.ok() ? "no GPU, or too many" : gpus.status().message().c_str());
+      continue;
+    }
+    int64_t memory = 0;
+    std::vector<int> idx;
+    for (const NodeGpu& g : *gpus) {
+      memory = memory == 0 ? g.memory_bytes : std::min(memory, g.memory_bytes);
+      idx.push_back(g.index);
+    }
+    const int64_t mib = memory / (int64_t{1} << 20);
+    StatusOr<core::ModelId> model =
+        v.fleet.models().Intern(gpus->front().model + "/" + std::to_string(mib));
+    if (!model.ok()) continue;
+    v.fleet.models().SetMemoryMib(*model, mib);
+    StatusOr<int32_t> at = v.fleet.AddNode(name, int64_t{1} << 40, int64_t{1} << 40,
+                                           static_cast<int>(idx.size()), *model);
+    if (!at.ok()) continue;
+    index[name] = *at;
+    v.names.push_back(name);
+    v.gpu_index.push_back(idx);
+    v.gpu_memory.push_back(memory);
+  }
+
+  // What runs already holds its GPU share.
+  std::vector<PodRequest> pending;
+  uint64_t reservation = 0;
+  for (const Json& item : pods.value("items", Json::array())) {
+    PodRequest p = ReadPod(item.dump());
+    if (p.phase == "Succeeded" || p.phase == "Failed") continue;
+    if (p.node.empty()) {
+      if (!p.deleting) pending.push_back(std::move(p));
+      continue;
+    }
+    auto at = index.find(p.node);
+    if (at == index.end() || p.gpu < 0 || p.bound_bytes == 0) continue;
+    const auto& map = v.gpu_index[static_cast<size_t>(at->second)];
+    auto g = std::find(map.begin(), map.end(), p.gpu);
+    if (g == map.end()) continue;
+    core::Placement placement;
+    placement.node = at->second;
+    placement.gpus.push_back(static_cast<int16_t>(g - map.begin()));
+    const core::Workload w = server::GpuShape(p.ns + "/" + p.name, p.ns, p.priority, 1,
+                                              static_cast<int64_t>(p.bound_bytes),
+                                              v.gpu_memory[static_cast<size_t>(at->second)]);
+    (void)v.fleet.Reserve(++reservation, w, placement);  // booked even when over-committed
+  }
+  // Higher priority first, then the order they came in (the server's order for its jobs).
+  std::stable_sort(pending.begin(), pending.end(), [](const PodRequest& a, const PodRequest& b) {
+    if (a.priority != b.priority) return a.priority > b.priority;
+    if (a.created != b.created) return a.created < b.created;
+    return a.ns + "/" + a.name < b.ns + "/" + b.name;
+  });
+
+  int bound = 0;
+  for (const PodRequest& p : pending) {
+    if (!p.error.empty()) {
+      Unschedulable(p, "malformed: " + p.error);
+      continue;
+    }
+    if (p.gpu_memory == 0) {
+      Unschedulable(p, std::string("asks for no ") + kGpuMemoryResource +
+                           " in its containers' resources.limits; Paladin places only pods "
+                           "that do");
+      continue;
+    }
+    // The largest GPU and the most free on one GPU, for a reason a user can act on.
+    int64_t largest = 0, most_free = -1;
+    std::string largest_at, most_free_at;
+    for (size_t n = 0; n < v.names.size(); ++n) {
+      const core::Node& node = v.fleet.node(static_cast<int32_t>(n));
+      for (size_t g = 0; g < node.gpus.size(); ++g) {
+        const std::string at = v.names[n] + "/" + std::to_string(v.gpu_index[n][g]);
+        if (v.gpu_memory[n] > largest) largest = v.gpu_memory[n], largest_at = at;
+        const int64_t left = node.gpus[g].mem_left_mib << 20;
+        if (left > most_free) most_free = left, most_free_at = at;
+      }
+    }
+    const auto bytes = static_cast<int64_t>(p.gpu_memory);
+    if (v.names.empty()) {
+      Unschedulable(p, std::string("no node publishes its GPUs (annotation ") + kGpusAnnotation +
+                           ", set by paladin k8s node)");
+      continue;
+    }
+    if (bytes > largest) {
+      Unschedulable(p, "asks for " + Size(bytes) +
+                           " of GPU memory, more than any GPU has (the "
+                           "largest: " +
+                           Size(largest) + " on " + largest_at + ")");
+      continue;
+    }
+    const core::Workload w =
+        server::GpuShape(p.ns + "/" + p.name, p.ns, p.priority, 1, bytes, largest);
+    core::PackerOptions options;
+    options.collect_reasons = true;
+    const core::Decision d = packer_.Schedule(v.fleet, w, rng_, options);
+    if (!d.placed) {
+      Unschedulable(p, "no GPU has " + Size(bytes) + " free: the most free is " + Size(most_free) +
+                           " on " + most_free_at + " (" + d.Explain() + ")");
+      continue;
+    }
+    const size_t n = static_cast<size_t>(d.placement.node);
+    const int gpu = v.gpu_index[n][static_cast<size_t>(d.placement.gpus.at(0))];
+    const core::Workload booked =
+        server::GpuShape(w.name, w.team, w.priority, 1, bytes, v.gpu_memory[n]);
+    if (!v.fleet.Reserve(++reservation, booked, d.placement).ok()) continue;
+    char how[200];
+    std::snprintf(how, sizeof how,
+                  "%s/%d by Paladin's packer, policy %s (score %.1f, %d feasible node%s)",
+                  v.names[n].c_str(), gpu, packer_.policy().name.c_str(), d.score, d.feasible_nodes,
+                  d.feasible_nodes == 1 ? "" : "s");
+    // The binding's annotations land on the pod with its node, in one update: the container
+    // starts only after both, so the GPU index the webhook's downward-API variable reads is set.
+    const Json binding = {
+        {"apiVersion", "v1"},
+        {"kind", "Binding"},
+        {"metadata",
+         {{"name", p.name},
+          {"namespace", p.ns},
+          {"annotations",
+           {{kGpuAnnotation, std::to_string(gpu)},
+            {kGpuBytesAnnotation, std::to_string(bytes)},
+            {kPlacementAnnotation, how}}}}},
+        {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", v.names[n]}}}};
+    Status s =
+        client_.Post("/api/v1/namespaces/" + p.ns + "/pods/" + p.name + "/binding", binding.dump())
+            .status();
+    if (!s.ok()) {
+      v.fleet.Unreserve(reservation);
+      std::fprintf(stderr, "paladin k8s scheduler: binding %s/%s: %s\n", p.ns.c_str(),
+                   p.name.c_str(), s.message().c_str());
+      continue;
+    }
+    said_.erase(p.uid);
+    ++bound;
+    const std::string message =
+        "placed on " + std::string(how) + ": " + Size(bytes) + " of GPU memory";
+    std::fprintf(stderr, "paladin k8s scheduler: %s/%s %s\n", p.ns.c_str(), p.name.c_str(),
+                 message.c_str());
+    (void)Event(p, "Normal", "Scheduled", message);
+  }
+  return bound;
+}
+
+}  // namespace paladin::k8s

@@ -1,0 +1,173 @@
+#include "paladin/k8s/webhook.h"
+
+#include <httplib.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "paladin/api/client.h"
+#include "paladin/k8s/api.h"
+#include "paladin/k8s/scheduler.h"
+
+namespace paladin::k8s {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string Base64(const std::string& in) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const uint32_t v = (uint32_t{static_cast<uint8_t>(in[i])} << 16) |
+                       (uint32_t{static_cast<uint8_t>(in[i + 1])} << 8) |
+                       static_cast<uint8_t>(in[i + 2]);
+    for (int s = 18; s >= 0; s -= 6) out += kAlphabet[(v >> s) & 63];
+  }
+  if (i < in.size()) {
+    uint32_t v = uint32_t{static_cast<uint8_t>(in[i])} << 16;
+    if (i + 1 < in.size()) v |= uint32_t{static_cast<uint8_t>(in[i + 1])} << 8;
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < in.size() ? kAlphabet[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+// The names Paladin sets: a user's own value of one of them would defeat the quota, so it is
+// replaced rather than kept.
+const std::set<std::string>& InjectedNames() {
+  static const std::set<std::string> kNames = {
+      "LD_PRELOAD",       "LD_LIBRARY_PATH",   "PALADIN_GPU_MEM",     "PALADIN_QUOTA_REGION",
+      "PALADIN_EMU_GPUS", "PALADIN_EMU_STATE", "CUDA_VISIBLE_DEVICES"};
+  return kNames;
+}
+
+constexpr char kLibVolume[] = "paladin-lib";
+constexpr char kEmuVolume[] = "paladin-emu";
+
+}  // namespace
+
+StatusOr<std::string> PodPatch(const std::string& pod_json, const InjectOptions& options) {
+  const Json pod = Json::parse(pod_json, nullptr, /*allow_exceptions=*/false);
+  if (!pod.is_object()) return InvalidArgument("the object is not a JSON pod");
+  const PodRequest request = ReadPod(pod_json);
+  if (!request.error.empty()) return InvalidArgument(request.error);
+  if (request.gpu_memory == 0) return std::string();
+  const Json spec = pod.value("spec", Json::object());
+  const bool emulated = !options.emulated_gpus.empty();
+  Json patch = Json::array();
+
+  const std::string scheduler = spec.value("schedulerName", "");
+  if (scheduler.empty() || scheduler == "default-scheduler") {
+    patch.push_back(
+        {{"op", "add"}, {"path", "/spec/schedulerName"}, {"value", options.scheduler_name}});
+  }
+  Json volumes = Json::array();
+  for (const Json& v : spec.value("volumes", Json::array())) {
+    const std::string name = v.value("name", "");
+    if (name != kLibVolume && name != kEmuVolume) volumes.push_back(v);
+  }
+  volumes.push_back(
+      {{"name", kLibVolume}, {"hostPath", {{"path", options.lib_dir}, {"type", "Directory"}}}});
+  if (emulated) {
+    volumes.push_back({{"name", kEmuVolume},
+                       {"hostPath", {{"path", options.emu_state_dir}, {"type", "Directory"}}}});
+  }
+  patch.push_back({{"op", "add"}, {"path", "/spec/volumes"}, {"value", volumes}});
+
+  const Json containers = spec.value("containers", Json::array());
+  for (size_t i = 0; i < containers.size(); ++i) {
+    const Json& c = containers[i];
+    const Json limits = c.value("resources", Json::object()).value("limits", Json::object());
+    const std::string q = limits.is_object() ? limits.value(kGpuMemoryResource, "") : "";
+    if (q.empty()) continue;  // a sidecar that asks for no GPU memory gets no GPU
+    StatusOr<uint64_t> bytes = ParseQuantity(q);
+    if (!bytes.ok()) return bytes.status();
+    const std::string at = "/spec/containers/" + std::to_string(i);
+    Json env = Json::array();
+    for (const Json& e : c.value("env", Json::array())) {
+      if (InjectedNames().count(e.value("name", "")) == 0) env.push_back(e);
+    }
+    const std::string lib = options.lib_mount;
+    env.push_back({{"name", "LD_PRELOAD"}, {"value", lib + "/libcuda.so.1"}});
+    env.push_back({{"name", "LD_LIBRARY_PATH"}, {"value", lib}});
+    env.push_back({{"name", "PALADIN_GPU_MEM"}, {"value", std::to_string(*bytes)}});
+    env.push_back(
+        {{"name", "CUDA_VISIBLE_DEVICES"},
+         {"valueFrom",
+          {{"fieldRef",
+            {{"fieldPath", std::string("metadata.annotations['") + kGpuAnnotation + "']"}}}}}});
+    if (emulated) {
+      env.push_back({{"name", "PALADIN_EMU_GPUS"}, {"value", options.emulated_gpus}});
+      env.push_back({{"name", "PALADIN_EMU_STATE"}, {"value", options.emu_state_mount + "/state"}});
+    }
+    patch.push_back({{"op", "add"}, {"path", at + "/env"}, {"value", env}});
+    Json mounts = Json::array();
+    for (const Json& m : c.value("volumeMounts", Json::array())) {
+      const std::string name = m.value("name", "");
+      if (name != kLibVolume && name != kEmuVolume) mounts.push_back(m);
+    }
+    mounts.push_back({{"name", kLibVolume}, {"mountPath", lib}, {"readOnly", true}});
+    if (emulated) {
+      mounts.push_back({{"name", kEmuVolume}, {"mountPath", options.emu_state_mount}});
+    }
+    patch.push_back({{"op", "add"}, {"path", at + "/volumeMounts"}, {"value", mounts}});
+  }
+  return patch.dump();
+}
+
+std::string Review(const std::string& review_json, const InjectOptions& options) {
+  const Json review = Json::parse(review_json, nullptr, /*allow_exceptions=*/false);
+  Json response = {{"allowed", true}};
+  if (review.is_object() && review.contains("request") && review["request"].is_object()) {
+    const Json& request = review["request"];
+    response["uid"] = request.value("uid", "");
+    const Json kind = request.value("kind", Json::object());
+    if (kind.is_object() && kind.value("kind", "") == "Pod" && request.contains("object")) {
+      StatusOr<std::string> patch = PodPatch(request["object"].dump(), options);
+      if (!patch.ok()) {
+        response["allowed"] = false;
+        response["status"] = {{"code", 400}, {"message", "Paladin: " + patch.status().message()}};
+      } else if (!patch->empty()) {
+        response["patchType"] = "JSONPatch";
+        response["patch"] = Base64(*patch);
+      }
+    }
+  } else {
+    response["allowed"] = false;
+    response["status"] = {{"code", 400}, {"message", "Paladin: not an AdmissionReview"}};
+  }
+  return Json{
+      {"apiVersion", "admission.k8s.io/v1"}, {"kind", "AdmissionReview"}, {"response", response}}
+      .dump();
+}
+
+Status ServeWebhook(const std::string& listen, const std::string& cert_file,
+                    const std::string& key_file, const InjectOptions& options) {
+  StatusOr<api::Endpoint> endpoint = api::ParseUrl("https://" + listen);
+  if (!endpoint.ok()) return InvalidArgument("--listen '" + listen + "': expected HOST:PORT");
+  httplib::SSLServer server(cert_file.c_str(), key_file.c_str());
+  if (!server.is_valid()) {
+    return InvalidArgument("certificate '" + cert_file + "' or key '" + key_file +
+                           "' cannot be loaded");
+  }
+  server.set_payload_max_length(4 << 20);  // the API server sends whole pods; 4 MiB is plenty
+  server.Post("/mutate", [&options](const httplib::Request& req, httplib::Response& res) {
+    res.set_content(Review(req.body, options), "application/json");
+  });
+  server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  if (!server.bind_to_port(endpoint->host, endpoint->port)) {
+    return Unavailable("cannot listen on " + listen);
+  }
+  std::fprintf(stderr, "paladin k8s webhook: serving https://%s/mutate\n", listen.c_str());
+  if (!server.listen_after_bind()) return Unavailable("the webhook server stopped");
+  return Status::Ok();
+}
+
+}  // namespace paladin::k8s

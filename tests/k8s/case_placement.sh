@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Placement by Paladin's packer on the node's two emulated GPUs of 8 GiB, pods created one after
+# another: 6Gi, 4Gi, 2Gi and 3Gi land where the packer puts them (the tightest GPU that fits:
+# 0, 1, 0, 1), each with a Scheduled event naming the GPU and the policy. Then what stays Pending
+# and why: 2Gi more (no GPU has 2 GiB free), 17Gi (more than any GPU has), a malformed
+# paladin.io/priority (refused by the webhook, or an event, naming the field). With Paladin's webhook down, a GPU pod is
+# refused at creation and a pod asking for no GPU memory is not affected.
+# Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, PALADIN, EMUCUDA, NODE, K8S_NODE_FLAGS,
+# CLUSTER_DIR.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+k() { "$KUBECTL" -n "$NS" "$@"; }
+fail() {
+  echo "placement: FAIL: $*" >&2
+  exit 1
+}
+if [[ -z ${K8S_NODE_FLAGS:-} || -z ${CLUSTER_DIR:-} ]]; then
+  echo "placement: SKIP: runs Paladin's webhook on this machine, for the test cluster only"
+  exit 77
+fi
+# shellcheck source=tests/k8s/paladin_lib.sh
+source "$here/paladin_lib.sh"
+trap paladin_stop EXIT
+paladin_start 19444
+
+events() { k get events --field-selector "involvedObject.name=$1" -o jsonpath='{range .items[*]}{.reason}: {.message}{"\n"}{end}'; }
+# wait_event POD REASON: the message of POD's first event of REASON.
+wait_event() {
+  local i got
+  for ((i = 0; i < 100; i++)); do
+    got=$(events "$1" | grep -m1 "^$2: " || true)
+    [[ -n $got ]] && { echo "${got#*: }"; return 0; }
+    sleep 0.1
+  done
+  fail "pod $1: no $2 event; events: $(events "$1")"
+}
+
+expected=(p1:6Gi:0 p2:4Gi:1 p3:2Gi:0 p4:3Gi:1)
+for e in "${expected[@]}"; do
+  IFS=: read -r name mem want <<<"$e"
+  gpu_pod "$name" "$mem" "" >/dev/null
+  message=$(wait_event "$name" Scheduled)
+  got=$(k get pod "$name" -o jsonpath='{.metadata.annotations.paladin\.io/gpu}')
+  node=$(k get pod "$name" -o jsonpath='{.spec.nodeName}')
+  [[ $got == "$want" && $node == "$NODE" ]] || fail "pod $name ($mem) on $node/$got, expected $NODE/$want: $message"
+  [[ $message == *"placed on $NODE/$want by Paladin's packer"* ]] || fail "pod $name: event '$message'"
+  echo "placement: $name ($mem): $message"
+done
+
+# pending reason POD MEM ANNOTATIONS EXPECTED_SUBSTRING
+pending() {
+  gpu_pod "$1" "$2" "$3" >/dev/null
+  local message
+  message=$(wait_event "$1" FailedScheduling)
+  [[ $message == *"$4"* ]] || fail "pod $1: reason '$message', expected '$4'"
+  [[ $(k get pod "$1" -o jsonpath='{.status.phase}') == Pending && -z $(k get pod "$1" -o jsonpath='{.spec.nodeName}') ]] ||
+    fail "pod $1 is not Pending"
+  local cond
+  cond=$(k get pod "$1" -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}')
+  [[ $cond == "$message" ]] || fail "pod $1: PodScheduled says '$cond'"
+  echo "placement: $1 ($2) Pending: $message"
+}
+pending full 2Gi "" "no GPU has 2 GiB free: the most free is 1 GiB on $NODE/1"
+pending too-big 17Gi "" "asks for 17 GiB of GPU memory, more than any GPU has (the largest: 8 GiB on $NODE/0)"
+# A malformed annotation: the webhook refuses the pod at creation, naming the field; a pod that
+# names Paladin as its scheduler without passing the webhook gets the same as an event.
+rc=0
+out=$(gpu_pod bad-priority 1Gi '"paladin.io/priority": "high"' 2>&1) || rc=$?
+[[ $rc != 0 && $out == *"metadata.annotations[paladin.io/priority]: 'high' is not an integer"* ]] ||
+  fail "bad paladin.io/priority admitted: rc $rc, '$out'"
+echo "placement: bad-priority refused at creation: ${out##*denied the request: }"
+k apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: direct, annotations: {paladin.io/priority: "high"}}
+spec:
+  schedulerName: paladin
+  containers: [{name: demo, image: $IMAGE, imagePullPolicy: IfNotPresent}]
+YAML
+message=$(wait_event direct FailedScheduling)
+[[ $message == *"metadata.annotations[paladin.io/priority]: 'high' is not an integer"* ]] ||
+  fail "pod direct: reason '$message'"
+echo "placement: direct (schedulerName paladin, no webhook) Pending: $message"
+
+# Paladin down: its pods are refused at creation (failurePolicy Fail), other pods are untouched.
+paladin_stop
+"$KUBECTL" apply -f - >/dev/null <<YAML
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: paladin-$NS}
+webhooks:
+- name: gpu-pods.paladin.io
+  clientConfig:
+    url: https://127.0.0.1:19444/mutate
+    caBundle: $(base64 -w0 "$CLUSTER_DIR/pki/ca.crt")
+  rules:
+  - {operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}
+  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: $NS}}
+  matchConditions:
+  - name: asks-for-gpu-memory
+    expression: >-
+      object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) &&
+      'paladin.io/gpu-memory' in c.resources.limits)
+  failurePolicy: Fail
+  sideEffects: None
+  admissionReviewVersions: [v1]
+  timeoutSeconds: 5
+YAML
+trap '"$KUBECTL" delete mutatingwebhookconfiguration "paladin-$NS" --ignore-not-found >/dev/null 2>&1 || true' EXIT
+rc=0
+out=$(gpu_pod down 1Gi "" 2>&1) || rc=$?
+[[ $rc != 0 && $out == *gpu-pods.paladin.io* ]] || fail "GPU pod with Paladin down: rc $rc, '$out'"
+echo "placement: with Paladin down a GPU pod is refused: ${out##*: }"
+k run plain --image="$IMAGE" --restart=Never --dry-run=server -o name >/dev/null ||
+  fail "a pod asking for no GPU memory was refused with Paladin down"
+echo "placement: with Paladin down a pod asking for no GPU memory is admitted"
+k delete pod --all --wait=false >/dev/null

@@ -1,0 +1,97 @@
+# Sourced by the cases that need Paladin in the cluster: `paladin_start` runs Paladin's webhook and
+# scheduler on this machine (the API server reaches the webhook on 127.0.0.1), prepares the node
+# (its GPUs published, the library folder the webhook mounts) and registers the webhook for the
+# case's namespace only; `paladin_stop` (run from the case's EXIT trap) undoes all of it.
+# Env (tests/k8s/k8s_test.sh): KUBECTL, NS, PALADIN, EMUCUDA, NODE, K8S_NODE_FLAGS, CLUSTER_DIR.
+# shellcheck shell=bash
+
+PALADIN_EMU_GPUS_SPEC=2x8GiB
+paladin_pids=()
+
+paladin_stop() {
+  local p
+  "$KUBECTL" delete mutatingwebhookconfiguration "paladin-$NS" --ignore-not-found >/dev/null 2>&1 || true
+  for p in "${paladin_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${paladin_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  paladin_pids=()
+}
+
+# paladin_start PORT
+paladin_start() {
+  local port=$1 pki=$CLUSTER_DIR/pki work=$CLUSTER_DIR/paladin-$NS flags
+  read -ra flags <<<"$K8S_NODE_FLAGS"
+  mkdir -p "$work" "$CLUSTER_DIR/paladin/emu"
+  # The node: each GPU's size for the scheduler, and the folder of libraries pods get.
+  PALADIN_EMU_GPUS=$PALADIN_EMU_GPUS_SPEC PALADIN_EMU_STATE=$CLUSTER_DIR/paladin/emu/state \
+    "$PALADIN" k8s node --node "$NODE" --nvml "$EMUCUDA" --lib-dir "$CLUSTER_DIR/paladin/lib" \
+    "${flags[@]}" >"$work/node.log"
+  # The webhook's serving certificate, from the cluster's CA.
+  openssl ecparam -name prime256v1 -genkey -noout -out "$work/webhook.key" 2>/dev/null
+  printf 'keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1\n' \
+    >"$work/webhook.ext"
+  openssl req -new -key "$work/webhook.key" -subj "/CN=paladin-webhook" 2>/dev/null |
+    openssl x509 -req -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -set_serial "0x$(openssl rand -hex 8)" \
+      -days 1 -extfile "$work/webhook.ext" -out "$work/webhook.crt" 2>/dev/null
+  "$PALADIN" k8s webhook --listen "127.0.0.1:$port" --cert "$work/webhook.crt" \
+    --key "$work/webhook.key" --lib-dir "$CLUSTER_DIR/paladin/lib" \
+    --emulated-gpus "$PALADIN_EMU_GPUS_SPEC" --emu-state-dir "$CLUSTER_DIR/paladin/emu" \
+    >"$work/webhook.log" 2>&1 &
+  paladin_pids+=($!)
+  "$PALADIN" k8s scheduler --interval 0.3 "${flags[@]}" >"$work/scheduler.log" 2>&1 &
+  paladin_pids+=($!)
+  "$KUBECTL" apply -f - >/dev/null <<YAML
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: paladin-$NS}
+webhooks:
+- name: gpu-pods.paladin.io
+  clientConfig:
+    url: https://127.0.0.1:$port/mutate
+    caBundle: $(base64 -w0 "$pki/ca.crt")
+  rules:
+  - {operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}
+  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: $NS}}
+  matchConditions:
+  - name: asks-for-gpu-memory
+    expression: >-
+      object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) &&
+      'paladin.io/gpu-memory' in c.resources.limits)
+  failurePolicy: Fail
+  sideEffects: None
+  admissionReviewVersions: [v1]
+  timeoutSeconds: 5
+YAML
+  # Ready once a GPU pod (a server-side dry run, which calls the webhook) comes back mutated.
+  local i got
+  for ((i = 0; i < 50; i++)); do
+    got=$(gpu_pod probe 1Gi "" --dry-run=server -o jsonpath='{.spec.schedulerName}' 2>/dev/null) || true
+    [[ $got == paladin ]] && return 0
+    sleep 0.2
+  done
+  echo "paladin: the webhook did not answer: $(tail -3 "$work/webhook.log")"
+  return 1
+}
+
+# gpu_pod NAME GPU_MEMORY ANNOTATIONS [kubectl apply flags...]: a pod of the demo workload asking
+# for GPU_MEMORY; DEMO_ARGS (a YAML list's items) replaces its arguments.
+gpu_pod() {
+  local name=$1 mem=$2 annotations=$3 args='"--mib", "16", "--host-mib", "1", "--every-ms", "200"'
+  shift 3
+  "$KUBECTL" -n "$NS" apply "$@" -f - <<YAML
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $name
+  annotations: {${annotations}}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: demo
+    image: $IMAGE
+    imagePullPolicy: IfNotPresent
+    args: [${DEMO_ARGS:-$args}]
+    resources:
+      limits: {paladin.io/gpu-memory: $mem}
+YAML
+}

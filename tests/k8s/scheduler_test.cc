@@ -1,0 +1,195 @@
+// Paladin's scheduler and webhook for Kubernetes, their pure parts: quantities, the node's GPU
+// annotation, what is read of a pod, the placement scenario case_placement.sh runs on the real
+// cluster (decided here by the same packer, policy and shapes), and the webhook's patch.
+#include "paladin/k8s/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "paladin/core/packer.h"
+#include "paladin/k8s/webhook.h"
+#include "paladin/server/placement.h"
+
+namespace paladin::k8s {
+namespace {
+
+using Json = nlohmann::json;
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+TEST(ParseQuantity, ReadsKubernetesQuantities) {
+  const std::pair<const char*, uint64_t> cases[] = {
+      {"8Gi", 8ull << 30},   {"512Mi", 512ull << 20},
+      {"1.5Gi", 3ull << 29}, {"17179869184", 17179869184ull},
+      {"8G", 8000000000ull}, {"1e9", 1000000000ull},
+      {"64Ki", 65536}};
+  for (const auto& [text, bytes] : cases) {
+    StatusOr<uint64_t> got = ParseQuantity(text);
+    ASSERT_TRUE(got.ok()) << text << ": " << got.status().message();
+    EXPECT_EQ(*got, bytes) << text;
+  }
+  for (const char* bad : {"", "Gi", "8GB", "1.2.3Gi", "-1Gi", "8 Gi", "1e99"}) {
+    StatusOr<uint64_t> got = ParseQuantity(bad);
+    EXPECT_FALSE(got.ok()) << bad;
+    if (!got.ok()) EXPECT_NE(got.status().message().find("quantity"), std::string::npos);
+  }
+}
+
+TEST(GpusAnnotation, RoundTripsAndRefusesMalformed) {
+  std::vector<gpu::GpuInfo> gpus(2);
+  gpus[0].index = 0;
+  gpus[0].total_bytes = 8 * kGiB;
+  gpus[0].name = "Emulated";
+  gpus[1].index = 1;
+  gpus[1].total_bytes = 16 * kGiB;
+  StatusOr<std::vector<NodeGpu>> back = ParseGpusAnnotation(GpusAnnotationValue(gpus));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ((*back)[1].index, 1);
+  EXPECT_EQ((*back)[1].memory_bytes, 16 * kGiB);
+  EXPECT_EQ((*back)[0].model, "Emulated");
+  for (const char* bad : {"{}", "[{\"index\":0}]", "[{\"index\":-1,\"memory\":1}]",
+                          "[{\"index\":0,\"memory\":0}]", "not json"}) {
+    EXPECT_FALSE(ParseGpusAnnotation(bad).ok()) << bad;
+  }
+}
+
+TEST(ReadPod, SumsContainersAndNamesTheMalformedField) {
+  const Json pod = {
+      {"metadata",
+       {{"namespace", "ns"},
+        {"name", "p"},
+        {"annotations", {{"paladin.io/gpu", "1"}, {"paladin.io/gpu-memory-bytes", "1024"}}}}},
+      {"spec",
+       {{"nodeName", "n1"},
+        {"containers",
+         {{{"name", "a"}, {"resources", {{"limits", {{"paladin.io/gpu-memory", "1Gi"}}}}}},
+          {{"name", "b"}, {"resources", {{"limits", {{"paladin.io/gpu-memory", "512Mi"}}}}}},
+          {{"name", "sidecar"}}}}}}};
+  const PodRequest p = ReadPod(pod.dump());
+  EXPECT_EQ(p.error, "");
+  EXPECT_EQ(p.gpu_memory, (1ull << 30) + (512ull << 20));
+  EXPECT_EQ(p.gpu, 1);
+  EXPECT_EQ(p.bound_bytes, 1024u);
+  EXPECT_EQ(p.node, "n1");
+
+  Json bad = pod;
+  bad["metadata"]["annotations"]["paladin.io/priority"] = "high";
+  EXPECT_NE(ReadPod(bad.dump()).error.find("metadata.annotations[paladin.io/priority]"),
+            std::string::npos);
+  bad = pod;
+  bad["spec"]["containers"][1]["resources"]["limits"]["paladin.io/gpu-memory"] = "lots";
+  EXPECT_NE(
+      ReadPod(bad.dump()).error.find("spec.containers[1].resources.limits[paladin.io/gpu-memory]"),
+      std::string::npos);
+}
+
+// case_placement.sh's scenario, decided by the packer the server and the scheduler share: one
+// node of two 8 GiB GPUs, pods of 6, 4, 2 and 3 GiB in that order go to GPUs 0, 1, 0, 1 (the
+// tightest that fits), and 2 GiB more fits nowhere.
+TEST(Placement, TheScenarioOfCasePlacement) {
+  StatusOr<core::Policy> policy = server::MakeServerPolicy("paladin");
+  ASSERT_TRUE(policy.ok());
+  core::Packer packer(std::move(*policy));
+  core::Fleet fleet;
+  StatusOr<core::ModelId> model = fleet.models().Intern("Emulated/8192");
+  ASSERT_TRUE(model.ok());
+  fleet.models().SetMemoryMib(*model, 8192);
+  ASSERT_TRUE(fleet.AddNode("localhost", int64_t{1} << 40, int64_t{1} << 40, 2, *model).ok());
+  core::Rng rng(1);
+  const std::pair<int64_t, int> expected[] = {{6, 0}, {4, 1}, {2, 0}, {3, 1}};
+  uint64_t id = 0;
+  for (const auto& [gib, gpu] : expected) {
+    const core::Workload w = server::GpuShape("p", "ns", 0, 1, gib * kGiB, 8 * kGiB);
+    const core::Decision d = packer.Schedule(fleet, w, rng);
+    ASSERT_TRUE(d.placed) << gib;
+    ASSERT_EQ(d.placement.gpus.size(), 1u);
+    EXPECT_EQ(d.placement.gpus[0], gpu) << gib << " GiB";
+    ASSERT_TRUE(fleet.Reserve(++id, w, d.placement).ok());
+  }
+  EXPECT_FALSE(
+      packer.Schedule(fleet, server::GpuShape("full", "ns", 0, 1, 2 * kGiB, 8 * kGiB), rng).placed);
+}
+
+InjectOptions Emulated() {
+  InjectOptions o;
+  o.lib_dir = "/var/lib/paladin/lib";
+  o.emulated_gpus = "2x8GiB";
+  o.emu_state_dir = "/var/lib/paladin/emu";
+  return o;
+}
+
+Json ApplyAdds(Json pod, const std::string& patch) {
+  for (const Json& op : Json::parse(patch)) {
+    EXPECT_EQ(op["op"], "add");
+    pod[Json::json_pointer(op["path"].get<std::string>())] = op["value"];
+  }
+  return pod;
+}
+
+TEST(PodPatch, InjectsTheInterposerIntoContainersAskingForGpuMemory) {
+  const Json pod = {
+      {"spec",
+       {{"containers",
+         {{{"name", "train"},
+           {"env",
+            {{{"name", "LD_PRELOAD"}, {"value", "/evil.so"}}, {{"name", "KEEP"}, {"value", "1"}}}},
+           {"resources", {{"limits", {{"paladin.io/gpu-memory", "2Gi"}}}}}},
+          {{"name", "sidecar"}}}}}}};
+  StatusOr<std::string> patch = PodPatch(pod.dump(), Emulated());
+  ASSERT_TRUE(patch.ok()) << patch.status().message();
+  const Json out = ApplyAdds(pod, *patch);
+  EXPECT_EQ(out["spec"]["schedulerName"], "paladin");
+  std::map<std::string, Json> env;
+  for (const Json& e : out["spec"]["containers"][0]["env"]) env[e["name"]] = e;
+  EXPECT_EQ(env["KEEP"]["value"], "1");
+  EXPECT_EQ(env["LD_PRELOAD"]["value"], "/run/paladin/lib/libcuda.so.1");  // the user's replaced
+  EXPECT_EQ(env["PALADIN_GPU_MEM"]["value"], std::to_string(2 * kGiB));
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"]["valueFrom"]["fieldRef"]["fieldPath"],
+            "metadata.annotations['paladin.io/gpu']");
+  EXPECT_EQ(env["PALADIN_EMU_STATE"]["value"], "/run/paladin/emu/state");
+  EXPECT_FALSE(out["spec"]["containers"][1].contains("env"));  // no GPU memory asked: untouched
+  ASSERT_EQ(out["spec"]["volumes"].size(), 2u);
+  EXPECT_EQ(out["spec"]["volumes"][0]["hostPath"]["path"], "/var/lib/paladin/lib");
+  EXPECT_EQ(out["spec"]["containers"][0]["volumeMounts"][0]["readOnly"], true);
+
+  const Json plain = {{"spec", {{"containers", {{{"name", "web"}}}}}}};
+  StatusOr<std::string> none = PodPatch(plain.dump(), Emulated());
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, "");
+}
+
+TEST(Review, AnswersAdmissionReviews) {
+  const Json review = {
+      {"apiVersion", "admission.k8s.io/v1"},
+      {"kind", "AdmissionReview"},
+      {"request",
+       {{"uid", "u-1"},
+        {"kind", {{"kind", "Pod"}}},
+        {"object",
+         {{"metadata", {{"annotations", {{"paladin.io/priority", "x"}}}}},
+          {"spec",
+           {{"containers",
+             {{{"name", "c"},
+               {"resources", {{"limits", {{"paladin.io/gpu-memory", "1Gi"}}}}}}}}}}}}}}};
+  Json out = Json::parse(Review(review.dump(), Emulated()));
+  EXPECT_EQ(out["response"]["uid"], "u-1");
+  EXPECT_EQ(out["response"]["allowed"], false);
+  EXPECT_NE(out["response"]["status"]["message"].get<std::string>().find("paladin.io/priority"),
+            std::string::npos);
+
+  Json good = review;
+  good["request"]["object"]["metadata"]["annotations"]["paladin.io/priority"] = "5";
+  out = Json::parse(Review(good.dump(), Emulated()));
+  EXPECT_EQ(out["response"]["allowed"], true);
+  EXPECT_EQ(out["response"]["patchType"], "JSONPatch");
+  EXPECT_FALSE(out["response"]["patch"].get<std::string>().empty());
+
+  out = Json::parse(Review("[]", Emulated()));
+  EXPECT_EQ(out["response"]["allowed"], false);
+}
+
+}  // namespace
+}  // namespace paladin::k8s
