@@ -237,6 +237,12 @@ StatusOr<int> Scheduler::RunOnce() {
     const Json meta = n.value("metadata", Json::object());
     const std::string name = Str(meta, "name");
     if (n.value("spec", Json::object()).value("unschedulable", false)) continue;
+    // A node that is not Ready would only hold the pod Pending on it: the stock scheduler's rule.
+    bool ready = false;
+    for (const Json& c : n.value("status", Json::object()).value("conditions", Json::array())) {
+      if (Str(c, "type") == "Ready") ready = Str(c, "status") == "True";
+    }
+    if (!ready) continue;
     const std::string value = Str(meta.value("annotations", Json::object()), kGpusAnnotation);
     if (value.empty()) continue;
     StatusOr<std::vector<NodeGpu>> gpus = ParseGpusAnnotation(value);
@@ -294,6 +300,14 @@ StatusOr<int> Scheduler::RunOnce() {
     if (a.created != b.created) return a.created < b.created;
     return a.ns + "/" + a.name < b.ns + "/" + b.name;
   });
+
+  // Reasons are remembered only for pods still pending, so the map does not grow without bound.
+  std::map<std::string, std::string> still;
+  for (const PodRequest& p : pending) {
+    auto it = said_.find(p.uid);
+    if (it != said_.end()) still.insert(*it);
+  }
+  said_.swap(still);
 
   int bound = 0;
   for (const PodRequest& p : pending) {

@@ -13,6 +13,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(dirname "$(dirname "$here")")
 [[ $# -ge 3 ]] || { echo "usage: $0 DEMO_WORKLOAD EMUCUDA_LIB PALADIN [CASE...]" >&2; exit 2; }
 demo=$1 emucuda=$2 paladin=$3
+paladin_exe=$(readlink -f "$paladin")
 shift 3
 cases=("$@")
 if [[ ${#cases[@]} -eq 0 ]]; then
@@ -56,6 +57,9 @@ host_state() {
   # Processes running a binary of the prefix: a daemon, a shim or a runc left behind.
   for p in /proc/[0-9]*; do
     [[ $(readlink "$p/exe" 2>/dev/null) == "$PREFIX"/* ]] && echo "process ${p#/proc/} $(readlink "$p/exe")"
+    # Paladin's scheduler or webhook that a case started and did not stop.
+    [[ $(readlink "$p/exe" 2>/dev/null) == "$paladin_exe" ]] &&
+      tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q '^[^ ]* k8s ' && echo "process ${p#/proc/} paladin k8s"
   done
   true
 }
