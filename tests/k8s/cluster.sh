@@ -101,7 +101,21 @@ KC
 
 # --- configuration -----------------------------------------------------------------------------
 write_configs() {
-  mkdir -p "$D/conf" "$D/cni/net.d" "$D/cni/ipam"
+  mkdir -p "$D/conf" "$D/cni/net.d" "$D/cni/ipam" "$D/bin" "$D/checkpoints/moved"
+  # The RuntimeClass `paladin`'s runtime: runc, CRIU from Paladin's prefix, images in DIR.
+  cat >"$D/bin/paladin-runc" <<SH
+#!/bin/sh
+export PALADIN_RUNC=$PREFIX/bin/runc PALADIN_K8S_IMAGES=$D/checkpoints
+export PALADIN_CRIU_DIR=\${PALADIN_CRIU_DIR:-/opt/paladin/criu} PALADIN_CRIU_CONFIG=$D/conf/criu.conf
+exec bash $(cd "$here/../.." && pwd)/scripts/paladin-runc.sh "\$@"
+SH
+  chmod +x "$D/bin/paladin-runc"
+  # As Paladin's own checkpoints (docs/ckpt.md, "Sockets"): nftables where CRIU can, else no lock.
+  local lock=skip
+  if "${PALADIN_CRIU_DIR:-/opt/paladin/criu}/criu" check --feature nftables >/dev/null 2>&1; then
+    lock=nftables
+  fi
+  echo "network-lock $lock" >"$D/conf/criu.conf"
   local kc
   for kc in admin controller-manager scheduler kubelet; do write_kubeconfig "$D/conf/$kc.kubeconfig" "$kc"; done
   cp "$D/conf/admin.kubeconfig" "$D/kubeconfig"
@@ -132,6 +146,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         BinaryName = "$PREFIX/bin/runc"
+        Root = "$D/containerd/runc"
+        SystemdCgroup = false
+    # Paladin's RuntimeClass: runc behind paladin-runc, which restores a moved pod's container
+    # from its checkpoint image; the pod's paladin.io/ annotations reach the OCI config.
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.paladin]
+      runtime_type = "io.containerd.runc.v2"
+      pod_annotations = ["paladin.io/*"]
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.paladin.options]
+        BinaryName = "$D/bin/paladin-runc"
         Root = "$D/containerd/runc"
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# A running pod moved with its process state: pod `old` (the demo workload, RuntimeClass paladin)
+# is checkpointed with runc and CRIU, pod `new` (same spec, annotation paladin.io/restore-from)
+# starts as the restored process through paladin-runc, and `old` is deleted. The workload goes
+# on from the generation it had reached, its memory verified; a sampler (every 100 ms, the host's
+# /proc) sees at most one copy of it at any instant; the old pod is gone.
+# Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, CLUSTER_DIR.
+set -euo pipefail
+k() { "$KUBECTL" -n "$NS" "$@"; }
+fail() {
+  echo "move: FAIL: $*"
+  exit 1
+}
+if [[ -z ${CLUSTER_DIR:-} ]]; then
+  echo "move: SKIP: moves a pod with runc and CRIU on the node itself (the test cluster only)"
+  exit 77
+fi
+PREFIX=${PALADIN_K8S_PREFIX:-/opt/paladin/k8s}
+CRIU_DIR=${PALADIN_CRIU_DIR:-/opt/paladin/criu}
+[[ -x $CRIU_DIR/criu ]] || { echo "move: SKIP: no CRIU in $CRIU_DIR (scripts/criu.sh)"; exit 77; }
+RUNC=("$PREFIX/bin/runc" --root "$CLUSTER_DIR/containerd/runc/k8s.io")
+# Arguments no other process on the machine has: the sampler counts this workload's copies.
+ARGS='"--mib", "24", "--host-mib", "3", "--every-ms", "90"'
+MARK='--mib 24 --host-mib 3 --every-ms 90'
+
+"$KUBECTL" apply -f - >/dev/null <<YAML
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: paladin}
+handler: paladin
+YAML
+pod() { # NAME [ANNOTATIONS]
+  k apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $1
+  annotations: {${2:-}}
+spec:
+  runtimeClassName: paladin
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: demo
+    image: $IMAGE
+    imagePullPolicy: IfNotPresent
+    args: [$ARGS]
+YAML
+}
+last_gen() { k logs "$1" 2>/dev/null | sed -n 's/^gen \([0-9]*\) ok .*/\1/p' | tail -1; }
+
+sampler_out=$(mktemp)
+sampler() {
+  while :; do
+    pgrep -c -f -- "$MARK" || true
+    sleep 0.1
+  done
+}
+sampler >"$sampler_out" &
+sampler_pid=$!
+trap 'kill $sampler_pid 2>/dev/null; rm -f "$sampler_out"' EXIT
+
+pod old
+k wait --for=jsonpath='{.status.phase}'=Running pod/old --timeout=60s >/dev/null ||
+  fail "pod old not Running"
+for ((i = 0; i < 100; i++)); do
+  [[ $(last_gen old) -ge 5 ]] 2>/dev/null && break
+  sleep 0.2
+done
+[[ $(last_gen old) -ge 5 ]] 2>/dev/null || fail "pod old: no fifth generation: $(k logs old | tail -3)"
+
+# --- the move ---------------------------------------------------------------------------------
+id=$(k get pod old -o jsonpath='{.status.containerStatuses[0].containerID}')
+id=${id#containerd://}
+sandbox=$("${RUNC[@]}" state "$id" | jq -r '.annotations["io.kubernetes.cri.sandbox-id"]')
+ckpt=move-$(date +%s%N)
+t0=$(date +%s%N)
+# The old pod's container must never start again: paladin-runc refuses its sandbox from now on.
+touch "$CLUSTER_DIR/checkpoints/moved/$sandbox"
+mkdir -p "$CLUSTER_DIR/checkpoints/$ckpt"
+PATH=$CRIU_DIR:$PATH "${RUNC[@]}" checkpoint --image-path "$CLUSTER_DIR/checkpoints/$ckpt/demo" \
+  --work-path "$CLUSTER_DIR/checkpoints/$ckpt/demo.work" "$id" ||
+  fail "runc checkpoint: $(tail -5 "$CLUSTER_DIR/checkpoints/$ckpt/demo.work/dump.log" 2>/dev/null)"
+t1=$(date +%s%N)
+gen_before=$(last_gen old)
+pod new "paladin.io/restore-from: $ckpt"
+if ! k wait --for=jsonpath='{.status.phase}'=Running pod/new --timeout=60s >/dev/null; then
+  tail -5 "$CLUSTER_DIR/checkpoints/$ckpt/demo.restore-work/restore.log" 2>/dev/null || true
+  fail "pod new not Running: $(k get pod new -o jsonpath='{.status.containerStatuses}')"
+fi
+first=''
+for ((i = 0; i < 100; i++)); do
+  first=$(k logs new 2>/dev/null | sed -n 's/^gen \([0-9]*\) ok .*/\1/p' | head -1)
+  [[ -n $first ]] && break
+  sleep 0.05
+done
+t2=$(date +%s%N)
+k delete pod old --wait=true --timeout=30s >/dev/null
+[[ -n $first ]] || fail "pod new prints no generation: $(k logs new | tail -3)"
+! k logs new | grep -q '^started:' || fail "pod new started its workload afresh: $(k logs new | head -2)"
+if ((first <= gen_before || first > gen_before + 2)); then
+  fail "pod new went on at generation $first; pod old had reached $gen_before"
+fi
+sleep 1
+! k logs new | grep -q MISMATCH || fail "pod new: $(k logs new | grep -m1 MISMATCH)"
+[[ $(last_gen new) -gt $first ]] || fail "pod new does not advance past generation $first"
+k get pod old >/dev/null 2>&1 && fail "pod old still exists"
+kill "$sampler_pid"
+wait "$sampler_pid" 2>/dev/null || true
+max=$(sort -n "$sampler_out" | tail -1)
+samples=$(wc -l <"$sampler_out")
+[[ $max == 1 ]] || fail "$max copies of the workload at once (of $samples samples)"
+echo "move: old -> new, generation $gen_before -> $first, then $(last_gen new), memory verified;" \
+  "checkpoint $(((t1 - t0) / 1000000)) ms, paused $(((t2 - t0) / 1000000)) ms until the new pod's" \
+  "first generation; at most 1 copy in $samples samples; pod old deleted"
+k delete pod new --wait=true --timeout=30s >/dev/null
