@@ -105,5 +105,11 @@ mkdir -p "$work"
 opts=(--image-path "$image" --work-path "$work" --bundle "$bundle" --detach)
 [[ -z $pidfile ]] || opts+=(--pid-file "$pidfile")
 [[ -z $console ]] || opts+=(--console-socket "$console")
+# The pod's /dev/shm is a tmpfs of its sandbox, outside CRIU's image: its files (the emulated
+# GPU's state among them), saved next to the image by the mover, go into the new pod's first.
+shm=$(jq -r '.mounts[] | select(.destination == "/dev/shm") | .source' "$config")
+if [[ -d $IMAGES/$from/$role.shm && -n $shm && -d $shm ]]; then
+  cp -a "$IMAGES/$from/$role.shm/." "$shm/"
+fi
 "$RUNC" "${globals[@]}" restore "${opts[@]}" "${extra[@]}" "$id"
 touch "$marker"

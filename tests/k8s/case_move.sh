@@ -58,7 +58,7 @@ sampler() {
 }
 sampler >"$sampler_out" &
 sampler_pid=$!
-trap 'kill $sampler_pid 2>/dev/null; rm -f "$sampler_out"' EXIT
+trap 'kill $sampler_pid 2>/dev/null || true; rm -f "$sampler_out"' EXIT
 
 pod old
 k wait --for=jsonpath='{.status.phase}'=Running pod/old --timeout=60s >/dev/null ||
@@ -73,6 +73,9 @@ done
 id=$(k get pod old -o jsonpath='{.status.containerStatuses[0].containerID}')
 id=${id#containerd://}
 sandbox=$("${RUNC[@]}" state "$id" | jq -r '.annotations["io.kubernetes.cri.sandbox-id"]')
+bundle=$("${RUNC[@]}" state "$id" | jq -r .bundle)
+shm=$(jq -r '.mounts[] | select(.destination == "/dev/shm") | .source' "$bundle/config.json")
+[[ -d $shm ]] || fail "no /dev/shm folder for container $id ('$shm')"
 ckpt=move-$(date +%s%N)
 t0=$(date +%s%N)
 # The old pod's container must never start again: paladin-runc refuses its sandbox from now on.
@@ -81,6 +84,9 @@ mkdir -p "$CLUSTER_DIR/checkpoints/$ckpt"
 PATH=$CRIU_DIR:$PATH "${RUNC[@]}" checkpoint --image-path "$CLUSTER_DIR/checkpoints/$ckpt/demo" \
   --work-path "$CLUSTER_DIR/checkpoints/$ckpt/demo.work" "$id" ||
   fail "runc checkpoint: $(tail -5 "$CLUSTER_DIR/checkpoints/$ckpt/demo.work/dump.log" 2>/dev/null)"
+# The pod's /dev/shm (a tmpfs of its sandbox, not in CRIU's image) goes with the image.
+mkdir -p "$CLUSTER_DIR/checkpoints/$ckpt/demo.shm"
+cp -a "$shm/." "$CLUSTER_DIR/checkpoints/$ckpt/demo.shm/"
 t1=$(date +%s%N)
 gen_before=$(last_gen old)
 pod new "paladin.io/restore-from: $ckpt"
