@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Pause of a loopback move with CRIU: a plain dump to disk and restore, then a post-copy move
 # (dump --lazy-pages, lazy-pages daemon, restore --lazy-pages) of the same process, in one run,
-# for each size. The workload (bench/lazy_mem.py) holds SIZE MiB of distinct pages and writes a
-# line every PERIOD seconds with its own clock; after both moves it writes a CRC of all its
-# memory and lazy_mem.py check replays every generation: memory verified, none repeated or skipped.
+# for each size. The workload (tests/ckpt/lazy_mem.py) holds SIZE MiB of distinct pages and
+# writes a line every PERIOD seconds with its own clock; after both moves it writes a CRC of all
+# its memory and lazy_mem.py check replays every generation: memory verified, none repeated or
+# skipped.
 #
 #   bench/lazy_pause.sh [SIZE_MIB...]        (default: 200 1024)
 #
 # pause  = the moved process's first new line - the start of the dump (what a client sees)
-# gap    = that line - the last line before the dump (the pause plus up to one PERIOD)
-# total  = the start of the dump - the source's release (post-copy: the dump's page server exits
-#          only after the destination has every page; then the stopped source is killed)
+# gap    = that line - the source's last line (the frozen time as the process sees it, within
+#          one PERIOD)
+# total  = the start of the dump - the source's release (post-copy: the dump, run with
+#          --leave-stopped, exits only after the destination has every page; the script then
+#          checks that the destination lives and kills the stopped source)
 # Environment: CRIU (plain; default /opt/paladin/criu/criu), CRIU_LAZY (a CRIU that can serve
-# lazy pages here; default /opt/paladin/criu-lazy/criu, scripts/criu_lazy.sh), PERIOD (0.05),
+# lazy pages here and has scripts/criu-patches; default /opt/paladin/criu-lazy/criu, from
+# scripts/criu.sh --patched-lazy), PERIOD (0.05), VERBOSITY (CRIU's -v, 3; 4 slows the transfer),
 # PORT (27503). Needs root. Leaves nothing running; its files go to a temporary folder on disk.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -56,8 +60,8 @@ for mib in "${SIZES[@]}"; do
   d=$WORK/$mib
   mkdir -p "$d/plain" "$d/lazy"
   out=$d/out
-  unshare --pid --fork setsid /usr/bin/python3 "$HERE/lazy_mem.py" run "$mib" "$out" "$PERIOD" \
-    </dev/null >/dev/null 2>&1 &
+  unshare --pid --fork setsid /usr/bin/python3 "$HERE/../tests/ckpt/lazy_mem.py" run "$mib" "$out" \
+    "$PERIOD" </dev/null >/dev/null 2>&1 &
   started+=($!)
   ushare=$!
   for _ in $(seq 600); do [[ -s $out ]] && break; sleep 0.1; done
@@ -84,7 +88,7 @@ for mib in "${SIZES[@]}"; do
   mkfifo "$d/dump.ready" "$d/lazy.ready"
   t0=$(now)
   "$CRIU_LAZY" dump -t "$pid" -D "$d/lazy" --lazy-pages --address 127.0.0.1 --port "$PORT" \
-    --status-fd 3 -o dump.log -v${VERBOSITY:-3} 3>"$d/dump.ready" &
+    --leave-stopped --status-fd 3 -o dump.log -v${VERBOSITY:-3} 3>"$d/dump.ready" &
   dump=$!
   started+=("$dump")
   ready "$d/dump.ready" || { echo "lazy_pause: the dump never served" >&2; exit 1; }
@@ -95,14 +99,20 @@ for mib in "${SIZES[@]}"; do
   lazyd=$!
   started+=("$lazyd")
   ready "$d/lazy.ready" || { echo "lazy_pause: lazy-pages never ready" >&2; exit 1; }
-  "$CRIU_LAZY" restore -D "$d/lazy" --lazy-pages -d --pidfile "$d/lazy/pid" -o restore.log -v${VERBOSITY:-3}
+  "$CRIU_LAZY" restore -D "$d/lazy" --lazy-pages -d --pidfile "$d/lazy/pid" -o restore.log \
+    -v${VERBOSITY:-3}
   t_restored=$(now)
   newpid=$(cat "$d/lazy/pid")
   started+=("$newpid")
   t1=$(first_after "$out" "$g")
   src_alive_at_resume=no
   kill -0 "$pid" 2>/dev/null && src_alive_at_resume=yes
+  # The release rule of a post-copy move: the dump ends with success once the lazy-pages daemon
+  # says it is done; with the destination still alive every page has reached it, and only then
+  # is the stopped source killed (else it would be resumed: docs/lazy_migration.md).
   wait "$dump" || { echo "lazy_pause: the lazy dump failed: $d/lazy/dump.log" >&2; exit 1; }
+  kill -0 "$newpid" || { echo "lazy_pause: the moved copy died during the transfer" >&2; exit 1; }
+  kill -9 "$pid"
   t_released=$(now)
   wait_gone "$pid"
   wait "$lazyd" || true
@@ -117,6 +127,6 @@ for mib in "${SIZES[@]}"; do
   kill -USR1 "$newpid"
   for _ in $(seq 600); do grep -q '^full' "$out" && break; sleep 0.05; done
   kill -9 "$newpid"
-  python3 "$HERE/lazy_mem.py" check "$mib" "$out" | sed "s/^/$mib MiB /"
+  python3 "$HERE/../tests/ckpt/lazy_mem.py" check "$mib" "$out" | sed "s/^/$mib MiB /"
   rm -rf "$d"
 done

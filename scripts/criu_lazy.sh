@@ -26,7 +26,8 @@ if [[ -x $WRAPPER ]] && grep -qs "patches $patch_hash" "$WRAPPER" &&
   echo "criu_lazy: CRIU $VERSION with patches $patch_hash in $PREFIX"
   exit 0
 fi
-if [[ -e $PREFIX ]] && [[ -n $(ls -A "$PREFIX") ]] && ! grep -qs 'scripts/criu_lazy.sh' "$WRAPPER"; then
+if [[ -e $PREFIX ]] && [[ -n $(ls -A "$PREFIX") ]] &&
+   ! grep -qs 'scripts/criu_lazy.sh' "$WRAPPER"; then
   echo "criu_lazy: $PREFIX holds something else than a CRIU of scripts/criu_lazy.sh" >&2
   exit 1
 fi
@@ -70,7 +71,8 @@ orig=$(ls "$work"/src/criu_"$VERSION".orig.tar.* 2>/dev/null | head -1 || true)
 tar -xf "$orig" -C "$work/src"
 tree=$work/src/criu-$VERSION
 for p in "$PATCHES"/*.patch; do
-  patch -d "$tree" -p1 --quiet --forward <"$p" || { echo "criu_lazy: $p does not apply" >&2; exit 1; }
+  patch -d "$tree" -p1 --quiet --forward <"$p" ||
+    { echo "criu_lazy: $p does not apply" >&2; exit 1; }
 done
 
 echo "criu_lazy: fetching the build tools from Debian $release into a scratch folder"

@@ -1,12 +1,16 @@
-"""Workload for bench/lazy_pause.sh: holds SIZE MiB whose every page is distinct and appends
-"gen G sum S t T" to OUT every PERIOD seconds, where S is the CRC-32 of the MiB window that
-generation G just changed. On SIGUSR1 it appends "full gen G crc C" over the whole buffer.
+"""Workload for bench/lazy_pause.sh and lazy_faults_test.sh: holds SIZE MiB whose every page is
+distinct and appends "gen G sum S t T" to OUT every PERIOD seconds, where S is the CRC-32 of the
+MiB window that generation G just changed. On SIGUSR1 it appends "full gen G crc C" over the
+whole buffer.
 `check` mode replays the same generations and verifies every line a run wrote, so a page that
 went missing or arrived in the wrong place across a move, or a generation repeated or skipped,
 is caught.
 
   python3 lazy_mem.py run SIZE_MIB OUT [PERIOD]
-  python3 lazy_mem.py check SIZE_MIB OUT
+  python3 lazy_mem.py check SIZE_MIB OUT [--after-rewind]
+
+--after-rewind checks only what follows the last rewind, if any (a move that failed and resumed at
+the source: the moved copy's lines are lost work, and may be wrong if it ran with missing pages).
 """
 import signal
 import sys
@@ -52,11 +56,29 @@ def run(mib, out, period):
             time.sleep(period)
 
 
-def check(mib, out):
+def check(mib, out, after_rewind=False):
     mem = Memory(mib)
     gen = 0
     lines = fulls = 0
-    for line in open(out):
+    text = open(out).read().splitlines()
+    rewind = None
+    if after_rewind:
+        # A move that failed and resumed at the source: lines from the copy that ran meanwhile
+        # are lost work; the source's lines from its own last generation on must be right.
+        gens = [int(l.split()[1]) for l in text if l.startswith("gen ")]
+        rewind = max((i for i in range(1, len(gens)) if gens[i] <= gens[i - 1]), default=None)
+    if after_rewind and rewind is not None:
+        for g in range(1, gens[rewind]):
+            mem.step(g)
+        gen = gens[rewind] - 1
+        seen = 0
+        for i, l in enumerate(text):
+            seen += l.startswith("gen ")
+            if seen == rewind + 1:
+                text = text[i:]
+                break
+        print(f"check: resumed at generation {gen + 1} after generation {gens[rewind - 1]}")
+    for line in text:
         w = line.split()
         if w[0] == "full":
             if int(w[2]) != gen or int(w[4]) != mem.full():
@@ -77,4 +99,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "run":
         run(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]) if len(sys.argv) > 4 else 0.5)
     else:
-        check(int(sys.argv[2]), sys.argv[3])
+        check(int(sys.argv[2]), sys.argv[3], "--after-rewind" in sys.argv[4:])
