@@ -36,12 +36,10 @@ for tool in apt-get dpkg-deb make gcc patch; do
   command -v $tool >/dev/null || { echo "criu_lazy: $tool is needed" >&2; exit 1; }
 done
 
-# The mirror this machine already uses for Debian (never a hard-coded host), as in criu.sh.
-mirror=$(
-  { cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ {print $2}'
-    cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-      awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) { print $i; break } }'
-  } | grep -v -- '-security' | grep -E '/debian/?$' | head -1 || true)
+# The mirror this machine already uses for Debian (never a hard-coded host).
+# shellcheck source=scripts/lib/debian.sh
+source "$PWD/lib/debian.sh"
+mirror=$(debian_mirror)
 [[ -n $mirror ]] || { echo "criu_lazy: no Debian mirror in /etc/apt/sources.list*" >&2; exit 1; }
 release=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
 [[ -n $release ]] || { echo "criu_lazy: no VERSION_CODENAME in /etc/os-release" >&2; exit 1; }
