@@ -7,9 +7,15 @@
 # that already runs CRIU 4.2 or newer is left alone; an older one is replaced.
 #
 #   scripts/criu.sh [PREFIX]     (default: $PALADIN_CRIU_PREFIX or /opt/paladin/criu)
+#   scripts/criu.sh --patched-lazy [PREFIX]   CRIU 4.2.1 built with scripts/criu-patches for
+#       post-copy moves (scripts/criu_lazy.sh; default /opt/paladin/criu-lazy)
 #
 # Paladin finds CRIU at $PALADIN_CRIU, else PREFIX/criu, else `criu` on the PATH (docs/ckpt.md).
 set -euo pipefail
+if [[ ${1:-} == --patched-lazy ]]; then
+  shift
+  exec bash "$(dirname "$0")/criu_lazy.sh" "$@"
+fi
 PREFIX=${1:-${PALADIN_CRIU_PREFIX:-/opt/paladin/criu}}
 PREFIX=${PREFIX%/}
 WRAPPER=$PREFIX/criu

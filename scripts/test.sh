@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: installs dependencies (and CRIU 4.2 into its private prefix), builds
+# Runs the whole test suite: installs dependencies (and CRIU 4.2 into its private prefix, and a
+# CRIU 4.2 patched for post-copy moves into another: docs/lazy_migration.md), builds
 # the debug preset (ASan + UBSan) and runs ctest. Extra arguments go to ctest (e.g. -L core).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh --tests
 bash scripts/criu.sh  # CRIU 4.2 for the checkpoint tests (label ckpt)
+bash scripts/criu_lazy.sh  # CRIU 4.2 with Paladin's lazy-pages patches (ckpt_lazy_faults)
 cmake --preset debug >/dev/null
 cmake --build --preset debug
 # One more test than cores: the root drills (lock `node`) spend most of their time waiting.

@@ -1,0 +1,102 @@
+"""Workload for bench/lazy_pause.sh and lazy_faults_test.sh: holds SIZE MiB whose every page is
+distinct and appends "gen G sum S t T" to OUT every PERIOD seconds, where S is the CRC-32 of the
+MiB window that generation G just changed. On SIGUSR1 it appends "full gen G crc C" over the
+whole buffer.
+`check` mode replays the same generations and verifies every line a run wrote, so a page that
+went missing or arrived in the wrong place across a move, or a generation repeated or skipped,
+is caught.
+
+  python3 lazy_mem.py run SIZE_MIB OUT [PERIOD]
+  python3 lazy_mem.py check SIZE_MIB OUT [--after-rewind]
+
+--after-rewind checks only what follows the last rewind, if any (a move that failed and resumed at
+the source: the moved copy's lines are lost work, and may be wrong if it ran with missing pages).
+"""
+import signal
+import sys
+import time
+import zlib
+
+MIB = 1 << 20
+PAGE = 4096
+
+
+class Memory:
+    def __init__(self, mib):
+        self.buf = bytearray(bytes(range(256)) * (MIB // 256) * mib)
+        self.words = memoryview(self.buf).cast("Q")
+        self.pages = len(self.buf) // PAGE
+        for p in range(self.pages):
+            self.words[p * (PAGE // 8)] = p + 1
+
+    def step(self, gen):
+        """Changes one page chosen by gen; returns the CRC of the MiB around it."""
+        page = (gen * 7919) % self.pages
+        self.words[page * (PAGE // 8) + 1] = gen
+        lo = (page * PAGE) // MIB * MIB
+        return zlib.crc32(self.buf[lo:lo + MIB])
+
+    def full(self):
+        return zlib.crc32(self.buf)
+
+
+def run(mib, out, period):
+    mem = Memory(mib)
+    gen = 0
+    full_wanted = []
+    signal.signal(signal.SIGUSR1, lambda *_: full_wanted.append(1))
+    with open(out, "a", buffering=1) as f:
+        while True:
+            gen += 1
+            s = mem.step(gen)
+            f.write(f"gen {gen} sum {s} t {time.time():.6f}\n")
+            if full_wanted:
+                full_wanted.clear()
+                f.write(f"full gen {gen} crc {mem.full()}\n")
+            time.sleep(period)
+
+
+def check(mib, out, after_rewind=False):
+    mem = Memory(mib)
+    gen = 0
+    lines = fulls = 0
+    text = open(out).read().splitlines()
+    rewind = None
+    if after_rewind:
+        # A move that failed and resumed at the source: lines from the copy that ran meanwhile
+        # are lost work; the source's lines from its own last generation on must be right.
+        gens = [int(l.split()[1]) for l in text if l.startswith("gen ")]
+        rewind = max((i for i in range(1, len(gens)) if gens[i] <= gens[i - 1]), default=None)
+    if after_rewind and rewind is not None:
+        for g in range(1, gens[rewind]):
+            mem.step(g)
+        gen = gens[rewind] - 1
+        seen = 0
+        for i, l in enumerate(text):
+            seen += l.startswith("gen ")
+            if seen == rewind + 1:
+                text = text[i:]
+                break
+        print(f"check: resumed at generation {gen + 1} after generation {gens[rewind - 1]}")
+    for line in text:
+        w = line.split()
+        if w[0] == "full":
+            if int(w[2]) != gen or int(w[4]) != mem.full():
+                sys.exit(f"check: bad full CRC at gen {w[2]}: {line.strip()}")
+            fulls += 1
+            continue
+        g, s = int(w[1]), int(w[3])
+        if g != gen + 1:
+            sys.exit(f"check: generation {g} follows {gen} (repeated or skipped)")
+        gen = g
+        if mem.step(gen) != s:
+            sys.exit(f"check: memory differs at gen {gen}")
+        lines += 1
+    print(f"check: {lines} generations in order, sums match, {fulls} full-memory CRCs match")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "run":
+        run(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]) if len(sys.argv) > 4 else 0.5)
+    else:
+        check(int(sys.argv[2]), sys.argv[3], "--after-rewind" in sys.argv[4:])
