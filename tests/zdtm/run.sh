@@ -142,7 +142,10 @@ print(d.get(sys.argv[2], ""))' "$STATIC/$1.desc" "$2" 2>/dev/null
 
 # first_error TEXT: the line of TEXT that says what went wrong first.
 first_error() {
-  local line
+  local line text
+  # Paladin's note that CRIU reads resource limits through a preloaded helper is not an error.
+  text=$(grep -v 'lacks CAP_SYS_RESOURCE' <<<"$1")
+  set -- "${text:-$1}"
   line=$(grep -m1 -E '^ *Error \(' <<<"$1")
   [[ -n $line ]] || line=$(grep -m1 -E 'Error|error|FAIL|refus|cannot|Cannot' <<<"$1")
   [[ -n $line ]] || line=$(head -1 <<<"$1")
