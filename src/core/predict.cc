@@ -216,11 +216,14 @@ class PaladinPredictor final : public Predictor {
       first_t_ = t;
       next_origin_ = t;
     }
-    // Resolve the windows that ended before this sample: each is a lesson for the class.
+    // Resolve the windows that ended before this sample: each is a lesson for the class and,
+    // under adaptive calibration, for this workload's own miss level.
     while (t >= next_origin_) {
       if (pending_) Learn();
-      pending_ = true;
+      pending_ = false;  // resolved: Value() must not count it again
       pending_features_ = Features(next_origin_);
+      pending_forecast_ = Value(pending_features_, next_origin_).value;
+      pending_ = true;
       pending_peak_ = 0;
       next_origin_ += spec_.window_s;
     }
@@ -237,27 +240,7 @@ class PaladinPredictor final : public Predictor {
     oom_floor_until_ = t + spec_.window_s;
   }
 
-  Forecast Predict(int64_t now) override {
-    const Snapshot f = Features(now);
-    Forecast out;
-    out.phase = f.phase;
-    if (f.base[0] <= 0) {
-      out.value = spec_.request;
-      return out;
-    }
-    double q_lr = std::log(p_.cold_margin), lo = 0, hi = 0, base = f.base[0];
-    if (p_.cold_margin <= 0) q_lr = kLogRange;
-    const bool own = model_->count(f.phase) >= p_.min_class_windows;
-    if (own || model_->pooled_count() >= p_.min_class_windows) {
-      const auto c = model_->Choose(f.phase, p_.quantile, !own);
-      base = f.base[static_cast<size_t>(c.base)];
-      q_lr = c.log_q, lo = c.log_lo, hi = c.log_hi;
-    }
-    const double floor = now < oom_floor_until_ ? oom_floor_ : 0;
-    out.value = Ceil(spec_, std::max(base * std::exp(q_lr), floor));
-    out.sigma = base * (std::exp(hi) - std::exp(lo)) / 2;
-    return out;
-  }
+  Forecast Predict(int64_t now) override { return Value(Features(now), now); }
 
  private:
   struct Snapshot {
@@ -312,7 +295,53 @@ class PaladinPredictor final : public Predictor {
     return s;
   }
 
+  // The forecast for the window starting at `now` from its snapshot `f`: the class model's
+  // conformal quantile at this workload's current level, over the base it finds tightest.
+  Forecast Value(const Snapshot& f, int64_t now) const {
+    Forecast out;
+    out.phase = f.phase;
+    if (f.base[0] <= 0) {
+      out.value = spec_.request;
+      return out;
+    }
+    const double floor = now < oom_floor_until_ ? oom_floor_ : 0;
+    double q_lr = std::log(p_.cold_margin), lo = 0, hi = 0, base = f.base[0];
+    if (p_.cold_margin <= 0) q_lr = kLogRange;
+    const bool own = model_->count(f.phase) >= p_.min_class_windows;
+    if (own || model_->pooled_count() >= p_.min_class_windows) {
+      const double miss_level = MissLevel(now);
+      // A miss level at or below zero asks for certainty: only the request gives it.
+      if (miss_level <= 0 && spec_.request > 0) {
+        out.value = spec_.request;
+        return out;
+      }
+      const int64_t n = own ? model_->count(f.phase) : model_->pooled_count();
+      const double level = ConformalLevel(std::clamp(1 - miss_level, 0.0, 1.0), n);
+      const auto c = model_->Choose(f.phase, level, !own);
+      base = f.base[static_cast<size_t>(c.base)];
+      q_lr = c.log_q, lo = c.log_lo, hi = c.log_hi;
+    }
+    out.value = Ceil(spec_, std::max(base * std::exp(q_lr), floor));
+    out.sigma = base * (std::exp(hi) - std::exp(lo)) / 2;
+    return out;
+  }
+
+  // Adaptive conformal inference: the level moves against this workload's own misses, by
+  // aci_rate x (target - missed); over T windows its under-rate is within
+  // (1 + aci_rate) / (aci_rate x T) of the target whatever the series does.
+  double AciStep() const {
+    if (p_.aci_rate <= 0 || pending_peak_ <= 0) return 0;
+    const double missed = pending_peak_ > pending_forecast_ ? 1.0 : 0.0;
+    return p_.aci_rate * ((1 - p_.quantile) - missed);
+  }
+  // The miss level for a forecast at `now`: a window that ended by then counts even before the
+  // next sample resolves it, so a forecast asked at a window's origin already knows its outcome.
+  double MissLevel(int64_t now) const {
+    return pending_ && now >= next_origin_ ? miss_level_ + AciStep() : miss_level_;
+  }
+
   void Learn() {
+    miss_level_ += AciStep();
     completed_.emplace_back(next_origin_, pending_peak_);
     const auto& base = pending_features_.base;
     if (base[0] > 0 && base[1] > 0 && base[2] > 0 && pending_peak_ > 0) {
@@ -339,7 +368,10 @@ class PaladinPredictor final : public Predictor {
   int64_t oom_floor_until_ = 0;
   bool pending_ = false;
   Snapshot pending_features_;
+  double pending_forecast_ = 0;
   double pending_peak_ = 0;
+  // This workload's share of windows to under-predict (1 - level): the target, moved by ACI.
+  double miss_level_ = 1 - p_.quantile;
 };
 
 }  // namespace
@@ -367,7 +399,14 @@ double BinCentre(int i) {
 }
 }  // namespace
 
+double ConformalLevel(double q, int64_t n) {
+  if (n <= 0) return 2;
+  const double rank = std::ceil((static_cast<double>(n) + 1) * q - 1e-9);
+  return rank / static_cast<double>(n);
+}
+
 void PaladinClassModel::Add(Phase phase, const Ratios& log_ratios) {
+  if (frozen_) return;
   const auto ph = static_cast<size_t>(phase);
   for (size_t b = 0; b < kBaseCount; ++b) {
     const size_t bin = BinOf(log_ratios[b]);
@@ -382,8 +421,9 @@ void PaladinClassModel::Add(Phase phase, const Ratios& log_ratios) {
 double PaladinClassModel::Quantile(const Hist& h, int64_t n, double q) {
   if (n == 0) return 0;
   // The upper edge of the bin holding the ceil(q * n)-th smallest value.
+  // The tolerance keeps a level of k / n from reading the (k + 1)-th value through rounding.
   const auto want =
-      std::max<int64_t>(1, static_cast<int64_t>(std::ceil(q * static_cast<double>(n))));
+      std::max<int64_t>(1, static_cast<int64_t>(std::ceil(q * static_cast<double>(n) - 1e-9)));
   int64_t acc = 0;
   for (int i = 0; i < kBins; ++i) {
     acc += h[static_cast<size_t>(i)];

@@ -82,10 +82,17 @@ struct VpaParams {
 
 // --- paladin ---------------------------------------------------------------------------------
 struct PaladinPredictorParams {
-  // The forecast is the calibrated `quantile` of the next window's peak: 1 - quantile is the
-  // share of windows it aims to under-predict; on the GenAI usage data 0.97 under-predicts 1.5%
-  // of GPU-memory windows (docs/predictors.md).
-  double quantile = 0.97;
+  // The forecast is a split-conformal quantile: base x the class model's quantile of
+  // log(realised peak / base) at level `quantile`, with the finite-sample correction
+  // ceil((n + 1) q) / n over the n windows it holds. 1 - quantile is the configured target share
+  // of windows under-predicted. 0.98 (2%) is the GPU-memory target; `paladin predict eval` uses
+  // 0.99 for host memory (docs/predictors.md).
+  double quantile = 0.98;
+  // Adaptive conformal inference per workload: after each of its windows resolves, the
+  // workload's own miss level moves by aci_rate x (target - missed), so a workload the class
+  // model fits badly (or one that drifted) is forecast at a higher quantile until its realised
+  // under-rate comes back to the target. 0 turns it off (plain split conformal).
+  double aci_rate = 0.0;
   // Base of the forecast: a decaying average of the workload's window peaks, the last window
   // weighing 1, the one before history_decay, then history_decay^2, ...
   double history_decay = 0.5;
@@ -98,6 +105,11 @@ struct PaladinPredictorParams {
   int min_class_windows = 30;
   double cold_margin = 2.0;
 };
+
+// The level at which to read n calibration scores so that a new score exchangeable with them
+// exceeds the reading with probability at most 1 - q (split conformal): ceil((n + 1) q) / n.
+// Above 1 (too few scores for that guarantee) means "no finite reading covers it".
+double ConformalLevel(double q, int64_t n);
 
 // The bases a paladin forecast can start from; the class model picks one per phase.
 enum class PaladinBase : uint8_t {
@@ -115,7 +127,12 @@ class PaladinClassModel {
  public:
   static constexpr int kBins = 1200;  // log-ratio bins of 0.005 over [-3, +3)
   using Ratios = std::array<double, kBaseCount>;
+  // Ignored once frozen.
   void Add(Phase phase, const Ratios& log_ratios);
+  // Stops learning: an out-of-sample evaluation trains a model on some workloads, then scores
+  // others against it without letting them teach it.
+  void Freeze() { frozen_ = true; }
+  bool frozen() const { return frozen_; }
   int64_t count(Phase phase) const { return counts_[static_cast<size_t>(phase)]; }
   int64_t pooled_count() const { return pooled_count_; }
 
@@ -137,6 +154,7 @@ class PaladinClassModel {
   std::array<Hist, kBaseCount> pooled_{};
   std::array<int64_t, kPhaseCount> counts_{};
   int64_t pooled_count_ = 0;
+  bool frozen_ = false;
   // Choose() is asked the same question many times between two Add()s.
   uint64_t version_ = 0;
   struct Cached {
