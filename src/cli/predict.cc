@@ -33,6 +33,8 @@ struct EvalArgs {
   double target_gpu = 0.02;
   double target_host = 0.01;
   double aci_rate = core::PaladinPredictorParams{}.aci_rate;
+  bool scaled_scores = core::PaladinPredictorParams{}.scaled_scores;
+  double scale_floor = core::PaladinPredictorParams{}.scale_floor;
 };
 
 struct Resource {
@@ -87,6 +89,8 @@ core::PaladinPredictorParams PaladinParams(const EvalArgs& a, const Resource& r)
   core::PaladinPredictorParams p;
   p.quantile = 1 - r.target;
   p.aci_rate = a.aci_rate;
+  p.scaled_scores = a.scaled_scores;
+  p.scale_floor = a.scale_floor;
   return p;
 }
 
@@ -319,6 +323,9 @@ int RunEval(const EvalArgs& a) {
       return Fail(InvalidArgument(std::string(flag) + " must be in (0, 1), not " + Num(v)));
     }
   }
+  if (!(a.scale_floor > 0 && a.scale_floor <= 1)) {
+    return Fail(InvalidArgument("--paladin-scale-floor must be in (0, 1]"));
+  }
   if (!(a.aci_rate >= 0 && a.aci_rate <= 1)) {
     return Fail(InvalidArgument("--paladin-aci-rate must be in [0, 1]"));
   }
@@ -425,6 +432,11 @@ void RegisterPredict(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   eval->add_option("--paladin-aci-rate", args->aci_rate,
                    "paladin's per-workload adaptive calibration step (0: off)")
+      ->capture_default_str();
+  eval->add_flag("!--no-paladin-scaled", args->scaled_scores,
+                 "paladin: log-ratio scores only (no scores scaled by the workload's variability)");
+  eval->add_option("--paladin-scale-floor", args->scale_floor,
+                   "paladin: the least scale of a workload's variability, a share of its request")
       ->capture_default_str();
   eval->callback([args, exit_code] { *exit_code = RunEval(*args); });
 }

@@ -91,8 +91,9 @@ struct PaladinPredictorParams {
   // Adaptive conformal inference per workload: after each of its windows resolves, the
   // workload's own miss level moves by aci_rate x (target - missed), so a workload the class
   // model fits badly (or one that drifted) is forecast at a higher quantile until its realised
-  // under-rate comes back to the target. 0 turns it off (plain split conformal).
-  double aci_rate = 0.0;
+  // under-rate comes back to the target. 0 turns it off (plain split conformal). 0.005 was
+  // chosen out of sample (docs/predictors.md); over a day of hourly windows it barely moves.
+  double aci_rate = 0.005;
   // Base of the forecast: a decaying average of the workload's window peaks, the last window
   // weighing 1, the one before history_decay, then history_decay^2, ...
   double history_decay = 0.5;
@@ -104,6 +105,12 @@ struct PaladinPredictorParams {
   // phases (all but loading), and before that to `cold_margin` x base (0: the request).
   int min_class_windows = 30;
   double cold_margin = 2.0;
+  // Scaled scores: (peak - base) / scale, the scale being the workload's own variability (the
+  // larger of its last window's range and the mean change between its window peaks) but at
+  // least scale_floor x the request. The class model weighs them against the log ratios per
+  // phase; a workload that varies little gets a tight margin, one that jumps a wide one.
+  bool scaled_scores = true;
+  double scale_floor = 0.03;  // chosen out of sample (docs/predictors.md)
 };
 
 // The level at which to read n calibration scores so that a new score exchangeable with them
@@ -125,10 +132,14 @@ std::string_view BaseName(PaladinBase b);
 // class's predictors (through shared_ptr) and fed by each of them as their windows resolve.
 class PaladinClassModel {
  public:
-  static constexpr int kBins = 1200;  // log-ratio bins of 0.005 over [-3, +3)
+  static constexpr int kBins = 1200;        // log-ratio bins of 0.005 over [-3, +3)
+  static constexpr int kScaledBins = 2000;  // scaled-difference bins of 0.02 over [-10, +30)
   using Ratios = std::array<double, kBaseCount>;
-  // Ignored once frozen.
+  // One resolved window's scores, by base: log(peak / base) and, when given, the scaled
+  // difference (peak - base) / scale, the scale being the workload's own variability. Ignored
+  // once frozen.
   void Add(Phase phase, const Ratios& log_ratios);
+  void Add(Phase phase, const Ratios& log_ratios, const Ratios& scaled_diffs);
   // Stops learning: an out-of-sample evaluation trains a model on some workloads, then scores
   // others against it without letting them teach it.
   void Freeze() { frozen_ = true; }
@@ -138,31 +149,43 @@ class PaladinClassModel {
 
   struct Choice {
     PaladinBase base = PaladinBase::kRecent;
-    double log_q = 0;   // the q-quantile of log(peak / base)
+    // The forecast is base + log_q x scale (a scaled difference), not base x exp(log_q).
+    bool scaled = false;
+    double log_q = 0;   // the q-quantile of the score: log(peak / base), or the scaled difference
     double log_lo = 0;  // its 16th and 84th percentiles: the spread
     double log_hi = 0;
-    double exp_slack = 0;  // the slack a forecast of base x exp(log_q) is expected to leave
+    double exp_slack = 0;  // the slack the q-quantile forecast is expected to leave
   };
   // For `phase` (or, when `pooled`, every phase but loading, whose base is the request): the
-  // base whose q-quantile forecast leaves the least expected slack.
+  // base whose q-quantile forecast of log(peak / base) leaves the least expected slack.
   Choice Choose(Phase phase, double q, bool pooled) const;
+  // The same, also weighing the scaled differences for a workload whose bases (by PaladinBase)
+  // and scale are these (when every window of the histogram has them).
+  Choice Choose(Phase phase, double q, bool pooled, const Ratios& bases, double scale) const;
 
  private:
   using Hist = std::array<int32_t, kBins>;
+  using ScaledHist = std::array<int32_t, kScaledBins>;
   static double Quantile(const Hist& h, int64_t n, double q);
+  static double ScaledQuantile(const ScaledHist& h, int64_t n, double q);
   std::array<std::array<Hist, kBaseCount>, kPhaseCount> hist_{};
   std::array<Hist, kBaseCount> pooled_{};
-  std::array<int64_t, kPhaseCount> counts_{};
-  int64_t pooled_count_ = 0;
+  std::array<std::array<ScaledHist, kBaseCount>, kPhaseCount> scaled_{};
+  std::array<ScaledHist, kBaseCount> pooled_scaled_{};
+  std::array<int64_t, kPhaseCount> counts_{}, scaled_counts_{};
+  int64_t pooled_count_ = 0, pooled_scaled_count_ = 0;
   bool frozen_ = false;
   // Choose() is asked the same question many times between two Add()s.
   uint64_t version_ = 0;
   struct Cached {
     uint64_t version = ~uint64_t{0};
     double q = -1;
-    Choice choice;
+    Choice choice;                               // the best log-ratio score
+    std::array<Choice, kBaseCount> scaled{};     // each base's scaled score ...
+    std::array<double, kBaseCount> shortfall{};  // ... and its mean max(0, q - score)
   };
   mutable std::array<std::array<Cached, 2>, kPhaseCount> cache_{};
+  const Cached& Lookup(Phase phase, double q, bool pooled) const;
 };
 
 std::unique_ptr<Predictor> MakeRequestPredictor(const ResourceSpec& spec);
