@@ -222,9 +222,10 @@ Status Folded(const EvalArgs& a, const Resource& r, const std::vector<std::strin
         if (fold < 0) {
           pooled_defaults.emplace_back(cand.predictor, m);
           const auto u = boot.UnderRate(c), sl = boot.MeanSlack(c);
-          std::snprintf(buf, sizeof buf, "%-9s %8lld %6.3f [%6.3f, %6.3f] %6.3f [%6.3f, %6.3f]\n",
+          std::snprintf(buf, sizeof buf, "%-9s %8lld %6.3f [%6s, %6s] %6.3f [%6s, %6s]\n",
                         cand.predictor.c_str(), static_cast<long long>(m.windows), m.under_rate,
-                        u.lo, u.hi, m.mean_slack, sl.lo, sl.hi);
+                        Num(u.lo, 3).c_str(), Num(u.hi, 3).c_str(), m.mean_slack,
+                        Num(sl.lo, 3).c_str(), Num(sl.hi, 3).c_str());
           out->table += buf;
         }
         continue;
@@ -291,9 +292,10 @@ Status Folded(const EvalArgs& a, const Resource& r, const std::vector<std::strin
     if (std::abs(target - 0.01) < 1e-9 || std::abs(target - 0.02) < 1e-9 ||
         std::abs(target - 0.05) < 1e-9) {
       std::snprintf(buf, sizeof buf,
-                    "paladin target %.2f: realised under_rate %.4f [%.4f, %.4f], slack %.3f, "
+                    "paladin target %.2f: realised under_rate %.4f [%s, %s], slack %.3f, "
                     "within 1.5x: %s\n",
-                    target, m.under_rate, u.lo, u.hi, m.mean_slack, within ? "yes" : "no");
+                    target, m.under_rate, Num(u.lo).c_str(), Num(u.hi).c_str(), m.mean_slack,
+                    within ? "yes" : "no");
       out->table += buf;
     }
   }

@@ -437,6 +437,17 @@ double BinUpper(int i) { return -kLogRange + 2 * kLogRange * (i + 1) / PaladinCl
 double BinCentre(int i) {
   return -kLogRange + 2 * kLogRange * (i + 0.5) / PaladinClassModel::kBins;
 }
+// exp(BinCentre(i)), computed once: the expected-slack scan reads it for every bin.
+const std::array<double, PaladinClassModel::kBins>& ExpBinCentres() {
+  static const auto table = [] {
+    std::array<double, PaladinClassModel::kBins> t{};
+    for (int i = 0; i < PaladinClassModel::kBins; ++i) {
+      t[static_cast<size_t>(i)] = std::exp(BinCentre(i));
+    }
+    return t;
+  }();
+  return table;
+}
 
 // Scaled differences: most lie within a few scales of zero; a jump of many times the workload's
 // own variability is clamped at the top (its forecast is then the request in practice).
@@ -526,11 +537,13 @@ const PaladinClassModel::Cached& PaladinClassModel::Lookup(Phase phase, double q
     ch.log_q = Quantile(h, n, q);
     ch.log_lo = Quantile(h, n, 0.16);
     ch.log_hi = Quantile(h, n, 0.84);
+    // Only windows below the forecast leave slack: the bins under its quantile.
     const double m = std::exp(ch.log_q);
+    const auto& exp_centre = ExpBinCentres();
     double slack = 0;
-    for (int i = 0; i < kBins; ++i) {
+    for (int i = 0; i < kBins && BinCentre(i) < ch.log_q; ++i) {
       const int32_t k = h[static_cast<size_t>(i)];
-      if (k > 0) slack += k * std::max(0.0, 1 - std::exp(BinCentre(i)) / m);
+      if (k > 0) slack += k * (1 - exp_centre[static_cast<size_t>(i)] / m);
     }
     ch.exp_slack = n > 0 ? slack / static_cast<double>(n) : 0;
     if (!have || ch.exp_slack < best.exp_slack) best = ch, have = true;
@@ -546,9 +559,9 @@ const PaladinClassModel::Cached& PaladinClassModel::Lookup(Phase phase, double q
     ch.log_lo = ScaledQuantile(h, ns, 0.16);
     ch.log_hi = ScaledQuantile(h, ns, 0.84);
     double shortfall = 0;
-    for (int i = 0; i < kScaledBins; ++i) {
+    for (int i = 0; i < kScaledBins && ScaledBinCentre(i) < ch.log_q; ++i) {
       const int32_t k = h[static_cast<size_t>(i)];
-      if (k > 0) shortfall += k * std::max(0.0, ch.log_q - ScaledBinCentre(i));
+      if (k > 0) shortfall += k * (ch.log_q - ScaledBinCentre(i));
     }
     c.shortfall[b] = shortfall / static_cast<double>(ns);
   }

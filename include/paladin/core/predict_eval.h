@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -119,8 +120,9 @@ std::vector<WindowScore> FoldWindows(const CrossValidation& cv, size_t candidate
 // replacement (seeded, deterministic); the same draws for every candidate, so intervals of two
 // predictors are paired. A statistic that does not exist in a draw (no setting reaches the
 // under-rate) counts as +infinity.
-struct Interval {
-  double lo = 0, hi = 0;
+struct Interval {  // NaN when there were no draws
+  double lo = std::numeric_limits<double>::quiet_NaN();
+  double hi = std::numeric_limits<double>::quiet_NaN();
 };
 class PodBootstrap {
  public:
