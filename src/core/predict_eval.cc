@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <queue>
 #include <string>
 
@@ -245,15 +246,55 @@ namespace {
 
 // Paladin's class model learns from the training series only: they are replayed through
 // predictors sharing one model, which is then frozen for the held-out fold.
-Candidate PaladinCandidate(const PaladinPredictorParams& params, const ResourceSpec& spec) {
+// What a class model learns depends on the training series and on the parameters that shape the
+// features, not on the quantile, the ACI rate or anything else only forecasts read: candidates
+// that differ only in those share one trained model per fold.
+class TrainedModels {
+ public:
+  std::shared_ptr<PaladinClassModel> Get(std::span<const UsageSeries> training,
+                                         const PaladinPredictorParams& params,
+                                         const ResourceSpec& spec) {
+    std::string key = Fingerprint(training);
+    for (double v : {params.history_decay, params.steady_range, params.growth_ratio,
+                     params.idle_share, params.scale_floor, params.scaled_scores ? 1.0 : 0.0}) {
+      key += "," + std::to_string(v);
+    }
+    auto& model = models_[key];
+    if (model == nullptr) {
+      model = std::make_shared<PaladinClassModel>();
+      const std::vector<PredictorMaker> trainer = {[&params, m = model](const ResourceSpec& s) {
+        return MakePaladinPredictor(s, params, m);
+      }};
+      (void)EvaluateRolling(training, spec, trainer);
+      model->Freeze();
+    }
+    return model;
+  }
+
+ private:
+  // The training set: its series' ids, sizes and end points.
+  static std::string Fingerprint(std::span<const UsageSeries> training) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    const auto mix = [&h](uint64_t x) { h = (h ^ x) * 0x100000001b3ULL; };
+    for (const auto& s : training) {
+      for (char c : s.id) mix(static_cast<unsigned char>(c));
+      mix(s.samples.size());
+      if (!s.samples.empty()) {
+        mix(static_cast<uint64_t>(s.samples.front().t_s));
+        mix(static_cast<uint64_t>(s.samples.back().t_s));
+      }
+    }
+    return std::to_string(training.size()) + ":" + std::to_string(h);
+  }
+  std::map<std::string, std::shared_ptr<PaladinClassModel>> models_;
+};
+
+Candidate PaladinCandidate(const PaladinPredictorParams& params, const ResourceSpec& spec,
+                           std::shared_ptr<TrainedModels> trained) {
   Candidate c;
   c.predictor = "paladin";
-  c.prepare = [params, spec](std::span<const UsageSeries> training) -> PredictorMaker {
-    auto model = std::make_shared<PaladinClassModel>();
-    const std::vector<PredictorMaker> trainer = {
-        [params, model](const ResourceSpec& s) { return MakePaladinPredictor(s, params, model); }};
-    (void)EvaluateRolling(training, spec, trainer);
-    model->Freeze();
+  c.prepare = [params, spec, trained](std::span<const UsageSeries> training) -> PredictorMaker {
+    auto model = trained->Get(training, params, spec);
     return
         [params, model](const ResourceSpec& s) { return MakePaladinPredictor(s, params, model); };
   };
@@ -279,13 +320,14 @@ StatusOr<std::vector<Candidate>> MakeCandidates(const std::vector<std::string>& 
                                                 const PaladinPredictorParams& paladin,
                                                 const ResourceSpec& spec) {
   std::vector<Candidate> out;
+  auto trained = std::make_shared<TrainedModels>();
   const auto add = [&](const std::string& name, const Setting& setting, bool is_default) {
     Candidate c;
     if (name == "paladin") {
       PredictorFactory tuned = *PredictorFactory::ForName(name);
       tuned.paladin = paladin;
       if (setting.tune) setting.tune(tuned);
-      c = PaladinCandidate(tuned.paladin, spec);
+      c = PaladinCandidate(tuned.paladin, spec, trained);
     } else {
       c = FixedCandidate(name, setting.tune);
     }
