@@ -4,7 +4,7 @@
 //   request  the workload's own request, unchanged (what most clusters allocate)
 //   peak     the highest sample seen so far x a margin (the simple rule)
 //   vpa      the Kubernetes Vertical Pod Autoscaler's memory recommender
-//   paladin  ours: phase-aware, calibrated online on the history of similar workloads
+//   paladin  ours: phase-aware; its margin a conformal quantile of what similar workloads did
 //
 // Deterministic and causal: a forecast depends only on what was observed before it was asked
 // for (and on the class model's state, which is itself fed only with past samples). Times are
@@ -82,9 +82,10 @@ struct VpaParams {
 
 // --- paladin ---------------------------------------------------------------------------------
 struct PaladinPredictorParams {
-  // The forecast is a split-conformal quantile: base x the class model's quantile of
-  // log(realised peak / base) at level `quantile`, with the finite-sample correction
-  // ceil((n + 1) q) / n over the n windows it holds. 1 - quantile is the configured target share
+  // The forecast is a split-conformal quantile: the class model's quantile, at level
+  // `quantile`, of a score of the realised peak against a base (log(peak / base), or the scaled
+  // difference below), with the finite-sample correction ceil((n + 1) q) / n over the n windows
+  // it holds. 1 - quantile is the configured target share
   // of windows under-predicted. 0.98 (2%) is the GPU-memory target; `paladin predict eval` uses
   // 0.99 for host memory (docs/predictors.md).
   double quantile = 0.98;
