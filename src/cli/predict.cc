@@ -1,4 +1,6 @@
-// `paladin predict eval`: every predictor on real usage series, by rolling origin.
+// `paladin predict eval`: every predictor on real usage series, by rolling origin; in sample (one
+// replay of every pod) or out of sample (--folds K: each fold scored by what learned on the
+// others).
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -23,13 +25,45 @@ struct EvalArgs {
   double gpu_request_gib = 48;
   double host_unit_gib = 64;
   bool sweep = true;
+  // Out of sample: pods split into `folds` folds by pod (0: the in-sample rolling replay).
+  int folds = 0;
+  uint64_t seed = 1;
+  int bootstrap = 1000;
+  // paladin's configured under-prediction targets and its per-workload adaptive rate.
+  double target_gpu = 0.02;
+  double target_host = 0.01;
+  double aci_rate = core::PaladinPredictorParams{}.aci_rate;
+  bool scaled_scores = core::PaladinPredictorParams{}.scaled_scores;
+  double scale_floor = core::PaladinPredictorParams{}.scale_floor;
 };
 
 struct Resource {
   const char* name;
   trace::GenAiMetric metric;
   core::ResourceSpec spec;
-  double scale;  // values -> reported unit
+  double target;  // paladin's target under-rate
+};
+
+// Everything written, accumulated over the resources.
+struct Outputs {
+  std::string table;
+  // In sample.
+  std::string csv = "predictor,resource,windows,median_rel_err,p95_rel_err,under_rate,mean_slack\n";
+  std::string tradeoff =
+      "predictor,resource,knob,value,windows,median_rel_err,p95_rel_err,under_rate,mean_slack\n";
+  std::string frontier;
+  // Out of sample.
+  std::string cv_predictors =
+      "predictor,resource,fold,windows,median_rel_err,p95_rel_err,under_rate,mean_slack,"
+      "under_rate_lo,under_rate_hi,mean_slack_lo,mean_slack_hi\n";
+  std::string cv_tradeoff =
+      "predictor,resource,knob,value,fold,windows,under_rate,mean_slack,under_rate_lo,"
+      "under_rate_hi,mean_slack_lo,mean_slack_hi\n";
+  std::string cv_frontier = "resource,max_under_rate,predictor,fold,mean_slack,lo,hi\n";
+  std::string calibration =
+      "resource,target_under_rate,windows,under_rate,under_rate_lo,under_rate_hi,mean_slack,"
+      "within_1_5x\n";
+  std::string folds = "resource,pod,fold\n";
 };
 
 std::vector<std::string> NonEmpty(const std::vector<std::string>& items) {
@@ -40,35 +74,280 @@ std::vector<std::string> NonEmpty(const std::vector<std::string>& items) {
   return out;
 }
 
-std::string Num(double v, int digits = 4) { return report::Fixed(v, digits); }
+// Empty for a value that does not exist (NaN: no setting reaches the rate; infinity: the same
+// in a bootstrap draw).
+std::string Num(double v, int digits = 4) {
+  return std::isinf(v) ? std::string() : report::Fixed(v, digits);
+}
 
 int Fail(const Status& st) {
   std::fprintf(stderr, "paladin predict eval: error: %s\n", st.message().c_str());
   return 2;
 }
 
+core::PaladinPredictorParams PaladinParams(const EvalArgs& a, const Resource& r) {
+  core::PaladinPredictorParams p;
+  p.quantile = 1 - r.target;
+  p.aci_rate = a.aci_rate;
+  p.scaled_scores = a.scaled_scores;
+  p.scale_floor = a.scale_floor;
+  return p;
+}
+
+std::vector<std::string> CanonicalNames(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  for (const auto& n : names) out.push_back(core::PredictorFactory::ForName(n)->name());
+  return out;
+}
+
+// The chart of each predictor's frontier from its trade-off points.
+Status WriteChart(const EvalArgs& a, const Resource& r, const std::vector<std::string>& names,
+                  const std::vector<core::TradeoffPoint>& tradeoff,
+                  const std::vector<std::pair<std::string, core::PredictorMetrics>>& defaults,
+                  const std::string& title) {
+  report::Chart chart;
+  chart.title = title;
+  chart.x_label = "under-prediction rate (share of windows)";
+  chart.y_label = "mean slack (share of the forecast)";
+  chart.x_min = 0, chart.x_max = 0.3, chart.y_min = 0, chart.y_max = 0.8;
+  for (const auto& name : names) {
+    report::ChartSeries cs{name + " (frontier)", {}, true};
+    for (int u = 0; u <= 30; ++u) {
+      const double slack = core::FrontierSlack(tradeoff, name, u / 100.0);
+      if (!std::isnan(slack)) cs.points.emplace_back(u / 100.0, slack);
+    }
+    if (name == "request") {  // a single setting: the default
+      for (const auto& [dn, m] : defaults) {
+        if (dn == name) cs.points = {{m.under_rate, m.mean_slack}};
+      }
+    }
+    chart.series.push_back(std::move(cs));
+  }
+  return report::WriteFile(a.out + "/tradeoff_" + r.name + ".svg", report::LineChartSvg(chart));
+}
+
+Status InSample(const EvalArgs& a, const Resource& r, const std::vector<std::string>& names,
+                std::span<const core::UsageSeries> series,
+                const core::PaladinPredictorParams& paladin, Outputs* out) {
+  auto study = core::StudyPredictors(series, r.spec, names, a.sweep, paladin);
+  if (!study.ok()) return study.status();
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "\n%s (%zu series)\n%-9s %8s %10s %10s %10s %10s\n", r.name,
+                series.size(), "predictor", "windows", "median_err", "p95_err", "under_rate",
+                "mean_slack");
+  out->table += buf;
+  for (const auto& [name, m] : study->defaults) {
+    out->csv += name + "," + r.name + "," + std::to_string(m.windows) + "," +
+                Num(m.median_rel_err) + "," + Num(m.p95_rel_err) + "," + Num(m.under_rate) + "," +
+                Num(m.mean_slack) + "\n";
+    std::snprintf(buf, sizeof buf, "%-9s %8lld %10.3f %10.3f %10.3f %10.3f\n", name.c_str(),
+                  static_cast<long long>(m.windows), m.median_rel_err, m.p95_rel_err, m.under_rate,
+                  m.mean_slack);
+    out->table += buf;
+  }
+  // paladin against VPA at VPA's own under-prediction rate: the claim the sweep checks.
+  for (const auto& [name, m] : study->defaults) {
+    if (name != "vpa" || !a.sweep) continue;
+    const double slack = core::FrontierSlack(study->tradeoff, "paladin", m.under_rate);
+    if (std::isnan(slack)) continue;
+    std::snprintf(buf, sizeof buf,
+                  "at vpa's under_rate %.3f: paladin's least slack %.3f, vpa's %.3f\n",
+                  m.under_rate, slack, m.mean_slack);
+    out->table += buf;
+  }
+  for (const auto& name : names) {
+    for (const auto& p : study->tradeoff) {
+      if (p.predictor != name) continue;
+      out->tradeoff += p.predictor + "," + r.name + "," + p.knob + "," + Num(p.value, 4) + "," +
+                       std::to_string(p.metrics.windows) + "," + Num(p.metrics.median_rel_err) +
+                       "," + Num(p.metrics.p95_rel_err) + "," + Num(p.metrics.under_rate) + "," +
+                       Num(p.metrics.mean_slack) + "\n";
+    }
+  }
+  for (int u = 1; u <= 10; ++u) {
+    out->frontier += std::string(r.name) + "," + Num(u / 100.0, 2);
+    for (const auto& name : names) {
+      out->frontier += "," + Num(core::FrontierSlack(study->tradeoff, name, u / 100.0));
+    }
+    out->frontier += "\n";
+  }
+  return WriteChart(a, r, names, study->tradeoff, study->defaults,
+                    std::string("Slack against under-prediction, ") + r.name +
+                        " (each point: one setting of the predictor's knob)");
+}
+
+std::string FoldName(int fold) { return fold < 0 ? "pooled" : std::to_string(fold); }
+
+Status Folded(const EvalArgs& a, const Resource& r, const std::vector<std::string>& names,
+              std::span<const core::UsageSeries> series,
+              const core::PaladinPredictorParams& paladin, Outputs* out) {
+  auto candidates = core::MakeCandidates(names, a.sweep, paladin, r.spec);
+  if (!candidates.ok()) return candidates.status();
+  const core::CrossValidation cv =
+      core::CrossValidate(series, r.spec, *candidates, a.folds, a.seed);
+  const core::PodBootstrap boot(cv, a.bootstrap, a.seed);
+  for (size_t s = 0; s < series.size(); ++s) {
+    if (cv.fold_of[s] >= 0) {
+      out->folds +=
+          std::string(r.name) + "," + series[s].id + "," + std::to_string(cv.fold_of[s]) + "\n";
+    }
+  }
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "\n%s (%zu series, %d folds, out of sample; pooled, [95%% bootstrap over pods])\n"
+                "%-9s %8s %24s %24s\n",
+                r.name, series.size(), a.folds, "predictor", "windows", "under_rate", "mean_slack");
+  out->table += buf;
+  // Per fold then pooled: the defaults, every sweep point, the frontiers.
+  std::vector<std::pair<std::string, core::PredictorMetrics>> pooled_defaults;
+  std::vector<core::TradeoffPoint> pooled_tradeoff;
+  std::vector<int> folds;
+  for (int k = 0; k < a.folds; ++k) folds.push_back(k);
+  folds.push_back(-1);
+  for (const int fold : folds) {
+    std::vector<core::TradeoffPoint> tradeoff;
+    for (size_t c = 0; c < candidates->size(); ++c) {
+      const auto& cand = (*candidates)[c];
+      const core::PredictorMetrics m = core::ScoreWindows(core::FoldWindows(cv, c, fold));
+      std::string iv = ",,,";
+      if (fold < 0) {
+        const auto u = boot.UnderRate(c), sl = boot.MeanSlack(c);
+        iv = Num(u.lo) + "," + Num(u.hi) + "," + Num(sl.lo) + "," + Num(sl.hi);
+      }
+      if (cand.is_default) {
+        out->cv_predictors += cand.predictor + "," + r.name + "," + FoldName(fold) + "," +
+                              std::to_string(m.windows) + "," + Num(m.median_rel_err) + "," +
+                              Num(m.p95_rel_err) + "," + Num(m.under_rate) + "," +
+                              Num(m.mean_slack) + "," + iv + "\n";
+        if (fold < 0) {
+          pooled_defaults.emplace_back(cand.predictor, m);
+          const auto u = boot.UnderRate(c), sl = boot.MeanSlack(c);
+          std::snprintf(buf, sizeof buf, "%-9s %8lld %6.3f [%6s, %6s] %6.3f [%6s, %6s]\n",
+                        cand.predictor.c_str(), static_cast<long long>(m.windows), m.under_rate,
+                        Num(u.lo, 3).c_str(), Num(u.hi, 3).c_str(), m.mean_slack,
+                        Num(sl.lo, 3).c_str(), Num(sl.hi, 3).c_str());
+          out->table += buf;
+        }
+        continue;
+      }
+      tradeoff.push_back({cand.predictor, cand.knob, cand.value, m});
+      out->cv_tradeoff += cand.predictor + "," + r.name + "," + cand.knob + "," +
+                          Num(cand.value, 4) + "," + FoldName(fold) + "," +
+                          std::to_string(m.windows) + "," + Num(m.under_rate) + "," +
+                          Num(m.mean_slack) + "," + iv + "\n";
+    }
+    for (int u = 1; u <= 10; ++u) {
+      for (const auto& name : names) {
+        const double slack = core::FrontierSlack(tradeoff, name, u / 100.0);
+        std::string iv = ",";
+        if (fold < 0) {
+          std::vector<size_t> of;
+          for (size_t c = 0; c < candidates->size(); ++c) {
+            if (!(*candidates)[c].is_default && (*candidates)[c].predictor == name) of.push_back(c);
+          }
+          const auto ci = boot.Frontier(of, u / 100.0);
+          iv = Num(ci.lo) + "," + Num(ci.hi);
+        }
+        out->cv_frontier += std::string(r.name) + "," + Num(u / 100.0, 2) + "," + name + "," +
+                            FoldName(fold) + "," + Num(slack) + "," + iv + "\n";
+      }
+    }
+    if (fold < 0) pooled_tradeoff = std::move(tradeoff);
+  }
+  // The pooled frontier at 1% .. 10%, as a table, and paladin's calibration: each configured
+  // target (1 - quantile) against the under-rate it realised on pods it never learned from.
+  out->table += "least slack at under_rate <= u, pooled [95% interval]:\n  u    ";
+  for (const auto& name : names) {
+    if (name != "request")
+      out->table += std::string(" ") + name + std::string(20 - name.size(), ' ');
+  }
+  out->table += "\n";
+  for (int u = 1; u <= 10; ++u) {
+    std::snprintf(buf, sizeof buf, "  %.2f", u / 100.0);
+    out->table += buf;
+    for (const auto& name : names) {
+      if (name == "request") continue;
+      std::vector<size_t> of;
+      for (size_t c = 0; c < candidates->size(); ++c) {
+        if (!(*candidates)[c].is_default && (*candidates)[c].predictor == name) of.push_back(c);
+      }
+      const auto ci = boot.Frontier(of, u / 100.0);
+      std::snprintf(buf, sizeof buf, " %6s [%6s,%6s]",
+                    Num(core::FrontierSlack(pooled_tradeoff, name, u / 100.0), 3).c_str(),
+                    Num(ci.lo, 3).c_str(), Num(ci.hi, 3).c_str());
+      out->table += buf;
+    }
+    out->table += "\n";
+  }
+  for (size_t c = 0; c < candidates->size(); ++c) {
+    const auto& cand = (*candidates)[c];
+    if (cand.is_default || cand.predictor != "paladin") continue;
+    const double target = 1 - cand.value;
+    const core::PredictorMetrics m = core::ScoreWindows(core::FoldWindows(cv, c, -1));
+    const auto u = boot.UnderRate(c);
+    const bool within = m.under_rate <= 1.5 * target && m.under_rate >= target / 1.5;
+    out->calibration += std::string(r.name) + "," + Num(target) + "," + std::to_string(m.windows) +
+                        "," + Num(m.under_rate) + "," + Num(u.lo) + "," + Num(u.hi) + "," +
+                        Num(m.mean_slack) + "," + (within ? "yes" : "no") + "\n";
+    if (std::abs(target - 0.01) < 1e-9 || std::abs(target - 0.02) < 1e-9 ||
+        std::abs(target - 0.05) < 1e-9) {
+      std::snprintf(buf, sizeof buf,
+                    "paladin target %.2f: realised under_rate %.4f [%s, %s], slack %.3f, "
+                    "within 1.5x: %s\n",
+                    target, m.under_rate, Num(u.lo).c_str(), Num(u.hi).c_str(), m.mean_slack,
+                    within ? "yes" : "no");
+      out->table += buf;
+    }
+  }
+  return WriteChart(a, r, names, pooled_tradeoff, pooled_defaults,
+                    std::string("Slack against under-prediction out of sample, ") + r.name +
+                        " (pooled over folds)");
+}
+
 int RunEval(const EvalArgs& a) {
-  const auto names = NonEmpty(SplitComma(a.predictors));
-  if (names.empty()) return Fail(InvalidArgument("--predictors is empty"));
-  for (const auto& n : names) {
+  const auto given = NonEmpty(SplitComma(a.predictors));
+  if (given.empty()) return Fail(InvalidArgument("--predictors is empty"));
+  for (const auto& n : given) {
     if (auto f = core::PredictorFactory::ForName(n); !f.ok()) return Fail(f.status());
   }
+  const auto names = CanonicalNames(given);
   if (a.window_s <= 0) return Fail(InvalidArgument("--window must be positive"));
+  if (a.folds < 0 || a.folds == 1 || a.folds > 100) {
+    return Fail(InvalidArgument("--folds must be 0 (in sample) or 2 to 100, not " +
+                                std::to_string(a.folds)));
+  }
+  if (a.bootstrap < 0 || a.bootstrap > 100000) {
+    return Fail(InvalidArgument("--bootstrap must be 0 to 100000"));
+  }
+  for (const auto& [flag, v] :
+       {std::pair{"--target-gpu", a.target_gpu}, std::pair{"--target-host", a.target_host}}) {
+    if (!(v > 0 && v < 1)) {
+      return Fail(InvalidArgument(std::string(flag) + " must be in (0, 1), not " + Num(v)));
+    }
+  }
+  if (!(a.scale_floor > 0 && a.scale_floor <= 1)) {
+    return Fail(InvalidArgument("--paladin-scale-floor must be in (0, 1]"));
+  }
+  if (!(a.aci_rate >= 0 && a.aci_rate <= 1)) {
+    return Fail(InvalidArgument("--paladin-aci-rate must be in [0, 1]"));
+  }
   std::error_code ec;
   std::filesystem::create_directories(a.out, ec);
   if (ec) return Fail(IoError("cannot create " + a.out + ": " + ec.message()));
 
   const double gib = 1024.0 * 1024 * 1024;
-  std::vector<Resource> resources = {
-      {"gpu_mem", trace::GenAiMetric::kGpuMemBytes, {a.gpu_request_gib * gib, a.window_s, 1}, 1},
-      {"host_mem", trace::GenAiMetric::kHostMemShare, {1.0, a.window_s, a.host_unit_gib * gib}, 1}};
-  std::string csv = "predictor,resource,windows,median_rel_err,p95_rel_err,under_rate,mean_slack\n";
-  std::string tradeoff =
-      "predictor,resource,knob,value,windows,median_rel_err,p95_rel_err,under_rate,mean_slack\n";
-  std::string frontier = "resource,max_under_rate";
-  for (const auto& n : names) frontier += "," + core::PredictorFactory::ForName(n)->name();
-  frontier += "\n";
-  std::string table;
+  std::vector<Resource> resources = {{"gpu_mem",
+                                      trace::GenAiMetric::kGpuMemBytes,
+                                      {a.gpu_request_gib * gib, a.window_s, 1},
+                                      a.target_gpu},
+                                     {"host_mem",
+                                      trace::GenAiMetric::kHostMemShare,
+                                      {1.0, a.window_s, a.host_unit_gib * gib},
+                                      a.target_host}};
+  Outputs out;
+  out.frontier = "resource,max_under_rate";
+  for (const auto& n : names) out.frontier += "," + n;
+  out.frontier += "\n";
   for (const auto& r : resources) {
     std::fprintf(stderr, "paladin predict eval: reading %s ...\n", trace::GenAiFileName(r.metric));
     int64_t skipped = 0;
@@ -80,82 +359,35 @@ int RunEval(const EvalArgs& a) {
     }
     size_t samples = 0;
     for (const auto& s : *series) samples += s.samples.size();
-    std::fprintf(stderr, "paladin predict eval: %s: %zu series, %zu samples; replaying %s%s\n",
+    std::fprintf(stderr, "paladin predict eval: %s: %zu series, %zu samples; replaying %s%s%s\n",
                  r.name, series->size(), samples, a.predictors.c_str(),
-                 a.sweep ? " and their trade-off sweeps" : "");
-    auto study = core::StudyPredictors(*series, r.spec, names, a.sweep);
-    if (!study.ok()) return Fail(study.status());
-    char buf[256];
-    std::snprintf(buf, sizeof buf, "\n%s (%zu series)\n%-9s %8s %10s %10s %10s %10s\n", r.name,
-                  series->size(), "predictor", "windows", "median_err", "p95_err", "under_rate",
-                  "mean_slack");
-    table += buf;
-    for (const auto& [name, m] : study->defaults) {
-      csv += name + "," + r.name + "," + std::to_string(m.windows) + "," + Num(m.median_rel_err) +
-             "," + Num(m.p95_rel_err) + "," + Num(m.under_rate) + "," + Num(m.mean_slack) + "\n";
-      std::snprintf(buf, sizeof buf, "%-9s %8lld %10.3f %10.3f %10.3f %10.3f\n", name.c_str(),
-                    static_cast<long long>(m.windows), m.median_rel_err, m.p95_rel_err,
-                    m.under_rate, m.mean_slack);
-      table += buf;
-    }
-    // paladin against VPA at VPA's own under-prediction rate: the claim the sweep checks.
-    for (const auto& [name, m] : study->defaults) {
-      if (name != "vpa" || !a.sweep) continue;
-      const double slack = core::FrontierSlack(study->tradeoff, "paladin", m.under_rate);
-      if (std::isnan(slack)) continue;
-      std::snprintf(buf, sizeof buf,
-                    "at vpa's under_rate %.3f: paladin's least slack %.3f, vpa's %.3f\n",
-                    m.under_rate, slack, m.mean_slack);
-      table += buf;
-    }
-    report::Chart chart;
-    chart.title = std::string("Slack against under-prediction, ") + r.name +
-                  " (each point: one setting of the predictor's knob)";
-    chart.x_label = "under-prediction rate (share of windows)";
-    chart.y_label = "mean slack (share of the forecast)";
-    chart.x_min = 0, chart.x_max = 0.3, chart.y_min = 0, chart.y_max = 0.8;
-    for (const auto& n : names) {
-      const std::string name = core::PredictorFactory::ForName(n)->name();
-      report::ChartSeries cs{name + " (frontier)", {}, true};
-      for (const auto& p : study->tradeoff) {
-        if (p.predictor != name) continue;
-        tradeoff += p.predictor + "," + r.name + "," + p.knob + "," + Num(p.value, 4) + "," +
-                    std::to_string(p.metrics.windows) + "," + Num(p.metrics.median_rel_err) + "," +
-                    Num(p.metrics.p95_rel_err) + "," + Num(p.metrics.under_rate) + "," +
-                    Num(p.metrics.mean_slack) + "\n";
-      }
-      for (int u = 0; u <= 30; ++u) {
-        const double slack = core::FrontierSlack(study->tradeoff, name, u / 100.0);
-        if (!std::isnan(slack)) cs.points.emplace_back(u / 100.0, slack);
-      }
-      if (name == "request") {  // a single setting: the default
-        for (const auto& [dn, m] : study->defaults) {
-          if (dn == name) cs.points = {{m.under_rate, m.mean_slack}};
-        }
-      }
-      chart.series.push_back(std::move(cs));
-    }
-    for (int u = 1; u <= 10; ++u) {
-      frontier += std::string(r.name) + "," + Num(u / 100.0, 2);
-      for (const auto& n : names) {
-        frontier +=
-            "," + Num(core::FrontierSlack(study->tradeoff,
-                                          core::PredictorFactory::ForName(n)->name(), u / 100.0));
-      }
-      frontier += "\n";
-    }
-    auto st =
-        report::WriteFile(a.out + "/tradeoff_" + r.name + ".svg", report::LineChartSvg(chart));
+                 a.sweep ? " and their trade-off sweeps" : "",
+                 a.folds > 0 ? (", " + std::to_string(a.folds) + " folds").c_str() : "");
+    const core::PaladinPredictorParams paladin = PaladinParams(a, r);
+    const Status st = a.folds > 0 ? Folded(a, r, names, *series, paladin, &out)
+                                  : InSample(a, r, names, *series, paladin, &out);
     if (!st.ok()) return Fail(st);
   }
-  for (const auto& [file, content] :
-       {std::pair{"predictors.csv", &csv}, std::pair{"tradeoff.csv", &tradeoff},
-        std::pair{"frontier.csv", &frontier}}) {
+  std::vector<std::pair<const char*, const std::string*>> files;
+  if (a.folds > 0) {
+    files = {{"cv_predictors.csv", &out.cv_predictors},
+             {"cv_tradeoff.csv", &out.cv_tradeoff},
+             {"cv_frontier.csv", &out.cv_frontier},
+             {"calibration.csv", &out.calibration},
+             {"folds.csv", &out.folds}};
+  } else {
+    files = {{"predictors.csv", &out.csv},
+             {"tradeoff.csv", &out.tradeoff},
+             {"frontier.csv", &out.frontier}};
+  }
+  std::string written;
+  for (const auto& [file, content] : files) {
     auto st = report::WriteFile(a.out + "/" + file, *content);
     if (!st.ok()) return Fail(st);
+    written += (written.empty() ? "" : ",") + std::string(file);
   }
-  std::printf("%s\nwrote %s/{predictors.csv,tradeoff.csv,frontier.csv,tradeoff_*.svg}\n",
-              table.c_str(), a.out.c_str());
+  std::printf("%s\nwrote %s/{%s,tradeoff_*.svg}\n", out.table.c_str(), a.out.c_str(),
+              written.c_str());
   return 0;
 }
 
@@ -169,7 +401,8 @@ void RegisterPredict(CLI::App& app, int* exit_code) {
   CLI::App* eval = predict->add_subcommand(
       "eval",
       "Rolling-origin evaluation on per-pod usage series: each hour every predictor forecasts the "
-      "next hour's peak GPU and host memory, having seen only earlier samples.");
+      "next hour's peak GPU and host memory, having seen only earlier samples. With --folds K, "
+      "out of sample: pods split into K folds, each scored by what learned on the others.");
   eval->add_option("--usage", args->usage,
                    "Directory with pod_gpu_memory_used_bytes_anon.csv and pod_memory_util_anon.csv")
       ->capture_default_str();
@@ -185,6 +418,28 @@ void RegisterPredict(CLI::App& app, int* exit_code) {
                    "shares")
       ->capture_default_str();
   eval->add_flag("!--no-sweep", args->sweep, "Skip the slack/under-prediction trade-off sweep");
+  eval->add_option("--folds", args->folds,
+                   "Out of sample: split the pods into this many folds by pod (0: in sample)")
+      ->capture_default_str();
+  eval->add_option("--seed", args->seed, "Seed of the fold split and the bootstrap")
+      ->capture_default_str();
+  eval->add_option("--bootstrap", args->bootstrap,
+                   "Bootstrap resamples over pods for the intervals (with --folds)")
+      ->capture_default_str();
+  eval->add_option("--target-gpu", args->target_gpu,
+                   "paladin's target share of GPU-memory windows under-predicted")
+      ->capture_default_str();
+  eval->add_option("--target-host", args->target_host,
+                   "paladin's target share of host-memory windows under-predicted")
+      ->capture_default_str();
+  eval->add_option("--paladin-aci-rate", args->aci_rate,
+                   "paladin's per-workload adaptive calibration step (0: off)")
+      ->capture_default_str();
+  eval->add_flag("!--no-paladin-scaled", args->scaled_scores,
+                 "paladin: log-ratio scores only (no scores scaled by the workload's variability)");
+  eval->add_option("--paladin-scale-floor", args->scale_floor,
+                   "paladin: the least scale of a workload's variability, a share of its request")
+      ->capture_default_str();
   eval->callback([args, exit_code] { *exit_code = RunEval(*args); });
 }
 

@@ -216,11 +216,14 @@ class PaladinPredictor final : public Predictor {
       first_t_ = t;
       next_origin_ = t;
     }
-    // Resolve the windows that ended before this sample: each is a lesson for the class.
+    // Resolve the windows that ended before this sample: each is a lesson for the class and,
+    // under adaptive calibration, for this workload's own miss level.
     while (t >= next_origin_) {
       if (pending_) Learn();
-      pending_ = true;
+      pending_ = false;  // resolved: Value() must not count it again
       pending_features_ = Features(next_origin_);
+      pending_forecast_ = Value(pending_features_, next_origin_).value;
+      pending_ = true;
       pending_peak_ = 0;
       next_origin_ += spec_.window_s;
     }
@@ -237,32 +240,13 @@ class PaladinPredictor final : public Predictor {
     oom_floor_until_ = t + spec_.window_s;
   }
 
-  Forecast Predict(int64_t now) override {
-    const Snapshot f = Features(now);
-    Forecast out;
-    out.phase = f.phase;
-    if (f.base[0] <= 0) {
-      out.value = spec_.request;
-      return out;
-    }
-    double q_lr = std::log(p_.cold_margin), lo = 0, hi = 0, base = f.base[0];
-    if (p_.cold_margin <= 0) q_lr = kLogRange;
-    const bool own = model_->count(f.phase) >= p_.min_class_windows;
-    if (own || model_->pooled_count() >= p_.min_class_windows) {
-      const auto c = model_->Choose(f.phase, p_.quantile, !own);
-      base = f.base[static_cast<size_t>(c.base)];
-      q_lr = c.log_q, lo = c.log_lo, hi = c.log_hi;
-    }
-    const double floor = now < oom_floor_until_ ? oom_floor_ : 0;
-    out.value = Ceil(spec_, std::max(base * std::exp(q_lr), floor));
-    out.sigma = base * (std::exp(hi) - std::exp(lo)) / 2;
-    return out;
-  }
+  Forecast Predict(int64_t now) override { return Value(Features(now), now); }
 
  private:
   struct Snapshot {
     Phase phase = Phase::kLoading;
     std::array<double, kBaseCount> base{};  // by PaladinBase
+    double scale = 0;                       // the workload's own variability (Scale)
   };
 
   // Forgets samples older than one window before `now` (folding them into the maximum before
@@ -300,6 +284,7 @@ class PaladinPredictor final : public Predictor {
     const double avg = (last + p_.history_decay * sum) / (1 + p_.history_decay * weight);
     const double least = p_.idle_share * spec_.request;
     s.base = {std::max(avg, least), std::max(last, least), std::max(max_, least)};
+    s.scale = Scale(now, last - last_min);
     if (last <= least || last <= 0) {
       s.phase = Phase::kIdle;
     } else if (max_before > 0 && last > p_.growth_ratio * max_before) {
@@ -312,13 +297,93 @@ class PaladinPredictor final : public Predictor {
     return s;
   }
 
+  // The forecast for the window starting at `now` from its snapshot `f`: the class model's
+  // conformal quantile at this workload's current level, over the base it finds tightest.
+  Forecast Value(const Snapshot& f, int64_t now) const {
+    Forecast out;
+    out.phase = f.phase;
+    if (f.base[0] <= 0) {
+      out.value = spec_.request;
+      return out;
+    }
+    const double floor = now < oom_floor_until_ ? oom_floor_ : 0;
+    double q_lr = std::log(p_.cold_margin), lo = 0, hi = 0, base = f.base[0];
+    if (p_.cold_margin <= 0) q_lr = kLogRange;
+    const bool own = model_->count(f.phase) >= p_.min_class_windows;
+    if (own || model_->pooled_count() >= p_.min_class_windows) {
+      const double miss_level = MissLevel(now);
+      // A miss level at or below zero asks for certainty: only the request gives it.
+      if (miss_level <= 0 && spec_.request > 0) {
+        out.value = spec_.request;
+        return out;
+      }
+      const int64_t n = own ? model_->count(f.phase) : model_->pooled_count();
+      const double level = ConformalLevel(std::clamp(1 - miss_level, 0.0, 1.0), n);
+      const auto c = p_.scaled_scores ? model_->Choose(f.phase, level, !own, f.base, f.scale)
+                                      : model_->Choose(f.phase, level, !own);
+      base = f.base[static_cast<size_t>(c.base)];
+      if (c.scaled) {
+        out.value = Ceil(spec_, std::max(base + c.log_q * f.scale, floor));
+        out.sigma = f.scale * (c.log_hi - c.log_lo) / 2;
+        return out;
+      }
+      q_lr = c.log_q, lo = c.log_lo, hi = c.log_hi;
+    }
+    out.value = Ceil(spec_, std::max(base * std::exp(q_lr), floor));
+    out.sigma = base * (std::exp(hi) - std::exp(lo)) / 2;
+    return out;
+  }
+
+  // Adaptive conformal inference: the level moves against this workload's own misses, by
+  // aci_rate x (target - missed); over T windows its under-rate is at most the target plus
+  // (1 + aci_rate) / (aci_rate x T) whatever the series does (Gibbs and Candes, 2021).
+  double AciStep() const {
+    if (p_.aci_rate <= 0 || pending_peak_ <= 0) return 0;
+    const double missed = pending_peak_ > pending_forecast_ ? 1.0 : 0.0;
+    return p_.aci_rate * ((1 - p_.quantile) - missed);
+  }
+  // The miss level for a forecast at `now`: a window that ended by then counts even before the
+  // next sample resolves it, so a forecast asked at a window's origin already knows its outcome.
+  double MissLevel(int64_t now) const {
+    return pending_ && now >= next_origin_ ? std::min(1.0, miss_level_ + AciStep()) : miss_level_;
+  }
+
+  // The change between the pending window's peak and the one before, once the pending window
+  // has ended by `now` (0 before: it is not known yet).
+  double PendingChange(int64_t now) const {
+    if (!pending_ || now < next_origin_ || pending_peak_ <= 0 || prev_peak_ < 0) return -1;
+    return std::abs(pending_peak_ - prev_peak_);
+  }
+  // The workload's own variability as of `now`, from its last window and its resolved peaks.
+  double Scale(int64_t now, double last_range) const {
+    double sum = change_sum_;
+    int64_t n = change_count_;
+    if (const double c = PendingChange(now); c >= 0) sum += c, ++n;
+    const double mean_change = n > 0 ? sum / static_cast<double>(n) : 0;
+    const double floor = p_.scale_floor * (spec_.request > 0 ? spec_.request : max_);
+    return std::max({floor, last_range, mean_change});
+  }
+
   void Learn() {
+    // Capped at 1: a workload that never misses even at the lowest score would otherwise wind
+    // the level up without bound and take as long to come back after a change. The cap only
+    // lets it over-cover; its under-rate stays within ACI's bound above the target.
+    miss_level_ = std::min(1.0, miss_level_ + AciStep());
+    if (const double c = PendingChange(next_origin_); c >= 0) change_sum_ += c, ++change_count_;
+    if (pending_peak_ > 0) prev_peak_ = pending_peak_;
     completed_.emplace_back(next_origin_, pending_peak_);
-    const auto& base = pending_features_.base;
-    if (base[0] > 0 && base[1] > 0 && base[2] > 0 && pending_peak_ > 0) {
-      PaladinClassModel::Ratios r;
-      for (size_t b = 0; b < kBaseCount; ++b) r[b] = std::log(pending_peak_ / base[b]);
-      model_->Add(pending_features_.phase, r);
+    const auto& f = pending_features_;
+    if (f.base[0] > 0 && f.base[1] > 0 && f.base[2] > 0 && pending_peak_ > 0) {
+      PaladinClassModel::Ratios r, d;
+      for (size_t b = 0; b < kBaseCount; ++b) {
+        r[b] = std::log(pending_peak_ / f.base[b]);
+        d[b] = f.scale > 0 ? (pending_peak_ - f.base[b]) / f.scale : 0;
+      }
+      if (f.scale > 0) {
+        model_->Add(f.phase, r, d);
+      } else {
+        model_->Add(f.phase, r);
+      }
     }
   }
 
@@ -339,7 +404,14 @@ class PaladinPredictor final : public Predictor {
   int64_t oom_floor_until_ = 0;
   bool pending_ = false;
   Snapshot pending_features_;
+  double pending_forecast_ = 0;
   double pending_peak_ = 0;
+  // The mean absolute change between consecutive resolved window peaks: part of the scale.
+  double prev_peak_ = -1;
+  double change_sum_ = 0;
+  int64_t change_count_ = 0;
+  // This workload's share of windows to under-predict (1 - level): the target, moved by ACI.
+  double miss_level_ = 1 - p_.quantile;
 };
 
 }  // namespace
@@ -365,9 +437,39 @@ double BinUpper(int i) { return -kLogRange + 2 * kLogRange * (i + 1) / PaladinCl
 double BinCentre(int i) {
   return -kLogRange + 2 * kLogRange * (i + 0.5) / PaladinClassModel::kBins;
 }
+// exp(BinCentre(i)), computed once: the expected-slack scan reads it for every bin.
+const std::array<double, PaladinClassModel::kBins>& ExpBinCentres() {
+  static const auto table = [] {
+    std::array<double, PaladinClassModel::kBins> t{};
+    for (int i = 0; i < PaladinClassModel::kBins; ++i) {
+      t[static_cast<size_t>(i)] = std::exp(BinCentre(i));
+    }
+    return t;
+  }();
+  return table;
+}
+
+// Scaled differences: most lie within a few scales of zero; a jump of many times the workload's
+// own variability is clamped at the top (its forecast is then the request in practice).
+constexpr double kScaledLow = -10.0, kScaledHigh = 30.0;
+constexpr double kScaledWidth = (kScaledHigh - kScaledLow) / PaladinClassModel::kScaledBins;
+size_t ScaledBinOf(double x) {
+  const double c = std::clamp(x, kScaledLow, kScaledHigh - 1e-9);
+  return std::min<size_t>(static_cast<size_t>((c - kScaledLow) / kScaledWidth),
+                          PaladinClassModel::kScaledBins - 1);
+}
+double ScaledBinUpper(int i) { return kScaledLow + kScaledWidth * (i + 1); }
+double ScaledBinCentre(int i) { return kScaledLow + kScaledWidth * (i + 0.5); }
 }  // namespace
 
+double ConformalLevel(double q, int64_t n) {
+  if (n <= 0) return 2;
+  const double rank = std::ceil((static_cast<double>(n) + 1) * q - 1e-9);
+  return rank / static_cast<double>(n);
+}
+
 void PaladinClassModel::Add(Phase phase, const Ratios& log_ratios) {
+  if (frozen_) return;
   const auto ph = static_cast<size_t>(phase);
   for (size_t b = 0; b < kBaseCount; ++b) {
     const size_t bin = BinOf(log_ratios[b]);
@@ -379,11 +481,25 @@ void PaladinClassModel::Add(Phase phase, const Ratios& log_ratios) {
   ++version_;
 }
 
+void PaladinClassModel::Add(Phase phase, const Ratios& log_ratios, const Ratios& scaled_diffs) {
+  if (frozen_) return;
+  Add(phase, log_ratios);
+  const auto ph = static_cast<size_t>(phase);
+  for (size_t b = 0; b < kBaseCount; ++b) {
+    const size_t bin = ScaledBinOf(scaled_diffs[b]);
+    ++scaled_[ph][b][bin];
+    if (phase != Phase::kLoading) ++pooled_scaled_[b][bin];
+  }
+  ++scaled_counts_[ph];
+  if (phase != Phase::kLoading) ++pooled_scaled_count_;
+}
+
 double PaladinClassModel::Quantile(const Hist& h, int64_t n, double q) {
   if (n == 0) return 0;
-  // The upper edge of the bin holding the ceil(q * n)-th smallest value.
+  // The upper edge of the bin holding the ceil(q * n)-th smallest value. The tolerance keeps a
+  // level of k / n from reading the (k + 1)-th value through rounding.
   const auto want =
-      std::max<int64_t>(1, static_cast<int64_t>(std::ceil(q * static_cast<double>(n))));
+      std::max<int64_t>(1, static_cast<int64_t>(std::ceil(q * static_cast<double>(n) - 1e-9)));
   int64_t acc = 0;
   for (int i = 0; i < kBins; ++i) {
     acc += h[static_cast<size_t>(i)];
@@ -392,10 +508,23 @@ double PaladinClassModel::Quantile(const Hist& h, int64_t n, double q) {
   return kLogRange;
 }
 
-PaladinClassModel::Choice PaladinClassModel::Choose(Phase phase, double q, bool pooled) const {
+double PaladinClassModel::ScaledQuantile(const ScaledHist& h, int64_t n, double q) {
+  if (n == 0) return 0;
+  const auto want =
+      std::max<int64_t>(1, static_cast<int64_t>(std::ceil(q * static_cast<double>(n) - 1e-9)));
+  int64_t acc = 0;
+  for (int i = 0; i < kScaledBins; ++i) {
+    acc += h[static_cast<size_t>(i)];
+    if (acc >= want) return ScaledBinUpper(i);
+  }
+  return kScaledHigh;
+}
+
+const PaladinClassModel::Cached& PaladinClassModel::Lookup(Phase phase, double q,
+                                                           bool pooled) const {
   const auto ph = static_cast<size_t>(phase);
   Cached& c = cache_[ph][pooled ? 1 : 0];
-  if (c.version == version_ && c.q == q) return c.choice;
+  if (c.version == version_ && c.q == q) return c;
   const int64_t n = pooled ? pooled_count_ : counts_[ph];
   Choice best;
   bool have = false;
@@ -408,16 +537,60 @@ PaladinClassModel::Choice PaladinClassModel::Choose(Phase phase, double q, bool 
     ch.log_q = Quantile(h, n, q);
     ch.log_lo = Quantile(h, n, 0.16);
     ch.log_hi = Quantile(h, n, 0.84);
+    // Only windows below the forecast leave slack: the bins under its quantile.
     const double m = std::exp(ch.log_q);
+    const auto& exp_centre = ExpBinCentres();
     double slack = 0;
-    for (int i = 0; i < kBins; ++i) {
+    for (int i = 0; i < kBins && BinCentre(i) < ch.log_q; ++i) {
       const int32_t k = h[static_cast<size_t>(i)];
-      if (k > 0) slack += k * std::max(0.0, 1 - std::exp(BinCentre(i)) / m);
+      if (k > 0) slack += k * (1 - exp_centre[static_cast<size_t>(i)] / m);
     }
     ch.exp_slack = n > 0 ? slack / static_cast<double>(n) : 0;
     if (!have || ch.exp_slack < best.exp_slack) best = ch, have = true;
   }
-  c = {version_, q, best};
+  c.choice = best;
+  const int64_t ns = pooled ? pooled_scaled_count_ : scaled_counts_[ph];
+  for (size_t b = 0; b < kBaseCount && ns > 0; ++b) {
+    const ScaledHist& h = pooled ? pooled_scaled_[b] : scaled_[ph][b];
+    Choice& ch = c.scaled[b];
+    ch.base = static_cast<PaladinBase>(b);
+    ch.scaled = true;
+    ch.log_q = ScaledQuantile(h, ns, q);
+    ch.log_lo = ScaledQuantile(h, ns, 0.16);
+    ch.log_hi = ScaledQuantile(h, ns, 0.84);
+    double shortfall = 0;
+    for (int i = 0; i < kScaledBins && ScaledBinCentre(i) < ch.log_q; ++i) {
+      const int32_t k = h[static_cast<size_t>(i)];
+      if (k > 0) shortfall += k * (ch.log_q - ScaledBinCentre(i));
+    }
+    c.shortfall[b] = shortfall / static_cast<double>(ns);
+  }
+  c.version = version_;
+  c.q = q;
+  return c;
+}
+
+PaladinClassModel::Choice PaladinClassModel::Choose(Phase phase, double q, bool pooled) const {
+  return Lookup(phase, q, pooled).choice;
+}
+
+PaladinClassModel::Choice PaladinClassModel::Choose(Phase phase, double q, bool pooled,
+                                                    const Ratios& bases, double scale) const {
+  const Cached& c = Lookup(phase, q, pooled);
+  Choice best = c.choice;
+  const auto ph = static_cast<size_t>(phase);
+  const bool complete = pooled ? pooled_scaled_count_ == pooled_count_ && pooled_count_ > 0
+                               : scaled_counts_[ph] == counts_[ph] && counts_[ph] > 0;
+  if (!complete || scale <= 0 || (phase == Phase::kLoading && !pooled)) return best;
+  for (size_t b = 0; b < kBaseCount; ++b) {
+    // A forecast base + x scale over a peak base + y scale leaves (x - y) scale / (base + x
+    // scale) when y < x: the mean shortfall, over the forecast.
+    const double forecast = bases[b] + c.scaled[b].log_q * scale;
+    if (forecast <= 0) continue;
+    Choice ch = c.scaled[b];
+    ch.exp_slack = c.shortfall[b] * scale / forecast;
+    if (ch.exp_slack < best.exp_slack) best = ch;
+  }
   return best;
 }
 

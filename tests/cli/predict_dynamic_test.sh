@@ -63,6 +63,50 @@ sed -i '3s/^[^,]*,[^,]*,/1662858720.0,lots,/' "$WORK/badusage/pod_gpu_memory_use
 expect_error "a bad usage row" "pod_gpu_memory_used_bytes_anon.csv:3" "field 'value'" -- \
   predict eval --usage "$WORK/badusage" --out "$WORK/bad"
 
+# --- predict eval --folds: out of sample ---
+
+run_cv() {
+  local rc=0 out
+  out=$("$PALADIN" predict eval --usage "$USAGE" --folds 3 --seed 5 --bootstrap 200 \
+    --out "$1" 2>&1) || rc=$?
+  if ((rc != 0)) || crashed "$out"; then fail "predict eval --folds: exit $rc: $out"; fi
+}
+run_cv "$WORK/cv1"
+run_cv "$WORK/cv2"
+expect_header "$WORK/cv1/cv_predictors.csv" \
+  "predictor,resource,fold,windows,median_rel_err,p95_rel_err,under_rate,mean_slack,under_rate_lo,under_rate_hi,mean_slack_lo,mean_slack_hi"
+expect_header "$WORK/cv1/cv_tradeoff.csv" \
+  "predictor,resource,knob,value,fold,windows,under_rate,mean_slack,under_rate_lo,under_rate_hi,mean_slack_lo,mean_slack_hi"
+expect_header "$WORK/cv1/cv_frontier.csv" "resource,max_under_rate,predictor,fold,mean_slack,lo,hi"
+expect_header "$WORK/cv1/calibration.csv" \
+  "resource,target_under_rate,windows,under_rate,under_rate_lo,under_rate_hi,mean_slack,within_1_5x"
+expect_header "$WORK/cv1/folds.csv" "resource,pod,fold"
+for f in cv_predictors.csv cv_tradeoff.csv cv_frontier.csv calibration.csv folds.csv; do
+  if cmp -s "$WORK/cv1/$f" "$WORK/cv2/$f"; then pass "$f identical across runs"; else fail "$f differs"; fi
+done
+for r in gpu_mem host_mem; do
+  for p in request peak vpa paladin; do
+    if grep -q "^$p,$r,pooled," "$WORK/cv1/cv_predictors.csv"; then
+      pass "pooled row $p,$r"
+    else
+      fail "no pooled row $p,$r"
+    fi
+  done
+done
+# Folds never share a pod: each pod once per resource, in a fold 0-2, and in the same fold in
+# both resources' files.
+if awk -F, 'NR > 1 { k = $1 "," $2; if (k in seen || $3 < 0 || $3 > 2) bad = 1; seen[k] = 1
+                     if ($2 in fold && fold[$2] != $3) bad = 1; fold[$2] = $3 }
+            END { exit bad }' "$WORK/cv1/folds.csv"; then
+  pass "folds never share a pod"
+else
+  fail "a pod in two folds: $(cat "$WORK/cv1/folds.csv")"
+fi
+expect_error "one fold" "--folds must be 0 (in sample) or 2 to 100" -- \
+  predict eval --usage "$USAGE" --folds 1 --out "$WORK/bad"
+expect_error "a target of 0" "--target-gpu must be in (0, 1)" -- \
+  predict eval --usage "$USAGE" --folds 2 --target-gpu 0 --out "$WORK/bad"
+
 # --- sim dynamic, on the first 1,500 pods of the default list ---
 
 head -n 1501 "$DATA/alibaba-gpu-2023/openb_pod_list_default.csv" >"$WORK/pods.csv"

@@ -310,7 +310,9 @@ TEST(PaladinPredictorTest, SharedClassModelLearnsThePeriodicPeak) {
   // The same workload alone, with a class model of its own: still cold.
   auto alone =
       MakePaladinPredictor(spec, PaladinPredictorParams{}, std::make_shared<PaladinClassModel>());
-  const int64_t end = 6 * kHour;  // 8 x 4 resolved active windows: more than 30
+  // 8 x 8 resolved active windows: enough for the default 0.98 quantile's finite-sample
+  // correction (ceil(65 x 0.98) = 64 of 64); with fewer, no finite reading would cover it.
+  const int64_t end = 10 * kHour;
   for (int64_t t = 0; t < end; t += kStep) {
     for (size_t i = 0; i < fleet.size(); ++i) {
       fleet[i]->Observe(t, Square(t, 420 * static_cast<int64_t>(i)));

@@ -7,9 +7,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "paladin/core/predict.h"
@@ -71,8 +73,71 @@ struct PredictorStudy {
   std::vector<std::pair<std::string, PredictorMetrics>> defaults;  // in the order asked
   std::vector<TradeoffPoint> tradeoff;
 };
+// `paladin` is paladin's parameters, which its sweep varies the quantile of.
 StatusOr<PredictorStudy> StudyPredictors(std::span<const UsageSeries> series,
                                          const ResourceSpec& spec,
-                                         const std::vector<std::string>& names, bool sweep);
+                                         const std::vector<std::string>& names, bool sweep,
+                                         const PaladinPredictorParams& paladin = {});
+
+// --- out of sample: K folds by pod ------------------------------------------------------------
+
+// The fold (0 .. folds-1) of the workload `id`: a hash of the id and the seed, so a pod falls in
+// the same fold in every resource's file and the split does not depend on which pods are read.
+int FoldOf(std::string_view id, int folds, uint64_t seed);
+
+// One predictor setting scored out of sample. `prepare` is called once per fold with the series
+// of the other folds, the only ones it may learn from, and returns the maker for the held-out
+// fold's series (paladin: a class model trained on the others, then frozen).
+struct Candidate {
+  std::string predictor;
+  std::string knob = "default";
+  double value = 0;
+  bool is_default = true;
+  std::function<PredictorMaker(std::span<const UsageSeries> training)> prepare;
+};
+
+// A candidate for each named predictor with its defaults (paladin at `paladin`), and when
+// `sweep` each one again along its knob as in StudyPredictors.
+StatusOr<std::vector<Candidate>> MakeCandidates(const std::vector<std::string>& names, bool sweep,
+                                                const PaladinPredictorParams& paladin,
+                                                const ResourceSpec& spec);
+
+struct CrossValidation {
+  int folds = 0;
+  std::vector<int32_t> fold_of;  // by series index
+  // By candidate: every held-out window, each scored by the candidate prepared without its fold.
+  std::vector<std::vector<WindowScore>> windows;
+};
+// Each fold's series are replayed (in one global time order, as EvaluateRolling does) with every
+// candidate prepared on the other folds. Series with no samples are left out of every fold.
+CrossValidation CrossValidate(std::span<const UsageSeries> series, const ResourceSpec& spec,
+                              std::span<const Candidate> candidates, int folds, uint64_t seed);
+
+// The windows of `fold` only (-1: all).
+std::vector<WindowScore> FoldWindows(const CrossValidation& cv, size_t candidate, int fold);
+
+// A percentile bootstrap over pods: `resamples` draws of as many pods as scored, with
+// replacement (seeded, deterministic); the same draws for every candidate, so intervals of two
+// predictors are paired. A statistic that does not exist in a draw (no setting reaches the
+// under-rate) counts as +infinity.
+struct Interval {  // NaN when there were no draws
+  double lo = std::numeric_limits<double>::quiet_NaN();
+  double hi = std::numeric_limits<double>::quiet_NaN();
+};
+class PodBootstrap {
+ public:
+  PodBootstrap(const CrossValidation& cv, int resamples, uint64_t seed);
+  // Of the candidate's pooled under-rate and mean slack.
+  Interval UnderRate(size_t candidate, double level = 0.95) const;
+  Interval MeanSlack(size_t candidate, double level = 0.95) const;
+  // Of the least mean slack among `candidates` whose under-rate is at most max_under.
+  Interval Frontier(std::span<const size_t> candidates, double max_under,
+                    double level = 0.95) const;
+
+ private:
+  static Interval Percentiles(std::vector<double> v, double level);
+  // [candidate][draw]: the pooled under-rate and mean slack of the draw's pods.
+  std::vector<std::vector<double>> under_, slack_;
+};
 
 }  // namespace paladin::core
