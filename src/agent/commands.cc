@@ -94,6 +94,13 @@ Workload* Agent::Claim(const Json& c, Status* why) {
     *why = FailedPrecondition("job " + id + " has exited");
   } else if (w->frozen) {
     *why = FailedPrecondition("job " + id + " is frozen (no contact with the server)");
+  } else if (w->incoming_migration != 0 || w->outgoing_migration != 0) {
+    // A copy a previous agent left in a move is stopped until the server says which copy runs
+    // (SettleInterruptedMoves); a checkpoint now would time out on its stopped GPU state, or
+    // dump it stopped and record that stop as the job's own, leaving it stopped after the move
+    // is settled.
+    *why = FailedPrecondition("job " + id +
+                              " is in a move a previous agent left unsettled; asking the server");
   } else {
     w->busy = true;
     return w;
