@@ -96,6 +96,7 @@ core::PaladinPredictorParams PaladinParams(const EvalArgs& a, const Resource& r)
 
 std::vector<std::string> CanonicalNames(const std::vector<std::string>& names) {
   std::vector<std::string> out;
+  out.reserve(names.size());
   for (const auto& n : names) out.push_back(core::PredictorFactory::ForName(n)->name());
   return out;
 }
@@ -202,6 +203,7 @@ Status Folded(const EvalArgs& a, const Resource& r, const std::vector<std::strin
   std::vector<std::pair<std::string, core::PredictorMetrics>> pooled_defaults;
   std::vector<core::TradeoffPoint> pooled_tradeoff;
   std::vector<int> folds;
+  folds.reserve(static_cast<size_t>(a.folds) + 1);
   for (int k = 0; k < a.folds; ++k) folds.push_back(k);
   folds.push_back(-1);
   for (const int fold : folds) {
@@ -248,8 +250,11 @@ Status Folded(const EvalArgs& a, const Resource& r, const std::vector<std::strin
           const auto ci = boot.Frontier(of, u / 100.0);
           iv = Num(ci.lo) + "," + Num(ci.hi);
         }
-        out->cv_frontier += std::string(r.name) + "," + Num(u / 100.0, 2) + "," + name + "," +
-                            FoldName(fold) + "," + Num(slack) + "," + iv + "\n";
+        std::string row = std::string(r.name) + ",";
+        row += Num(u / 100.0, 2) + "," + name + ",";
+        row += FoldName(fold) + "," + Num(slack) + ",";
+        row += iv + "\n";
+        out->cv_frontier += row;
       }
     }
     if (fold < 0) pooled_tradeoff = std::move(tradeoff);

@@ -290,7 +290,7 @@ class TrainedModels {
 };
 
 Candidate PaladinCandidate(const PaladinPredictorParams& params, const ResourceSpec& spec,
-                           std::shared_ptr<TrainedModels> trained) {
+                           const std::shared_ptr<TrainedModels>& trained) {
   Candidate c;
   c.predictor = "paladin";
   c.prepare = [params, spec, trained](std::span<const UsageSeries> training) -> PredictorMaker {
