@@ -50,6 +50,13 @@ if ((EUID != 0)); then
   echo "SKIP: the ZDTM tests need root (PID namespaces, CRIU)"
   exit 77
 fi
+# A move mounts a tmpfs over the run base: in a mount namespace of this run's own, so that no job
+# of another test, started meanwhile, takes that mount into its own namespace (docs/ckpt.md,
+# "Known limits").
+if [[ -n ${ZDTM_MIGRATE:-} && $ZDTM_MIGRATE != shared && -z ${PALADIN_ZDTM_OWN_MOUNTS:-} ]]; then
+  PALADIN_ZDTM_OWN_MOUNTS=1 exec unshare --mount --propagation private -- \
+    bash "$0" "$PALADIN" "$INIT" "$CACHE" "$LIST" "$EXPECTED" "$@"
+fi
 if [[ -z ${PALADIN_CRIU:-} && ! -x /opt/paladin/criu/criu ]] && ! command -v criu >/dev/null; then
   echo "SKIP: no CRIU (install it with scripts/criu.sh)"
   exit 77
