@@ -529,6 +529,9 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
   const GpuCheckpointer* gpu = driver->get();
   ClearForeignControlFiles(job->gpu, job->emu_state, pids);
   std::vector<pid_t> cuda = gpu != nullptr ? gpu->CudaProcesses(pids) : std::vector<pid_t>();
+  if (options.lazy_port > 0 && !cuda.empty()) {
+    return fail(FailedPrecondition("post-copy moves of jobs with GPU state are not supported"));
+  }
   // What the job holds on which GPU, while it still holds it.
   Manifest manifest = Describe(*job, criu, job->pid);
   manifest.uid = CommandUid(pids);
@@ -583,6 +586,10 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
   dump.parent_images = parent.empty() ? "" : parent;
   dump.timeout_s = options.timeout_s;
   if (!job->run_dir.empty()) dump.failed_log = job->run_dir + "/criu-dump.log";
+  dump.lazy_port = options.lazy_port;
+  dump.lazy_address = options.lazy_address;
+  dump.lazy_log = options.lazy_log;
+  dump.lazy_dump = options.lazy_dump;
   // Nothing outside the job is dumped with it: its connections to outside peers are closed now,
   // the peers see a reset (docs/ckpt.md, "Sockets").
   StatusOr<std::vector<TcpConnection>> connections = JobConnections(pids);
@@ -714,6 +721,7 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
   // a destination that dies mid-restore leaves no running copy.
   restore.leave_stopped = options.leave_stopped && !has_gpu;
   restore.timeout_s = options.timeout_s;
+  restore.lazy_pages = options.lazy_pages;
   // The init held its agent's lease: it follows the restoring agent's now, or none.
   int no_lease = -1;
   if (!m->lease.empty()) {

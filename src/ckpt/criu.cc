@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "paladin/ckpt/subprocess.h"
 
@@ -28,6 +30,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kPrefixCriu = "/opt/paladin/criu/criu";
+constexpr const char* kPrefixLazyCriu = "/opt/paladin/criu-lazy/criu";
 constexpr int kCapSysResource = 24;  // CAP_SYS_RESOURCE, <linux/capability.h>
 
 // CRIU's first error line (what went wrong first; later ones are its consequences) and where its
@@ -438,6 +441,21 @@ Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOpti
   }
   if (options.leave_running && !options.pre_dump) argv.emplace_back("--leave-running");
   if (options.leave_stopped) argv.emplace_back("--leave-stopped");
+  if (options.lazy_port > 0 && !options.pre_dump) {
+    // The log goes outside the image: the image is sent while the dump still writes it.
+    argv[7] = options.lazy_log;
+    argv[8] = "-v3";  // -v4 logs every page served, which slows the transfer
+    argv.insert(argv.end(), {"--lazy-pages", "--address", options.lazy_address, "--port",
+                             std::to_string(options.lazy_port)});
+    StatusOr<pid_t> dump = StartServing(criu, argv, options.lazy_log, options.timeout_s);
+    if (!dump.ok()) {
+      return Status(dump.status().code(), "criu dump --lazy-pages of pid " + std::to_string(root) +
+                                              ": " + dump.status().message() +
+                                              DumpHint(criu, options.lazy_log));
+    }
+    if (options.lazy_dump != nullptr) *options.lazy_dump = *dump;
+    return Status::Ok();
+  }
   SubprocessResult r = RunBounded(argv, criu.Env(), options.timeout_s);
   std::string log = dir + (options.pre_dump ? "/pre-dump.log" : "/dump.log");
   if ((r.timed_out || r.exit_code != 0) && !options.failed_log.empty()) {
@@ -470,6 +488,7 @@ StatusOr<pid_t> Restore(const Criu& criu, const std::string& dir, const RestoreO
   argv.emplace_back(HoldsTcpStreams(dir) ? "--tcp-established" : "--tcp-close");
   argv.insert(argv.end(), {"--network-lock", criu.network_lock});
   if (options.leave_stopped) argv.emplace_back("--leave-stopped");
+  if (options.lazy_pages) argv.emplace_back("--lazy-pages");
   // CRIU must inherit them: dup() drops close-on-exec. CRIU's key is the path without its '/'.
   std::vector<int> passed;
   for (const auto& [fd, path] : options.inherit_fds) {
@@ -512,6 +531,124 @@ StatusOr<pid_t> Restore(const Criu& criu, const std::string& dir, const RestoreO
   pid_t pid = 0;
   if (!(in >> pid) || pid <= 0) return Internal("criu restore wrote no pid to " + pidfile);
   return pid;
+}
+
+std::string CriuPatches(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  for (int i = 0; i < 5 && std::getline(in, line); ++i) {
+    if (line.find("criu-patches") == std::string::npos) continue;
+    // "... with scripts/criu-patches (patches 4f38f0575b8a1f61),"
+    for (size_t at = line.find("patches "); at != std::string::npos;
+         at = line.find("patches ", at + 1)) {
+      std::string hash;
+      for (size_t c = at + 8; c < line.size() && isxdigit(static_cast<unsigned char>(line[c]));
+           ++c) {
+        hash += line[c];
+      }
+      if (hash.size() >= 8) return hash;
+    }
+  }
+  return "";
+}
+
+StatusOr<Criu> LazyCriu(const Criu& criu) {
+  std::vector<std::string> candidates = {criu.path};
+  if (const char* p = getenv("PALADIN_CRIU_LAZY"); p != nullptr && p[0] != '\0') {
+    candidates.emplace_back(p);
+  }
+  candidates.emplace_back(kPrefixLazyCriu);
+  std::string tried;
+  for (const std::string& path : candidates) {
+    const std::string patches = CriuPatches(path);
+    if (patches.empty()) {
+      tried += "\n  " + path + ": " + (IsFile(path) ? "without Paladin's patches" : "not there");
+      continue;
+    }
+    Criu lazy = criu;
+    lazy.path = path;
+    lazy.lazy_patches = patches;
+    SubprocessResult r = RunBounded({path, "check", "--feature", "uffd-noncoop"}, lazy.Env(), 10);
+    if (r.exit_code != 0) {
+      tried += "\n  " + path + ": `criu check --feature uffd-noncoop` fails (no userfaultfd here?)";
+      continue;
+    }
+    return lazy;
+  }
+  return FailedPrecondition(
+      "post-copy moves need a CRIU with Paladin's patches (build it with bash "
+      "scripts/criu_lazy.sh, into /opt/paladin/criu-lazy; or set PALADIN_CRIU_LAZY):" +
+      tried);
+}
+
+StatusOr<pid_t> StartServing(const Criu& criu, std::vector<std::string> argv,
+                             const std::string& log, double ready_s) {
+  int status[2];
+  if (pipe2(status, O_CLOEXEC) != 0) return IoError(std::string("pipe: ") + strerror(errno));
+  argv.insert(argv.end(), {"--status-fd", "3"});
+  std::vector<std::pair<std::string, std::string>> env = criu.Env();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(status[0]);
+    close(status[1]);
+    return IoError(std::string("fork: ") + strerror(errno));
+  }
+  if (pid == 0) {
+    setpgid(0, 0);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    const int null = open("/dev/null", O_RDWR);
+    for (int fd = 0; fd < 3 && null >= 0; ++fd) dup2(null, fd);
+    dup2(status[1], 3);  // dup2 clears close-on-exec
+    std::vector<char*> args;
+    for (std::string& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  close(status[1]);
+  pollfd p{status[0], POLLIN, 0};
+  int polled;
+  do {
+    polled = poll(&p, 1, static_cast<int>(ready_s * 1000));
+  } while (polled < 0 && errno == EINTR);
+  char byte = 1;
+  const bool ready = polled == 1 && read(status[0], &byte, 1) == 1;
+  close(status[0]);
+  if (ready) return pid;
+  kill(-pid, SIGKILL);
+  int ws = 0;
+  waitpid(pid, &ws, 0);
+  return Internal(std::string(polled == 0 ? "never said it was ready" : "ended before it was ready") +
+                  ErrorReport(log));
+}
+
+StatusOr<pid_t> StartLazyPages(const Criu& criu, const std::string& dir, const std::string& host,
+                               int port) {
+  const std::string log = fs::absolute(dir).string() + "/lazy-pages.log";
+  return StartServing(criu,
+                      {criu.path, "lazy-pages", "--page-server", "--address", host, "--port",
+                       std::to_string(port), "-D", dir, "-o", log, "-v3"},
+                      log, 60);
+}
+
+Status ServingResult(pid_t pid, const std::string& what, const std::string& log, double timeout_s) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  int ws = 0;
+  for (;;) {
+    const pid_t got = waitpid(pid, &ws, WNOHANG);
+    if (got == pid) break;
+    if (got < 0) return Internal(what + ": cannot wait for pid " + std::to_string(pid));
+    if (std::chrono::steady_clock::now() >= until) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &ws, 0);
+      return Internal(what + " still running after " + std::to_string(static_cast<int>(timeout_s)) +
+                      " s; killed" + ErrorReport(log));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0) return Status::Ok();
+  const int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+  return Internal(what + " failed (exit " + std::to_string(code) + "):" + ErrorReport(log));
 }
 
 }  // namespace paladin::ckpt

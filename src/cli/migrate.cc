@@ -28,6 +28,9 @@ struct MigrateArgs {
   FleetFlags fleet;  // a server's job (j-NNNNNN) moves through the server
   bool no_wait = false;
   double outcome_timeout_s = 600;
+  bool lazy = false;
+  std::string lazy_address = "0.0.0.0";
+  int lazy_port = 0;
 };
 
 // This program, for the keeper of a move's side (`paladin migrate-keeper`).
@@ -58,7 +61,18 @@ int RunMigrate(const MigrateArgs& a) {
     Say("migrate", criu.status().message());
     return 1;
   }
+  if (a.lazy) {
+    // Both sides need Paladin's patches: without them a failed transfer leaves two copies.
+    criu = ckpt::LazyCriu(*criu);
+    if (!criu.ok()) {
+      Say("migrate", "--lazy: " + criu.status().message());
+      return 1;
+    }
+  }
   migrate::MigrateOptions options;
+  options.lazy = a.lazy;
+  options.lazy_address = a.lazy_address;
+  options.lazy_port = a.lazy_port;
   options.host = to->first;
   options.port = to->second;
   options.token = *token;
@@ -72,6 +86,14 @@ int RunMigrate(const MigrateArgs& a) {
   if (!report.ok()) {
     Say("migrate", report.status().message());
     return 1;
+  }
+  if (a.lazy) {
+    std::printf("moved %s to %s (pid %lld there) post-copy: pause %.2f s, total %.2f s until "
+                "every page arrived and this copy was released; %s%s\n",
+                job->name.c_str(), a.peer.c_str(), report->remote_pid, report->pause_s,
+                report->total_s, report->times.Describe().c_str(),
+                report->image.empty() ? "" : ("; image kept in " + report->image).c_str());
+    return 0;
   }
   std::printf("moved %s to %s (pid %lld there): pause %.2f s; %s%s\n", job->name.c_str(),
               a.peer.c_str(), report->remote_pid, report->pause_s, report->times.Describe().c_str(),
@@ -150,12 +172,31 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
                    "here is dropped and the image kept)")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 86400.0));
+  migrate->add_flag("--lazy", m->lazy,
+                    "Post-copy (--peer only): the job resumes there at once and pulls its memory "
+                    "from its stopped copy here, which is released once every page arrived "
+                    "(needs the CRIU of scripts/criu_lazy.sh on both sides; "
+                    "docs/lazy_migration.md)");
+  migrate
+      ->add_option("--lazy-address", m->lazy_address,
+                   "--lazy: the address the page server listens on")
+      ->capture_default_str();
+  migrate
+      ->add_option("--lazy-port", m->lazy_port,
+                   "--lazy: the page server's port (default: the peer's PORT+2)")
+      ->check(CLI::Range(1, 65535));
   migrate->add_option("--work-dir", m->work_dir,
                       "Where the image is written (default: the "
                       "job's run directory)");
   migrate->callback([m, exit_code] {
     if (!m->peer.empty()) {
       *exit_code = RunMigrate(*m);
+      return;
+    }
+    if (m->lazy) {
+      Say("migrate", "--lazy moves a job of this machine directly: give --peer HOST:PORT (a "
+                     "server's job moves by image)");
+      *exit_code = 2;
       return;
     }
     if (m->to.empty()) {

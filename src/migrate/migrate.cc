@@ -1,8 +1,10 @@
 #include "paladin/migrate/migrate.h"
 
+#include <netdb.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <arpa/inet.h>
 
 #include <algorithm>
 #include <atomic>
@@ -13,6 +15,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "paladin/ckpt/cgroup.h"
@@ -197,10 +200,108 @@ Status SettleSource(ckpt::JobRecord* job, MoveState* st, const std::string& stat
                      st->image + " (paladin restore it if it runs nowhere)");
 }
 
+// The source's side of a post-copy move once the destination holds the job, restored without
+// its memory and stopped: the job runs there at once, and this copy, stopped, serves its pages
+// (the dump, `lazy_dump`) until the destination has them all. Only then, and only if the
+// destination's copy still runs, is this copy released; a copy that died there leaves the job to
+// resume here, and a transfer that failed has the destination's copy killed before this one
+// resumes: never two copies at once (docs/lazy_migration.md).
+StatusOr<MigrateReport> PostCopy(ckpt::JobRecord* job, Channel* channel, MoveState* st,
+                                 const std::string& state_file, Keeper* keeper, pid_t lazy_dump,
+                                 const std::string& lazy_log, const MigrateOptions& options,
+                                 std::chrono::steady_clock::time_point paused,
+                                 MigrateReport* report, const std::string& remote_pid,
+                                 const std::function<void()>& cleanup,
+                                 const ckpt::Progress& progress) {
+  auto save = [&](const std::string& step) {
+    st->step = step;
+    return SaveState(state_file, *st);
+  };
+  auto resume_here = [&](const std::string& why) -> Status {
+    Status s = ResumeHere(job, 0);
+    (void)save("resumed");
+    (void)channel->Send("BYE " + st->id);
+    keeper->Done();
+    cleanup();
+    std::error_code ec;
+    fs::remove(lazy_log, ec);
+    return FailedPrecondition(why + "; " +
+                              (s.ok() ? "the job resumed here" : "resuming it failed: " + s.message()));
+  };
+  // The keeper leaves a copy in this step stopped: it cannot know whether the pages all went.
+  (void)save("serving");
+  job->state = "moving";
+  (void)ckpt::WriteJob(*job);
+  StatusOr<std::string> resumed = CallOrDrop(channel, "RESUME", "RESUME", kAnswerTimeoutS);
+  if (!resumed.ok() && resumed.status().code() == StatusCode::kInternal &&
+      resumed.status().message().rfind("aborted", 0) == 0) {
+    kill(-lazy_dump, SIGKILL);
+    (void)ckpt::ServingResult(lazy_dump, "the post-copy dump", lazy_log, 10);
+    job->state = "stopped";
+    return resume_here("the destination did not take the job (" + resumed.status().message() + ")");
+  }
+  if (resumed.ok()) {
+    report->pause_s = Since(paused);
+    progress("the job runs at the destination after a pause of " + std::to_string(report->pause_s) +
+             " s; its memory follows from this stopped copy");
+  } else {
+    progress("no answer to RESUME (" + resumed.status().message() +
+             "); the job stays stopped here while its pages are served");
+  }
+  const auto serving = std::chrono::steady_clock::now();
+  Status pages = ckpt::ServingResult(lazy_dump, "the post-copy dump", lazy_log,
+                                     options.lazy_timeout_s);
+  report->times.seconds.emplace_back("post-copy pages", Since(serving));
+  if (pages.ok()) {
+    // Every page left; the destination says whether its copy took them all and still runs.
+    StatusOr<std::string> there = channel->Call("PAGES-DONE " + st->id, 120);
+    if (there.ok()) {
+      report->total_s = Since(paused);
+      Release(job);
+      (void)save("done");
+      (void)channel->Send("BYE " + st->id);
+      keeper->Done();
+      job->state = "moved";
+      job->image = options.host + ":" + std::to_string(options.port) + " pid " + remote_pid;
+      (void)ckpt::WriteJob(*job);
+      if (options.keep_image) report->image = st->image;
+      cleanup();
+      std::error_code ec;
+      fs::remove(lazy_log, ec);
+      fs::remove(state_file, ec);
+      return *report;
+    }
+    if (there.status().code() == StatusCode::kInternal) {
+      job->state = "stopped";
+      return resume_here("the destination's copy ended before every page had reached it (" +
+                         there.status().message() +
+                         "): what the job did there since the move is lost");
+    }
+    (void)save("in_doubt");
+    return Unavailable("every page was sent but the destination did not say whether its copy runs (" +
+                       there.status().message() + "): the job stays stopped here (pid " +
+                       std::to_string(job->pid) + ")");
+  }
+  progress("the page transfer failed (" + pages.message() + "); stopping the destination's copy");
+  StatusOr<std::string> dropped = channel->Call("PAGES-FAILED " + st->id, 120);
+  if (dropped.ok()) {
+    job->state = "stopped";
+    return resume_here("the page transfer failed; the destination's copy was killed");
+  }
+  (void)save("in_doubt");
+  return Unavailable("the page transfer failed (" + pages.message() +
+                     ") and the destination did not confirm that its copy was killed (" +
+                     dropped.status().message() + "): the job stays stopped here (pid " +
+                     std::to_string(job->pid) + ")");
+}
+
 }  // namespace
 
 StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
                                 const MigrateOptions& options, const ckpt::Progress& progress) {
+  if (options.lazy && options.commit) {
+    return InvalidArgument("post-copy moves are direct moves only (paladin migrate --peer)");
+  }
   MigrateReport report;
   const std::string image =
       options.work_dir + "/" + job->name + "-" + std::to_string(time(nullptr)) + ".image";
@@ -234,10 +335,35 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
 
   ckpt::CheckpointOptions checkpoint;
   checkpoint.after = ckpt::CheckpointOptions::After::kLeaveStopped;
-  progress("checkpointing " + job->name + " (it stays stopped here until the move commits)");
+  // Post-copy: the dump goes on running after CheckpointJob, serving the job's memory.
+  pid_t lazy_dump = 0;
+  const std::string lazy_log = image + ".dump.log";
+  const int lazy_port = options.lazy_port > 0 ? options.lazy_port : options.port + 2;
+  if (options.lazy) {
+    checkpoint.lazy_port = lazy_port;
+    checkpoint.lazy_address = options.lazy_address;
+    checkpoint.lazy_log = lazy_log;
+    checkpoint.lazy_dump = &lazy_dump;
+    report.mode = "post-copy";
+  }
+  // Before the destination may run the job: killing the dump lets the tree go (CRIU held it).
+  auto stop_dump = [&] {
+    if (lazy_dump <= 0) return;
+    kill(-lazy_dump, SIGKILL);
+    (void)ckpt::ServingResult(lazy_dump, "the post-copy dump", lazy_log, 10);
+    lazy_dump = 0;
+  };
+  progress("checkpointing " + job->name + " (it stays stopped here until the move commits)" +
+           (options.lazy ? "; post-copy: its memory stays here, served on " +
+                               options.lazy_address + ":" + std::to_string(lazy_port)
+                         : ""));
   const auto paused = std::chrono::steady_clock::now();
   StatusOr<ckpt::PhaseTimes> times = ckpt::CheckpointJob(criu, job, image, checkpoint, progress);
   if (!times.ok()) {
+    if (lazy_dump > 0) {
+      stop_dump();
+      (void)ResumeHere(job, 1);
+    }
     (void)save("resumed");  // the job keeps running
     keeper.Done();
     return times.status();
@@ -257,6 +383,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   StatusOr<transfer::SendReport> sent =
       transfer::SendImage(image, options.host, options.port, send, nullptr);
   if (!sent.ok()) {
+    stop_dump();
     cleanup();
     return Abandon(job, nullptr, sent.status(), &st, state_file, &keeper, progress);
   }
@@ -265,20 +392,26 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
 
   StatusOr<Channel> channel = Channel::Connect(options.host, options.port + 1, 60);
   if (!channel.ok()) {
+    stop_dump();
     cleanup();
     return Abandon(job, nullptr, channel.status(), &st, state_file, &keeper, progress);
   }
   StatusOr<std::string> hello = channel->Call("TOKEN " + options.token, 30);
   if (hello.ok()) hello = channel->Call("BEGIN " + st.id, 30);
   if (!hello.ok()) {
+    stop_dump();
     cleanup();
     return Abandon(job, &*channel, hello.status(), &st, state_file, &keeper, progress);
   }
   (void)save("restoring");
   progress("the destination verified the image; restoring it there, stopped");
   const auto restoring = std::chrono::steady_clock::now();
-  StatusOr<std::string> restored = CallOrDrop(&*channel, "RESTORE", "RESTORE", kAnswerTimeoutS);
+  StatusOr<std::string> restored = CallOrDrop(
+      &*channel, "RESTORE",
+      options.lazy ? "RESTORE LAZY " + std::to_string(lazy_port) : std::string("RESTORE"),
+      kAnswerTimeoutS);
   if (!restored.ok()) {
+    stop_dump();
     cleanup();
     return Abandon(job, &*channel,
                    Status(restored.status().code(), "the destination could not restore the job: " +
@@ -288,6 +421,11 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   report.remote_pid = std::atoll(restored->c_str());
   report.times.seconds.emplace_back("remote restore", Since(restoring));
   CrashPoint("src-after-restore");
+  if (options.lazy) {
+    report.total_s = 0;
+    return PostCopy(job, &*channel, &st, state_file, &keeper, lazy_dump, lazy_log, options, paused,
+                    &report, *restored, cleanup, progress);
+  }
 
   auto released = [&]() -> StatusOr<MigrateReport> {
     report.pause_s = Since(paused);
@@ -436,6 +574,46 @@ struct Destination {
   ckpt::JobRecord job;
   bool restored = false;
   bool answered_restore = false;  // the source may have sent RESUME: it may ask what became of it
+  // Post-copy: the page puller (`criu lazy-pages`, this process's child) and its watcher, which
+  // kills the restored copy the moment the puller fails: the copy would read zeros where pages
+  // had not arrived.
+  pid_t lazyd = 0;
+  std::string lazy_log;
+  std::thread watcher;
+  std::atomic<bool> lazy_over{false};
+  std::atomic<bool> lazy_failed{false};
+  std::string lazy_error;  // read once lazy_over
+
+  void WatchLazyPages() {
+    watcher = std::thread([this] {
+      Status s = ckpt::ServingResult(lazyd, "criu lazy-pages", lazy_log, 7 * 24 * 3600.0);
+      if (!s.ok()) {
+        KillTree(job.pid);
+        lazy_error = s.message();
+        lazy_failed.store(true);
+        progress("the page transfer failed; the restored copy was killed: " + s.message());
+      }
+      lazy_over.store(true);
+    });
+  }
+  // Waits for the puller to end (killing it after `wait_s`).
+  void EndLazyPages(double wait_s) {
+    if (!watcher.joinable()) return;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
+    while (!lazy_over.load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!lazy_over.load()) kill(-lazyd, SIGKILL);
+    watcher.join();
+  }
+  bool CopyRuns() const {
+    std::ifstream in("/proc/" + std::to_string(job.pid) + "/stat");
+    std::string stat;
+    if (job.pid <= 0 || !std::getline(in, stat)) return false;
+    const size_t paren = stat.rfind(')');
+    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z' &&
+           stat[paren + 2] != 'X';
+  }
 
   Status Save(const std::string& step) {
     st.step = step;
@@ -472,6 +650,35 @@ struct Destination {
                                   "); the restored copy was dropped");
   }
 
+  // Post-copy: starts the page puller for the source's page server on `port_text`, at the
+  // command connection's peer address; returns the CRIU to restore with.
+  StatusOr<ckpt::Criu> StartPuller(const Channel& channel, const std::string& port_text) {
+    char* end = nullptr;
+    const long port = std::strtol(port_text.c_str(), &end, 10);
+    if (end == port_text.c_str() || *end != '\0' || port <= 0 || port > 65535) {
+      return InvalidArgument("RESTORE LAZY needs a port, got '" + port_text + "'");
+    }
+    StatusOr<ckpt::Criu> lazy = ckpt::LazyCriu(criu);
+    if (!lazy.ok()) return lazy.status();
+    sockaddr_storage peer{};
+    socklen_t len = sizeof(peer);
+    char host[INET6_ADDRSTRLEN] = {};
+    if (getpeername(channel.fd(), reinterpret_cast<sockaddr*>(&peer), &len) != 0 ||
+        getnameinfo(reinterpret_cast<sockaddr*>(&peer), len, host, sizeof(host), nullptr, 0,
+                    NI_NUMERICHOST) != 0) {
+      return IoError("cannot tell the source's address");
+    }
+    lazy_log = image + "/lazy-pages.log";
+    progress("post-copy: pulling the job's memory from " + std::string(host) + ":" +
+             std::to_string(port) + " (CRIU patches " + lazy->lazy_patches + ")");
+    StatusOr<pid_t> puller = ckpt::StartLazyPages(*lazy, image, host, static_cast<int>(port));
+    if (!puller.ok()) {
+      return Status(puller.status().code(), "criu lazy-pages: " + puller.status().message());
+    }
+    lazyd = *puller;
+    return lazy;
+  }
+
   // Carries out the source's commands until RESUME, ABORT or BYE. OK: the job runs here.
   Status Obey(Channel* channel) {
     for (;;) {
@@ -481,17 +688,31 @@ struct Destination {
         if (st.step == "aborted") return FailedPrecondition("the move was aborted");
         return SourceGone(command.status());
       }
-      if (*command == "RESTORE" && !restored && st.step == "received") {
+      const bool lazy = command->rfind("RESTORE LAZY ", 0) == 0;
+      if ((*command == "RESTORE" || lazy) && !restored && st.step == "received") {
         (void)Save("restoring");
+        StatusOr<ckpt::Criu> lazy_criu = criu;
+        if (lazy) {
+          lazy_criu = StartPuller(*channel, command->substr(13));
+          if (!lazy_criu.ok()) {
+            (void)Save("aborted");
+            (void)channel->Send("ERR " + lazy_criu.status().message());
+            return lazy_criu.status();
+          }
+        }
         ckpt::RestoreOptions2 restore;
+        restore.lazy_pages = lazy;
         restore.gpu_map = options.gpu_map;
         restore.placement = options.placement;
         restore.leave_stopped = true;
         restore.verified = true;  // by the transfer, as it committed the image
         restore.lease_fd = options.lease_fd;
         ckpt::PhaseTimes times;
-        StatusOr<ckpt::JobRecord> got = ckpt::RestoreJob(criu, image, restore, progress, &times);
+        StatusOr<ckpt::JobRecord> got =
+            ckpt::RestoreJob(*lazy_criu, image, restore, progress, &times);
         if (!got.ok()) {
+          if (lazyd > 0) kill(-lazyd, SIGKILL);
+          if (lazyd > 0) (void)ckpt::ServingResult(lazyd, "criu lazy-pages", lazy_log, 10);
           (void)Save("aborted");
           (void)channel->Send("ERR " + got.status().message());
           return got.status();
@@ -500,6 +721,7 @@ struct Destination {
         restored = true;
         st.pid = job.pid;
         st.run_dir = job.run_dir;
+        if (lazyd > 0) WatchLazyPages();
         (void)Save("restored");
         if (options.restored) options.restored(job);
         if (Status sent = SendOrDrop(channel, "RESTORE-answer", "OK " + std::to_string(job.pid));
@@ -528,6 +750,25 @@ struct Destination {
         (void)SendOrDrop(channel, "RESUME-answer", "OK");
         // The fleet form: the owner's row says who runs the job; nothing more to hear.
         if (options.resolve) return Status::Ok();
+      } else if (command->rfind("PAGES-", 0) == 0 && lazyd > 0 && st.step == "committed") {
+        // The source's dump ended: with success, every page left it (and the puller, which said
+        // so, ends); the copy here must still run for the move to hold.
+        const bool done = command->rfind("PAGES-DONE ", 0) == 0;
+        if (!done) KillTree(job.pid);
+        EndLazyPages(done ? 60 : 0);
+        if (done && !lazy_failed.load() && CopyRuns()) {
+          progress("every page has arrived; the job runs here");
+          (void)channel->Send("OK runs");
+          continue;
+        }
+        const std::string why = !done           ? "the source's page transfer failed"
+                                : lazy_failed.load() ? lazy_error
+                                                     : "the restored copy is gone";
+        KillTree(job.pid);
+        (void)Save("aborted");
+        progress(why + "; the copy here was dropped and the job resumes at the source (what it "
+                       "did here since the move is lost)");
+        (void)channel->Send(done ? "ERR lost: " + why : "OK dropped");
       } else if (*command == "ABORT") {
         if (st.step == "committed") {
           (void)channel->Send("ERR committed: the job runs here");
@@ -636,6 +877,8 @@ StatusOr<ckpt::JobRecord> ServeOneMigration(const ckpt::Criu& criu,
       (d.st.step == "committed" || d.st.step == "aborted") && !d.st.acked) {
     AnswerQueries(&*commands, state_file, options.token, options.answer_for_s, progress);
   }
+  // A post-copy move whose source went silent: the puller still watches the copy here.
+  d.EndLazyPages(d.st.step == "committed" ? 7 * 24 * 3600.0 : 10);
   keeper.Done();
   if (!obeyed.ok()) return obeyed;
   return d.job;

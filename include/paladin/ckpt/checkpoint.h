@@ -24,6 +24,13 @@ struct CheckpointOptions {
   After after = After::kKill;
   int pre_dumps = 0;  // memory passes while the job runs, before the final dump
   double timeout_s = 600;
+  // Post-copy (a migration's source, with a CRIU of LazyCriu): DumpOptions' lazy_* fields. The
+  // image holds everything but the anonymous memory, which the dump, still running in
+  // *lazy_dump, serves; the job stays stopped. Refused for a job with GPU state.
+  int lazy_port = 0;
+  std::string lazy_address;
+  std::string lazy_log;
+  pid_t* lazy_dump = nullptr;
 };
 
 struct PhaseTimes {
@@ -63,6 +70,8 @@ struct RestoreOptions2 {
   // The restoring node agent's lease (fence.h), for an image whose paladin-workload-init held
   // one; -1: the restored job is not fenced (its init gets /dev/null).
   int lease_fd = -1;
+  // Post-copy: the memory comes from a `criu lazy-pages` already waiting for this restore.
+  bool lazy_pages = false;
 };
 
 // Verifies `dir` (unless options.verified) and restores the job it holds into this node's place

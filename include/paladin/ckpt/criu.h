@@ -41,6 +41,10 @@ struct Criu {
   // has it): that the preload is used, or that it is missing and what that means. Said once by
   // whoever located CRIU.
   std::string rlimit_note;
+  // The hash of Paladin's patches (scripts/criu-patches) this CRIU was built with, as its
+  // wrapper from scripts/criu_lazy.sh names it; "" for a CRIU without them, which cannot serve
+  // lazy pages here or leaves no copy on a failed post-copy move (docs/lazy_migration.md).
+  std::string lazy_patches;
 
   // CRIU_FAULT for no_breakpoints, LD_PRELOAD for rlimit_preload.
   std::vector<std::pair<std::string, std::string>> Env() const;
@@ -49,6 +53,16 @@ struct Criu {
 // $PALADIN_CRIU, else /opt/paladin/criu/criu (scripts/criu.sh), else `criu` on the PATH; it must
 // answer --version within 10 s and be version 4 or newer. Also decides rlimit_preload.
 StatusOr<Criu> LocateCriu();
+
+// The patch hash a CRIU wrapper names ("patches HASH" next to "criu-patches" in its first lines),
+// "" when it names none.
+std::string CriuPatches(const std::string& path);
+
+// A CRIU for post-copy moves: `criu` itself when it has Paladin's patches, else the one of
+// $PALADIN_CRIU_LAZY or /opt/paladin/criu-lazy/criu (scripts/criu_lazy.sh) with criu's other
+// settings, if it has them and `criu check --feature uffd-noncoop` passes. Fails naming
+// scripts/criu_lazy.sh when there is none.
+StatusOr<Criu> LazyCriu(const Criu& criu);
 
 // Whether this process has CAP_SYS_RESOURCE in its effective set (/proc/self/status, CapEff).
 bool HasSysResource();
@@ -79,6 +93,15 @@ struct DumpOptions {
   // Where CRIU's log is copied when the dump fails, for the error to name (the caller removes a
   // failed image); "" names it in the image directory.
   std::string failed_log;
+  // Post-copy: the dump keeps the tree's anonymous memory and serves it from a page server on
+  // lazy_address:lazy_port until a lazy-pages daemon has it all (or fails); the tree is left
+  // stopped either way (with Paladin's patches). Dump returns once the server is up, with the
+  // running dump in *lazy_dump (ServingResult waits for it); its log goes to lazy_log, outside
+  // the image, which is sent while the dump still runs.
+  int lazy_port = 0;
+  std::string lazy_address;
+  std::string lazy_log;
+  pid_t* lazy_dump = nullptr;
 };
 // Dumps the tree with Paladin's CRIU options (TCP connections with their state; see
 // CloseOutsideConnections for those to outside peers). A failure names CRIU's first error line
@@ -91,10 +114,26 @@ struct RestoreOptions {
   // Files the dumped tree had open that the restored one gets from this process instead
   // (--inherit-fd): a descriptor here and the dumped file's path.
   std::vector<std::pair<int, std::string>> inherit_fds;
+  bool lazy_pages = false;  // memory comes from a running `criu lazy-pages` (StartLazyPages)
 };
 // Restores the tree detached from CRIU; returns the host pid of its root. Connected TCP sockets
 // come back with their state when the dump saved it, else closed (images of CRIU before 4.2).
 StatusOr<pid_t> Restore(const Criu& criu, const std::string& dir, const RestoreOptions& options);
+
+// A CRIU that keeps running after it said it is ready (--status-fd): a post-copy dump serving
+// pages, or a lazy-pages daemon. Started in a process group of its own; waits up to `ready_s`
+// for its word. Fails with its log's first error when it ends or stays silent.
+StatusOr<pid_t> StartServing(const Criu& criu, std::vector<std::string> argv,
+                             const std::string& log, double ready_s);
+
+// The destination's page puller of a post-copy move: `criu lazy-pages` for the image in `dir`,
+// fetching from the source's page server at host:port; returns once it waits for the restore.
+StatusOr<pid_t> StartLazyPages(const Criu& criu, const std::string& dir, const std::string& host,
+                               int port);
+
+// Waits for a StartServing process (at most timeout_s, then kills it): OK when it exited 0,
+// else its exit and its log's first error.
+Status ServingResult(pid_t pid, const std::string& what, const std::string& log, double timeout_s);
 
 }  // namespace paladin::ckpt
 

@@ -46,11 +46,23 @@ struct MigrateOptions {
   std::string id;
   double outcome_timeout_s = 600;
   std::string keeper_exe;
+  // Post-copy (`paladin migrate --lazy`, the direct form only; `criu` must come from
+  // ckpt::LazyCriu): the job resumes at the destination as soon as it is restored without its
+  // memory, which it pulls from this side's stopped copy, served by the dump on
+  // lazy_address:lazy_port. This copy is released only once the dump says every page went and
+  // the destination's copy still runs; else the destination's copy is killed and the job
+  // resumes here (docs/lazy_migration.md).
+  bool lazy = false;
+  std::string lazy_address = "0.0.0.0";
+  int lazy_port = 0;             // 0: the destination's port + 2
+  double lazy_timeout_s = 3600;  // for every page to reach the destination
 };
 
 struct MigrateReport {
   ckpt::PhaseTimes times;
   double pause_s = 0;  // from stopping the job here to its resuming there
+  double total_s = 0;  // from stopping the job here to its release here
+  std::string mode = "pre-copy";  // or "post-copy"
   long long remote_pid = 0;
   std::string image;  // kept only with keep_image
 };
