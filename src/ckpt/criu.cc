@@ -3,12 +3,12 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
-#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -618,8 +618,9 @@ StatusOr<pid_t> StartServing(const Criu& criu, std::vector<std::string> argv,
   kill(-pid, SIGKILL);
   int ws = 0;
   waitpid(pid, &ws, 0);
-  return Internal(std::string(polled == 0 ? "never said it was ready" : "ended before it was ready") +
-                  ErrorReport(log));
+  return Internal(
+      std::string(polled == 0 ? "never said it was ready" : "ended before it was ready") +
+      ErrorReport(log));
 }
 
 StatusOr<pid_t> StartLazyPages(const Criu& criu, const std::string& dir, const std::string& host,

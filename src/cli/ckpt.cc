@@ -223,11 +223,10 @@ int RunDoctor() {
     }
     // Optional: `paladin migrate --lazy` needs it, nothing else does.
     StatusOr<ckpt::Criu> lazy = ckpt::LazyCriu(*criu);
-    note("post-copy", lazy.ok() ? "available: " + lazy->path + " (CRIU " + lazy->version +
-                                      ", Paladin's patches " + lazy->lazy_patches +
-                                      "): paladin migrate --lazy"
-                                : "unavailable (paladin migrate --lazy is refused): " +
-                                      lazy.status().message());
+    note("post-copy",
+         lazy.ok() ? "available: " + lazy->path + " (CRIU " + lazy->version +
+                         ", Paladin's patches " + lazy->lazy_patches + "): paladin migrate --lazy"
+                   : "unavailable (paladin migrate --lazy is refused): " + lazy.status().message());
     if (!criu->dirty_tracking) {
       note("pre-dumps",
            "unavailable: the kernel does not track dirty memory "

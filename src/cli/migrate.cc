@@ -88,11 +88,12 @@ int RunMigrate(const MigrateArgs& a) {
     return 1;
   }
   if (a.lazy) {
-    std::printf("moved %s to %s (pid %lld there) post-copy: pause %.2f s, total %.2f s until "
-                "every page arrived and this copy was released; %s%s\n",
-                job->name.c_str(), a.peer.c_str(), report->remote_pid, report->pause_s,
-                report->total_s, report->times.Describe().c_str(),
-                report->image.empty() ? "" : ("; image kept in " + report->image).c_str());
+    std::printf(
+        "moved %s to %s (pid %lld there) post-copy: pause %.2f s, total %.2f s until "
+        "every page arrived and this copy was released; %s%s\n",
+        job->name.c_str(), a.peer.c_str(), report->remote_pid, report->pause_s, report->total_s,
+        report->times.Describe().c_str(),
+        report->image.empty() ? "" : ("; image kept in " + report->image).c_str());
     return 0;
   }
   std::printf("moved %s to %s (pid %lld there): pause %.2f s; %s%s\n", job->name.c_str(),
@@ -194,8 +195,9 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
       return;
     }
     if (m->lazy) {
-      Say("migrate", "--lazy moves a job of this machine directly: give --peer HOST:PORT (a "
-                     "server's job moves by image)");
+      Say("migrate",
+          "--lazy moves a job of this machine directly: give --peer HOST:PORT (a "
+          "server's job moves by image)");
       *exit_code = 2;
       return;
     }

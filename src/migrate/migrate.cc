@@ -1,10 +1,10 @@
 #include "paladin/migrate/migrate.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <arpa/inet.h>
 
 #include <algorithm>
 #include <atomic>
@@ -225,8 +225,8 @@ StatusOr<MigrateReport> PostCopy(ckpt::JobRecord* job, Channel* channel, MoveSta
     cleanup();
     std::error_code ec;
     fs::remove(lazy_log, ec);
-    return FailedPrecondition(why + "; " +
-                              (s.ok() ? "the job resumed here" : "resuming it failed: " + s.message()));
+    return FailedPrecondition(
+        why + "; " + (s.ok() ? "the job resumed here" : "resuming it failed: " + s.message()));
   };
   // The keeper leaves a copy in this step stopped: it cannot know whether the pages all went.
   (void)save("serving");
@@ -249,8 +249,8 @@ StatusOr<MigrateReport> PostCopy(ckpt::JobRecord* job, Channel* channel, MoveSta
              "); the job stays stopped here while its pages are served");
   }
   const auto serving = std::chrono::steady_clock::now();
-  Status pages = ckpt::ServingResult(lazy_dump, "the post-copy dump", lazy_log,
-                                     options.lazy_timeout_s);
+  Status pages =
+      ckpt::ServingResult(lazy_dump, "the post-copy dump", lazy_log, options.lazy_timeout_s);
   report->times.seconds.emplace_back("post-copy pages", Since(serving));
   if (pages.ok()) {
     // Every page left; the destination says whether its copy took them all and still runs.
@@ -278,9 +278,10 @@ StatusOr<MigrateReport> PostCopy(ckpt::JobRecord* job, Channel* channel, MoveSta
                          "): what the job did there since the move is lost");
     }
     (void)save("in_doubt");
-    return Unavailable("every page was sent but the destination did not say whether its copy runs (" +
-                       there.status().message() + "): the job stays stopped here (pid " +
-                       std::to_string(job->pid) + ")");
+    return Unavailable(
+        "every page was sent but the destination did not say whether its copy runs (" +
+        there.status().message() + "): the job stays stopped here (pid " +
+        std::to_string(job->pid) + ")");
   }
   progress("the page transfer failed (" + pages.message() + "); stopping the destination's copy");
   StatusOr<std::string> dropped = channel->Call("PAGES-FAILED " + st->id, 120);
@@ -354,8 +355,8 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     lazy_dump = 0;
   };
   progress("checkpointing " + job->name + " (it stays stopped here until the move commits)" +
-           (options.lazy ? "; post-copy: its memory stays here, served on " +
-                               options.lazy_address + ":" + std::to_string(lazy_port)
+           (options.lazy ? "; post-copy: its memory stays here, served on " + options.lazy_address +
+                               ":" + std::to_string(lazy_port)
                          : ""));
   const auto paused = std::chrono::steady_clock::now();
   StatusOr<ckpt::PhaseTimes> times = ckpt::CheckpointJob(criu, job, image, checkpoint, progress);
@@ -761,13 +762,14 @@ struct Destination {
           (void)channel->Send("OK runs");
           continue;
         }
-        const std::string why = !done           ? "the source's page transfer failed"
+        const std::string why = !done                ? "the source's page transfer failed"
                                 : lazy_failed.load() ? lazy_error
                                                      : "the restored copy is gone";
         KillTree(job.pid);
         (void)Save("aborted");
-        progress(why + "; the copy here was dropped and the job resumes at the source (what it "
-                       "did here since the move is lost)");
+        progress(why +
+                 "; the copy here was dropped and the job resumes at the source (what it "
+                 "did here since the move is lost)");
         (void)channel->Send(done ? "ERR lost: " + why : "OK dropped");
       } else if (*command == "ABORT") {
         if (st.step == "committed") {

@@ -60,8 +60,8 @@ struct MigrateOptions {
 
 struct MigrateReport {
   ckpt::PhaseTimes times;
-  double pause_s = 0;  // from stopping the job here to its resuming there
-  double total_s = 0;  // from stopping the job here to its release here
+  double pause_s = 0;             // from stopping the job here to its resuming there
+  double total_s = 0;             // from stopping the job here to its release here
   std::string mode = "pre-copy";  // or "post-copy"
   long long remote_pid = 0;
   std::string image;  // kept only with keep_image

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# `paladin migrate --lazy` (post-copy) to a `paladin receive` on loopback, with the patched CRIU
+# of scripts/criu_lazy.sh. The job (tests/ckpt/lazy_mem.py: MIB MiB of distinct pages, a line
+# every 50 ms) resumes at the destination before its memory has arrived; then:
+#   moved        no fault: the source is released once every page arrived; one copy, there
+#   destination  the destination's copy killed while pages are in flight: the job resumes at the
+#                source (what it did there is lost); one copy, here
+#   puller       the destination's `criu lazy-pages` killed (the page stream cut): the
+#                destination's copy is killed first, then the job resumes at the source
+# After each, exactly one copy runs and its memory and generations are verified
+# (lazy_mem.py check; after a resume at the source, from the point it resumed).
+#
+#   migrate_lazy_test.sh PALADIN
+set -u
+PALADIN=$(realpath "$1")
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/../cli/testlib.sh"
+expect_error "migrate --lazy without --peer" "give --peer HOST:PORT" -- migrate somejob --lazy \
+  --to node-b
+if ((EUID != 0)); then
+  echo "SKIP: post-copy moves need root (PID namespaces, CRIU, userfaultfd)"
+  exit 77
+fi
+LAZY=${PALADIN_CRIU_LAZY:-/opt/paladin/criu-lazy/criu}
+if ! grep -qs 'criu-patches' "$LAZY"; then
+  echo "SKIP: no CRIU with Paladin's patches at $LAZY (bash scripts/criu_lazy.sh builds it)"
+  exit 77
+fi
+for fd in $(ls /proc/$$/fd); do ((fd > 2 && fd != 255)) && eval "exec $fd>&-"; done
+
+MIB=512
+work=$(mktemp -d /tmp/paladin-migrate-lazy-test.XXXXXX)
+export PALADIN_TOKEN=migrate-lazy-test-token
+port=$((20000 + RANDOM % 20000))
+cleanup() {
+  local p
+  for p in $(pgrep -f "lazy_mem.py run $MIB $work/"); do kill -9 "$p" 2>/dev/null; done
+  for p in "${receivers[@]}"; do kill -9 "$p" 2>/dev/null; done
+  if ((failures == 0)); then rm -rf "$work"; else echo "logs kept in $work"; fi
+}
+receivers=()
+trap cleanup EXIT
+
+# The job's own processes: those holding its output file open. Not by command line: a copy
+# restored with lazy pages has its arguments in memory that may not have arrived yet.
+job_pids() {
+  local p
+  for p in $(pgrep python3); do
+    [[ $(ps -o stat= -p "$p") != Z* ]] || continue
+    for f in /proc/"$p"/fd/*; do
+      [[ $(readlink "$f" 2>/dev/null) == "$1" ]] && echo "$p" && break
+    done
+  done
+}
+running() { job_pids "$1" | while read -r p; do [[ $(ps -o stat= -p "$p") != T* ]] && echo "$p"; done; }
+
+# move CASE: one move with the fault CASE (moved, destination, puller).
+move() {
+  local case=$1 d=$work/$1
+  mkdir -p "$d"
+  port=$((port + 3)) # the receiver takes PORT and PORT+1, the page server PORT+2
+  PALADIN_RUN_DIR=$d/base timeout 300 "$PALADIN" run --name "$case" -- \
+    python3 "$HERE/lazy_mem.py" run $MIB "$d/out" 0.05 >"$d/run.out" 2>&1 &
+  for _ in $(seq 300); do [[ -s $d/out ]] && break; sleep 0.1; done
+  sleep 1
+  local src
+  src=$(job_pids "$d/out")
+  # The destination has the source's run base, as in migrate_test.sh: a restore writes only into
+  # its own node's run base, and the job keeps its paths.
+  PALADIN_RUN_DIR=$d/base timeout 300 "$PALADIN" receive --listen $port --dir "$d/in" \
+    >"$d/recv.out" 2>&1 &
+  local receiver=$!
+  receivers+=("$receiver")
+  sleep 0.3
+  PALADIN_RUN_DIR=$d/base timeout 300 "$PALADIN" migrate "$case" --peer 127.0.0.1:$port --lazy \
+    >"$d/migrate.out" 2>&1 &
+  local migrate=$!
+  if [[ $case != moved ]]; then
+    for _ in $(seq 600); do grep -q 'runs at the destination' "$d/migrate.out" && break; sleep 0.01; done
+    sleep 0.3
+    if grep -q '^moved' "$d/migrate.out"; then
+      fail "$case: every page arrived before the fault could be injected"
+    fi
+    local victim
+    case $case in
+      destination) victim=$(running "$d/out" | grep -vx "$src") ;;
+      puller) victim=$(pgrep -f "lazy-pages --page-server --address 127.0.0.1 --port $((port + 2))") ;;
+    esac
+    [[ -n $victim ]] || fail "$case: nothing to kill (the destination's copy or its page puller)"
+    kill -9 $victim 2>/dev/null
+  fi
+  wait $migrate
+  local rc=$?
+  wait $receiver 2>/dev/null
+  sleep 0.5
+  local out copies survivor
+  out=$(grep -v 'lacks CAP_SYS_RESOURCE' "$d/migrate.out")
+  copies=$(job_pids "$d/out" | wc -l)
+  survivor=$(running "$d/out")
+  if ((copies != 1)) || [[ -z $survivor ]]; then
+    fail "$case: $copies copies of the job (want exactly 1, running; migrate exit $rc): $out"
+    return
+  fi
+  local how=()
+  if [[ $case == moved ]]; then
+    if ((rc != 0)) || [[ $survivor == "$src" ]] || ! grep -q '^moved .* post-copy: pause' <<<"$out"; then
+      fail "$case: expected the job to move (exit $rc): $out; receive: $(cat "$d/recv.out")"
+      return
+    fi
+  else
+    if ((rc == 0)) || [[ $survivor != "$src" ]] || ! grep -q 'the job resumed here' <<<"$out"; then
+      fail "$case: expected the job to resume at the source (exit $rc): $out"
+      return
+    fi
+    how=(--after-rewind)
+  fi
+  kill -USR1 "$survivor"
+  for _ in $(seq 200); do grep -q '^full' "$d/out" && break; sleep 0.05; done
+  kill -9 "$survivor"
+  local check
+  if check=$(python3 "$HERE/lazy_mem.py" check $MIB "$d/out" "${how[@]}" 2>&1) &&
+    grep -q ', 1 full-memory' <<<"$check"; then
+    pass "$case: $(tail -1 <<<"$out" | cut -c1-220); ${check//$'\n'/; }"
+  else
+    fail "$case: memory not verified: $check"
+  fi
+}
+
+for c in moved destination puller; do move $c; done
+echo "migrate_lazy: 3 cases, $failures failed"
+((failures == 0))
