@@ -6,10 +6,11 @@
 #
 #   bench/migrate_pause.sh [SIZE_MIB=2048] [ROUNDS=1] PALADIN [PALADIN...]
 #
-# --both moves one job (tests/ckpt/lazy_mem.py: SIZE MiB of distinct pages, a line every 50 ms)
-# both ways in one run, for each size: by image (`paladin migrate`) to one `paladin receive`,
-# then the moved copy post-copy (`paladin migrate --lazy`, the CRIU of scripts/criu_lazy.sh)
-# to another, and verifies its memory and every generation after both. Prints each move's pause
+# --both moves the same workload (tests/ckpt/lazy_mem.py: SIZE MiB of distinct pages, a line
+# every 50 ms) both ways in one run, for each size: one job by image (`paladin migrate`), then a
+# fresh one post-copy (`paladin migrate --lazy`, the CRIU of scripts/criu_lazy.sh), each to a
+# `paladin receive` of its own (the moved job's record reads "moved" at a shared run base), and
+# verifies each moved job's memory and every generation. Prints each move's pause
 # (paladin's: from stopping the job to its resuming there) and total (until the source is
 # released: the end of the migrate command), and post-copy's ratios to the image move's.
 #
@@ -26,13 +27,14 @@ if [[ ${1:-} == --both ]]; then
   printf '%-6s %-10s %8s %8s  %s\n' MiB move pause_s total_s notes
   for mib in "${SIZES[@]}"; do
     dir=$(mktemp -d /var/tmp/paladin-migrate-both.XXXXXX)
-    out=$dir/out
-    PALADIN_RUN_DIR=$dir/run "$PALADIN" run --name both -- python3 "$HERE/../tests/ckpt/lazy_mem.py" \
-      run "$mib" "$out" 0.05 >"$dir/job.out" 2>&1 &
-    for _ in $(seq 600); do [[ -s $out ]] && break; sleep 0.1; done
-    sleep 1
     declare -A pause total
     for mode in image post-copy; do
+      out=$dir/out-$mode
+      name=both-${mode%%-*}
+      PALADIN_RUN_DIR=$dir/run "$PALADIN" run --name "$name" -- \
+        python3 "$HERE/../tests/ckpt/lazy_mem.py" run "$mib" "$out" 0.05 >"$dir/job-$mode.out" 2>&1 &
+      for _ in $(seq 600); do [[ -s $out ]] && break; sleep 0.1; done
+      sleep 1
       port=$((port + 3))
       flags=()
       [[ $mode == post-copy ]] && flags=(--lazy)
@@ -40,34 +42,35 @@ if [[ ${1:-} == --both ]]; then
         >"$dir/receive-$mode.log" 2>&1 &
       sleep 0.5
       t0=$(date +%s.%N)
-      PALADIN_RUN_DIR=$dir/run "$PALADIN" migrate both --peer 127.0.0.1:$port "${flags[@]}" \
+      PALADIN_RUN_DIR=$dir/run "$PALADIN" migrate "$name" --peer 127.0.0.1:$port "${flags[@]}" \
         >"$dir/migrate-$mode.log" 2>&1
       rc=$?
       t1=$(date +%s.%N)
       line=$(grep '^moved' "$dir/migrate-$mode.log")
       if ((rc != 0)) || [[ -z $line ]]; then
         echo "$mib MiB $mode: the move failed: $(tail -1 "$dir/migrate-$mode.log")" >&2
-        break
+      else
+        pause[$mode]=$(sed -n 's/.*pause \([0-9.]*\) s.*/\1/p' <<<"$line")
+        total[$mode]=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}')
+        printf '%-6s %-10s %8s %8s  %s\n' "$mib" "$mode" "${pause[$mode]}" "${total[$mode]}" \
+          "$(sed 's/.*): //' <<<"$line" | cut -c1-200)"
       fi
-      pause[$mode]=$(sed -n 's/.*pause \([0-9.]*\) s.*/\1/p' <<<"$line")
-      total[$mode]=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}')
-      printf '%-6s %-10s %8s %8s  %s\n' "$mib" "$mode" "${pause[$mode]}" "${total[$mode]}" \
-        "$(sed 's/.*): //' <<<"$line" | cut -c1-200)"
+      job=$(pgrep -f "lazy_mem.py run $mib $out" | while read -r p; do
+        [[ $(cat /proc/$p/comm 2>/dev/null) == python* ]] && echo "$p"; done | head -1)
+      if [[ -n $job ]]; then
+        kill -USR1 "$job"
+        for _ in $(seq 600); do grep -q '^full' "$out" && break; sleep 0.05; done
+        kill -9 "$job"
+        python3 "$HERE/../tests/ckpt/lazy_mem.py" check "$mib" "$out" | sed "s/^/$mib MiB $mode /"
+      fi
+      wait 2>/dev/null
     done
-    if [[ -n ${pause[post-copy]:-} ]]; then
+    if [[ -n ${pause[post-copy]:-} && -n ${pause[image]:-} ]]; then
       awk -v m="$mib" -v pi="${pause[image]}" -v pl="${pause[post-copy]}" -v ti="${total[image]}" \
-        -v tl="${total[post-copy]}" 'BEGIN {printf "%-6s %-10s %8.2fx %7.2fx  post-copy / image\n", m, "ratio", pl / pi, tl / ti}'
-    fi
-    job=$(pgrep -f "lazy_mem.py run $mib $out" | while read -r p; do
-      [[ $(cat /proc/$p/comm 2>/dev/null) == python* ]] && echo "$p"; done | head -1)
-    if [[ -n $job ]]; then
-      kill -USR1 "$job"
-      for _ in $(seq 600); do grep -q '^full' "$out" && break; sleep 0.05; done
-      kill -9 "$job"
-      python3 "$HERE/../tests/ckpt/lazy_mem.py" check "$mib" "$out" | sed "s/^/$mib MiB /"
+        -v tl="${total[post-copy]}" \
+        'BEGIN {printf "%-6s %-10s %7.2fx %7.2fx  post-copy / image\n", m, "ratio", pl / pi, tl / ti}'
     fi
     unset pause total
-    wait 2>/dev/null
     [[ -n ${KEEP:-} ]] && echo "kept $dir" || rm -rf "$dir"
   done
   exit 0
