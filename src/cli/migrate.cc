@@ -29,7 +29,7 @@ struct MigrateArgs {
   bool no_wait = false;
   double outcome_timeout_s = 600;
   bool lazy = false;
-  std::string lazy_address = "0.0.0.0";
+  std::string lazy_address;
   int lazy_port = 0;
 };
 
@@ -178,10 +178,9 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
                     "from its stopped copy here, which is released once every page arrived "
                     "(needs the CRIU of scripts/criu_lazy.sh on both sides; "
                     "docs/lazy_migration.md)");
-  migrate
-      ->add_option("--lazy-address", m->lazy_address,
-                   "--lazy: the address the page server listens on")
-      ->capture_default_str();
+  migrate->add_option("--lazy-address", m->lazy_address,
+                      "--lazy: the address the page server listens on (default: the one this host "
+                      "reaches the peer from; the page stream is not authenticated)");
   migrate
       ->add_option("--lazy-port", m->lazy_port,
                    "--lazy: the page server's port (default: the peer's PORT+2)")

@@ -30,6 +30,35 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The address this host sends from to reach HOST:PORT (a UDP socket's connect sends nothing):
+// the post-copy page server listens there only, not on every interface.
+StatusOr<std::string> LocalAddressTowards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (getaddrinfo(host.c_str(), service.c_str(), &hints, &found) != 0 || found == nullptr) {
+    return Unavailable("cannot resolve " + host + " for the page server's address");
+  }
+  const int fd = socket(found->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_storage local{};
+  socklen_t size = sizeof local;
+  const bool ok = fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &size) == 0;
+  freeaddrinfo(found);
+  if (fd >= 0) close(fd);
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* where =
+      local.ss_family == AF_INET6
+          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+          : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+  if (!ok || inet_ntop(local.ss_family, where, text, sizeof text) == nullptr) {
+    return Unavailable("no route from here to " + host + " for the page server");
+  }
+  return std::string(text);
+}
+
 constexpr double kAnswerTimeoutS = 600;
 
 double Since(std::chrono::steady_clock::time_point t) {
@@ -303,6 +332,12 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   if (options.lazy && options.commit) {
     return InvalidArgument("post-copy moves are direct moves only (paladin migrate --peer)");
   }
+  std::string lazy_address = options.lazy_address;
+  if (options.lazy && lazy_address.empty()) {
+    StatusOr<std::string> local = LocalAddressTowards(options.host, options.port);
+    if (!local.ok()) return local.status();
+    lazy_address = *local;
+  }
   MigrateReport report;
   const std::string image =
       options.work_dir + "/" + job->name + "-" + std::to_string(time(nullptr)) + ".image";
@@ -342,7 +377,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   const int lazy_port = options.lazy_port > 0 ? options.lazy_port : options.port + 2;
   if (options.lazy) {
     checkpoint.lazy_port = lazy_port;
-    checkpoint.lazy_address = options.lazy_address;
+    checkpoint.lazy_address = lazy_address;
     checkpoint.lazy_log = lazy_log;
     checkpoint.lazy_dump = &lazy_dump;
     report.mode = "post-copy";
@@ -355,8 +390,8 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     lazy_dump = 0;
   };
   progress("checkpointing " + job->name + " (it stays stopped here until the move commits)" +
-           (options.lazy ? "; post-copy: its memory stays here, served on " + options.lazy_address +
-                               ":" + std::to_string(lazy_port)
+           (options.lazy ? "; post-copy: its memory stays here, served on " + lazy_address + ":" +
+                               std::to_string(lazy_port)
                          : ""));
   const auto paused = std::chrono::steady_clock::now();
   StatusOr<ckpt::PhaseTimes> times = ckpt::CheckpointJob(criu, job, image, checkpoint, progress);

@@ -53,7 +53,7 @@ struct MigrateOptions {
   // the destination's copy still runs; else the destination's copy is killed and the job
   // resumes here (docs/lazy_migration.md).
   bool lazy = false;
-  std::string lazy_address = "0.0.0.0";
+  std::string lazy_address;      // empty: the address this host uses to reach the peer
   int lazy_port = 0;             // 0: the destination's port + 2
   double lazy_timeout_s = 3600;  // for every page to reach the destination
 };
