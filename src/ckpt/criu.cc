@@ -600,6 +600,7 @@ StatusOr<pid_t> StartServing(const Criu& criu, std::vector<std::string> argv,
     for (int fd = 0; fd < 3 && null >= 0; ++fd) dup2(null, fd);
     dup2(status[1], 3);  // dup2 clears close-on-exec
     std::vector<char*> args;
+    args.reserve(argv.size() + 1);
     for (std::string& a : argv) args.push_back(a.data());
     args.push_back(nullptr);
     execvp(args[0], args.data());

@@ -233,9 +233,15 @@ TEST(MalformedTest, EveryBadRequestIsA4xxAndTheServerStillServes) {
 
   // A body over 1 MiB.
   const std::string huge(2 << 20, 'x');
+  // The server answers 413 as soon as the declared length is over the limit and closes; a
+  // client still sending then sees the connection closed (EPIPE) before it reads the answer.
   httplib::Result big = http.Post("/v1/jobs", headers, huge, "application/json");
-  ASSERT_TRUE(big);
-  EXPECT_EQ(big->status, 413);
+  if (big) {
+    EXPECT_EQ(big->status, 413);
+  } else {
+    EXPECT_TRUE(big.error() == httplib::Error::Write || big.error() == httplib::Error::Read)
+        << httplib::to_string(big.error());
+  }
   // Garbage in an Authorization header, no header.
   httplib::Result bad_auth = http.Get("/v1/jobs", {{"Authorization", "Basic abc"}});
   ASSERT_TRUE(bad_auth);
