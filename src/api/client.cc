@@ -1,13 +1,13 @@
 #include "paladin/api/client.h"
 
 #include <httplib.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
-#include <ctime>
 #include <fstream>
 #include <sstream>
+
+#include "paladin/api/http.h"
 
 namespace paladin::api {
 
@@ -62,46 +62,8 @@ Status FromHttp(int status, const std::string& body, const std::string& what) {
   } catch (const std::exception&) {
   }
   if (message.empty()) message = body.empty() ? "HTTP " + std::to_string(status) : body;
-  message = what + ": " + message;
-  if (status == 401) return Unauthenticated(message);
-  if (status == 403) return PermissionDenied(message);
-  if (status == 404) return NotFound(message);
-  if (status == 409) return FailedPrecondition(message);
-  if (status >= 400 && status < 500) return InvalidArgument(message);
-  return Unavailable(message);
+  return StatusForHttp(status, what, message);
 }
-
-// The packaged HTTP library writes with plain send(), so a server that answers and closes before
-// a request's body is all sent (413 on an oversized body) would kill the caller with SIGPIPE.
-// While it lives, this blocks SIGPIPE on the calling thread; a SIGPIPE raised meanwhile is taken
-// off the thread's pending set, so the write fails with EPIPE and the call returns an error.
-class SigpipeBlock {
- public:
-  SigpipeBlock() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    sigset_t pending;
-    sigpending(&pending);
-    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
-  }
-  ~SigpipeBlock() {
-    sigset_t pending;
-    sigpending(&pending);
-    if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
-      const timespec now{0, 0};
-      (void)sigtimedwait(&pipe_, nullptr, &now);
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-  SigpipeBlock(const SigpipeBlock&) = delete;
-  SigpipeBlock& operator=(const SigpipeBlock&) = delete;
-
- private:
-  sigset_t pipe_{};
-  sigset_t old_{};
-  bool was_pending_ = false;
-};
 
 }  // namespace
 

@@ -1,7 +1,6 @@
 #include "paladin/k8s/api.h"
 
 #include <httplib.h>
-#include <signal.h>
 
 #include <cstdlib>
 #include <ctime>
@@ -10,6 +9,7 @@
 #include <sstream>
 
 #include "paladin/api/client.h"
+#include "paladin/api/http.h"
 
 namespace paladin::k8s {
 namespace {
@@ -35,45 +35,8 @@ Status FromHttp(int status, const std::string& body, const std::string& what) {
     message = j["message"].get<std::string>();
   }
   if (message.empty()) message = body.empty() ? "HTTP " + std::to_string(status) : body;
-  message = what + ": " + message;
-  if (status == 401) return Unauthenticated(message);
-  if (status == 403) return PermissionDenied(message);
-  if (status == 404) return NotFound(message);
-  if (status == 409) return FailedPrecondition(message);
-  if (status >= 400 && status < 500) return InvalidArgument(message);
-  return Unavailable(message);
+  return api::StatusForHttp(status, what, message);
 }
-
-// As in the Paladin API client: the HTTP library writes with plain send(), so a server closing
-// early would raise SIGPIPE; it is blocked on the calling thread for the call and a pending one
-// taken off, so the write fails with EPIPE instead.
-class SigpipeBlock {
- public:
-  SigpipeBlock() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    sigset_t pending;
-    sigpending(&pending);
-    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
-  }
-  ~SigpipeBlock() {
-    sigset_t pending;
-    sigpending(&pending);
-    if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
-      const timespec now{0, 0};
-      (void)sigtimedwait(&pipe_, nullptr, &now);
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-  SigpipeBlock(const SigpipeBlock&) = delete;
-  SigpipeBlock& operator=(const SigpipeBlock&) = delete;
-
- private:
-  sigset_t pipe_{};
-  sigset_t old_{};
-  bool was_pending_ = false;
-};
 
 }  // namespace
 
@@ -160,7 +123,7 @@ StatusOr<std::string> ApiClient::Call(const std::string& method, const std::stri
   http.set_write_timeout(seconds, micros);
   httplib::Headers headers{{"Accept", "application/json"}};
   if (!config_.token.empty()) headers.emplace("Authorization", "Bearer " + config_.token);
-  const SigpipeBlock no_sigpipe;
+  const api::SigpipeBlock no_sigpipe;
   httplib::Result result = method == "PATCH"  ? http.Patch(path, headers, body, content_type)
                            : method == "POST" ? http.Post(path, headers, body, content_type)
                                               : http.Get(path, headers);
