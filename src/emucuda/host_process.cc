@@ -62,6 +62,24 @@ HostProcess SelfHostProcess() {
   return {id.pid, id.start_time};
 }
 
+bool ProcIsOwnPidNamespace() {
+  // The host's PID namespace has a fixed inode number (the kernel's PROC_PID_INIT_INO).
+  constexpr ino_t kHostPidNamespaceInode = 0xEFFFFFFCU;
+  struct stat own {};
+  if (stat("/proc/self/ns/pid", &own) != 0 || own.st_ino == kHostPidNamespaceInode) return false;
+  // NSpid lists this process's pid from the namespace /proc belongs to down to its own: one
+  // value means /proc is its own namespace's.
+  std::string status;
+  if (!ReadSmallFile("/proc/self/status", &status)) return false;
+  std::string nspid = StatusField("\n" + status, "NSpid");
+  char* first = nullptr;
+  std::strtoul(nspid.c_str(), &first, 10);
+  if (first == nspid.c_str()) return false;
+  char* second = nullptr;
+  std::strtoul(first, &second, 10);
+  return second == first;
+}
+
 uint32_t SelfThreadHostTid() {
   return HostIdFrom("/proc/thread-self/status", static_cast<uint32_t>(gettid()));
 }

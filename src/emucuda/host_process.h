@@ -16,6 +16,9 @@ struct HostProcess {
 
 // This process.
 HostProcess SelfHostProcess();
+// True when this process's /proc belongs to its own PID namespace, not the host's: then the
+// pids it reads there are not host pids, and SelfHostProcess() is not its host identity.
+bool ProcIsOwnPidNamespace();
 // The calling thread's id in the same namespace as SelfHostProcess().pid.
 uint32_t SelfThreadHostTid();
 // The start time of `pid`; false when it does not exist or is a zombie.
