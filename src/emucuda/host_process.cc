@@ -59,39 +59,32 @@ bool ReadSmallFile(const std::string& path, std::string* text) {
 // the quota interposer agree (host pid, start time in the host's time namespace).
 HostProcess SelfHostProcess() {
   const quota::ProcessId id = quota::SelfProcessId();
-  return {id.pid, id.start_time};
+  return {id.pid, id.start_time, id.view};
 }
 
-bool ProcIsOwnPidNamespace() {
-  // The host's PID namespace has a fixed inode number (the kernel's PROC_PID_INIT_INO).
-  constexpr ino_t kHostPidNamespaceInode = 0xEFFFFFFCU;
-  struct stat own {};
-  if (stat("/proc/self/ns/pid", &own) != 0 || own.st_ino == kHostPidNamespaceInode) return false;
-  // NSpid lists this process's pid from the namespace /proc belongs to down to its own: one
-  // value means /proc is its own namespace's.
-  std::string status;
-  if (!ReadSmallFile("/proc/self/status", &status)) return false;
-  std::string nspid = StatusField("\n" + status, "NSpid");
-  char* first = nullptr;
-  std::strtoul(nspid.c_str(), &first, 10);
-  if (first == nspid.c_str()) return false;
-  char* second = nullptr;
-  std::strtoul(first, &second, 10);
-  return second == first;
-}
+bool ProcIsOwnPidNamespace() { return quota::OwnProcView() != 0; }
 
 uint32_t SelfThreadHostTid() {
   return HostIdFrom("/proc/thread-self/status", static_cast<uint32_t>(gettid()));
 }
 
 bool LiveStartTime(uint32_t pid, uint64_t* start_time) {
-  if (pid == 0 || !quota::ProcessAlive({pid, 0, 0})) return false;
+  if (pid == 0 || !quota::ProcessAlive({pid, 0, 0, quota::OwnProcView()})) return false;
   *start_time = quota::ProcessIdOf(std::to_string(pid)).start_time;
   return *start_time != 0;
 }
 
 bool HostProcessAlive(uint32_t pid, uint64_t start_time) {
-  return quota::ProcessAlive({pid, start_time, 0});
+  return quota::ProcessAlive({pid, start_time, 0, quota::OwnProcView()});
+}
+
+bool HostProcessAlive(const HostProcess& process) {
+  return quota::ProcessAlive({process.pid, process.start_time, 0, process.view});
+}
+
+uint32_t PidSeenHere(const HostProcess& process) {
+  if (process.view == quota::OwnProcView()) return process.pid;
+  return quota::HostPidOf({process.pid, process.start_time, 0, process.view});
 }
 
 bool ProcessCatchesSignal(uint32_t pid, int signo) {

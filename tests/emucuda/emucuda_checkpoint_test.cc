@@ -233,6 +233,19 @@ long long StartTimeOf(pid_t pid) {
   return std::atoll(field.c_str());
 }
 
+// The pid NVML lists on device 0 (which must hold exactly one process); -1 otherwise.
+pid_t ListedPid(const Emu& emu) {
+  nvmlDevice_t device = nullptr;
+  nvmlProcessInfo_t info{};
+  unsigned int count = 1;
+  if (emu.nvmlDeviceGetHandleByIndex_v2(0, &device) != NVML_SUCCESS ||
+      emu.nvmlDeviceGetComputeRunningProcesses_v3(device, &count, &info) != NVML_SUCCESS ||
+      count != 1) {
+    return -1;
+  }
+  return static_cast<pid_t>(info.pid);
+}
+
 // A process whose /proc is its own PID namespace's (pid 1 there) cannot name itself by host pid:
 // the agent, which sees the host's /proc, still locks, checkpoints, restores and unlocks it, and
 // finds its state file under the host pid with the start time it sees.
@@ -270,6 +283,11 @@ TEST_F(EmuCheckpointTest, AProcessWithItsOwnProcIsCheckpointedByItsHostPid) {
             CHILD_CHECK(workload > 1);
             Emu emu = Emu::Load();
             CHILD_OK(emu.cuInit(0));
+            // Its memory stays counted, though its pid names another process here, and NVML
+            // lists it by its host pid.
+            CHILD_CHECK_EQ(emu.nvmlInit_v2(), NVML_SUCCESS);
+            CHILD_CHECK_EQ(emu.NvmlUsed(0), 164 * kMiB);
+            CHILD_CHECK_EQ(ListedPid(emu), workload);
             CHILD_CHECK_EQ(StateOf(emu, workload), CU_PROCESS_STATE_RUNNING);
             int tid = 0;
             CHILD_OK(emu.cuCheckpointProcessGetRestoreThreadId(workload, &tid));
@@ -288,6 +306,8 @@ TEST_F(EmuCheckpointTest, AProcessWithItsOwnProcIsCheckpointedByItsHostPid) {
             CHILD_CHECK_EQ(StateOf(emu, workload), CU_PROCESS_STATE_LOCKED);
             CHILD_OK(emu.cuCheckpointProcessUnlock(workload, nullptr));
             CHILD_CHECK_EQ(StateOf(emu, workload), CU_PROCESS_STATE_RUNNING);
+            CHILD_CHECK_EQ(emu.NvmlUsed(0), 164 * kMiB);
+            CHILD_CHECK_EQ(ListedPid(emu), workload);
 
             const std::string state =
                 FileText(control_dir + "/" + std::to_string(workload) + ".state");
