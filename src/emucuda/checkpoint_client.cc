@@ -44,14 +44,20 @@ bool ReadLiveState(const std::string& dir, uint32_t pid, ControlState* state) {
          state->pid == pid && HostProcessAlive(pid, state->start_time);
 }
 
-// Signals the control thread, so that the workload's own threads are never interrupted: the one
-// the state file names, else the one named so (a process just restored by CRIU has new pids and
-// no state file yet); the whole process only when neither is found.
+// The thread to signal, so that the workload's own threads are never interrupted: the control
+// thread the state file names, else the one named so (a process just restored by CRIU has new
+// pids and no state file yet); 0 when neither is found.
+uint32_t ControlThreadOf(uint32_t pid, uint32_t known_tid) {
+  if (known_tid != 0 && ThreadBelongsTo(pid, known_tid)) return known_tid;
+  return FindThreadNamed(pid, kControlThreadName);
+}
+
+// Signals thread `tid` of `pid` (the whole process when tid is 0) with the request's sequence
+// number, by which a process that cannot name itself by host pid finds its request.
 bool SendSignal(uint32_t pid, uint32_t tid, uint64_t seq) {
   union sigval value {};
   static_assert(sizeof(value) == sizeof(seq));
   std::memcpy(&value, &seq, sizeof(seq));  // the whole 64-bit value travels in sival_ptr
-  if (tid == 0 || !ThreadBelongsTo(pid, tid)) tid = FindThreadNamed(pid, kControlThreadName);
   if (tid != 0) {
     siginfo_t info{};
     info.si_signo = ControlSignal();
@@ -94,11 +100,17 @@ CUresult RunOp(int pid, ControlRequest request, uint32_t wait_ms) {
   bool live = ReadLiveState(dir, target, &known);
   request.seq = RealtimeNs();
   if (live && request.seq <= known.seq) request.seq = known.seq + 1;
+  // The target as this caller sees it: a target whose /proc is its own namespace's answers
+  // under these, so that ReadLiveState (pid and start time) holds for it.
+  const uint32_t tid = ControlThreadOf(target, live ? known.tid : 0);
+  request.host_pid = target;
+  request.host_tid = tid;
+  if (tid == 0 || !LiveStartTime(target, &request.start_time)) return CUDA_ERROR_INVALID_VALUE;
   EnsureControlDir(dir);
   if (!WriteFileAtomically(RequestPath(dir, target), FormatRequest(request))) {
     return CUDA_ERROR_OPERATING_SYSTEM;
   }
-  if (!SendSignal(target, live ? known.tid : 0, request.seq)) return CUDA_ERROR_INVALID_VALUE;
+  if (!SendSignal(target, tid, request.seq)) return CUDA_ERROR_INVALID_VALUE;
   return AwaitResult(dir, target, request.seq, wait_ms);
 }
 

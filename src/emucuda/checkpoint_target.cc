@@ -74,7 +74,7 @@ void WriteOwnState(const Target& target, CUresult result) {
 // After a restore the process may have another pid (and folder): its old state file goes, if it
 // is still its own (on another machine, that pid may be someone else's).
 void ForgetOldStateFile(const Target& before, const Target& now) {
-  if (before.self.pid == now.self.pid && before.dir == now.dir) return;
+  if (before.self.pid == 0 || (before.self.pid == now.self.pid && before.dir == now.dir)) return;
   std::string path = StateFilePath(before.dir, before.self.pid);
   std::string text;
   ControlState old;
@@ -84,13 +84,24 @@ void ForgetOldStateFile(const Target& before, const Target& now) {
   }
 }
 
+// Whose name the process answers under: its host pid as its /proc says, or, when its /proc is its
+// own PID namespace's, the identity the caller put in the request (the caller sees the host's).
+void SetIdentity(Target& target, const ControlRequest& request) {
+  if (ProcIsOwnPidNamespace()) {
+    target.self = {request.host_pid, request.start_time};
+    target.tid = request.host_tid;
+    return;
+  }
+  target.self = SelfHostProcess();
+  target.tid = SelfThreadHostTid();
+}
+
 CUresult Restore(Target& target, const ControlRequest& request) {
   Runtime& runtime = Runtime::Get();
   CUresult result = runtime.ReattachForRestore(request.pairs, request.state_path);
   if (result != CUDA_SUCCESS) return result;
   Target before = target;
-  target.self = SelfHostProcess();
-  target.tid = SelfThreadHostTid();
+  SetIdentity(target, request);
   target.dir = runtime.control_dir();
   target.state = CU_PROCESS_STATE_LOCKED;
   ForgetOldStateFile(before, target);
@@ -126,24 +137,38 @@ CUresult Perform(Target& target, const ControlRequest& request) {
   return CUDA_ERROR_INVALID_VALUE;
 }
 
-// The request is looked for under the pid the process has now: after a CRIU restore it is not
-// the one it had when it last wrote its state.
+// The request that woke the control thread: the one under the host pid the process has now (after
+// a CRIU restore it is not the one it had when it last wrote its state), or, when its /proc is
+// its own namespace's and that pid is unknown to it, the one carrying the signal's sequence number.
+bool TakeRequest(const std::string& dir, ControlRequest* request) {
+  std::string path;
+  std::string text;
+  if (ProcIsOwnPidNamespace()) {
+    if (!FindRequestBySeq(dir, g_signalled_seq.load(), request, &path)) return false;
+  } else {
+    path = RequestPath(dir, SelfHostProcess().pid);
+    if (!ReadSmallFile(path, &text) || !ParseRequest(text, request)) return false;
+  }
+  unlink(path.c_str());
+  return true;
+}
+
 void HandleRequest() {
   Target& target = TheTarget();
-  HostProcess self = SelfHostProcess();
-  std::string path = RequestPath(Runtime::Get().control_dir(), self.pid);
-  std::string text;
+  const std::string dir = Runtime::Get().control_dir();
   ControlRequest request;
-  if (!ReadSmallFile(path, &text) || !ParseRequest(text, &request)) return;
-  unlink(path.c_str());
+  if (!TakeRequest(dir, &request)) return;
   std::lock_guard<std::mutex> lock(TargetMutex());
   if (request.seq == target.last_seq) return;
-  if (self.pid != target.self.pid) {
+  Target before = target;
+  SetIdentity(target, request);
+  if (target.self.pid == 0) {
+    target = before;  // a request without the caller's view of us: nobody to answer to
+    return;
+  }
+  if (target.self.pid != before.self.pid) {
     // Restored by CRIU under another pid: answer under the new one (the caller waits there).
-    Target before = target;
-    target.self = self;
-    target.tid = SelfThreadHostTid();
-    target.dir = Runtime::Get().control_dir();
+    target.dir = dir;
     ForgetOldStateFile(before, target);
   }
   CUresult result = Perform(target, request);
@@ -164,10 +189,14 @@ void* ControlThread(void* /*unused*/) {
   {
     std::lock_guard<std::mutex> lock(TargetMutex());
     Target& target = TheTarget();
-    target.self = SelfHostProcess();
-    target.tid = SelfThreadHostTid();
     target.dir = Runtime::Get().control_dir();
-    WriteOwnState(target, CUDA_SUCCESS);
+    // A process that cannot name itself by host pid writes no state until a caller names it:
+    // the caller finds its control thread by name meanwhile.
+    if (!ProcIsOwnPidNamespace()) {
+      target.self = SelfHostProcess();
+      target.tid = SelfThreadHostTid();
+      WriteOwnState(target, CUDA_SUCCESS);
+    }
   }
   g_started.store(1);
   FutexWake(&g_started);
@@ -216,7 +245,7 @@ void StartCheckpointControl() {
 
 void RemoveOwnStateFile() {
   std::unique_lock<std::mutex> lock(TargetMutex(), std::try_to_lock);
-  if (!lock.owns_lock() || TheTarget().dir.empty()) return;
+  if (!lock.owns_lock() || TheTarget().dir.empty() || TheTarget().self.pid == 0) return;
   unlink(StateFilePath(TheTarget().dir, TheTarget().self.pid).c_str());
 }
 

@@ -1,5 +1,6 @@
 #include "emucuda/control_files.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -11,6 +12,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <utility>
+
+#include "emucuda/host_process.h"
 
 namespace paladin::emucuda {
 namespace {
@@ -148,6 +152,11 @@ std::string FormatRequest(const ControlRequest& request) {
     text += "pair " + Hex(pair.old_uuid) + " " + Hex(pair.new_uuid) + "\n";
   }
   if (!request.state_path.empty()) text += "state_path " + request.state_path + "\n";
+  if (request.host_pid != 0) {
+    text += "host_pid " + std::to_string(request.host_pid) + "\n";
+    text += "host_tid " + std::to_string(request.host_tid) + "\n";
+    text += "start_time " + std::to_string(request.start_time) + "\n";
+  }
   return text;
 }
 
@@ -170,6 +179,12 @@ bool ParseRequest(const std::string& text, ControlRequest* request) {
       request->timeout_ms = static_cast<uint32_t>(number);
       return true;
     }
+    if (key == "host_pid" || key == "host_tid") {
+      if (!ParseNumber(value, &number) || number == 0 || number > INT32_MAX) return false;
+      (key == "host_pid" ? request->host_pid : request->host_tid) = static_cast<uint32_t>(number);
+      return true;
+    }
+    if (key == "start_time") return ParseNumber(value, &request->start_time);
     if (key == "state_path") {
       if (value.empty() || value[0] != '/' || value.size() > 4096) return false;
       request->state_path = std::string(value);
@@ -183,6 +198,32 @@ bool ParseRequest(const std::string& text, ControlRequest* request) {
     return true;
   });
   return ok && has_seq && has_op;
+}
+
+bool FindRequestBySeq(const std::string& dir, uint64_t seq, ControlRequest* request,
+                      std::string* path) {
+  DIR* folder = opendir(dir.c_str());
+  if (folder == nullptr) return false;
+  bool found = false;
+  while (dirent* entry = readdir(folder)) {
+    std::string_view name = entry->d_name;
+    if (name.size() < 5 || name.substr(name.size() - 4) != ".req") continue;
+    uint64_t pid = 0;
+    std::string text;
+    ControlRequest candidate;
+    std::string candidate_path = dir + "/" + std::string(name);
+    if (!ParseNumber(name.substr(0, name.size() - 4), &pid) ||
+        !ReadSmallFile(candidate_path, &text) || !ParseRequest(text, &candidate) ||
+        candidate.seq != seq || candidate.host_pid != pid) {
+      continue;
+    }
+    *request = std::move(candidate);
+    *path = std::move(candidate_path);
+    found = true;
+    break;
+  }
+  closedir(folder);
+  return found;
 }
 
 std::string FormatState(const ControlState& state) {

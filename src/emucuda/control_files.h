@@ -26,6 +26,11 @@ struct ControlRequest {
   // restore: the emulated GPUs' state file of whoever restores the process (its node's GPUs),
   // which may not be the one named in the process's environment (the node it came from).
   std::string state_path;
+  // The target as the caller sees it (its view of /proc is the host's). A process whose /proc is
+  // its own PID namespace's cannot name itself by host pid: it answers under these.
+  uint32_t host_pid = 0;
+  uint32_t host_tid = 0;
+  uint64_t start_time = 0;
 };
 
 struct ControlState {
@@ -48,6 +53,10 @@ std::string StateFilePath(const std::string& dir, uint32_t pid);
 // Creates the control folder if needed.
 void EnsureControlDir(const std::string& dir);
 bool WriteFileAtomically(const std::string& path, const std::string& text);
+// The request in `dir` whose sequence number is `seq` and whose file is named after the host pid
+// it carries; its path goes to *path. False when there is none.
+bool FindRequestBySeq(const std::string& dir, uint64_t seq, ControlRequest* request,
+                      std::string* path);
 
 std::string FormatRequest(const ControlRequest& request);
 bool ParseRequest(const std::string& text, ControlRequest* request);

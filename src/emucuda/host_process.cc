@@ -59,21 +59,32 @@ bool ReadSmallFile(const std::string& path, std::string* text) {
 // the quota interposer agree (host pid, start time in the host's time namespace).
 HostProcess SelfHostProcess() {
   const quota::ProcessId id = quota::SelfProcessId();
-  return {id.pid, id.start_time};
+  return {id.pid, id.start_time, id.view};
 }
+
+bool ProcIsOwnPidNamespace() { return quota::OwnProcView() != 0; }
 
 uint32_t SelfThreadHostTid() {
   return HostIdFrom("/proc/thread-self/status", static_cast<uint32_t>(gettid()));
 }
 
 bool LiveStartTime(uint32_t pid, uint64_t* start_time) {
-  if (pid == 0 || !quota::ProcessAlive({pid, 0, 0})) return false;
+  if (pid == 0 || !quota::ProcessAlive({pid, 0, 0, quota::OwnProcView()})) return false;
   *start_time = quota::ProcessIdOf(std::to_string(pid)).start_time;
   return *start_time != 0;
 }
 
 bool HostProcessAlive(uint32_t pid, uint64_t start_time) {
-  return quota::ProcessAlive({pid, start_time, 0});
+  return quota::ProcessAlive({pid, start_time, 0, quota::OwnProcView()});
+}
+
+bool HostProcessAlive(const HostProcess& process) {
+  return quota::ProcessAlive({process.pid, process.start_time, 0, process.view});
+}
+
+uint32_t PidSeenHere(const HostProcess& process) {
+  if (process.view == quota::OwnProcView()) return process.pid;
+  return quota::HostPidOf({process.pid, process.start_time, 0, process.view});
 }
 
 bool ProcessCatchesSignal(uint32_t pid, int signo) {

@@ -41,6 +41,8 @@ struct SharedProcess {
   AtomicU32 state;
   AtomicU32 pid;
   AtomicU64 start_time;
+  AtomicU32 view;  // since version 3: the PID namespace whose /proc numbers `pid`; 0: the host's
+  uint32_t pad;
   AtomicU64 used_bytes[kMaxDevices];
   AtomicU32 contexts[kMaxDevices];
 };
@@ -332,6 +334,7 @@ int SharedState::ClaimSlot(const HostProcess& self) {
       if (!process.state.compare_exchange_strong(expected, kClaiming)) continue;
       process.pid.store(self.pid);
       process.start_time.store(self.start_time);
+      process.view.store(self.view);
       for (int d = 0; d < kMaxDevices; ++d) {
         process.used_bytes[d].store(0);
         process.contexts[d].store(0);
@@ -370,7 +373,9 @@ void SharedState::SweepDead() {
   for (int i = 0; i < kMaxProcesses; ++i) {
     SharedProcess& process = layout_->processes[i];
     if (process.state.load() != kLive) continue;
-    if (HostProcessAlive(process.pid.load(), process.start_time.load())) continue;
+    if (HostProcessAlive({process.pid.load(), process.start_time.load(), process.view.load()})) {
+      continue;
+    }
     uint32_t expected = kLive;
     if (process.state.compare_exchange_strong(expected, kReclaiming)) ReleaseSlot(i);
   }
@@ -380,9 +385,11 @@ std::vector<SharedState::ProcessUsage> SharedState::ProcessesOn(int device) cons
   std::vector<ProcessUsage> usage;
   for (const SharedProcess& process : layout_->processes) {
     if (process.state.load() != kLive) continue;
-    ProcessUsage entry{process.pid.load(), process.used_bytes[device].load(),
-                       process.contexts[device].load()};
-    if (entry.bytes > 0 || entry.contexts > 0) usage.push_back(entry);
+    ProcessUsage entry{0, process.used_bytes[device].load(), process.contexts[device].load()};
+    if (entry.bytes == 0 && entry.contexts == 0) continue;
+    // A process of another PID namespace's view is reported by the pid this caller can name.
+    entry.pid = PidSeenHere({process.pid.load(), process.start_time.load(), process.view.load()});
+    if (entry.pid != 0) usage.push_back(entry);
   }
   return usage;
 }

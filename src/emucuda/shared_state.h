@@ -20,7 +20,7 @@ namespace paladin::emucuda {
 
 inline constexpr int kMaxProcesses = 256;
 inline constexpr int kEventRing = 8;  // events kept per device for readers to catch up
-inline constexpr uint32_t kStateVersion = 2;
+inline constexpr uint32_t kStateVersion = 3;
 
 struct StateLayout;  // shared_state.cc
 

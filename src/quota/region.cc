@@ -1,5 +1,6 @@
 #include "paladin/quota/region.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
@@ -15,6 +16,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
+#include <vector>
 
 namespace paladin::quota {
 
@@ -90,7 +93,7 @@ struct Region::Layout {
     uint32_t pid;
     uint64_t start_time;
     uint32_t ns_pid;  // the pid inside the workload's own PID namespace (kept by a restore)
-    uint32_t pad;
+    uint32_t view;    // the PID namespace whose /proc numbers `pid`; 0 for the host's
     AtomicU64 used[kMaxDevices];
     AtomicU64 context[kMaxDevices];
   } processes[kMaxProcesses];
@@ -129,7 +132,67 @@ uint64_t StartTimeField(const char* stat, char* state) {
   return static_cast<uint64_t>(shifted - BoottimeOffsetTicks());
 }
 
+// The inode number of a /proc/.../ns/pid link's namespace; 0 when it cannot be read.
+uint32_t PidNamespaceOf(const std::string& proc_name) {
+  struct stat ns {};
+  const std::string path = "/proc/" + proc_name + "/ns/pid";
+  return stat(path.c_str(), &ns) == 0 ? static_cast<uint32_t>(ns.st_ino) : 0;
+}
+
+// The NSpid values of a /proc/NAME/status: from the namespace /proc belongs to down to the
+// process's own. Empty when unreadable.
+std::vector<uint32_t> NsPids(const std::string& proc_name) {
+  std::vector<uint32_t> pids;
+  const std::string status = "/proc/" + proc_name + "/status";
+  FILE* f = fopen(status.c_str(), "re");
+  if (f == nullptr) return pids;
+  char line[256];
+  while (fgets(line, sizeof line, f) != nullptr) {
+    if (strncmp(line, "NSpid:", 6) != 0) continue;
+    char* p = line + 6;
+    for (char* end = p;; p = end) {
+      const unsigned long next = strtoul(p, &end, 10);
+      if (end == p) break;
+      pids.push_back(static_cast<uint32_t>(next));
+    }
+    break;
+  }
+  fclose(f);
+  return pids;
+}
+
+// Field 22 of /proc/PID/stat in the host's time view, and the state letter; 0 if unreadable.
+uint64_t StartTimeOf(uint32_t pid, char* state, int* error) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%u/stat", pid);
+  FILE* f = fopen(path, "re");
+  if (f == nullptr) {
+    if (error != nullptr) *error = errno;
+    return 0;
+  }
+  char buf[1024];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  return StartTimeField(buf, state);
+}
+
+// Within a tick: a time namespace's offset is not a whole number of ticks, so the same start
+// time converted from inside and from outside may differ by one.
+bool SameStart(uint64_t seen, uint64_t recorded) {
+  return seen + 1 >= recorded && seen <= recorded + 1;
+}
+
 }  // namespace
+
+uint32_t OwnProcView() {
+  // The host's PID namespace has a fixed inode number (the kernel's PROC_PID_INIT_INO).
+  constexpr uint32_t kHostPidNamespace = 0xEFFFFFFCU;
+  const uint32_t own = PidNamespaceOf("self");
+  if (own == 0 || own == kHostPidNamespace) return 0;
+  // One NSpid value: /proc belongs to the process's own namespace.
+  return NsPids("self").size() == 1 ? own : 0;
+}
 
 ProcessId SelfProcessId() { return ProcessIdOf("self"); }
 
@@ -138,55 +201,54 @@ ProcessId ProcessIdOf(const std::string& proc_name) {
   id.pid = proc_name == "self" ? static_cast<uint32_t>(getpid())
                                : static_cast<uint32_t>(strtoul(proc_name.c_str(), nullptr, 10));
   id.ns_pid = id.pid;
-  // NSpid lists the pid in every namespace from the one /proc was mounted in (the host's here)
-  // down to the process's own; the first is what the launcher and NVML see, the last is what
-  // a restore keeps.
-  const std::string status = "/proc/" + proc_name + "/status";
-  if (FILE* f = fopen(status.c_str(), "re")) {
-    char line[256];
-    while (fgets(line, sizeof line, f) != nullptr) {
-      if (strncmp(line, "NSpid:", 6) == 0) {
-        char* p = line + 6;
-        id.pid = static_cast<uint32_t>(strtoul(p, &p, 10));
-        id.ns_pid = id.pid;
-        for (char* end = p;; p = end) {
-          const unsigned long next = strtoul(p, &end, 10);
-          if (end == p) break;
-          id.ns_pid = static_cast<uint32_t>(next);
-        }
-        break;
-      }
-    }
-    fclose(f);
+  // NSpid lists the pid in every namespace from the one /proc was mounted in down to the
+  // process's own; the first is what the launcher and NVML see, the last is what a restore keeps.
+  const std::vector<uint32_t> pids = NsPids(proc_name);
+  if (!pids.empty()) {
+    id.pid = pids.front();
+    id.ns_pid = pids.back();
   }
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%u/stat", id.pid);
-  if (FILE* f = fopen(path, "re")) {
-    char buf[1024];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    id.start_time = StartTimeField(buf, nullptr);
-  }
+  id.start_time = StartTimeOf(id.pid, nullptr, nullptr);
+  id.view = OwnProcView();
+  id.pid_namespace = PidNamespaceOf(proc_name);
   return id;
 }
 
 bool ProcessAlive(const ProcessId& id) {
   if (id.pid == 0) return false;
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%u/stat", id.pid);
-  FILE* f = fopen(path, "re");
-  if (f == nullptr) return errno != ENOENT && errno != ESRCH;
-  char buf[1024];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  buf[n] = '\0';
-  fclose(f);
+  const uint32_t view = OwnProcView();
+  if (id.view != view) return view != 0 || HostPidOf(id) != 0;
   char state = '?';
-  const uint64_t start = StartTimeField(buf, &state);
+  int error = 0;
+  const uint64_t start = StartTimeOf(id.pid, &state, &error);
+  if (error != 0) return error != ENOENT && error != ESRCH;
   if (state == 'Z' || state == 'X') return false;
-  // Within a tick: a time namespace's offset is not a whole number of ticks, so the same start
-  // time converted from inside and from outside may differ by one.
-  return id.start_time == 0 || (start + 1 >= id.start_time && start <= id.start_time + 1);
+  return id.start_time == 0 || SameStart(start, id.start_time);
+}
+
+uint32_t HostPidOf(const ProcessId& id) {
+  if (id.pid == 0 || OwnProcView() != 0) return 0;
+  if (id.view == 0) return ProcessAlive(id) ? id.pid : 0;
+  // Another namespace's process: the one whose start time, own namespace and innermost pid match.
+  // Start times are compared first, as they rule out nearly every process cheaply.
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return 0;
+  uint32_t found = 0;
+  while (dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    const unsigned long pid = strtoul(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0') continue;
+    char state = '?';
+    const uint64_t start = StartTimeOf(static_cast<uint32_t>(pid), &state, nullptr);
+    if (state == 'Z' || state == 'X' || !SameStart(start, id.start_time)) continue;
+    const std::vector<uint32_t> pids = NsPids(e->d_name);
+    if (!pids.empty() && pids.back() == id.pid && PidNamespaceOf(e->d_name) == id.view) {
+      found = static_cast<uint32_t>(pid);
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
 }
 
 Region::Region(std::string path, Layout* layout, size_t size, bool owns_memory)
@@ -338,6 +400,7 @@ int Region::AttachProcess(const ProcessId& id) {
         p.pid = id.pid;
         p.start_time = id.start_time;
         p.ns_pid = id.ns_pid;
+        p.view = id.view;
         for (int d = 0; d < kMaxDevices; ++d) {
           p.used[d].store(0);
           p.context[d].store(0);
@@ -365,7 +428,7 @@ void Region::DetachProcess(int proc) {
 ProcessId Region::process(int proc) const {
   const Layout::Process& p = layout_->processes[proc];
   if (p.state.load() != kReady && p.state.load() != kFrozen) return {};
-  return {p.pid, p.start_time, p.ns_pid};
+  return {p.pid, p.start_time, p.ns_pid, p.view};
 }
 uint64_t Region::process_used(int proc, int device) const {
   return layout_->processes[proc].used[device].load();
@@ -418,7 +481,11 @@ int Region::ThawProcesses(const std::vector<ProcessId>& restored) {
     if (p.state.load() != kFrozen) continue;
     for (const ProcessId& id : restored) {
       if (id.ns_pid != p.ns_pid) continue;
-      p.pid = id.pid;
+      // A process that named itself in its own namespace's /proc does so again after the
+      // restore, in the namespace CRIU made for it.
+      const bool own_view = p.view != 0 && id.pid_namespace != 0;
+      p.pid = own_view ? id.ns_pid : id.pid;
+      p.view = own_view ? id.pid_namespace : 0;
       p.start_time = id.start_time;
       p.state.store(kReady);
       ++bound;
@@ -454,7 +521,7 @@ int Region::SweepDead() {
   for (int i = 0; i < kMaxProcesses; ++i) {
     Layout::Process& p = layout_->processes[i];
     if (p.state.load() != kReady) continue;
-    if (ProcessAlive({p.pid, p.start_time})) continue;
+    if (ProcessAlive({p.pid, p.start_time, p.ns_pid, p.view})) continue;
     DetachProcess(i);
     ++reclaimed;
   }

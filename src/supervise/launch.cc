@@ -156,9 +156,6 @@ StatusOr<Launched> Launch(const LaunchSpec& spec) {
   start.gid = spec.gid;
   start.cgroup = spec.cgroup;
   start.lease_fd = spec.lease_fd;
-  // Paladin's quota interposer and emulated driver find their processes by host pid in /proc:
-  // a GPU job keeps the host's /proc (docs/ckpt.md, "What a job sees").
-  start.own_proc = !spec.gpu.enabled;
   StatusOr<ckpt::StartedWorkload> started = ckpt::StartWorkload(start);
   if (!started.ok()) {
     out.region.reset();

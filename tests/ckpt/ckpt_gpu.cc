@@ -3,11 +3,12 @@
 // device memory on device 0, fills it with a pattern that depends on a generation number, and
 // then, every --every-ms, copies it back, checks it against the current generation, writes the
 // next generation and prints one line:
-//   gen 17 ok dev 0 GPU-454d5500-... free 805306368
+//   gen 17 ok dev 0 GPU-454d5500-... free 805306368 pid 2 proc 2
 // with the UUID of the device its context is on now (cuCtxGetDevice + cuDeviceGetUuid), so a
-// restore onto another GPU shows. A wrong word prints "MISMATCH ..." and exits 3; a driver error
-// prints "ERROR <call> <code>" and exits 2. Generations only ever count up: a restarted program
-// would start again at gen 1.
+// restore onto another GPU shows, and its pid as getpid() and as /proc/self/stat say (the same
+// when its /proc is its own PID namespace's). A wrong word prints "MISMATCH ..." and exits 3; a
+// driver error prints "ERROR <call> <code>" and exits 2. Generations only ever count up: a
+// restarted program would start again at gen 1.
 //
 // Usage: ckpt_gpu [--mib N] [--every-ms N]
 //
@@ -43,6 +44,16 @@ uint64_t Pattern(uint64_t index, uint64_t gen) {
 }
 
 }  // namespace
+
+// The pid /proc/self/stat names; -1 when it cannot be read.
+int ProcSelfPid() {
+  FILE* stat = std::fopen("/proc/self/stat", "re");
+  if (stat == nullptr) return -1;
+  int pid = -1;
+  if (std::fscanf(stat, "%d", &pid) != 1) pid = -1;
+  std::fclose(stat);
+  return pid;
+}
 
 int main(int argc, char** argv) {
   uint64_t mib = 64;
@@ -119,7 +130,7 @@ int main(int argc, char** argv) {
     Check("cuCtxGetDevice", ctx_device(&dev));
     Check("cuDeviceGetUuid", get_uuid(&uuid, dev));
     Check("cuMemGetInfo", mem_info(&free_bytes, &total_bytes));
-    std::printf("gen %" PRIu64 " ok dev %d %s free %zu\n", gen - 1, dev, FormatUuid(uuid).c_str(),
-                free_bytes);
+    std::printf("gen %" PRIu64 " ok dev %d %s free %zu pid %d proc %d\n", gen - 1, dev,
+                FormatUuid(uuid).c_str(), free_bytes, static_cast<int>(getpid()), ProcSelfPid());
   }
 }

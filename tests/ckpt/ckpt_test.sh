@@ -539,6 +539,15 @@ remap_scenario() {
   else
     pass "$what: after the restore the context reports GPU 1 ($u1)"
   fi
+  # A GPU job has a /proc of its own PID namespace like every job: before and after the restore
+  # /proc/self/stat names the pid getpid() returns, a small one, not its host pid.
+  local foreign
+  foreign=$(awk '$1 == "gen" && ($10 != $12 || $10 > 1000) { print; exit }' "$log")
+  if [[ -n $foreign ]] || ! grep -q '^gen .* pid [0-9]* proc [0-9]*$' "$log"; then
+    fail "$what: the GPU job does not see its own pid in /proc: ${foreign:-no pid in $(grep -m1 "^gen" "$log")}"
+  else
+    pass "$what: the GPU job sees its own pid in /proc ($(awk '$1 == "gen" { p = $10 } END { print p }' "$log")) before and after the restore"
+  fi
   # GPU 1 is as large as GPU 0: it must now count what the job held there.
   local free_after
   free_after=$(tail -1 <<<"$after" | awk '{ print $8 }')

@@ -1,10 +1,14 @@
 // The emulated checkpoint API, driven from another process as the node agent drives it: lock,
 // checkpoint (the device memory moves into the process and the devices show it gone), restore
 // (possibly onto another device), unlock; the process then finds its data intact.
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 
 #include <atomic>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -201,6 +205,119 @@ TEST_F(EmuCheckpointTest, RestoreIsRefusedWhenTheTargetDeviceLacksRoom) {
                   CHILD_CHECK_EQ(WaitExit(workload), 0);
                 }),
             0);
+}
+
+// The whole text of a small file; empty when it cannot be read.
+std::string FileText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The number after "key " on a line of a control state file; -1 when there is none.
+long long StateField(const std::string& text, const std::string& key) {
+  size_t at = text.find("\n" + key + " ");
+  return at == std::string::npos ? -1 : std::atoll(text.c_str() + at + key.size() + 2);
+}
+
+// Field 22 (start time) of /proc/PID/stat as this process's /proc shows it.
+long long StartTimeOf(pid_t pid) {
+  std::string stat = FileText("/proc/" + std::to_string(pid) + "/stat");
+  size_t at = stat.rfind(')');
+  if (at == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(at + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+  }
+  return std::atoll(field.c_str());
+}
+
+// The pid NVML lists on device 0 (which must hold exactly one process); -1 otherwise.
+pid_t ListedPid(const Emu& emu) {
+  nvmlDevice_t device = nullptr;
+  nvmlProcessInfo_t info{};
+  unsigned int count = 1;
+  if (emu.nvmlDeviceGetHandleByIndex_v2(0, &device) != NVML_SUCCESS ||
+      emu.nvmlDeviceGetComputeRunningProcesses_v3(device, &count, &info) != NVML_SUCCESS ||
+      count != 1) {
+    return -1;
+  }
+  return static_cast<pid_t>(info.pid);
+}
+
+// A process whose /proc is its own PID namespace's (pid 1 there) cannot name itself by host pid:
+// the agent, which sees the host's /proc, still locks, checkpoints, restores and unlocks it, and
+// finds its state file under the host pid with the start time it sees.
+TEST_F(EmuCheckpointTest, AProcessWithItsOwnProcIsCheckpointedByItsHostPid) {
+  auto env = Env({{"PALADIN_EMU_GPUS", "1x1GiB"}, {"PALADIN_EMU_CTX_OVERHEAD", "64MiB"}});
+  std::string control_dir = state_path() + ".ctl";
+  if (unshare(0) != 0 || geteuid() != 0) GTEST_SKIP() << "needs root for namespaces";
+  EXPECT_EQ(
+      RunInChild(
+          env,
+          [&control_dir] {
+            Signal ready;
+            Signal go;
+            SharedCounter* counter = MapSharedCounter();
+            auto* host_pid = static_cast<std::atomic<pid_t>*>(mmap(
+                nullptr, sizeof(pid_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+            pid_t outer = ForkChild();
+            if (outer == 0) {
+              CHILD_CHECK(unshare(CLONE_NEWPID | CLONE_NEWNS) == 0);
+              pid_t inner = ForkChild();
+              if (inner == 0) {
+                CHILD_CHECK(mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0);
+                CHILD_CHECK(
+                    mount("proc", "/proc", "proc", MS_NOSUID | MS_NOEXEC | MS_NODEV, nullptr) == 0);
+                CHILD_CHECK_EQ(std::atoi(FileText("/proc/self/stat").c_str()),
+                               1);  // its own pid, as getpid() says
+                CHILD_CHECK_EQ(getpid(), 1);
+                Workload(ready, go, counter, kGiB);
+              }
+              host_pid->store(inner);
+              _exit(WaitExit(inner));
+            }
+            ready.Wait();
+            const pid_t workload = host_pid->load();
+            CHILD_CHECK(workload > 1);
+            Emu emu = Emu::Load();
+            CHILD_OK(emu.cuInit(0));
+            // Its memory stays counted, though its pid names another process here, and NVML
+            // lists it by its host pid.
+            CHILD_CHECK_EQ(emu.nvmlInit_v2(), NVML_SUCCESS);
+            CHILD_CHECK_EQ(emu.NvmlUsed(0), 164 * kMiB);
+            CHILD_CHECK_EQ(ListedPid(emu), workload);
+            CHILD_CHECK_EQ(StateOf(emu, workload), CU_PROCESS_STATE_RUNNING);
+            int tid = 0;
+            CHILD_OK(emu.cuCheckpointProcessGetRestoreThreadId(workload, &tid));
+            CHILD_CHECK(
+                access(
+                    ("/proc/" + std::to_string(workload) + "/task/" + std::to_string(tid)).c_str(),
+                    F_OK) == 0);
+            CHILD_CHECK(tid != workload);
+            CHILD_CHECK(access((control_dir + "/1.state").c_str(), F_OK) != 0);
+
+            CHILD_OK(emu.cuCheckpointProcessLock(workload, nullptr));
+            CHILD_CHECK_EQ(StateOf(emu, workload), CU_PROCESS_STATE_LOCKED);
+            CHILD_OK(emu.cuCheckpointProcessCheckpoint(workload, nullptr));
+            CHILD_CHECK_EQ(StateOf(emu, workload), CU_PROCESS_STATE_CHECKPOINTED);
+            CHILD_OK(emu.cuCheckpointProcessRestore(workload, nullptr));
+            CHILD_CHECK_EQ(StateOf(emu, workload), CU_PROCESS_STATE_LOCKED);
+            CHILD_OK(emu.cuCheckpointProcessUnlock(workload, nullptr));
+            CHILD_CHECK_EQ(StateOf(emu, workload), CU_PROCESS_STATE_RUNNING);
+            CHILD_CHECK_EQ(emu.NvmlUsed(0), 164 * kMiB);
+            CHILD_CHECK_EQ(ListedPid(emu), workload);
+
+            const std::string state =
+                FileText(control_dir + "/" + std::to_string(workload) + ".state");
+            CHILD_CHECK_EQ(StateField(state, "pid"), workload);
+            CHILD_CHECK_EQ(StateField(state, "start_time"), StartTimeOf(workload));
+            CHILD_CHECK_EQ(StateField(state, "tid"), tid);
+            go.Send('s');  // the workload checks its device memory byte for byte
+            CHILD_CHECK_EQ(WaitExit(outer), 0);
+          }),
+      0);
 }
 
 // Threads allocating and freeing all the time while the agent checkpoints and restores the
