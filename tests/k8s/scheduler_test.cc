@@ -33,7 +33,9 @@ TEST(ParseQuantity, ReadsKubernetesQuantities) {
   for (const char* bad : {"", "Gi", "8GB", "1.2.3Gi", "-1Gi", "8 Gi", "1e99"}) {
     StatusOr<uint64_t> got = ParseQuantity(bad);
     EXPECT_FALSE(got.ok()) << bad;
-    if (!got.ok()) EXPECT_NE(got.status().message().find("quantity"), std::string::npos);
+    if (!got.ok()) {
+      EXPECT_NE(got.status().message().find("quantity"), std::string::npos);
+    }
   }
 }
 
