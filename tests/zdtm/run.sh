@@ -27,10 +27,11 @@
 # Environment: ZDTM_NOCKPT=1 runs each test under `paladin run` without the checkpoint, which
 # tells a test that fails here anyway from one the checkpoint breaks (for a measurement; the
 # expected-failures file is not checked then). ZDTM_MIGRATE=1 moves each test with `paladin
-# migrate` in place of steps 2 and 3: to a `paladin receive` on loopback (a fresh port a test)
-# that runs as a second node would, in a mount and IPC namespace of its own with a tmpfs of its
-# own over the run base (the same path: a restore places the job in its node's run base, and
-# the two sides share nothing there); step 4 then signals the test where it now runs.
+# migrate` in place of steps 2 and 3: to a `paladin receive` (a fresh port a test) that runs as
+# a second node would (node2.sh): in network, mount and IPC namespaces of its own, reached over a
+# veth pair, with a tmpfs of its own over the run base (the same path: a restore places the job
+# in its node's run base) and its own copy of the tests' folder (the source has one too); step 4
+# then signals the test where it now runs and reads its verdict there.
 # ZDTM_MIGRATE=shared runs the receiver in the host's namespaces instead (which tells a failure of
 # the second node's set-up from one of the move). KEEP_WORK=1 keeps the images and logs.
 # Needs root and CRIU; exits 77 (skipped) without them or without the built tests.
@@ -43,6 +44,9 @@ LIST=$4
 EXPECTED=$5
 shift 5
 
+NODE2=$(dirname "$(realpath "$0")")/node2.sh
+node2= # the second node of a move (node2.sh), while it runs
+files= # the tests' folder as the job sees it: $STATIC, or the second node's copy after a move
 LIMIT=120     # seconds for any one paladin command
 MOVE_LIMIT=45 # seconds for a `paladin receive` (ZDTM_MIGRATE)
 
@@ -93,6 +97,18 @@ if [[ -n ${ZDTM_MIGRATE:-} ]]; then
       exit 1
     fi
     trap 'umount -l "$PALADIN_RUN_DIR"' EXIT
+    # The tests' folder is a copy in a tmpfs on each node (node2.sh makes the receiver's), as
+    # two machines have a file system each: a FIFO or a locked file of the source is then not
+    # the one the moved job finds at the same path.
+    orig=$work/static-orig
+    mkdir -p "$orig"
+    if ! mount --bind "$STATIC" "$orig" || ! mount -t tmpfs -o mode=0755 paladin-files1 "$STATIC" ||
+      ! cp -a "$orig/." "$STATIC/"; then
+      echo "$tag: cannot give the source a copy of $STATIC in a tmpfs"
+      exit 1
+    fi
+    umount "$orig"
+    trap 'umount -l "$STATIC"; umount -l "$PALADIN_RUN_DIR"' EXIT
   fi
 fi
 : >"$results"
@@ -161,7 +177,7 @@ first_error() {
 
 verdict_of() { # TEST: the test's own words, from its .out (or .out.inprogress)
   local f
-  for f in "$STATIC/$1.out" "$STATIC/$1.out.inprogress"; do
+  for f in "$files/$1.out" "$files/$1.out.inprogress"; do
     if [[ -f $f ]]; then
       tail -c 2000 "$f" | tr -s ' \t\n' ' ' | cut -c1-240
       return
@@ -192,36 +208,63 @@ ipc_cleanup() { # BEFORE: the ipc_ids output from before the test
   done < <(comm -13 <(sort <<<"$1") <(ipc_ids | sort))
 }
 
+# node2_stop: ends the second node of the last move (node2.sh), if any.
+node2_stop() {
+  [[ -n $node2 ]] || return 0
+  kill "$node2" 2>/dev/null
+  wait "$node2" 2>/dev/null
+  ip link del "pzh$port" 2>/dev/null
+  node2=
+}
+
+# node2_done: true once the receiver of the last move (node2.sh, or `paladin receive` itself when
+# ZDTM_MIGRATE=shared) has ended.
+node2_done() {
+  if [[ $ZDTM_MIGRATE != shared ]]; then [[ -s $work/node2.rc ]]; else ! kill -0 "$node2"; fi 2>/dev/null
+}
+
 # migrate_job TEST NAME: moves the job NAME (its root: $root, its `paladin run`: $launcher) to a
-# `paladin receive` on loopback, in namespaces of its own (ZDTM_MIGRATE above), and sets root to
-# the job's pid there. On failure sets outcome and why, kills the job wherever it runs (after a
+# `paladin receive` on a second node (node2.sh: namespaces and files of its own, reached over a
+# veth pair; ZDTM_MIGRATE above) and sets root to the job's pid there and files to its copy of
+# the tests' folder. On failure sets outcome and why, kills the job wherever it runs (after a
 # failed move it resumes here), and returns 1.
 migrate_job() {
-  local t=$1 name=$2 out rc=0
+  local t=$1 name=$2 out rc=0 peer=127.0.0.1
   port=$((port + 2)) # the receiver takes PORT and PORT+1
-  local -a recv=("$PALADIN" receive --listen "$port" --dir "$work/in-$t")
+  local -a recv=("$PALADIN" receive --listen "$port" --dir "$work/in-$t-$port")
+  # A move of a test takes 2-4 s; a restore that blocks is cut sooner than LIMIT, which the
+  # migrate command then outlives to resume the job here.
+  rm -f "$work/node2.pid" "$work/node2.rc"
   if [[ $ZDTM_MIGRATE != shared ]]; then
-    # shellcheck disable=SC2016 # expanded by the receiver's shell
-    recv=(unshare --mount --ipc --propagation private -- bash -c \
-      'mount -t tmpfs -o mode=0755 paladin-node2 "$PALADIN_RUN_DIR" && exec "$@"' receiver \
-      "${recv[@]}")
+    peer=10.214.0.2
+    recv+=(--bind "$peer")
+    unshare --net --mount --ipc --propagation private -- bash "$NODE2" "$work/node2" "$STATIC" \
+      "pzn$port" "$peer" "$MOVE_LIMIT" "${recv[@]}" >"$work/$t.recv.out" 2>&1 &
+    node2=$!
+    if ! wait_until 10 eval "[[ -s $work/node2.pid ]] || ! kill -0 $node2 2>/dev/null" ||
+      ! ip link add "pzh$port" type veth peer name "pzn$port" netns "$(cat "$work/node2.pid")" ||
+      ! ip addr add 10.214.0.1/30 dev "pzh$port" || ! ip link set "pzh$port" up; then
+      outcome=migrate
+      why="the second node did not start: $(first_error "$(cat "$work/$t.recv.out")")"
+      node2_stop
+      kill_job "$root"
+      wait "$launcher" 2>/dev/null
+      return 1
+    fi
+  else
+    timeout "$MOVE_LIMIT" "${recv[@]}" >"$work/$t.recv.out" 2>&1 &
+    node2=$!
   fi
-  # A move of a test takes 2-4 s; a restore that blocks (on a lock the source's stopped copy
-  # still holds: migrate_expected_failures.txt) is cut sooner than LIMIT, which the migrate
-  # command then outlives to resume the job here.
-  timeout "$MOVE_LIMIT" "${recv[@]}" >"$work/$t.recv.out" 2>&1 &
-  local receiver=$!
-  if ! wait_until 10 eval "ss -Hltn 'sport = :$port' | grep -q . || ! kill -0 $receiver 2>/dev/null" ||
-    ! kill -0 "$receiver" 2>/dev/null; then
+  if ! wait_until 10 eval "nsenter -t $node2 -n ss -Hltn 'sport = :$port' | grep -q . ||
+      node2_done" || node2_done; then
     outcome=migrate
     why="paladin receive is not listening on $port: $(first_error "$(cat "$work/$t.recv.out")")"
-    kill "$receiver" 2>/dev/null
-    wait "$receiver" 2>/dev/null
+    node2_stop
     kill_job "$root"
     wait "$launcher" 2>/dev/null
     return 1
   fi
-  out=$(timeout "$LIMIT" "$PALADIN" migrate "$name" --peer "127.0.0.1:$port" 2>&1) || rc=$?
+  out=$(timeout "$LIMIT" "$PALADIN" migrate "$name" --peer "$peer:$port" 2>&1) || rc=$?
   # Both say first that CRIU's resource limits are read through a preloaded helper: not an error.
   local notice='lacks CAP_SYS_RESOURCE'
   out=$(grep -v "$notice" <<<"$out")
@@ -238,17 +281,18 @@ migrate_job() {
       received="ended at: $(tail -1 <<<"$received" | cut -c1-200)"
     fi
     why="$(tail -1 <<<"$out" | tr -s ' \t' ' ' | cut -c1-240); receive: $received"
-    kill "$receiver" 2>/dev/null
-    wait "$receiver" 2>/dev/null
     [[ -n $there ]] && kill_job "$there"
+    node2_stop
     kill_job "$root"
     wait "$launcher" 2>/dev/null
     return 1
   fi
-  if ! wait_until 30 eval "! kill -0 $receiver 2>/dev/null"; then
-    kill "$receiver" 2>/dev/null
+  wait_until 30 node2_done
+  if [[ $ZDTM_MIGRATE == shared ]]; then
+    node2_stop
+  else
+    files=/proc/$node2/root$STATIC
   fi
-  wait "$receiver" 2>/dev/null
   root=$there
   if ! wait_until 30 eval "! kill -0 $launcher 2>/dev/null"; then
     outcome=migrate
@@ -265,6 +309,7 @@ run_one() {
   local t=$1
   outcome=FAIL
   why=
+  files=$STATIC
   if [[ ! -x $STATIC/$t ]]; then
     why="not built"
     return
@@ -356,12 +401,13 @@ run_one() {
     outcome=verify
     why="still running $((timeout * 2 / 3)) s after SIGTERM: $(verdict_of "$t")"
     kill_job "$root"
-  elif [[ -f $STATIC/$t.out ]] && tail -c 2000 "$STATIC/$t.out" | grep -qw PASS; then
+  elif [[ -f $files/$t.out ]] && tail -c 2000 "$files/$t.out" | grep -qw PASS; then
     outcome=PASS
   else
     outcome=verify
     why=$(verdict_of "$t")
   fi
+  node2_stop
   [[ -n ${ZDTM_NOCKPT:-} ]] && wait "$launcher" 2>/dev/null
   return 0
 }
