@@ -7,6 +7,12 @@
 #    checkpoint image $PALADIN_K8S_IMAGES/NAME/ROLE instead (ROLE: the container's name), with
 #    create's bundle, pid file and console socket: the new pod's container is the restored process,
 #    not a fresh start of its entrypoint. The `start` that follows is then a no-op.
+#    Only a pod that Paladin's move created restores, and only the image made for it: the image's
+#    folder records the namespace it was taken in and the pod it is for (`owner`, written by
+#    paladin k8s move), the pod carries paladin.io/restore-token, an HMAC-SHA256 under the node's
+#    key ($PALADIN_K8S_MOVE_KEY) over the image's name and the pod's namespace and name, and an
+#    image is restored once. The namespace and name checked are containerd's (the kubelet's),
+#    never the pod spec's.
 #  - `create` or `start` of a container of a pod that Paladin checkpointed away (a file named by
 #    its sandbox id in $PALADIN_K8S_IMAGES/moved/) is refused, so the kubelet cannot start the old
 #    pod's container again while its replacement runs (the old pod is being deleted).
@@ -16,9 +22,11 @@
 #   PALADIN_CRIU_DIR    the folder holding Paladin's `criu` wrapper, put first on runc's PATH
 #   PALADIN_K8S_IMAGES  the node's checkpoint images (default /var/lib/paladin/k8s/images)
 #   PALADIN_CRIU_CONFIG a CRIU configuration file for this runtime's containers (optional)
+#   PALADIN_K8S_MOVE_KEY the node's move key, hex (default /var/lib/paladin/k8s/move.key)
 set -euo pipefail
 RUNC=${PALADIN_RUNC:-runc}
 IMAGES=${PALADIN_K8S_IMAGES:-/var/lib/paladin/k8s/images}
+MOVE_KEY=${PALADIN_K8S_MOVE_KEY:-/var/lib/paladin/k8s/move.key}
 [[ -z ${PALADIN_CRIU_DIR:-} ]] || PATH=$PALADIN_CRIU_DIR:$PATH
 export PATH
 
@@ -29,6 +37,50 @@ fail() {
   echo "paladin-runc: $*" >&2
   [[ -z $log ]] || jq -cn --arg m "paladin-runc: $*" '{level: "error", msg: $m}' >>"$log" || true
   exit 1
+}
+
+# HMAC-SHA256 (RFC 2104) of MESSAGE under the key in hex, in hex. Written out in the shell so
+# that the key is never an argument of a process (another process's /proc could read it).
+hmac_sha256() { # KEY_HEX MESSAGE
+  local key=$1 message=$2 i b x ipad='' opad='' inner
+  for ((i = 0; i < 64; i++)); do
+    b=0
+    [[ -z ${key:2*i:2} ]] || b=$((16#${key:2*i:2}))
+    printf -v x '\\x%02x' $((b ^ 0x36))
+    ipad+=$x
+    printf -v x '\\x%02x' $((b ^ 0x5c))
+    opad+=$x
+  done
+  # shellcheck disable=SC2059 # the pads are escapes, printf's format on purpose
+  inner=$({ printf "$ipad"; printf '%s' "$message"; } | sha256sum | cut -c1-64)
+  # shellcheck disable=SC2059
+  { printf "$opad"; printf "$(sed 's/../\\x&/g' <<<"$inner")"; } | sha256sum | cut -c1-64
+}
+
+# Whether pod NS/NAME may restore IMAGE's container ROLE: the image was taken in its namespace for
+# it (the owner file paladin k8s move wrote), its token is the node key's, and it is not taken.
+trusted() { # IMAGE ROLE NS NAME TOKEN
+  local from=$1 role=$2 ns=$3 name=$4 token=$5 owner_ns='' owner_pod='' k v key
+  [[ -n $ns && -n $name ]] || fail "container of image $from: containerd gave no pod namespace or name"
+  [[ -f $IMAGES/$from/owner ]] || fail "image $from has no owner record: not made by paladin k8s move"
+  while read -r k v; do
+    case $k in
+      namespace) owner_ns=$v ;;
+      pod) owner_pod=$v ;;
+    esac
+  done <"$IMAGES/$from/owner"
+  [[ $owner_ns == "$ns" ]] ||
+    fail "pod $ns/$name may not restore image $from: it was taken in namespace '$owner_ns'"
+  [[ $owner_pod == "$name" ]] ||
+    fail "pod $ns/$name may not restore image $from: it was made for pod $owner_ns/$owner_pod"
+  [[ -n $token ]] || fail "pod $ns/$name names image $from but carries no paladin.io/restore-token"
+  [[ -r $MOVE_KEY ]] || fail "no node move key at $MOVE_KEY: restores are refused"
+  read -r key <"$MOVE_KEY"
+  [[ $key =~ ^[0-9a-fA-F]{64,128}$ ]] || fail "the node move key $MOVE_KEY is not 32-64 bytes of hex"
+  [[ $(hmac_sha256 "$key" $'paladin-restore-v1\n'"$from"$'\n'"$ns"$'\n'"$name"$'\n') == "$token" ]] ||
+    fail "pod $ns/$name: paladin.io/restore-token is not the node's token for image $from and this pod"
+  [[ ! -e $IMAGES/$from/$role.restored ]] ||
+    fail "image $from was restored already (into $(cat "$IMAGES/$from/$role.restored")): it is restored once"
 }
 
 # runc's global options come before the command; those with a value are skipped in pairs.
@@ -76,10 +128,14 @@ done
 config=$bundle/config.json
 [[ -f $config ]] || exec "$RUNC" "$@"
 # Joined by '|' (no whitespace: read would merge empty fields), which none of the three holds.
-IFS='|' read -r from sandbox role type < <(jq -r '[.annotations["paladin.io/restore-from"] // "",
+IFS='|' read -r from sandbox role type token pod_ns pod_name < <(jq -r '[
+  .annotations["paladin.io/restore-from"] // "",
   .annotations["io.kubernetes.cri.sandbox-id"] // "",
   .annotations["io.kubernetes.cri.container-name"] // "",
-  .annotations["io.kubernetes.cri.container-type"] // ""] | map(gsub("[|]"; "?")) | join("|")' \
+  .annotations["io.kubernetes.cri.container-type"] // "",
+  .annotations["paladin.io/restore-token"] // "",
+  .annotations["io.kubernetes.cri.sandbox-namespace"] // "",
+  .annotations["io.kubernetes.cri.sandbox-name"] // ""] | map(gsub("[|]"; "?")) | join("|")' \
   "$config")
 # CRIU's options for runc's checkpoint and restore of this container come from the config file its
 # annotation org.criu.config names (runc keeps the annotation from create on): the node's
@@ -100,6 +156,7 @@ fi
 [[ $role =~ ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$ ]] || fail "container name '$role' is not a DNS label"
 image=$IMAGES/$from/$role
 [[ -f $image/descriptors.json ]] || fail "annotation paladin.io/restore-from: no checkpoint image $image"
+trusted "$from" "$role" "$pod_ns" "$pod_name" "$token"
 work=$IMAGES/$from/$role.restore-work
 mkdir -p "$work"
 opts=(--image-path "$image" --work-path "$work" --bundle "$bundle" --detach)
@@ -113,3 +170,5 @@ if [[ -d $IMAGES/$from/$role.shm && -n $shm && -d $shm ]]; then
 fi
 "$RUNC" "${globals[@]}" restore "${opts[@]}" "${extra[@]}" "$id"
 touch "$marker"
+# Restored once: the same annotations on another pod (a replay) find it taken.
+echo "$pod_ns/$pod_name $id" >"$IMAGES/$from/$role.restored"

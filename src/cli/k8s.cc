@@ -8,8 +8,12 @@
 //          libraries that the webhook mounts into GPU pods
 //   scheduler  places the pods whose schedulerName is paladin with the core packer
 //   webhook    the mutating admission webhook: Paladin's scheduler and interposer for GPU pods
+//   move       moves a running pod, with its process and GPU state, into a new pod on another
+//              GPU of its node (run on that node, as root)
+//   gpus       this node's GPUs as NVML reports them, with their memory in use
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -20,6 +24,7 @@
 #include "paladin/base/size.h"
 #include "paladin/gpu/nvml.h"
 #include "paladin/k8s/api.h"
+#include "paladin/k8s/move.h"
 #include "paladin/k8s/scheduler.h"
 #include "paladin/k8s/webhook.h"
 #include "paladin/quota/launch.h"
@@ -46,6 +51,8 @@ struct NodeArgs {
   std::string cert;
   std::string key;
   k8s::InjectOptions inject;
+  // The mover's
+  k8s::MoveOptions move;
 };
 
 void Say(const std::string& line) { cli::Say("k8s node", line); }
@@ -203,6 +210,57 @@ int RunWebhook(const NodeArgs& args) {
   return s.ok() ? 0 : 1;
 }
 
+int RunMove(const NodeArgs& args) {
+  StatusOr<k8s::ApiConfig> config = Config(args);
+  if (!config.ok()) {
+    cli::Say("k8s move", config.status().message());
+    return 2;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto progress = [&](const std::string& line) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+    std::printf("move: %6.3f s  %s\n", static_cast<double>(ms) / 1000, line.c_str());
+    std::fflush(stdout);
+  };
+  const k8s::MoveOptions& o = args.move;
+  StatusOr<k8s::MoveResult> r = k8s::MovePod(k8s::ApiClient(*config), o, progress);
+  if (!r.ok()) {
+    cli::Say("k8s move", r.status().message());
+    return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  std::string gpus;
+  if (r->from_gpu >= 0) {
+    gpus = ", GPU " + std::to_string(r->from_gpu) + " -> " + std::to_string(r->to_gpu);
+  }
+  std::printf("moved %s/%s -> %s/%s%s: checkpoint %lld ms, paused %lld ms (image %s)\n",
+              o.ns.c_str(), o.pod.c_str(), o.ns.c_str(), r->new_name.c_str(), gpus.c_str(),
+              static_cast<long long>(r->checkpoint_ms), static_cast<long long>(r->paused_ms),
+              r->image.c_str());
+  return 0;
+}
+
+int RunGpus(const NodeArgs& args) {
+  StatusOr<std::unique_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(args.nvml);
+  if (!nvml.ok()) {
+    cli::Say("k8s gpus", nvml.status().message());
+    return 1;
+  }
+  StatusOr<std::vector<gpu::GpuInfo>> gpus = (*nvml)->Gpus();
+  if (!gpus.ok()) {
+    cli::Say("k8s gpus", gpus.status().message());
+    return 1;
+  }
+  for (const gpu::GpuInfo& g : *gpus) {
+    StatusOr<std::vector<gpu::GpuProcess>> procs = (*nvml)->Processes(g.uuid);
+    std::printf("gpu %d %s used %llu total %llu processes %zu\n", g.index, g.uuid.c_str(),
+                static_cast<unsigned long long>(g.used_bytes),
+                static_cast<unsigned long long>(g.total_bytes), procs.ok() ? procs->size() : 0);
+  }
+  return 0;
+}
+
 void AddApiOptions(CLI::App* app, NodeArgs* args) {
   app->add_option("--server", args->server,
                   "API server, https://HOST:PORT; default: the pod's (in-cluster)");
@@ -252,6 +310,34 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
   webhook->add_option("--emu-state-dir", args->inject.emu_state_dir,
                       "The nodes' folder of the emulated GPUs' shared state");
   webhook->callback([args, exit_code] { *exit_code = RunWebhook(*args); });
+
+  CLI::App* move = k8s->add_subcommand(
+      "move",
+      "Move a running pod, with its process and GPU state, into a new pod on another GPU "
+      "(on the pod's node, as root)");
+  k8s::MoveOptions& m = args->move;
+  move->add_option("pod", m.pod, "The pod to move")->required();
+  move->add_option("-n,--namespace", m.ns, "Its namespace");
+  move->add_option("--gpu", m.gpu, "The GPU of the node to move it to (a pod Paladin placed)");
+  move->add_option("--node", m.node, "The node to move it to (only its own node is built)");
+  move->add_option("--name", m.new_name, "The new pod's name (default: POD-m1, POD-m2, ...)");
+  move->add_option("--runc", m.runc, "runc on this node");
+  move->add_option("--runc-root", m.runc_root, "runc's state folder of containerd's k8s.io pods");
+  move->add_option("--criu-dir", m.criu_dir, "Folder of Paladin's criu, first on runc's PATH");
+  move->add_option("--images", m.images,
+                   "The node's checkpoint images (the RuntimeClass paladin's PALADIN_K8S_IMAGES)");
+  move->add_option("--key", m.key_file,
+                   "The node's move key (the RuntimeClass paladin's PALADIN_K8S_MOVE_KEY)");
+  move->add_option("--driver", m.driver,
+                   "CUDA driver for the checkpoint API (the emulated one's path on emulated GPUs)");
+  move->add_option("--nvml", m.nvml, "NVML library naming the GPUs");
+  move->add_option("--timeout", m.timeout_s, "Seconds the new pod has to run");
+  AddApiOptions(move, args.get());
+  move->callback([args, exit_code] { *exit_code = RunMove(*args); });
+
+  CLI::App* gpus = k8s->add_subcommand("gpus", "This node's GPUs and their memory in use");
+  gpus->add_option("--nvml", args->nvml, "NVML library to read the GPUs from");
+  gpus->callback([args, exit_code] { *exit_code = RunGpus(*args); });
 }
 
 }  // namespace paladin::cli

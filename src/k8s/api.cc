@@ -125,8 +125,9 @@ StatusOr<std::string> ApiClient::Call(const std::string& method, const std::stri
   if (!config_.token.empty()) headers.emplace("Authorization", "Bearer " + config_.token);
   const api::SigpipeBlock no_sigpipe;
   httplib::Result result = method == "PATCH"  ? http.Patch(path, headers, body, content_type)
-                           : method == "POST" ? http.Post(path, headers, body, content_type)
-                                              : http.Get(path, headers);
+                           : method == "POST"   ? http.Post(path, headers, body, content_type)
+                           : method == "DELETE" ? http.Delete(path, headers)
+                                                : http.Get(path, headers);
   const std::string what = method + " " + path;
   if (!result) {
     std::string detail = httplib::to_string(result.error());
@@ -148,6 +149,10 @@ StatusOr<std::string> ApiClient::Get(const std::string& path) const {
 
 StatusOr<std::string> ApiClient::Post(const std::string& path, const std::string& json) const {
   return Call("POST", path, json, "application/json");
+}
+
+StatusOr<std::string> ApiClient::Delete(const std::string& path) const {
+  return Call("DELETE", path, "", "");
 }
 
 StatusOr<std::string> ApiClient::Patch(const std::string& path, const std::string& body,

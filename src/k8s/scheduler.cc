@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "paladin/base/size.h"
+#include "paladin/k8s/move.h"
 #include "paladin/server/placement.h"
 
 namespace paladin::k8s {
@@ -155,6 +156,8 @@ PodRequest ReadPod(const std::string& pod_json) {
     }
     p.priority = static_cast<int32_t>(v);
   }
+  p.move_to = Str(annotations, kMoveToAnnotation);
+  p.restores = !Str(annotations, kRestoreFromAnnotation).empty();
   if (const std::string gpu = Str(annotations, kGpuAnnotation); !gpu.empty()) {
     p.gpu = std::atoi(gpu.c_str());
     uint64_t bytes = 0;
@@ -216,6 +219,38 @@ void Scheduler::Unschedulable(const PodRequest& pod, const std::string& message)
   const Json patch = {{"status", {{"conditions", Json::array({condition})}}}};
   (void)client_.Patch("/api/v1/namespaces/" + pod.ns + "/pods/" + pod.name + "/status",
                       patch.dump(), "application/strategic-merge-patch+json");
+}
+
+bool Scheduler::Bind(const PodRequest& p, const std::string& node, int gpu, uint64_t bytes,
+                     const std::string& how) {
+  // The binding's annotations land on the pod with its node, in one update: the container
+  // starts only after both, so the GPU index the webhook's downward-API variable reads is set.
+  const Json binding = {
+      {"apiVersion", "v1"},
+      {"kind", "Binding"},
+      {"metadata",
+       {{"name", p.name},
+        {"namespace", p.ns},
+        {"annotations",
+         {{kGpuAnnotation, std::to_string(gpu)},
+          {kGpuBytesAnnotation, std::to_string(bytes)},
+          {kPlacementAnnotation, how}}}}},
+      {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node}}}};
+  Status s =
+      client_.Post("/api/v1/namespaces/" + p.ns + "/pods/" + p.name + "/binding", binding.dump())
+          .status();
+  if (!s.ok()) {
+    std::fprintf(stderr, "paladin k8s scheduler: binding %s/%s: %s\n", p.ns.c_str(),
+                 p.name.c_str(), s.message().c_str());
+    return false;
+  }
+  said_.erase(p.uid);
+  const std::string message =
+      "placed on " + how + ": " + Size(static_cast<int64_t>(bytes)) + " of GPU memory";
+  std::fprintf(stderr, "paladin k8s scheduler: %s/%s %s\n", p.ns.c_str(), p.name.c_str(),
+               message.c_str());
+  (void)Event(p, "Normal", "Scheduled", message);
+  return true;
 }
 
 StatusOr<int> Scheduler::RunOnce() {
@@ -309,6 +344,52 @@ StatusOr<int> Scheduler::RunOnce() {
   }
   said_.swap(still);
 
+  auto move_to = [&](const PodRequest& p) {
+    const size_t slash = p.move_to.rfind('/');
+    const std::string node = p.move_to.substr(0, slash == std::string::npos ? 0 : slash);
+    char* end = nullptr;
+    const long gpu = slash == std::string::npos ? -1 : std::strtol(p.move_to.c_str() + slash + 1, &end, 10);
+    const std::string what = std::string("metadata.annotations[paladin.io/move-to] '") + p.move_to + "'";
+    if (!p.restores) {
+      Unschedulable(p, what + ": only a move's replacement (paladin.io/restore-from) names its GPU");
+      return false;
+    }
+    if (gpu < 0 || end == nullptr || *end != '\0') {
+      Unschedulable(p, "malformed: " + what + ": expected NODE/GPU");
+      return false;
+    }
+    auto at = index.find(node);
+    if (at == index.end()) {
+      Unschedulable(p, what + ": no such node publishes its GPUs, or it is not Ready");
+      return false;
+    }
+    const size_t n = static_cast<size_t>(at->second);
+    const auto& map = v.gpu_index[n];
+    auto g = std::find(map.begin(), map.end(), static_cast<int>(gpu));
+    if (g == map.end()) {
+      Unschedulable(p, what + ": node " + node + " has no GPU " + std::to_string(gpu));
+      return false;
+    }
+    core::Placement placement;
+    placement.node = at->second;
+    placement.gpus.push_back(static_cast<int16_t>(g - map.begin()));
+    const auto bytes = static_cast<int64_t>(p.gpu_memory);
+    const int64_t left =
+        v.fleet.node(at->second).gpus[static_cast<size_t>(g - map.begin())].mem_left_mib << 20;
+    const core::Workload w =
+        server::GpuShape(p.ns + "/" + p.name, p.ns, p.priority, 1, bytes, v.gpu_memory[n]);
+    if (bytes > left || !v.fleet.Reserve(++reservation, w, placement).ok()) {
+      Unschedulable(p, "the move's target " + p.move_to + " has " + Size(left) + " free, " +
+                           Size(bytes) + " asked");
+      return false;
+    }
+    if (!Bind(p, node, static_cast<int>(gpu), p.gpu_memory,
+              node + "/" + std::to_string(gpu) + " as paladin k8s move asked")) {
+      v.fleet.Unreserve(reservation);
+      return false;
+    }
+    return true;
+  };
   int bound = 0;
   for (const PodRequest& p : pending) {
     if (!p.error.empty()) {
@@ -346,6 +427,12 @@ StatusOr<int> Scheduler::RunOnce() {
                            Size(largest) + " on " + largest_at + ")");
       continue;
     }
+    if (!p.move_to.empty()) {
+      // A move's replacement goes to the GPU its mover asked for, if it fits there: the
+      // operator chose the GPU, the packer's books still hold.
+      if (move_to(p)) ++bound;
+      continue;
+    }
     const core::Workload w =
         server::GpuShape(p.ns + "/" + p.name, p.ns, p.priority, 1, bytes, largest);
     core::PackerOptions options;
@@ -366,35 +453,11 @@ StatusOr<int> Scheduler::RunOnce() {
                   "%s/%d by Paladin's packer, policy %s (score %.1f, %d feasible node%s)",
                   v.names[n].c_str(), gpu, packer_.policy().name.c_str(), d.score, d.feasible_nodes,
                   d.feasible_nodes == 1 ? "" : "s");
-    // The binding's annotations land on the pod with its node, in one update: the container
-    // starts only after both, so the GPU index the webhook's downward-API variable reads is set.
-    const Json binding = {
-        {"apiVersion", "v1"},
-        {"kind", "Binding"},
-        {"metadata",
-         {{"name", p.name},
-          {"namespace", p.ns},
-          {"annotations",
-           {{kGpuAnnotation, std::to_string(gpu)},
-            {kGpuBytesAnnotation, std::to_string(bytes)},
-            {kPlacementAnnotation, how}}}}},
-        {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", v.names[n]}}}};
-    Status s =
-        client_.Post("/api/v1/namespaces/" + p.ns + "/pods/" + p.name + "/binding", binding.dump())
-            .status();
-    if (!s.ok()) {
+    if (!Bind(p, v.names[n], gpu, p.gpu_memory, how)) {
       v.fleet.Unreserve(reservation);
-      std::fprintf(stderr, "paladin k8s scheduler: binding %s/%s: %s\n", p.ns.c_str(),
-                   p.name.c_str(), s.message().c_str());
       continue;
     }
-    said_.erase(p.uid);
     ++bound;
-    const std::string message =
-        "placed on " + std::string(how) + ": " + Size(bytes) + " of GPU memory";
-    std::fprintf(stderr, "paladin k8s scheduler: %s/%s %s\n", p.ns.c_str(), p.name.c_str(),
-                 message.c_str());
-    (void)Event(p, "Normal", "Scheduled", message);
   }
   return bound;
 }

@@ -57,6 +57,8 @@ class ApiClient {
   // PATCH PATH with a body of `content_type` (a merge or strategic merge patch); the response.
   StatusOr<std::string> Patch(const std::string& path, const std::string& body,
                               const std::string& content_type) const;
+  // DELETE PATH; the response body.
+  StatusOr<std::string> Delete(const std::string& path) const;
   // Applies a JSON merge patch to /api/v1/nodes/NODE/status; the Node as the server returns it.
   StatusOr<std::string> PatchNodeStatus(const std::string& node,
                                         const std::string& merge_patch) const;

@@ -52,6 +52,10 @@ struct PodRequest {
   int32_t priority = 0;
   int gpu = -1;  // paladin.io/gpu once bound by Paladin
   uint64_t bound_bytes = 0;
+  // paladin.io/move-to NODE/GPU: the GPU paladin k8s move asked for its replacement pod (honoured
+  // only with paladin.io/restore-from, i.e. for a move).
+  std::string move_to;
+  bool restores = false;
   std::string error;
 };
 PodRequest ReadPod(const std::string& pod_json);
@@ -76,6 +80,9 @@ class Scheduler {
                const std::string& message);
   // A pending pod's reason, as an event and its PodScheduled condition (once per new reason).
   void Unschedulable(const PodRequest& pod, const std::string& message);
+  // Binds the pod to `node` (the API's name) and GPU `gpu`, and says `how` in the event.
+  bool Bind(const PodRequest& pod, const std::string& node, int gpu, uint64_t bytes,
+            const std::string& how);
 
   ApiClient client_;
   SchedulerOptions options_;

@@ -1,0 +1,90 @@
+// `paladin k8s move`: a running pod moved into a new pod, its process state with it, and its GPU
+// state onto another GPU of the node (docs/kubernetes.md, "Moving a pod"). Run on the pod's node:
+// the container is checkpointed with runc and CRIU (its GPU state first through the driver's
+// checkpoint API), the replacement is created with paladin.io/restore-from naming the image and
+// a restore token only this node's key can make, Paladin's scheduler binds it to the GPU asked
+// for, the RuntimeClass `paladin` (scripts/paladin-runc.sh) restores it in place of a fresh start,
+// and the old pod is deleted. At no instant do two copies run.
+//
+// Thread safety: MovePod is one blocking call (the API server, runc, CRIU, the driver).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "paladin/base/status.h"
+#include "paladin/k8s/api.h"
+
+namespace paladin::k8s {
+
+// Annotations of a replacement pod.
+inline constexpr char kRestoreFromAnnotation[] = "paladin.io/restore-from";  // the image's name
+inline constexpr char kRestoreTokenAnnotation[] = "paladin.io/restore-token";
+inline constexpr char kMoveToAnnotation[] = "paladin.io/move-to";      // NODE/GPU, for the scheduler
+inline constexpr char kMovedFromAnnotation[] = "paladin.io/moved-from";  // NAMESPACE/POD (uid)
+inline constexpr char kRuntimeClass[] = "paladin";
+
+// The restore token: HMAC-SHA256 under the node's key over the image's name and the replacement
+// pod's namespace and name, in hex. The RuntimeClass recomputes it from the names containerd
+// gives the container (not from anything in the pod spec) and restores only when they match, so
+// a pod can restore only the image Paladin's move made for it, under its own name and namespace.
+std::string RestoreToken(const std::string& key, const std::string& image, const std::string& ns,
+                         const std::string& pod);
+
+// The replacement's name: "NAME-m1", and "NAME-m2" for "NAME-m1" (a pod moved again).
+std::string NextPodName(const std::string& name);
+
+// What a move needs of the pod, read from its JSON; an error names what rules the move out.
+struct MovablePod {
+  std::string ns, name, uid, node;
+  std::string container;     // its one container's name
+  std::string container_id;  // containerd's id of it
+  int gpu = -1;              // paladin.io/gpu, or -1 for a pod without a Paladin GPU
+};
+StatusOr<MovablePod> ReadMovablePod(const std::string& pod_json);
+
+// The replacement pod to POST: the old one's spec (less what the API server, the scheduler and
+// the webhook fill in, which they fill in again) and labels, with the restore annotations, and
+// either paladin.io/move-to NODE/GPU (a GPU pod: Paladin's scheduler binds it there) or
+// spec.nodeName (a pod without a Paladin GPU stays on its node).
+struct Replacement {
+  std::string name;
+  std::string image;
+  std::string token;
+  std::string node;
+  int gpu = -1;
+};
+StatusOr<std::string> ReplacementPod(const std::string& old_pod_json, const Replacement& r);
+
+struct MoveOptions {
+  std::string ns = "default";
+  std::string pod;
+  std::string new_name;  // empty: NextPodName
+  int gpu = -1;          // -1: the same GPU (only for a pod without a Paladin GPU)
+  std::string node;      // empty: the pod's node (the only kind built)
+  std::string runc = "runc";
+  std::string runc_root = "/run/containerd/runc/k8s.io";
+  std::string criu_dir;  // put first on runc's PATH (Paladin's CRIU)
+  std::string images = "/var/lib/paladin/k8s/images";
+  std::string key_file = "/var/lib/paladin/k8s/move.key";
+  std::string driver = "libcuda.so.1";       // the CUDA driver for the checkpoint API
+  std::string nvml = "libnvidia-ml.so.1";    // the GPUs' UUIDs
+  double timeout_s = 60;                     // for the replacement to run
+};
+
+struct MoveResult {
+  std::string new_name;
+  std::string image;
+  int from_gpu = -1, to_gpu = -1;
+  int64_t checkpoint_ms = 0;  // GPU state and CRIU
+  int64_t paused_ms = 0;      // from the first lock until the replacement's GPU state is unlocked
+};
+
+// Moves the pod; `progress` gets one line per step. On an error before the checkpoint the pod is
+// left running as it was; after it, the error says where the image is.
+StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& options,
+                             const std::function<void(const std::string&)>& progress);
+
+}  // namespace paladin::k8s

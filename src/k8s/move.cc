@@ -1,0 +1,471 @@
+#include "paladin/k8s/move.h"
+
+#include <openssl/hmac.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+#include "paladin/base/size.h"
+#include "paladin/ckpt/gpu_checkpoint.h"
+#include "paladin/ckpt/subprocess.h"
+#include "paladin/gpu/nvml.h"
+#include "paladin/k8s/scheduler.h"
+
+namespace paladin::k8s {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::string Str(const Json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+int64_t MsSince(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+
+// The node's key: 32 bytes or more, written as hex (the RuntimeClass's script reads it so).
+StatusOr<std::string> ReadKey(const std::string& path) {
+  std::ifstream in(path);
+  std::string hex;
+  if (!in || !(in >> hex)) {
+    return FailedPrecondition("the node's move key '" + path +
+                              "' is unreadable (the node's installation writes it; "
+                              "docs/kubernetes.md)");
+  }
+  if (hex.size() < 64 || hex.size() > 128 || hex.size() % 2 != 0 ||
+      hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) {
+    return FailedPrecondition("the node's move key '" + path +
+                              "': expected 32 to 64 bytes in hex on one line");
+  }
+  std::string key;
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    key.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  }
+  return key;
+}
+
+// runc on this node, bounded in time; its output on success.
+struct Runc {
+  const MoveOptions& o;
+  StatusOr<std::string> Call(std::vector<std::string> args, double timeout_s = 30) const {
+    std::vector<std::string> argv = {o.runc, "--root", o.runc_root};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<std::pair<std::string, std::string>> env;
+    if (!o.criu_dir.empty()) {
+      const char* path = std::getenv("PATH");
+      env.emplace_back("PATH", o.criu_dir + ":" + (path != nullptr ? path : "/usr/bin:/bin"));
+    }
+    const ckpt::SubprocessResult r = ckpt::RunBounded(argv, env, timeout_s);
+    if (r.exit_code != 0 || r.timed_out) {
+      std::string out = r.output;
+      while (!out.empty() && out.back() == '\n') out.pop_back();
+      return Internal("runc " + args.front() + (r.timed_out ? " timed out" : " failed") + ": " +
+                      out);
+    }
+    return r.output;
+  }
+  // The container's state: pid, bundle, annotations.
+  StatusOr<Json> State(const std::string& id) const {
+    StatusOr<std::string> out = Call({"state", id});
+    if (!out.ok()) return out.status();
+    Json j = Json::parse(*out, nullptr, false);
+    if (!j.is_object()) return Internal("runc state " + id + ": not JSON");
+    return j;
+  }
+  StatusOr<std::vector<pid_t>> Pids(const std::string& id) const {
+    StatusOr<std::string> out = Call({"ps", "--format", "json", id});
+    if (!out.ok()) return out.status();
+    const Json j = Json::parse(*out, nullptr, false);
+    std::vector<pid_t> pids;
+    if (!j.is_array()) return Internal("runc ps " + id + ": not a JSON list");
+    for (const Json& p : j) {
+      if (p.is_number_integer()) pids.push_back(p.get<pid_t>());
+    }
+    return pids;
+  }
+};
+
+// The GPUs' UUIDs by index, as NVML names them on this node.
+StatusOr<std::vector<std::string>> GpuUuids(const std::string& nvml_library) {
+  StatusOr<std::unique_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(nvml_library);
+  if (!nvml.ok()) return nvml.status();
+  StatusOr<std::vector<gpu::GpuInfo>> gpus = (*nvml)->Gpus();
+  if (!gpus.ok()) return gpus.status();
+  std::vector<std::string> uuids;
+  for (const gpu::GpuInfo& g : *gpus) {
+    if (g.index >= 0 && static_cast<size_t>(g.index) >= uuids.size()) {
+      uuids.resize(static_cast<size_t>(g.index) + 1);
+    }
+    if (g.index >= 0) uuids[static_cast<size_t>(g.index)] = g.uuid;
+  }
+  return uuids;
+}
+
+Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return Internal("cannot write " + path);
+  return Status::Ok();
+}
+
+std::string ImageName() {
+  std::random_device rd;
+  char name[64];
+  std::snprintf(name, sizeof name, "move-%lld-%04x",
+                static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           std::chrono::system_clock::now().time_since_epoch())
+                                           .count()),
+                rd() & 0xffffu);
+  return name;
+}
+
+// Waits for the pod to run its container; its container id.
+StatusOr<std::string> WaitRunning(const ApiClient& client, const std::string& path,
+                                  double timeout_s) {
+  const Clock::time_point start = Clock::now();
+  std::string last = "not created";
+  while (MsSince(start) < static_cast<int64_t>(timeout_s * 1000)) {
+    StatusOr<std::string> body = client.Get(path);
+    if (body.ok()) {
+      const Json pod = Json::parse(*body, nullptr, false);
+      const Json status = pod.is_object() ? pod.value("status", Json::object()) : Json::object();
+      const std::string phase = Str(status, "phase");
+      last = "phase " + phase;
+      for (const Json& c : status.value("containerStatuses", Json::array())) {
+        const Json state = c.value("state", Json::object());
+        if (state.contains("running")) {
+          const std::string id = Str(c, "containerID");
+          const size_t at = id.find("://");
+          return at == std::string::npos ? id : id.substr(at + 3);
+        }
+        for (const char* s : {"waiting", "terminated"}) {
+          if (state.contains(s)) {
+            last = std::string(s) + ": " + Str(state[s], "reason") + " " + Str(state[s], "message");
+          }
+        }
+      }
+      for (const Json& c : status.value("conditions", Json::array())) {
+        if (Str(c, "type") == "PodScheduled" && Str(c, "status") == "False") {
+          last = "not scheduled: " + Str(c, "message");
+        }
+      }
+      if (phase == "Failed" || phase == "Succeeded") break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return Unavailable("the replacement pod does not run (" + last + ")");
+}
+
+}  // namespace
+
+std::string RestoreToken(const std::string& key, const std::string& image, const std::string& ns,
+                         const std::string& pod) {
+  const std::string message = "paladin-restore-v1\n" + image + "\n" + ns + "\n" + pod + "\n";
+  unsigned char digest[32];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest, &len);
+  std::string hex;
+  char byte[3];
+  for (unsigned int i = 0; i < len; ++i) {
+    std::snprintf(byte, sizeof byte, "%02x", digest[i]);
+    hex += byte;
+  }
+  return hex;
+}
+
+std::string NextPodName(const std::string& name) {
+  const size_t at = name.rfind("-m");
+  if (at != std::string::npos && at + 2 < name.size() &&
+      name.find_first_not_of("0123456789", at + 2) == std::string::npos && name.size() - at < 9) {
+    return name.substr(0, at) + "-m" + std::to_string(std::stol(name.substr(at + 2)) + 1);
+  }
+  return name + "-m1";
+}
+
+StatusOr<MovablePod> ReadMovablePod(const std::string& pod_json) {
+  const Json pod = Json::parse(pod_json, nullptr, false);
+  if (!pod.is_object()) return InvalidArgument("the pod is not a JSON object");
+  const Json meta = pod.value("metadata", Json::object());
+  const Json spec = pod.value("spec", Json::object());
+  const Json status = pod.value("status", Json::object());
+  MovablePod p;
+  p.ns = Str(meta, "namespace");
+  p.name = Str(meta, "name");
+  p.uid = Str(meta, "uid");
+  p.node = Str(spec, "nodeName");
+  const std::string who = "pod " + p.ns + "/" + p.name;
+  if (meta.contains("deletionTimestamp")) return FailedPrecondition(who + " is being deleted");
+  if (Str(status, "phase") != "Running") {
+    return FailedPrecondition(who + " is not Running (phase '" + Str(status, "phase") + "')");
+  }
+  if (Str(spec, "runtimeClassName") != kRuntimeClass) {
+    return FailedPrecondition(who + " does not run under the RuntimeClass '" +
+                              std::string(kRuntimeClass) +
+                              "' (spec.runtimeClassName): a new pod could not be restored from "
+                              "its checkpoint");
+  }
+  const Json containers = spec.value("containers", Json::array());
+  if (containers.size() != 1 || !spec.value("initContainers", Json::array()).empty()) {
+    return FailedPrecondition(who + " has " + std::to_string(containers.size()) +
+                         " containers (and init containers): moves of pods with one container "
+                         "only are built");
+  }
+  p.container = Str(containers[0], "name");
+  for (const Json& c : status.value("containerStatuses", Json::array())) {
+    if (Str(c, "name") != p.container) continue;
+    if (!c.value("state", Json::object()).contains("running")) break;
+    const std::string id = Str(c, "containerID");
+    const size_t at = id.find("://");
+    p.container_id = at == std::string::npos ? id : id.substr(at + 3);
+  }
+  if (p.container_id.empty()) {
+    return FailedPrecondition(who + ": its container '" + p.container + "' is not running");
+  }
+  const std::string gpu = Str(meta.value("annotations", Json::object()), kGpuAnnotation);
+  if (!gpu.empty()) {
+    char* end = nullptr;
+    const long v = std::strtol(gpu.c_str(), &end, 10);
+    if (end == gpu.c_str() || *end != '\0' || v < 0 || v > 1024) {
+      return InvalidArgument(who + ": annotation " + kGpuAnnotation + " '" + gpu +
+                             "' is not a GPU index");
+    }
+    p.gpu = static_cast<int>(v);
+  }
+  return p;
+}
+
+StatusOr<std::string> ReplacementPod(const std::string& old_pod_json, const Replacement& r) {
+  const Json old = Json::parse(old_pod_json, nullptr, false);
+  if (!old.is_object()) return InvalidArgument("the pod is not a JSON object");
+  const Json meta = old.value("metadata", Json::object());
+  Json annotations = Json::object();
+  // What Paladin's scheduler and the move set are set again; kubectl's record is of the old pod.
+  const Json old_annotations = meta.value("annotations", Json::object());
+  for (const auto& [k, v] : old_annotations.items()) {
+    if (k == kGpuAnnotation || k == kGpuBytesAnnotation || k == kPlacementAnnotation ||
+        k == kRestoreFromAnnotation || k == kRestoreTokenAnnotation || k == kMoveToAnnotation ||
+        k == kMovedFromAnnotation || k == "kubectl.kubernetes.io/last-applied-configuration") {
+      continue;
+    }
+    annotations[k] = v;
+  }
+  annotations[kRestoreFromAnnotation] = r.image;
+  annotations[kRestoreTokenAnnotation] = r.token;
+  annotations[kMovedFromAnnotation] =
+      Str(meta, "namespace") + "/" + Str(meta, "name") + " (" + Str(meta, "uid") + ")";
+  Json spec = old.value("spec", Json::object());
+  spec.erase("nodeName");
+  // The priority admission computes it again from priorityClassName.
+  spec.erase("priority");
+  if (r.gpu >= 0) {
+    annotations[kMoveToAnnotation] = r.node + "/" + std::to_string(r.gpu);
+  } else {
+    spec["nodeName"] = r.node;
+  }
+  Json out = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata",
+               {{"name", r.name},
+                {"namespace", Str(meta, "namespace")},
+                {"annotations", annotations}}},
+              {"spec", spec}};
+  if (meta.contains("labels")) out["metadata"]["labels"] = meta["labels"];
+  return out.dump();
+}
+
+StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
+                             const std::function<void(const std::string&)>& progress) {
+  const std::string pod_path = "/api/v1/namespaces/" + o.ns + "/pods/" + o.pod;
+  StatusOr<std::string> body = client.Get(pod_path);
+  if (!body.ok()) return body.status();
+  StatusOr<MovablePod> pod = ReadMovablePod(*body);
+  if (!pod.ok()) return pod.status();
+  const std::string who = "pod " + o.ns + "/" + o.pod;
+  if (!o.node.empty() && o.node != pod->node) {
+    return FailedPrecondition("moves between nodes are not built yet (" + who + " runs on " +
+                         pod->node + ")");
+  }
+  MoveResult result;
+  result.from_gpu = pod->gpu;
+  result.to_gpu = o.gpu;
+  result.new_name = o.new_name.empty() ? NextPodName(o.pod) : o.new_name;
+  if (pod->gpu < 0 && o.gpu >= 0) {
+    return FailedPrecondition(who + " has no Paladin GPU (annotation " + kGpuAnnotation +
+                              "): --gpu moves only pods Paladin placed on a GPU");
+  }
+  if (pod->gpu >= 0 && o.gpu < 0) {
+    return InvalidArgument(who + " is on GPU " + std::to_string(pod->gpu) +
+                           ": give the GPU to move it to (--gpu)");
+  }
+  if (pod->gpu >= 0 && o.gpu == pod->gpu) {
+    return InvalidArgument(who + " is on GPU " + std::to_string(o.gpu) + " already");
+  }
+  std::vector<std::string> uuids;
+  if (o.gpu >= 0) {
+    StatusOr<std::vector<std::string>> got = GpuUuids(o.nvml);
+    if (!got.ok()) return got.status();
+    uuids = *got;
+    for (int g : {pod->gpu, o.gpu}) {
+      if (static_cast<size_t>(g) >= uuids.size() || uuids[static_cast<size_t>(g)].empty()) {
+        return InvalidArgument("node " + pod->node + " has no GPU " + std::to_string(g) + " (" +
+                               std::to_string(uuids.size()) + " GPUs)");
+      }
+    }
+  }
+  StatusOr<std::string> key = ReadKey(o.key_file);
+  if (!key.ok()) return key.status();
+
+  // The container must be this machine's: runc knows it here.
+  const Runc runc{o};
+  StatusOr<Json> state = runc.State(pod->container_id);
+  if (!state.ok()) {
+    return FailedPrecondition(who + ": its container is not on this machine (" +
+                              state.status().message() + "); run paladin k8s move on node " +
+                              pod->node);
+  }
+  const Json annotations = state->value("annotations", Json::object());
+  const std::string sandbox = Str(annotations, "io.kubernetes.cri.sandbox-id");
+  const std::string bundle = Str(*state, "bundle");
+  if (sandbox.empty() || bundle.empty()) {
+    return Internal("runc state of " + pod->container_id + ": no sandbox id or bundle");
+  }
+  StatusOr<std::vector<pid_t>> pids = runc.Pids(pod->container_id);
+  if (!pids.ok()) return pids.status();
+
+  std::unique_ptr<ckpt::GpuCheckpointer> driver;
+  std::vector<pid_t> cuda;
+  if (pod->gpu >= 0) {
+    StatusOr<std::unique_ptr<ckpt::GpuCheckpointer>> loaded = ckpt::GpuCheckpointer::Load(o.driver);
+    if (!loaded.ok()) return loaded.status();
+    driver = std::move(*loaded);
+    cuda = driver->CudaProcesses(*pids);
+  }
+
+  // The image's folder says whose it is: only a pod of this namespace, of the replacement's name,
+  // may restore it (scripts/paladin-runc.sh checks it with the token).
+  result.image = ImageName();
+  const std::string dir = o.images + "/" + result.image;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  fs::create_directories(o.images + "/moved", ec);
+  if (ec) return Internal("cannot create " + dir + ": " + ec.message());
+  if (Status s = WriteFile(dir + "/owner", "namespace " + o.ns + "\npod " + result.new_name +
+                                               "\nfrom " + o.ns + "/" + o.pod + " " + pod->uid +
+                                               "\n");
+      !s.ok()) {
+    return s;
+  }
+  // From now on the old pod's container is never started again (paladin-runc refuses it).
+  const std::string moved = o.images + "/moved/" + sandbox;
+  if (Status s = WriteFile(moved, o.ns + "/" + o.pod + "\n"); !s.ok()) return s;
+  auto undo = [&](const Status& s) -> Status {
+    for (pid_t p : cuda) {
+      StatusOr<CUprocessState> st = driver->State(p);
+      if (st.ok() && *st == CU_PROCESS_STATE_CHECKPOINTED) (void)driver->Restore(p, {});
+      (void)driver->Unlock(p);
+    }
+    fs::remove(moved, ec);
+    fs::remove_all(dir, ec);
+    return Status(s.code(), s.message() + " (" + who + " left running as it was)");
+  };
+
+  const Clock::time_point t0 = Clock::now();
+  for (pid_t p : cuda) {
+    progress("locking the GPU state of pid " + std::to_string(p) + " (GPU " +
+             std::to_string(pod->gpu) + ")");
+    if (Status s = driver->Lock(p, 10000); !s.ok()) return undo(s);
+  }
+  for (pid_t p : cuda) {
+    progress("checkpointing the GPU state of pid " + std::to_string(p));
+    if (Status s = driver->Checkpoint(p); !s.ok()) return undo(s);
+  }
+  progress("checkpointing container " + pod->container + " with runc and CRIU into " + dir);
+  const std::string image = dir + "/" + pod->container;
+  StatusOr<std::string> dumped =
+      runc.Call({"checkpoint", "--image-path", image, "--work-path", image + ".work",
+                 pod->container_id},
+                120);
+  if (!dumped.ok()) {
+    std::ifstream log(image + ".work/dump.log");
+    std::string line, tail;
+    while (std::getline(log, line)) tail = line;
+    return undo(Internal(dumped.status().message() + (tail.empty() ? "" : " (" + tail + ")")));
+  }
+  // The pod's /dev/shm is a tmpfs of its sandbox, not in CRIU's image: it goes with the image.
+  std::string shm;
+  {
+    std::ifstream in(bundle + "/config.json");
+    const Json config = Json::parse(in, nullptr, false);
+    for (const Json& m : config.is_object() ? config.value("mounts", Json::array()) : Json()) {
+      if (Str(m, "destination") == "/dev/shm") shm = Str(m, "source");
+    }
+  }
+  if (!shm.empty() && fs::is_directory(shm, ec)) {
+    fs::copy(shm, image + ".shm",
+             fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
+    if (ec) progress("warning: /dev/shm not copied: " + ec.message());
+  }
+  result.checkpoint_ms = MsSince(t0);
+  const std::string kept = " (the checkpoint image " + dir + " is kept; " + who +
+                           "'s container has exited)";
+
+  Replacement r;
+  r.name = result.new_name;
+  r.image = result.image;
+  r.token = RestoreToken(*key, r.image, o.ns, r.name);
+  r.node = pod->node;
+  r.gpu = o.gpu;
+  StatusOr<std::string> replacement = ReplacementPod(*body, r);
+  if (!replacement.ok()) return replacement.status();
+  progress("creating pod " + o.ns + "/" + r.name + " restored from " + r.image +
+           (o.gpu >= 0 ? " on " + pod->node + "/" + std::to_string(o.gpu) : ""));
+  StatusOr<std::string> created =
+      client.Post("/api/v1/namespaces/" + o.ns + "/pods", *replacement);
+  if (!created.ok()) return Status(created.status().code(), created.status().message() + kept);
+  StatusOr<std::string> new_id =
+      WaitRunning(client, "/api/v1/namespaces/" + o.ns + "/pods/" + r.name, o.timeout_s);
+  if (!new_id.ok()) return Status(new_id.status().code(), new_id.status().message() + kept);
+
+  if (o.gpu >= 0) {
+    StatusOr<std::vector<pid_t>> new_pids = runc.Pids(*new_id);
+    if (!new_pids.ok()) return Status(new_pids.status().code(), new_pids.status().message() + kept);
+    const std::vector<pid_t> restored = driver->CudaProcesses(*new_pids);
+    if (restored.empty()) {
+      return Internal("the replacement's processes answer no GPU checkpoint call" + kept);
+    }
+    const std::vector<std::pair<std::string, std::string>> remap = {
+        {uuids[static_cast<size_t>(pod->gpu)], uuids[static_cast<size_t>(o.gpu)]}};
+    for (pid_t p : restored) {
+      progress("restoring the GPU state of pid " + std::to_string(p) + " onto GPU " +
+               std::to_string(o.gpu) + " (" + remap[0].second + ")");
+      Status s = driver->Restore(p, remap);
+      if (s.ok()) s = driver->Unlock(p);
+      if (!s.ok()) return Status(s.code(), s.message() + kept);
+    }
+  }
+  result.paused_ms = MsSince(t0);
+  progress("deleting pod " + o.ns + "/" + o.pod);
+  StatusOr<std::string> deleted = client.Delete(pod_path);
+  if (!deleted.ok()) {
+    return Status(deleted.status().code(),
+                  "the replacement runs, but deleting " + who + ": " + deleted.status().message());
+  }
+  return result;
+}
+
+}  // namespace paladin::k8s
