@@ -257,6 +257,10 @@ int RunGpus(const NodeArgs& args) {
     std::printf("gpu %d %s used %llu total %llu processes %zu\n", g.index, g.uuid.c_str(),
                 static_cast<unsigned long long>(g.used_bytes),
                 static_cast<unsigned long long>(g.total_bytes), procs.ok() ? procs->size() : 0);
+    for (const gpu::GpuProcess& p : procs.ok() ? *procs : std::vector<gpu::GpuProcess>()) {
+      std::printf("gpu %d pid %u used %llu\n", g.index, p.pid,
+                  static_cast<unsigned long long>(p.used_bytes));
+    }
   }
   return 0;
 }

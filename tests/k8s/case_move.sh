@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# A running pod moved with its process state: pod `old` (the demo workload, RuntimeClass paladin)
-# is checkpointed with runc and CRIU, pod `new` (same spec, annotation paladin.io/restore-from)
-# starts as the restored process through paladin-runc, and `old` is deleted. The workload goes
+# A running pod moved with its process state by `paladin k8s move old --name new`: pod `old` (the
+# demo workload, RuntimeClass paladin) is checkpointed with runc and CRIU, pod `new` (same spec,
+# annotations paladin.io/restore-from and its token) starts as the restored process through
+# paladin-runc, and `old` is deleted. The workload goes
 # on from the generation it had reached, its memory verified; a sampler (every 100 ms, the host's
 # /proc) sees at most one copy of it at any instant; the old pod is gone.
-# Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, CLUSTER_DIR.
+# Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, CLUSTER_DIR, PALADIN, K8S_NODE_FLAGS, MOVE_FLAGS.
 set -euo pipefail
 k() { "$KUBECTL" -n "$NS" "$@"; }
 fail() {
@@ -58,7 +59,7 @@ sampler() {
 }
 sampler >"$sampler_out" &
 sampler_pid=$!
-trap 'kill $sampler_pid 2>/dev/null || true; rm -f "$sampler_out"' EXIT
+trap 'kill $sampler_pid 2>/dev/null || true; rm -f "$sampler_out"*' EXIT
 
 pod old
 k wait --for=jsonpath='{.status.phase}'=Running pod/old --timeout=60s >/dev/null ||
@@ -70,30 +71,15 @@ done
 [[ $(last_gen old) -ge 5 ]] 2>/dev/null || fail "pod old: no fifth generation: $(k logs old | tail -3)"
 
 # --- the move ---------------------------------------------------------------------------------
-id=$(k get pod old -o jsonpath='{.status.containerStatuses[0].containerID}')
-id=${id#containerd://}
-sandbox=$("${RUNC[@]}" state "$id" | jq -r '.annotations["io.kubernetes.cri.sandbox-id"]')
-bundle=$("${RUNC[@]}" state "$id" | jq -r .bundle)
-shm=$(jq -r '.mounts[] | select(.destination == "/dev/shm") | .source' "$bundle/config.json")
-[[ -d $shm ]] || fail "no /dev/shm folder for container $id ('$shm')"
-ckpt=move-$(date +%s%N)
+read -ra flags <<<"$K8S_NODE_FLAGS $MOVE_FLAGS"
+# The old pod's log until its container exits (the mover deletes the pod, and its log with it).
+k logs -f old >"$sampler_out.old" 2>/dev/null &
 t0=$(date +%s%N)
-# The old pod's container must never start again: paladin-runc refuses its sandbox from now on.
-touch "$CLUSTER_DIR/checkpoints/moved/$sandbox"
-mkdir -p "$CLUSTER_DIR/checkpoints/$ckpt"
-PATH=$CRIU_DIR:$PATH "${RUNC[@]}" checkpoint --image-path "$CLUSTER_DIR/checkpoints/$ckpt/demo" \
-  --work-path "$CLUSTER_DIR/checkpoints/$ckpt/demo.work" "$id" ||
-  fail "runc checkpoint: $(tail -5 "$CLUSTER_DIR/checkpoints/$ckpt/demo.work/dump.log" 2>/dev/null)"
-# The pod's /dev/shm (a tmpfs of its sandbox, not in CRIU's image) goes with the image.
-mkdir -p "$CLUSTER_DIR/checkpoints/$ckpt/demo.shm"
-cp -a "$shm/." "$CLUSTER_DIR/checkpoints/$ckpt/demo.shm/"
-t1=$(date +%s%N)
-gen_before=$(last_gen old)
-pod new "paladin.io/restore-from: $ckpt"
-if ! k wait --for=jsonpath='{.status.phase}'=Running pod/new --timeout=60s >/dev/null; then
-  tail -5 "$CLUSTER_DIR/checkpoints/$ckpt/demo.restore-work/restore.log" 2>/dev/null || true
-  fail "pod new not Running: $(k get pod new -o jsonpath='{.status.containerStatuses}')"
-fi
+"$PALADIN" k8s move -n "$NS" old --name new "${flags[@]}" >"$sampler_out.move" 2>&1 ||
+  fail "paladin k8s move: $(tail -5 "$sampler_out.move")"
+sed 's/^/move:   /' "$sampler_out.move"
+gen_before=$(sed -n 's/^gen \([0-9]*\) ok .*/\1/p' "$sampler_out.old" | tail -1)
+ckpt_ms=$(sed -n 's/.*checkpoint \([0-9]*\) ms.*/\1/p' "$sampler_out.move")
 first=''
 for ((i = 0; i < 100; i++)); do
   first=$(k logs new 2>/dev/null | sed -n 's/^gen \([0-9]*\) ok .*/\1/p' | head -1)
@@ -101,7 +87,7 @@ for ((i = 0; i < 100; i++)); do
   sleep 0.05
 done
 t2=$(date +%s%N)
-k delete pod old --wait=true --timeout=30s >/dev/null
+k wait --for=delete pod/old --timeout=30s >/dev/null 2>&1 || true
 [[ -n $first ]] || fail "pod new prints no generation: $(k logs new | tail -3)"
 ! k logs new | grep -q '^started:' || fail "pod new started its workload afresh: $(k logs new | head -2)"
 if ((first <= gen_before || first > gen_before + 2)); then
@@ -117,6 +103,6 @@ max=$(sort -n "$sampler_out" | tail -1)
 samples=$(wc -l <"$sampler_out")
 [[ $max == 1 ]] || fail "$max copies of the workload at once (of $samples samples)"
 echo "move: old -> new, generation $gen_before -> $first, then $(last_gen new), memory verified;" \
-  "checkpoint $(((t1 - t0) / 1000000)) ms, paused $(((t2 - t0) / 1000000)) ms until the new pod's" \
+  "checkpoint $ckpt_ms ms, paused $(((t2 - t0) / 1000000)) ms until the new pod's" \
   "first generation; at most 1 copy in $samples samples; pod old deleted"
 k delete pod new --wait=true --timeout=30s >/dev/null

@@ -107,9 +107,12 @@ write_configs() {
 #!/bin/sh
 export PALADIN_RUNC=$PREFIX/bin/runc PALADIN_K8S_IMAGES=$D/checkpoints
 export PALADIN_CRIU_DIR=\${PALADIN_CRIU_DIR:-/opt/paladin/criu} PALADIN_CRIU_CONFIG=$D/conf/criu.conf
+export PALADIN_K8S_MOVE_KEY=$D/conf/move.key
 exec bash $(cd "$here/../.." && pwd)/scripts/paladin-runc.sh "\$@"
 SH
   chmod +x "$D/bin/paladin-runc"
+  # The node's move key: only paladin k8s move, which reads it here, makes restore tokens.
+  (umask 077 && openssl rand -hex 32 >"$D/conf/move.key")
   # As Paladin's own checkpoints (docs/ckpt.md, "Sockets"): nftables where CRIU can, else no lock.
   local lock=skip
   if "${PALADIN_CRIU_DIR:-/opt/paladin/criu}/criu" check --feature nftables >/dev/null 2>&1; then

@@ -118,6 +118,9 @@ if [[ $own_cluster == 1 ]]; then
   server=$("$KUBECTL" config view -o jsonpath='{.clusters[0].cluster.server}')
   pki=$DIR/pki
   export CLUSTER_DIR=$DIR NODE=localhost K8S_NODE_FLAGS="--server $server --ca-cert $pki/ca.crt --client-cert $pki/admin.crt --client-key $pki/admin.key"
+  # paladin k8s move, run on the node: the cluster's runc, its state folder, CRIU, the images
+  # and the key of the RuntimeClass paladin (cluster.sh).
+  export MOVE_FLAGS="--runc $PREFIX/bin/runc --runc-root $DIR/containerd/runc/k8s.io --criu-dir ${PALADIN_CRIU_DIR:-/opt/paladin/criu} --images $DIR/checkpoints --key $DIR/conf/move.key"
 else
   KUBECTL=$(command -v kubectl)
   IMAGE=$PALADIN_K8S_TEST_IMAGE

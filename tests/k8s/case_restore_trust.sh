@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Who may restore a checkpoint image through the RuntimeClass paladin (scripts/paladin-runc.sh):
+# only the pod paladin k8s move made it for, in the namespace it was taken in, with the token the
+# node's key made, once. Pod `src` is moved into `dst` (a genuine restore); then pods that name
+# its image are created as a tenant could: from another namespace (with dst's token copied), under
+# another name, with a forged token, with none, again after the restore (a replay), naming a path
+# and naming no image. Each is refused with the reason in the pod's events, and its workload never
+# runs. Prints "security: restore-from: tried N, refused N".
+# Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, CLUSTER_DIR, PALADIN, K8S_NODE_FLAGS, MOVE_FLAGS.
+set -euo pipefail
+fail() {
+  echo "restore_trust: FAIL: $*"
+  exit 1
+}
+if [[ -z ${CLUSTER_DIR:-} ]]; then
+  echo "restore_trust: SKIP: needs the RuntimeClass paladin on the node (the test cluster only)"
+  exit 77
+fi
+CRIU_DIR=${PALADIN_CRIU_DIR:-/opt/paladin/criu}
+[[ -x $CRIU_DIR/criu ]] || { echo "restore_trust: SKIP: no CRIU in $CRIU_DIR"; exit 77; }
+OTHER=$NS-b
+work=$(mktemp -d)
+trap '"$KUBECTL" delete namespace "$OTHER" --wait=false >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+"$KUBECTL" create namespace "$OTHER" >/dev/null
+"$KUBECTL" apply -f - >/dev/null <<YAML
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: paladin}
+handler: paladin
+YAML
+pod() { # NAMESPACE NAME ANNOTATIONS
+  "$KUBECTL" -n "$1" apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $2
+  annotations: {${3:-}}
+spec:
+  runtimeClassName: paladin
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: demo
+    image: $IMAGE
+    imagePullPolicy: IfNotPresent
+    args: ["--mib", "8", "--host-mib", "1", "--every-ms", "100"]
+YAML
+}
+
+# --- a genuine move -----------------------------------------------------------------------------
+pod "$NS" src
+"$KUBECTL" -n "$NS" wait --for=jsonpath='{.status.phase}'=Running pod/src --timeout=60s >/dev/null ||
+  fail "pod src not Running"
+sleep 1
+read -ra flags <<<"$K8S_NODE_FLAGS $MOVE_FLAGS"
+"$PALADIN" k8s move -n "$NS" src --name dst "${flags[@]}" >"$work/move.log" 2>&1 ||
+  fail "paladin k8s move: $(tail -5 "$work/move.log")"
+image=$("$KUBECTL" -n "$NS" get pod dst -o jsonpath='{.metadata.annotations.paladin\.io/restore-from}')
+token=$("$KUBECTL" -n "$NS" get pod dst -o jsonpath='{.metadata.annotations.paladin\.io/restore-token}')
+[[ -n $image && ${#token} == 64 ]] || fail "pod dst carries no image or token ('$image', '$token')"
+echo "restore_trust: src moved into dst from image $image"
+
+# --- the attempts ------------------------------------------------------------------------------
+tried=0 refused=0
+# attempt WHAT NAMESPACE POD ANNOTATIONS EXPECTED: the pod must be refused, its events saying
+# EXPECTED, and never run its container.
+attempt() {
+  local what=$1 ns=$2 name=$3 annotations=$4 expected=$5 uid i events=''
+  tried=$((tried + 1))
+  pod "$ns" "$name" "$annotations"
+  uid=$("$KUBECTL" -n "$ns" get pod "$name" -o jsonpath='{.metadata.uid}')
+  for ((i = 0; i < 100; i++)); do
+    events=$("$KUBECTL" -n "$ns" get events --field-selector "involvedObject.uid=$uid" \
+      -o jsonpath='{range .items[*]}{.message}{"\n"}{end}')
+    grep -qF -- "$expected" <<<"$events" && break
+    sleep 0.2
+  done
+  local running
+  running=$("$KUBECTL" -n "$ns" get pod "$name" -o jsonpath='{.status.containerStatuses[0].state.running}')
+  if grep -qF -- "$expected" <<<"$events" && [[ -z $running ]]; then
+    refused=$((refused + 1))
+    echo "restore_trust: refused ($what): $(grep -F -m1 -- "$expected" <<<"$events" | grep -o 'paladin-runc: .*' | cut -c1-160)"
+  else
+    echo "restore_trust: NOT refused ($what): running='$running' events: $(tail -2 <<<"$events")"
+  fi
+  "$KUBECTL" -n "$ns" delete pod "$name" --wait=true --timeout=30s >/dev/null
+}
+attempt "another namespace, the token copied" "$OTHER" dst \
+  "paladin.io/restore-from: $image, paladin.io/restore-token: $token" "it was taken in namespace '$NS'"
+attempt "another pod of the namespace, the token copied" "$NS" other \
+  "paladin.io/restore-from: $image, paladin.io/restore-token: $token" "it was made for pod $NS/dst"
+"$KUBECTL" -n "$NS" delete pod dst --wait=true --timeout=30s >/dev/null
+forged=$( [[ ${token:0:1} == 0 ]] && echo 1 || echo 0)${token:1}
+attempt "a forged token" "$NS" dst \
+  "paladin.io/restore-from: $image, paladin.io/restore-token: $forged" "is not the node's token"
+attempt "no token" "$NS" dst "paladin.io/restore-from: $image" "carries no paladin.io/restore-token"
+attempt "the genuine token again (a replay)" "$NS" dst \
+  "paladin.io/restore-from: $image, paladin.io/restore-token: $token" "was restored already"
+attempt "a path" "$NS" path "paladin.io/restore-from: ../../etc" "is not an image name"
+attempt "no such image" "$OTHER" none "paladin.io/restore-from: move-0-none" "no checkpoint image"
+pgrep -f -- '--mib 8 --host-mib 1 --every-ms 100' >/dev/null && fail "a copy of the workload runs"
+echo "security: restore-from: tried $tried, refused $refused"
+[[ $refused == "$tried" ]] || fail "$((tried - refused)) of $tried restores not refused"
