@@ -53,7 +53,7 @@ hmac_sha256() { # KEY_HEX MESSAGE
   done
   # shellcheck disable=SC2059 # the pads are escapes, printf's format on purpose
   inner=$({ printf "$ipad"; printf '%s' "$message"; } | sha256sum | cut -c1-64)
-  # shellcheck disable=SC2059
+  # shellcheck disable=SC2059,SC2001
   { printf "$opad"; printf "$(sed 's/../\\x&/g' <<<"$inner")"; } | sha256sum | cut -c1-64
 }
 

@@ -222,8 +222,8 @@ StatusOr<MovablePod> ReadMovablePod(const std::string& pod_json) {
   const Json containers = spec.value("containers", Json::array());
   if (containers.size() != 1 || !spec.value("initContainers", Json::array()).empty()) {
     return FailedPrecondition(who + " has " + std::to_string(containers.size()) +
-                         " containers (and init containers): moves of pods with one container "
-                         "only are built");
+                              " containers (and init containers): moves of pods with one container "
+                              "only are built");
   }
   p.container = Str(containers[0], "name");
   for (const Json& c : status.value("containerStatuses", Json::array())) {
@@ -277,13 +277,12 @@ StatusOr<std::string> ReplacementPod(const std::string& old_pod_json, const Repl
   } else {
     spec["nodeName"] = r.node;
   }
-  Json out = {{"apiVersion", "v1"},
-              {"kind", "Pod"},
-              {"metadata",
-               {{"name", r.name},
-                {"namespace", Str(meta, "namespace")},
-                {"annotations", annotations}}},
-              {"spec", spec}};
+  Json out = {
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata",
+       {{"name", r.name}, {"namespace", Str(meta, "namespace")}, {"annotations", annotations}}},
+      {"spec", spec}};
   if (meta.contains("labels")) out["metadata"]["labels"] = meta["labels"];
   return out.dump();
 }
@@ -298,7 +297,7 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
   const std::string who = "pod " + o.ns + "/" + o.pod;
   if (!o.node.empty() && o.node != pod->node) {
     return FailedPrecondition("moves between nodes are not built yet (" + who + " runs on " +
-                         pod->node + ")");
+                              pod->node + ")");
   }
   MoveResult result;
   result.from_gpu = pod->gpu;
@@ -364,9 +363,9 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
   fs::create_directories(dir, ec);
   fs::create_directories(o.images + "/moved", ec);
   if (ec) return Internal("cannot create " + dir + ": " + ec.message());
-  if (Status s = WriteFile(dir + "/owner", "namespace " + o.ns + "\npod " + result.new_name +
-                                               "\nfrom " + o.ns + "/" + o.pod + " " + pod->uid +
-                                               "\n");
+  if (Status s =
+          WriteFile(dir + "/owner", "namespace " + o.ns + "\npod " + result.new_name + "\nfrom " +
+                                        o.ns + "/" + o.pod + " " + pod->uid + "\n");
       !s.ok()) {
     return s;
   }
@@ -396,10 +395,9 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
   }
   progress("checkpointing container " + pod->container + " with runc and CRIU into " + dir);
   const std::string image = dir + "/" + pod->container;
-  StatusOr<std::string> dumped =
-      runc.Call({"checkpoint", "--image-path", image, "--work-path", image + ".work",
-                 pod->container_id},
-                120);
+  StatusOr<std::string> dumped = runc.Call(
+      {"checkpoint", "--image-path", image, "--work-path", image + ".work", pod->container_id},
+      120);
   if (!dumped.ok()) {
     std::ifstream log(image + ".work/dump.log");
     std::string line, tail;
@@ -416,13 +414,13 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
     }
   }
   if (!shm.empty() && fs::is_directory(shm, ec)) {
-    fs::copy(shm, image + ".shm",
-             fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
+    fs::copy(shm, image + ".shm", fs::copy_options::recursive | fs::copy_options::copy_symlinks,
+             ec);
     if (ec) progress("warning: /dev/shm not copied: " + ec.message());
   }
   result.checkpoint_ms = MsSince(t0);
-  const std::string kept = " (the checkpoint image " + dir + " is kept; " + who +
-                           "'s container has exited)";
+  const std::string kept =
+      " (the checkpoint image " + dir + " is kept; " + who + "'s container has exited)";
 
   Replacement r;
   r.name = result.new_name;
@@ -434,8 +432,7 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
   if (!replacement.ok()) return replacement.status();
   progress("creating pod " + o.ns + "/" + r.name + " restored from " + r.image +
            (o.gpu >= 0 ? " on " + pod->node + "/" + std::to_string(o.gpu) : ""));
-  StatusOr<std::string> created =
-      client.Post("/api/v1/namespaces/" + o.ns + "/pods", *replacement);
+  StatusOr<std::string> created = client.Post("/api/v1/namespaces/" + o.ns + "/pods", *replacement);
   if (!created.ok()) return Status(created.status().code(), created.status().message() + kept);
   StatusOr<std::string> new_id =
       WaitRunning(client, "/api/v1/namespaces/" + o.ns + "/pods/" + r.name, o.timeout_s);

@@ -225,23 +225,22 @@ bool Scheduler::Bind(const PodRequest& p, const std::string& node, int gpu, uint
                      const std::string& how) {
   // The binding's annotations land on the pod with its node, in one update: the container
   // starts only after both, so the GPU index the webhook's downward-API variable reads is set.
-  const Json binding = {
-      {"apiVersion", "v1"},
-      {"kind", "Binding"},
-      {"metadata",
-       {{"name", p.name},
-        {"namespace", p.ns},
-        {"annotations",
-         {{kGpuAnnotation, std::to_string(gpu)},
-          {kGpuBytesAnnotation, std::to_string(bytes)},
-          {kPlacementAnnotation, how}}}}},
-      {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node}}}};
+  const Json binding = {{"apiVersion", "v1"},
+                        {"kind", "Binding"},
+                        {"metadata",
+                         {{"name", p.name},
+                          {"namespace", p.ns},
+                          {"annotations",
+                           {{kGpuAnnotation, std::to_string(gpu)},
+                            {kGpuBytesAnnotation, std::to_string(bytes)},
+                            {kPlacementAnnotation, how}}}}},
+                        {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node}}}};
   Status s =
       client_.Post("/api/v1/namespaces/" + p.ns + "/pods/" + p.name + "/binding", binding.dump())
           .status();
   if (!s.ok()) {
-    std::fprintf(stderr, "paladin k8s scheduler: binding %s/%s: %s\n", p.ns.c_str(),
-                 p.name.c_str(), s.message().c_str());
+    std::fprintf(stderr, "paladin k8s scheduler: binding %s/%s: %s\n", p.ns.c_str(), p.name.c_str(),
+                 s.message().c_str());
     return false;
   }
   said_.erase(p.uid);
@@ -348,10 +347,13 @@ StatusOr<int> Scheduler::RunOnce() {
     const size_t slash = p.move_to.rfind('/');
     const std::string node = p.move_to.substr(0, slash == std::string::npos ? 0 : slash);
     char* end = nullptr;
-    const long gpu = slash == std::string::npos ? -1 : std::strtol(p.move_to.c_str() + slash + 1, &end, 10);
-    const std::string what = std::string("metadata.annotations[paladin.io/move-to] '") + p.move_to + "'";
+    const long gpu =
+        slash == std::string::npos ? -1 : std::strtol(p.move_to.c_str() + slash + 1, &end, 10);
+    const std::string what =
+        std::string("metadata.annotations[paladin.io/move-to] '") + p.move_to + "'";
     if (!p.restores) {
-      Unschedulable(p, what + ": only a move's replacement (paladin.io/restore-from) names its GPU");
+      Unschedulable(p,
+                    what + ": only a move's replacement (paladin.io/restore-from) names its GPU");
       return false;
     }
     if (gpu < 0 || end == nullptr || *end != '\0') {

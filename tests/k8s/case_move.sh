@@ -16,10 +16,8 @@ if [[ -z ${CLUSTER_DIR:-} ]]; then
   echo "move: SKIP: moves a pod with runc and CRIU on the node itself (the test cluster only)"
   exit 77
 fi
-PREFIX=${PALADIN_K8S_PREFIX:-/opt/paladin/k8s}
 CRIU_DIR=${PALADIN_CRIU_DIR:-/opt/paladin/criu}
 [[ -x $CRIU_DIR/criu ]] || { echo "move: SKIP: no CRIU in $CRIU_DIR (scripts/criu.sh)"; exit 77; }
-RUNC=("$PREFIX/bin/runc" --root "$CLUSTER_DIR/containerd/runc/k8s.io")
 # Arguments no other process on the machine has: the sampler counts this workload's copies.
 ARGS='"--mib", "24", "--host-mib", "3", "--every-ms", "90"'
 MARK='--mib 24 --host-mib 3 --every-ms 90'

@@ -55,10 +55,10 @@ sleep 1
 read -ra flags <<<"$K8S_NODE_FLAGS $MOVE_FLAGS"
 "$PALADIN" k8s move -n "$NS" src --name dst "${flags[@]}" >"$work/move.log" 2>&1 ||
   fail "paladin k8s move: $(tail -5 "$work/move.log")"
-image=$("$KUBECTL" -n "$NS" get pod dst -o jsonpath='{.metadata.annotations.paladin\.io/restore-from}')
+img=$("$KUBECTL" -n "$NS" get pod dst -o jsonpath='{.metadata.annotations.paladin\.io/restore-from}')
 token=$("$KUBECTL" -n "$NS" get pod dst -o jsonpath='{.metadata.annotations.paladin\.io/restore-token}')
-[[ -n $image && ${#token} == 64 ]] || fail "pod dst carries no image or token ('$image', '$token')"
-echo "restore_trust: src moved into dst from image $image"
+[[ -n $img && ${#token} == 64 ]] || fail "pod dst carries no image or token ('$img', '$token')"
+echo "restore_trust: src moved into dst from image $img"
 
 # --- the attempts ------------------------------------------------------------------------------
 tried=0 refused=0
@@ -86,16 +86,16 @@ attempt() {
   "$KUBECTL" -n "$ns" delete pod "$name" --wait=true --timeout=30s >/dev/null
 }
 attempt "another namespace, the token copied" "$OTHER" dst \
-  "paladin.io/restore-from: $image, paladin.io/restore-token: $token" "it was taken in namespace '$NS'"
+  "paladin.io/restore-from: $img, paladin.io/restore-token: $token" "it was taken in namespace '$NS'"
 attempt "another pod of the namespace, the token copied" "$NS" other \
-  "paladin.io/restore-from: $image, paladin.io/restore-token: $token" "it was made for pod $NS/dst"
+  "paladin.io/restore-from: $img, paladin.io/restore-token: $token" "it was made for pod $NS/dst"
 "$KUBECTL" -n "$NS" delete pod dst --wait=true --timeout=30s >/dev/null
 forged=$( [[ ${token:0:1} == 0 ]] && echo 1 || echo 0)${token:1}
 attempt "a forged token" "$NS" dst \
-  "paladin.io/restore-from: $image, paladin.io/restore-token: $forged" "is not the node's token"
-attempt "no token" "$NS" dst "paladin.io/restore-from: $image" "carries no paladin.io/restore-token"
+  "paladin.io/restore-from: $img, paladin.io/restore-token: $forged" "is not the node's token"
+attempt "no token" "$NS" dst "paladin.io/restore-from: $img" "carries no paladin.io/restore-token"
 attempt "the genuine token again (a replay)" "$NS" dst \
-  "paladin.io/restore-from: $image, paladin.io/restore-token: $token" "was restored already"
+  "paladin.io/restore-from: $img, paladin.io/restore-token: $token" "was restored already"
 attempt "a path" "$NS" path "paladin.io/restore-from: ../../etc" "is not an image name"
 attempt "no such image" "$OTHER" none "paladin.io/restore-from: move-0-none" "no checkpoint image"
 pgrep -f -- '--mib 8 --host-mib 1 --every-ms 100' >/dev/null && fail "a copy of the workload runs"

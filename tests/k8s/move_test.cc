@@ -71,11 +71,13 @@ TEST(ReadMovablePod, RefusesWhatCannotBeMovedNamingWhy) {
   };
   const Case cases[] = {
       {"pending", [](Json* p) { (*p)["status"]["phase"] = "Pending"; }, "not Running"},
-      {"deleting", [](Json* p) { (*p)["metadata"]["deletionTimestamp"] = "x"; },
-       "being deleted"},
+      {"deleting", [](Json* p) { (*p)["metadata"]["deletionTimestamp"] = "x"; }, "being deleted"},
       {"runc", [](Json* p) { (*p)["spec"].erase("runtimeClassName"); }, "RuntimeClass"},
       {"two containers",
-       [](Json* p) { (*p)["spec"]["containers"].push_back({{"name", "b"}}); }, "one container"},
+       [](Json* p) {
+         (*p)["spec"]["containers"].push_back({{"name", "b"}});
+       },
+       "one container"},
       {"exited",
        [](Json* p) {
          (*p)["status"]["containerStatuses"][0]["state"] = {{"terminated", Json::object()}};

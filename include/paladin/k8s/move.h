@@ -22,7 +22,7 @@ namespace paladin::k8s {
 // Annotations of a replacement pod.
 inline constexpr char kRestoreFromAnnotation[] = "paladin.io/restore-from";  // the image's name
 inline constexpr char kRestoreTokenAnnotation[] = "paladin.io/restore-token";
-inline constexpr char kMoveToAnnotation[] = "paladin.io/move-to";      // NODE/GPU, for the scheduler
+inline constexpr char kMoveToAnnotation[] = "paladin.io/move-to";  // NODE/GPU, for the scheduler
 inline constexpr char kMovedFromAnnotation[] = "paladin.io/moved-from";  // NAMESPACE/POD (uid)
 inline constexpr char kRuntimeClass[] = "paladin";
 
@@ -69,9 +69,9 @@ struct MoveOptions {
   std::string criu_dir;  // put first on runc's PATH (Paladin's CRIU)
   std::string images = "/var/lib/paladin/k8s/images";
   std::string key_file = "/var/lib/paladin/k8s/move.key";
-  std::string driver = "libcuda.so.1";       // the CUDA driver for the checkpoint API
-  std::string nvml = "libnvidia-ml.so.1";    // the GPUs' UUIDs
-  double timeout_s = 60;                     // for the replacement to run
+  std::string driver = "libcuda.so.1";     // the CUDA driver for the checkpoint API
+  std::string nvml = "libnvidia-ml.so.1";  // the GPUs' UUIDs
+  double timeout_s = 60;                   // for the replacement to run
 };
 
 struct MoveResult {
