@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -160,8 +161,13 @@ EMU_EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs*
   EMU_REQUIRE_DRIVER(kCheckpointIntroduced);
   ControlRequest request;
   request.op = ControlOp::kRestore;
-  // The process joins the emulated GPUs of whoever restores it (a line of text: no newline).
-  const std::string state_path = paladin::emucuda::StatePathFromEnv();
+  // The process joins the emulated GPUs of whoever restores it (a line of text: no newline), at
+  // the path it sees them at: PALADIN_EMU_TARGET_STATE when the caller's path is not the
+  // target's (a container's mount of the node's state file), else the caller's own.
+  const char* target_view = std::getenv("PALADIN_EMU_TARGET_STATE");
+  const std::string state_path = target_view != nullptr && *target_view != '\0'
+                                     ? std::string(target_view)
+                                     : paladin::emucuda::StatePathFromEnv();
   if (state_path.find('\n') == std::string::npos) request.state_path = state_path;
   if (args != nullptr && args->gpuPairsCount > 0) {
     if (args->gpuPairs == nullptr || args->gpuPairsCount > 64) return CUDA_ERROR_INVALID_VALUE;

@@ -346,6 +346,27 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
   StatusOr<std::vector<pid_t>> pids = runc.Pids(pod->container_id);
   if (!pids.ok()) return pids.status();
 
+  // The pod's /dev/shm is a tmpfs of its sandbox, not in CRIU's image: it goes with the image.
+  // Its path is read now: the shim removes the bundle once the checkpoint ends the container.
+  std::string shm;
+  {
+    std::ifstream in(bundle + "/config.json");
+    const Json config = Json::parse(in, nullptr, false);
+    for (const Json& m : config.is_object() ? config.value("mounts", Json::array()) : Json()) {
+      if (Str(m, "destination") == "/dev/shm") shm = Str(m, "source");
+    }
+    // The emulated driver's state file as the container sees it: a GPU state restored from here
+    // joins it there (the driver sends the caller's own path otherwise, which is the node's).
+    const Json env = config.is_object()
+                         ? config.value("process", Json::object()).value("env", Json::array())
+                         : Json::array();
+    for (const Json& e : env) {
+      const std::string kv = e.is_string() ? e.get<std::string>() : "";
+      if (kv.rfind("PALADIN_EMU_STATE=", 0) == 0) {
+        setenv("PALADIN_EMU_TARGET_STATE", kv.substr(18).c_str(), 1);
+      }
+    }
+  }
   std::unique_ptr<ckpt::GpuCheckpointer> driver;
   std::vector<pid_t> cuda;
   if (pod->gpu >= 0) {
@@ -404,19 +425,12 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
     while (std::getline(log, line)) tail = line;
     return undo(Internal(dumped.status().message() + (tail.empty() ? "" : " (" + tail + ")")));
   }
-  // The pod's /dev/shm is a tmpfs of its sandbox, not in CRIU's image: it goes with the image.
-  std::string shm;
-  {
-    std::ifstream in(bundle + "/config.json");
-    const Json config = Json::parse(in, nullptr, false);
-    for (const Json& m : config.is_object() ? config.value("mounts", Json::array()) : Json()) {
-      if (Str(m, "destination") == "/dev/shm") shm = Str(m, "source");
-    }
-  }
   if (!shm.empty() && fs::is_directory(shm, ec)) {
     fs::copy(shm, image + ".shm", fs::copy_options::recursive | fs::copy_options::copy_symlinks,
              ec);
     if (ec) progress("warning: /dev/shm not copied: " + ec.message());
+  } else {
+    progress("warning: no /dev/shm folder for the container ('" + shm + "')");
   }
   result.checkpoint_ms = MsSince(t0);
   const std::string kept =
