@@ -83,6 +83,28 @@ old_used=$(used_by "$from" "$old_pid")
 ((old_used >= 64 << 20)) || fail "NVML counts $old_used bytes of pid $old_pid on GPU $from, not its 64 MiB"
 echo "move_gpu: pod gpu on GPU $from ($from_uuid), pid $old_pid using $((old_used >> 20)) MiB there"
 
+# Moves refused before anything changes, each saying why: the GPU it is on, a GPU the node lacks,
+# another node, a pod that does not exist.
+refused=0
+marks_before=$(ls "$CLUSTER_DIR/checkpoints" "$CLUSTER_DIR/checkpoints/moved" | wc -l)
+refuse() { # EXPECTED ARGS...
+  local expected=$1 out rc=0
+  shift
+  out=$("$PALADIN" k8s move -n "$NS" "$@" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${move[@]}" \
+    "${api[@]}" 2>&1) || rc=$?
+  [[ $rc != 0 && $out == *"$expected"* ]] || fail "paladin k8s move $*: rc $rc, '$out' (expected '$expected')"
+  refused=$((refused + 1))
+}
+refuse "is on GPU $from already" gpu --gpu "$from"
+refuse "has no GPU 7" gpu --gpu 7
+refuse "moves between nodes are not built yet" gpu --gpu "$to" --node other-node
+refuse "not found" nosuchpod --gpu "$to"
+marks_after=$(ls "$CLUSTER_DIR/checkpoints" "$CLUSTER_DIR/checkpoints/moved" | wc -l)
+[[ $(k get pod gpu -o jsonpath='{.status.phase}') == Running && $marks_after == "$marks_before" ]] ||
+  fail "a refused move changed something: pod gpu $(k get pod gpu -o jsonpath='{.status.phase}')," \
+    "images and marks $marks_before -> $marks_after"
+echo "move_gpu: $refused moves refused before anything changed (same GPU, no such GPU, another node, no such pod)"
+
 sampler() {
   while :; do
     pgrep -c -f -- "$MARK" || true
