@@ -86,7 +86,7 @@ echo "move_gpu: pod gpu on GPU $from ($from_uuid), pid $old_pid using $((old_use
 # Moves refused before anything changes, each saying why: the GPU it is on, a GPU the node lacks,
 # another node, a pod that does not exist.
 refused=0
-marks_before=$(ls "$CLUSTER_DIR/checkpoints" "$CLUSTER_DIR/checkpoints/moved" | wc -l)
+marks_before=$(find "$CLUSTER_DIR/checkpoints" -maxdepth 2 | wc -l)
 refuse() { # EXPECTED ARGS...
   local expected=$1 out rc=0
   shift
@@ -99,7 +99,7 @@ refuse "is on GPU $from already" gpu --gpu "$from"
 refuse "has no GPU 7" gpu --gpu 7
 refuse "moves between nodes are not built yet" gpu --gpu "$to" --node other-node
 refuse "not found" nosuchpod --gpu "$to"
-marks_after=$(ls "$CLUSTER_DIR/checkpoints" "$CLUSTER_DIR/checkpoints/moved" | wc -l)
+marks_after=$(find "$CLUSTER_DIR/checkpoints" -maxdepth 2 | wc -l)
 [[ $(k get pod gpu -o jsonpath='{.status.phase}') == Running && $marks_after == "$marks_before" ]] ||
   fail "a refused move changed something: pod gpu $(k get pod gpu -o jsonpath='{.status.phase}')," \
     "images and marks $marks_before -> $marks_after"
