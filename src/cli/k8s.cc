@@ -15,12 +15,15 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "paladin/api/client.h"
 #include "paladin/base/size.h"
 #include "paladin/gpu/nvml.h"
 #include "paladin/k8s/api.h"
@@ -46,6 +49,8 @@ struct NodeArgs {
   std::string policy = "paladin";
   double interval_s = 0.5;
   bool once = false;
+  std::string paladin_server;  // empty: teams' quotas not checked
+  std::string paladin_token_file;
   // The webhook's
   std::string listen = "127.0.0.1:9443";
   std::string cert;
@@ -174,6 +179,33 @@ int RunScheduler(const NodeArgs& args) {
   }
   k8s::SchedulerOptions options;
   options.policy = args.policy;
+  if (!args.paladin_server.empty()) {
+    StatusOr<api::Endpoint> endpoint = api::ParseUrl(args.paladin_server);
+    std::string token;
+    std::ifstream in(args.paladin_token_file);
+    if (!endpoint.ok() || !(in >> token)) {
+      cli::Say("k8s scheduler",
+               "--paladin-server needs a URL and --paladin-token-file a token (" +
+                   (endpoint.ok() ? "token unreadable" : endpoint.status().message()) + ")");
+      return 2;
+    }
+    // The teams' quotas from Paladin's server, as its own scheduler checks them.
+    auto server = std::make_shared<api::Client>(*endpoint, token, 5);
+    options.team_quotas = [server]() -> StatusOr<std::map<std::string, uint64_t>> {
+      StatusOr<api::Json> teams = server->Get("/v1/teams");
+      if (!teams.ok()) return teams.status();
+      std::map<std::string, uint64_t> quotas;
+      for (const api::Json& t : teams->value("teams", api::Json::array())) {
+        if (t.contains("name") && t["name"].is_string() && t.contains("max_gpu_mem_bytes") &&
+            t["max_gpu_mem_bytes"].is_number_integer() &&
+            t["max_gpu_mem_bytes"].get<int64_t>() >= 0) {
+          quotas[t["name"].get<std::string>()] =
+              static_cast<uint64_t>(t["max_gpu_mem_bytes"].get<int64_t>());
+        }
+      }
+      return quotas;
+    };
+  }
   StatusOr<std::unique_ptr<k8s::Scheduler>> scheduler =
       k8s::Scheduler::Create(k8s::ApiClient(*config), options);
   if (!scheduler.ok()) {
@@ -297,6 +329,11 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
   scheduler->add_option("--policy", args->policy, "Packing policy (as the server's --policy)");
   scheduler->add_option("--interval", args->interval_s, "Seconds between passes");
   scheduler->add_flag("--once", args->once, "One pass, then exit");
+  scheduler->add_option("--paladin-server", args->paladin_server,
+                        "Paladin's server, whose teams' max_gpu_mem quotas the scheduler checks "
+                        "(a namespace's team: its label paladin.io/team, else k8s-NAMESPACE)");
+  scheduler->add_option("--paladin-token-file", args->paladin_token_file,
+                        "File holding an admin token of Paladin's server");
   AddApiOptions(scheduler, args.get());
   scheduler->callback([args, exit_code] { *exit_code = RunScheduler(*args); });
 

@@ -12,6 +12,7 @@
 #include "paladin/base/size.h"
 #include "paladin/k8s/move.h"
 #include "paladin/server/placement.h"
+#include "paladin/server/validate.h"
 
 namespace paladin::k8s {
 namespace {
@@ -166,6 +167,30 @@ PodRequest ReadPod(const std::string& pod_json) {
   return p;
 }
 
+std::string TeamOfNamespace(const std::string& ns, const std::string& labels_json,
+                            std::string* note) {
+  const Json labels = Json::parse(labels_json.empty() ? "{}" : labels_json, nullptr, false);
+  const std::string label = labels.is_object() ? Str(labels, kTeamLabel) : "";
+  if (!label.empty()) {
+    if (server::ValidName(label)) return label;
+    if (note != nullptr) {
+      *note = "namespace " + ns + ": label " + kTeamLabel + " '" + label.substr(0, 64) +
+              "' is not a team name; the namespace is its own team";
+    }
+  }
+  // A namespace is a DNS label of up to 63 characters, as a team name may be.
+  const std::string own = "k8s-" + ns;
+  return own.size() <= 63 ? own : ns;
+}
+
+std::string TeamQuotaReason(const std::string& team, uint64_t max_bytes, uint64_t used_bytes,
+                            uint64_t ask_bytes) {
+  if (max_bytes == 0 || used_bytes + ask_bytes <= max_bytes) return "";
+  return "team " + team + ": " + base::FormatSize(used_bytes) + " of its " +
+         base::FormatSize(max_bytes) + " of GPU memory (max_gpu_mem) in use, this pod asks " +
+         base::FormatSize(ask_bytes);
+}
+
 StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(ApiClient client, SchedulerOptions options) {
   StatusOr<core::Policy> policy = server::MakeServerPolicy(options.policy);
   if (!policy.ok()) return policy.status();
@@ -305,6 +330,30 @@ StatusOr<int> Scheduler::RunOnce() {
     v.gpu_memory.push_back(memory);
   }
 
+  // Teams, when their quotas are checked: each namespace's, and what each team's pods hold.
+  std::map<std::string, std::string> team_of;
+  std::map<std::string, uint64_t> team_used;
+  StatusOr<std::map<std::string, uint64_t>> quotas = std::map<std::string, uint64_t>();
+  if (options_.team_quotas) {
+    StatusOr<std::string> namespaces = client_.Get("/api/v1/namespaces");
+    if (!namespaces.ok()) return namespaces.status();
+    const Json list = Json::parse(*namespaces, nullptr, false);
+    for (const Json& n : list.is_object() ? list.value("items", Json::array()) : Json::array()) {
+      const Json meta = n.value("metadata", Json::object());
+      std::string note;
+      const std::string name = Str(meta, "name");
+      team_of[name] = TeamOfNamespace(name, meta.value("labels", Json::object()).dump(), &note);
+      if (!note.empty() && notes_.insert(note).second) {
+        std::fprintf(stderr, "paladin k8s scheduler: %s\n", note.c_str());
+      }
+    }
+    quotas = options_.team_quotas();
+  }
+  auto team = [&](const std::string& ns) {
+    auto it = team_of.find(ns);
+    return it != team_of.end() ? it->second : TeamOfNamespace(ns, "");
+  };
+
   // What runs already holds its GPU share.
   std::vector<PodRequest> pending;
   uint64_t reservation = 0;
@@ -315,6 +364,7 @@ StatusOr<int> Scheduler::RunOnce() {
       if (!p.deleting) pending.push_back(std::move(p));
       continue;
     }
+    if (!p.deleting && p.bound_bytes > 0) team_used[team(p.ns)] += p.bound_bytes;
     auto at = index.find(p.node);
     if (at == index.end() || p.gpu < 0 || p.bound_bytes == 0) continue;
     const auto& map = v.gpu_index[static_cast<size_t>(at->second)];
@@ -429,10 +479,28 @@ StatusOr<int> Scheduler::RunOnce() {
                            Size(largest) + " on " + largest_at + ")");
       continue;
     }
+    if (options_.team_quotas) {
+      const std::string t = team(p.ns);
+      if (!quotas.ok()) {
+        Unschedulable(
+            p, "team " + t + ": its quota cannot be checked (" + quotas.status().message() + ")");
+        continue;
+      }
+      auto q = quotas->find(t);
+      const std::string over =
+          TeamQuotaReason(t, q != quotas->end() ? q->second : 0, team_used[t], p.gpu_memory);
+      if (!over.empty()) {
+        Unschedulable(p, over);
+        continue;
+      }
+    }
     if (!p.move_to.empty()) {
       // A move's replacement goes to the GPU its mover asked for, if it fits there: the
       // operator chose the GPU, the packer's books still hold.
-      if (move_to(p)) ++bound;
+      if (move_to(p)) {
+        ++bound;
+        team_used[team(p.ns)] += p.gpu_memory;
+      }
       continue;
     }
     const core::Workload w =
@@ -460,6 +528,7 @@ StatusOr<int> Scheduler::RunOnce() {
       continue;
     }
     ++bound;
+    team_used[team(p.ns)] += p.gpu_memory;
   }
   return bound;
 }

@@ -193,5 +193,32 @@ TEST(Review, AnswersAdmissionReviews) {
   EXPECT_EQ(out["response"]["allowed"], false);
 }
 
+// Namespaces are teams: the administrator's label, else the namespace's own team.
+TEST(TeamOfNamespace, LabelElseOwnTeam) {
+  std::string note;
+  EXPECT_EQ(TeamOfNamespace("ml-prod", R"({"paladin.io/team":"research"})"), "research");
+  EXPECT_EQ(TeamOfNamespace("ml-dev", R"({"paladin.io/team":"research","x":"y"})"), "research");
+  EXPECT_EQ(TeamOfNamespace("web", "{}"), "k8s-web");
+  EXPECT_EQ(TeamOfNamespace("web", ""), "k8s-web");
+  // A namespace of 63 characters is its own team by its own name (a team name has at most 63).
+  const std::string long_ns(63, 'a');
+  EXPECT_EQ(TeamOfNamespace(long_ns, "{}"), long_ns);
+  // A label that is no team name is ignored, and said.
+  EXPECT_EQ(TeamOfNamespace("web", R"({"paladin.io/team":"../admin"})", &note), "k8s-web");
+  EXPECT_NE(note.find("not a team name"), std::string::npos) << note;
+  // Another label (a pod's claim never reaches here: only the namespace's labels are read).
+  EXPECT_EQ(TeamOfNamespace("web", R"({"team":"research"})"), "k8s-web");
+}
+
+// 6 GiB of an 8 GiB quota in use: 2 GiB more fits exactly, 3 GiB does not; no quota, no limit.
+TEST(TeamQuotaReason, RefusesPastMaxGpuMem) {
+  EXPECT_EQ(TeamQuotaReason("research", 8 * kGiB, 6 * kGiB, 2 * kGiB), "");
+  EXPECT_EQ(TeamQuotaReason("research", 0, 600 * kGiB, 80 * kGiB), "");
+  const std::string why = TeamQuotaReason("research", 8 * kGiB, 6 * kGiB, 3 * kGiB);
+  EXPECT_EQ(why,
+            "team research: 6 GiB of its 8 GiB of GPU memory (max_gpu_mem) in use, this pod asks "
+            "3 GiB");
+}
+
 }  // namespace
 }  // namespace paladin::k8s

@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,9 +62,28 @@ struct PodRequest {
 };
 PodRequest ReadPod(const std::string& pod_json);
 
+// Namespaces are teams (docs/kubernetes.md, design 6): a namespace's label paladin.io/team names
+// its team (set by the cluster's administrator; a pod's own annotations never count), else it is
+// its own team, "k8s-NAMESPACE". `labels` is the namespace's metadata.labels (JSON object text or
+// empty). A label that is no team name is ignored (the namespace is then its own team) and said
+// in `note`.
+inline constexpr char kTeamLabel[] = "paladin.io/team";
+std::string TeamOfNamespace(const std::string& ns, const std::string& labels_json,
+                            std::string* note = nullptr);
+
+// A team's quota on GPU memory against what its bound pods hold: empty when `ask` bytes fit,
+// else the reason a pod of it stays Pending. `max_bytes` 0 means no quota.
+std::string TeamQuotaReason(const std::string& team, uint64_t max_bytes, uint64_t used_bytes,
+                            uint64_t ask_bytes);
+
+// The teams' GPU-memory quotas in bytes, by team name (Paladin's server's teams); called once per
+// pass. An error leaves the pods Pending, saying so (their teams' quotas cannot be checked).
+using TeamQuotas = std::function<StatusOr<std::map<std::string, uint64_t>>()>;
+
 struct SchedulerOptions {
   std::string scheduler_name = kSchedulerName;
   std::string policy = "paladin";
+  TeamQuotas team_quotas;  // empty: teams are not checked
 };
 
 class Scheduler {
@@ -89,6 +110,7 @@ class Scheduler {
   core::Packer packer_;
   core::Rng rng_{1};
   std::map<std::string, std::string> said_;  // pod uid -> last reason given
+  std::set<std::string> notes_;              // namespaces' label notes already printed
   uint64_t event_seq_ = 0;
 };
 

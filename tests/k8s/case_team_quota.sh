@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Namespaces are teams (docs/kubernetes.md, design 6): Paladin's scheduler, given Paladin's server,
+# checks each team's max_gpu_mem over the pods of all its namespaces. Namespaces NS and NS-b carry
+# the label paladin.io/team=research (quota 3 GiB on a Paladin server started here); NS-c has no
+# label (its own team, no quota). research's pods of 2Gi (NS) and then 2Gi (NS-b) : the second
+# stays Pending with the team's reason; NS-c's 2Gi is placed; 1Gi more in NS-b fits exactly; once
+# NS's pod is deleted, the Pending one is placed.
+# Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, CLUSTER_DIR, PALADIN, EMUCUDA, NODE,
+# K8S_NODE_FLAGS.
+set -euo pipefail
+fail() {
+  echo "team_quota: FAIL: $*"
+  exit 1
+}
+if [[ -z ${CLUSTER_DIR:-} ]]; then
+  echo "team_quota: SKIP: runs Paladin's server and scheduler on the test cluster's machine"
+  exit 77
+fi
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  "$KUBECTL" delete namespace "$NS-b" "$NS-c" --wait=false >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+read -ra api <<<"$K8S_NODE_FLAGS"
+
+"$PALADIN" server --listen 127.0.0.1:0 --data "$work/server" >"$work/server.log" 2>&1 &
+pids+=($!)
+for ((i = 0; i < 100; i++)); do
+  [[ -s $work/server/server.url && -s $work/server/admin.token ]] && break
+  sleep 0.1
+done
+[[ -s $work/server/server.url ]] || fail "Paladin's server did not start: $(tail -3 "$work/server.log")"
+url=$(cat "$work/server/server.url")
+"$PALADIN" quota research --gpu-mem 3GiB --server "$url" --token "$(cat "$work/server/admin.token")" \
+  >/dev/null || fail "paladin quota research --gpu-mem 3GiB"
+PALADIN_EMU_GPUS=2x8GiB PALADIN_EMU_STATE=$work/emu-state \
+  "$PALADIN" k8s node --node "$NODE" --nvml "$EMUCUDA" "${api[@]}" >/dev/null
+"$PALADIN" k8s scheduler --interval 0.3 --paladin-server "$url" \
+  --paladin-token-file "$work/server/admin.token" "${api[@]}" >"$work/scheduler.log" 2>&1 &
+pids+=($!)
+
+"$KUBECTL" create namespace "$NS-b" >/dev/null
+"$KUBECTL" create namespace "$NS-c" >/dev/null
+"$KUBECTL" label namespace "$NS" "$NS-b" paladin.io/team=research >/dev/null
+
+pod() { # NAMESPACE NAME GPU_MEMORY
+  "$KUBECTL" -n "$1" apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: $2}
+spec:
+  schedulerName: paladin
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: demo
+    image: $IMAGE
+    imagePullPolicy: IfNotPresent
+    args: ["--mib", "8", "--host-mib", "1", "--every-ms", "500"]
+    resources:
+      limits: {paladin.io/gpu-memory: $3}
+YAML
+}
+bound() { # NAMESPACE NAME: waits until Paladin bound it
+  local i
+  for ((i = 0; i < 50; i++)); do
+    [[ -n $("$KUBECTL" -n "$1" get pod "$2" -o jsonpath='{.spec.nodeName}') ]] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+pending_with() { # NAMESPACE NAME TEXT: waits for the PodScheduled condition to say TEXT
+  local i got=''
+  for ((i = 0; i < 50; i++)); do
+    got=$("$KUBECTL" -n "$1" get pod "$2" \
+      -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}')
+    [[ $got == *"$3"* ]] && return 0
+    sleep 0.2
+  done
+  echo "team_quota: $1/$2 says '$got'"
+  return 1
+}
+
+pod "$NS" a 2Gi
+bound "$NS" a || fail "pod $NS/a (research, 2 of 3 GiB) not placed: $(tail -3 "$work/scheduler.log")"
+pod "$NS-b" b 2Gi
+pending_with "$NS-b" b "team research: 2 GiB of its 3 GiB of GPU memory (max_gpu_mem) in use, this pod asks 2 GiB" ||
+  fail "pod $NS-b/b is not held back by research's quota"
+[[ -z $("$KUBECTL" -n "$NS-b" get pod b -o jsonpath='{.spec.nodeName}') ]] || fail "pod $NS-b/b placed past the quota"
+pod "$NS-c" c 2Gi
+bound "$NS-c" c || fail "pod $NS-c/c (its own team, no quota) not placed"
+pod "$NS-b" d 1Gi
+bound "$NS-b" d || fail "pod $NS-b/d (research, 3 of 3 GiB) not placed"
+"$KUBECTL" -n "$NS" delete pod a --wait=true --timeout=30s >/dev/null
+bound "$NS-b" b || fail "pod $NS-b/b not placed once research's pod a was deleted"
+echo "team_quota: research (namespaces $NS, $NS-b; 3 GiB): 2Gi placed, 2Gi more Pending with the" \
+  "team's reason, 1Gi placed (3 of 3 GiB), the Pending one placed once 2Gi were freed;" \
+  "$NS-c (its own team) placed"
