@@ -18,6 +18,7 @@
 #include <functional>
 #include <thread>
 
+#include "page_tls.h"
 #include "paladin/ckpt/cgroup.h"
 #include "paladin/migrate/control.h"
 #include "paladin/quota/usage.h"
@@ -375,12 +376,25 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   pid_t lazy_dump = 0;
   const std::string lazy_log = image + ".dump.log";
   const int lazy_port = options.lazy_port > 0 ? options.lazy_port : options.port + 2;
+  // The page stream's keys: made before the dump, which starts the page server; removed when
+  // this call returns, once the dump (which reads them when the puller connects) has ended.
+  PageTls page_tls;
   if (options.lazy) {
     checkpoint.lazy_port = lazy_port;
     checkpoint.lazy_address = lazy_address;
     checkpoint.lazy_log = lazy_log;
     checkpoint.lazy_dump = &lazy_dump;
     report.mode = "post-copy";
+    if (!options.lazy_plain) {
+      StatusOr<PageTls> made = PageTls::Create(st.id + " source");
+      if (!made.ok()) {
+        (void)save("resumed");  // nothing was stopped yet
+        keeper.Done();
+        return made.status();
+      }
+      page_tls = std::move(*made);
+      checkpoint.lazy_tls_args = page_tls.CriuArgs();
+    }
   }
   // Before the destination may run the job: killing the dump lets the tree go (CRIU held it).
   auto stop_dump = [&] {
@@ -434,6 +448,15 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   }
   StatusOr<std::string> hello = channel->Call("TOKEN " + options.token, 30);
   if (hello.ok()) hello = channel->Call("BEGIN " + st.id, 30);
+  if (hello.ok() && options.lazy && !options.lazy_plain) {
+    // Before RESTORE LAZY, after which the puller connects: the page server, which reads the
+    // trusted certificate as it accepts, then knows the puller's.
+    hello = channel->Call("PAGE-TLS " + page_tls.certificate(), 30);
+    if (hello.ok()) {
+      Status trusted = page_tls.TrustPeer(*hello);
+      if (!trusted.ok()) hello = Status(trusted.code(), "PAGE-TLS answer: " + trusted.message());
+    }
+  }
   if (!hello.ok()) {
     stop_dump();
     cleanup();
@@ -619,6 +642,7 @@ struct Destination {
   std::atomic<bool> lazy_over{false};
   std::atomic<bool> lazy_failed{false};
   std::string lazy_error;  // read once lazy_over
+  PageTls page_tls;        // the page stream's keys, made at PAGE-TLS; removed with this object
 
   void WatchLazyPages() {
     watcher = std::thread([this] {
@@ -704,15 +728,33 @@ struct Destination {
                     NI_NUMERICHOST) != 0) {
       return IoError("cannot tell the source's address");
     }
+    if (!page_tls.has_peer() && !options.lazy_plain) {
+      return PermissionDenied(
+          "the page stream is not secured (no PAGE-TLS before RESTORE LAZY); this destination "
+          "takes plain page streams only with paladin receive --lazy-plain");
+    }
     lazy_log = image + "/lazy-pages.log";
     progress("post-copy: pulling the job's memory from " + std::string(host) + ":" +
-             std::to_string(port) + " (CRIU patches " + lazy->lazy_patches + ")");
-    StatusOr<pid_t> puller = ckpt::StartLazyPages(*lazy, image, host, static_cast<int>(port));
+             std::to_string(port) + (page_tls.has_peer() ? " over TLS" : " over plain TCP") +
+             " (CRIU patches " + lazy->lazy_patches + ")");
+    StatusOr<pid_t> puller = ckpt::StartLazyPages(
+        *lazy, image, host, static_cast<int>(port),
+        page_tls.has_peer() ? page_tls.CriuArgs() : std::vector<std::string>{});
     if (!puller.ok()) {
       return Status(puller.status().code(), "criu lazy-pages: " + puller.status().message());
     }
     lazyd = *puller;
     return lazy;
+  }
+
+  // PAGE-TLS: this side's keys for the page stream, trusting only the source's certificate.
+  Status AcceptPageTls(const std::string& certificate) {
+    if (page_tls.has_peer()) return FailedPrecondition("PAGE-TLS was already given");
+    StatusOr<PageTls> made = PageTls::Create(st.id + " destination");
+    if (!made.ok()) return made.status();
+    PALADIN_RETURN_IF_ERROR(made->TrustPeer(certificate));
+    page_tls = std::move(*made);
+    return Status::Ok();
   }
 
   // Carries out the source's commands until RESUME, ABORT or BYE. OK: the job runs here.
@@ -725,6 +767,11 @@ struct Destination {
         return SourceGone(command.status());
       }
       const bool lazy = command->rfind("RESTORE LAZY ", 0) == 0;
+      if (command->rfind("PAGE-TLS ", 0) == 0 && !restored && st.step == "received") {
+        Status s = AcceptPageTls(command->substr(9));
+        (void)channel->Send(s.ok() ? "OK " + page_tls.certificate() : "ERR " + s.message());
+        continue;
+      }
       if ((*command == "RESTORE" || lazy) && !restored && st.step == "received") {
         (void)Save("restoring");
         StatusOr<ckpt::Criu> lazy_criu = criu;
