@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -199,6 +200,38 @@ Status Abandon(ckpt::JobRecord* job, Channel* channel, const Status& why, MoveSt
   }
   return Status(why.code(), why.message() + "; the job resumed here");
 }
+
+// Post-copy over TLS: waits until the page server has completed its handshake with a client
+// (CRIU's dump log says so: it takes one client only, then closes its port). A client that
+// connected first and holds the server in its handshake, or one that made the server fail, is
+// found here, before RESUME, while the move can still be abandoned; without this the source would
+// wait for its dump for an hour with the destination's copy waiting for pages.
+Status WaitPageHandshake(pid_t dump, const std::string& log, double timeout_s) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    std::ifstream in(log);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.find("TLS handshake completed") != std::string::npos) return Status::Ok();
+    }
+    siginfo_t info{};
+    if (waitid(P_PID, static_cast<id_t>(dump), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        info.si_pid == dump) {
+      return Unavailable("the page server ended before any TLS handshake (see " + log + ")");
+    }
+    if (std::chrono::steady_clock::now() >= until) {
+      return Unavailable("no TLS handshake on the page server within " +
+                         std::to_string(static_cast<int>(timeout_s)) +
+                         " s of the restore (a client that connected before the destination's "
+                         "puller holds it, or the puller could not connect)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// How long the destination's puller has, once the restore there returned, to complete its TLS
+// handshake with the page server (it connects as the restore hands it the job's memory).
+constexpr double kPageHandshakeS = 30;
 
 // Settles the source's side once RESUME was sent (the direct form): only the destination's word
 // decides whether the job resumes here.
@@ -480,6 +513,14 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   report.remote_pid = std::atoll(restored->c_str());
   report.times.seconds.emplace_back("remote restore", Since(restoring));
   CrashPoint("src-after-restore");
+  if (options.lazy && !options.lazy_plain) {
+    Status handshake = WaitPageHandshake(lazy_dump, lazy_log, kPageHandshakeS);
+    if (!handshake.ok()) {
+      stop_dump();
+      cleanup();
+      return Abandon(job, &*channel, handshake, &st, state_file, &keeper, progress);
+    }
+  }
   if (options.lazy) {
     report.total_s = 0;
     return PostCopy(job, &*channel, &st, state_file, &keeper, lazy_dump, lazy_log, options, paused,
