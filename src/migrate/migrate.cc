@@ -208,15 +208,29 @@ Status Abandon(ckpt::JobRecord* job, Channel* channel, const Status& why, MoveSt
 // wait for its dump for an hour with the destination's copy waiting for pages.
 Status WaitPageHandshake(pid_t dump, const std::string& log, double timeout_s) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  for (;;) {
+  auto ended = [dump] {
+    siginfo_t info{};
+    return waitid(P_PID, static_cast<id_t>(dump), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+           info.si_pid == dump;
+  };
+  // CRIU logs the handshake before it verifies the client's certificate, and an error if that
+  // fails; the verification follows within microseconds.
+  auto said = [&log](const char* what) {
     std::ifstream in(log);
     std::string line;
     while (std::getline(in, line)) {
-      if (line.find("TLS handshake completed") != std::string::npos) return Status::Ok();
+      if (line.find(what) != std::string::npos) return true;
     }
-    siginfo_t info{};
-    if (waitid(P_PID, static_cast<id_t>(dump), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
-        info.si_pid == dump) {
+    return false;
+  };
+  for (;;) {
+    if (said("TLS handshake completed")) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (!said("Error (criu/tls.c") && !ended()) return Status::Ok();
+      return Unavailable("the page server refused the client that connected first (see " + log +
+                         ")");
+    }
+    if (ended()) {
       return Unavailable("the page server ended before any TLS handshake (see " + log + ")");
     }
     if (std::chrono::steady_clock::now() >= until) {

@@ -85,7 +85,8 @@ StatusOr<Cert> SelfSigned(EVP_PKEY* key, const std::string& name) {
       bn != nullptr && BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(cert.get()));
   BN_free(bn);
   X509_NAME* subject = X509_get_subject_name(cert.get());
-  const std::string cn = "paladin page stream " + name;
+  // A common name holds at most 64 characters; it only helps a reader of CRIU's logs.
+  const std::string cn = ("paladin " + name).substr(0, 64);
   if (!serial_set || X509_set_version(cert.get(), 2) != 1 ||
       X509_gmtime_adj(X509_getm_notBefore(cert.get()), -24L * 3600) == nullptr ||
       X509_gmtime_adj(X509_getm_notAfter(cert.get()), 7L * 24 * 3600) == nullptr ||
@@ -93,7 +94,7 @@ StatusOr<Cert> SelfSigned(EVP_PKEY* key, const std::string& name) {
                                  reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1,
                                  0) != 1 ||
       X509_set_issuer_name(cert.get(), subject) != 1 || X509_set_pubkey(cert.get(), key) != 1) {
-    return Internal("cannot fill in the certificate");
+    return Internal("cannot fill in the page stream's certificate");
   }
   PALADIN_RETURN_IF_ERROR(AddExtension(cert.get(), NID_basic_constraints, "critical,CA:TRUE"));
   PALADIN_RETURN_IF_ERROR(

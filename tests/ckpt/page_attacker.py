@@ -10,7 +10,7 @@ TCP's handshake: "MODE bytes=N memory=yes|no" (memory: the bytes hold a run of l
 memory pattern, or a whole page), and at the end "attacker: connected N, got-memory M, refused-tcp
 R".
 
-  python3 page_attacker.py HOST PORT STOP CERT KEY
+  python3 page_attacker.py HOST PORT STOP CERT KEY [MODE...]   (default: all three in turn)
 """
 import os
 import socket
@@ -70,7 +70,7 @@ def attempt(host, port, mode, cert, key):
 
 def main():
     host, port, stop, cert, key = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-    modes = ["plain", "stranger", "nocert"]
+    modes = sys.argv[6:] or ["plain", "stranger", "nocert"]
     connected = memory = refused_tcp = 0
     i = 0
     while not os.path.exists(stop):
