@@ -7,12 +7,12 @@
 #                source (what it did there is lost); one copy, here
 #   puller       the destination's `criu lazy-pages` killed (the page stream cut): the
 #                destination's copy is killed first, then the job resumes at the source
-#   attack-plain, attack-stranger, attack-nocert
+#   attack-plain, attack-stranger, attack-nocert, attack-idle
 #                a client without the move's keys (page_attacker.py: a page request in clear, TLS
-#                with a certificate of its own, TLS without one) connects to the page server again
-#                and again from before the dump until the move ends: it gets none of the job's
-#                memory; the move completes or fails safely (the job resumes at the source).
-#                `attack` names all three
+#                with a certificate of its own, TLS without one, a connection that says nothing)
+#                connects to the page server again and again from before the dump until the move
+#                ends: it gets none of the job's memory; the move completes or fails safely (the
+#                job resumes at the source). `attack` names all four
 #   plain        the source serves its pages in clear (--lazy-plain) to a receiver that does not
 #                allow it: refused, the job resumes at the source
 # Every move but `plain` runs its page stream over TLS (keys made for the move); in `moved` an
@@ -20,7 +20,7 @@
 # runs and its memory and generations are verified (lazy_mem.py check; after a resume at the
 # source, from the point it resumed).
 #
-#   migrate_lazy_test.sh PALADIN [CASE...]      (default: all seven)
+#   migrate_lazy_test.sh PALADIN [CASE...]      (default: all eight)
 set -u
 PALADIN=$(realpath "$1")
 shift
@@ -28,7 +28,11 @@ CASES=("$@")
 ((${#CASES[@]} > 0)) || CASES=(moved destination puller attack plain)
 expanded=()
 for c in "${CASES[@]}"; do
-  [[ $c == attack ]] && expanded+=(attack-plain attack-stranger attack-nocert) || expanded+=("$c")
+  if [[ $c == attack ]]; then
+    expanded+=(attack-plain attack-stranger attack-nocert attack-idle)
+  else
+    expanded+=("$c")
+  fi
 done
 CASES=("${expanded[@]}")
 HERE=$(cd "$(dirname "$0")" && pwd)

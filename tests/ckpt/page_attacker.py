@@ -4,7 +4,8 @@ HOST:PORT again and again, in turn:
   plain     CRIU's page request in clear (PS_IOV_GET for pid 1's first pages), as the puller would
             send it without TLS;
   stranger  TLS with a certificate and key of its own (CERT, KEY), then the same request;
-  nocert    TLS without a client certificate, then the same request.
+  nocert    TLS without a client certificate, then the same request;
+  idle      connects and says nothing, holding the connection until STOP exists.
 It reads whatever comes back for up to 2 s and prints one line per connection that got through
 TCP's handshake: "MODE bytes=N memory=yes|no" (memory: the bytes hold a run of lazy_mem.py's
 memory pattern, or a whole page), and at the end "attacker: connected N, got-memory M, refused-tcp
@@ -44,10 +45,14 @@ def drain(sock, deadline):
     return got
 
 
-def attempt(host, port, mode, cert, key):
+def attempt(host, port, mode, cert, key, stop):
     raw = socket.create_connection((host, port), timeout=2)
     deadline = time.time() + 2
     try:
+        if mode == "idle":
+            while not os.path.exists(stop):
+                time.sleep(0.05)
+            return drain(raw, time.time() + 0.5)
         if mode == "plain":
             sock = raw
         else:
@@ -77,7 +82,7 @@ def main():
         mode = modes[i % len(modes)]
         i += 1
         try:
-            got = attempt(host, port, mode, cert, key)
+            got = attempt(host, port, mode, cert, key, stop)
         except OSError:
             refused_tcp += 1
             time.sleep(0.005)
