@@ -22,7 +22,7 @@ constexpr const char* kKeyFile = "key.pem";
 constexpr const char* kCertFile = "cert.pem";
 constexpr const char* kPeerFile = "peer.pem";
 // A certificate of ours is about 500 bytes; anything far larger is not one.
-constexpr size_t kMaxCertificateB64 = 16 * 1024;
+constexpr size_t kMaxCertificateB64 = size_t{16} * 1024;
 
 struct BioFree {
   void operator()(BIO* b) const { BIO_free(b); }
