@@ -7,12 +7,14 @@
 #   bench/migrate_pause.sh [SIZE_MIB=2048] [ROUNDS=1] PALADIN [PALADIN...]
 #
 # --both moves the same workload (tests/ckpt/lazy_mem.py: SIZE MiB of distinct pages, a line
-# every 50 ms) both ways in one run, for each size: one job by image (`paladin migrate`), then a
-# fresh one post-copy (`paladin migrate --lazy`, the CRIU of scripts/criu_lazy.sh), each to a
+# every 50 ms) three ways in one run, for each size: one job by image (`paladin migrate`), then a
+# fresh one post-copy (`paladin migrate --lazy`, the CRIU of scripts/criu_lazy.sh; its page
+# stream over TLS), then one post-copy over plain TCP (`--lazy --lazy-plain`), each to a
 # `paladin receive` of its own (the moved job's record reads "moved" at a shared run base), and
 # verifies each moved job's memory and every generation. Prints each move's pause
 # (paladin's: from stopping the job to its resuming there) and total (until the source is
-# released: the end of the migrate command), and post-copy's ratios to the image move's.
+# released: the end of the migrate command), post-copy's ratios to the image move's and TLS's
+# to plain TCP's.
 #
 #   bench/migrate_pause.sh --both PALADIN [SIZE_MIB...]     (default sizes: 256 1024)
 set -uo pipefail
@@ -24,22 +26,24 @@ if [[ ${1:-} == --both ]]; then
   HERE=$(cd "$(dirname "$0")" && pwd)
   export PALADIN_TOKEN=paladin-bench-token-0123456789
   port=$((20000 + RANDOM % 20000))
-  printf '%-6s %-10s %8s %8s  %s\n' MiB move pause_s total_s notes
+  printf '%-6s %-15s %8s %8s  %s\n' MiB move pause_s total_s notes
   for mib in "${SIZES[@]}"; do
     dir=$(mktemp -d /var/tmp/paladin-migrate-both.XXXXXX)
     declare -A pause total
-    for mode in image post-copy; do
+    for mode in image post-copy plain-post-copy; do
       out=$dir/out-$mode
-      name=both-${mode%%-*}
+      name=both-$mode
       PALADIN_RUN_DIR=$dir/run "$PALADIN" run --name "$name" -- \
         python3 "$HERE/../tests/ckpt/lazy_mem.py" run "$mib" "$out" 0.05 >"$dir/job-$mode.out" 2>&1 &
       for _ in $(seq 600); do [[ -s $out ]] && break; sleep 0.1; done
       sleep 1
       port=$((port + 3))
       flags=()
+      receive_flags=()
       [[ $mode == post-copy ]] && flags=(--lazy)
+      [[ $mode == plain-post-copy ]] && flags=(--lazy --lazy-plain) && receive_flags=(--lazy-plain)
       PALADIN_RUN_DIR=$dir/run "$PALADIN" receive --listen $port --dir "$dir/in-$mode" \
-        >"$dir/receive-$mode.log" 2>&1 &
+        "${receive_flags[@]}" >"$dir/receive-$mode.log" 2>&1 &
       sleep 0.5
       t0=$(date +%s.%N)
       PALADIN_RUN_DIR=$dir/run "$PALADIN" migrate "$name" --peer 127.0.0.1:$port "${flags[@]}" \
@@ -52,7 +56,7 @@ if [[ ${1:-} == --both ]]; then
       else
         pause[$mode]=$(sed -n 's/.*pause \([0-9.]*\) s.*/\1/p' <<<"$line")
         total[$mode]=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}')
-        printf '%-6s %-10s %8s %8s  %s\n' "$mib" "$mode" "${pause[$mode]}" "${total[$mode]}" \
+        printf '%-6s %-15s %8s %8s  %s\n' "$mib" "$mode" "${pause[$mode]}" "${total[$mode]}" \
           "$(sed 's/.*): //' <<<"$line" | cut -c1-200)"
       fi
       job=$(pgrep -f "lazy_mem.py run $mib $out" | while read -r p; do
@@ -68,7 +72,12 @@ if [[ ${1:-} == --both ]]; then
     if [[ -n ${pause[post-copy]:-} && -n ${pause[image]:-} ]]; then
       awk -v m="$mib" -v pi="${pause[image]}" -v pl="${pause[post-copy]}" -v ti="${total[image]}" \
         -v tl="${total[post-copy]}" \
-        'BEGIN {printf "%-6s %-10s %7.2fx %7.2fx  post-copy / image\n", m, "ratio", pl / pi, tl / ti}'
+        'BEGIN {printf "%-6s %-15s %7.2fx %7.2fx  post-copy / image\n", m, "ratio", pl / pi, tl / ti}'
+    fi
+    if [[ -n ${pause[post-copy]:-} && -n ${pause[plain-post-copy]:-} ]]; then
+      awk -v m="$mib" -v pp="${pause[plain-post-copy]}" -v pl="${pause[post-copy]}" \
+        -v tp="${total[plain-post-copy]}" -v tl="${total[post-copy]}" \
+        'BEGIN {printf "%-6s %-15s %7.2fx %7.2fx  post-copy: TLS / plain\n", m, "ratio", pl / pp, tl / tp}'
     fi
     unset pause total
     [[ -n ${KEEP:-} ]] && echo "kept $dir" || rm -rf "$dir"

@@ -35,6 +35,13 @@ fi
 for tool in apt-get dpkg-deb make gcc patch; do
   command -v $tool >/dev/null || { echo "criu_lazy: $tool is needed" >&2; exit 1; }
 done
+# Paladin's post-copy moves run the page stream over CRIU's TLS, which CRIU builds only where it
+# finds GnuTLS (without it, silently none).
+if [[ ! -e /usr/include/gnutls/gnutls.h ]]; then
+  echo "criu_lazy: GnuTLS's headers are needed (Debian: libgnutls28-dev): post-copy moves use" \
+    "CRIU's --tls" >&2
+  exit 1
+fi
 
 # The mirror this machine already uses for Debian (never a hard-coded host).
 # shellcheck source=scripts/lib/debian.sh
@@ -126,6 +133,8 @@ WRAP
 chmod 755 "$stage/criu"
 LD_LIBRARY_PATH=$stage/lib "$stage/sbin/criu" --version | grep -q "^Version: $VERSION" ||
   { echo "criu_lazy: the built CRIU does not run" >&2; rm -rf "$stage"; exit 1; }
+LD_LIBRARY_PATH=$stage/lib ldd "$stage/sbin/criu" | grep -q libgnutls ||
+  { echo "criu_lazy: the built CRIU has no TLS (GnuTLS not found)" >&2; rm -rf "$stage"; exit 1; }
 rm -rf "$PREFIX.old.$$"
 if [[ -e $PREFIX ]]; then mv "$PREFIX" "$PREFIX.old.$$"; fi
 mv "$stage" "$PREFIX"

@@ -590,6 +590,7 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
   dump.lazy_address = options.lazy_address;
   dump.lazy_log = options.lazy_log;
   dump.lazy_dump = options.lazy_dump;
+  dump.lazy_tls_args = options.lazy_tls_args;
   // Nothing outside the job is dumped with it: its connections to outside peers are closed now,
   // the peers see a reset (docs/ckpt.md, "Sockets").
   StatusOr<std::vector<TcpConnection>> connections = JobConnections(pids);

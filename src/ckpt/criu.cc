@@ -447,6 +447,7 @@ Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOpti
     argv[8] = "-v3";  // -v4 logs every page served, which slows the transfer
     argv.insert(argv.end(), {"--lazy-pages", "--address", options.lazy_address, "--port",
                              std::to_string(options.lazy_port)});
+    argv.insert(argv.end(), options.lazy_tls_args.begin(), options.lazy_tls_args.end());
     StatusOr<pid_t> dump = StartServing(criu, argv, options.lazy_log, options.timeout_s);
     if (!dump.ok()) {
       return Status(dump.status().code(), "criu dump --lazy-pages of pid " + std::to_string(root) +
@@ -625,12 +626,22 @@ StatusOr<pid_t> StartServing(const Criu& criu, std::vector<std::string> argv,
 }
 
 StatusOr<pid_t> StartLazyPages(const Criu& criu, const std::string& dir, const std::string& host,
-                               int port) {
+                               int port, const std::vector<std::string>& tls_args) {
   const std::string log = fs::absolute(dir).string() + "/lazy-pages.log";
-  return StartServing(criu,
-                      {criu.path, "lazy-pages", "--page-server", "--address", host, "--port",
-                       std::to_string(port), "-D", dir, "-o", log, "-v3"},
-                      log, 60);
+  std::vector<std::string> argv = {criu.path,
+                                   "lazy-pages",
+                                   "--page-server",
+                                   "--address",
+                                   host,
+                                   "--port",
+                                   std::to_string(port),
+                                   "-D",
+                                   dir,
+                                   "-o",
+                                   log,
+                                   "-v3"};
+  argv.insert(argv.end(), tls_args.begin(), tls_args.end());
+  return StartServing(criu, argv, log, 60);
 }
 
 Status ServingResult(pid_t pid, const std::string& what, const std::string& log, double timeout_s) {

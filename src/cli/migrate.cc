@@ -31,6 +31,7 @@ struct MigrateArgs {
   bool lazy = false;
   std::string lazy_address;
   int lazy_port = 0;
+  bool lazy_plain = false;
 };
 
 // This program, for the keeper of a move's side (`paladin migrate-keeper`).
@@ -73,6 +74,7 @@ int RunMigrate(const MigrateArgs& a) {
   options.lazy = a.lazy;
   options.lazy_address = a.lazy_address;
   options.lazy_port = a.lazy_port;
+  options.lazy_plain = a.lazy_plain;
   options.host = to->first;
   options.port = to->second;
   options.token = *token;
@@ -110,6 +112,7 @@ struct ReceiveArgs {
   std::string gpu_map;
   double command_timeout_s = 600;
   double answer_for_s = 600;
+  bool lazy_plain = false;
 };
 
 int RunReceive(const ReceiveArgs& a) {
@@ -126,6 +129,7 @@ int RunReceive(const ReceiveArgs& a) {
   if (!GpuMapFlag("receive", a.gpu_map, &options.gpu_map)) return 2;
   options.command_timeout_s = a.command_timeout_s;
   options.answer_for_s = a.answer_for_s;
+  options.lazy_plain = a.lazy_plain;
   options.keeper_exe = SelfExe();
   StatusOr<ckpt::Criu> criu = ReadyCriu();
   if (!criu.ok()) {
@@ -180,7 +184,11 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
                     "docs/lazy_migration.md)");
   migrate->add_option("--lazy-address", m->lazy_address,
                       "--lazy: the address the page server listens on (default: the one this host "
-                      "reaches the peer from; the page stream is not authenticated)");
+                      "reaches the peer from)");
+  migrate->add_flag("--lazy-plain", m->lazy_plain,
+                    "--lazy: serve the pages over plain TCP, not TLS with keys made for this move: "
+                    "anyone who reaches the port can read the job's memory (for measurements on "
+                    "a trusted network; the receiver must allow it)");
   migrate
       ->add_option("--lazy-port", m->lazy_port,
                    "--lazy: the page server's port (default: the peer's PORT+2)")
@@ -189,6 +197,11 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
                       "Where the image is written (default: the "
                       "job's run directory)");
   migrate->callback([m, exit_code] {
+    if (m->lazy_plain && !m->lazy) {
+      Say("migrate", "--lazy-plain is an option of --lazy (post-copy) moves");
+      *exit_code = 2;
+      return;
+    }
     if (!m->peer.empty()) {
       *exit_code = RunMigrate(*m);
       return;
@@ -239,6 +252,9 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
                    "acknowledged")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 86400.0));
+  receive->add_flag("--lazy-plain", r->lazy_plain,
+                    "Also take post-copy moves whose pages come over plain TCP "
+                    "(paladin migrate --lazy --lazy-plain), unauthenticated");
   receive->callback([r, exit_code] { *exit_code = RunReceive(*r); });
 
   // The keeper of one side of a move (started by migrate and receive; docs/formats/migrate.md).

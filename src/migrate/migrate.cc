@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <functional>
 #include <thread>
 
+#include "page_tls.h"
 #include "paladin/ckpt/cgroup.h"
 #include "paladin/migrate/control.h"
 #include "paladin/quota/usage.h"
@@ -199,6 +201,52 @@ Status Abandon(ckpt::JobRecord* job, Channel* channel, const Status& why, MoveSt
   return Status(why.code(), why.message() + "; the job resumed here");
 }
 
+// Post-copy over TLS: waits until the page server has completed its handshake with a client
+// (CRIU's dump log says so: it takes one client only, then closes its port). A client that
+// connected first and holds the server in its handshake, or one that made the server fail, is
+// found here, before RESUME, while the move can still be abandoned; without this the source would
+// wait for its dump for an hour with the destination's copy waiting for pages.
+Status WaitPageHandshake(pid_t dump, const std::string& log, double timeout_s) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  auto ended = [dump] {
+    siginfo_t info{};
+    return waitid(P_PID, static_cast<id_t>(dump), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+           info.si_pid == dump;
+  };
+  // CRIU logs the handshake before it verifies the client's certificate, and an error if that
+  // fails; the verification follows within microseconds.
+  auto said = [&log](const char* what) {
+    std::ifstream in(log);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.find(what) != std::string::npos) return true;
+    }
+    return false;
+  };
+  for (;;) {
+    if (said("TLS handshake completed")) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (!said("Error (criu/tls.c") && !ended()) return Status::Ok();
+      return Unavailable("the page server refused the client that connected first (see " + log +
+                         ")");
+    }
+    if (ended()) {
+      return Unavailable("the page server ended before any TLS handshake (see " + log + ")");
+    }
+    if (std::chrono::steady_clock::now() >= until) {
+      return Unavailable("no TLS handshake on the page server within " +
+                         std::to_string(static_cast<int>(timeout_s)) +
+                         " s of the restore (a client that connected before the destination's "
+                         "puller holds it, or the puller could not connect)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// How long the destination's puller has, once the restore there returned, to complete its TLS
+// handshake with the page server (it connects as the restore hands it the job's memory).
+constexpr double kPageHandshakeS = 30;
+
 // Settles the source's side once RESUME was sent (the direct form): only the destination's word
 // decides whether the job resumes here.
 Status SettleSource(ckpt::JobRecord* job, MoveState* st, const std::string& state_file,
@@ -375,12 +423,25 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   pid_t lazy_dump = 0;
   const std::string lazy_log = image + ".dump.log";
   const int lazy_port = options.lazy_port > 0 ? options.lazy_port : options.port + 2;
+  // The page stream's keys: made before the dump, which starts the page server; removed when
+  // this call returns, once the dump (which reads them when the puller connects) has ended.
+  PageTls page_tls;
   if (options.lazy) {
     checkpoint.lazy_port = lazy_port;
     checkpoint.lazy_address = lazy_address;
     checkpoint.lazy_log = lazy_log;
     checkpoint.lazy_dump = &lazy_dump;
     report.mode = "post-copy";
+    if (!options.lazy_plain) {
+      StatusOr<PageTls> made = PageTls::Create(st.id + " source");
+      if (!made.ok()) {
+        (void)save("resumed");  // nothing was stopped yet
+        keeper.Done();
+        return made.status();
+      }
+      page_tls = std::move(*made);
+      checkpoint.lazy_tls_args = page_tls.CriuArgs();
+    }
   }
   // Before the destination may run the job: killing the dump lets the tree go (CRIU held it).
   auto stop_dump = [&] {
@@ -434,6 +495,15 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   }
   StatusOr<std::string> hello = channel->Call("TOKEN " + options.token, 30);
   if (hello.ok()) hello = channel->Call("BEGIN " + st.id, 30);
+  if (hello.ok() && options.lazy && !options.lazy_plain) {
+    // Before RESTORE LAZY, after which the puller connects: the page server, which reads the
+    // trusted certificate as it accepts, then knows the puller's.
+    hello = channel->Call("PAGE-TLS " + page_tls.certificate(), 30);
+    if (hello.ok()) {
+      Status trusted = page_tls.TrustPeer(*hello);
+      if (!trusted.ok()) hello = Status(trusted.code(), "PAGE-TLS answer: " + trusted.message());
+    }
+  }
   if (!hello.ok()) {
     stop_dump();
     cleanup();
@@ -457,6 +527,14 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   report.remote_pid = std::atoll(restored->c_str());
   report.times.seconds.emplace_back("remote restore", Since(restoring));
   CrashPoint("src-after-restore");
+  if (options.lazy && !options.lazy_plain) {
+    Status handshake = WaitPageHandshake(lazy_dump, lazy_log, kPageHandshakeS);
+    if (!handshake.ok()) {
+      stop_dump();
+      cleanup();
+      return Abandon(job, &*channel, handshake, &st, state_file, &keeper, progress);
+    }
+  }
   if (options.lazy) {
     report.total_s = 0;
     return PostCopy(job, &*channel, &st, state_file, &keeper, lazy_dump, lazy_log, options, paused,
@@ -619,6 +697,7 @@ struct Destination {
   std::atomic<bool> lazy_over{false};
   std::atomic<bool> lazy_failed{false};
   std::string lazy_error;  // read once lazy_over
+  PageTls page_tls;        // the page stream's keys, made at PAGE-TLS; removed with this object
 
   void WatchLazyPages() {
     watcher = std::thread([this] {
@@ -704,15 +783,33 @@ struct Destination {
                     NI_NUMERICHOST) != 0) {
       return IoError("cannot tell the source's address");
     }
+    if (!page_tls.has_peer() && !options.lazy_plain) {
+      return PermissionDenied(
+          "the page stream is not secured (no PAGE-TLS before RESTORE LAZY); this destination "
+          "takes plain page streams only with paladin receive --lazy-plain");
+    }
     lazy_log = image + "/lazy-pages.log";
     progress("post-copy: pulling the job's memory from " + std::string(host) + ":" +
-             std::to_string(port) + " (CRIU patches " + lazy->lazy_patches + ")");
-    StatusOr<pid_t> puller = ckpt::StartLazyPages(*lazy, image, host, static_cast<int>(port));
+             std::to_string(port) + (page_tls.has_peer() ? " over TLS" : " over plain TCP") +
+             " (CRIU patches " + lazy->lazy_patches + ")");
+    StatusOr<pid_t> puller = ckpt::StartLazyPages(
+        *lazy, image, host, static_cast<int>(port),
+        page_tls.has_peer() ? page_tls.CriuArgs() : std::vector<std::string>{});
     if (!puller.ok()) {
       return Status(puller.status().code(), "criu lazy-pages: " + puller.status().message());
     }
     lazyd = *puller;
     return lazy;
+  }
+
+  // PAGE-TLS: this side's keys for the page stream, trusting only the source's certificate.
+  Status AcceptPageTls(const std::string& certificate) {
+    if (page_tls.has_peer()) return FailedPrecondition("PAGE-TLS was already given");
+    StatusOr<PageTls> made = PageTls::Create(st.id + " destination");
+    if (!made.ok()) return made.status();
+    PALADIN_RETURN_IF_ERROR(made->TrustPeer(certificate));
+    page_tls = std::move(*made);
+    return Status::Ok();
   }
 
   // Carries out the source's commands until RESUME, ABORT or BYE. OK: the job runs here.
@@ -725,6 +822,11 @@ struct Destination {
         return SourceGone(command.status());
       }
       const bool lazy = command->rfind("RESTORE LAZY ", 0) == 0;
+      if (command->rfind("PAGE-TLS ", 0) == 0 && !restored && st.step == "received") {
+        Status s = AcceptPageTls(command->substr(9));
+        (void)channel->Send(s.ok() ? "OK " + page_tls.certificate() : "ERR " + s.message());
+        continue;
+      }
       if ((*command == "RESTORE" || lazy) && !restored && st.step == "received") {
         (void)Save("restoring");
         StatusOr<ckpt::Criu> lazy_criu = criu;

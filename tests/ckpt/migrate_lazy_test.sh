@@ -7,12 +7,34 @@
 #                source (what it did there is lost); one copy, here
 #   puller       the destination's `criu lazy-pages` killed (the page stream cut): the
 #                destination's copy is killed first, then the job resumes at the source
-# After each, exactly one copy runs and its memory and generations are verified
-# (lazy_mem.py check; after a resume at the source, from the point it resumed).
+#   attack-plain, attack-stranger, attack-nocert, attack-idle
+#                a client without the move's keys (page_attacker.py: a page request in clear, TLS
+#                with a certificate of its own, TLS without one, a connection that says nothing)
+#                connects to the page server again and again from before the dump until the move
+#                ends: it gets none of the job's memory; the move completes or fails safely (the
+#                job resumes at the source). `attack` names all four
+#   plain        the source serves its pages in clear (--lazy-plain) to a receiver that does not
+#                allow it: refused, the job resumes at the source
+# Every move but `plain` runs its page stream over TLS (keys made for the move); in `moved` an
+# attacker also tries the port once the destination runs the job. After each, exactly one copy
+# runs and its memory and generations are verified (lazy_mem.py check; after a resume at the
+# source, from the point it resumed).
 #
-#   migrate_lazy_test.sh PALADIN
+#   migrate_lazy_test.sh PALADIN [CASE...]      (default: all eight)
 set -u
 PALADIN=$(realpath "$1")
+shift
+CASES=("$@")
+((${#CASES[@]} > 0)) || CASES=(moved destination puller attack plain)
+expanded=()
+for c in "${CASES[@]}"; do
+  if [[ $c == attack ]]; then
+    expanded+=(attack-plain attack-stranger attack-nocert attack-idle)
+  else
+    expanded+=("$c")
+  fi
+done
+CASES=("${expanded[@]}")
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../cli/testlib.sh"
 expect_error "migrate --lazy without --peer" "give --peer HOST:PORT" -- migrate somejob --lazy \
@@ -35,11 +57,42 @@ port=$((20000 + RANDOM % 20000))
 cleanup() {
   local p
   for p in $(pgrep -f "lazy_mem.py run $MIB $work/"); do kill -9 "$p" 2>/dev/null; done
-  for p in "${receivers[@]}"; do kill -9 "$p" 2>/dev/null; done
-  if ((failures == 0)); then rm -rf "$work"; else echo "logs kept in $work"; fi
+  for p in "${receivers[@]}" "${attackers[@]}"; do kill -9 "$p" 2>/dev/null; done
+  if ((failures == 0)) && [[ -z ${KEEP:-} ]]; then rm -rf "$work"; else echo "logs kept in $work"; fi
 }
 receivers=()
+attackers=()
 trap cleanup EXIT
+# The attacker's own certificate: well-formed, self-signed, just not this move's.
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=stranger -days 1 \
+  -keyout "$work/stranger.key" -out "$work/stranger.crt" >/dev/null 2>&1 ||
+  fail "cannot make the attacker's certificate"
+attack_tried=0
+attack_refused=0
+# attack_start DIR PORT [MODE...]: an attacker on PORT until DIR/stop exists.
+attack_start() {
+  python3 "$HERE/page_attacker.py" 127.0.0.1 "$2" "$1/stop" "$work/stranger.crt" \
+    "$work/stranger.key" "${@:3}" >"$1/attacker.out" 2>&1 &
+  attackers+=($!)
+}
+# attack_end DIR: stops it; counts what it tried and what it got; fails on any memory.
+attack_end() {
+  touch "$1/stop"
+  wait "${attackers[-1]}" 2>/dev/null
+  local summary connected got refused_tcp
+  summary=$(grep '^attacker:' "$1/attacker.out")
+  read -r connected got refused_tcp < <(sed -E 's/[^0-9]+/ /g' <<<"$summary")
+  if [[ -z $summary ]]; then
+    fail "the attacker did not finish: $(tail -3 "$1/attacker.out")"
+    return
+  fi
+  # Counted: the connections the page server's port took (those refused by TCP, once it serves
+  # the puller and has closed its port, are in the line below only).
+  attack_tried=$((attack_tried + connected))
+  attack_refused=$((attack_refused + connected - got))
+  ((got == 0)) || fail "a client without the move's keys got the job's memory: $summary"
+  echo "  $summary"
+}
 
 # The job's own processes: those holding its output file open. Not by command line: a copy
 # restored with lazy pages has its arguments in memory that may not have arrived yet.
@@ -54,10 +107,12 @@ job_pids() {
 }
 running() { job_pids "$1" | while read -r p; do [[ $(ps -o stat= -p "$p") != T* ]] && echo "$p"; done; }
 
-# move CASE: one move with the fault CASE (moved, destination, puller).
+# move CASE: one move with the fault CASE (moved, destination, puller, attack-*, plain).
 move() {
   local case=$1 d=$work/$1
-  mkdir -p "$d"
+  local plain=()
+  [[ $case == plain ]] && plain=(--lazy-plain)
+  mkdir -p "$d" "$d/tmp" # TMPDIR of both sides: where their page-stream keys go
   port=$((port + 3)) # the receiver takes PORT and PORT+1, the page server PORT+2
   PALADIN_RUN_DIR=$d/base timeout 300 "$PALADIN" run --name "$case" -- \
     python3 "$HERE/lazy_mem.py" run $MIB "$d/out" 0.05 >"$d/run.out" 2>&1 &
@@ -67,15 +122,19 @@ move() {
   src=$(job_pids "$d/out")
   # The destination has the source's run base, as in migrate_test.sh: a restore writes only into
   # its own node's run base, and the job keeps its paths.
-  PALADIN_RUN_DIR=$d/base timeout 300 "$PALADIN" receive --listen $port --dir "$d/in" \
+  TMPDIR=$d/tmp PALADIN_RUN_DIR=$d/base timeout 300 "$PALADIN" receive --listen $port --dir "$d/in" \
     >"$d/recv.out" 2>&1 &
   local receiver=$!
   receivers+=("$receiver")
   sleep 0.3
-  PALADIN_RUN_DIR=$d/base timeout 300 "$PALADIN" migrate "$case" --peer 127.0.0.1:$port --lazy \
-    >"$d/migrate.out" 2>&1 &
+  [[ $case == attack-* ]] && attack_start "$d" $((port + 2)) "${case#attack-}"
+  TMPDIR=$d/tmp PALADIN_RUN_DIR=$d/base timeout 300 "$PALADIN" migrate "$case" --peer 127.0.0.1:$port --lazy \
+    "${plain[@]}" >"$d/migrate.out" 2>&1 &
   local migrate=$!
-  if [[ $case != moved ]]; then
+  if [[ $case == moved ]]; then
+    for _ in $(seq 600); do grep -q 'runs at the destination' "$d/migrate.out" && break; sleep 0.01; done
+    attack_start "$d" $((port + 2))
+  elif [[ $case == destination || $case == puller ]]; then
     for _ in $(seq 600); do grep -q 'runs at the destination' "$d/migrate.out" && break; sleep 0.01; done
     sleep 0.3
     if grep -q '^moved' "$d/migrate.out"; then
@@ -91,6 +150,7 @@ move() {
   fi
   wait $migrate
   local rc=$?
+  [[ $case == moved || $case == attack-* ]] && attack_end "$d"
   wait $receiver 2>/dev/null
   sleep 0.5
   local out copies survivor
@@ -102,7 +162,27 @@ move() {
     return
   fi
   local how=()
-  if [[ $case == moved ]]; then
+  if [[ $case == attack-* ]]; then
+    # The first client to connect is the one CRIU's page server takes: when the attacker was
+    # first, the move fails and the job resumes here; when the puller was, the move completes.
+    if ((rc == 0)) && grep -q '^moved .* post-copy: pause' <<<"$out"; then
+      [[ $survivor != "$src" ]] || fail "$case: reported moved but the source's copy runs"
+    elif ((rc != 0)) && [[ $survivor == "$src" ]] && grep -q 'the job resumed here' <<<"$out"; then
+      how=(--after-rewind)
+    else
+      fail "$case: neither moved nor resumed at the source (exit $rc): $out"
+      return
+    fi
+  elif [[ $case == plain ]]; then
+    if ((rc == 0)) || [[ $survivor != "$src" ]] || ! grep -q 'lazy-plain' <<<"$out"; then
+      fail "$case: a receiver without --lazy-plain took a plain page stream (exit $rc): $out"
+      return
+    fi
+  elif [[ $case == moved ]]; then
+    grep -q 'over TLS' "$d/recv.out" || fail "$case: the receiver did not pull over TLS"
+    if [[ -n $(ls -A "$d/tmp") ]]; then
+      fail "$case: the page stream's keys were left behind: $(ls -A "$d/tmp")"
+    fi
     if ((rc != 0)) || [[ $survivor == "$src" ]] || ! grep -q '^moved .* post-copy: pause' <<<"$out"; then
       fail "$case: expected the job to move (exit $rc): $out; receive: $(cat "$d/recv.out")"
       return
@@ -126,6 +206,7 @@ move() {
   fi
 }
 
-for c in moved destination puller; do move $c; done
-echo "migrate_lazy: 3 cases, $failures failed"
+for c in "${CASES[@]}"; do move "$c"; done
+echo "security: lazy page stream: tried $attack_tried, refused $attack_refused"
+echo "migrate_lazy: ${#CASES[@]} cases, $failures failed"
 ((failures == 0))

@@ -31,6 +31,7 @@ struct CheckpointOptions {
   std::string lazy_address;
   std::string lazy_log;
   pid_t* lazy_dump = nullptr;
+  std::vector<std::string> lazy_tls_args;  // DumpOptions::lazy_tls_args
 };
 
 struct PhaseTimes {

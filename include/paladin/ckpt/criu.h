@@ -102,6 +102,9 @@ struct DumpOptions {
   std::string lazy_address;
   std::string lazy_log;
   pid_t* lazy_dump = nullptr;
+  // CRIU's options that secure the page stream (migrate's PageTls: --tls and its files); empty:
+  // plain TCP.
+  std::vector<std::string> lazy_tls_args;
 };
 // Dumps the tree with Paladin's CRIU options (TCP connections with their state; see
 // CloseOutsideConnections for those to outside peers). A failure names CRIU's first error line
@@ -127,9 +130,10 @@ StatusOr<pid_t> StartServing(const Criu& criu, std::vector<std::string> argv,
                              const std::string& log, double ready_s);
 
 // The destination's page puller of a post-copy move: `criu lazy-pages` for the image in `dir`,
-// fetching from the source's page server at host:port; returns once it waits for the restore.
+// fetching from the source's page server at host:port (with `tls_args`, as DumpOptions'
+// lazy_tls_args); returns once it waits for the restore.
 StatusOr<pid_t> StartLazyPages(const Criu& criu, const std::string& dir, const std::string& host,
-                               int port);
+                               int port, const std::vector<std::string>& tls_args = {});
 
 // Waits for a StartServing process (at most timeout_s, then kills it): OK when it exited 0,
 // else its exit and its log's first error.

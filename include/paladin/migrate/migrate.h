@@ -56,6 +56,10 @@ struct MigrateOptions {
   std::string lazy_address;      // empty: the address this host uses to reach the peer
   int lazy_port = 0;             // 0: the destination's port + 2
   double lazy_timeout_s = 3600;  // for every page to reach the destination
+  // The page stream is TLS with keys made for this move, each side trusting only the other's
+  // certificate (exchanged as PAGE-TLS); true: plain TCP, which anyone who reaches the port can
+  // read (for measurements and trusted networks; the destination must allow it).
+  bool lazy_plain = false;
 };
 
 struct MigrateReport {
@@ -97,6 +101,8 @@ struct DestinationOptions {
   // this side holds a copy that must outlive this process's death (the fleet agent records it,
   // so that its successor settles it with the owner).
   std::function<void(const ckpt::JobRecord&)> restored;
+  // Post-copy: also take a source that serves its pages without TLS (MigrateOptions::lazy_plain).
+  bool lazy_plain = false;
 };
 
 // Receives one job and carries out the destination's part of its migration. Returns the job as
