@@ -135,13 +135,13 @@ job_field() {
     "$run_dir/job.json" "$1" 2>/dev/null
 }
 
-# start_job NAME -- COMMAND...: `paladin run --name NAME` in the background, in a working
-# directory of its own; sets job_name, launcher, run_dir, log and job_pid.
+# start_job NAME [RUN-ARGS...] -- COMMAND...: `paladin run --name NAME` in the background, in a
+# working directory of its own; sets job_name, launcher, run_dir, log and job_pid.
 start_job() {
   job_name=$1
-  shift 2
+  shift
   mkdir -p "$work/cwd-$job_name"
-  (cd "$work/cwd-$job_name" && exec timeout 600 "$PALADIN" run --name "$job_name" -- "$@") \
+  (cd "$work/cwd-$job_name" && exec timeout 600 "$PALADIN" run --name "$job_name" "$@") \
     >"$work/$job_name.run.out" 2>"$work/$job_name.run.err" &
   launcher=$!
   launchers+=("$launcher")
@@ -267,7 +267,7 @@ start_receiver() {
 scenario_ddp() {
   local train=("$PY" "$HERE/ddp_train.py" "$STEPS" "$SLEEP_S")
   local started=$SECONDS
-  start_job dist-ref -- "${train[@]}" || return
+  start_job dist-ref --keep-run-dir -- "${train[@]}" || return
   if ! wait_until 120 eval "! alive $job_pid"; then
     fail "ddp: the uninterrupted run did not end in 120 s: $(tail -3 "$log")"
     return
@@ -283,10 +283,10 @@ scenario_ddp() {
 
   # Checkpoint, kill (the checkpoint stops the job), restore, finish.
   start_job dist-ckpt -- "${train[@]}" || return
-  checkpoint_mid "ddp checkpoint" 8 || return
+  checkpoint_mid ddp-checkpoint 8 || return
   grep -q "closing the connection" "$work/dist-ckpt.run.err" &&
-    fail "ddp checkpoint: a connection between the ranks was closed"
-  restore_and_finish ddp-checkpoint-restore || return
+    fail "ddp-checkpoint: a connection between the ranks was closed"
+  restore_and_finish ddp-checkpoint || return
   # The restore writes the job's log back where it was, and the job continues it.
   same_losses "ddp checkpoint/restore" "$log"
 
@@ -296,6 +296,7 @@ scenario_ddp() {
     return
   fi
   start_job dist-move -- "${train[@]}" || return
+  export PALADIN_TOKEN=dist-test-$$
   start_receiver || return
   if ! wait_until 60 at_step 8; then
     fail "ddp migrate: not at step 8 in 60 s: $(tail -3 "$log")"
@@ -303,7 +304,6 @@ scenario_ddp() {
   fi
   local -a before
   read -ra before <<<"$(tree "$job_pid")"
-  export PALADIN_TOKEN=dist-test-$$
   local out rc=0
   out=$(timeout "$LIMIT" "$PALADIN" migrate "$job_name" --peer "$peer" 2>&1) || rc=$?
   local there
@@ -345,8 +345,8 @@ scenario_mpi() {
   start_job dist-mpi -- env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     mpirun --allow-run-as-root -np 2 --oversubscribe --mca btl self,tcp \
     --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo "$work/mpi_job" "$steps" 250 || return
-  checkpoint_mid "mpi checkpoint" 8 || return
-  restore_and_finish mpi-checkpoint-restore || return
+  checkpoint_mid mpi-checkpoint 8 || return
+  restore_and_finish mpi-checkpoint || return
   local bad
   bad=$(awk '$1 == "BAD" { print; exit } $1 == "step" && $2 != ++n { print "step " $2 " where " n " was due"; exit }' "$log")
   local final
