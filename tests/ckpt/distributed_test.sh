@@ -212,8 +212,8 @@ restore_and_finish() {
 
 # --- ddp ----------------------------------------------------------------------------------------
 
-STEPS=24
-SLEEP_S=0.25
+STEPS=16
+SLEEP_S=0.2
 
 # same_losses WHAT LOG: the step lines of LOG are 1..STEPS, each once, with the reference's losses,
 # and its final loss is the reference's.
@@ -255,7 +255,7 @@ start_receiver() {
   # shellcheck disable=SC2016 # expanded by the receiver's shell
   timeout "$LIMIT" nsenter --net="/run/netns/$netns" unshare --mount --ipc --propagation private \
     -- bash -c 'mount -t tmpfs -o mode=0755 paladin-node2 "$PALADIN_RUN_DIR" && exec "$@"' \
-    receiver "$PALADIN" receive --listen "$port" --dir "$work/in" >"$work/recv.out" 2>&1 &
+    receiver "$PALADIN" receive --listen "$port" --bind "${net}2" --dir "$work/in" >"$work/recv.out" 2>&1 &
   receiver=$!
   launchers+=("$receiver")
   if ! wait_until 10 eval "ip netns exec $netns ss -Hltn 'sport = :$port' | grep -q ."; then
@@ -283,7 +283,7 @@ scenario_ddp() {
 
   # Checkpoint, kill (the checkpoint stops the job), restore, finish.
   start_job dist-ckpt -- "${train[@]}" || return
-  checkpoint_mid ddp-checkpoint 8 || return
+  checkpoint_mid ddp-checkpoint 5 || return
   grep -q "closing the connection" "$work/dist-ckpt.run.err" &&
     fail "ddp-checkpoint: a connection between the ranks was closed"
   restore_and_finish ddp-checkpoint || return
@@ -298,8 +298,8 @@ scenario_ddp() {
   start_job dist-move -- "${train[@]}" || return
   export PALADIN_TOKEN=dist-test-$$
   start_receiver || return
-  if ! wait_until 60 at_step 8; then
-    fail "ddp migrate: not at step 8 in 60 s: $(tail -3 "$log")"
+  if ! wait_until 60 at_step 5; then
+    fail "ddp migrate: not at step 5 in 60 s: $(tail -3 "$log")"
     return
   fi
   local -a before
@@ -322,8 +322,11 @@ scenario_ddp() {
     fail "ddp migrate: cannot open the moved job's log"
     return
   }
-  [[ $(readlink "/proc/$there/ns/net") == $(ip netns exec "$netns" readlink /proc/self/ns/net) ]] ||
-    fail "ddp migrate: the moved job is not in the second node's network namespace"
+  local job_net node_net
+  job_net=$(readlink "/proc/$there/ns/net")
+  node_net=$(stat -L -c 'net:[%i]' "/run/netns/$netns")
+  [[ $job_net == "$node_net" ]] ||
+    fail "ddp migrate: the moved job is in network namespace $job_net, not the second node's $node_net"
   pass "ddp migrate: moved at step $cut as pid $there"
   if ! wait_until 120 eval "! alive $there"; then
     fail "ddp migrate: the moved job did not end in 120 s"
