@@ -9,9 +9,10 @@
 #        a second node (mount, IPC and network namespaces of its own, reached over a veth pair).
 #        Every step's all-reduced loss, the last one included, must be the reference's to the bit,
 #        each step printed once.
-#   mpi  a two-rank Open MPI job (mpi_job.c, built here with mpicc; `mpirun -np 2` with the
-#        configuration docs/distributed.md gives) checkpointed mid-run, restored, finished: its
-#        rounds continue in order and its total is the closed form's.
+#   mpi  a two-rank Open MPI job (mpi_job.c, built here with mpicc; `mpirun -np 2` as root, Open
+#        MPI's defaults: its shared-memory transport in the job's own /dev/shm) checkpointed
+#        mid-run, restored, finished: its rounds continue in order, each exchange checked, and its
+#        total is the closed form's.
 #
 # Usage: distributed_test.sh SCENARIO PALADIN
 # Needs root and CRIU, plus Debian's python3-torch (ddp) or openmpi-bin and libopenmpi-dev (mpi);
@@ -236,7 +237,7 @@ same_losses() {
 }
 
 # A second node on this machine: its own network namespace (loopback up, a veth pair to this one),
-# mount and IPC namespaces, and a tmpfs over the run base. Its own network is what lets the moved
+# mount and IPC namespaces, and tmpfs's of its own over the run base and /dev/shm. Its own network is what lets the moved
 # ranks' loopback connections exist while the source's stopped copy still holds the same
 # addresses and ports. Sets peer (HOST:PORT) and receiver.
 start_receiver() {
@@ -254,7 +255,8 @@ start_receiver() {
   peer=${net}2:$port
   # shellcheck disable=SC2016 # expanded by the receiver's shell
   timeout "$LIMIT" nsenter --net="/run/netns/$netns" unshare --mount --ipc --propagation private \
-    -- bash -c 'mount -t tmpfs -o mode=0755 paladin-node2 "$PALADIN_RUN_DIR" && exec "$@"' \
+    -- bash -c 'mount -t tmpfs -o mode=0755 paladin-node2 "$PALADIN_RUN_DIR" &&
+      mount -t tmpfs -o mode=1777 paladin-node2-shm /dev/shm && exec "$@"' \
     receiver "$PALADIN" receive --listen "$port" --bind "${net}2" --dir "$work/in" >"$work/recv.out" 2>&1 &
   receiver=$!
   launchers+=("$receiver")
@@ -344,10 +346,9 @@ scenario_mpi() {
     fail "mpi: mpicc: $(cat "$work/mpicc.err")"
     return
   fi
-  local steps=40
+  local steps=30
   start_job dist-mpi -- env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    mpirun --allow-run-as-root -np 2 --oversubscribe --mca btl self,tcp \
-    --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo "$work/mpi_job" "$steps" 250 || return
+    mpirun --allow-run-as-root -np 2 --oversubscribe "$work/mpi_job" "$steps" 200 || return
   checkpoint_mid mpi-checkpoint 8 || return
   restore_and_finish mpi-checkpoint || return
   local bad
