@@ -32,7 +32,7 @@ cleanup() {
   for p in /sys/fs/cgroup/paladin/pause-* /sys/fs/cgroup/*/paladin/pause-*; do
     [[ -d $p ]] && rmdir "$p" 2>/dev/null
   done
-  rm -rf "$work"
+  [[ -n ${KEEP_WORK:-} ]] && echo "kept $work" || rm -rf "$work"
 }
 trap cleanup EXIT
 
@@ -76,6 +76,7 @@ start() {
   mkdir -p "$work/cwd-$name"
   (cd "$work/cwd-$name" && exec "$PALADIN" run --name "$name" -- "$@") >"$work/$name.out" 2>&1 &
   pids+=($!)
+  disown $!
   local i
   for ((i = 0; i < 300; i++)); do
     [[ -n $(find "$PALADIN_RUN_DIR" -maxdepth 2 -path "*/$name-*/job.json") ]] && return 0
