@@ -9,6 +9,10 @@
 #        a second node (mount, IPC and network namespaces of its own, reached over a veth pair).
 #        Every step's all-reduced loss, the last one included, must be the reference's to the bit,
 #        each step printed once.
+#   posix_shm  a 1 MiB POSIX shared-memory segment and a named semaphore of Python's
+#        multiprocessing: in the job's own /dev/shm, not the host's; two checkpoints leaving it
+#        running (CRIU's link remap of the semaphore must not fail the second), then one that
+#        stops it; restored, the segment's bytes, counter and semaphore continue
 #   mpi  a two-rank Open MPI job (mpi_job.c, built here with mpicc; `mpirun -np 2` as root, Open
 #        MPI's defaults: its shared-memory transport in the job's own /dev/shm) checkpointed
 #        mid-run, restored, finished: its rounds continue in order, each exchange checked, and its
@@ -43,6 +47,7 @@ case $SCENARIO in
       exit 77
     fi
     ;;
+  posix_shm) ;;
   mpi)
     if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
       echo "SKIP: no Open MPI (apt-get install openmpi-bin libopenmpi-dev)"
@@ -337,6 +342,81 @@ scenario_ddp() {
   cat <&"$moved_log" >"$work/moved.log"
   exec {moved_log}<&-
   same_losses "ddp migrate" "$work/moved.log"
+}
+
+# --- posix_shm ----------------------------------------------------------------------------------
+
+shm_count() { awk '$1 == "shm" { n = $2 } END { print n + 0 }' "$log"; }
+shm_at_least() { (($(shm_count) >= $1)); }
+
+scenario_posix_shm() {
+  start_job dist-shm -- "$PY" "$HERE/posix_shm_job.py" || return
+  if ! wait_until 30 shm_at_least 5; then
+    fail "posix_shm: fewer than 5 checks in 30 s: $(tail -3 "$log") $(tail -3 "$run_dir/stderr.log")"
+    return
+  fi
+  local segment
+  segment=$(awk '$1 == "names" { print $2 }' "$log")
+  if [[ -e /dev/shm/$segment ]]; then
+    fail "posix_shm: the job's segment $segment is in the host's /dev/shm"
+  else
+    pass "posix_shm: the job's segment $segment is in its own /dev/shm, not the host's"
+  fi
+  # Twice leaving it running: CRIU's link remap of the semaphore must not fail the second dump.
+  local round out rc
+  for round in 1 2; do
+    rc=0
+    out=$(timeout "$LIMIT" "$PALADIN" checkpoint "$job_name" --out "$work/shm-running-$round.img" \
+      --leave-running 2>&1) || rc=$?
+    if ((rc != 0)) || crashed "$out"; then
+      fail "posix_shm: checkpoint --leave-running ($round) exit $rc: $out"
+      return
+    fi
+    local at
+    at=$(shm_count)
+    if ! wait_until 10 shm_at_least $((at + 5)); then
+      fail "posix_shm: no 5 more checks after checkpoint --leave-running ($round): $(tail -2 "$log")"
+      return
+    fi
+  done
+  pass "posix_shm: two checkpoints leaving it running, the job went on after each"
+  if ! wait_until 10 shm_at_least $(($(shm_count) + 3)); then
+    fail "posix_shm: stalled"
+    return
+  fi
+  local -a before
+  read -ra before <<<"$(tree "$job_pid")"
+  rc=0
+  out=$(timeout "$LIMIT" "$PALADIN" checkpoint "$job_name" --out "$work/shm.img" 2>&1) || rc=$?
+  if ((rc != 0)) || crashed "$out" || ! wait_until 10 none_alive "${before[@]}"; then
+    fail "posix_shm: checkpoint exit $rc: $out"
+    return
+  fi
+  cut=$(shm_count)
+  rc=0
+  out=$(timeout "$LIMIT" "$PALADIN" restore "$work/shm.img" 2>&1) || rc=$?
+  local pid
+  pid=$(sed -n 's/^restored .* as pid \([0-9]*\):.*/\1/p' <<<"$out")
+  if ((rc != 0)) || [[ -z $pid ]]; then
+    fail "posix_shm: paladin restore exit $rc: $out"
+    return
+  fi
+  roots+=("$pid")
+  if ! wait_until 20 shm_at_least $((cut + 20)); then
+    fail "posix_shm: no 20 more checks after the restore (cut at $cut): $(tail -3 "$log")"
+    return
+  fi
+  local bad
+  bad=$(awk '$1 == "BAD" { print; exit } $1 == "shm" && $2 != ++n { print "check " $2 " where " n " was due"; exit }' "$log")
+  if [[ -n $bad ]]; then
+    fail "posix_shm: $bad (cut at $cut)"
+  else
+    pass "posix_shm: the 1 MiB segment's bytes, its counter and the named semaphore continue" \
+      "after the restore (checks 1..$(shm_count), cut at $cut)"
+  fi
+  if compgen -G "/dev/shm/link_remap.*" >/dev/null || [[ -e /dev/shm/$segment ]]; then
+    fail "posix_shm: the host's /dev/shm holds the job's files: $(ls /dev/shm)"
+  fi
 }
 
 # --- mpi ----------------------------------------------------------------------------------------
