@@ -7,8 +7,9 @@
 # The distributed job: tests/ckpt/ddp_train.py (two gloo ranks under torch.multiprocessing.spawn,
 # their established loopback connections, a TCP store) with MIB_PER_RANK of touched memory per
 # rank. Its first checkpoint's image says how much memory CRIU dumps (its pages-*.img files); the
-# single process is bench's mem_writer holding that much. Each round checkpoints both with
-# `paladin checkpoint --leave-running` (alternating which goes first) and records
+# single process is bench's mem_writer holding that much. Each round starts one of each and
+# checkpoints it with `paladin checkpoint` (which stops it; alternating which goes first), and
+# records
 #   frozen  CRIU's own frozen time (stats-dump: from freezing the tree to its resume), the pause
 #   wall    the whole `paladin checkpoint` command (sockets, manifest, hashing included)
 # and prints the medians and the ratios distributed / single.
@@ -98,11 +99,13 @@ ready() {
 }
 
 declare -A frozen wall
-# measure NAME ROUND: one --leave-running checkpoint; appends to frozen[NAME] and wall[NAME].
+# measure NAME ROUND: a checkpoint that stops the job (a dump that leaves a job with connections
+# between its processes running is not usable yet: docs/distributed.md); appends to frozen[NAME]
+# and wall[NAME], sets dumped (bytes of memory pages in the image).
 measure() {
   local image=$work/img-$1-$2 t0 t1
   t0=$(date +%s%N)
-  if ! "$PALADIN" checkpoint "$1" --out "$image" --leave-running >"$work/ck.out" 2>&1; then
+  if ! "$PALADIN" checkpoint "$1" --out "$image" >"$work/ck.out" 2>&1; then
     echo "dist_pause: checkpoint of $1 failed: $(cat "$work/ck.out")" >&2
     exit 1
   fi
@@ -110,23 +113,34 @@ measure() {
   frozen[$1]+="$(frozen_ms "$image") "
   wall[$1]+="$(((t1 - t0) / 1000000)) "
   dumped=$(cat "$image"/pages-*.img | wc -c)
-  rm -rf "$image"
+  rm -rf "$image" "$PALADIN_RUN_DIR"/"$1"-*
 }
 
 median() { tr ' ' '\n' <<<"$1" | grep . | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-start pause-ddp "$PY" "$HERE/../tests/ckpt/ddp_train.py" 100000 0.05 "$MIB"
-ready pause-ddp '^step 3 '
+ddp() {
+  start pause-ddp "$PY" "$HERE/../tests/ckpt/ddp_train.py" 100000 0.05 "$MIB"
+  ready pause-ddp '^step 3 '
+}
+one() {
+  start pause-one "$MEM_WRITER" "$total_mib" 0
+  ready pause-one ready
+}
+
+# A first distributed job sizes the single process.
+ddp
 measure pause-ddp 0
 frozen[pause-ddp]=
 wall[pause-ddp]=
 total_mib=$((dumped >> 20))
-start pause-one "$MEM_WRITER" "$total_mib" 0
-ready pause-one ready
 echo "distributed: 2 ranks x $MIB MiB (+ torch), CRIU dumps $total_mib MiB; single: mem_writer $total_mib MiB"
+# Each round checkpoints a fresh job of each kind, alternating which goes first.
 for ((r = 1; r <= ROUNDS; r++)); do
-  if ((r % 2)); then order=(pause-ddp pause-one); else order=(pause-one pause-ddp); fi
-  for name in "${order[@]}"; do measure "$name" "$r"; done
+  if ((r % 2)); then order=(ddp one); else order=(one ddp); fi
+  for kind in "${order[@]}"; do
+    "$kind"
+    measure "pause-$kind" "$r"
+  done
 done
 printf '%-12s %12s %12s  %s\n' job frozen_ms wall_ms 'rounds (frozen ms)'
 for name in pause-ddp pause-one; do
