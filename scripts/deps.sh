@@ -18,11 +18,14 @@ PACKAGES=(
 
 # `deps.sh --tests` adds what only the tests need: Chromium, for the dashboard's browser test;
 # SLURM's daemons and MUNGE, for the SLURM integration test (tests/slurm); the headers CRIU's
-# ZDTM tests include (tests/zdtm builds them from CRIU's source).
+# ZDTM tests include (tests/zdtm builds them from CRIU's source); PyTorch and Open MPI, for the
+# distributed jobs' checkpoint tests.
 if [ "${1:-}" = "--tests" ]; then
   PACKAGES+=(chromium curl python3 slurmctld slurmd slurm-client munge)
   PACKAGES+=(libaio-dev libcap-dev xz-utils)
   PACKAGES+=(openssl)  # tests/k8s: the test cluster's throwaway PKI
+  # tests/ckpt/distributed_test.sh: a torch.distributed (gloo) job and an Open MPI one
+  PACKAGES+=(python3-torch openmpi-bin libopenmpi-dev)
 fi
 
 missing=()

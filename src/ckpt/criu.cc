@@ -427,6 +427,12 @@ Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOpti
                                    "-v4",     "--file-locks"};
   argv.insert(argv.end(), kDumpSocketFlags.begin(), kDumpSocketFlags.end());
   argv.insert(argv.end(), {"--network-lock", criu.network_lock});
+  // A file the job holds by a name it no longer has, while another name still links it (glibc's
+  // sem_open maps a temporary file, then links it under the semaphore's name and removes the
+  // temporary one; Python's multiprocessing keeps the name): CRIU links it once more in its
+  // folder (link_remap.N) and restores it from there. In the job's own /dev/shm the link goes
+  // with the tmpfs's contents.
+  if (!options.pre_dump) argv.emplace_back("--link-remap");
   if (options.pre_dump || !options.parent_images.empty()) argv.emplace_back("--track-mem");
   if (!options.parent_images.empty()) {
     argv.emplace_back("--prev-images-dir");

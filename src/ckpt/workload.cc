@@ -156,6 +156,7 @@ struct Prepared {
   // /proc there and opens its files again by these paths, so that no descriptor of its refers
   // to a mount outside its namespace, which CRIU could not dump.
   bool own_mounts = false;
+  bool own_shm = false;  // with own_mounts: a tmpfs of its own on /dev/shm
   const char* stdout_path = nullptr;
   const char* stderr_path = nullptr;
   std::string lease_path;  // "" when unknown
@@ -239,9 +240,24 @@ void DropNamespaceMounts() {
   close(fd);
 }
 
+// A tmpfs of the job's own on /dev/shm, in place of the host's: CRIU dumps the contents of a
+// tmpfs that is not the host's with the job, so its POSIX semaphores and shared memory (files
+// there, often unlinked or renamed while mapped) travel with it; the host's /dev/shm is external
+// to the image and its files would have to be there at a restore. Async-signal-safe; where
+// /dev/shm is missing or the mount fails, the job keeps the host's (said on stderr).
+void MountOwnShm() {
+  struct stat st {};
+  if (stat("/dev/shm", &st) != 0 || !S_ISDIR(st.st_mode)) return;
+  for (int i = 0; i < 8 && umount2("/dev/shm", MNT_DETACH) == 0; ++i) {
+  }
+  if (mount("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") != 0) {
+    ChildSay("cannot mount the job's /dev/shm (it shares the host's)", "");
+  }
+}
+
 // The job's own mounts: a private copy of the launcher's, with a /proc of its PID namespace in
 // place of the host's. Async-signal-safe; false (said on stderr) when the job cannot have them.
-bool EnterOwnMounts() {
+bool EnterOwnMounts(bool own_shm) {
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
     ChildSay("cannot make the job's mounts private", "");
     return false;
@@ -254,6 +270,7 @@ bool EnterOwnMounts() {
     return false;
   }
   DropNamespaceMounts();
+  if (own_shm) MountOwnShm();
   return true;
 }
 
@@ -263,7 +280,7 @@ bool EnterOwnMounts() {
   char byte = 0;
   while (read(p.go[0], &byte, 1) < 0 && errno == EINTR) {
   }
-  if (p.own_mounts && !EnterOwnMounts()) _exit(126);
+  if (p.own_mounts && !EnterOwnMounts(p.own_shm)) _exit(126);
   const int null = open("/dev/null", O_RDONLY);
   if (null >= 0) dup2(null, STDIN_FILENO);
   const int out = p.own_mounts ? Reopened(p.out, p.stdout_path, O_WRONLY | O_APPEND) : p.out;
@@ -480,6 +497,7 @@ StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec) {
     // memory, semaphores and message queues are dumped and travel with it); the host's network
     // and hostname stay (docs/ckpt.md, "What a job sees").
     p.own_mounts = spec.own_proc;
+    p.own_shm = spec.own_shm;
     const unsigned long own =
         (spec.own_proc ? CLONE_NEWNS : 0UL) | (spec.own_ipc ? CLONE_NEWIPC : 0UL);
     pid = static_cast<pid_t>(

@@ -156,6 +156,8 @@ StatusOr<Launched> Launch(const LaunchSpec& spec) {
   start.gid = spec.gid;
   start.cgroup = spec.cgroup;
   start.lease_fd = spec.lease_fd;
+  // The emulated driver's state and control files are the host's /dev/shm's.
+  start.own_shm = !(spec.gpu.enabled && spec.gpu.driver.emulated);
   StatusOr<ckpt::StartedWorkload> started = ckpt::StartWorkload(start);
   if (!started.ok()) {
     out.region.reset();

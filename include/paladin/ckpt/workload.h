@@ -72,6 +72,11 @@ struct WorkloadSpec {
   // (docs/ckpt.md, "What a job sees"). Without them where the kernel refuses, with a warning.
   bool own_proc = true;
   bool own_ipc = true;
+  // With its own mounts: a /dev/shm of its own (a fresh tmpfs in place of the host's), so that
+  // its POSIX shared memory and named semaphores are the job's, dumped and moved with it, as
+  // System V IPC is with own_ipc (docs/distributed.md). Jobs on emulated GPUs keep the host's:
+  // the emulated driver meets the node there.
+  bool own_shm = true;
   std::string cgroup;  // created if non-empty
   // Optional: the working directory (default: the caller's), and the user and group the workload
   // runs as (-1: the caller's). Switching needs root; supplementary groups are dropped. A
