@@ -22,6 +22,7 @@
 #include <memory>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "paladin/ckpt/beneath.h"
 #include "paladin/ckpt/cgroup.h"
@@ -480,6 +481,31 @@ char ProcessState(pid_t pid) {
   return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
 }
 
+// Stops every process of the tree below `root` (SIGSTOP) and waits until each is stopped or
+// gone, looking again for children forked meanwhile. An error (the tree is then partly
+// stopped: the caller continues it) when a process is not stopped within 10 s.
+Status StopTree(pid_t root) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::set<pid_t> signalled;
+  while (true) {
+    bool all_stopped = true;
+    for (pid_t pid : Tree(root)) {
+      if (signalled.insert(pid).second) kill(pid, SIGSTOP);
+      const char state = ProcessState(pid);
+      if (state != 'T' && state != 't' && state != 'Z' && state != 'X' && state != '?') {
+        all_stopped = false;
+      }
+    }
+    if (all_stopped) return Status::Ok();
+    if (std::chrono::steady_clock::now() > deadline) {
+      return Internal(
+          "the job's processes did not all stop within 10 s of SIGSTOP (one may be "
+          "in uninterruptible sleep); nothing was dumped");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 }  // namespace
 
 std::vector<int64_t> StoppedProcesses(const std::vector<pid_t>& pids) {
@@ -634,10 +660,18 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
   const std::string previous_state = job->state;
   job->state = options.after == CheckpointOptions::After::kKill ? "checkpointing" : job->state;
   (void)WriteJob(*job);
-  // A job that goes on running is left stopped by the dump until its logs are copied: what it
-  // writes after the dump must not be in the image.
+  // A job that stays alive (running on, or stopped for a move) is stopped by Paladin before the
+  // dump, and CRIU leaves it as it found it, stopped: CRIU undoes what it did to hold the job's
+  // TCP connections still (each socket's repair mode, its nftables lock) and its link remaps only
+  // for a tree it leaves alive, and with --leave-stopped the connections between the job's
+  // processes stayed frozen after Paladin resumed them. The tree stays stopped until its logs
+  // are copied: what it writes after the dump must not be in the image. A post-copy dump keeps
+  // --leave-stopped (its page server serves the stopped tree's memory).
+  const bool stays_alive = options.after != CheckpointOptions::After::kKill;
+  const bool stop_first = stays_alive && options.lazy_port == 0;
   DumpOptions dump;
-  dump.leave_stopped = options.after != CheckpointOptions::After::kKill;
+  dump.leave_running = stop_first;
+  dump.leave_stopped = stays_alive && !stop_first;
   dump.parent_images = parent.empty() ? "" : parent;
   dump.timeout_s = options.timeout_s;
   if (!job->run_dir.empty()) dump.failed_log = job->run_dir + "/criu-dump.log";
@@ -659,17 +693,28 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
   progress("dumping " + std::to_string(pids.size()) + " process(es) with CRIU");
   std::set<std::string> remaps_before;
   if (StatusOr<Fd> shm = OwnShm(root); shm.ok()) remaps_before = LinkRemaps(shm->get());
-  Status dumped = Dump(criu, root, image, dump);
+  Status dumped = stop_first ? StopTree(root) : Status::Ok();
+  if (dumped.ok()) dumped = Dump(criu, root, image, dump);
   if (dumped.ok() && dump.leave_stopped) DropNewLinkRemaps(root, remaps_before);
   if (!dumped.ok()) {
+    // CRIU resumes a tree whose dump failed as it found it: this one, stopped by Paladin.
+    if (stop_first) ContinueTree(root, job->stopped);
     job->state = previous_state;
     (void)WriteJob(*job);
     if (region != nullptr && kill_after) region->ThawProcesses(RestoredIds(pids));
     return undo_gpu(dumped);
   }
+  // A job that runs on is not left stopped because its image could not be finished.
+  auto fail_dumped = [&](const Status& s) {
+    if (options.after == CheckpointOptions::After::kLeaveRunning) {
+      ContinueTree(root, job->stopped);
+      return undo_gpu(s);
+    }
+    return fail(s);
+  };
   if (region != nullptr) {
     Status s = CopyFile(job->region, image + "/quota.region");
-    if (!s.ok()) return fail(s);
+    if (!s.ok()) return fail_dumped(s);
   }
   times.seconds.emplace_back("criu dump", watch.Lap());
 
@@ -679,12 +724,12 @@ StatusOr<PhaseTimes> CheckpointJob(const Criu& criu, JobRecord* job, const std::
   for (const auto& [host, rel] : logs) {
     if (host.empty() || !fs::exists(host)) continue;
     Status s = CopyFile(host, (fs::path(image) / rel).string());
-    if (!s.ok()) return fail(s);
+    if (!s.ok()) return fail_dumped(s);
     manifest.logs.push_back(rel);
     manifest.log_targets.push_back(host);
   }
   Status written = WriteManifest(image, manifest);
-  if (!written.ok()) return fail(written);
+  if (!written.ok()) return fail_dumped(written);
   times.seconds.emplace_back("manifest", watch.Lap());
   for (const auto& entry : fs::recursive_directory_iterator(image, ec)) {
     if (entry.is_regular_file()) times.image_bytes += entry.file_size();
@@ -808,6 +853,9 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
     rename_devices(false);
   }
   if (has_gpu) {
+    // The driver's restore needs the processes to answer: a job dumped while Paladin held it
+    // stopped comes back stopped (its CUDA calls block until the unlock below).
+    ContinueTree(*pid, m->stopped);
     StatusOr<std::unique_ptr<GpuCheckpointer>> driver =
         DriverFor(job.gpu, job.emu_state, job.emu_gpus);
     Status s = driver.ok() ? Status::Ok() : driver.status();

@@ -297,6 +297,30 @@ scenario_ddp() {
   # The restore writes the job's log back where it was, and the job continues it.
   same_losses "ddp checkpoint/restore" "$log"
 
+  # A checkpoint that leaves the job running: the connections between the ranks go on (CRIU's
+  # hold on them, repair mode and its network lock, is let go), and the run ends as the
+  # uninterrupted one did.
+  start_job dist-keep --keep-run-dir -- "${train[@]}" || return
+  if ! wait_until 60 at_step 4; then
+    fail "ddp-keep: not at step 4 in 60 s: $(tail -3 "$log")"
+    return
+  fi
+  local out rc=0
+  out=$(timeout "$LIMIT" "$PALADIN" checkpoint "$job_name" --out "$work/ddp-keep.img" \
+    --leave-running 2>&1) || rc=$?
+  if ((rc != 0)) || crashed "$out"; then
+    fail "ddp-keep: paladin checkpoint --leave-running exit $rc: $out"
+    return
+  fi
+  cut=$(last_step)
+  if ! wait_until 120 eval "! alive $job_pid"; then
+    fail "ddp-keep: the job did not end in 120 s after checkpoint --leave-running at step $cut" \
+      "(last: $(last_step)): $(tail -2 "$log")"
+    return
+  fi
+  wait "$launcher"
+  same_losses "ddp checkpoint --leave-running" "$log"
+
   # A move to the second node.
   if ! mount -t tmpfs -o mode=0755 paladin-node1 "$PALADIN_RUN_DIR"; then
     fail "ddp migrate: cannot mount a tmpfs over the run base"
