@@ -82,6 +82,9 @@ struct UsageRecord {
   uint64_t checksum;  // FNV-1a of the bytes before it
 };
 
+static_assert(sizeof(StateLayout) == 4632 && sizeof(UsageRecord) == 232,
+              "the files' layouts are in docs/emucuda.md; change the version with them");
+
 struct SharedState::UsageFile {
   std::string name;
   uid_t owner;
