@@ -52,7 +52,9 @@ void MakeRunDir(const ckpt::Manifest& manifest, const RestoreSpec& spec) {
 void PrepareFor(const ckpt::Manifest& manifest, const RestoreSpec& spec) {
   if (manifest.gpu_mode == "emulated" && !spec.emu_state.empty()) {
     LinkControlDir(spec.emu_state);
-    if (spec.uid >= 0) ShareUsageDir(spec.emu_state);
+    // The restored process (the uid in its image) creates its usage file here.
+    const int64_t uid = spec.uid >= 0 ? spec.uid : manifest.uid;
+    if (uid >= 0 && static_cast<uid_t>(uid) != geteuid()) ShareUsageDir(spec.emu_state);
     if (LooksLikeStateFile(manifest.emu_state)) {
       LinkControlDir(manifest.emu_state);
       LinkStateFile(manifest.emu_state, spec.emu_state);
