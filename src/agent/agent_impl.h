@@ -154,8 +154,6 @@ class Agent {
   Status LaunchAs(const Json& command, const std::vector<std::string>& argv,
                   const std::vector<std::pair<std::string, std::string>>& job_env,
                   const quota::RegionSettings& settings, Workload* w);
-  // Gives `path` (not following links) to uid/gid; -1: nothing to do.
-  static void GiveTo(const std::string& path, int64_t uid, int64_t gid);
   // The user a new job runs as: a uid of its own from the pool, or the shared --user.
   Status AssignUser(Workload* w);
   // Holds `uid` for a restored or received copy of job `w` (CRIU restores the image's uid).

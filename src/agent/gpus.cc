@@ -67,16 +67,13 @@ Status Agent::DiscoverGpus() {
 // host), so every agent's folder is a link to one host-wide folder, world-writable and sticky
 // like /tmp: requests are per pid, which the host keeps unique.
 //
-// The state file itself is the emulated hardware: the counters of every device and process, which
-// every CUDA process of every job maps and writes (docs/agent.md, "What is isolated"). With a uid
-// per job it is writable by all of them; with one --user, that user's.
+// The state file itself is the emulated hardware (devices, event rings): the agent's, 0644, which
+// jobs map read-only. Each CUDA process of a job counts its bytes in a usage file of its own user
+// in the sticky folder next to it (docs/agent.md, "What is isolated").
 void Agent::ShareEmulatedState() const {
   const std::string state = EmuStatePath();
-  if (uid_pool_ != nullptr) {
-    chmod(state.c_str(), 0666);
-  } else {
-    GiveTo(state, uid_, gid_);
-  }
+  chmod(state.c_str(), 0644);  // a file of an earlier version was 0666
+  supervise::ShareUsageDir(state);
   mkdir(supervise::kHostControlDir, 01777);
   chmod(supervise::kHostControlDir, 01777);
   // This agent's own folder, unlike one an image names, is replaced even with contents.

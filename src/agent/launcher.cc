@@ -157,11 +157,6 @@ void Agent::DecideCheckpointable() {
   checkpointable_ = true;
 }
 
-void Agent::GiveTo(const std::string& path, int64_t uid, int64_t gid) {
-  if (uid < 0) return;
-  (void)lchown(path.c_str(), static_cast<uid_t>(uid), static_cast<gid_t>(gid));
-}
-
 StatusOr<std::unique_ptr<Workload>> Agent::Launch(const Json& c) {
   auto w = std::make_unique<Workload>();
   w->id = c.at("job").get<std::string>();

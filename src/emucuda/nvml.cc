@@ -114,7 +114,6 @@ nvmlReturn_t RunningProcesses(nvmlDevice_t device, unsigned int* count, Info* in
   int index = 0;
   if (nvmlReturn_t error = scope.Index(device, &index); error != NVML_SUCCESS) return error;
   if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  scope.state()->SweepDead();
   std::vector<SharedState::ProcessUsage> usage = scope.state()->ProcessesOn(index);
   unsigned int capacity = *count;
   *count = static_cast<unsigned int>(usage.size());
@@ -304,7 +303,6 @@ EMU_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
   int index = 0;
   if (nvmlReturn_t error = scope.Index(device, &index); error != NVML_SUCCESS) return error;
   if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  scope.state()->SweepDead();
   memory->total = scope.state()->total(index);
   memory->free = scope.state()->free(index);
   memory->used = memory->total - memory->free;
@@ -319,7 +317,6 @@ EMU_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device,
   if (memory == nullptr || memory->version != PALADIN_NVML_MEMORY_V2_VERSION) {
     return NVML_ERROR_INVALID_ARGUMENT;
   }
-  scope.state()->SweepDead();
   memory->total = scope.state()->total(index);
   memory->reserved = 0;
   memory->free = scope.state()->free(index);
@@ -353,7 +350,6 @@ nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSampl
   int index = 0;
   if (nvmlReturn_t error = scope.Index(device, &index); error != NVML_SUCCESS) return error;
   if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  scope.state()->SweepDead();
   std::vector<SharedState::ProcessUsage> usage = scope.state()->ProcessesOn(index);
   if (usage.empty()) return NVML_ERROR_NOT_FOUND;
   unsigned int capacity = *count;
@@ -450,6 +446,9 @@ EMU_NVML_EXPORT nvmlReturn_t paladinEmuNvmlPostEvent(nvmlDevice_t device, unsign
       type != PALADIN_NVML_EVENT_XID) {
     return NVML_ERROR_INVALID_ARGUMENT;
   }
-  scope.state()->PostEvent(index, type, type == PALADIN_NVML_EVENT_XID ? data : 0);
+  // The event ring is the device's: only who may write the device file (its owner, root) posts.
+  if (scope.state()->PostEvent(index, type, type == PALADIN_NVML_EVENT_XID ? data : 0) == 0) {
+    return NVML_ERROR_NO_PERMISSION;
+  }
   return NVML_SUCCESS;
 }

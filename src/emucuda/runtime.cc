@@ -77,10 +77,8 @@ CUresult Runtime::InitOnce() {
   if (state == nullptr) return CUDA_ERROR_NO_DEVICE;
   ordinals_ = VisibleOrdinals(*state);
   if (ordinals_.empty()) return CUDA_ERROR_NO_DEVICE;
-  slot_ = state->ClaimSlot(SelfHostProcess());
-  if (slot_ < 0) {
-    LogLine("the process table of %s is full (%d processes)", state->path().c_str(), kMaxProcesses);
-    return CUDA_ERROR_OUT_OF_MEMORY;
+  if (state->Join(SelfHostProcess(), nullptr, nullptr) != SharedState::JoinResult::kJoined) {
+    return CUDA_ERROR_OPERATING_SYSTEM;
   }
   owner_pid_ = getpid();
   pthread_atfork(nullptr, nullptr, &ForkChildHandler);
@@ -119,42 +117,34 @@ std::vector<Runtime::Ordinal> Runtime::VisibleOrdinals(const SharedState& state)
 
 CUresult Runtime::Charge(int ordinal, uint64_t bytes) {
   if (bytes == 0) return CUDA_SUCCESS;
-  int physical = Physical(ordinal);
-  if (!state_->TryReserve(physical, bytes)) {
-    state_->SweepDead();
-    if (!state_->TryReserve(physical, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  state_->AddToSlot(slot_, physical, bytes);
+  if (!state_->TryCharge(Physical(ordinal), bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   held_[ordinal].fetch_add(bytes);
   return CUDA_SUCCESS;
 }
 
 void Runtime::Uncharge(int ordinal, uint64_t bytes) {
   if (bytes == 0) return;
-  int physical = Physical(ordinal);
-  state_->Release(physical, bytes);
-  state_->SubtractFromSlot(slot_, physical, bytes);
+  state_->Uncharge(Physical(ordinal), bytes);
   held_[ordinal].fetch_sub(bytes);
 }
 
 CUresult Runtime::ChargeContext(int ordinal) {
   CUresult result = Charge(ordinal, context_overhead());
   if (result != CUDA_SUCCESS) return result;
-  state_->AddContexts(slot_, Physical(ordinal), 1);
+  state_->AddContexts(Physical(ordinal), 1);
   contexts_[ordinal].fetch_add(1);
   return CUDA_SUCCESS;
 }
 
 void Runtime::UnchargeContext(int ordinal) {
   Uncharge(ordinal, context_overhead());
-  state_->AddContexts(slot_, Physical(ordinal), -1);
+  state_->AddContexts(Physical(ordinal), -1);
   contexts_[ordinal].fetch_sub(1);
 }
 
 void Runtime::DetachForCheckpoint() {
   if (state_ == nullptr) return;
-  if (slot_ >= 0) state_->ReleaseSlot(slot_);
-  slot_ = -1;
+  state_->Leave();
   delete state_;
   state_ = nullptr;
 }
@@ -175,29 +165,22 @@ CUresult Runtime::RemapOrdinals(const SharedState& fresh, const std::vector<GpuP
 }
 
 // Counts what the process held again, on the devices its ordinals now map to: all of it or none.
-CUresult Runtime::CountAgain(SharedState* fresh, const std::vector<Ordinal>& moved, int* slot) {
+CUresult Runtime::CountAgain(SharedState* fresh, const std::vector<Ordinal>& moved) {
   uint64_t need[kMaxDevices] = {};
   uint32_t contexts[kMaxDevices] = {};
   for (size_t i = 0; i < moved.size(); ++i) {
     need[moved[i].physical] += held_[i].load();
     contexts[moved[i].physical] += contexts_[i].load();
   }
-  fresh->SweepDead();
-  for (int d = 0; d < fresh->device_count(); ++d) {
-    if (need[d] > fresh->free(d)) return CUDA_ERROR_OUT_OF_MEMORY;
+  switch (fresh->Join(SelfHostProcess(), need, contexts)) {
+    case SharedState::JoinResult::kJoined:
+      return CUDA_SUCCESS;
+    case SharedState::JoinResult::kNoRoom:
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    case SharedState::JoinResult::kNoUsageFile:
+      break;
   }
-  *slot = fresh->ClaimSlot(SelfHostProcess());
-  if (*slot < 0) return CUDA_ERROR_OUT_OF_MEMORY;
-  for (int d = 0; d < fresh->device_count(); ++d) {
-    if (fresh->TryReserve(d, need[d])) {
-      fresh->AddToSlot(*slot, d, need[d]);
-      fresh->AddContexts(*slot, d, static_cast<int>(contexts[d]));
-      continue;
-    }
-    fresh->ReleaseSlot(*slot);  // another process took the room meanwhile
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  return CUDA_SUCCESS;
+  return CUDA_ERROR_OPERATING_SYSTEM;
 }
 
 CUresult Runtime::ReattachForRestore(const std::vector<GpuPair>& pairs,
@@ -207,16 +190,14 @@ CUresult Runtime::ReattachForRestore(const std::vector<GpuPair>& pairs,
   SharedState* fresh = device_bytes.empty() ? nullptr : SharedState::Attach(path, device_bytes);
   if (fresh == nullptr) return CUDA_ERROR_NO_DEVICE;
   std::vector<Ordinal> moved;
-  int slot = -1;
   CUresult result = RemapOrdinals(*fresh, pairs, &moved);
-  if (result == CUDA_SUCCESS) result = CountAgain(fresh, moved, &slot);
+  if (result == CUDA_SUCCESS) result = CountAgain(fresh, moved);
   if (result != CUDA_SUCCESS) {
     delete fresh;
     return result;
   }
   state_ = fresh;
   ordinals_ = moved;
-  slot_ = slot;
   owner_pid_ = getpid();
   control_dir_ = ControlDir(path);
   return CUDA_SUCCESS;
@@ -230,9 +211,8 @@ void Runtime::OnForkChild() {
 }
 
 void Runtime::ReleaseAtExit() {
-  if (owner_pid_ != getpid() || state_ == nullptr || slot_ < 0) return;
-  state_->ReleaseSlot(slot_);
-  slot_ = -1;
+  if (owner_pid_ != getpid() || state_ == nullptr) return;
+  state_->Leave();
   RemoveOwnStateFile();
 }
 

@@ -1,5 +1,5 @@
 // The emulated driver inside one process: what cuInit set up (the shared device state, this
-// process's slot in its process table, the device ordinals CUDA_VISIBLE_DEVICES leaves visible),
+// process's usage file, the device ordinals CUDA_VISIBLE_DEVICES leaves visible),
 // what the process counts on each device, the gate a checkpoint closes, and the lock that guards
 // the process's tables of contexts, allocations, pools, VMM handles, streams and modules.
 //
@@ -39,8 +39,8 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  // cuInit: attaches the shared state, claims a process slot, starts the checkpoint control
-  // thread. Idempotent; the first result is kept.
+  // cuInit: attaches the shared state, creates this process's usage file, starts the checkpoint
+  // control thread. Idempotent; the first result is kept.
   CUresult Init();
   bool initialised() const { return initialised_.load(); }
   // Maps the shared state file (NVML needs no cuInit). Null when there is no device.
@@ -64,15 +64,16 @@ class Runtime {
   CUresult ChargeContext(int ordinal);
   void UnchargeContext(int ordinal);
 
-  // Checkpoint: gives back everything this process counts, drops its slot and unmaps the state.
+  // Checkpoint: gives back everything this process counts (removes its usage file) and unmaps the
+  // state.
   void DetachForCheckpoint();
   // Restore: maps `state_path` (the restorer's GPUs; "": what PALADIN_EMU_STATE names), moves each
   // ordinal to the device its UUID pairs to (unpaired ones keep their UUID), and counts everything
-  // again under a new slot. Fails without any change (CUDA_ERROR_INVALID_DEVICE,
+  // again in a new usage file. Fails without any change (CUDA_ERROR_INVALID_DEVICE,
   // CUDA_ERROR_OUT_OF_MEMORY, ...).
   CUresult ReattachForRestore(const std::vector<GpuPair>& pairs, const std::string& state_path);
 
-  // Called in a child after fork(): the child does not own the parent's slot or devices.
+  // Called in a child after fork(): the child does not own the parent's usage file or devices.
   void OnForkChild();
   // Called at exit: gives back what this process counts.
   void ReleaseAtExit();
@@ -88,7 +89,7 @@ class Runtime {
   std::vector<Ordinal> VisibleOrdinals(const SharedState& state) const;
   CUresult RemapOrdinals(const SharedState& fresh, const std::vector<GpuPair>& pairs,
                          std::vector<Ordinal>* moved) const;
-  CUresult CountAgain(SharedState* fresh, const std::vector<Ordinal>& moved, int* slot);
+  CUresult CountAgain(SharedState* fresh, const std::vector<Ordinal>& moved);
 
   std::mutex init_mu_;
   bool init_done_ = false;
@@ -106,7 +107,6 @@ class Runtime {
   std::string control_dir_;
   std::atomic<uint64_t> held_[kMaxDevices] = {};
   std::atomic<uint32_t> contexts_[kMaxDevices] = {};
-  int slot_ = -1;
   pid_t owner_pid_ = 0;
 };
 

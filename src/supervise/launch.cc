@@ -141,6 +141,7 @@ StatusOr<Launched> Launch(const LaunchSpec& spec) {
     if (spec.gpu.driver.emulated) {
       job.emu_state = quota::EmulatedStatePath();
       job.emu_gpus = spec.gpu.driver.emulated_spec;
+      if (spec.uid >= 0 && static_cast<uid_t>(spec.uid) != geteuid()) ShareUsageDir(job.emu_state);
     }
   }
   SetOwnership(spec, job);

@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "paladin/supervise/supervisor.h"
@@ -50,6 +52,9 @@ void MakeRunDir(const ckpt::Manifest& manifest, const RestoreSpec& spec) {
 void PrepareFor(const ckpt::Manifest& manifest, const RestoreSpec& spec) {
   if (manifest.gpu_mode == "emulated" && !spec.emu_state.empty()) {
     LinkControlDir(spec.emu_state);
+    // The restored process (the uid in its image) creates its usage file here.
+    const int64_t uid = spec.uid >= 0 ? spec.uid : manifest.uid;
+    if (uid >= 0 && static_cast<uid_t>(uid) != geteuid()) ShareUsageDir(spec.emu_state);
     if (LooksLikeStateFile(manifest.emu_state)) {
       LinkControlDir(manifest.emu_state);
       LinkStateFile(manifest.emu_state, spec.emu_state);
@@ -124,6 +129,26 @@ void LinkStateFile(const std::string& old_state, const std::string& state) {
   fs::create_directories(fs::path(old_state).parent_path(), ec);
   fs::create_symlink(state, old_state, ec);
   if (ec) Warn("cannot link " + old_state + ": " + ec.message());
+}
+
+void ShareUsageDir(const std::string& state_path) {
+  if (state_path.empty()) return;
+  std::error_code ec;
+  const fs::path state = fs::canonical(state_path, ec);
+  const std::string dir = (ec ? fs::path(state_path) : state).string() + ".usage";
+  if (mkdir(dir.c_str(), 01777) != 0 && errno != EEXIST) {
+    Warn("cannot create " + dir + ": " + strerror(errno));
+    return;
+  }
+  // Only a real folder is opened up, never what a link points at.
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
+    Warn("not opening " + dir + " to the jobs: it is not a folder of this user");
+    return;
+  }
+  if ((st.st_mode & 07777) != 01777 && chmod(dir.c_str(), 01777) != 0) {
+    Warn("cannot open " + dir + " to the jobs: " + strerror(errno));
+  }
 }
 
 }  // namespace paladin::supervise

@@ -1026,6 +1026,21 @@ TEST_F(AgentTest, TenantsIsolated) {
          return n < 0 ? -1 : 0;
        }},
   };
+  // The emulated GPUs: the device file is the agent's, each CUDA process's usage file its user's.
+  const std::string emu_state = Data("a") + "/emu.state";
+  std::string b_usage;
+  for (const fs::directory_entry& e : fs::directory_iterator(emu_state + ".usage")) {
+    if (e.path().filename().string().rfind(std::to_string(b_uid) + ".", 0) == 0) {
+      b_usage = e.path().string();
+    }
+  }
+  ASSERT_FALSE(b_usage.empty()) << "no usage file of B's in " << emu_state << ".usage";
+  attacks.push_back(
+      {"write B's emulated GPU usage file", [&] { return TryOpen(b_usage, O_WRONLY); }});
+  attacks.push_back(
+      {"remove B's emulated GPU usage file", [&] { return unlink(b_usage.c_str()); }});
+  attacks.push_back(
+      {"write the emulated GPUs' device file", [&] { return TryOpen(emu_state, O_RDWR); }});
   if (has_ctl) {
     attacks.push_back(
         {"write B's emulated GPU control file", [&] { return TryOpen(b_ctl, O_WRONLY); }});

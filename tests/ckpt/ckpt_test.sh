@@ -455,13 +455,13 @@ scenario_pipe() {
     fail "pipe: the restored tree is '$(comms "${after[@]}")', not '$shape'"
 }
 
-# The emulated GPUs of this test's state file, as "BYTES BYTES ...": read from its header
-# (docs/emucuda.md, "Layout"), since loading the driver to ask could itself change them.
+# The emulated GPUs of this test's device file, as "BYTES BYTES ...": read from its header
+# (docs/emucuda.md, "Device file layout"), since loading the driver to ask could change them.
 emu_devices() {
   python3 -c 'import struct, sys
-d = open(sys.argv[1], "rb").read(1560)
+d = open(sys.argv[1], "rb").read(1432)
 n = struct.unpack_from("<I", d, 20)[0]
-print(" ".join(str(struct.unpack_from("<Q", d, 24 + 96 * i + 80)[0]) for i in range(n)))' \
+print(" ".join(str(struct.unpack_from("<Q", d, 24 + 88 * i + 80)[0]) for i in range(n)))' \
     "$PALADIN_EMU_STATE" 2>/dev/null
 }
 

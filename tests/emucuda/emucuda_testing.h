@@ -251,7 +251,8 @@ inline int WaitExit(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-// Gives each test its own device-state file, removed (with its control folder) afterwards.
+// Gives each test its own device-state file, removed (with its control and usage folders)
+// afterwards.
 class EmuTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -274,6 +275,7 @@ class EmuTest : public ::testing::Test {
     std::error_code ignored;
     std::filesystem::remove(state_path_, ignored);
     std::filesystem::remove_all(state_path_ + ".ctl", ignored);
+    std::filesystem::remove_all(state_path_ + ".usage", ignored);
   }
 
   std::string state_path_;

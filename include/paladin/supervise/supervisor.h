@@ -134,6 +134,11 @@ void LinkControlDir(const std::string& state_path);
 // A restored process maps the state file its environment names (the source's): where that path
 // is free here (the source's data is gone), it becomes a link to `state`.
 void LinkStateFile(const std::string& old_state, const std::string& state);
+// The emulated devices' usage folder (STATE.usage, docs/emucuda.md): every process using the
+// devices creates its own usage file there, so jobs running as users of their own need it sticky
+// and open to all (1777, like /tmp). Made so, and created when missing; the device file itself
+// stays the caller's, which only its owner writes.
+void ShareUsageDir(const std::string& state_path);
 
 // --- the end ---
 
