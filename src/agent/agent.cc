@@ -250,15 +250,14 @@ bool Agent::Heartbeat() {
   return true;
 }
 
-void Agent::Dispatch(const Json& c) {
-  int64_t id = 0;
-  std::string kind;
-  try {
-    id = c.at("id").get<int64_t>();
-    kind = c.at("kind").get<std::string>();
-  } catch (const Json::exception& e) {
-    Say("ignoring a command without id or kind: " +
-        c.dump(-1, ' ', false, Json::error_handler_t::replace));
+void Agent::Dispatch(const Json& body) {
+  // A command without a usable id cannot be answered: said and dropped.
+  const int64_t id = body.is_object() && body.contains("id") && body["id"].is_number_integer()
+                         ? body["id"].get<int64_t>()
+                         : 0;
+  if (id <= 0) {
+    Say("ignoring a command without an id: " +
+        body.dump(-1, ' ', false, Json::error_handler_t::replace).substr(0, 200));
     return;
   }
   {
@@ -266,44 +265,43 @@ void Agent::Dispatch(const Json& c) {
     if (seen_commands_.count(id) > 0) return;  // executed once, whatever the server repeats
   }
   RememberCommand(id);
-  Say("command " + std::to_string(id) + ": " + kind +
-      (c.contains("job") && c["job"].is_string() ? " " + c["job"].get<std::string>() : ""));
-  try {
-    if (kind == "start") {
+  StatusOr<api::Command> decoded = api::DecodeCommand(body);
+  if (!decoded.ok()) {
+    Say("refusing command " + std::to_string(id) + ": " + decoded.status().message());
+    AddResult(id, decoded.status());
+    return;
+  }
+  const api::Command& c = *decoded;
+  Say("command " + std::to_string(id) + ": " + api::CommandKindName(c.kind) +
+      (c.job.empty() ? "" : " " + c.job));
+  switch (c.kind) {
+    case api::CommandKind::kStart: {
       Json detail = Json::object();
       Status s = Start(c, &detail);
       AddResult(id, s, detail);
-    } else if (kind == "kill") {
-      AddResult(id, Kill(c));
-    } else if (kind == "resize") {
-      AddResult(id, Resize(c));
-    } else if (kind == "fault") {
-      AddResult(id, Fault(c));
-    } else if (kind == "checkpoint") {
-      RunOnWorker(&Agent::Checkpoint, id, c);
-    } else if (kind == "restore") {
-      RunOnWorker(&Agent::Restore, id, c);
-    } else if (kind == "migrate_in") {
-      RunOnWorker(&Agent::MigrateIn, id, c);
-    } else if (kind == "migrate_out") {
-      RunOnWorker(&Agent::MigrateOut, id, c);
-    } else {
-      AddResult(id, InvalidArgument("unknown command kind '" + kind + "'"));
+      return;
     }
-  } catch (const Json::exception& e) {
-    AddResult(id, InvalidArgument("command " + std::to_string(id) + " (" + kind +
-                                  "): " + std::string(e.what())));
+    case api::CommandKind::kKill:
+      return AddResult(id, Kill(c));
+    case api::CommandKind::kResize:
+      return AddResult(id, Resize(c));
+    case api::CommandKind::kFault:
+      return AddResult(id, Fault(c));
+    case api::CommandKind::kCheckpoint:
+      return RunOnWorker(&Agent::Checkpoint, c);
+    case api::CommandKind::kRestore:
+      return RunOnWorker(&Agent::Restore, c);
+    case api::CommandKind::kMigrateIn:
+      return RunOnWorker(&Agent::MigrateIn, c);
+    case api::CommandKind::kMigrateOut:
+      return RunOnWorker(&Agent::MigrateOut, c);
   }
 }
 
-void Agent::RunOnWorker(void (Agent::*method)(int64_t, Json), int64_t id, const Json& command) {
+void Agent::RunOnWorker(void (Agent::*method)(const api::Command&), const api::Command& command) {
   auto done = std::make_shared<std::atomic<bool>>(false);
-  std::thread thread([this, method, id, command, done] {
-    try {
-      (this->*method)(id, command);
-    } catch (const Json::exception& e) {
-      AddResult(id, InvalidArgument("command " + std::to_string(id) + ": " + e.what()));
-    }
+  std::thread thread([this, method, command, done] {
+    (this->*method)(command);
     done->store(true);
   });
   workers_.push_back({std::move(thread), done});

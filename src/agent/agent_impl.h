@@ -35,6 +35,7 @@
 
 #include "paladin/agent/agent.h"
 #include "paladin/api/client.h"
+#include "paladin/api/wire.h"
 #include "paladin/base/status.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/criu.h"
@@ -125,7 +126,7 @@ class Agent {
   void RememberCommand(int64_t id);
   void LoadCommandIds();
   void StopWorkers(bool all);
-  void RunOnWorker(void (Agent::*method)(int64_t, Json), int64_t id, const Json& command);
+  void RunOnWorker(void (Agent::*method)(const api::Command&), const api::Command& command);
 
   // --- gpus.cc ---
   Status DiscoverGpus();
@@ -149,11 +150,9 @@ class Agent {
   // Whether this node's workloads can be checkpointed (root, CRIU, and for workloads of another
   // user paladin-workload-init and CRIU's access to their resource limits); says why not.
   void DecideCheckpointable();
-  StatusOr<std::unique_ptr<Workload>> Launch(const Json& command);
+  StatusOr<std::unique_ptr<Workload>> Launch(const api::Command& c);
   // Launch's second half, once the job has its user: run directory, region, the process.
-  Status LaunchAs(const Json& command, const std::vector<std::string>& argv,
-                  const std::vector<std::pair<std::string, std::string>>& job_env,
-                  const quota::RegionSettings& settings, Workload* w);
+  Status LaunchAs(const api::Command& c, const quota::RegionSettings& settings, Workload* w);
   // The user a new job runs as: a uid of its own from the pool, or the shared --user.
   Status AssignUser(Workload* w);
   // Holds `uid` for a restored or received copy of job `w` (CRIU restores the image's uid).
@@ -190,23 +189,23 @@ class Agent {
                                             const std::string& gpu_uuid);
 
   // --- commands.cc ---
-  Status Start(const Json& c, Json* detail);
-  Status Kill(const Json& c);
-  Status Resize(const Json& c);
-  Status Fault(const Json& c);
-  void Checkpoint(int64_t id, Json c);
-  void Restore(int64_t id, Json c);
+  Status Start(const api::Command& c, Json* detail);
+  Status Kill(const api::Command& c);
+  Status Resize(const api::Command& c);
+  Status Fault(const api::Command& c);
+  void Checkpoint(const api::Command& c);
+  void Restore(const api::Command& c);
   // Where a restored or received copy of `job` may be written (RestoreJob's placement).
   ckpt::RestorePlacement PlacementFor(const std::string& job) const;
-  void MigrateIn(int64_t id, Json c);
-  void MigrateOut(int64_t id, Json c);
+  void MigrateIn(const api::Command& c);
+  void MigrateOut(const api::Command& c);
   StatusOr<ckpt::Criu> ReadyCriu();
   Status CommitMigration(int64_t migration);
   // POST /v1/migrations/{id}/abort: true when the server had committed the move.
   StatusOr<bool> ResolveMigration(int64_t migration);
-  Workload* Claim(const Json& c, Status* why);  // marks the job busy; takes mu_
-  // Claim, then CRIU made ready; on failure answers command `id` and returns null.
-  Workload* ClaimForCriu(int64_t id, const Json& c, StatusOr<ckpt::Criu>* criu);
+  Workload* Claim(const api::Command& c, Status* why);  // marks the job busy; takes mu_
+  // Claim, then CRIU made ready; on failure answers command c and returns null.
+  Workload* ClaimForCriu(const api::Command& c, StatusOr<ckpt::Criu>* criu);
   void Release(Workload* w);  // takes mu_
   // Calls off the moves this agent waits to receive: of `job` at `epoch` (-1: any epoch; an
   // empty job: all of them). Takes mu_.

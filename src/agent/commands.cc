@@ -26,7 +26,8 @@ double Since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-int64_t Epoch(const Json& c) { return c.contains("epoch") ? c.at("epoch").get<int64_t>() : -1; }
+// The copy a command is about; -1: every copy.
+int64_t Epoch(const api::Command& c) { return c.epoch.value_or(-1); }
 
 int64_t FileSize(const std::string& path) {
   std::error_code ec;
@@ -71,11 +72,11 @@ supervise::RestoreSpec Agent::RestoreSpecFor(const Workload& user) const {
   return spec;
 }
 
-Workload* Agent::Claim(const Json& c, Status* why) {
-  const std::string id = c.at("job").get<std::string>();
+Workload* Agent::Claim(const api::Command& c, Status* why) {
+  const std::string& id = c.job;
   // A periodic checkpoint gives way to whatever is under way; a move, a stopping checkpoint or a
   // resize waits (up to two minutes) for a periodic checkpoint to finish.
-  const bool patient = !(c.value("kind", "") == "checkpoint" && c.value("mode", "keep") == "keep");
+  const bool patient = !(c.kind == api::CommandKind::kCheckpoint && c.mode == "keep");
   for (int waited = 0; patient && waited < 1200; ++waited) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -108,17 +109,17 @@ Workload* Agent::Claim(const Json& c, Status* why) {
   return nullptr;
 }
 
-Workload* Agent::ClaimForCriu(int64_t id, const Json& c, StatusOr<ckpt::Criu>* criu) {
+Workload* Agent::ClaimForCriu(const api::Command& c, StatusOr<ckpt::Criu>* criu) {
   Status why;
   Workload* w = Claim(c, &why);
   if (w == nullptr) {
-    AddResult(id, why);
+    AddResult(c.id, why);
     return nullptr;
   }
   *criu = ReadyCriu();
   if (!criu->ok()) {
     Release(w);
-    AddResult(id, criu->status());
+    AddResult(c.id, criu->status());
     return nullptr;
   }
   return w;
@@ -148,9 +149,9 @@ StatusOr<ckpt::Criu> Agent::ReadyCriu() {
   return *criu_;
 }
 
-Status Agent::Start(const Json& c, Json* detail) {
-  const std::string id = c.at("job").get<std::string>();
-  const int64_t epoch = c.value("epoch", int64_t{0});
+Status Agent::Start(const api::Command& c, Json* detail) {
+  const std::string& id = c.job;
+  const int64_t epoch = c.epoch.value_or(0);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (Workload* w = Find(id, epoch); w != nullptr && w->state != "exited") {
@@ -186,8 +187,8 @@ void Agent::CallOffIncoming(const std::string& job, int64_t epoch) {
   }
 }
 
-Status Agent::Kill(const Json& c) {
-  const std::string id = c.at("job").get<std::string>();
+Status Agent::Kill(const api::Command& c) {
+  const std::string& id = c.job;
   const int64_t epoch = Epoch(c);
   // A move of the job here that failed elsewhere: stop waiting for it.
   CallOffIncoming(id, epoch);
@@ -218,19 +219,19 @@ Status Agent::Kill(const Json& c) {
   return result;
 }
 
-Status Agent::Resize(const Json& c) {
-  const std::string id = c.at("job").get<std::string>();
+Status Agent::Resize(const api::Command& c) {
+  const std::string& id = c.job;
   std::lock_guard<std::mutex> lock(mu_);
   Workload* w = Find(id, Epoch(c));
   if (w == nullptr) return NotFound("job " + id + " does not run here");
   if (w->region == nullptr) return FailedPrecondition("job " + id + " has no GPU-memory quota");
   const uint64_t before = w->region->quota();
-  if (c.contains("quota_bytes")) {
-    w->quota_bytes = c.at("quota_bytes").get<uint64_t>();
+  if (c.quota_bytes) {
+    w->quota_bytes = static_cast<uint64_t>(*c.quota_bytes);
     w->region->SetQuota(w->quota_bytes);
   }
-  if (c.contains("ceiling_bytes")) {
-    w->ceiling_bytes = c.at("ceiling_bytes").get<uint64_t>();
+  if (c.ceiling_bytes) {
+    w->ceiling_bytes = static_cast<uint64_t>(*c.ceiling_bytes);
     w->region->SetCeiling(w->ceiling_bytes);
   }
   StartGrower(w);
@@ -242,8 +243,8 @@ Status Agent::Resize(const Json& c) {
 
 // Posts an Xid or ECC event on an emulated GPU, as its hardware would; the health watcher hears
 // it like any NVML event and judges it. Answers once the watcher has handled it.
-Status Agent::Fault(const Json& c) {
-  const int index = c.at("gpu_index").get<int>();
+Status Agent::Fault(const api::Command& c) {
+  const int index = c.gpu_index;
   const std::string uuid = GpuUuid(index);
   if (uuid.empty()) return NotFound("no GPU " + std::to_string(index) + " here");
   if (!driver_.emulated) {
@@ -253,8 +254,7 @@ Status Agent::Fault(const Json& c) {
   if (!health_thread_.joinable()) {
     return FailedPrecondition("GPU health events are not watched: " + health_watch_error_);
   }
-  // "kind" names the command: the fault's kind comes as fault_kind.
-  const std::string kind = c.value("fault_kind", std::string("xid"));
+  const std::string& kind = c.fault_kind;
   uint64_t type = 0;
   if (kind == "xid") {
     type = PALADIN_NVML_EVENT_XID;
@@ -265,10 +265,7 @@ Status Agent::Fault(const Json& c) {
   } else {
     return InvalidArgument("fault_kind: expected xid, ecc or ecc-corrected, not " + kind);
   }
-  // The server sends the Xid as a (signed) JSON integer.
-  const int64_t code =
-      c.contains("code") && c.at("code").is_number_integer() ? c.at("code").get<int64_t>() : 79;
-  if (code < 0) return InvalidArgument("code: an Xid is not negative");
+  const int64_t code = c.code;  // not negative (DecodeCommand)
   std::unique_lock<std::mutex> lock(gpu_mu_);
   const uint64_t before = health_events_;
   lock.unlock();
@@ -281,15 +278,12 @@ Status Agent::Fault(const Json& c) {
   return Status::Ok();
 }
 
-void Agent::Checkpoint(int64_t id, Json c) {
-  const std::string mode = c.value("mode", std::string("keep"));
-  const std::string dir = c.at("dir").get<std::string>();
-  if (mode != "keep" && mode != "stop") {
-    AddResult(id, InvalidArgument("checkpoint mode '" + mode + "': expected keep or stop"));
-    return;
-  }
+void Agent::Checkpoint(const api::Command& c) {
+  const int64_t id = c.id;
+  const std::string& mode = c.mode;  // keep or stop (DecodeCommand)
+  const std::string& dir = c.dir;
   StatusOr<ckpt::Criu> criu = Internal("unset");
-  Workload* w = ClaimForCriu(id, c, &criu);
+  Workload* w = ClaimForCriu(c, &criu);
   if (w == nullptr) return;
   ckpt::CheckpointOptions options;
   options.after = mode == "keep" ? ckpt::CheckpointOptions::After::kLeaveRunning
@@ -321,12 +315,13 @@ void Agent::Checkpoint(int64_t id, Json c) {
   AddResult(id, Status::Ok(), detail);
 }
 
-void Agent::Restore(int64_t id, Json c) {
-  const std::string job = c.at("job").get<std::string>();
-  const int64_t epoch = c.value("epoch", int64_t{0});
-  const std::string image = c.at("image").get<std::string>();
-  const int gpu_index = c.value("gpu_index", 0);
-  std::string gpu_uuid = c.value("gpu_uuid", std::string());
+void Agent::Restore(const api::Command& c) {
+  const int64_t id = c.id;
+  const std::string& job = c.job;
+  const int64_t epoch = c.epoch.value_or(0);
+  const std::string& image = c.image;
+  const int gpu_index = std::max(c.gpu_index, 0);
+  std::string gpu_uuid = c.gpu_uuid;
   if (gpu_uuid.empty()) gpu_uuid = GpuUuid(gpu_index);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -357,11 +352,7 @@ void Agent::Restore(int64_t id, Json c) {
   spec.gpu_uuid = gpu_uuid;
   // Every GPU the process saw must be paired (the server may send the whole source node's map);
   // the ones it held memory on go to gpu_uuid.
-  if (c.contains("gpu_map") && c["gpu_map"].is_object()) {
-    for (const auto& [old_uuid, new_uuid] : c["gpu_map"].items()) {
-      spec.options.gpu_map.emplace_back(old_uuid, new_uuid.get<std::string>());
-    }
-  }
+  spec.options.gpu_map = c.gpu_map;
   StatusOr<ckpt::Criu> criu = ReadyCriu();
   if (!criu.ok()) {
     FreeUser(&user);
@@ -383,11 +374,11 @@ void Agent::Restore(int64_t id, Json c) {
     return;
   }
   TakeUser(&user, w->get());
-  if ((*w)->region != nullptr && c.contains("quota_bytes")) {
-    (*w)->quota_bytes = c.at("quota_bytes").get<uint64_t>();
+  if ((*w)->region != nullptr && c.quota_bytes) {
+    (*w)->quota_bytes = static_cast<uint64_t>(*c.quota_bytes);
     (*w)->region->SetQuota((*w)->quota_bytes);
-    if (c.contains("ceiling_bytes")) {
-      (*w)->ceiling_bytes = c.at("ceiling_bytes").get<uint64_t>();
+    if (c.ceiling_bytes) {
+      (*w)->ceiling_bytes = static_cast<uint64_t>(*c.ceiling_bytes);
       (*w)->region->SetCeiling((*w)->ceiling_bytes);
     }
     StartGrower(w->get());
@@ -406,11 +397,12 @@ void Agent::Restore(int64_t id, Json c) {
   AddResult(id, Status::Ok(), {{"pid", pid}});
 }
 
-void Agent::MigrateIn(int64_t id, Json c) {
-  const std::string job = c.at("job").get<std::string>();
-  const int64_t epoch = c.value("epoch", int64_t{0});
-  const int gpu_index = c.value("gpu_index", 0);
-  std::string gpu_uuid = c.value("gpu_uuid", std::string());
+void Agent::MigrateIn(const api::Command& c) {
+  const int64_t id = c.id;
+  const std::string& job = c.job;
+  const int64_t epoch = c.epoch.value_or(0);
+  const int gpu_index = std::max(c.gpu_index, 0);
+  std::string gpu_uuid = c.gpu_uuid;
   if (gpu_uuid.empty()) gpu_uuid = GpuUuid(gpu_index);
   if (job.empty() || job.find('/') != std::string::npos || job[0] == '.') {
     AddResult(id, InvalidArgument("migrate_in: bad job id '" + job + "'"));
@@ -418,20 +410,16 @@ void Agent::MigrateIn(int64_t id, Json c) {
   }
   migrate::DestinationOptions options;
   options.placement = PlacementFor(job);
-  options.port = c.at("port").get<int>();
-  options.token = c.at("token").get<std::string>();
+  options.port = c.port;
+  options.token = c.token;
   options.bind_address = options_.address;
   options.dir =
       data_dir_ + "/incoming/" + job + "-" + std::to_string(epoch) + "-" + std::to_string(id);
   // The destination maps the source's GPU onto its own before the image arrives, so it must be
   // told which it was (from_gpu_uuid, or a whole gpu_map).
-  const std::string from = c.value("from_gpu_uuid", std::string());
-  if (c.contains("gpu_map") && c["gpu_map"].is_object()) {
-    for (const auto& [old_uuid, new_uuid] : c["gpu_map"].items()) {
-      options.gpu_map.emplace_back(old_uuid, new_uuid.get<std::string>());
-    }
-  }
-  if (!from.empty() && from != gpu_uuid && !c.contains("gpu_map")) {
+  const std::string& from = c.from_gpu_uuid;
+  options.gpu_map = c.gpu_map;
+  if (!from.empty() && from != gpu_uuid && c.gpu_map.empty()) {
     options.gpu_map.emplace_back(from, gpu_uuid);
   }
   std::error_code ec;
@@ -487,7 +475,7 @@ void Agent::MigrateIn(int64_t id, Json c) {
   options.lease_fd = lease_fd_;
   // Recorded before the source hears of it: if this agent dies now, its successor finds the
   // stopped copy and asks the server what became of the move (SettleInterruptedMoves).
-  const int64_t migration_id = c.value("migration", int64_t{0});
+  const int64_t migration_id = c.migration;
   options.restored = [&](const ckpt::JobRecord& restored) {
     Workload pending;
     pending.id = job;
@@ -509,7 +497,7 @@ void Agent::MigrateIn(int64_t id, Json c) {
   // The source follows the server's row, not this side's answers: nothing to answer afterwards.
   options.answer_for_s = 0;
   // The server's row decides a move whose source went away after the restore.
-  const int64_t migration = c.value("migration", int64_t{0});
+  const int64_t migration = c.migration;
   if (migration > 0) {
     options.resolve = [this, migration] { return ResolveMigration(migration); };
   }
@@ -650,19 +638,20 @@ void Agent::SettleInterruptedMoves() {
   }
 }
 
-void Agent::MigrateOut(int64_t id, Json c) {
+void Agent::MigrateOut(const api::Command& c) {
+  const int64_t id = c.id;
   migrate::MigrateOptions options;
-  options.host = c.at("to_address").get<std::string>();
-  options.port = c.at("to_port").get<int>();
-  options.token = c.at("token").get<std::string>();
-  const int64_t migration = c.at("migration").get<int64_t>();
+  options.host = c.to_address;
+  options.port = c.port;
+  options.token = c.token;
+  const int64_t migration = c.migration;
   options.commit = [this, migration] { return CommitMigration(migration); };
   options.id = std::to_string(migration);
   options.work_dir = data_dir_ + "/outgoing";
   std::error_code ec;
   fs::create_directories(options.work_dir, ec);
   StatusOr<ckpt::Criu> criu = Internal("unset");
-  Workload* w = ClaimForCriu(id, c, &criu);
+  Workload* w = ClaimForCriu(c, &criu);
   if (w == nullptr) return;
   const std::string job = w->id;
   // Recorded before the dump stops the job: if this agent dies before the move is settled, its

@@ -157,38 +157,26 @@ void Agent::DecideCheckpointable() {
   checkpointable_ = true;
 }
 
-StatusOr<std::unique_ptr<Workload>> Agent::Launch(const Json& c) {
+StatusOr<std::unique_ptr<Workload>> Agent::Launch(const api::Command& c) {
   auto w = std::make_unique<Workload>();
-  w->id = c.at("job").get<std::string>();
-  w->epoch = c.value("epoch", int64_t{0});
-  const std::vector<std::string> command = c.at("command").get<std::vector<std::string>>();
-  if (command.empty()) return InvalidArgument("start " + w->id + ": empty command");
+  w->id = c.job;
+  w->epoch = c.epoch.value_or(0);
+  if (c.command.empty()) return InvalidArgument("start " + w->id + ": empty command");
   if (w->id.empty() || w->id.find('/') != std::string::npos || w->id[0] == '.') {
     return InvalidArgument("start: bad job id '" + w->id + "'");
   }
-  // The server checked it at submit; the supervisor checks it again before it reaches a process.
-  std::vector<std::pair<std::string, std::string>> job_env;
-  if (c.contains("env")) {
-    if (!c["env"].is_object()) return InvalidArgument("start " + w->id + ": env: not an object");
-    for (const auto& [key, value] : c["env"].items()) {
-      if (!value.is_string()) {
-        return InvalidArgument("start " + w->id + ": env: " + key.substr(0, 64) + ": not a string");
-      }
-      job_env.emplace_back(key, value.get<std::string>());
-    }
-  }
-  w->gpu_index = c.value("gpu_index", -1);
-  w->gpu_uuid = c.value("gpu_uuid", std::string());
+  w->gpu_index = c.gpu_index;
+  w->gpu_uuid = c.gpu_uuid;
   if (w->gpu_uuid.empty() && w->gpu_index >= 0) w->gpu_uuid = GpuUuid(w->gpu_index);
   quota::RegionSettings settings;
-  settings.quota_bytes = c.value("quota_bytes", uint64_t{0});
-  settings.ceiling_bytes = c.value("ceiling_bytes", uint64_t{0});
+  settings.quota_bytes = static_cast<uint64_t>(c.quota_bytes.value_or(0));
+  settings.ceiling_bytes = static_cast<uint64_t>(c.ceiling_bytes.value_or(0));
   if (settings.ceiling_bytes < settings.quota_bytes) settings.ceiling_bytes = 0;
 
   w->quota_bytes = settings.quota_bytes;
   w->ceiling_bytes = settings.ceiling_bytes;
   PALADIN_RETURN_IF_ERROR(AssignUser(w.get()));
-  Status launched = LaunchAs(c, command, job_env, settings, w.get());
+  Status launched = LaunchAs(c, settings, w.get());
   if (!launched.ok()) {
     FreeUser(w.get());
     return launched;
@@ -196,19 +184,18 @@ StatusOr<std::unique_ptr<Workload>> Agent::Launch(const Json& c) {
   return w;
 }
 
-Status Agent::LaunchAs(const Json& c, const std::vector<std::string>& command,
-                       const std::vector<std::pair<std::string, std::string>>& job_env,
-                       const quota::RegionSettings& settings, Workload* w) {
+Status Agent::LaunchAs(const api::Command& c, const quota::RegionSettings& settings, Workload* w) {
   const std::string run_dir = workloads_dir_ + "/" + w->id + "-" + std::to_string(w->epoch);
   std::error_code ec;
   fs::remove_all(run_dir, ec);  // a start that failed half-way before
 
   supervise::LaunchSpec spec;
-  spec.name = c.value("name", w->id);
-  spec.command = command;
+  spec.name = c.name.empty() ? w->id : c.name;
+  spec.command = c.command;
   spec.run_dir = run_dir;
   spec.cwd = run_dir;
-  spec.env = job_env;
+  // The server checked it at submit; the supervisor checks it again before it reaches a process.
+  spec.env.assign(c.env.begin(), c.env.end());
   spec.env_from_team = true;
   spec.inherit_env = false;  // nothing of the agent's own environment reaches a job
   spec.home = run_dir;
@@ -218,7 +205,7 @@ Status Agent::LaunchAs(const Json& c, const std::vector<std::string>& command,
   spec.gpu.driver = driver_;
   spec.gpu.quota = settings;
   spec.gpu.visible = w->gpu_uuid;
-  spec.gpu.compute_share = c.value("compute_share", 0);
+  spec.gpu.compute_share = c.compute_share;
   spec.uid = w->uid;
   spec.gid = w->gid;
   spec.owner = supervise::Owner::kJob;

@@ -1,4 +1,4 @@
-// The heartbeat's types and their JSON (include/paladin/api/wire.h).
+// The heartbeat's and the commands' types and their JSON (include/paladin/api/wire.h).
 #include "paladin/api/wire.h"
 
 namespace paladin::api {
@@ -81,7 +81,263 @@ StatusOr<JobReport> DecodeJob(const Json& r, const std::string& where) {
   return j;
 }
 
+constexpr std::pair<CommandKind, const char*> kCommandKinds[] = {
+    {CommandKind::kStart, "start"},           {CommandKind::kRestore, "restore"},
+    {CommandKind::kCheckpoint, "checkpoint"}, {CommandKind::kKill, "kill"},
+    {CommandKind::kResize, "resize"},         {CommandKind::kFault, "fault"},
+    {CommandKind::kMigrateIn, "migrate_in"},  {CommandKind::kMigrateOut, "migrate_out"},
+};
+
+bool Launches(CommandKind k) {
+  return k == CommandKind::kStart || k == CommandKind::kRestore || k == CommandKind::kMigrateIn;
+}
+
+// A field that must be there: absent or null is an error naming it.
+Status Required(const Json& o, const char* key, const std::string& where) {
+  if (!o.contains(key) || o[key].is_null()) return Wrong(where, key, "missing");
+  return Status::Ok();
+}
+
+Status OptionalInt(const Json& o, const char* key, int64_t lo, int64_t hi, const std::string& where,
+                   std::optional<int64_t>* out) {
+  if (!o.contains(key) || o[key].is_null()) return Status::Ok();
+  int64_t n = 0;
+  PALADIN_RETURN_IF_ERROR(Int(o, key, lo, hi, where, &n));
+  *out = n;
+  return Status::Ok();
+}
+
+Status SmallInt(const Json& o, const char* key, int lo, int hi, const std::string& where,
+                int* out) {
+  int64_t n = *out;
+  PALADIN_RETURN_IF_ERROR(Int(o, key, lo, hi, where, &n));
+  *out = static_cast<int>(n);
+  return Status::Ok();
+}
+
+Status Strings(const Json& o, const char* key, const std::string& where,
+               std::vector<std::string>* out) {
+  if (!o.contains(key) || o[key].is_null()) return Status::Ok();
+  const Json& v = o[key];
+  if (!v.is_array()) return Wrong(where, key, "expected a list of strings");
+  for (const Json& e : v) {
+    if (!e.is_string()) return Wrong(where, key, "expected a list of strings");
+    out->push_back(e.get<std::string>());
+  }
+  return Status::Ok();
+}
+
+// An object of strings: the env, or the GPU map.
+Status StringMap(const Json& o, const char* key, const std::string& where,
+                 std::vector<std::pair<std::string, std::string>>* out) {
+  if (!o.contains(key) || o[key].is_null()) return Status::Ok();
+  const Json& v = o[key];
+  if (!v.is_object()) return Wrong(where, key, "expected an object");
+  for (const auto& [k, value] : v.items()) {
+    if (!value.is_string()) return Wrong(where, key, k.substr(0, 64) + ": expected a string");
+    out->emplace_back(k, value.get<std::string>());
+  }
+  return Status::Ok();
+}
+
+Json MapJson(const std::vector<std::pair<std::string, std::string>>& pairs) {
+  Json out = Json::object();
+  for (const auto& [k, v] : pairs) out[k] = v;
+  return out;
+}
+
 }  // namespace
+
+const char* CommandKindName(CommandKind kind) {
+  for (const auto& [k, name] : kCommandKinds) {
+    if (k == kind) return name;
+  }
+  return "unknown";
+}
+
+std::optional<CommandKind> CommandKindNamed(const std::string& name) {
+  for (const auto& [k, n] : kCommandKinds) {
+    if (name == n) return k;
+  }
+  return std::nullopt;
+}
+
+Command KillCommand(std::optional<int64_t> epoch) {
+  Command c;
+  c.kind = CommandKind::kKill;
+  c.epoch = epoch;
+  return c;
+}
+
+Command CheckpointCommand(const std::string& mode, const std::string& dir) {
+  Command c;
+  c.kind = CommandKind::kCheckpoint;
+  c.mode = mode;
+  c.dir = dir;
+  return c;
+}
+
+Command FaultCommand(int gpu_index, const std::string& fault_kind, int64_t code) {
+  Command c;
+  c.kind = CommandKind::kFault;
+  c.gpu_index = gpu_index;
+  c.fault_kind = fault_kind;
+  c.code = code;
+  return c;
+}
+
+Json ToJson(const Command& c) {
+  Json out = {{"id", c.id}, {"kind", CommandKindName(c.kind)}};
+  if (!c.job.empty()) out["job"] = c.job;
+  if (c.epoch) out["epoch"] = *c.epoch;
+  if (Launches(c.kind)) {
+    out["name"] = c.name;
+    out["command"] = c.command;
+    out["env"] = c.env;
+    out["gpu_index"] = c.gpu_index;
+    out["gpu_uuid"] = c.gpu_uuid;
+    if (c.kind != CommandKind::kMigrateIn) out["gpu_indices"] = c.gpu_indices;
+    if (c.compute_share != 0) out["compute_share"] = c.compute_share;
+    if (!c.gpu_map.empty()) out["gpu_map"] = MapJson(c.gpu_map);
+  }
+  if (Launches(c.kind) || c.kind == CommandKind::kResize) {
+    if (c.quota_bytes) out["quota_bytes"] = *c.quota_bytes;
+    if (c.ceiling_bytes) out["ceiling_bytes"] = *c.ceiling_bytes;
+  }
+  switch (c.kind) {
+    case CommandKind::kRestore:
+      out["image"] = c.image;
+      break;
+    case CommandKind::kCheckpoint:
+      out["mode"] = c.mode;
+      out["dir"] = c.dir;
+      break;
+    case CommandKind::kFault:
+      out["gpu_index"] = c.gpu_index;
+      out["fault_kind"] = c.fault_kind;
+      out["code"] = c.code;
+      break;
+    case CommandKind::kMigrateIn:
+      out["migration"] = c.migration;
+      out["port"] = c.port;
+      out["token"] = c.token;
+      out["from"] = c.from_node;
+      out["from_gpu_uuid"] = c.from_gpu_uuid;
+      out["address"] = c.address;
+      break;
+    case CommandKind::kMigrateOut:
+      out["migration"] = c.migration;
+      out["to_port"] = c.port;
+      out["token"] = c.token;
+      out["to_address"] = c.to_address;
+      out["to"] = c.to_node;
+      out["to_gpu"] = c.to_gpu;
+      out["to_gpu_uuid"] = c.to_gpu_uuid;
+      break;
+    case CommandKind::kStart:
+    case CommandKind::kKill:
+    case CommandKind::kResize:
+      break;
+  }
+  return out;
+}
+
+StatusOr<Command> DecodeCommand(const Json& body) {
+  if (!body.is_object()) return InvalidArgument("command: expected a JSON object");
+  Command c;
+  PALADIN_RETURN_IF_ERROR(Int(body, "id", 1, kMaxCount, "", &c.id));
+  if (c.id == 0) return InvalidArgument("command: id: missing");
+  std::string kind;
+  PALADIN_RETURN_IF_ERROR(Str(body, "kind", "command " + std::to_string(c.id) + ": ", &kind));
+  const std::optional<CommandKind> named = CommandKindNamed(kind);
+  if (!named) {
+    return InvalidArgument("command " + std::to_string(c.id) + ": unknown command kind '" +
+                           kind.substr(0, 64) + "'");
+  }
+  c.kind = *named;
+  const std::string where = "command " + std::to_string(c.id) + " (" + kind + "): ";
+  PALADIN_RETURN_IF_ERROR(Str(body, "job", where, &c.job));
+  if (c.kind != CommandKind::kFault && c.job.empty()) return Wrong(where, "job", "missing");
+  PALADIN_RETURN_IF_ERROR(OptionalInt(body, "epoch", 0, kMaxCount, where, &c.epoch));
+  if (Launches(c.kind)) {
+    PALADIN_RETURN_IF_ERROR(Str(body, "name", where, &c.name));
+    PALADIN_RETURN_IF_ERROR(Strings(body, "command", where, &c.command));
+    std::vector<std::pair<std::string, std::string>> env;
+    PALADIN_RETURN_IF_ERROR(StringMap(body, "env", where, &env));
+    c.env.insert(env.begin(), env.end());
+    PALADIN_RETURN_IF_ERROR(SmallInt(body, "gpu_index", -1, 1023, where, &c.gpu_index));
+    PALADIN_RETURN_IF_ERROR(Str(body, "gpu_uuid", where, &c.gpu_uuid));
+    if (body.contains("gpu_indices") && body["gpu_indices"].is_array()) {
+      for (const Json& g : body["gpu_indices"]) {
+        if (!g.is_number_integer() || g.get<int64_t>() < 0 || g.get<int64_t>() > 1023) {
+          return Wrong(where, "gpu_indices", "expected a list of GPU indices");
+        }
+        c.gpu_indices.push_back(g.get<int>());
+      }
+    }
+    PALADIN_RETURN_IF_ERROR(SmallInt(body, "compute_share", 0, 100, where, &c.compute_share));
+    PALADIN_RETURN_IF_ERROR(StringMap(body, "gpu_map", where, &c.gpu_map));
+  }
+  if (Launches(c.kind) || c.kind == CommandKind::kResize) {
+    PALADIN_RETURN_IF_ERROR(OptionalInt(body, "quota_bytes", 0, kMaxCount, where, &c.quota_bytes));
+    PALADIN_RETURN_IF_ERROR(
+        OptionalInt(body, "ceiling_bytes", 0, kMaxCount, where, &c.ceiling_bytes));
+  }
+  switch (c.kind) {
+    case CommandKind::kStart:
+      PALADIN_RETURN_IF_ERROR(Required(body, "command", where));
+      break;
+    case CommandKind::kRestore:
+      PALADIN_RETURN_IF_ERROR(Required(body, "image", where));
+      PALADIN_RETURN_IF_ERROR(Str(body, "image", where, &c.image));
+      break;
+    case CommandKind::kCheckpoint:
+      PALADIN_RETURN_IF_ERROR(Str(body, "mode", where, &c.mode));
+      if (c.mode != "keep" && c.mode != "stop") {
+        return Wrong(where, "mode", "expected keep or stop, not '" + c.mode.substr(0, 64) + "'");
+      }
+      PALADIN_RETURN_IF_ERROR(Required(body, "dir", where));
+      PALADIN_RETURN_IF_ERROR(Str(body, "dir", where, &c.dir));
+      break;
+    case CommandKind::kFault:
+      PALADIN_RETURN_IF_ERROR(Required(body, "gpu_index", where));
+      PALADIN_RETURN_IF_ERROR(SmallInt(body, "gpu_index", 0, 1023, where, &c.gpu_index));
+      PALADIN_RETURN_IF_ERROR(Str(body, "fault_kind", where, &c.fault_kind));
+      if (c.fault_kind != "xid" && c.fault_kind != "ecc" && c.fault_kind != "ecc-corrected") {
+        return Wrong(
+            where, "fault_kind",
+            "expected xid, ecc or ecc-corrected, not '" + c.fault_kind.substr(0, 64) + "'");
+      }
+      PALADIN_RETURN_IF_ERROR(Int(body, "code", 0, kMaxCount, where, &c.code));
+      break;
+    case CommandKind::kMigrateIn:
+      PALADIN_RETURN_IF_ERROR(Required(body, "port", where));
+      PALADIN_RETURN_IF_ERROR(SmallInt(body, "port", 1, 65534, where, &c.port));
+      PALADIN_RETURN_IF_ERROR(Required(body, "token", where));
+      PALADIN_RETURN_IF_ERROR(Str(body, "token", where, &c.token));
+      PALADIN_RETURN_IF_ERROR(Int(body, "migration", 0, kMaxCount, where, &c.migration));
+      PALADIN_RETURN_IF_ERROR(Str(body, "from", where, &c.from_node));
+      PALADIN_RETURN_IF_ERROR(Str(body, "from_gpu_uuid", where, &c.from_gpu_uuid));
+      PALADIN_RETURN_IF_ERROR(Str(body, "address", where, &c.address));
+      break;
+    case CommandKind::kMigrateOut:
+      for (const char* key : {"to_address", "to_port", "token", "migration"}) {
+        PALADIN_RETURN_IF_ERROR(Required(body, key, where));
+      }
+      PALADIN_RETURN_IF_ERROR(Str(body, "to_address", where, &c.to_address));
+      PALADIN_RETURN_IF_ERROR(SmallInt(body, "to_port", 1, 65534, where, &c.port));
+      PALADIN_RETURN_IF_ERROR(Str(body, "token", where, &c.token));
+      PALADIN_RETURN_IF_ERROR(Int(body, "migration", 0, kMaxCount, where, &c.migration));
+      PALADIN_RETURN_IF_ERROR(Str(body, "to", where, &c.to_node));
+      PALADIN_RETURN_IF_ERROR(SmallInt(body, "to_gpu", 0, 1023, where, &c.to_gpu));
+      PALADIN_RETURN_IF_ERROR(Str(body, "to_gpu_uuid", where, &c.to_gpu_uuid));
+      break;
+    case CommandKind::kKill:
+    case CommandKind::kResize:
+      break;
+  }
+  return c;
+}
 
 Json ToJson(const JobReport& r) {
   return Json{{"id", r.id},

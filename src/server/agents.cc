@@ -198,8 +198,8 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
   auto kill = [&](const std::string& why, const std::string& team) {
     if (state == "exited") return;  // nothing left to kill
     for (const auto& [cid, c] : commands_) {
-      if (c.node == n.name && c.kind == "kill" && c.job == id &&
-          c.body.value("epoch", int64_t{-1}) == epoch) {
+      if (c.node == n.name && c.command.kind == api::CommandKind::kKill && c.job == id &&
+          c.command.epoch == epoch) {
         return;  // already told
       }
     }
@@ -207,9 +207,10 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
     c.id = next_command_++;
     c.node = n.name;
     c.job = id;
-    c.kind = "kill";
     c.created_at = Now();
-    c.body = {{"id", c.id}, {"kind", "kill"}, {"job", id}, {"epoch", epoch}};
+    c.command = api::KillCommand(epoch);
+    c.command.id = c.id;
+    c.command.job = id;
     dirty_commands_.insert(c.id);
     events_.push_back(EventRecord{
         0, Now(), id, n.name, "stale_copy",
@@ -349,9 +350,11 @@ void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
   dirty_commands_.insert(c.id);
   const std::string& error = r.error;
   const Json& detail = r.detail;
-  const int64_t epoch = c.body.value("epoch", int64_t{-1});
-  if (std::optional<MigrationEvent> event = EventOfResult(c.kind, c.ok, error)) {
-    auto m = migrations_.find(c.body.value("migration", int64_t{0}));
+  const api::CommandKind kind = c.command.kind;
+  const int64_t epoch = c.command.epoch.value_or(-1);
+  if (std::optional<MigrationEvent> event =
+          EventOfResult(api::CommandKindName(kind), c.ok, error)) {
+    auto m = migrations_.find(c.command.migration);
     if (m != migrations_.end()) AdvanceMigration(m->second, *event);
     return;
   }
@@ -359,14 +362,14 @@ void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
   auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
   if (found == jobs_.end()) return;
   JobRecord& j = found->second;
-  if (c.kind == "kill") {
+  if (kind == api::CommandKind::kKill) {
     if (j.cancel_requested && !j.Terminal())
       EndJob(j, JobState::kCancelled, std::nullopt, "cancelled");
     return;
   }
   if (epoch != j.epoch || j.node != n.name) return;  // about an older placement
-  if ((c.kind == "start" || c.kind == "restore") && !c.ok) {
-    if (c.kind == "restore") {
+  if ((kind == api::CommandKind::kStart || kind == api::CommandKind::kRestore) && !c.ok) {
+    if (kind == api::CommandKind::kRestore) {
       // Never reported as a resume, never a silent start from zero: the job's policy decides.
       Accrue(j, Now());
       ReleaseJob(j);
@@ -397,10 +400,10 @@ void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
     Wake();
     return;
   }
-  if (c.kind == "checkpoint") {
-    const std::string mode = c.body.value("mode", "keep");
+  if (kind == api::CommandKind::kCheckpoint) {
+    const std::string& mode = c.command.mode;
     if (mode == "keep") j.checkpoint_in_flight = false;
-    if (c.ok) RecordCheckpoint(j, detail, c.body.value("dir", ""));
+    if (c.ok) RecordCheckpoint(j, detail, c.command.dir);
     if (mode == "stop" && j.state() == JobState::kCheckpointing) {
       if (c.ok) {
         Accrue(j, Now());
@@ -435,9 +438,9 @@ Json Control::TakeCommands(NodeRecord& n) {
     if (c.sent_at > 0 && now - c.sent_at < resend) continue;
     c.sent_at = now;
     dirty_commands_.insert(id);
-    out.push_back(c.body);
-    if (c.kind == "migrate_in") {
-      auto m = migrations_.find(c.body.value("migration", int64_t{0}));
+    out.push_back(api::ToJson(c.command));
+    if (c.command.kind == api::CommandKind::kMigrateIn) {
+      auto m = migrations_.find(c.command.migration);
       if (m != migrations_.end() && m->second.in_delivered_at == 0) {
         m->second.in_delivered_at = now;
       }

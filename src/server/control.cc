@@ -182,21 +182,18 @@ void Control::Event(const std::string& kind, const JobRecord* job, const std::st
                                 job != nullptr ? job->team : ""});
 }
 
-int64_t Control::SendCommand(const std::string& node, const std::string& kind, const JobRecord* job,
-                             Json fields) {
+int64_t Control::SendCommand(const std::string& node, api::Command command, const JobRecord* job) {
   CommandRecord c;
   c.id = next_command_++;
   c.node = node;
-  c.kind = kind;
   c.created_at = Now();
-  fields["id"] = c.id;
-  fields["kind"] = kind;
+  command.id = c.id;
   if (job != nullptr) {
     c.job = job->id;
-    fields["job"] = job->id;
-    if (!fields.contains("epoch")) fields["epoch"] = job->epoch;
+    command.job = job->id;
+    if (!command.epoch) command.epoch = job->epoch;
   }
-  c.body = std::move(fields);
+  c.command = std::move(command);
   dirty_commands_.insert(c.id);
   commands_[c.id] = std::move(c);
   return next_command_ - 1;

@@ -151,8 +151,9 @@ class Control {
   int64_t Counter(const std::string& key) const;
   void Event(const std::string& kind, const JobRecord* job, const std::string& node,
              const std::string& message);
-  int64_t SendCommand(const std::string& node, const std::string& kind, const JobRecord* job,
-                      Json fields);
+  // Queues command C for NODE, about JOB (its id, and its epoch unless C names one); returns
+  // the command's id.
+  int64_t SendCommand(const std::string& node, api::Command c, const JobRecord* job);
   TeamRecord& Team(const std::string& name);
   StatusOr<JobRecord*> FindJob(const Principal& who, const std::string& id);
   Json JobJson(const JobRecord& j) const;

@@ -260,12 +260,12 @@ StatusOr<Json> Control::Cancel(const Principal& who, const std::string& id) {
   } else {
     j.cancel_requested = true;
     j.reason = "cancelling: the agent on " + j.node + " was told to kill it";
-    SendCommand(j.node, "kill", &j, Json::object());
+    SendCommand(j.node, api::KillCommand(), &j);
     if (MigrationRecord* m = ActiveMigration(j)) {
       if (!m->commit_answer.has_value()) {
         FailMigration(*m, "the job was cancelled");
       } else {
-        SendCommand(m->to_node, "kill", &j, Json{{"epoch", m->new_epoch}});
+        SendCommand(m->to_node, api::KillCommand(m->new_epoch), &j);
       }
     }
     DirtyJob(j);
@@ -322,8 +322,7 @@ StatusOr<Json> Control::CheckpointJob(const Principal& who, const std::string& i
   j.MoveTo(JobState::kCheckpointing);
   j.reason = "checkpointing (stop) on " + j.node;
   ++j.checkpoint_seq;
-  SendCommand(j.node, "checkpoint", &j,
-              Json{{"mode", "stop"}, {"dir", CheckpointDir(j, j.checkpoint_seq)}});
+  SendCommand(j.node, api::CheckpointCommand("stop", CheckpointDir(j, j.checkpoint_seq)), &j);
   DirtyJob(j);
   Json out = JobJson(j);
   PALADIN_RETURN_IF_ERROR(Flush());

@@ -12,6 +12,7 @@
 
 #include "job_state.h"
 #include "migration_steps.h"
+#include "paladin/api/wire.h"
 
 namespace paladin::server {
 
@@ -162,8 +163,7 @@ struct CommandRecord {  // NOLINT(bugprone-exception-escape): Json's members
   int64_t id = 0;
   std::string node;
   std::string job;
-  std::string kind;
-  Json body;  // the whole command as sent
+  api::Command command;  // as sent (api::ToJson)
   double created_at = 0;
   double sent_at = 0;
   bool acked = false;

@@ -142,21 +142,23 @@ void Control::AdvanceMigration(MigrationRecord& m, const MigrationEvent& event) 
       return FailMigration(m, action.why);
     case MigrationAction::Kind::kSendMigrateIn: {
       const NodeRecord& dest = nodes_[m.to_node];
-      m.in_command = SendCommand(m.to_node, "migrate_in", &j,
-                                 Json{{"port", m.port},
-                                      {"token", m.token},
-                                      {"gpu_index", m.to_gpu},
-                                      {"gpu_uuid", m.to_uuid},
-                                      {"migration", m.id},
-                                      {"epoch", m.new_epoch},
-                                      {"name", j.name},
-                                      {"command", j.command},
-                                      {"env", j.env},
-                                      {"quota_bytes", j.quota_bytes},
-                                      {"ceiling_bytes", std::max(j.ceiling_bytes, j.quota_bytes)},
-                                      {"from", m.from_node},
-                                      {"from_gpu_uuid", j.gpu_uuid},
-                                      {"address", dest.address}});
+      api::Command in;
+      in.kind = api::CommandKind::kMigrateIn;
+      in.port = m.port;
+      in.token = m.token;
+      in.gpu_index = m.to_gpu;
+      in.gpu_uuid = m.to_uuid;
+      in.migration = m.id;
+      in.epoch = m.new_epoch;
+      in.name = j.name;
+      in.command = j.command;
+      in.env = j.env;
+      in.quota_bytes = j.quota_bytes;
+      in.ceiling_bytes = std::max(j.ceiling_bytes, j.quota_bytes);
+      in.from_node = m.from_node;
+      in.from_gpu_uuid = j.gpu_uuid;
+      in.address = dest.address;
+      m.in_command = SendCommand(m.to_node, std::move(in), &j);
       m.step = MigrationStep::kMigrateInSent;
       DirtyMigration(m);
       CrashPoint("migrate_in_sent");
@@ -164,15 +166,16 @@ void Control::AdvanceMigration(MigrationRecord& m, const MigrationEvent& event) 
     }
     case MigrationAction::Kind::kSendMigrateOut: {
       const NodeRecord& dest = nodes_[m.to_node];
-      m.out_command =
-          SendCommand(m.from_node, "migrate_out", &j,
-                      Json{{"to_address", dest.address.empty() ? "127.0.0.1" : dest.address},
-                           {"to_port", m.port},
-                           {"token", m.token},
-                           {"migration", m.id},
-                           {"to", m.to_node},
-                           {"to_gpu", m.to_gpu},
-                           {"to_gpu_uuid", m.to_uuid}});
+      api::Command out;
+      out.kind = api::CommandKind::kMigrateOut;
+      out.to_address = dest.address.empty() ? "127.0.0.1" : dest.address;
+      out.port = m.port;
+      out.token = m.token;
+      out.migration = m.id;
+      out.to_node = m.to_node;
+      out.to_gpu = m.to_gpu;
+      out.to_gpu_uuid = m.to_uuid;
+      m.out_command = SendCommand(m.from_node, std::move(out), &j);
       m.step = MigrationStep::kTransfer;
       DirtyMigration(m);
       CrashPoint("migrate_out_sent");
@@ -266,7 +269,7 @@ void Control::FailMigration(MigrationRecord& m, const std::string& why) {
     // The destination drops its copy (it never ran: the commit was refused).
     auto dest = nodes_.find(m.to_node);
     if (dest != nodes_.end() && dest->second.state != "dead") {
-      SendCommand(m.to_node, "kill", &j, Json{{"epoch", m.new_epoch}});
+      SendCommand(m.to_node, api::KillCommand(m.new_epoch), &j);
     }
     DirtyJob(j);
   }
@@ -415,8 +418,7 @@ StatusOr<Json> Control::Fault(const std::string& node, int gpu, const Json& body
     return FailedPrecondition("GPU " + std::to_string(gpu) + " of " + node +
                               " is a real GPU: faults are injected into emulated ones");
   // "kind" names the command itself: the fault's kind travels as fault_kind.
-  SendCommand(node, "fault", nullptr,
-              Json{{"gpu_index", gpu}, {"fault_kind", kind}, {"code", code}});
+  SendCommand(node, api::FaultCommand(gpu, kind, code), nullptr);
   PALADIN_RETURN_IF_ERROR(Flush());
   return Json{{"node", node}, {"gpu", gpu}, {"kind", kind}, {"code", code}, {"sent", true}};
 }
@@ -457,8 +459,7 @@ void Control::PeriodicCheckpoints(double now) {
     j.last_checkpoint_cmd_at = now;
     j.checkpoint_in_flight = true;
     ++j.checkpoint_seq;
-    SendCommand(j.node, "checkpoint", &j,
-                Json{{"mode", "keep"}, {"dir", CheckpointDir(j, j.checkpoint_seq)}});
+    SendCommand(j.node, api::CheckpointCommand("keep", CheckpointDir(j, j.checkpoint_seq)), &j);
     DirtyJob(j);
   }
 }

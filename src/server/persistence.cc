@@ -92,8 +92,12 @@ StatusOr<std::vector<CommandRecord>> Persistence::UnackedCommands(int64_t* max_i
     c.id = DbInt(r[0]);
     c.node = DbText(r[1]);
     c.job = DbText(r[2]);
-    c.kind = DbText(r[3]);
-    c.body = Json::parse(DbText(r[4]), nullptr, false);
+    StatusOr<api::Command> command = api::DecodeCommand(Json::parse(DbText(r[4]), nullptr, false));
+    if (!command.ok()) {
+      return Internal("the store's command " + std::to_string(c.id) +
+                      " does not read back: " + command.status().message());
+    }
+    c.command = std::move(*command);
     c.created_at = DbReal(r[5]);
     out.push_back(std::move(c));
   }
@@ -163,8 +167,8 @@ Status Persistence::SaveCommand(const CommandRecord& c) {
       "result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
       "delivered_at = excluded.delivered_at, acked = excluded.acked, ok = excluded.ok, "
       "result = excluded.result",
-      {c.id, c.node, c.job, c.kind, c.body.dump(), c.created_at,
-       c.sent_at > 0 ? DbValue(c.sent_at) : DbValue(nullptr), int64_t{c.acked},
+      {c.id, c.node, c.job, api::CommandKindName(c.command.kind), api::ToJson(c.command).dump(),
+       c.created_at, c.sent_at > 0 ? DbValue(c.sent_at) : DbValue(nullptr), int64_t{c.acked},
        c.acked ? DbValue(int64_t{c.ok}) : DbValue(nullptr), c.result.dump()});
 }
 

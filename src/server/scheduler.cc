@@ -247,8 +247,7 @@ bool Control::PreemptFor(const FleetView& view, JobRecord& waiting) {
     j.reason = "preempted by " + waiting.id + " (priority " + std::to_string(waiting.priority) +
                " > " + std::to_string(j.priority) + "): checkpointing to stop";
     ++j.checkpoint_seq;
-    SendCommand(j.node, "checkpoint", &j,
-                Json{{"mode", "stop"}, {"dir", CheckpointDir(j, j.checkpoint_seq)}});
+    SendCommand(j.node, api::CheckpointCommand("stop", CheckpointDir(j, j.checkpoint_seq)), &j);
     Event("preempted", &j, j.node,
           "checkpointed and stopped to make room for " + waiting.id + " (priority " +
               std::to_string(waiting.priority) + "); it resumes when room returns");
@@ -333,33 +332,27 @@ void Control::Bind(FleetView& view, JobRecord& j, const core::Placement& p,
   j.accounted_at = now;
   j.used_bytes = 0;
   const std::string where = j.node + "/" + std::to_string(j.gpu);
-  Json gpus_json = j.gpu_indices;
+  api::Command launch;
+  launch.name = j.name;
+  launch.command = j.command;
+  launch.env = j.env;
+  launch.gpu_index = j.gpu;
+  launch.gpu_indices = j.gpu_indices;
+  launch.gpu_uuid = j.gpu_uuid;
+  launch.quota_bytes = j.quota_bytes;
+  launch.ceiling_bytes = j.ceiling_bytes;
   if (j.state() == JobState::kRestoring && j.last_checkpoint) {
     j.reason = "restoring on " + where + how;
-    SendCommand(j.node, "restore", &j,
-                Json{{"image", j.last_checkpoint->path},
-                     {"name", j.name},
-                     {"command", j.command},
-                     {"env", j.env},
-                     {"gpu_index", j.gpu},
-                     {"gpu_indices", gpus_json},
-                     {"gpu_uuid", j.gpu_uuid},
-                     {"quota_bytes", j.quota_bytes},
-                     {"ceiling_bytes", j.ceiling_bytes}});
+    launch.kind = api::CommandKind::kRestore;
+    launch.image = j.last_checkpoint->path;
+    SendCommand(j.node, std::move(launch), &j);
     Event("placed", &j, j.node,
           "placed on " + where + how + " to restore from " + j.last_checkpoint->path);
   } else {
     j.MoveTo(JobState::kStarting);
     j.reason = "placed on " + where + how;
-    SendCommand(j.node, "start", &j,
-                Json{{"name", j.name},
-                     {"command", j.command},
-                     {"env", j.env},
-                     {"gpu_index", j.gpu},
-                     {"gpu_indices", gpus_json},
-                     {"gpu_uuid", j.gpu_uuid},
-                     {"quota_bytes", j.quota_bytes},
-                     {"ceiling_bytes", j.ceiling_bytes}});
+    launch.kind = api::CommandKind::kStart;
+    SendCommand(j.node, std::move(launch), &j);
     Event("placed", &j, j.node, j.reason);
   }
   if (j.mem_auto) {

@@ -92,5 +92,116 @@ TEST(WireTest, AHostileBodyIsRefusedNamingWhereAndWhat) {
   }
 }
 
+// Every kind of command the server sends reads back as it was written.
+TEST(WireTest, EveryCommandKindRoundTrips) {
+  Command start;
+  start.id = 7;
+  start.kind = CommandKind::kStart;
+  start.job = "j-1";
+  start.epoch = 3;
+  start.name = "train";
+  start.command = {"python3", "train.py"};
+  start.env = {{"SEED", "1"}};
+  start.gpu_index = 1;
+  start.gpu_indices = {1, 2};
+  start.gpu_uuid = "GPU-x";
+  start.quota_bytes = 1 << 30;
+  start.ceiling_bytes = int64_t{2} << 30;
+  Command restore = start;
+  restore.kind = CommandKind::kRestore;
+  restore.image = "/var/lib/paladin/ckpt/j-1/3";
+  restore.gpu_map = {{"GPU-a", "GPU-b"}};
+  Command in;
+  in.id = 8;
+  in.kind = CommandKind::kMigrateIn;
+  in.job = "j-1";
+  in.epoch = 4;
+  in.command = {"sleep", "1"};
+  in.port = 7400;
+  in.token = "t";
+  in.migration = 5;
+  in.from_node = "a";
+  in.from_gpu_uuid = "GPU-a";
+  in.address = "10.0.0.2";
+  Command out;
+  out.id = 9;
+  out.kind = CommandKind::kMigrateOut;
+  out.job = "j-1";
+  out.epoch = 3;
+  out.port = 7400;
+  out.token = "t";
+  out.migration = 5;
+  out.to_address = "10.0.0.2";
+  out.to_node = "b";
+  out.to_gpu = 1;
+  out.to_gpu_uuid = "GPU-b";
+  Command checkpoint = CheckpointCommand("stop", "/ckpt/j-1/4");
+  checkpoint.id = 10;
+  checkpoint.job = "j-1";
+  Command kill = KillCommand(3);
+  kill.id = 11;
+  kill.job = "j-1";
+  Command fault = FaultCommand(0, "ecc", 48);
+  fault.id = 12;
+  Command resize;
+  resize.id = 13;
+  resize.kind = CommandKind::kResize;
+  resize.job = "j-1";
+  resize.ceiling_bytes = 5;
+  for (const Command& c : {start, restore, in, out, checkpoint, kill, fault, resize}) {
+    StatusOr<Command> back = DecodeCommand(ToJson(c));
+    ASSERT_TRUE(back.ok()) << ToJson(c).dump() << ": " << back.status().message();
+    EXPECT_EQ(ToJson(*back), ToJson(c));
+    EXPECT_EQ(back->kind, c.kind);
+    EXPECT_EQ(back->epoch, c.epoch);
+  }
+  EXPECT_EQ(ToJson(start)["kind"], "start");
+  EXPECT_EQ(ToJson(out)["to_port"], 7400);
+  EXPECT_FALSE(DecodeCommand(ToJson(resize))->quota_bytes.has_value());  // absent: unchanged
+  Json no_epoch = ToJson(kill);
+  no_epoch.erase("epoch");
+  EXPECT_FALSE(DecodeCommand(no_epoch)->epoch.has_value());  // every copy
+}
+
+// A malformed command is refused naming the command, its kind and the field.
+TEST(WireTest, AMalformedCommandNamesTheField) {
+  struct Case {
+    Json body;
+    const char* says;
+  };
+  const Case cases[] = {
+      {Json::array(), "command: expected a JSON object"},
+      {Json{{"kind", "kill"}, {"job", "j"}}, "id: missing"},
+      {Json{{"id", 1}, {"kind", "reboot"}, {"job", "j"}}, "unknown command kind 'reboot'"},
+      {Json{{"id", 1}, {"kind", "kill"}}, "command 1 (kill): job: missing"},
+      {Json{{"id", 1}, {"kind", "kill"}, {"job", "j"}, {"epoch", -2}}, "(kill): epoch"},
+      {Json{{"id", 2}, {"kind", "start"}, {"job", "j"}}, "command 2 (start): command: missing"},
+      {Json{{"id", 2}, {"kind", "start"}, {"job", "j"}, {"command", {"a", 5}}},
+       "command: expected a list of strings"},
+      {Json{{"id", 2}, {"kind", "start"}, {"job", "j"}, {"command", {"a"}}, {"env", {{"K", 1}}}},
+       "env: K: expected a string"},
+      {Json{{"id", 2}, {"kind", "start"}, {"job", "j"}, {"command", {"a"}}, {"quota_bytes", -1}},
+       "quota_bytes: expected an integer from 0"},
+      {Json{{"id", 3}, {"kind", "restore"}, {"job", "j"}}, "(restore): image: missing"},
+      {Json{{"id", 4}, {"kind", "checkpoint"}, {"job", "j"}, {"mode", "pause"}, {"dir", "/d"}},
+       "mode: expected keep or stop"},
+      {Json{{"id", 4}, {"kind", "checkpoint"}, {"job", "j"}}, "dir: missing"},
+      {Json{{"id", 5}, {"kind", "fault"}, {"gpu_index", 0}, {"fault_kind", "melted"}},
+       "fault_kind: expected xid, ecc or ecc-corrected"},
+      {Json{{"id", 5}, {"kind", "fault"}, {"gpu_index", 0}, {"code", -1}}, "code"},
+      {Json{{"id", 6}, {"kind", "migrate_in"}, {"job", "j"}, {"port", 70000}, {"token", "t"}},
+       "(migrate_in): port: expected an integer from 1 to 65534"},
+      {Json{{"id", 7}, {"kind", "migrate_out"}, {"job", "j"}, {"to_address", "a"}},
+       "to_port: missing"},
+  };
+  for (const Case& c : cases) {
+    StatusOr<Command> command = DecodeCommand(c.body);
+    ASSERT_FALSE(command.ok()) << c.body.dump();
+    EXPECT_EQ(command.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(command.status().message().find(c.says), std::string::npos)
+        << c.body.dump() << " -> " << command.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace paladin::api

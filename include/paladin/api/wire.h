@@ -1,15 +1,18 @@
 // What a node agent tells the server in its heartbeat (and, for its jobs, when it registers), as
 // types both sides use: the agent encodes with ToJson, the server decodes once with
 // DecodeHeartbeat / DecodeJobReports, whose errors name the list, the field and what is wrong
-// (docs/formats/api.md, "Agents"). What the server sends back (commands) is not typed yet.
+// (docs/formats/api.md, "Agents"); and what the server answers it with: commands, which the
+// server encodes with ToJson and the agent decodes once with DecodeCommand.
 //
 // Thread safety: pure functions.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "paladin/base/status.h"
@@ -51,6 +54,76 @@ struct Heartbeat {
   std::vector<JobReport> jobs;
   std::vector<CommandResult> results;
 };
+
+enum class CommandKind {
+  kStart,       // launch the job
+  kRestore,     // restore it from an image the server holds
+  kCheckpoint,  // dump it into dir, and keep it running or stop it (mode)
+  kKill,        // end its copies here (of one epoch, or all)
+  kResize,      // change its quota and ceiling
+  kFault,       // post a GPU fault event on an emulated GPU (no job)
+  kMigrateIn,   // receive it from another node
+  kMigrateOut,  // send it to another node
+};
+
+// The kind's name on the wire ("start", "migrate_in", ...), and back.
+const char* CommandKindName(CommandKind kind);
+std::optional<CommandKind> CommandKindNamed(const std::string& name);
+
+// One command of the server's answer. The envelope (id, kind, job, epoch) is in every command;
+// a kind carries only the fields its comment names (ToJson writes those, DecodeCommand reads
+// those).
+struct Command {
+  int64_t id = 0;
+  CommandKind kind = CommandKind::kStart;
+  std::string job;               // the server's job id; "" for fault
+  std::optional<int64_t> epoch;  // which copy; absent: kill means every copy, others epoch 0
+
+  // start, restore, migrate_in: the job as it is launched or restored
+  std::string name;
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;
+  int gpu_index = -1;
+  std::vector<int> gpu_indices;  // start, restore
+  std::string gpu_uuid;
+  // start, restore, migrate_in, resize (absent in a resize: unchanged)
+  std::optional<int64_t> quota_bytes;
+  std::optional<int64_t> ceiling_bytes;
+  int compute_share = 0;  // start: percent of the GPU's time; 0 for no limit
+
+  std::string image;                                         // restore: the image's folder
+  std::vector<std::pair<std::string, std::string>> gpu_map;  // restore, migrate_in: old=new UUIDs
+
+  std::string mode = "keep";  // checkpoint: keep | stop
+  std::string dir;            // checkpoint: where the image goes
+
+  std::string fault_kind = "xid";  // fault: xid | ecc | ecc-corrected
+  int64_t code = 79;               // fault: the Xid
+  // fault uses gpu_index too.
+
+  // migrate_in and migrate_out
+  int64_t migration = 0;  // the server's move id
+  int port = 0;           // the destination's transfer port
+  std::string token;      // the move's own token
+  // migrate_in
+  std::string from_node;
+  std::string from_gpu_uuid;  // the source's GPU, mapped onto gpu_uuid here
+  std::string address;        // this node's address as the server knows it
+  // migrate_out
+  std::string to_address;
+  std::string to_node;
+  int to_gpu = 0;
+  std::string to_gpu_uuid;
+};
+
+// The commands with few fields.
+Command KillCommand(std::optional<int64_t> epoch = std::nullopt);
+Command CheckpointCommand(const std::string& mode, const std::string& dir);
+Command FaultCommand(int gpu_index, const std::string& fault_kind, int64_t code);
+
+nlohmann::json ToJson(const Command& c);
+// Errors name the field: "command 12 (migrate_in): port: expected an integer from 1 to 65535".
+StatusOr<Command> DecodeCommand(const nlohmann::json& body);
 
 nlohmann::json ToJson(const JobReport& r);
 nlohmann::json ToJson(const GpuReport& g);
