@@ -95,8 +95,8 @@ Status CheckPaladinAnnotations(const std::string& old_pod_json, const std::strin
     if (had && has && *a == *b) continue;
     const std::string what = !had ? "set" : !has ? "removed" : "changed";
     return PermissionDenied("metadata.annotations[" + k + "] " + what +
-                            ": only Paladin sets it (a user may set " + kPriorityAnnotation +
-                            " of Paladin's annotations)");
+                            ": only Paladin sets it (of its annotations a user sets only " +
+                            kPriorityAnnotation + ")");
   }
   return Status::Ok();
 }
