@@ -56,8 +56,8 @@ paladin_start() {
 }
 
 # paladin_register_webhook PORT: the webhook for the case's namespace. CREATE and UPDATE of GPU
-# pods, and of any pod that has or had a paladin.io/ annotation (Paladin's own ones are refused
-# from anyone but Paladin, also on a pod that asks for no GPU memory).
+# pods, and of any pod that has or had one of Paladin's own annotations (every paladin.io/ key but
+# paladin.io/priority: refused from anyone but Paladin, also on a pod that asks for no GPU memory).
 paladin_register_webhook() {
   "$KUBECTL" apply -f - >/dev/null <<YAML
 apiVersion: admissionregistration.k8s.io/v1
@@ -76,10 +76,11 @@ webhooks:
     expression: >-
       object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) &&
       'paladin.io/gpu-memory' in c.resources.limits) ||
-      (has(object.metadata.annotations) &&
-      object.metadata.annotations.exists(k, k.startsWith('paladin.io/'))) ||
+      (has(object.metadata.annotations) && object.metadata.annotations.exists(k,
+      k.startsWith('paladin.io/') && k != 'paladin.io/priority')) ||
       (oldObject != null && has(oldObject.metadata.annotations) &&
-      oldObject.metadata.annotations.exists(k, k.startsWith('paladin.io/')))
+      oldObject.metadata.annotations.exists(k,
+      k.startsWith('paladin.io/') && k != 'paladin.io/priority'))
   failurePolicy: Fail
   sideEffects: None
   admissionReviewVersions: [v1]
