@@ -93,10 +93,12 @@ Status CheckPaladinAnnotations(const std::string& old_pod_json, const std::strin
     const auto a = after.find(k);
     const bool had = b != before.end(), has = a != after.end();
     if (had && has && *a == *b) continue;
-    const std::string what = !had ? "set" : !has ? "removed" : "changed";
-    return PermissionDenied("metadata.annotations[" + k + "] " + what +
-                            ": only Paladin sets it (of its annotations a user sets only " +
-                            kPriorityAnnotation + ")");
+    std::string message = "metadata.annotations[" + k + "] ";
+    message += !had ? "set" : !has ? "removed" : "changed";
+    message += ": only Paladin sets it (of its annotations a user sets only ";
+    message += kPriorityAnnotation;
+    message += ")";
+    return PermissionDenied(message);
   }
   return Status::Ok();
 }
