@@ -127,16 +127,17 @@ for ((j = 0; j < ${#rest[@]} - 1; j++)); do
 done
 config=$bundle/config.json
 [[ -f $config ]] || exec "$RUNC" "$@"
-# Joined by '|' (no whitespace: read would merge empty fields), which none of the three holds.
-IFS='|' read -r from sandbox role type token pod_ns pod_name < <(jq -r '[
-  .annotations["paladin.io/restore-from"] // "",
-  .annotations["io.kubernetes.cri.sandbox-id"] // "",
-  .annotations["io.kubernetes.cri.container-name"] // "",
-  .annotations["io.kubernetes.cri.container-type"] // "",
-  .annotations["paladin.io/restore-token"] // "",
-  .annotations["io.kubernetes.cri.sandbox-namespace"] // "",
-  .annotations["io.kubernetes.cri.sandbox-name"] // ""] | map(gsub("[|]"; "?")) | join("|")' \
-  "$config")
+# Each annotation is read on its own, so that no value can shift another (a newline in one once
+# emptied the sandbox id that the refusal below needs), and one holding a control character,
+# which none of them legitimately does, is refused.
+annotation() { # KEY: its value, '' when absent
+  jq -er --arg k "$1" '(.annotations[$k] // "") as $v
+    | if ($v | type) != "string" then error("not a string")
+      elif ($v | explode | any(. < 32 or . == 127)) then error("a control character")
+      else $v end' "$config" ||
+    fail "annotation $1: not a string, or it holds a control character: refused"
+}
+sandbox=$(annotation io.kubernetes.cri.sandbox-id) || exit 1
 # CRIU's options for runc's checkpoint and restore of this container come from the config file its
 # annotation org.criu.config names (runc keeps the annotation from create on): the node's
 # network lock (CRIU's default, iptables, is a program nodes may lack).
@@ -147,6 +148,12 @@ fi
 if [[ -n $sandbox && -e $IMAGES/moved/$sandbox ]]; then
   fail "container $id of sandbox $sandbox: its pod was checkpointed away by Paladin; not started again"
 fi
+from=$(annotation paladin.io/restore-from) || exit 1
+type=$(annotation io.kubernetes.cri.container-type) || exit 1
+role=$(annotation io.kubernetes.cri.container-name) || exit 1
+token=$(annotation paladin.io/restore-token) || exit 1
+pod_ns=$(annotation io.kubernetes.cri.sandbox-namespace) || exit 1
+pod_name=$(annotation io.kubernetes.cri.sandbox-name) || exit 1
 # The pod's annotations reach its sandbox (pause) container too: only its containers are restored.
 [[ -n $from && $type == container ]] || exec "$RUNC" "$@"
 

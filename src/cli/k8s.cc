@@ -350,6 +350,10 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
                       "Give pods the emulated driver with these GPUs (e.g. 2x8GiB)");
   webhook->add_option("--emu-state-dir", args->inject.emu_state_dir,
                       "The nodes' folder of the emulated GPUs' shared state");
+  webhook->add_option("--paladin-user", args->inject.paladin_users,
+                      "The API server's user name of Paladin's scheduler and mover (e.g. "
+                      "system:serviceaccount:paladin:paladin), the only one that may set "
+                      "Paladin's own pod annotations; repeatable");
   webhook->callback([args, exit_code] { *exit_code = RunWebhook(*args); });
 
   CLI::App* move = k8s->add_subcommand(

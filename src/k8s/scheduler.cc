@@ -160,11 +160,15 @@ PodRequest ReadPod(const std::string& pod_json) {
   p.move_to = Str(annotations, kMoveToAnnotation);
   p.restores = !Str(annotations, kRestoreFromAnnotation).empty();
   if (const std::string gpu = Str(annotations, kGpuAnnotation); !gpu.empty()) {
-    p.gpu = std::atoi(gpu.c_str());
-    uint64_t bytes = 0;
-    if (base::ParseSize(Str(annotations, kGpuBytesAnnotation), &bytes)) p.bound_bytes = bytes;
+    char* end = nullptr;
+    const long v = std::strtol(gpu.c_str(), &end, 10);
+    if (end != gpu.c_str() && *end == '\0' && v >= 0 && v < 1024) p.gpu = static_cast<int>(v);
   }
   return p;
+}
+
+uint64_t BookedBytes(const PodRequest& pod) {
+  return pod.gpu >= 0 && !pod.node.empty() ? pod.gpu_memory : 0;
 }
 
 std::string TeamOfNamespace(const std::string& ns, const std::string& labels_json,
@@ -364,18 +368,19 @@ StatusOr<int> Scheduler::RunOnce() {
       if (!p.deleting) pending.push_back(std::move(p));
       continue;
     }
-    if (!p.deleting && p.bound_bytes > 0) team_used[team(p.ns)] += p.bound_bytes;
+    const uint64_t booked = BookedBytes(p);
+    if (!p.deleting && booked > 0) team_used[team(p.ns)] += booked;
     auto at = index.find(p.node);
-    if (at == index.end() || p.gpu < 0 || p.bound_bytes == 0) continue;
+    if (at == index.end() || booked == 0) continue;
     const auto& map = v.gpu_index[static_cast<size_t>(at->second)];
     auto g = std::find(map.begin(), map.end(), p.gpu);
     if (g == map.end()) continue;
     core::Placement placement;
     placement.node = at->second;
     placement.gpus.push_back(static_cast<int16_t>(g - map.begin()));
-    const core::Workload w = server::GpuShape(p.ns + "/" + p.name, p.ns, p.priority, 1,
-                                              static_cast<int64_t>(p.bound_bytes),
-                                              v.gpu_memory[static_cast<size_t>(at->second)]);
+    const core::Workload w =
+        server::GpuShape(p.ns + "/" + p.name, p.ns, p.priority, 1, static_cast<int64_t>(booked),
+                         v.gpu_memory[static_cast<size_t>(at->second)]);
     (void)v.fleet.Reserve(++reservation, w, placement);  // booked even when over-committed
   }
   // Higher priority first, then the order they came in (the server's order for its jobs).

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -46,10 +47,61 @@ const std::set<std::string>& InjectedNames() {
   return kNames;
 }
 
+std::string Str(const Json& j, const char* key) {
+  if (!j.is_object()) return "";
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+// metadata.annotations of a pod, or {} when it has none (or they are not an object, which the
+// API server would not send).
+Json Annotations(const Json& pod) {
+  if (!pod.is_object()) return Json::object();
+  const auto meta = pod.find("metadata");
+  if (meta == pod.end() || !meta->is_object()) return Json::object();
+  const auto a = meta->find("annotations");
+  return a != meta->end() && a->is_object() ? *a : Json::object();
+}
+
+Json Refusal(int code, const std::string& message) {
+  return {{"code", code}, {"message", "Paladin: " + message}};
+}
+
 constexpr char kLibVolume[] = "paladin-lib";
 constexpr char kEmuVolume[] = "paladin-emu";
 
 }  // namespace
+
+bool PaladinOnlyAnnotation(std::string_view key) {
+  return key.starts_with("paladin.io/") && key != kPriorityAnnotation;
+}
+
+Status CheckPaladinAnnotations(const std::string& old_pod_json, const std::string& pod_json) {
+  const Json old_pod =
+      old_pod_json.empty() ? Json::object() : Json::parse(old_pod_json, nullptr, false);
+  const Json pod = Json::parse(pod_json, nullptr, false);
+  if (!pod.is_object() || !old_pod.is_object())
+    return InvalidArgument("the object is not a JSON pod");
+  const Json before = Annotations(old_pod);
+  const Json after = Annotations(pod);
+  std::set<std::string> keys;
+  for (const auto& [k, v] : before.items()) keys.insert(k);
+  for (const auto& [k, v] : after.items()) keys.insert(k);
+  for (const std::string& k : keys) {
+    if (!PaladinOnlyAnnotation(k)) continue;
+    const auto b = before.find(k);
+    const auto a = after.find(k);
+    const bool had = b != before.end(), has = a != after.end();
+    if (had && has && *a == *b) continue;
+    std::string message = "metadata.annotations[" + k + "] ";
+    message += !had ? "set" : !has ? "removed" : "changed";
+    message += ": only Paladin sets it (of its annotations a user sets only ";
+    message += kPriorityAnnotation;
+    message += ")";
+    return PermissionDenied(message);
+  }
+  return Status::Ok();
+}
 
 StatusOr<std::string> PodPatch(const std::string& pod_json, const InjectOptions& options) {
   const Json pod = Json::parse(pod_json, nullptr, /*allow_exceptions=*/false);
@@ -58,6 +110,11 @@ StatusOr<std::string> PodPatch(const std::string& pod_json, const InjectOptions&
   if (!request.error.empty()) return InvalidArgument(request.error);
   if (request.gpu_memory == 0) return std::string();
   const Json spec = pod.value("spec", Json::object());
+  if (!request.node.empty()) {
+    return InvalidArgument("spec.nodeName '" + request.node + "': a pod asking for " +
+                           kGpuMemoryResource +
+                           " is placed by Paladin's scheduler, which chooses its node and GPU");
+  }
   const bool emulated = !options.emulated_gpus.empty();
   Json patch = Json::array();
 
@@ -123,23 +180,40 @@ StatusOr<std::string> PodPatch(const std::string& pod_json, const InjectOptions&
 std::string Review(const std::string& review_json, const InjectOptions& options) {
   const Json review = Json::parse(review_json, nullptr, /*allow_exceptions=*/false);
   Json response = {{"allowed", true}};
-  if (review.is_object() && review.contains("request") && review["request"].is_object()) {
+  auto refuse = [&response](int code, const std::string& message) {
+    response["allowed"] = false;
+    response["status"] = Refusal(code, message);
+  };
+  if (!review.is_object() || !review.contains("request") || !review["request"].is_object()) {
+    refuse(400, "not an AdmissionReview");
+  } else {
     const Json& request = review["request"];
-    response["uid"] = request.value("uid", "");
-    const Json kind = request.value("kind", Json::object());
-    if (kind.is_object() && kind.value("kind", "") == "Pod" && request.contains("object")) {
+    response["uid"] = Str(request, "uid");
+    const std::string operation = Str(request, "operation");
+    const std::string user = Str(request.value("userInfo", Json::object()), "username");
+    const bool paladin =
+        !user.empty() && std::find(options.paladin_users.begin(), options.paladin_users.end(),
+                                   user) != options.paladin_users.end();
+    const bool pod = Str(request.value("kind", Json::object()), "kind") == "Pod" &&
+                     request.contains("object") && request["object"].is_object();
+    const Json old_pod =
+        operation == "UPDATE" && request.contains("oldObject") && request["oldObject"].is_object()
+            ? request["oldObject"]
+            : Json::object();
+    Status trusted = Status::Ok();
+    if (pod && !paladin)
+      trusted = CheckPaladinAnnotations(old_pod.dump(), request["object"].dump());
+    if (!trusted.ok()) {
+      refuse(403, trusted.message() + " (request by '" + user.substr(0, 128) + "')");
+    } else if (pod && operation != "UPDATE") {
       StatusOr<std::string> patch = PodPatch(request["object"].dump(), options);
       if (!patch.ok()) {
-        response["allowed"] = false;
-        response["status"] = {{"code", 400}, {"message", "Paladin: " + patch.status().message()}};
+        refuse(400, patch.status().message());
       } else if (!patch->empty()) {
         response["patchType"] = "JSONPatch";
         response["patch"] = Base64(*patch);
       }
     }
-  } else {
-    response["allowed"] = false;
-    response["status"] = {{"code", 400}, {"message", "Paladin: not an AdmissionReview"}};
   }
   return Json{
       {"apiVersion", "admission.k8s.io/v1"}, {"kind", "AdmissionReview"}, {"response", response}}

@@ -84,28 +84,7 @@ echo "placement: direct (schedulerName paladin, no webhook) Pending: $message"
 
 # Paladin down: its pods are refused at creation (failurePolicy Fail), other pods are untouched.
 paladin_stop
-"$KUBECTL" apply -f - >/dev/null <<YAML
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
-metadata: {name: paladin-$NS}
-webhooks:
-- name: gpu-pods.paladin.io
-  clientConfig:
-    url: https://127.0.0.1:19444/mutate
-    caBundle: $(base64 -w0 "$CLUSTER_DIR/pki/ca.crt")
-  rules:
-  - {operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}
-  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: $NS}}
-  matchConditions:
-  - name: asks-for-gpu-memory
-    expression: >-
-      object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) &&
-      'paladin.io/gpu-memory' in c.resources.limits)
-  failurePolicy: Fail
-  sideEffects: None
-  admissionReviewVersions: [v1]
-  timeoutSeconds: 5
-YAML
+paladin_register_webhook 19444
 trap '"$KUBECTL" delete mutatingwebhookconfiguration "paladin-$NS" --ignore-not-found >/dev/null 2>&1 || true' EXIT
 rc=0
 out=$(gpu_pod down 1Gi "" 2>&1) || rc=$?

@@ -3,9 +3,9 @@
 # only the pod paladin k8s move made it for, in the namespace it was taken in, with the token the
 # node's key made, once. Pod `src` is moved into `dst` (a genuine restore); then pods that name
 # its image are created as a tenant could: from another namespace (with dst's token copied), under
-# another name, with a forged token, with none, again after the restore (a replay), naming a path
-# and naming no image. Each is refused with the reason in the pod's events, and its workload never
-# runs. Prints "security: restore-from: tried N, refused N".
+# another name, with a forged token, with none, again after the restore (a replay), naming a path,
+# naming no image, and with a newline in the image's name or the token. Each is refused with the
+# reason in the pod's events, and its workload never runs. Prints "security: restore-from: tried N, refused N".
 # Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, CLUSTER_DIR, PALADIN, K8S_NODE_FLAGS, MOVE_FLAGS.
 set -euo pipefail
 fail() {
@@ -98,6 +98,13 @@ attempt "the genuine token again (a replay)" "$NS" dst \
   "paladin.io/restore-from: $img, paladin.io/restore-token: $token" "was restored already"
 attempt "a path" "$NS" path "paladin.io/restore-from: ../../etc" "is not an image name"
 attempt "no such image" "$OTHER" none "paladin.io/restore-from: move-0-none" "no checkpoint image"
+# A newline in a value: the wrapper once read its annotations joined on one line, and a newline
+# emptied the fields after it (the sandbox id among them), skipping the refusal of a pod
+# checkpointed away. Each is read on its own now, and a control character is refused.
+attempt "a newline in restore-from" "$NS" nl \
+  "paladin.io/restore-from: \"$img\\nmove-0-x\", paladin.io/restore-token: $token" "holds a control character"
+attempt "a newline in restore-token" "$NS" nltoken \
+  "paladin.io/restore-from: $img, paladin.io/restore-token: \"$token\\n\"" "holds a control character"
 pgrep -f -- '--mib 8 --host-mib 1 --every-ms 100' >/dev/null && fail "a copy of the workload runs"
 echo "security: restore-from: tried $tried, refused $refused"
 [[ $refused == "$tried" ]] || fail "$((tried - refused)) of $tried restores not refused"

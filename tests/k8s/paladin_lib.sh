@@ -6,6 +6,10 @@
 # shellcheck shell=bash
 
 PALADIN_EMU_GPUS_SPEC=2x8GiB
+# Paladin's own identity: its scheduler and mover reach the API server with the test cluster's
+# admin certificate (K8S_NODE_FLAGS), whose user name this is. Only it may write Paladin's
+# annotations; the cases act as a tenant with `--as` (paladin_tenant).
+PALADIN_USER=paladin-test-admin
 paladin_pids=()
 
 paladin_stop() {
@@ -35,32 +39,11 @@ paladin_start() {
   "$PALADIN" k8s webhook --listen "127.0.0.1:$port" --cert "$work/webhook.crt" \
     --key "$work/webhook.key" --lib-dir "$CLUSTER_DIR/paladin/lib" \
     --emulated-gpus "$PALADIN_EMU_GPUS_SPEC" --emu-state-dir "$CLUSTER_DIR/paladin/emu" \
-    >"$work/webhook.log" 2>&1 &
+    --paladin-user "$PALADIN_USER" >"$work/webhook.log" 2>&1 &
   paladin_pids+=($!)
   "$PALADIN" k8s scheduler --interval 0.3 "${flags[@]}" >"$work/scheduler.log" 2>&1 &
   paladin_pids+=($!)
-  "$KUBECTL" apply -f - >/dev/null <<YAML
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
-metadata: {name: paladin-$NS}
-webhooks:
-- name: gpu-pods.paladin.io
-  clientConfig:
-    url: https://127.0.0.1:$port/mutate
-    caBundle: $(base64 -w0 "$pki/ca.crt")
-  rules:
-  - {operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}
-  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: $NS}}
-  matchConditions:
-  - name: asks-for-gpu-memory
-    expression: >-
-      object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) &&
-      'paladin.io/gpu-memory' in c.resources.limits)
-  failurePolicy: Fail
-  sideEffects: None
-  admissionReviewVersions: [v1]
-  timeoutSeconds: 5
-YAML
+  paladin_register_webhook "$port"
   # Ready once a GPU pod (a server-side dry run, which calls the webhook) comes back mutated.
   local i got
   for ((i = 0; i < 50; i++)); do
@@ -70,6 +53,46 @@ YAML
   done
   echo "paladin: the webhook did not answer: $(tail -3 "$work/webhook.log")"
   return 1
+}
+
+# paladin_register_webhook PORT: the webhook for the case's namespace. CREATE and UPDATE of GPU
+# pods, and of any pod that has or had one of Paladin's own annotations (every paladin.io/ key but
+# paladin.io/priority: refused from anyone but Paladin, also on a pod that asks for no GPU memory).
+paladin_register_webhook() {
+  "$KUBECTL" apply -f - >/dev/null <<YAML
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: paladin-$NS}
+webhooks:
+- name: gpu-pods.paladin.io
+  clientConfig:
+    url: https://127.0.0.1:$1/mutate
+    caBundle: $(base64 -w0 "$CLUSTER_DIR/pki/ca.crt")
+  rules:
+  - {operations: [CREATE, UPDATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}
+  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: $NS}}
+  matchConditions:
+  - name: gpu-pod-or-paladin-annotation
+    expression: >-
+      object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) &&
+      'paladin.io/gpu-memory' in c.resources.limits) ||
+      (has(object.metadata.annotations) && object.metadata.annotations.exists(k,
+      k.startsWith('paladin.io/') && k != 'paladin.io/priority')) ||
+      (oldObject != null && has(oldObject.metadata.annotations) &&
+      oldObject.metadata.annotations.exists(k,
+      k.startsWith('paladin.io/') && k != 'paladin.io/priority'))
+  failurePolicy: Fail
+  sideEffects: None
+  admissionReviewVersions: [v1]
+  timeoutSeconds: 5
+YAML
+}
+
+# paladin_tenant: a user of the case's namespace who is not Paladin (the ClusterRole edit there);
+# `"$KUBECTL" --as paladin-test-tenant` then acts as it.
+paladin_tenant() {
+  "$KUBECTL" -n "$NS" create rolebinding paladin-test-tenant --clusterrole edit \
+    --user paladin-test-tenant >/dev/null
 }
 
 # gpu_pod NAME GPU_MEMORY ANNOTATIONS [kubectl apply flags...]: a pod of the demo workload asking

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -74,8 +75,9 @@ TEST(ReadPod, SumsContainersAndNamesTheMalformedField) {
   EXPECT_EQ(p.error, "");
   EXPECT_EQ(p.gpu_memory, (1ull << 30) + (512ull << 20));
   EXPECT_EQ(p.gpu, 1);
-  EXPECT_EQ(p.bound_bytes, 1024u);
   EXPECT_EQ(p.node, "n1");
+  // Booked at what it asked (1.5 GiB), not at the 1024 its gpu-memory-bytes annotation says.
+  EXPECT_EQ(BookedBytes(p), (1ull << 30) + (512ull << 20));
 
   Json bad = pod;
   bad["metadata"]["annotations"]["paladin.io/priority"] = "high";
@@ -191,6 +193,147 @@ TEST(Review, AnswersAdmissionReviews) {
 
   out = Json::parse(Review("[]", Emulated()));
   EXPECT_EQ(out["response"]["allowed"], false);
+}
+
+// The review's attacks (docs/kubernetes.md, "What a user may set"): a pod booked by the scheduler
+// only at its own request, and Paladin's annotations refused from anyone but Paladin.
+TEST(BookedBytes, TheRequestNotTheAnnotation) {
+  // Bound with Paladin's GPU but asking for no GPU memory, claiming 1000 GiB: nothing booked.
+  const Json squatter = {
+      {"metadata",
+       {{"annotations", {{"paladin.io/gpu", "0"}, {"paladin.io/gpu-memory-bytes", "1000Gi"}}}}},
+      {"spec", {{"nodeName", "n1"}, {"containers", {{{"name", "c"}}}}}}};
+  EXPECT_EQ(BookedBytes(ReadPod(squatter.dump())), 0u);
+  // Asking 4 GiB, its annotation rewritten to 1 byte: booked at 4 GiB.
+  const Json shrunk = {
+      {"metadata",
+       {{"annotations", {{"paladin.io/gpu", "1"}, {"paladin.io/gpu-memory-bytes", "1"}}}}},
+      {"spec",
+       {{"nodeName", "n1"},
+        {"containers",
+         {{{"name", "c"}, {"resources", {{"limits", {{"paladin.io/gpu-memory", "4Gi"}}}}}}}}}}};
+  EXPECT_EQ(BookedBytes(ReadPod(shrunk.dump())), static_cast<uint64_t>(4 * kGiB));
+  // Not bound (no node, or no GPU of Paladin's, or a GPU index that is no number): nothing.
+  Json unbound = shrunk;
+  unbound["spec"].erase("nodeName");
+  EXPECT_EQ(BookedBytes(ReadPod(unbound.dump())), 0u);
+  for (const char* gpu : {"", "x", "-1", "1x", "99999"}) {
+    Json bad = shrunk;
+    bad["metadata"]["annotations"]["paladin.io/gpu"] = gpu;
+    EXPECT_EQ(BookedBytes(ReadPod(bad.dump())), 0u) << gpu;
+  }
+}
+
+Json PodReview(const std::string& operation, const std::string& user, const Json& annotations,
+               const Json& old_annotations, const std::string& node = "") {
+  Json pod = {
+      {"metadata", {{"name", "p"}, {"namespace", "ns"}, {"annotations", annotations}}},
+      {"spec",
+       {{"containers",
+         {{{"name", "c"}, {"resources", {{"limits", {{"paladin.io/gpu-memory", "1Gi"}}}}}}}}}}};
+  if (!node.empty()) pod["spec"]["nodeName"] = node;
+  Json request = {{"uid", "u"},
+                  {"kind", {{"kind", "Pod"}}},
+                  {"operation", operation},
+                  {"userInfo", {{"username", user}}},
+                  {"object", pod}};
+  if (operation == "UPDATE") {
+    Json old = pod;
+    old["metadata"]["annotations"] = old_annotations;
+    request["oldObject"] = old;
+  }
+  return {{"apiVersion", "admission.k8s.io/v1"}, {"kind", "AdmissionReview"}, {"request", request}};
+}
+
+TEST(Review, RefusesPaladinsAnnotationsFromUsers) {
+  InjectOptions o = Emulated();
+  o.paladin_users = {"system:serviceaccount:paladin:paladin"};
+  const Json none = Json::object();
+  const Json bound = {{"paladin.io/gpu", "0"},
+                      {"paladin.io/gpu-memory-bytes", "1073741824"},
+                      {"paladin.io/placement", "n1/0 by Paladin's packer"}};
+  struct Attack {
+    const char* what;
+    Json review;
+    const char* expected;
+  };
+  const std::vector<Attack> attacks = {
+      {"create with gpu-memory-bytes 1000Gi",
+       PodReview("CREATE", "alice", {{"paladin.io/gpu-memory-bytes", "1000Gi"}}, none),
+       "metadata.annotations[paladin.io/gpu-memory-bytes] set"},
+      {"create choosing its GPU", PodReview("CREATE", "alice", {{"paladin.io/gpu", "1"}}, none),
+       "metadata.annotations[paladin.io/gpu] set"},
+      {"create naming an image to restore",
+       PodReview("CREATE", "alice",
+                 {{"paladin.io/restore-from", "move-1-x"}, {"paladin.io/restore-token", "00"}},
+                 none),
+       "paladin.io/restore-from] set"},
+      {"create with move-to", PodReview("CREATE", "alice", {{"paladin.io/move-to", "n1/1"}}, none),
+       "paladin.io/move-to] set"},
+      {"create with an annotation Paladin may add later",
+       PodReview("CREATE", "alice", {{"paladin.io/anything", "1"}}, none),
+       "paladin.io/anything] set"},
+      {"create naming its node", PodReview("CREATE", "alice", none, none, "n1"),
+       "spec.nodeName 'n1'"},
+      {"Paladin's own identity naming a node",
+       PodReview("CREATE", "system:serviceaccount:paladin:paladin", none, none, "n1"),
+       "spec.nodeName 'n1'"},
+      {"annotate --overwrite gpu-memory-bytes=1",
+       PodReview("UPDATE", "alice",
+                 {{"paladin.io/gpu", "0"},
+                  {"paladin.io/gpu-memory-bytes", "1"},
+                  {"paladin.io/placement", "n1/0 by Paladin's packer"}},
+                 bound),
+       "paladin.io/gpu-memory-bytes] changed"},
+      {"annotate --overwrite gpu=1",
+       PodReview("UPDATE", "alice",
+                 {{"paladin.io/gpu", "1"},
+                  {"paladin.io/gpu-memory-bytes", "1073741824"},
+                  {"paladin.io/placement", "n1/0 by Paladin's packer"}},
+                 bound),
+       "paladin.io/gpu] changed"},
+      {"annotate gpu- (removed)",
+       PodReview("UPDATE", "alice",
+                 {{"paladin.io/gpu-memory-bytes", "1073741824"},
+                  {"paladin.io/placement", "n1/0 by Paladin's packer"}},
+                 bound),
+       "paladin.io/gpu] removed"},
+      {"an anonymous request", PodReview("CREATE", "", {{"paladin.io/gpu", "0"}}, none),
+       "paladin.io/gpu] set"},
+  };
+  int refused = 0;
+  for (const Attack& a : attacks) {
+    const Json out = Json::parse(Review(a.review.dump(), o));
+    const std::string message =
+        out["response"].value("status", Json::object()).value("message", "");
+    if (out["response"]["allowed"] == false && message.find(a.expected) != std::string::npos) {
+      ++refused;
+    } else {
+      ADD_FAILURE() << a.what << ": " << out.dump();
+    }
+  }
+  // What stays allowed: a user's priority, an update leaving Paladin's annotations as they are,
+  // and Paladin's own identity writing them (the mover's replacement pod).
+  const auto allowed = [&o](const Json& review) {
+    return Json::parse(Review(review.dump(), o))["response"]["allowed"] == true;
+  };
+  EXPECT_TRUE(allowed(PodReview("CREATE", "alice", {{"paladin.io/priority", "5"}}, none)));
+  Json relabel = bound;
+  relabel["paladin.io/priority"] = "7";
+  relabel["team.example/owner"] = "alice";
+  EXPECT_TRUE(allowed(PodReview("UPDATE", "alice", relabel, bound)));
+  EXPECT_TRUE(allowed(PodReview("CREATE", "system:serviceaccount:paladin:paladin",
+                                {{"paladin.io/restore-from", "move-1-x"},
+                                 {"paladin.io/restore-token", "00"},
+                                 {"paladin.io/move-to", "n1/1"}},
+                                none)));
+  // An update gets no patch (a pod's spec is fixed once created).
+  const Json update = Json::parse(Review(PodReview("UPDATE", "alice", bound, bound).dump(), o));
+  EXPECT_EQ(update["response"]["allowed"], true);
+  EXPECT_FALSE(update["response"].contains("patch"));
+  std::printf("security: paladin annotations (webhook): tried %zu, refused %d\n", attacks.size(),
+              refused);
+  EXPECT_EQ(refused, static_cast<int>(attacks.size()));
 }
 
 // Namespaces are teams: the administrator's label, else the namespace's own team.

@@ -53,7 +53,6 @@ struct PodRequest {
   uint64_t gpu_memory = 0;
   int32_t priority = 0;
   int gpu = -1;  // paladin.io/gpu once bound by Paladin
-  uint64_t bound_bytes = 0;
   // paladin.io/move-to NODE/GPU: the GPU paladin k8s move asked for its replacement pod (honoured
   // only with paladin.io/restore-from, i.e. for a move).
   std::string move_to;
@@ -61,6 +60,12 @@ struct PodRequest {
   std::string error;
 };
 PodRequest ReadPod(const std::string& pod_json);
+
+// What a bound pod holds on its GPU in the scheduler's books: its own request (its containers'
+// limits, which cannot change after creation), never the paladin.io/gpu-memory-bytes annotation
+// (a record for people; a user could once write it). 0 for a pod that asks for no GPU memory or
+// that no Paladin binding gave a GPU (paladin.io/gpu, which only Paladin may set: the webhook).
+uint64_t BookedBytes(const PodRequest& pod);
 
 // Namespaces are teams (docs/kubernetes.md, design 6): a namespace's label paladin.io/team names
 // its team (set by the cluster's administrator; a pod's own annotations never count), else it is

@@ -9,10 +9,18 @@
 // emulated GPU PALADIN_EMU_GPUS and PALADIN_EMU_STATE (a state file shared by the node's pods, as
 // one physical GPU is).
 //
+// Paladin's own annotations on a pod (paladin.io/gpu, gpu-memory-bytes, restore-from, ... every
+// paladin.io/ key but paladin.io/priority) decide its GPU, its quota and what it restores: only
+// Paladin's scheduler (through pods/binding, which no webhook sees) and its mover (creating a
+// move's replacement) write them. The webhook, registered for CREATE and UPDATE, refuses anyone
+// else who adds, changes or removes one, and a GPU pod that names its own node.
+//
 // Thread safety: Review is a pure function; the server answers from several threads.
 #pragma once
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "paladin/base/status.h"
 
@@ -25,14 +33,30 @@ struct InjectOptions {
   std::string emulated_gpus;                         // PALADIN_EMU_GPUS; empty: a real driver
   std::string emu_state_dir;                         // on the node (hostPath), emulated only
   std::string emu_state_mount = "/run/paladin/emu";  // in the container
+  // The API server's names (AdmissionReview userInfo.username) of Paladin's own identities, its
+  // scheduler's and mover's (e.g. system:serviceaccount:paladin:paladin): only they may write
+  // Paladin's own annotations. Empty: nobody may.
+  std::vector<std::string> paladin_users;
 };
 
+// Whether a pod annotation is Paladin's own (paladin.io/ and not one a user may set: only
+// paladin.io/priority is the user's).
+bool PaladinOnlyAnnotation(std::string_view key);
+
+// Refuses a pod whose Paladin-only annotations differ from `old_pod_json`'s (empty for a pod
+// being created: then any of them is refused), naming the first annotation added, changed or
+// removed.
+Status CheckPaladinAnnotations(const std::string& old_pod_json, const std::string& pod_json);
+
 // The JSON Patch (RFC 6902) for a pod, or "" when the pod asks for no paladin.io/gpu-memory
-// (then it is left exactly as it is). An error names the field that is malformed.
+// (then it is left exactly as it is). An error names the field that is malformed, or
+// spec.nodeName for a GPU pod that names its node (Paladin's scheduler places GPU pods).
 StatusOr<std::string> PodPatch(const std::string& pod_json, const InjectOptions& options);
 
 // An AdmissionReview (admission.k8s.io/v1) request in, the response out. A pod with a malformed
-// field is refused with a message naming it; anything that is not a pod is allowed unchanged.
+// field is refused with a message naming it, and so is one whose Paladin-only annotations a user
+// other than options.paladin_users sets or changes (CREATE and UPDATE); a created GPU pod gets
+// PodPatch's patch, an updated one none. Anything that is not a pod is allowed unchanged.
 std::string Review(const std::string& review_json, const InjectOptions& options);
 
 // Serves Review at POST /mutate over HTTPS on `listen` (HOST:PORT) until stopped by a signal.
