@@ -67,9 +67,30 @@ Status WriteJobFile(const JobRecord& job, const std::string& path) {
 }
 
 StatusOr<JobRecord> ReadJobFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFound("no job record at " + path);
-  json j = json::parse(in, nullptr, false);
+  // The record lies in the job's own run directory, which the job can write: whoever reads it
+  // (the agent, as root) must not follow a link, block on a FIFO or read without end.
+  constexpr off_t kMaxRecord = 1 << 20;
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return NotFound("no job record at " + path);
+    return IoError("cannot open the job record " + path + ": " + strerror(errno));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > kMaxRecord) {
+    close(fd);
+    return InvalidArgument(path + ": not a job record (not a regular file of at most 1 MiB)");
+  }
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(fd);
+  text.resize(got);
+  json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return InvalidArgument(path + ": not valid JSON");
   JobRecord job;
   try {

@@ -1089,8 +1089,10 @@ int RunKeeper(const std::string& state_file) {
     (void)SaveState(state_file, *st);
     say("dropped the restored copy" + (pid > 0 ? " (pid " + std::to_string(pid) + ")" : ""));
   } else if (st->step == "committed") {
-    // The decision stands: the copy runs, even if this side died before letting it go.
+    // The decision stands: the copy runs, even if this side died before letting it go. Its pid
+    // is this side's own record's: the run directory's may have been rewritten by the job.
     StatusOr<ckpt::JobRecord> job = ckpt::ReadJob(st->run_dir);
+    if (job.ok() && st->pid > 0) job->pid = st->pid;
     if (job.ok()) {
       Status s = ckpt::ResumeJob(&*job);
       say(s.ok() ? "the job runs here" : "resuming the job failed: " + s.message());
