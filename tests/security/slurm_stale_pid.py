@@ -161,7 +161,7 @@ def main():
     shim_pid = shim.pid()
     os.kill(shim_pid, signal.SIGSTOP)
     victim = take_pid(workload, ["setpriv", "--reuid=40123", "--regid=40123", "--clear-groups",
-                                 "sleep", "600"])
+                                 "setsid", "sleep", "600"])
     if victim is None:
         fail(f"could not give pid {workload} to another process")
         return
