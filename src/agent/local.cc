@@ -232,7 +232,8 @@ void Agent::ServeLocal() {
 
 bool Agent::AdmitLocalCall(uid_t uid, std::string* why) {
   std::lock_guard<std::mutex> lock(local_mu_);
-  int& mine = local_by_uid_[uid];
+  auto found = local_by_uid_.find(uid);
+  const int mine = found != local_by_uid_.end() ? found->second : 0;
   if (mine >= kMaxLocalCallsPerUid) {
     *why = "uid " + std::to_string(uid) + " already has " + std::to_string(mine) +
            " calls open on the agent's local socket (at most " +
@@ -244,7 +245,7 @@ bool Agent::AdmitLocalCall(uid_t uid, std::string* why) {
            " calls (at most " + std::to_string(kMaxLocalCalls) + " at once); try again later";
     return false;
   }
-  ++mine;
+  ++local_by_uid_[uid];  // an entry only while the uid has calls: the map stays small
   if (uid != 0) ++local_unprivileged_;
   return true;
 }
