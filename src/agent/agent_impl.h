@@ -224,6 +224,9 @@ class Agent {
   Json SlurmSteps(int64_t job, uid_t uid);
   Json SlurmStepFor(const Json& r, uid_t uid);
   StatusOr<std::vector<std::string>> ClaimSlurmJob(int64_t job, uid_t uid);  // needs mu_
+  // Whether a new local call from `uid` may start; counts it when it may (local_mu_).
+  bool AdmitLocalCall(uid_t uid, std::string* why);
+  void EndLocalCall(uid_t uid);
   // Quota bytes given out on a GPU: this agent's jobs and the SLURM steps. Needs mu_.
   uint64_t CommittedBytes(int gpu_index, int* jobs, int* steps) const;
 
@@ -304,22 +307,33 @@ class Agent {
     std::string step;  // "batch" or the step number
     uid_t uid = 0;     // who registered it
     pid_t shim_pid = 0;
+    quota::ProcessId shim_id;  // the shim as it was at `register`
     uint64_t gpu_mem = 0;
     int gpu_index = -1;
     std::string gpu_uuid;
     std::string checkpoint_dir;
-    std::string image;       // the checkpoint offered at registration ("" for a fresh start)
-    ckpt::JobRecord record;  // once it runs (record.pid > 0)
-    bool busy = false;       // being checkpointed
-    bool stopped = false;    // checkpointed and left stopped
+    std::string image;         // the checkpoint offered at registration ("" for a fresh start)
+    ckpt::JobRecord record;    // once it runs (record.pid > 0)
+    quota::ProcessId root_id;  // record.pid as it was at `started`
+    bool busy = false;         // being checkpointed
+    bool stopped = false;      // checkpointed and left stopped
   };
   std::map<std::string, SlurmStep> slurm_;  // "JOB.STEP" -> step
+  // Refuses unless the step's shim and workload are the very processes recorded at `register`
+  // and `started` (same pid and start time, same PID namespace): a pid the kernel gave to
+  // another process since is never checkpointed, stopped or continued in the step's name.
+  static Status CheckSlurmStep(const std::string& key, const SlurmStep& s);
   std::string local_socket_;
   std::string slurm_dir_;
   int local_fd_ = -1;
   std::thread local_thread_;
   std::atomic<bool> local_stop_{false};
   std::atomic<int> local_calls_{0};
+  // Calls in progress per peer uid (under local_mu_), bounded so that idle connections cannot
+  // exhaust the agent's threads (docs/agent.md, "The local socket").
+  std::mutex local_mu_;
+  std::map<uid_t, int> local_by_uid_;
+  int local_unprivileged_ = 0;  // calls of uids other than root's
 };
 
 }  // namespace paladin::agent

@@ -22,10 +22,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <system_error>
+#include <thread>
 
 #include "agent_impl.h"
 #include "paladin/ckpt/checkpoint.h"
+#include "paladin/ckpt/image.h"
 #include "paladin/migrate/control.h"
+#include "paladin/quota/region.h"
 
 namespace paladin::agent {
 
@@ -35,7 +39,20 @@ namespace {
 
 Json Refuse(const std::string& why) { return {{"ok", false}, {"error", why}}; }
 
-bool Alive(pid_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+// Local calls in progress at once: those of all uids but root's together, and those of any one
+// uid. Each call holds a thread for up to kReceiveSeconds while it waits for its request, so
+// without a bound a local user's idle connections exhaust the agent's threads; root's calls (the
+// steps' root helpers, root's own steps) have their own share, which no other user can take.
+constexpr int kMaxLocalCalls = 32;
+constexpr int kMaxLocalCallsPerUid = 4;
+constexpr double kReceiveSeconds = 10;
+
+// Answers a connection that is not served with one line, without waiting on the peer.
+void RefuseAtOnce(int fd, const std::string& why) {
+  const std::string line = Json{{"ok", false}, {"error", why}}.dump() + "\n";
+  (void)send(fd, line.data(), line.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  close(fd);
+}
 
 // The newest complete image under dir (images are named by the time they were taken).
 std::string LatestImage(const std::string& dir) {
@@ -167,28 +184,42 @@ void Agent::ServeLocal() {
           close(fd);
           continue;
         }
+        std::string why;
+        if (!AdmitLocalCall(cred.uid, &why)) {
+          RefuseAtOnce(fd, why);
+          continue;
+        }
         ++local_calls_;
-        std::thread([this, fd, cred] {
-          migrate::Channel channel(fd);
-          StatusOr<std::string> line = channel.Receive(10);
-          Json answer;
-          if (!line.ok()) {
-            answer = Refuse(line.status().message());
-          } else {
-            Json request = Json::parse(*line, nullptr, false);
-            answer = request.is_object() ? HandleLocal(request, cred.uid, cred.pid)
-                                         : Refuse("the request is not a JSON object");
-          }
-          (void)channel.Send(answer.dump());
+        try {
+          std::thread([this, fd, cred] {
+            migrate::Channel channel(fd);
+            StatusOr<std::string> line = channel.Receive(kReceiveSeconds);
+            Json answer;
+            if (!line.ok()) {
+              answer = Refuse(line.status().message());
+            } else {
+              Json request = Json::parse(*line, nullptr, false);
+              answer = request.is_object() ? HandleLocal(request, cred.uid, cred.pid)
+                                           : Refuse("the request is not a JSON object");
+            }
+            (void)channel.Send(answer.dump());
+            EndLocalCall(cred.uid);
+            --local_calls_;
+          }).detach();
+        } catch (const std::system_error& e) {
+          // Out of threads (the system's, not ours): this call is refused, the agent goes on.
+          EndLocalCall(cred.uid);
           --local_calls_;
-        }).detach();
+          RefuseAtOnce(fd, std::string("the agent cannot start a thread for this call (") +
+                               e.what() + "); try again");
+        }
       }
     }
     if (std::chrono::steady_clock::now() - last_sweep > std::chrono::seconds(2)) {
       last_sweep = std::chrono::steady_clock::now();
       std::lock_guard<std::mutex> lock(mu_);
       for (auto it = slurm_.begin(); it != slurm_.end();) {
-        if (!it->second.busy && !Alive(it->second.shim_pid)) {
+        if (!it->second.busy && !quota::ProcessAlive(it->second.shim_id)) {
           Say("SLURM step " + it->first + ": its shim is gone; forgotten");
           it = slurm_.erase(it);
         } else {
@@ -197,6 +228,51 @@ void Agent::ServeLocal() {
       }
     }
   }
+}
+
+bool Agent::AdmitLocalCall(uid_t uid, std::string* why) {
+  std::lock_guard<std::mutex> lock(local_mu_);
+  auto found = local_by_uid_.find(uid);
+  const int mine = found != local_by_uid_.end() ? found->second : 0;
+  if (mine >= kMaxLocalCallsPerUid) {
+    *why = "uid " + std::to_string(uid) + " already has " + std::to_string(mine) +
+           " calls open on the agent's local socket (at most " +
+           std::to_string(kMaxLocalCallsPerUid) + " at once); try again when one has ended";
+    return false;
+  }
+  if (uid != 0 && local_unprivileged_ >= kMaxLocalCalls) {
+    *why = "the agent's local socket already serves " + std::to_string(local_unprivileged_) +
+           " calls (at most " + std::to_string(kMaxLocalCalls) + " at once); try again later";
+    return false;
+  }
+  ++local_by_uid_[uid];  // an entry only while the uid has calls: the map stays small
+  if (uid != 0) ++local_unprivileged_;
+  return true;
+}
+
+void Agent::EndLocalCall(uid_t uid) {
+  std::lock_guard<std::mutex> lock(local_mu_);
+  auto it = local_by_uid_.find(uid);
+  if (it != local_by_uid_.end() && --it->second <= 0) local_by_uid_.erase(it);
+  if (uid != 0) --local_unprivileged_;
+}
+
+Status Agent::CheckSlurmStep(const std::string& key, const SlurmStep& s) {
+  if (!quota::ProcessAlive(s.shim_id)) {
+    return FailedPrecondition("SLURM step " + key + ": its shim (pid " +
+                              std::to_string(s.shim_pid) +
+                              ") is gone; the step is over and nothing of it is touched");
+  }
+  if (s.record.pid <= 0) return FailedPrecondition("SLURM step " + key + " has not started yet");
+  const quota::ProcessId now = quota::ProcessIdOf(std::to_string(s.record.pid));
+  if (s.root_id.start_time == 0 || !quota::ProcessAlive(s.root_id) ||
+      now.pid_namespace != s.root_id.pid_namespace) {
+    return FailedPrecondition("SLURM step " + key + ": its workload (pid " +
+                              std::to_string(s.record.pid) +
+                              ") is gone and that pid is free or belongs to another process now; "
+                              "refused: nothing was checkpointed, stopped or continued");
+  }
+  return Status::Ok();
 }
 
 Json Agent::HandleLocal(const Json& r, uid_t uid, pid_t pid) {
@@ -252,7 +328,7 @@ Json Agent::SlurmRegister(const Json& r, uid_t uid, pid_t pid) {
   }
   const std::string key = std::to_string(job) + "." + step;
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = slurm_.find(key); it != slurm_.end() && Alive(it->second.shim_pid)) {
+  if (auto it = slurm_.find(key); it != slurm_.end() && quota::ProcessAlive(it->second.shim_id)) {
     return Refuse("SLURM step " + key + " is already registered here (shim pid " +
                   std::to_string(it->second.shim_pid) + ")");
   }
@@ -288,17 +364,33 @@ Json Agent::SlurmRegister(const Json& r, uid_t uid, pid_t pid) {
   const std::string dir = slurm_dir_ + "/" + std::to_string(job) + "/" + step;
   std::error_code ec;
   if (restarts == 0) fs::remove_all(dir, ec);  // a new job that reuses an old job's id
+  const std::string image = restarts > 0 ? LatestImage(dir) : "";
+  if (!image.empty()) {
+    // CRIU gives the restored processes the credentials the image holds: an image of another
+    // user's processes (a dump of a pid that was reused, say) must not come back in this step.
+    StatusOr<ckpt::Manifest> manifest = ckpt::ReadManifest(image);
+    if (!manifest.ok()) {
+      return Refuse("SLURM step " + key + ": its checkpoint " + image +
+                    " cannot be read: " + manifest.status().message());
+    }
+    if (manifest->uid != static_cast<int64_t>(uid)) {
+      return Refuse("SLURM step " + key + ": its checkpoint " + image + " holds processes of uid " +
+                    std::to_string(manifest->uid) + ", not of the step's uid " +
+                    std::to_string(uid) + "; refusing to restore it");
+    }
+  }
   SlurmStep& s = slurm_[key];
   s = SlurmStep{};
   s.job = job;
   s.step = step;
   s.uid = uid;
   s.shim_pid = pid;
+  s.shim_id = quota::ProcessIdOf(std::to_string(pid));
   s.gpu_mem = gpu_mem;
   s.gpu_index = best;
   s.gpu_uuid = GpuUuid(best);
   s.checkpoint_dir = dir;
-  s.image = restarts > 0 ? LatestImage(dir) : "";
+  s.image = image;
   Say("SLURM step " + key + " (uid " + std::to_string(uid) +
       ") registered: " + quota::FormatSize(gpu_mem) + " on GPU " + std::to_string(best));
   Json answer = {{"ok", true},
@@ -359,13 +451,21 @@ Json Agent::SlurmStarted(const Json& r, uid_t uid, pid_t pid) {
       (parent != pid && (ProcState(parent, &grandparent) == '\0' || grandparent != pid))) {
     return Refuse("pid " + std::to_string(record->pid) + " is not a child of the caller");
   }
+  // Who the workload is, so that a pid the kernel gives to another process later is never
+  // taken for it. Read while it is still the caller's child, as just checked.
+  const quota::ProcessId root_id = quota::ProcessIdOf(std::to_string(record->pid));
+  if (root_id.start_time == 0) {
+    return Refuse("pid " + std::to_string(record->pid) + " ended before it could be recorded");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = slurm_.find(key);
-  if (it == slurm_.end() || it->second.shim_pid != pid) {
+  if (it == slurm_.end() || it->second.shim_pid != pid ||
+      !quota::ProcessAlive(it->second.shim_id)) {
     return Refuse("SLURM step " + key + " is not registered by this process");
   }
   (void)uid;
   it->second.record = *record;
+  it->second.root_id = root_id;
   it->second.stopped = false;
   Say("SLURM step " + key + " runs as pid " + std::to_string(record->pid));
   return {{"ok", true}};
@@ -397,7 +497,7 @@ StatusOr<std::vector<std::string>> Agent::ClaimSlurmJob(int64_t job, uid_t uid) 
       return PermissionDenied("SLURM job " + std::to_string(job) + " is not yours");
     }
     if (s.busy) return FailedPrecondition("SLURM step " + key + " is being checkpointed");
-    if (s.record.pid <= 0) return FailedPrecondition("SLURM step " + key + " has not started yet");
+    if (Status ok = CheckSlurmStep(key, s); !ok.ok()) return ok;
     keys.push_back(key);
   }
   if (keys.empty()) {
@@ -426,13 +526,19 @@ Json Agent::SlurmCheckpoint(const Json& r, uid_t uid) {
   for (const std::string& key : *keys) {
     ckpt::JobRecord record;
     std::string dir;
+    Status same;
     {
       std::lock_guard<std::mutex> lock(mu_);
       record = slurm_[key].record;
       dir = slurm_[key].checkpoint_dir;
+      same = CheckSlurmStep(key, slurm_[key]);  // again: an earlier step's dump took a while
     }
     if (!criu.ok()) {
       failed = criu.status().message();
+      break;
+    }
+    if (!same.ok()) {
+      failed = same.message();
       break;
     }
     char name[32];
@@ -496,7 +602,9 @@ Json Agent::SlurmResume(const Json& r, uid_t uid) {
   for (const std::string& key : *keys) {
     std::lock_guard<std::mutex> lock(mu_);
     SlurmStep& s = slurm_[key];
-    if (s.stopped) {
+    if (Status same = CheckSlurmStep(key, s); !same.ok()) {
+      failed = same.message();
+    } else if (s.stopped) {
       Status resumed = ckpt::ResumeJob(&s.record);
       if (!resumed.ok()) failed = "SLURM step " + key + ": " + resumed.message();
       s.stopped = !resumed.ok();

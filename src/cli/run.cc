@@ -255,6 +255,9 @@ int RestoreAndWait(const RunArgs& args) {
   supervise::RestoreSpec spec;
   spec.image = args.restore_from;
   spec.options.gpu_map = args.gpu_map;
+  // The image must be of the user this supervisor runs the workload as (a SLURM step's helper:
+  // the step's user; else this process's own), since CRIU gives back whatever uid it holds.
+  spec.expect_uid = args.uid >= 0 ? args.uid : static_cast<int64_t>(geteuid());
   // A process restored on another node still names the state file it started with.
   if (const char* state = getenv("PALADIN_EMU_STATE")) spec.emu_state = state;
   ckpt::PhaseTimes times;

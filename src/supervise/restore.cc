@@ -73,6 +73,11 @@ StatusOr<ckpt::JobRecord> Restore(const ckpt::Criu& criu, const RestoreSpec& spe
   if (!manifest.ok()) {
     return Status(manifest.status().code(), "refusing to restore: " + manifest.status().message());
   }
+  if (spec.expect_uid >= 0 && manifest->uid != spec.expect_uid) {
+    return PermissionDenied("refusing to restore " + spec.image + ": it holds processes of uid " +
+                            std::to_string(manifest->uid) + ", and this restore is for uid " +
+                            std::to_string(spec.expect_uid));
+  }
   PrepareFor(*manifest, spec);
   ckpt::RestoreOptions2 options = spec.options;
   // Every GPU the process saw must be paired; the ones not paired by the caller go to gpu_uuid.

@@ -1,7 +1,9 @@
 // The agent's local socket (DATA/agent.sock, or --local-socket): how processes on the node reach
 // their agent: the SLURM step shim (`paladin slurm task`) and `paladin slurm checkpoint|requeue`.
 // One JSON object per line each way, one request per connection; the agent learns the caller's
-// uid from the socket (SO_PEERCRED). Requests and answers: docs/slurm.md.
+// uid from the socket (SO_PEERCRED) and bounds the calls in progress per uid and in all, refusing
+// a connection past a bound at once (docs/agent.md, "The local socket"). Requests and answers:
+// docs/slurm.md.
 #ifndef PALADIN_AGENT_LOCAL_H_
 #define PALADIN_AGENT_LOCAL_H_
 

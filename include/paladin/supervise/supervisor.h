@@ -108,6 +108,9 @@ struct RestoreSpec {
   int64_t uid = -1;
   int64_t gid = -1;
   Owner owner = Owner::kCaller;
+  // The uid the image's processes must hold (-1: not checked). CRIU restores the credentials an
+  // image holds, so a supervisor restoring for one user refuses an image of anyone else's.
+  int64_t expect_uid = -1;
 };
 
 // Makes this node ready for the image before CRIU reads it: the emulated driver's control folder
