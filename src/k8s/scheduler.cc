@@ -174,7 +174,7 @@ uint64_t BookedBytes(const PodRequest& pod) {
 std::string TeamOfNamespace(const std::string& ns, const std::string& labels_json,
                             std::string* note) {
   const Json labels = Json::parse(labels_json.empty() ? "{}" : labels_json, nullptr, false);
-  const std::string label = labels.is_object() ? Str(labels, kTeamLabel) : "";
+  std::string label = labels.is_object() ? Str(labels, kTeamLabel) : "";
   if (!label.empty()) {
     if (server::ValidName(label)) return label;
     if (note != nullptr) {
