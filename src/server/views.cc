@@ -264,7 +264,7 @@ void Control::PredictionCheckMetrics(const Principal& who, std::string* out) con
         Line(out, name, "scope=\"team\",team=\"" + Label(team) + "\"", value(t));
     }
   };
-  lines("paladin_prediction_windows", "counter",
+  lines("paladin_prediction_windows_total", "counter",
         "Windows whose forecast peak was checked against the measured peak.",
         [](const core::CheckTotals& t) { return static_cast<double>(t.windows); });
   lines("paladin_prediction_under_rate", "gauge",

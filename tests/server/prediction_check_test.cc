@@ -145,9 +145,9 @@ TEST_F(PredictionCheckTest, UnderRateAndSlackPerJobTeamAndFleet) {
   const std::string m = control_->Metrics(admin_);
   const std::string serve = "scope=\"team\",team=\"serve\"",
                     train = "scope=\"team\",team=\"train\"";
-  EXPECT_EQ(MetricValue(m, "paladin_prediction_windows", serve), 20);
-  EXPECT_EQ(MetricValue(m, "paladin_prediction_windows", train), 20);
-  EXPECT_EQ(MetricValue(m, "paladin_prediction_windows", "scope=\"fleet\""), 40);
+  EXPECT_EQ(MetricValue(m, "paladin_prediction_windows_total", serve), 20);
+  EXPECT_EQ(MetricValue(m, "paladin_prediction_windows_total", train), 20);
+  EXPECT_EQ(MetricValue(m, "paladin_prediction_windows_total", "scope=\"fleet\""), 40);
   EXPECT_DOUBLE_EQ(MetricValue(m, "paladin_prediction_under_rate", serve), 0);
   EXPECT_DOUBLE_EQ(MetricValue(m, "paladin_prediction_under_rate", train),
                    j["under_rate"].get<double>());
@@ -160,8 +160,8 @@ TEST_F(PredictionCheckTest, UnderRateAndSlackPerJobTeamAndFleet) {
   StatusOr<Principal> serve_team = ParseScope("team:serve");
   ASSERT_TRUE(serve_team.ok());
   const std::string ms = control_->Metrics(*serve_team);
-  EXPECT_EQ(MetricValue(ms, "paladin_prediction_windows", train), -1);
-  EXPECT_EQ(MetricValue(ms, "paladin_prediction_windows", "scope=\"fleet\""), 20);
+  EXPECT_EQ(MetricValue(ms, "paladin_prediction_windows_total", train), -1);
+  EXPECT_EQ(MetricValue(ms, "paladin_prediction_windows_total", "scope=\"fleet\""), 20);
 }
 
 }  // namespace
