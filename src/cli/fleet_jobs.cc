@@ -263,13 +263,29 @@ int RunExplain(const JobArgs& a) {
     const std::string why = Str(e, "why_not_migratable");
     if (!e["migratable"].get<bool>() && !why.empty()) migratable += ": " + why;
   }
+  // The live check of the predictor's forecasts against this job's measured peaks.
+  std::string checked = "-";
+  if (e.contains("prediction_check") && e["prediction_check"].is_object()) {
+    const Json& c = e["prediction_check"];
+    const auto num = [&c](const char* key) {
+      return c.contains(key) && c[key].is_number() ? c[key].get<double>() : 0.0;
+    };
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "%.0f windows of %.0f s: %.0f under-predicted (%.1f%%, target %.1f%%), mean "
+                  "slack %.3f",
+                  num("windows"), num("window_s"), num("under"), 100 * num("under_rate"),
+                  100 * num("target_under_rate"), num("mean_slack"));
+    checked = line;
+  }
   const std::vector<std::pair<std::string, std::string>> rows = {
       {"job", a.job},
       {"state", Str(e, "state")},
       {"reason", Or(Str(e, "reason"), "-")},
       {"placement", Or(Str(e, "placement"), "-")},
       {"migratable", migratable},
-      {"prediction", Or(Str(e, "prediction"), "-")}};
+      {"prediction", Or(Str(e, "prediction"), "-")},
+      {"checked", checked}};
   for (const auto& [key, value] : rows) {
     std::printf("%-11s %s\n", (key + ":").c_str(), Printable(value).c_str());
   }

@@ -16,6 +16,7 @@
 
 #include "commands.h"
 #include "paladin/core/dynamic_sim.h"
+#include "paladin/core/predict_eval.h"
 #include "paladin/report/chart.h"
 #include "paladin/report/fgd_report.h"
 #include "paladin/report/format.h"
@@ -35,6 +36,11 @@ struct DynArgs {
   std::string out = "dynamic-results";
   int fleet_gpus = 0;  // 0: auto
   int jobs = 0;
+  // Out of sample: a job replaying a pod of fold f is sized by paladin's class models trained
+  // without fold f (folds by pod, as `predict eval --folds` splits them; 0: one model learns
+  // online from every job).
+  int folds = 5;
+  uint64_t fold_seed = 1;
   bool quiet = false;
   core::DynamicParams params;
 };
@@ -130,6 +136,31 @@ StatusOr<std::vector<core::UsageCurve>> LoadCurves(const std::string& dir) {
   return curves;
 }
 
+// Out of sample: each curve's fold, and per fold paladin's class models trained on the usage
+// series (every pod of the files, as `predict eval` reads them) of the other folds only.
+struct FoldModels {
+  std::vector<int32_t> curve_fold;
+  std::vector<std::shared_ptr<const core::PaladinClassModel>> gpu, host;
+};
+StatusOr<FoldModels> TrainFolds(const std::string& dir, std::span<const core::UsageCurve> curves,
+                                int folds, uint64_t seed) {
+  FoldModels out;
+  for (const auto& c : curves) out.curve_fold.push_back(core::FoldOf(c.id, folds, seed));
+  // The specs `predict eval` scores with; what a model learns is scale-free, so the simulation's
+  // shares of a job's own request read it alike.
+  const double gib = 1024.0 * 1024 * 1024;
+  const core::ResourceSpec gpu_spec{48 * gib, 3600, 1}, host_spec{1.0, 3600, gib};
+  const core::PaladinPredictorParams params;
+  for (const auto metric : {trace::GenAiMetric::kGpuMemBytes, trace::GenAiMetric::kHostMemShare}) {
+    auto series = trace::ReadGenAiUsage(dir, metric);
+    if (!series.ok()) return series.status();
+    const bool gpu = metric == trace::GenAiMetric::kGpuMemBytes;
+    (gpu ? out.gpu : out.host) =
+        core::TrainFoldModels(*series, gpu ? gpu_spec : host_spec, params, folds, seed);
+  }
+  return out;
+}
+
 // Every k-th node so that the GPUs reach `gpus`; keeps the node list's mix of models.
 core::Fleet SampleFleet(const core::Fleet& full, int gpus) {
   core::Fleet out;
@@ -165,6 +196,10 @@ int RunDynamic(DynArgs a) {
   if (!configs.ok()) return Fail(configs.status());
   if (a.params.tick_s <= 0 || a.params.tick_s > 3600) {
     return Fail(InvalidArgument("--tick must be in 1..3600 seconds"));
+  }
+  if (a.folds < 0 || a.folds == 1 || a.folds > 100) {
+    return Fail(InvalidArgument("--folds must be 0 (one model learning online) or 2 to 100, not " +
+                                std::to_string(a.folds)));
   }
 
   auto full = trace::ReadNodeCsv(a.nodes);
@@ -229,6 +264,12 @@ int RunDynamic(DynArgs a) {
   std::vector<int64_t> lengths;
   for (const auto& c : *curves)
     lengths.push_back(static_cast<int64_t>(c.host_mem.size()) * c.step_s);
+  FoldModels fold_models;
+  if (a.folds > 0) {
+    auto f = TrainFolds(a.usage, *curves, a.folds, a.fold_seed);
+    if (!f.ok()) return Fail(f.status());
+    fold_models = std::move(*f);
+  }
   trace::LucidProfiles lucid;
   if (!a.lucid.empty()) {
     auto l = trace::ReadLucidProfiles(a.lucid);
@@ -239,15 +280,18 @@ int RunDynamic(DynArgs a) {
   shapes.reserve(trace_jobs.size());
   for (const auto& j : trace_jobs) shapes.push_back(j.request);
 
-  std::fprintf(stderr,
-               "paladin sim dynamic: %zu jobs%s (%lld never scheduled, %lld of zero length left "
-               "out); fleet %zu nodes, %lld GPUs; %zu usage curves; interference %s\n",
-               trace_jobs.size(), times_note.c_str(), static_cast<long long>(never_scheduled),
-               static_cast<long long>(zero_length), fleet.size(),
-               static_cast<long long>(fleet.GpuMilliCapacity() / core::kMilliPerGpu),
-               curves->size(),
-               a.lucid.empty() ? "from GPU busy shares"
-                               : ("from " + std::to_string(lucid.pairs) + " Lucid pairs").c_str());
+  std::fprintf(
+      stderr,
+      "paladin sim dynamic: %zu jobs%s (%lld never scheduled, %lld of zero length left "
+      "out); fleet %zu nodes, %lld GPUs; %zu usage curves; interference %s; paladin "
+      "sizes %s\n",
+      trace_jobs.size(), times_note.c_str(), static_cast<long long>(never_scheduled),
+      static_cast<long long>(zero_length), fleet.size(),
+      static_cast<long long>(fleet.GpuMilliCapacity() / core::kMilliPerGpu), curves->size(),
+      a.lucid.empty() ? "from GPU busy shares"
+                      : ("from " + std::to_string(lucid.pairs) + " Lucid pairs").c_str(),
+      a.folds > 0 ? ("out of sample (" + std::to_string(a.folds) + " folds by pod)").c_str()
+                  : "with one class model learning online from every job");
   std::error_code ec;
   std::filesystem::create_directories(a.out, ec);
   if (ec) return Fail(IoError("cannot create --out directory " + a.out + ": " + ec.message()));
@@ -289,6 +333,9 @@ int RunDynamic(DynArgs a) {
         in.curves = *curves;
         in.interference = a.lucid.empty() ? nullptr : &lucid.interference;
         in.shape_trace = shapes;
+        in.curve_fold = fold_models.curve_fold;
+        in.gpu_class_models = fold_models.gpu;
+        in.host_class_models = fold_models.host;
         results[i] = core::RunDynamicSim(in, (*configs)[t.config], a.params, (*loads)[t.load],
                                          (*seeds)[t.seed]);
         const size_t done = ++finished;
@@ -477,6 +524,14 @@ void AddSimDynamic(CLI::App* sim, int* exit_code) {
   dyn->add_flag("!--share-whole-gpus", args->params.keep_whole_gpus,
                 "Let paladin's sizing co-locate jobs that asked for a whole GPU once their memory "
                 "quota shrinks (by default they keep their GPU)");
+  dyn->add_option("--folds", args->folds,
+                  "Out of sample: a job replaying a pod of fold f is sized by paladin's class "
+                  "models trained without fold f (folds as in predict eval; 0: one model learns "
+                  "online from every job)")
+      ->capture_default_str();
+  dyn->add_option("--fold-seed", args->fold_seed,
+                  "Seed of the split into folds (predict eval's --seed)")
+      ->capture_default_str();
   dyn->add_option("--jobs", args->jobs, "Parallel runs (default: all cores)");
   dyn->add_flag("--quiet", args->quiet, "No progress lines");
   dyn->callback([args, exit_code] { *exit_code = RunDynamic(*args); });

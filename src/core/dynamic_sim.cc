@@ -109,6 +109,14 @@ class Sim {
       gpu_factory_->paladin.quantile = params.paladin_quantile;
       host_factory_->paladin.quantile = params.paladin_quantile;
     }
+    // A copy per run: a frozen model still caches its readings, and runs share the inputs
+    // across threads.
+    if (config.predictor == "paladin" && !in.curve_fold.empty()) {
+      for (const auto& m : in.gpu_class_models)
+        gpu_models_.push_back(std::make_shared<PaladinClassModel>(*m));
+      for (const auto& m : in.host_class_models)
+        host_models_.push_back(std::make_shared<PaladinClassModel>(*m));
+    }
   }
 
   DynamicResult Run(uint64_t seed) {
@@ -222,8 +230,16 @@ class Sim {
     const Workload& w = in_.jobs[j].request;
     ResourceSpec gspec{RequestShare(j), 3600, 48.0 * (1 << 30)};
     ResourceSpec hspec{static_cast<double>(w.mem_mib), 3600, 1024.0 * 1024};
-    if (w.gpu_count > 0) s.gpu_pred = gpu_factory_->Make(gspec);
-    s.host_pred = host_factory_->Make(hspec);
+    if (gpu_models_.empty()) {
+      if (w.gpu_count > 0) s.gpu_pred = gpu_factory_->Make(gspec);
+      s.host_pred = host_factory_->Make(hspec);
+    } else {
+      // Sized only by what was learned without the pod this job replays.
+      const auto fold = static_cast<size_t>(in_.curve_fold[static_cast<size_t>(in_.jobs[j].curve)]);
+      if (w.gpu_count > 0)
+        s.gpu_pred = MakePaladinPredictor(gspec, gpu_factory_->paladin, gpu_models_[fold]);
+      s.host_pred = MakePaladinPredictor(hspec, host_factory_->paladin, host_models_[fold]);
+    }
     queue_.push_back(j);
   }
 
@@ -632,6 +648,7 @@ class Sim {
   Packer packer_;
   Rebalancer rebalancer_;
   std::unique_ptr<PredictorFactory> gpu_factory_, host_factory_;
+  std::vector<std::shared_ptr<PaladinClassModel>> gpu_models_, host_models_;  // by fold
   std::vector<JobState> states_;
   std::vector<size_t> queue_;         // by arrival
   std::vector<size_t> running_;       // in start order
@@ -659,6 +676,27 @@ StatusOr<DynamicResult> RunDynamicSim(const DynamicInputs& in, const DynamicConf
   for (const auto& j : in.jobs) {
     if (j.curve < 0 || static_cast<size_t>(j.curve) >= in.curves.size()) {
       return InvalidArgument("job '" + j.request.name + "' has no usage curve");
+    }
+  }
+  if (!in.curve_fold.empty()) {
+    if (in.curve_fold.size() != in.curves.size()) {
+      return InvalidArgument("curve folds: " + std::to_string(in.curve_fold.size()) + " for " +
+                             std::to_string(in.curves.size()) + " usage curves");
+    }
+    const size_t folds = in.gpu_class_models.size();
+    if (folds == 0 || in.host_class_models.size() != folds) {
+      return InvalidArgument("curve folds need one GPU and one host class model per fold");
+    }
+    for (size_t f = 0; f < folds; ++f) {
+      if (in.gpu_class_models[f] == nullptr || in.host_class_models[f] == nullptr)
+        return InvalidArgument("no class model for fold " + std::to_string(f));
+    }
+    for (size_t c = 0; c < in.curves.size(); ++c) {
+      if (in.curve_fold[c] < 0 || static_cast<size_t>(in.curve_fold[c]) >= folds) {
+        return InvalidArgument("usage curve '" + in.curves[c].id + "' has fold " +
+                               std::to_string(in.curve_fold[c]) + ", not one of 0.." +
+                               std::to_string(folds - 1));
+      }
     }
   }
   auto predictor = PredictorFactory::ForName(config.predictor);

@@ -242,6 +242,31 @@ int FoldOf(std::string_view id, int folds, uint64_t seed) {
   return static_cast<int>(h % static_cast<uint64_t>(folds));
 }
 
+std::shared_ptr<PaladinClassModel> TrainClassModel(std::span<const UsageSeries> training,
+                                                   const ResourceSpec& spec,
+                                                   const PaladinPredictorParams& params) {
+  auto model = std::make_shared<PaladinClassModel>();
+  const std::vector<PredictorMaker> trainer = {
+      [&params, model](const ResourceSpec& s) { return MakePaladinPredictor(s, params, model); }};
+  (void)EvaluateRolling(training, spec, trainer);
+  model->Freeze();
+  return model;
+}
+
+std::vector<std::shared_ptr<const PaladinClassModel>> TrainFoldModels(
+    std::span<const UsageSeries> series, const ResourceSpec& spec,
+    const PaladinPredictorParams& params, int folds, uint64_t seed) {
+  std::vector<std::shared_ptr<const PaladinClassModel>> models;
+  for (int f = 0; f < std::max(folds, 1); ++f) {
+    std::vector<UsageSeries> training;
+    for (const auto& s : series) {
+      if (!s.samples.empty() && FoldOf(s.id, folds, seed) != f) training.push_back(s);
+    }
+    models.push_back(TrainClassModel(training, spec, params));
+  }
+  return models;
+}
+
 namespace {
 
 // Paladin's class model learns from the training series only: they are replayed through
@@ -260,14 +285,7 @@ class TrainedModels {
       key += "," + std::to_string(v);
     }
     auto& model = models_[key];
-    if (model == nullptr) {
-      model = std::make_shared<PaladinClassModel>();
-      const std::vector<PredictorMaker> trainer = {[&params, m = model](const ResourceSpec& s) {
-        return MakePaladinPredictor(s, params, m);
-      }};
-      (void)EvaluateRolling(training, spec, trainer);
-      model->Freeze();
-    }
+    if (model == nullptr) model = TrainClassModel(training, spec, params);
     return model;
   }
 

@@ -27,6 +27,7 @@
 #include "paladin/api/wire.h"
 #include "paladin/base/status.h"
 #include "paladin/core/fleet.h"
+#include "paladin/core/forecast_check.h"
 #include "paladin/core/packer.h"
 #include "paladin/core/predict.h"
 #include "paladin/core/rebalance.h"
@@ -36,6 +37,10 @@
 #include "persistence.h"
 
 namespace paladin::server {
+
+// The server's predictor forecasts each job's peak over the next minute; the live check scores
+// it over the same windows.
+inline constexpr int64_t kPredictionWindowS = 60;
 
 struct ControlOptions {
   double lease_s = 6;
@@ -181,6 +186,7 @@ class Control {
   void ReleaseJob(JobRecord& j);
   void EndJob(JobRecord& j, JobState state, std::optional<int> exit_code, const std::string& why);
   void ObserveUsage(JobRecord& j, double now);
+  void PredictionCheckMetrics(const Principal& who, std::string* out) const;
 
   // agents.cc
   void ApplyReport(NodeRecord& node, const api::JobReport& report);
@@ -227,6 +233,10 @@ class Control {
   core::PredictorFactory predictors_factory_;
   std::map<int64_t, std::unique_ptr<core::Predictor>> predictors_;
   std::map<int64_t, int64_t> announced_prediction_;
+  // The live check of the predictor: per job (kept after it ends, for explain) and per team, each
+  // window's forecast against its measured peak. In memory: a restarted server starts over.
+  std::map<int64_t, core::ForecastCheck> checks_;
+  std::map<std::string, core::CheckTotals> team_checks_;
 
   std::map<std::string, TokenRecord> tokens_;  // by digest
 

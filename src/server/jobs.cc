@@ -241,9 +241,18 @@ StatusOr<Json> Control::Explain(const Principal& who, const std::string& id) {
       why_not = std::string(kNotCheckpointable);
     }
   }
+  core::CheckTotals checked;
+  if (auto c = checks_.find(j.seq); c != checks_.end()) checked = c->second.totals();
+  const Json check = {{"window_s", kPredictionWindowS},
+                      {"windows", checked.windows},
+                      {"under", checked.under},
+                      {"under_rate", checked.UnderRate()},
+                      {"mean_slack", checked.MeanSlack()},
+                      {"target_under_rate", 1 - predictors_factory_.paladin.quantile}};
   return Json{{"state", j.StateName()},        {"reason", j.reason},
               {"placement", placement},        {"migratable", why_not.empty()},
-              {"why_not_migratable", why_not}, {"prediction", j.prediction}};
+              {"why_not_migratable", why_not}, {"prediction", j.prediction},
+              {"prediction_check", check}};
 }
 
 StatusOr<Json> Control::Cancel(const Principal& who, const std::string& id) {

@@ -415,12 +415,15 @@ void Control::ObserveUsage(JobRecord& j, double now) {
       // What the user asked for: the ceiling they declared, else the quota.
       spec.request = static_cast<double>(j.mem_max > 0 ? std::max(j.ceiling_bytes, j.quota_bytes)
                                                        : j.quota_bytes);
-      spec.window_s = 60;
+      spec.window_s = kPredictionWindowS;
       predictor = predictors_factory_.Make(spec);
     }
     const auto t = static_cast<int64_t>(now);
     predictor->Observe(t, static_cast<double>(j.used_bytes));
     const core::Forecast f = predictor->Predict(t);
+    auto check = checks_.try_emplace(j.seq, kPredictionWindowS).first;
+    if (auto w = check->second.Sample(t, static_cast<double>(j.used_bytes), f))
+      team_checks_[j.team].Add(w->totals);
     j.predicted_bytes = static_cast<int64_t>(f.value);
     char why[200];
     std::snprintf(why, sizeof why, "paladin predictor: next-minute peak %s (+/- %s), phase %s",

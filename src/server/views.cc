@@ -248,6 +248,37 @@ void Control::RecordRequest(double seconds) {
   request_seconds_.Add(seconds);
 }
 
+// Per team and for the fleet (the teams the caller sees): how often the predictor's forecast was
+// below the measured peak of its window, and how much it left idle, against the target.
+void Control::PredictionCheckMetrics(const Principal& who, std::string* out) const {
+  core::CheckTotals fleet;
+  for (const auto& [team, t] : team_checks_) {
+    if (who.SeesTeam(team)) fleet.Add(t);
+  }
+  const auto lines = [&](const char* name, const char* type, const char* help,
+                         double (*value)(const core::CheckTotals&)) {
+    *out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    Line(out, name, "scope=\"fleet\"", value(fleet));
+    for (const auto& [team, t] : team_checks_) {
+      if (who.SeesTeam(team))
+        Line(out, name, "scope=\"team\",team=\"" + Label(team) + "\"", value(t));
+    }
+  };
+  lines("paladin_prediction_windows_total", "counter",
+        "Windows whose forecast peak was checked against the measured peak.",
+        [](const core::CheckTotals& t) { return static_cast<double>(t.windows); });
+  lines("paladin_prediction_under_rate", "gauge",
+        "Share of checked windows whose measured peak exceeded the forecast.",
+        [](const core::CheckTotals& t) { return t.UnderRate(); });
+  lines("paladin_prediction_mean_slack", "gauge",
+        "Mean over checked windows of max(0, forecast - peak) / forecast.",
+        [](const core::CheckTotals& t) { return t.MeanSlack(); });
+  *out +=
+      "# HELP paladin_prediction_target_under_rate The predictor's configured under-rate.\n"
+      "# TYPE paladin_prediction_target_under_rate gauge\n";
+  Line(out, "paladin_prediction_target_under_rate", "", 1 - predictors_factory_.paladin.quantile);
+}
+
 std::string Control::Metrics(const Principal& who) {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;
@@ -299,6 +330,7 @@ std::string Control::Metrics(const Principal& who) {
     Line(&out, "paladin_job_gpu_memory_bytes", labels + "\"predicted\"",
          static_cast<double>(j.predicted_bytes));
   }
+  PredictionCheckMetrics(who, &out);
   int64_t migrations = 0;
   int64_t recoveries = 0;
   for (const auto& [seq, j] : jobs_) {

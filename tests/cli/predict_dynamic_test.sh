@@ -135,6 +135,8 @@ else
   fail "OOM under request sizing: $(cat "$WORK/d1/dynamic.csv")"
 fi
 expect_error "load out of range" "--loads: '3'" -- sim dynamic --loads 1,3 --out "$WORK/bad"
+expect_error "sim dynamic with one fold" "--folds must be 0 (one model learning online) or 2 to 100" -- \
+  sim dynamic --folds 1 --out "$WORK/bad"
 expect_error "unknown config" "unknown 'FGD+magic'" "paladin+paladin+rebalance" -- \
   sim dynamic --configs FGD+magic --out "$WORK/bad"
 expect_error "pods without times and no time source" "has no time columns" -- \

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "fleet_testing.h"
+#include "paladin/core/predict_eval.h"
 
 namespace paladin::core {
 namespace {
@@ -650,6 +651,127 @@ TEST(DynamicQueueTest, AMultiGpuJobKilledForMemoryRestartsOnAFreeNode) {
     EXPECT_EQ(r.jobs_completed, 2);
     EXPECT_EQ(r.queue_p99_s, 0);
     EXPECT_EQ(r.jct_mean_s, ((3 * 3600 + 300) + 10 * 3600) / 2.0);
+  }
+}
+
+// --- out of sample: folds by pod ---
+
+// Pod `id`'s series, one sample a minute for a day: a level, and in two hours of five (which
+// ones depend on `phase`) a model loaded on top of it, `jump` high (shares of the GPU's memory).
+UsageSeries PodSeries(const std::string& id, double level, double jump, int phase) {
+  UsageSeries s;
+  s.id = id;
+  for (int i = 0; i < 24 * 60; ++i) {
+    const bool loaded = (i / 60 * 3 + phase) % 5 < 2;
+    const double wave = (loaded ? jump : 0) + 0.01 * ((i * 7919) % 13) / 13.0;
+    s.samples.push_back({int64_t{i} * 60, std::min(1.0, level + wave)});
+  }
+  return s;
+}
+
+UsageCurve CurveOf(const UsageSeries& gpu, const UsageSeries& host) {
+  UsageCurve c;
+  c.id = gpu.id;
+  c.step_s = 60;
+  for (size_t i = 0; i < gpu.samples.size(); ++i) {
+    c.gpu_mem.push_back(static_cast<float>(gpu.samples[i].value));
+    c.gpu_busy.push_back(0.5f);
+    c.host_mem.push_back(static_cast<float>(host.samples[i].value));
+  }
+  return c;
+}
+
+// A job replaying a pod of fold f is sized by class models that never saw fold f: removing
+// fold f's pods from the training series changes nothing in a run whose jobs all replay fold f,
+// while a model trained on every pod (fold f's included) does change it.
+TEST(DynamicFoldsTest, AJobsSizingDoesNotDependOnItsOwnFoldsPods) {
+  constexpr int kFolds = 3;
+  constexpr uint64_t kSeed = 1;
+  std::vector<UsageSeries> gpu, host;
+  for (int i = 0; i < 18; ++i) {
+    const std::string id = "pod" + std::to_string(i);
+    // Fold 0's pods jump much further than the others: learning from them would show.
+    const bool wild = FoldOf(id, kFolds, kSeed) == 0;
+    gpu.push_back(PodSeries(id, 0.1 + 0.02 * (i % 4), wild ? 0.6 : 0.05 + 0.01 * (i % 3), i));
+    host.push_back(PodSeries(id, 0.2, wild ? 0.5 : 0.04, i + 2));
+  }
+  Case c;
+  c.fleet = H200Fleet(2, 4);
+  std::vector<int32_t> curve_fold;
+  std::vector<UsageSeries> gpu_without, host_without;  // fold 0's pods removed
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    c.curves.push_back(CurveOf(gpu[i], host[i]));
+    curve_fold.push_back(FoldOf(gpu[i].id, kFolds, kSeed));
+    if (curve_fold.back() != 0) {
+      gpu_without.push_back(gpu[i]);
+      host_without.push_back(host[i]);
+    }
+  }
+  ASSERT_GE(gpu.size() - gpu_without.size(), 3u) << "fold 0 needs pods of its own";
+  ASSERT_GE(gpu_without.size(), 8u);
+  // Jobs replaying fold 0's pods only, sharing GPUs, for long enough to be resized many times.
+  for (size_t i = 0; i < c.curves.size(); ++i) {
+    if (curve_fold[i] != 0) continue;
+    DynamicJob j = Job("j" + std::to_string(i), 1, 400, static_cast<int64_t>(i) * 600, 20 * 3600,
+                       static_cast<int32_t>(i));
+    c.jobs.push_back(j);
+  }
+  const ResourceSpec gpu_spec{1.0, 3600, 48.0 * (1 << 30)}, host_spec{1.0, 3600, 1 << 30};
+  const PaladinPredictorParams params;
+  const auto run = [&](std::span<const std::shared_ptr<const PaladinClassModel>> g,
+                       std::span<const std::shared_ptr<const PaladinClassModel>> h) {
+    DynamicInputs in = c.Inputs();
+    in.curve_fold = curve_fold;
+    in.gpu_class_models = g;
+    in.host_class_models = h;
+    DynamicParams p = Params(2 * 86400);
+    p.paladin_quantile = 0.9;  // where the tails the models learned decide the quotas
+    auto r = RunDynamicSim(in, ConfigNamed("paladin+paladin"), p, 1.0, 3);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : DynamicResult{};
+  };
+  const auto all_g = TrainFoldModels(gpu, gpu_spec, params, kFolds, kSeed);
+  const auto all_h = TrainFoldModels(host, host_spec, params, kFolds, kSeed);
+  const auto without_g = TrainFoldModels(gpu_without, gpu_spec, params, kFolds, kSeed);
+  const auto without_h = TrainFoldModels(host_without, host_spec, params, kFolds, kSeed);
+  // The models of the other folds did learn from fold 0 (they differ), fold 0's did not.
+  ASSERT_EQ(all_g.size(), 3u);
+  EXPECT_NE(all_g[1]->pooled_count(), without_g[1]->pooled_count());
+  EXPECT_EQ(all_g[0]->pooled_count(), without_g[0]->pooled_count());
+  EXPECT_GT(all_g[0]->pooled_count(), 100);
+  const DynamicResult with = run(all_g, all_h);
+  const DynamicResult without = run(without_g, without_h);
+  ExpectSameResult(with, without);
+  EXPECT_EQ(with.ooms, without.ooms);
+  EXPECT_EQ(with.grown_on_demand, without.grown_on_demand);
+  EXPECT_EQ(with.grown_in_place, without.grown_in_place);
+  EXPECT_GT(with.mem_alloc_gib_h, 0);
+  // The test can fail: models that saw fold 0 size its jobs differently.
+  const std::vector<std::shared_ptr<const PaladinClassModel>> seen_g(
+      kFolds, TrainClassModel(gpu, gpu_spec, params));
+  const std::vector<std::shared_ptr<const PaladinClassModel>> seen_h(
+      kFolds, TrainClassModel(host, host_spec, params));
+  const DynamicResult in_sample = run(seen_g, seen_h);
+  EXPECT_NE(in_sample.mem_alloc_gib_h, with.mem_alloc_gib_h);
+}
+
+TEST(DynamicFoldsTest, FoldsThatDoNotMatchTheCurvesAreErrors) {
+  Case c;
+  c.fleet = H200Fleet(1, 1);
+  c.curves = {Flat(0.5f), Flat(0.3f)};
+  c.jobs = {Job("a", 1, 500, 0, 600)};
+  const std::vector<std::shared_ptr<const PaladinClassModel>> models = {
+      std::make_shared<PaladinClassModel>(), std::make_shared<PaladinClassModel>()};
+  for (const std::vector<int32_t>& folds :
+       std::vector<std::vector<int32_t>>{{0}, {0, 2}, {-1, 0}}) {
+    DynamicInputs in = c.Inputs();
+    in.curve_fold = folds;
+    in.gpu_class_models = models;
+    in.host_class_models = models;
+    auto r = RunDynamicSim(in, ConfigNamed("paladin+paladin"), Params(), 1.0, 1);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(), HasSubstr("fold"));
   }
 }
 

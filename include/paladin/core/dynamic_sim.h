@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -162,6 +163,13 @@ struct DynamicInputs {
   std::span<const UsageCurve> curves;
   const Interference* interference = nullptr;  // null: busy-share model
   std::span<const Workload> shape_trace;       // what FGD and paladin may know of the workload mix
+  // Out of sample (`sim dynamic --folds K`): the fold of each usage curve (by its pod, as
+  // `predict eval --folds` splits them) and, per fold, the frozen class models that the `paladin`
+  // predictor of a job replaying a curve of that fold reads, trained without that fold's pods
+  // (core::TrainFoldModels). Empty: one class model per run and resource learns online from
+  // every job's windows, including those of other jobs replaying the same pod.
+  std::span<const int32_t> curve_fold;
+  std::span<const std::shared_ptr<const PaladinClassModel>> gpu_class_models, host_class_models;
 };
 
 StatusOr<DynamicResult> RunDynamicSim(const DynamicInputs& in, const DynamicConfig& config,

@@ -85,6 +85,20 @@ StatusOr<PredictorStudy> StudyPredictors(std::span<const UsageSeries> series,
 // the same fold in every resource's file and the split does not depend on which pods are read.
 int FoldOf(std::string_view id, int folds, uint64_t seed);
 
+// Paladin's class model trained on `training` only: the series are replayed (in one global time
+// order, as EvaluateRolling does) through predictors with `params` sharing one model, which is
+// then frozen. What it learns does not depend on params.quantile or params.aci_rate.
+std::shared_ptr<PaladinClassModel> TrainClassModel(std::span<const UsageSeries> training,
+                                                   const ResourceSpec& spec,
+                                                   const PaladinPredictorParams& params);
+
+// For each fold f of FoldOf(id, folds, seed), a class model trained on the series of every other
+// fold (series with no samples are left out): what a held-out workload of fold f may be forecast
+// with. The same models `CrossValidate` scores paladin's default with.
+std::vector<std::shared_ptr<const PaladinClassModel>> TrainFoldModels(
+    std::span<const UsageSeries> series, const ResourceSpec& spec,
+    const PaladinPredictorParams& params, int folds, uint64_t seed);
+
 // One predictor setting scored out of sample. `prepare` is called once per fold with the series
 // of the other folds, the only ones it may learn from, and returns the maker for the held-out
 // fold's series (paladin: a class model trained on the others, then frozen).
