@@ -279,7 +279,15 @@ up() {
   done
   [[ ! -e $D/host-state ]] || die "$D holds a cluster already (run: $0 down $D)"
   # Another kubelet on this machine would fight ours over the same cgroups and sysctls.
-  for p in $(pgrep -x kubelet || true); do die "a kubelet (pid $p) already runs on this machine"; done
+  # One that a cluster just brought down may still be ending (or a zombie not yet reaped).
+  local i
+  for p in $(pgrep -x kubelet || true); do
+    for ((i = 0; i < 100; i++)); do
+      gone "$p" && break
+      sleep 0.1
+    done
+    gone "$p" || die "a kubelet (pid $p) already runs on this machine"
+  done
   for p in $ETCD_PORT $ETCD_PEER_PORT $API_PORT $KCM_PORT $SCHED_PORT $KUBELET_PORT $KUBELET_HEALTH_PORT; do
     ! port_open "$p" || die "port $p on 127.0.0.1 is taken (set PALADIN_K8S_PORT_BASE)"
   done
