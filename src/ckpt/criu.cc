@@ -580,6 +580,12 @@ StatusOr<Criu> LazyCriu(const Criu& criu) {
       tried += "\n  " + path + ": `criu check --feature uffd-noncoop` fails (no userfaultfd here?)";
       continue;
     }
+    // The lock is this binary's to take: the stock CRIU may lock with nftables where this one,
+    // built without libnftables, cannot (and would fail the dump it was asked to lock).
+    lazy.network_lock =
+        RunBounded({path, "check", "--feature", "nftables"}, lazy.Env(), 10).exit_code == 0
+            ? "nftables"
+            : "skip";
     return lazy;
   }
   return FailedPrecondition(
