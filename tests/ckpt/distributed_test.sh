@@ -77,6 +77,7 @@ mkdir -p "$PALADIN_RUN_DIR"
 roots=()     # host pids of job roots (original and restored)
 launchers=() # background commands
 netns=       # the second node's network namespace, once made
+netnses=()   # every second node's network namespace made so far
 
 alive() {
   local stat
@@ -130,7 +131,7 @@ cleanup() {
   for d in /sys/fs/cgroup/paladin/dist-* /sys/fs/cgroup/*/paladin/dist-*; do
     [[ -d $d ]] && rmdir "$d" 2>/dev/null
   done
-  [[ -n $netns ]] && ip netns delete "$netns" 2>/dev/null
+  for d in "${netnses[@]}"; do ip netns delete "$d" 2>/dev/null; done
   umount -l "$PALADIN_RUN_DIR" 2>/dev/null
   if [[ -z ${KEEP_WORK:-} ]]; then rm -rf "$work"; else echo "kept $work"; fi
 }
@@ -246,8 +247,9 @@ same_losses() {
 # ranks' loopback connections exist while the source's stopped copy still holds the same
 # addresses and ports. Sets peer (HOST:PORT) and receiver.
 start_receiver() {
-  netns=paladin-dist-$$
-  local a=pdist$$a b=pdist$$b net=10.$((200 + RANDOM % 50)).$((RANDOM % 250)).
+  netns=paladin-dist-$$-${#netnses[@]}
+  netnses+=("$netns")
+  local a=pdist$$a${#netnses[@]} b=pdist$$b${#netnses[@]} net=10.$((200 + RANDOM % 50)).$((RANDOM % 250)).
   ip netns add "$netns" &&
     ip link add "${a:0:15}" type veth peer name "${b:0:15}" netns "$netns" &&
     ip addr add "${net}1/30" dev "${a:0:15}" && ip link set "${a:0:15}" up &&
@@ -262,7 +264,8 @@ start_receiver() {
   timeout "$LIMIT" nsenter --net="/run/netns/$netns" unshare --mount --ipc --propagation private \
     -- bash -c 'mount -t tmpfs -o mode=0755 paladin-node2 "$PALADIN_RUN_DIR" &&
       mount -t tmpfs -o mode=1777 paladin-node2-shm /dev/shm && exec "$@"' \
-    receiver "$PALADIN" receive --listen "$port" --bind "${net}2" --dir "$work/in" >"$work/recv.out" 2>&1 &
+    receiver "$PALADIN" receive --listen "$port" --bind "${net}2" --dir "$work/in-$netns" \
+    >"$work/recv.out" 2>&1 &
   receiver=$!
   launchers+=("$receiver")
   if ! wait_until 10 eval "ip netns exec $netns ss -Hltn 'sport = :$port' | grep -q ."; then
@@ -321,51 +324,66 @@ scenario_ddp() {
   wait "$launcher"
   same_losses "ddp checkpoint --leave-running" "$log"
 
-  # A move to the second node.
+  # A move to a second node, and a post-copy one (its memory pulled after it runs there) where
+  # the patched CRIU is here: the ranks' connections travel in both.
   if ! mount -t tmpfs -o mode=0755 paladin-node1 "$PALADIN_RUN_DIR"; then
     fail "ddp migrate: cannot mount a tmpfs over the run base"
     return
   fi
-  start_job dist-move -- "${train[@]}" || return
   export PALADIN_TOKEN=dist-test-$$
+  ddp_move "ddp migrate" dist-move || return
+  if grep -qs 'criu-patches' "${PALADIN_CRIU_LAZY:-/opt/paladin/criu-lazy/criu}"; then
+    ddp_move "ddp migrate --lazy" dist-lazy --lazy
+  else
+    echo "SKIP: ddp migrate --lazy: no CRIU with Paladin's patches (bash scripts/criu_lazy.sh)"
+  fi
+}
+
+# ddp_move WHAT NAME [MIGRATE-FLAGS...]: runs the training as job NAME, moves it at step 5 to a
+# new second node and checks that it ends there with the uninterrupted run's losses.
+ddp_move() {
+  local what=$1 name=$2
+  shift 2
+  local train=("$PY" "$HERE/ddp_train.py" "$STEPS" "$SLEEP_S")
+  start_job "$name" -- "${train[@]}" || return
   start_receiver || return
   if ! wait_until 60 at_step 5; then
-    fail "ddp migrate: not at step 5 in 60 s: $(tail -3 "$log")"
+    fail "$what: not at step 5 in 60 s: $(tail -3 "$log")"
     return
   fi
   local -a before
   read -ra before <<<"$(tree "$job_pid")"
   local out rc=0
-  out=$(timeout "$LIMIT" "$PALADIN" migrate "$job_name" --peer "$peer" 2>&1) || rc=$?
+  out=$(timeout "$LIMIT" "$PALADIN" migrate "$job_name" --peer "$peer" "$@" 2>&1) || rc=$?
   local there
   there=$(sed -n 's/^moved .* (pid \([0-9]*\) there).*/\1/p' <<<"$out")
   if ((rc != 0)) || [[ -z $there ]] || crashed "$out"; then
-    fail "ddp migrate: paladin migrate exit $rc: $out; receive: $(cat "$work/recv.out")"
+    fail "$what: paladin migrate exit $rc: $out; receive: $(cat "$work/recv.out")"
     return
   fi
   roots+=("$there")
   cut=$(last_step)
-  wait_until 10 none_alive "${before[@]}" || fail "ddp migrate: the source's copy still runs"
+  wait_until 10 none_alive "${before[@]}" || fail "$what: the source's copy still runs"
   # The moved job writes the second node's copy of its log, reachable from here through its
   # descriptor only: held open so that it can be read once the job has ended.
   local moved_log
   exec {moved_log}<"/proc/$there/fd/1" || {
-    fail "ddp migrate: cannot open the moved job's log"
+    fail "$what: cannot open the moved job's log"
     return
   }
   local job_net node_net
   job_net=$(readlink "/proc/$there/ns/net")
   node_net=$(stat -L -c 'net:[%i]' "/run/netns/$netns")
   [[ $job_net == "$node_net" ]] ||
-    fail "ddp migrate: the moved job is in network namespace $job_net, not the second node's $node_net"
-  pass "ddp migrate: moved at step $cut as pid $there"
+    fail "$what: the moved job is in network namespace $job_net, not the second node's $node_net"
+  pass "$what: moved at step $cut as pid $there"
   if ! wait_until 120 eval "! alive $there"; then
-    fail "ddp migrate: the moved job did not end in 120 s"
+    fail "$what: the moved job did not end in 120 s"
     return
   fi
-  cat <&"$moved_log" >"$work/moved.log"
+  cat <&"$moved_log" >"$work/$name.moved.log"
   exec {moved_log}<&-
-  same_losses "ddp migrate" "$work/moved.log"
+  same_losses "$what" "$work/$name.moved.log"
 }
 
 # --- posix_shm ----------------------------------------------------------------------------------
