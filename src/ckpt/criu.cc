@@ -103,6 +103,8 @@ std::string KernelRelease() {
 // It works in `dir` with /dev/null for stdio, as a job does: a caller's working directory or
 // output on a mount CRIU cannot resolve (a node agent in a mount namespace of its own) would
 // otherwise fail the probe, and with it every checkpoint.
+// Nothing of the caller's is inherited either: a descriptor holding a file lock (an agent started
+// under flock(1), say) would make CRIU refuse the probe's process, and every checkpoint with it.
 pid_t StartProbeProcess(const std::string& dir) {
   const pid_t pid = static_cast<pid_t>(
       syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr, nullptr, nullptr, nullptr));
@@ -110,6 +112,7 @@ pid_t StartProbeProcess(const std::string& dir) {
   setsid();
   const int null = open("/dev/null", O_RDWR);
   for (int fd = 0; fd < 3 && null >= 0; ++fd) dup2(null, fd);
+  close_range(3, ~0U, 0);
   if (chdir(dir.c_str()) != 0) _exit(126);
   char sleep_path[] = "sleep";
   char seconds[] = "60";
@@ -180,6 +183,10 @@ pid_t StartSocketProbe(const std::string& dir, int* port) {
     setsid();
     const int null = open("/dev/null", O_RDWR);
     for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
+    // As StartProbeProcess: only stdio and the pipe that reports the port.
+    if (dup2(ready[1], 3) != 3) _exit(126);
+    ready[1] = 3;
+    close_range(4, ~0U, 0);
     if (chdir(dir.c_str()) != 0) _exit(126);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
