@@ -287,11 +287,13 @@ threads_at() {
 }
 
 scenario_threads() {
-  # A descriptor of the caller's that is not close-on-exec: the workload must not get it.
+  # A descriptor of the caller's that is not close-on-exec, holding a file lock (as under
+  # flock(1)): the workload must not get it, and the checkpoint (whose CRIU probe runs first in
+  # this run base) must not fail on it.
   local extra
   exec {extra}>"$work/caller-descriptor"
+  flock "$extra"
   start_job threads -- "$THREADS" --threads 4 --mib 64 --pause-ms 20 || return
-  exec {extra}>&-
   if ! wait_until 60 threads_at 5; then
     fail "threads: not every thread reached step 5 in 60 s: $(tail -5 "$log")"
     return
@@ -311,6 +313,7 @@ scenario_threads() {
   local -a before
   read -ra before <<<"$(tree "$job_pid")"
   checkpoint "$work/image"
+  exec {extra}>&-
   expect_checkpointed threads "$work/image" "${before[@]}" || return
   local -a cut
   local t top=0
