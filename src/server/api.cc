@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
-#include <set>
 #include <string_view>
 #include <vector>
 
@@ -227,11 +226,7 @@ HttpAdmit MakeRoutes(Control& control) {
     const std::string state = Param(req, "state");
     const std::string all = Param(req, "all");
     if (!team.empty() && !ValidName(team)) return Error(InvalidArgument("team: not a team name"));
-    static const std::set<std::string> kStates = {
-        "",          "pending",       "starting",     "running",
-        "migrating", "checkpointing", "checkpointed", "restoring",
-        "succeeded", "failed",        "cancelled"};
-    if (kStates.count(state) == 0) {
+    if (!state.empty() && !ParseJobState(state).has_value()) {
       return Error(InvalidArgument("state: '" + state.substr(0, 32) + "' is not a job state"));
     }
     StatusOr<std::string> jobs = c->ListJobs(who, team, state, all == "1" || all == "true");

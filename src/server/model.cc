@@ -288,7 +288,7 @@ JobRecord JobFromDoc(const Json& d) {
   j.predicted_bytes = d.value("predicted_bytes", int64_t{0});
   j.used_bytes = d.value("used_bytes", int64_t{0});
   j.peak_used_bytes = d.value("peak_used_bytes", int64_t{0});
-  const std::string state = d.value("state", "pending");
+  const std::string state = d.value("state", std::string(JobStateName(JobState::kPending)));
   const std::optional<JobState> known = ParseJobState(state);
   j.LoadState(known.value_or(JobState::kFailed));
   if (!known) j.reason = "the store had it in an unknown state '" + state.substr(0, 40) + "'";

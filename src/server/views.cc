@@ -284,10 +284,7 @@ std::string Control::Metrics(const Principal& who) {
   std::string out;
   out += "# HELP paladin_jobs Jobs by state.\n# TYPE paladin_jobs gauge\n";
   std::map<std::string, int64_t> states;
-  for (const char* s : {"pending", "starting", "running", "migrating", "checkpointing",
-                        "checkpointed", "restoring", "succeeded", "failed", "cancelled"}) {
-    states[s] = 0;
-  }
+  for (JobState s : kAllJobStates) states[std::string(JobStateName(s))] = 0;
   for (const auto& [seq, j] : jobs_) {
     if (who.SeesTeam(j.team)) ++states[j.StateName()];
   }
