@@ -355,7 +355,9 @@ void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
   if (std::optional<MigrationEvent> event =
           EventOfResult(api::CommandKindName(kind), c.ok, error)) {
     auto m = migrations_.find(c.command.migration);
-    if (m != migrations_.end()) AdvanceMigration(m->second, *event);
+    if (m == migrations_.end()) return;
+    if (kind == api::CommandKind::kMigrateOut && c.ok) RecordMovePause(m->second, detail);
+    AdvanceMigration(m->second, *event);
     return;
   }
   StatusOr<int64_t> seq = ParseJobId(c.job);

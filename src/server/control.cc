@@ -126,6 +126,12 @@ Status Control::Load() {
     next_migration_ = std::max(next_migration_, m.id + 1);
     migrations_[m.id] = std::move(m);
   }
+  for (const auto& [id, m] : migrations_) {  // in the order they were made
+    if (m.pause_s > 0) {
+      move_costs_.Observe(m.from_node, m.to_node,
+                          {static_cast<double>(m.moved_bytes), 0, m.pause_s});
+    }
+  }
   StatusOr<std::map<std::string, int64_t>> counters = db_.Counters();
   if (!counters.ok()) return counters.status();
   counters_ = std::move(*counters);
@@ -225,7 +231,12 @@ Json Control::MigrationJson(const JobRecord& j) const {
   auto it = migrations_.find(j.migration_id);
   if (it == migrations_.end() || it->second.Finished()) return nullptr;
   const MigrationRecord& m = it->second;
-  return {{"id", m.id}, {"to", m.to_node}, {"to_gpu", m.to_gpu}, {"step", m.StepName()}};
+  return {{"id", m.id},
+          {"to", m.to_node},
+          {"to_gpu", m.to_gpu},
+          {"step", m.StepName()},
+          {"expected_pause_s", m.expected_pause_s},
+          {"expected_basis", m.expected_basis}};
 }
 
 Json Control::JobJson(const JobRecord& j) const {

@@ -28,6 +28,7 @@
 #include "paladin/base/status.h"
 #include "paladin/core/fleet.h"
 #include "paladin/core/forecast_check.h"
+#include "paladin/core/move_cost.h"
 #include "paladin/core/packer.h"
 #include "paladin/core/predict.h"
 #include "paladin/core/rebalance.h"
@@ -202,6 +203,8 @@ class Control {
   void AdvanceMigration(MigrationRecord& m, const MigrationEvent& event);
   void FailMigration(MigrationRecord& m, const std::string& why);
   void FinishMigration(MigrationRecord& m);
+  // The source's measured pause of a move (its migrate_out result's pause_s), learned from.
+  void RecordMovePause(MigrationRecord& m, const Json& detail);
   bool HasIncomingMigration(const std::string& node) const;
   MigrationRecord* ActiveMigration(const JobRecord& j);
   void DetectFailures(double now);
@@ -251,6 +254,8 @@ class Control {
   int64_t next_job_ = 1;
   int64_t next_command_ = 1;
   int64_t next_migration_ = 1;
+  // What moves cost, learned from the measured pauses of finished moves (replayed at start).
+  core::MoveCostModel move_costs_;
 
   // Written by Flush.
   std::set<int64_t> dirty_jobs_;

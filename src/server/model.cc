@@ -402,7 +402,11 @@ Json MigrationDoc(const MigrationRecord& m) {
           {"created_at", m.created_at},
           {"ended_at", m.ended_at},
           {"error", m.error},
-          {"why", m.why}};
+          {"why", m.why},
+          {"expected_pause_s", m.expected_pause_s},
+          {"expected_basis", m.expected_basis},
+          {"pause_s", m.pause_s},
+          {"moved_bytes", m.moved_bytes}};
 }
 
 MigrationRecord MigrationFromDoc(const Json& d) {
@@ -428,6 +432,10 @@ MigrationRecord MigrationFromDoc(const Json& d) {
   m.ended_at = d.value("ended_at", 0.0);
   m.error = d.value("error", "");
   m.why = d.value("why", "");
+  m.expected_pause_s = d.value("expected_pause_s", 0.0);
+  m.expected_basis = d.value("expected_basis", "");
+  m.pause_s = d.value("pause_s", 0.0);
+  m.moved_bytes = d.value("moved_bytes", int64_t{0});
   return m;
 }
 

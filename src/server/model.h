@@ -191,6 +191,12 @@ struct MigrationRecord {
   std::string error;
   std::string why;             // "operator", "drain", "rebalance", "gpu unhealthy"
   double in_delivered_at = 0;  // when migrate_in reached the destination (not stored)
+  // The move's pause: expected when it started (MoveCostModel: its basis, e.g. "node pair, 3
+  // moves"), measured by the source when it ended (0 until then), for the GPU bytes it moved.
+  double expected_pause_s = 0;
+  std::string expected_basis;
+  double pause_s = 0;
+  int64_t moved_bytes = 0;
 
   bool Finished() const { return step == MigrationStep::kDone || step == MigrationStep::kFailed; }
   std::string StepName() const { return std::string(MigrationStepName(step)); }

@@ -4,6 +4,7 @@
 //   reserved -> migrate_in_sent -> transfer (migrate_out sent) -> committed -> done
 //            \___________________ failed (before the commit: the job stays on its source)
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -11,6 +12,16 @@
 #include "paladin/server/validate.h"
 
 namespace paladin::server {
+
+namespace {
+
+std::string FormatSeconds(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f s", s);
+  return text;
+}
+
+}  // namespace
 
 std::string Control::CheckpointDir(const JobRecord& j, int seq) const {
   char name[16];
@@ -111,12 +122,18 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
   m.created_at = Now();
   m.why = why;
   m.step = MigrationStep::kReserved;
+  const core::PauseEstimate expected =
+      move_costs_.Estimate(j.node, to, static_cast<double>(j.used_bytes), 0);
+  m.expected_pause_s = expected.pause_s;
+  m.expected_basis = std::string(core::EstimateBasisName(expected.basis)) +
+                     (expected.moves > 0 ? ", " + std::to_string(expected.moves) + " move(s)" : "");
   j.MoveTo(JobState::kMigrating);
   j.migration_id = m.id;
   j.reason = "migrating to " + to + "/" + std::to_string(m.to_gpu) + " (" + why + ")";
   Event("migration_started", &j, j.node,
         "migration " + std::to_string(m.id) + " to " + to + "/" + std::to_string(m.to_gpu) + " (" +
-            why + ")");
+            why + "); expected pause " + FormatSeconds(m.expected_pause_s) + " (" +
+            m.expected_basis + ")");
   DirtyJob(j);
   MigrationRecord& stored = migrations_[m.id] = m;
   DirtyMigration(stored);
@@ -274,6 +291,22 @@ void Control::FailMigration(MigrationRecord& m, const std::string& why) {
     DirtyJob(j);
   }
   Wake();
+}
+
+void Control::RecordMovePause(MigrationRecord& m, const Json& detail) {
+  if (m.pause_s > 0 || !detail.contains("pause_s") || !detail["pause_s"].is_number()) return;
+  const double pause = detail["pause_s"].get<double>();
+  if (!std::isfinite(pause) || pause <= 0 || pause > 7 * 24 * 3600.0) return;
+  m.pause_s = pause;
+  StatusOr<int64_t> seq = ParseJobId(m.job);
+  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
+  if (found != jobs_.end()) m.moved_bytes = found->second.used_bytes;
+  move_costs_.Observe(m.from_node, m.to_node, {static_cast<double>(m.moved_bytes), 0, m.pause_s});
+  DirtyMigration(m);
+  Event("migration_pause", found != jobs_.end() ? &found->second : nullptr, m.from_node,
+        "migration " + std::to_string(m.id) + " " + m.from_node + " -> " + m.to_node + ": paused " +
+            FormatSeconds(m.pause_s) + ", expected " + FormatSeconds(m.expected_pause_s) + " (" +
+            m.expected_basis + ")");
 }
 
 void Control::FinishMigration(MigrationRecord& m) {
@@ -524,7 +557,6 @@ void Control::Rebalance(FleetView& view, JobRecord& waiting) {
   }
   if (!waiting.reason.empty() && waiting.reason.rfind("team ", 0) == 0) return;
   std::vector<core::MovableJob> movable;
-  core::MigrationCost cost;
   for (const auto& [seq, j] : jobs_) {
     if (j.state() != JobState::kRunning || j.gpus != 1) continue;
     auto at = view.index.find(j.node);
@@ -537,7 +569,8 @@ void Control::Rebalance(FleetView& view, JobRecord& waiting) {
     m.shape = ShapeOf(j, view.gpu_memory[static_cast<size_t>(at->second)]);
     m.placement.node = at->second;
     m.placement.gpus = {static_cast<int16_t>(g - map.begin())};
-    m.downtime_s = cost.DowntimeS(static_cast<double>(j.used_bytes), 0);
+    // Where to is not known yet: what moves off this node have taken.
+    m.downtime_s = move_costs_.Estimate(j.node, "", static_cast<double>(j.used_bytes), 0).pause_s;
     m.movable = nodes_[j.node].migrate_port > 0;
     movable.push_back(std::move(m));
   }

@@ -52,7 +52,9 @@ class ServerHarness {
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     server_ = std::move(*s);
   }
+  // On the same port, so that fake agents (whose clients hold it) reach the new server.
   void Restart() {
+    options_.listen = "127.0.0.1:" + std::to_string(server_->port());
     server_->Stop();
     server_.reset();
     Start();

@@ -100,6 +100,66 @@ TEST_F(MigrationTest, CommitsMovesTheJobOnce) {
   EXPECT_NE(metrics->find("paladin_migrations_total 1"), std::string::npos);
 }
 
+// One whole move of job `id` from `from` to `to`, whose source reports `pause_s`; returns the
+// migration as the job showed it while it ran (expected_pause_s, expected_basis).
+Json MoveOnce(testing::ServerHarness& h, FakeAgent& from, FakeAgent& to, const std::string& id,
+              const std::string& to_name, double pause_s) {
+  api::Client admin = h.Admin();
+  const int64_t epoch = Job(admin, id)["epoch"];
+  StatusOr<Json> asked = admin.Post("/v1/jobs/" + id + "/migrate", Json{{"to", to_name}});
+  EXPECT_TRUE(asked.ok()) << asked.status().ToString();
+  if (!asked.ok()) return Json();
+  const Json migration = (*asked)["migration"];
+  std::optional<Json> in = AwaitCommand(to, "migrate_in", id);
+  EXPECT_TRUE(in.has_value());
+  if (!in) return migration;
+  EXPECT_TRUE(to.Heartbeat().ok());
+  std::optional<Json> out = AwaitCommand(from, "migrate_out", id);
+  EXPECT_TRUE(out.has_value());
+  if (!out) return migration;
+  const std::string commit = "/v1/migrations/" + (*out)["migration"].dump() + "/commit";
+  EXPECT_TRUE(h.Agent().Post(commit, Json::object()).ok());
+  to.jobs()[id] = FakeAgent::Job{id, epoch + 1};
+  to.Answer(Json{{"command", (*in)["id"]}, {"ok", true}, {"detail", {{"pid", 5}}}});
+  EXPECT_TRUE(to.Heartbeat().ok());
+  from.Answer(Json{{"command", (*out)["id"]}, {"ok", true}, {"detail", {{"pause_s", pause_s}}}});
+  from.jobs().erase(id);
+  EXPECT_TRUE(from.Heartbeat().ok());
+  EXPECT_EQ(Job(admin, id)["node"], to_name);
+  return migration;
+}
+
+// The rebalancer's cost of a move is what this fleet's moves took (issue: an honest cost model):
+// each pair of nodes learns from its own measured pauses, survives a restart, and the estimate
+// for the next move is within 25% of what that move measures.
+TEST_F(MigrationTest, TheExpectedPauseIsLearnedFromMeasuredMoves) {
+  const std::string id = RunningJob();
+  // No move measured yet: the prior.
+  Json first = MoveOnce(h_, a_, b_, id, "node-b", 1.1);
+  EXPECT_EQ(first["expected_basis"], "prior") << first.dump();
+  // a -> b measures about 1.2 s, b -> a about 3 s.
+  const double ab[] = {1.3, 1.2};
+  const double ba[] = {3.1, 2.9, 3.0};
+  MoveOnce(h_, b_, a_, id, "node-a", ba[0]);
+  for (int i = 0; i < 2; ++i) {
+    Json m = MoveOnce(h_, a_, b_, id, "node-b", ab[i]);
+    EXPECT_EQ(m["expected_basis"].get<std::string>().rfind("node pair", 0), 0u) << m.dump();
+    EXPECT_NEAR(m["expected_pause_s"].get<double>(), ab[i], 0.25 * ab[i]) << m.dump();
+    m = MoveOnce(h_, b_, a_, id, "node-a", ba[i + 1]);
+    EXPECT_NEAR(m["expected_pause_s"].get<double>(), ba[i + 1], 0.25 * ba[i + 1]) << m.dump();
+  }
+  // What was measured is kept: after a restart the next a -> b move expects the same.
+  h_.Restart();
+  ASSERT_TRUE(a_.Heartbeat().ok());
+  ASSERT_TRUE(b_.Heartbeat().ok());
+  Json after = MoveOnce(h_, a_, b_, id, "node-b", 1.2);
+  EXPECT_EQ(after["expected_basis"], "node pair, 3 move(s)") << after.dump();
+  EXPECT_NEAR(after["expected_pause_s"].get<double>(), 1.2, 0.1) << after.dump();
+  StatusOr<Json> events = h_.Admin().Get("/v1/events?job=" + id);
+  ASSERT_TRUE(events.ok());
+  EXPECT_NE(events->dump().find("paused 1.20 s, expected"), std::string::npos) << events->dump();
+}
+
 // An agent whose workloads run as an unprivileged user cannot have them checkpointed by CRIU:
 // explain says so, and a move is refused before anything is reserved.
 TEST_F(MigrationTest, AnUnprivilegedNodesJobsAreNotMoved) {
