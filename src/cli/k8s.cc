@@ -45,6 +45,7 @@ struct NodeArgs {
   std::string client_key;
   std::string token_file;
   std::string lib_dir;  // empty: no library folder
+  double every_s = 0;   // the node's: 0, publish once; else every so many seconds
   // The scheduler's
   std::string policy = "paladin";
   double interval_s = 0.5;
@@ -115,16 +116,9 @@ StatusOr<k8s::ApiConfig> Config(const NodeArgs& args) {
   return config;
 }
 
-int RunNode(const NodeArgs& args) {
-  if (Status s = k8s::CheckNodeName(args.node); !s.ok()) {
-    Say(s.message());
-    return 2;
-  }
-  StatusOr<k8s::ApiConfig> config = Config(args);
-  if (!config.ok()) {
-    Say(config.status().message());
-    return 2;
-  }
+// One publication of the node's GPUs (and, `with_libs`, its library folder): 0, 1 on an error
+// worth retrying, 2 on bad input.
+int PublishNode(const NodeArgs& args, const k8s::ApiConfig& api, bool with_libs) {
   std::string source;
   std::vector<gpu::GpuInfo> gpus;
   StatusOr<uint64_t> bytes = GpuMemory(args, &source, &gpus);
@@ -132,7 +126,7 @@ int RunNode(const NodeArgs& args) {
     Say(bytes.status().message());
     return 1;
   }
-  const k8s::ApiClient client(*config);
+  const k8s::ApiClient client(api);
   StatusOr<std::string> node = client.PatchNodeStatus(
       args.node, k8s::ExtendedResourcePatch(k8s::kGpuMemoryResource, *bytes));
   if (!node.ok()) {
@@ -155,7 +149,7 @@ int RunNode(const NodeArgs& args) {
     std::printf("node %s: %s = %s\n", args.node.c_str(), k8s::kGpusAnnotation,
                 k8s::GpusAnnotationValue(gpus).c_str());
   }
-  if (!args.lib_dir.empty()) {
+  if (with_libs && !args.lib_dir.empty()) {
     StatusOr<quota::Libraries> libs = quota::FindLibraries();
     if (!libs.ok()) {
       Say(libs.status().message());
@@ -168,7 +162,32 @@ int RunNode(const NodeArgs& args) {
     std::printf("node %s: Paladin's interposer and the emulated driver in %s\n", args.node.c_str(),
                 args.lib_dir.c_str());
   }
+  std::fflush(stdout);  // a pod's log is a pipe: each pass's lines as they happen
   return 0;
+}
+
+int RunNode(const NodeArgs& args) {
+  if (Status s = k8s::CheckNodeName(args.node); !s.ok()) {
+    Say(s.message());
+    return 2;
+  }
+  StatusOr<k8s::ApiConfig> config = Config(args);
+  if (!config.ok()) {
+    Say(config.status().message());
+    return 2;
+  }
+  int rc = PublishNode(args, *config, /*with_libs=*/true);
+  if (args.every_s <= 0 || rc == 2) return rc;
+  // As a DaemonSet: publish again every --every seconds (a node's status can be rewritten, and
+  // a container that exits would be restarted in a back-off loop). The library folder is
+  // prepared until it once succeeds, never again: replacing it relinks files pods may be
+  // loading.
+  bool libs_done = rc == 0;
+  for (;;) {
+    usleep(static_cast<useconds_t>(args.every_s * 1e6));
+    rc = PublishNode(args, *config, !libs_done);
+    libs_done = libs_done || rc == 0;
+  }
 }
 
 int RunScheduler(const NodeArgs& args) {
@@ -321,6 +340,9 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
   node->add_option("--lib-dir", args->lib_dir,
                    "Prepare this folder with Paladin's interposer and the emulated driver, for "
                    "the webhook's hostPath volume");
+  node->add_option("--every", args->every_s,
+                   "Publish again every so many seconds, never exiting (as a DaemonSet); "
+                   "default 0: once");
   AddApiOptions(node, args.get());
   node->callback([args, exit_code] { *exit_code = RunNode(*args); });
 

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -49,6 +50,7 @@ struct FleetView {
 
 StatusOr<uint64_t> ParseQuantity(std::string_view text) {
   const std::string what = "quantity '" + std::string(text) + "'";
+  if (text.starts_with('-')) return InvalidArgument(what + ": negative");
   size_t i = 0;
   while (i < text.size() && ((text[i] >= '0' && text[i] <= '9') || text[i] == '.')) ++i;
   if (i == 0) return InvalidArgument(what + ": expected a number such as 8Gi");
@@ -61,9 +63,12 @@ StatusOr<uint64_t> ParseQuantity(std::string_view text) {
     std::string_view name;
     double scale;
   };
+  // Every suffix the API server accepts: a quantity it let through is read, or refused as out
+  // of range, never as an unknown suffix.
   static constexpr Unit kUnits[] = {{"", 1},        {"Ki", 0x1p10}, {"Mi", 0x1p20}, {"Gi", 0x1p30},
-                                    {"Ti", 0x1p40}, {"Pi", 0x1p50}, {"k", 1e3},     {"M", 1e6},
-                                    {"G", 1e9},     {"T", 1e12},    {"P", 1e15},    {"m", 1e-3}};
+                                    {"Ti", 0x1p40}, {"Pi", 0x1p50}, {"Ei", 0x1p60}, {"k", 1e3},
+                                    {"M", 1e6},     {"G", 1e9},     {"T", 1e12},    {"P", 1e15},
+                                    {"E", 1e18},    {"m", 1e-3}};
   double scale = -1;
   for (const Unit& u : kUnits) {
     if (suffix == u.name) scale = u.scale;
@@ -78,7 +83,7 @@ StatusOr<uint64_t> ParseQuantity(std::string_view text) {
   }
   if (scale < 0) {
     return InvalidArgument(what + ": unknown suffix '" + std::string(suffix) +
-                           "' (expected Ki, Mi, Gi, Ti, k, M, G, T or none)");
+                           "' (expected Ki, Mi, Gi, Ti, Pi, Ei, k, M, G, T, P, E or none)");
   }
   const double bytes = std::ceil(std::strtod(number.c_str(), nullptr) * scale);
   if (!(bytes >= 0) || bytes > 0x1p62) return InvalidArgument(what + ": out of range");
@@ -150,7 +155,9 @@ PodRequest ReadPod(const std::string& pod_json) {
   if (const std::string prio = Str(annotations, kPriorityAnnotation); !prio.empty()) {
     char* end = nullptr;
     const long v = std::strtol(prio.c_str(), &end, 10);
-    if (end == prio.c_str() || *end != '\0' || v < -1000000 || v > 1000000) {
+    // strtol skips leading blanks and takes a '+'; a priority is written as digits, '-' first.
+    const bool digits = std::isdigit(static_cast<unsigned char>(prio[0])) || prio[0] == '-';
+    if (!digits || end == prio.c_str() || *end != '\0' || v < -1000000 || v > 1000000) {
       p.error = std::string("metadata.annotations[") + kPriorityAnnotation + "]: '" + prio +
                 "' is not an integer in [-1000000, 1000000]";
       return p;

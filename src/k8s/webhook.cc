@@ -9,6 +9,7 @@
 
 #include "paladin/api/client.h"
 #include "paladin/k8s/api.h"
+#include "paladin/k8s/move.h"
 #include "paladin/k8s/scheduler.h"
 
 namespace paladin::k8s {
@@ -63,10 +64,20 @@ Json Annotations(const Json& pod) {
   return a != meta->end() && a->is_object() ? *a : Json::object();
 }
 
+// The pod annotations Paladin reads or writes; any other paladin.io/ key is a user's mistake (or
+// one a later Paladin adds), refused as unknown.
+const std::set<std::string, std::less<>>& KnownAnnotations() {
+  static const std::set<std::string, std::less<>> kKnown = {
+      kGpuAnnotation,         kGpuBytesAnnotation,     kPlacementAnnotation, kPriorityAnnotation,
+      kRestoreFromAnnotation, kRestoreTokenAnnotation, kMoveToAnnotation,    kMovedFromAnnotation};
+  return kKnown;
+}
+
 Json Refusal(int code, const std::string& message) {
   return {{"code", code}, {"message", "Paladin: " + message}};
 }
 
+constexpr char kDefaultScheduler[] = "default-scheduler";
 constexpr char kLibVolume[] = "paladin-lib";
 constexpr char kEmuVolume[] = "paladin-emu";
 
@@ -95,9 +106,17 @@ Status CheckPaladinAnnotations(const std::string& old_pod_json, const std::strin
     if (had && has && *a == *b) continue;
     std::string message = "metadata.annotations[" + k + "] ";
     message += !had ? "set" : !has ? "removed" : "changed";
-    message += ": only Paladin sets it (of its annotations a user sets only ";
-    message += kPriorityAnnotation;
-    message += ")";
+    if (k == kGpuMemoryResource) {
+      // The likeliest slip: the resource's name written as an annotation, which asks for nothing.
+      message += std::string(": GPU memory is asked in a container's resources.limits[") +
+                 kGpuMemoryResource + "] (e.g. 8Gi), not in an annotation";
+    } else if (KnownAnnotations().count(k) == 0) {
+      message += std::string(": not an annotation Paladin knows (of its annotations a user sets ") +
+                 "only " + kPriorityAnnotation + ")";
+    } else {
+      message += std::string(": only Paladin sets it (of its annotations a user sets only ") +
+                 kPriorityAnnotation + ")";
+    }
     return PermissionDenied(message);
   }
   return Status::Ok();
@@ -118,8 +137,16 @@ StatusOr<std::string> PodPatch(const std::string& pod_json, const InjectOptions&
   const bool emulated = !options.emulated_gpus.empty();
   Json patch = Json::array();
 
+  // A GPU pod placed by another scheduler would escape the packer's books and the teams'
+  // quotas: only the default (which the API server fills in) is replaced, anything else refused.
   const std::string scheduler = spec.value("schedulerName", "");
-  if (scheduler.empty() || scheduler == "default-scheduler") {
+  if (!scheduler.empty() && scheduler != kDefaultScheduler && scheduler != options.scheduler_name) {
+    return InvalidArgument("spec.schedulerName '" + scheduler.substr(0, 128) +
+                           "': a pod asking for " + kGpuMemoryResource +
+                           " is placed by Paladin's scheduler ('" + options.scheduler_name +
+                           "'); leave schedulerName unset");
+  }
+  if (scheduler.empty() || scheduler == kDefaultScheduler) {
     patch.push_back(
         {{"op", "add"}, {"path", "/spec/schedulerName"}, {"value", options.scheduler_name}});
   }

@@ -21,17 +21,21 @@ using Json = nlohmann::json;
 constexpr int64_t kGiB = int64_t{1} << 30;
 
 TEST(ParseQuantity, ReadsKubernetesQuantities) {
-  const std::pair<const char*, uint64_t> cases[] = {
-      {"8Gi", 8ull << 30},   {"512Mi", 512ull << 20},
-      {"1.5Gi", 3ull << 29}, {"17179869184", 17179869184ull},
-      {"8G", 8000000000ull}, {"1e9", 1000000000ull},
-      {"64Ki", 65536}};
+  const std::pair<const char*, uint64_t> cases[] = {{"8Gi", 8ull << 30},
+                                                    {"512Mi", 512ull << 20},
+                                                    {"1.5Gi", 3ull << 29},
+                                                    {"17179869184", 17179869184ull},
+                                                    {"8G", 8000000000ull},
+                                                    {"1e9", 1000000000ull},
+                                                    {"64Ki", 65536},
+                                                    {"1Ei", 1ull << 60},
+                                                    {"2E", 2000000000000000000ull}};
   for (const auto& [text, bytes] : cases) {
     StatusOr<uint64_t> got = ParseQuantity(text);
     ASSERT_TRUE(got.ok()) << text << ": " << got.status().message();
     EXPECT_EQ(*got, bytes) << text;
   }
-  for (const char* bad : {"", "Gi", "8GB", "1.2.3Gi", "-1Gi", "8 Gi", "1e99"}) {
+  for (const char* bad : {"", "Gi", "8GB", "1.2.3Gi", "-1Gi", "8 Gi", "1e99", "100Ei", "5E"}) {
     StatusOr<uint64_t> got = ParseQuantity(bad);
     EXPECT_FALSE(got.ok()) << bad;
     if (!got.ok()) {
@@ -334,6 +338,97 @@ TEST(Review, RefusesPaladinsAnnotationsFromUsers) {
   std::printf("security: paladin annotations (webhook): tried %zu, refused %d\n", attacks.size(),
               refused);
   EXPECT_EQ(refused, static_cast<int>(attacks.size()));
+}
+
+// Bad input (issue 18, must-show 6): each refusal names the field a user got wrong, and says
+// what to write instead where Paladin can tell.
+TEST(Review, NamesTheMalformedOrUnknownField) {
+  InjectOptions o = Emulated();
+  o.paladin_users = {"system:serviceaccount:paladin:paladin"};
+  const Json none = Json::object();
+  const auto message = [&o](const Json& review) {
+    const Json out = Json::parse(Review(review.dump(), o));
+    EXPECT_EQ(out["response"]["allowed"], false) << out.dump();
+    return out["response"].value("status", Json::object()).value("message", "");
+  };
+  // The resource's name written as an annotation: refused, and told where it belongs.
+  EXPECT_NE(message(PodReview("CREATE", "alice", {{"paladin.io/gpu-memory", "lots"}}, none))
+                .find("metadata.annotations[paladin.io/gpu-memory] set: GPU memory is asked in a "
+                      "container's resources.limits[paladin.io/gpu-memory]"),
+            std::string::npos);
+  // A paladin.io/ key Paladin does not know.
+  EXPECT_NE(message(PodReview("CREATE", "alice", {{"paladin.io/colour", "blue"}}, none))
+                .find("metadata.annotations[paladin.io/colour] set: not an annotation Paladin "
+                      "knows"),
+            std::string::npos);
+  // A known one a user may not set keeps its own reason.
+  EXPECT_NE(message(PodReview("CREATE", "alice", {{"paladin.io/placement", "x"}}, none))
+                .find("paladin.io/placement] set: only Paladin sets it"),
+            std::string::npos);
+  // Priorities: past the range (also past a long), and not a number.
+  for (const char* bad : {"99999999999999999999", "1000001", "-1000001", "1e3", " 5", "high"}) {
+    EXPECT_NE(message(PodReview("CREATE", "alice", {{"paladin.io/priority", bad}}, none))
+                  .find("metadata.annotations[paladin.io/priority]: '" + std::string(bad) +
+                        "' is not an integer in [-1000000, 1000000]"),
+              std::string::npos)
+        << bad;
+  }
+  EXPECT_EQ(
+      Json::parse(Review(PodReview("CREATE", "alice", {{"paladin.io/priority", "-5"}}, none).dump(),
+                         o))["response"]["allowed"],
+      true);
+  // A negative quantity: the API server's own validation comes after the mutating webhook's.
+  Json negative = PodReview("CREATE", "alice", none, none);
+  negative["request"]["object"]["spec"]["containers"][0]["resources"]["limits"]
+          ["paladin.io/gpu-memory"] = "-1Gi";
+  EXPECT_NE(message(negative).find("spec.containers[0].resources.limits[paladin.io/gpu-memory]: "
+                                   "quantity '-1Gi': negative"),
+            std::string::npos);
+  // A quantity the API server accepts but no GPU could be asked for (past 2^62 bytes), in the
+  // second container: the container is named.
+  Json huge = PodReview("CREATE", "alice", none, none);
+  huge["request"]["object"]["spec"]["containers"].push_back(
+      {{"name", "d"}, {"resources", {{"limits", {{"paladin.io/gpu-memory", "100Ei"}}}}}});
+  EXPECT_NE(message(huge).find("spec.containers[1].resources.limits[paladin.io/gpu-memory]: "
+                               "quantity '100Ei': out of range"),
+            std::string::npos);
+}
+
+// A GPU pod naming another scheduler would escape the packer's books and the teams' quotas.
+TEST(PodPatch, RefusesAGpuPodOfAnotherScheduler) {
+  const auto pod = [](const std::string& scheduler, bool gpu) {
+    Json p = {{"spec", {{"containers", {{{"name", "c"}}}}}}};
+    if (gpu) p["spec"]["containers"][0]["resources"]["limits"]["paladin.io/gpu-memory"] = "1Gi";
+    if (!scheduler.empty()) p["spec"]["schedulerName"] = scheduler;
+    return p;
+  };
+  StatusOr<std::string> other = PodPatch(pod("my-scheduler", true).dump(), Emulated());
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().message(),
+            "spec.schedulerName 'my-scheduler': a pod asking for paladin.io/gpu-memory is placed "
+            "by Paladin's scheduler ('paladin'); leave schedulerName unset");
+  // The default one (which the API server fills in) and none are replaced by Paladin's.
+  for (const char* s : {"", "default-scheduler"}) {
+    StatusOr<std::string> patch = PodPatch(pod(s, true).dump(), Emulated());
+    ASSERT_TRUE(patch.ok()) << s;
+    EXPECT_EQ(ApplyAdds(pod(s, true), *patch)["spec"]["schedulerName"], "paladin") << s;
+  }
+  // Paladin's own name is kept as it is (a move's replacement names it).
+  StatusOr<std::string> own = PodPatch(pod("paladin", true).dump(), Emulated());
+  ASSERT_TRUE(own.ok());
+  EXPECT_EQ(own->find("/spec/schedulerName"), std::string::npos);
+  // A pod asking for no GPU memory may name any scheduler: Paladin leaves it alone.
+  StatusOr<std::string> plain = PodPatch(pod("my-scheduler", false).dump(), Emulated());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(*plain, "");
+  // Through Review, the refusal reaches the user prefixed with Paladin's name.
+  Json review = PodReview("CREATE", "alice", Json::object(), Json::object());
+  review["request"]["object"]["spec"]["schedulerName"] = "my-scheduler";
+  const Json out = Json::parse(Review(review.dump(), Emulated()));
+  EXPECT_EQ(out["response"]["allowed"], false);
+  EXPECT_EQ(out["response"]["status"]["message"].get<std::string>().rfind(
+                "Paladin: spec.schedulerName 'my-scheduler'", 0),
+            0u);
 }
 
 // Namespaces are teams: the administrator's label, else the namespace's own team.

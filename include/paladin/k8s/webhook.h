@@ -50,7 +50,8 @@ Status CheckPaladinAnnotations(const std::string& old_pod_json, const std::strin
 
 // The JSON Patch (RFC 6902) for a pod, or "" when the pod asks for no paladin.io/gpu-memory
 // (then it is left exactly as it is). An error names the field that is malformed, or
-// spec.nodeName for a GPU pod that names its node (Paladin's scheduler places GPU pods).
+// spec.nodeName for a GPU pod that names its node, or spec.schedulerName for one that names a
+// scheduler other than the default or Paladin's (Paladin's scheduler places GPU pods).
 StatusOr<std::string> PodPatch(const std::string& pod_json, const InjectOptions& options);
 
 // An AdmissionReview (admission.k8s.io/v1) request in, the response out. A pod with a malformed
