@@ -225,13 +225,30 @@ Json Control::MigrationJson(const JobRecord& j) const {
   auto it = migrations_.find(j.migration_id);
   if (it == migrations_.end() || it->second.Finished()) return nullptr;
   const MigrationRecord& m = it->second;
-  return {{"id", m.id}, {"to", m.to_node}, {"to_gpu", m.to_gpu}, {"step", m.StepName()}};
+  return {{"id", m.id},
+          {"to", m.to_node},
+          {"to_gpu", m.to_gpu},
+          {"step", m.StepName()},
+          {"mode", api::MoveModeName(m.move_mode)}};
 }
 
 Json Control::JobJson(const JobRecord& j) const {
   Json out = JobToApi(j);
   Json migration = MigrationJson(j);
   if (!migration.is_null()) out["migration"] = std::move(migration);
+  // The job's last move that its source reported on: how its memory moved, why, the pause.
+  for (auto it = migrations_.rbegin(); it != migrations_.rend(); ++it) {
+    const MigrationRecord& m = it->second;
+    if (m.job != j.id || m.mode_used.empty()) continue;
+    out["last_move"] = {{"id", m.id},
+                        {"from", m.from_node},
+                        {"to", m.to_node},
+                        {"step", m.StepName()},
+                        {"mode", m.mode_used},
+                        {"why", m.move_mode_why},
+                        {"pause_s", m.pause_s ? Json(*m.pause_s) : Json(nullptr)}};
+    break;
+  }
   return out;
 }
 

@@ -353,6 +353,7 @@ Json NodeDoc(const NodeRecord& n) {
           {"draining", n.draining},
           {"recovered", n.recovered},
           {"checkpointable", n.checkpointable},
+          {"post_copy", n.post_copy},
           {"gpus", gpus}};
 }
 
@@ -367,6 +368,7 @@ NodeRecord NodeFromDoc(const Json& d) {
   n.draining = d.value("draining", false);
   n.recovered = d.value("recovered", false);
   n.checkpointable = d.value("checkpointable", true);
+  n.post_copy = d.value("post_copy", false);
   if (d.contains("gpus") && d["gpus"].is_array()) {
     for (const Json& g : d["gpus"]) {
       GpuRecord r;
@@ -402,7 +404,11 @@ Json MigrationDoc(const MigrationRecord& m) {
           {"created_at", m.created_at},
           {"ended_at", m.ended_at},
           {"error", m.error},
-          {"why", m.why}};
+          {"why", m.why},
+          {"move_mode", api::MoveModeName(m.move_mode)},
+          {"move_mode_why", m.move_mode_why},
+          {"mode_used", m.mode_used},
+          {"pause_s", m.pause_s ? Json(*m.pause_s) : Json(nullptr)}};
 }
 
 MigrationRecord MigrationFromDoc(const Json& d) {
@@ -428,6 +434,11 @@ MigrationRecord MigrationFromDoc(const Json& d) {
   m.ended_at = d.value("ended_at", 0.0);
   m.error = d.value("error", "");
   m.why = d.value("why", "");
+  m.move_mode =
+      api::MoveModeNamed(d.value("move_mode", "pre-copy")).value_or(api::MoveMode::kPreCopy);
+  m.move_mode_why = d.value("move_mode_why", "");
+  m.mode_used = d.value("mode_used", "");
+  if (d.contains("pause_s") && d["pause_s"].is_number()) m.pause_s = d["pause_s"].get<double>();
   return m;
 }
 

@@ -141,6 +141,7 @@ struct NodeRecord {
   bool draining = false;
   bool recovered = false;      // its jobs were placed elsewhere after it died
   bool checkpointable = true;  // false: its workloads run unprivileged, CRIU cannot dump them
+  bool post_copy = false;      // its agent has the patched CRIU post-copy moves need
   std::vector<GpuRecord> gpus;
 
   const GpuRecord* Gpu(int index) const {
@@ -189,7 +190,13 @@ struct MigrationRecord {
   double created_at = 0;
   double ended_at = 0;
   std::string error;
-  std::string why;             // "operator", "drain", "rebalance", "gpu unhealthy"
+  std::string why;  // "operator", "drain", "rebalance", "gpu unhealthy"
+  // How the memory moves: what the server asked for and why, then what the source did (it
+  // falls back to pre-copy for a job holding GPU state) and how long the job was stopped.
+  api::MoveMode move_mode = api::MoveMode::kPreCopy;
+  std::string move_mode_why;
+  std::string mode_used;  // "" until the source reports
+  std::optional<double> pause_s;
   double in_delivered_at = 0;  // when migrate_in reached the destination (not stored)
 
   bool Finished() const { return step == MigrationStep::kDone || step == MigrationStep::kFailed; }
