@@ -155,6 +155,7 @@ bool Agent::Register() {
                {"address", options_.address},
                {"migrate_port", options_.migrate_port},
                {"checkpointable", checkpointable_},
+               {"post_copy", checkpointable_ && ReadyLazyCriu().ok()},
                {"gpus", GpusForRegister()},
                {"jobs", Reports(true)}};
   StatusOr<Json> answer = client_->Post("/v1/agents/register", body);

@@ -200,6 +200,8 @@ class Agent {
   void MigrateIn(const api::Command& c);
   void MigrateOut(const api::Command& c);
   StatusOr<ckpt::Criu> ReadyCriu();
+  // The patched CRIU post-copy moves need (ckpt::LazyCriu), looked for once.
+  StatusOr<ckpt::Criu> ReadyLazyCriu();
   Status CommitMigration(int64_t migration);
   // POST /v1/migrations/{id}/abort: true when the server had committed the move.
   StatusOr<bool> ResolveMigration(int64_t migration);
@@ -278,6 +280,7 @@ class Agent {
 
   std::mutex criu_mu_;
   std::optional<StatusOr<ckpt::Criu>> criu_;
+  std::optional<StatusOr<ckpt::Criu>> lazy_criu_;
 
   // Contact with the server (main loop only, but lease_s_ is read by workers).
   bool registered_ = false;

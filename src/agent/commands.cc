@@ -13,8 +13,11 @@
 #include "agent_impl.h"
 #include "paladin/ckpt/cgroup.h"
 #include "paladin/ckpt/checkpoint.h"
+#include "paladin/ckpt/gpu_checkpoint.h"
 #include "paladin/ckpt/image.h"
 #include "paladin/migrate/migrate.h"
+#include "paladin/quota/launch.h"
+#include "paladin/quota/usage.h"
 
 namespace paladin::agent {
 
@@ -48,6 +51,28 @@ void Reap(pid_t pid) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+// Whether a process of the job holds GPU state now (a CUDA context): that state leaves through
+// the driver's checkpoint call, which a post-copy move does not make, so such a job moves
+// pre-copy. The same question CheckpointJob asks before a post-copy dump (which refuses it).
+StatusOr<bool> HoldsGpuState(const ckpt::JobRecord& job) {
+  if (job.gpu.empty()) return false;
+  std::string driver = "libcuda.so.1";
+  if (job.gpu == "emulated") {
+    StatusOr<quota::Libraries> libs = quota::FindLibraries();
+    if (!libs.ok()) return libs.status();
+    driver = libs->emucuda;
+    if (!job.emu_state.empty()) setenv("PALADIN_EMU_STATE", job.emu_state.c_str(), 1);
+    if (!job.emu_gpus.empty()) setenv("PALADIN_EMU_GPUS", job.emu_gpus.c_str(), 1);
+  }
+  StatusOr<std::unique_ptr<ckpt::GpuCheckpointer>> gpu = ckpt::GpuCheckpointer::Load(driver);
+  if (!gpu.ok()) return gpu.status();
+  std::vector<pid_t> pids;
+  for (uint32_t pid : quota::ProcessTree(static_cast<uint32_t>(job.pid))) {
+    pids.push_back(static_cast<pid_t>(pid));
+  }
+  return !(*gpu)->CudaProcesses(pids).empty();
 }
 
 }  // namespace
@@ -147,6 +172,19 @@ StatusOr<ckpt::Criu> Agent::ReadyCriu() {
     criu_ = criu;
   }
   return *criu_;
+}
+
+StatusOr<ckpt::Criu> Agent::ReadyLazyCriu() {
+  StatusOr<ckpt::Criu> criu = ReadyCriu();
+  if (!criu.ok()) return criu.status();
+  std::lock_guard<std::mutex> lock(criu_mu_);
+  if (!lazy_criu_) {
+    lazy_criu_ = ckpt::LazyCriu(*criu);
+    Say(lazy_criu_->ok() ? "post-copy moves: CRIU " + (*lazy_criu_)->path + " (patches " +
+                               (*lazy_criu_)->lazy_patches + ")"
+                         : "post-copy moves: not here (" + lazy_criu_->status().message() + ")");
+  }
+  return *lazy_criu_;
 }
 
 Status Agent::Start(const api::Command& c, Json* detail) {
@@ -654,6 +692,35 @@ void Agent::MigrateOut(const api::Command& c) {
   Workload* w = ClaimForCriu(c, &criu);
   if (w == nullptr) return;
   const std::string job = w->id;
+  // How its memory moves: post-copy when the server asked for it and it can be done here.
+  std::string mode_why = "the server asked for pre-copy";
+  if (c.move_mode == api::MoveMode::kPostCopy) {
+    StatusOr<ckpt::Criu> lazy = ReadyLazyCriu();
+    StatusOr<bool> gpu = HoldsGpuState(w->record);
+    if (!lazy.ok()) {
+      mode_why = "no post-copy CRIU here: " + lazy.status().message();
+    } else if (!gpu.ok()) {
+      mode_why = "cannot tell whether the job holds GPU state: " + gpu.status().message();
+    } else if (*gpu) {
+      mode_why = "the job holds GPU state, which post-copy does not move";
+    } else {
+      criu = lazy;
+      options.lazy = true;
+      mode_why = "no GPU state; both agents have the post-copy CRIU";
+      // The owner settles a move whose destination cannot say that its copy is gone; a copy
+      // there whose agent cannot reach the owner is stopped by its lease within lease_s.
+      options.resolve = [this, migration]() -> StatusOr<bool> {
+        for (;;) {
+          StatusOr<bool> committed = ResolveMigration(migration);
+          if (committed.ok() || stop_->load()) return committed;
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+        }
+      };
+      options.fence_s = lease_s_.load() + 1;
+    }
+  }
+  Say("migrate_out " + job + ": " + (options.lazy ? "post-copy" : "pre-copy") + " (" + mode_why +
+      ")");
   // Recorded before the dump stops the job: if this agent dies before the move is settled, its
   // successor finds the copy stopped and asks the server what became of the move.
   {
@@ -683,14 +750,16 @@ void Agent::MigrateOut(const api::Command& c) {
         Say("job " + job + " frozen again: no contact with the server");
       }
     }
-    AddResult(id, report.status());
+    AddResult(id,
+              Status(report.status().code(), report.status().message() + " (" +
+                                                 (options.lazy ? "post-copy" : "pre-copy") + ")"));
     return;
   }
   Json phases = Json::object();
   for (const auto& [name, seconds] : report->times.seconds) phases[name] = seconds;
   Say("moved job " + job + " to " + options.host + ":" + std::to_string(options.port) + " (pid " +
-      std::to_string(report->remote_pid) + " there), pause " + std::to_string(report->pause_s) +
-      " s; forgotten here");
+      std::to_string(report->remote_pid) + " there), " + report->mode + ", pause " +
+      std::to_string(report->pause_s) + " s; forgotten here");
   Reap(static_cast<pid_t>(w->record.pid));
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -698,7 +767,12 @@ void Agent::MigrateOut(const api::Command& c) {
     Forget(w->id, w->epoch, false);
   }
   AddResult(id, Status::Ok(),
-            {{"pause_s", report->pause_s}, {"phases", phases}, {"pid", report->remote_pid}});
+            {{"pause_s", report->pause_s},
+             {"total_s", report->total_s},
+             {"mode", report->mode},
+             {"mode_why", mode_why},
+             {"phases", phases},
+             {"pid", report->remote_pid}});
 }
 
 }  // namespace paladin::agent

@@ -146,7 +146,40 @@ Json MapJson(const std::vector<std::pair<std::string, std::string>>& pairs) {
   return out;
 }
 
+constexpr std::pair<MoveMode, const char*> kMoveModes[] = {
+    {MoveMode::kPreCopy, "pre-copy"},
+    {MoveMode::kPostCopy, "post-copy"},
+};
+
+// migrate_in, migrate_out: "move_mode", absent for pre-copy (a server that predates post-copy).
+Status DecodeMoveMode(const Json& o, const std::string& where, MoveMode* out) {
+  std::string name = "pre-copy";
+  PALADIN_RETURN_IF_ERROR(Str(o, "move_mode", where, &name));
+  if (name.empty()) name = "pre-copy";
+  const std::optional<MoveMode> mode = MoveModeNamed(name);
+  if (!mode) {
+    return Wrong(where, "move_mode",
+                 "expected pre-copy or post-copy, not '" + name.substr(0, 64) + "'");
+  }
+  *out = *mode;
+  return Status::Ok();
+}
+
 }  // namespace
+
+const char* MoveModeName(MoveMode mode) {
+  for (const auto& [m, name] : kMoveModes) {
+    if (m == mode) return name;
+  }
+  return "pre-copy";
+}
+
+std::optional<MoveMode> MoveModeNamed(const std::string& name) {
+  for (const auto& [m, n] : kMoveModes) {
+    if (name == n) return m;
+  }
+  return std::nullopt;
+}
 
 const char* CommandKindName(CommandKind kind) {
   for (const auto& [k, name] : kCommandKinds) {
@@ -224,6 +257,7 @@ Json ToJson(const Command& c) {
       out["from"] = c.from_node;
       out["from_gpu_uuid"] = c.from_gpu_uuid;
       out["address"] = c.address;
+      out["move_mode"] = MoveModeName(c.move_mode);
       break;
     case CommandKind::kMigrateOut:
       out["migration"] = c.migration;
@@ -233,6 +267,7 @@ Json ToJson(const Command& c) {
       out["to"] = c.to_node;
       out["to_gpu"] = c.to_gpu;
       out["to_gpu_uuid"] = c.to_gpu_uuid;
+      out["move_mode"] = MoveModeName(c.move_mode);
       break;
     case CommandKind::kStart:
     case CommandKind::kKill:
@@ -319,6 +354,7 @@ StatusOr<Command> DecodeCommand(const Json& body) {
       PALADIN_RETURN_IF_ERROR(Str(body, "from", where, &c.from_node));
       PALADIN_RETURN_IF_ERROR(Str(body, "from_gpu_uuid", where, &c.from_gpu_uuid));
       PALADIN_RETURN_IF_ERROR(Str(body, "address", where, &c.address));
+      PALADIN_RETURN_IF_ERROR(DecodeMoveMode(body, where, &c.move_mode));
       break;
     case CommandKind::kMigrateOut:
       for (const char* key : {"to_address", "to_port", "token", "migration"}) {
@@ -331,6 +367,7 @@ StatusOr<Command> DecodeCommand(const Json& body) {
       PALADIN_RETURN_IF_ERROR(Str(body, "to", where, &c.to_node));
       PALADIN_RETURN_IF_ERROR(SmallInt(body, "to_gpu", 0, 1023, where, &c.to_gpu));
       PALADIN_RETURN_IF_ERROR(Str(body, "to_gpu_uuid", where, &c.to_gpu_uuid));
+      PALADIN_RETURN_IF_ERROR(DecodeMoveMode(body, where, &c.move_mode));
       break;
     case CommandKind::kKill:
     case CommandKind::kResize:

@@ -211,7 +211,18 @@ void PrintJob(const Json& job) {
     std::string to = Str(move, "to");
     if (Int(move, "to_gpu").has_value()) to += "/" + std::to_string(*Int(move, "to_gpu"));
     rows.emplace_back("migration", "#" + CountCell(move, "id") + " to " + to + ", step " +
-                                       Or(Str(move, "step"), "-"));
+                                       Or(Str(move, "step"), "-") + ", " +
+                                       Or(Str(move, "mode"), "pre-copy"));
+  }
+  const Json& last = job.contains("last_move") ? job["last_move"] : Json();
+  if (last.is_object()) {
+    char pause[32] = "-";
+    if (Num(last, "pause_s").has_value()) {
+      std::snprintf(pause, sizeof pause, "%.2f s", *Num(last, "pause_s"));
+    }
+    rows.emplace_back("last move", "#" + CountCell(last, "id") + " " + Str(last, "from") + " -> " +
+                                       Str(last, "to") + ", " + Str(last, "mode") + " (" +
+                                       Str(last, "why") + "), paused " + pause);
   }
   for (const auto& [key, value] : rows) {
     std::printf("%-11s %s\n", (key + ":").c_str(), Printable(value).c_str());

@@ -77,6 +77,11 @@ void RegisterServer(CLI::App& app, int* exit_code) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--policy", options->policy, "Placement policy (paladin, FGD, BestFit, ...)")
       ->capture_default_str();
+  cmd->add_option("--move-mode", options->move_mode,
+                  "How moves carry a job's memory: auto (post-copy where both agents have the "
+                  "patched CRIU and the job holds no GPU state), post-copy (only so), pre-copy")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "post-copy", "pre-copy"}));
   cmd->callback([options, exit_code] {
     if (const char* fault = std::getenv("PALADIN_SERVER_FAULT"); fault != nullptr) {
       options->fault = fault;

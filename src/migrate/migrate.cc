@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -277,6 +278,72 @@ Status SettleSource(ckpt::JobRecord* job, MoveState* st, const std::string& stat
                      st->image + " (paladin restore it if it runs nowhere)");
 }
 
+// The fleet form's end of a post-copy move, once the dump has ended (`pages`): the owner (the
+// server) commits, asked only once every page is at the destination and its copy runs there;
+// until then the destination's copy runs provisionally and this one stays stopped. A failure
+// resumes the job here only once the destination's copy is known to be gone: the destination
+// said so, or the owner decided against the move and its lease has had fence_s to stop a copy
+// there that it could not reach (docs/lazy_migration.md, "Fleet moves").
+StatusOr<MigrateReport> FleetPostCopyEnd(
+    ckpt::JobRecord* job, Channel* channel, MoveState* st, const std::string& state_file,
+    const Status& pages, const MigrateOptions& options,
+    const std::function<StatusOr<MigrateReport>()>& release,
+    const std::function<Status(const std::string&)>& resume_here, const ckpt::Progress& progress) {
+  auto save = [&](const std::string& step) {
+    st->step = step;
+    return SaveState(state_file, *st);
+  };
+  bool gone_there = false;  // the destination said its copy was killed
+  std::string why;
+  if (pages.ok()) {
+    StatusOr<std::string> there = channel->Call("PAGES-DONE " + st->id, 120);
+    if (there.ok()) {
+      progress(
+          "every page has reached the destination and its copy runs; asking the job's "
+          "owner to commit");
+      (void)save("resume_sent");
+      Status committed = options.commit();
+      if (committed.ok()) return release();
+      if (committed.code() != StatusCode::kFailedPrecondition) {
+        (void)save("in_doubt");
+        return Status(committed.code(), "the commit is in doubt (" + committed.message() +
+                                            "); the job stays stopped here (pid " +
+                                            std::to_string(job->pid) + ")");
+      }
+      why = "the owner did not commit the move (" + committed.message() + ")";
+      gone_there = channel->Call("ABORT", 60).ok();
+    } else if (there.status().code() == StatusCode::kInternal) {
+      gone_there = true;
+      why = "the destination's copy ended before every page had reached it (" +
+            there.status().message() + "): what the job did there since the move is lost";
+    } else {
+      why = "the destination did not answer once every page was sent (" + there.status().message() +
+            "): what the job did there since the move is lost";
+    }
+  } else {
+    progress("the page transfer failed (" + pages.message() + "); stopping the destination's copy");
+    gone_there = channel->Call("PAGES-FAILED " + st->id, 120).ok();
+    why = "the page transfer failed (" + pages.message() + ")";
+  }
+  if (!gone_there) {
+    progress(why + "; the destination did not confirm that its copy is gone: asking the owner");
+    StatusOr<bool> committed =
+        options.resolve ? options.resolve() : StatusOr<bool>(Unavailable("no owner to ask"));
+    if (!committed.ok()) {
+      (void)save("in_doubt");
+      return Unavailable(why + "; the owner did not say what became of the move (" +
+                         committed.status().message() + "): the job stays stopped here (pid " +
+                         std::to_string(job->pid) + ")");
+    }
+    if (*committed) return release();  // only after a commit asked above whose answer was lost
+    progress("the owner decided against the move; waiting " + std::to_string(options.fence_s) +
+             " s for the destination's lease to stop any copy there before resuming here");
+    std::this_thread::sleep_for(std::chrono::duration<double>(options.fence_s));
+  }
+  job->state = "stopped";
+  return resume_here(why);
+}
+
 // The source's side of a post-copy move once the destination holds the job, restored without
 // its memory and stopped: the job runs there at once, and this copy, stopped, serves its pages
 // (the dump, `lazy_dump`) until the destination has them all. Only then, and only if the
@@ -329,6 +396,26 @@ StatusOr<MigrateReport> PostCopy(ckpt::JobRecord* job, Channel* channel, MoveSta
   Status pages =
       ckpt::ServingResult(lazy_dump, "the post-copy dump", lazy_log, options.lazy_timeout_s);
   report->times.seconds.emplace_back("post-copy pages", Since(serving));
+  if (options.commit) {
+    auto release = [&]() -> StatusOr<MigrateReport> {
+      report->total_s = Since(paused);
+      Release(job);
+      (void)save("done");
+      (void)channel->Send("BYE " + st->id);
+      keeper->Done();
+      job->state = "moved";
+      job->image = options.host + ":" + std::to_string(options.port) + " pid " + remote_pid;
+      (void)ckpt::WriteJob(*job);
+      if (options.keep_image) report->image = st->image;
+      cleanup();
+      std::error_code ec;
+      fs::remove(lazy_log, ec);
+      fs::remove(state_file, ec);
+      return *report;
+    };
+    return FleetPostCopyEnd(job, channel, st, state_file, pages, options, release, resume_here,
+                            progress);
+  }
   if (pages.ok()) {
     // Every page left; the destination says whether its copy took them all and still runs.
     StatusOr<std::string> there = channel->Call("PAGES-DONE " + st->id, 120);
@@ -377,8 +464,8 @@ StatusOr<MigrateReport> PostCopy(ckpt::JobRecord* job, Channel* channel, MoveSta
 
 StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
                                 const MigrateOptions& options, const ckpt::Progress& progress) {
-  if (options.lazy && options.commit) {
-    return InvalidArgument("post-copy moves are direct moves only (paladin migrate --peer)");
+  if (options.lazy && options.commit && !options.resolve) {
+    return InvalidArgument("a fleet post-copy move needs the owner's resolve");
   }
   std::string lazy_address = options.lazy_address;
   if (options.lazy && lazy_address.empty()) {
@@ -812,11 +899,62 @@ struct Destination {
     return Status::Ok();
   }
 
+  // The fleet form of a post-copy move: the copy here runs before the owner has committed (it
+  // commits once every page is here, asked by the source). Whenever this side is unsure of the
+  // move (the source went away, the owner called the move off), the copy stops and the owner is
+  // asked: committed, it continues; else it is killed. Stopped first, so that it never runs
+  // beside a source that the owner's "no" lets resume. The source's BYE (`stop` false) comes
+  // after the source was released (the owner committed) or resumed (the owner said no and the
+  // copy here was called off meanwhile): the happy path keeps running while it asks.
+  Status SettleProvisional(const std::string& why, bool stop = true) {
+    progress(why + "; asking the job's owner whether the move committed" +
+             (stop ? " (the copy here stops meanwhile)" : ""));
+    for (uint32_t pid :
+         stop ? quota::ProcessTree(static_cast<uint32_t>(job.pid)) : std::vector<uint32_t>()) {
+      kill(static_cast<pid_t>(pid), SIGSTOP);
+    }
+    StatusOr<bool> committed = Unavailable("not asked");
+    for (int tries = 0; tries < 3600; ++tries) {
+      committed = options.resolve();
+      if (committed.ok()) break;
+      if (tries % 10 == 0) {
+        progress("the owner did not answer (" + committed.status().message() + "); asking again");
+      }
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    if (committed.ok() && *committed) {
+      (void)Save("committed");
+      Status s = stop ? ckpt::ResumeJob(&job) : Status::Ok();
+      if (!s.ok()) return s;
+      progress("the move committed; the job runs here");
+      return Status::Ok();
+    }
+    KillTree(job.pid);
+    EndLazyPages(0);
+    (void)Save("aborted");
+    return FailedPrecondition(why + "; the move did not commit: the copy here was dropped");
+  }
+
+  // A command from the source, for a copy that runs here provisionally: waits as long as the
+  // pages take (the source's dump bounds that), watching for the owner's call-off.
+  StatusOr<std::string> ReceiveProvisional(Channel* channel) {
+    for (;;) {
+      StatusOr<std::string> buffered = channel->Receive(0);
+      if (buffered.ok()) return buffered;
+      if (Cancelled()) return FailedPrecondition("the job's owner called the move off");
+      pollfd p{channel->fd(), POLLIN, 0};
+      if (poll(&p, 1, 200) > 0) return channel->Receive(30);
+    }
+  }
+
   // Carries out the source's commands until RESUME, ABORT or BYE. OK: the job runs here.
   Status Obey(Channel* channel) {
     for (;;) {
-      StatusOr<std::string> command = channel->Receive(options.command_timeout_s);
+      const bool provisional = st.step == "provisional";
+      StatusOr<std::string> command =
+          provisional ? ReceiveProvisional(channel) : channel->Receive(options.command_timeout_s);
       if (!command.ok()) {
+        if (provisional) return SettleProvisional(command.status().message());
         if (st.step == "committed") return Status::Ok();  // the answer may have been lost
         if (st.step == "aborted") return FailedPrecondition("the move was aborted");
         return SourceGone(command.status());
@@ -873,6 +1011,22 @@ struct Destination {
           (void)channel->Send("ERR aborted: the destination dropped its copy");
           continue;
         }
+        if (lazyd > 0 && options.resolve) {
+          // The fleet form, post-copy: the copy runs before the commit, pulling its memory; the
+          // owner commits once every page is here (asked by the source).
+          if (st.step == "restored") {
+            PALADIN_RETURN_IF_ERROR(Save("provisional"));
+            Status s = ckpt::ResumeJob(&job);
+            if (!s.ok()) {
+              Drop();
+              (void)channel->Send("ERR aborted: " + s.message());
+              return s;
+            }
+          }
+          (void)SendOrDrop(channel, "RESUME-answer", "OK");
+          CrashPoint("dst-during-pages");
+          continue;
+        }
         if (st.step != "committed") {
           // The decision: written before the job runs here, so that whoever asks later hears it.
           PALADIN_RETURN_IF_ERROR(Save("committed"));
@@ -888,7 +1042,8 @@ struct Destination {
         (void)SendOrDrop(channel, "RESUME-answer", "OK");
         // The fleet form: the owner's row says who runs the job; nothing more to hear.
         if (options.resolve) return Status::Ok();
-      } else if (command->rfind("PAGES-", 0) == 0 && lazyd > 0 && st.step == "committed") {
+      } else if (command->rfind("PAGES-", 0) == 0 && lazyd > 0 &&
+                 (st.step == "committed" || st.step == "provisional")) {
         // The source's dump ended: with success, every page left it (and the puller, which said
         // so, ends); the copy here must still run for the move to hold.
         const bool done = command->rfind("PAGES-DONE ", 0) == 0;
@@ -908,6 +1063,12 @@ struct Destination {
                  "; the copy here was dropped and the job resumes at the source (what it "
                  "did here since the move is lost)");
         (void)channel->Send(done ? "ERR lost: " + why : "OK dropped");
+      } else if (*command == "BYE " + st.id && st.step == "provisional") {
+        // The fleet form: the source is done (released after the owner's commit, or resumed
+        // after its "no"); the owner's row says which.
+        st.acked = true;
+        (void)channel->Send("OK");
+        return SettleProvisional("the source is done with the move", false);
       } else if (*command == "ABORT") {
         if (st.step == "committed") {
           (void)channel->Send("ERR committed: the job runs here");

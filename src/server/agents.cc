@@ -70,6 +70,8 @@ StatusOr<Json> Control::RegisterAgent(const Json& body) {
   if (body.contains("checkpointable") && !body["checkpointable"].is_boolean()) {
     return InvalidArgument("checkpointable: expected true or false");
   }
+  StatusOr<bool> post_copy = BoolOf(body, "post_copy", false, "");
+  if (!post_copy.ok()) return post_copy.status();
   std::vector<GpuRecord> gpus;
   if (body.contains("gpus") && !body["gpus"].is_null()) {
     if (!body["gpus"].is_array()) return InvalidArgument("gpus: expected a list");
@@ -117,6 +119,7 @@ StatusOr<Json> Control::RegisterAgent(const Json& body) {
   n.address = *address;
   n.migrate_port = static_cast<int>(*port);
   n.checkpointable = body.value("checkpointable", true);
+  n.post_copy = *post_copy;
   // Keep what the server learnt about a GPU's health across re-registration.
   for (GpuRecord& g : gpus) {
     if (const GpuRecord* old = n.Gpu(g.index)) {
@@ -356,7 +359,7 @@ void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
           EventOfResult(api::CommandKindName(kind), c.ok, error)) {
     auto m = migrations_.find(c.command.migration);
     if (m == migrations_.end()) return;
-    if (kind == api::CommandKind::kMigrateOut && c.ok) RecordMovePause(m->second, detail);
+    if (kind == api::CommandKind::kMigrateOut && c.ok) RecordMoveCost(m->second, detail);
     AdvanceMigration(m->second, *event);
     return;
   }

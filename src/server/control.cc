@@ -127,9 +127,9 @@ Status Control::Load() {
     migrations_[m.id] = std::move(m);
   }
   for (const auto& [id, m] : migrations_) {  // in the order they were made
-    if (m.pause_s > 0) {
+    if (m.pause_s && *m.pause_s > 0) {
       move_costs_.Observe(m.from_node, m.to_node,
-                          {static_cast<double>(m.moved_bytes), 0, m.pause_s});
+                          {static_cast<double>(m.moved_bytes), 0, *m.pause_s});
     }
   }
   StatusOr<std::map<std::string, int64_t>> counters = db_.Counters();
@@ -236,13 +236,27 @@ Json Control::MigrationJson(const JobRecord& j) const {
           {"to_gpu", m.to_gpu},
           {"step", m.StepName()},
           {"expected_pause_s", m.expected_pause_s},
-          {"expected_basis", m.expected_basis}};
+          {"expected_basis", m.expected_basis},
+          {"mode", api::MoveModeName(m.move_mode)}};
 }
 
 Json Control::JobJson(const JobRecord& j) const {
   Json out = JobToApi(j);
   Json migration = MigrationJson(j);
   if (!migration.is_null()) out["migration"] = std::move(migration);
+  // The job's last move that its source reported on: how its memory moved, why, the pause.
+  for (auto it = migrations_.rbegin(); it != migrations_.rend(); ++it) {
+    const MigrationRecord& m = it->second;
+    if (m.job != j.id || m.mode_used.empty()) continue;
+    out["last_move"] = {{"id", m.id},
+                        {"from", m.from_node},
+                        {"to", m.to_node},
+                        {"step", m.StepName()},
+                        {"mode", m.mode_used},
+                        {"why", m.move_mode_why},
+                        {"pause_s", m.pause_s ? Json(*m.pause_s) : Json(nullptr)}};
+    break;
+  }
   return out;
 }
 

@@ -52,6 +52,7 @@ struct ControlOptions {
   std::string policy = "paladin";
   std::string crash_at;  // PALADIN_SERVER_FAULT=crash-at:<step>
   double migration_timeout_s = 300;
+  std::string move_mode = "auto";  // ServerOptions::move_mode
   // Seconds since the epoch; empty: the system clock. Tests inject their own, so the control
   // plane's decisions in time (leases, periodic checkpoints, timeouts) are tested without sleeps.
   std::function<double()> clock;
@@ -203,10 +204,12 @@ class Control {
   void AdvanceMigration(MigrationRecord& m, const MigrationEvent& event);
   void FailMigration(MigrationRecord& m, const std::string& why);
   void FinishMigration(MigrationRecord& m);
-  // The source's measured pause of a move (its migrate_out result's pause_s), learned from.
-  void RecordMovePause(MigrationRecord& m, const Json& detail);
   bool HasIncomingMigration(const std::string& node) const;
   MigrationRecord* ActiveMigration(const JobRecord& j);
+  // How a move between these nodes carries the job's memory (ControlOptions::move_mode), and why.
+  api::MoveMode MoveModeFor(const NodeRecord& from, const NodeRecord& to, std::string* why) const;
+  // The source's report on a move (its migrate_out result): the mode it used and the pause.
+  void RecordMoveCost(MigrationRecord& m, const Json& detail);
   void DetectFailures(double now);
   void RecoverNode(NodeRecord& node);
   void DrainNodes();

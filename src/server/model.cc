@@ -353,6 +353,7 @@ Json NodeDoc(const NodeRecord& n) {
           {"draining", n.draining},
           {"recovered", n.recovered},
           {"checkpointable", n.checkpointable},
+          {"post_copy", n.post_copy},
           {"gpus", gpus}};
 }
 
@@ -367,6 +368,7 @@ NodeRecord NodeFromDoc(const Json& d) {
   n.draining = d.value("draining", false);
   n.recovered = d.value("recovered", false);
   n.checkpointable = d.value("checkpointable", true);
+  n.post_copy = d.value("post_copy", false);
   if (d.contains("gpus") && d["gpus"].is_array()) {
     for (const Json& g : d["gpus"]) {
       GpuRecord r;
@@ -405,8 +407,11 @@ Json MigrationDoc(const MigrationRecord& m) {
           {"why", m.why},
           {"expected_pause_s", m.expected_pause_s},
           {"expected_basis", m.expected_basis},
-          {"pause_s", m.pause_s},
-          {"moved_bytes", m.moved_bytes}};
+          {"moved_bytes", m.moved_bytes},
+          {"move_mode", api::MoveModeName(m.move_mode)},
+          {"move_mode_why", m.move_mode_why},
+          {"mode_used", m.mode_used},
+          {"pause_s", m.pause_s ? Json(*m.pause_s) : Json(nullptr)}};
 }
 
 MigrationRecord MigrationFromDoc(const Json& d) {
@@ -434,8 +439,12 @@ MigrationRecord MigrationFromDoc(const Json& d) {
   m.why = d.value("why", "");
   m.expected_pause_s = d.value("expected_pause_s", 0.0);
   m.expected_basis = d.value("expected_basis", "");
-  m.pause_s = d.value("pause_s", 0.0);
   m.moved_bytes = d.value("moved_bytes", int64_t{0});
+  m.move_mode =
+      api::MoveModeNamed(d.value("move_mode", "pre-copy")).value_or(api::MoveMode::kPreCopy);
+  m.move_mode_why = d.value("move_mode_why", "");
+  m.mode_used = d.value("mode_used", "");
+  if (d.contains("pause_s") && d["pause_s"].is_number()) m.pause_s = d["pause_s"].get<double>();
   return m;
 }
 

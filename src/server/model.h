@@ -141,6 +141,7 @@ struct NodeRecord {
   bool draining = false;
   bool recovered = false;      // its jobs were placed elsewhere after it died
   bool checkpointable = true;  // false: its workloads run unprivileged, CRIU cannot dump them
+  bool post_copy = false;      // its agent has the patched CRIU post-copy moves need
   std::vector<GpuRecord> gpus;
 
   const GpuRecord* Gpu(int index) const {
@@ -189,13 +190,18 @@ struct MigrationRecord {
   double created_at = 0;
   double ended_at = 0;
   std::string error;
-  std::string why;             // "operator", "drain", "rebalance", "gpu unhealthy"
+  std::string why;  // "operator", "drain", "rebalance", "gpu unhealthy"
+  // How the memory moves: what the server asked for and why, then what the source did (it
+  // falls back to pre-copy for a job holding GPU state) and how long the job was stopped.
+  api::MoveMode move_mode = api::MoveMode::kPreCopy;
+  std::string move_mode_why;
+  std::string mode_used;  // "" until the source reports
+  std::optional<double> pause_s;
   double in_delivered_at = 0;  // when migrate_in reached the destination (not stored)
   // The move's pause: expected when it started (MoveCostModel: its basis, e.g. "node pair, 3
   // moves"), measured by the source when it ended (0 until then), for the GPU bytes it moved.
   double expected_pause_s = 0;
   std::string expected_basis;
-  double pause_s = 0;
   int64_t moved_bytes = 0;
 
   bool Finished() const { return step == MigrationStep::kDone || step == MigrationStep::kFailed; }

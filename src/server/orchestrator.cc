@@ -21,12 +21,68 @@ std::string FormatSeconds(double s) {
   return text;
 }
 
+// What a move's events say of how it went: the mode the source used and why, how long the job
+// was stopped (from its stop at the source to its resuming at the destination) and what the cost
+// model expected. Empty until the source has reported.
+std::string MoveSummary(const MigrationRecord& m) {
+  if (m.mode_used.empty()) return "";
+  return "; " + m.mode_used + (m.move_mode_why.empty() ? "" : " (" + m.move_mode_why + ")") +
+         ", paused " + FormatSeconds(m.pause_s.value_or(0)) + ", expected " +
+         FormatSeconds(m.expected_pause_s) + " (" + m.expected_basis + ")";
+}
+
 }  // namespace
+
+void Control::RecordMoveCost(MigrationRecord& m, const Json& detail) {
+  if (!detail.is_object()) return;
+  // A node's figure is not trusted to be sane: only a finite pause under a week is kept and
+  // learned from (once per move).
+  if (!m.pause_s && detail.contains("pause_s") && detail["pause_s"].is_number()) {
+    const double pause = detail["pause_s"].get<double>();
+    if (std::isfinite(pause) && pause > 0 && pause < 7 * 24 * 3600.0) {
+      m.pause_s = pause;
+      StatusOr<int64_t> seq = ParseJobId(m.job);
+      auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
+      if (found != jobs_.end()) m.moved_bytes = found->second.used_bytes;
+      move_costs_.Observe(m.from_node, m.to_node, {static_cast<double>(m.moved_bytes), 0, pause});
+    }
+  }
+  if (detail.contains("mode") && detail["mode"].is_string()) {
+    m.mode_used = detail["mode"].get<std::string>().substr(0, 32);
+  }
+  if (detail.contains("mode_why") && detail["mode_why"].is_string()) {
+    m.move_mode_why = detail["mode_why"].get<std::string>().substr(0, 512);
+  }
+  if (m.mode_used.empty()) m.mode_used = api::MoveModeName(api::MoveMode::kPreCopy);
+  DirtyMigration(m);
+  if (m.step != MigrationStep::kDone) return;  // FinishMigration's event will say it
+  // The destination's result finished the move first: its event could not say this yet.
+  StatusOr<int64_t> seq = ParseJobId(m.job);
+  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
+  Event("migration_cost", found != jobs_.end() ? &found->second : nullptr, m.from_node,
+        "migration " + std::to_string(m.id) + MoveSummary(m));
+}
 
 std::string Control::CheckpointDir(const JobRecord& j, int seq) const {
   char name[16];
   std::snprintf(name, sizeof name, "%04d", seq);
   return options_.checkpoint_store + "/" + j.id + "/" + name;
+}
+
+api::MoveMode Control::MoveModeFor(const NodeRecord& from, const NodeRecord& to,
+                                   std::string* why) const {
+  if (options_.move_mode == "pre-copy") {
+    *why = "the server's --move-mode is pre-copy";
+    return api::MoveMode::kPreCopy;
+  }
+  for (const NodeRecord* n : {&from, &to}) {
+    if (!n->post_copy) {
+      *why = "node " + n->name + "'s agent has no post-copy CRIU (scripts/criu_lazy.sh)";
+      return api::MoveMode::kPreCopy;
+    }
+  }
+  *why = "both agents have the post-copy CRIU (a job holding GPU state still moves pre-copy)";
+  return api::MoveMode::kPostCopy;
 }
 
 bool Control::HasIncomingMigration(const std::string& node) const {
@@ -80,6 +136,12 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
   if (source == nodes_.end() || source->second.state == "dead") {
     return FailedPrecondition("job " + j.id + "'s node is not alive");
   }
+  std::string mode_why;
+  const api::MoveMode mode = MoveModeFor(source->second, dest->second, &mode_why);
+  if (options_.move_mode == "post-copy" && mode != api::MoveMode::kPostCopy) {
+    return FailedPrecondition("job " + j.id +
+                              " cannot move post-copy (--move-mode post-copy): " + mode_why);
+  }
   FleetView view = BuildFleet(true);
   const int32_t node = view.index.at(to);
   const core::Workload w = ShapeOf(j, view.gpu_memory[static_cast<size_t>(node)]);
@@ -121,6 +183,8 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
   m.new_epoch = j.epoch + 1;
   m.created_at = Now();
   m.why = why;
+  m.move_mode = mode;
+  m.move_mode_why = mode_why;
   m.step = MigrationStep::kReserved;
   const core::PauseEstimate expected =
       move_costs_.Estimate(j.node, to, static_cast<double>(j.used_bytes), 0);
@@ -132,8 +196,8 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
   j.reason = "migrating to " + to + "/" + std::to_string(m.to_gpu) + " (" + why + ")";
   Event("migration_started", &j, j.node,
         "migration " + std::to_string(m.id) + " to " + to + "/" + std::to_string(m.to_gpu) + " (" +
-            why + "); expected pause " + FormatSeconds(m.expected_pause_s) + " (" +
-            m.expected_basis + ")");
+            why + "), " + api::MoveModeName(mode) + ": " + mode_why + "; expected pause " +
+            FormatSeconds(m.expected_pause_s) + " (" + m.expected_basis + ")");
   DirtyJob(j);
   MigrationRecord& stored = migrations_[m.id] = m;
   DirtyMigration(stored);
@@ -175,6 +239,7 @@ void Control::AdvanceMigration(MigrationRecord& m, const MigrationEvent& event) 
       in.from_node = m.from_node;
       in.from_gpu_uuid = j.gpu_uuid;
       in.address = dest.address;
+      in.move_mode = m.move_mode;
       m.in_command = SendCommand(m.to_node, std::move(in), &j);
       m.step = MigrationStep::kMigrateInSent;
       DirtyMigration(m);
@@ -192,6 +257,7 @@ void Control::AdvanceMigration(MigrationRecord& m, const MigrationEvent& event) 
       out.to_node = m.to_node;
       out.to_gpu = m.to_gpu;
       out.to_gpu_uuid = m.to_uuid;
+      out.move_mode = m.move_mode;
       m.out_command = SendCommand(m.from_node, std::move(out), &j);
       m.step = MigrationStep::kTransfer;
       DirtyMigration(m);
@@ -293,22 +359,6 @@ void Control::FailMigration(MigrationRecord& m, const std::string& why) {
   Wake();
 }
 
-void Control::RecordMovePause(MigrationRecord& m, const Json& detail) {
-  if (m.pause_s > 0 || !detail.contains("pause_s") || !detail["pause_s"].is_number()) return;
-  const double pause = detail["pause_s"].get<double>();
-  if (!std::isfinite(pause) || pause <= 0 || pause > 7 * 24 * 3600.0) return;
-  m.pause_s = pause;
-  StatusOr<int64_t> seq = ParseJobId(m.job);
-  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
-  if (found != jobs_.end()) m.moved_bytes = found->second.used_bytes;
-  move_costs_.Observe(m.from_node, m.to_node, {static_cast<double>(m.moved_bytes), 0, m.pause_s});
-  DirtyMigration(m);
-  Event("migration_pause", found != jobs_.end() ? &found->second : nullptr, m.from_node,
-        "migration " + std::to_string(m.id) + " " + m.from_node + " -> " + m.to_node + ": paused " +
-            FormatSeconds(m.pause_s) + ", expected " + FormatSeconds(m.expected_pause_s) + " (" +
-            m.expected_basis + ")");
-}
-
 void Control::FinishMigration(MigrationRecord& m) {
   if (m.Finished()) return;
   m.step = MigrationStep::kDone;
@@ -324,7 +374,8 @@ void Control::FinishMigration(MigrationRecord& m) {
                m.from_node + ")";
     Event("migrated", &j, m.to_node,
           "migration " + std::to_string(m.id) + ": " + m.from_node + "/" +
-              std::to_string(m.from_gpu) + " -> " + m.to_node + "/" + std::to_string(m.to_gpu));
+              std::to_string(m.from_gpu) + " -> " + m.to_node + "/" + std::to_string(m.to_gpu) +
+              MoveSummary(m));
     DirtyJob(j);
   }
   CrashPoint("done");

@@ -100,6 +100,10 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   }
   if (options.checkpoint_every_s < 0) return InvalidArgument("--checkpoint-every: negative");
   if (options.keep_checkpoints < 1) return InvalidArgument("--keep-checkpoints: at least 1");
+  if (options.move_mode != "auto" && options.move_mode != "post-copy" &&
+      options.move_mode != "pre-copy") {
+    return InvalidArgument("--move-mode: expected auto, post-copy or pre-copy");
+  }
   if (options.http_threads < 2 || options.http_threads > 4096) {
     return InvalidArgument("--http-threads: expected 2 to 4096");
   }
@@ -124,6 +128,7 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
           ? data + "/checkpoints"
           : std::filesystem::absolute(options.checkpoint_store).string();
   control_options.policy = options.policy;
+  control_options.move_mode = options.move_mode;
   if (options.fault.rfind("crash-at:", 0) == 0) control_options.crash_at = options.fault.substr(9);
   std::filesystem::create_directories(control_options.checkpoint_store, ec);
   if (ec) {

@@ -83,6 +83,7 @@ StatusOr<Json> Control::Nodes(const Principal& who) {
                    {"state", n.state},
                    {"address", n.address},
                    {"migrate_port", n.migrate_port},
+                   {"post_copy", n.post_copy},
                    {"last_heartbeat", n.last_heartbeat},
                    {"gpus", gpus}});
   }

@@ -163,6 +163,41 @@ TEST(WireTest, EveryCommandKindRoundTrips) {
   EXPECT_FALSE(DecodeCommand(no_epoch)->epoch.has_value());  // every copy
 }
 
+// A move's mode travels in migrate_in and migrate_out; a command without one (from a server that
+// predates post-copy) is a pre-copy move, and an unknown mode is refused naming the field.
+TEST(WireTest, AMoveCarriesItsMode) {
+  Command out;
+  out.id = 9;
+  out.kind = CommandKind::kMigrateOut;
+  out.job = "j-1";
+  out.port = 7400;
+  out.token = "t";
+  out.migration = 5;
+  out.to_address = "10.0.0.2";
+  out.move_mode = MoveMode::kPostCopy;
+  Command in = out;
+  in.kind = CommandKind::kMigrateIn;
+  for (const Command& c : {out, in}) {
+    EXPECT_EQ(ToJson(c)["move_mode"], "post-copy");
+    StatusOr<Command> back = DecodeCommand(ToJson(c));
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_EQ(back->move_mode, MoveMode::kPostCopy);
+    Json old = ToJson(c);
+    old.erase("move_mode");
+    EXPECT_EQ(DecodeCommand(old)->move_mode, MoveMode::kPreCopy);
+    Json wrong = ToJson(c);
+    wrong["move_mode"] = "teleport";
+    StatusOr<Command> refused = DecodeCommand(wrong);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("move_mode: expected pre-copy or post-copy"),
+              std::string::npos)
+        << refused.status().message();
+  }
+  EXPECT_STREQ(MoveModeName(MoveMode::kPreCopy), "pre-copy");
+  EXPECT_EQ(MoveModeNamed("post-copy"), MoveMode::kPostCopy);
+  EXPECT_FALSE(MoveModeNamed("auto").has_value());
+}
+
 // A malformed command is refused naming the command, its kind and the field.
 TEST(WireTest, AMalformedCommandNamesTheField) {
   struct Case {

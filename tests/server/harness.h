@@ -118,6 +118,7 @@ class FakeAgent {
         port_(port) {}
 
   bool checkpointable = true;        // what Register() says of its workloads
+  bool post_copy = false;            // ... and of its CRIU (post-copy moves)
   Json gpu_reports = Json::array();  // what Heartbeat() says of the GPUs (health, use)
 
   Status Register() {
@@ -136,6 +137,7 @@ class FakeAgent {
                                                                 {"address", "127.0.0.1"},
                                                                 {"migrate_port", port_},
                                                                 {"checkpointable", checkpointable},
+                                                                {"post_copy", post_copy},
                                                                 {"gpus", gpus},
                                                                 {"jobs", jobs}});
     return r.ok() ? Status::Ok() : r.status();

@@ -160,6 +160,55 @@ TEST_F(MigrationTest, TheExpectedPauseIsLearnedFromMeasuredMoves) {
   EXPECT_NE(events->dump().find("paused 1.20 s, expected"), std::string::npos) << events->dump();
 }
 
+// The move's mode: post-copy when both agents registered the patched CRIU (the commands carry
+// it), pre-copy when either did not, and the job's events say which the source used, why, and
+// the pause it reported.
+TEST_F(MigrationTest, AMoveSaysItsModeAndPause) {
+  a_.post_copy = true;
+  b_.post_copy = true;
+  const std::string id = RunningJob();
+  api::Client admin = h_.Admin();
+  ASSERT_TRUE(admin.Post("/v1/jobs/" + id + "/migrate", Json{{"to", "node-b"}}).ok());
+  std::optional<Json> in = AwaitCommand(b_, "migrate_in", id);
+  ASSERT_TRUE(in.has_value());
+  EXPECT_EQ((*in)["move_mode"], "post-copy");
+  ASSERT_TRUE(b_.Heartbeat().ok());
+  std::optional<Json> out = AwaitCommand(a_, "migrate_out", id);
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ((*out)["move_mode"], "post-copy");
+  const int64_t migration = (*out)["migration"];
+  ASSERT_TRUE(h_.Agent()
+                  .Post("/v1/migrations/" + std::to_string(migration) + "/commit", Json::object())
+                  .ok());
+  const int64_t epoch = Job(admin, id)["epoch"];
+  // The source reports first here: the "migrated" event says the mode and the pause.
+  a_.Answer(Json{{"command", (*out)["id"]},
+                 {"ok", true},
+                 {"detail", {{"pause_s", 0.75}, {"mode", "post-copy"}, {"mode_why", "no GPU"}}}});
+  a_.jobs().erase(id);
+  ASSERT_TRUE(a_.Heartbeat().ok());
+  b_.jobs()[id] = FakeAgent::Job{id, epoch};
+  b_.Answer(Json{{"command", (*in)["id"]}, {"ok", true}, {"detail", {{"pid", 5}}}});
+  ASSERT_TRUE(b_.Heartbeat().ok());
+  StatusOr<Json> events = admin.Get("/v1/events?job=" + id);
+  ASSERT_TRUE(events.ok());
+  EXPECT_NE(events->dump().find("post-copy (no GPU), paused 0.75 s"), std::string::npos)
+      << events->dump();
+
+  // Back to node-a with node-a's agent now without the patched CRIU: pre-copy, and why.
+  a_.post_copy = false;
+  ASSERT_TRUE(a_.Register().ok());
+  ASSERT_TRUE(admin.Post("/v1/jobs/" + id + "/migrate", Json{{"to", "node-a"}}).ok());
+  std::optional<Json> back = AwaitCommand(a_, "migrate_in", id);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ((*back)["move_mode"], "pre-copy");
+  StatusOr<Json> started = admin.Get("/v1/events?job=" + id);
+  ASSERT_TRUE(started.ok());
+  EXPECT_NE(started->dump().find("pre-copy: node node-a's agent has no post-copy CRIU"),
+            std::string::npos)
+      << started->dump();
+}
+
 // An agent whose workloads run as an unprivileged user cannot have them checkpointed by CRIU:
 // explain says so, and a move is refused before anything is reserved.
 TEST_F(MigrationTest, AnUnprivilegedNodesJobsAreNotMoved) {

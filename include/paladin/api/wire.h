@@ -66,6 +66,11 @@ enum class CommandKind {
   kMigrateOut,  // send it to another node
 };
 
+// How a migration moves the job's memory (docs/lazy_migration.md).
+enum class MoveMode { kPreCopy, kPostCopy };
+const char* MoveModeName(MoveMode mode);  // "pre-copy", "post-copy"
+std::optional<MoveMode> MoveModeNamed(const std::string& name);
+
 // The kind's name on the wire ("start", "migrate_in", ...), and back.
 const char* CommandKindName(CommandKind kind);
 std::optional<CommandKind> CommandKindNamed(const std::string& name);
@@ -105,6 +110,10 @@ struct Command {
   int64_t migration = 0;  // the server's move id
   int port = 0;           // the destination's transfer port
   std::string token;      // the move's own token
+  // How the memory moves: kPreCopy, the image with it before the job resumes there; kPostCopy,
+  // the job resumes there at once and pulls its memory from the stopped source (the source
+  // falls back to pre-copy for a job that holds GPU state, and says so in its result).
+  MoveMode move_mode = MoveMode::kPreCopy;
   // migrate_in
   std::string from_node;
   std::string from_gpu_uuid;  // the source's GPU, mapped onto gpu_uuid here

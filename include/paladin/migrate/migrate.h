@@ -46,12 +46,13 @@ struct MigrateOptions {
   std::string id;
   double outcome_timeout_s = 600;
   std::string keeper_exe;
-  // Post-copy (`paladin migrate --lazy`, the direct form only; `criu` must come from
-  // ckpt::LazyCriu): the job resumes at the destination as soon as it is restored without its
-  // memory, which it pulls from this side's stopped copy, served by the dump on
+  // Post-copy (`paladin migrate --lazy`, or a fleet move with commit and resolve set; `criu`
+  // must come from ckpt::LazyCriu): the job resumes at the destination as soon as it is restored
+  // without its memory, which it pulls from this side's stopped copy, served by the dump on
   // lazy_address:lazy_port. This copy is released only once the dump says every page went and
-  // the destination's copy still runs; else the destination's copy is killed and the job
-  // resumes here (docs/lazy_migration.md).
+  // the destination's copy still runs (the fleet form: and the owner committed, asked only
+  // then); else the destination's copy is killed and the job resumes here
+  // (docs/lazy_migration.md).
   bool lazy = false;
   std::string lazy_address;      // empty: the address this host uses to reach the peer
   int lazy_port = 0;             // 0: the destination's port + 2
@@ -60,6 +61,14 @@ struct MigrateOptions {
   // certificate (exchanged as PAGE-TLS); true: plain TCP, which anyone who reaches the port can
   // read (for measurements and trusted networks; the destination must allow it).
   bool lazy_plain = false;
+  // The fleet form of a post-copy move, when the destination cannot confirm that its copy is
+  // gone (its agent died, the connection broke): asks the owner to decide against the move
+  // unless it committed (true: committed; an error: no answer, the job stays stopped here).
+  // The source then waits fence_s before resuming: a destination's copy whose agent died or lost
+  // the owner is stopped by that node's lease within it, and one whose agent reaches the owner
+  // is called off by it (DestinationOptions::cancel).
+  std::function<StatusOr<bool>()> resolve;
+  double fence_s = 0;
 };
 
 struct MigrateReport {
@@ -84,7 +93,9 @@ struct DestinationOptions {
   double command_timeout_s = 600;
   // Set from another thread: stop waiting for the source. Honoured until the image has arrived
   // and the source has connected for commands; after that the move runs to its end (bounded by
-  // its own timeouts), since the source may already be waiting for the commit.
+  // its own timeouts), since the source may already be waiting for the commit. Except in a
+  // fleet post-copy move whose copy runs here before the commit: then the copy stops and the
+  // owner is asked (resolve) whether to keep it.
   const std::atomic<bool>* cancel = nullptr;
   // The destination agent's lease, which the received job's init follows (RestoreOptions2).
   int lease_fd = -1;

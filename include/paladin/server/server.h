@@ -22,7 +22,11 @@ struct ServerOptions {
   int keep_checkpoints = 3;               // images kept per job
   std::string checkpoint_store;           // default DATA/checkpoints
   std::string policy = "paladin";         // a core::PolicyNames() entry
-  std::string fault;                      // "crash-at:<step>" (PALADIN_SERVER_FAULT), tests only
+  // How fleet moves carry a job's memory: "auto" (post-copy where both agents can and the job
+  // holds no GPU state, else pre-copy), "post-copy" (the same, but a move between nodes that
+  // cannot is refused), "pre-copy" (never post-copy). docs/lazy_migration.md.
+  std::string move_mode = "auto";
+  std::string fault;  // "crash-at:<step>" (PALADIN_SERVER_FAULT), tests only
   double schedule_interval_s = 0.5;
   // HTTP worker threads: they run the routes. Reading requests holds none (docs/server.md,
   // "The HTTP front"), so an open connection, idle or slow, costs no worker.

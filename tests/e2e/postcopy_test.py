@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""Fleet moves post-copy (label e2e): a real server and two agents on one host, real CRIU.
+
+When both agents have the patched CRIU (scripts/criu_lazy.sh) and a job holds no GPU state, the
+server's default --move-mode auto moves it post-copy: the job resumes at the destination as soon
+as it is restored without its memory, which follows from the stopped source; the server commits
+once every page has arrived (docs/lazy_migration.md, "Fleet moves").
+
+The workload is tests/ckpt/lazy_mem.py (a CPython process holding 128 MiB of distinct pages,
+appending one line per generation with the CRC of the window it changed to a file it keeps
+open); `lazy_mem.py check` replays every generation afterwards, so a page lost or misplaced by a
+move, or a generation repeated or skipped, fails the drill. Every copy of the job is sampled every
+100 ms (fence_test.Sampler): never two running at once, one left at the end.
+
+The drills, each on a fresh server and two agents:
+  1. move: the job moved by `POST /v1/jobs/ID/migrate`; the move's event says post-copy and the
+     pause; the file verified. Then a GPU job (the demo workload, which holds device memory)
+     moved in the same fleet goes pre-copy and its event says why.
+  2. dst-killed: the destination agent killed (PALADIN_MIGRATE_FAULT=crash:dst-during-pages)
+     once the job runs there and while its pages are still coming, before the commit: the
+     source resumes the job (the server decided against the move; the dead agent's copy was
+     stopped by its lease) and the restarted agent kills its stale copy. The file is verified
+     from the source's resumption on (what the destination did meanwhile is lost, as in a
+     recovery).
+
+Usage: postcopy_test.py PALADIN
+Environment: PALADIN_POSTCOPY_ONLY=move|dst-killed runs one drill.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import crash_test  # noqa: E402
+import fence_test  # noqa: E402
+from crash_test import Fleet, fail, failures, ok, run_tag, tagged_processes, wait_for  # noqa: E402
+
+LEASE_S = fence_test.LEASE_S
+LAZY_MEM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ckpt", "lazy_mem.py")
+MIB = 128
+work_bin = ""
+
+
+def submit_cpu_job(fleet, tag, out):
+    return fleet.post("/v1/jobs", {
+        "name": tag, "team": "crash", "gpu_mem": "1GiB", "gpus": 1,
+        "command": ["python3", os.path.join(work_bin, "lazy_mem.py"), "run", str(MIB), out,
+                    "0.05", "--tag", run_tag(tag)]})["id"]
+
+
+def other_node(fleet, job_id):
+    return "node-b" if fleet.job(job_id)["node"] == "node-a" else "node-a"
+
+
+def move_events(fleet, job_id):
+    """The messages of the job's migration events (migrated, migration_cost, migration_failed)."""
+    events = fleet.get(f"/v1/events?job={job_id}")["events"]
+    return [e["message"] for e in events
+            if e["kind"] in ("migrated", "migration_cost", "migration_failed",
+                             "migration_started")]
+
+
+def check_file(out, after_rewind, what):
+    args = ["python3", LAZY_MEM, "check", str(MIB), out] + (["--after-rewind"] if after_rewind
+                                                            else [])
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"{what}: the job's file does not verify: {r.stdout.strip()} {r.stderr.strip()}")
+    else:
+        ok(f"{what}: {r.stdout.strip()}")
+
+
+def one_copy_left(tag, what):
+    """One copy of the job left, running (not stopped throughout 2 s)."""
+    try:
+        wait_for(f"{what}: one copy left", lambda: len(tagged_processes(tag)) == 1, 60, 0.2)
+        wait_for(f"{what}: that copy running",
+                 lambda: any(s not in "TtZ" for s in tagged_processes(tag).values()), 20, 0.2)
+    except TimeoutError as e:
+        fail(f"{e}: {tagged_processes(tag)}")
+        return
+    ok(f"{what}: one copy left, running")
+
+
+def move_drill(work):
+    what = "post-copy move"
+    fleet = Fleet(work, "pc-move")
+    tag = "pcmove"
+    out = os.path.join(work, "out", tag + ".log")
+    sampler = None
+    try:
+        nodes = {n["name"]: n.get("post_copy") for n in fleet.get("/v1/nodes")["nodes"]}
+        if not all(nodes.values()):
+            fail(f"{what}: the agents did not register as post-copy capable: {nodes}")
+            return
+        job_id = submit_cpu_job(fleet, tag, out)
+        wait_for("the CPU job running", lambda: fleet.job(job_id)["state"] == "running" and
+                 os.path.exists(out) and os.path.getsize(out) > 0, 120, 0.2)
+        time.sleep(2)
+        to = other_node(fleet, job_id)
+        sampler = fence_test.Sampler(tag)
+        began = time.time()
+        fleet.post(f"/v1/jobs/{job_id}/migrate", {"to": to})
+        wait_for(f"{what}: the job on {to}",
+                 lambda: fence_test.job_on(fleet, job_id, to), 180, 0.2)
+        wait_for(f"{what}: the move's cost reported",
+                 lambda: any("paused" in m for m in move_events(fleet, job_id)), 30, 0.2)
+        one_copy_left(tag, what)
+        time.sleep(3)  # it runs on at the destination
+        sampler.finish()
+        messages = move_events(fleet, job_id)
+        said = [m for m in messages if "paused" in m]
+        print(f"{what}: {time.time() - began:.1f} s; events: {messages}; {sampler.describe()}",
+              flush=True)
+        if not said or "; post-copy (" not in said[-1]:
+            fail(f"{what}: the move's event does not say post-copy: {messages}")
+        else:
+            pause = float(re.search(r"paused ([0-9.]+) s", said[-1]).group(1))
+            ok(f"{what}: the event says post-copy, pause {pause:.2f} s")
+        last = fleet.job(job_id).get("last_move") or {}
+        if last.get("mode") != "post-copy" or last.get("pause_s") is None:
+            fail(f"{what}: the job's last_move does not say post-copy and its pause: {last}")
+        if sampler.double:
+            fail(f"{what}: two copies running at once at {sampler.double[:10]} s")
+        else:
+            ok(f"{what}: never two copies running at once")
+        check_file(out, False, what)
+        crash_test.cancel_and_check_gone(fleet, job_id, tag)
+
+        # A job holding GPU state moves pre-copy, and says why.
+        gpu_tag = "pcgpu"
+        gpu_job = fleet.submit(gpu_tag)
+        wait_for("the GPU job running", lambda: fleet.job(gpu_job)["state"] == "running", 120)
+        time.sleep(2)
+        to = other_node(fleet, gpu_job)
+        fleet.post(f"/v1/jobs/{gpu_job}/migrate", {"to": to})
+        wait_for("the GPU job moved", lambda: fence_test.job_on(fleet, gpu_job, to), 180, 0.2)
+        wait_for("the GPU job's move reported",
+                 lambda: any("paused" in m for m in move_events(fleet, gpu_job)), 30, 0.2)
+        said = [m for m in move_events(fleet, gpu_job) if "paused" in m]
+        if "; pre-copy (the job holds GPU state" not in said[-1]:
+            fail(f"GPU job: the move's event does not say pre-copy for its GPU state: {said}")
+        else:
+            ok(f"GPU job: {said[-1]}")
+        crash_test.verify_once(fleet, gpu_job, gpu_tag, "after the GPU job's move")
+        crash_test.cancel_and_check_gone(fleet, gpu_job, gpu_tag)
+    except (TimeoutError, urllib.error.URLError, subprocess.TimeoutExpired) as e:
+        fail(f"{what}: {e}; copies {tagged_processes(tag)}")
+    finally:
+        if sampler is not None and not sampler.stop:
+            sampler.finish()
+        fleet.stop()
+
+
+def dst_killed_drill(work):
+    what = "post-copy, destination agent killed before the commit"
+    tag = "pckill"
+    out = os.path.join(work, "out", tag + ".log")
+    fleet = Fleet(work, "pc-kill",
+                  agent_env={"node-b": {"PALADIN_MIGRATE_FAULT": "crash:dst-during-pages"}})
+    sampler = None
+    try:
+        job_id = submit_cpu_job(fleet, tag, out)
+        wait_for("the CPU job running", lambda: fleet.job(job_id)["state"] == "running" and
+                 os.path.exists(out) and os.path.getsize(out) > 0, 120, 0.2)
+        if fleet.job(job_id)["node"] != "node-a":
+            fleet.post(f"/v1/jobs/{job_id}/migrate", {"to": "node-a"})
+            wait_for("the job on node-a", lambda: fence_test.job_on(fleet, job_id, "node-a"),
+                     180, 0.2)
+        time.sleep(2)
+        sampler = fence_test.Sampler(tag)
+        began = time.time()
+        fleet.post(f"/v1/jobs/{job_id}/migrate", {"to": "node-b"})
+        try:
+            fleet.procs["node-b"].wait(120)
+        except subprocess.TimeoutExpired:
+            fail(f"{what}: the fault did not kill the destination's agent")
+            return
+        died = time.time() - began
+        wait_for(f"{what}: the move failed", lambda: fleet.job(job_id).get("migration") is None
+                 and fleet.job(job_id)["state"] == "running", 180, 0.2)
+        job = fleet.job(job_id)
+        if job["node"] != "node-a":
+            fail(f"{what}: the job is on {job['node']}, not back on its source node-a")
+        # The source resumes; the dead agent's copy stays stopped by its lease until the agent
+        # is back and kills it.
+        wait_for(f"{what}: a copy running", lambda: any(
+            s not in "TtZ" for s in tagged_processes(tag).values()), 60, 0.2)
+        time.sleep(2 * LEASE_S)
+        fleet.start_agent("node-b", env={})
+        one_copy_left(tag, what)
+        time.sleep(3)
+        sampler.finish()
+        messages = move_events(fleet, job_id)
+        print(f"{what}: the agent died {died:.1f} s into the move; "
+              f"{time.time() - began:.1f} s in all; events: {messages}; {sampler.describe()}",
+              flush=True)
+        if sampler.double:
+            fail(f"{what}: two copies running at once at {sampler.double[:10]} s")
+        else:
+            ok(f"{what}: never two copies running at once")
+        log = open(os.path.join(fleet.dir, "agent-node-a.log"), errors="replace").read()
+        if "post-copy (no GPU state" not in log:
+            fail(f"{what}: the source did not move the job post-copy")
+        check_file(out, True, what)
+        crash_test.cancel_and_check_gone(fleet, job_id, tag)
+    except (TimeoutError, urllib.error.URLError, subprocess.TimeoutExpired) as e:
+        fail(f"{what}: {e}; copies {tagged_processes(tag)}")
+    finally:
+        if sampler is not None and not sampler.stop:
+            sampler.finish()
+        fleet.stop()
+
+
+def main():
+    global work_bin
+    if os.geteuid() != 0:
+        print("SKIP: the fleet end to end needs root (PID namespaces, cgroups, CRIU)")
+        return 77
+    lazy = os.environ.get("PALADIN_CRIU_LAZY", "/opt/paladin/criu-lazy/criu")
+    if not os.path.exists(lazy):
+        print(f"SKIP: no post-copy CRIU at {lazy} (scripts/criu_lazy.sh)")
+        return 77
+    work = tempfile.mkdtemp(prefix="paladin-e2e-postcopy.")
+    os.chmod(work, 0o755)
+    work_bin = os.path.join(work, "bin")
+    os.makedirs(work_bin)
+    crash_test.WORKLOAD = os.path.join(work_bin, "paladin-demo-workload")
+    shutil.copy(os.path.join(os.path.dirname(crash_test.PALADIN), "paladin-demo-workload"),
+                crash_test.WORKLOAD)
+    shutil.copy(LAZY_MEM, os.path.join(work_bin, "lazy_mem.py"))
+    for path in (work_bin, crash_test.WORKLOAD, os.path.join(work_bin, "lazy_mem.py")):
+        os.chmod(path, 0o755)
+    os.makedirs(os.path.join(work, "out"))
+    os.chmod(os.path.join(work, "out"), 0o1777)  # the workloads run as uids of their own
+    only = os.environ.get("PALADIN_POSTCOPY_ONLY", "")
+    try:
+        if only in ("", "move"):
+            move_drill(work)
+        if only in ("", "dst-killed"):
+            dst_killed_drill(work)
+    finally:
+        for tag in ("pcmove", "pcgpu", "pckill"):
+            for pid in tagged_processes(tag):
+                try:
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+        if os.environ.get("KEEP_WORK"):
+            print("postcopy_test: kept", work)
+        else:
+            subprocess.run(["rm", "-rf", work])
+    if failures:
+        print(f"postcopy_test: {len(failures)} failure(s)")
+        return 1
+    print("postcopy_test: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
