@@ -198,7 +198,9 @@ int RunTokensList(const TokenArgs& a) {
 Status CheckScope(const std::string& scope) {
   if (scope == "admin" || scope == "agent") return Status::Ok();
   if (scope.rfind("team:", 0) == 0 && scope.size() > 5) return Status::Ok();
-  return InvalidArgument("--scope '" + Printable(scope) + "': expected admin, agent or team:NAME");
+  if (scope.rfind("agent:", 0) == 0 && scope.size() > 6) return Status::Ok();
+  return InvalidArgument("--scope '" + Printable(scope) +
+                         "': expected admin, agent, agent:NODE or team:NAME");
 }
 
 int RunTokensCreate(const TokenArgs& a) {
@@ -272,7 +274,10 @@ void RegisterFleetAdmin(CLI::App& app, int* exit_code) {
   auto tc = std::make_shared<TokenArgs>();
   CLI::App* create = tokens->add_subcommand(
       "create", "Create a token; prints its secret (pal_...) once, on stdout");
-  create->add_option("--scope", tc->scope, "admin, team:NAME or agent")->required();
+  create
+      ->add_option("--scope", tc->scope,
+                   "admin, team:NAME, agent:NODE (one node's agent) or agent (every node's)")
+      ->required();
   create->add_option("--name", tc->name, "A name to recognise it by");
   AddFleetFlags(create, &tc->flags);
   create->callback(

@@ -23,12 +23,15 @@ int RunServer(const server::ServerOptions& options) {
     Say("server", srv.status().message());
     return srv.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
+  const std::string agents =
+      options.node_tokens_only
+          ? "agents: a token per node only (paladin tokens create --scope agent:NODE)"
+          : "agents (fleet-wide) in " + (*srv)->agent_token_path();
   if ((*srv)->created_tokens()) {
-    Say("server", "created tokens: admin in " + (*srv)->admin_token_path() + ", agents in " +
-                      (*srv)->agent_token_path() + " (mode 0600)");
+    Say("server",
+        "created tokens (mode 0600): admin in " + (*srv)->admin_token_path() + ", " + agents);
   } else {
-    Say("server", "tokens: admin in " + (*srv)->admin_token_path() + ", agents in " +
-                      (*srv)->agent_token_path());
+    Say("server", "tokens: admin in " + (*srv)->admin_token_path() + ", " + agents);
   }
   Say("server", "listening on " + (*srv)->url());
   int signal = 0;
@@ -75,6 +78,9 @@ void RegisterServer(CLI::App& app, int* exit_code) {
                   "Seconds a client has to send a request's body, from the end of its head")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--node-tokens-only", options->node_tokens_only,
+                "Refuse the fleet-wide agent token: each agent uses a token of its own node "
+                "(paladin tokens create --scope agent:NODE); no DATA/agent.token is made");
   cmd->add_option("--policy", options->policy, "Placement policy (paladin, FGD, BestFit, ...)")
       ->capture_default_str();
   cmd->add_option("--move-mode", options->move_mode,

@@ -55,7 +55,7 @@ Status CheckJobIds(const std::vector<api::JobReport>& reports) {
 
 }  // namespace
 
-StatusOr<Json> Control::RegisterAgent(const Json& body) {
+StatusOr<Json> Control::RegisterAgent(const Principal& who, const Json& body) {
   if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
   StatusOr<std::string> name = StringOf(body, "name", "");
   if (!name.ok()) return name.status();
@@ -63,6 +63,7 @@ StatusOr<Json> Control::RegisterAgent(const Json& body) {
     return InvalidArgument("name: '" + name->substr(0, 64) +
                            "' must be 1-63 characters of letters, digits, '.', '_', '-'");
   }
+  PALADIN_RETURN_IF_ERROR(CheckSpeaksFor(who, *name, "register as " + *name));
   StatusOr<std::string> address = StringOf(body, "address", "");
   if (!address.ok()) return address.status();
   StatusOr<int64_t> port = IntOf(body, "migrate_port", 0, 65535, 0, "");
@@ -143,7 +144,8 @@ StatusOr<Json> Control::RegisterAgent(const Json& body) {
               {"checkpoint_store", options_.checkpoint_store}};
 }
 
-StatusOr<Json> Control::Heartbeat(const std::string& name, const Json& body) {
+StatusOr<Json> Control::Heartbeat(const Principal& who, const std::string& name, const Json& body) {
+  PALADIN_RETURN_IF_ERROR(CheckSpeaksFor(who, name, "heartbeat as " + name));
   StatusOr<api::Heartbeat> beat = api::DecodeHeartbeat(body);
   if (!beat.ok()) return beat.status();
   PALADIN_RETURN_IF_ERROR(CheckJobIds(beat->jobs));

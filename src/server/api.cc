@@ -30,7 +30,10 @@ enum class Access {
   kUser,    // admin or team
   kAdmin,   // admin only
   kAgent,   // agent or admin
-  kAny,     // any valid token
+  // Agent or admin, as the node the path names (its first "*"): a node's token (agent:NODE) for
+  // that node only. Refused from the head, before the body is read.
+  kAgentOfPathNode,
+  kAny,  // any valid token
 };
 
 struct Reply {  // NOLINT(bugprone-exception-escape): Json's members
@@ -166,14 +169,21 @@ class Router {
       if (!p.ok()) return HttpAdmission{ToResponse(Error(p.status())), nullptr};
       who = *p;
       const Access a = route.access;
+      const bool agent_route = a == Access::kAgent || a == Access::kAgentOfPathNode;
       const bool ok = a == Access::kAny || (a == Access::kUser && !who.agent()) ||
                       (a == Access::kAdmin && who.admin()) ||
-                      (a == Access::kAgent && (who.agent() || who.admin()));
+                      (agent_route && (who.agent() || who.admin()));
       if (!ok) {
         return HttpAdmission{
             ToResponse(Error(PermissionDenied("a " + who.Scope() + " token may not " + req.method +
                                               " " + req.path))),
             nullptr};
+      }
+      if (a == Access::kAgentOfPathNode) {
+        const std::string& node = req.matches[1];
+        const Status speaks = CheckSpeaksFor(
+            who, node, "heartbeat as " + (ValidName(node) ? node : std::string("another node")));
+        if (!speaks.ok()) return HttpAdmission{ToResponse(Error(speaks)), nullptr};
       }
     }
     Control* control = &control_;
@@ -317,7 +327,7 @@ HttpAdmit MakeRoutes(Control& control) {
     StatusOr<Json> body = ParseBody(req);
     if (!body.ok()) return Error(body.status());
     if (!body->contains("scope") || !(*body)["scope"].is_string()) {
-      return Error(InvalidArgument("scope: required, one of admin, agent, team:NAME"));
+      return Error(InvalidArgument("scope: required, one of admin, agent, agent:NODE, team:NAME"));
     }
     std::string name;
     if (body->contains("name") && !(*body)["name"].is_null()) {
@@ -343,28 +353,33 @@ HttpAdmit MakeRoutes(Control& control) {
   });
 
   // --- agents ---
-  r.Post("/v1/agents/register", Access::kAgent, [c](const HttpRequest& req, const Principal&) {
+  // A node's token (agent:NODE) speaks for its node only: the name it registers, the node whose
+  // heartbeat it sends (checked from the head), the migrations it is a party to (control).
+  r.Post("/v1/agents/register", Access::kAgent, [c](const HttpRequest& req, const Principal& who) {
     StatusOr<Json> body = ParseBody(req);
     if (!body.ok()) return Error(body.status());
-    return FromResult(c->RegisterAgent(*body));
+    return FromResult(c->RegisterAgent(who, *body));
   });
-  r.Post("/v1/agents/*/heartbeat", Access::kAgent, [c](const HttpRequest& req, const Principal&) {
-    const std::string node = req.matches[1];
-    if (!ValidName(node)) return Error(InvalidArgument("node: not a node name"));
-    StatusOr<Json> body = ParseBody(req);
-    if (!body.ok()) return Error(body.status());
-    return FromResult(c->Heartbeat(node, *body));
-  });
-  r.Post("/v1/migrations/*/commit", Access::kAgent, [c](const HttpRequest& req, const Principal&) {
-    StatusOr<int64_t> id = ParseIntParam(req.matches[1], 0, int64_t{1} << 50, "migration id");
-    if (!id.ok()) return Error(id.status());
-    return FromResult(c->Commit(*id));
-  });
-  r.Post("/v1/migrations/*/abort", Access::kAgent, [c](const HttpRequest& req, const Principal&) {
-    StatusOr<int64_t> id = ParseIntParam(req.matches[1], 0, int64_t{1} << 50, "migration id");
-    if (!id.ok()) return Error(id.status());
-    return FromResult(c->AbortUnlessCommitted(*id));
-  });
+  r.Post("/v1/agents/*/heartbeat", Access::kAgentOfPathNode,
+         [c](const HttpRequest& req, const Principal& who) {
+           const std::string node = req.matches[1];
+           if (!ValidName(node)) return Error(InvalidArgument("node: not a node name"));
+           StatusOr<Json> body = ParseBody(req);
+           if (!body.ok()) return Error(body.status());
+           return FromResult(c->Heartbeat(who, node, *body));
+         });
+  r.Post(
+      "/v1/migrations/*/commit", Access::kAgent, [c](const HttpRequest& req, const Principal& who) {
+        StatusOr<int64_t> id = ParseIntParam(req.matches[1], 0, int64_t{1} << 50, "migration id");
+        if (!id.ok()) return Error(id.status());
+        return FromResult(c->Commit(who, *id));
+      });
+  r.Post(
+      "/v1/migrations/*/abort", Access::kAgent, [c](const HttpRequest& req, const Principal& who) {
+        StatusOr<int64_t> id = ParseIntParam(req.matches[1], 0, int64_t{1} << 50, "migration id");
+        if (!id.ok()) return Error(id.status());
+        return FromResult(c->AbortUnlessCommitted(who, *id));
+      });
   return [router](HttpRequest& head) { return router->Admit(head); };
 }
 

@@ -49,7 +49,7 @@ std::string Principal::Scope() const {
     case Kind::kAdmin:
       return "admin";
     case Kind::kAgent:
-      return "agent";
+      return node.empty() ? "agent" : "agent:" + node;
     case Kind::kTeam:
       return "team:" + team;
   }
@@ -63,17 +63,35 @@ StatusOr<Principal> ParseScope(std::string_view scope) {
     p.kind = Principal::Kind::kAgent;
     return p;
   }
-  if (scope.rfind("team:", 0) == 0) {
-    p.kind = Principal::Kind::kTeam;
-    p.team = std::string(scope.substr(5));
-    if (!ValidName(p.team)) {
-      return InvalidArgument("scope: team name '" + p.team +
+  if (scope.rfind("agent:", 0) == 0) {
+    p.kind = Principal::Kind::kAgent;
+    p.node = std::string(scope.substr(6));
+    if (!ValidName(p.node)) {
+      return InvalidArgument("scope: node name '" + p.node.substr(0, 64) +
                              "' must be 1-63 characters of letters, digits, '.', '_', '-'");
     }
     return p;
   }
-  return InvalidArgument("scope: '" + std::string(scope) +
-                         "' is not one of admin, agent, team:NAME");
+  if (scope.rfind("team:", 0) == 0) {
+    p.kind = Principal::Kind::kTeam;
+    p.team = std::string(scope.substr(5));
+    if (!ValidName(p.team)) {
+      return InvalidArgument("scope: team name '" + p.team.substr(0, 64) +
+                             "' must be 1-63 characters of letters, digits, '.', '_', '-'");
+    }
+    return p;
+  }
+  return InvalidArgument("scope: '" + std::string(scope.substr(0, 64)) +
+                         "' is not one of admin, agent, agent:NODE, team:NAME");
+}
+
+Status CheckSpeaksFor(const Principal& who, const std::string& node, const std::string& what) {
+  if (who.SpeaksFor(node)) return Status::Ok();
+  if (who.node_scoped()) {
+    return PermissionDenied("a token of agent " + who.node + " may not " + what +
+                            ": it speaks for node " + who.node + " only");
+  }
+  return PermissionDenied("a " + who.Scope() + " token may not " + what);
 }
 
 std::string BearerSecret(std::string_view header) {

@@ -17,6 +17,9 @@ namespace {
 
 inline constexpr size_t kLogKeepBytes = 1 << 20;
 inline constexpr int kUsageKeep = 2000;
+constexpr const char* kFleetAgentTokenRefused =
+    "this server takes node tokens only (--node-tokens-only): the fleet-wide agent token is "
+    "refused; give each agent a token of its own node (paladin tokens create --scope agent:NODE)";
 
 }  // namespace
 
@@ -337,6 +340,9 @@ StatusOr<Principal> Control::Authenticate(const std::string& secret) {
   if (it == tokens_.end()) return Unauthenticated("invalid token");
   StatusOr<Principal> p = ParseScope(it->second.scope);
   if (!p.ok()) return Unauthenticated("token with an unusable scope");
+  if (options_.node_tokens_only && p->agent() && !p->node_scoped()) {
+    return PermissionDenied(kFleetAgentTokenRefused);
+  }
   p->token_id = it->second.id;
   return p;
 }
@@ -344,6 +350,9 @@ StatusOr<Principal> Control::Authenticate(const std::string& secret) {
 StatusOr<Json> Control::CreateToken(const std::string& scope, const std::string& name) {
   StatusOr<Principal> parsed = ParseScope(scope);
   if (!parsed.ok()) return parsed.status();
+  if (options_.node_tokens_only && parsed->agent() && !parsed->node_scoped()) {
+    return FailedPrecondition(kFleetAgentTokenRefused);
+  }
   StatusOr<std::string> secret = NewToken();
   if (!secret.ok()) return secret.status();
   std::lock_guard<std::mutex> lock(mu_);

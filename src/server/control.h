@@ -53,6 +53,9 @@ struct ControlOptions {
   std::string crash_at;  // PALADIN_SERVER_FAULT=crash-at:<step>
   double migration_timeout_s = 300;
   std::string move_mode = "auto";  // ServerOptions::move_mode
+  // Refuse the fleet-wide `agent` token (authentication and creation): agents must each use a
+  // token of their own node, `agent:NODE`.
+  bool node_tokens_only = false;
   // Seconds since the epoch; empty: the system clock. Tests inject their own, so the control
   // plane's decisions in time (leases, periodic checkpoints, timeouts) are tested without sleeps.
   std::function<double()> clock;
@@ -116,12 +119,16 @@ class Control {
   void RecordRequest(double seconds);
 
   // --- agents ---
-  StatusOr<Json> RegisterAgent(const Json& body);
-  StatusOr<Json> Heartbeat(const std::string& node, const Json& body);
-  StatusOr<Json> Commit(int64_t migration);
-  // The destination lost the source after restoring the job: the move is decided now if it is
-  // not yet (not committed), and the answer, as Commit's, says which.
-  StatusOr<Json> AbortUnlessCommitted(int64_t migration);
+  // Each is refused (PermissionDenied, nothing changed) unless `who` speaks for the node it acts
+  // as (Principal::SpeaksFor): the name registered, the node heartbeating, the migration's source
+  // for a commit, its source or destination for an abort.
+  StatusOr<Json> RegisterAgent(const Principal& who, const Json& body);
+  StatusOr<Json> Heartbeat(const Principal& who, const std::string& node, const Json& body);
+  StatusOr<Json> Commit(const Principal& who, int64_t migration);
+  // The destination lost the source after restoring the job (or a restarted source settles a
+  // move it had begun): the move is decided now if it is not yet (not committed), and the
+  // answer, as Commit's, says which.
+  StatusOr<Json> AbortUnlessCommitted(const Principal& who, int64_t migration);
 
   // --- the loop ---
   // One pass: failure detection, recovery, drains, periodic checkpoints, migrations' timeouts,

@@ -267,12 +267,19 @@ void Control::AdvanceMigration(MigrationRecord& m, const MigrationEvent& event) 
   }
 }
 
-StatusOr<Json> Control::AbortUnlessCommitted(int64_t migration) {
+StatusOr<Json> Control::AbortUnlessCommitted(const Principal& who, int64_t migration) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = migrations_.find(migration);
   if (it == migrations_.end())
     return NotFound("migration " + std::to_string(migration) + " not found");
   MigrationRecord& m = it->second;
+  // The destination asks when it lost its source; a restarted source asks for a move it had
+  // begun. Nobody else is a party to it.
+  if (!who.SpeaksFor(m.to_node)) {
+    PALADIN_RETURN_IF_ERROR(CheckSpeaksFor(who, m.from_node,
+                                           "abort migration " + std::to_string(m.id) + " (from " +
+                                               m.from_node + " to " + m.to_node + ")"));
+  }
   // Under the same lock as Commit: whichever comes first decides, and both hear that answer.
   if (!m.commit_answer.has_value() && !m.Finished()) {
     FailMigration(m, "the destination lost the source before the commit");
@@ -281,12 +288,16 @@ StatusOr<Json> Control::AbortUnlessCommitted(int64_t migration) {
   return Json{{"commit", m.commit_answer.value_or(false)}};
 }
 
-StatusOr<Json> Control::Commit(int64_t migration) {
+StatusOr<Json> Control::Commit(const Principal& who, int64_t migration) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = migrations_.find(migration);
   if (it == migrations_.end())
     return NotFound("migration " + std::to_string(migration) + " not found");
   MigrationRecord& m = it->second;
+  // Only the source commits: it has stopped the job and sent its image (migrate_out).
+  PALADIN_RETURN_IF_ERROR(CheckSpeaksFor(
+      who, m.from_node,
+      "commit migration " + std::to_string(m.id) + " (its source is " + m.from_node + ")"));
   if (m.commit_answer.has_value()) return Json{{"commit", *m.commit_answer}};
   if (m.Finished()) return Json{{"commit", false}};
   StatusOr<int64_t> seq = ParseJobId(m.job);

@@ -129,6 +129,7 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
           : std::filesystem::absolute(options.checkpoint_store).string();
   control_options.policy = options.policy;
   control_options.move_mode = options.move_mode;
+  control_options.node_tokens_only = options.node_tokens_only;
   if (options.fault.rfind("crash-at:", 0) == 0) control_options.crash_at = options.fault.substr(9);
   std::filesystem::create_directories(control_options.checkpoint_store, ec);
   if (ec) {
@@ -143,11 +144,13 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   StatusOr<std::string> admin = EnsureToken(*impl->control, data + "/admin.token", "admin",
                                             "admin (first start)", &impl->created_tokens);
   if (!admin.ok()) return admin.status();
-  StatusOr<std::string> agent = EnsureToken(*impl->control, data + "/agent.token", "agent",
-                                            "agents (first start)", &impl->created_tokens);
-  if (!agent.ok()) return agent.status();
   impl->admin_token = *admin;
-  impl->agent_token = *agent;
+  if (!options.node_tokens_only) {
+    StatusOr<std::string> agent = EnsureToken(*impl->control, data + "/agent.token", "agent",
+                                              "agents (first start)", &impl->created_tokens);
+    if (!agent.ok()) return agent.status();
+    impl->agent_token = *agent;
+  }
 
   impl->host = listen->first;
   HttpFrontOptions http;

@@ -40,7 +40,7 @@ class LeaseTest : public ::testing::Test {
                       {"model", "EMU"},   {"memory_bytes", 80 * kGiB},
                       {"emulated", true}, {"healthy", true}};
     StatusOr<Json> r = control_->RegisterAgent(
-        Json{{"name", node}, {"address", "127.0.0.1"}, {"gpus", Json::array({gpu})}});
+        admin_, Json{{"name", node}, {"address", "127.0.0.1"}, {"gpus", Json::array({gpu})}});
     ASSERT_TRUE(r.ok()) << r.status().ToString();
   }
 
@@ -67,7 +67,7 @@ class LeaseTest : public ::testing::Test {
                       {"stderr", ""}});
     }
     StatusOr<Json> r = control_->Heartbeat(
-        node, Json{{"gpus", Json::array()}, {"jobs", jobs}, {"results", results}});
+        admin_, node, Json{{"gpus", Json::array()}, {"jobs", jobs}, {"results", results}});
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     for (const Json& c : (*r)["commands"]) {
       if (c["kind"] != "start") continue;

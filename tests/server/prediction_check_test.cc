@@ -42,7 +42,8 @@ class PredictionCheckTest : public ::testing::Test {
                       {"healthy", true}});
     }
     ASSERT_TRUE(
-        control_->RegisterAgent(Json{{"name", "n"}, {"address", "127.0.0.1"}, {"gpus", gpus}})
+        control_
+            ->RegisterAgent(admin_, Json{{"name", "n"}, {"address", "127.0.0.1"}, {"gpus", gpus}})
             .ok());
   }
 
@@ -76,7 +77,7 @@ class PredictionCheckTest : public ::testing::Test {
                       {"stderr", ""}});
     }
     StatusOr<Json> r = control_->Heartbeat(
-        "n", Json{{"gpus", Json::array()}, {"jobs", jobs}, {"results", results}});
+        admin_, "n", Json{{"gpus", Json::array()}, {"jobs", jobs}, {"results", results}});
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     for (const Json& c : (*r)["commands"]) {
       if (c["kind"] != "start") continue;

@@ -35,13 +35,17 @@ struct ServerOptions {
   // the end of the head); past either it gets a 408 and the connection is closed.
   double http_header_timeout_s = 10;
   double http_body_timeout_s = 30;
+  // Refuse the fleet-wide `agent` token, which speaks for every node: each agent then needs a
+  // token of its own node (scope agent:NODE), and no DATA/agent.token is created.
+  bool node_tokens_only = false;
 };
 
 class Server {
  public:
   // Opens (or creates) the data directory and its database, creates the admin and agent tokens
-  // on first start (DATA/admin.token and DATA/agent.token, mode 0600), binds the listening
-  // socket, writes DATA/server.url, and starts serving and scheduling. Blocks only on the disk.
+  // on first start (DATA/admin.token and DATA/agent.token, mode 0600; no agent token under
+  // node_tokens_only), binds the listening socket, writes DATA/server.url, and starts serving
+  // and scheduling. Blocks only on the disk.
   static StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options);
   ~Server();
   Server(const Server&) = delete;
@@ -56,7 +60,7 @@ class Server {
   std::string admin_token_path() const;
   std::string agent_token_path() const;
   std::string admin_token() const;
-  std::string agent_token() const;
+  std::string agent_token() const;  // "" under node_tokens_only
   // Whether the tokens were created by this start (first start of a data directory).
   bool created_tokens() const;
 
