@@ -43,6 +43,16 @@ def call_as(uid, script, sock, request, timeout):
     return json.loads(out.stdout)
 
 
+def caller(sock, script, timeout, as_timeout):
+    """A `call(request, uid=None)` on `sock`: as the caller's uid (waiting up to `timeout`
+    seconds), or as `uid` through `script` (call_as, up to `as_timeout` seconds)."""
+    def call_on_socket(request, uid=None):
+        if uid is None:
+            return call(sock, request, timeout)
+        return call_as(uid, script, sock, request, as_timeout)
+    return call_on_socket
+
+
 if __name__ == "__main__":
     connection, answer = exchange(sys.argv[1], sys.argv[2], 30)
     print(answer.decode().strip(), flush=True)

@@ -22,10 +22,7 @@ def fail(why):
     print("FAIL: " + why, file=sys.stderr, flush=True)
 
 
-def call(request, uid=None):
-    if uid is None:
-        return agent_socket.call(SOCK, request, timeout=30)
-    return agent_socket.call_as(uid, __file__, SOCK, request, timeout=60)
+call = agent_socket.caller(SOCK, __file__, timeout=30, as_timeout=60)
 
 
 def flood(count):

@@ -27,11 +27,8 @@ def fail(why):
     print("FAIL: " + why, file=sys.stderr, flush=True)
 
 
-def call(request, uid=None):
-    """One request on the socket; as `uid` through a setpriv'd python when given."""
-    if uid is None:
-        return agent_socket.call(SOCK, request, timeout=120)
-    return agent_socket.call_as(uid, __file__, SOCK, request, timeout=180)
+# One request on the socket; as `uid` through a setpriv'd python when given.
+call = agent_socket.caller(SOCK, __file__, timeout=120, as_timeout=180)
 
 
 def state(pid):
