@@ -22,6 +22,7 @@
 
 #include "paladin/ckpt/beneath.h"
 #include "paladin/quota/region.h"
+#include "sha256_hex.h"
 
 namespace paladin::ckpt {
 
@@ -308,17 +309,8 @@ StatusOr<std::string> Sha256Fd(int fd, const std::string& name) {
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
   const Status hashed = HashFd(fd, name, ctx);
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx, digest, &len);
-  EVP_MD_CTX_free(ctx);
+  std::string hex = FinishSha256Hex(ctx);
   if (!hashed.ok()) return hashed;
-  std::string hex;
-  char byte[3];
-  for (unsigned int i = 0; i < len; ++i) {
-    snprintf(byte, sizeof byte, "%02x", digest[i]);
-    hex += byte;
-  }
   return hex;
 }
 

@@ -51,6 +51,7 @@ GPU=$(realpath "$4")
 START_AS=${5:+$(realpath "$5")}
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../cli/testlib.sh"
+source "$HERE/ckptlib.sh"
 
 LIMIT=120 # seconds for any one paladin command
 
@@ -64,18 +65,9 @@ fi
 if [[ $SCENARIO == sysv_ipc_migrate && -z ${PALADIN_CKPT_OWN_MOUNTS:-} ]]; then
   PALADIN_CKPT_OWN_MOUNTS=1 exec unshare --mount --propagation private -- bash "$0" "$@"
 fi
-if [[ -z ${PALADIN_CRIU:-} && ! -x /opt/paladin/criu/criu ]] && ! command -v criu >/dev/null; then
-  echo "SKIP: no CRIU (install it with scripts/criu.sh)"
-  exit 77
-fi
-
-# Descriptors inherited from the caller (ctest passes its own log file) would be inherited by the
-# workloads too (see the descriptor check of the threads scenario) and make their images depend
-# on files that change: close them. Bash keeps its script on 255, close-on-exec.
-for fd in "/proc/$$/fd/"*; do
-  fd=${fd##*/}
-  if ((fd > 2 && fd != 255)); then eval "exec $fd>&-"; fi
-done
+skip_without_criu
+# (See the descriptor check of the threads scenario.)
+close_inherited_fds
 
 work=$(mktemp -d "/tmp/paladin-ckpt-$SCENARIO.XXXXXX")
 work=$(realpath "$work")
@@ -90,65 +82,9 @@ launchers=() # background `paladin run`s
 groups=()    # cgroups paladin made (NAME-PID)
 mounts=()    # file systems the test mounted on the host
 
-# --- processes --------------------------------------------------------------------------------
-
-# alive PID: the process exists and is not a zombie (a restored job's parent is init, which may
-# be slow to reap it).
-alive() {
-  local stat
-  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-  stat=${stat##*) }
-  [[ ${stat:0:1} != Z && ${stat:0:1} != X ]]
-}
-
-# tree ROOT: ROOT and every live process below it, host pids.
-tree() {
-  local table p
-  local -a queue=("$1") out=()
-  table=$(ps -eo pid=,ppid=)
-  while ((${#queue[@]} > 0)); do
-    p=${queue[0]}
-    queue=("${queue[@]:1}")
-    alive "$p" || continue
-    out+=("$p")
-    mapfile -t -O "${#queue[@]}" queue < <(awk -v pp="$p" '$2 == pp { print $1 }' <<<"$table")
-  done
-  echo "${out[@]}"
-}
-
-none_alive() {
-  local p
-  for p in "$@"; do
-    if alive "$p"; then return 1; fi
-  done
-  return 0
-}
-
-comms() {
-  local p
-  for p in "$@"; do cat "/proc/$p/comm" 2>/dev/null; done | sort | tr '\n' ' '
-}
-
-# wait_until SECONDS COMMAND...: polls COMMAND every 0.1 s; false when it never succeeded.
-wait_until() {
-  local deadline=$((SECONDS + $1))
-  shift
-  while ! "$@"; do
-    ((SECONDS >= deadline)) && return 1
-    sleep 0.1
-  done
-  return 0
-}
-
 cleanup() {
-  local root p pids=()
-  local -a some
-  for root in "${roots[@]}"; do
-    read -ra some <<<"$(tree "$root")"
-    pids+=("${some[@]}")
-  done
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait_until 10 none_alive "${pids[@]}"
+  local p
+  kill_trees "${roots[@]}"
   for p in "${launchers[@]}"; do
     wait_until 10 eval "! kill -0 $p 2>/dev/null" || kill -9 "$p" 2>/dev/null
   done
@@ -165,44 +101,6 @@ cleanup() {
 trap cleanup EXIT
 
 # --- jobs -------------------------------------------------------------------------------------
-
-# start_job NAME [RUN-ARGS...] -- COMMAND...
-# Starts `paladin run --name NAME ...` in the background and waits for its job record. Sets
-# job_name, launcher, run_dir, log (the workload's stdout.log) and job_pid (host pid of its root).
-start_job() {
-  job_name=$1
-  shift
-  # In a folder of its own: CRIU's parasite creates proc.crtools in the working directory of a
-  # task whose /proc is not its namespace's, so two dumps of jobs sharing one collide (EEXIST).
-  mkdir -p "$work/cwd-$job_name"
-  (cd "$work/cwd-$job_name" && exec timeout 600 "$PALADIN" run --name "$job_name" "$@") \
-    >"$work/$job_name.run.out" 2>"$work/$job_name.run.err" &
-  launcher=$!
-  launchers+=("$launcher")
-  job_pid=0
-  run_dir=
-  local i
-  for ((i = 0; i < 300; i++)); do
-    run_dir=$(find "$PALADIN_RUN_DIR" -mindepth 1 -maxdepth 1 -name "$job_name-*" | head -1)
-    if [[ -n $run_dir && -f $run_dir/job.json ]]; then
-      job_pid=$(job_field pid)
-      ((job_pid > 0)) && break
-    fi
-    sleep 0.05
-  done
-  if ((job_pid <= 0)); then
-    fail "$job_name: paladin run wrote no job record in 15 s: $(cat "$work/$job_name.run.err")"
-    return 1
-  fi
-  roots+=("$job_pid")
-  groups+=("$(basename "$run_dir")")
-  log=$run_dir/stdout.log
-}
-
-job_field() {
-  python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' \
-    "$run_dir/job.json" "$1" 2>/dev/null
-}
 
 # checkpoint IMAGE [ARGS...]: sets ck_rc and ck_out (stdout and stderr).
 checkpoint() {

@@ -27,6 +27,7 @@ SCENARIO=$1
 PALADIN=$(realpath "$2")
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../cli/testlib.sh"
+source "$HERE/ckptlib.sh"
 
 LIMIT=120 # seconds for any one paladin command
 # The system's Python, whose packages hold torch (a python3 earlier on PATH may not).
@@ -36,10 +37,7 @@ if ((EUID != 0)); then
   echo "SKIP: checkpoint/restore needs root (PID namespaces, CRIU)"
   exit 77
 fi
-if [[ -z ${PALADIN_CRIU:-} && ! -x /opt/paladin/criu/criu ]] && ! command -v criu >/dev/null; then
-  echo "SKIP: no CRIU (install it with scripts/criu.sh)"
-  exit 77
-fi
+skip_without_criu
 case $SCENARIO in
   ddp)
     if ! "$PY" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
@@ -64,12 +62,7 @@ esac
 if [[ -z ${PALADIN_CKPT_OWN_MOUNTS:-} ]]; then
   PALADIN_CKPT_OWN_MOUNTS=1 exec unshare --mount --propagation private -- bash "$0" "$@"
 fi
-# Descriptors inherited from ctest would be inherited by the jobs and tie their images to files
-# that change.
-for fd in "/proc/$$/fd/"*; do
-  fd=${fd##*/}
-  if ((fd > 2 && fd != 255)); then eval "exec $fd>&-"; fi
-done
+close_inherited_fds
 
 work=$(realpath "$(mktemp -d "/tmp/paladin-dist-$SCENARIO.XXXXXX")")
 export PALADIN_RUN_DIR=$work/run
@@ -79,52 +72,9 @@ launchers=() # background commands
 netns=       # the second node's network namespace, once made
 netnses=()   # every second node's network namespace made so far
 
-alive() {
-  local stat
-  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-  stat=${stat##*) }
-  [[ ${stat:0:1} != Z && ${stat:0:1} != X ]]
-}
-
-# tree ROOT: ROOT and every live process below it, host pids.
-tree() {
-  local table p
-  local -a queue=("$1") out=()
-  table=$(ps -eo pid=,ppid=)
-  while ((${#queue[@]} > 0)); do
-    p=${queue[0]}
-    queue=("${queue[@]:1}")
-    alive "$p" || continue
-    out+=("$p")
-    mapfile -t -O "${#queue[@]}" queue < <(awk -v pp="$p" '$2 == pp { print $1 }' <<<"$table")
-  done
-  echo "${out[@]}"
-}
-
-none_alive() {
-  local p
-  for p in "$@"; do alive "$p" && return 1; done
-  return 0
-}
-
-wait_until() {
-  local deadline=$((SECONDS + $1))
-  shift
-  while ! "$@"; do
-    ((SECONDS >= deadline)) && return 1
-    sleep 0.1
-  done
-}
-
 cleanup() {
-  local root p pids=()
-  local -a some
-  for root in "${roots[@]}"; do
-    read -ra some <<<"$(tree "$root")"
-    pids+=("${some[@]}")
-  done
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait_until 10 none_alive "${pids[@]}"
+  local p
+  kill_trees "${roots[@]}"
   for p in "${launchers[@]}"; do kill -9 "$p" 2>/dev/null; done
   wait 2>/dev/null
   local d
@@ -136,39 +86,6 @@ cleanup() {
   if [[ -z ${KEEP_WORK:-} ]]; then rm -rf "$work"; else echo "kept $work"; fi
 }
 trap cleanup EXIT
-
-job_field() {
-  "$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' \
-    "$run_dir/job.json" "$1" 2>/dev/null
-}
-
-# start_job NAME [RUN-ARGS...] -- COMMAND...: `paladin run --name NAME` in the background, in a
-# working directory of its own; sets job_name, launcher, run_dir, log and job_pid.
-start_job() {
-  job_name=$1
-  shift
-  mkdir -p "$work/cwd-$job_name"
-  (cd "$work/cwd-$job_name" && exec timeout 600 "$PALADIN" run --name "$job_name" "$@") \
-    >"$work/$job_name.run.out" 2>"$work/$job_name.run.err" &
-  launcher=$!
-  launchers+=("$launcher")
-  job_pid=0
-  local i
-  for ((i = 0; i < 300; i++)); do
-    run_dir=$(find "$PALADIN_RUN_DIR" -mindepth 1 -maxdepth 1 -name "$job_name-*" | head -1)
-    if [[ -n $run_dir && -f $run_dir/job.json ]]; then
-      job_pid=$(job_field pid)
-      ((job_pid > 0)) && break
-    fi
-    sleep 0.05
-  done
-  if ((job_pid <= 0)); then
-    fail "$job_name: paladin run wrote no job record in 15 s: $(cat "$work/$job_name.run.err")"
-    return 1
-  fi
-  roots+=("$job_pid")
-  log=$run_dir/stdout.log
-}
 
 last_step() { awk '$1 == "step" { s = $2 } END { print s + 0 }' "${1:-$log}" 2>/dev/null; }
 at_step() { (($(last_step) >= $1)); }

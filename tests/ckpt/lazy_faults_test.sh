@@ -26,7 +26,8 @@ if [[ ! -x $CRIU ]] || ! grep -qs 'criu-patches' "$CRIU"; then
   echo "SKIP: no CRIU with Paladin's patches at $CRIU (scripts/criu.sh --patched-lazy)"
   exit 77
 fi
-for fd in $(ls /proc/$$/fd); do ((fd > 2 && fd != 255)) && eval "exec $fd>&-"; done
+source "$HERE/ckptlib.sh"
+close_inherited_fds
 
 work=$(mktemp -d /tmp/paladin-lazy-test.XXXXXX)
 port=$((20000 + RANDOM % 20000))

@@ -13,11 +13,12 @@ shift
 only=("$@")
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../cli/testlib.sh"
+source "$HERE/ckptlib.sh"
 if ((EUID != 0)); then
   echo "SKIP: migration needs root (PID namespaces, CRIU)"
   exit 77
 fi
-for fd in $(ls /proc/$$/fd); do ((fd > 2 && fd != 255)) && eval "exec $fd>&-"; done
+close_inherited_fds
 
 work=$(mktemp -d /tmp/paladin-migrate-commit.XXXXXX)
 export PALADIN_TOKEN=migrate-commit-token
@@ -27,31 +28,11 @@ cleanup() {
   pkill -KILL -f "migrate-keeper $work/" 2>/dev/null
   pkill -KILL -f "receive --listen [0-9]* --dir $work/" 2>/dev/null
   sleep 0.5
-  local record group dir
-  for record in "$work"/*/src/*/job.json "$work"/*/dst/*/job.json; do
-    [[ -e $record ]] || continue
-    group=$(sed -n 's/.*"cgroup": "\(.*\)".*/\1/p' "$record")
-    [[ -n $group ]] || continue
-    for dir in /sys/fs/cgroup/*/paladin/"$group" /sys/fs/cgroup/paladin/"$group"; do
-      [[ -d $dir ]] && rmdir "$dir" 2>/dev/null
-    done
-  done
+  remove_move_cgroups "$work"
   rm -rf "$work"
 }
 trap cleanup EXIT
-cat >"$work/count.py" <<'PY'
-import sys, time
-ballast = bytearray(16 << 20)
-for i in range(0, len(ballast), 4096):
-    ballast[i] = i % 251
-n = 0
-with open(sys.argv[1], "a") as f:
-    while True:
-        n += 1
-        f.write(f"{n}\n")
-        f.flush()
-        time.sleep(0.02)
-PY
+write_counter "$work/count.py" 16
 
 cat >"$work/sample.py" <<'PY'
 import os, sys, time

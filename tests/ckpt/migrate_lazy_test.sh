@@ -37,6 +37,7 @@ done
 CASES=("${expanded[@]}")
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../cli/testlib.sh"
+source "$HERE/ckptlib.sh"
 expect_error "migrate --lazy without --peer" "give --peer HOST:PORT" -- migrate somejob --lazy \
   --to node-b
 if ((EUID != 0)); then
@@ -48,7 +49,7 @@ if ! grep -qs 'criu-patches' "$LAZY"; then
   echo "SKIP: no CRIU with Paladin's patches at $LAZY (bash scripts/criu_lazy.sh builds it)"
   exit 77
 fi
-for fd in $(ls /proc/$$/fd); do ((fd > 2 && fd != 255)) && eval "exec $fd>&-"; done
+close_inherited_fds
 
 MIB=512
 work=$(mktemp -d /tmp/paladin-migrate-lazy-test.XXXXXX)

@@ -8,6 +8,7 @@ set -u
 PALADIN=$(realpath "$1")
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../cli/testlib.sh"
+source "$HERE/ckptlib.sh"
 # Where to is said, never guessed from the job's name: --peer HOST:PORT for a direct move,
 # --to NODE[/GPU] for a server's job.
 expect_error "migrate without a destination" "--to NODE" "--peer HOST:PORT" -- migrate somejob
@@ -17,7 +18,7 @@ if ((EUID != 0)); then
   echo "SKIP: migration needs root (PID namespaces, CRIU)"
   exit 77
 fi
-for fd in $(ls /proc/$$/fd); do ((fd > 2 && fd != 255)) && eval "exec $fd>&-"; done
+close_inherited_fds
 
 work=$(mktemp -d /tmp/paladin-migrate-test.XXXXXX)
 export PALADIN_TOKEN=migrate-test-token
@@ -28,31 +29,12 @@ cleanup() {
   pkill -KILL -f "$work/count.py" 2>/dev/null
   pkill -KILL -f "receive --listen" 2>/dev/null
   sleep 0.5
-  local record group dir
-  for record in "$work"/*/src/*/job.json "$work"/*/dst/*/job.json; do
-    [[ -e $record ]] || continue
-    group=$(sed -n 's/.*"cgroup": "\(.*\)".*/\1/p' "$record")
-    [[ -n $group ]] || continue
-    for dir in /sys/fs/cgroup/*/paladin/"$group" /sys/fs/cgroup/paladin/"$group"; do
-      [[ -d $dir ]] && rmdir "$dir" 2>/dev/null
-    done
-  done
+  remove_move_cgroups "$work"
   rm -rf "$work"
 }
 trap cleanup EXIT
-cat >"$work/count.py" <<'PY'
-import sys, time
-ballast = bytearray(64 << 20)  # so the image spans several transfer chunks
-for i in range(0, len(ballast), 4096):
-    ballast[i] = i % 251
-n = 0
-with open(sys.argv[1], "a") as f:
-    while True:
-        n += 1
-        f.write(f"{n}\n")
-        f.flush()
-        time.sleep(0.02)
-PY
+# The job (64 MiB, so that the image spans several transfer chunks).
+write_counter "$work/count.py" 64
 
 # The job's own processes (not the launcher or timeout, whose command lines mention it too).
 job_pids() {

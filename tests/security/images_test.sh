@@ -15,21 +15,15 @@ PALADIN=$(realpath "$1")
 SEQ_WRITER=$(realpath "$2")
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../cli/testlib.sh"
+source "$HERE/../ckpt/ckptlib.sh"
 LIMIT_S=30
 
 if ((EUID != 0)); then
   echo "SKIP: restore needs root (PID namespaces, CRIU)"
   exit 77
 fi
-if [[ -z ${PALADIN_CRIU:-} && ! -x /opt/paladin/criu/criu ]] && ! command -v criu >/dev/null; then
-  echo "SKIP: no CRIU (install it with scripts/criu.sh)"
-  exit 77
-fi
-# Descriptors of the caller's would be inherited by the workload and make its image depend on them.
-for fd in "/proc/$$/fd/"*; do
-  fd=${fd##*/}
-  if ((fd > 2 && fd != 255)); then eval "exec $fd>&-"; fi
-done
+skip_without_criu
+close_inherited_fds
 
 work=$(realpath "$(mktemp -d /tmp/paladin-sec-images.XXXXXX)")
 export PALADIN_RUN_DIR=$work/run

@@ -10,6 +10,8 @@ import sys
 import time
 import urllib.request
 
+import agent_socket
+
 MODE, SOCK = sys.argv[1], sys.argv[2]
 tried = refused = failures = 0
 
@@ -20,23 +22,7 @@ def fail(why):
     print("FAIL: " + why, file=sys.stderr, flush=True)
 
 
-def call(request, uid=None):
-    if uid is None:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(30)
-        s.connect(SOCK)
-        s.sendall(json.dumps(request).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        return json.loads(data.decode())
-    out = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                          "/usr/bin/python3", __file__, "call", SOCK, json.dumps(request)],
-                         capture_output=True, text=True, timeout=60)
-    return json.loads(out.stdout)
+call = agent_socket.caller(SOCK, __file__, timeout=30, as_timeout=60)
 
 
 def flood(count):

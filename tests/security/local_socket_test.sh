@@ -14,47 +14,21 @@
 set -uo pipefail
 
 PALADIN=$(readlink -f "${1:?usage: local_socket_test.sh PALADIN}")
-[[ $(id -u) == 0 ]] || { echo "SKIP: needs root"; exit 77; }
-# The system's python: nobody cannot run a python under root's home (pyenv's shims).
-PY=/usr/bin/python3
-[[ -x $PY ]] || { echo "SKIP: $PY is not installed"; exit 77; }
-command -v setpriv >/dev/null || { echo "SKIP: setpriv is not installed"; exit 77; }
-
 source "$(dirname "$0")/seclib.sh"
+sec_need_agent_tools
+
 sec_scratch localsock
 chmod 0755 "$TMP"
 sec_start_server "$TMP/server"
-SOCK=$TMP/agent.sock
-"$PALADIN" agent --server "$URL" --token-file "$AGENT_TOKEN_FILE" --name node-a \
-  --data "$TMP/agent" --emulated-gpus 1x16GiB --local-socket "$SOCK" --migrate-port $((20000 + RANDOM % 20000)) \
-  >"$TMP/agent.log" 2>&1 &
-SEC_PIDS+=($!)
-for _ in $(seq 300); do [[ -S $SOCK ]] && break; sleep 0.1; done
-[[ -S $SOCK ]] || { echo "FAIL: the agent made no socket" >&2; cat "$TMP/agent.log" >&2; exit 1; }
+sec_start_agent
 
-# call [AS-NOBODY] JSON: one request on the socket; prints the answer.
-cat >"$TMP/call.py" <<'PY'
-import json, socket, sys
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.settimeout(30)
-s.connect(sys.argv[1])
-s.sendall(sys.argv[2].encode() + b"\n")
-data = b""
-while not data.endswith(b"\n"):
-    chunk = s.recv(65536)
-    if not chunk:
-        break
-    data += chunk
-print(data.decode().strip(), flush=True)
-if len(sys.argv) > 3:  # stay, as a step's shim does: the agent forgets steps whose shim is gone
-    import time
-    time.sleep(float(sys.argv[3]))
-PY
-as_root() { "$PY" "$TMP/call.py" "$SOCK" "$1"; }
-as_nobody() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$PY" "$TMP/call.py" "$SOCK" "$1"; }
+# agent_socket.py SOCKET JSON [STAY_S]: one request on the socket; prints the answer.
+sec_copy_scripts
+as_root() { "$PY" "$TMP/agent_socket.py" "$SOCK" "$1"; }
+as_nobody() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$PY" "$TMP/agent_socket.py" "$SOCK" "$1"; }
 
 # Root's step 777.0 and a checkpoint of it on disk.
-"$PY" "$TMP/call.py" "$SOCK" '{"op": "register", "job": 777, "step": "0", "gpu_mem": 1073741824}' \
+"$PY" "$TMP/agent_socket.py" "$SOCK" '{"op": "register", "job": 777, "step": "0", "gpu_mem": 1073741824}' \
   600 >"$TMP/registered" &
 SEC_PIDS+=($!)
 for _ in $(seq 100); do [[ -s $TMP/registered ]] && break; sleep 0.1; done

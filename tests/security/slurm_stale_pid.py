@@ -10,10 +10,11 @@ process of that name: what the agent looks for among the caller's ancestors)."""
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
+
+import agent_socket
 
 SOCK = sys.argv[2]
 TMP = sys.argv[3] if sys.argv[1] == "main" else ""
@@ -26,24 +27,8 @@ def fail(why):
     print("FAIL: " + why, file=sys.stderr, flush=True)
 
 
-def call(request, uid=None):
-    """One request on the socket; as `uid` through a setpriv'd python when given."""
-    if uid is None:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(120)
-        s.connect(SOCK)
-        s.sendall(json.dumps(request).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        return json.loads(data.decode())
-    out = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                          "/usr/bin/python3", __file__, "call", SOCK, json.dumps(request)],
-                         capture_output=True, text=True, timeout=180)
-    return json.loads(out.stdout)
+# One request on the socket; as `uid` through a setpriv'd python when given.
+call = agent_socket.caller(SOCK, __file__, timeout=120, as_timeout=180)
 
 
 def state(pid):

@@ -45,6 +45,8 @@ EXPECTED=$5
 shift 5
 
 NODE2=$(dirname "$(realpath "$0")")/node2.sh
+source "$(dirname "$(realpath "$0")")/../ckpt/ckptlib.sh"
+WAIT_POLL_S=0.05 # wait_until's
 node2= # the second node of a move (node2.sh), while it runs
 files= # the tests' folder as the job sees it: $STATIC, or the second node's copy after a move
 LIMIT=120     # seconds for any one paladin command
@@ -61,10 +63,7 @@ if [[ -n ${ZDTM_MIGRATE:-} && $ZDTM_MIGRATE != shared && -z ${PALADIN_ZDTM_OWN_M
   PALADIN_ZDTM_OWN_MOUNTS=1 exec unshare --mount --propagation private -- \
     bash "$0" "$PALADIN" "$INIT" "$CACHE" "$LIST" "$EXPECTED" "$@"
 fi
-if [[ -z ${PALADIN_CRIU:-} && ! -x /opt/paladin/criu/criu ]] && ! command -v criu >/dev/null; then
-  echo "SKIP: no CRIU (install it with scripts/criu.sh)"
-  exit 77
-fi
+skip_without_criu
 STATIC=$(cat "$CACHE/static-dir" 2>/dev/null)
 if [[ -z $STATIC || ! -d $STATIC ]]; then
   echo "SKIP: CRIU's ZDTM tests are not built in $CACHE (tests/zdtm/fetch_build.sh)"
@@ -72,10 +71,7 @@ if [[ -z $STATIC || ! -d $STATIC ]]; then
 fi
 
 # ctest's own descriptors would be inherited by the test and make its image depend on them.
-for fd in "/proc/$$/fd/"*; do
-  fd=${fd##*/}
-  if ((fd > 2 && fd != 255)); then eval "exec $fd>&-"; fi
-done
+close_inherited_fds
 
 work=$(mktemp -d /tmp/paladin-zdtm.XXXXXX)
 export PALADIN_RUN_DIR=$work/run
@@ -112,38 +108,6 @@ if [[ -n ${ZDTM_MIGRATE:-} ]]; then
   fi
 fi
 : >"$results"
-
-alive() {
-  local stat
-  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-  stat=${stat##*) }
-  [[ ${stat:0:1} != Z && ${stat:0:1} != X ]]
-}
-
-# wait_until SECONDS COMMAND...: polls COMMAND every 0.05 s; false when it never succeeded.
-wait_until() {
-  local deadline=$((SECONDS + $1))
-  shift
-  while ! "$@"; do
-    ((SECONDS >= deadline)) && return 1
-    sleep 0.05
-  done
-}
-
-# tree ROOT: ROOT and every process below it, host pids.
-tree() {
-  local table p
-  local -a queue=("$1") out=()
-  table=$(ps -eo pid=,ppid=)
-  while ((${#queue[@]} > 0)); do
-    p=${queue[0]}
-    queue=("${queue[@]:1}")
-    [[ -d /proc/$p ]] || continue
-    out+=("$p")
-    mapfile -t -O "${#queue[@]}" queue < <(awk -v pp="$p" '$2 == pp { print $1 }' <<<"$table")
-  done
-  echo "${out[@]}"
-}
 
 # kill_job ROOT: SIGKILL to every process of the job left over (a failed test).
 kill_job() {
