@@ -126,6 +126,7 @@ class Demo {
   std::vector<Submitted> jobs_;
   std::string workload_;
   int verification_failures_ = 0;
+  std::string migration_pause_;  // the live migration's pause and mode, as its source measured
   std::map<std::string, std::string> verdicts_;
   std::map<std::string, std::string> accounting_;
   Json summary_;
@@ -326,6 +327,7 @@ Status Demo::Migrate() {
       " (CPU and GPU state moved, nothing restarted)");
   PALADIN_RETURN_IF_ERROR(admin_.Post("/v1/jobs/" + moving.id + "/migrate", {{"to", to}}).status());
   std::string last_step;
+  std::chrono::steady_clock::time_point arrived{};  // when first seen running at `to`
   return WaitFor("the migration of " + moving.name, [&]() -> StatusOr<bool> {
     StatusOr<Json> now = Job(moving.id);
     if (!now.ok()) return now.status();
@@ -336,7 +338,20 @@ Status Demo::Migrate() {
       return false;
     }
     if (Str(*now, "node") == to && Str(*now, "state") == "running") {
-      Say(moving.name + " now runs on " + to + "/" + std::to_string(Int(*now, "gpu")));
+      // The source's report of the pause may come a heartbeat after the destination's.
+      const Json& move = (*now).contains("last_move") ? (*now)["last_move"] : Json();
+      if (!move.is_object() || !move["pause_s"].is_number()) {
+        if (arrived.time_since_epoch().count() == 0) arrived = std::chrono::steady_clock::now();
+        if (std::chrono::steady_clock::now() - arrived < std::chrono::seconds(15)) return false;
+        Say(moving.name + " now runs on " + to + " (its source never reported the pause)");
+        return true;
+      }
+      char pause[64];
+      std::snprintf(pause, sizeof pause, "%.2f s", move["pause_s"].get<double>());
+      migration_pause_ = std::string(pause) + ", " + Str(move, "mode") +
+                         (Str(move, "why").empty() ? "" : " (" + Str(move, "why") + ")");
+      Say(moving.name + " now runs on " + to + "/" + std::to_string(Int(*now, "gpu")) +
+          "; paused " + migration_pause_);
       return true;
     }
     if (Int(*now, "migrations") == 0 && Str(*now, "node") == from && last_step.empty() == false) {
@@ -541,6 +556,7 @@ void Demo::Summarise() {
               {"quota_grows", s.value("quota_grows", 0)},
               {"checkpoints", s.value("checkpoints", 0)},
               {"state_verifications_failed", verification_failures_},
+              {"migration_pause", migration_pause_},
               {"accounting", accounting_},
               {"steps_failed", failed_steps_},
               {"ok", steps_ok_ && verification_failures_ == 0 && s.value("jobs_lost", 0) == 0},
@@ -554,6 +570,8 @@ void Demo::Summarise() {
   }
   std::printf("\nPaladin demo summary\n");
   std::printf("  %-26s %s\n", "jobs submitted", std::to_string(jobs_.size()).c_str());
+  if (!migration_pause_.empty())
+    std::printf("  %-26s %s\n", "migration pause", migration_pause_.c_str());
   for (const char* key : {"jobs_lost", "migrations", "recoveries", "quota_grows", "checkpoints",
                           "state_verifications_failed", "workload_uids"}) {
     std::printf("  %-26s %s\n", key, summary_[key].dump().c_str());
