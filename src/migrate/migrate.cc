@@ -396,45 +396,31 @@ StatusOr<MigrateReport> PostCopy(ckpt::JobRecord* job, Channel* channel, MoveSta
   Status pages =
       ckpt::ServingResult(lazy_dump, "the post-copy dump", lazy_log, options.lazy_timeout_s);
   report->times.seconds.emplace_back("post-copy pages", Since(serving));
+  // The move is over and the job runs at the destination: this copy goes.
+  auto release = [&]() -> StatusOr<MigrateReport> {
+    report->total_s = Since(paused);
+    Release(job);
+    (void)save("done");
+    (void)channel->Send("BYE " + st->id);
+    keeper->Done();
+    job->state = "moved";
+    job->image = options.host + ":" + std::to_string(options.port) + " pid " + remote_pid;
+    (void)ckpt::WriteJob(*job);
+    if (options.keep_image) report->image = st->image;
+    cleanup();
+    std::error_code ec;
+    fs::remove(lazy_log, ec);
+    fs::remove(state_file, ec);
+    return *report;
+  };
   if (options.commit) {
-    auto release = [&]() -> StatusOr<MigrateReport> {
-      report->total_s = Since(paused);
-      Release(job);
-      (void)save("done");
-      (void)channel->Send("BYE " + st->id);
-      keeper->Done();
-      job->state = "moved";
-      job->image = options.host + ":" + std::to_string(options.port) + " pid " + remote_pid;
-      (void)ckpt::WriteJob(*job);
-      if (options.keep_image) report->image = st->image;
-      cleanup();
-      std::error_code ec;
-      fs::remove(lazy_log, ec);
-      fs::remove(state_file, ec);
-      return *report;
-    };
     return FleetPostCopyEnd(job, channel, st, state_file, pages, options, release, resume_here,
                             progress);
   }
   if (pages.ok()) {
     // Every page left; the destination says whether its copy took them all and still runs.
     StatusOr<std::string> there = channel->Call("PAGES-DONE " + st->id, 120);
-    if (there.ok()) {
-      report->total_s = Since(paused);
-      Release(job);
-      (void)save("done");
-      (void)channel->Send("BYE " + st->id);
-      keeper->Done();
-      job->state = "moved";
-      job->image = options.host + ":" + std::to_string(options.port) + " pid " + remote_pid;
-      (void)ckpt::WriteJob(*job);
-      if (options.keep_image) report->image = st->image;
-      cleanup();
-      std::error_code ec;
-      fs::remove(lazy_log, ec);
-      fs::remove(state_file, ec);
-      return *report;
-    }
+    if (there.ok()) return release();
     if (there.status().code() == StatusCode::kInternal) {
       job->state = "stopped";
       return resume_here("the destination's copy ended before every page had reached it (" +
