@@ -35,14 +35,14 @@ std::string MoveSummary(const MigrationRecord& m) {
 
 void Control::RecordMoveCost(MigrationRecord& m, const Json& detail) {
   if (!detail.is_object()) return;
+  StatusOr<int64_t> seq = ParseJobId(m.job);
+  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
   // A node's figure is not trusted to be sane: only a finite pause under a week is kept and
   // learned from (once per move).
   if (!m.pause_s && detail.contains("pause_s") && detail["pause_s"].is_number()) {
     const double pause = detail["pause_s"].get<double>();
     if (std::isfinite(pause) && pause > 0 && pause < 7 * 24 * 3600.0) {
       m.pause_s = pause;
-      StatusOr<int64_t> seq = ParseJobId(m.job);
-      auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
       if (found != jobs_.end()) m.moved_bytes = found->second.used_bytes;
       move_costs_.Observe(m.from_node, m.to_node, {static_cast<double>(m.moved_bytes), 0, pause});
     }
@@ -57,8 +57,6 @@ void Control::RecordMoveCost(MigrationRecord& m, const Json& detail) {
   DirtyMigration(m);
   if (m.step != MigrationStep::kDone) return;  // FinishMigration's event will say it
   // The destination's result finished the move first: its event could not say this yet.
-  StatusOr<int64_t> seq = ParseJobId(m.job);
-  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
   Event("migration_cost", found != jobs_.end() ? &found->second : nullptr, m.from_node,
         "migration " + std::to_string(m.id) + MoveSummary(m));
 }
