@@ -160,6 +160,10 @@ Json Agent::Reports(bool with_logs) {
     if (with_logs) {
       r.stdout_text = ReadLog(w->record.stdout_log, w->out_offset, &w->out_pending, w->uid);
       r.stderr_text = ReadLog(w->record.stderr_log, w->err_offset, &w->err_pending, w->uid);
+      r.stdout_from = w->out_offset;
+      r.stdout_to = w->out_pending;
+      r.stderr_from = w->err_offset;
+      r.stderr_to = w->err_pending;
     }
     w->exit_reported = state == "exited";
     out.push_back(api::ToJson(r));

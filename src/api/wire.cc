@@ -78,6 +78,10 @@ StatusOr<JobReport> DecodeJob(const Json& r, const std::string& where) {
   }
   PALADIN_RETURN_IF_ERROR(Str(r, "stdout", where, &j.stdout_text));
   PALADIN_RETURN_IF_ERROR(Str(r, "stderr", where, &j.stderr_text));
+  PALADIN_RETURN_IF_ERROR(Int(r, "stdout_from", -1, kMaxCount, where, &j.stdout_from));
+  PALADIN_RETURN_IF_ERROR(Int(r, "stdout_to", -1, kMaxCount, where, &j.stdout_to));
+  PALADIN_RETURN_IF_ERROR(Int(r, "stderr_from", -1, kMaxCount, where, &j.stderr_from));
+  PALADIN_RETURN_IF_ERROR(Int(r, "stderr_to", -1, kMaxCount, where, &j.stderr_to));
   return j;
 }
 
@@ -387,7 +391,11 @@ Json ToJson(const JobReport& r) {
               {"refusals", r.refusals},
               {"exit_code", r.exit_code ? Json(*r.exit_code) : Json(nullptr)},
               {"stdout", r.stdout_text},
-              {"stderr", r.stderr_text}};
+              {"stderr", r.stderr_text},
+              {"stdout_from", r.stdout_from},
+              {"stdout_to", r.stdout_to},
+              {"stderr_from", r.stderr_from},
+              {"stderr_to", r.stderr_to}};
 }
 
 Json ToJson(const GpuReport& g) {

@@ -262,8 +262,11 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
     j.quota_grows = grows;
   }
   j.refusals = std::max(j.refusals, r.refusals);
-  if (!r.stdout_text.empty()) AppendLog(j, "stdout", r.stdout_text);
-  if (!r.stderr_text.empty()) AppendLog(j, "stderr", r.stderr_text);
+  const std::string copy = n.name + "/" + std::to_string(epoch);
+  const std::string out = UnseenLog(j, copy, "stdout", r.stdout_text, r.stdout_from, r.stdout_to);
+  const std::string err = UnseenLog(j, copy, "stderr", r.stderr_text, r.stderr_from, r.stderr_to);
+  if (!out.empty()) AppendLog(j, "stdout", out);
+  if (!err.empty()) AppendLog(j, "stderr", err);
   if (state == "running" &&
       (j.state() == JobState::kStarting || j.state() == JobState::kRestoring)) {
     j.MoveTo(JobState::kRunning);
@@ -334,6 +337,25 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
   } else {
     LazyJob(j);
   }
+}
+
+std::string Control::UnseenLog(const JobRecord& j, const std::string& copy,
+                               const std::string& stream, const std::string& text, int64_t from,
+                               int64_t to) {
+  if (from < 0 || to < 0) return text;  // an agent that does not say where its text lies
+  LogCursor& cursor = log_cursors_[{j.seq, stream}];
+  if (cursor.copy != copy || from >= cursor.through || to < from) {
+    // Another copy, new bytes, or the copy's log replaced by a shorter one (a restore).
+    cursor = {copy, to};
+    return text;
+  }
+  if (to <= cursor.through) return "";  // all of it delivered before
+  const int64_t seen = cursor.through - from;
+  cursor.through = to;
+  // The agent passes valid UTF-8 through unchanged; text it had to rewrite cannot be cut at a
+  // byte offset, and is kept whole rather than lost.
+  if (static_cast<int64_t>(text.size()) != to - from) return text;
+  return text.substr(static_cast<size_t>(seen));
 }
 
 void Control::AppendLog(JobRecord& j, const std::string& stream, const std::string& text) {

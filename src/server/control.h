@@ -202,6 +202,10 @@ class Control {
   void ApplyResult(NodeRecord& node, const api::CommandResult& result);
   void UpdateGpus(NodeRecord& node, const std::vector<api::GpuReport>& gpus);
   void AppendLog(JobRecord& j, const std::string& stream, const std::string& text);
+  // The part of a copy's reported log text [from, to) that the server does not have yet (all of
+  // it when the agent does not say where it lies); advances the stream's cursor.
+  std::string UnseenLog(const JobRecord& j, const std::string& copy, const std::string& stream,
+                        const std::string& text, int64_t from, int64_t to);
   Json TakeCommands(NodeRecord& node);
 
   // orchestrator.cc
@@ -281,6 +285,13 @@ class Control {
   std::vector<EventRecord> events_;
   std::vector<UsageSampleRecord> samples_;
   std::map<std::pair<int64_t, std::string>, std::string> logs_;  // (job, stream) -> new text
+  // (job, stream) -> the copy ("node/epoch") whose log the server read last, and how far: the
+  // same copy sending bytes below that again is an agent resending after a restart. In memory.
+  struct LogCursor {
+    std::string copy;
+    int64_t through = 0;
+  };
+  std::map<std::pair<int64_t, std::string>, LogCursor> log_cursors_;
   std::vector<std::pair<std::string, std::string>> deleted_dirs_;
 
   LatencyRecorder decision_seconds_;

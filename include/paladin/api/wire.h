@@ -32,6 +32,11 @@ struct JobReport {
   std::optional<int> exit_code;  // when exited with a code
   std::string stdout_text;       // log text since the last delivered beat
   std::string stderr_text;
+  // Where each text lies in the copy's log file, bytes [from, to); -1 when not said. An agent
+  // killed after a beat was delivered but before it noted so sends the same bytes again once
+  // restarted: with these the server keeps only what it does not have yet.
+  int64_t stdout_from = -1, stdout_to = -1;
+  int64_t stderr_from = -1, stderr_to = -1;
 };
 
 struct GpuReport {
