@@ -374,6 +374,10 @@ void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
       EndJob(j, JobState::kCancelled, std::nullopt, "cancelled");
     return;
   }
+  // A periodic checkpoint's answer, whatever placement it is about, lets the next one go.
+  if (kind == api::CommandKind::kCheckpoint && c.command.mode == "keep") {
+    j.checkpoint_in_flight = false;
+  }
   if (epoch != j.epoch || j.node != n.name) return;  // about an older placement
   if ((kind == api::CommandKind::kStart || kind == api::CommandKind::kRestore) && !c.ok) {
     if (kind == api::CommandKind::kRestore) {
@@ -407,33 +411,44 @@ void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
     Wake();
     return;
   }
-  if (kind == api::CommandKind::kCheckpoint) {
-    const std::string& mode = c.command.mode;
-    if (mode == "keep") j.checkpoint_in_flight = false;
-    if (c.ok) RecordCheckpoint(j, detail, c.command.dir);
-    if (mode == "stop" && j.state() == JobState::kCheckpointing) {
-      if (c.ok) {
-        Accrue(j, Now());
-        ReleaseJob(j);
-        const std::string path = j.last_checkpoint ? j.last_checkpoint->path : "?";
-        if (j.preempted) {
-          // It waits for room like a queued job, and restores from here when it gets some.
-          j.MoveTo(JobState::kRestoring);
-          j.pending_since = Now();
-          j.reason = "preempted: waiting for room to restore from " + path;
-        } else {
-          j.MoveTo(JobState::kCheckpointed);
-          j.reason = "checkpointed to " + path;
-        }
-        Wake();
+  if (kind == api::CommandKind::kCheckpoint) ApplyCheckpointResult(j, c.command, r, n.name);
+}
+
+// Whatever failed on the agent (listing or closing the job's outside connections, the dump, the
+// image), the job goes back to the state it had before the checkpoint: a stopping one (asked
+// for, or a preemption) leaves `checkpointing` for `running` on its node, a periodic one was
+// never out of `running`. The failure is one of the job's events either way.
+void Control::ApplyCheckpointResult(JobRecord& j, const api::Command& command,
+                                    const api::CommandResult& r, const std::string& node) {
+  const std::string& mode = command.mode;
+  if (r.ok) RecordCheckpoint(j, r.detail, command.dir);
+  if (mode == "stop" && j.state() == JobState::kCheckpointing) {
+    if (r.ok) {
+      Accrue(j, Now());
+      ReleaseJob(j);
+      const std::string path = j.last_checkpoint ? j.last_checkpoint->path : "?";
+      if (j.preempted) {
+        // It waits for room like a queued job, and restores from here when it gets some.
+        j.MoveTo(JobState::kRestoring);
+        j.pending_since = Now();
+        j.reason = "preempted: waiting for room to restore from " + path;
       } else {
-        j.MoveTo(JobState::kRunning);
-        j.preempted = false;
-        j.reason = "checkpoint failed (" + error + "); running on " + j.node;
+        j.MoveTo(JobState::kCheckpointed);
+        j.reason = "checkpointed to " + path;
       }
+      Wake();
+    } else {
+      j.MoveTo(JobState::kRunning);
+      j.preempted = false;
+      j.reason = "checkpoint failed (" + r.error + "); running on " + j.node;
     }
-    DirtyJob(j);
   }
+  if (!r.ok) {
+    Event("checkpoint_failed", &j, node,
+          "checkpoint (" + mode + ") to " + command.dir + " failed: " + r.error + "; the job is " +
+              j.StateName() + (j.node.empty() ? "" : " on " + j.node));
+  }
+  DirtyJob(j);
 }
 
 Json Control::TakeCommands(NodeRecord& n) {

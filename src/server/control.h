@@ -200,6 +200,8 @@ class Control {
   // agents.cc
   void ApplyReport(NodeRecord& node, const api::JobReport& report);
   void ApplyResult(NodeRecord& node, const api::CommandResult& result);
+  void ApplyCheckpointResult(JobRecord& j, const api::Command& command,
+                             const api::CommandResult& result, const std::string& node);
   void UpdateGpus(NodeRecord& node, const std::vector<api::GpuReport>& gpus);
   void AppendLog(JobRecord& j, const std::string& stream, const std::string& text);
   Json TakeCommands(NodeRecord& node);
