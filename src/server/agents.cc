@@ -297,10 +297,10 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
       EndJob(j, JobState::kCancelled, code, "cancelled");
     } else if (code.value_or(1) != 0 && j.refusals > 0 && j.restarts < 3 && j.mem_auto) {
       // Out of GPU memory under its quota: start again (from its checkpoint when it has one)
-      // with 1.5 x the quota.
+      // with the size core's predictor gives it after an OOM.
       const double t = now;
       Accrue(j, t);
-      const int64_t bigger = static_cast<int64_t>(static_cast<double>(j.quota_bytes) * 1.5);
+      const int64_t bigger = SizeAfterOom(j, t);
       ReleaseJob(j);
       j.quota_bytes = bigger;
       j.predicted_bytes = bigger;
@@ -313,7 +313,8 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
       j.MoveTo(j.last_checkpoint ? JobState::kRestoring : JobState::kPending);
       j.recovering = j.last_checkpoint.has_value();
       j.reason = "out of GPU memory (exit " + std::to_string(code.value_or(-1)) +
-                 "): again with quota " + std::to_string(bigger) + " bytes";
+                 "): again with quota " + std::to_string(bigger) + " bytes (" + j.prediction +
+                 ")";
       Event("restarted", &j, n.name, j.reason);
       Wake();
     } else {

@@ -195,6 +195,8 @@ class Control {
   void ReleaseJob(JobRecord& j);
   void EndJob(JobRecord& j, JobState state, std::optional<int> exit_code, const std::string& why);
   void ObserveUsage(JobRecord& j, double now);
+  core::Predictor& PredictorOf(const JobRecord& j);  // made on first use, dropped at release
+  int64_t SizeAfterOom(JobRecord& j, double now);
   void PredictionCheckMetrics(const Principal& who, std::string* out) const;
 
   // agents.cc
