@@ -222,10 +222,9 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
         "told " + n.name + " to kill its copy (epoch " + std::to_string(epoch) + "): " + why,
         team});
   };
-  StatusOr<int64_t> seq = ParseJobId(id);
-  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
-  if (found == jobs_.end()) return kill("unknown job", "");
-  JobRecord& j = found->second;
+  JobRecord* found = JobById(id);
+  if (found == nullptr) return kill("unknown job", "");
+  JobRecord& j = *found;
   MigrationRecord* m = ActiveMigration(j);
   // The destination's copy is the one at the migration's new epoch (within a node, the source's
   // copy reports from the same agent at the old one).
@@ -366,10 +365,9 @@ void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
     AdvanceMigration(m->second, *event);
     return;
   }
-  StatusOr<int64_t> seq = ParseJobId(c.job);
-  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
-  if (found == jobs_.end()) return;
-  JobRecord& j = found->second;
+  JobRecord* found = JobById(c.job);
+  if (found == nullptr) return;
+  JobRecord& j = *found;
   if (kind == api::CommandKind::kKill) {
     if (j.cancel_requested && !j.Terminal())
       EndJob(j, JobState::kCancelled, std::nullopt, "cancelled");

@@ -170,6 +170,11 @@ class Control {
   int64_t SendCommand(const std::string& node, api::Command c, const JobRecord* job);
   TeamRecord& Team(const std::string& name);
   StatusOr<JobRecord*> FindJob(const Principal& who, const std::string& id);
+  // The job of id `id` ("j-000042"), or null when the id does not parse or names no job; the
+  // job a migration, or a command, is about.
+  JobRecord* JobById(std::string_view id);
+  const JobRecord* JobById(std::string_view id) const;
+  JobRecord* JobOf(const MigrationRecord& m) { return JobById(m.job); }
   Json JobJson(const JobRecord& j) const;
   // The migration under way for the API's `migration` field, or null.
   Json MigrationJson(const JobRecord& j) const;

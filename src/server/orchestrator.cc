@@ -35,15 +35,14 @@ std::string MoveSummary(const MigrationRecord& m) {
 
 void Control::RecordMoveCost(MigrationRecord& m, const Json& detail) {
   if (!detail.is_object()) return;
-  StatusOr<int64_t> seq = ParseJobId(m.job);
-  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
+  JobRecord* j = JobOf(m);
   // A node's figure is not trusted to be sane: only a finite pause under a week is kept and
   // learned from (once per move).
   if (!m.pause_s && detail.contains("pause_s") && detail["pause_s"].is_number()) {
     const double pause = detail["pause_s"].get<double>();
     if (std::isfinite(pause) && pause > 0 && pause < 7 * 24 * 3600.0) {
       m.pause_s = pause;
-      if (found != jobs_.end()) m.moved_bytes = found->second.used_bytes;
+      if (j != nullptr) m.moved_bytes = j->used_bytes;
       move_costs_.Observe(m.from_node, m.to_node, {static_cast<double>(m.moved_bytes), 0, pause});
     }
   }
@@ -57,7 +56,7 @@ void Control::RecordMoveCost(MigrationRecord& m, const Json& detail) {
   DirtyMigration(m);
   if (m.step != MigrationStep::kDone) return;  // FinishMigration's event will say it
   // The destination's result finished the move first: its event could not say this yet.
-  Event("migration_cost", found != jobs_.end() ? &found->second : nullptr, m.from_node,
+  Event("migration_cost", j, m.from_node,
         "migration " + std::to_string(m.id) + MoveSummary(m));
 }
 
@@ -206,10 +205,9 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
 
 void Control::AdvanceMigration(MigrationRecord& m, const MigrationEvent& event) {
   if (m.Finished()) return;
-  StatusOr<int64_t> seq = ParseJobId(m.job);
-  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
-  if (found == jobs_.end()) return FailMigration(m, "the job is gone");
-  JobRecord& j = found->second;
+  JobRecord* found = JobOf(m);
+  if (found == nullptr) return FailMigration(m, "the job is gone");
+  JobRecord& j = *found;
   const MigrationAction action =
       NextMigrationAction(m.step, m.commit_answer.value_or(false), event);
   switch (action.kind) {
@@ -298,15 +296,14 @@ StatusOr<Json> Control::Commit(const Principal& who, int64_t migration) {
       "commit migration " + std::to_string(m.id) + " (its source is " + m.from_node + ")"));
   if (m.commit_answer.has_value()) return Json{{"commit", *m.commit_answer}};
   if (m.Finished()) return Json{{"commit", false}};
-  StatusOr<int64_t> seq = ParseJobId(m.job);
-  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
-  if (found == jobs_.end() || found->second.Terminal() || found->second.cancel_requested) {
+  JobRecord* found = JobOf(m);
+  if (found == nullptr || found->Terminal() || found->cancel_requested) {
     FailMigration(m, "the job has ended");
     PALADIN_RETURN_IF_ERROR(Flush());
     return Json{{"commit", false}};
   }
   CrashPoint("before_commit");
-  JobRecord& j = found->second;
+  JobRecord& j = *found;
   const double now = Now();
   Accrue(j, now);
   m.commit_answer = true;
@@ -346,10 +343,8 @@ void Control::FailMigration(MigrationRecord& m, const std::string& why) {
     c->second.result = Json{{"error", "withdrawn: migration " + std::to_string(m.id) + " failed"}};
     dirty_commands_.insert(id);
   }
-  StatusOr<int64_t> seq = ParseJobId(m.job);
-  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
-  if (found != jobs_.end()) {
-    JobRecord& j = found->second;
+  if (JobRecord* found = JobOf(m); found != nullptr) {
+    JobRecord& j = *found;
     if (j.migration_id == m.id) j.migration_id = 0;
     if (j.state() == JobState::kMigrating) {
       j.MoveTo(JobState::kRunning);
@@ -373,10 +368,8 @@ void Control::FinishMigration(MigrationRecord& m) {
   m.step = MigrationStep::kDone;
   m.ended_at = Now();
   DirtyMigration(m);
-  StatusOr<int64_t> seq = ParseJobId(m.job);
-  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
-  if (found != jobs_.end()) {
-    JobRecord& j = found->second;
+  if (JobRecord* found = JobOf(m); found != nullptr) {
+    JobRecord& j = *found;
     if (j.migration_id == m.id) j.migration_id = 0;
     if (j.state() == JobState::kMigrating) j.MoveTo(JobState::kRunning);
     j.reason = "running on " + j.node + "/" + std::to_string(j.gpu) + " (migrated from " +

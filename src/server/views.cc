@@ -215,9 +215,8 @@ StatusOr<Json> Control::Summary(const Principal& who) {
   int64_t migrations_failed = 0;
   for (const auto& [id, m] : migrations_) {
     if (m.step != MigrationStep::kFailed) continue;
-    StatusOr<int64_t> seq = ParseJobId(m.job);
-    auto j = seq.ok() ? jobs_.find(*seq) : jobs_.end();
-    if (j != jobs_.end() && who.SeesTeam(j->second.team)) ++migrations_failed;
+    const JobRecord* j = JobById(m.job);
+    if (j != nullptr && who.SeesTeam(j->team)) ++migrations_failed;
   }
   int64_t alive = 0, gpus = 0, gpu_memory = 0;
   for (const auto& [name, n] : nodes_) {
