@@ -203,6 +203,11 @@ class Control {
   core::Predictor& PredictorOf(const JobRecord& j);  // made on first use, dropped at release
   int64_t SizeAfterOom(JobRecord& j, double now);
   void PredictionCheckMetrics(const Principal& who, std::string* out) const;
+  // The live check's figures as the API gives them: windows, under, under_rate, mean_slack.
+  static Json CheckToApi(const core::CheckTotals& t);
+  // The sum of the checks of the teams `who` sees, with the window and the target.
+  Json FleetCheckToApi(const Principal& who) const;
+  double TargetUnderRate() const { return 1 - predictors_factory_.paladin.quantile; }
 
   // agents.cc
   void ApplyReport(NodeRecord& node, const api::JobReport& report);

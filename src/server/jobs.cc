@@ -241,14 +241,18 @@ StatusOr<Json> Control::Explain(const Principal& who, const std::string& id) {
       why_not = std::string(kNotCheckpointable);
     }
   }
-  core::CheckTotals checked;
-  if (auto c = checks_.find(j.seq); c != checks_.end()) checked = c->second.totals();
-  const Json check = {{"window_s", kPredictionWindowS},
-                      {"windows", checked.windows},
-                      {"under", checked.under},
-                      {"under_rate", checked.UnderRate()},
-                      {"mean_slack", checked.MeanSlack()},
-                      {"target_under_rate", 1 - predictors_factory_.paladin.quantile}};
+  // The job's forecasts against its measured peaks, all windows and by the forecast's phase.
+  const core::ForecastCheck unchecked(kPredictionWindowS);
+  const auto c = checks_.find(j.seq);
+  const core::ForecastCheck& checked = c != checks_.end() ? c->second : unchecked;
+  Json check = CheckToApi(checked.totals());
+  check["window_s"] = kPredictionWindowS;
+  check["target_under_rate"] = TargetUnderRate();
+  Json& by_phase = check["by_phase"] = Json::object();
+  for (int p = 0; p < core::kPhaseCount; ++p) {
+    const auto phase = static_cast<core::Phase>(p);
+    by_phase[std::string(core::PhaseName(phase))] = CheckToApi(checked.by_phase(phase));
+  }
   return Json{{"state", j.StateName()},        {"reason", j.reason},
               {"placement", placement},        {"migratable", why_not.empty()},
               {"why_not_migratable", why_not}, {"prediction", j.prediction},

@@ -134,18 +134,23 @@ StatusOr<Json> Control::Teams(const Principal& who) {
       usage.mem_alloc_byte_seconds += dt * static_cast<double>(j.quota_bytes) * j.gpus;
       usage.mem_used_byte_seconds += dt * static_cast<double>(j.used_bytes);
     }
+    const auto check = team_checks_.find(name);
     out.push_back({{"name", name},
                    {"max_gpus", t.max_gpus},
                    {"max_gpu_mem_bytes", t.max_gpu_mem},
                    {"priority", t.priority},
-                   {"usage", TeamUsageToApi(usage)}});
+                   {"usage", TeamUsageToApi(usage)},
+                   {"prediction_check", CheckToApi(check != team_checks_.end()
+                                                       ? check->second
+                                                       : core::CheckTotals{})}});
   }
   if (who.team_scoped() && out.empty()) {
     out.push_back({{"name", who.team},
                    {"max_gpus", 0},
                    {"max_gpu_mem_bytes", 0},
                    {"priority", 0},
-                   {"usage", TeamUsageToApi(TeamUsage{})}});
+                   {"usage", TeamUsageToApi(TeamUsage{})},
+                   {"prediction_check", CheckToApi(core::CheckTotals{})}});
   }
   return Json{{"teams", out}};
 }
@@ -240,12 +245,31 @@ StatusOr<Json> Control::Summary(const Principal& who) {
               {"nodes_alive", alive},
               {"nodes", static_cast<int64_t>(nodes_.size())},
               {"gpus", gpus},
-              {"gpu_memory_bytes", gpu_memory}};
+              {"gpu_memory_bytes", gpu_memory},
+              {"prediction_check", FleetCheckToApi(who)}};
 }
 
 void Control::RecordRequest(double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
   request_seconds_.Add(seconds);
+}
+
+Json Control::CheckToApi(const core::CheckTotals& t) {
+  return Json{{"windows", t.windows},
+              {"under", t.under},
+              {"under_rate", t.UnderRate()},
+              {"mean_slack", t.MeanSlack()}};
+}
+
+Json Control::FleetCheckToApi(const Principal& who) const {
+  core::CheckTotals fleet;
+  for (const auto& [team, t] : team_checks_) {
+    if (who.SeesTeam(team)) fleet.Add(t);
+  }
+  Json out = CheckToApi(fleet);
+  out["window_s"] = kPredictionWindowS;
+  out["target_under_rate"] = TargetUnderRate();
+  return out;
 }
 
 // Per team and for the fleet (the teams the caller sees): how often the predictor's forecast was
@@ -276,7 +300,7 @@ void Control::PredictionCheckMetrics(const Principal& who, std::string* out) con
   *out +=
       "# HELP paladin_prediction_target_under_rate The predictor's configured under-rate.\n"
       "# TYPE paladin_prediction_target_under_rate gauge\n";
-  Line(out, "paladin_prediction_target_under_rate", "", 1 - predictors_factory_.paladin.quantile);
+  Line(out, "paladin_prediction_target_under_rate", "", TargetUnderRate());
 }
 
 std::string Control::Metrics(const Principal& who) {

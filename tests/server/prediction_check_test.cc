@@ -149,6 +149,57 @@ TEST_F(PredictionCheckTest, UnderRateAndSlackPerJobTeamAndFleet) {
   EXPECT_EQ(j["under"], 1);
   EXPECT_DOUBLE_EQ(j["under_rate"].get<double>(), 1.0 / 20);
 
+  // By the forecast's phase: the first window's forecast was made while the job was loading
+  // (younger than a window), most others on flat use (steady); the jump came in a steady
+  // window, and the window after it was forecast in growth. The phases add up to the totals.
+  for (const Json* check : {&f, &j}) {
+    const Json& phases = (*check)["by_phase"];
+    ASSERT_EQ(phases.size(), 5u) << phases.dump();
+    int64_t windows = 0, under = 0;
+    double slack = 0;
+    for (const char* phase : {"loading", "idle", "growth", "steady", "active"}) {
+      const Json& p = phases[phase];
+      windows += p["windows"].get<int64_t>();
+      under += p["under"].get<int64_t>();
+      slack += p["mean_slack"].get<double>() * p["windows"].get<double>();
+      if (p["windows"] == 0) {
+        EXPECT_EQ(p["under_rate"], 0.0) << phase;
+      }
+    }
+    EXPECT_EQ(windows, (*check)["windows"]);
+    EXPECT_EQ(under, (*check)["under"]);
+    EXPECT_NEAR(slack / windows, (*check)["mean_slack"].get<double>(), 1e-9);
+    EXPECT_EQ(phases["loading"]["windows"], 1) << phases.dump();
+    EXPECT_GE(phases["steady"]["windows"], 16) << phases.dump();
+  }
+  const Json& steady = j["by_phase"]["steady"];
+  EXPECT_EQ(steady["under"], 1);
+  EXPECT_DOUBLE_EQ(steady["under_rate"].get<double>(), 1.0 / steady["windows"].get<double>());
+  EXPECT_EQ(j["by_phase"]["growth"]["windows"], 1) << j.dump();
+  EXPECT_EQ(f["by_phase"]["growth"]["windows"], 0) << f.dump();
+
+  // The fleet's figures in /v1/summary and each team's in /v1/teams (the dashboard's panel).
+  StatusOr<Json> summary = control_->Summary(admin_);
+  ASSERT_TRUE(summary.ok());
+  const Json& fleet = (*summary)["prediction_check"];
+  EXPECT_EQ(fleet["windows"], 40);
+  EXPECT_EQ(fleet["under"], 1);
+  EXPECT_DOUBLE_EQ(fleet["under_rate"].get<double>(), 1.0 / 40);
+  EXPECT_DOUBLE_EQ(fleet["mean_slack"].get<double>(),
+                   (f["mean_slack"].get<double>() + j["mean_slack"].get<double>()) / 2);
+  EXPECT_NEAR(fleet["target_under_rate"].get<double>(), 0.02, 1e-12);
+  EXPECT_EQ(fleet["window_s"], 60);
+  StatusOr<Json> teams = control_->Teams(admin_);
+  ASSERT_TRUE(teams.ok());
+  std::map<std::string, Json> by_team;
+  for (const Json& t : (*teams)["teams"]) by_team[t["name"]] = t["prediction_check"];
+  ASSERT_EQ(by_team.size(), 2u) << teams->dump();
+  EXPECT_EQ(by_team["serve"]["windows"], 20);
+  EXPECT_EQ(by_team["serve"]["under"], 0);
+  EXPECT_DOUBLE_EQ(by_team["serve"]["mean_slack"].get<double>(), f["mean_slack"].get<double>());
+  EXPECT_EQ(by_team["train"]["windows"], 20);
+  EXPECT_DOUBLE_EQ(by_team["train"]["under_rate"].get<double>(), 1.0 / 20);
+
   // /metrics: each team's figures are its job's; the fleet's are their sum.
   const std::string m = control_->Metrics(admin_);
   const std::string serve = "scope=\"team\",team=\"serve\"",
@@ -170,6 +221,10 @@ TEST_F(PredictionCheckTest, UnderRateAndSlackPerJobTeamAndFleet) {
   const std::string ms = control_->Metrics(*serve_team);
   EXPECT_EQ(MetricValue(ms, "paladin_prediction_windows_total", train), -1);
   EXPECT_EQ(MetricValue(ms, "paladin_prediction_windows_total", "scope=\"fleet\""), 20);
+  StatusOr<Json> team_summary = control_->Summary(*serve_team);
+  ASSERT_TRUE(team_summary.ok());
+  EXPECT_EQ((*team_summary)["prediction_check"]["windows"], 20);
+  EXPECT_EQ((*team_summary)["prediction_check"]["under"], 0);
 }
 
 // An "auto" job that runs out of GPU memory under its quota starts again at the size core's
