@@ -130,7 +130,7 @@ StatusOr<Json> Control::RegisterAgent(const Principal& who, const Json& body) {
   }
   n.gpus = gpus;
   n.last_heartbeat = now;
-  n.state = n.draining ? "draining" : "alive";
+  n.state = n.draining ? NodeState::kDraining : NodeState::kAlive;
   n.dead_since = 0;
   Event("registered", nullptr, n.name,
         std::string(fresh ? "agent registered" : "agent registered again") + " with " +
@@ -154,8 +154,8 @@ StatusOr<Json> Control::Heartbeat(const Principal& who, const std::string& name,
   if (it == nodes_.end()) return NotFound("node " + name + " not found: register first");
   NodeRecord& n = it->second;
   const double now = Now();
-  if (n.state == "dead") {
-    n.state = n.draining ? "draining" : "alive";
+  if (n.state == NodeState::kDead) {
+    n.state = n.draining ? NodeState::kDraining : NodeState::kAlive;
     Event("registered", nullptr, n.name, "agent heartbeating again after being dead");
     DirtyNode(n);
   }

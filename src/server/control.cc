@@ -164,7 +164,7 @@ void Control::Reconcile() {
   }
   for (auto& [name, n] : nodes_) {
     // Give every agent a fresh lease: the server was away, not the agents.
-    if (n.state != "dead") n.last_heartbeat = now;
+    if (n.state != NodeState::kDead) n.last_heartbeat = now;
   }
 }
 

@@ -235,7 +235,7 @@ StatusOr<Json> Control::Explain(const Principal& who, const std::string& id) {
     why_not = "a migration is already under way";
   } else {
     auto node = nodes_.find(j.node);
-    if (node == nodes_.end() || node->second.state == "dead") {
+    if (node == nodes_.end() || node->second.state == NodeState::kDead) {
       why_not = "its node is not alive";
     } else if (!node->second.checkpointable) {
       why_not = std::string(kNotCheckpointable);
@@ -267,7 +267,7 @@ StatusOr<Json> Control::Cancel(const Principal& who, const std::string& id) {
   if (j.Terminal())
     return FailedPrecondition("job " + id + " has already ended (" + j.StateName() + ")");
   auto node = nodes_.find(j.node);
-  const bool node_alive = node != nodes_.end() && node->second.state != "dead";
+  const bool node_alive = node != nodes_.end() && node->second.state != NodeState::kDead;
   if (j.node.empty() || !node_alive) {
     EndJob(j, JobState::kCancelled, std::nullopt, "cancelled by " + who.Scope());
   } else {

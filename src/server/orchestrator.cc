@@ -120,8 +120,9 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
     return FailedPrecondition("job " + j.id + " already runs on " + to + "/" +
                               std::to_string(to_gpu));
   }
-  if (dest->second.state != "alive" || dest->second.draining) {
-    return FailedPrecondition("node " + to + " is " + dest->second.state);
+  if (dest->second.state != NodeState::kAlive || dest->second.draining) {
+    return FailedPrecondition("node " + to + " is " +
+                              std::string(NodeStateName(dest->second.state)));
   }
   if (dest->second.migrate_port <= 0) {
     return FailedPrecondition("node " + to + " registered no migrate_port");
@@ -130,7 +131,7 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
     return FailedPrecondition("node " + to + " is already receiving a migration");
   }
   auto source = nodes_.find(j.node);
-  if (source == nodes_.end() || source->second.state == "dead") {
+  if (source == nodes_.end() || source->second.state == NodeState::kDead) {
     return FailedPrecondition("job " + j.id + "'s node is not alive");
   }
   std::string mode_why;
@@ -355,7 +356,7 @@ void Control::FailMigration(MigrationRecord& m, const std::string& why) {
           "migration " + std::to_string(m.id) + " to " + m.to_node + " failed: " + why);
     // The destination drops its copy (it never ran: the commit was refused).
     auto dest = nodes_.find(m.to_node);
-    if (dest != nodes_.end() && dest->second.state != "dead") {
+    if (dest != nodes_.end() && dest->second.state != NodeState::kDead) {
       SendCommand(m.to_node, api::KillCommand(m.new_epoch), &j);
     }
     DirtyJob(j);
@@ -397,8 +398,8 @@ void Control::MigrationTimeouts(double now) {
 
 void Control::DetectFailures(double now) {
   for (auto& [name, n] : nodes_) {
-    if (n.state != "dead" && now - n.last_heartbeat > options_.lease_s) {
-      n.state = "dead";
+    if (n.state != NodeState::kDead && now - n.last_heartbeat > options_.lease_s) {
+      n.state = NodeState::kDead;
       n.dead_since = now;
       n.recovered = false;
       Event("node_dead", nullptr, n.name,
@@ -412,7 +413,7 @@ void Control::DetectFailures(double now) {
       }
     }
     // Its agent has frozen its workloads by now: the jobs may run elsewhere.
-    if (n.state == "dead" && !n.recovered && now - n.dead_since > options_.lease_s) {
+    if (n.state == NodeState::kDead && !n.recovered && now - n.dead_since > options_.lease_s) {
       RecoverNode(n);
       n.recovered = true;
       DirtyNode(n);
@@ -446,7 +447,7 @@ void Control::RecoverNode(NodeRecord& n) {
 
 void Control::DrainNodes() {
   for (auto& [name, n] : nodes_) {
-    if (!n.draining || n.state == "dead") continue;
+    if (!n.draining || n.state == NodeState::kDead) continue;
     for (auto& [seq, j] : jobs_) {
       if (j.node != name || j.state() != JobState::kRunning || j.migration_id != 0) continue;
       FleetView view = BuildFleet(true);
@@ -472,7 +473,7 @@ StatusOr<Json> Control::Drain(const std::string& node) {
   if (it == nodes_.end()) return NotFound("node " + node + " not found");
   NodeRecord& n = it->second;
   n.draining = true;
-  if (n.state != "dead") n.state = "draining";
+  if (n.state != NodeState::kDead) n.state = NodeState::kDraining;
   Event("draining", nullptr, n.name, "drain asked: its jobs move off, nothing new is placed");
   DirtyNode(n);
   PALADIN_RETURN_IF_ERROR(Flush());
@@ -513,7 +514,7 @@ void Control::GpuHealthMoves() {
   for (auto& [seq, j] : jobs_) {
     if (j.state() != JobState::kRunning || j.migration_id != 0) continue;
     auto n = nodes_.find(j.node);
-    if (n == nodes_.end() || n->second.state == "dead") continue;
+    if (n == nodes_.end() || n->second.state == NodeState::kDead) continue;
     const GpuRecord* g = n->second.Gpu(j.gpu);
     if (g == nullptr || g->healthy) continue;
     FleetView view = BuildFleet(true);

@@ -55,7 +55,7 @@ core::Workload Control::ShapeOf(const JobRecord& j, int64_t gpu_memory) const {
 Control::FleetView Control::BuildFleet(bool reserve_running) {
   FleetView v;
   for (const auto& [name, n] : nodes_) {
-    if (n.state != "alive" || n.draining) continue;
+    if (n.state != NodeState::kAlive || n.draining) continue;
     std::vector<int> healthy;
     int64_t memory = 0;
     std::string model;

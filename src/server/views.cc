@@ -80,7 +80,7 @@ StatusOr<Json> Control::Nodes(const Principal& who) {
                       {"jobs", jobs}});
     }
     out.push_back({{"name", n.name},
-                   {"state", n.state},
+                   {"state", NodeStateName(n.state)},
                    {"address", n.address},
                    {"migrate_port", n.migrate_port},
                    {"post_copy", n.post_copy},
@@ -225,7 +225,7 @@ StatusOr<Json> Control::Summary(const Principal& who) {
   }
   int64_t alive = 0, gpus = 0, gpu_memory = 0;
   for (const auto& [name, n] : nodes_) {
-    if (n.state == "dead") continue;
+    if (n.state == NodeState::kDead) continue;
     ++alive;
     gpus += static_cast<int64_t>(n.gpus.size());
     for (const GpuRecord& g : n.gpus) gpu_memory += g.memory_bytes;
