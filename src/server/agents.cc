@@ -312,8 +312,7 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
       j.MoveTo(j.last_checkpoint ? JobState::kRestoring : JobState::kPending);
       j.recovering = j.last_checkpoint.has_value();
       j.reason = "out of GPU memory (exit " + std::to_string(code.value_or(-1)) +
-                 "): again with quota " + std::to_string(bigger) + " bytes (" + j.prediction +
-                 ")";
+                 "): again with quota " + std::to_string(bigger) + " bytes (" + j.prediction + ")";
       Event("restarted", &j, n.name, j.reason);
       Wake();
     } else {

@@ -56,8 +56,7 @@ void Control::RecordMoveCost(MigrationRecord& m, const Json& detail) {
   DirtyMigration(m);
   if (m.step != MigrationStep::kDone) return;  // FinishMigration's event will say it
   // The destination's result finished the move first: its event could not say this yet.
-  Event("migration_cost", j, m.from_node,
-        "migration " + std::to_string(m.id) + MoveSummary(m));
+  Event("migration_cost", j, m.from_node, "migration " + std::to_string(m.id) + MoveSummary(m));
 }
 
 std::string Control::CheckpointDir(const JobRecord& j, int seq) const {

@@ -134,15 +134,15 @@ StatusOr<Json> Control::Teams(const Principal& who) {
       usage.mem_alloc_byte_seconds += dt * static_cast<double>(j.quota_bytes) * j.gpus;
       usage.mem_used_byte_seconds += dt * static_cast<double>(j.used_bytes);
     }
-    const auto check = team_checks_.find(name);
+    const auto found = team_checks_.find(name);
+    const core::CheckTotals check =
+        found != team_checks_.end() ? found->second : core::CheckTotals{};
     out.push_back({{"name", name},
                    {"max_gpus", t.max_gpus},
                    {"max_gpu_mem_bytes", t.max_gpu_mem},
                    {"priority", t.priority},
                    {"usage", TeamUsageToApi(usage)},
-                   {"prediction_check", CheckToApi(check != team_checks_.end()
-                                                       ? check->second
-                                                       : core::CheckTotals{})}});
+                   {"prediction_check", CheckToApi(check)}});
   }
   if (who.team_scoped() && out.empty()) {
     out.push_back({{"name", who.team},

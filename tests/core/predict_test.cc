@@ -350,11 +350,11 @@ TEST(PaladinPredictorTest, AnOomForecastGoesAboveTheRequestUpToTheCeiling) {
   ResourceSpec roomy = capped;
   roomy.ceiling = 11 * kGiB;
   for (const ResourceSpec& spec : {capped, roomy}) {
-    auto p = MakePaladinPredictor(spec, PaladinPredictorParams{},
-                                  std::make_shared<PaladinClassModel>());
+    auto p =
+        MakePaladinPredictor(spec, PaladinPredictorParams{}, std::make_shared<PaladinClassModel>());
     Feed(*p, 0, 2 * kHour, [](int64_t) { return 4 * kGiB; });
     EXPECT_NEAR(p->Predict(2 * kHour).value, 8 * kGiB, 1e-6 * kGiB);  // cold: 2 x 4 GiB
-    p->ObserveOom(2 * kHour, 10 * kGiB);                               // floor 12 GiB
+    p->ObserveOom(2 * kHour, 10 * kGiB);                              // floor 12 GiB
     EXPECT_DOUBLE_EQ(p->Predict(2 * kHour + 60).value, spec.ceiling > 0 ? 11 * kGiB : 10 * kGiB);
   }
 }

@@ -102,9 +102,9 @@ class PredictionCheckTest : public ::testing::Test {
   Json pending_ = Json::array();
   std::map<std::string, int64_t> running_;
   std::map<std::string, int64_t> used_;
-  std::map<std::string, int64_t> quota_;      // reported quota, 10 GiB unless set
-  std::map<std::string, int64_t> refusals_;   // allocations refused under the quota
-  std::map<std::string, int> exit_code_;      // reported exited (once) with this code
+  std::map<std::string, int64_t> quota_;     // reported quota, 10 GiB unless set
+  std::map<std::string, int64_t> refusals_;  // allocations refused under the quota
+  std::map<std::string, int> exit_code_;     // reported exited (once) with this code
 };
 
 // The value of the /metrics line `name{labels}`, or -1.
