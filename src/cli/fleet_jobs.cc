@@ -274,20 +274,32 @@ int RunExplain(const JobArgs& a) {
     const std::string why = Str(e, "why_not_migratable");
     if (!e["migratable"].get<bool>() && !why.empty()) migratable += ": " + why;
   }
-  // The live check of the predictor's forecasts against this job's measured peaks.
+  // The live check of the predictor's forecasts against this job's measured peaks, in all and
+  // by the phase the forecast was made in (the phases it has windows of).
   std::string checked = "-";
+  std::string by_phase;
   if (e.contains("prediction_check") && e["prediction_check"].is_object()) {
     const Json& c = e["prediction_check"];
-    const auto num = [&c](const char* key) {
-      return c.contains(key) && c[key].is_number() ? c[key].get<double>() : 0.0;
+    const auto num = [](const Json& o, const char* key) {
+      return o.contains(key) && o[key].is_number() ? o[key].get<double>() : 0.0;
     };
     char line[200];
     std::snprintf(line, sizeof line,
                   "%.0f windows of %.0f s: %.0f under-predicted (%.1f%%, target %.1f%%), mean "
                   "slack %.3f",
-                  num("windows"), num("window_s"), num("under"), 100 * num("under_rate"),
-                  100 * num("target_under_rate"), num("mean_slack"));
+                  num(c, "windows"), num(c, "window_s"), num(c, "under"),
+                  100 * num(c, "under_rate"), 100 * num(c, "target_under_rate"),
+                  num(c, "mean_slack"));
     checked = line;
+    if (c.contains("by_phase") && c["by_phase"].is_object()) {
+      for (const auto& [phase, p] : c["by_phase"].items()) {
+        if (!p.is_object() || num(p, "windows") <= 0) continue;
+        std::snprintf(line, sizeof line, "%s%s %.0f, %.0f under (%.1f%%), slack %.3f",
+                      by_phase.empty() ? "" : "; ", phase.c_str(), num(p, "windows"),
+                      num(p, "under"), 100 * num(p, "under_rate"), num(p, "mean_slack"));
+        by_phase += line;
+      }
+    }
   }
   const std::vector<std::pair<std::string, std::string>> rows = {
       {"job", a.job},
@@ -296,7 +308,8 @@ int RunExplain(const JobArgs& a) {
       {"placement", Or(Str(e, "placement"), "-")},
       {"migratable", migratable},
       {"prediction", Or(Str(e, "prediction"), "-")},
-      {"checked", checked}};
+      {"checked", checked},
+      {"by phase", Or(by_phase, "-")}};
   for (const auto& [key, value] : rows) {
     std::printf("%-11s %s\n", (key + ":").c_str(), Printable(value).c_str());
   }

@@ -26,9 +26,11 @@ namespace {
 
 constexpr double kLogRange = 3.0;
 
-// No forecast goes above the request: nothing above it can be allocated (VPA's maxAllowed).
+// No forecast goes above the request (or the ceiling, when one is given): nothing above it can
+// be allocated (VPA's maxAllowed).
 double Ceil(const ResourceSpec& spec, double v) {
-  return spec.request > 0 ? std::min(v, spec.request) : v;
+  const double most = spec.ceiling > 0 ? std::max(spec.ceiling, spec.request) : spec.request;
+  return most > 0 ? std::min(v, most) : v;
 }
 
 class RequestPredictor final : public Predictor {

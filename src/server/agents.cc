@@ -130,7 +130,7 @@ StatusOr<Json> Control::RegisterAgent(const Principal& who, const Json& body) {
   }
   n.gpus = gpus;
   n.last_heartbeat = now;
-  n.state = n.draining ? "draining" : "alive";
+  n.state = n.draining ? NodeState::kDraining : NodeState::kAlive;
   n.dead_since = 0;
   Event("registered", nullptr, n.name,
         std::string(fresh ? "agent registered" : "agent registered again") + " with " +
@@ -154,8 +154,8 @@ StatusOr<Json> Control::Heartbeat(const Principal& who, const std::string& name,
   if (it == nodes_.end()) return NotFound("node " + name + " not found: register first");
   NodeRecord& n = it->second;
   const double now = Now();
-  if (n.state == "dead") {
-    n.state = n.draining ? "draining" : "alive";
+  if (n.state == NodeState::kDead) {
+    n.state = n.draining ? NodeState::kDraining : NodeState::kAlive;
     Event("registered", nullptr, n.name, "agent heartbeating again after being dead");
     DirtyNode(n);
   }
@@ -222,10 +222,9 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
         "told " + n.name + " to kill its copy (epoch " + std::to_string(epoch) + "): " + why,
         team});
   };
-  StatusOr<int64_t> seq = ParseJobId(id);
-  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
-  if (found == jobs_.end()) return kill("unknown job", "");
-  JobRecord& j = found->second;
+  JobRecord* found = JobById(id);
+  if (found == nullptr) return kill("unknown job", "");
+  JobRecord& j = *found;
   MigrationRecord* m = ActiveMigration(j);
   // The destination's copy is the one at the migration's new epoch (within a node, the source's
   // copy reports from the same agent at the old one).
@@ -300,10 +299,10 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
       EndJob(j, JobState::kCancelled, code, "cancelled");
     } else if (code.value_or(1) != 0 && j.refusals > 0 && j.restarts < 3 && j.mem_auto) {
       // Out of GPU memory under its quota: start again (from its checkpoint when it has one)
-      // with 1.5 x the quota.
+      // with the size core's predictor gives it after an OOM.
       const double t = now;
       Accrue(j, t);
-      const int64_t bigger = static_cast<int64_t>(static_cast<double>(j.quota_bytes) * 1.5);
+      const int64_t bigger = SizeAfterOom(j, t);
       ReleaseJob(j);
       j.quota_bytes = bigger;
       j.predicted_bytes = bigger;
@@ -316,7 +315,7 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
       j.MoveTo(j.last_checkpoint ? JobState::kRestoring : JobState::kPending);
       j.recovering = j.last_checkpoint.has_value();
       j.reason = "out of GPU memory (exit " + std::to_string(code.value_or(-1)) +
-                 "): again with quota " + std::to_string(bigger) + " bytes";
+                 "): again with quota " + std::to_string(bigger) + " bytes (" + j.prediction + ")";
       Event("restarted", &j, n.name, j.reason);
       Wake();
     } else {
@@ -387,14 +386,17 @@ void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
     AdvanceMigration(m->second, *event);
     return;
   }
-  StatusOr<int64_t> seq = ParseJobId(c.job);
-  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
-  if (found == jobs_.end()) return;
-  JobRecord& j = found->second;
+  JobRecord* found = JobById(c.job);
+  if (found == nullptr) return;
+  JobRecord& j = *found;
   if (kind == api::CommandKind::kKill) {
     if (j.cancel_requested && !j.Terminal())
       EndJob(j, JobState::kCancelled, std::nullopt, "cancelled");
     return;
+  }
+  // A periodic checkpoint's answer, whatever placement it is about, lets the next one go.
+  if (kind == api::CommandKind::kCheckpoint && c.command.mode == "keep") {
+    j.checkpoint_in_flight = false;
   }
   if (epoch != j.epoch || j.node != n.name) return;  // about an older placement
   if ((kind == api::CommandKind::kStart || kind == api::CommandKind::kRestore) && !c.ok) {
@@ -429,33 +431,44 @@ void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
     Wake();
     return;
   }
-  if (kind == api::CommandKind::kCheckpoint) {
-    const std::string& mode = c.command.mode;
-    if (mode == "keep") j.checkpoint_in_flight = false;
-    if (c.ok) RecordCheckpoint(j, detail, c.command.dir);
-    if (mode == "stop" && j.state() == JobState::kCheckpointing) {
-      if (c.ok) {
-        Accrue(j, Now());
-        ReleaseJob(j);
-        const std::string path = j.last_checkpoint ? j.last_checkpoint->path : "?";
-        if (j.preempted) {
-          // It waits for room like a queued job, and restores from here when it gets some.
-          j.MoveTo(JobState::kRestoring);
-          j.pending_since = Now();
-          j.reason = "preempted: waiting for room to restore from " + path;
-        } else {
-          j.MoveTo(JobState::kCheckpointed);
-          j.reason = "checkpointed to " + path;
-        }
-        Wake();
+  if (kind == api::CommandKind::kCheckpoint) ApplyCheckpointResult(j, c.command, r, n.name);
+}
+
+// Whatever failed on the agent (listing or closing the job's outside connections, the dump, the
+// image), the job goes back to the state it had before the checkpoint: a stopping one (asked
+// for, or a preemption) leaves `checkpointing` for `running` on its node, a periodic one was
+// never out of `running`. The failure is one of the job's events either way.
+void Control::ApplyCheckpointResult(JobRecord& j, const api::Command& command,
+                                    const api::CommandResult& r, const std::string& node) {
+  const std::string& mode = command.mode;
+  if (r.ok) RecordCheckpoint(j, r.detail, command.dir);
+  if (mode == "stop" && j.state() == JobState::kCheckpointing) {
+    if (r.ok) {
+      Accrue(j, Now());
+      ReleaseJob(j);
+      const std::string path = j.last_checkpoint ? j.last_checkpoint->path : "?";
+      if (j.preempted) {
+        // It waits for room like a queued job, and restores from here when it gets some.
+        j.MoveTo(JobState::kRestoring);
+        j.pending_since = Now();
+        j.reason = "preempted: waiting for room to restore from " + path;
       } else {
-        j.MoveTo(JobState::kRunning);
-        j.preempted = false;
-        j.reason = "checkpoint failed (" + error + "); running on " + j.node;
+        j.MoveTo(JobState::kCheckpointed);
+        j.reason = "checkpointed to " + path;
       }
+      Wake();
+    } else {
+      j.MoveTo(JobState::kRunning);
+      j.preempted = false;
+      j.reason = "checkpoint failed (" + r.error + "); running on " + j.node;
     }
-    DirtyJob(j);
   }
+  if (!r.ok) {
+    Event("checkpoint_failed", &j, node,
+          "checkpoint (" + mode + ") to " + command.dir + " failed: " + r.error + "; the job is " +
+              j.StateName() + (j.node.empty() ? "" : " on " + j.node));
+  }
+  DirtyJob(j);
 }
 
 Json Control::TakeCommands(NodeRecord& n) {

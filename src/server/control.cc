@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <utility>
 
 #include "paladin/core/policies.h"
 #include "paladin/server/placement.h"
@@ -163,7 +164,7 @@ void Control::Reconcile() {
   }
   for (auto& [name, n] : nodes_) {
     // Give every agent a fresh lease: the server was away, not the agents.
-    if (n.state != "dead") n.last_heartbeat = now;
+    if (n.state != NodeState::kDead) n.last_heartbeat = now;
   }
 }
 
@@ -220,13 +221,21 @@ TeamRecord& Control::Team(const std::string& name) {
 }
 
 StatusOr<JobRecord*> Control::FindJob(const Principal& who, const std::string& id) {
+  PALADIN_RETURN_IF_ERROR(ParseJobId(id).status());
+  JobRecord* j = JobById(id);
+  if (j == nullptr || !who.SeesTeam(j->team)) return NotFound("job " + id + " not found");
+  return j;
+}
+
+JobRecord* Control::JobById(std::string_view id) {
+  return const_cast<JobRecord*>(std::as_const(*this).JobById(id));
+}
+
+const JobRecord* Control::JobById(std::string_view id) const {
   StatusOr<int64_t> seq = ParseJobId(id);
-  if (!seq.ok()) return seq.status();
+  if (!seq.ok()) return nullptr;
   auto it = jobs_.find(*seq);
-  if (it == jobs_.end() || !who.SeesTeam(it->second.team)) {
-    return NotFound("job " + id + " not found");
-  }
-  return &it->second;
+  return it == jobs_.end() ? nullptr : &it->second;
 }
 
 Json Control::MigrationJson(const JobRecord& j) const {

@@ -170,6 +170,11 @@ class Control {
   int64_t SendCommand(const std::string& node, api::Command c, const JobRecord* job);
   TeamRecord& Team(const std::string& name);
   StatusOr<JobRecord*> FindJob(const Principal& who, const std::string& id);
+  // The job of id `id` ("j-000042"), or null when the id does not parse or names no job; the
+  // job a migration, or a command, is about.
+  JobRecord* JobById(std::string_view id);
+  const JobRecord* JobById(std::string_view id) const;
+  JobRecord* JobOf(const MigrationRecord& m) { return JobById(m.job); }
   Json JobJson(const JobRecord& j) const;
   // The migration under way for the API's `migration` field, or null.
   Json MigrationJson(const JobRecord& j) const;
@@ -195,11 +200,20 @@ class Control {
   void ReleaseJob(JobRecord& j);
   void EndJob(JobRecord& j, JobState state, std::optional<int> exit_code, const std::string& why);
   void ObserveUsage(JobRecord& j, double now);
+  core::Predictor& PredictorOf(const JobRecord& j);  // made on first use, dropped at release
+  int64_t SizeAfterOom(JobRecord& j, double now);
   void PredictionCheckMetrics(const Principal& who, std::string* out) const;
+  // The live check's figures as the API gives them: windows, under, under_rate, mean_slack.
+  static Json CheckToApi(const core::CheckTotals& t);
+  // The sum of the checks of the teams `who` sees, with the window and the target.
+  Json FleetCheckToApi(const Principal& who) const;
+  double TargetUnderRate() const { return 1 - predictors_factory_.paladin.quantile; }
 
   // agents.cc
   void ApplyReport(NodeRecord& node, const api::JobReport& report);
   void ApplyResult(NodeRecord& node, const api::CommandResult& result);
+  void ApplyCheckpointResult(JobRecord& j, const api::Command& command,
+                             const api::CommandResult& result, const std::string& node);
   void UpdateGpus(NodeRecord& node, const std::vector<api::GpuReport>& gpus);
   void AppendLog(JobRecord& j, const std::string& stream, const std::string& text);
   // The part of a copy's reported log text [from, to) that the server does not have yet (all of

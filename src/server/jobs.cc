@@ -235,20 +235,24 @@ StatusOr<Json> Control::Explain(const Principal& who, const std::string& id) {
     why_not = "a migration is already under way";
   } else {
     auto node = nodes_.find(j.node);
-    if (node == nodes_.end() || node->second.state == "dead") {
+    if (node == nodes_.end() || node->second.state == NodeState::kDead) {
       why_not = "its node is not alive";
     } else if (!node->second.checkpointable) {
       why_not = std::string(kNotCheckpointable);
     }
   }
-  core::CheckTotals checked;
-  if (auto c = checks_.find(j.seq); c != checks_.end()) checked = c->second.totals();
-  const Json check = {{"window_s", kPredictionWindowS},
-                      {"windows", checked.windows},
-                      {"under", checked.under},
-                      {"under_rate", checked.UnderRate()},
-                      {"mean_slack", checked.MeanSlack()},
-                      {"target_under_rate", 1 - predictors_factory_.paladin.quantile}};
+  // The job's forecasts against its measured peaks, all windows and by the forecast's phase.
+  const core::ForecastCheck unchecked(kPredictionWindowS);
+  const auto c = checks_.find(j.seq);
+  const core::ForecastCheck& checked = c != checks_.end() ? c->second : unchecked;
+  Json check = CheckToApi(checked.totals());
+  check["window_s"] = kPredictionWindowS;
+  check["target_under_rate"] = TargetUnderRate();
+  Json& by_phase = check["by_phase"] = Json::object();
+  for (int p = 0; p < core::kPhaseCount; ++p) {
+    const auto phase = static_cast<core::Phase>(p);
+    by_phase[std::string(core::PhaseName(phase))] = CheckToApi(checked.by_phase(phase));
+  }
   return Json{{"state", j.StateName()},        {"reason", j.reason},
               {"placement", placement},        {"migratable", why_not.empty()},
               {"why_not_migratable", why_not}, {"prediction", j.prediction},
@@ -263,7 +267,7 @@ StatusOr<Json> Control::Cancel(const Principal& who, const std::string& id) {
   if (j.Terminal())
     return FailedPrecondition("job " + id + " has already ended (" + j.StateName() + ")");
   auto node = nodes_.find(j.node);
-  const bool node_alive = node != nodes_.end() && node->second.state != "dead";
+  const bool node_alive = node != nodes_.end() && node->second.state != NodeState::kDead;
   if (j.node.empty() || !node_alive) {
     EndJob(j, JobState::kCancelled, std::nullopt, "cancelled by " + who.Scope());
   } else {

@@ -332,6 +332,25 @@ JobRecord JobFromDoc(const Json& d) {
   return j;
 }
 
+std::string_view NodeStateName(NodeState s) {
+  switch (s) {
+    case NodeState::kAlive:
+      return "alive";
+    case NodeState::kDraining:
+      return "draining";
+    case NodeState::kDead:
+      return "dead";
+  }
+  return "alive";
+}
+
+NodeState ParseNodeState(std::string_view name) {
+  for (NodeState s : {NodeState::kAlive, NodeState::kDraining, NodeState::kDead}) {
+    if (NodeStateName(s) == name) return s;
+  }
+  return NodeState::kAlive;
+}
+
 Json NodeDoc(const NodeRecord& n) {
   Json gpus = Json::array();
   for (const auto& g : n.gpus) {
@@ -345,7 +364,7 @@ Json NodeDoc(const NodeRecord& n) {
                     {"used_bytes", g.used_bytes}});
   }
   return {{"name", n.name},
-          {"state", n.state},
+          {"state", NodeStateName(n.state)},
           {"address", n.address},
           {"migrate_port", n.migrate_port},
           {"last_heartbeat", n.last_heartbeat},
@@ -360,7 +379,7 @@ Json NodeDoc(const NodeRecord& n) {
 NodeRecord NodeFromDoc(const Json& d) {
   NodeRecord n;
   n.name = d.value("name", "");
-  n.state = d.value("state", "alive");
+  n.state = ParseNodeState(d.value("state", std::string()));
   n.address = d.value("address", "");
   n.migrate_port = d.value("migrate_port", 0);
   n.last_heartbeat = d.value("last_heartbeat", 0.0);

@@ -131,9 +131,16 @@ inline constexpr std::string_view kNotCheckpointable =
     "its node runs workloads as an unprivileged user, which CRIU cannot checkpoint here (start "
     "that agent with --user root --allow-root; docs/agent.md)";
 
+// A node as the server sees it: alive (heartbeating), draining (alive, its jobs moving off),
+// dead (silent for a lease). The API's and the store's names are NodeStateName's.
+enum class NodeState : uint8_t { kAlive, kDraining, kDead };
+std::string_view NodeStateName(NodeState s);
+// A name read back from the store; an unknown one is alive (the next lease check decides).
+NodeState ParseNodeState(std::string_view name);
+
 struct NodeRecord {
   std::string name;
-  std::string state = "alive";  // alive | draining | dead
+  NodeState state = NodeState::kAlive;
   std::string address;
   int migrate_port = 0;
   double last_heartbeat = 0;

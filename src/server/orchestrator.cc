@@ -35,15 +35,14 @@ std::string MoveSummary(const MigrationRecord& m) {
 
 void Control::RecordMoveCost(MigrationRecord& m, const Json& detail) {
   if (!detail.is_object()) return;
-  StatusOr<int64_t> seq = ParseJobId(m.job);
-  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
+  JobRecord* j = JobOf(m);
   // A node's figure is not trusted to be sane: only a finite pause under a week is kept and
   // learned from (once per move).
   if (!m.pause_s && detail.contains("pause_s") && detail["pause_s"].is_number()) {
     const double pause = detail["pause_s"].get<double>();
     if (std::isfinite(pause) && pause > 0 && pause < 7 * 24 * 3600.0) {
       m.pause_s = pause;
-      if (found != jobs_.end()) m.moved_bytes = found->second.used_bytes;
+      if (j != nullptr) m.moved_bytes = j->used_bytes;
       move_costs_.Observe(m.from_node, m.to_node, {static_cast<double>(m.moved_bytes), 0, pause});
     }
   }
@@ -57,8 +56,7 @@ void Control::RecordMoveCost(MigrationRecord& m, const Json& detail) {
   DirtyMigration(m);
   if (m.step != MigrationStep::kDone) return;  // FinishMigration's event will say it
   // The destination's result finished the move first: its event could not say this yet.
-  Event("migration_cost", found != jobs_.end() ? &found->second : nullptr, m.from_node,
-        "migration " + std::to_string(m.id) + MoveSummary(m));
+  Event("migration_cost", j, m.from_node, "migration " + std::to_string(m.id) + MoveSummary(m));
 }
 
 std::string Control::CheckpointDir(const JobRecord& j, int seq) const {
@@ -121,8 +119,9 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
     return FailedPrecondition("job " + j.id + " already runs on " + to + "/" +
                               std::to_string(to_gpu));
   }
-  if (dest->second.state != "alive" || dest->second.draining) {
-    return FailedPrecondition("node " + to + " is " + dest->second.state);
+  if (dest->second.state != NodeState::kAlive || dest->second.draining) {
+    return FailedPrecondition("node " + to + " is " +
+                              std::string(NodeStateName(dest->second.state)));
   }
   if (dest->second.migrate_port <= 0) {
     return FailedPrecondition("node " + to + " registered no migrate_port");
@@ -131,7 +130,7 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
     return FailedPrecondition("node " + to + " is already receiving a migration");
   }
   auto source = nodes_.find(j.node);
-  if (source == nodes_.end() || source->second.state == "dead") {
+  if (source == nodes_.end() || source->second.state == NodeState::kDead) {
     return FailedPrecondition("job " + j.id + "'s node is not alive");
   }
   std::string mode_why;
@@ -206,10 +205,9 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
 
 void Control::AdvanceMigration(MigrationRecord& m, const MigrationEvent& event) {
   if (m.Finished()) return;
-  StatusOr<int64_t> seq = ParseJobId(m.job);
-  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
-  if (found == jobs_.end()) return FailMigration(m, "the job is gone");
-  JobRecord& j = found->second;
+  JobRecord* found = JobOf(m);
+  if (found == nullptr) return FailMigration(m, "the job is gone");
+  JobRecord& j = *found;
   const MigrationAction action =
       NextMigrationAction(m.step, m.commit_answer.value_or(false), event);
   switch (action.kind) {
@@ -298,15 +296,14 @@ StatusOr<Json> Control::Commit(const Principal& who, int64_t migration) {
       "commit migration " + std::to_string(m.id) + " (its source is " + m.from_node + ")"));
   if (m.commit_answer.has_value()) return Json{{"commit", *m.commit_answer}};
   if (m.Finished()) return Json{{"commit", false}};
-  StatusOr<int64_t> seq = ParseJobId(m.job);
-  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
-  if (found == jobs_.end() || found->second.Terminal() || found->second.cancel_requested) {
+  JobRecord* found = JobOf(m);
+  if (found == nullptr || found->Terminal() || found->cancel_requested) {
     FailMigration(m, "the job has ended");
     PALADIN_RETURN_IF_ERROR(Flush());
     return Json{{"commit", false}};
   }
   CrashPoint("before_commit");
-  JobRecord& j = found->second;
+  JobRecord& j = *found;
   const double now = Now();
   Accrue(j, now);
   m.commit_answer = true;
@@ -346,10 +343,8 @@ void Control::FailMigration(MigrationRecord& m, const std::string& why) {
     c->second.result = Json{{"error", "withdrawn: migration " + std::to_string(m.id) + " failed"}};
     dirty_commands_.insert(id);
   }
-  StatusOr<int64_t> seq = ParseJobId(m.job);
-  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
-  if (found != jobs_.end()) {
-    JobRecord& j = found->second;
+  if (JobRecord* found = JobOf(m); found != nullptr) {
+    JobRecord& j = *found;
     if (j.migration_id == m.id) j.migration_id = 0;
     if (j.state() == JobState::kMigrating) {
       j.MoveTo(JobState::kRunning);
@@ -360,7 +355,7 @@ void Control::FailMigration(MigrationRecord& m, const std::string& why) {
           "migration " + std::to_string(m.id) + " to " + m.to_node + " failed: " + why);
     // The destination drops its copy (it never ran: the commit was refused).
     auto dest = nodes_.find(m.to_node);
-    if (dest != nodes_.end() && dest->second.state != "dead") {
+    if (dest != nodes_.end() && dest->second.state != NodeState::kDead) {
       SendCommand(m.to_node, api::KillCommand(m.new_epoch), &j);
     }
     DirtyJob(j);
@@ -373,10 +368,8 @@ void Control::FinishMigration(MigrationRecord& m) {
   m.step = MigrationStep::kDone;
   m.ended_at = Now();
   DirtyMigration(m);
-  StatusOr<int64_t> seq = ParseJobId(m.job);
-  auto found = seq.ok() ? jobs_.find(*seq) : jobs_.end();
-  if (found != jobs_.end()) {
-    JobRecord& j = found->second;
+  if (JobRecord* found = JobOf(m); found != nullptr) {
+    JobRecord& j = *found;
     if (j.migration_id == m.id) j.migration_id = 0;
     if (j.state() == JobState::kMigrating) j.MoveTo(JobState::kRunning);
     j.reason = "running on " + j.node + "/" + std::to_string(j.gpu) + " (migrated from " +
@@ -404,8 +397,8 @@ void Control::MigrationTimeouts(double now) {
 
 void Control::DetectFailures(double now) {
   for (auto& [name, n] : nodes_) {
-    if (n.state != "dead" && now - n.last_heartbeat > options_.lease_s) {
-      n.state = "dead";
+    if (n.state != NodeState::kDead && now - n.last_heartbeat > options_.lease_s) {
+      n.state = NodeState::kDead;
       n.dead_since = now;
       n.recovered = false;
       Event("node_dead", nullptr, n.name,
@@ -419,7 +412,7 @@ void Control::DetectFailures(double now) {
       }
     }
     // Its agent has frozen its workloads by now: the jobs may run elsewhere.
-    if (n.state == "dead" && !n.recovered && now - n.dead_since > options_.lease_s) {
+    if (n.state == NodeState::kDead && !n.recovered && now - n.dead_since > options_.lease_s) {
       RecoverNode(n);
       n.recovered = true;
       DirtyNode(n);
@@ -453,7 +446,7 @@ void Control::RecoverNode(NodeRecord& n) {
 
 void Control::DrainNodes() {
   for (auto& [name, n] : nodes_) {
-    if (!n.draining || n.state == "dead") continue;
+    if (!n.draining || n.state == NodeState::kDead) continue;
     for (auto& [seq, j] : jobs_) {
       if (j.node != name || j.state() != JobState::kRunning || j.migration_id != 0) continue;
       FleetView view = BuildFleet(true);
@@ -479,7 +472,7 @@ StatusOr<Json> Control::Drain(const std::string& node) {
   if (it == nodes_.end()) return NotFound("node " + node + " not found");
   NodeRecord& n = it->second;
   n.draining = true;
-  if (n.state != "dead") n.state = "draining";
+  if (n.state != NodeState::kDead) n.state = NodeState::kDraining;
   Event("draining", nullptr, n.name, "drain asked: its jobs move off, nothing new is placed");
   DirtyNode(n);
   PALADIN_RETURN_IF_ERROR(Flush());
@@ -520,7 +513,7 @@ void Control::GpuHealthMoves() {
   for (auto& [seq, j] : jobs_) {
     if (j.state() != JobState::kRunning || j.migration_id != 0) continue;
     auto n = nodes_.find(j.node);
-    if (n == nodes_.end() || n->second.state == "dead") continue;
+    if (n == nodes_.end() || n->second.state == NodeState::kDead) continue;
     const GpuRecord* g = n->second.Gpu(j.gpu);
     if (g == nullptr || g->healthy) continue;
     FleetView view = BuildFleet(true);

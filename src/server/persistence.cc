@@ -141,7 +141,8 @@ Status Persistence::SaveNode(const NodeRecord& n) {
       "(?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET address = excluded.address, "
       "migrate_port = excluded.migrate_port, state = excluded.state, "
       "last_heartbeat = excluded.last_heartbeat, doc = excluded.doc",
-      {n.name, n.address, int64_t{n.migrate_port}, n.state, n.last_heartbeat, NodeDoc(n).dump()}));
+      {n.name, n.address, int64_t{n.migrate_port}, std::string(NodeStateName(n.state)),
+       n.last_heartbeat, NodeDoc(n).dump()}));
   PALADIN_RETURN_IF_ERROR(store_->Run("DELETE FROM gpus WHERE node = ?", {n.name}));
   for (const GpuRecord& g : n.gpus) {
     PALADIN_RETURN_IF_ERROR(store_->Run(

@@ -55,7 +55,7 @@ core::Workload Control::ShapeOf(const JobRecord& j, int64_t gpu_memory) const {
 Control::FleetView Control::BuildFleet(bool reserve_running) {
   FleetView v;
   for (const auto& [name, n] : nodes_) {
-    if (n.state != "alive" || n.draining) continue;
+    if (n.state != NodeState::kAlive || n.draining) continue;
     std::vector<int> healthy;
     int64_t memory = 0;
     std::string model;
@@ -406,21 +406,45 @@ void Control::EndJob(JobRecord& j, JobState state, std::optional<int> exit_code,
   DirtyJob(j);
 }
 
+core::Predictor& Control::PredictorOf(const JobRecord& j) {
+  std::unique_ptr<core::Predictor>& predictor = predictors_[j.seq];
+  if (!predictor) {
+    core::ResourceSpec spec;
+    // What the user asked for: the ceiling they declared, else the quota.
+    spec.request = static_cast<double>(j.mem_max > 0 ? std::max(j.ceiling_bytes, j.quota_bytes)
+                                                     : j.quota_bytes);
+    // What the job may grow to, above which no forecast goes: gpu_mem_max, the GPU for an
+    // "auto" job, the quota for a fixed size (Bind sets the ceiling so).
+    spec.ceiling = static_cast<double>(std::max(j.ceiling_bytes, j.quota_bytes));
+    spec.window_s = kPredictionWindowS;
+    predictor = predictors_factory_.Make(spec);
+  }
+  return *predictor;
+}
+
+// The size of the next run of a job killed for running out of GPU memory under `quota_bytes`:
+// core's rule, the one the dynamic simulation applies. The job's predictor hears of the OOM
+// (`Predictor::ObserveOom`) and its forecast for the next window is the new quota (for
+// `paladin`: at least 1.2 x the quota it outgrew, never above the job's ceiling).
+int64_t Control::SizeAfterOom(JobRecord& j, double now) {
+  core::Predictor& predictor = PredictorOf(j);
+  const auto t = static_cast<int64_t>(now);
+  predictor.ObserveOom(t, static_cast<double>(j.quota_bytes));
+  const core::Forecast f = predictor.Predict(t);
+  char why[200];
+  std::snprintf(why, sizeof why, "paladin predictor after an OOM at %s: next-minute peak %s",
+                Bytes(j.quota_bytes).c_str(), Bytes(static_cast<int64_t>(f.value)).c_str());
+  j.prediction = why;
+  return static_cast<int64_t>(std::ceil(f.value));
+}
+
 void Control::ObserveUsage(JobRecord& j, double now) {
   j.peak_used_bytes = std::max(j.peak_used_bytes, j.used_bytes);
   {
-    auto& predictor = predictors_[j.seq];
-    if (!predictor) {
-      core::ResourceSpec spec;
-      // What the user asked for: the ceiling they declared, else the quota.
-      spec.request = static_cast<double>(j.mem_max > 0 ? std::max(j.ceiling_bytes, j.quota_bytes)
-                                                       : j.quota_bytes);
-      spec.window_s = kPredictionWindowS;
-      predictor = predictors_factory_.Make(spec);
-    }
+    core::Predictor& predictor = PredictorOf(j);
     const auto t = static_cast<int64_t>(now);
-    predictor->Observe(t, static_cast<double>(j.used_bytes));
-    const core::Forecast f = predictor->Predict(t);
+    predictor.Observe(t, static_cast<double>(j.used_bytes));
+    const core::Forecast f = predictor.Predict(t);
     auto check = checks_.try_emplace(j.seq, kPredictionWindowS).first;
     if (auto w = check->second.Sample(t, static_cast<double>(j.used_bytes), f))
       team_checks_[j.team].Add(w->totals);

@@ -80,7 +80,7 @@ StatusOr<Json> Control::Nodes(const Principal& who) {
                       {"jobs", jobs}});
     }
     out.push_back({{"name", n.name},
-                   {"state", n.state},
+                   {"state", NodeStateName(n.state)},
                    {"address", n.address},
                    {"migrate_port", n.migrate_port},
                    {"post_copy", n.post_copy},
@@ -134,18 +134,23 @@ StatusOr<Json> Control::Teams(const Principal& who) {
       usage.mem_alloc_byte_seconds += dt * static_cast<double>(j.quota_bytes) * j.gpus;
       usage.mem_used_byte_seconds += dt * static_cast<double>(j.used_bytes);
     }
+    const auto found = team_checks_.find(name);
+    const core::CheckTotals check =
+        found != team_checks_.end() ? found->second : core::CheckTotals{};
     out.push_back({{"name", name},
                    {"max_gpus", t.max_gpus},
                    {"max_gpu_mem_bytes", t.max_gpu_mem},
                    {"priority", t.priority},
-                   {"usage", TeamUsageToApi(usage)}});
+                   {"usage", TeamUsageToApi(usage)},
+                   {"prediction_check", CheckToApi(check)}});
   }
   if (who.team_scoped() && out.empty()) {
     out.push_back({{"name", who.team},
                    {"max_gpus", 0},
                    {"max_gpu_mem_bytes", 0},
                    {"priority", 0},
-                   {"usage", TeamUsageToApi(TeamUsage{})}});
+                   {"usage", TeamUsageToApi(TeamUsage{})},
+                   {"prediction_check", CheckToApi(core::CheckTotals{})}});
   }
   return Json{{"teams", out}};
 }
@@ -215,13 +220,12 @@ StatusOr<Json> Control::Summary(const Principal& who) {
   int64_t migrations_failed = 0;
   for (const auto& [id, m] : migrations_) {
     if (m.step != MigrationStep::kFailed) continue;
-    StatusOr<int64_t> seq = ParseJobId(m.job);
-    auto j = seq.ok() ? jobs_.find(*seq) : jobs_.end();
-    if (j != jobs_.end() && who.SeesTeam(j->second.team)) ++migrations_failed;
+    const JobRecord* j = JobById(m.job);
+    if (j != nullptr && who.SeesTeam(j->team)) ++migrations_failed;
   }
   int64_t alive = 0, gpus = 0, gpu_memory = 0;
   for (const auto& [name, n] : nodes_) {
-    if (n.state == "dead") continue;
+    if (n.state == NodeState::kDead) continue;
     ++alive;
     gpus += static_cast<int64_t>(n.gpus.size());
     for (const GpuRecord& g : n.gpus) gpu_memory += g.memory_bytes;
@@ -241,12 +245,31 @@ StatusOr<Json> Control::Summary(const Principal& who) {
               {"nodes_alive", alive},
               {"nodes", static_cast<int64_t>(nodes_.size())},
               {"gpus", gpus},
-              {"gpu_memory_bytes", gpu_memory}};
+              {"gpu_memory_bytes", gpu_memory},
+              {"prediction_check", FleetCheckToApi(who)}};
 }
 
 void Control::RecordRequest(double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
   request_seconds_.Add(seconds);
+}
+
+Json Control::CheckToApi(const core::CheckTotals& t) {
+  return Json{{"windows", t.windows},
+              {"under", t.under},
+              {"under_rate", t.UnderRate()},
+              {"mean_slack", t.MeanSlack()}};
+}
+
+Json Control::FleetCheckToApi(const Principal& who) const {
+  core::CheckTotals fleet;
+  for (const auto& [team, t] : team_checks_) {
+    if (who.SeesTeam(team)) fleet.Add(t);
+  }
+  Json out = CheckToApi(fleet);
+  out["window_s"] = kPredictionWindowS;
+  out["target_under_rate"] = TargetUnderRate();
+  return out;
 }
 
 // Per team and for the fleet (the teams the caller sees): how often the predictor's forecast was
@@ -277,7 +300,7 @@ void Control::PredictionCheckMetrics(const Principal& who, std::string* out) con
   *out +=
       "# HELP paladin_prediction_target_under_rate The predictor's configured under-rate.\n"
       "# TYPE paladin_prediction_target_under_rate gauge\n";
-  Line(out, "paladin_prediction_target_under_rate", "", 1 - predictors_factory_.paladin.quantile);
+  Line(out, "paladin_prediction_target_under_rate", "", TargetUnderRate());
 }
 
 std::string Control::Metrics(const Principal& who) {

@@ -233,6 +233,21 @@ def cmd_admin(args):
             want = sorted({as_attr(s.get(key)) for s in sums})
             got = cards[key].get('data-value') if key in cards else None
             check(got in want, 'summary %s: page %r, API %s' % (key, got, ' or '.join(want)))
+        # The forecast check panel: the target, and the fleet's windows once there are some.
+        checks = [s['prediction_check'] for s in sums if isinstance(s.get('prediction_check'), dict)]
+        if checks:
+            panel = [e for e in root.iter() if e.get('id') == 'check-panel']
+            check(len(panel) == 1, 'the forecast check panel is shown')
+            if panel:
+                want = sorted({as_attr(c.get('target_under_rate')) for c in checks})
+                got = panel[0].get('data-target')
+                check(got in want, 'check target: page %r, API %s' % (got, ' or '.join(want)))
+            rows = {e.get('data-check'): e for e in root.iter() if e.tag == 'tr' and e.get('data-check')}
+            if 'fleet' in rows:
+                cells = {c.get('data-field'): c for c in rows['fleet'].iter() if c.get('data-field')}
+                want = sorted({as_attr(c.get('windows')) for c in checks})
+                got = cells['windows'].get('data-value') if 'windows' in cells else None
+                check(got in want, 'check fleet windows: page %r, API %s' % (got, ' or '.join(want)))
 
 
 def cmd_team(args):

@@ -343,6 +343,22 @@ TEST(PaladinPredictorTest, AnOomRaisesTheNextWindowToTwentyPercentAboveTheLimit)
   EXPECT_NEAR(p->Predict(3 * kHour).value, 10 * kGiB, 1e-6 * kGiB);
 }
 
+// A ceiling above the request (the server's "auto" jobs, whose quota grows up to their GPU): an
+// OOM at the request is forecast above it, up to the ceiling; without one, the request caps it.
+TEST(PaladinPredictorTest, AnOomForecastGoesAboveTheRequestUpToTheCeiling) {
+  ResourceSpec capped = Spec(10 * kGiB);
+  ResourceSpec roomy = capped;
+  roomy.ceiling = 11 * kGiB;
+  for (const ResourceSpec& spec : {capped, roomy}) {
+    auto p =
+        MakePaladinPredictor(spec, PaladinPredictorParams{}, std::make_shared<PaladinClassModel>());
+    Feed(*p, 0, 2 * kHour, [](int64_t) { return 4 * kGiB; });
+    EXPECT_NEAR(p->Predict(2 * kHour).value, 8 * kGiB, 1e-6 * kGiB);  // cold: 2 x 4 GiB
+    p->ObserveOom(2 * kHour, 10 * kGiB);                              // floor 12 GiB
+    EXPECT_DOUBLE_EQ(p->Predict(2 * kHour + 60).value, spec.ceiling > 0 ? 11 * kGiB : 10 * kGiB);
+  }
+}
+
 // An OOM's floor lasts one window. A later OOM at a lower limit must not bring back the floor of
 // an earlier, already expired one.
 TEST(PaladinPredictorTest, AnExpiredOomFloorDoesNotComeBack) {

@@ -416,6 +416,80 @@ TEST_F(MigrationTest, CheckpointStopAndResume) {
   EXPECT_EQ((*restore)["image"], (*c)["dir"]);
 }
 
+// The events of `kind` the server recorded for job `id`.
+std::vector<Json> EventsOf(const api::Client& c, const std::string& id, const std::string& kind) {
+  std::vector<Json> found;
+  StatusOr<Json> events = c.Get("/v1/events?job=" + id);
+  EXPECT_TRUE(events.ok()) << events.status().ToString();
+  if (!events.ok()) return found;
+  for (const Json& e : (*events)["events"]) {
+    if (e["kind"] == kind) found.push_back(e);
+  }
+  return found;
+}
+
+// A stopping checkpoint that fails on the agent (here: listing the job's connections, before
+// anything was dumped) leaves the job as it was before it: running on its node, the failure in
+// its events; and it can be checkpointed again. So does a preemption's, and a periodic one's.
+TEST_F(MigrationTest, AFailedCheckpointPutsTheJobBack) {
+  const std::string id = RunningJob();
+  api::Client admin = h_.Admin();
+  const int64_t epoch = Job(admin, id)["epoch"];
+  ASSERT_TRUE(admin.Post("/v1/jobs/" + id + "/checkpoint", Json::object()).ok());
+  EXPECT_EQ(Job(admin, id)["state"], "checkpointing");
+  std::optional<Json> c = AwaitCommand(a_, "checkpoint", id);
+  ASSERT_TRUE(c.has_value());
+  const std::string error =
+      "listing the job's TCP connections: /proc/1000/net/tcp: Permission denied; the job keeps "
+      "running";
+  a_.Answer(Json{{"command", (*c)["id"]}, {"ok", false}, {"error", error}});
+  ASSERT_TRUE(a_.Heartbeat().ok());
+  Json job = Job(admin, id);
+  EXPECT_EQ(job["state"], "running");
+  EXPECT_EQ(job["node"], "node-a");
+  EXPECT_EQ(job["epoch"], epoch);
+  EXPECT_TRUE(job["last_checkpoint"].is_null());
+  EXPECT_NE(job["reason"].get<std::string>().find("checkpoint failed"), std::string::npos)
+      << job.dump();
+  std::vector<Json> failed = EventsOf(admin, id, "checkpoint_failed");
+  ASSERT_EQ(failed.size(), 1u);
+  const std::string message = failed[0]["message"];
+  EXPECT_NE(message.find("Permission denied"), std::string::npos) << message;
+  EXPECT_NE(message.find("the job is running on node-a"), std::string::npos) << message;
+
+  // Its heartbeats keep it running; a second checkpoint is taken, and this one succeeds.
+  ASSERT_TRUE(a_.Heartbeat().ok());
+  EXPECT_EQ(Job(admin, id)["state"], "running");
+  a_.commands().clear();
+  ASSERT_TRUE(admin.Post("/v1/jobs/" + id + "/checkpoint", Json::object()).ok());
+  c = AwaitCommand(a_, "checkpoint", id);
+  ASSERT_TRUE(c.has_value());
+  a_.Answer(Json{{"command", (*c)["id"]}, {"ok", true}, {"detail", {{"path", (*c)["dir"]}}}});
+  a_.jobs().erase(id);
+  ASSERT_TRUE(a_.Heartbeat().ok());
+  EXPECT_EQ(Job(admin, id)["state"], "checkpointed");
+  EXPECT_EQ(EventsOf(admin, id, "checkpoint_failed").size(), 1u);
+}
+
+TEST_F(CheckpointTest, AFailedPeriodicCheckpointIsAnEventAndTheNextOneFollows) {
+  const std::string id = RunningJob();
+  api::Client admin = h_.Admin();
+  std::optional<Json> first = AwaitCommand(a_, "checkpoint", id);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ((*first)["mode"], "keep");
+  a_.Answer(Json{{"command", (*first)["id"]},
+                 {"ok", false},
+                 {"error", "closing the connection to 10.0.0.9:443: No such process"}});
+  ASSERT_TRUE(a_.Heartbeat().ok());
+  EXPECT_EQ(Job(admin, id)["state"], "running");
+  ASSERT_EQ(EventsOf(admin, id, "checkpoint_failed").size(), 1u);
+  // The failure does not hold the next period's checkpoint back.
+  a_.commands().clear();
+  std::optional<Json> next = AwaitCommand(a_, "checkpoint", id);
+  ASSERT_TRUE(next.has_value());
+  EXPECT_NE((*next)["id"], (*first)["id"]);
+}
+
 }  // namespace
 }  // namespace paladin::server
 

@@ -46,7 +46,10 @@ class Predictor {
   virtual std::string_view name() const = 0;
   // A usage sample at time t_s. Times must not go backwards.
   virtual void Observe(int64_t t_s, double value) = 0;
-  // The workload was killed at time t_s for exceeding `limit` (an out-of-memory event).
+  // The workload was killed at time t_s for exceeding `limit` (an out-of-memory event). The
+  // forecast asked for next is the size to run it again with: the dynamic simulation and the
+  // server both size a workload's next run after an OOM this way (paladin: at least 1.2 x the
+  // limit for a window; vpa: a sample of max(1.2 x, + 100 MiB); peak: the limit x its margin).
   virtual void ObserveOom(int64_t t_s, double limit) { (void)t_s, (void)limit; }
   // The forecast peak over [now_s, now_s + window).
   virtual Forecast Predict(int64_t now_s) = 0;
@@ -57,6 +60,10 @@ struct ResourceSpec {
   double request = 0;       // the workload's request (or limit); also the ceiling of forecasts
   int64_t window_s = 3600;  // the forecast window
   double unit_bytes = 1;    // bytes per unit of value (VPA's constants are in bytes)
+  // A ceiling above the request, for a workload whose quota may grow past what it was first
+  // given (the server's "auto" jobs grow up to their GPU): no forecast goes above it. 0: the
+  // request is the ceiling.
+  double ceiling = 0;
 };
 
 // --- the simple rule --------------------------------------------------------------------------
