@@ -4,6 +4,7 @@
 
 #include <signal.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <set>
@@ -71,6 +72,7 @@ class CheckpointRun {
   Status CheckpointGpu();
   Status OpenRegion();
   void MarkCheckpointing();
+  void UnmarkCheckpointing();
   Status CloseOutsidePeers();
   DumpOptions FinalDumpOptions(const std::string& parent) const;
   Status DumpTree(const std::string& parent);
@@ -122,7 +124,11 @@ StatusOr<PhaseTimes> CheckpointRun::Run() {
   if (!s.ok()) return UndoGpu(s);
   MarkCheckpointing();
   s = CloseOutsidePeers();
-  if (s.ok()) s = DumpTree(*parent);
+  if (!s.ok()) {
+    UnmarkCheckpointing();
+    return UndoGpu(s);
+  }
+  s = DumpTree(*parent);
   if (!s.ok()) return UndoGpu(s);
   s = FillImage();
   if (!s.ok()) return FailDumped(s);
@@ -220,9 +226,21 @@ void CheckpointRun::MarkCheckpointing() {
   (void)WriteJob(*job_);
 }
 
+// Back to how MarkCheckpointing found the job: its state, and its processes thawed.
+void CheckpointRun::UnmarkCheckpointing() {
+  job_->state = previous_state_;
+  (void)WriteJob(*job_);
+  if (region_ != nullptr && KillAfter()) region_->ThawProcesses(RestoredIds(pids_));
+}
+
 // Nothing outside the job is dumped with it: its connections to outside peers are closed now,
 // the peers see a reset (docs/ckpt.md, "Sockets").
 Status CheckpointRun::CloseOutsidePeers() {
+  // For tests: a failure at this step must leave the job as it was.
+  if (const char* fault = getenv("PALADIN_CKPT_FAULT");
+      fault != nullptr && std::string(fault) == "close-peers") {
+    return Internal("fault injected: closing the job's outside connections failed");
+  }
   StatusOr<std::vector<TcpConnection>> connections = JobConnections(pids_);
   if (!connections.ok()) return connections.status();
   for (const TcpConnection& c : *connections) {
@@ -259,9 +277,7 @@ Status CheckpointRun::DumpTree(const std::string& parent) {
   if (dumped.ok()) return dumped;
   // CRIU resumes a tree whose dump failed as it found it: this one, stopped by Paladin.
   if (StopFirst()) ContinueTree(root_, job_->stopped);
-  job_->state = previous_state_;
-  (void)WriteJob(*job_);
-  if (region_ != nullptr && KillAfter()) region_->ThawProcesses(RestoredIds(pids_));
+  UnmarkCheckpointing();
   return dumped;
 }
 

@@ -917,6 +917,22 @@ scenario_tcp_outside() {
   fi
   local client
   client=$(log_value conn "$client_out")
+  # A checkpoint failing at this step leaves the job as it was: its record says running, its
+  # processes are not frozen (the outside client keeps getting echoes), a later one works.
+  ck_rc=0
+  ck_out=$(PALADIN_CKPT_FAULT=close-peers timeout "$LIMIT" "$PALADIN" checkpoint "$job_name" \
+    --out "$work/failed" 2>&1) || ck_rc=$?
+  local state echoes
+  state=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["state"])' \
+    "$run_dir/job.json")
+  echoes=$(grep -c '^echo ' "$client_out")
+  if ((ck_rc != 0)) && [[ $state == running ]] &&
+    wait_until 10 bash -c "(( \$(grep -c '^echo ' '$client_out') > $((echoes + 5)) ))"; then
+    pass "tcp_outside: a checkpoint failing at the outside connections leaves the job running"
+  else
+    fail "tcp_outside: after a failed checkpoint (rc $ck_rc) the record says '$state', echoes" \
+      "$echoes -> $(grep -c '^echo ' "$client_out"): $ck_out"
+  fi
   local -a before
   read -ra before <<<"$(tree "$job_pid")"
   checkpoint "$work/image"
