@@ -366,8 +366,9 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
   if (between_nodes) {
     // The destination must be able to run the replacement before the pod is checkpointed.
     StatusOr<std::string> node = client.Get("/api/v1/nodes/" + target.node);
-    if (!node.ok()) return Status(node.status().code(), "node " + target.node + ": " +
-                                                            node.status().message());
+    if (!node.ok()) {
+      return Status(node.status().code(), "node " + target.node + ": " + node.status().message());
+    }
     if (Status s = CheckDestinationNode(*node); !s.ok()) return s;
   }
   std::vector<std::string> uuids;
@@ -511,8 +512,8 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
   r.gpu = target.gpu;
   StatusOr<std::string> replacement = ReplacementPod(*body, r);
   if (!replacement.ok()) return replacement.status();
-  progress("creating pod " + o.ns + "/" + r.name + " restored from " + r.image + " on " +
-           r.node + (r.gpu >= 0 ? "/" + std::to_string(r.gpu) : ""));
+  progress("creating pod " + o.ns + "/" + r.name + " restored from " + r.image + " on " + r.node +
+           (r.gpu >= 0 ? "/" + std::to_string(r.gpu) : ""));
   StatusOr<std::string> created = client.Post("/api/v1/namespaces/" + o.ns + "/pods", *replacement);
   if (!created.ok()) return Status(created.status().code(), created.status().message() + kept);
   StatusOr<std::string> new_id =
@@ -575,12 +576,11 @@ StatusOr<DrainResult> DrainNode(const ApiClient& client, const std::string& node
     return InvalidArgument("drain " + node + ": give another node to move its pods to (--to)");
   }
   progress("cordoning node " + node);
-  StatusOr<std::string> cordoned = client.Patch("/api/v1/nodes/" + node,
-                                                R"({"spec":{"unschedulable":true}})",
-                                                "application/merge-patch+json");
+  StatusOr<std::string> cordoned =
+      client.Patch("/api/v1/nodes/" + node, R"({"spec":{"unschedulable":true}})",
+                   "application/merge-patch+json");
   if (!cordoned.ok()) return cordoned.status();
-  StatusOr<std::string> pods =
-      client.Get("/api/v1/pods?fieldSelector=spec.nodeName%3D" + node);
+  StatusOr<std::string> pods = client.Get("/api/v1/pods?fieldSelector=spec.nodeName%3D" + node);
   if (!pods.ok()) return pods.status();
   StatusOr<DrainPlan> plan = PlanDrain(*pods);
   if (!plan.ok()) return plan.status();
@@ -600,11 +600,12 @@ StatusOr<DrainResult> DrainNode(const ApiClient& client, const std::string& node
       for (size_t j = i + 1; j < plan->move.size(); ++j) {
         rest += " " + plan->move[j].ns + "/" + plan->move[j].name;
       }
-      return Status(moved.status().code(),
-                    "drain " + node + ": moving " + pod.ns + "/" + pod.name + ": " +
-                        moved.status().message() + " (moved " +
-                        std::to_string(result.moved.size()) + " before it" +
-                        (rest.empty() ? "" : "; not tried:" + rest) + "; the node stays cordoned)");
+      std::string why = "drain " + node + ": moving " + pod.ns + "/" + pod.name + ": ";
+      why += moved.status().message();
+      why += " (moved " + std::to_string(result.moved.size()) + " before it";
+      if (!rest.empty()) why += "; not tried:" + rest;
+      why += "; the node stays cordoned)";
+      return Status(moved.status().code(), why);
     }
     result.moved.push_back(*moved);
   }

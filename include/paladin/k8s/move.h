@@ -107,7 +107,7 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& options
 // another node, one after another, as MovePod does. Pods of other RuntimeClasses (and the
 // DaemonSets' and mirror pods) are left for `kubectl drain`, which evicts rather than moves.
 struct DrainPlan {
-  std::vector<MovablePod> move;  // in the order of the list
+  std::vector<MovablePod> move;   // in the order of the list
   std::vector<std::string> left;  // "NAMESPACE/NAME: why it is not moved"
 };
 // The plan from a PodList of the node's pods (GET /api/v1/pods?fieldSelector=spec.nodeName=N).
