@@ -9,10 +9,13 @@
 //   scheduler  places the pods whose schedulerName is paladin with the core packer
 //   webhook    the mutating admission webhook: Paladin's scheduler and interposer for GPU pods
 //   move       moves a running pod, with its process and GPU state, into a new pod on another
-//              GPU of its node (run on that node, as root)
+//              GPU of its node or on another node (run on the pod's node, as root)
+//   drain      cordons a node and moves each of its pods of the RuntimeClass paladin to another
+//              node (run on the drained node, as root)
 //   gpus       this node's GPUs as NVML reports them, with their memory in use
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -57,8 +60,9 @@ struct NodeArgs {
   std::string cert;
   std::string key;
   k8s::InjectOptions inject;
-  // The mover's
+  // The mover's (and the drain's: its moves)
   k8s::MoveOptions move;
+  std::string drain_node;
 };
 
 void Say(const std::string& line) { cli::Say("k8s node", line); }
@@ -281,14 +285,48 @@ int RunMove(const NodeArgs& args) {
     cli::Say("k8s move", r.status().message());
     return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  std::string gpus;
+  std::string where;
+  if (r->to_node != r->from_node) where = ", node " + r->from_node + " -> " + r->to_node;
   if (r->from_gpu >= 0) {
-    gpus = ", GPU " + std::to_string(r->from_gpu) + " -> " + std::to_string(r->to_gpu);
+    where += ", GPU " + std::to_string(r->from_gpu) + " -> " + std::to_string(r->to_gpu);
   }
-  std::printf("moved %s/%s -> %s/%s%s: checkpoint %lld ms, paused %lld ms (image %s)\n",
-              o.ns.c_str(), o.pod.c_str(), o.ns.c_str(), r->new_name.c_str(), gpus.c_str(),
-              static_cast<long long>(r->checkpoint_ms), static_cast<long long>(r->paused_ms),
-              r->image.c_str());
+  std::string carry;
+  if (r->to_node != r->from_node) {
+    carry = ", image carried in " + std::to_string(r->carry_ms) + " ms";
+  }
+  std::printf("moved %s/%s -> %s/%s%s: checkpoint %lld ms%s, paused %lld ms (image %s)\n",
+              o.ns.c_str(), o.pod.c_str(), o.ns.c_str(), r->new_name.c_str(), where.c_str(),
+              static_cast<long long>(r->checkpoint_ms), carry.c_str(),
+              static_cast<long long>(r->paused_ms), r->image.c_str());
+  return 0;
+}
+
+int RunDrain(const NodeArgs& args) {
+  StatusOr<k8s::ApiConfig> config = Config(args);
+  if (!config.ok()) {
+    cli::Say("k8s drain", config.status().message());
+    return 2;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto progress = [&](const std::string& line) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+    std::printf("drain: %6.3f s  %s\n", static_cast<double>(ms) / 1000, line.c_str());
+    std::fflush(stdout);
+  };
+  StatusOr<k8s::DrainResult> r =
+      k8s::DrainNode(k8s::ApiClient(*config), args.drain_node, args.move, progress);
+  if (!r.ok()) {
+    cli::Say("k8s drain", r.status().message());
+    return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  for (const std::string& left : r->left) std::printf("left %s\n", left.c_str());
+  int64_t longest = 0;
+  for (const k8s::MoveResult& m : r->moved) longest = std::max(longest, m.paused_ms);
+  std::printf("drained %s: %zu pod(s) moved to %s (longest pause %lld ms), %zu left\n",
+              args.drain_node.c_str(), r->moved.size(), args.move.node.c_str(),
+              static_cast<long long>(longest), r->left.size());
   return 0;
 }
 
@@ -380,13 +418,18 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
 
   CLI::App* move = k8s->add_subcommand(
       "move",
-      "Move a running pod, with its process and GPU state, into a new pod on another GPU "
-      "(on the pod's node, as root)");
+      "Move a running pod, with its process and GPU state, into a new pod on another GPU or "
+      "node (on the pod's node, as root)");
   k8s::MoveOptions& m = args->move;
   move->add_option("pod", m.pod, "The pod to move")->required();
   move->add_option("-n,--namespace", m.ns, "Its namespace");
   move->add_option("--gpu", m.gpu, "The GPU of the node to move it to (a pod Paladin placed)");
-  move->add_option("--node", m.node, "The node to move it to (only its own node is built)");
+  move->add_option("--node", m.node, "The node to move it to (default: its own)");
+  move->add_option("--to-images", m.to_images,
+                   "Another node's image folder, reachable from here (its RuntimeClass "
+                   "paladin's PALADIN_K8S_IMAGES): where --node's image is carried");
+  move->add_option("--to-runc-root", m.to_runc_root,
+                   "Another node's runc state folder on this machine, for a GPU pod's restore");
   move->add_option("--name", m.new_name, "The new pod's name (default: POD-m1, POD-m2, ...)");
   move->add_option("--runc", m.runc, "runc on this node");
   move->add_option("--runc-root", m.runc_root, "runc's state folder of containerd's k8s.io pods");
@@ -401,6 +444,27 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
   move->add_option("--timeout", m.timeout_s, "Seconds the new pod has to run");
   AddApiOptions(move, args.get());
   move->callback([args, exit_code] { *exit_code = RunMove(*args); });
+
+  CLI::App* drain = k8s->add_subcommand(
+      "drain",
+      "Cordon a node and move each of its running pods of the RuntimeClass paladin, with their "
+      "process state, to another node (on the drained node, as root)");
+  drain->add_option("node", args->drain_node, "The node to drain")->required();
+  drain->add_option("--to", m.node, "The node its pods move to")->required();
+  drain->add_option("--to-images", m.to_images, "That node's image folder, reachable from here")
+      ->required();
+  drain->add_option("--to-runc-root", m.to_runc_root,
+                    "That node's runc state folder on this machine, for GPU pods' restore");
+  drain->add_option("--runc", m.runc, "runc on this node");
+  drain->add_option("--runc-root", m.runc_root, "runc's state folder of containerd's k8s.io pods");
+  drain->add_option("--criu-dir", m.criu_dir, "Folder of Paladin's criu, first on runc's PATH");
+  drain->add_option("--images", m.images, "This node's checkpoint images");
+  drain->add_option("--key", m.key_file, "The cluster's move key");
+  drain->add_option("--driver", m.driver, "CUDA driver for the checkpoint API");
+  drain->add_option("--nvml", m.nvml, "NVML library naming the GPUs");
+  drain->add_option("--timeout", m.timeout_s, "Seconds each new pod has to run");
+  AddApiOptions(drain, args.get());
+  drain->callback([args, exit_code] { *exit_code = RunDrain(*args); });
 
   CLI::App* gpus = k8s->add_subcommand("gpus", "This node's GPUs and their memory in use");
   gpus->add_option("--nvml", args->nvml, "NVML library to read the GPUs from");

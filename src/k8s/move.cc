@@ -60,8 +60,9 @@ StatusOr<std::string> ReadKey(const std::string& path) {
 // runc on this node, bounded in time; its output on success.
 struct Runc {
   const MoveOptions& o;
+  std::string root;  // the node's runc state folder
   StatusOr<std::string> Call(std::vector<std::string> args, double timeout_s = 30) const {
-    std::vector<std::string> argv = {o.runc, "--root", o.runc_root};
+    std::vector<std::string> argv = {o.runc, "--root", root};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<std::pair<std::string, std::string>> env;
     if (!o.criu_dir.empty()) {
@@ -168,6 +169,23 @@ StatusOr<std::string> WaitRunning(const ApiClient& client, const std::string& pa
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return Unavailable("the replacement pod does not run (" + last + ")");
+}
+
+// Carries a checkpoint image into the destination node's folder: a copy on this machine (the
+// other node's folder, or a filesystem both nodes mount), written under a temporary name and
+// renamed, so the destination's runtime never sees half an image.
+Status CarryImage(const std::string& from, const std::string& to) {
+  std::error_code ec;
+  const std::string partial = to + ".partial";
+  fs::remove_all(partial, ec);
+  fs::create_directories(fs::path(to).parent_path(), ec);
+  fs::copy(from, partial, fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
+  if (!ec) fs::rename(partial, to, ec);
+  if (ec) {
+    fs::remove_all(partial, ec);
+    return Internal("cannot carry the image " + from + " to " + to + ": " + ec.message());
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -287,6 +305,47 @@ StatusOr<std::string> ReplacementPod(const std::string& old_pod_json, const Repl
   return out.dump();
 }
 
+Status CheckDestinationNode(const std::string& node_json) {
+  const Json node = Json::parse(node_json, nullptr, false);
+  if (!node.is_object()) return InvalidArgument("the node is not a JSON object");
+  const std::string name = Str(node.value("metadata", Json::object()), "name");
+  if (node.value("spec", Json::object()).value("unschedulable", false)) {
+    return FailedPrecondition("node " + name + " is cordoned (spec.unschedulable): no move to it");
+  }
+  for (const Json& c : node.value("status", Json::object()).value("conditions", Json::array())) {
+    if (Str(c, "type") == "Ready") {
+      if (Str(c, "status") == "True") return Status::Ok();
+      return FailedPrecondition("node " + name + " is not Ready (" + Str(c, "reason") + ")");
+    }
+  }
+  return FailedPrecondition("node " + name + " reports no Ready condition");
+}
+
+Status CheckTarget(const MovablePod& pod, MoveOptions& o) {
+  const std::string who = "pod " + pod.ns + "/" + pod.name;
+  if (o.node.empty()) o.node = pod.node;
+  const bool between_nodes = o.node != pod.node;
+  if (between_nodes && o.to_images.empty()) {
+    return InvalidArgument("a move to node " + o.node + " needs node " + o.node +
+                           "'s image folder (--to-images), where the image is carried");
+  }
+  if (pod.gpu < 0 && o.gpu >= 0) {
+    return FailedPrecondition(who + " has no Paladin GPU (annotation " + kGpuAnnotation +
+                              "): --gpu moves only pods Paladin placed on a GPU");
+  }
+  if (pod.gpu >= 0 && o.gpu < 0) {
+    if (!between_nodes) {
+      return InvalidArgument(who + " is on GPU " + std::to_string(pod.gpu) +
+                             ": give the GPU to move it to (--gpu)");
+    }
+    o.gpu = pod.gpu;  // the same index on the other node
+  }
+  if (!between_nodes && pod.gpu >= 0 && o.gpu == pod.gpu) {
+    return InvalidArgument(who + " is on GPU " + std::to_string(o.gpu) + " already");
+  }
+  return Status::Ok();
+}
+
 StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
                              const std::function<void(const std::string&)>& progress) {
   const std::string pod_path = "/api/v1/namespaces/" + o.ns + "/pods/" + o.pod;
@@ -295,31 +354,30 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
   StatusOr<MovablePod> pod = ReadMovablePod(*body);
   if (!pod.ok()) return pod.status();
   const std::string who = "pod " + o.ns + "/" + o.pod;
-  if (!o.node.empty() && o.node != pod->node) {
-    return FailedPrecondition("moves between nodes are not built yet (" + who + " runs on " +
-                              pod->node + ")");
-  }
+  MoveOptions target = o;
+  if (Status s = CheckTarget(*pod, target); !s.ok()) return s;
+  const bool between_nodes = target.node != pod->node;
   MoveResult result;
   result.from_gpu = pod->gpu;
-  result.to_gpu = o.gpu;
+  result.to_gpu = target.gpu;
+  result.from_node = pod->node;
+  result.to_node = target.node;
   result.new_name = o.new_name.empty() ? NextPodName(o.pod) : o.new_name;
-  if (pod->gpu < 0 && o.gpu >= 0) {
-    return FailedPrecondition(who + " has no Paladin GPU (annotation " + kGpuAnnotation +
-                              "): --gpu moves only pods Paladin placed on a GPU");
-  }
-  if (pod->gpu >= 0 && o.gpu < 0) {
-    return InvalidArgument(who + " is on GPU " + std::to_string(pod->gpu) +
-                           ": give the GPU to move it to (--gpu)");
-  }
-  if (pod->gpu >= 0 && o.gpu == pod->gpu) {
-    return InvalidArgument(who + " is on GPU " + std::to_string(o.gpu) + " already");
+  if (between_nodes) {
+    // The destination must be able to run the replacement before the pod is checkpointed.
+    StatusOr<std::string> node = client.Get("/api/v1/nodes/" + target.node);
+    if (!node.ok()) {
+      return Status(node.status().code(), "node " + target.node + ": " + node.status().message());
+    }
+    if (Status s = CheckDestinationNode(*node); !s.ok()) return s;
   }
   std::vector<std::string> uuids;
-  if (o.gpu >= 0) {
+  if (target.gpu >= 0) {
+    // Between nodes of one machine (the test cluster) both nodes' GPUs are this machine's.
     StatusOr<std::vector<std::string>> got = GpuUuids(o.nvml);
     if (!got.ok()) return got.status();
     uuids = *got;
-    for (int g : {pod->gpu, o.gpu}) {
+    for (int g : {pod->gpu, target.gpu}) {
       if (static_cast<size_t>(g) >= uuids.size() || uuids[static_cast<size_t>(g)].empty()) {
         return InvalidArgument("node " + pod->node + " has no GPU " + std::to_string(g) + " (" +
                                std::to_string(uuids.size()) + " GPUs)");
@@ -330,7 +388,8 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
   if (!key.ok()) return key.status();
 
   // The container must be this machine's: runc knows it here.
-  const Runc runc{o};
+  const Runc runc{o, o.runc_root};
+  const Runc to_runc{o, o.to_runc_root.empty() ? o.runc_root : o.to_runc_root};
   StatusOr<Json> state = runc.State(pod->container_id);
   if (!state.ok()) {
     return FailedPrecondition(who + ": its container is not on this machine (" +
@@ -433,37 +492,46 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
     progress("warning: no /dev/shm folder for the container ('" + shm + "')");
   }
   result.checkpoint_ms = MsSince(t0);
-  const std::string kept =
+  std::string kept =
       " (the checkpoint image " + dir + " is kept; " + who + "'s container has exited)";
+  if (between_nodes) {
+    const std::string to_dir = o.to_images + "/" + result.image;
+    progress("carrying the image to node " + target.node + "'s folder " + to_dir);
+    const Clock::time_point c0 = Clock::now();
+    if (Status s = CarryImage(dir, to_dir); !s.ok()) return Status(s.code(), s.message() + kept);
+    result.carry_ms = MsSince(c0);
+    fs::remove_all(dir, ec);
+    kept = " (the checkpoint image " + to_dir + " is kept; " + who + "'s container has exited)";
+  }
 
   Replacement r;
   r.name = result.new_name;
   r.image = result.image;
   r.token = RestoreToken(*key, r.image, o.ns, r.name);
-  r.node = pod->node;
-  r.gpu = o.gpu;
+  r.node = target.node;
+  r.gpu = target.gpu;
   StatusOr<std::string> replacement = ReplacementPod(*body, r);
   if (!replacement.ok()) return replacement.status();
-  progress("creating pod " + o.ns + "/" + r.name + " restored from " + r.image +
-           (o.gpu >= 0 ? " on " + pod->node + "/" + std::to_string(o.gpu) : ""));
+  progress("creating pod " + o.ns + "/" + r.name + " restored from " + r.image + " on " + r.node +
+           (r.gpu >= 0 ? "/" + std::to_string(r.gpu) : ""));
   StatusOr<std::string> created = client.Post("/api/v1/namespaces/" + o.ns + "/pods", *replacement);
   if (!created.ok()) return Status(created.status().code(), created.status().message() + kept);
   StatusOr<std::string> new_id =
       WaitRunning(client, "/api/v1/namespaces/" + o.ns + "/pods/" + r.name, o.timeout_s);
   if (!new_id.ok()) return Status(new_id.status().code(), new_id.status().message() + kept);
 
-  if (o.gpu >= 0) {
-    StatusOr<std::vector<pid_t>> new_pids = runc.Pids(*new_id);
+  if (target.gpu >= 0) {
+    StatusOr<std::vector<pid_t>> new_pids = to_runc.Pids(*new_id);
     if (!new_pids.ok()) return Status(new_pids.status().code(), new_pids.status().message() + kept);
     const std::vector<pid_t> restored = driver->CudaProcesses(*new_pids);
     if (restored.empty()) {
       return Internal("the replacement's processes answer no GPU checkpoint call" + kept);
     }
     const std::vector<std::pair<std::string, std::string>> remap = {
-        {uuids[static_cast<size_t>(pod->gpu)], uuids[static_cast<size_t>(o.gpu)]}};
+        {uuids[static_cast<size_t>(pod->gpu)], uuids[static_cast<size_t>(target.gpu)]}};
     for (pid_t p : restored) {
       progress("restoring the GPU state of pid " + std::to_string(p) + " onto GPU " +
-               std::to_string(o.gpu) + " (" + remap[0].second + ")");
+               std::to_string(target.gpu) + " (" + remap[0].second + ")");
       Status s = driver->Restore(p, remap);
       if (s.ok()) s = driver->Unlock(p);
       if (!s.ok()) return Status(s.code(), s.message() + kept);
@@ -475,6 +543,71 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
   if (!deleted.ok()) {
     return Status(deleted.status().code(),
                   "the replacement runs, but deleting " + who + ": " + deleted.status().message());
+  }
+  return result;
+}
+
+StatusOr<DrainPlan> PlanDrain(const std::string& pod_list_json) {
+  const Json list = Json::parse(pod_list_json, nullptr, false);
+  if (!list.is_object() || !list.value("items", Json()).is_array()) {
+    return InvalidArgument("the node's pods are not a PodList");
+  }
+  DrainPlan plan;
+  for (const Json& pod : list["items"]) {
+    const Json meta = pod.value("metadata", Json::object());
+    const std::string who = Str(meta, "namespace") + "/" + Str(meta, "name");
+    const std::string phase = Str(pod.value("status", Json::object()), "phase");
+    if (phase == "Succeeded" || phase == "Failed") continue;  // nothing runs
+    StatusOr<MovablePod> p = ReadMovablePod(pod.dump());
+    if (p.ok()) {
+      plan.move.push_back(*p);
+    } else {
+      plan.left.push_back(who + ": " + p.status().message());
+    }
+  }
+  return plan;
+}
+
+StatusOr<DrainResult> DrainNode(const ApiClient& client, const std::string& node,
+                                const MoveOptions& move,
+                                const std::function<void(const std::string&)>& progress) {
+  if (Status s = CheckNodeName(node); !s.ok()) return s;
+  if (move.node.empty() || move.node == node) {
+    return InvalidArgument("drain " + node + ": give another node to move its pods to (--to)");
+  }
+  progress("cordoning node " + node);
+  StatusOr<std::string> cordoned =
+      client.Patch("/api/v1/nodes/" + node, R"({"spec":{"unschedulable":true}})",
+                   "application/merge-patch+json");
+  if (!cordoned.ok()) return cordoned.status();
+  StatusOr<std::string> pods = client.Get("/api/v1/pods?fieldSelector=spec.nodeName%3D" + node);
+  if (!pods.ok()) return pods.status();
+  StatusOr<DrainPlan> plan = PlanDrain(*pods);
+  if (!plan.ok()) return plan.status();
+  DrainResult result;
+  result.left = plan->left;
+  for (size_t i = 0; i < plan->move.size(); ++i) {
+    const MovablePod& pod = plan->move[i];
+    MoveOptions o = move;
+    o.ns = pod.ns;
+    o.pod = pod.name;
+    o.new_name.clear();
+    o.gpu = -1;
+    progress("moving pod " + pod.ns + "/" + pod.name + " to node " + move.node);
+    StatusOr<MoveResult> moved = MovePod(client, o, progress);
+    if (!moved.ok()) {
+      std::string rest;
+      for (size_t j = i + 1; j < plan->move.size(); ++j) {
+        rest += " " + plan->move[j].ns + "/" + plan->move[j].name;
+      }
+      std::string why = "drain " + node + ": moving " + pod.ns + "/" + pod.name + ": ";
+      why += moved.status().message();
+      why += " (moved " + std::to_string(result.moved.size()) + " before it";
+      if (!rest.empty()) why += "; not tried:" + rest;
+      why += "; the node stays cordoned)";
+      return Status(moved.status().code(), why);
+    }
+    result.moved.push_back(*moved);
   }
   return result;
 }

@@ -97,13 +97,13 @@ refuse() { # EXPECTED ARGS...
 }
 refuse "is on GPU $from already" gpu --gpu "$from"
 refuse "has no GPU 7" gpu --gpu 7
-refuse "moves between nodes are not built yet" gpu --gpu "$to" --node other-node
+refuse "needs node other-node's image folder (--to-images)" gpu --gpu "$to" --node other-node
 refuse "not found" nosuchpod --gpu "$to"
 marks_after=$(find "$CLUSTER_DIR/checkpoints" -maxdepth 2 | wc -l)
 [[ $(k get pod gpu -o jsonpath='{.status.phase}') == Running && $marks_after == "$marks_before" ]] ||
   fail "a refused move changed something: pod gpu $(k get pod gpu -o jsonpath='{.status.phase}')," \
     "images and marks $marks_before -> $marks_after"
-echo "move_gpu: $refused moves refused before anything changed (same GPU, no such GPU, another node, no such pod)"
+echo "move_gpu: $refused moves refused before anything changed (same GPU, no such GPU, another node without its image folder, no such pod)"
 
 sampler() {
   while :; do

@@ -4,8 +4,15 @@
 # kube-controller-manager, kube-scheduler, containerd and a kubelet, all on 127.0.0.1, with a CNI
 # bridge that routes nothing off the machine. Runs from the prefix scripts/k8s.sh installs.
 #
-#   cluster.sh up DIR     start it; DIR/kubeconfig is the admin's (prints the export to use)
-#   cluster.sh down DIR   stop all it started and put back the host state it changed
+#   cluster.sh up DIR [--nodes 2]   start it; DIR/kubeconfig is the admin's (prints the export)
+#   cluster.sh down DIR               stop all it started and put back the host state it changed
+#
+# --nodes 2 adds a second node on the same machine: a kubelet of its own (node `127.0.0.2`, an
+# address the API server dials by name with no resolver involved, its own ports, root folder and
+# cgroup root `/paladin-node2`) and a containerd of its own (DIR/node2: root, state, socket,
+# runc root, checkpoint images), pods on the same bridge in the upper half of the subnet. It is
+# tainted `paladin.io/second-node:NoSchedule`, so only pods that tolerate it (or name it) land
+# there and the one-node cases are unaffected.
 #
 # `up` writes the host state it is about to change to DIR/host-state first (the sysctls the
 # kubelet forces, the folders, cgroups and network link that appear); `down` reads it, stops
@@ -14,7 +21,8 @@
 # One cluster per machine: the kubelet's sysctls and cgroups are the host's. Needs root.
 #
 # Environment: PALADIN_K8S_PREFIX (default /opt/paladin/k8s); PALADIN_K8S_PORT_BASE (default
-# 16443): etcd, apiserver, controller-manager, scheduler and kubelet listen on BASE..BASE+6.
+# 16443): etcd, apiserver, controller-manager, scheduler and kubelet listen on BASE..BASE+6, the
+# second node's kubelet on BASE+7 and BASE+8.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PREFIX=${PALADIN_K8S_PREFIX:-/opt/paladin/k8s}
@@ -22,6 +30,10 @@ BASE=${PALADIN_K8S_PORT_BASE:-16443}
 ETCD_PORT=$BASE ETCD_PEER_PORT=$((BASE + 1)) API_PORT=$((BASE + 2)) KCM_PORT=$((BASE + 3))
 SCHED_PORT=$((BASE + 4)) KUBELET_PORT=$((BASE + 5)) KUBELET_HEALTH_PORT=$((BASE + 6))
 NODE=localhost
+NODE2=127.0.0.2 KUBELET2_PORT=$((BASE + 7)) KUBELET2_HEALTH_PORT=$((BASE + 8))
+NODE2_CGROUP=paladin-node2
+NODE2_TAINT=paladin.io/second-node
+NODES=1
 BRIDGE=pladk8s0
 POD_SUBNET=10.217.0.0/24
 SERVICE_RANGE=10.217.1.0/24
@@ -73,6 +85,10 @@ make_pki() {
   new_cert scheduler "/CN=system:kube-scheduler" clientAuth
   new_cert kubelet "/O=system:nodes/CN=system:node:$NODE" clientAuth
   new_cert kubelet-serving "/CN=$NODE" serverAuth "DNS:$NODE,IP:127.0.0.1"
+  if ((NODES == 2)); then
+    new_cert kubelet2 "/O=system:nodes/CN=system:node:$NODE2" clientAuth
+    new_cert kubelet2-serving "/CN=$NODE2" serverAuth "IP:$NODE2"
+  fi
   new_key "$pki/sa.key"
   openssl ec -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
   chmod 600 "$pki"/*.key
@@ -101,17 +117,9 @@ KC
 
 # --- configuration -----------------------------------------------------------------------------
 write_configs() {
-  mkdir -p "$D/conf" "$D/cni/net.d" "$D/cni/ipam" "$D/bin" "$D/checkpoints/moved"
-  # The RuntimeClass `paladin`'s runtime: runc, CRIU from Paladin's prefix, images in DIR.
-  cat >"$D/bin/paladin-runc" <<SH
-#!/bin/sh
-export PALADIN_RUNC=$PREFIX/bin/runc PALADIN_K8S_IMAGES=$D/checkpoints
-export PALADIN_CRIU_DIR=\${PALADIN_CRIU_DIR:-/opt/paladin/criu} PALADIN_CRIU_CONFIG=$D/conf/criu.conf
-export PALADIN_K8S_MOVE_KEY=$D/conf/move.key
-exec bash $(cd "$here/../.." && pwd)/scripts/paladin-runc.sh "\$@"
-SH
-  chmod +x "$D/bin/paladin-runc"
-  # The node's move key: only paladin k8s move, which reads it here, makes restore tokens.
+  mkdir -p "$D/conf"
+  # The nodes' move key (one for the cluster, so that a move between nodes restores with the
+  # destination's key): only paladin k8s move, which reads it here, makes restore tokens.
   (umask 077 && openssl rand -hex 32 >"$D/conf/move.key")
   # As Paladin's own checkpoints (docs/ckpt.md, "Sockets"): nftables where CRIU can, else no lock.
   local lock=skip
@@ -122,20 +130,47 @@ SH
   local kc
   for kc in admin controller-manager scheduler kubelet; do write_kubeconfig "$D/conf/$kc.kubeconfig" "$kc"; done
   cp "$D/conf/admin.kubeconfig" "$D/kubeconfig"
+  if ((NODES == 1)); then
+    write_node_configs "$D" "$KUBELET_PORT" "$KUBELET_HEALTH_PORT" 127.0.0.1 kubelet "" ""
+  else
+    # One bridge, one subnet: each node's IPAM hands out its own half of it.
+    write_node_configs "$D" "$KUBELET_PORT" "$KUBELET_HEALTH_PORT" 127.0.0.1 kubelet "" \
+      '"rangeStart": "10.217.0.2", "rangeEnd": "10.217.0.127", '
+    write_kubeconfig "$D/conf/kubelet2.kubeconfig" kubelet2
+    write_node_configs "$D/node2" "$KUBELET2_PORT" "$KUBELET2_HEALTH_PORT" "$NODE2" kubelet2 \
+      $'cgroupRoot: /'"$NODE2_CGROUP"$'\nregisterWithTaints: [{key: '"$NODE2_TAINT"', effect: NoSchedule}]' \
+      '"rangeStart": "10.217.0.128", "rangeEnd": "10.217.0.254", '
+  fi
+}
+
+# write_node_configs ND PORT HEALTH_PORT ADDRESS CERT KUBELET_EXTRA IPAM_RANGE: one node's
+# containerd, CNI and kubelet configuration and its RuntimeClass launcher, every folder under ND.
+write_node_configs() {
+  local nd=$1 port=$2 hport=$3 addr=$4 cert=$5 extra=$6 range=$7
+  mkdir -p "$nd/conf" "$nd/cni/net.d" "$nd/cni/ipam" "$nd/bin" "$nd/checkpoints/moved" "$nd/pods"
+  # The RuntimeClass `paladin`'s runtime: runc, CRIU from Paladin's prefix, images in ND.
+  cat >"$nd/bin/paladin-runc" <<SH
+#!/bin/sh
+export PALADIN_RUNC=$PREFIX/bin/runc PALADIN_K8S_IMAGES=$nd/checkpoints
+export PALADIN_CRIU_DIR=\${PALADIN_CRIU_DIR:-/opt/paladin/criu} PALADIN_CRIU_CONFIG=$D/conf/criu.conf
+export PALADIN_K8S_MOVE_KEY=$D/conf/move.key
+exec bash $(cd "$here/../.." && pwd)/scripts/paladin-runc.sh "\$@"
+SH
+  chmod +x "$nd/bin/paladin-runc"
   # restrict_oom_score_adj: this machine lacks CAP_SYS_RESOURCE, so runc cannot lower a
   # process's OOM score (the pause container asks for -998); the CRI then never asks it to.
-  # Every root and state folder lives in DIR, the network namespaces too.
-  cat >"$D/conf/containerd.toml" <<TOML
+  # Every root and state folder lives in ND, the network namespaces too.
+  cat >"$nd/conf/containerd.toml" <<TOML
 version = 2
-root = "$D/containerd/root"
-state = "$D/containerd/state"
+root = "$nd/containerd/root"
+state = "$nd/containerd/state"
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
   "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
   "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
 [grpc]
-  address = "$D/containerd/containerd.sock"
+  address = "$nd/containerd/containerd.sock"
 [plugins."io.containerd.internal.v1.opt"]
-  path = "$D/containerd/opt"
+  path = "$nd/containerd/opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
   restrict_oom_score_adj = true
@@ -149,7 +184,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         BinaryName = "$PREFIX/bin/runc"
-        Root = "$D/containerd/runc"
+        Root = "$nd/containerd/runc"
         SystemdCgroup = false
     # Paladin's RuntimeClass: runc behind paladin-runc, which restores a moved pod's container
     # from its checkpoint image; the pod's paladin.io/ annotations reach the OCI config.
@@ -157,56 +192,58 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
       runtime_type = "io.containerd.runc.v2"
       pod_annotations = ["paladin.io/*"]
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.paladin.options]
-        BinaryName = "$D/bin/paladin-runc"
-        Root = "$D/containerd/runc"
+        BinaryName = "$nd/bin/paladin-runc"
+        Root = "$nd/containerd/runc"
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$PREFIX/cni"
-    conf_dir = "$D/cni/net.d"
+    conf_dir = "$nd/cni/net.d"
 TOML
-  # No gateway on the bridge, no masquerading, no routes: pods reach each other on this node and
-  # nothing else; nothing is routed off the machine.
-  cat >"$D/cni/net.d/10-paladin.conflist" <<CNI
+  # No gateway on the bridge, no masquerading, no routes: pods reach each other on this machine
+  # and nothing else; nothing is routed off the machine.
+  cat >"$nd/cni/net.d/10-paladin.conflist" <<CNI
 {"cniVersion": "1.0.0", "name": "paladin-test", "plugins": [
   {"type": "bridge", "bridge": "$BRIDGE", "isGateway": false, "ipMasq": false,
-   "ipam": {"type": "host-local", "dataDir": "$D/cni/ipam", "ranges": [[{"subnet": "$POD_SUBNET"}]]}}]}
+   "ipam": {"type": "host-local", "dataDir": "$nd/cni/ipam", "ranges": [[{${range}"subnet": "$POD_SUBNET"}]]}}]}
 CNI
   # cgroups are v1 here (failCgroupV1: false); no iptables (makeIPTablesUtilChains: false);
   # eviction thresholds low enough for a shared build machine.
-  cat >"$D/conf/kubelet.yaml" <<YAML
+  cat >"$nd/conf/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
-port: $KUBELET_PORT
+address: $addr
+port: $port
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
-healthzPort: $KUBELET_HEALTH_PORT
+healthzPort: $hport
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: true}
   x509: {clientCAFile: $D/pki/ca.crt}
 authorization: {mode: Webhook}
-tlsCertFile: $D/pki/kubelet-serving.crt
-tlsPrivateKeyFile: $D/pki/kubelet-serving.key
-containerRuntimeEndpoint: unix://$D/containerd/containerd.sock
+tlsCertFile: $D/pki/$cert-serving.crt
+tlsPrivateKeyFile: $D/pki/$cert-serving.key
+containerRuntimeEndpoint: unix://$nd/containerd/containerd.sock
 cgroupDriver: cgroupfs
 failCgroupV1: false
 failSwapOn: false
 makeIPTablesUtilChains: false
-podLogsDir: $D/pods
+podLogsDir: $nd/pods
 evictionHard: {memory.available: "50Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 resolvConf: /etc/resolv.conf
+$extra
 YAML
 }
 
 # --- processes ---------------------------------------------------------------------------------
 # start NAME ARGS...: runs PREFIX/bin/NAME in a session of its own, logging to DIR/logs/NAME.log.
+# NAME.2 runs the same binary for the second node (its own log and pid file).
 start() {
   local name=$1
   shift
-  PATH=$PREFIX/bin:$PATH setsid "$PREFIX/bin/$name" "$@" >>"$D/logs/$name.log" 2>&1 </dev/null &
+  PATH=$PREFIX/bin:$PATH setsid "$PREFIX/bin/${name%.2}" "$@" >>"$D/logs/$name.log" 2>&1 </dev/null &
   echo $! >"$D/run/$name.pid"
 }
 # The pid in DIR/run/NAME.pid when that process still runs NAME (a pid is never trusted blindly:
@@ -215,7 +252,7 @@ live_pid() {
   local f=$D/run/$1.pid pid
   [[ -f $f ]] || return 1
   pid=$(cat "$f")
-  [[ $pid =~ ^[0-9]+$ ]] && [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == */"$1" ]] && echo "$pid"
+  [[ $pid =~ ^[0-9]+$ ]] && [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == */"${1%.2}" ]] && echo "$pid"
 }
 # stop NAME: SIGTERM, up to 10 s, then SIGKILL; adds "NAME SECONDS" to STOPPED.
 STOPPED=()
@@ -264,6 +301,7 @@ save_host_state() {
     for d in "${HOST_DIRS[@]}"; do [[ -e $d ]] || echo "absent $d"; done
     for c in /sys/fs/cgroup/*/; do
       [[ -e ${c}kubepods ]] || echo "cgroup ${c}kubepods"
+      ((NODES == 1)) || [[ -e ${c}$NODE2_CGROUP ]] || echo "cgroup ${c}$NODE2_CGROUP"
     done
     ip link show "$BRIDGE" >/dev/null 2>&1 || echo "link $BRIDGE"
   } >"$D/host-state.tmp"
@@ -288,13 +326,16 @@ up() {
     done
     gone "$p" || die "a kubelet (pid $p) already runs on this machine"
   done
-  for p in $ETCD_PORT $ETCD_PEER_PORT $API_PORT $KCM_PORT $SCHED_PORT $KUBELET_PORT $KUBELET_HEALTH_PORT; do
+  local ports=($ETCD_PORT $ETCD_PEER_PORT $API_PORT $KCM_PORT $SCHED_PORT $KUBELET_PORT $KUBELET_HEALTH_PORT)
+  ((NODES == 1)) || ports+=($KUBELET2_PORT $KUBELET2_HEALTH_PORT)
+  for p in "${ports[@]}"; do
     ! port_open "$p" || die "port $p on 127.0.0.1 is taken (set PALADIN_K8S_PORT_BASE)"
   done
   mkdir -p "$D/logs" "$D/run" "$D/pods"
   save_host_state
   make_pki
   write_configs
+  ((NODES == 1)) || make_node2_cgroups
   echo "cluster: PKI and configuration in $(since "$t0") s"
 
   start etcd --name paladin-test --data-dir "$D/etcd" --unsafe-no-fsync \
@@ -303,6 +344,7 @@ up() {
     --initial-cluster "paladin-test=http://127.0.0.1:$ETCD_PEER_PORT" --listen-metrics-urls ""
   # containerd meanwhile: it does not need the apiserver.
   start containerd --config "$D/conf/containerd.toml"
+  ((NODES == 1)) || start containerd.2 --config "$D/node2/conf/containerd.toml"
   wait_for 20 "etcd listening" port_open "$ETCD_PORT"
   local pki=$D/pki
   start kube-apiserver --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
@@ -330,25 +372,48 @@ up() {
       --bind-address 127.0.0.1 --secure-port "$port" --leader-elect=false --profiling=false "${extra[@]}"
   done
 
-  wait_for 20 "containerd socket" test -S "$D/containerd/containerd.sock"
   mkdir -p "$D/images"
   gcc -static -Os -o "$D/images/pause" "$here/pause.c"
   "$here/oci_image.sh" -o "$D/images/pause.tar" -n "$PAUSE_IMAGE" -f "$D/images/pause:/pause" -- /pause >/dev/null
+  wait_for 20 "containerd socket" test -S "$D/containerd/containerd.sock"
   import_image "$D/images/pause.tar"
-
   start kubelet --config "$D/conf/kubelet.yaml" --kubeconfig "$D/conf/kubelet.kubeconfig" \
     --root-dir "$D/kubelet" --hostname-override "$NODE"
+  if ((NODES == 2)); then
+    wait_for 20 "containerd socket of node 2" test -S "$D/node2/containerd/containerd.sock"
+    import_image "$D/images/pause.tar" "$D/node2"
+    start kubelet.2 --config "$D/node2/conf/kubelet.yaml" --kubeconfig "$D/conf/kubelet2.kubeconfig" \
+      --root-dir "$D/node2/kubelet" --hostname-override "$NODE2"
+  fi
   wait_for 60 "node $NODE registered" kubectl_ get node "$NODE"
   wait_for 60 "node $NODE Ready" kubectl_ wait --for=condition=Ready "node/$NODE" --timeout=1s
+  if ((NODES == 2)); then
+    wait_for 60 "node $NODE2 registered" kubectl_ get node "$NODE2"
+    wait_for 60 "node $NODE2 Ready" kubectl_ wait --for=condition=Ready "node/$NODE2" --timeout=1s
+  fi
   # Pods are refused until the namespace's default ServiceAccount exists.
   wait_for 30 "default ServiceAccount" kubectl_ get serviceaccount default
-  echo "cluster: up in $(since "$t0") s (node $NODE Ready); export KUBECONFIG=$D/kubeconfig"
+  local ready="node $NODE Ready"
+  ((NODES == 1)) || ready="nodes $NODE and $NODE2 Ready"
+  echo "cluster: up in $(since "$t0") s ($ready); export KUBECONFIG=$D/kubeconfig"
 }
 
-# import_image TAR: loads an OCI layout tarball into the cluster's containerd (CRI namespace).
+# import_image TAR [ND]: loads an OCI layout tarball into a node's containerd (CRI namespace);
+# ND is the node's folder, DIR for the first node.
 import_image() {
-  "$PREFIX/bin/ctr" --address "$D/containerd/containerd.sock" -n k8s.io images import \
+  "$PREFIX/bin/ctr" --address "${2:-$D}/containerd/containerd.sock" -n k8s.io images import \
     "$1" >/dev/null
+}
+
+# The second node's cgroup root in every hierarchy (the kubelet wants it to exist): its kubepods
+# live under it, apart from the first node's. A new cpuset cgroup starts empty; it gets the root's.
+make_node2_cgroups() {
+  local c
+  for c in /sys/fs/cgroup/*/; do mkdir -p "${c}$NODE2_CGROUP"; done
+  if [[ -f /sys/fs/cgroup/cpuset/cpuset.cpus ]]; then
+    cat /sys/fs/cgroup/cpuset/cpuset.cpus >"/sys/fs/cgroup/cpuset/$NODE2_CGROUP/cpuset.cpus"
+    cat /sys/fs/cgroup/cpuset/cpuset.mems >"/sys/fs/cgroup/cpuset/$NODE2_CGROUP/cpuset.mems"
+  fi
 }
 
 # --- down --------------------------------------------------------------------------------------
@@ -364,7 +429,8 @@ shim_pids() {
   local p
   for p in /proc/[0-9]*; do
     [[ $(readlink "$p/exe" 2>/dev/null) == */containerd-shim-runc-v2 ]] || continue
-    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "-address $D/containerd/containerd.sock" &&
+    tr '\0' ' ' <"$p/cmdline" 2>/dev/null |
+      grep -qE -- "-address $D(/node2)?/containerd/containerd.sock( |$)" &&
       echo "${p#/proc/}"
   done
 }
@@ -398,13 +464,14 @@ down() {
     return 0
   fi
   stop kubelet
+  stop kubelet.2
   # The pods' processes first, then their shims, then the daemons.
   for ((i = 0; i < 3; i++)); do
     for pid in $(pod_pids); do kill -KILL "$pid" 2>/dev/null || true; done
     sleep 0.1
   done
   for pid in $(shim_pids); do kill -KILL "$pid" 2>/dev/null || true; done
-  for a in containerd kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$a"; done
+  for a in containerd containerd.2 kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$a"; done
   unmount_under "$D"
   while read -r kind a b; do
     case $kind in
@@ -424,12 +491,18 @@ down() {
     echo "cluster: down in $(since "$t0") s, but the host is not all put back (see above)" >&2
     return 1
   fi
-  rm -rf "$D/containerd" "$D/kubelet" "$D/etcd" "$D/run"
+  rm -rf "$D/containerd" "$D/kubelet" "$D/etcd" "$D/run" "$D/node2/containerd" "$D/node2/kubelet"
   mv "$D/host-state" "$D/host-state.restored"
   echo "cluster: down in $(since "$t0") s; host state put back (stopped in s: ${STOPPED[*]})"
 }
 
-[[ $# -eq 2 && ($1 == up || $1 == down) ]] || { sed -n '/^#   cluster.sh up/,/^#   cluster.sh down/p' "$0" >&2; exit 2; }
+usage() { sed -n '/^#   cluster.sh up/,/^#   cluster.sh down/p' "$0" >&2; exit 2; }
+[[ $# -ge 2 && ($1 == up || $1 == down) ]] || usage
+if [[ $# -eq 4 && $1 == up && $3 == --nodes && ($4 == 1 || $4 == 2) ]]; then
+  NODES=$4
+elif [[ $# -ne 2 ]]; then
+  usage
+fi
 mkdir -p "$2"
 D=$(cd "$2" && pwd)
 "$1"

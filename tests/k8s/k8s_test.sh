@@ -51,7 +51,7 @@ HOST_PATHS=(/var/lib/kubelet /var/log/containers /var/log/pods /run/containerd /
 host_state() {
   local s p
   for s in "${SYSCTLS[@]}"; do echo "$s=$(sysctl -n "$s")"; done
-  for p in "${HOST_PATHS[@]}" /sys/fs/cgroup/*/kubepods; do [[ -e $p ]] && echo "exists $p"; done
+  for p in "${HOST_PATHS[@]}" /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/*/paladin-node2; do [[ -e $p ]] && echo "exists $p"; done
   # The cluster's bridge (cluster.sh's BRIDGE); the pods' veths go with their namespaces.
   ip link show pladk8s0 >/dev/null 2>&1 && echo "link pladk8s0"
   # Processes running a binary of the prefix: a daemon, a shim or a runc left behind.
@@ -105,7 +105,13 @@ if [[ $own_cluster == 1 ]]; then
   }
   trap finish EXIT
   trap 'exit 130' INT TERM
-  bash "$here/cluster.sh" up "$DIR"
+  # A second node only when a case asks for it (a line `# k8s: nodes 2`): the cases share one
+  # bring-up either way, and the second node is tainted, so the others never land there.
+  nodes=1
+  for c in "${cases[@]}"; do
+    grep -qx '# k8s: nodes 2' "$here/$c.sh" && nodes=2
+  done
+  bash "$here/cluster.sh" up "$DIR" --nodes "$nodes"
   export KUBECONFIG=$DIR/kubeconfig
   KUBECTL=$PREFIX/bin/kubectl
   IMAGE=paladin.local/demo-workload:test
@@ -114,6 +120,10 @@ if [[ $own_cluster == 1 ]]; then
     -e LD_LIBRARY_PATH=/usr/lib/paladin -- /usr/local/bin/paladin-demo-workload
   "$PREFIX/bin/ctr" --address "$DIR/containerd/containerd.sock" -n k8s.io images import \
     "$DIR/images/demo.tar" >/dev/null
+  if [[ $nodes == 2 ]]; then
+    "$PREFIX/bin/ctr" --address "$DIR/node2/containerd/containerd.sock" -n k8s.io images import \
+      "$DIR/images/demo.tar" >/dev/null
+  fi
   # `paladin k8s node` reaches the API server as the cluster's admin.
   server=$("$KUBECTL" config view -o jsonpath='{.clusters[0].cluster.server}')
   pki=$DIR/pki
@@ -121,6 +131,14 @@ if [[ $own_cluster == 1 ]]; then
   # paladin k8s move, run on the node: the cluster's runc, its state folder, CRIU, the images
   # and the key of the RuntimeClass paladin (cluster.sh).
   export MOVE_FLAGS="--runc $PREFIX/bin/runc --runc-root $DIR/containerd/runc/k8s.io --criu-dir ${PALADIN_CRIU_DIR:-/opt/paladin/criu} --images $DIR/checkpoints --key $DIR/conf/move.key"
+  if [[ $nodes == 2 ]]; then
+    # The second node (cluster.sh): its name, its cgroup root, and where a move to it carries
+    # the image and finds the restored container.
+    export NODE2=127.0.0.2 NODE2_CGROUP=paladin-node2
+    export NODE2_MOVE_FLAGS="--to-images $DIR/node2/checkpoints --to-runc-root $DIR/node2/containerd/runc/k8s.io"
+    # paladin k8s drain run on the second node, its pods moved to the first.
+    export NODE2_DRAIN_FLAGS="--runc $PREFIX/bin/runc --runc-root $DIR/node2/containerd/runc/k8s.io --criu-dir ${PALADIN_CRIU_DIR:-/opt/paladin/criu} --images $DIR/node2/checkpoints --key $DIR/conf/move.key --to-images $DIR/checkpoints --to-runc-root $DIR/containerd/runc/k8s.io"
+  fi
 else
   KUBECTL=$(command -v kubectl)
   IMAGE=$PALADIN_K8S_TEST_IMAGE

@@ -1,6 +1,6 @@
 // paladin k8s move, its pure parts: the restore token (the same HMAC scripts/paladin-runc.sh
-// computes in the shell), the replacement's name, which pods it refuses to move, and the
-// replacement pod it creates.
+// computes in the shell), the replacement's name, which pods it refuses to move, the targets it
+// refuses, the replacement pod it creates, and a drain's plan.
 #include "paladin/k8s/move.h"
 
 #include <gtest/gtest.h>
@@ -127,6 +127,80 @@ TEST(ReplacementPod, CarriesTheRestoreAndLeavesBindingToTheScheduler) {
   const Json plain = Json::parse(*ReplacementPod(RunningPod().dump(), r));
   EXPECT_EQ(plain["spec"]["nodeName"], "localhost");
   EXPECT_FALSE(plain["metadata"]["annotations"].contains(kMoveToAnnotation));
+}
+
+TEST(CheckTarget, ANodeNeedsItsImageFolderAndAGpuPodKeepsItsIndex) {
+  MovablePod gpu_pod;
+  gpu_pod.ns = "team-a";
+  gpu_pod.name = "demo";
+  gpu_pod.node = "n1";
+  gpu_pod.gpu = 0;
+  MovablePod plain = gpu_pod;
+  plain.gpu = -1;
+
+  // No node given: the pod's own; a GPU pod must name another GPU.
+  MoveOptions o;
+  EXPECT_EQ(CheckTarget(gpu_pod, o).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(o.node, "n1");
+  o.gpu = 0;
+  EXPECT_EQ(CheckTarget(gpu_pod, o).code(), StatusCode::kInvalidArgument);  // already there
+  o.gpu = 1;
+  EXPECT_TRUE(CheckTarget(gpu_pod, o).ok());
+
+  // Another node: refused without the folder the image is carried to, naming the flag.
+  o = MoveOptions();
+  o.node = "n2";
+  const Status no_folder = CheckTarget(plain, o);
+  EXPECT_EQ(no_folder.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(no_folder.message().find("--to-images"), std::string::npos) << no_folder.message();
+  o.to_images = "/n2/images";
+  EXPECT_TRUE(CheckTarget(plain, o).ok());
+  EXPECT_EQ(o.gpu, -1);
+  // A GPU pod goes to the same index there unless told; the same index is no longer "there".
+  MoveOptions g = o;
+  EXPECT_TRUE(CheckTarget(gpu_pod, g).ok());
+  EXPECT_EQ(g.gpu, 0);
+  // --gpu is for pods Paladin placed on a GPU.
+  o.gpu = 1;
+  EXPECT_EQ(CheckTarget(plain, o).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(CheckDestinationNode, ReadyAndNotCordoned) {
+  Json node = Json::parse(R"({"metadata": {"name": "n2"}, "spec": {},
+    "status": {"conditions": [{"type": "Ready", "status": "True"}]}})");
+  EXPECT_TRUE(CheckDestinationNode(node.dump()).ok());
+  node["spec"]["unschedulable"] = true;
+  EXPECT_NE(CheckDestinationNode(node.dump()).message().find("cordoned"), std::string::npos);
+  node["spec"].erase("unschedulable");
+  node["status"]["conditions"][0]["status"] = "Unknown";
+  node["status"]["conditions"][0]["reason"] = "NodeStatusUnknown";
+  EXPECT_NE(CheckDestinationNode(node.dump()).message().find("not Ready (NodeStatusUnknown)"),
+            std::string::npos);
+  node["status"].erase("conditions");
+  EXPECT_FALSE(CheckDestinationNode(node.dump()).ok());
+}
+
+TEST(PlanDrain, MovesThePodsOfTheRuntimeClassAndSaysWhyOthersStay) {
+  Json plain = RunningPod();
+  plain["metadata"]["name"] = "web";
+  plain["spec"].erase("runtimeClassName");
+  Json done = RunningPod();
+  done["metadata"]["name"] = "job";
+  done["status"]["phase"] = "Succeeded";
+  Json second = RunningPod();
+  second["metadata"]["name"] = "demo-2";
+  const Json list = {{"kind", "PodList"}, {"items", {RunningPod(), plain, done, second}}};
+  StatusOr<DrainPlan> plan = PlanDrain(list.dump());
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  ASSERT_EQ(plan->move.size(), 2u);
+  EXPECT_EQ(plan->move[0].name, "demo");
+  EXPECT_EQ(plan->move[1].name, "demo-2");
+  // A finished pod runs nothing: neither moved nor reported.
+  ASSERT_EQ(plan->left.size(), 1u);
+  EXPECT_EQ(plan->left[0].rfind("team-a/web: ", 0), 0u) << plan->left[0];
+  EXPECT_NE(plan->left[0].find("RuntimeClass"), std::string::npos) << plan->left[0];
+  EXPECT_FALSE(PlanDrain("[]").ok());
+  EXPECT_FALSE(PlanDrain(R"({"items": 3})").ok());
 }
 
 }  // namespace

@@ -63,7 +63,12 @@ struct MoveOptions {
   std::string pod;
   std::string new_name;  // empty: NextPodName
   int gpu = -1;          // -1: the same GPU (only for a pod without a Paladin GPU)
-  std::string node;      // empty: the pod's node (the only kind built)
+  std::string node;      // empty: the pod's node
+  // A move to another node: the image is carried into the destination's image folder (on this
+  // machine: the other node's own, or a filesystem both nodes mount), and for a GPU pod the
+  // restored processes are found in the destination's runc state (empty: runc_root).
+  std::string to_images;
+  std::string to_runc_root;
   std::string runc = "runc";
   std::string runc_root = "/run/containerd/runc/k8s.io";
   std::string criu_dir;  // put first on runc's PATH (Paladin's CRIU)
@@ -78,13 +83,44 @@ struct MoveResult {
   std::string new_name;
   std::string image;
   int from_gpu = -1, to_gpu = -1;
+  std::string from_node, to_node;
   int64_t checkpoint_ms = 0;  // GPU state and CRIU
+  int64_t carry_ms = 0;       // the image carried to the destination's folder (between nodes)
   int64_t paused_ms = 0;      // from the first lock until the replacement's GPU state is unlocked
 };
+
+// The checks of a move's target that need nothing but the pod and the options: a move between
+// nodes needs the destination's image folder; a GPU pod needs a GPU (between nodes, its own
+// index by default); a pod without a Paladin GPU takes no --gpu. Fills in o.gpu's default.
+Status CheckTarget(const MovablePod& pod, MoveOptions& o);
+
+// Whether a Node (its JSON) may receive a moved pod: Ready and not cordoned; an error says why.
+Status CheckDestinationNode(const std::string& node_json);
 
 // Moves the pod; `progress` gets one line per step. On an error before the checkpoint the pod is
 // left running as it was; after it, the error says where the image is.
 StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& options,
                              const std::function<void(const std::string&)>& progress);
+
+// `paladin k8s drain NODE`: the node cordoned (spec.unschedulable, so the stock scheduler places
+// nothing more there), then each running pod of the RuntimeClass `paladin` on it moved to
+// another node, one after another, as MovePod does. Pods of other RuntimeClasses (and the
+// DaemonSets' and mirror pods) are left for `kubectl drain`, which evicts rather than moves.
+struct DrainPlan {
+  std::vector<MovablePod> move;   // in the order of the list
+  std::vector<std::string> left;  // "NAMESPACE/NAME: why it is not moved"
+};
+// The plan from a PodList of the node's pods (GET /api/v1/pods?fieldSelector=spec.nodeName=N).
+StatusOr<DrainPlan> PlanDrain(const std::string& pod_list_json);
+
+struct DrainResult {
+  std::vector<MoveResult> moved;
+  std::vector<std::string> left;
+};
+// Cordons `node` and moves its pods per `move` (node, to_images, runc and the rest; pod, ns and
+// new_name are each pod's). Stops at the first move that fails, saying which and what is left.
+StatusOr<DrainResult> DrainNode(const ApiClient& client, const std::string& node,
+                                const MoveOptions& move,
+                                const std::function<void(const std::string&)>& progress);
 
 }  // namespace paladin::k8s
