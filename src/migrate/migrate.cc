@@ -604,9 +604,8 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   report.times.seconds.emplace_back("transfer", Since(sending));
   CrashPoint("src-after-transfer");
 
-  StatusOr<Channel> channel = options.stream
-                                  ? StatusOr<Channel>(std::move(stream->channel))
-                                  : Channel::Connect(options.host, options.port + 1, 60);
+  StatusOr<Channel> channel = options.stream ? StatusOr<Channel>(std::move(stream->channel))
+                                             : Channel::Connect(options.host, options.port + 1, 60);
   if (!channel.ok()) {
     stop_dump();
     cleanup();

@@ -89,8 +89,8 @@ uint64_t JobMemoryBytes(const ckpt::JobRecord& job) {
 }
 
 StatusOr<PageStream> OpenPageStream(const std::string& host, int command_port,
-                                    const std::string& token, const std::string& id,
-                                    uint64_t bytes, const ckpt::Progress& progress) {
+                                    const std::string& token, const std::string& id, uint64_t bytes,
+                                    const ckpt::Progress& progress) {
   PageStream stream;
   stream.host = host;
   StatusOr<Channel> channel = Channel::Connect(host, command_port, 60);
@@ -101,12 +101,11 @@ StatusOr<PageStream> OpenPageStream(const std::string& host, int command_port,
   StatusOr<PageTls> tls = PageTls::Create(id + " source");
   if (!tls.ok()) return tls.status();
   stream.tls = std::move(*tls);
-  said = stream.channel.Call(kPageServerCommand + id + " " + std::to_string(bytes) + " " +
-                                 stream.tls.certificate(),
-                             60);
+  said = stream.channel.Call(
+      kPageServerCommand + id + " " + std::to_string(bytes) + " " + stream.tls.certificate(), 60);
   if (!said.ok()) {
-    return Status(said.status().code(), "the destination started no page server: " +
-                                            said.status().message());
+    return Status(said.status().code(),
+                  "the destination started no page server: " + said.status().message());
   }
   std::istringstream answer(*said);
   std::string certificate;
@@ -121,8 +120,7 @@ StatusOr<PageStream> OpenPageStream(const std::string& host, int command_port,
   return stream;
 }
 
-StatusOr<std::unique_ptr<PageSink>> PageSink::Start(const ckpt::Criu& criu,
-                                                    const std::string& args,
+StatusOr<std::unique_ptr<PageSink>> PageSink::Start(const ckpt::Criu& criu, const std::string& args,
                                                     const std::string& bind_address, int port,
                                                     const std::string& disk_parent,
                                                     const ckpt::Progress& progress) {
@@ -150,9 +148,9 @@ StatusOr<std::unique_ptr<PageSink>> PageSink::Start(const ckpt::Criu& criu,
   sink->kept_in_ = memory ? "memory" : "disk";
   sink->port_ = port;
   sink->log_ = disk_parent + "/page-server.log";
-  std::vector<std::string> argv = {criu.path,    "page-server", "-D",   sink->dir_,
-                                   "--address",  bind_address,  "--port", std::to_string(port),
-                                   "-o",         sink->log_,    "-v2"};
+  std::vector<std::string> argv = {criu.path,   "page-server", "-D",     sink->dir_,
+                                   "--address", bind_address,  "--port", std::to_string(port),
+                                   "-o",        sink->log_,    "-v2"};
   const std::vector<std::string> tls_args = sink->tls_.CriuArgs();
   argv.insert(argv.end(), tls_args.begin(), tls_args.end());
   StatusOr<pid_t> server = ckpt::StartServing(criu, argv, sink->log_, 30);
@@ -160,9 +158,9 @@ StatusOr<std::unique_ptr<PageSink>> PageSink::Start(const ckpt::Criu& criu,
     return Status(server.status().code(), "criu page-server: " + server.status().message());
   }
   sink->server_ = *server;
-  progress("page server for migration " + id + " on " + bind_address + ":" +
-           std::to_string(port) + " over TLS, " + std::to_string(sink->bytes_ / kMiB) +
-           " MiB announced, kept in " + sink->kept_in_ + " (" + sink->dir_ + ")");
+  progress("page server for migration " + id + " on " + bind_address + ":" + std::to_string(port) +
+           " over TLS, " + std::to_string(sink->bytes_ / kMiB) + " MiB announced, kept in " +
+           sink->kept_in_ + " (" + sink->dir_ + ")");
   if (FaultSet("drop:page-stream")) {
     // For the tests: the page stream cut once half the memory has arrived.
     PageSink* self = sink.get();

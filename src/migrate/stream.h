@@ -52,8 +52,8 @@ uint64_t JobMemoryBytes(const ckpt::JobRecord& job);
 // asks for a page server for migration `id`, announcing `bytes` of memory. Blocks for at most a
 // minute.
 StatusOr<PageStream> OpenPageStream(const std::string& host, int command_port,
-                                    const std::string& token, const std::string& id,
-                                    uint64_t bytes, const ckpt::Progress& progress);
+                                    const std::string& token, const std::string& id, uint64_t bytes,
+                                    const ckpt::Progress& progress);
 
 // The destination's side: `criu page-server` (this process's child, in a process group of its
 // own) writing the pages into a private directory, on tmpfs (/dev/shm) when it and the host's
