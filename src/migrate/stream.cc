@@ -164,11 +164,13 @@ StatusOr<std::unique_ptr<PageSink>> PageSink::Start(const ckpt::Criu& criu, cons
   if (FaultSet("drop:page-stream")) {
     // For the tests: the page stream cut once half the memory has arrived.
     PageSink* self = sink.get();
-    sink->fault_ = std::thread([self, progress] {
+    const pid_t server = sink->server_;
+    const std::string dir = sink->dir_;
+    sink->fault_ = std::thread([self, server, dir, progress] {
       const uint64_t at = std::max<uint64_t>(self->bytes_ / 2, 16 * kMiB);
       while (!self->over_.load()) {
-        if (PageBytes(self->dir_) >= at) {
-          kill(-self->server_, SIGKILL);
+        if (PageBytes(dir) >= at) {
+          kill(-server, SIGKILL);  // not yet waited for: Finish and Stop end this thread first
           progress("fault injected: the page server killed mid-stream");
           return;
         }
@@ -211,10 +213,10 @@ void PageSink::Remove(const std::string& keep_logs_in) {
 
 StatusOr<std::string> PageSink::Finish(const std::string& image, double timeout_s) {
   if (server_ <= 0) return FailedPrecondition("the page server is gone");
-  Status served = ckpt::ServingResult(server_, "criu page-server", log_, timeout_s);
-  server_ = 0;
   over_.store(true);
   if (fault_.joinable()) fault_.join();
+  Status served = ckpt::ServingResult(server_, "criu page-server", log_, timeout_s);
+  server_ = 0;
   if (!served.ok()) return served;
   // The image's files beside the pages: regular files and folders only, none replacing a page
   // file (the transfer verified them against the manifest; links are not followed).
