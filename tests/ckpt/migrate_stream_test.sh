@@ -7,6 +7,11 @@
 #   cut     the page server killed once half the memory has arrived (PALADIN_MIGRATE_FAULT=
 #           drop:page-stream at the destination: the page stream cut mid-dump): the job resumes
 #           at the source
+#   attack  a client without the move's keys (tests/ckpt/page_attacker.py: a page request in
+#           clear, TLS with a certificate of its own, TLS without one, in turn) connects to the
+#           destination's page-server port again and again from before the move to its end: the
+#           page server takes one client and refuses any without the source's key, so the move
+#           either completes or fails with the job still running at the source
 # After each, exactly one copy runs and its memory and every generation are verified
 # (lazy_mem.py check: no generation repeated or skipped, every window's sum and a CRC of all
 # memory right).
@@ -16,7 +21,7 @@ set -u
 PALADIN=$(realpath "$1")
 shift
 CASES=("$@")
-((${#CASES[@]} > 0)) || CASES=(moved cut)
+((${#CASES[@]} > 0)) || CASES=(moved cut attack)
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../cli/testlib.sh"
 source "$HERE/ckptlib.sh"
@@ -36,10 +41,11 @@ work=$(mktemp -d /tmp/paladin-migrate-stream-test.XXXXXX)
 export PALADIN_TOKEN=migrate-stream-test-token
 port=$((20000 + RANDOM % 20000))
 receivers=()
+attackers=()
 cleanup() {
   local p
   for p in $(pgrep -f "lazy_mem.py run $MIB $work/"); do kill -9 "$p" 2>/dev/null; done
-  for p in "${receivers[@]}"; do kill -9 "$p" 2>/dev/null; done
+  for p in "${receivers[@]}" "${attackers[@]}"; do kill -9 "$p" 2>/dev/null; done
   if ((failures == 0)) && [[ -z ${KEEP:-} ]]; then rm -rf "$work"; else echo "logs kept in $work"; fi
 }
 trap cleanup EXIT
@@ -75,11 +81,24 @@ move() {
   local receiver=$!
   receivers+=("$receiver")
   sleep 0.3
+  if [[ $case == attack ]]; then
+    [[ -s $work/stranger.crt ]] ||
+      openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=stranger \
+        -days 1 -keyout "$work/stranger.key" -out "$work/stranger.crt" >/dev/null 2>&1
+    python3 "$HERE/page_attacker.py" 127.0.0.1 $((port + 2)) "$d/stop" "$work/stranger.crt" \
+      "$work/stranger.key" >"$d/attacker.out" 2>&1 &
+    attackers+=($!)
+  fi
   local keep=()
   [[ $case == moved ]] && keep=(--keep-image)
   TMPDIR=$d/tmp PALADIN_RUN_DIR=$d/base timeout 300 "$PALADIN" migrate "$case" \
     --peer 127.0.0.1:$port --mode stream "${keep[@]}" >"$d/migrate.out" 2>&1
   local rc=$?
+  if [[ $case == attack ]]; then
+    touch "$d/stop"
+    wait "${attackers[-1]}" 2>/dev/null
+    echo "  $(grep '^attacker:' "$d/attacker.out")"
+  fi
   wait "$receiver" 2>/dev/null
   sleep 0.5
   local out copies survivor
@@ -96,7 +115,17 @@ move() {
   if [[ -n $(ls -A "$d/tmp") ]]; then
     fail "$case: the page stream's keys were left behind: $(ls -A "$d/tmp")"
   fi
-  if [[ $case == moved ]]; then
+  if [[ $case == attack ]]; then
+    if ((rc == 0)) && grep -q '^moved .* streaming pre-copy: pause' <<<"$out"; then
+      [[ $survivor != "$src" ]] || fail "$case: reported moved but the source's copy runs"
+    elif ((rc != 0)) && [[ $survivor == "$src" ]] && grep -q 'keeps running here\|resumed here' <<<"$out"; then
+      grep -q 'NOT trusted\|tls' "$d/in/page-server.log" ||
+        fail "$case: the move failed but the page server refused nobody: $out"
+    else
+      fail "$case: neither moved nor kept at the source (exit $rc): $out"
+      return
+    fi
+  elif [[ $case == moved ]]; then
     if ((rc != 0)) || [[ $survivor == "$src" ]] || ! grep -q '^moved .* streaming pre-copy: pause' <<<"$out"; then
       fail "$case: expected the job to move (exit $rc): $out; receive: $(cat "$d/recv.out")"
       return
