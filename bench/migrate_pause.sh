@@ -7,14 +7,20 @@
 #   bench/migrate_pause.sh [SIZE_MIB=2048] [ROUNDS=1] PALADIN [PALADIN...]
 #
 # --both moves the same workload (tests/ckpt/lazy_mem.py: SIZE MiB of distinct pages, a line
-# every 50 ms) three ways in one run, for each size: one job by image (`paladin migrate`), then a
-# fresh one post-copy (`paladin migrate --lazy`, the CRIU of scripts/criu_lazy.sh; its page
-# stream over TLS), then one post-copy over plain TCP (`--lazy --lazy-plain`), each to a
-# `paladin receive` of its own (the moved job's record reads "moved" at a shared run base), and
-# verifies each moved job's memory and every generation. Prints each move's pause
+# every 50 ms) several ways in one run, for each size, each a fresh job to a `paladin receive` of
+# its own (the moved job's record reads "moved" at a shared run base), and verifies each moved
+# job's memory and every generation:
+#   image            `paladin migrate --mode image`: dump to a local image, then send it
+#   stream           `--mode stream`: streaming pre-copy, the dump straight into the
+#                    destination's page server over TLS (kept in memory there)
+#   post-copy        `--mode post-copy` (the CRIU of scripts/criu_lazy.sh), its page stream
+#                    over TLS
+#   plain-post-copy  `--lazy --lazy-plain` (only with BOTH_PLAIN=1): post-copy over plain TCP
+# and, as the baseline, a plain copy of SIZE MiB from one process's memory into another's over a
+# loopback TCP connection (python sockets, no hashing, no disk). Prints each move's pause
 # (paladin's: from stopping the job to its resuming there) and total (until the source is
-# released: the end of the migrate command), post-copy's ratios to the image move's and TLS's
-# to plain TCP's.
+# released: the end of the migrate command), the plain copy's time, and the ratios: stream
+# pause / plain copy, post-copy total / plain copy, image pause / plain copy.
 #
 #   bench/migrate_pause.sh --both PALADIN [SIZE_MIB...]     (default sizes: 256 1024)
 set -uo pipefail
@@ -30,7 +36,12 @@ if [[ ${1:-} == --both ]]; then
   for mib in "${SIZES[@]}"; do
     dir=$(mktemp -d /var/tmp/paladin-migrate-both.XXXXXX)
     declare -A pause total
-    for mode in image post-copy plain-post-copy; do
+    modes=(image stream post-copy)
+    [[ -n ${BOTH_PLAIN:-} ]] && modes+=(plain-post-copy)
+    copy=$(python3 "$HERE/plain_copy.py" "$mib")
+    printf '%-6s %-15s %8s %8s  %s\n' "$mib" plain-copy "$copy" "$copy" \
+      "$mib MiB from one process's memory into another's over loopback TCP"
+    for mode in "${modes[@]}"; do
       out=$dir/out-$mode
       name=both-$mode
       PALADIN_RUN_DIR=$dir/run "$PALADIN" run --name "$name" -- \
@@ -40,7 +51,9 @@ if [[ ${1:-} == --both ]]; then
       port=$((port + 3))
       flags=()
       receive_flags=()
-      [[ $mode == post-copy ]] && flags=(--lazy)
+      [[ $mode == image ]] && flags=(--mode image)
+      [[ $mode == stream ]] && flags=(--mode stream)
+      [[ $mode == post-copy ]] && flags=(--mode post-copy)
       [[ $mode == plain-post-copy ]] && flags=(--lazy --lazy-plain) && receive_flags=(--lazy-plain)
       PALADIN_RUN_DIR=$dir/run "$PALADIN" receive --listen $port --dir "$dir/in-$mode" \
         "${receive_flags[@]}" >"$dir/receive-$mode.log" 2>&1 &
@@ -69,16 +82,18 @@ if [[ ${1:-} == --both ]]; then
       fi
       wait 2>/dev/null
     done
-    if [[ -n ${pause[post-copy]:-} && -n ${pause[image]:-} ]]; then
-      awk -v m="$mib" -v pi="${pause[image]}" -v pl="${pause[post-copy]}" -v ti="${total[image]}" \
-        -v tl="${total[post-copy]}" \
-        'BEGIN {printf "%-6s %-15s %7.2fx %7.2fx  post-copy / image\n", m, "ratio", pl / pi, tl / ti}'
-    fi
-    if [[ -n ${pause[post-copy]:-} && -n ${pause[plain-post-copy]:-} ]]; then
-      awk -v m="$mib" -v pp="${pause[plain-post-copy]}" -v pl="${pause[post-copy]}" \
-        -v tp="${total[plain-post-copy]}" -v tl="${total[post-copy]}" \
-        'BEGIN {printf "%-6s %-15s %7.2fx %7.2fx  post-copy: TLS / plain\n", m, "ratio", pl / pp, tl / tp}'
-    fi
+    ratio() {  # ratio WHAT A B: A / B
+      [[ -n $2 && -n $3 ]] &&
+        awk -v m="$mib" -v w="$1" -v a="$2" -v b="$3" \
+          'BEGIN {printf "%-6s %-15s %7.2fx  %s\n", m, "ratio", a / b, w}'
+    }
+    ratio "stream pause / plain copy" "${pause[stream]:-}" "$copy"
+    ratio "stream total / plain copy" "${total[stream]:-}" "$copy"
+    ratio "post-copy pause / plain copy" "${pause[post-copy]:-}" "$copy"
+    ratio "post-copy total / plain copy" "${total[post-copy]:-}" "$copy"
+    ratio "image pause / plain copy" "${pause[image]:-}" "$copy"
+    ratio "stream pause / image pause" "${pause[stream]:-}" "${pause[image]:-}"
+    ratio "post-copy pause: TLS / plain" "${pause[post-copy]:-}" "${pause[plain-post-copy]:-}"
     unset pause total
     [[ -n ${KEEP:-} ]] && echo "kept $dir" || rm -rf "$dir"
   done

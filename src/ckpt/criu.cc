@@ -454,6 +454,12 @@ Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOpti
   }
   if (options.leave_running && !options.pre_dump) argv.emplace_back("--leave-running");
   if (options.leave_stopped) argv.emplace_back("--leave-stopped");
+  if (options.page_server_port > 0 && options.lazy_port == 0 && !options.pre_dump) {
+    argv.insert(argv.end(), {"--page-server", "--address", options.page_server_address, "--port",
+                             std::to_string(options.page_server_port)});
+    argv.insert(argv.end(), options.page_server_tls_args.begin(),
+                options.page_server_tls_args.end());
+  }
   if (options.lazy_port > 0 && !options.pre_dump) {
     // The log goes outside the image: the image is sent while the dump still writes it.
     argv[7] = options.lazy_log;

@@ -28,7 +28,8 @@ struct MigrateArgs {
   FleetFlags fleet;  // a server's job (j-NNNNNN) moves through the server
   bool no_wait = false;
   double outcome_timeout_s = 600;
-  bool lazy = false;
+  bool lazy = false;  // --lazy, the old spelling of --mode post-copy
+  std::string mode = "image";
   std::string lazy_address;
   int lazy_port = 0;
   bool lazy_plain = false;
@@ -72,6 +73,7 @@ int RunMigrate(const MigrateArgs& a) {
   }
   migrate::MigrateOptions options;
   options.lazy = a.lazy;
+  options.stream = a.mode == "stream";
   options.lazy_address = a.lazy_address;
   options.lazy_port = a.lazy_port;
   options.lazy_plain = a.lazy_plain;
@@ -96,6 +98,13 @@ int RunMigrate(const MigrateArgs& a) {
         job->name.c_str(), a.peer.c_str(), report->remote_pid, report->pause_s, report->total_s,
         report->times.Describe().c_str(),
         report->image.empty() ? "" : ("; image kept in " + report->image).c_str());
+    return 0;
+  }
+  if (options.stream) {
+    std::printf("moved %s to %s (pid %lld there) by streaming pre-copy: pause %.2f s; %s%s\n",
+                job->name.c_str(), a.peer.c_str(), report->remote_pid, report->pause_s,
+                report->times.Describe().c_str(),
+                report->image.empty() ? "" : ("; image kept in " + report->image).c_str());
     return 0;
   }
   std::printf("moved %s to %s (pid %lld there): pause %.2f s; %s%s\n", job->name.c_str(),
@@ -177,11 +186,17 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
                    "here is dropped and the image kept)")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 86400.0));
-  migrate->add_flag("--lazy", m->lazy,
-                    "Post-copy (--peer only): the job resumes there at once and pulls its memory "
-                    "from its stopped copy here, which is released once every page arrived "
-                    "(needs the CRIU of scripts/criu_lazy.sh on both sides; "
-                    "docs/lazy_migration.md)");
+  migrate
+      ->add_option("--mode", m->mode,
+                   "--peer: image (dump to a local image, then send it), stream (streaming "
+                   "pre-copy: the dump sends the memory straight to the destination, which keeps "
+                   "it in memory when it has room), post-copy (the job resumes there at once and "
+                   "pulls its memory from its stopped copy here, released once every page "
+                   "arrived; needs the CRIU of scripts/criu_lazy.sh on both sides). "
+                   "docs/lazy_migration.md")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"image", "stream", "post-copy"}));
+  migrate->add_flag("--lazy", m->lazy, "The same as --mode post-copy");
   migrate->add_option("--lazy-address", m->lazy_address,
                       "--lazy: the address the page server listens on (default: the one this host "
                       "reaches the peer from)");
@@ -197,6 +212,19 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
                       "Where the image is written (default: the "
                       "job's run directory)");
   migrate->callback([m, exit_code] {
+    if (m->lazy && m->mode != "image" && m->mode != "post-copy") {
+      Say("migrate", "--lazy is --mode post-copy; it cannot be --mode " + m->mode);
+      *exit_code = 2;
+      return;
+    }
+    if (m->mode == "post-copy") m->lazy = true;
+    if (m->mode == "stream" && m->peer.empty()) {
+      Say("migrate",
+          "--mode stream moves a job of this machine directly: give --peer HOST:PORT (a "
+          "server's job moves by the server's mode)");
+      *exit_code = 2;
+      return;
+    }
     if (m->lazy_plain && !m->lazy) {
       Say("migrate", "--lazy-plain is an option of --lazy (post-copy) moves");
       *exit_code = 2;

@@ -26,6 +26,7 @@
 #include "paladin/quota/usage.h"
 #include "paladin/transfer/transfer.h"
 #include "state.h"
+#include "stream.h"
 
 namespace paladin::migrate {
 
@@ -248,6 +249,16 @@ Status WaitPageHandshake(pid_t dump, const std::string& log, double timeout_s) {
 // handshake with the page server (it connects as the restore hands it the job's memory).
 constexpr double kPageHandshakeS = 30;
 
+// Whether the image here holds the job's memory (CRIU's pagemap files): not after a streaming
+// pre-copy dump, which sent it to the destination's page server.
+bool ImageHoldsMemory(const std::string& image) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(image, ec)) {
+    if (e.path().filename().string().rfind("pagemap-", 0) == 0) return true;
+  }
+  return false;
+}
+
 // Settles the source's side once RESUME was sent (the direct form): only the destination's word
 // decides whether the job resumes here.
 Status SettleSource(ckpt::JobRecord* job, MoveState* st, const std::string& state_file,
@@ -261,6 +272,10 @@ Status SettleSource(ckpt::JobRecord* job, MoveState* st, const std::string& stat
     Status s = ckpt::ResumeJob(job);
     if (!s.ok()) progress("resuming the job here failed: " + s.message());
     st->step = "resumed";
+  } else if (!ImageHoldsMemory(st->image)) {
+    // Streaming pre-copy: the memory went to the destination only, so the image here cannot
+    // bring the job back; the stopped copy stays, for whoever sorts it out.
+    st->step = "in_doubt";
   } else {
     // Nobody can say: the stopped copy goes, the image stays, for whoever sorts it out.
     Release(job);
@@ -271,6 +286,13 @@ Status SettleSource(ckpt::JobRecord* job, MoveState* st, const std::string& stat
   if (outcome == Outcome::kCommitted) return Status::Ok();
   if (outcome == Outcome::kAborted) {
     return FailedPrecondition("the destination did not take the job; the job resumed here");
+  }
+  if (!ImageHoldsMemory(st->image)) {
+    return Unavailable("the destination did not say within " +
+                       std::to_string(static_cast<int>(st->wait_s)) +
+                       " s whether it runs the job: its memory was streamed there, so it stays "
+                       "stopped here (pid " +
+                       std::to_string(job->pid) + "; SIGCONT it if it runs nowhere)");
   }
   return Unavailable("the destination did not say within " +
                      std::to_string(static_cast<int>(st->wait_s)) +
@@ -453,6 +475,9 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   if (options.lazy && options.commit && !options.resolve) {
     return InvalidArgument("a fleet post-copy move needs the owner's resolve");
   }
+  if (options.lazy && options.stream) {
+    return InvalidArgument("a move is post-copy or streaming pre-copy, not both");
+  }
   std::string lazy_address = options.lazy_address;
   if (options.lazy && lazy_address.empty()) {
     StatusOr<std::string> local = LocalAddressTowards(options.host, options.port);
@@ -516,6 +541,20 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
       checkpoint.lazy_tls_args = page_tls.CriuArgs();
     }
   }
+  // Streaming pre-copy: the page server there is set up before the dump, on the command channel
+  // (which then goes on to BEGIN once the image is there).
+  StatusOr<PageStream> stream = FailedPrecondition("not streaming");
+  if (options.stream) {
+    stream = OpenPageStream(options.host, options.port + 1, options.token, st.id,
+                            JobMemoryBytes(*job), progress);
+    if (!stream.ok()) {
+      (void)save("resumed");  // nothing was stopped yet
+      keeper.Done();
+      return stream.status();
+    }
+    stream->Apply(&checkpoint);
+    report.mode = "pre-copy stream";
+  }
   // Before the destination may run the job: killing the dump lets the tree go (CRIU held it).
   auto stop_dump = [&] {
     if (lazy_dump <= 0) return;
@@ -536,6 +575,11 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     }
     (void)save("resumed");  // the job keeps running
     keeper.Done();
+    if (options.stream) {
+      return Status(times.status().code(), "the streaming dump failed (" +
+                                               times.status().message() +
+                                               "); the job keeps running here");
+    }
     return times.status();
   }
   report.times = *times;
@@ -560,13 +604,15 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   report.times.seconds.emplace_back("transfer", Since(sending));
   CrashPoint("src-after-transfer");
 
-  StatusOr<Channel> channel = Channel::Connect(options.host, options.port + 1, 60);
+  StatusOr<Channel> channel = options.stream ? StatusOr<Channel>(std::move(stream->channel))
+                                             : Channel::Connect(options.host, options.port + 1, 60);
   if (!channel.ok()) {
     stop_dump();
     cleanup();
     return Abandon(job, nullptr, channel.status(), &st, state_file, &keeper, progress);
   }
-  StatusOr<std::string> hello = channel->Call("TOKEN " + options.token, 30);
+  StatusOr<std::string> hello =
+      options.stream ? std::string() : channel->Call("TOKEN " + options.token, 30);
   if (hello.ok()) hello = channel->Call("BEGIN " + st.id, 30);
   if (hello.ok() && options.lazy && !options.lazy_plain) {
     // Before RESTORE LAZY, after which the puller connects: the page server, which reads the
@@ -771,6 +817,8 @@ struct Destination {
   std::atomic<bool> lazy_failed{false};
   std::string lazy_error;  // read once lazy_over
   PageTls page_tls;        // the page stream's keys, made at PAGE-TLS; removed with this object
+  // Streaming pre-copy: the page server that took the job's memory (owned by the caller).
+  PageSink* sink = nullptr;
 
   void WatchLazyPages() {
     watcher = std::thread([this] {
@@ -952,6 +1000,18 @@ struct Destination {
         continue;
       }
       if ((*command == "RESTORE" || lazy) && !restored && st.step == "received") {
+        // Streaming pre-copy: the restore reads the memory where the page server put it.
+        StatusOr<std::string> from = image;
+        if (sink != nullptr) {
+          from = lazy ? InvalidArgument("a streaming pre-copy move cannot restore lazily")
+                      : sink->Finish(image, 60);
+          if (!from.ok()) {
+            (void)Save("aborted");
+            (void)channel->Send("ERR the streamed memory: " + from.status().message());
+            return from.status();
+          }
+          st.image = *from;  // where a restore under way writes its pid (the keeper's)
+        }
         (void)Save("restoring");
         StatusOr<ckpt::Criu> lazy_criu = criu;
         if (lazy) {
@@ -971,7 +1031,8 @@ struct Destination {
         restore.lease_fd = options.lease_fd;
         ckpt::PhaseTimes times;
         StatusOr<ckpt::JobRecord> got =
-            ckpt::RestoreJob(*lazy_criu, image, restore, progress, &times);
+            ckpt::RestoreJob(*lazy_criu, *from, restore, progress, &times);
+        if (sink != nullptr) sink->Remove(image);  // the memory is the restored job's now
         if (!got.ok()) {
           if (lazyd > 0) kill(-lazyd, SIGKILL);
           if (lazyd > 0) (void)ckpt::ServingResult(lazyd, "criu lazy-pages", lazy_log, 10);
@@ -1101,47 +1162,13 @@ StatusOr<ckpt::JobRecord> ServeOneMigration(const ckpt::Criu& criu,
   if (!receiver.ok()) return receiver.status();
   progress("listening on " + options.bind_address + ":" + std::to_string(options.port) +
            " (images) and :" + std::to_string(options.port + 1) + " (commands)");
-  const auto cancelled = [&] { return options.cancel != nullptr && options.cancel->load(); };
-  StatusOr<transfer::ReceiveReport> received = [&]() -> StatusOr<transfer::ReceiveReport> {
-    std::atomic<bool> over{false};
-    std::thread watch([&] {
-      while (!over.load() && !cancelled()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-      if (!over.load()) (*receiver)->Stop();
-    });
-    StatusOr<transfer::ReceiveReport> r = (*receiver)->ReceiveOne();
-    over.store(true);
-    watch.join();
-    return r;
-  }();
-  if (cancelled()) return FailedPrecondition("the move was called off before its image arrived");
-  if (!received.ok()) return received.status();
-  progress("received and verified " + std::to_string(received->files) + " files");
-  CrashPoint("dst-after-image");
-  StatusOr<Channel> channel = IoError("no command connection from the source within 120 s");
-  for (int waited = 0; waited < 120 * 5 && !cancelled(); ++waited) {
-    channel = commands->Accept(0.2);
-    if (channel.ok()) break;
-  }
-  if (cancelled()) return FailedPrecondition("the move was called off before the source connected");
-  if (!channel.ok()) return channel.status();
-  StatusOr<std::string> hello = channel->Receive(30);
-  if (!hello.ok()) return hello.status();
-  if (hello->rfind("TOKEN ", 0) != 0 || !SameSecret(hello->substr(6), options.token)) {
-    (void)channel->Send("ERR authentication failed");
-    return FailedPrecondition("a command connection failed authentication");
-  }
-  PALADIN_RETURN_IF_ERROR(channel->Send("OK"));
-  StatusOr<std::string> begin = channel->Receive(30);
-  if (!begin.ok()) return begin.status();
-  if (begin->rfind("BEGIN ", 0) != 0 || begin->size() <= 6 || begin->size() > 200) {
-    (void)channel->Send("ERR expected BEGIN <migration id>");
-    return InvalidArgument("the source did not name its migration");
-  }
+  StatusOr<Arrival> arrival = AwaitSource(criu, options, &*commands, receiver->get(), progress);
+  if (!arrival.ok()) return arrival.status();
+  Channel* channel = &arrival->channel;
   Destination d{criu, options, image, state_file, progress};
   d.st.role = "destination";
-  d.st.id = begin->substr(6);
+  d.st.id = arrival->id;
+  d.sink = arrival->sink.get();
   d.st.image = image;
   d.st.wait_s = options.answer_for_s;
   PALADIN_RETURN_IF_ERROR(d.Save("received"));

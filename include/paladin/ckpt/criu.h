@@ -105,6 +105,13 @@ struct DumpOptions {
   // CRIU's options that secure the page stream (migrate's PageTls: --tls and its files); empty:
   // plain TCP.
   std::vector<std::string> lazy_tls_args;
+  // Streaming pre-copy (a migration's source): the dump sends the tree's memory (pagemap and
+  // pages images) to a `criu page-server` at page_server_address:page_server_port instead of
+  // writing it into `dir`, over TLS with page_server_tls_args (--tls and its files); the rest
+  // of the image is written into `dir` as usual. 0: memory into `dir`.
+  int page_server_port = 0;
+  std::string page_server_address;
+  std::vector<std::string> page_server_tls_args;
 };
 // Dumps the tree with Paladin's CRIU options (TCP connections with their state; see
 // CloseOutsideConnections for those to outside peers). A failure names CRIU's first error line

@@ -69,13 +69,20 @@ struct MigrateOptions {
   // is called off by it (DestinationOptions::cancel).
   std::function<StatusOr<bool>()> resolve;
   double fence_s = 0;
+  // Streaming pre-copy (`paladin migrate --mode stream`; not with lazy): the dump sends the
+  // job's memory straight to a page server the destination starts for this move (over TLS with
+  // keys made for it), which keeps it on tmpfs when it has room; only the rest of the image is
+  // written here and sent by the transfer. The transaction is a plain move's: the job stays
+  // stopped here until the destination holds it restored (docs/lazy_migration.md, "Streaming
+  // pre-copy").
+  bool stream = false;
 };
 
 struct MigrateReport {
   ckpt::PhaseTimes times;
   double pause_s = 0;             // from stopping the job here to its resuming there
   double total_s = 0;             // from stopping the job here to its release here
-  std::string mode = "pre-copy";  // or "post-copy"
+  std::string mode = "pre-copy";  // or "pre-copy stream", "post-copy"
   long long remote_pid = 0;
   std::string image;  // kept only with keep_image
 };

@@ -1,0 +1,361 @@
+#include "stream.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "paladin/quota/usage.h"
+#include "state.h"
+
+namespace paladin::migrate {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+// An announced size beyond this is not a job's memory but a malformed or hostile request.
+constexpr uint64_t kMaxAnnouncedBytes = uint64_t{1} << 50;
+constexpr const char* kTmpfs = "/dev/shm";
+
+// A "Key:   N kB" line of a /proc file, in bytes; 0 when absent.
+uint64_t ProcKiloBytes(const std::string& file, const std::string& key) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key + ":", 0) == 0) {
+      return std::strtoull(line.c_str() + key.size() + 1, nullptr, 10) * 1024;
+    }
+  }
+  return 0;
+}
+
+// Whether the pages fit on tmpfs: the tmpfs has room for them, and the host's available memory
+// for them twice over (the tmpfs copy and the restored job hold them at once until the restore
+// ends), with a margin.
+bool RoomInMemory(uint64_t bytes) {
+  struct statvfs shm {};
+  if (statvfs(kTmpfs, &shm) != 0) return false;
+  const uint64_t free_shm = static_cast<uint64_t>(shm.f_bavail) * shm.f_frsize;
+  const uint64_t available = ProcKiloBytes("/proc/meminfo", "MemAvailable");
+  return free_shm >= bytes + bytes / 8 + 64 * kMiB && available >= 2 * bytes + 512 * kMiB;
+}
+
+StatusOr<std::string> PrivateDir(const std::string& parent) {
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  std::string pattern = parent + "/paladin-pages.XXXXXX";
+  if (mkdtemp(pattern.data()) == nullptr) {  // mode 0700
+    return IoError("cannot make a directory for the pages under " + parent + ": " +
+                   std::strerror(errno));
+  }
+  return pattern;
+}
+
+uint64_t PageBytes(const std::string& dir) {
+  uint64_t bytes = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().filename().string().rfind("pages-", 0) == 0) bytes += e.file_size(ec);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+void PageStream::Apply(ckpt::CheckpointOptions* checkpoint) const {
+  checkpoint->page_server_port = port;
+  checkpoint->page_server_address = host;
+  checkpoint->page_server_tls_args = tls.CriuArgs();
+}
+
+uint64_t JobMemoryBytes(const ckpt::JobRecord& job) {
+  uint64_t bytes = 0;
+  for (uint32_t pid : quota::ProcessTree(static_cast<uint32_t>(job.pid))) {
+    bytes += ProcKiloBytes("/proc/" + std::to_string(pid) + "/status", "VmRSS");
+  }
+  return bytes;
+}
+
+StatusOr<PageStream> OpenPageStream(const std::string& host, int command_port,
+                                    const std::string& token, const std::string& id, uint64_t bytes,
+                                    const ckpt::Progress& progress) {
+  PageStream stream;
+  stream.host = host;
+  StatusOr<Channel> channel = Channel::Connect(host, command_port, 60);
+  if (!channel.ok()) return channel.status();
+  stream.channel = std::move(*channel);
+  StatusOr<std::string> said = stream.channel.Call("TOKEN " + token, 30);
+  if (!said.ok()) return said.status();
+  StatusOr<PageTls> tls = PageTls::Create(id + " source");
+  if (!tls.ok()) return tls.status();
+  stream.tls = std::move(*tls);
+  said = stream.channel.Call(
+      kPageServerCommand + id + " " + std::to_string(bytes) + " " + stream.tls.certificate(), 60);
+  if (!said.ok()) {
+    return Status(said.status().code(),
+                  "the destination started no page server: " + said.status().message());
+  }
+  std::istringstream answer(*said);
+  std::string certificate;
+  if (!(answer >> stream.port >> stream.kept_in >> certificate) || stream.port <= 0 ||
+      stream.port > 65535 || (stream.kept_in != "memory" && stream.kept_in != "disk")) {
+    return InvalidArgument("PAGE-SERVER answer: expected '<port> <memory|disk> <certificate>'");
+  }
+  Status trusted = stream.tls.TrustPeer(certificate);
+  if (!trusted.ok()) return Status(trusted.code(), "PAGE-SERVER answer: " + trusted.message());
+  progress("streaming the job's memory to the destination's page server on " + host + ":" +
+           std::to_string(stream.port) + " over TLS (kept in " + stream.kept_in + " there)");
+  return stream;
+}
+
+StatusOr<std::unique_ptr<PageSink>> PageSink::Start(const ckpt::Criu& criu, const std::string& args,
+                                                    const std::string& bind_address, int port,
+                                                    const std::string& disk_parent,
+                                                    const ckpt::Progress& progress) {
+  std::istringstream in(args);
+  std::string id;
+  std::string bytes_text;
+  std::string certificate;
+  std::string extra;
+  if (!(in >> id >> bytes_text >> certificate) || (in >> extra) || id.size() > 200 ||
+      bytes_text.empty() || bytes_text.size() > 16 ||
+      bytes_text.find_first_not_of("0123456789") != std::string::npos) {
+    return InvalidArgument("PAGE-SERVER needs '<migration id> <bytes> <certificate>'");
+  }
+  std::unique_ptr<PageSink> sink(new PageSink());
+  sink->bytes_ = std::strtoull(bytes_text.c_str(), nullptr, 10);
+  if (sink->bytes_ > kMaxAnnouncedBytes) return InvalidArgument("PAGE-SERVER: too many bytes");
+  StatusOr<PageTls> tls = PageTls::Create(id + " destination");
+  if (!tls.ok()) return tls.status();
+  PALADIN_RETURN_IF_ERROR(tls->TrustPeer(certificate));
+  sink->tls_ = std::move(*tls);
+  const bool memory = RoomInMemory(sink->bytes_);
+  StatusOr<std::string> dir = PrivateDir(memory ? std::string(kTmpfs) : disk_parent);
+  if (!dir.ok()) return dir.status();
+  sink->dir_ = *dir;
+  sink->kept_in_ = memory ? "memory" : "disk";
+  sink->port_ = port;
+  sink->log_ = disk_parent + "/page-server.log";
+  std::vector<std::string> argv = {criu.path,   "page-server", "-D",     sink->dir_,
+                                   "--address", bind_address,  "--port", std::to_string(port),
+                                   "-o",        sink->log_,    "-v2"};
+  const std::vector<std::string> tls_args = sink->tls_.CriuArgs();
+  argv.insert(argv.end(), tls_args.begin(), tls_args.end());
+  StatusOr<pid_t> server = ckpt::StartServing(criu, argv, sink->log_, 30);
+  if (!server.ok()) {
+    return Status(server.status().code(), "criu page-server: " + server.status().message());
+  }
+  sink->server_ = *server;
+  progress("page server for migration " + id + " on " + bind_address + ":" + std::to_string(port) +
+           " over TLS, " + std::to_string(sink->bytes_ / kMiB) + " MiB announced, kept in " +
+           sink->kept_in_ + " (" + sink->dir_ + ")");
+  if (FaultSet("drop:page-stream")) {
+    // For the tests: the page stream cut once half the memory has arrived.
+    PageSink* self = sink.get();
+    const pid_t server = sink->server_;
+    const std::string dir = sink->dir_;
+    sink->fault_ = std::thread([self, server, dir, progress] {
+      const uint64_t at = std::max<uint64_t>(self->bytes_ / 2, 16 * kMiB);
+      while (!self->over_.load()) {
+        if (PageBytes(dir) >= at) {
+          kill(-server, SIGKILL);  // not yet waited for: Finish and Stop end this thread first
+          progress("fault injected: the page server killed mid-stream");
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    });
+  }
+  return sink;
+}
+
+PageSink::~PageSink() { Remove(); }
+
+std::string PageSink::Answer() const {
+  return std::to_string(port_) + " " + kept_in_ + " " + tls_.certificate();
+}
+
+void PageSink::Stop() {
+  over_.store(true);
+  if (fault_.joinable()) fault_.join();
+  if (server_ > 0) {
+    kill(-server_, SIGKILL);
+    (void)ckpt::ServingResult(server_, "criu page-server", log_, 5);
+    server_ = 0;
+  }
+}
+
+void PageSink::Remove(const std::string& keep_logs_in) {
+  Stop();
+  if (dir_.empty()) return;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    if (!keep_logs_in.empty() && e.path().extension() == ".log") {
+      fs::copy_file(e.path(), fs::path(keep_logs_in) / e.path().filename(),
+                    fs::copy_options::overwrite_existing, ec);
+    }
+  }
+  fs::remove_all(dir_, ec);
+  dir_.clear();
+}
+
+StatusOr<std::string> PageSink::Finish(const std::string& image, double timeout_s) {
+  if (server_ <= 0) return FailedPrecondition("the page server is gone");
+  over_.store(true);
+  if (fault_.joinable()) fault_.join();
+  Status served = ckpt::ServingResult(server_, "criu page-server", log_, timeout_s);
+  server_ = 0;
+  if (!served.ok()) return served;
+  // The image's files beside the pages: regular files and folders only, none replacing a page
+  // file (the transfer verified them against the manifest; links are not followed).
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(image, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    const fs::path rel = fs::relative(it->path(), image, ec);
+    const fs::file_status s = it->symlink_status(ec);
+    if (fs::is_directory(s)) {
+      fs::create_directories(fs::path(dir_) / rel, ec);
+    } else if (fs::is_regular_file(s)) {
+      fs::copy_file(it->path(), fs::path(dir_) / rel, fs::copy_options::none, ec);
+    }
+    if (ec) return IoError("cannot put " + rel.string() + " beside the pages: " + ec.message());
+  }
+  if (ec) return IoError("cannot read the image " + image + ": " + ec.message());
+  return dir_;
+}
+
+}  // namespace paladin::migrate
+
+namespace paladin::migrate {
+
+namespace {
+
+double Since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The source's next line, waiting up to `timeout_s` and watching for the owner's call-off.
+StatusOr<std::string> ReceiveUnlessCancelled(Channel* channel, const DestinationOptions& options,
+                                             double timeout_s) {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    StatusOr<std::string> buffered = channel->Receive(0);
+    if (buffered.ok()) return buffered;
+    if (options.cancel != nullptr && options.cancel->load()) {
+      return FailedPrecondition("the move was called off while the source streamed its memory");
+    }
+    if (Since(start) > timeout_s) {
+      return Unavailable("the source said nothing for " +
+                         std::to_string(static_cast<int>(timeout_s)) + " s");
+    }
+    pollfd p{channel->fd(), POLLIN, 0};
+    if (poll(&p, 1, 200) > 0) return channel->Receive(30);
+  }
+}
+
+}  // namespace
+
+StatusOr<Arrival> AwaitSource(const ckpt::Criu& criu, const DestinationOptions& options,
+                              Listener* commands, transfer::Receiver* receiver,
+                              const ckpt::Progress& progress) {
+  const auto cancelled = [&] { return options.cancel != nullptr && options.cancel->load(); };
+  std::atomic<bool> image_over{false};
+  StatusOr<transfer::ReceiveReport> received = Unavailable("no image yet");
+  std::thread receiving([&] {
+    received = receiver->ReceiveOne();
+    image_over.store(true);
+  });
+  struct Joiner {
+    transfer::Receiver* receiver;
+    std::thread* thread;
+    std::atomic<bool>* over;
+    ~Joiner() {
+      if (!over->load()) receiver->Stop();
+      thread->join();
+    }
+  } joiner{receiver, &receiving, &image_over};
+  bool image_seen = false;
+  std::chrono::steady_clock::time_point image_at;
+  auto image_arrived = [&]() -> Status {
+    if (image_seen) return Status::Ok();
+    image_seen = true;
+    image_at = std::chrono::steady_clock::now();
+    if (!received.ok()) return received.status();
+    progress("received and verified " + std::to_string(received->files) + " files");
+    CrashPoint("dst-after-image");
+    return Status::Ok();
+  };
+
+  Arrival arrival;
+  StatusOr<Channel> channel = IoError("no command connection from the source within 120 s");
+  for (;;) {
+    if (cancelled()) {
+      return FailedPrecondition(image_over.load()
+                                    ? "the move was called off before the source connected"
+                                    : "the move was called off before its image arrived");
+    }
+    if (image_over.load()) PALADIN_RETURN_IF_ERROR(image_arrived());
+    if (image_seen && Since(image_at) > 120) return channel.status();
+    channel = commands->Accept(0.2);
+    if (channel.ok()) break;
+  }
+  StatusOr<std::string> hello = channel->Receive(30);
+  if (!hello.ok()) return hello.status();
+  if (hello->rfind("TOKEN ", 0) != 0 || !SameSecret(hello->substr(6), options.token)) {
+    (void)channel->Send("ERR authentication failed");
+    return FailedPrecondition("a command connection failed authentication");
+  }
+  PALADIN_RETURN_IF_ERROR(channel->Send("OK"));
+  StatusOr<std::string> begin = channel->Receive(30);
+  if (!begin.ok()) return begin.status();
+  const std::string page_server = kPageServerCommand;
+  if (begin->rfind(page_server, 0) == 0) {
+    StatusOr<std::unique_ptr<PageSink>> sink =
+        PageSink::Start(criu, begin->substr(page_server.size()), options.bind_address,
+                        options.port + 2, options.dir, progress);
+    if (!sink.ok()) {
+      (void)channel->Send("ERR " + sink.status().message());
+      return sink.status();
+    }
+    arrival.sink = std::move(*sink);
+    PALADIN_RETURN_IF_ERROR(channel->Send("OK " + arrival.sink->Answer()));
+    // The source dumps into the page server and sends the rest of the image; BEGIN follows.
+    begin = ReceiveUnlessCancelled(&*channel, options, options.command_timeout_s);
+    if (!begin.ok()) {
+      return Status(begin.status().code(), "the source did not go on after streaming its memory (" +
+                                               begin.status().message() + ")");
+    }
+  }
+  if (begin->rfind("BEGIN ", 0) != 0 || begin->size() <= 6 || begin->size() > 200) {
+    (void)channel->Send("ERR expected BEGIN <migration id>");
+    return InvalidArgument("the source did not name its migration");
+  }
+  // The source names its migration once its image is committed here.
+  const auto named = std::chrono::steady_clock::now();
+  while (!image_over.load() && !cancelled() && Since(named) < 120) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!image_over.load()) {
+    (void)channel->Send("ERR no image arrived");
+    return FailedPrecondition("the source named its migration but its image did not arrive");
+  }
+  PALADIN_RETURN_IF_ERROR(image_arrived());
+  arrival.channel = std::move(*channel);
+  arrival.id = begin->substr(6);
+  arrival.received = *received;
+  return arrival;
+}
+
+}  // namespace paladin::migrate
