@@ -32,7 +32,8 @@ Status ReadAll(int fd, std::vector<unsigned char>* out, size_t size) {
   while (got < size) {
     const ssize_t n = read(fd, out->data() + got, size - got);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return IoError(std::string("cannot read ") + kFileLocksImage + ": " + strerror(errno));
+    if (n < 0)
+      return IoError(std::string("cannot read ") + kFileLocksImage + ": " + strerror(errno));
     if (n == 0) break;
     got += static_cast<size_t>(n);
   }
@@ -63,10 +64,9 @@ StatusOr<int> FileLocksInImage(const std::string& dir) {
       return InvalidArgument(std::string(kFileLocksImage) + ": an entry's length is cut at byte " +
                              std::to_string(at));
     }
-    const uint32_t length = static_cast<uint32_t>(bytes[at]) |
-                            static_cast<uint32_t>(bytes[at + 1]) << 8 |
-                            static_cast<uint32_t>(bytes[at + 2]) << 16 |
-                            static_cast<uint32_t>(bytes[at + 3]) << 24;
+    const uint32_t length =
+        static_cast<uint32_t>(bytes[at]) | static_cast<uint32_t>(bytes[at + 1]) << 8 |
+        static_cast<uint32_t>(bytes[at + 2]) << 16 | static_cast<uint32_t>(bytes[at + 3]) << 24;
     if (length > kMaxEntryBytes || bytes.size() - at - 4 < length) {
       return InvalidArgument(std::string(kFileLocksImage) + ": entry " + std::to_string(locks) +
                              " of " + std::to_string(length) + " bytes does not fit at byte " +

@@ -181,14 +181,14 @@ Status LetGoForLocks(ckpt::JobRecord* job, MoveState* st, const std::string& sta
            stat[paren + 2] == 'X';
   };
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!std::all_of(pids.begin(), pids.end(), gone) &&
-         std::chrono::steady_clock::now() < until) {
+  while (!std::all_of(pids.begin(), pids.end(), gone) && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (!job->cgroup.empty()) (void)ckpt::Cgroup::Existing(job->cgroup).Remove();
   progress("let go of the stopped copy here (pid " + std::to_string(job->pid) +
            ") so that the destination can take its file locks; if the move fails, the job is "
-           "restored here from " + st->image);
+           "restored here from " +
+           st->image);
   // Never signalled again: that number may be another process's now.
   job->pid = 0;
   st->pid = 0;
@@ -225,9 +225,9 @@ Status BackHere(const ckpt::Criu& criu, ckpt::JobRecord* job, const MoveState& s
 
 // "the job resumed here", or where the job restored here runs.
 std::string BackHereSaid(const ckpt::JobRecord& job, const MoveState& st) {
-  return st.released ? "the job was restored here from its image (pid " +
-                           std::to_string(job.pid) + ")"
-                     : "the job resumed here";
+  return st.released
+             ? "the job was restored here from its image (pid " + std::to_string(job.pid) + ")"
+             : "the job resumed here";
 }
 
 enum class Outcome { kCommitted, kAborted, kUnknown };
@@ -279,12 +279,11 @@ Status Abandon(const ckpt::Criu& criu, ckpt::JobRecord* job, Channel* channel, c
   (void)SaveState(state_file, *st);
   keeper->Done();
   if (!resumed.ok()) {
-    return Status(why.code(), why.message() + "; " +
-                                  (st->released ? "restoring" : "resuming") +
-                                  " it here failed too: " + resumed.message() +
-                                  (st->released ? ""
-                                                : " (the job is stopped at pid " +
-                                                      std::to_string(job->pid) + ")"));
+    return Status(
+        why.code(),
+        why.message() + "; " + (st->released ? "restoring" : "resuming") +
+            " it here failed too: " + resumed.message() +
+            (st->released ? "" : " (the job is stopped at pid " + std::to_string(job->pid) + ")"));
   }
   return Status(why.code(), why.message() + "; " + BackHereSaid(*job, *st));
 }
@@ -359,16 +358,15 @@ Status SettleSource(const ckpt::Criu& criu, ckpt::JobRecord* job, MoveState* st,
   if (outcome != Outcome::kUnknown) (void)SendOrDrop(&asked, "BYE", "BYE " + st->id);
   if (outcome == Outcome::kCommitted) return Status::Ok();
   if (outcome == Outcome::kAborted) {
-    return FailedPrecondition("the destination did not take the job; " +
-                              (back.ok() ? BackHereSaid(*job, *st)
-                                         : "getting it back here failed: " + back.message()));
+    return FailedPrecondition(
+        "the destination did not take the job; " +
+        (back.ok() ? BackHereSaid(*job, *st) : "getting it back here failed: " + back.message()));
   }
-  return Unavailable("the destination did not say within " +
-                     std::to_string(static_cast<int>(st->wait_s)) + " s whether it runs the job: " +
-                     (st->released ? "its copy here was let go for its file locks"
-                                   : "it is stopped here") +
-                     " and its image kept in " + st->image +
-                     " (paladin restore it if it runs nowhere)");
+  return Unavailable(
+      "the destination did not say within " + std::to_string(static_cast<int>(st->wait_s)) +
+      " s whether it runs the job: " +
+      (st->released ? "its copy here was let go for its file locks" : "it is stopped here") +
+      " and its image kept in " + st->image + " (paladin restore it if it runs nowhere)");
 }
 
 // The fleet form's end of a post-copy move, once the dump has ended (`pages`): the owner (the
@@ -796,10 +794,10 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     (void)save(s.ok() || !st.released ? "resumed" : "in_doubt");
     (void)channel->Send("BYE " + st.id);
     keeper.Done();
-    return Status(StatusCode::kFailedPrecondition,
-                  "the destination did not take the job (" + resumed.status().message() + "); " +
-                      (s.ok() ? BackHereSaid(*job, st)
-                              : "getting it back here failed: " + s.message()));
+    return Status(
+        StatusCode::kFailedPrecondition,
+        "the destination did not take the job (" + resumed.status().message() + "); " +
+            (s.ok() ? BackHereSaid(*job, st) : "getting it back here failed: " + s.message()));
   }
   progress("no answer to RESUME (" + resumed.status().message() +
            "); the job stays stopped here until the destination says what became of the move");
@@ -1350,8 +1348,7 @@ int RunKeeper(const std::string& state_file) {
       }
       st->step = s.ok() || !st->released ? "resumed" : "in_doubt";
       (void)SaveState(state_file, *st);
-      say(s.ok() ? (st->released ? "restored the job here from its image"
-                                 : "resumed the job here")
+      say(s.ok() ? (st->released ? "restored the job here from its image" : "resumed the job here")
                  : "getting the job back here failed: " + s.message());
     } else if (step == "resume_sent") {
       Status s = SettleSource(*criu, &*job, &*st, state_file, token, say);

@@ -18,8 +18,7 @@ Status SaveState(const std::string& path, const MoveState& s) {
   out << "role " << s.role << "\nid " << s.id << "\nstep " << s.step << "\nacked "
       << (s.acked ? 1 : 0) << "\nrun_dir " << s.run_dir << "\nimage " << s.image << "\nhost "
       << s.host << "\nport " << s.port << "\npid " << s.pid << "\nwait_s " << s.wait_s
-      << "\nkeep_image " << (s.keep_image ? 1 : 0) << "\nreleased " << (s.released ? 1 : 0)
-      << "\n";
+      << "\nkeep_image " << (s.keep_image ? 1 : 0) << "\nreleased " << (s.released ? 1 : 0) << "\n";
   const std::string text = out.str();
   const std::string tmp = path + ".tmp";
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
