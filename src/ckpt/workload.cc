@@ -285,6 +285,9 @@ bool EnterOwnMounts(bool own_shm) {
     ChildSay("cannot make the job's mounts slaves of the host's", "");
     return false;
   }
+  // Except where `ip netns` binds namespace files: one bound there later would reach the job, and
+  // CRIU cannot restore it as a slave ("Failed to copy sharing"). Not a mount point: no matter.
+  (void)mount(nullptr, "/run/netns", nullptr, MS_REC | MS_PRIVATE, nullptr);
   // The host's /proc (and whatever is mounted below it) leaves the job's view entirely.
   for (int i = 0; i < 8 && umount2("/proc", MNT_DETACH) == 0; ++i) {
   }
