@@ -445,12 +445,13 @@ Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOpti
     argv.emplace_back("--prev-images-dir");
     argv.push_back(options.parent_images);
   }
-  // A job with its own mount namespace (ckpt::StartWorkload) sees a private copy of the host's
-  // mounts with its own /proc: every mount of the copy is the host's, declared external (CRIU
-  // finds them itself) and bound again from the restoring node's at a restore.
+  // A job with its own mount namespace (ckpt::StartWorkload) sees a copy of the host's mounts,
+  // slaves of the host's, with its own /proc: every mount of the copy is the host's, declared
+  // external (CRIU finds them itself) and bound again from the restoring node's at a restore,
+  // where it becomes again a slave of the host's mount (the masters are external too).
   const std::string job_mounts = MountNamespace(std::to_string(root));
   if (!job_mounts.empty() && job_mounts != MountNamespace("self")) {
-    argv.insert(argv.end(), {"--external", "mnt[]"});
+    argv.insert(argv.end(), {"--external", "mnt[]", "--enable-external-masters"});
   }
   if (options.leave_running && !options.pre_dump) argv.emplace_back("--leave-running");
   if (options.leave_stopped) argv.emplace_back("--leave-stopped");

@@ -46,7 +46,7 @@ SubprocessResult RunBounded(const std::vector<std::string>& argv,
     const int null = open("/dev/null", O_RDONLY);
     if (null >= 0) dup2(null, STDIN_FILENO);
     if (!root_at.empty() && (unshare(CLONE_NEWNS) != 0 ||
-                             mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+                             mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0 ||
                              mount("/", root_at.c_str(), nullptr, MS_BIND, nullptr) != 0)) {
       dprintf(STDERR_FILENO, "cannot bind the root file system at %s: %s\n", root_at.c_str(),
               strerror(errno));

@@ -276,13 +276,18 @@ void MountOwnShm() {
   }
 }
 
-// The job's own mounts: a private copy of the launcher's, with a /proc of its PID namespace in
-// place of the host's. Async-signal-safe; false (said on stderr) when the job cannot have them.
+// The job's own mounts: a copy of the launcher's whose mounts are slaves of the launcher's (a
+// mount the host makes or removes below a shared mount reaches the job; the job's never reach the
+// host), with a /proc of its PID namespace in place of the host's. Async-signal-safe; false (said
+// on stderr) when the job cannot have them.
 bool EnterOwnMounts(bool own_shm) {
-  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
-    ChildSay("cannot make the job's mounts private", "");
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) {
+    ChildSay("cannot make the job's mounts slaves of the host's", "");
     return false;
   }
+  // Except where `ip netns` binds namespace files: one bound there later would reach the job, and
+  // CRIU cannot restore it as a slave ("Failed to copy sharing"). Not a mount point: no matter.
+  (void)mount(nullptr, "/run/netns", nullptr, MS_REC | MS_PRIVATE, nullptr);
   // The host's /proc (and whatever is mounted below it) leaves the job's view entirely.
   for (int i = 0; i < 8 && umount2("/proc", MNT_DETACH) == 0; ++i) {
   }

@@ -18,7 +18,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "page_tls.h"
 #include "paladin/ckpt/cgroup.h"
@@ -151,6 +153,84 @@ void Release(ckpt::JobRecord* job) {
   if (!job->cgroup.empty()) (void)ckpt::Cgroup::Existing(job->cgroup).Remove();
 }
 
+// A job whose image holds file locks cannot keep its stopped copy here while the destination
+// restores it: on a file system the two sides share (one machine, NFS) the restore takes the
+// same locks again and waits for this copy to let go of them, which it does only once the move
+// commits. So such a copy is let go once the destination has verified the image, before RESTORE,
+// and a move that fails after that restores the job here from the image (BackHere). The state
+// file says so before the copy goes (`released`), and forgets its pid once it has gone.
+Status LetGoForLocks(ckpt::JobRecord* job, MoveState* st, const std::string& state_file,
+                     const ckpt::Progress& progress) {
+  st->released = true;
+  if (Status saved = SaveState(state_file, *st); !saved.ok()) {
+    st->released = false;
+    return saved;
+  }
+  // Its supervisor (paladin run) sees it end: "moving" leaves the run directory, where the image
+  // is, to the job.
+  job->state = "moving";
+  (void)ckpt::WriteJob(*job);
+  const std::vector<uint32_t> pids = quota::ProcessTree(static_cast<uint32_t>(job->pid));
+  for (uint32_t pid : pids) kill(static_cast<pid_t>(pid), SIGKILL);
+  // A process's locks go with its files, before it is a zombie.
+  auto gone = [](uint32_t pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat;
+    if (!std::getline(in, stat)) return true;
+    const size_t paren = stat.rfind(')');
+    return paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] == 'Z' ||
+           stat[paren + 2] == 'X';
+  };
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!std::all_of(pids.begin(), pids.end(), gone) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!job->cgroup.empty()) (void)ckpt::Cgroup::Existing(job->cgroup).Remove();
+  progress("let go of the stopped copy here (pid " + std::to_string(job->pid) +
+           ") so that the destination can take its file locks; if the move fails, the job is "
+           "restored here from " +
+           st->image);
+  // Never signalled again: that number may be another process's now.
+  job->pid = 0;
+  st->pid = 0;
+  (void)SaveState(state_file, *st);
+  return Status::Ok();
+}
+
+// The job back here after a failed move: its stopped copy resumes, or, once let go for its file
+// locks, the job is restored from the image (removed then, unless kept). *job becomes the
+// restored job's record.
+Status BackHere(const ckpt::Criu& criu, ckpt::JobRecord* job, const MoveState& st,
+                const ckpt::Progress& progress) {
+  if (!st.released) return ckpt::ResumeJob(job);
+  progress("restoring the job here from its image " + st.image);
+  ckpt::RestoreOptions2 restore;
+  restore.placement.run_base = fs::path(st.run_dir).parent_path().string();
+  ckpt::PhaseTimes times;
+  StatusOr<ckpt::JobRecord> got = ckpt::RestoreJob(criu, st.image, restore, progress, &times);
+  if (!got.ok()) {
+    return Status(got.status().code(), got.status().message() + " (the image is kept in " +
+                                           st.image + ": paladin restore it)");
+  }
+  *job = *got;
+  // Nothing of Paladin's waits for the restored job: its group goes when it ends.
+  if (!job->cgroup.empty()) {
+    (void)ckpt::Cgroup::Existing(job->cgroup).RemoveWhenGone(static_cast<pid_t>(job->pid));
+  }
+  progress("the job runs here again as pid " + std::to_string(job->pid) +
+           ", restored from its image");
+  std::error_code ec;
+  if (!st.keep_image) fs::remove_all(st.image, ec);
+  return Status::Ok();
+}
+
+// "the job resumed here", or where the job restored here runs.
+std::string BackHereSaid(const ckpt::JobRecord& job, const MoveState& st) {
+  return st.released
+             ? "the job was restored here from its image (pid " + std::to_string(job.pid) + ")"
+             : "the job resumed here";
+}
+
 enum class Outcome { kCommitted, kAborted, kUnknown };
 
 // The source's question, after it sent RESUME and lost the answer: what became of migration
@@ -187,20 +267,26 @@ Outcome AskOutcome(const MoveState& st, const std::string& token, Channel* chann
 }
 
 // The source's way back when the move fails before RESUME was sent.
-Status Abandon(ckpt::JobRecord* job, Channel* channel, const Status& why, MoveState* st,
-               const std::string& state_file, Keeper* keeper, const ckpt::Progress& progress) {
+Status Abandon(const ckpt::Criu& criu, ckpt::JobRecord* job, Channel* channel, const Status& why,
+               MoveState* st, const std::string& state_file, Keeper* keeper,
+               const ckpt::Progress& progress) {
+  // The destination drops its copy before it answers: only then may the job run here again.
   if (channel != nullptr) (void)channel->Call("ABORT", 60);
-  progress("the move failed (" + why.message() + "); resuming the job here");
-  Status resumed = ckpt::ResumeJob(job);
-  st->step = "resumed";
+  progress("the move failed (" + why.message() + "); " +
+           (st->released ? "restoring the job here" : "resuming the job here"));
+  Status resumed = BackHere(criu, job, *st, progress);
+  // A job that could not be restored here from its image is that image, kept.
+  st->step = resumed.ok() || !st->released ? "resumed" : "in_doubt";
   (void)SaveState(state_file, *st);
   keeper->Done();
   if (!resumed.ok()) {
-    return Status(why.code(), why.message() +
-                                  "; resuming it here failed too: " + resumed.message() +
-                                  " (the job is stopped at pid " + std::to_string(job->pid) + ")");
+    return Status(
+        why.code(),
+        why.message() + "; " + (st->released ? "restoring" : "resuming") +
+            " it here failed too: " + resumed.message() +
+            (st->released ? "" : " (the job is stopped at pid " + std::to_string(job->pid) + ")"));
   }
-  return Status(why.code(), why.message() + "; the job resumed here");
+  return Status(why.code(), why.message() + "; " + BackHereSaid(*job, *st));
 }
 
 // Post-copy over TLS: waits until the page server has completed its handshake with a client
@@ -261,31 +347,35 @@ bool ImageHoldsMemory(const std::string& image) {
 
 // Settles the source's side once RESUME was sent (the direct form): only the destination's word
 // decides whether the job resumes here.
-Status SettleSource(ckpt::JobRecord* job, MoveState* st, const std::string& state_file,
-                    const std::string& token, const ckpt::Progress& progress) {
+Status SettleSource(const ckpt::Criu& criu, ckpt::JobRecord* job, MoveState* st,
+                    const std::string& state_file, const std::string& token,
+                    const ckpt::Progress& progress) {
   Channel asked;
   const Outcome outcome = AskOutcome(*st, token, &asked, progress);
+  Status back = Status::Ok();
   if (outcome == Outcome::kCommitted) {
-    Release(job);
+    if (!st->released) Release(job);
     st->step = "done";
   } else if (outcome == Outcome::kAborted) {
-    Status s = ckpt::ResumeJob(job);
-    if (!s.ok()) progress("resuming the job here failed: " + s.message());
-    st->step = "resumed";
+    back = BackHere(criu, job, *st, progress);
+    if (!back.ok()) progress("getting the job back here failed: " + back.message());
+    st->step = back.ok() || !st->released ? "resumed" : "in_doubt";
   } else if (!ImageHoldsMemory(st->image)) {
     // Streaming pre-copy: the memory went to the destination only, so the image here cannot
     // bring the job back; the stopped copy stays, for whoever sorts it out.
     st->step = "in_doubt";
   } else {
     // Nobody can say: the stopped copy goes, the image stays, for whoever sorts it out.
-    Release(job);
+    if (!st->released) Release(job);
     st->step = "in_doubt";
   }
   (void)SaveState(state_file, *st);
   if (outcome != Outcome::kUnknown) (void)SendOrDrop(&asked, "BYE", "BYE " + st->id);
   if (outcome == Outcome::kCommitted) return Status::Ok();
   if (outcome == Outcome::kAborted) {
-    return FailedPrecondition("the destination did not take the job; the job resumed here");
+    return FailedPrecondition(
+        "the destination did not take the job; " +
+        (back.ok() ? BackHereSaid(*job, *st) : "getting it back here failed: " + back.message()));
   }
   if (!ImageHoldsMemory(st->image)) {
     return Unavailable("the destination did not say within " +
@@ -294,10 +384,11 @@ Status SettleSource(ckpt::JobRecord* job, MoveState* st, const std::string& stat
                        "stopped here (pid " +
                        std::to_string(job->pid) + "; SIGCONT it if it runs nowhere)");
   }
-  return Unavailable("the destination did not say within " +
-                     std::to_string(static_cast<int>(st->wait_s)) +
-                     " s whether it runs the job: it is stopped here and its image kept in " +
-                     st->image + " (paladin restore it if it runs nowhere)");
+  return Unavailable(
+      "the destination did not say within " + std::to_string(static_cast<int>(st->wait_s)) +
+      " s whether it runs the job: " +
+      (st->released ? "its copy here was let go for its file locks" : "it is stopped here") +
+      " and its image kept in " + st->image + " (paladin restore it if it runs nowhere)");
 }
 
 // The fleet form's end of a post-copy move, once the dump has ended (`pages`): the owner (the
@@ -506,9 +597,12 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     if (!k.ok()) return k.status();
     keeper = std::move(*k);
   }
+  // Once the stopped copy was let go for its locks (LetGoForLocks), the image is the job here
+  // until the destination runs it: cleanup leaves it, BackHere removes it once restored from.
+  bool image_is_the_job = false;
   auto cleanup = [&] {
     std::error_code ec;
-    if (!options.keep_image) fs::remove_all(image, ec);
+    if (!options.keep_image && !image_is_the_job) fs::remove_all(image, ec);
   };
   auto save = [&](const std::string& step) {
     st.step = step;
@@ -583,6 +677,24 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     return times.status();
   }
   report.times = *times;
+  // The file locks the image holds: a direct pre-copy move lets its stopped copy here go before
+  // the destination restores (LetGoForLocks). A post-copy move's copy serves the job's memory, a
+  // streaming move's image holds none, and a fleet move's job is its agent's: they keep theirs.
+  StatusOr<int> file_locks = ckpt::FileLocksInImage(image);
+  if (!file_locks.ok()) {
+    progress("warning: cannot tell the job's file locks (" + file_locks.status().message() +
+             "); its copy here stays until the move commits");
+    file_locks = 0;
+  } else if (*file_locks > 0 && (options.lazy || options.stream || options.commit)) {
+    progress("the job holds " + std::to_string(*file_locks) +
+             " file lock(s), which its stopped copy here keeps until the move commits: on a file "
+             "system the destination shares, its restore waits for them");
+  } else if (*file_locks > 0) {
+    progress("the job holds " + std::to_string(*file_locks) +
+             " file lock(s): its stopped copy here goes before the destination restores it, and "
+             "a failed move restores it here from its image");
+  }
+  const bool let_go = *file_locks > 0 && !options.lazy && !options.stream && !options.commit;
   MaybeCorrupt(image, progress);
   CrashPoint("src-after-checkpoint");
   (void)save("sending");
@@ -599,7 +711,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   if (!sent.ok()) {
     stop_dump();
     cleanup();
-    return Abandon(job, nullptr, sent.status(), &st, state_file, &keeper, progress);
+    return Abandon(criu, job, nullptr, sent.status(), &st, state_file, &keeper, progress);
   }
   report.times.seconds.emplace_back("transfer", Since(sending));
   CrashPoint("src-after-transfer");
@@ -609,7 +721,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   if (!channel.ok()) {
     stop_dump();
     cleanup();
-    return Abandon(job, nullptr, channel.status(), &st, state_file, &keeper, progress);
+    return Abandon(criu, job, nullptr, channel.status(), &st, state_file, &keeper, progress);
   }
   StatusOr<std::string> hello =
       options.stream ? std::string() : channel->Call("TOKEN " + options.token, 30);
@@ -626,7 +738,14 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   if (!hello.ok()) {
     stop_dump();
     cleanup();
-    return Abandon(job, &*channel, hello.status(), &st, state_file, &keeper, progress);
+    return Abandon(criu, job, &*channel, hello.status(), &st, state_file, &keeper, progress);
+  }
+  if (let_go) {
+    Status gone = LetGoForLocks(job, &st, state_file, progress);
+    if (!gone.ok()) {
+      return Abandon(criu, job, &*channel, gone, &st, state_file, &keeper, progress);
+    }
+    image_is_the_job = true;
   }
   (void)save("restoring");
   progress("the destination verified the image; restoring it there, stopped");
@@ -638,7 +757,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   if (!restored.ok()) {
     stop_dump();
     cleanup();
-    return Abandon(job, &*channel,
+    return Abandon(criu, job, &*channel,
                    Status(restored.status().code(), "the destination could not restore the job: " +
                                                         restored.status().message()),
                    &st, state_file, &keeper, progress);
@@ -651,7 +770,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     if (!handshake.ok()) {
       stop_dump();
       cleanup();
-      return Abandon(job, &*channel, handshake, &st, state_file, &keeper, progress);
+      return Abandon(criu, job, &*channel, handshake, &st, state_file, &keeper, progress);
     }
   }
   if (options.lazy) {
@@ -662,7 +781,8 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
 
   auto released = [&]() -> StatusOr<MigrateReport> {
     report.pause_s = Since(paused);
-    Release(job);
+    if (!st.released) Release(job);
+    image_is_the_job = false;
     (void)save("done");
     (void)SendOrDrop(&*channel, "BYE", "BYE " + st.id);
     keeper.Done();
@@ -684,7 +804,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     Status committed = options.commit();
     if (committed.code() == StatusCode::kFailedPrecondition) {
       cleanup();
-      return Abandon(job, &*channel,
+      return Abandon(criu, job, &*channel,
                      Status(committed.code(), "the move was not committed: " + committed.message()),
                      &st, state_file, &keeper, progress);
     }
@@ -716,20 +836,21 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   if (resumed.status().code() == StatusCode::kInternal &&
       resumed.status().message().rfind("aborted", 0) == 0) {
     cleanup();
-    Status s = ckpt::ResumeJob(job);
-    (void)save("resumed");
+    Status s = BackHere(criu, job, st, progress);
+    (void)save(s.ok() || !st.released ? "resumed" : "in_doubt");
     (void)channel->Send("BYE " + st.id);
     keeper.Done();
     return Status(
         StatusCode::kFailedPrecondition,
         "the destination did not take the job (" + resumed.status().message() + "); " +
-            (s.ok() ? "the job resumed here" : "resuming it here failed: " + s.message()));
+            (s.ok() ? BackHereSaid(*job, st) : "getting it back here failed: " + s.message()));
   }
   progress("no answer to RESUME (" + resumed.status().message() +
            "); the job stays stopped here until the destination says what became of the move");
-  Status settled = SettleSource(job, &st, state_file, options.token, progress);
+  Status settled = SettleSource(criu, job, &st, state_file, options.token, progress);
   keeper.Done();
   if (settled.ok()) {
+    image_is_the_job = false;
     report.pause_s = Since(paused);
     job->state = "moved";
     job->image = options.host + ":" + std::to_string(options.port) + " pid " + *restored;
@@ -1227,16 +1348,37 @@ int RunKeeper(const std::string& state_file) {
     }
     // On one host the destination's copy writes its record into the same run directory.
     job->pid = st->pid;
+    // A copy let go for its file locks comes back from the image, with this machine's CRIU.
+    StatusOr<ckpt::Criu> criu = ckpt::Criu{};
+    if (st->released) {
+      criu = ckpt::LocateCriu();
+      if (criu.ok()) {
+        Status probed = ckpt::ProbeBreakpoints(&*criu, ckpt::RunBase());
+        if (!probed.ok()) criu = probed;
+      }
+      if (!criu.ok()) {
+        say("no CRIU to restore the job from its image " + st->image + ": " +
+            criu.status().message());
+        return 1;
+      }
+    }
     const std::string& step = st->step;
     if (step == "checkpointing" || step == "sending" || step == "restoring") {
       // RESUME was never sent: the destination cannot commit; its copy goes when it hears the
       // connection end.
-      Status s = ResumeHere(&*job, 5);
-      st->step = "resumed";
+      Status s = Status::Ok();
+      if (st->released) {
+        KillTree(st->pid);  // let go before this side died unless its pid is still recorded
+        s = BackHere(*criu, &*job, *st, say);
+      } else {
+        s = ResumeHere(&*job, 5);
+      }
+      st->step = s.ok() || !st->released ? "resumed" : "in_doubt";
       (void)SaveState(state_file, *st);
-      say(s.ok() ? "resumed the job here" : "resuming the job failed: " + s.message());
+      say(s.ok() ? (st->released ? "restored the job here from its image" : "resumed the job here")
+                 : "getting the job back here failed: " + s.message());
     } else if (step == "resume_sent") {
-      Status s = SettleSource(&*job, &*st, state_file, token, say);
+      Status s = SettleSource(*criu, &*job, &*st, state_file, token, say);
       say(s.ok() ? "the destination runs the job; the copy here was released" : s.message());
     }
     if (!st->keep_image && (st->step == "done" || st->step == "resumed")) {

@@ -18,7 +18,7 @@ Status SaveState(const std::string& path, const MoveState& s) {
   out << "role " << s.role << "\nid " << s.id << "\nstep " << s.step << "\nacked "
       << (s.acked ? 1 : 0) << "\nrun_dir " << s.run_dir << "\nimage " << s.image << "\nhost "
       << s.host << "\nport " << s.port << "\npid " << s.pid << "\nwait_s " << s.wait_s
-      << "\nkeep_image " << (s.keep_image ? 1 : 0) << "\n";
+      << "\nkeep_image " << (s.keep_image ? 1 : 0) << "\nreleased " << (s.released ? 1 : 0) << "\n";
   const std::string text = out.str();
   const std::string tmp = path + ".tmp";
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -64,6 +64,7 @@ StatusOr<MoveState> LoadState(const std::string& path) {
     if (key == "pid") s.pid = std::atoll(value.c_str());
     if (key == "wait_s") s.wait_s = std::atof(value.c_str());
     if (key == "keep_image") s.keep_image = value == "1";
+    if (key == "released") s.released = value == "1";
   }
   if (s.role != "source" && s.role != "destination") {
     return InvalidArgument(path + ": not a migration state file (role '" + s.role + "')");

@@ -26,6 +26,9 @@ struct MoveState {
   int64_t pid = 0;      // this side's copy's root
   double wait_s = 600;  // source: outcome_timeout_s; destination: answer_for_s
   bool keep_image = false;
+  // source: the stopped copy was let go before RESTORE to free the file locks it held (a file
+  // system the two sides share would keep them held); the job comes back here from `image`.
+  bool released = false;
 };
 
 // Written to a temporary file, synced and renamed into place: a crash leaves the old or the new.

@@ -75,7 +75,7 @@ if ! make -s -C "$src/test/zdtm/lib" -j"$(nproc)" >"$CACHE/build-lib.log" 2>&1; 
   echo "zdtm: CRIU's ZDTM library does not build (log: $CACHE/build-lib.log)" >&2
   exit 1
 fi
-mapfile -t tests < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "$LIST" | grep .)
+mapfile -t tests < <(sed -e 's/#.*//' "$LIST" | awk 'NF { print $1 }')
 make -s -k -C "$static" -j"$(nproc)" "${tests[@]}" >"$CACHE/build-static.log" 2>&1 || true
 missing=()
 for t in "${tests[@]}"; do [[ -x $static/$t ]] || missing+=("$t"); done

@@ -33,7 +33,10 @@
 # in its node's run base) and its own copy of the tests' folder (the source has one too); step 4
 # then signals the test where it now runs and reads its verdict there.
 # ZDTM_MIGRATE=shared runs the receiver in the host's namespaces instead (which tells a failure of
-# the second node's set-up from one of the move). KEEP_WORK=1 keeps the images and logs.
+# the second node's set-up from one of the move). A test of LIST whose line names "same-files"
+# after it (migrate_tests.txt) is moved that way under ZDTM_MIGRATE=1 too: to a receiver on this
+# machine, on the source's own files, as between two nodes that share a file system.
+# KEEP_WORK=1 keeps the images and logs.
 # Needs root and CRIU; exits 77 (skipped) without them or without the built tests.
 set -u
 
@@ -48,6 +51,7 @@ NODE2=$(dirname "$(realpath "$0")")/node2.sh
 source "$(dirname "$(realpath "$0")")/../ckpt/ckptlib.sh"
 WAIT_POLL_S=0.05 # wait_until's
 node2= # the second node of a move (node2.sh), while it runs
+same_files= # the last move's receiver runs here, on the same files (ZDTM_MIGRATE=shared, same-files)
 files= # the tests' folder as the job sees it: $STATIC, or the second node's copy after a move
 LIMIT=120     # seconds for any one paladin command
 MOVE_LIMIT=45 # seconds for a `paladin receive` (ZDTM_MIGRATE)
@@ -184,22 +188,24 @@ node2_stop() {
 # node2_done: true once the receiver of the last move (node2.sh, or `paladin receive` itself when
 # ZDTM_MIGRATE=shared) has ended.
 node2_done() {
-  if [[ $ZDTM_MIGRATE != shared ]]; then [[ -s $work/node2.rc ]]; else ! kill -0 "$node2"; fi 2>/dev/null
+  if [[ -z $same_files ]]; then [[ -s $work/node2.rc ]]; else ! kill -0 "$node2"; fi 2>/dev/null
 }
 
 # migrate_job TEST NAME: moves the job NAME (its root: $root, its `paladin run`: $launcher) to a
 # `paladin receive` on a second node (node2.sh: namespaces and files of its own, reached over a
-# veth pair; ZDTM_MIGRATE above) and sets root to the job's pid there and files to its copy of
-# the tests' folder. On failure sets outcome and why, kills the job wherever it runs (after a
-# failed move it resumes here), and returns 1.
+# veth pair; ZDTM_MIGRATE above), or on this one on the same files (same-files), and sets root to
+# the job's pid there and files to its copy of the tests' folder. On failure sets outcome and
+# why, kills the job wherever it runs (after a failed move it resumes here), and returns 1.
 migrate_job() {
   local t=$1 name=$2 out rc=0 peer=127.0.0.1
   port=$((port + 2)) # the receiver takes PORT and PORT+1
   local -a recv=("$PALADIN" receive --listen "$port" --dir "$work/in-$t-$port")
+  same_files=
+  [[ $ZDTM_MIGRATE == shared || ${move_to[$t]:-} == same-files ]] && same_files=1
   # A move of a test takes 2-4 s; a restore that blocks is cut sooner than LIMIT, which the
   # migrate command then outlives to resume the job here.
   rm -f "$work/node2.pid" "$work/node2.rc"
-  if [[ $ZDTM_MIGRATE != shared ]]; then
+  if [[ -z $same_files ]]; then
     peer=10.214.0.2
     recv+=(--bind "$peer")
     unshare --net --mount --ipc --propagation private -- bash "$NODE2" "$work/node2" "$STATIC" \
@@ -252,7 +258,7 @@ migrate_job() {
     return 1
   fi
   wait_until 30 node2_done
-  if [[ $ZDTM_MIGRATE == shared ]]; then
+  if [[ -n $same_files ]]; then
     node2_stop
   else
     files=/proc/$node2/root$STATIC
@@ -386,6 +392,13 @@ cgroup_cleanup() {
   return 0
 }
 
+# Where each test of LIST moves (ZDTM_MIGRATE=1): the word after its name, "same-files" or none
+# (the second node).
+declare -A move_to=()
+while read -r t where _; do
+  [[ -n $t ]] && move_to[$t]=$where
+done < <(sed -e 's/#.*//' "$LIST")
+
 declare -A expected=()
 while read -r t reason; do
   [[ -z $t || $t == \#* ]] && continue
@@ -394,7 +407,7 @@ done <"$EXPECTED"
 
 tests=("$@")
 if ((${#tests[@]} == 0)); then
-  mapfile -t tests < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "$LIST" | grep .)
+  mapfile -t tests < <(sed -e 's/#.*//' "$LIST" | awk 'NF { print $1 }')
 fi
 
 # attempt TEST: one run of the test, then the clean-up of what it left.

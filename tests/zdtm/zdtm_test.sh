@@ -6,8 +6,8 @@
 #   zdtm_test.sh [--migrate] PALADIN ZDTM_INIT CACHE [TEST...]
 #
 # --migrate: the sample of migrate_tests.txt, each moved by `paladin migrate` to a receiver in
-# namespaces of its own (run.sh, ZDTM_MIGRATE) in place of a checkpoint and restore, checked
-# against migrate_expected_failures.txt.
+# namespaces of its own, or on the same files for a test marked same-files (run.sh, ZDTM_MIGRATE),
+# in place of a checkpoint and restore, checked against migrate_expected_failures.txt.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 LIST=$HERE/tests.txt

@@ -89,6 +89,11 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
                                const RestoreOptions2& options, const Progress& progress,
                                PhaseTimes* times);
 
+// How many file locks (flock, POSIX, OFD) CRIU recorded in the image `dir` (its filelocks.img; 0
+// without one). A restore takes them again, waiting while another process holds them: on a file
+// system that both sides of a move share, the source's stopped copy does until it is let go.
+StatusOr<int> FileLocksInImage(const std::string& dir);
+
 // Lets a stopped job run again: a destination after the commit, or a source whose move failed
 // (its GPU state, checkpointed or locked, is restored and unlocked).
 // Leaves stopped the processes the job had stopped itself when it was dumped (job->stopped).

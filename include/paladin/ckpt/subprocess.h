@@ -17,9 +17,10 @@ struct SubprocessResult {
 
 // Runs argv[0] (searched on the PATH) with `env` added to this process's environment, waits at
 // most `timeout_s` seconds, then kills its whole process group.
-// With `root_at` set, the program runs in a mount namespace of its own (a private copy of this
-// one's) where the root file system is bound at `root_at`, an empty directory: CRIU restores a
-// job's mount namespace onto such a root (--root), and nothing of it shows in this namespace.
+// With `root_at` set, the program runs in a mount namespace of its own (a copy of this one's
+// whose mounts are its slaves: CRIU restores a job's mounts as slaves of the host's from them)
+// where the root file system is bound at `root_at`, an empty directory: CRIU restores a job's
+// mount namespace onto such a root (--root), and nothing of it shows in this namespace.
 SubprocessResult RunBounded(const std::vector<std::string>& argv,
                             const std::vector<std::pair<std::string, std::string>>& env,
                             double timeout_s, const std::string& root_at = "");
