@@ -197,8 +197,11 @@ std::string DescribeGpu(const GpuSpec& gpu) {
 }
 
 Ending Finish(const ckpt::JobRecord& job) {
-  if (!job.cgroup.empty()) (void)ckpt::Cgroup::Existing(job.cgroup).Remove();
   StatusOr<ckpt::JobRecord> latest = ckpt::ReadJob(job.run_dir);
+  // A copy a move let go (file locks) is the mover's to clean up: on this machine the destination
+  // may already be restoring the job into a group of the same name, which must not go.
+  const bool let_go = latest.ok() && latest->state == "moving";
+  if (!job.cgroup.empty() && !let_go) (void)ckpt::Cgroup::Existing(job.cgroup).Remove();
   for (int i = 0; i < 600 && latest.ok() && latest->state == "checkpointing"; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the image is being finished
     latest = ckpt::ReadJob(job.run_dir);
