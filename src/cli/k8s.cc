@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -265,20 +266,25 @@ int RunWebhook(const NodeArgs& args) {
   return s.ok() ? 0 : 1;
 }
 
+// Progress lines "WHAT: SECONDS  LINE", the seconds counted from this call.
+std::function<void(const std::string&)> TimedProgress(const std::string& what) {
+  const auto start = std::chrono::steady_clock::now();
+  return [what, start](const std::string& line) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+    std::printf("%s: %6.3f s  %s\n", what.c_str(), static_cast<double>(ms) / 1000, line.c_str());
+    std::fflush(stdout);
+  };
+}
+
 int RunMove(const NodeArgs& args) {
   StatusOr<k8s::ApiConfig> config = Config(args);
   if (!config.ok()) {
     cli::Say("k8s move", config.status().message());
     return 2;
   }
-  const auto start = std::chrono::steady_clock::now();
-  auto progress = [&](const std::string& line) {
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::steady_clock::now() - start)
-                        .count();
-    std::printf("move: %6.3f s  %s\n", static_cast<double>(ms) / 1000, line.c_str());
-    std::fflush(stdout);
-  };
+  const std::function<void(const std::string&)> progress = TimedProgress("move");
   const k8s::MoveOptions& o = args.move;
   StatusOr<k8s::MoveResult> r = k8s::MovePod(k8s::ApiClient(*config), o, progress);
   if (!r.ok()) {
@@ -307,14 +313,7 @@ int RunDrain(const NodeArgs& args) {
     cli::Say("k8s drain", config.status().message());
     return 2;
   }
-  const auto start = std::chrono::steady_clock::now();
-  auto progress = [&](const std::string& line) {
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::steady_clock::now() - start)
-                        .count();
-    std::printf("drain: %6.3f s  %s\n", static_cast<double>(ms) / 1000, line.c_str());
-    std::fflush(stdout);
-  };
+  const std::function<void(const std::string&)> progress = TimedProgress("drain");
   StatusOr<k8s::DrainResult> r =
       k8s::DrainNode(k8s::ApiClient(*config), args.drain_node, args.move, progress);
   if (!r.ok()) {
