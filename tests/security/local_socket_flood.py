@@ -60,9 +60,16 @@ def start_flood(uid, count):
 
 
 def last_heartbeat(url, token):
+    """node-a's last heartbeat as the server saw it; waits up to 30 s for the agent's first one
+    (its local socket opens before it has registered with the server)."""
     req = urllib.request.Request(url + "/v1/nodes", headers={"Authorization": "Bearer " + token})
-    nodes = json.loads(urllib.request.urlopen(req, timeout=10).read())["nodes"]
-    return [n.get("last_heartbeat") for n in nodes if n["name"] == "node-a"][0]
+    for _ in range(300):
+        nodes = json.loads(urllib.request.urlopen(req, timeout=10).read())["nodes"]
+        beats = [n.get("last_heartbeat") for n in nodes if n["name"] == "node-a"]
+        if beats:
+            return beats[0]
+        time.sleep(0.1)
+    raise SystemExit("FAIL: node-a never registered with the server")
 
 
 def served(what, answer):
