@@ -125,7 +125,7 @@ void Agent::Adopt() {
       w->epoch = epoch;
       w->agent_dir = entry.path().string();
       w->record = *record;
-      w->state = "exited";
+      w->state = api::CopyState::kExited;
       AdoptUser(j, w.get());
       Say("job " + id + " (pid " + std::to_string(record->pid) +
           ") ended while no agent watched it (exit code unknown)");

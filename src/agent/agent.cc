@@ -127,7 +127,7 @@ int Agent::Run() {
   std::lock_guard<std::mutex> lock(mu_);
   size_t left = 0;
   for (auto& [key, w] : jobs_) {
-    if (w->state == "exited") continue;
+    if (w->state == api::CopyState::kExited) continue;
     if (options_.kill_on_exit) {
       (void)KillTree(w.get());
       Say("killed job " + w->id + " (--kill-on-exit)");

@@ -78,7 +78,8 @@ struct Workload {
   uint64_t ceiling_bytes = 0;
   std::unique_ptr<quota::Region> region;
   std::unique_ptr<quota::QuotaGrower> grower;
-  std::string state = "running";  // running | exited | stopped | frozen
+  // kRunning or kExited: whether it is stopped or frozen is read when reported.
+  api::CopyState state = api::CopyState::kRunning;
   std::optional<int> exit_code;
   int64_t out_offset = 0;  // log bytes the server has
   int64_t err_offset = 0;

@@ -116,7 +116,7 @@ Workload* Agent::Claim(const api::Command& c, Status* why) {
     *why = NotFound("job " + id + " does not run here");
   } else if (w->busy) {
     *why = FailedPrecondition("job " + id + " is busy with another checkpoint or move");
-  } else if (w->state == "exited") {
+  } else if (w->state == api::CopyState::kExited) {
     *why = FailedPrecondition("job " + id + " has exited");
   } else if (w->frozen) {
     *why = FailedPrecondition("job " + id + " is frozen (no contact with the server)");
@@ -192,7 +192,7 @@ Status Agent::Start(const api::Command& c, Json* detail) {
   const int64_t epoch = c.epoch.value_or(0);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (Workload* w = Find(id, epoch); w != nullptr && w->state != "exited") {
+    if (Workload* w = Find(id, epoch); w != nullptr && w->state != api::CopyState::kExited) {
       (*detail)["pid"] = w->record.pid;  // already started: the server asked twice
       return Status::Ok();
     }
@@ -363,7 +363,7 @@ void Agent::Restore(const api::Command& c) {
   if (gpu_uuid.empty()) gpu_uuid = GpuUuid(gpu_index);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (Workload* w = Find(job, epoch); w != nullptr && w->state != "exited") {
+    if (Workload* w = Find(job, epoch); w != nullptr && w->state != api::CopyState::kExited) {
       AddResult(id, Status::Ok(), {{"pid", w->record.pid}});
       return;
     }
@@ -631,7 +631,7 @@ void Agent::SettleInterruptedMoves() {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [key, w] : jobs_) {
       if ((w->incoming_migration != 0 || w->outgoing_migration != 0) && !w->busy &&
-          w->state != "exited") {
+          w->state != api::CopyState::kExited) {
         w->busy = true;
         pending.push_back(w.get());
       }

@@ -133,12 +133,14 @@ Json Agent::Reports(bool with_logs) {
   std::lock_guard<std::mutex> lock(mu_);
   Json out = Json::array();
   for (auto& [key, w] : jobs_) {
-    std::string state = w->state;
-    if (state != "exited") {
+    api::CopyState state = w->state;
+    if (state != api::CopyState::kExited) {
       const char letter = ProcState(static_cast<pid_t>(w->record.pid), nullptr);
       // A fenced job is frozen from the lease's deadline on, whether or not the agent noticed.
       const bool frozen = w->frozen || (w->fenced && LeaseOut());
-      state = frozen ? "frozen" : letter == 'T' || letter == 't' ? "stopped" : "running";
+      state = frozen                           ? api::CopyState::kFrozen
+              : letter == 'T' || letter == 't' ? api::CopyState::kStopped
+                                               : api::CopyState::kRunning;
     }
     CheckRegion(w.get());
     uint64_t used = 0;
@@ -165,7 +167,7 @@ Json Agent::Reports(bool with_logs) {
       r.stderr_from = w->err_offset;
       r.stderr_to = w->err_pending;
     }
-    w->exit_reported = state == "exited";
+    w->exit_reported = state == api::CopyState::kExited;
     out.push_back(api::ToJson(r));
   }
   return out;
@@ -188,7 +190,7 @@ void Agent::Delivered() {
 void Agent::PollExits() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [key, w] : jobs_) {
-    if (w->busy || w->state == "exited") continue;
+    if (w->busy || w->state == api::CopyState::kExited) continue;
     const auto pid = static_cast<pid_t>(w->record.pid);
     pid_t parent = 0;
     const char state = ProcState(pid, &parent);
@@ -205,7 +207,7 @@ void Agent::PollExits() {
       if (state != '\0' && state != 'Z' && quota::ProcessAlive(id)) continue;
       w->exit_code.reset();  // not our child: its exit status went to its parent
     }
-    w->state = "exited";
+    w->state = api::CopyState::kExited;
     Say("job " + w->id + " (pid " + std::to_string(pid) + ") exited" +
         (w->exit_code ? " with code " + std::to_string(*w->exit_code) : " (exit code unknown)"));
     if (w->grower) w->grower->Stop();
@@ -291,7 +293,7 @@ void Agent::StartGrower(Workload* w) const {
 
 Status Agent::KillTree(Workload* w) {
   const auto root = static_cast<pid_t>(w->record.pid);
-  if (w->state != "exited" && root > 0) {
+  if (w->state != api::CopyState::kExited && root > 0) {
     SignalTree(root, SIGKILL);
     if (!WaitGone(root, 10)) {
       return Internal("job " + w->id + " (pid " + std::to_string(root) +

@@ -118,7 +118,7 @@ void Agent::FreezeJobs(double silent, bool only_if_any) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [key, w] : jobs_) {
       // A busy job is stopped or moving under its worker; it is frozen once the worker is done.
-      if (w->busy || w->frozen || w->state == "exited") continue;
+      if (w->busy || w->frozen || w->state == api::CopyState::kExited) continue;
       // The init stops a fenced job itself (within fence::kPollMs of the same deadline).
       if (!w->fenced) SignalTree(static_cast<pid_t>(w->record.pid), SIGSTOP);
       w->frozen = true;

@@ -61,7 +61,12 @@ StatusOr<JobReport> DecodeJob(const Json& r, const std::string& where) {
   if (!r.contains("id") || !r["id"].is_string()) return Wrong(where, "id", "expected a string");
   j.id = r["id"].get<std::string>();
   PALADIN_RETURN_IF_ERROR(Int(r, "epoch", 0, kMaxCount, where, &j.epoch));
-  PALADIN_RETURN_IF_ERROR(Str(r, "state", where, &j.state));
+  if (r.contains("state") && !r["state"].is_null()) {
+    const std::optional<CopyState> state =
+        r["state"].is_string() ? CopyStateNamed(r["state"].get<std::string>()) : std::nullopt;
+    if (!state) return Wrong(where, "state", "expected running, stopped, frozen or exited");
+    j.state = *state;
+  }
   PALADIN_RETURN_IF_ERROR(Int(r, "pid", -1, kMaxCount, where, &j.pid));
   if (r.contains("used_bytes") && !r["used_bytes"].is_null()) {
     int64_t used = 0;
@@ -181,6 +186,27 @@ const char* MoveModeName(MoveMode mode) {
 std::optional<MoveMode> MoveModeNamed(const std::string& name) {
   for (const auto& [m, n] : kMoveModes) {
     if (name == n) return m;
+  }
+  return std::nullopt;
+}
+
+constexpr std::pair<CopyState, const char*> kCopyStates[] = {
+    {CopyState::kRunning, "running"},
+    {CopyState::kStopped, "stopped"},
+    {CopyState::kFrozen, "frozen"},
+    {CopyState::kExited, "exited"},
+};
+
+const char* CopyStateName(CopyState state) {
+  for (const auto& [s, name] : kCopyStates) {
+    if (s == state) return name;
+  }
+  return "unknown";
+}
+
+std::optional<CopyState> CopyStateNamed(const std::string& name) {
+  for (const auto& [s, n] : kCopyStates) {
+    if (name == n) return s;
   }
   return std::nullopt;
 }
@@ -383,7 +409,7 @@ StatusOr<Command> DecodeCommand(const Json& body) {
 Json ToJson(const JobReport& r) {
   return Json{{"id", r.id},
               {"epoch", r.epoch},
-              {"state", r.state},
+              {"state", CopyStateName(r.state)},
               {"pid", r.pid},
               {"used_bytes", r.used_bytes ? Json(*r.used_bytes) : Json(nullptr)},
               {"quota_bytes", r.quota_bytes},

@@ -199,9 +199,9 @@ void Control::UpdateGpus(NodeRecord& n, const std::vector<api::GpuReport>& gpus)
 void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
   const std::string& id = r.id;
   const int64_t epoch = r.epoch;
-  const std::string& state = r.state;
+  const api::CopyState state = r.state;
   auto kill = [&](const std::string& why, const std::string& team) {
-    if (state == "exited") return;  // nothing left to kill
+    if (state == api::CopyState::kExited) return;  // nothing left to kill
     for (const auto& [cid, c] : commands_) {
       if (c.node == n.name && c.command.kind == api::CommandKind::kKill && c.job == id &&
           c.command.epoch == epoch) {
@@ -266,7 +266,7 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
   const std::string err = UnseenLog(j, copy, "stderr", r.stderr_text, r.stderr_from, r.stderr_to);
   if (!out.empty()) AppendLog(j, "stdout", out);
   if (!err.empty()) AppendLog(j, "stderr", err);
-  if (state == "running" &&
+  if (state == api::CopyState::kRunning &&
       (j.state() == JobState::kStarting || j.state() == JobState::kRestoring)) {
     j.MoveTo(JobState::kRunning);
     if (!j.started_at) j.started_at = now;
@@ -289,11 +289,11 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
     j.preempted = false;
     j.reason = "running on " + n.name + "/" + std::to_string(j.gpu);
   }
-  if (state == "running" && j.state() == JobState::kMigrating && destination_copy &&
+  if (state == api::CopyState::kRunning && j.state() == JobState::kMigrating && destination_copy &&
       m->commit_answer.value_or(false)) {
     FinishMigration(*m);
   }
-  if (state == "exited") {
+  if (state == api::CopyState::kExited) {
     const std::optional<int> code = r.exit_code;
     if (j.cancel_requested) {
       EndJob(j, JobState::kCancelled, code, "cancelled");

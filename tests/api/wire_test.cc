@@ -15,7 +15,7 @@ TEST(WireTest, AHeartbeatRoundTrips) {
   JobReport job;
   job.id = "j-000007";
   job.epoch = 3;
-  job.state = "exited";
+  job.state = CopyState::kExited;
   job.pid = 4242;
   job.used_bytes = int64_t{5} << 30;
   job.quota_bytes = int64_t{8} << 30;
@@ -34,7 +34,7 @@ TEST(WireTest, AHeartbeatRoundTrips) {
   const JobReport& j = beat->jobs[0];
   EXPECT_EQ(j.id, job.id);
   EXPECT_EQ(j.epoch, 3);
-  EXPECT_EQ(j.state, "exited");
+  EXPECT_EQ(j.state, CopyState::kExited);
   EXPECT_EQ(j.used_bytes, job.used_bytes);
   EXPECT_EQ(j.quota_grows, 2);
   EXPECT_EQ(j.exit_code, -9);
@@ -52,7 +52,7 @@ TEST(WireTest, AHeartbeatRoundTrips) {
 TEST(WireTest, AbsentFieldsTakeTheirDefaults) {
   StatusOr<Heartbeat> beat = DecodeHeartbeat(Json{{"jobs", {{{"id", "j-000001"}}}}});
   ASSERT_TRUE(beat.ok()) << beat.status().ToString();
-  EXPECT_EQ(beat->jobs[0].state, "running");
+  EXPECT_EQ(beat->jobs[0].state, CopyState::kRunning);
   EXPECT_FALSE(beat->jobs[0].used_bytes.has_value()) << "unknown, not zero";
   EXPECT_FALSE(beat->jobs[0].exit_code.has_value());
   EXPECT_TRUE(DecodeHeartbeat(Json::object())->jobs.empty());
@@ -74,6 +74,9 @@ TEST(WireTest, AHostileBodyIsRefusedNamingWhereAndWhat) {
       {Json{{"jobs", {{{"id", "a"}, {"epoch", "x"}}}}}, "jobs[0]: epoch: expected an integer"},
       {Json{{"jobs", {{{"id", "a"}, {"exit_code", 5000}}}}}, "jobs[0]: exit_code"},
       {Json{{"jobs", {{{"id", "a"}, {"stdout", 5}}}}}, "jobs[0]: stdout: expected a string"},
+      {Json{{"jobs", {{{"id", "a"}, {"state", "paused"}}}}},
+       "jobs[0]: state: expected running, stopped, frozen or exited"},
+      {Json{{"jobs", {{{"id", "a"}, {"state", 1}}}}}, "jobs[0]: state: expected running"},
       {Json{{"jobs", {{{"id", "a"}, {"quota_bytes", 18446744073709551615ULL}}}}},
        "jobs[0]: quota_bytes: too large"},
       {Json{{"gpus", {{{"index", "0"}}}}}, "gpus[0]: index: expected an integer"},
@@ -90,6 +93,23 @@ TEST(WireTest, AHostileBodyIsRefusedNamingWhereAndWhat) {
     EXPECT_NE(beat.status().message().find(c.says), std::string::npos)
         << c.body.dump() << " -> " << beat.status().message();
   }
+}
+
+// Every copy state reads back as it was written, by the name the wire uses for it.
+TEST(WireTest, EveryCopyStateRoundTrips) {
+  for (CopyState state :
+       {CopyState::kRunning, CopyState::kStopped, CopyState::kFrozen, CopyState::kExited}) {
+    JobReport job;
+    job.id = "j-1";
+    job.state = state;
+    const Json body = {{"jobs", {ToJson(job)}}};
+    StatusOr<Heartbeat> beat = DecodeHeartbeat(body);
+    ASSERT_TRUE(beat.ok()) << beat.status().ToString();
+    EXPECT_EQ(beat->jobs[0].state, state) << body.dump();
+    EXPECT_EQ(body["jobs"][0]["state"], CopyStateName(state));
+  }
+  EXPECT_EQ(CopyStateNamed("frozen"), CopyState::kFrozen);
+  EXPECT_FALSE(CopyStateNamed("Running").has_value());
 }
 
 // Every kind of command the server sends reads back as it was written.

@@ -19,11 +19,18 @@
 
 namespace paladin::api {
 
+// What a job copy on a node is doing, as its agent sees it: its processes run, are stopped
+// (SIGSTOP, or under CRIU), are frozen (fenced: the agent lost its lease), or have ended.
+enum class CopyState { kRunning, kStopped, kFrozen, kExited };
+// The state's name on the wire ("running", "stopped", "frozen", "exited"), and back.
+const char* CopyStateName(CopyState state);
+std::optional<CopyState> CopyStateNamed(const std::string& name);
+
 // A job copy on the node, as the agent sees it.
 struct JobReport {
   std::string id;                 // the server's job id (its syntax is the server's to check)
   int64_t epoch = 0;              // which copy: a copy of an older epoch is stale
-  std::string state = "running";  // running | stopped | frozen | exited
+  CopyState state = CopyState::kRunning;
   int64_t pid = 0;
   std::optional<int64_t> used_bytes;  // GPU memory in use; absent: unknown (the last figure stands)
   int64_t quota_bytes = 0;            // 0: no quota region
