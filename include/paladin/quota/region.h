@@ -31,7 +31,7 @@ struct RegionSettings {
   uint64_t quota_bytes = 0;    // per GPU the workload uses
   uint64_t ceiling_bytes = 0;  // 0: the quota never grows on demand
   uint64_t granularity = kDefaultGranularity;
-  uint32_t grow_wait_ms = 200;  // how long a refused allocation waits for the launcher
+  uint32_t grow_wait_ms = 2000;  // how long a refused allocation waits for the launcher
 };
 
 // A process's identity: its pid as the /proc it was read from numbers it and its start time
