@@ -509,15 +509,11 @@ def agent_cut_off(work):
         fleet.stop()
 
 
-def main():
+def work_folder(name, under=None):
+    """A scratch folder for one test run (readable by the jobs' uids) with a copy of the demo
+    workload in its bin/, which WORKLOAD then names."""
     global WORKLOAD
-    if os.geteuid() != 0:
-        print("SKIP: the fleet end to end needs root (PID namespaces, cgroups, CRIU)")
-        return 77
-    if not os.path.exists("/opt/paladin/criu/criu") and not os.environ.get("PALADIN_CRIU"):
-        print("SKIP: no CRIU (install it with scripts/criu.sh)")
-        return 77
-    work = tempfile.mkdtemp(prefix="paladin-e2e-crash.")
+    work = tempfile.mkdtemp(prefix=f"paladin-e2e-{name}.", dir=under)
     os.chmod(work, 0o755)
     bin_dir = os.path.join(work, "bin")
     os.makedirs(bin_dir)
@@ -525,6 +521,52 @@ def main():
     subprocess.run(["cp", os.path.join(os.path.dirname(PALADIN), "paladin-demo-workload"),
                     WORKLOAD], check=True)
     os.chmod(bin_dir, 0o755)
+    return work
+
+
+def kill_tagged(*tags):
+    """Kills whatever copies of jobs tagged `tags` a failed drill left running."""
+    for tag in tags:
+        for pid in tagged_processes(tag):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def remove_work(work, name):
+    """Removes the run's scratch folder, unless KEEP_WORK is set."""
+    if os.environ.get("KEEP_WORK"):
+        print(f"{name}: kept", work)
+    else:
+        subprocess.run(["rm", "-rf", work])
+
+
+def summary(name):
+    """Prints the run's verdict; the test's exit code."""
+    if failures:
+        print(f"{name}: {len(failures)} failure(s)")
+        return 1
+    print(f"{name}: all checks passed")
+    return 0
+
+
+def check_one_copy(sampler, what):
+    """Fails `what` when its copy sampler saw two copies running at once."""
+    if sampler.double:
+        fail(f"{what}: two copies running at once at {sampler.double[:10]} s")
+    else:
+        ok(f"{what}: never two copies running at once")
+
+
+def main():
+    if os.geteuid() != 0:
+        print("SKIP: the fleet end to end needs root (PID namespaces, cgroups, CRIU)")
+        return 77
+    if not os.path.exists("/opt/paladin/criu/criu") and not os.environ.get("PALADIN_CRIU"):
+        print("SKIP: no CRIU (install it with scripts/criu.sh)")
+        return 77
+    work = work_folder("crash")
     only = os.environ.get("PALADIN_CRASH_ONLY", "")
     try:
         for step in STEPS:
@@ -538,15 +580,8 @@ def main():
             agent_cut_off(work)
     finally:
         subprocess.run(["pkill", "-KILL", "-f", WORKLOAD])
-        if os.environ.get("KEEP_WORK"):
-            print("crash_test: kept", work)
-        else:
-            subprocess.run(["rm", "-rf", work])
-    if failures:
-        print(f"crash_test: {len(failures)} failure(s)")
-        return 1
-    print("crash_test: all checks passed")
-    return 0
+        remove_work(work, "crash_test")
+    return summary("crash_test")
 
 
 WORKLOAD = ""

@@ -22,14 +22,13 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import crash_test  # noqa: E402  (shares its fleet, proxy and workload helpers)
-from crash_test import Fleet, fail, failures, ok, tagged_processes, verify_once, wait_for  # noqa
+from crash_test import Fleet, fail, ok, tagged_processes, verify_once, wait_for  # noqa
 
 LEASE_S = 3  # crash_test.Fleet's server: --lease 3 --heartbeat 0.5
 
@@ -159,35 +158,16 @@ def main():
     if not os.path.exists("/opt/paladin/criu/criu") and not os.environ.get("PALADIN_CRIU"):
         print("SKIP: no CRIU (install it with scripts/criu.sh)")
         return 77
-    work = tempfile.mkdtemp(prefix="paladin-e2e-fence.")
-    os.chmod(work, 0o755)
-    bin_dir = os.path.join(work, "bin")
-    os.makedirs(bin_dir)
-    crash_test.WORKLOAD = os.path.join(bin_dir, "paladin-demo-workload")
-    subprocess.run(["cp", os.path.join(os.path.dirname(crash_test.PALADIN),
-                                       "paladin-demo-workload"), crash_test.WORKLOAD], check=True)
-    os.chmod(bin_dir, 0o755)
+    work = crash_test.work_folder("fence")
     only = os.environ.get("PALADIN_FENCE_ONLY", "")
     try:
         for fault in ("sigkill", "sigstop", "cut-off"):
             if not only or only == fault:
                 drill(work, fault)
     finally:
-        for fault in ("sigkill", "sigstop", "cut-off"):  # whatever a failed drill left
-            for pid in tagged_processes("fence-" + fault):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-        if os.environ.get("KEEP_WORK"):
-            print("fence_test: kept", work)
-        else:
-            subprocess.run(["rm", "-rf", work])
-    if failures:
-        print(f"fence_test: {len(failures)} failure(s)")
-        return 1
-    print("fence_test: all checks passed")
-    return 0
+        crash_test.kill_tagged("fence-sigkill", "fence-sigstop", "fence-cut-off")
+        crash_test.remove_work(work, "fence_test")
+    return crash_test.summary("fence_test")
 
 
 if __name__ == "__main__":

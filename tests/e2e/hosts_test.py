@@ -352,10 +352,7 @@ def migration_drill(work, hosts, m):
               f"{job.get('restarts', 0)}, recoveries {job.get('recoveries', 0)}) "
               f"{time.time() - began:.1f} s after the move began; {sampler.describe()}",
               flush=True)
-        if sampler.double:
-            fail(f"{what}: two copies running at once at {sampler.double[:10]} s")
-        else:
-            ok(f"{what}: never two copies running at once")
+        crash_test.check_one_copy(sampler, what)
         # A copy stopped in one look may be under a periodic checkpoint (CRIU stops it for a
         # moment, for seconds on a busy machine); one left behind is stopped in every look, for
         # 2 s and on for up to 20 s while any copy has not been seen running.
@@ -500,14 +497,7 @@ def main():
         print(f"SKIP: cannot make a network namespace here: {probe.stderr.strip()}")
         return 77
     # Not under /tmp: each host has a /tmp of its own over it.
-    work = tempfile.mkdtemp(prefix="paladin-e2e-hosts.", dir="/var/tmp")
-    os.chmod(work, 0o755)
-    bin_dir = os.path.join(work, "bin")
-    os.makedirs(bin_dir)
-    crash_test.WORKLOAD = os.path.join(bin_dir, "paladin-demo-workload")
-    subprocess.run(["cp", os.path.join(os.path.dirname(crash_test.PALADIN),
-                                       "paladin-demo-workload"), crash_test.WORKLOAD], check=True)
-    os.chmod(bin_dir, 0o755)
+    work = crash_test.work_folder("hosts", under="/var/tmp")
     failed = []
     began = time.time()
     try:
@@ -523,10 +513,7 @@ def main():
         else:
             for slot in range(jobs):
                 clean_network(slot)
-        if os.environ.get("KEEP_WORK"):
-            print("hosts_test: kept", work)
-        else:
-            subprocess.run(["rm", "-rf", work])
+        crash_test.remove_work(work, "hosts_test")
     if only:
         if failures and fault_missed and len(failures) == 1:
             return NOT_FIRED

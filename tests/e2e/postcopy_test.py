@@ -31,14 +31,13 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import crash_test  # noqa: E402
 import fence_test  # noqa: E402
-from crash_test import Fleet, fail, failures, ok, run_tag, tagged_processes, wait_for  # noqa: E402
+from crash_test import Fleet, fail, ok, run_tag, tagged_processes, wait_for  # noqa: E402
 
 LEASE_S = fence_test.LEASE_S
 LAZY_MEM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ckpt", "lazy_mem.py")
@@ -125,10 +124,7 @@ def move_drill(work):
         last = fleet.job(job_id).get("last_move") or {}
         if last.get("mode") != "post-copy" or last.get("pause_s") is None:
             fail(f"{what}: the job's last_move does not say post-copy and its pause: {last}")
-        if sampler.double:
-            fail(f"{what}: two copies running at once at {sampler.double[:10]} s")
-        else:
-            ok(f"{what}: never two copies running at once")
+        crash_test.check_one_copy(sampler, what)
         check_file(out, False, what)
         crash_test.cancel_and_check_gone(fleet, job_id, tag)
 
@@ -200,10 +196,7 @@ def dst_killed_drill(work):
         print(f"{what}: the agent died {died:.1f} s into the move; "
               f"{time.time() - began:.1f} s in all; events: {messages}; {sampler.describe()}",
               flush=True)
-        if sampler.double:
-            fail(f"{what}: two copies running at once at {sampler.double[:10]} s")
-        else:
-            ok(f"{what}: never two copies running at once")
+        crash_test.check_one_copy(sampler, what)
         log = open(os.path.join(fleet.dir, "agent-node-a.log"), errors="replace").read()
         if "post-copy (no GPU state" not in log:
             fail(f"{what}: the source did not move the job post-copy")
@@ -226,16 +219,10 @@ def main():
     if not os.path.exists(lazy):
         print(f"SKIP: no post-copy CRIU at {lazy} (scripts/criu_lazy.sh)")
         return 77
-    work = tempfile.mkdtemp(prefix="paladin-e2e-postcopy.")
-    os.chmod(work, 0o755)
+    work = crash_test.work_folder("postcopy")
     work_bin = os.path.join(work, "bin")
-    os.makedirs(work_bin)
-    crash_test.WORKLOAD = os.path.join(work_bin, "paladin-demo-workload")
-    shutil.copy(os.path.join(os.path.dirname(crash_test.PALADIN), "paladin-demo-workload"),
-                crash_test.WORKLOAD)
     shutil.copy(LAZY_MEM, os.path.join(work_bin, "lazy_mem.py"))
-    for path in (work_bin, crash_test.WORKLOAD, os.path.join(work_bin, "lazy_mem.py")):
-        os.chmod(path, 0o755)
+    os.chmod(os.path.join(work_bin, "lazy_mem.py"), 0o755)
     os.makedirs(os.path.join(work, "out"))
     os.chmod(os.path.join(work, "out"), 0o1777)  # the workloads run as uids of their own
     only = os.environ.get("PALADIN_POSTCOPY_ONLY", "")
@@ -245,21 +232,9 @@ def main():
         if only in ("", "dst-killed"):
             dst_killed_drill(work)
     finally:
-        for tag in ("pcmove", "pcgpu", "pckill"):
-            for pid in tagged_processes(tag):
-                try:
-                    os.kill(pid, 9)
-                except OSError:
-                    pass
-        if os.environ.get("KEEP_WORK"):
-            print("postcopy_test: kept", work)
-        else:
-            subprocess.run(["rm", "-rf", work])
-    if failures:
-        print(f"postcopy_test: {len(failures)} failure(s)")
-        return 1
-    print("postcopy_test: all checks passed")
-    return 0
+        crash_test.kill_tagged("pcmove", "pcgpu", "pckill")
+        crash_test.remove_work(work, "postcopy_test")
+    return crash_test.summary("postcopy_test")
 
 
 if __name__ == "__main__":
