@@ -5,11 +5,9 @@
 // the direct pre-copy move's end below. Every way back: source_settle.cc.
 #include <arpa/inet.h>
 #include <netdb.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
