@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -42,6 +43,11 @@ Status SaveState(const std::string& path, const MoveState& s) {
     return IoError("cannot put " + path + " in place: " + strerror(errno));
   }
   return Status::Ok();
+}
+
+Status SaveStep(const std::string& path, MoveState* state, const std::string& step) {
+  state->step = step;
+  return SaveState(path, *state);
 }
 
 StatusOr<MoveState> LoadState(const std::string& path) {
@@ -86,6 +92,23 @@ bool FaultSet(const std::string& fault) {
 
 void CrashPoint(const std::string& point) {
   if (FaultSet("crash:" + point)) raise(SIGKILL);
+}
+
+Status SendOrDrop(Channel* channel, const std::string& what, const std::string& line) {
+  if (FaultSet("drop:" + what)) {
+    shutdown(channel->fd(), SHUT_RDWR);
+    return IoError("fault injected: " + what + " lost");
+  }
+  return channel->Send(line);
+}
+
+StatusOr<std::string> CallOrDrop(Channel* channel, const std::string& what, const std::string& line,
+                                 double timeout_s) {
+  if (FaultSet("drop:" + what)) {
+    shutdown(channel->fd(), SHUT_RDWR);
+    return IoError("fault injected: " + what + " lost");
+  }
+  return channel->Call(line, timeout_s);
 }
 
 Keeper::~Keeper() {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "paladin/base/status.h"
+#include "paladin/migrate/control.h"
 
 namespace paladin::migrate {
 
@@ -34,11 +35,19 @@ struct MoveState {
 // Written to a temporary file, synced and renamed into place: a crash leaves the old or the new.
 Status SaveState(const std::string& path, const MoveState& state);
 StatusOr<MoveState> LoadState(const std::string& path);
+// The state at `step`, saved.
+Status SaveStep(const std::string& path, MoveState* state, const std::string& step);
 
 // True when $PALADIN_MIGRATE_FAULT (a comma-separated list) names `fault`.
 bool FaultSet(const std::string& fault);
 // A crash for the tests: SIGKILL of this process where $PALADIN_MIGRATE_FAULT has crash:POINT.
 void CrashPoint(const std::string& point);
+// A line lost on the way ($PALADIN_MIGRATE_FAULT has drop:WHAT): the connection is cut where it
+// would have been sent, so neither side hears from the other on it again. Else sent (Call: and
+// its answer returned).
+Status SendOrDrop(Channel* channel, const std::string& what, const std::string& line);
+StatusOr<std::string> CallOrDrop(Channel* channel, const std::string& what, const std::string& line,
+                                 double timeout_s);
 
 // This side's keeper, started as `KEEPER_EXE migrate-keeper STATE` in a session of its own. While
 // this process lives the keeper waits; Done() says the move is settled here (the keeper exits);

@@ -1,6 +1,5 @@
 #include "stream.h"
 
-#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/statvfs.h>
@@ -15,8 +14,8 @@
 #include <sstream>
 #include <vector>
 
+#include "migrate_internal.h"
 #include "paladin/quota/usage.h"
-#include "state.h"
 
 namespace paladin::migrate {
 
@@ -236,37 +235,6 @@ StatusOr<std::string> PageSink::Finish(const std::string& image, double timeout_
   return dir_;
 }
 
-}  // namespace paladin::migrate
-
-namespace paladin::migrate {
-
-namespace {
-
-double Since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-// The source's next line, waiting up to `timeout_s` and watching for the owner's call-off.
-StatusOr<std::string> ReceiveUnlessCancelled(Channel* channel, const DestinationOptions& options,
-                                             double timeout_s) {
-  const auto start = std::chrono::steady_clock::now();
-  for (;;) {
-    StatusOr<std::string> buffered = channel->Receive(0);
-    if (buffered.ok()) return buffered;
-    if (options.cancel != nullptr && options.cancel->load()) {
-      return FailedPrecondition("the move was called off while the source streamed its memory");
-    }
-    if (Since(start) > timeout_s) {
-      return Unavailable("the source said nothing for " +
-                         std::to_string(static_cast<int>(timeout_s)) + " s");
-    }
-    pollfd p{channel->fd(), POLLIN, 0};
-    if (poll(&p, 1, 200) > 0) return channel->Receive(30);
-  }
-}
-
-}  // namespace
-
 StatusOr<Arrival> AwaitSource(const ckpt::Criu& criu, const DestinationOptions& options,
                               Listener* commands, transfer::Receiver* receiver,
                               const ckpt::Progress& progress) {
@@ -332,7 +300,8 @@ StatusOr<Arrival> AwaitSource(const ckpt::Criu& criu, const DestinationOptions& 
     arrival.sink = std::move(*sink);
     PALADIN_RETURN_IF_ERROR(channel->Send("OK " + arrival.sink->Answer()));
     // The source dumps into the page server and sends the rest of the image; BEGIN follows.
-    begin = ReceiveUnlessCancelled(&*channel, options, options.command_timeout_s);
+    begin = ReceiveUnlessCancelled(&*channel, options.cancel, options.command_timeout_s,
+                                   "the move was called off while the source streamed its memory");
     if (!begin.ok()) {
       return Status(begin.status().code(), "the source did not go on after streaming its memory (" +
                                                begin.status().message() + ")");

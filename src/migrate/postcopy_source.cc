@@ -1,0 +1,153 @@
+// The source's side of a post-copy move (docs/lazy_migration.md): its stopped copy serves the
+// job's memory through the dump's page server while the job already runs at the destination, and
+// goes only once every page is there and the copy there still runs.
+#include <sys/wait.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "migrate_internal.h"
+
+namespace paladin::migrate {
+
+namespace fs = std::filesystem;
+
+// A client that connected first and holds the server in its handshake, or one that made the
+// server fail, is found here, before RESUME, while the move can still be abandoned; without this
+// the source would wait for its dump for an hour with the destination's copy waiting for pages.
+// CRIU's dump log says when the handshake is done: it takes one client only, then closes its
+// port.
+Status WaitPageHandshake(pid_t dump, const std::string& log, double timeout_s) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  auto ended = [dump] {
+    siginfo_t info{};
+    return waitid(P_PID, static_cast<id_t>(dump), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+           info.si_pid == dump;
+  };
+  // CRIU logs the handshake before it verifies the client's certificate, and an error if that
+  // fails; the verification follows within microseconds.
+  auto said = [&log](const char* what) {
+    std::ifstream in(log);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.find(what) != std::string::npos) return true;
+    }
+    return false;
+  };
+  for (;;) {
+    if (said("TLS handshake completed")) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (!said("Error (criu/tls.c") && !ended()) return Status::Ok();
+      return Unavailable("the page server refused the client that connected first (see " + log +
+                         ")");
+    }
+    if (ended()) {
+      return Unavailable("the page server ended before any TLS handshake (see " + log + ")");
+    }
+    if (std::chrono::steady_clock::now() >= until) {
+      return Unavailable("no TLS handshake on the page server within " +
+                         std::to_string(static_cast<int>(timeout_s)) +
+                         " s of the restore (a client that connected before the destination's "
+                         "puller holds it, or the puller could not connect)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// Once the destination holds the job, restored without its memory and stopped: the job runs
+// there at once, and this copy, stopped, serves its pages (the dump, `lazy_dump`) until the
+// destination has them all. Only then, and only if the destination's copy still runs, is this
+// copy released; a copy that died there leaves the job to resume here, and a transfer that failed
+// has the destination's copy killed before this one resumes: never two copies at once. The fleet
+// form ends in FleetPostCopyEnd.
+StatusOr<MigrateReport> PostCopy(ckpt::JobRecord* job, Channel* channel, MoveState* st,
+                                 const std::string& state_file, Keeper* keeper, pid_t lazy_dump,
+                                 const std::string& lazy_log, const MigrateOptions& options,
+                                 std::chrono::steady_clock::time_point paused,
+                                 MigrateReport* report, const std::string& remote_pid,
+                                 const std::function<void()>& cleanup,
+                                 const ckpt::Progress& progress) {
+  auto resume_here = [&](const std::string& why) -> Status {
+    Status s = ResumeHere(job, 0);
+    (void)SaveStep(state_file, st, "resumed");
+    (void)channel->Send("BYE " + st->id);
+    keeper->Done();
+    cleanup();
+    std::error_code ec;
+    fs::remove(lazy_log, ec);
+    return FailedPrecondition(
+        why + "; " + (s.ok() ? "the job resumed here" : "resuming it failed: " + s.message()));
+  };
+  // The keeper leaves a copy in this step stopped: it cannot know whether the pages all went.
+  (void)SaveStep(state_file, st, "serving");
+  job->state = "moving";
+  (void)ckpt::WriteJob(*job);
+  StatusOr<std::string> resumed = CallOrDrop(channel, "RESUME", "RESUME", kAnswerTimeoutS);
+  if (!resumed.ok() && SaidAborted(resumed.status())) {
+    StopServing(lazy_dump, "the post-copy dump", lazy_log, 10);
+    job->state = "stopped";
+    return resume_here("the destination did not take the job (" + resumed.status().message() + ")");
+  }
+  if (resumed.ok()) {
+    report->pause_s = Since(paused);
+    progress("the job runs at the destination after a pause of " + std::to_string(report->pause_s) +
+             " s; its memory follows from this stopped copy");
+  } else {
+    progress("no answer to RESUME (" + resumed.status().message() +
+             "); the job stays stopped here while its pages are served");
+  }
+  const auto serving = std::chrono::steady_clock::now();
+  Status pages =
+      ckpt::ServingResult(lazy_dump, "the post-copy dump", lazy_log, options.lazy_timeout_s);
+  report->times.seconds.emplace_back("post-copy pages", Since(serving));
+  // The move is over and the job runs at the destination: this copy goes.
+  auto release = [&]() -> StatusOr<MigrateReport> {
+    report->total_s = Since(paused);
+    Release(job);
+    (void)SaveStep(state_file, st, "done");
+    (void)channel->Send("BYE " + st->id);
+    keeper->Done();
+    RecordMoved(job, options, remote_pid, st->image, report);
+    cleanup();
+    std::error_code ec;
+    fs::remove(lazy_log, ec);
+    fs::remove(state_file, ec);
+    return *report;
+  };
+  if (options.commit) {
+    return FleetPostCopyEnd(job, channel, st, state_file, pages, options, release, resume_here,
+                            progress);
+  }
+  if (pages.ok()) {
+    // Every page left; the destination says whether its copy took them all and still runs.
+    StatusOr<std::string> there = channel->Call("PAGES-DONE " + st->id, 120);
+    if (there.ok()) return release();
+    if (there.status().code() == StatusCode::kInternal) {
+      job->state = "stopped";
+      return resume_here("the destination's copy ended before every page had reached it (" +
+                         there.status().message() +
+                         "): what the job did there since the move is lost");
+    }
+    (void)SaveStep(state_file, st, "in_doubt");
+    return Unavailable(
+        "every page was sent but the destination did not say whether its copy runs (" +
+        there.status().message() + "): the job stays stopped here (pid " +
+        std::to_string(job->pid) + ")");
+  }
+  progress("the page transfer failed (" + pages.message() + "); stopping the destination's copy");
+  StatusOr<std::string> dropped = channel->Call("PAGES-FAILED " + st->id, 120);
+  if (dropped.ok()) {
+    job->state = "stopped";
+    return resume_here("the page transfer failed; the destination's copy was killed");
+  }
+  (void)SaveStep(state_file, st, "in_doubt");
+  return Unavailable("the page transfer failed (" + pages.message() +
+                     ") and the destination did not confirm that its copy was killed (" +
+                     dropped.status().message() + "): the job stays stopped here (pid " +
+                     std::to_string(job->pid) + ")");
+}
+
+}  // namespace paladin::migrate

@@ -1,0 +1,365 @@
+// Migrate: the source's side of a move (include/paladin/migrate/migrate.h). It checkpoints the
+// job and leaves it stopped (a post-copy dump goes on serving its memory; a streaming one sends
+// it to the destination's page server), sends the image, has the destination verify and restore
+// it, then ends the move by its form: post-copy (postcopy_source.cc), fleet (fleet_source.cc) or
+// the direct pre-copy move's end below. Every way back: source_settle.cc.
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "migrate_internal.h"
+#include "paladin/transfer/transfer.h"
+#include "stream.h"
+
+namespace paladin::migrate {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The address this host sends from to reach HOST:PORT (a UDP socket's connect sends nothing):
+// the post-copy page server listens there only, not on every interface.
+StatusOr<std::string> LocalAddressTowards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (getaddrinfo(host.c_str(), service.c_str(), &hints, &found) != 0 || found == nullptr) {
+    return Unavailable("cannot resolve " + host + " for the page server's address");
+  }
+  const int fd = socket(found->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_storage local{};
+  socklen_t size = sizeof local;
+  const bool ok = fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &size) == 0;
+  freeaddrinfo(found);
+  if (fd >= 0) close(fd);
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* where =
+      local.ss_family == AF_INET6
+          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+          : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+  if (!ok || inet_ntop(local.ss_family, where, text, sizeof text) == nullptr) {
+    return Unavailable("no route from here to " + host + " for the page server");
+  }
+  return std::string(text);
+}
+
+// For tests (PALADIN_MIGRATE_FAULT=corrupt-image): one byte of the image's largest file is
+// flipped after the manifest is written, as a disk or a copy might.
+void MaybeCorrupt(const std::string& image, const ckpt::Progress& progress) {
+  if (!FaultSet("corrupt-image")) return;
+  fs::path largest;
+  uintmax_t size = 0;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(image, ec)) {
+    if (e.is_regular_file() && e.file_size() > size && e.path().filename() != "manifest.json") {
+      largest = e.path();
+      size = e.file_size();
+    }
+  }
+  if (size == 0) return;
+  std::fstream f(largest, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(size / 2));
+  char byte = 0;
+  f.read(&byte, 1);
+  f.seekp(static_cast<std::streamoff>(size / 2));
+  byte = static_cast<char>(byte ^ 0x5a);
+  f.write(&byte, 1);
+  progress("fault injected: one byte of " + largest.filename().string() + " flipped");
+}
+
+std::string RandomId() {
+  std::ifstream in("/dev/urandom", std::ios::binary);
+  unsigned char bytes[8] = {};
+  in.read(reinterpret_cast<char*>(bytes), sizeof bytes);
+  static const char* kHex = "0123456789abcdef";
+  std::string id;
+  for (unsigned char b : bytes) {
+    id += kHex[b >> 4];
+    id += kHex[b & 15];
+  }
+  // Unique even without /dev/urandom.
+  return id + "-" + std::to_string(getpid()) + "-" + std::to_string(time(nullptr));
+}
+
+}  // namespace
+
+StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
+                                const MigrateOptions& options, const ckpt::Progress& progress) {
+  if (options.lazy && options.commit && !options.resolve) {
+    return InvalidArgument("a fleet post-copy move needs the owner's resolve");
+  }
+  if (options.lazy && options.stream) {
+    return InvalidArgument("a move is post-copy or streaming pre-copy, not both");
+  }
+  std::string lazy_address = options.lazy_address;
+  if (options.lazy && lazy_address.empty()) {
+    StatusOr<std::string> local = LocalAddressTowards(options.host, options.port);
+    if (!local.ok()) return local.status();
+    lazy_address = *local;
+  }
+  MigrateReport report;
+  const std::string image =
+      options.work_dir + "/" + job->name + "-" + std::to_string(time(nullptr)) + ".image";
+  MoveState st;
+  st.role = "source";
+  st.id = options.id.empty() ? RandomId() : options.id;
+  st.step = "checkpointing";
+  st.run_dir = job->run_dir;
+  st.pid = job->pid;
+  st.image = image;
+  st.host = options.host;
+  st.port = options.port + 1;
+  st.wait_s = options.outcome_timeout_s;
+  st.keep_image = options.keep_image;
+  const std::string state_file = image + ".migration";
+  PALADIN_RETURN_IF_ERROR(SaveState(state_file, st));
+  Keeper keeper;
+  if (!options.keeper_exe.empty()) {
+    StatusOr<Keeper> k = Keeper::Start(options.keeper_exe, state_file, options.token, -1);
+    if (!k.ok()) return k.status();
+    keeper = std::move(*k);
+  }
+  // Once the stopped copy was let go for its locks (LetGoForLocks), the image is the job here
+  // until the destination runs it: cleanup leaves it, BackHere removes it once restored from.
+  bool image_is_the_job = false;
+  auto cleanup = [&] {
+    std::error_code ec;
+    if (!options.keep_image && !image_is_the_job) fs::remove_all(image, ec);
+  };
+  auto save = [&](const std::string& step) { return SaveStep(state_file, &st, step); };
+
+  ckpt::CheckpointOptions checkpoint;
+  checkpoint.after = ckpt::CheckpointOptions::After::kLeaveStopped;
+  // Post-copy: the dump goes on running after CheckpointJob, serving the job's memory.
+  pid_t lazy_dump = 0;
+  const std::string lazy_log = image + ".dump.log";
+  const int lazy_port = options.lazy_port > 0 ? options.lazy_port : options.port + 2;
+  // The page stream's keys: made before the dump, which starts the page server; removed when
+  // this call returns, once the dump (which reads them when the puller connects) has ended.
+  PageTls page_tls;
+  if (options.lazy) {
+    checkpoint.lazy_port = lazy_port;
+    checkpoint.lazy_address = lazy_address;
+    checkpoint.lazy_log = lazy_log;
+    checkpoint.lazy_dump = &lazy_dump;
+    report.mode = "post-copy";
+    if (!options.lazy_plain) {
+      StatusOr<PageTls> made = PageTls::Create(st.id + " source");
+      if (!made.ok()) {
+        (void)save("resumed");  // nothing was stopped yet
+        keeper.Done();
+        return made.status();
+      }
+      page_tls = std::move(*made);
+      checkpoint.lazy_tls_args = page_tls.CriuArgs();
+    }
+  }
+  // Streaming pre-copy: the page server there is set up before the dump, on the command channel
+  // (which then goes on to BEGIN once the image is there).
+  StatusOr<PageStream> stream = FailedPrecondition("not streaming");
+  if (options.stream) {
+    stream = OpenPageStream(options.host, options.port + 1, options.token, st.id,
+                            JobMemoryBytes(*job), progress);
+    if (!stream.ok()) {
+      (void)save("resumed");  // nothing was stopped yet
+      keeper.Done();
+      return stream.status();
+    }
+    stream->Apply(&checkpoint);
+    report.mode = "pre-copy stream";
+  }
+  // Before the destination may run the job: killing the dump lets the tree go (CRIU held it).
+  auto stop_dump = [&] {
+    if (lazy_dump <= 0) return;
+    StopServing(lazy_dump, "the post-copy dump", lazy_log, 10);
+    lazy_dump = 0;
+  };
+  progress("checkpointing " + job->name + " (it stays stopped here until the move commits)" +
+           (options.lazy ? "; post-copy: its memory stays here, served on " + lazy_address + ":" +
+                               std::to_string(lazy_port)
+                         : ""));
+  const auto paused = std::chrono::steady_clock::now();
+  StatusOr<ckpt::PhaseTimes> times = ckpt::CheckpointJob(criu, job, image, checkpoint, progress);
+  if (!times.ok()) {
+    if (lazy_dump > 0) {
+      stop_dump();
+      (void)ResumeHere(job, 1);
+    }
+    (void)save("resumed");  // the job keeps running
+    keeper.Done();
+    if (options.stream) {
+      return Status(times.status().code(), "the streaming dump failed (" +
+                                               times.status().message() +
+                                               "); the job keeps running here");
+    }
+    return times.status();
+  }
+  report.times = *times;
+  // The file locks the image holds: a direct pre-copy move lets its stopped copy here go before
+  // the destination restores (LetGoForLocks). A post-copy move's copy serves the job's memory, a
+  // streaming move's image holds none, and a fleet move's job is its agent's: they keep theirs.
+  StatusOr<int> file_locks = ckpt::FileLocksInImage(image);
+  if (!file_locks.ok()) {
+    progress("warning: cannot tell the job's file locks (" + file_locks.status().message() +
+             "); its copy here stays until the move commits");
+    file_locks = 0;
+  } else if (*file_locks > 0 && (options.lazy || options.stream || options.commit)) {
+    progress("the job holds " + std::to_string(*file_locks) +
+             " file lock(s), which its stopped copy here keeps until the move commits: on a file "
+             "system the destination shares, its restore waits for them");
+  } else if (*file_locks > 0) {
+    progress("the job holds " + std::to_string(*file_locks) +
+             " file lock(s): its stopped copy here goes before the destination restores it, and "
+             "a failed move restores it here from its image");
+  }
+  const bool let_go = *file_locks > 0 && !options.lazy && !options.stream && !options.commit;
+  MaybeCorrupt(image, progress);
+  CrashPoint("src-after-checkpoint");
+  (void)save("sending");
+
+  transfer::SendOptions send;
+  send.token = options.token;
+  send.streams = options.streams;
+  StatusOr<transfer::Fault> fault = transfer::FaultFromEnv();
+  if (fault.ok()) send.fault = *fault;
+  progress("sending the image to " + options.host + ":" + std::to_string(options.port));
+  const auto sending = std::chrono::steady_clock::now();
+  StatusOr<transfer::SendReport> sent =
+      transfer::SendImage(image, options.host, options.port, send, nullptr);
+  if (!sent.ok()) {
+    stop_dump();
+    cleanup();
+    return Abandon(criu, job, nullptr, sent.status(), &st, state_file, &keeper, progress);
+  }
+  report.times.seconds.emplace_back("transfer", Since(sending));
+  CrashPoint("src-after-transfer");
+
+  StatusOr<Channel> channel = options.stream ? StatusOr<Channel>(std::move(stream->channel))
+                                             : Channel::Connect(options.host, options.port + 1, 60);
+  if (!channel.ok()) {
+    stop_dump();
+    cleanup();
+    return Abandon(criu, job, nullptr, channel.status(), &st, state_file, &keeper, progress);
+  }
+  StatusOr<std::string> hello =
+      options.stream ? std::string() : channel->Call("TOKEN " + options.token, 30);
+  if (hello.ok()) hello = channel->Call("BEGIN " + st.id, 30);
+  if (hello.ok() && options.lazy && !options.lazy_plain) {
+    // Before RESTORE LAZY, after which the puller connects: the page server, which reads the
+    // trusted certificate as it accepts, then knows the puller's.
+    hello = channel->Call("PAGE-TLS " + page_tls.certificate(), 30);
+    if (hello.ok()) {
+      Status trusted = page_tls.TrustPeer(*hello);
+      if (!trusted.ok()) hello = Status(trusted.code(), "PAGE-TLS answer: " + trusted.message());
+    }
+  }
+  if (!hello.ok()) {
+    stop_dump();
+    cleanup();
+    return Abandon(criu, job, &*channel, hello.status(), &st, state_file, &keeper, progress);
+  }
+  if (let_go) {
+    Status gone = LetGoForLocks(job, &st, state_file, progress);
+    if (!gone.ok()) {
+      return Abandon(criu, job, &*channel, gone, &st, state_file, &keeper, progress);
+    }
+    image_is_the_job = true;
+  }
+  (void)save("restoring");
+  progress("the destination verified the image; restoring it there, stopped");
+  const auto restoring = std::chrono::steady_clock::now();
+  StatusOr<std::string> restored = CallOrDrop(
+      &*channel, "RESTORE",
+      options.lazy ? "RESTORE LAZY " + std::to_string(lazy_port) : std::string("RESTORE"),
+      kAnswerTimeoutS);
+  if (!restored.ok()) {
+    stop_dump();
+    cleanup();
+    return Abandon(criu, job, &*channel,
+                   Status(restored.status().code(), "the destination could not restore the job: " +
+                                                        restored.status().message()),
+                   &st, state_file, &keeper, progress);
+  }
+  report.remote_pid = std::atoll(restored->c_str());
+  report.times.seconds.emplace_back("remote restore", Since(restoring));
+  CrashPoint("src-after-restore");
+  if (options.lazy && !options.lazy_plain) {
+    Status handshake = WaitPageHandshake(lazy_dump, lazy_log, kPageHandshakeS);
+    if (!handshake.ok()) {
+      stop_dump();
+      cleanup();
+      return Abandon(criu, job, &*channel, handshake, &st, state_file, &keeper, progress);
+    }
+  }
+  if (options.lazy) {
+    report.total_s = 0;
+    return PostCopy(job, &*channel, &st, state_file, &keeper, lazy_dump, lazy_log, options, paused,
+                    &report, *restored, cleanup, progress);
+  }
+
+  auto released = [&]() -> StatusOr<MigrateReport> {
+    report.pause_s = Since(paused);
+    if (!st.released) Release(job);
+    image_is_the_job = false;
+    (void)save("done");
+    (void)SendOrDrop(&*channel, "BYE", "BYE " + st.id);
+    keeper.Done();
+    RecordMoved(job, options, *restored, image, &report);
+    cleanup();
+    std::error_code ec;
+    fs::remove(state_file, ec);
+    return report;
+  };
+
+  if (options.commit) {
+    return FleetPreCopyEnd(criu, job, &*channel, &st, state_file, &keeper, options, released,
+                           cleanup, progress);
+  }
+
+  // The direct form: the destination owns the commit. From here on the job resumes here only if
+  // the destination says it did not take it.
+  PALADIN_RETURN_IF_ERROR(save("resume_sent"));
+  CrashPoint("src-before-resume");
+  job->state = "moving";
+  (void)ckpt::WriteJob(*job);
+  StatusOr<std::string> resumed = CallOrDrop(&*channel, "RESUME", "RESUME", kAnswerTimeoutS);
+  CrashPoint("src-after-resume");
+  if (resumed.ok()) return released();
+  job->state = "stopped";
+  if (SaidAborted(resumed.status())) {
+    cleanup();
+    Status s = BackHere(criu, job, st, progress);
+    (void)save(StepAfterBack(s, st));
+    (void)channel->Send("BYE " + st.id);
+    keeper.Done();
+    return Status(
+        StatusCode::kFailedPrecondition,
+        "the destination did not take the job (" + resumed.status().message() + "); " +
+            (s.ok() ? BackHereSaid(*job, st) : "getting it back here failed: " + s.message()));
+  }
+  progress("no answer to RESUME (" + resumed.status().message() +
+           "); the job stays stopped here until the destination says what became of the move");
+  Status settled = SettleSource(criu, job, &st, state_file, options.token, progress);
+  keeper.Done();
+  if (settled.ok()) {
+    image_is_the_job = false;
+    report.pause_s = Since(paused);
+    RecordMoved(job, options, *restored, image, &report);
+    cleanup();
+    return report;
+  }
+  if (st.step == "resumed") cleanup();
+  return settled;
+}
+
+}  // namespace paladin::migrate
