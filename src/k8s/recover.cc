@@ -193,12 +193,13 @@ StatusOr<std::string> CheckpointPod(const CheckpointOptions& o, const std::strin
     gpu_status = driver->Checkpoint(p);
     if (!gpu_status.ok()) break;
   }
-  StatusOr<std::string> dumped = gpu_status;
+  Status dumped = gpu_status;
   if (gpu_status.ok()) {
     progress("checkpointing " + pod.ns + "/" + pod.name + " (left running) into " + final_dir);
     dumped = runc.Call({"checkpoint", "--leave-running", "--image-path", dir + "/" + pod.container,
                         "--work-path", work, pod.container_id},
-                       120);
+                       120)
+                 .status();
   }
   for (pid_t p : locked) {
     StatusOr<CUprocessState> st = driver->State(p);
@@ -210,7 +211,7 @@ StatusOr<std::string> CheckpointPod(const CheckpointOptions& o, const std::strin
     std::string line, tail;
     while (std::getline(log, line)) tail = line;
     cleanup();
-    return Internal(dumped.status().message() + (tail.empty() ? "" : " (" + tail + ")"));
+    return Internal(dumped.message() + (tail.empty() ? "" : " (" + tail + ")"));
   }
   if (!shm.empty() && fs::is_directory(shm, ec)) {
     fs::copy(shm, dir + "/" + pod.container + ".shm",
