@@ -404,10 +404,10 @@ StatusOr<CheckpointResult> CheckpointNode(const ApiClient& client, const Checkpo
     result.taken.push_back(pod.ns + "/" + pod.name + " " + *image);
   }
   // Older images: of a pod checkpointed now, all but the newest; of this node's pods that are no
-  // longer here, all (moved, deleted or finished). A claimed one belongs to a recovery.
+  // longer bound here, all (moved, deleted). A claimed one belongs to a recovery.
   std::map<std::string, int64_t> newest;
-  std::map<std::string, bool> present;
-  for (const MovablePod& pod : plan->move) present[pod.uid] = true;
+  // Present: any pod still bound here, running or not (a container restarting keeps its images).
+  const std::map<std::string, std::string>& present = pod_json;
   const std::vector<CheckpointInfo> images = ListCheckpoints(o.to_images);
   for (const CheckpointInfo& c : images) {
     if (c.ms > newest[c.from_uid]) newest[c.from_uid] = c.ms;
