@@ -144,6 +144,17 @@ StatusOr<std::string> CheckpointPod(const CheckpointOptions& o, const std::strin
     for (const Json& mount : config.is_object() ? config.value("mounts", Json::array()) : Json()) {
       if (Str(mount, "destination") == "/dev/shm") shm = Str(mount, "source");
     }
+    // The emulated driver's state file as the container sees it: the GPU state given back after
+    // the dump joins it there (as a move's restore does).
+    const Json env = config.is_object()
+                         ? config.value("process", Json::object()).value("env", Json::array())
+                         : Json::array();
+    for (const Json& e : env) {
+      const std::string kv = e.is_string() ? e.get<std::string>() : "";
+      if (kv.rfind("PALADIN_EMU_STATE=", 0) == 0) {
+        setenv("PALADIN_EMU_TARGET_STATE", kv.substr(18).c_str(), 1);
+      }
+    }
   }
   CheckpointInfo info;
   info.image = CheckpointImageName(pod.uid, NowMs());
@@ -201,10 +212,20 @@ StatusOr<std::string> CheckpointPod(const CheckpointOptions& o, const std::strin
                        120)
                  .status();
   }
+  Status given_back = Status::Ok();
   for (pid_t p : locked) {
     StatusOr<CUprocessState> st = driver->State(p);
-    if (st.ok() && *st == CU_PROCESS_STATE_CHECKPOINTED) (void)driver->Restore(p, {});
-    (void)driver->Unlock(p);
+    Status r = Status::Ok();
+    if (st.ok() && *st == CU_PROCESS_STATE_CHECKPOINTED) r = driver->Restore(p, {});
+    if (r.ok()) r = driver->Unlock(p);
+    if (!r.ok() && given_back.ok()) {
+      given_back = Status(r.code(), "giving pid " + std::to_string(p) +
+                                        " its GPU state back after the checkpoint: " + r.message());
+    }
+  }
+  if (!given_back.ok()) {
+    cleanup();
+    return given_back;
   }
   if (!dumped.ok()) {
     std::ifstream log(work + "/dump.log");
