@@ -354,8 +354,7 @@ int RunCheckpoint(const NodeArgs& args) {
       for (const std::string& t : r->taken) std::printf("taken %s\n", t.c_str());
       for (const std::string& l : r->left) std::printf("left %s\n", l.c_str());
       std::printf("checkpointed %zu pod(s) of %s into %s, %zu left, %d older image(s) removed\n",
-                  r->taken.size(), o.node.c_str(), o.to_images.c_str(), r->left.size(),
-                  r->removed);
+                  r->taken.size(), o.node.c_str(), o.to_images.c_str(), r->left.size(), r->removed);
       std::fflush(stdout);
       if (args.every_s <= 0) return 0;
     }
@@ -527,16 +526,18 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
       "Checkpoint each running pod of the RuntimeClass paladin on this node, leaving it running, "
       "into a folder that outlives the node (on the node, as root)");
   checkpoint->add_option("--node", args->node, "This node's name")->required();
-  checkpoint->add_option("--to-images", m.to_images,
-                         "Where the images go: the recovery node's image folder, or a shared "
-                         "one every node mounts as its own")
+  checkpoint
+      ->add_option("--to-images", m.to_images,
+                   "Where the images go: the recovery node's image folder, or a shared "
+                   "one every node mounts as its own")
       ->required();
   checkpoint->add_option("--every", args->every_s,
                          "Checkpoint again every so many seconds, never exiting; default 0: once");
   checkpoint->add_option("--runc", m.runc, "runc on this node");
   checkpoint->add_option("--runc-root", m.runc_root,
                          "runc's state folder of containerd's k8s.io pods");
-  checkpoint->add_option("--criu-dir", m.criu_dir, "Folder of Paladin's criu, first on runc's PATH");
+  checkpoint->add_option("--criu-dir", m.criu_dir,
+                         "Folder of Paladin's criu, first on runc's PATH");
   checkpoint->add_option("--images", m.images, "This node's image folder (CRIU's work files)");
   checkpoint->add_option("--driver", m.driver, "CUDA driver for the checkpoint API");
   checkpoint->add_option("--nvml", m.nvml, "NVML library naming the GPUs");

@@ -124,8 +124,8 @@ StatusOr<std::string> ApiClient::Call(const std::string& method, const std::stri
   httplib::Headers headers{{"Accept", "application/json"}};
   if (!config_.token.empty()) headers.emplace("Authorization", "Bearer " + config_.token);
   const api::SigpipeBlock no_sigpipe;
-  httplib::Result result = method == "PATCH"    ? http.Patch(path, headers, body, content_type)
-                           : method == "POST"   ? http.Post(path, headers, body, content_type)
+  httplib::Result result = method == "PATCH"  ? http.Patch(path, headers, body, content_type)
+                           : method == "POST" ? http.Post(path, headers, body, content_type)
                            : method == "DELETE" && !body.empty()
                                ? http.Delete(path, headers, body, content_type)
                            : method == "DELETE" ? http.Delete(path, headers)

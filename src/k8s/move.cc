@@ -14,12 +14,12 @@
 #include <thread>
 #include <utility>
 
+#include "node_ops.h"
 #include "paladin/base/size.h"
 #include "paladin/ckpt/gpu_checkpoint.h"
 #include "paladin/ckpt/subprocess.h"
 #include "paladin/gpu/nvml.h"
 #include "paladin/k8s/scheduler.h"
-#include "node_ops.h"
 
 namespace paladin::k8s {
 namespace detail {

@@ -6,8 +6,8 @@
 #include <sys/types.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -77,6 +77,5 @@ struct Runc {
     return pids;
   }
 };
-
 
 }  // namespace paladin::k8s::detail

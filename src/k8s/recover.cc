@@ -107,7 +107,8 @@ Status RestoreGpuState(const detail::Runc& runc, const std::string& container_id
   StatusOr<std::vector<pid_t>> pids = runc.Pids(container_id);
   if (!pids.ok()) return pids.status();
   const std::vector<pid_t> restored = (*driver)->CudaProcesses(*pids);
-  if (restored.empty()) return Internal("the replacement's processes answer no GPU checkpoint call");
+  if (restored.empty())
+    return Internal("the replacement's processes answer no GPU checkpoint call");
   std::vector<std::pair<std::string, std::string>> remap;
   StatusOr<std::vector<std::string>> uuids = detail::GpuUuids(o.nvml);
   if (!uuids.ok()) return uuids.status();
@@ -287,11 +288,13 @@ StatusOr<CheckpointInfo> ReadOwnerFile(const std::string& image, const std::stri
       }
     }
   }
-  for (const auto& [what, value] : {std::pair<const char*, const std::string*>{"namespace", &info.ns},
-                                    {"pod", &info.pod},
-                                    {"from", &info.from_uid},
-                                    {"node", &info.node}}) {
-    if (value->empty()) return InvalidArgument("image " + image + ": its owner file names no " + what);
+  for (const auto& [what, value] :
+       {std::pair<const char*, const std::string*>{"namespace", &info.ns},
+        {"pod", &info.pod},
+        {"from", &info.from_uid},
+        {"node", &info.node}}) {
+    if (value->empty())
+      return InvalidArgument("image " + image + ": its owner file names no " + what);
   }
   const std::string prefix = kImagePrefix + info.from_uid + "-";
   if (image.rfind(prefix, 0) != 0 || image.size() == prefix.size() ||
@@ -500,9 +503,8 @@ StatusOr<RecoverResult> RecoverNode(const ApiClient& client, const RecoverOption
       }
     }
     const Json old = Json::parse(item.pod_json, nullptr, false);
-    const std::string gpu = Str(old.value("metadata", Json::object())
-                                    .value("annotations", Json::object()),
-                                kGpuAnnotation);
+    const std::string gpu = Str(
+        old.value("metadata", Json::object()).value("annotations", Json::object()), kGpuAnnotation);
     Replacement r;
     r.name = item.new_name;
     r.image = item.image.image;
@@ -519,9 +521,10 @@ StatusOr<RecoverResult> RecoverNode(const ApiClient& client, const RecoverOption
       StatusOr<std::string> existing = client.Get(pod_path + r.name);
       const Json e = existing.ok() ? Json::parse(*existing, nullptr, false) : Json();
       const std::string from =
-          e.is_object() ? Str(e.value("metadata", Json::object()).value("annotations", Json::object()),
-                              kMovedFromAnnotation)
-                        : "";
+          e.is_object()
+              ? Str(e.value("metadata", Json::object()).value("annotations", Json::object()),
+                    kMovedFromAnnotation)
+              : "";
       if (from.find("(" + item.uid + ")") == std::string::npos) return failed(created.status());
       progress("pod " + item.ns + "/" + r.name + " exists already (an earlier recovery's)");
     }

@@ -67,9 +67,7 @@ std::string Node(const char* ready) {
               {"status", {{"conditions", {{{"type", "Ready"}, {"status", ready}}}}}}}
       .dump();
 }
-std::string Lease(const char* renewed) {
-  return Json{{"spec", {{"renewTime", renewed}}}}.dump();
-}
+std::string Lease(const char* renewed) { return Json{{"spec", {{"renewTime", renewed}}}}.dump(); }
 // 2026-12-03T04:00:00Z
 constexpr double kNow = 1796270400;
 
@@ -100,9 +98,7 @@ Json Pod(const std::string& name, const std::string& uid, const std::string& nod
   if (runtime != nullptr) p["spec"]["runtimeClassName"] = runtime;
   return p;
 }
-std::string List(const std::vector<Json>& pods) {
-  return Json{{"items", pods}}.dump();
-}
+std::string List(const std::vector<Json>& pods) { return Json{{"items", pods}}.dump(); }
 
 TEST(PlanRecovery, EachPodFromItsLatestImage) {
   const std::vector<CheckpointInfo> images = {Info("u-1", 10), Info("u-1", 30), Info("u-1", 20),
@@ -122,12 +118,11 @@ TEST(PlanRecovery, EachPodFromItsLatestImage) {
 
 TEST(PlanRecovery, LeavesWhatItCannotBringBackSayingWhy) {
   const std::vector<Json> pods = {
-      Pod("plain", "u-2", "gpu-2", nullptr),              // another runtime: Kubernetes' job
-      Pod("never", "u-3", "gpu-2"),                       // no image of it
+      Pod("plain", "u-2", "gpu-2", nullptr),                // another runtime: Kubernetes' job
+      Pod("never", "u-3", "gpu-2"),                         // no image of it
       Pod("done", "u-4", "gpu-2", "paladin", "Succeeded"),  // finished: nothing to bring back
-      Pod("elsewhere", "u-5", "gpu-1")};                  // not on the lost node
-  StatusOr<RecoverPlan> plan =
-      PlanRecovery("gpu-2", List(pods), {Info("u-4", 1), Info("u-5", 1)});
+      Pod("elsewhere", "u-5", "gpu-1")};                    // not on the lost node
+  StatusOr<RecoverPlan> plan = PlanRecovery("gpu-2", List(pods), {Info("u-4", 1), Info("u-5", 1)});
   ASSERT_TRUE(plan.ok());
   EXPECT_TRUE(plan->recover.empty());
   ASSERT_EQ(plan->left.size(), 2u);

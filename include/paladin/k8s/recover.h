@@ -42,8 +42,8 @@ struct CheckpointInfo {
   std::string from_pod;  // the pod it was taken of
   std::string from_uid;
   std::string node;
-  std::string gpu_uuid;  // the GPU the pod had ("" for none)
-  int64_t ms = 0;        // when it was taken (from the name)
+  std::string gpu_uuid;   // the GPU the pod had ("" for none)
+  int64_t ms = 0;         // when it was taken (from the name)
   bool claimed = false;   // a recovery has claimed it (its `claimed` file)
   bool restored = false;  // a pod was restored from it already (paladin-runc's ROLE.restored)
   std::string pod_json;   // the pod as it was when taken (its `pod.json`)
@@ -86,7 +86,7 @@ std::string ForceDeleteBody(const std::string& uid);
 struct CheckpointOptions {
   std::string node;       // this node's name
   std::string to_images;  // where images go: the recovery node's folder, or a shared one
-  MoveOptions move;       // runc, runc_root, criu_dir, images (this node's, for CRIU's logs), driver
+  MoveOptions move;  // runc, runc_root, criu_dir, images (this node's, for CRIU's logs), driver
 };
 struct CheckpointResult {
   std::vector<std::string> taken;  // "NS/NAME IMAGE MS" per pod
@@ -100,8 +100,8 @@ StatusOr<CheckpointResult> CheckpointNode(const ApiClient& client, const Checkpo
 struct RecoverOptions {
   std::string lost_node;
   double lost_after_s = 40;  // a lease older than this counts the node lost
-  MoveOptions move;  // node: where to; images: the folder holding the checkpoints (the
-                     // destination's); runc_root: the destination's; key_file; driver; nvml
+  MoveOptions move;          // node: where to; images: the folder holding the checkpoints (the
+                             // destination's); runc_root: the destination's; key_file; driver; nvml
 };
 struct RecoverResult {
   std::vector<std::string> recovered;  // "NS/OLD -> NS/NEW from IMAGE"
