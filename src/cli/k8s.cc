@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,7 @@ struct NodeArgs {
   // The periodic checkpoint's (node: `node`, every: `every_s`) and the recovery's
   std::string lost_node;
   double lost_after_s = 40;
+  double watch_s = 0;  // recover --watch: every so many seconds, every lost node
 };
 
 void Say(const std::string& line) { cli::Say("k8s node", line); }
@@ -368,21 +370,58 @@ int RunRecover(const NodeArgs& args) {
     cli::Say("k8s recover", config.status().message());
     return 2;
   }
+  if (args.lost_node.empty() == (args.watch_s <= 0)) {
+    cli::Say("k8s recover", "give the lost node, or --watch SECONDS to recover every node lost");
+    return 2;
+  }
   k8s::RecoverOptions o;
   o.lost_node = args.lost_node;
   o.lost_after_s = args.lost_after_s;
   o.move = args.move;
-  StatusOr<k8s::RecoverResult> r =
-      k8s::RecoverNode(k8s::ApiClient(*config), o, TimedProgress("recover"));
-  if (!r.ok()) {
-    cli::Say("k8s recover", r.status().message());
-    return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  const k8s::ApiClient client(*config);
+  if (args.watch_s <= 0) {
+    StatusOr<k8s::RecoverResult> r = k8s::RecoverNode(client, o, TimedProgress("recover"));
+    if (!r.ok()) {
+      cli::Say("k8s recover", r.status().message());
+      return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    for (const std::string& p : r->recovered) std::printf("recovered %s\n", p.c_str());
+    for (const std::string& l : r->left) std::printf("left %s\n", l.c_str());
+    std::printf("recovered %zu pod(s) of lost node %s on %s, %zu left\n", r->recovered.size(),
+                o.lost_node.c_str(), o.move.node.c_str(), r->left.size());
+    return 0;
   }
-  for (const std::string& p : r->recovered) std::printf("recovered %s\n", p.c_str());
-  for (const std::string& l : r->left) std::printf("left %s\n", l.c_str());
-  std::printf("recovered %zu pod(s) of lost node %s on %s, %zu left\n", r->recovered.size(),
-              o.lost_node.c_str(), o.move.node.c_str(), r->left.size());
-  return 0;
+  // Watching: every pass, each node counted lost is recovered onto --to; what is said once is
+  // not said again.
+  std::fprintf(stderr,
+               "paladin k8s recover: watching for lost nodes (lost after %.0f s) every %g s\n",
+               o.lost_after_s, args.watch_s);
+  std::set<std::string> said;
+  auto say = [&said](const std::string& line) {
+    if (said.insert(line).second) {
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
+  };
+  for (;;) {
+    StatusOr<std::vector<std::string>> lost =
+        k8s::FindLostNodes(client, o.move.node, o.lost_after_s);
+    if (!lost.ok()) say("error: " + lost.status().message() + " (retrying)");
+    for (const std::string& node : lost.ok() ? *lost : std::vector<std::string>()) {
+      o.lost_node = node;
+      StatusOr<k8s::RecoverResult> r = k8s::RecoverNode(client, o, TimedProgress("recover"));
+      if (!r.ok()) {
+        say("error: " + r.status().message() + " (retrying)");
+        continue;
+      }
+      for (const std::string& p : r->recovered) {
+        std::printf("recovered %s (node %s lost)\n", p.c_str(), node.c_str());
+        std::fflush(stdout);
+      }
+      for (const std::string& l : r->left) say("left " + l + " (node " + node + " lost)");
+    }
+    usleep(static_cast<useconds_t>(args.watch_s * 1e6));
+  }
 }
 
 int RunGpus(const NodeArgs& args) {
@@ -548,7 +587,10 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
       "recover",
       "Bring a lost node's pods of the RuntimeClass paladin back on another node from their "
       "last periodic checkpoint, exactly once (on that node, as root)");
-  recover->add_option("node", args->lost_node, "The lost node")->required();
+  recover->add_option("node", args->lost_node, "The lost node (or --watch)");
+  recover->add_option("--watch", args->watch_s,
+                      "Every so many seconds, recover every node counted lost onto --to, never "
+                      "exiting (the automatic mode)");
   recover->add_option("--to", m.node, "The node its pods come back on")->required();
   recover->add_option("--lost-after", args->lost_after_s,
                       "Seconds since its kubelet's last lease renewal after which a node still "

@@ -190,7 +190,10 @@ StatusOr<std::string> CheckpointPod(const CheckpointOptions& o, const std::strin
   };
   for (const auto& [file, text] :
        {std::pair<std::string, std::string>{"owner", OwnerFile(info)}, {"pod.json", pod_json}}) {
-    if (Status s = detail::WriteFile(dir + "/" + file, text); !s.ok()) {
+    std::string path = dir;
+    path += "/";
+    path += file;
+    if (Status s = detail::WriteFile(path, text); !s.ok()) {
       cleanup();
       return s;
     }
@@ -328,6 +331,30 @@ Status CheckNodeLost(const std::string& node_json, const std::string& lease_json
   return FailedPrecondition(text);
 }
 
+StatusOr<std::vector<std::string>> LostNodes(const std::string& node_list_json,
+                                             const std::string& lease_list_json, double now_s,
+                                             double lost_after_s, const std::string& except) {
+  const Json nodes = Json::parse(node_list_json, nullptr, false);
+  const Json leases = Json::parse(lease_list_json, nullptr, false);
+  if (!nodes.is_object() || !nodes.value("items", Json()).is_array()) {
+    return InvalidArgument("the nodes are not a NodeList");
+  }
+  std::map<std::string, std::string> lease_of;
+  for (const Json& l : leases.is_object() ? leases.value("items", Json::array()) : Json::array()) {
+    lease_of[Str(l.value("metadata", Json::object()), "name")] = l.dump();
+  }
+  std::vector<std::string> lost;
+  for (const Json& n : nodes["items"]) {
+    const std::string name = Str(n.value("metadata", Json::object()), "name");
+    if (name.empty() || name == except) continue;
+    auto it = lease_of.find(name);
+    if (CheckNodeLost(n.dump(), it == lease_of.end() ? "" : it->second, now_s, lost_after_s).ok()) {
+      lost.push_back(name);
+    }
+  }
+  return lost;
+}
+
 StatusOr<RecoverPlan> PlanRecovery(const std::string& node, const std::string& pod_list_json,
                                    const std::vector<CheckpointInfo>& images) {
   const Json list = Json::parse(pod_list_json, nullptr, false);
@@ -402,6 +429,16 @@ std::string ForceDeleteBody(const std::string& uid) {
               {"gracePeriodSeconds", 0},
               {"preconditions", {{"uid", uid}}}}
       .dump();
+}
+
+StatusOr<std::vector<std::string>> FindLostNodes(const ApiClient& client, const std::string& except,
+                                                 double lost_after_s) {
+  StatusOr<std::string> nodes = client.Get("/api/v1/nodes");
+  if (!nodes.ok()) return nodes.status();
+  StatusOr<std::string> leases =
+      client.Get("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases");
+  if (!leases.ok()) return leases.status();
+  return LostNodes(*nodes, *leases, static_cast<double>(NowMs()) / 1000, lost_after_s, except);
 }
 
 StatusOr<CheckpointResult> CheckpointNode(const ApiClient& client, const CheckpointOptions& o,

@@ -6,8 +6,9 @@
 # the first node's image folder. `paladin k8s recover NODE2 --to NODE` is refused while the second
 # node is alive. Then the second node dies (cluster.sh lose-node2: its kubelet, containerd, shims
 # and the workload SIGKILLed) and its Paladin data (its image folder) is deleted; `paladin k8s
-# recover` (retried until the node's lease is old enough to count it lost) deletes pod `lost` at
-# once and creates `lost-m1` on the first node, restored from the checkpoint. Checked: the
+# recover --watch` (the automatic mode, running on the first node since before the loss) counts
+# it lost once its lease is old, deletes pod `lost` at once and creates `lost-m1` on the first
+# node, restored from the checkpoint. Checked: the
 # workload goes on from the checkpoint's generation (not from where it died, not afresh), its
 # memory verified; a second recover changes nothing; the second node comes back (its containerd
 # and kubelet started again) and pod `lost` does not: a sampler (every 100 ms, the host's /proc)
@@ -56,9 +57,10 @@ gens() { sed -n 's/^gen \([0-9]*\) ok .*/\1/p' "$1"; }
 last_gen() { k logs "$1" 2>/dev/null | sed -n 's/^gen \([0-9]*\) ok .*/\1/p' | tail -1; }
 
 work=$(mktemp -d)
-sampler_pid='' logs_pid='' node2_lost=0
+sampler_pid='' logs_pid='' watch_pid='' node2_lost=0
 cleanup() {
   [[ -z $sampler_pid ]] || kill "$sampler_pid" 2>/dev/null || true
+  [[ -z $watch_pid ]] || kill "$watch_pid" 2>/dev/null || true
   [[ -z $logs_pid ]] || kill "$logs_pid" 2>/dev/null || true
   # The second node back for what follows, whatever happened here.
   [[ $node2_lost == 0 ]] || bash "$here/cluster.sh" return-node2 "$CLUSTER_DIR" >/dev/null 2>&1 || true
@@ -116,6 +118,10 @@ grep -q "is not lost" "$work/refused" || fail "the refusal does not say the node
 [[ $(k get pod lost -o jsonpath='{.status.phase}') == Running ]] || fail "pod lost stopped after a refused recover"
 
 # --- the node lost ------------------------------------------------------------------------------
+"$PALADIN" k8s recover --watch 0.5 --to "$NODE" --lost-after 4 "${api[@]}" "${mv[@]}" >"$work/watch" 2>&1 &
+watch_pid=$!
+sleep 1
+grep -qE '^(recovered|left|error|recover:)' "$work/watch" && fail "paladin k8s recover --watch acted while every node is alive: $(cat "$work/watch")"
 node2_lost=1
 bash "$here/cluster.sh" lose-node2 "$CLUSTER_DIR" | sed 's/^/recover_node:   /'
 t0=$(date +%s%N)
@@ -127,21 +133,19 @@ logs_pid=''
 g_died=$(gens "$work/lost.log" | tail -1)
 pgrep -f -- "$MARK" >/dev/null && fail "the workload still runs after its node was lost: $(pgrep -a -f -- "$MARK")"
 
-# Recover, retried while the node's lease is too fresh to call it lost (it is renewed every 10 s).
-ok=0
-for ((i = 0; i < 40; i++)); do
-  if "$PALADIN" k8s recover "$NODE2" --to "$NODE" --lost-after 4 "${api[@]}" "${mv[@]}" \
-    >"$work/recover" 2>&1; then
-    ok=1
-    break
-  fi
-  grep -q "is not lost" "$work/recover" || fail "paladin k8s recover: $(tail -5 "$work/recover")"
-  sleep 0.5
+# Recovered by the automatic mode (started before the loss, on the first node): once the node's
+# lease is 4 s old it counts lost (the kubelet renews it every 10 s).
+for ((i = 0; i < 300; i++)); do
+  grep -q "^recovered .*lost-m1.*(node $NODE2 lost)" "$work/watch" && break
+  grep -q '^error' "$work/watch" && fail "paladin k8s recover --watch: $(grep -m1 '^error' "$work/watch")"
+  sleep 0.1
 done
-[[ $ok == 1 ]] || fail "node $NODE2 never counted lost: $(tail -1 "$work/recover")"
-sed 's/^/recover_node:   /' "$work/recover"
-grep -q "^recovered 1 pod(s) of lost node $NODE2 on $NODE" "$work/recover" ||
-  fail "recover: $(tail -1 "$work/recover")"
+grep -q "^recovered .*lost-m1.*(node $NODE2 lost)" "$work/watch" ||
+  fail "paladin k8s recover --watch recovered nothing in 30 s: $(tail -3 "$work/watch")"
+kill "$watch_pid"
+wait "$watch_pid" 2>/dev/null || true
+watch_pid=''
+sed 's/^/recover_node:   /' "$work/watch"
 first=''
 for ((i = 0; i < 100; i++)); do
   first=$(k logs lost-m1 2>/dev/null | sed -n 's/^gen \([0-9]*\) ok .*/\1/p' | head -1)

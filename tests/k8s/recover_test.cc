@@ -90,6 +90,30 @@ TEST(CheckNodeLost, AReadyNodeIsLostOnlyOnceItsLeaseIsOld) {
   EXPECT_FALSE(CheckNodeLost("not json", "", kNow, 40).ok());
 }
 
+TEST(LostNodes, TheLostOnesLessTheRecoveringNode) {
+  auto node = [](const char* name, const char* ready) {
+    return Json{{"metadata", {{"name", name}}},
+                {"status", {{"conditions", {{{"type", "Ready"}, {"status", ready}}}}}}};
+  };
+  auto lease = [](const char* name, const char* renewed) {
+    return Json{{"metadata", {{"name", name}}}, {"spec", {{"renewTime", renewed}}}};
+  };
+  const std::string nodes =
+      Json{{"items",
+            {node("alive", "True"), node("silent", "True"), node("notready", "False"),
+             node("here", "False"), node("nolease", "True")}}}
+          .dump();
+  const std::string leases = Json{{"items",
+                                   {lease("alive", "2026-12-03T03:59:58.000000Z"),
+                                    lease("silent", "2026-12-03T03:58:00.000000Z"),
+                                    lease("notready", "2026-12-03T03:59:59.000000Z")}}}
+                                 .dump();
+  StatusOr<std::vector<std::string>> lost = LostNodes(nodes, leases, kNow, 40, "here");
+  ASSERT_TRUE(lost.ok()) << lost.status().message();
+  EXPECT_EQ(*lost, (std::vector<std::string>{"silent", "notready", "nolease"}));
+  EXPECT_FALSE(LostNodes("[]", leases, kNow, 40, "").ok());
+}
+
 Json Pod(const std::string& name, const std::string& uid, const std::string& node,
          const char* runtime = "paladin", const char* phase = "Running") {
   Json p = {{"metadata", {{"name", name}, {"namespace", "team-a"}, {"uid", uid}}},

@@ -58,6 +58,13 @@ StatusOr<CheckpointInfo> ReadOwnerFile(const std::string& image, const std::stri
 Status CheckNodeLost(const std::string& node_json, const std::string& lease_json, double now_s,
                      double lost_after_s);
 
+// The nodes of a NodeList that are lost at `now_s` (CheckNodeLost, each with its Lease from the
+// LeaseList of kube-node-lease, matched by name), less `except` (the recovering node): what
+// `paladin k8s recover --watch` recovers each pass.
+StatusOr<std::vector<std::string>> LostNodes(const std::string& node_list_json,
+                                             const std::string& lease_list_json, double now_s,
+                                             double lost_after_s, const std::string& except);
+
 // One pod to recover: the old pod's JSON (from the API server, or recorded with its image) and
 // the image to restore it from.
 struct RecoverItem {
@@ -107,6 +114,10 @@ struct RecoverResult {
   std::vector<std::string> recovered;  // "NS/OLD -> NS/NEW from IMAGE"
   std::vector<std::string> left;
 };
+// LostNodes over the API server's nodes and leases now.
+StatusOr<std::vector<std::string>> FindLostNodes(const ApiClient& client, const std::string& except,
+                                                 double lost_after_s);
+
 StatusOr<RecoverResult> RecoverNode(const ApiClient& client, const RecoverOptions& o,
                                     const std::function<void(const std::string&)>& progress);
 
