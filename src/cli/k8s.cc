@@ -418,7 +418,11 @@ int RunRecover(const NodeArgs& args) {
         std::printf("recovered %s (node %s lost)\n", p.c_str(), node.c_str());
         std::fflush(stdout);
       }
-      for (const std::string& l : r->left) say("left " + l + " (node " + node + " lost)");
+      for (const std::string& l : r->left) {
+        std::string line = "left " + l;
+        line += " (node " + node + " lost)";
+        say(line);
+      }
     }
     usleep(static_cast<useconds_t>(args.watch_s * 1e6));
   }

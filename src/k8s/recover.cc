@@ -310,20 +310,45 @@ StatusOr<CheckpointInfo> ReadOwnerFile(const std::string& image, const std::stri
 }
 
 Status CheckNodeLost(const std::string& node_json, const std::string& lease_json, double now_s,
-                     double lost_after_s) {
+                     double lost_after_s, std::string* why) {
   const Json node = Json::parse(node_json, nullptr, false);
   if (!node.is_object()) return InvalidArgument("the node is not a JSON object");
   const std::string name = Str(node.value("metadata", Json::object()), "name");
+  bool ready = false;
   for (const Json& c : node.value("status", Json::object()).value("conditions", Json::array())) {
-    if (Str(c, "type") == "Ready" && Str(c, "status") != "True") return Status::Ok();
+    if (Str(c, "type") != "Ready") continue;
+    if (Str(c, "status") != "True") {
+      if (why != nullptr) {
+        *why = "its Ready condition is " + Str(c, "status") + " (" + Str(c, "reason") + ")";
+      }
+      return Status::Ok();
+    }
+    ready = true;
   }
   const Json lease = Json::parse(lease_json, nullptr, false);
   const double renewed =
       lease.is_object() ? ParseTime(Str(lease.value("spec", Json::object()), "renewTime")) : -1;
-  if (renewed < 0) return Status::Ok();  // Ready by its last word, but no lease renewed: lost
+  if (renewed < 0) {
+    // Nothing says it stopped: a node is never counted lost on missing evidence.
+    if (!ready) {
+      if (why != nullptr) *why = "it reports no Ready condition and no lease";
+      return Status::Ok();
+    }
+    return FailedPrecondition("node " + name +
+                              " is not lost: it is Ready and has no lease renewal to tell "
+                              "otherwise");
+  }
   const double age = now_s - renewed;
-  if (age > lost_after_s) return Status::Ok();
-  char text[160];
+  char text[200];
+  if (age > lost_after_s) {
+    if (why != nullptr) {
+      std::snprintf(text, sizeof text,
+                    "its kubelet last renewed its lease %.1f s ago (lost after %.0f s)", age,
+                    lost_after_s);
+      *why = text;
+    }
+    return Status::Ok();
+  }
   std::snprintf(text, sizeof text,
                 "node %s is not lost: it is Ready and its kubelet renewed its lease %.1f s ago "
                 "(lost after %.0f s)",
@@ -498,9 +523,12 @@ StatusOr<RecoverResult> RecoverNode(const ApiClient& client, const RecoverOption
       client.Get("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/" + o.lost_node);
   if (!lease.ok() && lease.status().code() != StatusCode::kNotFound) return lease.status();
   const double now_s = static_cast<double>(NowMs()) / 1000;
-  if (Status s = CheckNodeLost(*node, lease.ok() ? *lease : "", now_s, o.lost_after_s); !s.ok()) {
+  std::string why;
+  if (Status s = CheckNodeLost(*node, lease.ok() ? *lease : "", now_s, o.lost_after_s, &why);
+      !s.ok()) {
     return s;
   }
+  progress("node " + o.lost_node + " is lost: " + why);
   StatusOr<std::string> to = client.Get("/api/v1/nodes/" + m.node);
   if (!to.ok()) return Status(to.status().code(), "node " + m.node + ": " + to.status().message());
   if (Status s = CheckDestinationNode(*to); !s.ok()) return s;

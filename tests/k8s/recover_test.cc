@@ -85,8 +85,13 @@ TEST(CheckNodeLost, AReadyNodeIsLostOnlyOnceItsLeaseIsOld) {
   // 41 s ago with 40 allowed: lost; with 60 allowed: not.
   EXPECT_TRUE(CheckNodeLost(Node("True"), Lease("2026-12-03T03:59:19.000000Z"), kNow, 40).ok());
   EXPECT_FALSE(CheckNodeLost(Node("True"), Lease("2026-12-03T03:59:19.000000Z"), kNow, 60).ok());
-  // No lease to tell: lost by its silence.
-  EXPECT_TRUE(CheckNodeLost(Node("True"), "", kNow, 40).ok());
+  // No lease to tell: never lost on missing evidence (Ready says alive).
+  EXPECT_FALSE(CheckNodeLost(Node("True"), "", kNow, 40).ok());
+  EXPECT_FALSE(CheckNodeLost(Node("True"), Lease("yesterday"), kNow, 40).ok());
+  std::string why;
+  EXPECT_TRUE(
+      CheckNodeLost(Node("True"), Lease("2026-12-03T03:59:19.000000Z"), kNow, 40, &why).ok());
+  EXPECT_NE(why.find("41.0 s ago"), std::string::npos) << why;
   EXPECT_FALSE(CheckNodeLost("not json", "", kNow, 40).ok());
 }
 
@@ -110,7 +115,7 @@ TEST(LostNodes, TheLostOnesLessTheRecoveringNode) {
                                  .dump();
   StatusOr<std::vector<std::string>> lost = LostNodes(nodes, leases, kNow, 40, "here");
   ASSERT_TRUE(lost.ok()) << lost.status().message();
-  EXPECT_EQ(*lost, (std::vector<std::string>{"silent", "notready", "nolease"}));
+  EXPECT_EQ(*lost, (std::vector<std::string>{"silent", "notready"}));
   EXPECT_FALSE(LostNodes("[]", leases, kNow, 40, "").ok());
 }
 

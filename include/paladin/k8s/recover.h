@@ -54,9 +54,10 @@ StatusOr<CheckpointInfo> ReadOwnerFile(const std::string& image, const std::stri
 
 // Whether `node` (a Node's JSON) is lost at `now_s` (seconds since the epoch): its Ready
 // condition is not True, or its lease (a Lease's JSON from kube-node-lease; "" if none) was
-// last renewed more than `lost_after_s` ago. An error says why it is not lost.
+// last renewed more than `lost_after_s` ago; `why` (if given) says which. Missing evidence never
+// makes a node lost: Ready with no lease is alive. An error says why it is not lost.
 Status CheckNodeLost(const std::string& node_json, const std::string& lease_json, double now_s,
-                     double lost_after_s);
+                     double lost_after_s, std::string* why = nullptr);
 
 // The nodes of a NodeList that are lost at `now_s` (CheckNodeLost, each with its Lease from the
 // LeaseList of kube-node-lease, matched by name), less `except` (the recovering node): what
