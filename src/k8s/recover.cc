@@ -1,5 +1,6 @@
 #include "paladin/k8s/recover.h"
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -338,21 +339,25 @@ Status CheckNodeLost(const std::string& node_json, const std::string& lease_json
                               " is not lost: it is Ready and has no lease renewal to tell "
                               "otherwise");
   }
+  // A lease is the kubelet's promise to renew within its duration: never counted lost before
+  // that, whatever --lost-after says (a shorter wait would take a live node for a dead one).
+  const Json duration = lease.value("spec", Json::object()).value("leaseDurationSeconds", Json());
+  const double after = std::max(lost_after_s, duration.is_number() ? duration.get<double>() : 0.0);
   const double age = now_s - renewed;
   char text[200];
-  if (age > lost_after_s) {
+  if (age > after) {
     if (why != nullptr) {
       std::snprintf(text, sizeof text,
                     "its kubelet last renewed its lease %.1f s ago (lost after %.0f s)", age,
-                    lost_after_s);
+                    after);
       *why = text;
     }
     return Status::Ok();
   }
   std::snprintf(text, sizeof text,
                 "node %s is not lost: it is Ready and its kubelet renewed its lease %.1f s ago "
-                "(lost after %.0f s)",
-                name.c_str(), age < 0 ? 0.0 : age, lost_after_s);
+                "(lost after %.0f s: --lost-after, or the lease's own duration if longer)",
+                name.c_str(), age < 0 ? 0.0 : age, after);
   return FailedPrecondition(text);
 }
 

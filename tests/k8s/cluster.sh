@@ -140,8 +140,10 @@ write_configs() {
     write_node_configs "$D" "$KUBELET_PORT" "$KUBELET_HEALTH_PORT" 127.0.0.1 kubelet "" \
       '"rangeStart": "10.217.0.2", "rangeEnd": "10.217.0.127", '
     write_kubeconfig "$D/conf/kubelet2.kubeconfig" kubelet2
+    # Its lease lasts 8 s (renewed every 2 s) rather than 40: a recovery counts it lost sooner
+    # once it is killed (case_recover_node), never while it lives.
     write_node_configs "$D/node2" "$KUBELET2_PORT" "$KUBELET2_HEALTH_PORT" "$NODE2" kubelet2 \
-      $'cgroupRoot: /'"$NODE2_CGROUP"$'\nregisterWithTaints: [{key: '"$NODE2_TAINT"', effect: NoSchedule}]' \
+      $'cgroupRoot: /'"$NODE2_CGROUP"$'\nregisterWithTaints: [{key: '"$NODE2_TAINT"', effect: NoSchedule}]\nnodeLeaseDurationSeconds: 8' \
       '"rangeStart": "10.217.0.128", "rangeEnd": "10.217.0.254", '
   fi
 }

@@ -85,6 +85,20 @@ TEST(CheckNodeLost, AReadyNodeIsLostOnlyOnceItsLeaseIsOld) {
   // 41 s ago with 40 allowed: lost; with 60 allowed: not.
   EXPECT_TRUE(CheckNodeLost(Node("True"), Lease("2026-12-03T03:59:19.000000Z"), kNow, 40).ok());
   EXPECT_FALSE(CheckNodeLost(Node("True"), Lease("2026-12-03T03:59:19.000000Z"), kNow, 60).ok());
+  // Never before the lease's own duration: renewed 7.7 s ago, renewed every 10 s (40 s leases),
+  // is alive even with 4 s asked.
+  const std::string lease40 =
+      Json{{"spec", {{"renewTime", "2026-12-03T03:59:52.300000Z"}, {"leaseDurationSeconds", 40}}}}
+          .dump();
+  EXPECT_FALSE(CheckNodeLost(Node("True"), lease40, kNow, 4).ok());
+  const std::string lease8 =
+      Json{{"spec", {{"renewTime", "2026-12-03T03:59:52.300000Z"}, {"leaseDurationSeconds", 8}}}}
+          .dump();
+  EXPECT_FALSE(CheckNodeLost(Node("True"), lease8, kNow, 4).ok());
+  const std::string lease5 =
+      Json{{"spec", {{"renewTime", "2026-12-03T03:59:52.300000Z"}, {"leaseDurationSeconds", 5}}}}
+          .dump();
+  EXPECT_TRUE(CheckNodeLost(Node("True"), lease5, kNow, 4).ok());
   // No lease to tell: never lost on missing evidence (Ready says alive).
   EXPECT_FALSE(CheckNodeLost(Node("True"), "", kNow, 40).ok());
   EXPECT_FALSE(CheckNodeLost(Node("True"), Lease("yesterday"), kNow, 40).ok());
