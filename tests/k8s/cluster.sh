@@ -143,7 +143,7 @@ write_configs() {
     # Its lease lasts 8 s (renewed every 2 s) rather than 40: a recovery counts it lost sooner
     # once it is killed (case_recover_node), never while it lives.
     write_node_configs "$D/node2" "$KUBELET2_PORT" "$KUBELET2_HEALTH_PORT" "$NODE2" kubelet2 \
-      $'cgroupRoot: /'"$NODE2_CGROUP"$'\nregisterWithTaints: [{key: '"$NODE2_TAINT"', effect: NoSchedule}]\nnodeLeaseDurationSeconds: 8' \
+      $'cgroupRoot: /'"$NODE2_CGROUP"$'\nregisterWithTaints: [{key: '"$NODE2_TAINT"', effect: NoSchedule}]'$'\nnodeLeaseDurationSeconds: 8' \
       '"rangeStart": "10.217.0.128", "rangeEnd": "10.217.0.254", '
   fi
 }
