@@ -134,7 +134,7 @@ g_died=$(gens "$work/lost.log" | tail -1)
 pgrep -f -- "$MARK" >/dev/null && fail "the workload still runs after its node was lost: $(pgrep -a -f -- "$MARK")"
 
 # Recovered by the automatic mode (started before the loss, on the first node): once the node's
-# lease is 4 s old it counts lost (the kubelet renews it every 10 s).
+# lease is 8 s old it counts lost (--lost-after 4, but never before the lease's own 8 s).
 for ((i = 0; i < 300; i++)); do
   grep -q "^recovered .*lost-m1.*(node $NODE2 lost)" "$work/watch" && break
   grep -q '^error' "$work/watch" && fail "paladin k8s recover --watch: $(grep -m1 '^error' "$work/watch")"
