@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@
 #include "paladin/gpu/nvml.h"
 #include "paladin/k8s/api.h"
 #include "paladin/k8s/move.h"
+#include "paladin/k8s/recover.h"
 #include "paladin/k8s/scheduler.h"
 #include "paladin/k8s/webhook.h"
 #include "paladin/quota/launch.h"
@@ -64,6 +66,10 @@ struct NodeArgs {
   // The mover's (and the drain's: its moves)
   k8s::MoveOptions move;
   std::string drain_node;
+  // The periodic checkpoint's (node: `node`, every: `every_s`) and the recovery's
+  std::string lost_node;
+  double lost_after_s = 40;
+  double watch_s = 0;  // recover --watch: every so many seconds, every lost node
 };
 
 void Say(const std::string& line) { cli::Say("k8s node", line); }
@@ -329,6 +335,99 @@ int RunDrain(const NodeArgs& args) {
   return 0;
 }
 
+int RunCheckpoint(const NodeArgs& args) {
+  StatusOr<k8s::ApiConfig> config = Config(args);
+  if (!config.ok()) {
+    cli::Say("k8s checkpoint", config.status().message());
+    return 2;
+  }
+  k8s::CheckpointOptions o;
+  o.node = args.node;
+  o.to_images = args.move.to_images;
+  o.move = args.move;
+  const k8s::ApiClient client(*config);
+  for (;;) {
+    const std::function<void(const std::string&)> progress = TimedProgress("checkpoint");
+    StatusOr<k8s::CheckpointResult> r = k8s::CheckpointNode(client, o, progress);
+    if (!r.ok()) {
+      cli::Say("k8s checkpoint", r.status().message());
+      if (args.every_s <= 0) return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+    } else {
+      for (const std::string& t : r->taken) std::printf("taken %s\n", t.c_str());
+      for (const std::string& l : r->left) std::printf("left %s\n", l.c_str());
+      std::printf("checkpointed %zu pod(s) of %s into %s, %zu left, %d older image(s) removed\n",
+                  r->taken.size(), o.node.c_str(), o.to_images.c_str(), r->left.size(), r->removed);
+      std::fflush(stdout);
+      if (args.every_s <= 0) return 0;
+    }
+    usleep(static_cast<useconds_t>(args.every_s * 1e6));
+  }
+}
+
+int RunRecover(const NodeArgs& args) {
+  StatusOr<k8s::ApiConfig> config = Config(args);
+  if (!config.ok()) {
+    cli::Say("k8s recover", config.status().message());
+    return 2;
+  }
+  if (args.lost_node.empty() == (args.watch_s <= 0)) {
+    cli::Say("k8s recover", "give the lost node, or --watch SECONDS to recover every node lost");
+    return 2;
+  }
+  k8s::RecoverOptions o;
+  o.lost_node = args.lost_node;
+  o.lost_after_s = args.lost_after_s;
+  o.move = args.move;
+  const k8s::ApiClient client(*config);
+  if (args.watch_s <= 0) {
+    StatusOr<k8s::RecoverResult> r = k8s::RecoverNode(client, o, TimedProgress("recover"));
+    if (!r.ok()) {
+      cli::Say("k8s recover", r.status().message());
+      return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    for (const std::string& p : r->recovered) std::printf("recovered %s\n", p.c_str());
+    for (const std::string& l : r->left) std::printf("left %s\n", l.c_str());
+    std::printf("recovered %zu pod(s) of lost node %s on %s, %zu left\n", r->recovered.size(),
+                o.lost_node.c_str(), o.move.node.c_str(), r->left.size());
+    return 0;
+  }
+  // Watching: every pass, each node counted lost is recovered onto --to; what is said once is
+  // not said again.
+  std::fprintf(stderr,
+               "paladin k8s recover: watching for lost nodes (lost after %.0f s) every %g s\n",
+               o.lost_after_s, args.watch_s);
+  std::set<std::string> said;
+  auto say = [&said](const std::string& line) {
+    if (said.insert(line).second) {
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
+  };
+  for (;;) {
+    StatusOr<std::vector<std::string>> lost =
+        k8s::FindLostNodes(client, o.move.node, o.lost_after_s);
+    if (!lost.ok()) say("error: " + lost.status().message() + " (retrying)");
+    for (const std::string& node : lost.ok() ? *lost : std::vector<std::string>()) {
+      o.lost_node = node;
+      StatusOr<k8s::RecoverResult> r = k8s::RecoverNode(client, o, TimedProgress("recover"));
+      if (!r.ok()) {
+        say("error: " + r.status().message() + " (retrying)");
+        continue;
+      }
+      for (const std::string& p : r->recovered) {
+        std::printf("recovered %s (node %s lost)\n", p.c_str(), node.c_str());
+        std::fflush(stdout);
+      }
+      for (const std::string& l : r->left) {
+        std::string line = "left " + l;
+        line += " (node " + node + " lost)";
+        say(line);
+      }
+    }
+    usleep(static_cast<useconds_t>(args.watch_s * 1e6));
+  }
+}
+
 int RunGpus(const NodeArgs& args) {
   StatusOr<std::unique_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(args.nvml);
   if (!nvml.ok()) {
@@ -464,6 +563,53 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
   drain->add_option("--timeout", m.timeout_s, "Seconds each new pod has to run");
   AddApiOptions(drain, args.get());
   drain->callback([args, exit_code] { *exit_code = RunDrain(*args); });
+
+  CLI::App* checkpoint = k8s->add_subcommand(
+      "checkpoint",
+      "Checkpoint each running pod of the RuntimeClass paladin on this node, leaving it running, "
+      "into a folder that outlives the node (on the node, as root)");
+  checkpoint->add_option("--node", args->node, "This node's name")->required();
+  checkpoint
+      ->add_option("--to-images", m.to_images,
+                   "Where the images go: the recovery node's image folder, or a shared "
+                   "one every node mounts as its own")
+      ->required();
+  checkpoint->add_option("--every", args->every_s,
+                         "Checkpoint again every so many seconds, never exiting; default 0: once");
+  checkpoint->add_option("--runc", m.runc, "runc on this node");
+  checkpoint->add_option("--runc-root", m.runc_root,
+                         "runc's state folder of containerd's k8s.io pods");
+  checkpoint->add_option("--criu-dir", m.criu_dir,
+                         "Folder of Paladin's criu, first on runc's PATH");
+  checkpoint->add_option("--images", m.images, "This node's image folder (CRIU's work files)");
+  checkpoint->add_option("--driver", m.driver, "CUDA driver for the checkpoint API");
+  checkpoint->add_option("--nvml", m.nvml, "NVML library naming the GPUs");
+  AddApiOptions(checkpoint, args.get());
+  checkpoint->callback([args, exit_code] { *exit_code = RunCheckpoint(*args); });
+
+  CLI::App* recover = k8s->add_subcommand(
+      "recover",
+      "Bring a lost node's pods of the RuntimeClass paladin back on another node from their "
+      "last periodic checkpoint, exactly once (on that node, as root)");
+  recover->add_option("node", args->lost_node, "The lost node (or --watch)");
+  recover->add_option("--watch", args->watch_s,
+                      "Every so many seconds, recover every node counted lost onto --to, never "
+                      "exiting (the automatic mode)");
+  recover->add_option("--to", m.node, "The node its pods come back on")->required();
+  recover->add_option("--lost-after", args->lost_after_s,
+                      "Seconds since its kubelet's last lease renewal after which a node still "
+                      "marked Ready counts as lost (default 40)");
+  recover->add_option("--images", m.images,
+                      "The folder holding the checkpoints: the --to node's image folder");
+  recover->add_option("--runc", m.runc, "runc on the --to node");
+  recover->add_option("--runc-root", m.runc_root, "The --to node's runc state folder");
+  recover->add_option("--criu-dir", m.criu_dir, "Folder of Paladin's criu, first on runc's PATH");
+  recover->add_option("--key", m.key_file, "The cluster's move key");
+  recover->add_option("--driver", m.driver, "CUDA driver for the checkpoint API");
+  recover->add_option("--nvml", m.nvml, "NVML library naming the GPUs");
+  recover->add_option("--timeout", m.timeout_s, "Seconds each new pod has to run");
+  AddApiOptions(recover, args.get());
+  recover->callback([args, exit_code] { *exit_code = RunRecover(*args); });
 
   CLI::App* gpus = k8s->add_subcommand("gpus", "This node's GPUs and their memory in use");
   gpus->add_option("--nvml", args->nvml, "NVML library to read the GPUs from");

@@ -124,8 +124,10 @@ StatusOr<std::string> ApiClient::Call(const std::string& method, const std::stri
   httplib::Headers headers{{"Accept", "application/json"}};
   if (!config_.token.empty()) headers.emplace("Authorization", "Bearer " + config_.token);
   const api::SigpipeBlock no_sigpipe;
-  httplib::Result result = method == "PATCH"    ? http.Patch(path, headers, body, content_type)
-                           : method == "POST"   ? http.Post(path, headers, body, content_type)
+  httplib::Result result = method == "PATCH"  ? http.Patch(path, headers, body, content_type)
+                           : method == "POST" ? http.Post(path, headers, body, content_type)
+                           : method == "DELETE" && !body.empty()
+                               ? http.Delete(path, headers, body, content_type)
                            : method == "DELETE" ? http.Delete(path, headers)
                                                 : http.Get(path, headers);
   const std::string what = method + " " + path;
@@ -153,6 +155,10 @@ StatusOr<std::string> ApiClient::Post(const std::string& path, const std::string
 
 StatusOr<std::string> ApiClient::Delete(const std::string& path) const {
   return Call("DELETE", path, "", "");
+}
+
+StatusOr<std::string> ApiClient::Delete(const std::string& path, const std::string& json) const {
+  return Call("DELETE", path, json, "application/json");
 }
 
 StatusOr<std::string> ApiClient::Patch(const std::string& path, const std::string& body,

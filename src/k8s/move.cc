@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "node_ops.h"
 #include "paladin/base/size.h"
 #include "paladin/ckpt/gpu_checkpoint.h"
 #include "paladin/ckpt/subprocess.h"
@@ -21,7 +22,7 @@
 #include "paladin/k8s/scheduler.h"
 
 namespace paladin::k8s {
-namespace {
+namespace detail {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
@@ -56,48 +57,6 @@ StatusOr<std::string> ReadKey(const std::string& path) {
   }
   return key;
 }
-
-// runc on this node, bounded in time; its output on success.
-struct Runc {
-  const MoveOptions& o;
-  std::string root;  // the node's runc state folder
-  StatusOr<std::string> Call(std::vector<std::string> args, double timeout_s = 30) const {
-    std::vector<std::string> argv = {o.runc, "--root", root};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<std::pair<std::string, std::string>> env;
-    if (!o.criu_dir.empty()) {
-      const char* path = std::getenv("PATH");
-      env.emplace_back("PATH", o.criu_dir + ":" + (path != nullptr ? path : "/usr/bin:/bin"));
-    }
-    const ckpt::SubprocessResult r = ckpt::RunBounded(argv, env, timeout_s);
-    if (r.exit_code != 0 || r.timed_out) {
-      std::string out = r.output;
-      while (!out.empty() && out.back() == '\n') out.pop_back();
-      return Internal("runc " + args.front() + (r.timed_out ? " timed out" : " failed") + ": " +
-                      out);
-    }
-    return r.output;
-  }
-  // The container's state: pid, bundle, annotations.
-  StatusOr<Json> State(const std::string& id) const {
-    StatusOr<std::string> out = Call({"state", id});
-    if (!out.ok()) return out.status();
-    Json j = Json::parse(*out, nullptr, false);
-    if (!j.is_object()) return Internal("runc state " + id + ": not JSON");
-    return j;
-  }
-  StatusOr<std::vector<pid_t>> Pids(const std::string& id) const {
-    StatusOr<std::string> out = Call({"ps", "--format", "json", id});
-    if (!out.ok()) return out.status();
-    const Json j = Json::parse(*out, nullptr, false);
-    std::vector<pid_t> pids;
-    if (!j.is_array()) return Internal("runc ps " + id + ": not a JSON list");
-    for (const Json& p : j) {
-      if (p.is_number_integer()) pids.push_back(p.get<pid_t>());
-    }
-    return pids;
-  }
-};
 
 // The GPUs' UUIDs by index, as NVML names them on this node.
 StatusOr<std::vector<std::string>> GpuUuids(const std::string& nvml_library) {
@@ -188,7 +147,20 @@ Status CarryImage(const std::string& from, const std::string& to) {
   return Status::Ok();
 }
 
-}  // namespace
+}  // namespace detail
+
+using detail::CarryImage;
+using detail::GpuUuids;
+using detail::ImageName;
+using detail::MsSince;
+using detail::ReadKey;
+using detail::Runc;
+using detail::Str;
+using detail::WaitRunning;
+using detail::WriteFile;
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
 
 std::string RestoreToken(const std::string& key, const std::string& image, const std::string& ns,
                          const std::string& pod) {

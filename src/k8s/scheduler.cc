@@ -202,6 +202,23 @@ std::string TeamQuotaReason(const std::string& team, uint64_t max_bytes, uint64_
          base::FormatSize(ask_bytes);
 }
 
+Status NodeTakesPods(const std::string& node_json) {
+  const Json n = Json::parse(node_json, nullptr, false);
+  if (!n.is_object()) return InvalidArgument("the node is not a JSON object");
+  const std::string name = Str(n.value("metadata", Json::object()), "name");
+  if (n.value("spec", Json::object()).value("unschedulable", false)) {
+    return FailedPrecondition("node " + name + " is cordoned (spec.unschedulable)");
+  }
+  // A node that is not Ready would only hold the pod Pending on it: the stock scheduler's rule.
+  for (const Json& c : n.value("status", Json::object()).value("conditions", Json::array())) {
+    if (Str(c, "type") != "Ready") continue;
+    if (Str(c, "status") == "True") return Status::Ok();
+    return FailedPrecondition("node " + name + " is not Ready (" + Str(c, "status") + ": " +
+                              Str(c, "reason") + ")");
+  }
+  return FailedPrecondition("node " + name + " reports no Ready condition");
+}
+
 StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(ApiClient client, SchedulerOptions options) {
   StatusOr<core::Policy> policy = server::MakeServerPolicy(options.policy);
   if (!policy.ok()) return policy.status();
@@ -306,13 +323,7 @@ StatusOr<int> Scheduler::RunOnce() {
   for (const Json& n : nodes.value("items", Json::array())) {
     const Json meta = n.value("metadata", Json::object());
     const std::string name = Str(meta, "name");
-    if (n.value("spec", Json::object()).value("unschedulable", false)) continue;
-    // A node that is not Ready would only hold the pod Pending on it: the stock scheduler's rule.
-    bool ready = false;
-    for (const Json& c : n.value("status", Json::object()).value("conditions", Json::array())) {
-      if (Str(c, "type") == "Ready") ready = Str(c, "status") == "True";
-    }
-    if (!ready) continue;
+    if (!NodeTakesPods(n.dump()).ok()) continue;
     const std::string value = Str(meta.value("annotations", Json::object()), kGpusAnnotation);
     if (value.empty()) continue;
     StatusOr<std::vector<NodeGpu>> gpus = ParseGpusAnnotation(value);

@@ -6,6 +6,9 @@
 #
 #   cluster.sh up DIR [--nodes 2]   start it; DIR/kubeconfig is the admin's (prints the export)
 #   cluster.sh down DIR               stop all it started and put back the host state it changed
+#   cluster.sh lose-node2 DIR         kill the second node as a machine dies (kubelet, containerd,
+#                                     shims, pods; SIGKILL, the API server not told)
+#   cluster.sh return-node2 DIR       start its containerd and kubelet again; waits until Ready
 #
 # --nodes 2 adds a second node on the same machine: a kubelet of its own (node `127.0.0.2`, an
 # address the API server dials by name with no resolver involved, its own ports, root folder and
@@ -137,8 +140,10 @@ write_configs() {
     write_node_configs "$D" "$KUBELET_PORT" "$KUBELET_HEALTH_PORT" 127.0.0.1 kubelet "" \
       '"rangeStart": "10.217.0.2", "rangeEnd": "10.217.0.127", '
     write_kubeconfig "$D/conf/kubelet2.kubeconfig" kubelet2
+    # Its lease lasts 8 s (renewed every 2 s) rather than 40: a recovery counts it lost sooner
+    # once it is killed (case_recover_node), never while it lives.
     write_node_configs "$D/node2" "$KUBELET2_PORT" "$KUBELET2_HEALTH_PORT" "$NODE2" kubelet2 \
-      $'cgroupRoot: /'"$NODE2_CGROUP"$'\nregisterWithTaints: [{key: '"$NODE2_TAINT"', effect: NoSchedule}]' \
+      $'cgroupRoot: /'"$NODE2_CGROUP"$'\nregisterWithTaints: [{key: '"$NODE2_TAINT"', effect: NoSchedule}]'$'\nnodeLeaseDurationSeconds: 8' \
       '"rangeStart": "10.217.0.128", "rangeEnd": "10.217.0.254", '
   fi
 }
@@ -382,8 +387,7 @@ up() {
   if ((NODES == 2)); then
     wait_for 20 "containerd socket of node 2" test -S "$D/node2/containerd/containerd.sock"
     import_image "$D/images/pause.tar" "$D/node2"
-    start kubelet.2 --config "$D/node2/conf/kubelet.yaml" --kubeconfig "$D/conf/kubelet2.kubeconfig" \
-      --root-dir "$D/node2/kubelet" --hostname-override "$NODE2"
+    start_kubelet2
   fi
   wait_for 60 "node $NODE registered" kubectl_ get node "$NODE"
   wait_for 60 "node $NODE Ready" kubectl_ wait --for=condition=Ready "node/$NODE" --timeout=1s
@@ -396,6 +400,48 @@ up() {
   local ready="node $NODE Ready"
   ((NODES == 1)) || ready="nodes $NODE and $NODE2 Ready"
   echo "cluster: up in $(since "$t0") s ($ready); export KUBECONFIG=$D/kubeconfig"
+}
+
+start_kubelet2() {
+  start kubelet.2 --config "$D/node2/conf/kubelet.yaml" --kubeconfig "$D/conf/kubelet2.kubeconfig" \
+    --root-dir "$D/node2/kubelet" --hostname-override "$NODE2"
+}
+
+# --- the second node lost, and back -------------------------------------------------------------
+# lose-node2: as a machine that died: its kubelet, containerd, shims and pods' processes killed
+# at once (SIGKILL, no grace), nothing told to the API server. Its folders stay (the case deletes
+# what it means to).
+lose_node2() {
+  local pid i a
+  [[ -f $D/host-state ]] || die "no cluster in $D"
+  for a in kubelet.2 containerd.2; do
+    pid=$(live_pid "$a") && kill -KILL "$pid" 2>/dev/null || true
+  done
+  for pid in $(shim_pids 2); do kill -KILL "$pid" 2>/dev/null || true; done
+  for ((i = 0; i < 3; i++)); do
+    for pid in $(find /sys/fs/cgroup/*/"$NODE2_CGROUP" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u); do
+      kill -KILL "$pid" 2>/dev/null || true
+    done
+    sleep 0.1
+  done
+  for a in kubelet.2 containerd.2; do
+    for ((i = 0; i < 50; i++)); do
+      live_pid "$a" >/dev/null || break
+      sleep 0.1
+    done
+  done
+  echo "cluster: node $NODE2 lost (kubelet, containerd, shims and pods killed)"
+}
+# return-node2: its containerd and kubelet started again, as after a reboot; waits until Ready.
+return_node2() {
+  local pid
+  [[ -f $D/host-state ]] || die "no cluster in $D"
+  pid=$(live_pid kubelet.2) && die "node $NODE2's kubelet runs (pid $pid)"
+  start containerd.2 --config "$D/node2/conf/containerd.toml"
+  wait_for 20 "containerd socket of node 2" "$PREFIX/bin/ctr" --address "$D/node2/containerd/containerd.sock" version
+  start_kubelet2
+  wait_for 60 "node $NODE2 Ready" kubectl_ wait --for=condition=Ready "node/$NODE2" --timeout=1s
+  echo "cluster: node $NODE2 back and Ready"
 }
 
 # import_image TAR [ND]: loads an OCI layout tarball into a node's containerd (CRI namespace);
@@ -424,13 +470,15 @@ pod_pids() {
     [[ -n $c && -d $c ]] && find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null
   done < <(awk '$1 == "cgroup" {print $2}' "$D/host-state") | sort -u
 }
-# The containerd shims of this cluster (they outlive containerd by design).
+# The containerd shims of this cluster (they outlive containerd by design); `shim_pids 2`: the
+# second node's only.
 shim_pids() {
-  local p
+  local p re="$D(/node2)?"
+  [[ ${1:-} != 2 ]] || re="$D/node2"
   for p in /proc/[0-9]*; do
     [[ $(readlink "$p/exe" 2>/dev/null) == */containerd-shim-runc-v2 ]] || continue
     tr '\0' ' ' <"$p/cmdline" 2>/dev/null |
-      grep -qE -- "-address $D(/node2)?/containerd/containerd.sock( |$)" &&
+      grep -qE -- "-address $re/containerd/containerd.sock( |$)" &&
       echo "${p#/proc/}"
   done
 }
@@ -496,8 +544,8 @@ down() {
   echo "cluster: down in $(since "$t0") s; host state put back (stopped in s: ${STOPPED[*]})"
 }
 
-usage() { sed -n '/^#   cluster.sh up/,/^#   cluster.sh down/p' "$0" >&2; exit 2; }
-[[ $# -ge 2 && ($1 == up || $1 == down) ]] || usage
+usage() { sed -n '/^#   cluster.sh up/,/^#   cluster.sh return-node2/p' "$0" >&2; exit 2; }
+[[ $# -ge 2 && ($1 == up || $1 == down || $1 == lose-node2 || $1 == return-node2) ]] || usage
 if [[ $# -eq 4 && $1 == up && $3 == --nodes && ($4 == 1 || $4 == 2) ]]; then
   NODES=$4
 elif [[ $# -ne 2 ]]; then
@@ -505,4 +553,4 @@ elif [[ $# -ne 2 ]]; then
 fi
 mkdir -p "$2"
 D=$(cd "$2" && pwd)
-"$1"
+"${1//-/_}"

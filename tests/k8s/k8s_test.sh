@@ -137,6 +137,9 @@ if [[ $own_cluster == 1 ]]; then
     export NODE2=127.0.0.2 NODE2_CGROUP=paladin-node2
     export NODE2_MOVE_FLAGS="--to-images $DIR/node2/checkpoints --to-runc-root $DIR/node2/containerd/runc/k8s.io"
     # paladin k8s drain run on the second node, its pods moved to the first.
+    # paladin k8s checkpoint run on the second node, its images into the first node's folder
+    # (where paladin k8s recover, run on the first node, finds them once the second is lost).
+    export NODE2_CHECKPOINT_FLAGS="--runc $PREFIX/bin/runc --runc-root $DIR/node2/containerd/runc/k8s.io --criu-dir ${PALADIN_CRIU_DIR:-/opt/paladin/criu} --images $DIR/node2/checkpoints --to-images $DIR/checkpoints"
     export NODE2_DRAIN_FLAGS="--runc $PREFIX/bin/runc --runc-root $DIR/node2/containerd/runc/k8s.io --criu-dir ${PALADIN_CRIU_DIR:-/opt/paladin/criu} --images $DIR/node2/checkpoints --key $DIR/conf/move.key --to-images $DIR/checkpoints --to-runc-root $DIR/containerd/runc/k8s.io"
   fi
 else

@@ -63,6 +63,30 @@ TEST(GpusAnnotation, RoundTripsAndRefusesMalformed) {
   }
 }
 
+TEST(NodeTakesPods, NeitherCordonedNorNotReadyNodes) {
+  auto node = [](bool cordoned, const char* ready) {
+    Json n = {{"metadata", {{"name", "gpu-1"}}}, {"spec", Json::object()}};
+    if (cordoned) n["spec"]["unschedulable"] = true;
+    if (ready != nullptr) {
+      n["status"]["conditions"] = {{{"type", "MemoryPressure"}, {"status", "False"}},
+                                   {{"type", "Ready"}, {"status", ready}, {"reason", "Lost"}}};
+    }
+    return n.dump();
+  };
+  EXPECT_TRUE(NodeTakesPods(node(false, "True")).ok());
+  const Status cordoned = NodeTakesPods(node(true, "True"));
+  EXPECT_FALSE(cordoned.ok());
+  EXPECT_NE(cordoned.message().find("cordoned"), std::string::npos) << cordoned.message();
+  // A lost node (its kubelet stopped posting): NotReady or Unknown.
+  const Status unknown = NodeTakesPods(node(false, "Unknown"));
+  EXPECT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.message().find("not Ready (Unknown: Lost)"), std::string::npos)
+      << unknown.message();
+  EXPECT_FALSE(NodeTakesPods(node(false, "False")).ok());
+  EXPECT_FALSE(NodeTakesPods(node(false, nullptr)).ok());
+  EXPECT_FALSE(NodeTakesPods("[]").ok());
+}
+
 TEST(ReadPod, SumsContainersAndNamesTheMalformedField) {
   const Json pod = {
       {"metadata",

@@ -59,6 +59,8 @@ class ApiClient {
                               const std::string& content_type) const;
   // DELETE PATH; the response body.
   StatusOr<std::string> Delete(const std::string& path) const;
+  // DELETE PATH with a JSON body (DeleteOptions: grace period, preconditions); the response.
+  StatusOr<std::string> Delete(const std::string& path, const std::string& json) const;
   // Applies a JSON merge patch to /api/v1/nodes/NODE/status; the Node as the server returns it.
   StatusOr<std::string> PatchNodeStatus(const std::string& node,
                                         const std::string& merge_patch) const;

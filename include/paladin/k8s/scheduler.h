@@ -36,6 +36,11 @@ inline constexpr char kSchedulerName[] = "paladin";
 // says what is wrong with it.
 StatusOr<uint64_t> ParseQuantity(std::string_view text);
 
+// Whether Paladin's scheduler places pods on a Node (its JSON): not cordoned
+// (spec.unschedulable) and Ready (a node that is not would hold a pod Pending there, or a lost
+// node's kubelet would never run it); an error says why not.
+Status NodeTakesPods(const std::string& node_json);
+
 struct NodeGpu {
   int index = 0;
   int64_t memory_bytes = 0;

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# k8s: nodes 2
+# A node lost, its pods back on the other node from their last checkpoint: pod `lost` (the demo
+# workload verifying its memory, RuntimeClass paladin) runs on the second node; `paladin k8s
+# checkpoint` (the node's periodic checkpoint, one pass) checkpoints it there, left running, into
+# the first node's image folder. `paladin k8s recover NODE2 --to NODE` is refused while the second
+# node is alive. Then the second node dies (cluster.sh lose-node2: its kubelet, containerd, shims
+# and the workload SIGKILLed) and its Paladin data (its image folder) is deleted; `paladin k8s
+# recover --watch` (the automatic mode, running on the first node since before the loss) counts
+# it lost once its lease is old, deletes pod `lost` at once and creates `lost-m1` on the first
+# node, restored from the checkpoint. Checked: the
+# workload goes on from the checkpoint's generation (not from where it died, not afresh), its
+# memory verified; a second recover changes nothing; the second node comes back (its containerd
+# and kubelet started again) and pod `lost` does not: a sampler (every 100 ms, the host's /proc)
+# never sees two copies from the checkpoint to the end.
+# Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, CLUSTER_DIR, PALADIN, K8S_NODE_FLAGS,
+# MOVE_FLAGS, NODE, NODE2, NODE2_CHECKPOINT_FLAGS.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+k() { "$KUBECTL" -n "$NS" "$@"; }
+fail() {
+  echo "recover_node: FAIL: $*"
+  exit 1
+}
+if [[ -z ${CLUSTER_DIR:-} || -z ${NODE2:-} ]]; then
+  echo "recover_node: SKIP: loses the test cluster's second node (cluster.sh --nodes 2)"
+  exit 77
+fi
+CRIU_DIR=${PALADIN_CRIU_DIR:-/opt/paladin/criu}
+[[ -x $CRIU_DIR/criu ]] || { echo "recover_node: SKIP: no CRIU in $CRIU_DIR (scripts/criu.sh)"; exit 77; }
+# Arguments no other process on the machine has: the sampler counts this workload's copies.
+MARK='--mib 20 --host-mib 3 --every-ms 97'
+
+"$KUBECTL" apply -f - >/dev/null <<YAML
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: paladin}
+handler: paladin
+YAML
+k apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: lost}
+spec:
+  runtimeClassName: paladin
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  nodeName: "$NODE2"
+  tolerations: [{key: paladin.io/second-node, operator: Exists, effect: NoSchedule}]
+  containers:
+  - name: demo
+    image: $IMAGE
+    imagePullPolicy: IfNotPresent
+    args: ["--mib", "20", "--host-mib", "3", "--every-ms", "97"]
+YAML
+gens() { sed -n 's/^gen \([0-9]*\) ok .*/\1/p' "$1"; }
+last_gen() { k logs "$1" 2>/dev/null | sed -n 's/^gen \([0-9]*\) ok .*/\1/p' | tail -1; }
+
+work=$(mktemp -d)
+sampler_pid='' logs_pid='' watch_pid='' node2_lost=0
+cleanup() {
+  [[ -z $sampler_pid ]] || kill "$sampler_pid" 2>/dev/null || true
+  [[ -z $watch_pid ]] || kill "$watch_pid" 2>/dev/null || true
+  [[ -z $logs_pid ]] || kill "$logs_pid" 2>/dev/null || true
+  # The second node back for what follows, whatever happened here.
+  [[ $node2_lost == 0 ]] || bash "$here/cluster.sh" return-node2 "$CLUSTER_DIR" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+sampler() {
+  local n
+  while :; do
+    n=$(pgrep -c -f -- "$MARK" || true)
+    echo "$n"
+    ((n <= 1)) || { date +%T.%N; pgrep -a -f -- "$MARK"; } >>"$work/samples.seen"
+    sleep 0.1
+  done
+}
+
+k wait --for=jsonpath='{.status.phase}'=Running pod/lost --timeout=60s >/dev/null ||
+  fail "pod lost not Running"
+# Its log from the start until the node dies (then the API server can no longer reach it).
+k logs -f lost >"$work/lost.log" 2>/dev/null &
+logs_pid=$!
+for ((i = 0; i < 100; i++)); do
+  [[ $(last_gen lost) -ge 4 ]] 2>/dev/null && break
+  sleep 0.2
+done
+[[ $(last_gen lost) -ge 4 ]] 2>/dev/null || fail "pod lost: no fourth generation: $(k logs lost | tail -3)"
+
+# --- the periodic checkpoint (one pass), on the second node ------------------------------------
+read -ra api <<<"$K8S_NODE_FLAGS"
+read -ra ckpt <<<"$NODE2_CHECKPOINT_FLAGS"
+sampler >"$work/samples" &
+sampler_pid=$!
+g_before=$(last_gen lost)
+"$PALADIN" k8s checkpoint --node "$NODE2" "${api[@]}" "${ckpt[@]}" >"$work/ckpt" 2>&1 ||
+  fail "paladin k8s checkpoint: $(tail -5 "$work/ckpt")"
+g_after=$(last_gen lost)
+sed 's/^/recover_node:   /' "$work/ckpt"
+grep -q "^checkpointed 1 pod(s) of $NODE2" "$work/ckpt" || fail "checkpoint: $(tail -1 "$work/ckpt")"
+image=$(sed -n 's/^taken [^ ]* \(recover-[^ ]*\).*/\1/p' "$work/ckpt")
+[[ -f $CLUSTER_DIR/checkpoints/$image/owner ]] || fail "no image $image in the first node's folder"
+# Left running: it goes on past the checkpoint.
+for ((i = 0; i < 50; i++)); do
+  [[ $(last_gen lost) -ge $((g_after + 8)) ]] 2>/dev/null && break
+  sleep 0.2
+done
+[[ $(k get pod lost -o jsonpath='{.status.phase}') == Running ]] || fail "pod lost stopped after its checkpoint"
+[[ $(last_gen lost) -ge $((g_after + 8)) ]] || fail "pod lost does not go on after its checkpoint (at $(last_gen lost))"
+
+# --- refused while the node is alive ------------------------------------------------------------
+read -ra mv <<<"$MOVE_FLAGS"
+if "$PALADIN" k8s recover "$NODE2" --to "$NODE" "${api[@]}" "${mv[@]}" >"$work/refused" 2>&1; then
+  fail "recover of a live node was not refused: $(cat "$work/refused")"
+fi
+grep -q "is not lost" "$work/refused" || fail "the refusal does not say the node is not lost: $(cat "$work/refused")"
+[[ $(k get pod lost -o jsonpath='{.status.phase}') == Running ]] || fail "pod lost stopped after a refused recover"
+
+# --- the node lost ------------------------------------------------------------------------------
+"$PALADIN" k8s recover --watch 0.5 --to "$NODE" --lost-after 4 "${api[@]}" "${mv[@]}" >"$work/watch" 2>&1 &
+watch_pid=$!
+sleep 1
+grep -qE '^(recovered|left|error|recover:)' "$work/watch" && fail "paladin k8s recover --watch acted while every node is alive: $(cat "$work/watch")"
+node2_lost=1
+bash "$here/cluster.sh" lose-node2 "$CLUSTER_DIR" | sed 's/^/recover_node:   /'
+t0=$(date +%s%N)
+rm -rf "${CLUSTER_DIR:?}/node2/checkpoints"/*
+sleep 0.3
+kill "$logs_pid" 2>/dev/null || true
+wait "$logs_pid" 2>/dev/null || true
+logs_pid=''
+g_died=$(gens "$work/lost.log" | tail -1)
+pgrep -f -- "$MARK" >/dev/null && fail "the workload still runs after its node was lost: $(pgrep -a -f -- "$MARK")"
+
+# Recovered by the automatic mode (started before the loss, on the first node): once the node's
+# lease is 8 s old it counts lost (--lost-after 4, but never before the lease's own 8 s).
+for ((i = 0; i < 300; i++)); do
+  grep -q "^recovered .*lost-m1.*(node $NODE2 lost)" "$work/watch" && break
+  grep -q '^error' "$work/watch" && fail "paladin k8s recover --watch: $(grep -m1 '^error' "$work/watch")"
+  sleep 0.1
+done
+grep -q "^recovered .*lost-m1.*(node $NODE2 lost)" "$work/watch" ||
+  fail "paladin k8s recover --watch recovered nothing in 30 s: $(tail -3 "$work/watch")"
+kill "$watch_pid"
+wait "$watch_pid" 2>/dev/null || true
+watch_pid=''
+sed 's/^/recover_node:   /' "$work/watch"
+first=''
+for ((i = 0; i < 100; i++)); do
+  first=$(k logs lost-m1 2>/dev/null | sed -n 's/^gen \([0-9]*\) ok .*/\1/p' | head -1)
+  [[ -n $first ]] && break
+  sleep 0.05
+done
+t1=$(date +%s%N)
+[[ -n $first ]] || fail "pod lost-m1 prints no generation: $(k logs lost-m1 | tail -3)"
+[[ $(k get pod lost-m1 -o jsonpath='{.spec.nodeName}') == "$NODE" ]] ||
+  fail "pod lost-m1 is on node '$(k get pod lost-m1 -o jsonpath='{.spec.nodeName}')', not $NODE"
+k get pod lost >/dev/null 2>&1 && fail "pod lost still exists"
+! k logs lost-m1 | grep -q '^started:' || fail "pod lost-m1 started its workload afresh: $(k logs lost-m1 | head -2)"
+# From the checkpoint: the generation it held then (between g_before and g_after), not the one
+# the pod had reached when its node died.
+if ((first <= g_before || first > g_after + 1)); then
+  fail "pod lost-m1 went on at generation $first; the checkpoint was taken between $g_before and $g_after"
+fi
+((first < g_died)) || fail "pod lost-m1 went on at $first, not before $g_died where its node died"
+[[ -z $(ls -A "$CLUSTER_DIR/node2/checkpoints") ]] || fail "the lost node's image folder is not empty"
+# Again: nothing new (the pod is gone, the image spent).
+"$PALADIN" k8s recover "$NODE2" --to "$NODE" --lost-after 4 "${api[@]}" "${mv[@]}" >"$work/again" 2>&1 ||
+  fail "a second recover: $(tail -3 "$work/again")"
+grep -q "^recovered 0 pod(s)" "$work/again" || fail "a second recover: $(tail -1 "$work/again")"
+
+# --- the lost node comes back: its pod does not -------------------------------------------------
+bash "$here/cluster.sh" return-node2 "$CLUSTER_DIR" | sed 's/^/recover_node:   /'
+node2_lost=0
+sleep 3
+k get pod lost >/dev/null 2>&1 && fail "pod lost is back with its node"
+! k logs lost-m1 | grep -q MISMATCH || fail "pod lost-m1: $(k logs lost-m1 | grep -m1 MISMATCH)"
+[[ $(last_gen lost-m1) -gt $((first + 5)) ]] || fail "pod lost-m1 does not advance past generation $first"
+[[ $(k get pod lost-m1 -o jsonpath='{.status.phase}') == Running ]] || fail "pod lost-m1 is not Running"
+kill "$sampler_pid"
+wait "$sampler_pid" 2>/dev/null || true
+sampler_pid=''
+max=$(sort -n "$work/samples" | tail -1)
+samples=$(wc -l <"$work/samples")
+[[ $max == 1 ]] || fail "$max copies of the workload at once (of $samples samples): $(cat "$work/samples.seen")"
+echo "recover_node: lost on $NODE2 checkpointed at generation $g_before-$g_after, died at $g_died;" \
+  "lost-m1 on $NODE went on at $first, then $(last_gen lost-m1), memory verified;" \
+  "$(((t1 - t0) / 1000000)) ms from the node's loss to the first generation back;" \
+  "node $NODE2 returned without it; at most 1 copy in $samples samples"
+k delete pod lost-m1 --wait=true --timeout=30s >/dev/null

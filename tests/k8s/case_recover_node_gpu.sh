@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# k8s: nodes 2
+# A GPU pod of a lost node back on the other node's GPU from its last checkpoint: pod `lgpu` (the
+# demo workload, 2Gi of paladin.io/gpu-memory, 48 MiB of device memory, RuntimeClass paladin) is
+# placed by Paladin on the second node's GPU 0 (the first node's GPUs unpublished meanwhile);
+# `paladin k8s checkpoint` on the second node locks and checkpoints its GPU state through the
+# driver, dumps it with CRIU left running, and gives the GPU state back; the second node is lost
+# (cluster.sh lose-node2) and its image folder deleted; `paladin k8s recover` deletes `lgpu`,
+# creates `lgpu-m1` (paladin.io/move-to localhost/0, bound there by Paladin's scheduler), and
+# restores its GPU state once it runs. Checked: it goes on from the checkpoint's generation, its
+# device memory verified on the first node's GPU 0; the sampler never sees two copies; the second
+# node comes back without it. Both nodes' emulated GPUs are this machine's (one state folder).
+# Env (tests/k8s/k8s_test.sh): as case_recover_node, and EMUCUDA.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+k() { "$KUBECTL" -n "$NS" "$@"; }
+fail() {
+  echo "recover_node_gpu: FAIL: $*"
+  exit 1
+}
+if [[ -z ${CLUSTER_DIR:-} || -z ${NODE2:-} ]]; then
+  echo "recover_node_gpu: SKIP: loses the test cluster's second node (cluster.sh --nodes 2)"
+  exit 77
+fi
+CRIU_DIR=${PALADIN_CRIU_DIR:-/opt/paladin/criu}
+[[ -x $CRIU_DIR/criu ]] || { echo "recover_node_gpu: SKIP: no CRIU in $CRIU_DIR (scripts/criu.sh)"; exit 77; }
+# shellcheck source=tests/k8s/paladin_lib.sh
+source "$here/paladin_lib.sh"
+work=$(mktemp -d)
+sampler_pid='' logs_pid='' node2_lost=0
+read -ra api <<<"$K8S_NODE_FLAGS"
+cleanup() {
+  [[ -z $sampler_pid ]] || kill "$sampler_pid" 2>/dev/null || true
+  [[ -z $logs_pid ]] || kill "$logs_pid" 2>/dev/null || true
+  [[ $node2_lost == 0 ]] || bash "$here/cluster.sh" return-node2 "$CLUSTER_DIR" >/dev/null 2>&1 || true
+  "$KUBECTL" annotate node "$NODE2" paladin.io/gpus- >/dev/null 2>&1 || true
+  "$PALADIN" k8s node --node "$NODE" --nvml "$EMUCUDA" "${api[@]}" >/dev/null 2>&1 || true
+  paladin_stop
+  rm -rf "$work"
+}
+trap cleanup EXIT
+paladin_start 19448
+export PALADIN_EMU_GPUS=$PALADIN_EMU_GPUS_SPEC PALADIN_EMU_STATE=$CLUSTER_DIR/paladin/emu/state
+uuid_of() { "$PALADIN" k8s gpus --nvml "$EMUCUDA" | awk -v g="$1" '$1 == "gpu" && $2 == g && $4 == "used" { print $3 }'; }
+
+"$KUBECTL" apply -f - >/dev/null <<YAML
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: paladin}
+handler: paladin
+YAML
+# Only the second node's GPUs published while the pod is placed: the packer puts it there.
+"$PALADIN" k8s node --node "$NODE2" --nvml "$EMUCUDA" "${api[@]}" >/dev/null
+"$KUBECTL" annotate node "$NODE" paladin.io/gpus- >/dev/null
+MARK='--mib 48 --host-mib 3 --every-ms 89'
+k apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: lgpu}
+spec:
+  runtimeClassName: paladin
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  tolerations: [{key: paladin.io/second-node, operator: Exists, effect: NoSchedule}]
+  containers:
+  - name: demo
+    image: $IMAGE
+    imagePullPolicy: IfNotPresent
+    args: ["--mib", "48", "--host-mib", "3", "--every-ms", "89"]
+    resources:
+      limits: {paladin.io/gpu-memory: 2Gi}
+YAML
+k wait --for=jsonpath='{.status.phase}'=Running pod/lgpu --timeout=60s >/dev/null ||
+  fail "pod lgpu not Running: $(k get pod lgpu -o jsonpath='{.status}')"
+[[ $(k get pod lgpu -o jsonpath='{.spec.nodeName}/{.metadata.annotations.paladin\.io/gpu}') == "$NODE2/0" ]] ||
+  fail "pod lgpu is not on $NODE2/0: $(k get pod lgpu -o jsonpath='{.spec.nodeName}/{.metadata.annotations}')"
+"$PALADIN" k8s node --node "$NODE" --nvml "$EMUCUDA" "${api[@]}" >/dev/null
+k logs -f lgpu >"$work/lgpu.log" 2>/dev/null &
+logs_pid=$!
+last_gen() { k logs "$1" 2>/dev/null | sed -n 's/^gen \([0-9]*\) ok .*/\1/p' | tail -1; }
+for ((i = 0; i < 100; i++)); do
+  [[ $(last_gen lgpu) -ge 4 ]] 2>/dev/null && break
+  sleep 0.2
+done
+[[ $(last_gen lgpu) -ge 4 ]] 2>/dev/null || fail "pod lgpu: no fourth generation: $(k logs lgpu | tail -3)"
+to_uuid=$(uuid_of 0)
+
+sampler() {
+  local n
+  while :; do
+    n=$(pgrep -c -f -- "$MARK" || true)
+    echo "$n"
+    ((n <= 1)) || { date +%T.%N; pgrep -a -f -- "$MARK"; } >>"$work/samples.seen"
+    sleep 0.1
+  done
+}
+sampler >"$work/samples" &
+sampler_pid=$!
+read -ra ckpt <<<"$NODE2_CHECKPOINT_FLAGS"
+g_before=$(last_gen lgpu)
+"$PALADIN" k8s checkpoint --node "$NODE2" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${api[@]}" \
+  "${ckpt[@]}" >"$work/ckpt" 2>&1 || fail "paladin k8s checkpoint: $(tail -5 "$work/ckpt")"
+g_after=$(last_gen lgpu)
+sed 's/^/recover_node_gpu:   /' "$work/ckpt"
+grep -q "^checkpointed 1 pod(s) of $NODE2" "$work/ckpt" || fail "checkpoint: $(tail -1 "$work/ckpt")"
+for ((i = 0; i < 50; i++)); do
+  [[ $(last_gen lgpu) -ge $((g_after + 8)) ]] 2>/dev/null && break
+  sleep 0.2
+done
+[[ $(last_gen lgpu) -ge $((g_after + 8)) ]] || fail "pod lgpu does not go on after its checkpoint (at $(last_gen lgpu))"
+! k logs lgpu | grep -q MISMATCH || fail "pod lgpu after its checkpoint: $(k logs lgpu | grep -m1 MISMATCH)"
+
+node2_lost=1
+bash "$here/cluster.sh" lose-node2 "$CLUSTER_DIR" | sed 's/^/recover_node_gpu:   /'
+rm -rf "${CLUSTER_DIR:?}/node2/checkpoints"/*
+sleep 0.3
+kill "$logs_pid" 2>/dev/null || true
+wait "$logs_pid" 2>/dev/null || true
+logs_pid=''
+g_died=$(sed -n 's/^gen \([0-9]*\) ok .*/\1/p' "$work/lgpu.log" | tail -1)
+read -ra mv <<<"$MOVE_FLAGS"
+ok=0
+for ((i = 0; i < 40; i++)); do
+  if "$PALADIN" k8s recover "$NODE2" --to "$NODE" --lost-after 4 --driver "$EMUCUDA" --nvml "$EMUCUDA" \
+    "${api[@]}" "${mv[@]}" >"$work/recover" 2>&1; then
+    ok=1
+    break
+  fi
+  grep -q "is not lost" "$work/recover" || fail "paladin k8s recover: $(tail -5 "$work/recover")"
+  sleep 0.5
+done
+[[ $ok == 1 ]] || fail "node $NODE2 never counted lost: $(tail -1 "$work/recover")"
+sed 's/^/recover_node_gpu:   /' "$work/recover"
+first=''
+for ((i = 0; i < 100; i++)); do
+  first=$(k logs lgpu-m1 2>/dev/null | sed -n 's/^gen \([0-9]*\) ok .*/\1/p' | head -1)
+  [[ -n $first ]] && break
+  sleep 0.05
+done
+[[ -n $first ]] || fail "pod lgpu-m1 prints no generation: $(k logs lgpu-m1 | tail -3)"
+[[ $(k get pod lgpu-m1 -o jsonpath='{.spec.nodeName}/{.metadata.annotations.paladin\.io/gpu}') == "$NODE/0" ]] ||
+  fail "pod lgpu-m1 is not on $NODE/0: $(k get pod lgpu-m1 -o jsonpath='{.spec.nodeName} {.metadata.annotations}')"
+k get pod lgpu >/dev/null 2>&1 && fail "pod lgpu still exists"
+! k logs lgpu-m1 | grep -q '^started:' || fail "pod lgpu-m1 started its workload afresh"
+if ((first <= g_before || first > g_after + 1)); then
+  fail "pod lgpu-m1 went on at generation $first; the checkpoint was taken between $g_before and $g_after"
+fi
+((first < g_died)) || fail "pod lgpu-m1 went on at $first, not before $g_died where its node died"
+
+bash "$here/cluster.sh" return-node2 "$CLUSTER_DIR" | sed 's/^/recover_node_gpu:   /'
+node2_lost=0
+sleep 1
+k get pod lgpu >/dev/null 2>&1 && fail "pod lgpu is back with its node"
+! k logs lgpu-m1 | grep -q MISMATCH || fail "pod lgpu-m1: $(k logs lgpu-m1 | grep -m1 MISMATCH)"
+[[ $(last_gen lgpu-m1) -gt $first ]] || fail "pod lgpu-m1 does not advance past generation $first"
+[[ $(k logs lgpu-m1 | tail -1) == *"$to_uuid"* ]] ||
+  fail "pod lgpu-m1 does not run on GPU 0 ($to_uuid): $(k logs lgpu-m1 | tail -1)"
+kill "$sampler_pid"
+wait "$sampler_pid" 2>/dev/null || true
+sampler_pid=''
+max=$(sort -n "$work/samples" | tail -1)
+samples=$(wc -l <"$work/samples")
+[[ $max == 1 ]] || fail "$max copies of the workload at once (of $samples samples): $(cat "$work/samples.seen")"
+echo "recover_node_gpu: lgpu on $NODE2/0 checkpointed at generation $g_before-$g_after, died at" \
+  "$g_died; lgpu-m1 on $NODE/0 went on at $first, then $(last_gen lgpu-m1), device memory" \
+  "verified on $to_uuid; at most 1 copy in $samples samples"
+k delete pod lgpu-m1 --wait=true --timeout=30s >/dev/null
