@@ -347,11 +347,87 @@ TEST(CalibrationTest, AdaptiveCalibrationRecoversAfterADrift) {
       ScoreWindows(std::vector<WindowScore>(plain.end() - 1000, plain.end())).mean_slack);
 }
 
+// Two kinds of pods in one class: large calm ones (50 GiB, hours varying by sigma 0.03) and
+// small volatile ones (10 GiB, sigma 0.4). Calibrated together, the class's quantile is set by
+// the volatile pods' jumps: the calm ones are forecast far above what they use and the volatile
+// ones are under-predicted more often than the target. With strata (volatile_share 0.3: the calm
+// pods' scale is about 6% of their level, the volatile ones' about 45%), each kind is calibrated
+// against its own and reaches the target, and the calm pods leave much less slack.
+TEST(CalibrationTest, StrataCalibrateCalmAndVolatilePodsEachToTheTarget) {
+  Rng rng(41);
+  std::vector<UsageSeries> fleet;
+  const int per_kind = 100, hours = 24;
+  for (int i = 0; i < per_kind; ++i) {
+    UsageSeries s = LognormalPod("calm" + std::to_string(i), hours, 0.03, rng);
+    for (auto& x : s.samples) x.value *= 5;  // 50 GiB
+    fleet.push_back(std::move(s));
+  }
+  for (int i = 0; i < per_kind; ++i) {
+    fleet.push_back(LognormalPod("volatile" + std::to_string(i), hours, 0.4, rng));
+  }
+  const double target = 0.05;
+  std::vector<Candidate> candidates;
+  for (const double share : {0.0, 0.3}) {
+    PaladinPredictorParams p;
+    p.quantile = 1 - target;
+    p.aci_rate = 0;
+    p.volatile_share = share;
+    auto c = MakeCandidates({"paladin"}, false, p, kSpec);
+    PALADIN_ASSERT_OK(c);
+    candidates.push_back((*c)[0]);
+  }
+  const CrossValidation cv = CrossValidate(fleet, kSpec, candidates, 5, 1);
+  const auto kind = [&](size_t c, bool calm) {
+    std::vector<WindowScore> out;
+    for (const WindowScore& w : cv.windows[c]) {
+      if ((w.series < per_kind) == calm) out.push_back(w);
+    }
+    return ScoreWindows(out);
+  };
+  const double n = per_kind * (hours - 1.0);
+  const double sd = std::sqrt(target * (1 - target) / n);
+  // Together: the calm pods are never under-predicted, the volatile ones too often.
+  EXPECT_LT(kind(0, true).under_rate, target / 4);
+  EXPECT_GT(kind(0, false).under_rate, target + 4 * sd);
+  // Apart: each kind within four binomial standard deviations of the target.
+  EXPECT_NEAR(kind(1, true).under_rate, target, 4 * sd + 0.002);
+  EXPECT_NEAR(kind(1, false).under_rate, target, 4 * sd + 0.002);
+  EXPECT_LT(kind(1, true).mean_slack, kind(0, true).mean_slack / 2);
+  EXPECT_NEAR(UnderRate(cv.windows[1]), target, 4 * sd);
+}
+
 TEST(ConformalLevelTest, FiniteSampleCorrection) {
   EXPECT_DOUBLE_EQ(ConformalLevel(0.9, 99), 90.0 / 99);  // ceil(100 x 0.9) = 90
   EXPECT_DOUBLE_EQ(ConformalLevel(0.98, 999), 980.0 / 999);
   EXPECT_GT(ConformalLevel(0.99, 50), 1.0);  // ceil(51 x 0.99) = 51 > 50: nothing finite covers
   EXPECT_GT(ConformalLevel(0.5, 0), 1.0);
+}
+
+// Windows of each stratum are calibrated apart; every window also counts in "any stratum".
+TEST(PaladinClassModelTest, StrataKeepCalmAndVolatileWindowsApart) {
+  PaladinClassModel m;
+  for (int i = 0; i < 100; ++i) {
+    const PaladinClassModel::Ratios calm = {0.001 * i, 0.001 * i, 0.001 * i};
+    const PaladinClassModel::Ratios jumpy = {0.01 * i, 0.01 * i, 0.01 * i};
+    m.Add(Phase::kActive, 0, calm, nullptr);
+    m.Add(Phase::kActive, 1, jumpy, nullptr);
+  }
+  m.Add(Phase::kLoading, 1, {0, 0, 0}, nullptr);
+  EXPECT_EQ(m.count(Phase::kActive, 0), 100);
+  EXPECT_EQ(m.count(Phase::kActive, 1), 100);
+  EXPECT_EQ(m.count(Phase::kActive), 200);
+  EXPECT_EQ(m.count(Phase::kLoading, 1), 1);
+  EXPECT_EQ(m.pooled_count(1), 100);  // loading is not pooled
+  EXPECT_EQ(m.pooled_count(), 200);
+  // The 90th of 100 scores in each stratum: 0.089 and 0.89; over both, the 180th of 200: 0.79.
+  EXPECT_NEAR(m.Choose(Phase::kActive, 0.9, false, 0).log_q, 0.089, 0.006);
+  EXPECT_NEAR(m.Choose(Phase::kActive, 0.9, false, 1).log_q, 0.89, 0.006);
+  EXPECT_NEAR(m.Choose(Phase::kActive, 0.9, false).log_q, 0.79, 0.006);
+  EXPECT_NEAR(m.Choose(Phase::kSteady, 0.9, true, 1).log_q, 0.89, 0.006);
+  // A copy holds the same windows.
+  const PaladinClassModel copy = m;
+  EXPECT_EQ(copy.count(Phase::kActive, 1), 100);
+  EXPECT_NEAR(copy.Choose(Phase::kActive, 0.9, false, 1).log_q, 0.89, 0.006);
 }
 
 TEST(PaladinClassModelTest, AFrozenModelLearnsNothing) {
