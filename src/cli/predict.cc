@@ -241,7 +241,8 @@ Status Folded(const EvalArgs& a, const Resource& r, const std::vector<std::strin
     }
   }
   for (size_t c = 0; c < candidates->size(); ++c) {
-    if ((*candidates)[c].is_default) WindowsByPhase(r, (*candidates)[c].predictor, series, cv, c, out);
+    if ((*candidates)[c].is_default)
+      WindowsByPhase(r, (*candidates)[c].predictor, series, cv, c, out);
   }
   char buf[256];
   std::snprintf(buf, sizeof buf,

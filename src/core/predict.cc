@@ -321,9 +321,8 @@ class PaladinPredictor final : public Predictor {
     if (p_.cold_margin <= 0) q_lr = kLogRange;
     // The calibration group: the workload's phase, else every phase but loading; in its own
     // stratum first when strata are on; the first with enough windows.
-    const int stratum = p_.volatile_share > 0 || p_.young_windows > 0
-                            ? f.stratum
-                            : PaladinClassModel::kAnyStratum;
+    const int stratum =
+        p_.volatile_share > 0 || p_.young_windows > 0 ? f.stratum : PaladinClassModel::kAnyStratum;
     bool pooled = false;
     int in = PaladinClassModel::kAnyStratum;
     int64_t n = 0;
@@ -343,9 +342,8 @@ class PaladinPredictor final : public Predictor {
         return out;
       }
       const double level = ConformalLevel(std::clamp(1 - miss_level, 0.0, 1.0), n);
-      const auto c = p_.scaled_scores
-                         ? model_->Choose(f.phase, level, pooled, f.base, f.scale, in)
-                         : model_->Choose(f.phase, level, pooled, in);
+      const auto c = p_.scaled_scores ? model_->Choose(f.phase, level, pooled, f.base, f.scale, in)
+                                      : model_->Choose(f.phase, level, pooled, in);
       base = f.base[static_cast<size_t>(c.base)];
       if (c.scaled) {
         out.value = Ceil(spec_, std::max(base + c.log_q * f.scale, floor));

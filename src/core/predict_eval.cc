@@ -49,9 +49,8 @@ std::vector<std::vector<WindowScore>> EvaluateRolling(std::span<const UsageSerie
     st.has_window = false;
     if (!st.window.any) return;
     for (size_t m = 0; m < makers.size(); ++m) {
-      out[m].push_back(
-          {static_cast<int32_t>(s), st.window.origin, st.window.forecast[m], st.window.peak,
-           st.window.phase[m]});
+      out[m].push_back({static_cast<int32_t>(s), st.window.origin, st.window.forecast[m],
+                        st.window.peak, st.window.phase[m]});
     }
   };
   const auto open_window = [&](size_t s) {

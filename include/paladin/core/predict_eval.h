@@ -32,7 +32,7 @@ struct WindowScore {
   int32_t series = 0;
   int64_t origin_s = 0;
   double forecast = 0;
-  double peak = 0;  // the realised peak of the window
+  double peak = 0;                // the realised peak of the window
   Phase phase = Phase::kLoading;  // the phase the forecast was made in
 };
 
