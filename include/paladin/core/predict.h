@@ -221,7 +221,7 @@ class PaladinClassModel {
   static size_t Index(Phase phase, bool pooled, int stratum) {
     const int ph = pooled ? kPhaseCount : static_cast<int>(phase);
     const int st = stratum < 0 || stratum >= kStrata ? kStrata : stratum;
-    return static_cast<size_t>(ph * (kStrata + 1) + st);
+    return static_cast<size_t>(ph) * (kStrata + 1) + static_cast<size_t>(st);
   }
   const Group& Slot(Phase phase, bool pooled, int stratum) const {
     return groups_[Index(phase, pooled, stratum)];
