@@ -228,7 +228,7 @@ class PaladinClassModel {
   }
   static double Quantile(const Hist& h, int64_t n, double q);
   static double ScaledQuantile(const ScaledHist& h, int64_t n, double q);
-  // On the heap: a model is about 0.7 MB (copied whole when a model is copied).
+  // On the heap: a model is about 0.9 MB (copied whole when a model is copied).
   std::vector<Group> groups_ = std::vector<Group>(kGroups);
   bool frozen_ = false;
   // Choose() is asked the same question many times between two Add()s.
