@@ -1,6 +1,8 @@
 // `paladin predict eval`: every predictor on real usage series, by rolling origin; in sample (one
 // replay of every pod) or out of sample (--folds K: each fold scored by what learned on the
 // others).
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -35,6 +37,9 @@ struct EvalArgs {
   double aci_rate = core::PaladinPredictorParams{}.aci_rate;
   bool scaled_scores = core::PaladinPredictorParams{}.scaled_scores;
   double scale_floor = core::PaladinPredictorParams{}.scale_floor;
+  double volatile_share = core::PaladinPredictorParams{}.volatile_share;
+  bool by_phase = core::PaladinPredictorParams{}.by_phase;
+  int young_windows = core::PaladinPredictorParams{}.young_windows;
 };
 
 struct Resource {
@@ -64,6 +69,9 @@ struct Outputs {
       "resource,target_under_rate,windows,under_rate,under_rate_lo,under_rate_hi,mean_slack,"
       "within_1_5x\n";
   std::string folds = "resource,pod,fold\n";
+  // Where the slack goes: every held-out window of each predictor's defaults, and per phase.
+  std::string cv_windows = "predictor,resource,pod,fold,origin_s,phase,forecast,peak,slack\n";
+  std::string cv_phases = "predictor,resource,phase,windows,under_rate,mean_slack,slack_share\n";
 };
 
 std::vector<std::string> NonEmpty(const std::vector<std::string>& items) {
@@ -91,6 +99,9 @@ core::PaladinPredictorParams PaladinParams(const EvalArgs& a, const Resource& r)
   p.aci_rate = a.aci_rate;
   p.scaled_scores = a.scaled_scores;
   p.scale_floor = a.scale_floor;
+  p.volatile_share = a.volatile_share;
+  p.by_phase = a.by_phase;
+  p.young_windows = a.young_windows;
   return p;
 }
 
@@ -177,6 +188,42 @@ Status InSample(const EvalArgs& a, const Resource& r, const std::vector<std::str
                         " (each point: one setting of the predictor's knob)");
 }
 
+// The held-out windows of candidate `c` one by one, and their slack split by the phase each
+// forecast was made in: which phases hold the slack and the misses.
+void WindowsByPhase(const Resource& r, const std::string& predictor,
+                    std::span<const core::UsageSeries> series, const core::CrossValidation& cv,
+                    size_t c, Outputs* out) {
+  std::array<core::PredictorMetrics, core::kPhaseCount> by_phase{};
+  std::array<double, core::kPhaseCount> slack{};
+  std::array<int64_t, core::kPhaseCount> under{};
+  double total = 0;
+  for (const core::WindowScore& w : cv.windows[c]) {
+    if (w.peak <= 0) continue;
+    const double s = w.forecast > 0 ? std::max(0.0, w.forecast - w.peak) / w.forecast : 0;
+    const auto ph = static_cast<size_t>(w.phase);
+    ++by_phase[ph].windows;
+    slack[ph] += s;
+    if (w.forecast < w.peak) ++under[ph];
+    total += s;
+    const auto sr = static_cast<size_t>(w.series);
+    out->cv_windows += predictor + "," + r.name + "," + series[sr].id + "," +
+                       std::to_string(cv.fold_of[sr]) + "," + std::to_string(w.origin_s) + "," +
+                       std::string(core::PhaseName(w.phase)) + "," + Num(w.forecast, 6) + "," +
+                       Num(w.peak, 6) + "," + Num(s) + "\n";
+  }
+  for (int p = 0; p < core::kPhaseCount; ++p) {
+    const auto ph = static_cast<size_t>(p);
+    const int64_t n = by_phase[ph].windows;
+    if (n == 0) continue;
+    out->cv_phases += predictor + "," + r.name + "," +
+                      std::string(core::PhaseName(static_cast<core::Phase>(p))) + "," +
+                      std::to_string(n) + "," +
+                      Num(static_cast<double>(under[ph]) / static_cast<double>(n)) + "," +
+                      Num(slack[ph] / static_cast<double>(n)) + "," +
+                      Num(total > 0 ? slack[ph] / total : 0) + "\n";
+  }
+}
+
 std::string FoldName(int fold) { return fold < 0 ? "pooled" : std::to_string(fold); }
 
 Status Folded(const EvalArgs& a, const Resource& r, const std::vector<std::string>& names,
@@ -192,6 +239,10 @@ Status Folded(const EvalArgs& a, const Resource& r, const std::vector<std::strin
       out->folds +=
           std::string(r.name) + "," + series[s].id + "," + std::to_string(cv.fold_of[s]) + "\n";
     }
+  }
+  for (size_t c = 0; c < candidates->size(); ++c) {
+    if ((*candidates)[c].is_default)
+      WindowsByPhase(r, (*candidates)[c].predictor, series, cv, c, out);
   }
   char buf[256];
   std::snprintf(buf, sizeof buf,
@@ -333,6 +384,12 @@ int RunEval(const EvalArgs& a) {
   if (!(a.scale_floor > 0 && a.scale_floor <= 1)) {
     return Fail(InvalidArgument("--paladin-scale-floor must be in (0, 1]"));
   }
+  if (a.young_windows < 0 || a.young_windows > 1000) {
+    return Fail(InvalidArgument("--paladin-young-windows must be 0 to 1000"));
+  }
+  if (!(a.volatile_share >= 0 && a.volatile_share <= 10)) {
+    return Fail(InvalidArgument("--paladin-volatile-share must be in [0, 10]"));
+  }
   if (!(a.aci_rate >= 0 && a.aci_rate <= 1)) {
     return Fail(InvalidArgument("--paladin-aci-rate must be in [0, 1]"));
   }
@@ -379,7 +436,9 @@ int RunEval(const EvalArgs& a) {
              {"cv_tradeoff.csv", &out.cv_tradeoff},
              {"cv_frontier.csv", &out.cv_frontier},
              {"calibration.csv", &out.calibration},
-             {"folds.csv", &out.folds}};
+             {"folds.csv", &out.folds},
+             {"cv_windows.csv", &out.cv_windows},
+             {"cv_phases.csv", &out.cv_phases}};
   } else {
     files = {{"predictors.csv", &out.csv},
              {"tradeoff.csv", &out.tradeoff},
@@ -444,6 +503,15 @@ void RegisterPredict(CLI::App& app, int* exit_code) {
                  "paladin: log-ratio scores only (no scores scaled by the workload's variability)");
   eval->add_option("--paladin-scale-floor", args->scale_floor,
                    "paladin: the least scale of a workload's variability, a share of its request")
+      ->capture_default_str();
+  eval->add_option("--paladin-young-windows", args->young_windows,
+                   "paladin: calibrate workloads at most this many windows old apart (0: off)")
+      ->capture_default_str();
+  eval->add_flag("!--no-paladin-phases", args->by_phase,
+                 "paladin: one calibration for every phase but loading, not one per phase");
+  eval->add_option("--paladin-volatile-share", args->volatile_share,
+                   "paladin: calibrate workloads whose variability is at least this share of "
+                   "their level apart from the others (0: one calibration per phase)")
       ->capture_default_str();
   eval->callback([args, exit_code] { *exit_code = RunEval(*args); });
 }

@@ -249,6 +249,9 @@ class PaladinPredictor final : public Predictor {
     Phase phase = Phase::kLoading;
     std::array<double, kBaseCount> base{};  // by PaladinBase
     double scale = 0;                       // the workload's own variability (Scale)
+    // 0: calm, 1: volatile (scale >= volatile_share x its last window's peak), 2: young (at
+    // most young_windows windows old)
+    int stratum = 0;
   };
 
   // Forgets samples older than one window before `now` (folding them into the maximum before
@@ -287,6 +290,11 @@ class PaladinPredictor final : public Predictor {
     const double least = p_.idle_share * spec_.request;
     s.base = {std::max(avg, least), std::max(last, least), std::max(max_, least)};
     s.scale = Scale(now, last - last_min);
+    const auto last_base = static_cast<size_t>(PaladinBase::kLast);
+    s.stratum = p_.volatile_share > 0 && s.scale >= p_.volatile_share * s.base[last_base] ? 1 : 0;
+    if (p_.young_windows > 0 && (now - first_t_) / spec_.window_s <= p_.young_windows) {
+      s.stratum = 2;
+    }
     if (last <= least || last <= 0) {
       s.phase = Phase::kIdle;
     } else if (max_before > 0 && last > p_.growth_ratio * max_before) {
@@ -311,18 +319,31 @@ class PaladinPredictor final : public Predictor {
     const double floor = now < oom_floor_until_ ? oom_floor_ : 0;
     double q_lr = std::log(p_.cold_margin), lo = 0, hi = 0, base = f.base[0];
     if (p_.cold_margin <= 0) q_lr = kLogRange;
-    const bool own = model_->count(f.phase) >= p_.min_class_windows;
-    if (own || model_->pooled_count() >= p_.min_class_windows) {
+    // The calibration group: the workload's phase, else every phase but loading; in its own
+    // stratum first when strata are on; the first with enough windows.
+    const int stratum =
+        p_.volatile_share > 0 || p_.young_windows > 0 ? f.stratum : PaladinClassModel::kAnyStratum;
+    bool pooled = false;
+    int in = PaladinClassModel::kAnyStratum;
+    int64_t n = 0;
+    for (const int st : {stratum, static_cast<int>(PaladinClassModel::kAnyStratum)}) {
+      if (n >= p_.min_class_windows) break;
+      if (p_.by_phase && (n = model_->count(f.phase, st)) >= p_.min_class_windows) {
+        pooled = false, in = st;
+      } else if ((n = model_->pooled_count(st)) >= p_.min_class_windows) {
+        pooled = true, in = st;
+      }
+    }
+    if (n >= p_.min_class_windows) {
       const double miss_level = MissLevel(now);
       // A miss level at or below zero asks for certainty: only the request gives it.
       if (miss_level <= 0 && spec_.request > 0) {
         out.value = spec_.request;
         return out;
       }
-      const int64_t n = own ? model_->count(f.phase) : model_->pooled_count();
       const double level = ConformalLevel(std::clamp(1 - miss_level, 0.0, 1.0), n);
-      const auto c = p_.scaled_scores ? model_->Choose(f.phase, level, !own, f.base, f.scale)
-                                      : model_->Choose(f.phase, level, !own);
+      const auto c = p_.scaled_scores ? model_->Choose(f.phase, level, pooled, f.base, f.scale, in)
+                                      : model_->Choose(f.phase, level, pooled, in);
       base = f.base[static_cast<size_t>(c.base)];
       if (c.scaled) {
         out.value = Ceil(spec_, std::max(base + c.log_q * f.scale, floor));
@@ -381,11 +402,7 @@ class PaladinPredictor final : public Predictor {
         r[b] = std::log(pending_peak_ / f.base[b]);
         d[b] = f.scale > 0 ? (pending_peak_ - f.base[b]) / f.scale : 0;
       }
-      if (f.scale > 0) {
-        model_->Add(f.phase, r, d);
-      } else {
-        model_->Add(f.phase, r);
-      }
+      model_->Add(f.phase, f.stratum, r, f.scale > 0 ? &d : nullptr);
     }
   }
 
@@ -471,29 +488,42 @@ double ConformalLevel(double q, int64_t n) {
 }
 
 void PaladinClassModel::Add(Phase phase, const Ratios& log_ratios) {
-  if (frozen_) return;
-  const auto ph = static_cast<size_t>(phase);
-  for (size_t b = 0; b < kBaseCount; ++b) {
-    const size_t bin = BinOf(log_ratios[b]);
-    ++hist_[ph][b][bin];
-    if (phase != Phase::kLoading) ++pooled_[b][bin];
-  }
-  ++counts_[ph];
-  if (phase != Phase::kLoading) ++pooled_count_;
-  ++version_;
+  Add(phase, 0, log_ratios, nullptr);
 }
 
 void PaladinClassModel::Add(Phase phase, const Ratios& log_ratios, const Ratios& scaled_diffs) {
+  Add(phase, 0, log_ratios, &scaled_diffs);
+}
+
+void PaladinClassModel::Add(Phase phase, int stratum, const Ratios& log_ratios,
+                            const Ratios* scaled_diffs) {
   if (frozen_) return;
-  Add(phase, log_ratios);
-  const auto ph = static_cast<size_t>(phase);
-  for (size_t b = 0; b < kBaseCount; ++b) {
-    const size_t bin = ScaledBinOf(scaled_diffs[b]);
-    ++scaled_[ph][b][bin];
-    if (phase != Phase::kLoading) ++pooled_scaled_[b][bin];
+  stratum = std::clamp(stratum, 0, kStrata - 1);
+  // The window counts in its phase and, unless loading, in the pooled phases; each in its own
+  // stratum and in "any".
+  std::array<size_t, 4> into{};
+  size_t n = 0;
+  into[n++] = Index(phase, false, stratum);
+  into[n++] = Index(phase, false, kAnyStratum);
+  if (phase != Phase::kLoading) {
+    into[n++] = Index(phase, true, stratum);
+    into[n++] = Index(phase, true, kAnyStratum);
   }
-  ++scaled_counts_[ph];
-  if (phase != Phase::kLoading) ++pooled_scaled_count_;
+  std::array<size_t, kBaseCount> bins{}, scaled_bins{};
+  for (size_t b = 0; b < kBaseCount; ++b) {
+    bins[b] = BinOf(log_ratios[b]);
+    if (scaled_diffs != nullptr) scaled_bins[b] = ScaledBinOf((*scaled_diffs)[b]);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    Group& g = groups_[into[i]];
+    for (size_t b = 0; b < kBaseCount; ++b) {
+      ++g.hist[b][bins[b]];
+      if (scaled_diffs != nullptr) ++g.scaled[b][scaled_bins[b]];
+    }
+    ++g.count;
+    if (scaled_diffs != nullptr) ++g.scaled_count;
+  }
+  ++version_;
 }
 
 double PaladinClassModel::Quantile(const Hist& h, int64_t n, double q) {
@@ -522,18 +552,17 @@ double PaladinClassModel::ScaledQuantile(const ScaledHist& h, int64_t n, double 
   return kScaledHigh;
 }
 
-const PaladinClassModel::Cached& PaladinClassModel::Lookup(Phase phase, double q,
+const PaladinClassModel::Cached& PaladinClassModel::Lookup(const Group& g, Phase phase, double q,
                                                            bool pooled) const {
-  const auto ph = static_cast<size_t>(phase);
-  Cached& c = cache_[ph][pooled ? 1 : 0];
+  Cached& c = g.cache;
   if (c.version == version_ && c.q == q) return c;
-  const int64_t n = pooled ? pooled_count_ : counts_[ph];
+  const int64_t n = g.count;
   Choice best;
   bool have = false;
   for (size_t b = 0; b < kBaseCount; ++b) {
     // Loading has one base only: the request.
     if (phase == Phase::kLoading && !pooled && b != 0) break;
-    const Hist& h = pooled ? pooled_[b] : hist_[ph][b];
+    const Hist& h = g.hist[b];
     Choice ch;
     ch.base = static_cast<PaladinBase>(b);
     ch.log_q = Quantile(h, n, q);
@@ -551,9 +580,9 @@ const PaladinClassModel::Cached& PaladinClassModel::Lookup(Phase phase, double q
     if (!have || ch.exp_slack < best.exp_slack) best = ch, have = true;
   }
   c.choice = best;
-  const int64_t ns = pooled ? pooled_scaled_count_ : scaled_counts_[ph];
+  const int64_t ns = g.scaled_count;
   for (size_t b = 0; b < kBaseCount && ns > 0; ++b) {
-    const ScaledHist& h = pooled ? pooled_scaled_[b] : scaled_[ph][b];
+    const ScaledHist& h = g.scaled[b];
     Choice& ch = c.scaled[b];
     ch.base = static_cast<PaladinBase>(b);
     ch.scaled = true;
@@ -572,17 +601,18 @@ const PaladinClassModel::Cached& PaladinClassModel::Lookup(Phase phase, double q
   return c;
 }
 
-PaladinClassModel::Choice PaladinClassModel::Choose(Phase phase, double q, bool pooled) const {
-  return Lookup(phase, q, pooled).choice;
+PaladinClassModel::Choice PaladinClassModel::Choose(Phase phase, double q, bool pooled,
+                                                    int stratum) const {
+  return Lookup(Slot(phase, pooled, stratum), phase, q, pooled).choice;
 }
 
 PaladinClassModel::Choice PaladinClassModel::Choose(Phase phase, double q, bool pooled,
-                                                    const Ratios& bases, double scale) const {
-  const Cached& c = Lookup(phase, q, pooled);
+                                                    const Ratios& bases, double scale,
+                                                    int stratum) const {
+  const Group& g = Slot(phase, pooled, stratum);
+  const Cached& c = Lookup(g, phase, q, pooled);
   Choice best = c.choice;
-  const auto ph = static_cast<size_t>(phase);
-  const bool complete = pooled ? pooled_scaled_count_ == pooled_count_ && pooled_count_ > 0
-                               : scaled_counts_[ph] == counts_[ph] && counts_[ph] > 0;
+  const bool complete = g.scaled_count == g.count && g.count > 0;
   if (!complete || scale <= 0 || (phase == Phase::kLoading && !pooled)) return best;
   for (size_t b = 0; b < kBaseCount; ++b) {
     // A forecast base + x scale over a peak base + y scale leaves (x - y) scale / (base + x

@@ -16,6 +16,7 @@ namespace {
 struct OpenWindow {
   int64_t origin = 0;
   std::vector<double> forecast;
+  std::vector<Phase> phase;
   std::vector<bool> oom_told;
   double peak = 0;
   bool any = false;  // a sample fell in it
@@ -48,8 +49,8 @@ std::vector<std::vector<WindowScore>> EvaluateRolling(std::span<const UsageSerie
     st.has_window = false;
     if (!st.window.any) return;
     for (size_t m = 0; m < makers.size(); ++m) {
-      out[m].push_back(
-          {static_cast<int32_t>(s), st.window.origin, st.window.forecast[m], st.window.peak});
+      out[m].push_back({static_cast<int32_t>(s), st.window.origin, st.window.forecast[m],
+                        st.window.peak, st.window.phase[m]});
     }
   };
   const auto open_window = [&](size_t s) {
@@ -59,9 +60,12 @@ std::vector<std::vector<WindowScore>> EvaluateRolling(std::span<const UsageSerie
     st.window.peak = 0;
     st.window.any = false;
     st.window.forecast.resize(makers.size());
+    st.window.phase.resize(makers.size());
     st.window.oom_told.assign(makers.size(), false);
     for (size_t m = 0; m < makers.size(); ++m) {
-      st.window.forecast[m] = st.predictors[m]->Predict(st.next_origin).value;
+      const Forecast f = st.predictors[m]->Predict(st.next_origin);
+      st.window.forecast[m] = f.value;
+      st.window.phase[m] = f.phase;
     }
     st.next_origin += spec.window_s;
   };

@@ -81,7 +81,25 @@ expect_header "$WORK/cv1/cv_frontier.csv" "resource,max_under_rate,predictor,fol
 expect_header "$WORK/cv1/calibration.csv" \
   "resource,target_under_rate,windows,under_rate,under_rate_lo,under_rate_hi,mean_slack,within_1_5x"
 expect_header "$WORK/cv1/folds.csv" "resource,pod,fold"
-for f in cv_predictors.csv cv_tradeoff.csv cv_frontier.csv calibration.csv folds.csv; do
+expect_header "$WORK/cv1/cv_windows.csv" \
+  "predictor,resource,pod,fold,origin_s,phase,forecast,peak,slack"
+expect_header "$WORK/cv1/cv_phases.csv" \
+  "predictor,resource,phase,windows,under_rate,mean_slack,slack_share"
+# Every held-out window of paladin's defaults is in cv_windows.csv, and the phases' windows add up.
+for r in gpu_mem host_mem; do
+  want=$(awk -F, -v r="$r" '$1 == "paladin" && $2 == r && $3 == "pooled" { print $4 }' \
+    "$WORK/cv1/cv_predictors.csv")
+  got=$(awk -F, -v r="$r" '$1 == "paladin" && $2 == r' "$WORK/cv1/cv_windows.csv" | wc -l)
+  by_phase=$(awk -F, -v r="$r" '$1 == "paladin" && $2 == r { n += $4 } END { print n + 0 }' \
+    "$WORK/cv1/cv_phases.csv")
+  if [[ $want == "$got" && $want == "$by_phase" ]]; then
+    pass "cv_windows/cv_phases: $got $r windows"
+  else
+    fail "$r: $want windows pooled, $got in cv_windows.csv, $by_phase in cv_phases.csv"
+  fi
+done
+for f in cv_predictors.csv cv_tradeoff.csv cv_frontier.csv calibration.csv folds.csv \
+  cv_windows.csv cv_phases.csv; do
   if cmp -s "$WORK/cv1/$f" "$WORK/cv2/$f"; then pass "$f identical across runs"; else fail "$f differs"; fi
 done
 for r in gpu_mem host_mem; do
@@ -106,6 +124,8 @@ expect_error "one fold" "--folds must be 0 (in sample) or 2 to 100" -- \
   predict eval --usage "$USAGE" --folds 1 --out "$WORK/bad"
 expect_error "a target of 0" "--target-gpu must be in (0, 1)" -- \
   predict eval --usage "$USAGE" --folds 2 --target-gpu 0 --out "$WORK/bad"
+expect_error "negative young windows" "--paladin-young-windows must be 0 to 1000" -- \
+  predict eval --usage "$USAGE" --folds 2 --paladin-young-windows -1 --out "$WORK/bad"
 
 # --- sim dynamic, on the first 1,500 pods of the default list ---
 

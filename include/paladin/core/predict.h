@@ -119,6 +119,16 @@ struct PaladinPredictorParams {
   // phase; a workload that varies little gets a tight margin, one that jumps a wide one.
   bool scaled_scores = true;
   double scale_floor = 0.03;  // chosen out of sample (docs/predictors.md)
+  // Strata (Mondrian conformal): a workload whose scale is at least this share of its last
+  // window's peak is "volatile" and calibrated against volatile workloads' windows only; the
+  // others against calm ones'. 0 turns strata off (one calibration per phase).
+  double volatile_share = 0;
+  // A workload with at most this many windows of history is "young" and calibrated against
+  // young workloads' windows only: the first hours after start-up jump more than later ones.
+  // 0 turns it off.
+  int young_windows = 1;
+  // Calibrate per phase (else: every phase but loading together, within the stratum).
+  bool by_phase = true;
 };
 
 // The level at which to read n calibration scores so that a new score exchangeable with them
@@ -136,24 +146,40 @@ inline constexpr int kBaseCount = 3;
 std::string_view BaseName(PaladinBase b);
 
 // What paladin learns across workloads of one class (same service, same kind of job): for each
-// phase and each base, a histogram of log(realised next-window peak / base). Shared by the
-// class's predictors (through shared_ptr) and fed by each of them as their windows resolve.
+// phase and each base, histograms of the scores of resolved windows (log(realised next-window
+// peak / base), and the scaled difference). Shared by the class's predictors (through
+// shared_ptr) and fed by each of them as their windows resolve.
+//
+// Windows are also kept apart by stratum (Mondrian conformal): a young workload (a few windows
+// old, `PaladinPredictorParams::young_windows`) against young ones; a workload whose own
+// variability is a large share of its level (`volatile_share`) against such workloads only, a
+// calm one against calm ones, so that the margin a quiet large workload needs is not set by the
+// jumps of small volatile ones or of start-ups. Every window also counts in the "any stratum"
+// histograms, which are what a predictor without strata reads.
 class PaladinClassModel {
  public:
   static constexpr int kBins = 1200;        // log-ratio bins of 0.005 over [-3, +3)
   static constexpr int kScaledBins = 2000;  // scaled-difference bins of 0.02 over [-10, +30)
+  static constexpr int kStrata = 3;         // 0: calm, 1: volatile, 2: young
+  static constexpr int kAnyStratum = -1;
   using Ratios = std::array<double, kBaseCount>;
   // One resolved window's scores, by base: log(peak / base) and, when given, the scaled
   // difference (peak - base) / scale, the scale being the workload's own variability. Ignored
-  // once frozen.
+  // once frozen. Without a stratum: stratum 0.
   void Add(Phase phase, const Ratios& log_ratios);
   void Add(Phase phase, const Ratios& log_ratios, const Ratios& scaled_diffs);
+  void Add(Phase phase, int stratum, const Ratios& log_ratios, const Ratios* scaled_diffs);
   // Stops learning: an out-of-sample evaluation trains a model on some workloads, then scores
   // others against it without letting them teach it.
   void Freeze() { frozen_ = true; }
   bool frozen() const { return frozen_; }
-  int64_t count(Phase phase) const { return counts_[static_cast<size_t>(phase)]; }
-  int64_t pooled_count() const { return pooled_count_; }
+  // Windows of `phase` (in `stratum`, or in any); pooled: every phase but loading.
+  int64_t count(Phase phase, int stratum = kAnyStratum) const {
+    return Slot(phase, false, stratum).count;
+  }
+  int64_t pooled_count(int stratum = kAnyStratum) const {
+    return Slot(Phase::kActive, true, stratum).count;
+  }
 
   struct Choice {
     PaladinBase base = PaladinBase::kRecent;
@@ -164,27 +190,18 @@ class PaladinClassModel {
     double log_hi = 0;
     double exp_slack = 0;  // the slack the q-quantile forecast is expected to leave
   };
-  // For `phase` (or, when `pooled`, every phase but loading, whose base is the request): the
-  // base whose q-quantile forecast of log(peak / base) leaves the least expected slack.
-  Choice Choose(Phase phase, double q, bool pooled) const;
+  // For `phase` (or, when `pooled`, every phase but loading, whose base is the request), in
+  // `stratum` (or any): the base whose q-quantile forecast of log(peak / base) leaves the least
+  // expected slack.
+  Choice Choose(Phase phase, double q, bool pooled, int stratum = kAnyStratum) const;
   // The same, also weighing the scaled differences for a workload whose bases (by PaladinBase)
   // and scale are these (when every window of the histogram has them).
-  Choice Choose(Phase phase, double q, bool pooled, const Ratios& bases, double scale) const;
+  Choice Choose(Phase phase, double q, bool pooled, const Ratios& bases, double scale,
+                int stratum = kAnyStratum) const;
 
  private:
   using Hist = std::array<int32_t, kBins>;
   using ScaledHist = std::array<int32_t, kScaledBins>;
-  static double Quantile(const Hist& h, int64_t n, double q);
-  static double ScaledQuantile(const ScaledHist& h, int64_t n, double q);
-  std::array<std::array<Hist, kBaseCount>, kPhaseCount> hist_{};
-  std::array<Hist, kBaseCount> pooled_{};
-  std::array<std::array<ScaledHist, kBaseCount>, kPhaseCount> scaled_{};
-  std::array<ScaledHist, kBaseCount> pooled_scaled_{};
-  std::array<int64_t, kPhaseCount> counts_{}, scaled_counts_{};
-  int64_t pooled_count_ = 0, pooled_scaled_count_ = 0;
-  bool frozen_ = false;
-  // Choose() is asked the same question many times between two Add()s.
-  uint64_t version_ = 0;
   struct Cached {
     uint64_t version = ~uint64_t{0};
     double q = -1;
@@ -192,8 +209,31 @@ class PaladinClassModel {
     std::array<Choice, kBaseCount> scaled{};     // each base's scaled score ...
     std::array<double, kBaseCount> shortfall{};  // ... and its mean max(0, q - score)
   };
-  mutable std::array<std::array<Cached, 2>, kPhaseCount> cache_{};
-  const Cached& Lookup(Phase phase, double q, bool pooled) const;
+  // One group of windows: a phase (or every phase but loading) in a stratum (or any).
+  struct Group {
+    std::array<Hist, kBaseCount> hist{};
+    std::array<ScaledHist, kBaseCount> scaled{};
+    int64_t count = 0, scaled_count = 0;
+    mutable Cached cache;
+  };
+  // (kPhaseCount phases + pooled) x (kStrata strata + any).
+  static constexpr int kGroups = (kPhaseCount + 1) * (kStrata + 1);
+  static size_t Index(Phase phase, bool pooled, int stratum) {
+    const int ph = pooled ? kPhaseCount : static_cast<int>(phase);
+    const int st = stratum < 0 || stratum >= kStrata ? kStrata : stratum;
+    return static_cast<size_t>(ph) * (kStrata + 1) + static_cast<size_t>(st);
+  }
+  const Group& Slot(Phase phase, bool pooled, int stratum) const {
+    return groups_[Index(phase, pooled, stratum)];
+  }
+  static double Quantile(const Hist& h, int64_t n, double q);
+  static double ScaledQuantile(const ScaledHist& h, int64_t n, double q);
+  // On the heap: a model is about 0.9 MB (copied whole when a model is copied).
+  std::vector<Group> groups_ = std::vector<Group>(kGroups);
+  bool frozen_ = false;
+  // Choose() is asked the same question many times between two Add()s.
+  uint64_t version_ = 0;
+  const Cached& Lookup(const Group& g, Phase phase, double q, bool pooled) const;
 };
 
 std::unique_ptr<Predictor> MakeRequestPredictor(const ResourceSpec& spec);

@@ -32,7 +32,8 @@ struct WindowScore {
   int32_t series = 0;
   int64_t origin_s = 0;
   double forecast = 0;
-  double peak = 0;  // the realised peak of the window
+  double peak = 0;                // the realised peak of the window
+  Phase phase = Phase::kLoading;  // the phase the forecast was made in
 };
 
 // Builds one predictor for one series. A maker may hold state shared across series (paladin's
