@@ -295,7 +295,8 @@ Json Agent::HandleLocal(const Json& r, uid_t uid, pid_t pid) {
 uint64_t Agent::CommittedBytes(int gpu_index, int* jobs, int* steps) const {
   uint64_t bytes = 0;
   for (const auto& [key, w] : jobs_) {
-    if (w->state == api::CopyState::kExited || w->gpu_index != gpu_index || w->region == nullptr) continue;
+    if (w->state == api::CopyState::kExited || w->gpu_index != gpu_index || w->region == nullptr)
+      continue;
     bytes += w->region->quota();
     ++*jobs;
   }

@@ -28,8 +28,8 @@ std::optional<CopyState> CopyStateNamed(const std::string& name);
 
 // A job copy on the node, as the agent sees it.
 struct JobReport {
-  std::string id;                 // the server's job id (its syntax is the server's to check)
-  int64_t epoch = 0;              // which copy: a copy of an older epoch is stale
+  std::string id;     // the server's job id (its syntax is the server's to check)
+  int64_t epoch = 0;  // which copy: a copy of an older epoch is stale
   CopyState state = CopyState::kRunning;
   int64_t pid = 0;
   std::optional<int64_t> used_bytes;  // GPU memory in use; absent: unknown (the last figure stands)
