@@ -13,11 +13,8 @@
 # Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, CLUSTER_DIR, PALADIN, K8S_NODE_FLAGS,
 # MOVE_FLAGS, NODE, NODE2, NODE2_CGROUP, NODE2_MOVE_FLAGS, NODE2_DRAIN_FLAGS.
 set -euo pipefail
-k() { "$KUBECTL" -n "$NS" "$@"; }
-fail() {
-  echo "move_node: FAIL: $*"
-  exit 1
-}
+CASE=move_node
+source "$(dirname "${BASH_SOURCE[0]}")/caselib.sh"
 if [[ -z ${CLUSTER_DIR:-} || -z ${NODE2:-} ]]; then
   echo "move_node: SKIP: moves a pod between the test cluster's two nodes (cluster.sh --nodes 2)"
   exit 77
@@ -27,12 +24,7 @@ CRIU_DIR=${PALADIN_CRIU_DIR:-/opt/paladin/criu}
 # Arguments no other process on the machine has: the sampler counts this workload's copies.
 MARK='--mib 24 --host-mib 3 --every-ms 91'
 
-"$KUBECTL" apply -f - >/dev/null <<YAML
-apiVersion: node.k8s.io/v1
-kind: RuntimeClass
-metadata: {name: paladin}
-handler: paladin
-YAML
+runtime_class
 # No toleration of the second node's taint: the stock scheduler puts it on the first.
 k apply -f - >/dev/null <<YAML
 apiVersion: v1
@@ -48,7 +40,6 @@ spec:
     imagePullPolicy: IfNotPresent
     args: ["--mib", "24", "--host-mib", "3", "--every-ms", "91"]
 YAML
-last_gen() { k logs "$1" 2>/dev/null | sed -n 's/^gen \([0-9]*\) ok .*/\1/p' | tail -1; }
 
 work=$(mktemp -d)
 sampler_pid=''
@@ -58,15 +49,6 @@ cleanup() {
 }
 trap cleanup EXIT
 # Each sample: how many copies; when more than one, which processes (in samples.seen).
-sampler() {
-  local n
-  while :; do
-    n=$(pgrep -c -f -- "$MARK" || true)
-    echo "$n"
-    ((n <= 1)) || { date +%T.%N; pgrep -a -f -- "$MARK"; } >>"$work/samples.seen"
-    sleep 0.1
-  done
-}
 sampler >"$work/samples" &
 sampler_pid=$!
 

@@ -13,11 +13,8 @@
 # Env (tests/k8s/k8s_test.sh): as case_move_gpu, and NODE2, NODE2_MOVE_FLAGS.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-k() { "$KUBECTL" -n "$NS" "$@"; }
-fail() {
-  echo "move_node_gpu: FAIL: $*"
-  exit 1
-}
+CASE=move_node_gpu
+source "$(dirname "${BASH_SOURCE[0]}")/caselib.sh"
 if [[ -z ${CLUSTER_DIR:-} || -z ${NODE2:-} ]]; then
   echo "move_node_gpu: SKIP: moves a pod between the test cluster's two nodes (cluster.sh --nodes 2)"
   exit 77
@@ -39,14 +36,8 @@ paladin_start 19447
 read -ra api <<<"$K8S_NODE_FLAGS"
 read -ra move <<<"$MOVE_FLAGS $NODE2_MOVE_FLAGS"
 export PALADIN_EMU_GPUS=$PALADIN_EMU_GPUS_SPEC PALADIN_EMU_STATE=$CLUSTER_DIR/paladin/emu/state
-uuid_of() { "$PALADIN" k8s gpus --nvml "$EMUCUDA" | awk -v g="$1" '$1 == "gpu" && $2 == g && $4 == "used" { print $3 }'; }
 
-"$KUBECTL" apply -f - >/dev/null <<YAML
-apiVersion: node.k8s.io/v1
-kind: RuntimeClass
-metadata: {name: paladin}
-handler: paladin
-YAML
+runtime_class
 MARK='--mib 64 --host-mib 3 --every-ms 93'
 k apply -f - >/dev/null <<YAML
 apiVersion: v1
@@ -70,7 +61,6 @@ k wait --for=jsonpath='{.status.phase}'=Running pod/ngpu --timeout=60s >/dev/nul
   fail "pod ngpu is not on $NODE/0: $(k get pod ngpu -o jsonpath='{.spec.nodeName}/{.metadata.annotations}')"
 # Only now the second node's GPUs: Paladin's scheduler could place ngpu there otherwise.
 "$PALADIN" k8s node --node "$NODE2" --nvml "$EMUCUDA" "${api[@]}" >/dev/null
-last_gen() { k logs "$1" 2>/dev/null | sed -n 's/^gen \([0-9]*\) ok .*/\1/p' | tail -1; }
 for ((i = 0; i < 100; i++)); do
   [[ $(last_gen ngpu) -ge 5 ]] 2>/dev/null && break
   sleep 0.2
@@ -78,15 +68,6 @@ done
 [[ $(last_gen ngpu) -ge 5 ]] 2>/dev/null || fail "pod ngpu: no fifth generation: $(k logs ngpu | tail -3)"
 to_uuid=$(uuid_of 1)
 
-sampler() {
-  local n
-  while :; do
-    n=$(pgrep -c -f -- "$MARK" || true)
-    echo "$n"
-    ((n <= 1)) || { date +%T.%N; pgrep -a -f -- "$MARK"; } >>"$work/samples.seen"
-    sleep 0.1
-  done
-}
 sampler >"$work/samples" &
 sampler_pid=$!
 k logs -f ngpu >"$work/old.log" 2>/dev/null &

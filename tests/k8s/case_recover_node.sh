@@ -17,11 +17,8 @@
 # MOVE_FLAGS, NODE, NODE2, NODE2_CHECKPOINT_FLAGS.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-k() { "$KUBECTL" -n "$NS" "$@"; }
-fail() {
-  echo "recover_node: FAIL: $*"
-  exit 1
-}
+CASE=recover_node
+source "$(dirname "${BASH_SOURCE[0]}")/caselib.sh"
 if [[ -z ${CLUSTER_DIR:-} || -z ${NODE2:-} ]]; then
   echo "recover_node: SKIP: loses the test cluster's second node (cluster.sh --nodes 2)"
   exit 77
@@ -31,12 +28,7 @@ CRIU_DIR=${PALADIN_CRIU_DIR:-/opt/paladin/criu}
 # Arguments no other process on the machine has: the sampler counts this workload's copies.
 MARK='--mib 20 --host-mib 3 --every-ms 97'
 
-"$KUBECTL" apply -f - >/dev/null <<YAML
-apiVersion: node.k8s.io/v1
-kind: RuntimeClass
-metadata: {name: paladin}
-handler: paladin
-YAML
+runtime_class
 k apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Pod
@@ -54,7 +46,6 @@ spec:
     args: ["--mib", "20", "--host-mib", "3", "--every-ms", "97"]
 YAML
 gens() { sed -n 's/^gen \([0-9]*\) ok .*/\1/p' "$1"; }
-last_gen() { k logs "$1" 2>/dev/null | sed -n 's/^gen \([0-9]*\) ok .*/\1/p' | tail -1; }
 
 work=$(mktemp -d)
 sampler_pid='' logs_pid='' watch_pid='' node2_lost=0
@@ -67,15 +58,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-sampler() {
-  local n
-  while :; do
-    n=$(pgrep -c -f -- "$MARK" || true)
-    echo "$n"
-    ((n <= 1)) || { date +%T.%N; pgrep -a -f -- "$MARK"; } >>"$work/samples.seen"
-    sleep 0.1
-  done
-}
 
 k wait --for=jsonpath='{.status.phase}'=Running pod/lost --timeout=60s >/dev/null ||
   fail "pod lost not Running"

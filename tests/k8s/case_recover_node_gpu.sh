@@ -13,11 +13,8 @@
 # Env (tests/k8s/k8s_test.sh): as case_recover_node, and EMUCUDA.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-k() { "$KUBECTL" -n "$NS" "$@"; }
-fail() {
-  echo "recover_node_gpu: FAIL: $*"
-  exit 1
-}
+CASE=recover_node_gpu
+source "$(dirname "${BASH_SOURCE[0]}")/caselib.sh"
 if [[ -z ${CLUSTER_DIR:-} || -z ${NODE2:-} ]]; then
   echo "recover_node_gpu: SKIP: loses the test cluster's second node (cluster.sh --nodes 2)"
   exit 77
@@ -41,14 +38,8 @@ cleanup() {
 trap cleanup EXIT
 paladin_start 19448
 export PALADIN_EMU_GPUS=$PALADIN_EMU_GPUS_SPEC PALADIN_EMU_STATE=$CLUSTER_DIR/paladin/emu/state
-uuid_of() { "$PALADIN" k8s gpus --nvml "$EMUCUDA" | awk -v g="$1" '$1 == "gpu" && $2 == g && $4 == "used" { print $3 }'; }
 
-"$KUBECTL" apply -f - >/dev/null <<YAML
-apiVersion: node.k8s.io/v1
-kind: RuntimeClass
-metadata: {name: paladin}
-handler: paladin
-YAML
+runtime_class
 # Only the second node's GPUs published while the pod is placed: the packer puts it there.
 "$PALADIN" k8s node --node "$NODE2" --nvml "$EMUCUDA" "${api[@]}" >/dev/null
 "$KUBECTL" annotate node "$NODE" paladin.io/gpus- >/dev/null
@@ -77,7 +68,6 @@ k wait --for=jsonpath='{.status.phase}'=Running pod/lgpu --timeout=60s >/dev/nul
 "$PALADIN" k8s node --node "$NODE" --nvml "$EMUCUDA" "${api[@]}" >/dev/null
 k logs -f lgpu >"$work/lgpu.log" 2>/dev/null &
 logs_pid=$!
-last_gen() { k logs "$1" 2>/dev/null | sed -n 's/^gen \([0-9]*\) ok .*/\1/p' | tail -1; }
 for ((i = 0; i < 100; i++)); do
   [[ $(last_gen lgpu) -ge 4 ]] 2>/dev/null && break
   sleep 0.2
@@ -85,15 +75,6 @@ done
 [[ $(last_gen lgpu) -ge 4 ]] 2>/dev/null || fail "pod lgpu: no fourth generation: $(k logs lgpu | tail -3)"
 to_uuid=$(uuid_of 0)
 
-sampler() {
-  local n
-  while :; do
-    n=$(pgrep -c -f -- "$MARK" || true)
-    echo "$n"
-    ((n <= 1)) || { date +%T.%N; pgrep -a -f -- "$MARK"; } >>"$work/samples.seen"
-    sleep 0.1
-  done
-}
 sampler >"$work/samples" &
 sampler_pid=$!
 read -ra ckpt <<<"$NODE2_CHECKPOINT_FLAGS"
