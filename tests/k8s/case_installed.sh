@@ -170,6 +170,6 @@ done
 
 gpu_share_checks installed
 # The placement was the installed scheduler's: its log names the pods.
-"$KUBECTL" -n paladin logs deployment/paladin-scheduler | grep -q "placing pods" ||
+grep -q "placing pods" <<<"$("$KUBECTL" -n paladin logs deployment/paladin-scheduler)" ||
   fail "the installed scheduler's log: $("$KUBECTL" -n paladin logs deployment/paladin-scheduler | tail -3)"
 echo "installed: installed and checked in $((SECONDS - t0)) s"

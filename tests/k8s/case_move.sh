@@ -87,12 +87,12 @@ done
 t2=$(date +%s%N)
 k wait --for=delete pod/old --timeout=30s >/dev/null 2>&1 || true
 [[ -n $first ]] || fail "pod new prints no generation: $(k logs new | tail -3)"
-! k logs new | grep -q '^started:' || fail "pod new started its workload afresh: $(k logs new | head -2)"
+! grep -q '^started:' <<<"$(k logs new)" || fail "pod new started its workload afresh: $(k logs new | head -2)"
 if ((first <= gen_before || first > gen_before + 2)); then
   fail "pod new went on at generation $first; pod old had reached $gen_before"
 fi
 sleep 1
-! k logs new | grep -q MISMATCH || fail "pod new: $(k logs new | grep -m1 MISMATCH)"
+! grep -q MISMATCH <<<"$(k logs new)" || fail "pod new: $(k logs new | grep -m1 MISMATCH)"
 [[ $(last_gen new) -gt $first ]] || fail "pod new does not advance past generation $first"
 k get pod old >/dev/null 2>&1 && fail "pod old still exists"
 kill "$sampler_pid"

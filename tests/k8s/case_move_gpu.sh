@@ -129,7 +129,7 @@ done
 t2=$(date +%s%N)
 gen_before=$(sed -n 's/^gen \([0-9]*\) ok .*/\1/p' "$work/old.log" | tail -1)
 [[ -n $first ]] || fail "pod gpu-m1 prints no generation: $(k logs gpu-m1 | tail -3)"
-! k logs gpu-m1 | grep -q '^started:' || fail "pod gpu-m1 started its workload afresh"
+! grep -q '^started:' <<<"$(k logs gpu-m1)" || fail "pod gpu-m1 started its workload afresh"
 ((first > gen_before && first <= gen_before + 2)) ||
   fail "pod gpu-m1 went on at generation $first; pod gpu had reached $gen_before"
 [[ $(k get pod gpu-m1 -o jsonpath='{.metadata.annotations.paladin\.io/gpu}') == "$to" ]] ||
@@ -137,7 +137,7 @@ gen_before=$(sed -n 's/^gen \([0-9]*\) ok .*/\1/p' "$work/old.log" | tail -1)
 k get events --field-selector involvedObject.name=gpu-m1,reason=Scheduled -o jsonpath='{.items[*].message}' |
   grep -q "$NODE/$to as paladin k8s move asked" || fail "no Scheduled event naming $NODE/$to for gpu-m1"
 sleep 1
-! k logs gpu-m1 | grep -q MISMATCH || fail "pod gpu-m1: $(k logs gpu-m1 | grep -m1 MISMATCH)"
+! grep -q MISMATCH <<<"$(k logs gpu-m1)" || fail "pod gpu-m1: $(k logs gpu-m1 | grep -m1 MISMATCH)"
 [[ $(last_gen gpu-m1) -gt $first ]] || fail "pod gpu-m1 does not advance past generation $first"
 [[ $(k logs gpu-m1 | tail -1) == *"$to_uuid"* ]] ||
   fail "pod gpu-m1 does not run on GPU $to ($to_uuid): $(k logs gpu-m1 | tail -1)"

@@ -95,12 +95,12 @@ k wait --for=delete pod/old --timeout=30s >/dev/null 2>&1 || true
 new_pid=$(pgrep -f -- "$MARK" | head -1)
 grep -q "/$NODE2_CGROUP/kubepods" "/proc/$new_pid/cgroup" ||
   fail "the restored process $new_pid is not in node $NODE2's cgroups: $(grep memory "/proc/$new_pid/cgroup")"
-! k logs new | grep -q '^started:' || fail "pod new started its workload afresh: $(k logs new | head -2)"
+! grep -q '^started:' <<<"$(k logs new)" || fail "pod new started its workload afresh: $(k logs new | head -2)"
 if ((first <= gen_before || first > gen_before + 2)); then
   fail "pod new went on at generation $first; pod old had reached $gen_before"
 fi
 sleep 1
-! k logs new | grep -q MISMATCH || fail "pod new: $(k logs new | grep -m1 MISMATCH)"
+! grep -q MISMATCH <<<"$(k logs new)" || fail "pod new: $(k logs new | grep -m1 MISMATCH)"
 [[ $(last_gen new) -gt $first ]] || fail "pod new does not advance past generation $first"
 k get pod old >/dev/null 2>&1 && fail "pod old still exists"
 kill "$sampler_pid"
@@ -143,7 +143,7 @@ if ((first <= gen_before || first > gen_before + 2)); then
   fail "pod new-m1 went on at generation $first; pod new had reached $gen_before"
 fi
 sleep 1
-! k logs new-m1 | grep -q MISMATCH || fail "pod new-m1: $(k logs new-m1 | grep -m1 MISMATCH)"
+! grep -q MISMATCH <<<"$(k logs new-m1)" || fail "pod new-m1: $(k logs new-m1 | grep -m1 MISMATCH)"
 [[ $(last_gen new-m1) -gt $first ]] || fail "pod new-m1 does not advance past generation $first"
 k get pod new >/dev/null 2>&1 && fail "pod new still exists"
 kill "$sampler_pid"

@@ -83,13 +83,13 @@ for ((i = 0; i < 100; i++)); do
 done
 gen_before=$(sed -n 's/^gen \([0-9]*\) ok .*/\1/p' "$work/old.log" | tail -1)
 [[ -n $first ]] || fail "pod ngpu-m1 prints no generation: $(k logs ngpu-m1 | tail -3)"
-! k logs ngpu-m1 | grep -q '^started:' || fail "pod ngpu-m1 started its workload afresh"
+! grep -q '^started:' <<<"$(k logs ngpu-m1)" || fail "pod ngpu-m1 started its workload afresh"
 ((first > gen_before && first <= gen_before + 2)) ||
   fail "pod ngpu-m1 went on at generation $first; pod ngpu had reached $gen_before"
 [[ $(k get pod ngpu-m1 -o jsonpath='{.spec.nodeName}/{.metadata.annotations.paladin\.io/gpu}') == "$NODE2/1" ]] ||
   fail "pod ngpu-m1 is not on $NODE2/1: $(k get pod ngpu-m1 -o jsonpath='{.spec.nodeName} {.metadata.annotations}')"
 sleep 1
-! k logs ngpu-m1 | grep -q MISMATCH || fail "pod ngpu-m1: $(k logs ngpu-m1 | grep -m1 MISMATCH)"
+! grep -q MISMATCH <<<"$(k logs ngpu-m1)" || fail "pod ngpu-m1: $(k logs ngpu-m1 | grep -m1 MISMATCH)"
 [[ $(last_gen ngpu-m1) -gt $first ]] || fail "pod ngpu-m1 does not advance past generation $first"
 [[ $(k logs ngpu-m1 | tail -1) == *"$to_uuid"* ]] ||
   fail "pod ngpu-m1 does not run on GPU 1 ($to_uuid): $(k logs ngpu-m1 | tail -1)"

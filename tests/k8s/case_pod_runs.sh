@@ -18,7 +18,7 @@ spec:
 YAML
 k wait --for=jsonpath='{.status.phase}'=Running pod/demo --timeout=60s >/dev/null
 for ((i = 0; i < 100; i++)); do
-  if k logs demo 2>/dev/null | grep -q '^gen 3 ok dev 0 '; then
+  if grep -q '^gen 3 ok dev 0 ' <<<"$(k logs demo 2>/dev/null)"; then
     echo "pod_runs: demo Running on $(k get pod demo -o jsonpath='{.spec.nodeName}'):" \
       "$(k logs demo | grep -m1 '^started:')"
     k delete pod demo --wait=true --timeout=30s >/dev/null

@@ -139,7 +139,7 @@ t1=$(date +%s%N)
 [[ $(k get pod lost-m1 -o jsonpath='{.spec.nodeName}') == "$NODE" ]] ||
   fail "pod lost-m1 is on node '$(k get pod lost-m1 -o jsonpath='{.spec.nodeName}')', not $NODE"
 k get pod lost >/dev/null 2>&1 && fail "pod lost still exists"
-! k logs lost-m1 | grep -q '^started:' || fail "pod lost-m1 started its workload afresh: $(k logs lost-m1 | head -2)"
+! grep -q '^started:' <<<"$(k logs lost-m1)" || fail "pod lost-m1 started its workload afresh: $(k logs lost-m1 | head -2)"
 # From the checkpoint: the generation it held then (between g_before and g_after), not the one
 # the pod had reached when its node died.
 if ((first <= g_before || first > g_after + 1)); then
@@ -157,7 +157,7 @@ bash "$here/cluster.sh" return-node2 "$CLUSTER_DIR" | sed 's/^/recover_node:   /
 node2_lost=0
 sleep 3
 k get pod lost >/dev/null 2>&1 && fail "pod lost is back with its node"
-! k logs lost-m1 | grep -q MISMATCH || fail "pod lost-m1: $(k logs lost-m1 | grep -m1 MISMATCH)"
+! grep -q MISMATCH <<<"$(k logs lost-m1)" || fail "pod lost-m1: $(k logs lost-m1 | grep -m1 MISMATCH)"
 [[ $(last_gen lost-m1) -gt $((first + 5)) ]] || fail "pod lost-m1 does not advance past generation $first"
 [[ $(k get pod lost-m1 -o jsonpath='{.status.phase}') == Running ]] || fail "pod lost-m1 is not Running"
 kill "$sampler_pid"

@@ -89,7 +89,7 @@ for ((i = 0; i < 50; i++)); do
   sleep 0.2
 done
 [[ $(last_gen lgpu) -ge $((g_after + 8)) ]] || fail "pod lgpu does not go on after its checkpoint (at $(last_gen lgpu))"
-! k logs lgpu | grep -q MISMATCH || fail "pod lgpu after its checkpoint: $(k logs lgpu | grep -m1 MISMATCH)"
+! grep -q MISMATCH <<<"$(k logs lgpu)" || fail "pod lgpu after its checkpoint: $(k logs lgpu | grep -m1 MISMATCH)"
 
 node2_lost=1
 bash "$here/cluster.sh" lose-node2 "$CLUSTER_DIR" | sed 's/^/recover_node_gpu:   /'
@@ -122,7 +122,7 @@ done
 [[ $(k get pod lgpu-m1 -o jsonpath='{.spec.nodeName}/{.metadata.annotations.paladin\.io/gpu}') == "$NODE/0" ]] ||
   fail "pod lgpu-m1 is not on $NODE/0: $(k get pod lgpu-m1 -o jsonpath='{.spec.nodeName} {.metadata.annotations}')"
 k get pod lgpu >/dev/null 2>&1 && fail "pod lgpu still exists"
-! k logs lgpu-m1 | grep -q '^started:' || fail "pod lgpu-m1 started its workload afresh"
+! grep -q '^started:' <<<"$(k logs lgpu-m1)" || fail "pod lgpu-m1 started its workload afresh"
 if ((first <= g_before || first > g_after + 1)); then
   fail "pod lgpu-m1 went on at generation $first; the checkpoint was taken between $g_before and $g_after"
 fi
@@ -132,7 +132,7 @@ bash "$here/cluster.sh" return-node2 "$CLUSTER_DIR" | sed 's/^/recover_node_gpu:
 node2_lost=0
 sleep 1
 k get pod lgpu >/dev/null 2>&1 && fail "pod lgpu is back with its node"
-! k logs lgpu-m1 | grep -q MISMATCH || fail "pod lgpu-m1: $(k logs lgpu-m1 | grep -m1 MISMATCH)"
+! grep -q MISMATCH <<<"$(k logs lgpu-m1)" || fail "pod lgpu-m1: $(k logs lgpu-m1 | grep -m1 MISMATCH)"
 [[ $(last_gen lgpu-m1) -gt $first ]] || fail "pod lgpu-m1 does not advance past generation $first"
 [[ $(k logs lgpu-m1 | tail -1) == *"$to_uuid"* ]] ||
   fail "pod lgpu-m1 does not run on GPU 0 ($to_uuid): $(k logs lgpu-m1 | tail -1)"
