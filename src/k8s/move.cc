@@ -147,6 +147,23 @@ Status CarryImage(const std::string& from, const std::string& to) {
   return Status::Ok();
 }
 
+std::string ReadBundle(const std::string& bundle) {
+  std::ifstream in(bundle + "/config.json");
+  const Json config = Json::parse(in, nullptr, false);
+  if (!config.is_object()) return "";
+  std::string shm;
+  for (const Json& m : config.value("mounts", Json::array())) {
+    if (Str(m, "destination") == "/dev/shm") shm = Str(m, "source");
+  }
+  for (const Json& e : config.value("process", Json::object()).value("env", Json::array())) {
+    const std::string kv = e.is_string() ? e.get<std::string>() : "";
+    if (kv.rfind("PALADIN_EMU_STATE=", 0) == 0) {
+      setenv("PALADIN_EMU_TARGET_STATE", kv.substr(18).c_str(), 1);
+    }
+  }
+  return shm;
+}
+
 }  // namespace detail
 
 using detail::CarryImage;
@@ -379,25 +396,7 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
 
   // The pod's /dev/shm is a tmpfs of its sandbox, not in CRIU's image: it goes with the image.
   // Its path is read now: the shim removes the bundle once the checkpoint ends the container.
-  std::string shm;
-  {
-    std::ifstream in(bundle + "/config.json");
-    const Json config = Json::parse(in, nullptr, false);
-    for (const Json& m : config.is_object() ? config.value("mounts", Json::array()) : Json()) {
-      if (Str(m, "destination") == "/dev/shm") shm = Str(m, "source");
-    }
-    // The emulated driver's state file as the container sees it: a GPU state restored from here
-    // joins it there (the driver sends the caller's own path otherwise, which is the node's).
-    const Json env = config.is_object()
-                         ? config.value("process", Json::object()).value("env", Json::array())
-                         : Json::array();
-    for (const Json& e : env) {
-      const std::string kv = e.is_string() ? e.get<std::string>() : "";
-      if (kv.rfind("PALADIN_EMU_STATE=", 0) == 0) {
-        setenv("PALADIN_EMU_TARGET_STATE", kv.substr(18).c_str(), 1);
-      }
-    }
-  }
+  const std::string shm = detail::ReadBundle(bundle);
   std::unique_ptr<ckpt::GpuCheckpointer> driver;
   std::vector<pid_t> cuda;
   if (pod->gpu >= 0) {

@@ -35,6 +35,11 @@ StatusOr<std::string> WaitRunning(const ApiClient& client, const std::string& pa
                                   double timeout_s);
 // Carries a checkpoint image into another folder, whole or not at all.
 Status CarryImage(const std::string& from, const std::string& to);
+// Reads a container's bundle (BUNDLE/config.json): the source of its /dev/shm mount ("" when
+// none), returned; and the emulated driver's state file as the container sees it, which is put in
+// PALADIN_EMU_TARGET_STATE, so that a GPU state restored or given back from here joins the
+// container's (the driver sends the caller's own path otherwise, which is the node's).
+std::string ReadBundle(const std::string& bundle);
 
 // runc on this node, bounded in time; its output on success.
 struct Runc {

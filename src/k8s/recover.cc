@@ -90,19 +90,7 @@ Status RestoreGpuState(const detail::Runc& runc, const std::string& container_id
                        const std::function<void(const std::string&)>& progress) {
   StatusOr<Json> state = runc.State(container_id);
   if (!state.ok()) return state.status();
-  {
-    std::ifstream in(Str(*state, "bundle") + "/config.json");
-    const Json config = Json::parse(in, nullptr, false);
-    const Json env = config.is_object()
-                         ? config.value("process", Json::object()).value("env", Json::array())
-                         : Json::array();
-    for (const Json& e : env) {
-      const std::string kv = e.is_string() ? e.get<std::string>() : "";
-      if (kv.rfind("PALADIN_EMU_STATE=", 0) == 0) {
-        setenv("PALADIN_EMU_TARGET_STATE", kv.substr(18).c_str(), 1);
-      }
-    }
-  }
+  (void)detail::ReadBundle(Str(*state, "bundle"));
   StatusOr<std::unique_ptr<ckpt::GpuCheckpointer>> driver = ckpt::GpuCheckpointer::Load(o.driver);
   if (!driver.ok()) return driver.status();
   StatusOr<std::vector<pid_t>> pids = runc.Pids(container_id);
@@ -139,25 +127,7 @@ StatusOr<std::string> CheckpointPod(const CheckpointOptions& o, const std::strin
   const std::string bundle = Str(*state, "bundle");
   StatusOr<std::vector<pid_t>> pids = runc.Pids(pod.container_id);
   if (!pids.ok()) return pids.status();
-  std::string shm;
-  {
-    std::ifstream in(bundle + "/config.json");
-    const Json config = Json::parse(in, nullptr, false);
-    for (const Json& mount : config.is_object() ? config.value("mounts", Json::array()) : Json()) {
-      if (Str(mount, "destination") == "/dev/shm") shm = Str(mount, "source");
-    }
-    // The emulated driver's state file as the container sees it: the GPU state given back after
-    // the dump joins it there (as a move's restore does).
-    const Json env = config.is_object()
-                         ? config.value("process", Json::object()).value("env", Json::array())
-                         : Json::array();
-    for (const Json& e : env) {
-      const std::string kv = e.is_string() ? e.get<std::string>() : "";
-      if (kv.rfind("PALADIN_EMU_STATE=", 0) == 0) {
-        setenv("PALADIN_EMU_TARGET_STATE", kv.substr(18).c_str(), 1);
-      }
-    }
-  }
+  const std::string shm = detail::ReadBundle(bundle);
   CheckpointInfo info;
   info.image = CheckpointImageName(pod.uid, NowMs());
   if (info.image.empty()) return InvalidArgument("pod uid '" + pod.uid + "' is not a uid");
