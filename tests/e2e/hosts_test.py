@@ -473,6 +473,19 @@ def run_all(jobs):
     return failed
 
 
+def stage_programs(work):
+    """Copies paladin and what it loads beside itself (the preloaded libraries, the workloads'
+    init, CRIU's rlimit library) into WORK/bin and runs the drills with that copy: the build tree
+    may lie under /tmp (a clone there), which each host covers with a /tmp of its own."""
+    build = os.path.dirname(crash_test.PALADIN)
+    bin_dir = os.path.join(work, "bin")
+    names = ["paladin", "paladin-workload-init"] + sorted(
+        f for f in os.listdir(build) if f.startswith("libpaladin-") and f.endswith(".so"))
+    for name in names:
+        shutil.copy2(os.path.join(build, name), os.path.join(bin_dir, name))
+    crash_test.PALADIN = os.path.join(bin_dir, "paladin")
+
+
 def main():
     if os.geteuid() != 0:
         print("SKIP: separate hosts need root (network and mount namespaces, CRIU)")
@@ -498,6 +511,7 @@ def main():
         return 77
     # Not under /tmp: each host has a /tmp of its own over it.
     work = crash_test.work_folder("hosts", under="/var/tmp")
+    stage_programs(work)
     failed = []
     began = time.time()
     try:
