@@ -61,7 +61,7 @@ printf 'restore (whole command, incl. verify, cold cache): %s MiB in %s s = %s M
   "$image_mib" "$restore_s" "$restore_rate" "$(awk -v a="$restore_rate" -v b="$raw_read" 'BEGIN{print a/b}')"
 
 echo "== pause with 5%/s of memory rewritten"
-if "$PALADIN" doctor 2>/dev/null | grep -q 'pre-dumps.*unavailable'; then
+if grep -q 'pre-dumps.*unavailable' <<<"$("$PALADIN" doctor 2>/dev/null)"; then
   echo "pre-dumps are unavailable on this kernel (no dirty-memory tracking): not measured"
   rm -rf "$DIR"
   exit 0

@@ -72,7 +72,7 @@ loader=$(loader_in "$stage")
 [[ -n $loader ]] || { echo "criu: no dynamic loader among the fetched packages" >&2; exit 1; }
 # Every library CRIU loads must come from the prefix (its libc may be newer than the system's).
 deps=$("$loader" --library-path "$(libs_in "$stage")" --list "$stage/usr/sbin/criu")
-if grep -q 'not found' <<<"$deps" || grep '=>' <<<"$deps" | grep -v "=> $stage/" | grep -q .; then
+if grep -q 'not found' <<<"$deps" || [[ -n $(grep '=>' <<<"$deps" | grep -v "=> $stage/") ]]; then
   echo "criu: libraries missing from the prefix:" >&2
   grep -v "=> $stage/" <<<"$deps" | grep '=>' >&2
   $SUDO rm -rf "$stage"

@@ -116,7 +116,7 @@ while read -r lib; do
     [[ -e $d/$lib ]] && { cp -L "$d/$lib" "$stage/lib/"; break; }
   done
 done < <(LD_LIBRARY_PATH= ldd "$stage/sbin/criu" | awk '$3 == "not" {print $1}')
-if LD_LIBRARY_PATH=$stage/lib ldd "$stage/sbin/criu" | grep -q 'not found'; then
+if grep -q 'not found' <<<"$(LD_LIBRARY_PATH=$stage/lib ldd "$stage/sbin/criu")"; then
   echo "criu_lazy: libraries missing:" >&2
   LD_LIBRARY_PATH=$stage/lib ldd "$stage/sbin/criu" | grep 'not found' >&2
   rm -rf "$stage"
@@ -131,9 +131,9 @@ export LD_LIBRARY_PATH
 exec "$PREFIX/sbin/criu" "\$@"
 WRAP
 chmod 755 "$stage/criu"
-LD_LIBRARY_PATH=$stage/lib "$stage/sbin/criu" --version | grep -q "^Version: $VERSION" ||
+grep -q "^Version: $VERSION" <<<"$(LD_LIBRARY_PATH=$stage/lib "$stage/sbin/criu" --version)" ||
   { echo "criu_lazy: the built CRIU does not run" >&2; rm -rf "$stage"; exit 1; }
-LD_LIBRARY_PATH=$stage/lib ldd "$stage/sbin/criu" | grep -q libgnutls ||
+grep -q libgnutls <<<"$(LD_LIBRARY_PATH=$stage/lib ldd "$stage/sbin/criu")" ||
   { echo "criu_lazy: the built CRIU has no TLS (GnuTLS not found)" >&2; rm -rf "$stage"; exit 1; }
 rm -rf "$PREFIX.old.$$"
 if [[ -e $PREFIX ]]; then mv "$PREFIX" "$PREFIX.old.$$"; fi
