@@ -40,6 +40,20 @@ gpus() { "$PALADIN" k8s gpus --nvml "$EMUCUDA"; }
 # GPU N's memory used by pid P, in bytes (0 when NVML does not list it there).
 used_by() { gpus | awk -v g="$1" -v p="$2" '$1 == "gpu" && $2 == g && $3 == "pid" && $4 == p { print $6; f = 1 } END { if (!f) print 0 }'; }
 uuid_of() { gpus | awk -v g="$1" '$1 == "gpu" && $2 == g && $4 == "used" { print $3 }'; }
+# workload_pid VAR WHEN: sets VAR to the pid of the one process running the workload; fails
+# naming every such process and its parent when there is not exactly one.
+workload_pid() {
+  local pids p
+  pids=$(pgrep -f -- "$MARK" || true)
+  if [[ $(wc -w <<<"$pids") != 1 ]]; then
+    for p in $pids; do
+      ps -o pid=,ppid=,stat=,etimes=,args= -p "$p" || true
+      ps -o pid=,stat=,args= -p "$(ps -o ppid= -p "$p" || echo 0)" | sed 's/^/  parent: /' || true
+    done >"$work/pids.seen"
+    fail "$(wc -w <<<"$pids") processes run the workload $2:" $'\n'"$(cat "$work/pids.seen")"
+  fi
+  printf -v "$1" %s "$pids"
+}
 
 "$KUBECTL" apply -f - >/dev/null <<YAML
 apiVersion: node.k8s.io/v1
@@ -76,7 +90,7 @@ done
 from=$(k get pod gpu -o jsonpath='{.metadata.annotations.paladin\.io/gpu}')
 to=$((1 - from))
 from_uuid=$(uuid_of "$from") to_uuid=$(uuid_of "$to")
-old_pid=$(pgrep -f -- "$MARK")
+workload_pid old_pid "before the move"
 [[ $(k logs gpu | tail -1) == *"$from_uuid"* ]] ||
   fail "pod gpu does not run on GPU $from ($from_uuid): $(k logs gpu | tail -1)"
 old_used=$(used_by "$from" "$old_pid")
@@ -106,8 +120,11 @@ marks_after=$(find "$CLUSTER_DIR/checkpoints" -maxdepth 2 | wc -l)
 echo "move_gpu: $refused moves refused before anything changed (same GPU, no such GPU, another node without its image folder, no such pod)"
 
 sampler() {
+  local n
   while :; do
-    pgrep -c -f -- "$MARK" || true
+    n=$(pgrep -c -f -- "$MARK" || true)
+    echo "$n"
+    ((n <= 1)) || { date +%T.%N; pgrep -a -f -- "$MARK"; } >>"$work/samples.seen"
     sleep 0.1
   done
 }
@@ -141,7 +158,7 @@ sleep 1
 [[ $(last_gen gpu-m1) -gt $first ]] || fail "pod gpu-m1 does not advance past generation $first"
 [[ $(k logs gpu-m1 | tail -1) == *"$to_uuid"* ]] ||
   fail "pod gpu-m1 does not run on GPU $to ($to_uuid): $(k logs gpu-m1 | tail -1)"
-new_pid=$(pgrep -f -- "$MARK")
+workload_pid new_pid "after the move"
 new_used=$(used_by "$to" "$new_pid")
 ((new_used >= 64 << 20)) || fail "NVML counts $new_used bytes of pid $new_pid on GPU $to, not its 64 MiB"
 [[ $(used_by "$from" "$new_pid") == 0 && $(used_by "$from" "$old_pid") == 0 ]] ||
@@ -152,7 +169,7 @@ wait "$sampler_pid" 2>/dev/null || true
 sampler_pid=''
 max=$(sort -n "$work/samples" | tail -1)
 samples=$(wc -l <"$work/samples")
-[[ $max == 1 ]] || fail "$max copies of the workload at once (of $samples samples)"
+[[ $max == 1 ]] || fail "$max copies of the workload at once (of $samples samples):" $'\n'"$(cat "$work/samples.seen")"
 echo "move_gpu: gpu -> gpu-m1, GPU $from -> $to, generation $gen_before -> $first, then" \
   "$(last_gen gpu-m1), memory verified on $to_uuid; NVML: pid $new_pid $((new_used >> 20)) MiB on" \
   "GPU $to, nothing on GPU $from; paused $(((t2 - t0) / 1000000)) ms until the first generation" \
