@@ -18,9 +18,11 @@ if [[ -z ${CLUSTER_DIR:-} ]]; then
 fi
 CRIU_DIR=${PALADIN_CRIU_DIR:-/opt/paladin/criu}
 [[ -x $CRIU_DIR/criu ]] || { echo "move: SKIP: no CRIU in $CRIU_DIR (scripts/criu.sh)"; exit 77; }
-# Arguments no other process on the machine has: the sampler counts this workload's copies.
+# Arguments no other process on the machine has: the sampler counts this workload's copies. A
+# pattern for pgrep -f whose first character is bracketed, so that it does not match the
+# command line of another pgrep looking for it (the sampler runs beside the other checks).
 ARGS='"--mib", "24", "--host-mib", "3", "--every-ms", "90"'
-MARK='--mib 24 --host-mib 3 --every-ms 90'
+MARK='[-]-mib 24 --host-mib 3 --every-ms 90'
 
 "$KUBECTL" apply -f - >/dev/null <<YAML
 apiVersion: node.k8s.io/v1

@@ -61,8 +61,10 @@ kind: RuntimeClass
 metadata: {name: paladin}
 handler: paladin
 YAML
-# Arguments no other process on the machine has: the sampler counts this workload's copies.
-MARK='--mib 64 --host-mib 3 --every-ms 90'
+# Arguments no other process on the machine has: the sampler counts this workload's copies. A
+# pattern for pgrep -f whose first character is bracketed, so that it does not match the
+# command line of another pgrep looking for it (the sampler runs beside the other checks).
+MARK='[-]-mib 64 --host-mib 3 --every-ms 90'
 k apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Pod

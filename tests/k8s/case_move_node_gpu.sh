@@ -38,7 +38,8 @@ read -ra move <<<"$MOVE_FLAGS $NODE2_MOVE_FLAGS"
 export PALADIN_EMU_GPUS=$PALADIN_EMU_GPUS_SPEC PALADIN_EMU_STATE=$CLUSTER_DIR/paladin/emu/state
 
 runtime_class
-MARK='--mib 64 --host-mib 3 --every-ms 93'
+# The workload's arguments as a pgrep -f pattern (caselib.sh).
+MARK='[-]-mib 64 --host-mib 3 --every-ms 93'
 k apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Pod

@@ -25,8 +25,10 @@ if [[ -z ${CLUSTER_DIR:-} || -z ${NODE2:-} ]]; then
 fi
 CRIU_DIR=${PALADIN_CRIU_DIR:-/opt/paladin/criu}
 [[ -x $CRIU_DIR/criu ]] || { echo "recover_node: SKIP: no CRIU in $CRIU_DIR (scripts/criu.sh)"; exit 77; }
-# Arguments no other process on the machine has: the sampler counts this workload's copies.
-MARK='--mib 20 --host-mib 3 --every-ms 97'
+# Arguments no other process on the machine has: the sampler counts this workload's copies. A
+# pattern for pgrep -f whose first character is bracketed, so that it does not match the
+# command line of another pgrep looking for it (the sampler runs beside the other checks).
+MARK='[-]-mib 20 --host-mib 3 --every-ms 97'
 
 runtime_class
 k apply -f - >/dev/null <<YAML

@@ -43,7 +43,8 @@ runtime_class
 # Only the second node's GPUs published while the pod is placed: the packer puts it there.
 "$PALADIN" k8s node --node "$NODE2" --nvml "$EMUCUDA" "${api[@]}" >/dev/null
 "$KUBECTL" annotate node "$NODE" paladin.io/gpus- >/dev/null
-MARK='--mib 48 --host-mib 3 --every-ms 89'
+# The workload's arguments as a pgrep -f pattern (caselib.sh).
+MARK='[-]-mib 48 --host-mib 3 --every-ms 89'
 k apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Pod

@@ -1,7 +1,8 @@
 # Sourced by the cases that move or recover a running pod of the demo workload between the test
 # cluster's nodes (case_move_node*.sh, case_recover_node*.sh): what they share. A case sets CASE
-# (the name its lines start with) before sourcing, and MARK (the workload's arguments, which no
-# other process on the machine has) and work (its folder) before it samples.
+# (the name its lines start with) before sourcing, and MARK (a pgrep -f pattern of the workload's
+# arguments, which no other process on the machine has, its first character bracketed so that it
+# does not match another pgrep looking for it) and work (its folder) before it samples.
 # Env (tests/k8s/k8s_test.sh): KUBECTL, NS, PALADIN, EMUCUDA.
 # shellcheck shell=bash
 
