@@ -14,94 +14,47 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CASE=move_node_gpu
-source "$(dirname "${BASH_SOURCE[0]}")/caselib.sh"
-if [[ -z ${CLUSTER_DIR:-} || -z ${NODE2:-} ]]; then
-  echo "move_node_gpu: SKIP: moves a pod between the test cluster's two nodes (cluster.sh --nodes 2)"
-  exit 77
-fi
-CRIU_DIR=${PALADIN_CRIU_DIR:-/opt/paladin/criu}
-[[ -x $CRIU_DIR/criu ]] || { echo "move_node_gpu: SKIP: no CRIU in $CRIU_DIR (scripts/criu.sh)"; exit 77; }
+source "$here/caselib.sh"
+need_cluster 2 "moves a pod between the test cluster's two nodes (cluster.sh --nodes 2)"
 # shellcheck source=tests/k8s/paladin_lib.sh
 source "$here/paladin_lib.sh"
-work=$(mktemp -d)
-sampler_pid=''
 cleanup() {
-  [[ -z $sampler_pid ]] || kill "$sampler_pid" 2>/dev/null || true
   "$KUBECTL" annotate node "$NODE2" paladin.io/gpus- >/dev/null 2>&1 || true
   paladin_stop
-  rm -rf "$work"
 }
-trap cleanup EXIT
+on_exit=cleanup
 paladin_start 19447
 read -ra api <<<"$K8S_NODE_FLAGS"
 read -ra move <<<"$MOVE_FLAGS $NODE2_MOVE_FLAGS"
 export PALADIN_EMU_GPUS=$PALADIN_EMU_GPUS_SPEC PALADIN_EMU_STATE=$CLUSTER_DIR/paladin/emu/state
 
 runtime_class
-# The workload's arguments as a pgrep -f pattern (caselib.sh).
-MARK='[-]-mib 64 --host-mib 3 --every-ms 93'
-k apply -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Pod
-metadata: {name: ngpu}
-spec:
-  runtimeClassName: paladin
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: demo
-    image: $IMAGE
-    imagePullPolicy: IfNotPresent
-    args: ["--mib", "64", "--host-mib", "3", "--every-ms", "93"]
-    resources:
-      limits: {paladin.io/gpu-memory: 2Gi}
-YAML
-k wait --for=jsonpath='{.status.phase}'=Running pod/ngpu --timeout=60s >/dev/null ||
-  fail "pod ngpu not Running: $(k get pod ngpu -o jsonpath='{.status}')"
+workload '--mib 64 --host-mib 3 --every-ms 93'
+demo_pod ngpu '' 'paladin.io/gpu-memory: 2Gi'
+wait_running ngpu
 [[ $(k get pod ngpu -o jsonpath='{.spec.nodeName}/{.metadata.annotations.paladin\.io/gpu}') == "$NODE/0" ]] ||
   fail "pod ngpu is not on $NODE/0: $(k get pod ngpu -o jsonpath='{.spec.nodeName}/{.metadata.annotations}')"
 # Only now the second node's GPUs: Paladin's scheduler could place ngpu there otherwise.
 "$PALADIN" k8s node --node "$NODE2" --nvml "$EMUCUDA" "${api[@]}" >/dev/null
-for ((i = 0; i < 100; i++)); do
-  [[ $(last_gen ngpu) -ge 5 ]] 2>/dev/null && break
-  sleep 0.2
-done
-[[ $(last_gen ngpu) -ge 5 ]] 2>/dev/null || fail "pod ngpu: no fifth generation: $(k logs ngpu | tail -3)"
+wait_gen ngpu 5
 to_uuid=$(uuid_of 1)
 
-sampler >"$work/samples" &
-sampler_pid=$!
+sampler_start
 k logs -f ngpu >"$work/old.log" 2>/dev/null &
 
 "$PALADIN" k8s move -n "$NS" ngpu --node "$NODE2" --gpu 1 --driver "$EMUCUDA" --nvml "$EMUCUDA" \
   "${move[@]}" "${api[@]}" >"$work/move.log" 2>&1 || fail "paladin k8s move: $(tail -5 "$work/move.log")"
 sed 's/^/move_node_gpu:   /' "$work/move.log"
-first=''
-for ((i = 0; i < 100; i++)); do
-  first=$(k logs ngpu-m1 2>/dev/null | sed -n 's/^gen \([0-9]*\) ok .*/\1/p' | head -1)
-  [[ -n $first ]] && break
-  sleep 0.05
-done
-gen_before=$(sed -n 's/^gen \([0-9]*\) ok .*/\1/p' "$work/old.log" | tail -1)
-[[ -n $first ]] || fail "pod ngpu-m1 prints no generation: $(k logs ngpu-m1 | tail -3)"
-! grep -q '^started:' <<<"$(k logs ngpu-m1)" || fail "pod ngpu-m1 started its workload afresh"
-((first > gen_before && first <= gen_before + 2)) ||
-  fail "pod ngpu-m1 went on at generation $first; pod ngpu had reached $gen_before"
+first=$(first_gen ngpu-m1)
+gen_before=$(gens "$work/old.log" | tail -1)
 [[ $(k get pod ngpu-m1 -o jsonpath='{.spec.nodeName}/{.metadata.annotations.paladin\.io/gpu}') == "$NODE2/1" ]] ||
   fail "pod ngpu-m1 is not on $NODE2/1: $(k get pod ngpu-m1 -o jsonpath='{.spec.nodeName} {.metadata.annotations}')"
-sleep 1
-! grep -q MISMATCH <<<"$(k logs ngpu-m1)" || fail "pod ngpu-m1: $(k logs ngpu-m1 | grep -m1 MISMATCH)"
-[[ $(last_gen ngpu-m1) -gt $first ]] || fail "pod ngpu-m1 does not advance past generation $first"
+went_on ngpu-m1 "$first" "$gen_before" $((gen_before + 2))
 [[ $(k logs ngpu-m1 | tail -1) == *"$to_uuid"* ]] ||
   fail "pod ngpu-m1 does not run on GPU 1 ($to_uuid): $(k logs ngpu-m1 | tail -1)"
 k wait --for=delete pod/ngpu --timeout=30s >/dev/null 2>&1 || fail "pod ngpu still exists"
-kill "$sampler_pid"
-wait "$sampler_pid" 2>/dev/null || true
-sampler_pid=''
-max=$(sort -n "$work/samples" | tail -1)
-samples=$(wc -l <"$work/samples")
-[[ $max == 1 ]] || fail "$max copies of the workload at once (of $samples samples): $(cat "$work/samples.seen" 2>/dev/null)"
+sampler_stop
 echo "move_node_gpu: ngpu on $NODE/0 -> ngpu-m1 on $NODE2/1, generation $gen_before -> $first," \
   "then $(last_gen ngpu-m1), device memory verified on $to_uuid; $(tail -1 "$work/move.log");" \
-  "at most 1 copy in $samples samples; pod ngpu deleted"
+  "at most 1 copy in $SAMPLES samples; pod ngpu deleted"
 k delete pod ngpu-m1 --wait=true --timeout=30s >/dev/null

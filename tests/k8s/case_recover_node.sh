@@ -18,65 +18,31 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CASE=recover_node
-source "$(dirname "${BASH_SOURCE[0]}")/caselib.sh"
-if [[ -z ${CLUSTER_DIR:-} || -z ${NODE2:-} ]]; then
-  echo "recover_node: SKIP: loses the test cluster's second node (cluster.sh --nodes 2)"
-  exit 77
-fi
-CRIU_DIR=${PALADIN_CRIU_DIR:-/opt/paladin/criu}
-[[ -x $CRIU_DIR/criu ]] || { echo "recover_node: SKIP: no CRIU in $CRIU_DIR (scripts/criu.sh)"; exit 77; }
-# Arguments no other process on the machine has: the sampler counts this workload's copies. A
-# pattern for pgrep -f whose first character is bracketed, so that it does not match the
-# command line of another pgrep looking for it (the sampler runs beside the other checks).
-MARK='[-]-mib 20 --host-mib 3 --every-ms 97'
-
-runtime_class
-k apply -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Pod
-metadata: {name: lost}
-spec:
-  runtimeClassName: paladin
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  nodeName: "$NODE2"
-  tolerations: [{key: paladin.io/second-node, operator: Exists, effect: NoSchedule}]
-  containers:
-  - name: demo
-    image: $IMAGE
-    imagePullPolicy: IfNotPresent
-    args: ["--mib", "20", "--host-mib", "3", "--every-ms", "97"]
-YAML
-gens() { sed -n 's/^gen \([0-9]*\) ok .*/\1/p' "$1"; }
-
-work=$(mktemp -d)
-sampler_pid='' logs_pid='' watch_pid='' node2_lost=0
+source "$here/caselib.sh"
+need_cluster 2 "loses the test cluster's second node (cluster.sh --nodes 2)"
+workload '--mib 20 --host-mib 3 --every-ms 97'
+logs_pid='' watch_pid='' node2_lost=0
 cleanup() {
-  [[ -z $sampler_pid ]] || kill "$sampler_pid" 2>/dev/null || true
   [[ -z $watch_pid ]] || kill "$watch_pid" 2>/dev/null || true
   [[ -z $logs_pid ]] || kill "$logs_pid" 2>/dev/null || true
   # The second node back for what follows, whatever happened here.
   [[ $node2_lost == 0 ]] || bash "$here/cluster.sh" return-node2 "$CLUSTER_DIR" >/dev/null 2>&1 || true
-  rm -rf "$work"
 }
-trap cleanup EXIT
+on_exit=cleanup
 
-k wait --for=jsonpath='{.status.phase}'=Running pod/lost --timeout=60s >/dev/null ||
-  fail "pod lost not Running"
+runtime_class
+demo_pod lost '  nodeName: "'"$NODE2"'"
+  tolerations: [{key: paladin.io/second-node, operator: Exists, effect: NoSchedule}]'
+wait_running lost
 # Its log from the start until the node dies (then the API server can no longer reach it).
 k logs -f lost >"$work/lost.log" 2>/dev/null &
 logs_pid=$!
-for ((i = 0; i < 100; i++)); do
-  [[ $(last_gen lost) -ge 4 ]] 2>/dev/null && break
-  sleep 0.2
-done
-[[ $(last_gen lost) -ge 4 ]] 2>/dev/null || fail "pod lost: no fourth generation: $(k logs lost | tail -3)"
+wait_gen lost 4
 
 # --- the periodic checkpoint (one pass), on the second node ------------------------------------
 read -ra api <<<"$K8S_NODE_FLAGS"
 read -ra ckpt <<<"$NODE2_CHECKPOINT_FLAGS"
-sampler >"$work/samples" &
-sampler_pid=$!
+sampler_start
 g_before=$(last_gen lost)
 "$PALADIN" k8s checkpoint --node "$NODE2" "${api[@]}" "${ckpt[@]}" >"$work/ckpt" 2>&1 ||
   fail "paladin k8s checkpoint: $(tail -5 "$work/ckpt")"
@@ -130,12 +96,7 @@ kill "$watch_pid"
 wait "$watch_pid" 2>/dev/null || true
 watch_pid=''
 sed 's/^/recover_node:   /' "$work/watch"
-first=''
-for ((i = 0; i < 100; i++)); do
-  first=$(k logs lost-m1 2>/dev/null | sed -n 's/^gen \([0-9]*\) ok .*/\1/p' | head -1)
-  [[ -n $first ]] && break
-  sleep 0.05
-done
+first=$(first_gen lost-m1)
 t1=$(date +%s%N)
 [[ -n $first ]] || fail "pod lost-m1 prints no generation: $(k logs lost-m1 | tail -3)"
 [[ $(k get pod lost-m1 -o jsonpath='{.spec.nodeName}') == "$NODE" ]] ||
@@ -162,14 +123,9 @@ k get pod lost >/dev/null 2>&1 && fail "pod lost is back with its node"
 ! grep -q MISMATCH <<<"$(k logs lost-m1)" || fail "pod lost-m1: $(k logs lost-m1 | grep -m1 MISMATCH)"
 [[ $(last_gen lost-m1) -gt $((first + 5)) ]] || fail "pod lost-m1 does not advance past generation $first"
 [[ $(k get pod lost-m1 -o jsonpath='{.status.phase}') == Running ]] || fail "pod lost-m1 is not Running"
-kill "$sampler_pid"
-wait "$sampler_pid" 2>/dev/null || true
-sampler_pid=''
-max=$(sort -n "$work/samples" | tail -1)
-samples=$(wc -l <"$work/samples")
-[[ $max == 1 ]] || fail "$max copies of the workload at once (of $samples samples): $(cat "$work/samples.seen")"
+sampler_stop
 echo "recover_node: lost on $NODE2 checkpointed at generation $g_before-$g_after, died at $g_died;" \
   "lost-m1 on $NODE went on at $first, then $(last_gen lost-m1), memory verified;" \
   "$(((t1 - t0) / 1000000)) ms from the node's loss to the first generation back;" \
-  "node $NODE2 returned without it; at most 1 copy in $samples samples"
+  "node $NODE2 returned without it; at most 1 copy in $SAMPLES samples"
 k delete pod lost-m1 --wait=true --timeout=30s >/dev/null

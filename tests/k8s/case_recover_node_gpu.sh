@@ -14,28 +14,20 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CASE=recover_node_gpu
-source "$(dirname "${BASH_SOURCE[0]}")/caselib.sh"
-if [[ -z ${CLUSTER_DIR:-} || -z ${NODE2:-} ]]; then
-  echo "recover_node_gpu: SKIP: loses the test cluster's second node (cluster.sh --nodes 2)"
-  exit 77
-fi
-CRIU_DIR=${PALADIN_CRIU_DIR:-/opt/paladin/criu}
-[[ -x $CRIU_DIR/criu ]] || { echo "recover_node_gpu: SKIP: no CRIU in $CRIU_DIR (scripts/criu.sh)"; exit 77; }
+source "$here/caselib.sh"
+need_cluster 2 "loses the test cluster's second node (cluster.sh --nodes 2)"
 # shellcheck source=tests/k8s/paladin_lib.sh
 source "$here/paladin_lib.sh"
-work=$(mktemp -d)
-sampler_pid='' logs_pid='' node2_lost=0
+logs_pid='' node2_lost=0
 read -ra api <<<"$K8S_NODE_FLAGS"
 cleanup() {
-  [[ -z $sampler_pid ]] || kill "$sampler_pid" 2>/dev/null || true
   [[ -z $logs_pid ]] || kill "$logs_pid" 2>/dev/null || true
   [[ $node2_lost == 0 ]] || bash "$here/cluster.sh" return-node2 "$CLUSTER_DIR" >/dev/null 2>&1 || true
   "$KUBECTL" annotate node "$NODE2" paladin.io/gpus- >/dev/null 2>&1 || true
   "$PALADIN" k8s node --node "$NODE" --nvml "$EMUCUDA" "${api[@]}" >/dev/null 2>&1 || true
   paladin_stop
-  rm -rf "$work"
 }
-trap cleanup EXIT
+on_exit=cleanup
 paladin_start 19448
 export PALADIN_EMU_GPUS=$PALADIN_EMU_GPUS_SPEC PALADIN_EMU_STATE=$CLUSTER_DIR/paladin/emu/state
 
@@ -43,41 +35,19 @@ runtime_class
 # Only the second node's GPUs published while the pod is placed: the packer puts it there.
 "$PALADIN" k8s node --node "$NODE2" --nvml "$EMUCUDA" "${api[@]}" >/dev/null
 "$KUBECTL" annotate node "$NODE" paladin.io/gpus- >/dev/null
-# The workload's arguments as a pgrep -f pattern (caselib.sh).
-MARK='[-]-mib 48 --host-mib 3 --every-ms 89'
-k apply -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Pod
-metadata: {name: lgpu}
-spec:
-  runtimeClassName: paladin
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  tolerations: [{key: paladin.io/second-node, operator: Exists, effect: NoSchedule}]
-  containers:
-  - name: demo
-    image: $IMAGE
-    imagePullPolicy: IfNotPresent
-    args: ["--mib", "48", "--host-mib", "3", "--every-ms", "89"]
-    resources:
-      limits: {paladin.io/gpu-memory: 2Gi}
-YAML
-k wait --for=jsonpath='{.status.phase}'=Running pod/lgpu --timeout=60s >/dev/null ||
-  fail "pod lgpu not Running: $(k get pod lgpu -o jsonpath='{.status}')"
+workload '--mib 48 --host-mib 3 --every-ms 89'
+demo_pod lgpu '  tolerations: [{key: paladin.io/second-node, operator: Exists, effect: NoSchedule}]' \
+  'paladin.io/gpu-memory: 2Gi'
+wait_running lgpu
 [[ $(k get pod lgpu -o jsonpath='{.spec.nodeName}/{.metadata.annotations.paladin\.io/gpu}') == "$NODE2/0" ]] ||
   fail "pod lgpu is not on $NODE2/0: $(k get pod lgpu -o jsonpath='{.spec.nodeName}/{.metadata.annotations}')"
 "$PALADIN" k8s node --node "$NODE" --nvml "$EMUCUDA" "${api[@]}" >/dev/null
 k logs -f lgpu >"$work/lgpu.log" 2>/dev/null &
 logs_pid=$!
-for ((i = 0; i < 100; i++)); do
-  [[ $(last_gen lgpu) -ge 4 ]] 2>/dev/null && break
-  sleep 0.2
-done
-[[ $(last_gen lgpu) -ge 4 ]] 2>/dev/null || fail "pod lgpu: no fourth generation: $(k logs lgpu | tail -3)"
+wait_gen lgpu 4
 to_uuid=$(uuid_of 0)
 
-sampler >"$work/samples" &
-sampler_pid=$!
+sampler_start
 read -ra ckpt <<<"$NODE2_CHECKPOINT_FLAGS"
 g_before=$(last_gen lgpu)
 "$PALADIN" k8s checkpoint --node "$NODE2" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${api[@]}" \
@@ -99,7 +69,7 @@ sleep 0.3
 kill "$logs_pid" 2>/dev/null || true
 wait "$logs_pid" 2>/dev/null || true
 logs_pid=''
-g_died=$(sed -n 's/^gen \([0-9]*\) ok .*/\1/p' "$work/lgpu.log" | tail -1)
+g_died=$(gens "$work/lgpu.log" | tail -1)
 read -ra mv <<<"$MOVE_FLAGS"
 ok=0
 for ((i = 0; i < 40; i++)); do
@@ -113,12 +83,7 @@ for ((i = 0; i < 40; i++)); do
 done
 [[ $ok == 1 ]] || fail "node $NODE2 never counted lost: $(tail -1 "$work/recover")"
 sed 's/^/recover_node_gpu:   /' "$work/recover"
-first=''
-for ((i = 0; i < 100; i++)); do
-  first=$(k logs lgpu-m1 2>/dev/null | sed -n 's/^gen \([0-9]*\) ok .*/\1/p' | head -1)
-  [[ -n $first ]] && break
-  sleep 0.05
-done
+first=$(first_gen lgpu-m1)
 [[ -n $first ]] || fail "pod lgpu-m1 prints no generation: $(k logs lgpu-m1 | tail -3)"
 [[ $(k get pod lgpu-m1 -o jsonpath='{.spec.nodeName}/{.metadata.annotations.paladin\.io/gpu}') == "$NODE/0" ]] ||
   fail "pod lgpu-m1 is not on $NODE/0: $(k get pod lgpu-m1 -o jsonpath='{.spec.nodeName} {.metadata.annotations}')"
@@ -137,13 +102,8 @@ k get pod lgpu >/dev/null 2>&1 && fail "pod lgpu is back with its node"
 [[ $(last_gen lgpu-m1) -gt $first ]] || fail "pod lgpu-m1 does not advance past generation $first"
 [[ $(k logs lgpu-m1 | tail -1) == *"$to_uuid"* ]] ||
   fail "pod lgpu-m1 does not run on GPU 0 ($to_uuid): $(k logs lgpu-m1 | tail -1)"
-kill "$sampler_pid"
-wait "$sampler_pid" 2>/dev/null || true
-sampler_pid=''
-max=$(sort -n "$work/samples" | tail -1)
-samples=$(wc -l <"$work/samples")
-[[ $max == 1 ]] || fail "$max copies of the workload at once (of $samples samples): $(cat "$work/samples.seen")"
+sampler_stop
 echo "recover_node_gpu: lgpu on $NODE2/0 checkpointed at generation $g_before-$g_after, died at" \
   "$g_died; lgpu-m1 on $NODE/0 went on at $first, then $(last_gen lgpu-m1), device memory" \
-  "verified on $to_uuid; at most 1 copy in $samples samples"
+  "verified on $to_uuid; at most 1 copy in $SAMPLES samples"
 k delete pod lgpu-m1 --wait=true --timeout=30s >/dev/null

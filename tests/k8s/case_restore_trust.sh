@@ -8,26 +8,14 @@
 # reason in the pod's events, and its workload never runs. Prints "security: restore-from: tried N, refused N".
 # Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, CLUSTER_DIR, PALADIN, K8S_NODE_FLAGS, MOVE_FLAGS.
 set -euo pipefail
-fail() {
-  echo "restore_trust: FAIL: $*"
-  exit 1
-}
-if [[ -z ${CLUSTER_DIR:-} ]]; then
-  echo "restore_trust: SKIP: needs the RuntimeClass paladin on the node (the test cluster only)"
-  exit 77
-fi
-CRIU_DIR=${PALADIN_CRIU_DIR:-/opt/paladin/criu}
-[[ -x $CRIU_DIR/criu ]] || { echo "restore_trust: SKIP: no CRIU in $CRIU_DIR"; exit 77; }
+CASE=restore_trust
+source "$(dirname "${BASH_SOURCE[0]}")/caselib.sh"
+need_cluster 1 "needs the RuntimeClass paladin on the node (the test cluster only)"
 OTHER=$NS-b
-work=$(mktemp -d)
-trap '"$KUBECTL" delete namespace "$OTHER" --wait=false >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+delete_other() { "$KUBECTL" delete namespace "$OTHER" --wait=false >/dev/null 2>&1 || true; }
+on_exit=delete_other
 "$KUBECTL" create namespace "$OTHER" >/dev/null
-"$KUBECTL" apply -f - >/dev/null <<YAML
-apiVersion: node.k8s.io/v1
-kind: RuntimeClass
-metadata: {name: paladin}
-handler: paladin
-YAML
+runtime_class
 pod() { # NAMESPACE NAME ANNOTATIONS
   "$KUBECTL" -n "$1" apply -f - >/dev/null <<YAML
 apiVersion: v1
