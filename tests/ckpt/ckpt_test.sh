@@ -630,9 +630,6 @@ scenario_unprivileged() {
   mkdir -p "$work/bin"
   cp "$THREADS" "$work/bin/ckpt_threads"
   chmod 755 "$work/bin" "$work/bin/ckpt_threads"
-  # Found next to paladin in the build tree; ckpt_start_as is elsewhere.
-  PALADIN_WORKLOAD_INIT=$(dirname "$PALADIN")/paladin-workload-init
-  export PALADIN_WORKLOAD_INIT
   # CRIU reads the rlimits of another user's process only with CAP_SYS_RESOURCE. Where root lacks
   # it (Docker, some sandboxed VMs), paladin preloads libpaladin-criu-rlimit.so (next to it in the
   # build tree) into CRIU and says so: the checkpoint below checks that it did.
@@ -643,26 +640,8 @@ scenario_unprivileged() {
     echo "note: root lacks CAP_SYS_RESOURCE here: paladin should preload libpaladin-criu-rlimit.so"
   fi
 
-  job_name=unpriv
-  local out
-  mkdir -p "$work/cwd-$job_name"
-  # Started with a node lease, as the agent starts its jobs: the init holds it (descriptor 10).
-  out=$(cd "$work/cwd-$job_name" && PALADIN_TEST_LEASE="$work/lease" "$START_AS" "$job_name" \
-    $nobody $nobody -- \
-    "$work/bin/ckpt_threads" --threads 4 --mib 64 --pause-ms 20 2>&1) || {
-    fail "unprivileged: ckpt_start_as failed: $out"
-    return
-  }
-  run_dir=$(find "$PALADIN_RUN_DIR" -mindepth 1 -maxdepth 1 -name "$job_name-*" | head -1)
-  job_pid=$(job_field pid)
-  if [[ -z $run_dir ]] || ! ((job_pid > 0)); then
-    fail "unprivileged: no job record after ckpt_start_as: $out"
-    return
-  fi
-  roots+=("$job_pid")
-  groups+=("$(basename "$run_dir")")
-  log=$run_dir/stdout.log
-  grep -q "init 1" <<<"$out" || fail "unprivileged: not started under paladin-workload-init: $out"
+  start_under_init unprivileged unpriv $nobody $nobody \
+    "$work/bin/ckpt_threads" --threads 4 --mib 64 --pause-ms 20 || return
 
   # paladin-workload-init (root) is pid 1 of the namespace, the program (nobody) its child, pid 2.
   check_tree() {
@@ -1062,28 +1041,9 @@ scenario_stopped() {
   fi
   stopped_rounds stopped "$(log_value stopped "$log")" child parent
 
-  if [[ -z $START_AS ]]; then
-    echo "note: no ckpt_start_as (argument 5): the round under paladin-workload-init is skipped"
-    return
-  fi
   # Under paladin-workload-init (a root job with a lease, as the node agent starts them): the
   # interpreter, the init's child, stops itself.
-  PALADIN_WORKLOAD_INIT=$(dirname "$PALADIN")/paladin-workload-init
-  export PALADIN_WORKLOAD_INIT
-  job_name=stopinit
-  mkdir -p "$work/cwd-$job_name"
-  local out
-  out=$(cd "$work/cwd-$job_name" && PALADIN_TEST_LEASE="$work/lease" "$START_AS" "$job_name" 0 0 \
-    -- python3 "$HERE/stopped_job.py" self 2>&1) || {
-    fail "stopped: ckpt_start_as failed: $out"
-    return
-  }
-  run_dir=$(find "$PALADIN_RUN_DIR" -mindepth 1 -maxdepth 1 -name "$job_name-*" | head -1)
-  job_pid=$(job_field pid)
-  roots+=("$job_pid")
-  groups+=("$(basename "$run_dir")")
-  log=$run_dir/stdout.log
-  grep -q "init 1" <<<"$out" || fail "stopped: not started under paladin-workload-init: $out"
+  start_under_init stopped stopinit 0 0 python3 "$HERE/stopped_job.py" self || return
   if ! wait_until 30 grep -q '^stopped ' "$log"; then
     fail "stopped: the job under the init stopped nothing in 30 s: $(tail -3 "$run_dir/stderr.log")"
     return
@@ -1193,26 +1153,7 @@ scenario_proc_self() {
   start_job nsself -- python3 "$HERE/ns_job.py" self || return
   # The host file system stays visible: the job runs the test's script from it.
   self_rounds proc_self 1 1 1 || return
-  if [[ -z $START_AS ]]; then
-    echo "note: no ckpt_start_as (argument 5): the round under paladin-workload-init is skipped"
-    return
-  fi
-  PALADIN_WORKLOAD_INIT=$(dirname "$PALADIN")/paladin-workload-init
-  export PALADIN_WORKLOAD_INIT
-  job_name=nsinit
-  mkdir -p "$work/cwd-$job_name"
-  local out
-  out=$(cd "$work/cwd-$job_name" && PALADIN_TEST_LEASE="$work/lease" "$START_AS" "$job_name" 0 0 \
-    -- python3 "$HERE/ns_job.py" self 2>&1) || {
-    fail "proc_self: ckpt_start_as failed: $out"
-    return
-  }
-  run_dir=$(find "$PALADIN_RUN_DIR" -mindepth 1 -maxdepth 1 -name "$job_name-*" | head -1)
-  job_pid=$(job_field pid)
-  roots+=("$job_pid")
-  groups+=("$(basename "$run_dir")")
-  log=$run_dir/stdout.log
-  grep -q "init 1" <<<"$out" || fail "proc_self: not started under paladin-workload-init: $out"
+  start_under_init proc_self nsinit 0 0 python3 "$HERE/ns_job.py" self || return
   # Twice: the first restore hands the init its lease from outside the job's mounts (CRIU's
   # --inherit-fd), which it must open again inside them for the second dump to succeed.
   self_rounds proc_self_init 2 2 2

@@ -130,6 +130,39 @@ start_job() {
   log=$run_dir/stdout.log
 }
 
+# start_under_init WHAT NAME UID GID CMD...: starts job NAME (CMD, as UID:GID) under
+# paladin-workload-init with a node lease, as the node agent starts its jobs (ckpt_start_as,
+# START_AS; the init holds the lease on descriptor 10); sets job_name, run_dir, job_pid and log
+# as start_job does. Returns 1 when it could not: a note when there is no START_AS, a failure
+# (naming WHAT) otherwise.
+start_under_init() {
+  local what=$1 out
+  job_name=$2
+  if [[ -z $START_AS ]]; then
+    echo "note: no ckpt_start_as (argument 5): the round under paladin-workload-init is skipped"
+    return 1
+  fi
+  # Found next to paladin in the build tree; ckpt_start_as is elsewhere.
+  PALADIN_WORKLOAD_INIT=$(dirname "$PALADIN")/paladin-workload-init
+  export PALADIN_WORKLOAD_INIT
+  mkdir -p "$work/cwd-$job_name"
+  out=$(cd "$work/cwd-$job_name" && PALADIN_TEST_LEASE="$work/lease" "$START_AS" "$job_name" \
+    "$3" "$4" -- "${@:5}" 2>&1) || {
+    fail "$what: ckpt_start_as failed: $out"
+    return 1
+  }
+  run_dir=$(find "$PALADIN_RUN_DIR" -mindepth 1 -maxdepth 1 -name "$job_name-*" | head -1)
+  job_pid=$(job_field pid)
+  if [[ -z $run_dir ]] || ! ((job_pid > 0)); then
+    fail "$what: no job record after ckpt_start_as: $out"
+    return 1
+  fi
+  roots+=("$job_pid")
+  groups+=("$(basename "$run_dir")")
+  log=$run_dir/stdout.log
+  grep -q "init 1" <<<"$out" || fail "$what: not started under paladin-workload-init: $out"
+}
+
 # --- moves (migrate_test.sh, migrate_commit_test.sh) -----------------------------------------
 
 # write_counter PATH MIB: writes the python job PATH, which touches MIB MiB of memory (what its
