@@ -7,64 +7,30 @@
 #include <memory>
 #include <string>
 
-#include "harness.h"
-#include "paladin/server/auth.h"
-#include "paladin/server/store.h"
-#include "server/control.h"
+#include "control_fixture.h"
 
 namespace paladin::server {
 namespace {
 
 using testing::kGiB;
-using testing::TempDir;
 
-class LeaseTest : public ::testing::Test {
+class LeaseTest : public testing::ControlTest {
  protected:
   void SetUp() override {
-    StatusOr<std::unique_ptr<Store>> store = Store::Open(TempDir("lease") + "/paladin.db");
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
     ControlOptions options;
     options.lease_s = 6;
     options.heartbeat_s = 1;
-    options.clock = [this] { return now_; };
-    StatusOr<std::unique_ptr<Control>> control = Control::Create(std::move(*store), options);
-    ASSERT_TRUE(control.ok()) << control.status().ToString();
-    control_ = std::move(*control);
-    StatusOr<Principal> admin = ParseScope("admin");
-    ASSERT_TRUE(admin.ok());
-    admin_ = *admin;
-  }
-
-  void Register(const std::string& node) {
-    const Json gpu = {{"index", 0},       {"uuid", "GPU-" + node},
-                      {"model", "EMU"},   {"memory_bytes", 80 * kGiB},
-                      {"emulated", true}, {"healthy", true}};
-    StatusOr<Json> r = control_->RegisterAgent(
-        admin_, Json{{"name", node}, {"address", "127.0.0.1"}, {"gpus", Json::array({gpu})}});
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_NO_FATAL_FAILURE(Open("lease", options));
   }
 
   // A heartbeat of `node` that runs every start it is given and reports its jobs running.
   void Beat(const std::string& node) {
     Json results = Json::array();
-    for (const Json& c : pending_[node]) {
-      results.push_back(
-          {{"command", c["id"]}, {"ok", true}, {"error", ""}, {"detail", {{"pid", 1000}}}});
-    }
+    for (const Json& c : pending_[node]) results.push_back(Done(c));
     pending_[node] = Json::array();
     Json jobs = Json::array();
     for (const auto& [id, epoch] : running_[node]) {
-      jobs.push_back({{"id", id},
-                      {"epoch", epoch},
-                      {"state", "running"},
-                      {"pid", 1000},
-                      {"used_bytes", 0},
-                      {"quota_bytes", 8 * kGiB},
-                      {"quota_grows", 0},
-                      {"refusals", 0},
-                      {"exit_code", nullptr},
-                      {"stdout", ""},
-                      {"stderr", ""}});
+      jobs.push_back(CopyReport(id, epoch, "running", 0, 8 * kGiB));
     }
     StatusOr<Json> r = control_->Heartbeat(
         admin_, node, Json{{"gpus", Json::array()}, {"jobs", jobs}, {"results", results}});
@@ -91,9 +57,6 @@ class LeaseTest : public ::testing::Test {
     return "?";
   }
 
-  double now_ = 1'000'000;
-  std::unique_ptr<Control> control_;
-  Principal admin_;
   std::map<std::string, Json> pending_;
   std::map<std::string, std::map<std::string, int64_t>> running_;
 };

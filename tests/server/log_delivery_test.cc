@@ -7,38 +7,18 @@
 #include <memory>
 #include <string>
 
-#include "harness.h"
-#include "paladin/server/auth.h"
-#include "paladin/server/store.h"
-#include "server/control.h"
+#include "control_fixture.h"
 
 namespace paladin::server {
 namespace {
 
 using testing::kGiB;
-using testing::TempDir;
 
-class LogDeliveryTest : public ::testing::Test {
+class LogDeliveryTest : public testing::ControlTest {
  protected:
   void SetUp() override {
-    StatusOr<std::unique_ptr<Store>> store = Store::Open(TempDir("logs") + "/paladin.db");
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    ControlOptions options;
-    options.clock = [this] { return now_; };
-    StatusOr<std::unique_ptr<Control>> control = Control::Create(std::move(*store), options);
-    ASSERT_TRUE(control.ok()) << control.status().ToString();
-    control_ = std::move(*control);
-    StatusOr<Principal> admin = ParseScope("admin");
-    ASSERT_TRUE(admin.ok());
-    admin_ = *admin;
-    const Json gpu = {{"index", 0},       {"uuid", "GPU-node-a"},
-                      {"model", "EMU"},   {"memory_bytes", 80 * kGiB},
-                      {"emulated", true}, {"healthy", true}};
-    ASSERT_TRUE(control_
-                    ->RegisterAgent(admin_, Json{{"name", "node-a"},
-                                                 {"address", "127.0.0.1"},
-                                                 {"gpus", Json::array({gpu})}})
-                    .ok());
+    ASSERT_NO_FATAL_FAILURE(Open("logs"));
+    ASSERT_NO_FATAL_FAILURE(Register("node-a"));
     StatusOr<Json> submitted =
         control_->Submit(admin_, Json{{"name", "train"}, {"command", {"w"}}, {"gpu_mem", "8GiB"}});
     ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
@@ -54,18 +34,15 @@ class LogDeliveryTest : public ::testing::Test {
   // One heartbeat of node-a reporting the job with `text` at [from, to) of its stdout log
   // (from < 0: the report says nothing of where the text lies, as an older agent's).
   StatusOr<Json> Report(const std::string& text, int64_t from, int64_t to, int64_t epoch) {
-    Json job = {{"id", id_},        {"epoch", epoch},  {"state", "running"},
-                {"pid", 1000},      {"used_bytes", 0}, {"quota_bytes", 8 * kGiB},
-                {"quota_grows", 0}, {"refusals", 0},   {"exit_code", nullptr},
-                {"stdout", text},   {"stderr", ""}};
+    Json job = CopyReport(id_, epoch, "running", 0, 8 * kGiB);
+    job["stdout"] = text;
     if (from >= 0) {
       job["stdout_from"] = from;
       job["stdout_to"] = to;
     }
     Json results = Json::array();
     if (!answered_) {
-      results.push_back(
-          {{"command", start_["id"]}, {"ok", true}, {"error", ""}, {"detail", {{"pid", 1000}}}});
+      results.push_back(Done(start_));
       answered_ = true;
     }
     return Beat(Json::array({job}), results);
@@ -83,9 +60,6 @@ class LogDeliveryTest : public ::testing::Test {
     return logs.ok() ? (*logs)["text"].get<std::string>() : "";
   }
 
-  double now_ = 1'000'000;
-  std::unique_ptr<Control> control_;
-  Principal admin_;
   std::string id_;
   Json start_;
   int64_t epoch_ = 0;

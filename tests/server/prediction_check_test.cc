@@ -9,43 +9,18 @@
 #include <memory>
 #include <string>
 
-#include "harness.h"
-#include "paladin/server/auth.h"
-#include "paladin/server/store.h"
-#include "server/control.h"
+#include "control_fixture.h"
 
 namespace paladin::server {
 namespace {
 
 using testing::kGiB;
-using testing::TempDir;
 
-class PredictionCheckTest : public ::testing::Test {
+class PredictionCheckTest : public testing::ControlTest {
  protected:
   void SetUp() override {
-    StatusOr<std::unique_ptr<Store>> store = Store::Open(TempDir("predcheck") + "/paladin.db");
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    ControlOptions options;
-    options.clock = [this] { return now_; };
-    StatusOr<std::unique_ptr<Control>> control = Control::Create(std::move(*store), options);
-    ASSERT_TRUE(control.ok()) << control.status().ToString();
-    control_ = std::move(*control);
-    StatusOr<Principal> admin = ParseScope("admin");
-    ASSERT_TRUE(admin.ok());
-    admin_ = *admin;
-    Json gpus = Json::array();
-    for (int g = 0; g < 2; ++g) {
-      gpus.push_back({{"index", g},
-                      {"uuid", "GPU-" + std::to_string(g)},
-                      {"model", "EMU"},
-                      {"memory_bytes", 80 * kGiB},
-                      {"emulated", true},
-                      {"healthy", true}});
-    }
-    ASSERT_TRUE(
-        control_
-            ->RegisterAgent(admin_, Json{{"name", "n"}, {"address", "127.0.0.1"}, {"gpus", gpus}})
-            .ok());
+    ASSERT_NO_FATAL_FAILURE(Open("predcheck"));
+    ASSERT_NO_FATAL_FAILURE(Register("n", 2));
   }
 
   std::string Submit(const std::string& team, const std::string& gpu_mem = "10GiB") {
@@ -58,25 +33,16 @@ class PredictionCheckTest : public ::testing::Test {
   // A heartbeat that runs every start it was given and reports each job's use.
   void Beat() {
     Json results = Json::array();
-    for (const Json& c : pending_) {
-      results.push_back(
-          {{"command", c["id"]}, {"ok", true}, {"error", ""}, {"detail", {{"pid", 1000}}}});
-    }
+    for (const Json& c : pending_) results.push_back(Done(c));
     pending_ = Json::array();
     Json jobs = Json::array();
     for (const auto& [id, epoch] : running_) {
       const auto code = exit_code_.find(id);
-      jobs.push_back({{"id", id},
-                      {"epoch", epoch},
-                      {"state", code == exit_code_.end() ? "running" : "exited"},
-                      {"pid", 1000},
-                      {"used_bytes", used_[id]},
-                      {"quota_bytes", quota_.count(id) != 0 ? quota_[id] : 10 * kGiB},
-                      {"quota_grows", 0},
-                      {"refusals", refusals_[id]},
-                      {"exit_code", code == exit_code_.end() ? Json(nullptr) : Json(code->second)},
-                      {"stdout", ""},
-                      {"stderr", ""}});
+      Json job = CopyReport(id, epoch, code == exit_code_.end() ? "running" : "exited", used_[id],
+                            quota_.count(id) != 0 ? quota_[id] : 10 * kGiB);
+      job["refusals"] = refusals_[id];
+      if (code != exit_code_.end()) job["exit_code"] = code->second;
+      jobs.push_back(job);
     }
     for (const auto& [id, code] : exit_code_) running_.erase(id);
     exit_code_.clear();
@@ -96,9 +62,6 @@ class PredictionCheckTest : public ::testing::Test {
     return e.ok() ? (*e)["prediction_check"] : Json::object();
   }
 
-  double now_ = 1'000'000;
-  std::unique_ptr<Control> control_;
-  Principal admin_;
   Json pending_ = Json::array();
   std::map<std::string, int64_t> running_;
   std::map<std::string, int64_t> used_;
