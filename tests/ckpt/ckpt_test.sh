@@ -184,6 +184,44 @@ threads_at() {
   for t in 0 1 2 3; do (($(last_step $t) >= $1)) || return 1; done
 }
 
+# threads_went_on WHAT: after a restore of ckpt_threads cut at steps cut[] (the caller's), each
+# thread gets 5 steps past step $top, every buffer matches its step, the steps run on with no
+# gap or repeat, and the sums printed right after the cut and at top+5 are those of the buffers
+# due then. Returns 1 when the threads do not get there.
+threads_went_on() {
+  if ! wait_until 60 threads_at $((top + 5)); then
+    fail "$1: not every thread got 5 steps past step $top in 60 s after the restore" \
+      "(steps now: $(for t in 0 1 2 3; do echo -n "$(last_step $t) "; done)): $(tail -3 "$log")"
+    return 1
+  fi
+  if grep -q MISMATCH "$log"; then
+    fail "$1: a buffer did not match its step: $(grep -m1 MISMATCH "$log")"
+  fi
+  # Every thread's steps run 1, 2, 3, ... through the checkpoint: none restarted, none skipped.
+  local gaps
+  gaps=$(awk '$1 == "thread" { if ($4 != last[$2] + 1) print "thread " $2 ": step " $4 \
+    " after " last[$2] + 0; last[$2] = $4 }' "$log")
+  if [[ -n $gaps ]]; then
+    fail "$1: steps not consecutive across the restore: $(head -3 <<<"$gaps")"
+  else
+    pass "$1: every thread continued from its step (cut at ${cut[*]}), none restarted"
+  fi
+  # The sums it printed are those of the buffers it should hold at those steps.
+  local step line want bad=0
+  for t in 0 1 2 3; do
+    for step in $((cut[t] + 1)) $((top + 5)); do
+      line=$(awk -v t=$t -v s=$step '$1 == "thread" && $2 == t && $4 == s { print $6 }' "$log")
+      want=$("$THREADS" --checksum 64 $t $step)
+      if [[ $line != "$want" ]]; then
+        fail "$1: thread $t step $step sum '$line', expected $want"
+        bad=1
+      fi
+    done
+  done
+  ((bad == 0)) && pass "$1: buffer sums after the restore match their steps"
+  return 0
+}
+
 scenario_threads() {
   # A descriptor of the caller's that is not close-on-exec, holding a file lock (as under
   # flock(1)): the workload must not get it, and the checkpoint (whose CRIU probe runs first in
@@ -226,38 +264,9 @@ scenario_threads() {
 
   restore "$work/image"
   expect_restored threads || return
-  if ! wait_until 60 threads_at $((top + 5)); then
-    fail "threads: not every thread got 5 steps past step $top in 60 s after the restore" \
-      "(steps now: $(for t in 0 1 2 3; do echo -n "$(last_step $t) "; done)): $(tail -3 "$log")"
-    return
-  fi
-  if grep -q MISMATCH "$log"; then
-    fail "threads: a buffer did not match its step: $(grep -m1 MISMATCH "$log")"
-  fi
-  # Every thread's steps run 1, 2, 3, ... through the checkpoint: none restarted, none skipped.
-  local gaps
-  gaps=$(awk '$1 == "thread" { if ($4 != last[$2] + 1) print "thread " $2 ": step " $4 \
-    " after " last[$2] + 0; last[$2] = $4 }' "$log")
-  if [[ -n $gaps ]]; then
-    fail "threads: steps not consecutive across the restore: $(head -3 <<<"$gaps")"
-  else
-    pass "threads: every thread continued from its step (cut at ${cut[*]}), none restarted"
-  fi
+  threads_went_on threads || return
   tasks=$(find "/proc/$job_pid/task" -mindepth 1 -maxdepth 1 | wc -l)
   ((tasks == 5)) || fail "threads: $tasks threads after the restore, expected 5"
-  # The sums it printed are those of the buffers it should hold at those steps.
-  local step line want bad=0
-  for t in 0 1 2 3; do
-    for step in $((cut[t] + 1)) $((top + 5)); do
-      line=$(awk -v t=$t -v s=$step '$1 == "thread" && $2 == t && $4 == s { print $6 }' "$log")
-      want=$("$THREADS" --checksum 64 $t $step)
-      if [[ $line != "$want" ]]; then
-        fail "threads: thread $t step $step sum '$line', expected $want"
-        bad=1
-      fi
-    done
-  done
-  ((bad == 0)) && pass "threads: buffer sums after the restore match their steps"
 }
 
 # python_file_scenario NAME [PALADIN RUN FLAGS...]
@@ -717,34 +726,7 @@ scenario_unprivileged() {
   else
     fail "unprivileged: the restored init's descriptor 10 is '$(readlink "/proc/$job_pid/fd/10")'"
   fi
-  if ! wait_until 60 threads_at $((top + 5)); then
-    fail "unprivileged: not every thread got 5 steps past step $top in 60 s after the restore" \
-      "(steps now: $(for t in 0 1 2 3; do echo -n "$(last_step $t) "; done)): $(tail -3 "$log")"
-    return
-  fi
-  if grep -q MISMATCH "$log"; then
-    fail "unprivileged: a buffer did not match its step: $(grep -m1 MISMATCH "$log")"
-  fi
-  local gaps
-  gaps=$(awk '$1 == "thread" { if ($4 != last[$2] + 1) print "thread " $2 ": step " $4 \
-    " after " last[$2] + 0; last[$2] = $4 }' "$log")
-  if [[ -n $gaps ]]; then
-    fail "unprivileged: steps not consecutive across the restore: $(head -3 <<<"$gaps")"
-  else
-    pass "unprivileged: every thread continued from its step (cut at ${cut[*]}), none restarted"
-  fi
-  local step line want bad=0
-  for t in 0 1 2 3; do
-    for step in $((cut[t] + 1)) $((top + 5)); do
-      line=$(awk -v t=$t -v s=$step '$1 == "thread" && $2 == t && $4 == s { print $6 }' "$log")
-      want=$("$THREADS" --checksum 64 $t $step)
-      if [[ $line != "$want" ]]; then
-        fail "unprivileged: thread $t step $step sum '$line', expected $want"
-        bad=1
-      fi
-    done
-  done
-  ((bad == 0)) && pass "unprivileged: buffer sums after the restore match their steps"
+  threads_went_on unprivileged || return
 
   # The restored job still ends as a job: SIGTERM to its root reaches the program, and the root
   # exits with the program's status (128 + 15).
