@@ -488,4 +488,86 @@ StatusOr<Heartbeat> DecodeHeartbeat(const Json& body) {
   return beat;
 }
 
+namespace {
+
+// A Kubernetes object name: a DNS subdomain (lower-case letters, digits, '-' and '.'), 1 to 253
+// characters.
+bool KubeName(const std::string& s) {
+  if (s.empty() || s.size() > 253) return false;
+  for (char c : s) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) return false;
+  }
+  return true;
+}
+
+// Printable text of at most `max` bytes (a phase, a reason): no control characters.
+bool Printable(const std::string& s, size_t max) {
+  if (s.size() > max) return false;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+nlohmann::json ToJson(const PodList& list) {
+  Json pods = Json::array();
+  for (const PodReport& p : list.pods) {
+    pods.push_back({{"namespace", p.ns},
+                    {"name", p.name},
+                    {"team", p.team},
+                    {"phase", p.phase},
+                    {"node", p.node},
+                    {"gpu", p.gpu},
+                    {"gpu_mem_bytes", p.gpu_mem_bytes},
+                    {"reason", p.reason}});
+  }
+  return {{"cluster", list.cluster}, {"pods", pods}};
+}
+
+StatusOr<PodList> DecodePodList(const nlohmann::json& body) {
+  if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
+  PodList list;
+  PALADIN_RETURN_IF_ERROR(Str(body, "cluster", "", &list.cluster));
+  if (!KubeName(list.cluster)) return Wrong("", "cluster", "expected a name ([a-z0-9.-], 1-253)");
+  StatusOr<const Json*> pods = List(body, "pods");
+  if (!pods.ok()) return pods.status();
+  if (*pods != nullptr && (*pods)->size() > kMaxPods) {
+    return InvalidArgument("pods: more than " + std::to_string(kMaxPods));
+  }
+  for (size_t i = 0; *pods != nullptr && i < (*pods)->size(); ++i) {
+    const Json& o = (**pods)[i];
+    const std::string where = Where("pods", i);
+    if (!o.is_object()) return InvalidArgument(where + "expected an object");
+    PodReport p;
+    PALADIN_RETURN_IF_ERROR(Str(o, "namespace", where, &p.ns));
+    if (!KubeName(p.ns) || p.ns.size() > 63) {
+      return Wrong(where, "namespace", "expected a Kubernetes namespace name");
+    }
+    PALADIN_RETURN_IF_ERROR(Str(o, "name", where, &p.name));
+    if (!KubeName(p.name)) return Wrong(where, "name", "expected a Kubernetes pod name");
+    PALADIN_RETURN_IF_ERROR(Str(o, "team", where, &p.team));
+    if (p.team.empty() || !Printable(p.team, 63)) {
+      return Wrong(where, "team", "expected a team name");  // the server checks it as one
+    }
+    PALADIN_RETURN_IF_ERROR(Str(o, "phase", where, &p.phase));
+    if (p.phase.empty() || !Printable(p.phase, 32)) {
+      return Wrong(where, "phase", "expected a pod phase (printable, up to 32 bytes)");
+    }
+    PALADIN_RETURN_IF_ERROR(Str(o, "node", where, &p.node));
+    if (!p.node.empty() && !KubeName(p.node)) return Wrong(where, "node", "expected a node name");
+    int64_t gpu = -1;
+    PALADIN_RETURN_IF_ERROR(Int(o, "gpu", -1, 1023, where, &gpu));
+    p.gpu = static_cast<int>(gpu);
+    PALADIN_RETURN_IF_ERROR(Int(o, "gpu_mem_bytes", 0, kMaxCount, where, &p.gpu_mem_bytes));
+    PALADIN_RETURN_IF_ERROR(Str(o, "reason", where, &p.reason));
+    if (!Printable(p.reason, 1024)) {
+      return Wrong(where, "reason", "expected printable text of up to 1024 bytes");
+    }
+    list.pods.push_back(std::move(p));
+  }
+  return list;
+}
+
 }  // namespace paladin::api

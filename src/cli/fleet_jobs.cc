@@ -155,6 +155,40 @@ int RunPs(const PsArgs& a) {
   return 0;
 }
 
+// --- pods ---
+
+struct PodsArgs {
+  FleetFlags flags;
+  std::string team;
+};
+
+// The Kubernetes pods Paladin's scheduler places, as it last reported them to the server.
+int RunPods(const PodsArgs& a) {
+  FleetApi api("pods", a.flags);
+  StatusOr<Json> answer = api.Get("/v1/pods" + fleet::Query({{"team", a.team}}));
+  if (!answer.ok()) return api.Fail(answer.status());
+  if (api.json()) {
+    FleetApi::PrintJson(*answer);
+    return 0;
+  }
+  fleet::Table table({"NAMESPACE", "NAME", "TEAM", "PHASE", "NODE/GPU", "GPU MEMORY", "WHY"});
+  for (const Json& pod : Array(*answer, "pods")) {
+    table.AddRow({Str(pod, "namespace"), Str(pod, "name"), Str(pod, "team"), Str(pod, "phase"),
+                  fleet::PlacementCell(pod), BytesCell(pod, "gpu_mem_bytes"),
+                  Str(pod, "reason").empty() ? "-" : Str(pod, "reason")});
+  }
+  for (const Json& c : Array(*answer, "clusters")) {
+    std::printf("cluster %s: reported %s ago by Paladin's scheduler\n", Str(c, "name").c_str(),
+                fleet::FormatDuration(Num(c, "reported_s_ago").value_or(0)).c_str());
+  }
+  if (table.rows() == 0) {
+    std::printf("no pods\n");
+    return 0;
+  }
+  std::fputs(table.Render().c_str(), stdout);
+  return 0;
+}
+
 // --- show ---
 
 std::string Or(const std::string& s, const std::string& fallback) {
@@ -449,6 +483,16 @@ void RegisterFleetJobs(CLI::App& app, int* exit_code) {
   ps->add_option("--state", p->state, "Only jobs in this state (pending, running, ...)");
   AddFleetFlags(ps, &p->flags);
   ps->callback([p, exit_code] { *exit_code = Guarded("ps", [&] { return RunPs(*p); }); });
+
+  auto pods = std::make_shared<PodsArgs>();
+  CLI::App* pods_cmd = app.add_subcommand(
+      "pods",
+      "List the Kubernetes pods Paladin's scheduler places, as it reports them to the server: "
+      "NAMESPACE NAME TEAM PHASE NODE/GPU GPU MEMORY WHY (a team token: its own pods)");
+  pods_cmd->add_option("--team", pods->team, "Only this team's pods (admin tokens)");
+  AddFleetFlags(pods_cmd, &pods->flags);
+  pods_cmd->callback(
+      [pods, exit_code] { *exit_code = Guarded("pods", [&] { return RunPods(*pods); }); });
 
   auto show = std::make_shared<JobArgs>();
   JobCommand(app, "show", "Show one job: state, placement, memory, history", show)

@@ -56,8 +56,9 @@ struct NodeArgs {
   std::string policy = "paladin";
   double interval_s = 0.5;
   bool once = false;
-  std::string paladin_server;  // empty: teams' quotas not checked
+  std::string paladin_server;  // empty: teams' quotas not checked, pods not reported
   std::string paladin_token_file;
+  std::string cluster = "default";
   // The webhook's
   std::string listen = "127.0.0.1:9443";
   std::string cert;
@@ -235,6 +236,11 @@ int RunScheduler(const NodeArgs& args) {
       }
       return quotas;
     };
+    // Its pods, to the server's API, dashboard and team tokens (an admin token: PUT /v1/pods).
+    options.report_pods = [server](const api::PodList& list) {
+      return server->Put("/v1/pods", api::ToJson(list)).status();
+    };
+    options.cluster = args.cluster;
   }
   StatusOr<std::unique_ptr<k8s::Scheduler>> scheduler =
       k8s::Scheduler::Create(k8s::ApiClient(*config), options);
@@ -489,7 +495,18 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
   scheduler->add_flag("--once", args->once, "One pass, then exit");
   scheduler->add_option("--paladin-server", args->paladin_server,
                         "Paladin's server, whose teams' max_gpu_mem quotas the scheduler checks "
-                        "(a namespace's team: its label paladin.io/team, else k8s-NAMESPACE)");
+                        "(a namespace's team: its label paladin.io/team, else k8s-NAMESPACE) "
+                        "and to which it reports its pods after each pass (GET /v1/pods)");
+  scheduler
+      ->add_option("--cluster", args->cluster,
+                   "This cluster's name in the pods reported to Paladin's server")
+      ->check([](const std::string& v) {
+        return v.empty() || v.size() > 253 ||
+                       v.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789.-") !=
+                           std::string::npos
+                   ? std::string("expected a name of [a-z0-9.-]")
+                   : std::string();
+      });
   scheduler->add_option("--paladin-token-file", args->paladin_token_file,
                         "File holding an admin token of Paladin's server");
   AddApiOptions(scheduler, args.get());

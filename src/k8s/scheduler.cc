@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <ctime>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "paladin/base/size.h"
 #include "paladin/k8s/move.h"
@@ -297,6 +298,7 @@ bool Scheduler::Bind(const PodRequest& p, const std::string& node, int gpu, uint
     return false;
   }
   said_.erase(p.uid);
+  bound_now_[p.uid] = {node, gpu};
   const std::string message =
       "placed on " + how + ": " + Size(static_cast<int64_t>(bytes)) + " of GPU memory";
   std::fprintf(stderr, "paladin k8s scheduler: %s/%s %s\n", p.ns.c_str(), p.name.c_str(),
@@ -356,7 +358,7 @@ StatusOr<int> Scheduler::RunOnce() {
   std::map<std::string, std::string> team_of;
   std::map<std::string, uint64_t> team_used;
   StatusOr<std::map<std::string, uint64_t>> quotas = std::map<std::string, uint64_t>();
-  if (options_.team_quotas) {
+  if (options_.team_quotas || options_.report_pods) {
     StatusOr<std::string> namespaces = client_.Get("/api/v1/namespaces");
     if (!namespaces.ok()) return namespaces.status();
     const Json list = Json::parse(*namespaces, nullptr, false);
@@ -369,7 +371,7 @@ StatusOr<int> Scheduler::RunOnce() {
         std::fprintf(stderr, "paladin k8s scheduler: %s\n", note.c_str());
       }
     }
-    quotas = options_.team_quotas();
+    if (options_.team_quotas) quotas = options_.team_quotas();
   }
   auto team = [&](const std::string& ns) {
     auto it = team_of.find(ns);
@@ -466,6 +468,7 @@ StatusOr<int> Scheduler::RunOnce() {
     return true;
   };
   int bound = 0;
+  bound_now_.clear();
   for (const PodRequest& p : pending) {
     if (!p.error.empty()) {
       Unschedulable(p, "malformed: " + p.error);
@@ -553,7 +556,46 @@ StatusOr<int> Scheduler::RunOnce() {
     ++bound;
     team_used[team(p.ns)] += p.gpu_memory;
   }
+  if (options_.report_pods) {
+    const Status s = options_.report_pods(Report(pods, team));
+    const std::string error = s.ok() ? "" : s.message();
+    if (error != report_error_ && !error.empty()) {
+      std::fprintf(stderr, "paladin k8s scheduler: reporting pods to Paladin's server: %s\n",
+                   error.c_str());
+    }
+    report_error_ = error;
+  }
   return bound;
+}
+
+api::PodList Scheduler::Report(const Json& pods,
+                               const std::function<std::string(const std::string&)>& team) const {
+  api::PodList list;
+  list.cluster = options_.cluster;
+  for (const Json& item : pods.value("items", Json::array())) {
+    const PodRequest p = ReadPod(item.dump());
+    if (p.deleting || p.ns.empty() || p.name.empty()) continue;
+    api::PodReport r;
+    r.ns = p.ns;
+    r.name = p.name;
+    r.team = team(p.ns);
+    r.phase = p.phase.empty() ? "Pending" : p.phase;
+    r.node = p.node;
+    r.gpu = p.gpu;
+    r.gpu_mem_bytes = static_cast<int64_t>(p.gpu_memory);
+    auto now = bound_now_.find(p.uid);
+    if (r.node.empty() && now != bound_now_.end()) std::tie(r.node, r.gpu) = now->second;
+    auto said = said_.find(p.uid);
+    if (r.node.empty() && said != said_.end()) {
+      // A reason may quote a pod's own annotation: no control character reaches the server.
+      r.reason = said->second.substr(0, 1024);
+      for (char& c : r.reason) {
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+      }
+    }
+    list.pods.push_back(std::move(r));
+  }
+  return list;
 }
 
 }  // namespace paladin::k8s

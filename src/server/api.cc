@@ -211,10 +211,11 @@ std::string JobId(const HttpRequest& req) { return req.matches[1]; }
 
 }  // namespace
 
-HttpAdmit MakeRoutes(Control& control) {
+HttpAdmit MakeRoutes(Control& control, PodBook& pods) {
   auto router = std::make_shared<Router>(control);
   Router& r = *router;
   Control* c = &control;
+  PodBook* book = &pods;
 
   auto page = [](const HttpRequest&, const Principal&) {
     return Reply{200, Json(), DashboardHtml(), "text/html; charset=utf-8"};
@@ -350,6 +351,25 @@ HttpAdmit MakeRoutes(Control& control) {
         [c](const HttpRequest&, const Principal& who) { return FromResult(c->Summary(who)); });
   r.Get("/metrics", Access::kAny, [c](const HttpRequest&, const Principal& who) {
     return Reply{200, Json(), c->Metrics(who), "text/plain; version=0.0.4"};
+  });
+
+  // --- pods of Kubernetes clusters, as Paladin's scheduler reports them ---
+  r.Put("/v1/pods", Access::kAdmin, [book](const HttpRequest& req, const Principal&) {
+    StatusOr<Json> body = ParseBody(req);
+    if (!body.ok()) return Error(body.status());
+    StatusOr<api::PodList> list = api::DecodePodList(*body);
+    if (!list.ok()) return Error(list.status());
+    Status s = book->Replace(*list);
+    if (!s.ok()) return Error(s);
+    return Reply{200, Json{{"pods", list->pods.size()}}, "", ""};
+  });
+  r.Get("/v1/pods", Access::kUser, [book](const HttpRequest& req, const Principal& who) {
+    const std::string team = Param(req, "team");
+    if (!team.empty() && !ValidName(team)) return Error(InvalidArgument("team: not a team name"));
+    return Reply{200, book->List(who, team), "", ""};
+  });
+  r.Get("/v1/pods/*/*", Access::kUser, [book](const HttpRequest& req, const Principal& who) {
+    return FromResult(book->Get(who, req.matches[1], req.matches[2]));
   });
 
   // --- agents ---

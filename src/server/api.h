@@ -6,12 +6,13 @@
 
 #include "control.h"
 #include "http_front.h"
+#include "pods.h"
 
 namespace paladin::server {
 
 inline constexpr size_t kMaxBodyBytes = 1 << 20;
 
-// Every route, as the front's admission function. `control` must outlive the front.
-HttpAdmit MakeRoutes(Control& control);
+// Every route, as the front's admission function. `control` and `pods` must outlive the front.
+HttpAdmit MakeRoutes(Control& control, PodBook& pods);
 
 }  // namespace paladin::server

@@ -13,12 +13,14 @@
 
 #include "api.h"
 #include "control.h"
+#include "pods.h"
 
 namespace paladin::server {
 
 struct Server::Impl {
   ServerOptions options;
   std::unique_ptr<Control> control;
+  std::unique_ptr<PodBook> pods;
   std::unique_ptr<HttpFront> http;
   std::thread loop_thread;
   std::atomic<bool> stopping{false};
@@ -160,7 +162,12 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   http.max_body_bytes = kMaxBodyBytes;
   http.header_timeout_s = options.http_header_timeout_s;
   http.body_timeout_s = options.http_body_timeout_s;
-  StatusOr<std::unique_ptr<HttpFront>> front = HttpFront::Start(http, MakeRoutes(*impl->control));
+  impl->pods = std::make_unique<PodBook>([] {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  });
+  StatusOr<std::unique_ptr<HttpFront>> front =
+      HttpFront::Start(http, MakeRoutes(*impl->control, *impl->pods));
   if (!front.ok()) {
     return Unavailable("cannot listen on " + options.listen + ": " + front.status().message());
   }

@@ -258,5 +258,59 @@ TEST(WireTest, AMalformedCommandNamesTheField) {
   }
 }
 
+// The pods Paladin's Kubernetes scheduler reports: what it encodes the server decodes to the same
+// values; a hostile list is refused naming the pod's index and the field.
+TEST(WireTest, APodListRoundTrips) {
+  PodList list;
+  list.cluster = "prod-eu";
+  list.pods.push_back(
+      {"research", "train-0", "research", "Running", "node-a", 1, int64_t{8} << 30, ""});
+  list.pods.push_back({"research", "train-1", "research", "Pending", "", -1, int64_t{4} << 30,
+                       "team research: 8 GiB of its 8 GiB in use"});
+  StatusOr<PodList> back = DecodePodList(ToJson(list));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->cluster, "prod-eu");
+  ASSERT_EQ(back->pods.size(), 2U);
+  EXPECT_EQ(back->pods[0].node, "node-a");
+  EXPECT_EQ(back->pods[0].gpu, 1);
+  EXPECT_EQ(back->pods[0].gpu_mem_bytes, int64_t{8} << 30);
+  EXPECT_EQ(back->pods[1].gpu, -1);
+  EXPECT_EQ(back->pods[1].reason, list.pods[1].reason);
+}
+
+TEST(WireTest, AHostilePodListIsRefusedNamingTheField) {
+  const Json good = {{"namespace", "research"}, {"name", "p"}, {"team", "research"},
+                     {"phase", "Running"},      {"node", "n"}, {"gpu", 0},
+                     {"gpu_mem_bytes", 1024}};
+  struct Case {
+    const char* key;
+    Json value;
+    const char* expected;
+  } cases[] = {
+      {"namespace", "Research", "pods[1]: namespace: expected a Kubernetes namespace name"},
+      {"namespace", std::string(64, 'a'), "pods[1]: namespace"},
+      {"name", "../etc", "pods[1]: name: expected a Kubernetes pod name"},
+      {"team", "", "pods[1]: team: expected a team name"},
+      {"team", "a\nb", "pods[1]: team"},
+      {"phase", "Run\x1bning", "pods[1]: phase"},
+      {"node", "node/1", "pods[1]: node: expected a node name"},
+      {"gpu", 4096, "pods[1]: gpu: expected an integer from -1 to 1023"},
+      {"gpu_mem_bytes", -1, "pods[1]: gpu_mem_bytes"},
+      {"reason", std::string(1025, 'x'), "pods[1]: reason"},
+      {"reason", "two\nlines", "pods[1]: reason"},
+  };
+  for (const Case& c : cases) {
+    Json bad = good;
+    bad[c.key] = c.value;
+    StatusOr<PodList> r = DecodePodList(Json{{"pods", {good, bad}}});
+    ASSERT_FALSE(r.ok()) << c.key << " = " << c.value.dump();
+    EXPECT_NE(r.status().message().find(c.expected), std::string::npos)
+        << r.status().message() << " (expected: " << c.expected << ")";
+  }
+  EXPECT_FALSE(DecodePodList(Json{{"cluster", "A B"}, {"pods", Json::array()}}).ok());
+  EXPECT_FALSE(DecodePodList(Json{{"pods", "none"}}).ok());
+  EXPECT_FALSE(DecodePodList(Json::array()).ok());
+}
+
 }  // namespace
 }  // namespace paladin::api

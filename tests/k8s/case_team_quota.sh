@@ -4,7 +4,9 @@
 # the label paladin.io/team=research (quota 3 GiB on a Paladin server started here); NS-c has no
 # label (its own team, no quota). research's pods of 2Gi (NS) and then 2Gi (NS-b) : the second
 # stays Pending with the team's reason; NS-c's 2Gi is placed; 1Gi more in NS-b fits exactly; once
-# NS's pod is deleted, the Pending one is placed.
+# NS's pod is deleted, the Pending one is placed. Meanwhile Paladin's server, to which the
+# scheduler reports its pods, shows each team's token its own pods where kubectl shows them, and
+# never another team's.
 # Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, CLUSTER_DIR, PALADIN, EMUCUDA, NODE,
 # K8S_NODE_FLAGS.
 set -euo pipefail
@@ -96,6 +98,40 @@ pod "$NS-c" c 2Gi
 bound "$NS-c" c || fail "pod $NS-c/c (its own team, no quota) not placed"
 pod "$NS-b" d 1Gi
 bound "$NS-b" d || fail "pod $NS-b/d (research, 3 of 3 GiB) not placed"
+
+# Paladin's server has the pods as its scheduler reports them after each pass: research's token
+# sees research's three pods (a and d where kubectl says they run, b with its reason),
+# the token of NS-c's team sees c only; neither sees the other's pods, even by name (404).
+admin=$(cat "$work/server/admin.token")
+token() { "$PALADIN" tokens create --scope "team:$1" --server "$url" --token "$admin"; }
+research=$(token research) || fail "paladin tokens create --scope team:research"
+other=$(token "k8s-$NS-c") || fail "paladin tokens create --scope team:k8s-$NS-c"
+pods_of() { "$PALADIN" pods --json --server "$url" --token "$1" | jq -r '.pods[] |
+  "\(.namespace)/\(.name) \(.team) \(.node)/\(.gpu // "-") \(.reason // "-" | .[0:14])"' | sort; }
+kube_of() { # NAMESPACE NAME: namespace/name node/gpu as kubectl shows them
+  "$KUBECTL" -n "$1" get pod "$2" \
+    -o jsonpath='{.metadata.namespace}/{.metadata.name} {.spec.nodeName}/{.metadata.annotations.paladin\.io/gpu}'
+}
+want_research=$(printf '%s\n' "$(kube_of "$NS" a | sed 's/ / research /') -" \
+  "$NS-b/b research /- team research:" \
+  "$(kube_of "$NS-b" d | sed 's/ / research /') -" | sort)
+for ((i = 0; i < 30; i++)); do
+  [[ $(pods_of "$research") == "$want_research" ]] && break
+  sleep 0.2
+done
+[[ $(pods_of "$research") == "$want_research" ]] ||
+  fail "research's token sees in Paladin:"$'\n'"$(pods_of "$research")"$'\n'"kubectl shows:"$'\n'"$want_research"
+[[ $(pods_of "$other") == "$(kube_of "$NS-c" c | sed "s/ / k8s-$NS-c /") -" ]] ||
+  fail "the token of team k8s-$NS-c sees in Paladin: $(pods_of "$other")"
+for who in "$research:$NS-c/c" "$other:$NS/a"; do
+  code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer ${who%%:*}" "$url/v1/pods/${who#*:}")
+  [[ $code == 404 ]] || fail "a team's token got HTTP $code for another team's pod ${who#*:}"
+done
+[[ $(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $admin" "$url/v1/pods/$NS-c/c") == 200 ]] ||
+  fail "the admin token does not see pod $NS-c/c"
+echo "team_quota: Paladin's server shows research's token its 3 pods where kubectl shows them" \
+  "(b with its team's reason), team k8s-$NS-c's token its 1; each team's pods are 404 to the other"
+
 "$KUBECTL" -n "$NS" delete pod a --wait=true --timeout=30s >/dev/null
 bound "$NS-b" b || fail "pod $NS-b/b not placed once research's pod a was deleted"
 echo "team_quota: research (namespaces $NS, $NS-b; 3 GiB): 2Gi placed, 2Gi more Pending with the" \

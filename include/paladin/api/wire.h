@@ -154,4 +154,28 @@ nlohmann::json ToJson(const CommandResult& c);
 StatusOr<std::vector<JobReport>> DecodeJobReports(const nlohmann::json& list);
 StatusOr<Heartbeat> DecodeHeartbeat(const nlohmann::json& body);
 
+// A Kubernetes pod that Paladin's scheduler places (docs/kubernetes.md), as the scheduler reports
+// it to the server after each pass (PUT /v1/pods, docs/formats/api.md, "Pods"): where it runs and
+// what it holds, or why it waits. The server shows pods to the teams their namespaces belong to.
+struct PodReport {
+  std::string ns, name;  // namespace and name: DNS labels / subdomains, as Kubernetes checks them
+  std::string team;      // the namespace's team (paladin.io/team, else k8s-NAMESPACE)
+  std::string phase;     // Pending, Running, ... (Kubernetes' own words)
+  std::string node;      // "" while unbound
+  int gpu = -1;          // the GPU Paladin gave it; -1 while unbound
+  int64_t gpu_mem_bytes = 0;  // its paladin.io/gpu-memory
+  std::string reason;         // why it is Pending ("" when placed)
+};
+struct PodList {
+  std::string cluster = "default";  // which cluster's scheduler reports (a name)
+  std::vector<PodReport> pods;
+};
+inline constexpr size_t kMaxPods = 100000;
+
+nlohmann::json ToJson(const PodList& list);
+// Errors name the field: "pods[3]: namespace: expected a Kubernetes namespace name". Names are
+// checked as Kubernetes checks them; phases, reasons and teams are printable and bounded (the
+// server checks a team as one of its team names).
+StatusOr<PodList> DecodePodList(const nlohmann::json& body);
+
 }  // namespace paladin::api

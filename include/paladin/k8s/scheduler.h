@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "paladin/api/wire.h"
 #include "paladin/base/status.h"
 #include "paladin/core/packer.h"
 #include "paladin/core/rng.h"
@@ -90,10 +91,16 @@ std::string TeamQuotaReason(const std::string& team, uint64_t max_bytes, uint64_
 // pass. An error leaves the pods Pending, saying so (their teams' quotas cannot be checked).
 using TeamQuotas = std::function<StatusOr<std::map<std::string, uint64_t>>()>;
 
+// Reports Paladin's pods, each pass (PUT /v1/pods of Paladin's server, so that its API,
+// dashboard and team tokens see them); an error is printed once and the pass goes on.
+using PodReporter = std::function<Status(const api::PodList&)>;
+
 struct SchedulerOptions {
   std::string scheduler_name = kSchedulerName;
   std::string policy = "paladin";
-  TeamQuotas team_quotas;  // empty: teams are not checked
+  TeamQuotas team_quotas;           // empty: teams are not checked
+  PodReporter report_pods;          // empty: pods are not reported
+  std::string cluster = "default";  // the cluster's name in the reports
 };
 
 class Scheduler {
@@ -119,8 +126,14 @@ class Scheduler {
   SchedulerOptions options_;
   core::Packer packer_;
   core::Rng rng_{1};
-  std::map<std::string, std::string> said_;  // pod uid -> last reason given
-  std::set<std::string> notes_;              // namespaces' label notes already printed
+  // The pods of this pass as Paladin's server is told: where each runs, or why it waits.
+  api::PodList Report(const nlohmann::json& pods,
+                      const std::function<std::string(const std::string&)>& team) const;
+
+  std::map<std::string, std::string> said_;                       // pod uid -> last reason given
+  std::map<std::string, std::pair<std::string, int>> bound_now_;  // uid -> node, GPU this pass
+  std::string report_error_;     // the last report's error, printed once
+  std::set<std::string> notes_;  // namespaces' label notes already printed
   uint64_t event_seq_ = 0;
 };
 

@@ -1,0 +1,71 @@
+#include "pods.h"
+
+#include <set>
+#include <utility>
+
+#include "paladin/server/validate.h"
+
+namespace paladin::server {
+
+using Json = nlohmann::json;
+
+Status PodBook::Replace(const api::PodList& list) {
+  std::set<std::pair<std::string, std::string>> seen;
+  for (size_t i = 0; i < list.pods.size(); ++i) {
+    const api::PodReport& p = list.pods[i];
+    const std::string where = "pods[" + std::to_string(i) + "]: ";
+    if (!ValidName(p.team)) {
+      return InvalidArgument(where + "team: '" + p.team + "' is not a team name");
+    }
+    if (!seen.insert({p.ns, p.name}).second) {
+      return InvalidArgument(where + "pod " + p.ns + "/" + p.name + " is listed twice");
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  clusters_[list.cluster] = Cluster{clock_(), list.pods};
+  return Status::Ok();
+}
+
+Json PodBook::View(const std::string& cluster, const api::PodReport& p) {
+  Json v = {{"cluster", cluster},
+            {"namespace", p.ns},
+            {"name", p.name},
+            {"team", p.team},
+            {"phase", p.phase},
+            {"node", p.node},
+            {"gpu_mem_bytes", p.gpu_mem_bytes}};
+  v["gpu"] = p.gpu >= 0 ? Json(p.gpu) : Json(nullptr);
+  v["reason"] = p.reason.empty() ? Json(nullptr) : Json(p.reason);
+  return v;
+}
+
+Json PodBook::List(const Principal& who, const std::string& team) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double now = clock_();
+  Json pods = Json::array();
+  Json clusters = Json::array();
+  for (const auto& [name, cluster] : clusters_) {
+    int64_t shown = 0;
+    for (const api::PodReport& p : cluster.pods) {
+      if (!Sees(who, p) || (!team.empty() && p.team != team)) continue;
+      pods.push_back(View(name, p));
+      ++shown;
+    }
+    clusters.push_back(
+        {{"name", name}, {"reported_s_ago", now - cluster.reported_at}, {"pods", shown}});
+  }
+  return {{"pods", pods}, {"clusters", clusters}};
+}
+
+StatusOr<Json> PodBook::Get(const Principal& who, const std::string& ns,
+                            const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [cluster_name, cluster] : clusters_) {
+    for (const api::PodReport& p : cluster.pods) {
+      if (p.ns == ns && p.name == name && Sees(who, p)) return View(cluster_name, p);
+    }
+  }
+  return NotFound("no pod " + ns + "/" + name);
+}
+
+}  // namespace paladin::server

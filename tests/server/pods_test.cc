@@ -1,0 +1,137 @@
+// The pods of Kubernetes clusters in Paladin's server (PUT /v1/pods by Paladin's scheduler, an
+// admin token): a team's token sees its own pods only, and another team's pod does not exist for
+// it (404, by name too); only an admin reports pods; a report with a hostile field is refused
+// naming it and changes nothing; a cluster's new report replaces its old one.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "harness.h"
+
+namespace paladin::server {
+namespace {
+
+using testing::Json;
+
+Json Pod(const std::string& ns, const std::string& name, const std::string& team,
+         const std::string& node, int gpu) {
+  return {{"namespace", ns},
+          {"name", name},
+          {"team", team},
+          {"phase", node.empty() ? "Pending" : "Running"},
+          {"node", node},
+          {"gpu", gpu},
+          {"gpu_mem_bytes", int64_t{2} << 30},
+          {"reason", node.empty() ? "team research: its quota is full" : ""}};
+}
+
+std::set<std::string> Names(const StatusOr<Json>& list) {
+  std::set<std::string> names;
+  if (!list.ok()) return names;
+  for (const Json& p : (*list)["pods"]) {
+    names.insert(p["namespace"].get<std::string>() + "/" + p["name"].get<std::string>());
+  }
+  return names;
+}
+
+class PodsTest : public ::testing::Test {
+ protected:
+  PodsTest() : h_("pods") {
+    research_ = h_.Token("team:research");
+    other_ = h_.Token("team:k8s-other");
+    const Json report = {
+        {"cluster", "prod"},
+        {"pods",
+         {Pod("ml", "a", "research", "node-1", 0), Pod("ml-b", "b", "research", "", -1),
+          Pod("other", "c", "k8s-other", "node-1", 1)}}};
+    StatusOr<Json> put = h_.Admin().Put("/v1/pods", report);
+    EXPECT_TRUE(put.ok()) << put.status().ToString();
+  }
+  testing::ServerHarness h_;
+  std::string research_;
+  std::string other_;
+};
+
+TEST_F(PodsTest, ATeamSeesItsOwnPodsOnly) {
+  EXPECT_EQ(Names(h_.Client(research_).Get("/v1/pods")), (std::set<std::string>{"ml/a", "ml-b/b"}));
+  EXPECT_EQ(Names(h_.Client(other_).Get("/v1/pods")), (std::set<std::string>{"other/c"}));
+  EXPECT_EQ(Names(h_.Admin().Get("/v1/pods")),
+            (std::set<std::string>{"ml/a", "ml-b/b", "other/c"}));
+  EXPECT_EQ(Names(h_.Admin().Get("/v1/pods?team=k8s-other")), (std::set<std::string>{"other/c"}));
+
+  StatusOr<Json> a = h_.Client(research_).Get("/v1/pods/ml/a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ((*a)["node"], "node-1");
+  EXPECT_EQ((*a)["gpu"], 0);
+  EXPECT_EQ((*a)["cluster"], "prod");
+  StatusOr<Json> b = h_.Client(research_).Get("/v1/pods/ml-b/b");
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE((*b)["gpu"].is_null());
+  EXPECT_EQ((*b)["reason"], "team research: its quota is full");
+
+  // Another team's pod, and one that does not exist, answer alike.
+  for (const char* path : {"/v1/pods/other/c", "/v1/pods/nowhere/x"}) {
+    StatusOr<Json> r = h_.Client(research_).Get(path);
+    ASSERT_FALSE(r.ok()) << path;
+    EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << path;
+  }
+  EXPECT_EQ(h_.Client(other_).Get("/v1/pods/ml/a").status().code(), StatusCode::kNotFound);
+  // A node's token reads no pods.
+  StatusOr<Json> agent = h_.Agent().Get("/v1/pods");
+  EXPECT_FALSE(agent.ok());
+}
+
+TEST_F(PodsTest, OnlyAnAdminReportsPods) {
+  const Json report = {{"pods", {Pod("other", "c", "research", "node-1", 0)}}};
+  for (const std::string& token : {research_, h_.server().agent_token()}) {
+    StatusOr<Json> r = h_.Client(token).Put("/v1/pods", report);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied);
+  }
+  EXPECT_EQ(Names(h_.Client(research_).Get("/v1/pods")), (std::set<std::string>{"ml/a", "ml-b/b"}));
+}
+
+TEST_F(PodsTest, AHostileReportIsRefusedAndChangesNothing) {
+  struct Case {
+    Json report;
+    const char* expected;
+  } cases[] = {
+      {{{"cluster", "prod"},
+        {"pods", {Pod("ml", "a", "research", "node-1", 0), Pod("x", "y", "no team!", "", -1)}}},
+       "pods[1]: team: 'no team!' is not a team name"},
+      {{{"cluster", "prod"},
+        {"pods", {Pod("ml", "a", "research", "", -1), Pod("ml", "a", "research", "", -1)}}},
+       "pods[1]: pod ml/a is listed twice"},
+      {{{"cluster", "prod"}, {"pods", {Pod("ML", "a", "research", "", -1)}}}, "pods[0]: namespace"},
+  };
+  for (const Case& c : cases) {
+    StatusOr<Json> r = h_.Admin().Put("/v1/pods", c.report);
+    ASSERT_FALSE(r.ok()) << c.expected;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(c.expected), std::string::npos) << r.status().message();
+  }
+  EXPECT_EQ(Names(h_.Admin().Get("/v1/pods")),
+            (std::set<std::string>{"ml/a", "ml-b/b", "other/c"}));
+}
+
+TEST_F(PodsTest, AClustersReportReplacesItsLastOneOnly) {
+  ASSERT_TRUE(h_.Admin()
+                  .Put("/v1/pods", Json{{"cluster", "dev"},
+                                        {"pods", {Pod("ml", "d", "research", "node-9", 0)}}})
+                  .ok());
+  ASSERT_TRUE(h_.Admin()
+                  .Put("/v1/pods", Json{{"cluster", "prod"},
+                                        {"pods", {Pod("ml", "a", "research", "node-2", 1)}}})
+                  .ok());
+  EXPECT_EQ(Names(h_.Client(research_).Get("/v1/pods")), (std::set<std::string>{"ml/a", "ml/d"}));
+  StatusOr<Json> a = h_.Client(research_).Get("/v1/pods/ml/a");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ((*a)["node"], "node-2");
+  StatusOr<Json> list = h_.Admin().Get("/v1/pods");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ((*list)["clusters"].size(), 2U);
+}
+
+}  // namespace
+}  // namespace paladin::server
