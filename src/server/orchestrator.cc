@@ -263,12 +263,24 @@ void Control::AdvanceMigration(MigrationRecord& m, const MigrationEvent& event) 
   }
 }
 
+namespace {
+
+// Whether `who` may learn that migration `m` exists: a node's own token (agent:NODE) only when
+// the node is its source or destination; to any other node's token it is as if it did not exist
+// (404, not a 403 naming its nodes), so a node learns nothing of moves between others.
+bool IsParty(const Principal& who, const MigrationRecord& m) {
+  return !who.node_scoped() || who.node == m.from_node || who.node == m.to_node;
+}
+
+}  // namespace
+
 StatusOr<Json> Control::AbortUnlessCommitted(const Principal& who, int64_t migration) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = migrations_.find(migration);
   if (it == migrations_.end())
     return NotFound("migration " + std::to_string(migration) + " not found");
   MigrationRecord& m = it->second;
+  if (!IsParty(who, m)) return NotFound("migration " + std::to_string(migration) + " not found");
   // The destination asks when it lost its source; a restarted source asks for a move it had
   // begun. Nobody else is a party to it.
   if (!who.SpeaksFor(m.to_node)) {
@@ -290,6 +302,7 @@ StatusOr<Json> Control::Commit(const Principal& who, int64_t migration) {
   if (it == migrations_.end())
     return NotFound("migration " + std::to_string(migration) + " not found");
   MigrationRecord& m = it->second;
+  if (!IsParty(who, m)) return NotFound("migration " + std::to_string(migration) + " not found");
   // Only the source commits: it has stopped the job and sent its image (migrate_out).
   PALADIN_RETURN_IF_ERROR(CheckSpeaksFor(
       who, m.from_node,

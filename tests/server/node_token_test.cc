@@ -1,5 +1,6 @@
 // Node-scoped agent tokens (scope agent:NODE): each agent route is open to the node's own token and
-// refused with a 403 naming the node to every other node's token, with nothing changed; such a
+// refused with a 403 naming the node to every other node's token, with nothing changed (a
+// migration is a 404 to a node that is neither its source nor its destination); such a
 // token reaches no user or admin route; the fleet-wide agent token still speaks for every node
 // unless the server takes node tokens only.
 #include <gtest/gtest.h>
@@ -131,8 +132,14 @@ TEST_F(NodeTokenTest, OnlyTheSourceCommits) {
   for (const std::string& token : {token_b_, c_token}) {
     StatusOr<Json> r = h_.Client(token).Post(migration + "/commit", Json::object());
     ASSERT_FALSE(r.ok());
-    EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied);
-    EXPECT_TRUE(Names(r.status(), "node-a")) << r.status().ToString();  // the source
+    if (token == token_b_) {  // the destination, a party: told who commits
+      EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied);
+      EXPECT_TRUE(Names(r.status(), "node-a")) << r.status().ToString();  // the source
+    } else {  // node-c is no party: the move does not exist for it, its nodes are not named
+      EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+      EXPECT_FALSE(Names(r.status(), "node-a") || Names(r.status(), "node-b"))
+          << r.status().ToString();
+    }
     const Json j = Job(h_.Admin(), id);
     EXPECT_EQ(j["node"], "node-a");
     EXPECT_EQ(j["migration"]["step"], "transfer");
@@ -148,8 +155,11 @@ TEST_F(NodeTokenTest, OnlyThePartiesAbort) {
   const std::string c_token = h_.Token("agent:node-c");
   StatusOr<Json> r = h_.Client(c_token).Post(migration + "/abort", Json::object());
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kPermissionDenied);
-  EXPECT_TRUE(Names(r.status(), "node-c")) << r.status().ToString();
+  // As for a migration that does not exist: node-c learns nothing of a move between others.
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(r.status().code(),
+            h_.Client(c_token).Post("/v1/migrations/999999/abort", Json::object()).status().code());
+  EXPECT_FALSE(Names(r.status(), "node-a") || Names(r.status(), "node-b")) << r.status().ToString();
   EXPECT_EQ(Job(h_.Admin(), id)["migration"]["step"], "transfer");
   // The destination may (it lost its source), and so may the source (a restarted agent settling
   // the move): both hear the one answer.
