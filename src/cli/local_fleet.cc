@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -105,14 +107,33 @@ Status LocalFleet::StartServer(const std::string& listen,
   return Unavailable("the server did not answer within 30 s; see " + LogPath("server"));
 }
 
+// The agent's own token (scope agent:NAME: it speaks for its node only), made through the admin
+// API the first time and kept in DIR/agent.token (mode 0600) for its restarts.
+StatusOr<std::string> LocalFleet::NodeTokenFile(const std::string& name, const std::string& dir) {
+  const std::string path = dir + "/agent.token";
+  if (!ReadTrimmed(path).empty()) return path;
+  StatusOr<api::Json> made = Admin().Post(
+      "/v1/tokens", api::Json{{"scope", "agent:" + name}, {"name", "agent of " + name}});
+  if (!made.ok()) return made.status();
+  const std::string token = made->value("token", "");
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return IoError("cannot write " + path + ": " + std::strerror(errno));
+  const std::string line = token + "\n";
+  const bool written = write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  close(fd);
+  if (token.empty() || !written) return IoError("cannot write the agent's token to " + path);
+  return path;
+}
+
 Status LocalFleet::StartAgent(const std::string& name,
                               const std::vector<std::string>& extra_flags) {
   const std::string dir = AgentDir(name);
   std::error_code ec;
   fs::create_directories(dir, ec);
-  std::vector<std::string> args = {
-      "agent", "--server", url_, "--token-file", data_dir_ + "/server/agent.token", "--name",
-      name,    "--data",   dir};
+  StatusOr<std::string> token_file = NodeTokenFile(name, dir);
+  if (!token_file.ok()) return token_file.status();
+  std::vector<std::string> args = {"agent", "--server", url_, "--token-file", *token_file, "--name",
+                                   name,    "--data",   dir};
   args.insert(args.end(), extra_flags.begin(), extra_flags.end());
   StatusOr<pid_t> pid = Spawn("agent-" + name, args);
   if (!pid.ok()) return pid.status();

@@ -28,7 +28,8 @@ class LocalFleet {
   // Starts the server listening on `listen` (HOST:PORT, port 0 = any) and waits until it
   // answers; its admin token is then at hand.
   Status StartServer(const std::string& listen, const std::vector<std::string>& extra_flags);
-  // Starts an agent named `name` and waits until the server lists it alive.
+  // Starts an agent named `name`, with a token of its own node's scope (agent:NAME), and waits
+  // until the server lists it alive.
   Status StartAgent(const std::string& name, const std::vector<std::string>& extra_flags);
   // A node lost at once: its agent and every workload running under it are killed with SIGKILL.
   Status KillNode(const std::string& name);
@@ -48,6 +49,7 @@ class LocalFleet {
 
  private:
   StatusOr<pid_t> Spawn(const std::string& name, const std::vector<std::string>& args);
+  StatusOr<std::string> NodeTokenFile(const std::string& name, const std::string& dir);
   std::string data_dir_;
   std::string exe_;
   std::string url_;
