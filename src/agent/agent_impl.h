@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "lease_policy.h"
 #include "paladin/agent/agent.h"
 #include "paladin/api/client.h"
 #include "paladin/api/wire.h"
@@ -46,7 +47,6 @@
 #include "paladin/quota/launch.h"
 #include "paladin/quota/region.h"
 #include "paladin/supervise/supervisor.h"
-#include "lease_policy.h"
 #include "uids.h"
 
 namespace paladin::agent {
