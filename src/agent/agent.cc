@@ -2,7 +2,6 @@
 // commands of each answer once, carry results to the next heartbeats, watch the lease.
 #include <sys/prctl.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,10 +19,6 @@ namespace {
 
 constexpr size_t kRememberedCommands = 4096;
 
-double Seconds(std::chrono::steady_clock::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
-
 }  // namespace
 
 void Say(const std::string& line) {
@@ -37,7 +32,9 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>* stop) {
 }
 
 Agent::Agent(AgentOptions options, const std::atomic<bool>* stop)
-    : options_(std::move(options)), stop_(stop) {}
+    : options_(std::move(options)),
+      clock_(options_.clock != nullptr ? *options_.clock : RealClock()),
+      stop_(stop) {}
 
 Agent::~Agent() {
   StopHealthWatch();
@@ -96,11 +93,11 @@ int Agent::Run() {
     return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   Adopt();
-  last_contact_ = std::chrono::steady_clock::now();
+  lease_.Contacted(clock_.SteadySeconds());
   double backoff = 0.5;
-  auto last_sweep = std::chrono::steady_clock::now();
+  double last_sweep = clock_.SteadySeconds();
   while (!stop_->load()) {
-    const auto began = std::chrono::steady_clock::now();
+    const double began = clock_.SteadySeconds();
     PollExits();
     StopWorkers(false);
     if (!registered_ && !Register()) {
@@ -111,13 +108,13 @@ int Agent::Run() {
       continue;
     }
     backoff = 0.5;
-    if (driver_.emulated && began - last_sweep > std::chrono::minutes(1)) {
+    if (driver_.emulated && began - last_sweep > 60) {
       SweepControlDir();
       last_sweep = began;
     }
     (void)Heartbeat();
     CheckLease();
-    SleepFor(heartbeat_s_ - Seconds(std::chrono::steady_clock::now() - began));
+    SleepFor(heartbeat_s_ - (clock_.SteadySeconds() - began));
   }
   Say("stopping");
   StopHealthWatch();
@@ -144,8 +141,8 @@ int Agent::Run() {
 }
 
 void Agent::SleepFor(double seconds) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (!stop_->load() && std::chrono::steady_clock::now() < until) {
+  const double until = clock_.SteadySeconds() + seconds;
+  while (!stop_->load() && clock_.SteadySeconds() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
@@ -175,7 +172,7 @@ bool Agent::Register() {
   }
   heartbeat_s_ = std::clamp(heartbeat_s_, 0.05, 60.0);
   registered_ = true;
-  last_contact_ = std::chrono::steady_clock::now();
+  lease_.Contacted(clock_.SteadySeconds());
   char line[256];
   std::snprintf(line, sizeof line, "registered with %s as %s: heartbeat every %.2g s, lease %.2g s",
                 client_->Url().c_str(), options_.name.c_str(), heartbeat_s_, lease_s_.load());
@@ -198,14 +195,11 @@ bool Agent::Heartbeat() {
   Json body = {{"gpus", GpusForHeartbeat()}, {"jobs", Reports(true)}, {"results", results}};
   // The lease counts from before the server could have seen this beat: its own count starts
   // later, so the node's fence always comes first.
-  const auto sent = std::chrono::steady_clock::now();
-  timespec boot{};
-  clock_gettime(CLOCK_BOOTTIME, &boot);
-  const uint64_t sent_ns =
-      static_cast<uint64_t>(boot.tv_sec) * 1000000000ULL + static_cast<uint64_t>(boot.tv_nsec);
+  const double sent = clock_.SteadySeconds();
+  const uint64_t sent_ns = clock_.BootNs();
   StatusOr<Json> answer = client_->Post("/v1/agents/" + options_.name + "/heartbeat", body);
   if (!answer.ok()) {
-    const double silent = Seconds(std::chrono::steady_clock::now() - last_contact_);
+    const double silent = lease_.Silence(clock_.SteadySeconds());
     char line[512];
     std::snprintf(line, sizeof line,
                   "heartbeat failed (%s); no contact for %.1f s of a %.2g s lease",
@@ -215,27 +209,23 @@ bool Agent::Heartbeat() {
     if (answer.status().code() == StatusCode::kNotFound) registered_ = false;
     return false;
   }
-  const auto previous_contact = last_contact_;
-  last_contact_ = sent;
   Delivered();
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < results_in_flight_ && !results_.empty(); ++i) results_.pop_front();
     results_in_flight_ = 0;
   }
-  // While the lease holds, renewing first keeps jobs started by this answer from a needless stop.
-  // Once it ran out, the server may have given this node's jobs up: renewing (which lets the
-  // inits continue them) waits until the answer's kills are done.
-  const bool lease_out = LeaseOut();
+  // Renew before or after the answer's commands, as LeasePolicy::Answered says (AnswerPlan).
+  const AnswerPlan plan = lease_.Answered(sent, clock_.BootNs());
   // The inits may have stopped the jobs before this loop noticed: the answer's commands find them
   // frozen, as they are.
-  if (lease_out) FreezeJobs(Seconds(sent - previous_contact), true);
+  if (plan.lease_was_out) FreezeJobs(plan.silent_s, true);
   try {
     if (answer->is_object()) {
       lease_s_ = answer->value("lease_s", lease_s_.load());
       if (answer->contains("heartbeat_s")) heartbeat_s_ = answer->at("heartbeat_s").get<double>();
       heartbeat_s_ = std::clamp(heartbeat_s_, 0.05, 60.0);
-      if (!lease_out) RenewLease(sent_ns);
+      if (plan.RenewBeforeCommands()) RenewLease(sent_ns);
       if (answer->contains("commands")) {
         for (const Json& c : answer->at("commands")) Dispatch(c);
       }
@@ -243,7 +233,7 @@ bool Agent::Heartbeat() {
   } catch (const Json::exception& e) {
     Say("malformed heartbeat answer: " + std::string(e.what()));
   }
-  if (lease_out) RenewLease(sent_ns);
+  if (!plan.RenewBeforeCommands()) RenewLease(sent_ns);
   // The server has spoken (it may have killed some): what is still frozen runs again.
   if (frozen_) Thaw();
   // Only now: a received copy that the server already gave up (stale) was killed by this answer.

@@ -6,7 +6,9 @@
 //   commands.cc  the commands (start, kill, resize, checkpoint, restore, migrate_*, fault)
 //   adopt.cc     re-adopting the workloads a previous agent left running
 //   lease.cc     the node's lease (renewed after each answered heartbeat, enforced by each
-//                job's init) and freezing and thawing the jobs that have no init
+//                job's init) and freezing and thawing the jobs that have no init, as
+//                lease_policy.h decides from the times the agent's clock (options' or the real
+//                one) reads
 //
 // Threads: the main loop (RunAgent's caller) and one worker thread per long command
 // (checkpoint, restore, migrate_in, migrate_out). mu_ guards the job table, the results and the
@@ -33,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "lease_policy.h"
 #include "paladin/agent/agent.h"
 #include "paladin/api/client.h"
 #include "paladin/api/wire.h"
@@ -239,7 +242,8 @@ class Agent {
   // After an answered heartbeat that was sent at `sent_ns`: the inits' deadline moves to
   // sent_ns + lease_s (CLOCK_BOOTTIME).
   void RenewLease(uint64_t sent_ns);
-  bool LeaseOut() const;  // the deadline in the lease file has passed
+  bool LeaseOut() const;  // the deadline in the lease file has passed (main loop)
+  // Between answers: freezes the jobs once the server has been silent for the lease.
   void CheckLease();
   // Marks every job frozen (and stops those without an init) after `silent` seconds without the
   // server; says so (and counts as frozen itself) only when some job was, if `only_if_any`.
@@ -248,6 +252,7 @@ class Agent {
   static void SignalTree(pid_t root, int signal);
 
   AgentOptions options_;
+  const Clock& clock_;  // options_.clock, or the real one
   const std::atomic<bool>* stop_;
   std::string data_dir_;
   std::string runs_dir_;       // the default parent of workloads' run directories
@@ -255,7 +260,6 @@ class Agent {
   std::string records_dir_;    // DATA/agents/<node>: records and the lease, root only (0700)
   std::string lease_path_;     // records_dir_/lease
   int lease_fd_ = -1;          // open on it for the agent's life (-1: no fence)
-  std::atomic<uint64_t> lease_deadline_ns_{0};  // what the file says
   std::unique_ptr<api::Client> client_;
 
   // GPUs (set up before any thread starts; faults_ under gpu_mu_).
@@ -287,7 +291,8 @@ class Agent {
   bool registered_ = false;
   std::atomic<double> lease_s_{6};
   double heartbeat_s_ = 1;
-  std::chrono::steady_clock::time_point last_contact_;
+  // The last contact and the deadline the lease file holds, and what follows from them.
+  LeasePolicy lease_;
   // The lease ran out and has not been renewed (set by the main loop, read by workers too).
   std::atomic<bool> frozen_{false};
 

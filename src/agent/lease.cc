@@ -12,7 +12,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,12 +25,6 @@
 namespace paladin::agent {
 
 namespace {
-
-uint64_t BootNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_BOOTTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 // A directory only its owner (root, for a root agent) can enter; refuses a symlink.
 Status PrivateDir(const std::string& path) {
@@ -76,13 +69,13 @@ Status Agent::OpenLease() {
       return IoError("cannot write " + lease_path_ + ": " + strerror(errno));
     }
   }
-  lease_deadline_ns_ = deadline;
+  lease_.Renewed(deadline);
   return Status::Ok();
 }
 
 void Agent::RenewLease(uint64_t sent_ns) {
   if (lease_fd_ < 0) return;
-  const uint64_t deadline = ckpt::fence::DeadlineAfter(sent_ns, lease_s_.load());
+  const uint64_t deadline = LeasePolicy::DeadlineFor(sent_ns, lease_s_.load());
   unsigned char record[ckpt::fence::kRecordBytes];
   ckpt::fence::Encode(deadline, record);
   // In place: the inits hold this inode. One pwrite of 24 bytes; a reader that sees it torn
@@ -92,10 +85,10 @@ void Agent::RenewLease(uint64_t sent_ns) {
         "; the jobs will be stopped when it runs out");
     return;
   }
-  lease_deadline_ns_ = deadline;
+  lease_.Renewed(deadline);
 }
 
-bool Agent::LeaseOut() const { return BootNs() >= lease_deadline_ns_.load(); }
+bool Agent::LeaseOut() const { return lease_.Out(clock_.BootNs()); }
 
 void Agent::SignalTree(pid_t root, int signal) {
   // The root first: a SIGSTOPped root cannot start new children meanwhile.
@@ -106,10 +99,9 @@ void Agent::SignalTree(pid_t root, int signal) {
 }
 
 void Agent::CheckLease() {
-  const double silent =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - last_contact_).count();
-  if (silent < lease_s_.load()) return;
-  FreezeJobs(silent, false);
+  const double now = clock_.SteadySeconds();
+  if (!lease_.SilenceFreezes(now, lease_s_.load())) return;
+  FreezeJobs(lease_.Silence(now), false);
 }
 
 void Agent::FreezeJobs(double silent, bool only_if_any) {

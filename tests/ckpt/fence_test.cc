@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -104,6 +106,48 @@ TEST(FenceStep, ARestoredInitFollowsItsNewNodesLease) {
   // Restored where no agent leads it (/dev/null): not fenced, and continued if it was.
   EXPECT_EQ(Look(&v, 61 * kSecond, Read::kUnfenced, 0, &changed), Action::kThaw);
   EXPECT_EQ(Look(&v, 9999 * kSecond, Read::kUnfenced, 0, &changed), Action::kNone);
+}
+
+// The one comparison of the clock with the deadline: expired from the deadline itself on.
+TEST(FenceExpired, FromTheDeadlineItselfOn) {
+  EXPECT_FALSE(Expired(0, 1));
+  EXPECT_TRUE(Expired(1, 1));
+  EXPECT_TRUE(Expired(2, 1));
+  EXPECT_TRUE(Expired(0, 0)) << "a new lease file (deadline 0) is out whatever the clock reads";
+  EXPECT_FALSE(Expired(UINT64_MAX - 1, UINT64_MAX));
+  EXPECT_TRUE(Expired(UINT64_MAX, UINT64_MAX));
+}
+
+// The init's clock reading less than at its last look (a restore on a node booted later; never
+// CLOCK_BOOTTIME on one host): the same deadline is judged by the reading alone, either way.
+TEST(FenceStep, AClockReadingBehindTheLastLookGoesByTheReading) {
+  Watch w;
+  bool changed = false;
+  EXPECT_EQ(Look(&w, 110 * kSecond, Read::kDeadline, 105 * kSecond, &changed), Action::kFreeze);
+  EXPECT_EQ(Look(&w, 104 * kSecond, Read::kDeadline, 105 * kSecond, &changed), Action::kThaw);
+  EXPECT_TRUE(changed);
+  // Torn reads keep the deadline last read, whatever the clock does.
+  EXPECT_EQ(Look(&w, 103 * kSecond, Read::kInvalid, 0, &changed), Action::kNone);
+  EXPECT_EQ(Look(&w, 105 * kSecond, Read::kInvalid, 0, &changed), Action::kFreeze);
+  EXPECT_EQ(Look(&w, 105 * kSecond, Read::kInvalid, 0, &changed), Action::kFreeze);
+  EXPECT_FALSE(changed) << "held at the same reading: said once";
+}
+
+// The deadline the agent writes, whatever lease the server's answer gave: a lease that is not
+// positive is due at once (the job stops) and a huge one saturates instead of wrapping around to
+// a deadline in the past.
+TEST(FenceDeadline, OddLeasesGiveDeadlinesTheInitCanCompare) {
+  const uint64_t sent = 50 * kSecond;
+  EXPECT_EQ(DeadlineAfter(sent, 3), 53 * kSecond);
+  EXPECT_EQ(DeadlineAfter(sent, 0), sent);
+  EXPECT_EQ(DeadlineAfter(sent, -1), sent);
+  EXPECT_EQ(DeadlineAfter(sent, std::nan("")), sent);
+  EXPECT_EQ(DeadlineAfter(sent, 1e30), UINT64_MAX);
+  EXPECT_EQ(DeadlineAfter(UINT64_MAX - kSecond, 5), UINT64_MAX);
+  Watch w;
+  bool changed = false;
+  EXPECT_EQ(Look(&w, sent, Read::kDeadline, DeadlineAfter(sent, 0), &changed), Action::kFreeze);
+  EXPECT_EQ(Look(&w, sent, Read::kDeadline, DeadlineAfter(sent, 1e30), &changed), Action::kThaw);
 }
 
 // The margins of docs/agent.md: the beat is sent at `sent`, the server sees it `delay` later,

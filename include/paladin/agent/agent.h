@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "paladin/agent/clock.h"
+
 namespace paladin::agent {
 
 struct AgentOptions {
@@ -41,6 +43,9 @@ struct AgentOptions {
   bool kill_on_exit = false;      // kill the workloads when the agent stops (default: leave them)
   std::string local_socket;       // "" = data_dir/agent.sock (SLURM steps, `paladin slurm`)
   std::string slurm_checkpoints;  // "" = data_dir/slurm-checkpoints; shared across nodes ideally
+  // Where the agent reads time for its lease and its heartbeats' pace; null: RealClock(). Not
+  // owned; must outlive the agent and be safe to call from any thread.
+  const Clock* clock = nullptr;
 };
 
 // Runs the agent until *stop becomes true (a signal handler may set it) and returns the process's

@@ -34,9 +34,19 @@ inline constexpr int kPollMs = 100;
 // counts its own lease from when it received that beat (later), declares the node dead one lease
 // after that and gives its jobs up one lease later still; the init stops the job at most
 // kPollMs after this deadline: a margin of a whole lease, less kPollMs (docs/agent.md).
+// A lease that is not positive (or not a number) gives `sent_ns`, a deadline already due; one
+// that would pass the clock's range gives the last representable time.
 inline uint64_t DeadlineAfter(uint64_t sent_ns, double lease_s) {
-  return sent_ns + static_cast<uint64_t>(lease_s * 1e9);
+  constexpr uint64_t kNever = ~uint64_t{0};
+  if (!(lease_s > 0)) return sent_ns;
+  if (lease_s >= 18e9) return kNever;  // about 570 years: beyond 2^64 ns
+  const auto lease_ns = static_cast<uint64_t>(lease_s * 1e9);
+  return lease_ns > kNever - sent_ns ? kNever : sent_ns + lease_ns;
 }
+
+// Whether the lease has run out at `now_ns` (CLOCK_BOOTTIME): from the deadline itself on. The
+// one comparison of a clock with a deadline, shared by the init (Step) and the agent.
+inline bool Expired(uint64_t now_ns, uint64_t deadline_ns) { return now_ns >= deadline_ns; }
 
 // The file holds one record, written in place (never renamed: inits hold its inode):
 //   bytes 0-7   "PLDLEASE"
@@ -102,7 +112,7 @@ inline Action Step(Watch* w, uint64_t now_ns, Read read, uint64_t deadline_ns, b
   } else if (read == Read::kUnfenced) {
     w->known = false;
   }
-  const bool expired = w->known && now_ns >= w->deadline_ns;
+  const bool expired = w->known && Expired(now_ns, w->deadline_ns);
   const bool was = w->fenced;
   w->fenced = expired;
   *changed = was != w->fenced;
