@@ -280,8 +280,7 @@ int RunExplain(const NodeArgs& args) {
   StatusOr<k8s::ApiConfig> config = Config(args);
   StatusOr<k8s::SchedulerOptions> options = SchedulerOptionsOf(args);
   if (!config.ok() || !options.ok()) {
-    cli::Say("k8s explain",
-             config.ok() ? options.status().message() : config.status().message());
+    cli::Say("k8s explain", config.ok() ? options.status().message() : config.status().message());
     return 2;
   }
   StatusOr<k8s::PodExplanation> e =

@@ -131,10 +131,12 @@ StatusOr<PodExplanation> ExplainPod(const ApiClient& client, const SchedulerOpti
   if (!pod.ok()) return pod.status();
   StatusOr<ClusterState> state = ReadClusterState(client, options);
   if (!state.ok()) return state.status();
+  // Events are a nicety: an identity that may not list them still gets the explanation.
   StatusOr<std::string> events =
       client.Get(base + "/events?fieldSelector=involvedObject.name%3D" + name);
-  if (!events.ok()) return events.status();
-  return ExplainPod(*state, *pod, *events, options);
+  StatusOr<PodExplanation> e = ExplainPod(*state, *pod, events.ok() ? *events : "", options);
+  if (e.ok() && !events.ok()) e->event = "(events unreadable: " + events.status().message() + ")";
+  return e;
 }
 
 std::vector<std::pair<std::string, std::string>> ExplanationRows(const PodExplanation& e) {
@@ -148,10 +150,10 @@ std::vector<std::pair<std::string, std::string>> ExplanationRows(const PodExplan
   for (const std::string& a : e.ahead) rows.emplace_back("ahead", a);
   for (const auto& [node, verdict] : e.nodes) rows.emplace_back("node", node + ": " + verdict);
   for (const GpuBooks& g : e.gpus) {
-    std::string books = g.node + "/" + std::to_string(g.index) + ": " +
-                        base::FormatSize(static_cast<uint64_t>(g.memory_bytes)) + ", " +
-                        base::FormatSize(static_cast<uint64_t>(std::max<int64_t>(g.free_bytes, 0))) +
-                        " free";
+    std::string books =
+        g.node + "/" + std::to_string(g.index) + ": " +
+        base::FormatSize(static_cast<uint64_t>(g.memory_bytes)) + ", " +
+        base::FormatSize(static_cast<uint64_t>(std::max<int64_t>(g.free_bytes, 0))) + " free";
     for (size_t i = 0; i < g.pods.size(); ++i) {
       books += (i == 0 ? " (" : ", ") + g.pods[i].first + " " + base::FormatSize(g.pods[i].second);
     }

@@ -264,9 +264,8 @@ PodOutcome PlacementPass::Place(const PodRequest& p) {
                      v.quotas.status().message() + ")");
     }
     auto q = v.quotas->find(team);
-    const std::string over =
-        TeamQuotaReason(team, q != v.quotas->end() ? q->second : 0, v.team_used[team],
-                        p.gpu_memory);
+    const std::string over = TeamQuotaReason(team, q != v.quotas->end() ? q->second : 0,
+                                             v.team_used[team], p.gpu_memory);
     if (!over.empty()) return Pending(over);
   }
   // A move's replacement goes to the GPU its mover asked for, if it fits there: the operator
@@ -310,15 +309,13 @@ void PlacementPass::Unbook(const PodRequest& pod, const PodOutcome& outcome) {
   View& v = *v_;
   if (!outcome.placed || outcome.reservation == 0) return;
   v.fleet.Unreserve(outcome.reservation);
-  std::erase_if(v.bookings, [&](const View::Booking& b) {
-    return b.reservation == outcome.reservation;
-  });
+  std::erase_if(v.bookings,
+                [&](const View::Booking& b) { return b.reservation == outcome.reservation; });
   uint64_t& used = v.team_used[v.Team(pod.ns)];
   used -= std::min(used, pod.gpu_memory);
 }
 
-std::vector<std::pair<std::string, std::string>> PlacementPass::NodeVerdicts(
-    const PodRequest& p) {
+std::vector<std::pair<std::string, std::string>> PlacementPass::NodeVerdicts(const PodRequest& p) {
   const View& v = *v_;
   std::vector<std::pair<std::string, std::string>> out;
   int64_t largest = 0;

@@ -34,20 +34,19 @@ Json Node(const std::string& name, int gpus) {
 // A pod of Paladin's asking for `gib` GiB, created at second `created`; bound to localhost/`gpu`
 // when gpu >= 0 (with the annotations the scheduler's Binding writes).
 Json Pod(const std::string& ns, const std::string& name, uint64_t gib, int created, int gpu = -1) {
-  Json pod = {
-      {"metadata",
-       {{"namespace", ns},
-        {"name", name},
-        {"uid", "uid-" + name},
-        {"creationTimestamp", "2026-12-03T07:00:" + std::string(created < 10 ? "0" : "") +
-                                  std::to_string(created) + "Z"}}},
-      {"spec",
-       {{"schedulerName", "paladin"},
-        {"containers",
-         {{{"name", "demo"},
-           {"resources",
-            {{"limits", {{"paladin.io/gpu-memory", std::to_string(gib) + "Gi"}}}}}}}}}},
-      {"status", {{"phase", "Pending"}}}};
+  Json pod = {{"metadata",
+               {{"namespace", ns},
+                {"name", name},
+                {"uid", "uid-" + name},
+                {"creationTimestamp", "2026-12-03T07:00:" + std::string(created < 10 ? "0" : "") +
+                                          std::to_string(created) + "Z"}}},
+              {"spec",
+               {{"schedulerName", "paladin"},
+                {"containers",
+                 {{{"name", "demo"},
+                   {"resources",
+                    {{"limits", {{"paladin.io/gpu-memory", std::to_string(gib) + "Gi"}}}}}}}}}},
+              {"status", {{"phase", "Pending"}}}};
   if (gpu >= 0) {
     pod["spec"]["nodeName"] = "localhost";
     pod["status"]["phase"] = "Running";
@@ -93,9 +92,9 @@ std::string Row(const PodExplanation& e, const std::string& key) {
 // order on two 8 GiB GPUs go to GPUs 0, 1, 0, 1, each told how; 2 GiB more fits nowhere, with the
 // most free GPU named and the packer's own explanation.
 TEST(PlacementPass, TheScenarioOfCasePlacement) {
-  const ClusterState state = State({Pod("ns", "p3", 2, 3), Pod("ns", "p1", 6, 1),
-                                    Pod("ns", "full", 2, 5), Pod("ns", "p4", 3, 4),
-                                    Pod("ns", "p2", 4, 2)});
+  const ClusterState state =
+      State({Pod("ns", "p3", 2, 3), Pod("ns", "p1", 6, 1), Pod("ns", "full", 2, 5),
+             Pod("ns", "p4", 3, 4), Pod("ns", "p2", 4, 2)});
   std::map<std::string, PodOutcome> got = SchedulerPass(state);
   const std::pair<const char*, int> expected[] = {{"p1", 0}, {"p2", 1}, {"p3", 0}, {"p4", 1}};
   for (const auto& [name, gpu] : expected) {
@@ -103,10 +102,10 @@ TEST(PlacementPass, TheScenarioOfCasePlacement) {
     ASSERT_TRUE(o.placed) << name << ": " << o.reason;
     EXPECT_EQ(o.node, "localhost");
     EXPECT_EQ(o.gpu, gpu) << name;
-    EXPECT_EQ(o.how.rfind("localhost/" + std::to_string(gpu) +
-                              " by Paladin's packer, policy paladin (score ",
-                          0),
-              0u)
+    EXPECT_EQ(
+        o.how.rfind(
+            "localhost/" + std::to_string(gpu) + " by Paladin's packer, policy paladin (score ", 0),
+        0u)
         << o.how;
   }
   EXPECT_FALSE(got["full"].placed);
@@ -140,8 +139,7 @@ TEST(PlacementPass, OrderAndReasonsBeforeThePacker) {
   EXPECT_EQ(order, (std::vector<std::string>{"high", "old", "none", "bad"}));
   std::map<std::string, PodOutcome> got = SchedulerPass(state);
   EXPECT_NE(got["none"].reason.find("asks for no paladin.io/gpu-memory"), std::string::npos);
-  EXPECT_EQ(got["bad"].reason.rfind("malformed: metadata.annotations[paladin.io/priority]", 0),
-            0u);
+  EXPECT_EQ(got["bad"].reason.rfind("malformed: metadata.annotations[paladin.io/priority]", 0), 0u);
   EXPECT_FALSE(got["none"].packer_ran);
 }
 
@@ -192,8 +190,7 @@ TEST(ExplainPod, APendingPodSaysWhatTheSchedulersPassSays) {
   ASSERT_TRUE(e.ok()) << e.status().message();
   EXPECT_EQ(e->state, "pending");
   EXPECT_EQ(e->reason, SchedulerPass(state)["full"].reason);
-  EXPECT_EQ(e->reason.rfind("no GPU has 2 GiB free: the most free is 1 GiB on localhost/1", 0),
-            0u);
+  EXPECT_EQ(e->reason.rfind("no GPU has 2 GiB free: the most free is 1 GiB on localhost/1", 0), 0u);
   EXPECT_EQ(Row(*e, "event"), "-");
   const std::string node = Row(*e, "node");
   EXPECT_EQ(node.rfind("localhost: GpuFit rejects it", 0), 0u) << node;
@@ -220,8 +217,7 @@ TEST(ExplainPod, PodsAheadInThePassTakeTheirPlacesFirst) {
   StatusOr<PodExplanation> e = ExplainPod(state, later.dump(), "", SchedulerOptions());
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->reason, SchedulerPass(state)["later"].reason);
-  EXPECT_EQ(e->reason.rfind("no GPU has 5 GiB free: the most free is 3 GiB on localhost/0", 0),
-            0u)
+  EXPECT_EQ(e->reason.rfind("no GPU has 5 GiB free: the most free is 3 GiB on localhost/0", 0), 0u)
       << e->reason;
   ASSERT_EQ(e->ahead.size(), 1u);
   EXPECT_EQ(e->ahead[0].rfind("ns/first: localhost/0 by Paladin's packer", 0), 0u);
@@ -230,8 +226,7 @@ TEST(ExplainPod, PodsAheadInThePassTakeTheirPlacesFirst) {
   const ClusterState two = State({later, Pod("ns", "first", 5, 1)}, /*gpus=*/2);
   e = ExplainPod(two, later.dump(), "", SchedulerOptions());
   ASSERT_TRUE(e.ok());
-  EXPECT_EQ(e->reason.rfind("none now: a pass places it on localhost/1 by Paladin's packer", 0),
-            0u)
+  EXPECT_EQ(e->reason.rfind("none now: a pass places it on localhost/1 by Paladin's packer", 0), 0u)
       << e->reason;
   EXPECT_EQ(Row(*e, "node"), "localhost: fits, GPU 1");
 }
@@ -250,8 +245,9 @@ TEST(ExplainPod, TheTeamsQuotaReason) {
   state.quotas = std::map<std::string, uint64_t>{{"research", 3 * kGiB}};
   StatusOr<PodExplanation> e = ExplainPod(state, wants.dump(), "", SchedulerOptions());
   ASSERT_TRUE(e.ok());
-  EXPECT_EQ(e->reason, "team research: 2 GiB of its 3 GiB of GPU memory (max_gpu_mem) in use, "
-                       "this pod asks 2 GiB");
+  EXPECT_EQ(e->reason,
+            "team research: 2 GiB of its 3 GiB of GPU memory (max_gpu_mem) in use, "
+            "this pod asks 2 GiB");
   EXPECT_EQ(e->reason, SchedulerPass(state)["wants"].reason);
   EXPECT_EQ(Row(*e, "team"), "research: 2 GiB of its 3 GiB of GPU memory (max_gpu_mem) in use");
 
