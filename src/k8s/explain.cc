@@ -148,14 +148,18 @@ std::vector<std::pair<std::string, std::string>> ExplanationRows(const PodExplan
   if (!e.team.empty()) rows.emplace_back("team", e.team);
   rows.emplace_back("event", e.event.empty() ? "-" : e.event);
   for (const std::string& a : e.ahead) rows.emplace_back("ahead", a);
-  for (const auto& [node, verdict] : e.nodes) rows.emplace_back("node", node + ": " + verdict);
+  for (const auto& [node, verdict] : e.nodes) {
+    rows.emplace_back("node", node);
+    rows.back().second.append(": ").append(verdict);
+  }
   for (const GpuBooks& g : e.gpus) {
     std::string books =
         g.node + "/" + std::to_string(g.index) + ": " +
         base::FormatSize(static_cast<uint64_t>(g.memory_bytes)) + ", " +
         base::FormatSize(static_cast<uint64_t>(std::max<int64_t>(g.free_bytes, 0))) + " free";
     for (size_t i = 0; i < g.pods.size(); ++i) {
-      books += (i == 0 ? " (" : ", ") + g.pods[i].first + " " + base::FormatSize(g.pods[i].second);
+      books += i == 0 ? " (" : ", ";
+      books += g.pods[i].first + " " + base::FormatSize(g.pods[i].second);
     }
     if (!g.pods.empty()) books += ")";
     rows.emplace_back("gpu", books);
