@@ -294,6 +294,14 @@ int RunCancel(const JobArgs& a) {
 }
 
 int RunExplain(const JobArgs& a) {
+  if (a.job.starts_with("pod/")) {
+    // Pods are not jobs of the server yet: their scheduler, and so their explanation, reads the
+    // Kubernetes API (docs/kubernetes.md).
+    std::fprintf(stderr,
+                 "paladin explain: a pod is explained by `paladin k8s explain POD -n NAMESPACE` "
+                 "(with the scheduler's API flags)\n");
+    return 2;
+  }
   FleetApi api("explain", a.flags);
   StatusOr<Json> answer = api.Get(JobPath(a.job) + "/explain");
   if (!answer.ok()) return api.Fail(answer.status());

@@ -7,6 +7,8 @@
 //          paladin.io/gpus annotation and, with --lib-dir, prepares the folder of Paladin's
 //          libraries that the webhook mounts into GPU pods
 //   scheduler  places the pods whose schedulerName is paladin with the core packer
+//   explain    why the scheduler placed a pod where it is, or leaves it Pending (its pass,
+//              binding nothing)
 //   webhook    the mutating admission webhook: Paladin's scheduler and interposer for GPU pods
 //   move       moves a running pod, with its process and GPU state, into a new pod on another
 //              GPU of its node or on another node (run on the pod's node, as root)
@@ -28,10 +30,12 @@
 #include <vector>
 
 #include "commands.h"
+#include "fleet_format.h"
 #include "paladin/api/client.h"
 #include "paladin/base/size.h"
 #include "paladin/gpu/nvml.h"
 #include "paladin/k8s/api.h"
+#include "paladin/k8s/explain.h"
 #include "paladin/k8s/move.h"
 #include "paladin/k8s/recover.h"
 #include "paladin/k8s/scheduler.h"
@@ -71,6 +75,9 @@ struct NodeArgs {
   std::string lost_node;
   double lost_after_s = 40;
   double watch_s = 0;  // recover --watch: every so many seconds, every lost node
+  // The explainer's (and the scheduler's flags above)
+  std::string explain_pod;
+  std::string explain_ns = "default";
 };
 
 void Say(const std::string& line) { cli::Say("k8s node", line); }
@@ -202,46 +209,56 @@ int RunNode(const NodeArgs& args) {
   }
 }
 
+// The scheduler's options from the flags it shares with explain: the policy and, with
+// --paladin-server, the teams' quotas read from Paladin's server as its own scheduler checks them.
+// An error names the flag.
+StatusOr<k8s::SchedulerOptions> SchedulerOptionsOf(const NodeArgs& args) {
+  k8s::SchedulerOptions options;
+  options.policy = args.policy;
+  if (args.paladin_server.empty()) return options;
+  StatusOr<api::Endpoint> endpoint = api::ParseUrl(args.paladin_server);
+  std::string token;
+  std::ifstream in(args.paladin_token_file);
+  if (!endpoint.ok() || !(in >> token)) {
+    return InvalidArgument("--paladin-server needs a URL and --paladin-token-file a token (" +
+                           (endpoint.ok() ? "token unreadable" : endpoint.status().message()) +
+                           ")");
+  }
+  auto server = std::make_shared<api::Client>(*endpoint, token, 5);
+  options.team_quotas = [server]() -> StatusOr<std::map<std::string, uint64_t>> {
+    StatusOr<api::Json> teams = server->Get("/v1/teams");
+    if (!teams.ok()) return teams.status();
+    std::map<std::string, uint64_t> quotas;
+    for (const api::Json& t : teams->value("teams", api::Json::array())) {
+      if (t.contains("name") && t["name"].is_string() && t.contains("max_gpu_mem_bytes") &&
+          t["max_gpu_mem_bytes"].is_number_integer() &&
+          t["max_gpu_mem_bytes"].get<int64_t>() >= 0) {
+        quotas[t["name"].get<std::string>()] =
+            static_cast<uint64_t>(t["max_gpu_mem_bytes"].get<int64_t>());
+      }
+    }
+    return quotas;
+  };
+  // Its pods, to the server's API, dashboard and team tokens (an admin token: PUT /v1/pods).
+  options.report_pods = [server](const api::PodList& list) {
+    return server->Put("/v1/pods", api::ToJson(list)).status();
+  };
+  options.cluster = args.cluster;
+  return options;
+}
+
 int RunScheduler(const NodeArgs& args) {
   StatusOr<k8s::ApiConfig> config = Config(args);
   if (!config.ok()) {
     cli::Say("k8s scheduler", config.status().message());
     return 2;
   }
-  k8s::SchedulerOptions options;
-  options.policy = args.policy;
-  if (!args.paladin_server.empty()) {
-    StatusOr<api::Endpoint> endpoint = api::ParseUrl(args.paladin_server);
-    std::string token;
-    std::ifstream in(args.paladin_token_file);
-    if (!endpoint.ok() || !(in >> token)) {
-      cli::Say("k8s scheduler",
-               "--paladin-server needs a URL and --paladin-token-file a token (" +
-                   (endpoint.ok() ? "token unreadable" : endpoint.status().message()) + ")");
-      return 2;
-    }
-    // The teams' quotas from Paladin's server, as its own scheduler checks them.
-    auto server = std::make_shared<api::Client>(*endpoint, token, 5);
-    options.team_quotas = [server]() -> StatusOr<std::map<std::string, uint64_t>> {
-      StatusOr<api::Json> teams = server->Get("/v1/teams");
-      if (!teams.ok()) return teams.status();
-      std::map<std::string, uint64_t> quotas;
-      for (const api::Json& t : teams->value("teams", api::Json::array())) {
-        if (t.contains("name") && t["name"].is_string() && t.contains("max_gpu_mem_bytes") &&
-            t["max_gpu_mem_bytes"].is_number_integer() &&
-            t["max_gpu_mem_bytes"].get<int64_t>() >= 0) {
-          quotas[t["name"].get<std::string>()] =
-              static_cast<uint64_t>(t["max_gpu_mem_bytes"].get<int64_t>());
-        }
-      }
-      return quotas;
-    };
-    // Its pods, to the server's API, dashboard and team tokens (an admin token: PUT /v1/pods).
-    options.report_pods = [server](const api::PodList& list) {
-      return server->Put("/v1/pods", api::ToJson(list)).status();
-    };
-    options.cluster = args.cluster;
+  StatusOr<k8s::SchedulerOptions> made = SchedulerOptionsOf(args);
+  if (!made.ok()) {
+    cli::Say("k8s scheduler", made.status().message());
+    return 2;
   }
+  const k8s::SchedulerOptions& options = *made;
   StatusOr<std::unique_ptr<k8s::Scheduler>> scheduler =
       k8s::Scheduler::Create(k8s::ApiClient(*config), options);
   if (!scheduler.ok()) {
@@ -262,6 +279,26 @@ int RunScheduler(const NodeArgs& args) {
     if (args.once) return bound.ok() ? 0 : 1;
     usleep(static_cast<useconds_t>(args.interval_s * 1e6));
   }
+}
+
+// `paladin k8s explain POD`: the scheduler's pass over the cluster as it is, binding nothing.
+int RunExplain(const NodeArgs& args) {
+  StatusOr<k8s::ApiConfig> config = Config(args);
+  StatusOr<k8s::SchedulerOptions> options = SchedulerOptionsOf(args);
+  if (!config.ok() || !options.ok()) {
+    cli::Say("k8s explain", config.ok() ? options.status().message() : config.status().message());
+    return 2;
+  }
+  StatusOr<k8s::PodExplanation> e =
+      k8s::ExplainPod(k8s::ApiClient(*config), *options, args.explain_ns, args.explain_pod);
+  if (!e.ok()) {
+    cli::Say("k8s explain", e.status().message());
+    return e.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  for (const auto& [key, value] : k8s::ExplanationRows(*e)) {
+    std::printf("%-11s %s\n", (key + ":").c_str(), fleet::Printable(value).c_str());
+  }
+  return 0;
 }
 
 int RunWebhook(const NodeArgs& args) {
@@ -511,6 +548,20 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
                         "File holding an admin token of Paladin's server");
   AddApiOptions(scheduler, args.get());
   scheduler->callback([args, exit_code] { *exit_code = RunScheduler(*args); });
+
+  CLI::App* explain = k8s->add_subcommand(
+      "explain",
+      "Why Paladin's scheduler placed a pod where it is, or leaves it Pending: its pass over "
+      "the cluster as it is now, binding nothing");
+  explain->add_option("pod", args->explain_pod, "The pod")->required();
+  explain->add_option("-n,--namespace", args->explain_ns, "Its namespace");
+  explain->add_option("--policy", args->policy, "Packing policy (the scheduler's --policy)");
+  explain->add_option("--paladin-server", args->paladin_server,
+                      "Paladin's server, for the teams' quotas (the scheduler's flag)");
+  explain->add_option("--paladin-token-file", args->paladin_token_file,
+                      "File holding an admin token of Paladin's server");
+  AddApiOptions(explain, args.get());
+  explain->callback([args, exit_code] { *exit_code = RunExplain(*args); });
 
   CLI::App* webhook = k8s->add_subcommand(
       "webhook",

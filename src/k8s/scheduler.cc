@@ -13,6 +13,7 @@
 
 #include "paladin/base/size.h"
 #include "paladin/k8s/move.h"
+#include "paladin/k8s/placement_pass.h"
 #include "paladin/server/placement.h"
 #include "paladin/server/validate.h"
 
@@ -38,14 +39,6 @@ std::string Str(const Json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
-
-// Paladin's pods, as the packer sees them: every node's GPUs (fleet index -> GPU index).
-struct FleetView {
-  core::Fleet fleet;
-  std::vector<std::string> names;
-  std::vector<std::vector<int>> gpu_index;
-  std::vector<int64_t> gpu_memory;
-};
 
 }  // namespace
 
@@ -308,256 +301,37 @@ bool Scheduler::Bind(const PodRequest& p, const std::string& node, int gpu, uint
 }
 
 StatusOr<int> Scheduler::RunOnce() {
-  StatusOr<std::string> nodes_body = client_.Get("/api/v1/nodes");
-  if (!nodes_body.ok()) return nodes_body.status();
-  StatusOr<std::string> pods_body =
-      client_.Get("/api/v1/pods?fieldSelector=spec.schedulerName%3D" + options_.scheduler_name);
-  if (!pods_body.ok()) return pods_body.status();
-  const Json nodes = Json::parse(*nodes_body, nullptr, false);
-  const Json pods = Json::parse(*pods_body, nullptr, false);
-  if (!nodes.is_object() || !pods.is_object()) {
-    return Unavailable("the API server's node or pod list is not JSON");
-  }
-
-  // The fleet: every schedulable node that publishes its GPUs, as the server builds its own.
-  FleetView v;
-  std::map<std::string, int32_t> index;
-  for (const Json& n : nodes.value("items", Json::array())) {
-    const Json meta = n.value("metadata", Json::object());
-    const std::string name = Str(meta, "name");
-    if (!NodeTakesPods(n.dump()).ok()) continue;
-    const std::string value = Str(meta.value("annotations", Json::object()), kGpusAnnotation);
-    if (value.empty()) continue;
-    StatusOr<std::vector<NodeGpu>> gpus = ParseGpusAnnotation(value);
-    if (!gpus.ok() || gpus->empty() || gpus->size() > core::kMaxGpusPerNode) {
-      std::fprintf(stderr, "paladin k8s scheduler: node %s skipped: %s\n", name.c_str(),
-                   gpus.ok() ? "no GPU, or too many" : gpus.status().message().c_str());
-      continue;
+  StatusOr<ClusterState> state = ReadClusterState(client_, options_);
+  if (!state.ok()) return state.status();
+  StatusOr<std::unique_ptr<PlacementPass>> pass = PlacementPass::Create(*state, &packer_, &rng_);
+  if (!pass.ok()) return pass.status();
+  for (const std::string& note : (*pass)->notes()) {
+    if (notes_.insert(note).second) {
+      std::fprintf(stderr, "paladin k8s scheduler: %s\n", note.c_str());
     }
-    int64_t memory = 0;
-    std::vector<int> idx;
-    for (const NodeGpu& g : *gpus) {
-      memory = memory == 0 ? g.memory_bytes : std::min(memory, g.memory_bytes);
-      idx.push_back(g.index);
-    }
-    const int64_t mib = memory / (int64_t{1} << 20);
-    StatusOr<core::ModelId> model =
-        v.fleet.models().Intern(gpus->front().model + "/" + std::to_string(mib));
-    if (!model.ok()) continue;
-    v.fleet.models().SetMemoryMib(*model, mib);
-    StatusOr<int32_t> at = v.fleet.AddNode(name, int64_t{1} << 40, int64_t{1} << 40,
-                                           static_cast<int>(idx.size()), *model);
-    if (!at.ok()) continue;
-    index[name] = *at;
-    v.names.push_back(name);
-    v.gpu_index.push_back(idx);
-    v.gpu_memory.push_back(memory);
   }
-
-  // Teams, when their quotas are checked: each namespace's, and what each team's pods hold.
-  std::map<std::string, std::string> team_of;
-  std::map<std::string, uint64_t> team_used;
-  StatusOr<std::map<std::string, uint64_t>> quotas = std::map<std::string, uint64_t>();
-  if (options_.team_quotas || options_.report_pods) {
-    StatusOr<std::string> namespaces = client_.Get("/api/v1/namespaces");
-    if (!namespaces.ok()) return namespaces.status();
-    const Json list = Json::parse(*namespaces, nullptr, false);
-    for (const Json& n : list.is_object() ? list.value("items", Json::array()) : Json::array()) {
-      const Json meta = n.value("metadata", Json::object());
-      std::string note;
-      const std::string name = Str(meta, "name");
-      team_of[name] = TeamOfNamespace(name, meta.value("labels", Json::object()).dump(), &note);
-      if (!note.empty() && notes_.insert(note).second) {
-        std::fprintf(stderr, "paladin k8s scheduler: %s\n", note.c_str());
-      }
-    }
-    if (options_.team_quotas) quotas = options_.team_quotas();
-  }
-  auto team = [&](const std::string& ns) {
-    auto it = team_of.find(ns);
-    return it != team_of.end() ? it->second : TeamOfNamespace(ns, "");
-  };
-
-  // What runs already holds its GPU share.
-  std::vector<PodRequest> pending;
-  uint64_t reservation = 0;
-  for (const Json& item : pods.value("items", Json::array())) {
-    PodRequest p = ReadPod(item.dump());
-    if (p.phase == "Succeeded" || p.phase == "Failed") continue;
-    if (p.node.empty()) {
-      if (!p.deleting) pending.push_back(std::move(p));
-      continue;
-    }
-    const uint64_t booked = BookedBytes(p);
-    if (!p.deleting && booked > 0) team_used[team(p.ns)] += booked;
-    auto at = index.find(p.node);
-    if (at == index.end() || booked == 0) continue;
-    const auto& map = v.gpu_index[static_cast<size_t>(at->second)];
-    auto g = std::find(map.begin(), map.end(), p.gpu);
-    if (g == map.end()) continue;
-    core::Placement placement;
-    placement.node = at->second;
-    placement.gpus.push_back(static_cast<int16_t>(g - map.begin()));
-    const core::Workload w =
-        server::GpuShape(p.ns + "/" + p.name, p.ns, p.priority, 1, static_cast<int64_t>(booked),
-                         v.gpu_memory[static_cast<size_t>(at->second)]);
-    (void)v.fleet.Reserve(++reservation, w, placement);  // booked even when over-committed
-  }
-  // Higher priority first, then the order they came in (the server's order for its jobs).
-  std::stable_sort(pending.begin(), pending.end(), [](const PodRequest& a, const PodRequest& b) {
-    if (a.priority != b.priority) return a.priority > b.priority;
-    if (a.created != b.created) return a.created < b.created;
-    return a.ns + "/" + a.name < b.ns + "/" + b.name;
-  });
-
   // Reasons are remembered only for pods still pending, so the map does not grow without bound.
   std::map<std::string, std::string> still;
-  for (const PodRequest& p : pending) {
+  for (const PodRequest& p : (*pass)->pending()) {
     auto it = said_.find(p.uid);
     if (it != said_.end()) still.insert(*it);
   }
   said_.swap(still);
 
-  auto move_to = [&](const PodRequest& p) {
-    const size_t slash = p.move_to.rfind('/');
-    const std::string node = p.move_to.substr(0, slash == std::string::npos ? 0 : slash);
-    char* end = nullptr;
-    const long gpu =
-        slash == std::string::npos ? -1 : std::strtol(p.move_to.c_str() + slash + 1, &end, 10);
-    const std::string what =
-        std::string("metadata.annotations[paladin.io/move-to] '") + p.move_to + "'";
-    if (!p.restores) {
-      Unschedulable(p,
-                    what + ": only a move's replacement (paladin.io/restore-from) names its GPU");
-      return false;
-    }
-    if (gpu < 0 || end == nullptr || *end != '\0') {
-      Unschedulable(p, "malformed: " + what + ": expected NODE/GPU");
-      return false;
-    }
-    auto at = index.find(node);
-    if (at == index.end()) {
-      Unschedulable(p, what + ": no such node publishes its GPUs, or it is not Ready");
-      return false;
-    }
-    const size_t n = static_cast<size_t>(at->second);
-    const auto& map = v.gpu_index[n];
-    auto g = std::find(map.begin(), map.end(), static_cast<int>(gpu));
-    if (g == map.end()) {
-      Unschedulable(p, what + ": node " + node + " has no GPU " + std::to_string(gpu));
-      return false;
-    }
-    core::Placement placement;
-    placement.node = at->second;
-    placement.gpus.push_back(static_cast<int16_t>(g - map.begin()));
-    const auto bytes = static_cast<int64_t>(p.gpu_memory);
-    const int64_t left =
-        v.fleet.node(at->second).gpus[static_cast<size_t>(g - map.begin())].mem_left_mib << 20;
-    const core::Workload w =
-        server::GpuShape(p.ns + "/" + p.name, p.ns, p.priority, 1, bytes, v.gpu_memory[n]);
-    if (bytes > left || !v.fleet.Reserve(++reservation, w, placement).ok()) {
-      Unschedulable(p, "the move's target " + p.move_to + " has " + Size(left) + " free, " +
-                           Size(bytes) + " asked");
-      return false;
-    }
-    if (!Bind(p, node, static_cast<int>(gpu), p.gpu_memory,
-              node + "/" + std::to_string(gpu) + " as paladin k8s move asked")) {
-      v.fleet.Unreserve(reservation);
-      return false;
-    }
-    return true;
-  };
   int bound = 0;
   bound_now_.clear();
-  for (const PodRequest& p : pending) {
-    if (!p.error.empty()) {
-      Unschedulable(p, "malformed: " + p.error);
-      continue;
+  for (const PodRequest& p : (*pass)->pending()) {
+    const PodOutcome o = (*pass)->Place(p);
+    if (!o.placed) {
+      Unschedulable(p, o.reason);
+    } else if (Bind(p, o.node, o.gpu, p.gpu_memory, o.how)) {
+      ++bound;
+    } else {
+      (*pass)->Unbook(p, o);
     }
-    if (p.gpu_memory == 0) {
-      Unschedulable(p, std::string("asks for no ") + kGpuMemoryResource +
-                           " in its containers' resources.limits; Paladin places only pods "
-                           "that do");
-      continue;
-    }
-    // The largest GPU and the most free on one GPU, for a reason a user can act on.
-    int64_t largest = 0, most_free = -1;
-    std::string largest_at, most_free_at;
-    for (size_t n = 0; n < v.names.size(); ++n) {
-      const core::Node& node = v.fleet.node(static_cast<int32_t>(n));
-      for (size_t g = 0; g < node.gpus.size(); ++g) {
-        const std::string at = v.names[n] + "/" + std::to_string(v.gpu_index[n][g]);
-        if (v.gpu_memory[n] > largest) largest = v.gpu_memory[n], largest_at = at;
-        const int64_t left = node.gpus[g].mem_left_mib << 20;
-        if (left > most_free) most_free = left, most_free_at = at;
-      }
-    }
-    const auto bytes = static_cast<int64_t>(p.gpu_memory);
-    if (v.names.empty()) {
-      Unschedulable(p, std::string("no node publishes its GPUs (annotation ") + kGpusAnnotation +
-                           ", set by paladin k8s node)");
-      continue;
-    }
-    if (bytes > largest) {
-      Unschedulable(p, "asks for " + Size(bytes) +
-                           " of GPU memory, more than any GPU has (the "
-                           "largest: " +
-                           Size(largest) + " on " + largest_at + ")");
-      continue;
-    }
-    if (options_.team_quotas) {
-      const std::string t = team(p.ns);
-      if (!quotas.ok()) {
-        Unschedulable(
-            p, "team " + t + ": its quota cannot be checked (" + quotas.status().message() + ")");
-        continue;
-      }
-      auto q = quotas->find(t);
-      const std::string over =
-          TeamQuotaReason(t, q != quotas->end() ? q->second : 0, team_used[t], p.gpu_memory);
-      if (!over.empty()) {
-        Unschedulable(p, over);
-        continue;
-      }
-    }
-    if (!p.move_to.empty()) {
-      // A move's replacement goes to the GPU its mover asked for, if it fits there: the
-      // operator chose the GPU, the packer's books still hold.
-      if (move_to(p)) {
-        ++bound;
-        team_used[team(p.ns)] += p.gpu_memory;
-      }
-      continue;
-    }
-    const core::Workload w =
-        server::GpuShape(p.ns + "/" + p.name, p.ns, p.priority, 1, bytes, largest);
-    core::PackerOptions options;
-    options.collect_reasons = true;
-    const core::Decision d = packer_.Schedule(v.fleet, w, rng_, options);
-    if (!d.placed) {
-      Unschedulable(p, "no GPU has " + Size(bytes) + " free: the most free is " + Size(most_free) +
-                           " on " + most_free_at + " (" + d.Explain() + ")");
-      continue;
-    }
-    const size_t n = static_cast<size_t>(d.placement.node);
-    const int gpu = v.gpu_index[n][static_cast<size_t>(d.placement.gpus.at(0))];
-    const core::Workload booked =
-        server::GpuShape(w.name, w.team, w.priority, 1, bytes, v.gpu_memory[n]);
-    if (!v.fleet.Reserve(++reservation, booked, d.placement).ok()) continue;
-    char how[200];
-    std::snprintf(how, sizeof how,
-                  "%s/%d by Paladin's packer, policy %s (score %.1f, %d feasible node%s)",
-                  v.names[n].c_str(), gpu, packer_.policy().name.c_str(), d.score, d.feasible_nodes,
-                  d.feasible_nodes == 1 ? "" : "s");
-    if (!Bind(p, v.names[n], gpu, p.gpu_memory, how)) {
-      v.fleet.Unreserve(reservation);
-      continue;
-    }
-    ++bound;
-    team_used[team(p.ns)] += p.gpu_memory;
   }
   if (options_.report_pods) {
-    const Status s = options_.report_pods(Report(pods, team));
+    const Status s = options_.report_pods(Report(state->pods, **pass));
     const std::string error = s.ok() ? "" : s.message();
     if (error != report_error_ && !error.empty()) {
       std::fprintf(stderr, "paladin k8s scheduler: reporting pods to Paladin's server: %s\n",
@@ -568,17 +342,17 @@ StatusOr<int> Scheduler::RunOnce() {
   return bound;
 }
 
-api::PodList Scheduler::Report(const Json& pods,
-                               const std::function<std::string(const std::string&)>& team) const {
+api::PodList Scheduler::Report(const std::string& pods_json, const PlacementPass& pass) const {
   api::PodList list;
   list.cluster = options_.cluster;
-  for (const Json& item : pods.value("items", Json::array())) {
+  const Json pods = Json::parse(pods_json, nullptr, false);
+  for (const Json& item : pods.is_object() ? pods.value("items", Json::array()) : Json::array()) {
     const PodRequest p = ReadPod(item.dump());
     if (p.deleting || p.ns.empty() || p.name.empty()) continue;
     api::PodReport r;
     r.ns = p.ns;
     r.name = p.name;
-    r.team = team(p.ns);
+    r.team = pass.TeamOf(p.ns);
     r.phase = p.phase.empty() ? "Pending" : p.phase;
     r.node = p.node;
     r.gpu = p.gpu;

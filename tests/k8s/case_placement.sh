@@ -3,8 +3,10 @@
 # another: 6Gi, 4Gi, 2Gi and 3Gi land where the packer puts them (the tightest GPU that fits:
 # 0, 1, 0, 1), each with a Scheduled event naming the GPU and the policy. Then what stays Pending
 # and why: 2Gi more (no GPU has 2 GiB free), 17Gi (more than any GPU has), a malformed
-# paladin.io/priority (refused by the webhook, or an event, naming the field). With Paladin's webhook down, a GPU pod is
-# refused at creation and a pod asking for no GPU memory is not affected.
+# paladin.io/priority (refused by the webhook, or an event, naming the field). For each, `paladin k8s
+# explain` names the same node/GPU and placement, or the same reason, as the pod's event. With
+# Paladin's webhook down, a GPU pod is refused at creation and a pod asking for no GPU memory is not
+# affected.
 # Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, PALADIN, EMUCUDA, NODE, K8S_NODE_FLAGS,
 # CLUSTER_DIR.
 set -euo pipefail
@@ -35,6 +37,27 @@ wait_event() {
   fail "pod $1: no $2 event; events: $(events "$1")"
 }
 
+# explain POD: `paladin k8s explain` of it, with the scheduler's API flags; row OUT KEY: a row's value.
+read -ra api_flags <<<"$K8S_NODE_FLAGS"
+explain() { "$PALADIN" k8s explain "$1" -n "$NS" "${api_flags[@]}" 2>&1 || fail "paladin k8s explain $1 failed"; }
+row() { sed -n "s/^$2: *//p" <<<"$1" | head -1; }
+# explained_like_event POD EVENT_REASON MESSAGE: explain's state and its placement or reason
+# agree with the event the scheduler gave the pod.
+explained_like_event() {
+  local out state
+  out=$(explain "$1")
+  state=$(row "$out" state)
+  if [[ $2 == Scheduled ]]; then
+    [[ $state == placed && $3 == "placed on $(row "$out" placement): "* ]] ||
+      fail "explain $1: state '$state', placement '$(row "$out" placement)'; event '$3'"
+  else
+    [[ $state == pending && $(row "$out" reason) == "$3" ]] ||
+      fail "explain $1: state '$state', reason '$(row "$out" reason)'; event '$3'"
+  fi
+  [[ $(row "$out" event) == "$2: $3" ]] || fail "explain $1: event row '$(row "$out" event)'"
+  sed "s/^/placement: explain $1: /" <<<"$out"
+}
+
 expected=(p1:6Gi:0 p2:4Gi:1 p3:2Gi:0 p4:3Gi:1)
 for e in "${expected[@]}"; do
   IFS=: read -r name mem want <<<"$e"
@@ -45,6 +68,7 @@ for e in "${expected[@]}"; do
   [[ $got == "$want" && $node == "$NODE" ]] || fail "pod $name ($mem) on $node/$got, expected $NODE/$want: $message"
   [[ $message == *"placed on $NODE/$want by Paladin's packer"* ]] || fail "pod $name: event '$message'"
   echo "placement: $name ($mem): $message"
+  explained_like_event "$name" Scheduled "$message"
 done
 
 # pending reason POD MEM ANNOTATIONS EXPECTED_SUBSTRING
@@ -59,6 +83,7 @@ pending() {
   cond=$(k get pod "$1" -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}')
   [[ $cond == "$message" ]] || fail "pod $1: PodScheduled says '$cond'"
   echo "placement: $1 ($2) Pending: $message"
+  explained_like_event "$1" FailedScheduling "$message"
 }
 pending full 2Gi "" "no GPU has 2 GiB free: the most free is 1 GiB on $NODE/1"
 pending too-big 17Gi "" "asks for 17 GiB of GPU memory, more than any GPU has (the largest: 8 GiB on $NODE/0)"
@@ -81,6 +106,7 @@ message=$(wait_event direct FailedScheduling)
 [[ $message == *"metadata.annotations[paladin.io/priority]: 'high' is not an integer"* ]] ||
   fail "pod direct: reason '$message'"
 echo "placement: direct (schedulerName paladin, no webhook) Pending: $message"
+explained_like_event direct FailedScheduling "$message"
 
 # Paladin down: its pods are refused at creation (failurePolicy Fail), other pods are untouched.
 paladin_stop

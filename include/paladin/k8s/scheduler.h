@@ -95,6 +95,8 @@ using TeamQuotas = std::function<StatusOr<std::map<std::string, uint64_t>>()>;
 // dashboard and team tokens see them); an error is printed once and the pass goes on.
 using PodReporter = std::function<Status(const api::PodList&)>;
 
+class PlacementPass;
+
 struct SchedulerOptions {
   std::string scheduler_name = kSchedulerName;
   std::string policy = "paladin";
@@ -127,8 +129,7 @@ class Scheduler {
   core::Packer packer_;
   core::Rng rng_{1};
   // The pods of this pass as Paladin's server is told: where each runs, or why it waits.
-  api::PodList Report(const nlohmann::json& pods,
-                      const std::function<std::string(const std::string&)>& team) const;
+  api::PodList Report(const std::string& pods_json, const PlacementPass& pass) const;
 
   std::map<std::string, std::string> said_;                       // pod uid -> last reason given
   std::map<std::string, std::pair<std::string, int>> bound_now_;  // uid -> node, GPU this pass

@@ -1,0 +1,105 @@
+// One pass of Paladin's Kubernetes scheduler, its decisions without the API: the fleet built from
+// the nodes' GPUs, the pods Paladin bound booked on it, and each pending pod decided in the
+// scheduler's order by the core packer (the server's policy and shapes). `paladin k8s scheduler`
+// binds what a pass places and gives the reason of what it leaves Pending; `paladin k8s explain`
+// runs the same pass and binds nothing, so that both say the same of a pod (docs/kubernetes.md).
+//
+// Thread safety: none; a pass belongs to one caller. Only ReadClusterState does I/O.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "paladin/base/status.h"
+#include "paladin/core/packer.h"
+#include "paladin/core/rng.h"
+#include "paladin/k8s/api.h"
+#include "paladin/k8s/scheduler.h"
+
+namespace paladin::k8s {
+
+// What a pass reads of the cluster: the API server's answers, as they came.
+struct ClusterState {
+  std::string nodes;  // GET /api/v1/nodes
+  std::string pods;   // Paladin's pods: GET /api/v1/pods?fieldSelector=spec.schedulerName=NAME
+  bool teams_checked = false;
+  std::string namespaces;  // GET /api/v1/namespaces, when teams are checked
+  StatusOr<std::map<std::string, uint64_t>> quotas = std::map<std::string, uint64_t>();
+};
+
+// Reads it through `client`, and the teams' quotas through options.team_quotas when it is set
+// (its error is kept in `quotas`: the pods then stay Pending saying so). An error is the API
+// server's.
+StatusOr<ClusterState> ReadClusterState(const ApiClient& client, const SchedulerOptions& options);
+
+// A GPU as the pass's books hold it.
+struct GpuBooks {
+  std::string node;
+  int index = 0;  // the GPU's index on its node
+  int64_t memory_bytes = 0;
+  int64_t free_bytes = 0;
+  std::vector<std::pair<std::string, uint64_t>> pods;  // "NAMESPACE/NAME", bytes booked
+};
+
+// What a pass decides for one pending pod.
+struct PodOutcome {
+  bool placed = false;
+  std::string node;    // placed: the node's name
+  int gpu = -1;        // placed: the GPU's index on it
+  std::string how;     // placed: "NODE/GPU by ..." (the Binding's paladin.io/placement)
+  std::string reason;  // pending: the reason its event and PodScheduled condition give
+  bool packer_ran = false;
+  core::Decision decision;  // the packer's, when it ran
+  uint64_t reservation = 0;
+};
+
+class PlacementPass {
+ public:
+  // Builds the fleet from state.nodes (nodes that take pods and publish their GPUs) and books
+  // the bound pods of state.pods. Fails when the lists are not JSON. `packer` and `rng` must
+  // outlive the pass.
+  static StatusOr<std::unique_ptr<PlacementPass>> Create(const ClusterState& state,
+                                                         core::Packer* packer, core::Rng* rng);
+  PlacementPass(const PlacementPass&) = delete;
+  PlacementPass& operator=(const PlacementPass&) = delete;
+  ~PlacementPass();
+
+  // Paladin's pods that wait for a node (not being deleted), in the order a pass decides them:
+  // higher paladin.io/priority first, then older, then by name.
+  const std::vector<PodRequest>& pending() const;
+  // Namespaces' label notes of this pass (a paladin.io/team label that is no team name).
+  const std::vector<std::string>& notes() const;
+
+  // Decides `pod` (one of pending()) and, placed, books it: the pods after it see it.
+  PodOutcome Place(const PodRequest& pod);
+  // Takes back a placement whose binding failed.
+  void Unbook(const PodRequest& pod, const PodOutcome& outcome);
+
+  // For explain: each node's verdict on `pod` alone, the packer run on that node only with its
+  // reasons ("fits, GPU 1", or which plugin rejects it and why), in the fleet's order.
+  std::vector<std::pair<std::string, std::string>> NodeVerdicts(const PodRequest& pod);
+  // Every GPU of the fleet with what is booked on it.
+  std::vector<GpuBooks> Gpus() const;
+  // The team of a namespace, and (when teams are checked) its quota and what its pods hold;
+  // empty when teams are not checked.
+  std::string TeamLine(const std::string& ns) const;
+  // The team of a namespace: its label paladin.io/team when teams are checked (the namespaces
+  // were read), else k8s-NAMESPACE.
+  std::string TeamOf(const std::string& ns) const;
+
+ private:
+  struct View;
+  PlacementPass(const ClusterState& state, core::Packer* packer, core::Rng* rng);
+  PodOutcome MoveTo(const PodRequest& pod);
+  PodOutcome Pending(std::string reason) const;
+
+  std::unique_ptr<View> v_;
+  core::Packer* packer_;
+  core::Rng* rng_;
+};
+
+}  // namespace paladin::k8s
