@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "owned_dir.h"
 #include "page_tls.h"
 #include "paladin/base/status.h"
 #include "paladin/ckpt/checkpoint.h"
@@ -90,6 +91,7 @@ class PageSink {
   void Stop();
 
   PageTls tls_;
+  OwnedDir owner_;  // dir_'s lock
   std::string dir_;
   std::string log_;
   std::string kept_in_;

@@ -129,6 +129,13 @@ StatusOr<ckpt::JobRecord> ServeOneMigration(const ckpt::Criu& criu,
                                             const DestinationOptions& options,
                                             const ckpt::Progress& progress);
 
+// What moves received or sent on this host left behind when their process died mid-move (a fleet
+// agent killed, say), which that process could not remove: the folders in `incoming` (the fleet
+// agent's DestinationOptions::dir's parent; "" for none), the page-stream keys in the temporary
+// directory, a streaming move's pages on /dev/shm. Never a live move's: each such folder is
+// locked by its owner for as long as it lives (src/migrate/owned_dir.h). Returns those removed.
+std::vector<std::string> RemoveOrphanedMoveFolders(const std::string& incoming);
+
 // The keeper of one side of a direct move (`paladin migrate-keeper`, started by Migrate and
 // ServeOneMigration with keeper_exe): it waits for its side's process to end and, if that process
 // died before the move was settled, settles it from the side's state file (the job resumed or
