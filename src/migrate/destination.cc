@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "migrate_internal.h"
-#include "owned_dir.h"
+#include "paladin/migrate/owned_dir.h"
 #include "paladin/quota/usage.h"
 #include "paladin/transfer/transfer.h"
 #include "stream.h"

@@ -1,5 +1,5 @@
-// OwnedDir (owned_dir.h): a folder's owner shown by a lock that dies with it.
-#include "owned_dir.h"
+// OwnedDir (paladin/migrate/owned_dir.h): a folder's owner shown by a lock that dies with it.
+#include "paladin/migrate/owned_dir.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
@@ -116,13 +116,14 @@ std::vector<std::string> RemoveOrphanedDirs(const std::string& parent, const std
   return removed;
 }
 
-std::vector<std::string> RemoveOrphanedMoveFolders(const std::string& incoming) {
+std::vector<std::string> RemoveOrphanedMoveFolders(const std::vector<std::string>& move_dirs) {
   std::error_code ec;
   const std::string temp = fs::temp_directory_path(ec).string();
+  std::vector<std::pair<std::string, std::string>> where = {{temp, "paladin-page-tls."},
+                                                            {"/dev/shm", "paladin-pages."}};
+  for (const std::string& dir : move_dirs) where.emplace_back(dir, "");
   std::vector<std::string> removed;
-  for (const auto& [parent, prefix] : {std::pair<std::string, std::string>{incoming, ""},
-                                       {temp, "paladin-page-tls."},
-                                       {"/dev/shm", "paladin-pages."}}) {
+  for (const auto& [parent, prefix] : where) {
     if (parent.empty()) continue;
     std::vector<std::string> here = RemoveOrphanedDirs(parent, prefix);
     removed.insert(removed.end(), here.begin(), here.end());

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "owned_dir.h"
+#include "paladin/migrate/owned_dir.h"
 #include "paladin/base/status.h"
 
 namespace paladin::migrate {

@@ -17,7 +17,7 @@
 #include <string>
 #include <thread>
 
-#include "owned_dir.h"
+#include "paladin/migrate/owned_dir.h"
 #include "page_tls.h"
 #include "paladin/base/status.h"
 #include "paladin/ckpt/checkpoint.h"

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "migrate/owned_dir.h"
+#include "paladin/migrate/owned_dir.h"
 
 namespace paladin::migrate {
 namespace {
