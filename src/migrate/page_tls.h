@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "paladin/migrate/owned_dir.h"
 #include "paladin/base/status.h"
+#include "paladin/migrate/owned_dir.h"
 
 namespace paladin::migrate {
 

@@ -17,7 +17,6 @@
 #include <string>
 #include <thread>
 
-#include "paladin/migrate/owned_dir.h"
 #include "page_tls.h"
 #include "paladin/base/status.h"
 #include "paladin/ckpt/checkpoint.h"
@@ -25,6 +24,7 @@
 #include "paladin/ckpt/workload.h"
 #include "paladin/migrate/control.h"
 #include "paladin/migrate/migrate.h"
+#include "paladin/migrate/owned_dir.h"
 #include "paladin/transfer/transfer.h"
 
 namespace paladin::migrate {

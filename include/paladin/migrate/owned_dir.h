@@ -1,8 +1,8 @@
 // A move's private folder on this host (its page-stream keys, its streamed pages, a fleet
-// agent's folder for a move it receives or sends) that says whether its owner still lives: the owning process holds
-// an exclusive flock on the folder's `.owner` file for as long as it uses the folder. The kernel
-// drops the lock when that process dies, however it dies, so a later sweep (the next move's, the
-// next agent's start) can remove a dead owner's folder and never a live move's
+// agent's folder for a move it receives or sends) that says whether its owner still lives: the
+// owning process holds an exclusive flock on the folder's `.owner` file for as long as it uses the
+// folder. The kernel drops the lock when that process dies, however it dies, so a later sweep (the
+// next move's, the next agent's start) can remove a dead owner's folder and never a live move's
 // (docs/lazy_migration.md, "Left behind").
 #ifndef PALADIN_MIGRATE_OWNED_DIR_H_
 #define PALADIN_MIGRATE_OWNED_DIR_H_
