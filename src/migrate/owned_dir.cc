@@ -28,6 +28,7 @@ constexpr const char* kOwnerFileNew = ".owner-new";
 // keeps it).
 StatusOr<int> LockAsOwner(const std::string& dir) {
   const std::string fresh = dir + "/" + kOwnerFileNew;
+  unlink(fresh.c_str());  // left by a claimer of this folder that died before its rename
   const int fd = open(fresh.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return IoError("cannot make " + fresh + ": " + std::strerror(errno));
   if (flock(fd, LOCK_EX | LOCK_NB) != 0 ||

@@ -193,6 +193,10 @@ TEST(OwnedDir, OnlyFoldersWhoseOwnerDiedAreRemoved) {
               return d.ok() ? d->path() : std::string();
             }),
             incoming);
+  // A claimer that died between its lock and its rename leaves `.owner-new`: the next claim of
+  // that folder is not refused for it.
+  fs::create_directories(parent + "/in/job-2-8");
+  std::ofstream(parent + "/in/job-2-8/.owner-new") << "";
   {
     StatusOr<OwnedDir> claimed = OwnedDir::Claim(parent + "/in/job-2-8");
     ASSERT_TRUE(claimed.ok()) << claimed.status().message();

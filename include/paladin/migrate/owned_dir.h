@@ -27,7 +27,9 @@ class OwnedDir {
 
   // A new folder PARENT/PREFIX.XXXXXX (mode 0700), owned by this process.
   static StatusOr<OwnedDir> MakeUnique(const std::string& parent, const std::string& prefix);
-  // Takes `dir` (made if missing, mode 0700) as this process's.
+  // Takes `dir` (made if missing, mode 0700) as this process's. Its caller makes sure that no
+  // live process owns it (a fleet agent's folder named after its command, a receiver's after its
+  // port): an earlier owner's mark is replaced.
   static StatusOr<OwnedDir> Claim(const std::string& dir);
 
   const std::string& path() const { return path_; }
