@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "agent_impl.h"
+#include "paladin/migrate/migrate.h"
 
 namespace paladin::agent {
 
@@ -91,6 +92,12 @@ int Agent::Run() {
   if (Status s = Setup(); !s.ok()) {
     Say(s.message());
     return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  // A move received or sent here when the previous agent died left its folders (the image, the
+  // page stream's keys); no live move's is touched (each is locked by the process it belongs to).
+  for (const std::string& dir :
+       migrate::RemoveOrphanedMoveFolders({data_dir_ + "/incoming", data_dir_ + "/outgoing"})) {
+    Say("removed " + dir + ", left by a move whose process died");
   }
   Adopt();
   lease_.Contacted(clock_.SteadySeconds());

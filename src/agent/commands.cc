@@ -16,6 +16,7 @@
 #include "paladin/ckpt/gpu_checkpoint.h"
 #include "paladin/ckpt/image.h"
 #include "paladin/migrate/migrate.h"
+#include "paladin/migrate/owned_dir.h"
 #include "paladin/quota/launch.h"
 #include "paladin/quota/usage.h"
 
@@ -685,12 +686,23 @@ void Agent::MigrateOut(const api::Command& c) {
   const int64_t migration = c.migration;
   options.commit = [this, migration] { return CommitMigration(migration); };
   options.id = std::to_string(migration);
-  options.work_dir = data_dir_ + "/outgoing";
+  // This move's folder (the image without or with its memory, the move's state, the dump's
+  // log), locked by this agent while it lives: one left by an agent that died mid-move is removed
+  // by its successor (RemoveOrphanedMoveFolders), and a failed move's stays until then.
+  StatusOr<migrate::OwnedDir> folder = migrate::OwnedDir::Claim(
+      data_dir_ + "/outgoing/move-" + std::to_string(migration) + "-" + std::to_string(id));
+  if (!folder.ok()) {
+    AddResult(id, folder.status());
+    return;
+  }
+  options.work_dir = folder->path();
   std::error_code ec;
-  fs::create_directories(options.work_dir, ec);
   StatusOr<ckpt::Criu> criu = Internal("unset");
   Workload* w = ClaimForCriu(c, &criu);
-  if (w == nullptr) return;
+  if (w == nullptr) {
+    fs::remove_all(folder->path(), ec);
+    return;
+  }
   const std::string job = w->id;
   // How its memory moves: post-copy when the server asked for it and it can be done here.
   std::string mode_why = "the server asked for pre-copy";
@@ -755,6 +767,7 @@ void Agent::MigrateOut(const api::Command& c) {
                                                  (options.lazy ? "post-copy" : "pre-copy") + ")"));
     return;
   }
+  fs::remove_all(folder->path(), ec);  // moved: nothing of the job is left here
   Json phases = Json::object();
   for (const auto& [name, seconds] : report->times.seconds) phases[name] = seconds;
   Say("moved job " + job + " to " + options.host + ":" + std::to_string(options.port) + " (pid " +

@@ -145,6 +145,10 @@ int RunReceive(const ReceiveArgs& a) {
     Say("receive", criu.status().message());
     return 1;
   }
+  // A receiver killed mid-move left its page-stream keys or streamed pages behind.
+  for (const std::string& dir : migrate::RemoveOrphanedMoveFolders({})) {
+    Say("receive", "removed " + dir + ", left by a move whose process died");
+  }
   StatusOr<ckpt::JobRecord> job = migrate::ServeOneMigration(
       *criu, options, [](const std::string& line) { Say("receive", line); });
   if (!job.ok()) {

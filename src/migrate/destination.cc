@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "migrate_internal.h"
+#include "paladin/migrate/owned_dir.h"
 #include "paladin/quota/usage.h"
 #include "paladin/transfer/transfer.h"
 #include "stream.h"
@@ -362,6 +363,10 @@ StatusOr<ckpt::JobRecord> ServeOneMigration(const ckpt::Criu& criu,
                                             const ckpt::Progress& progress) {
   const std::string image = options.dir + "/image";
   const std::string state_file = options.dir + "/migration.state";
+  // Held until the move is over here: a sweep after this process's death removes the folder
+  // (RemoveOrphanedMoveFolders), never while it lives.
+  StatusOr<OwnedDir> owned = OwnedDir::Claim(options.dir);
+  if (!owned.ok()) return owned.status();
   StatusOr<Listener> commands = Listener::Listen(options.bind_address, options.port + 1);
   if (!commands.ok()) return commands.status();
   transfer::ReceiverOptions receive;

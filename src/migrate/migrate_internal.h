@@ -12,6 +12,7 @@
 //   stream.cc              streaming pre-copy's page server, and the destination's opening
 //   state.cc (state.h)     the state files, the keeper's start, the fault hooks
 //   page_tls.cc            the page stream's per-move keys
+//   owned_dir.cc           a move's folders, locked by their owner (paladin/migrate/owned_dir.h)
 //   control.cc             the command channel (public: paladin/migrate/control.h)
 // The state machine, every message and every timeout: docs/formats/migrate.md.
 #ifndef PALADIN_MIGRATE_MIGRATE_INTERNAL_H_

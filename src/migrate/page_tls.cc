@@ -127,7 +127,8 @@ PageTls::~PageTls() {
 }
 
 PageTls::PageTls(PageTls&& other) noexcept
-    : dir_(std::move(other.dir_)),
+    : owner_(std::move(other.owner_)),
+      dir_(std::move(other.dir_)),
       certificate_(std::move(other.certificate_)),
       has_peer_(other.has_peer_) {
   other.dir_.clear();
@@ -139,6 +140,7 @@ PageTls& PageTls::operator=(PageTls&& other) noexcept {
       std::error_code ec;
       fs::remove_all(dir_, ec);
     }
+    owner_ = std::move(other.owner_);
     dir_ = std::move(other.dir_);
     certificate_ = std::move(other.certificate_);
     has_peer_ = other.has_peer_;
@@ -150,12 +152,15 @@ PageTls& PageTls::operator=(PageTls&& other) noexcept {
 StatusOr<PageTls> PageTls::Create(const std::string& name, const std::string& parent) {
   std::error_code ec;
   const std::string base = parent.empty() ? fs::temp_directory_path(ec).string() : parent;
-  std::string templ = base + "/paladin-page-tls.XXXXXX";
-  if (mkdtemp(templ.data()) == nullptr) {
-    return IoError("cannot make a private directory for the page stream's keys in " + base);
+  (void)RemoveOrphanedDirs(base, "paladin-page-tls.");
+  StatusOr<OwnedDir> owned = OwnedDir::MakeUnique(base, "paladin-page-tls");
+  if (!owned.ok()) {
+    return IoError("cannot make a private directory for the page stream's keys in " + base + " (" +
+                   owned.status().message() + ")");
   }
   PageTls tls;
-  tls.dir_ = templ;  // mkdtemp made it 0700; removed with `tls` on any error below
+  tls.dir_ = owned->path();  // 0700; removed with `tls` on any error below
+  tls.owner_ = std::move(*owned);
   Key key(EVP_EC_gen("P-256"));
   if (!key) return Internal("cannot make a key pair for the page stream");
   StatusOr<Cert> cert = SelfSigned(key.get(), name);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "paladin/base/status.h"
+#include "paladin/migrate/owned_dir.h"
 
 namespace paladin::migrate {
 
@@ -31,7 +32,8 @@ class PageTls {
 
   // A fresh key pair and certificate for `name` (the move's id and this side's role, put in the
   // certificate's subject for the logs), in a new private directory under `parent` (the
-  // system's temporary directory when empty).
+  // system's temporary directory when empty). Removes first the key folders there whose owner
+  // died (owned_dir.h): a process killed mid-move cannot remove its own.
   static StatusOr<PageTls> Create(const std::string& name, const std::string& parent = "");
 
   // This side's certificate, DER in base64 on one line: what PAGE-TLS carries.
@@ -47,6 +49,7 @@ class PageTls {
   const std::string& dir() const { return dir_; }
 
  private:
+  OwnedDir owner_;  // the folder's lock, released after the folder is removed
   std::string dir_;
   std::string certificate_;
   bool has_peer_ = false;

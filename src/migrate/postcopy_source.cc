@@ -95,6 +95,7 @@ StatusOr<MigrateReport> PostCopy(ckpt::JobRecord* job, Channel* channel, MoveSta
     report->pause_s = Since(paused);
     progress("the job runs at the destination after a pause of " + std::to_string(report->pause_s) +
              " s; its memory follows from this stopped copy");
+    CrashPoint("src-during-pages");
   } else {
     progress("no answer to RESUME (" + resumed.status().message() +
              "); the job stays stopped here while its pages are served");

@@ -1,14 +1,11 @@
 #include "stream.h"
 
 #include <signal.h>
-#include <stdlib.h>
 #include <sys/statvfs.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -51,15 +48,16 @@ bool RoomInMemory(uint64_t bytes) {
   return free_shm >= bytes + bytes / 8 + 64 * kMiB && available >= 2 * bytes + 512 * kMiB;
 }
 
-StatusOr<std::string> PrivateDir(const std::string& parent) {
-  std::error_code ec;
-  fs::create_directories(parent, ec);
-  std::string pattern = parent + "/paladin-pages.XXXXXX";
-  if (mkdtemp(pattern.data()) == nullptr) {  // mode 0700
+// Mode 0700, owned by this process (owned_dir.h): the page folders of receivers killed mid-move
+// go first, since they cannot remove their own.
+StatusOr<OwnedDir> PrivateDir(const std::string& parent) {
+  (void)RemoveOrphanedDirs(parent, "paladin-pages.");
+  StatusOr<OwnedDir> dir = OwnedDir::MakeUnique(parent, "paladin-pages");
+  if (!dir.ok()) {
     return IoError("cannot make a directory for the pages under " + parent + ": " +
-                   std::strerror(errno));
+                   dir.status().message());
   }
-  return pattern;
+  return dir;
 }
 
 uint64_t PageBytes(const std::string& dir) {
@@ -141,9 +139,10 @@ StatusOr<std::unique_ptr<PageSink>> PageSink::Start(const ckpt::Criu& criu, cons
   PALADIN_RETURN_IF_ERROR(tls->TrustPeer(certificate));
   sink->tls_ = std::move(*tls);
   const bool memory = RoomInMemory(sink->bytes_);
-  StatusOr<std::string> dir = PrivateDir(memory ? std::string(kTmpfs) : disk_parent);
+  StatusOr<OwnedDir> dir = PrivateDir(memory ? std::string(kTmpfs) : disk_parent);
   if (!dir.ok()) return dir.status();
-  sink->dir_ = *dir;
+  sink->dir_ = dir->path();
+  sink->owner_ = std::move(*dir);
   sink->kept_in_ = memory ? "memory" : "disk";
   sink->port_ = port;
   sink->log_ = disk_parent + "/page-server.log";
@@ -208,6 +207,7 @@ void PageSink::Remove(const std::string& keep_logs_in) {
   }
   fs::remove_all(dir_, ec);
   dir_.clear();
+  owner_ = OwnedDir();
 }
 
 StatusOr<std::string> PageSink::Finish(const std::string& image, double timeout_s) {

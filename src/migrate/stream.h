@@ -24,6 +24,7 @@
 #include "paladin/ckpt/workload.h"
 #include "paladin/migrate/control.h"
 #include "paladin/migrate/migrate.h"
+#include "paladin/migrate/owned_dir.h"
 #include "paladin/transfer/transfer.h"
 
 namespace paladin::migrate {
@@ -90,6 +91,7 @@ class PageSink {
   void Stop();
 
   PageTls tls_;
+  OwnedDir owner_;  // dir_'s lock
   std::string dir_;
   std::string log_;
   std::string kept_in_;

@@ -21,10 +21,21 @@ The drills, each on a fresh server and two agents:
      source resumes the job (the server decided against the move; the dead agent's copy was
      stopped by its lease) and the restarted agent kills its stale copy. The file is verified
      from the source's resumption on (what the destination did meanwhile is lost, as in a
-     recovery).
+     recovery). What the dead agent's move left on its host (the incoming image folder, the page
+     stream's keys) is gone once its successor has started, and was there before (the drill
+     would otherwise test nothing).
+  3. src-killed: the source agent killed (PALADIN_MIGRATE_FAULT=crash:src-during-pages) once the
+     job runs at the destination and while its pages are still coming, before the commit; it
+     stays away for 3 leases. The destination, losing the source, stops its copy and the server
+     decides against the move; the server gives the dead node up and recovers the job from its
+     last checkpoint: counted as a recovery (the job's `recoveries`, a `recovered` event,
+     paladin_recoveries_total), one copy, the file verified from the recovery's rewind on. The
+     restarted agent's stale stopped copy is killed, and its move's keys are gone.
+
+Each agent has a temporary directory of its own (TMPDIR), so that the leftovers checked are its.
 
 Usage: postcopy_test.py PALADIN
-Environment: PALADIN_POSTCOPY_ONLY=move|dst-killed runs one drill.
+Environment: PALADIN_POSTCOPY_ONLY=move|dst-killed|src-killed runs one drill.
 """
 import os
 import re
@@ -33,6 +44,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import crash_test  # noqa: E402
@@ -84,6 +96,43 @@ def one_copy_left(tag, what):
         fail(f"{e}: {tagged_processes(tag)}")
         return
     ok(f"{what}: one copy left, running")
+
+
+def fleet_with_own_tmp(work, name, faults):
+    """A Fleet whose agents each have a TMPDIR of their own (work/tmp-NAME-NODE), with
+    PALADIN_MIGRATE_FAULT per node from `faults`. Returns (fleet, {node: env})."""
+    envs = {}
+    for node in ("node-a", "node-b"):
+        tmp = os.path.join(work, f"tmp-{name}-{node}")
+        os.makedirs(tmp)
+        envs[node] = {"TMPDIR": tmp}
+    agent_env = {n: dict(envs[n], **({"PALADIN_MIGRATE_FAULT": faults[n]} if n in faults
+                                     else {})) for n in envs}
+    return Fleet(work, name, agent_env=agent_env), envs
+
+
+def move_leftovers(fleet, node, env):
+    """What moves left on NODE's host: its agent's incoming and outgoing folders and the
+    page-stream keys in its TMPDIR."""
+    left = []
+    for kind in ("incoming", "outgoing"):
+        folder = os.path.join(fleet.dir, "agents", node, kind)
+        left += [os.path.join(folder, n) for n in (os.listdir(folder)
+                                                   if os.path.isdir(folder) else [])]
+    left += [os.path.join(env["TMPDIR"], n) for n in os.listdir(env["TMPDIR"])
+             if n.startswith("paladin-page-tls.")]
+    return sorted(left)
+
+
+def metric(fleet, name):
+    """The value of a metric in the server's /metrics text."""
+    req = urllib.request.Request(f"http://127.0.0.1:{fleet.port}/metrics")
+    req.add_header("Authorization", "Bearer " + fleet.token)
+    with urllib.request.urlopen(req, timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.split()[-1])
+    return None
 
 
 def move_drill(work):
@@ -157,8 +206,7 @@ def dst_killed_drill(work):
     what = "post-copy, destination agent killed before the commit"
     tag = "pckill"
     out = os.path.join(work, "out", tag + ".log")
-    fleet = Fleet(work, "pc-kill",
-                  agent_env={"node-b": {"PALADIN_MIGRATE_FAULT": "crash:dst-during-pages"}})
+    fleet, envs = fleet_with_own_tmp(work, "pc-kill", {"node-b": "crash:dst-during-pages"})
     sampler = None
     try:
         job_id = submit_cpu_job(fleet, tag, out)
@@ -188,8 +236,18 @@ def dst_killed_drill(work):
         wait_for(f"{what}: a copy running", lambda: any(
             s not in "TtZ" for s in tagged_processes(tag).values()), 60, 0.2)
         time.sleep(2 * LEASE_S)
-        fleet.start_agent("node-b", env={})
+        left = move_leftovers(fleet, "node-b", envs["node-b"])
+        fleet.start_agent("node-b", env=envs["node-b"])
         one_copy_left(tag, what)
+        still = move_leftovers(fleet, "node-b", envs["node-b"])
+        if not left:
+            fail(f"{what}: the killed destination left nothing behind to clean up (the drill "
+                 "tests nothing: did the agent die mid-move?)")
+        elif still:
+            fail(f"{what}: left behind after the agent's restart: {still} (before: {left})")
+        else:
+            ok(f"{what}: the restarted agent removed what its dead predecessor's move left: "
+               f"{[os.path.basename(p) for p in left]}")
         time.sleep(3)
         sampler.finish()
         messages = move_events(fleet, job_id)
@@ -201,6 +259,89 @@ def dst_killed_drill(work):
         if "post-copy (no GPU state" not in log:
             fail(f"{what}: the source did not move the job post-copy")
         check_file(out, True, what)
+        crash_test.cancel_and_check_gone(fleet, job_id, tag)
+    except (TimeoutError, urllib.error.URLError, subprocess.TimeoutExpired) as e:
+        fail(f"{what}: {e}; copies {tagged_processes(tag)}")
+    finally:
+        if sampler is not None and not sampler.stop:
+            sampler.finish()
+        fleet.stop()
+
+
+def src_killed_drill(work):
+    what = "post-copy, source agent killed before the commit"
+    tag = "pcsrc"
+    out = os.path.join(work, "out", tag + ".log")
+    fleet, envs = fleet_with_own_tmp(work, "pc-src", {"node-a": "crash:src-during-pages"})
+    sampler = None
+    try:
+        job_id = submit_cpu_job(fleet, tag, out)
+        wait_for("the CPU job running", lambda: fleet.job(job_id)["state"] == "running" and
+                 os.path.exists(out) and os.path.getsize(out) > 0, 120, 0.2)
+        if fleet.job(job_id)["node"] != "node-a":
+            fleet.post(f"/v1/jobs/{job_id}/migrate", {"to": "node-a"})
+            wait_for("the job on node-a", lambda: fence_test.job_on(fleet, job_id, "node-a"),
+                     180, 0.2)
+        # A checkpoint taken on node-a: what the job is recovered from.
+        first = (fleet.job(job_id).get("last_checkpoint") or {}).get("path")
+        wait_for("a checkpoint of the job on node-a", lambda: (fleet.job(job_id).get(
+            "last_checkpoint") or {}).get("path") not in (None, first), 120, 0.2)
+        before = fleet.job(job_id)
+        recoveries = before.get("recoveries", 0)
+        metric_before = metric(fleet, "paladin_recoveries_total") or 0
+        sampler = fence_test.Sampler(tag)
+        began = time.time()
+        fleet.post(f"/v1/jobs/{job_id}/migrate", {"to": "node-b"})
+        try:
+            fleet.procs["node-a"].wait(120)
+        except subprocess.TimeoutExpired:
+            fail(f"{what}: the fault did not kill the source's agent")
+            return
+        died = time.time() - began
+        # Away for 3 leases: the server gives node-a up and recovers the job from its checkpoint.
+        wait_for(f"{what}: the job recovered", lambda: fleet.job(job_id).get(
+            "recoveries", 0) > recoveries and fleet.job(job_id)["state"] == "running", 180, 0.2)
+        time.sleep(max(0.0, 3 * LEASE_S - (time.time() - began - died)))
+        stopped = [p for p, st in tagged_processes(tag).items() if st in "Tt"]
+        left = move_leftovers(fleet, "node-a", envs["node-a"])
+        fleet.start_agent("node-a", env=envs["node-a"])
+        one_copy_left(tag, what)
+        time.sleep(3)
+        sampler.finish()
+        job = fleet.job(job_id)
+        messages = move_events(fleet, job_id)
+        events = fleet.get(f"/v1/events?job={job_id}")["events"]
+        recovered = [e["message"] for e in events if e["kind"] == "recovered"]
+        print(f"{what}: the agent died {died:.1f} s into the move; stopped copies while it was "
+              f"away: {len(stopped)}; {time.time() - began:.1f} s in all; on {job['node']}; "
+              f"events: {messages}; recovered: {recovered}; {sampler.describe()}", flush=True)
+        crash_test.check_one_copy(sampler, what)
+        log = open(os.path.join(fleet.dir, "agent-node-a.log"), errors="replace").read()
+        if "post-copy (no GPU state" not in log:
+            fail(f"{what}: the source did not move the job post-copy")
+        if job.get("recoveries", 0) != recoveries + 1 or job.get("migrations", 0) != before.get(
+                "migrations", 0):
+            fail(f"{what}: recoveries {job.get('recoveries')} (was {recoveries}), migrations "
+                 f"{job.get('migrations')} (was {before.get('migrations')}): want one recovery "
+                 "and no move")
+        elif not recovered or recovered[-1].endswith(" from ?"):
+            fail(f"{what}: no 'recovered' event naming the checkpoint: {recovered}")
+        elif (metric(fleet, "paladin_recoveries_total") or 0) != metric_before + 1:
+            fail(f"{what}: paladin_recoveries_total is {metric(fleet, 'paladin_recoveries_total')}"
+                 f", was {metric_before}")
+        else:
+            ok(f"{what}: recovered from its checkpoint on {job['node']}, counted as a recovery "
+               "(job, event, metric), not as a move")
+        check_file(out, True, what)
+        still = move_leftovers(fleet, "node-a", envs["node-a"])
+        if not left:
+            fail(f"{what}: the killed source left nothing behind to clean up (did the agent die "
+                 "mid-move?)")
+        elif still:
+            fail(f"{what}: left behind after the agent's restart: {still} (before: {left})")
+        else:
+            ok(f"{what}: the restarted agent removed what its dead predecessor's move left: "
+               f"{[os.path.basename(p) for p in left]}")
         crash_test.cancel_and_check_gone(fleet, job_id, tag)
     except (TimeoutError, urllib.error.URLError, subprocess.TimeoutExpired) as e:
         fail(f"{what}: {e}; copies {tagged_processes(tag)}")
@@ -231,8 +372,10 @@ def main():
             move_drill(work)
         if only in ("", "dst-killed"):
             dst_killed_drill(work)
+        if only in ("", "src-killed"):
+            src_killed_drill(work)
     finally:
-        crash_test.kill_tagged("pcmove", "pcgpu", "pckill")
+        crash_test.kill_tagged("pcmove", "pcgpu", "pckill", "pcsrc")
         crash_test.remove_work(work, "postcopy_test")
     return crash_test.summary("postcopy_test")
 

@@ -4,15 +4,22 @@
 // server without this move's key) is tested end to end by tests/ckpt/migrate_lazy_test.sh.
 #include "migrate/page_tls.h"
 
+#include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "paladin/migrate/owned_dir.h"
 
 namespace paladin::migrate {
 namespace {
@@ -105,6 +112,120 @@ TEST(PageTls, HostileCertificatesAreRefused) {
   StatusOr<PageTls> tls = PageTls::Create("m3 good");
   ASSERT_TRUE(tls.ok());
   EXPECT_TRUE(tls->TrustPeer(good).ok());
+}
+
+// A scratch folder of this test's own under the temporary directory.
+std::string Scratch() {
+  std::string templ = fs::temp_directory_path().string() + "/page-tls-test.XXXXXX";
+  EXPECT_NE(mkdtemp(templ.data()), nullptr);
+  return templ;
+}
+
+// What `make` returns, made in a child process that then dies without cleaning up (as a
+// receiver SIGKILLed mid-move does).
+std::string MadeByADeadProcess(const std::function<std::string()>& make) {
+  int out[2];
+  EXPECT_EQ(pipe(out), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    close(out[0]);
+    const std::string path = make();
+    (void)!write(out[1], path.data(), path.size());
+    _exit(0);  // no destructors: the folder stays, its lock dies with the process
+  }
+  close(out[1]);
+  std::string path;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(out[0], buf, sizeof buf)) > 0) path.append(buf, static_cast<size_t>(n));
+  close(out[0]);
+  int status = 0;
+  EXPECT_EQ(waitpid(child, &status, 0), child);
+  return path;
+}
+
+TEST(OwnedDir, OnlyFoldersWhoseOwnerDiedAreRemoved) {
+  const std::string parent = Scratch();
+  const std::string elsewhere = Scratch();
+  const std::string dead = MadeByADeadProcess([&] {
+    StatusOr<OwnedDir> d = OwnedDir::MakeUnique(parent, "paladin-page-tls");
+    if (!d.ok()) return std::string();
+    std::ofstream(d->path() + "/key.pem") << "secret";
+    return d->path();
+  });
+  ASSERT_FALSE(dead.empty());
+  ASSERT_TRUE(fs::exists(dead + "/key.pem"));
+  EXPECT_EQ(Mode(dead), 0700u);
+  const std::string dead_other_kind = MadeByADeadProcess([&] {
+    StatusOr<OwnedDir> d = OwnedDir::MakeUnique(parent, "paladin-pages");
+    return d.ok() ? d->path() : std::string();
+  });
+  const std::string dead_elsewhere = MadeByADeadProcess([&] {
+    StatusOr<OwnedDir> d = OwnedDir::MakeUnique(elsewhere, "paladin-page-tls");
+    return d.ok() ? d->path() : std::string();
+  });
+  const std::string link = parent + "/paladin-page-tls.link";
+  fs::create_directory_symlink(dead_elsewhere, link);
+  const std::string unowned = parent + "/paladin-page-tls.older";  // no .owner: left alone
+  fs::create_directory(unowned);
+  std::optional<OwnedDir> live;
+  {
+    StatusOr<OwnedDir> d = OwnedDir::MakeUnique(parent, "paladin-page-tls");
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    live = std::move(*d);
+  }
+  const std::string live_path = live->path();
+
+  EXPECT_EQ(RemoveOrphanedDirs(parent, "paladin-page-tls."), std::vector<std::string>{dead});
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live_path + "/.owner"));
+  EXPECT_TRUE(fs::exists(dead_other_kind));
+  EXPECT_TRUE(fs::exists(dead_elsewhere));
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_TRUE(fs::exists(unowned));
+  // Its owner lets go: the next sweep takes it.
+  live.reset();
+  EXPECT_EQ(RemoveOrphanedDirs(parent, "paladin-page-tls."), std::vector<std::string>{live_path});
+  // A folder claimed by name (a fleet destination's incoming folder) likewise.
+  const std::string incoming = parent + "/in/job-1-7";
+  EXPECT_EQ(MadeByADeadProcess([&] {
+              StatusOr<OwnedDir> d = OwnedDir::Claim(incoming);
+              return d.ok() ? d->path() : std::string();
+            }),
+            incoming);
+  // A claimer that died between its lock and its rename leaves `.owner-new`: the next claim of
+  // that folder is not refused for it.
+  fs::create_directories(parent + "/in/job-2-8");
+  std::ofstream(parent + "/in/job-2-8/.owner-new") << "";
+  {
+    StatusOr<OwnedDir> claimed = OwnedDir::Claim(parent + "/in/job-2-8");
+    ASSERT_TRUE(claimed.ok()) << claimed.status().message();
+    EXPECT_EQ(RemoveOrphanedDirs(parent + "/in", ""), std::vector<std::string>{incoming});
+    EXPECT_TRUE(fs::exists(parent + "/in/job-2-8"));
+  }
+  fs::remove_all(parent);
+  fs::remove_all(elsewhere);
+}
+
+TEST(PageTls, KeysOfAMoveWhoseProcessDiedAreRemovedByTheNext) {
+  const std::string parent = Scratch();
+  StatusOr<PageTls> live = PageTls::Create("m4 live", parent);
+  ASSERT_TRUE(live.ok());
+  const std::string dead = MadeByADeadProcess([&] {
+    StatusOr<PageTls> tls = PageTls::Create("m4 killed", parent);
+    if (!tls.ok()) return std::string();
+    std::string dir = tls->dir();
+    new PageTls(std::move(*tls));  // never destroyed: the process dies mid-move
+    return dir;
+  });
+  ASSERT_FALSE(dead.empty());
+  EXPECT_TRUE(fs::exists(dead + "/key.pem"));
+  StatusOr<PageTls> next = PageTls::Create("m5", parent);
+  ASSERT_TRUE(next.ok());
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live->dir() + "/key.pem"));
+  EXPECT_TRUE(fs::exists(next->dir() + "/key.pem"));
+  fs::remove_all(parent);
 }
 
 class Report : public ::testing::Environment {

@@ -129,6 +129,14 @@ StatusOr<ckpt::JobRecord> ServeOneMigration(const ckpt::Criu& criu,
                                             const DestinationOptions& options,
                                             const ckpt::Progress& progress);
 
+// What moves received or sent on this host left behind when their process died mid-move (a fleet
+// agent killed, say), which that process could not remove: the folders in each of `move_dirs`
+// (a fleet agent's incoming and outgoing folders, each move's an OwnedDir), the page-stream keys
+// in the temporary directory, a streaming move's pages on /dev/shm. Never a live move's: each
+// such folder is locked by its owner for as long as it lives (paladin/migrate/owned_dir.h).
+// Returns those removed.
+std::vector<std::string> RemoveOrphanedMoveFolders(const std::vector<std::string>& move_dirs);
+
 // The keeper of one side of a direct move (`paladin migrate-keeper`, started by Migrate and
 // ServeOneMigration with keeper_exe): it waits for its side's process to end and, if that process
 // died before the move was settled, settles it from the side's state file (the job resumed or
