@@ -521,6 +521,7 @@ nlohmann::json ToJson(const PodList& list) {
                     {"node", p.node},
                     {"gpu", p.gpu},
                     {"gpu_mem_bytes", p.gpu_mem_bytes},
+                    {"used_bytes", p.used_bytes >= 0 ? Json(p.used_bytes) : Json(nullptr)},
                     {"reason", p.reason}});
   }
   return {{"cluster", list.cluster}, {"pods", pods}};
@@ -561,6 +562,7 @@ StatusOr<PodList> DecodePodList(const nlohmann::json& body) {
     PALADIN_RETURN_IF_ERROR(Int(o, "gpu", -1, 1023, where, &gpu));
     p.gpu = static_cast<int>(gpu);
     PALADIN_RETURN_IF_ERROR(Int(o, "gpu_mem_bytes", 0, kMaxCount, where, &p.gpu_mem_bytes));
+    PALADIN_RETURN_IF_ERROR(Int(o, "used_bytes", 0, kMaxCount, where, &p.used_bytes));
     PALADIN_RETURN_IF_ERROR(Str(o, "reason", where, &p.reason));
     if (!Printable(p.reason, 1024)) {
       return Wrong(where, "reason", "expected printable text of up to 1024 bytes");

@@ -171,10 +171,12 @@ int RunPods(const PodsArgs& a) {
     FleetApi::PrintJson(*answer);
     return 0;
   }
-  fleet::Table table({"NAMESPACE", "NAME", "TEAM", "PHASE", "NODE/GPU", "GPU MEMORY", "WHY"});
+  fleet::Table table(
+      {"NAMESPACE", "NAME", "TEAM", "PHASE", "NODE/GPU", "GPU MEMORY", "USED", "WHY"});
   for (const Json& pod : Array(*answer, "pods")) {
     table.AddRow({Str(pod, "namespace"), Str(pod, "name"), Str(pod, "team"), Str(pod, "phase"),
                   fleet::PlacementCell(pod), BytesCell(pod, "gpu_mem_bytes"),
+                  BytesCell(pod, "used_bytes"),
                   Str(pod, "reason").empty() ? "-" : Str(pod, "reason")});
   }
   for (const Json& c : Array(*answer, "clusters")) {
@@ -496,7 +498,7 @@ void RegisterFleetJobs(CLI::App& app, int* exit_code) {
   CLI::App* pods_cmd = app.add_subcommand(
       "pods",
       "List the Kubernetes pods Paladin's scheduler places, as it reports them to the server: "
-      "NAMESPACE NAME TEAM PHASE NODE/GPU GPU MEMORY WHY (a team token: its own pods)");
+      "NAMESPACE NAME TEAM PHASE NODE/GPU GPU MEMORY USED WHY (a team token: its own pods)");
   pods_cmd->add_option("--team", pods->team, "Only this team's pods (admin tokens)");
   AddFleetFlags(pods_cmd, &pods->flags);
   pods_cmd->callback(

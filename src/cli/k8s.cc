@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -39,6 +40,7 @@
 #include "paladin/k8s/move.h"
 #include "paladin/k8s/recover.h"
 #include "paladin/k8s/scheduler.h"
+#include "paladin/k8s/usage.h"
 #include "paladin/k8s/webhook.h"
 #include "paladin/quota/launch.h"
 
@@ -56,6 +58,7 @@ struct NodeArgs {
   std::string token_file;
   std::string lib_dir;  // empty: no library folder
   double every_s = 0;   // the node's: 0, publish once; else every so many seconds
+  bool usage = false;   // the node's: measure each pod's GPU memory into its annotation
   // The scheduler's
   std::string policy = "paladin";
   double interval_s = 0.5;
@@ -137,6 +140,27 @@ StatusOr<k8s::ApiConfig> Config(const NodeArgs& args) {
 
 // One publication of the node's GPUs (and, `with_libs`, its library folder): 0, 1 on an error
 // worth retrying, 2 on bad input.
+// Each pod's GPU memory as NVML counts its processes (host pids, their pods from their
+// cgroups), written into the pods' annotation paladin.io/gpu-memory-used.
+StatusOr<std::vector<std::string>> PublishUsage(const NodeArgs& args,
+                                                const k8s::ApiClient& client) {
+  StatusOr<std::unique_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(args.nvml);
+  if (!nvml.ok()) return nvml.status();
+  StatusOr<std::vector<gpu::GpuInfo>> gpus = (*nvml)->Gpus();
+  if (!gpus.ok()) return gpus.status();
+  std::vector<k8s::GpuProcessUse> processes;
+  for (const gpu::GpuInfo& g : *gpus) {
+    StatusOr<std::vector<gpu::GpuProcess>> procs = (*nvml)->Processes(g.uuid);
+    if (!procs.ok()) return procs.status();
+    for (const gpu::GpuProcess& p : *procs) processes.push_back({p.pid, p.used_bytes});
+  }
+  const std::map<std::string, uint64_t> used = k8s::UsageByPod(processes, [](uint32_t pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  });
+  return k8s::PublishPodUsage(client, args.node, used);
+}
+
 int PublishNode(const NodeArgs& args, const k8s::ApiConfig& api, bool with_libs) {
   std::string source;
   std::vector<gpu::GpuInfo> gpus;
@@ -167,6 +191,16 @@ int PublishNode(const NodeArgs& args, const k8s::ApiConfig& api, bool with_libs)
     }
     std::printf("node %s: %s = %s\n", args.node.c_str(), k8s::kGpusAnnotation,
                 k8s::GpusAnnotationValue(gpus).c_str());
+  }
+  if (args.usage) {
+    StatusOr<std::vector<std::string>> lines = PublishUsage(args, client);
+    if (!lines.ok()) {
+      Say("measuring the pods' GPU memory: " + lines.status().message());
+      return 1;
+    }
+    for (const std::string& line : *lines) {
+      std::printf("node %s: %s\n", args.node.c_str(), line.c_str());
+    }
   }
   if (with_libs && !args.lib_dir.empty()) {
     StatusOr<quota::Libraries> libs = quota::FindLibraries();
@@ -519,6 +553,9 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
   node->add_option("--lib-dir", args->lib_dir,
                    "Prepare this folder with Paladin's interposer and the emulated driver, for "
                    "the webhook's hostPath volume");
+  node->add_flag("--usage", args->usage,
+                 "Measure each pod's GPU memory (NVML's processes, their pods from their cgroups; "
+                 "needs the host's pids) into its annotation paladin.io/gpu-memory-used");
   node->add_option("--every", args->every_s,
                    "Publish again every so many seconds, never exiting (as a DaemonSet); "
                    "default 0: once");

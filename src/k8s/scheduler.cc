@@ -14,6 +14,7 @@
 #include "paladin/base/size.h"
 #include "paladin/k8s/move.h"
 #include "paladin/k8s/placement_pass.h"
+#include "paladin/k8s/usage.h"
 #include "paladin/server/placement.h"
 #include "paladin/server/validate.h"
 
@@ -164,6 +165,14 @@ PodRequest ReadPod(const std::string& pod_json) {
     char* end = nullptr;
     const long v = std::strtol(gpu.c_str(), &end, 10);
     if (end != gpu.c_str() && *end == '\0' && v >= 0 && v < 1024) p.gpu = static_cast<int>(v);
+  }
+  // Measured by Paladin's node component (only Paladin writes it: the webhook).
+  if (const std::string used = Str(annotations, kGpuUsedAnnotation); !used.empty()) {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(used.c_str(), &end, 10);
+    if (end != used.c_str() && *end == '\0' && v < (1ULL << 60)) {
+      p.gpu_used = static_cast<int64_t>(v);
+    }
   }
   return p;
 }
@@ -357,6 +366,7 @@ api::PodList Scheduler::Report(const std::string& pods_json, const PlacementPass
     r.node = p.node;
     r.gpu = p.gpu;
     r.gpu_mem_bytes = static_cast<int64_t>(p.gpu_memory);
+    r.used_bytes = p.gpu_used;
     auto now = bound_now_.find(p.uid);
     if (r.node.empty() && now != bound_now_.end()) std::tie(r.node, r.gpu) = now->second;
     auto said = said_.find(p.uid);

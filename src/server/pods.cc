@@ -35,6 +35,7 @@ Json PodBook::View(const std::string& cluster, const api::PodReport& p) {
             {"node", p.node},
             {"gpu_mem_bytes", p.gpu_mem_bytes}};
   v["gpu"] = p.gpu >= 0 ? Json(p.gpu) : Json(nullptr);
+  v["used_bytes"] = p.used_bytes >= 0 ? Json(p.used_bytes) : Json(nullptr);
   v["reason"] = p.reason.empty() ? Json(nullptr) : Json(p.reason);
   return v;
 }

@@ -263,9 +263,9 @@ TEST(WireTest, AMalformedCommandNamesTheField) {
 TEST(WireTest, APodListRoundTrips) {
   PodList list;
   list.cluster = "prod-eu";
-  list.pods.push_back(
-      {"research", "train-0", "research", "Running", "node-a", 1, int64_t{8} << 30, ""});
-  list.pods.push_back({"research", "train-1", "research", "Pending", "", -1, int64_t{4} << 30,
+  list.pods.push_back({"research", "train-0", "research", "Running", "node-a", 1, int64_t{8} << 30,
+                       int64_t{5} << 30, ""});
+  list.pods.push_back({"research", "train-1", "research", "Pending", "", -1, int64_t{4} << 30, -1,
                        "team research: 8 GiB of its 8 GiB in use"});
   StatusOr<PodList> back = DecodePodList(ToJson(list));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
@@ -274,7 +274,9 @@ TEST(WireTest, APodListRoundTrips) {
   EXPECT_EQ(back->pods[0].node, "node-a");
   EXPECT_EQ(back->pods[0].gpu, 1);
   EXPECT_EQ(back->pods[0].gpu_mem_bytes, int64_t{8} << 30);
+  EXPECT_EQ(back->pods[0].used_bytes, int64_t{5} << 30);
   EXPECT_EQ(back->pods[1].gpu, -1);
+  EXPECT_EQ(back->pods[1].used_bytes, -1);
   EXPECT_EQ(back->pods[1].reason, list.pods[1].reason);
 }
 
@@ -296,6 +298,7 @@ TEST(WireTest, AHostilePodListIsRefusedNamingTheField) {
       {"node", "node/1", "pods[1]: node: expected a node name"},
       {"gpu", 4096, "pods[1]: gpu: expected an integer from -1 to 1023"},
       {"gpu_mem_bytes", -1, "pods[1]: gpu_mem_bytes"},
+      {"used_bytes", -2, "pods[1]: used_bytes"},
       {"reason", std::string(1025, 'x'), "pods[1]: reason"},
       {"reason", "two\nlines", "pods[1]: reason"},
   };

@@ -166,5 +166,7 @@ gpu_share_checks() {
     [[ $(k get pod "$p" -o jsonpath='{.status.phase}') == Running ]] || fail "pod $p not Running"
   done
   echo "$tag: a and b share $(uuid a) and run on: a gen $ga -> $ga2, b gen $gb -> $gb2"
+  # A case's own checks of the running pods, if it has any.
+  if declare -F gpu_share_more >/dev/null; then gpu_share_more; fi
   k delete pod a b c --wait=true --timeout=30s >/dev/null
 }

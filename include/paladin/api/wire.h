@@ -164,6 +164,7 @@ struct PodReport {
   std::string node;      // "" while unbound
   int gpu = -1;          // the GPU Paladin gave it; -1 while unbound
   int64_t gpu_mem_bytes = 0;  // its paladin.io/gpu-memory
+  int64_t used_bytes = -1;    // GPU memory its processes hold, as its node measured; -1: unknown
   std::string reason;         // why it is Pending ("" when placed)
 };
 struct PodList {

@@ -58,7 +58,8 @@ struct PodRequest {
   bool deleting = false;
   uint64_t gpu_memory = 0;
   int32_t priority = 0;
-  int gpu = -1;  // paladin.io/gpu once bound by Paladin
+  int gpu = -1;           // paladin.io/gpu once bound by Paladin
+  int64_t gpu_used = -1;  // paladin.io/gpu-memory-used, as measured on its node; -1: not said
   // paladin.io/move-to NODE/GPU: the GPU paladin k8s move asked for its replacement pod (honoured
   // only with paladin.io/restore-from, i.e. for a move).
   std::string move_to;
