@@ -313,6 +313,19 @@ Digest HmacSha256(const std::string& key, const uint8_t* data, size_t size) {
   return d;
 }
 
+Digest CommitMac(const std::string& token, const Nonce& nonce, const Digest& manifest_sha,
+                 uint64_t chunk_bytes, const std::vector<ChunkDigest>& chunks) {
+  static constexpr char kLabel[] = "paladin-transfer-commit\n";
+  std::vector<uint8_t> text(kLabel, kLabel + sizeof kLabel - 1);
+  PutU32(&text, kProtocolVersion);
+  text.insert(text.end(), nonce.begin(), nonce.end());
+  text.insert(text.end(), manifest_sha.begin(), manifest_sha.end());
+  PutU64(&text, chunk_bytes);
+  PutU32(&text, static_cast<uint32_t>(chunks.size()));
+  for (const ChunkDigest& c : chunks) text.insert(text.end(), c.begin(), c.end());
+  return HmacSha256(token, text.data(), text.size());
+}
+
 bool SameDigest(const uint8_t* a, const uint8_t* b) {
   return CRYPTO_memcmp(a, b, kDigestBytes) == 0;
 }
