@@ -10,9 +10,9 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <functional>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -21,8 +21,8 @@
 #include <thread>
 #include <vector>
 
-#include "paladin/ckpt/beneath.h"
 #include "chunk_hasher.h"
+#include "paladin/ckpt/beneath.h"
 #include "paladin/quota/region.h"
 #include "sha256_hex.h"
 
@@ -49,29 +49,29 @@ json ToJson(const Manifest& m) {
     gpus.push_back({{"uuid", g.uuid}, {"name", g.name}, {"memory_bytes", g.memory_bytes}});
   }
   json j = {{"format", "paladin-image"},
-          {"version", m.version},
-          {"created_unix", m.created_unix},
-          {"workload",
-           {{"name", m.name},
-            {"command", m.command},
-            {"cwd", m.cwd},
-            {"pid", m.pid},
-            {"uid", m.uid},
-            {"run_dir", m.run_dir},
-            {"logs", m.logs},
-            {"log_targets", m.log_targets},
-            {"region", m.region},
-            {"lease", m.lease},
-            {"stopped", m.stopped}}},
-          {"host", {{"hostname", m.hostname}, {"kernel", m.kernel}, {"arch", m.arch}}},
-          {"criu", {{"version", m.criu_version}, {"no_breakpoints", m.criu_no_breakpoints}}},
-          {"gpu",
-           {{"driver", m.gpu_driver},
-            {"mode", m.gpu_mode},
-            {"emu_state", m.emu_state},
-            {"emu_gpus", m.emu_gpus},
-            {"gpus", gpus}}},
-          {"files", files}};
+            {"version", m.version},
+            {"created_unix", m.created_unix},
+            {"workload",
+             {{"name", m.name},
+              {"command", m.command},
+              {"cwd", m.cwd},
+              {"pid", m.pid},
+              {"uid", m.uid},
+              {"run_dir", m.run_dir},
+              {"logs", m.logs},
+              {"log_targets", m.log_targets},
+              {"region", m.region},
+              {"lease", m.lease},
+              {"stopped", m.stopped}}},
+            {"host", {{"hostname", m.hostname}, {"kernel", m.kernel}, {"arch", m.arch}}},
+            {"criu", {{"version", m.criu_version}, {"no_breakpoints", m.criu_no_breakpoints}}},
+            {"gpu",
+             {{"driver", m.gpu_driver},
+              {"mode", m.gpu_mode},
+              {"emu_state", m.emu_state},
+              {"emu_gpus", m.emu_gpus},
+              {"gpus", gpus}}},
+            {"files", files}};
   if (m.version != 1) j["chunk_bytes"] = m.chunk_bytes;
   return j;
 }
@@ -369,9 +369,8 @@ namespace {
 StatusOr<std::vector<std::string>> Xxh3Fd(int fd, uint64_t chunk_bytes, const std::string& name) {
   posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   ChunkHasher hasher(chunk_bytes);
-  PALADIN_RETURN_IF_ERROR(HashFd(fd, name, [&hasher](const unsigned char* p, size_t n) {
-    hasher.Update(p, n);
-  }));
+  PALADIN_RETURN_IF_ERROR(
+      HashFd(fd, name, [&hasher](const unsigned char* p, size_t n) { hasher.Update(p, n); }));
   return hasher.Finish();
 }
 

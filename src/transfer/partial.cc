@@ -31,38 +31,6 @@ std::string JournalLine(size_t i, const wire::ChunkDigest& d) {
   return std::to_string(i) + " " + wire::Hex(d.data(), d.size()) + "\n";
 }
 
-bool ParseDigest(const std::string& hex, wire::ChunkDigest* out) {
-  if (hex.size() != 2 * out->size()) return false;
-  for (size_t i = 0; i < out->size(); ++i) {
-    unsigned value = 0;
-    for (size_t k = 0; k < 2; ++k) {
-      const char c = hex[2 * i + k];
-      const int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-      if (v < 0) return false;
-      value = value * 16 + static_cast<unsigned>(v);
-    }
-    (*out)[i] = static_cast<uint8_t>(value);
-  }
-  return true;
-}
-
-bool Aligned(const ckpt::Manifest& m, uint64_t chunk_bytes) {
-  return m.version >= 2 && m.chunk_bytes == chunk_bytes;
-}
-
-// The manifest's digest of every chunk (ReadManifest checked their count and form).
-std::vector<wire::ChunkDigest> ExpectedDigests(const ckpt::Manifest& m, const ChunkLayout& layout) {
-  std::vector<wire::ChunkDigest> out;
-  if (!Aligned(m, layout.chunk_bytes())) return out;
-  out.resize(layout.size());
-  for (size_t i = 0; i < layout.size(); ++i) {
-    const ckpt::ImageFile& f = m.files[layout[i].file];
-    const size_t k = static_cast<size_t>(layout[i].offset / layout.chunk_bytes());
-    if (k >= f.xxh3.size() || !ParseDigest(f.xxh3[k], &out[i])) out[i].fill(0);
-  }
-  return out;
-}
-
 Status ReadAllAt(int fd, uint8_t* data, size_t len, uint64_t offset) {
   while (len > 0) {
     const ssize_t n = pread(fd, data, len, static_cast<off_t>(offset));
@@ -152,8 +120,8 @@ PartialImage::PartialImage(std::string dir, std::string manifest_json, ckpt::Man
       manifest_sha_(wire::Hex(manifest_digest_.data(), manifest_digest_.size())),
       manifest_(std::move(manifest)),
       layout_(manifest_.files, chunk_bytes),
-      aligned_(Aligned(manifest_, chunk_bytes)),
-      expected_(ExpectedDigests(manifest_, layout_)),
+      expected_(ManifestChunkDigests(manifest_, layout_)),
+      aligned_(manifest_.version >= 2 && manifest_.chunk_bytes == chunk_bytes),
       done_(layout_.size(), false),
       digests_(layout_.size()) {}
 
@@ -233,7 +201,7 @@ bool PartialImage::Resume() {
     const unsigned long long i = std::strtoull(line.c_str(), &end, 10);
     wire::ChunkDigest recorded{};
     if (line.empty() || *end != ' ' || i >= done_.size() || done_[i] ||
-        !ParseDigest(std::string(end + 1), &recorded)) {
+        !wire::ParseChunkDigest(std::string(end + 1), &recorded)) {
       continue;
     }
     const ChunkRef& c = layout_[i];

@@ -84,8 +84,8 @@ class PartialImage {
   const std::string manifest_sha_;
   const ckpt::Manifest manifest_;
   const ChunkLayout layout_;
-  const bool aligned_;
   const std::vector<wire::ChunkDigest> expected_;  // aligned_ only
+  const bool aligned_;
   std::atomic<uint64_t> bytes_hashed_{0};
 
   mutable std::mutex mu_;  // guards everything below

@@ -1,9 +1,9 @@
 // The receiving end: one thread per connection, all feeding the same PartialImage.
 #include <algorithm>
-#include <cstring>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <future>
 #include <list>
@@ -244,9 +244,8 @@ StatusOr<std::vector<wire::ChunkDigest>> Connection::SenderList(const wire::Fram
   for (size_t i = 0; i < count; ++i) {
     std::copy_n(list + i * wire::kChunkDigestBytes, wire::kChunkDigestBytes, chunks[i].begin());
   }
-  const wire::Digest expected =
-      wire::CommitMac(r_->options.token, nonce_, image_->manifest_digest(),
-                      image_->layout().chunk_bytes(), chunks);
+  const wire::Digest expected = wire::CommitMac(
+      r_->options.token, nonce_, image_->manifest_digest(), image_->layout().chunk_bytes(), chunks);
   if (!wire::SameDigest(mac, expected.data())) {
     return FailedPrecondition(
         "the chunk list's keyed digest (HMAC-SHA256) does not match: the manifest or the list "
@@ -259,8 +258,8 @@ StatusOr<ckpt::VerifyReport> Connection::CommitWithKeepalive(
     const std::vector<wire::ChunkDigest>& list) {
   PartialImage* image = image_.get();
   const std::string criu = r_->options.local_criu_version;
-  std::future<StatusOr<ckpt::VerifyReport>> commit = std::async(
-      std::launch::async, [image, criu, &list] { return image->Commit(criu, list); });
+  std::future<StatusOr<ckpt::VerifyReport>> commit =
+      std::async(std::launch::async, [image, criu, &list] { return image->Commit(criu, list); });
   // Verifying a large image takes a while: keep the sender's connection alive meanwhile.
   const auto keepalive = std::chrono::milliseconds(std::clamp(r_->io_timeout_ms / 4, 100, 5000));
   while (commit.wait_for(keepalive) != std::future_status::ready) {

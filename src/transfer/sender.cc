@@ -133,25 +133,12 @@ class SendState {
   void UseManifestDigests();
 };
 
-bool ParseHexDigest(const std::string& hex, wire::ChunkDigest* out) {
-  if (hex.size() != 2 * out->size()) return false;
-  for (size_t i = 0; i < out->size(); ++i) {
-    const std::string byte = hex.substr(2 * i, 2);
-    char* end = nullptr;
-    const unsigned long v = std::strtoul(byte.c_str(), &end, 16);
-    if (*end != '\0') return false;
-    (*out)[i] = static_cast<uint8_t>(v);
-  }
-  return true;
-}
-
 // Called from the constructor only.
 void SendState::UseManifestDigests() {
-  if (manifest.version < 2 || manifest.chunk_bytes != layout.chunk_bytes()) return;
-  for (size_t i = 0; i < layout.size(); ++i) {
-    const ckpt::ImageFile& f = manifest.files[layout[i].file];
-    const size_t k = static_cast<size_t>(layout[i].offset / layout.chunk_bytes());
-    have_digest_[i] = k < f.xxh3.size() && ParseHexDigest(f.xxh3[k], &digests_[i]);
+  const std::vector<wire::ChunkDigest> listed = ManifestChunkDigests(manifest, layout);
+  for (size_t i = 0; i < listed.size(); ++i) {
+    digests_[i] = listed[i];
+    have_digest_[i] = true;
   }
 }
 

@@ -346,6 +346,20 @@ std::string Hex(const uint8_t* data, size_t size) {
   return hex;
 }
 
+bool ParseChunkDigest(const std::string& hex, ChunkDigest* out) {
+  if (hex.size() != 2 * out->size()) return false;
+  auto nibble = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  for (size_t i = 0; i < out->size(); ++i) {
+    const int high = nibble(hex[2 * i]);
+    const int low = nibble(hex[2 * i + 1]);
+    if (high < 0 || low < 0) return false;
+    (*out)[i] = static_cast<uint8_t>(high * 16 + low);
+  }
+  return true;
+}
+
 std::vector<uint8_t> PackBits(const std::vector<bool>& bits) {
   std::vector<uint8_t> out((bits.size() + 7) / 8, 0);
   for (size_t i = 0; i < bits.size(); ++i) {

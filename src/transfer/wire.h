@@ -18,7 +18,7 @@ namespace paladin::transfer::wire {
 // 2: XXH3-128 chunk digests, COMMIT carries the keyed chunk list (1: SHA-256 per chunk).
 inline constexpr uint32_t kProtocolVersion = 2;
 inline constexpr size_t kNonceBytes = 16;
-inline constexpr size_t kDigestBytes = 32;  // SHA-256, HMAC-SHA256
+inline constexpr size_t kDigestBytes = 32;                            // SHA-256, HMAC-SHA256
 inline constexpr size_t kChunkDigestBytes = ckpt::kChunkDigestBytes;  // XXH3-128
 // file index (u32), offset (u64), length (u32), XXH3-128 of the chunk.
 inline constexpr size_t kDataHeaderBytes = 4 + 8 + 4 + kChunkDigestBytes;
@@ -145,6 +145,8 @@ Digest CommitMac(const std::string& token, const Nonce& nonce, const Digest& man
 bool SameDigest(const uint8_t* a, const uint8_t* b);
 Status RandomBytes(uint8_t* out, size_t n);
 std::string Hex(const uint8_t* data, size_t size);
+// A chunk digest from 32 lowercase hex digits (the manifest's form); false when malformed.
+bool ParseChunkDigest(const std::string& hex, ChunkDigest* out);
 
 // Bitmaps of chunk indices: bit i is bit (i % 8) of byte i / 8.
 std::vector<uint8_t> PackBits(const std::vector<bool>& bits);

@@ -24,8 +24,8 @@ inline constexpr uint64_t kDefaultChunkBytes = uint64_t{8} << 20;
 // Failures injected on purpose, for tests (PALADIN_TRANSFER_FAULT). Each fires at most once per
 // SendImage call or per Receiver.
 struct Fault {
-  int drop_after_chunks = 0;   // sender: after this many DATA frames, close every connection
-  int corrupt_chunk = 0;       // sender: flip one byte of the N-th DATA frame (not its hash)
+  int drop_after_chunks = 0;  // sender: after this many DATA frames, close every connection
+  int corrupt_chunk = 0;      // sender: flip one byte of the N-th DATA frame (not its hash)
   // sender: flip one byte of the N-th DATA frame and declare the digest of the flipped bytes, as
   // one who rewrites the stream would (its own chunk list keeps the true digest)
   int forge_chunk = 0;
