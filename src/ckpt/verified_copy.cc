@@ -109,8 +109,7 @@ Status CopyIntoRunDir(int image, const Manifest& m, const std::string& rel, cons
   if (fchmod(to->get(), want) != 0) {
     return IoError("cannot set the mode of " + p.run_dir + "/" + name + ": " + strerror(errno));
   }
-  const Status checked =
-      CopyChecked(from->get(), to->get(), m, *listed, rel, p.run_dir + "/" + name);
+  Status checked = CopyChecked(from->get(), to->get(), m, *listed, rel, p.run_dir + "/" + name);
   if (!checked.ok() && checked.code() == StatusCode::kInvalidArgument) {
     (void)ftruncate(to->get(), 0);
   }
