@@ -6,7 +6,8 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build git
   libcli11-dev          # command line
-  libssl-dev            # SHA-256 of checkpoint images
+  libssl-dev            # HMAC-SHA256 of the transfer, SHA-256 of older images
+  libxxhash-dev         # XXH3-128 chunk digests of images and the transfer
   nlohmann-json3-dev    # image manifests, job records, the API
   libcpp-httplib-dev pkg-config  # the REST API (server, agent, CLI)
   libsqlite3-dev        # the server's state

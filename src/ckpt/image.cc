@@ -12,6 +12,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -20,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "chunk_hasher.h"
 #include "paladin/ckpt/beneath.h"
 #include "paladin/quota/region.h"
 #include "sha256_hex.h"
@@ -36,36 +38,42 @@ constexpr const char* kManifest = "manifest.json";
 json ToJson(const Manifest& m) {
   json files = json::array();
   for (const ImageFile& f : m.files) {
-    files.push_back({{"path", f.path}, {"size", f.size}, {"sha256", f.sha256}});
+    if (m.version == 1) {
+      files.push_back({{"path", f.path}, {"size", f.size}, {"sha256", f.sha256}});
+    } else {
+      files.push_back({{"path", f.path}, {"size", f.size}, {"xxh3", f.xxh3}});
+    }
   }
   json gpus = json::array();
   for (const ImageGpu& g : m.gpus) {
     gpus.push_back({{"uuid", g.uuid}, {"name", g.name}, {"memory_bytes", g.memory_bytes}});
   }
-  return {{"format", "paladin-image"},
-          {"version", m.version},
-          {"created_unix", m.created_unix},
-          {"workload",
-           {{"name", m.name},
-            {"command", m.command},
-            {"cwd", m.cwd},
-            {"pid", m.pid},
-            {"uid", m.uid},
-            {"run_dir", m.run_dir},
-            {"logs", m.logs},
-            {"log_targets", m.log_targets},
-            {"region", m.region},
-            {"lease", m.lease},
-            {"stopped", m.stopped}}},
-          {"host", {{"hostname", m.hostname}, {"kernel", m.kernel}, {"arch", m.arch}}},
-          {"criu", {{"version", m.criu_version}, {"no_breakpoints", m.criu_no_breakpoints}}},
-          {"gpu",
-           {{"driver", m.gpu_driver},
-            {"mode", m.gpu_mode},
-            {"emu_state", m.emu_state},
-            {"emu_gpus", m.emu_gpus},
-            {"gpus", gpus}}},
-          {"files", files}};
+  json j = {{"format", "paladin-image"},
+            {"version", m.version},
+            {"created_unix", m.created_unix},
+            {"workload",
+             {{"name", m.name},
+              {"command", m.command},
+              {"cwd", m.cwd},
+              {"pid", m.pid},
+              {"uid", m.uid},
+              {"run_dir", m.run_dir},
+              {"logs", m.logs},
+              {"log_targets", m.log_targets},
+              {"region", m.region},
+              {"lease", m.lease},
+              {"stopped", m.stopped}}},
+            {"host", {{"hostname", m.hostname}, {"kernel", m.kernel}, {"arch", m.arch}}},
+            {"criu", {{"version", m.criu_version}, {"no_breakpoints", m.criu_no_breakpoints}}},
+            {"gpu",
+             {{"driver", m.gpu_driver},
+              {"mode", m.gpu_mode},
+              {"emu_state", m.emu_state},
+              {"emu_gpus", m.emu_gpus},
+              {"gpus", gpus}}},
+            {"files", files}};
+  if (m.version != 1) j["chunk_bytes"] = m.chunk_bytes;
+  return j;
 }
 
 // Reads a field, saying which one is missing or of the wrong type.
@@ -130,15 +138,41 @@ Status CheckHostPaths(const Manifest& m) {
   return Status::Ok();
 }
 
+// A version 2 file's digest list: one per chunk, each 32 lowercase hex digits.
+Status CheckDigests(const Manifest& m, const ImageFile& f) {
+  const uint64_t chunks = (f.size + m.chunk_bytes - 1) / m.chunk_bytes;
+  if (f.xxh3.size() != chunks) {
+    return InvalidArgument("manifest: " + f.path + " has " + std::to_string(f.xxh3.size()) +
+                           " chunk digests (xxh3); its size needs " + std::to_string(chunks));
+  }
+  for (const std::string& d : f.xxh3) {
+    if (d.size() != 2 * kChunkDigestBytes ||
+        d.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      return InvalidArgument("manifest: " + f.path + " has a malformed chunk digest '" +
+                             d.substr(0, 40) + "'");
+    }
+  }
+  return Status::Ok();
+}
+
 Status FromJson(const json& j, Manifest* m) {
   std::string format;
   PALADIN_RETURN_IF_ERROR(Field(j, "", "format", &format));
   if (format != "paladin-image") return InvalidArgument("manifest: not a Paladin image");
   PALADIN_RETURN_IF_ERROR(Field(j, "", "version", &m->version));
-  if (m->version != kImageFormatVersion) {
+  if (m->version < kOldestImageFormatVersion || m->version > kImageFormatVersion) {
     return InvalidArgument("manifest: image format version " + std::to_string(m->version) +
-                           " (this Paladin reads version " + std::to_string(kImageFormatVersion) +
-                           ")");
+                           " (this Paladin reads versions " +
+                           std::to_string(kOldestImageFormatVersion) + " to " +
+                           std::to_string(kImageFormatVersion) + ")");
+  }
+  m->chunk_bytes = 0;
+  if (m->version >= 2) {
+    PALADIN_RETURN_IF_ERROR(Field(j, "", "chunk_bytes", &m->chunk_bytes));
+    if (m->chunk_bytes < kMinManifestChunkBytes || m->chunk_bytes > kMaxManifestChunkBytes) {
+      return InvalidArgument("manifest: chunk_bytes " + std::to_string(m->chunk_bytes) +
+                             " is out of range (4 KiB to 64 MiB)");
+    }
   }
   for (const char* object : {"workload", "host", "criu", "gpu"}) {
     if (!j.contains(object) || !j.at(object).is_object()) {
@@ -206,13 +240,18 @@ Status FromJson(const json& j, Manifest* m) {
   for (const json& f : files) {
     ImageFile file;
     PALADIN_RETURN_IF_ERROR(Field(f, "", "path", &file.path));
-    PALADIN_RETURN_IF_ERROR(Field(f, "", "size", &file.size));
-    PALADIN_RETURN_IF_ERROR(Field(f, "", "sha256", &file.sha256));
     const std::string field = "manifest: files[" + std::to_string(m->files.size()) + "].path";
     PALADIN_RETURN_IF_ERROR(CheckRelativePath(field, file.path));
     if (file.path == kManifest) return InvalidArgument(field + " names the manifest itself");
     if (!paths.insert(file.path).second) {
       return InvalidArgument(field + " '" + file.path + "' is listed twice");
+    }
+    PALADIN_RETURN_IF_ERROR(Field(f, "", "size", &file.size));
+    if (m->version == 1) {
+      PALADIN_RETURN_IF_ERROR(Field(f, "", "sha256", &file.sha256));
+    } else {
+      PALADIN_RETURN_IF_ERROR(Field(f, "", "xxh3", &file.xxh3));
+      PALADIN_RETURN_IF_ERROR(CheckDigests(*m, file));
     }
     m->files.push_back(file);
   }
@@ -239,10 +278,12 @@ StatusOr<size_t> ReadBlock(int fd, unsigned char* data, size_t size, const std::
   return got;
 }
 
-// Feeds the whole file to `ctx`. A file larger than two blocks is read by a thread of its own
+using Consumer = std::function<void(const unsigned char*, size_t)>;
+
+// Feeds the whole file to `consume`. A file larger than two blocks is read by a thread of its own
 // into three rotating blocks while this one hashes: reading from disk and hashing overlap, so
 // the pair runs at the speed of the slower, not of their sum.
-Status HashFd(int fd, const std::string& path, EVP_MD_CTX* ctx) {
+Status HashFd(int fd, const std::string& path, const Consumer& consume) {
   struct stat st {};
   const bool large = fstat(fd, &st) == 0 && st.st_size > static_cast<off_t>(2 * kHashBlock);
   if (!large) {
@@ -250,7 +291,7 @@ Status HashFd(int fd, const std::string& path, EVP_MD_CTX* ctx) {
     while (true) {
       StatusOr<size_t> got = ReadBlock(fd, buf.get(), kSmallBlock, path);
       if (!got.ok()) return got.status();
-      EVP_DigestUpdate(ctx, buf.get(), *got);
+      consume(buf.get(), *got);
       if (*got < kSmallBlock) return Status::Ok();
     }
   }
@@ -291,7 +332,7 @@ Status HashFd(int fd, const std::string& path, EVP_MD_CTX* ctx) {
       b = full.front();
       full.pop_front();
     }
-    EVP_DigestUpdate(ctx, blocks[b].get(), sizes[b]);
+    consume(blocks[b].get(), sizes[b]);
     std::lock_guard<std::mutex> lock(mu);
     const bool last = done && full.empty();
     empty.push_back(b);
@@ -308,7 +349,8 @@ StatusOr<std::string> Sha256Fd(int fd, const std::string& name) {
   posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  const Status hashed = HashFd(fd, name, ctx);
+  const Status hashed =
+      HashFd(fd, name, [ctx](const unsigned char* p, size_t n) { EVP_DigestUpdate(ctx, p, n); });
   std::string hex = FinishSha256Hex(ctx);
   if (!hashed.ok()) return hashed;
   return hex;
@@ -322,7 +364,33 @@ StatusOr<std::string> Sha256File(const std::string& path) {
   return hash;
 }
 
+namespace {
+
+StatusOr<std::vector<std::string>> Xxh3Fd(int fd, uint64_t chunk_bytes, const std::string& name) {
+  posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  ChunkHasher hasher(chunk_bytes);
+  PALADIN_RETURN_IF_ERROR(
+      HashFd(fd, name, [&hasher](const unsigned char* p, size_t n) { hasher.Update(p, n); }));
+  return hasher.Finish();
+}
+
+StatusOr<std::vector<std::string>> Xxh3File(const std::string& path, uint64_t chunk_bytes) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return IoError("cannot read " + path + ": " + strerror(errno));
+  StatusOr<std::vector<std::string>> digests = Xxh3Fd(fd, chunk_bytes, path);
+  close(fd);
+  return digests;
+}
+
+}  // namespace
+
 Status WriteManifest(const std::string& dir, Manifest m) {
+  if (m.version != 1) {
+    m.version = kImageFormatVersion;
+    if (m.chunk_bytes < kMinManifestChunkBytes || m.chunk_bytes > kMaxManifestChunkBytes) {
+      return InvalidArgument("manifest chunk size out of range");
+    }
+  }
   m.files.clear();
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
@@ -332,9 +400,17 @@ Status WriteManifest(const std::string& dir, Manifest m) {
     if (!fs::is_regular_file(it->symlink_status(ec))) continue;
     const std::string rel = fs::relative(it->path(), dir).string();
     if (rel == kManifest) continue;
-    StatusOr<std::string> hash = Sha256File(it->path().string());
-    if (!hash.ok()) return hash.status();
-    m.files.push_back({rel, static_cast<uint64_t>(it->file_size()), *hash});
+    ImageFile file{rel, static_cast<uint64_t>(it->file_size()), "", {}};
+    if (m.version == 1) {
+      StatusOr<std::string> hash = Sha256File(it->path().string());
+      if (!hash.ok()) return hash.status();
+      file.sha256 = *hash;
+    } else {
+      StatusOr<std::vector<std::string>> digests = Xxh3File(it->path().string(), m.chunk_bytes);
+      if (!digests.ok()) return digests.status();
+      file.xxh3 = std::move(*digests);
+    }
+    m.files.push_back(std::move(file));
   }
   if (ec) return IoError("cannot list " + dir + ": " + ec.message());
   std::sort(m.files.begin(), m.files.end(),
@@ -452,8 +528,38 @@ StatusOr<Manifest> ReadManifest(const std::string& dir) {
   return ReadManifestAt(fd->get(), dir);
 }
 
+Status VerifyFileContents(int fd, const Manifest& m, const ImageFile& f, uint64_t* bytes_hashed) {
+  *bytes_hashed += f.size;
+  if (m.version == 1) {
+    StatusOr<std::string> hash = Sha256Fd(fd, f.path);
+    if (!hash.ok()) return hash.status();
+    if (*hash != f.sha256) {
+      return InvalidArgument(f.path + ": SHA-256 " + hash->substr(0, 16) +
+                             "… does not match the manifest's " + f.sha256.substr(0, 16) +
+                             "… (corrupted)");
+    }
+    return Status::Ok();
+  }
+  StatusOr<std::vector<std::string>> digests = Xxh3Fd(fd, m.chunk_bytes, f.path);
+  if (!digests.ok()) return digests.status();
+  for (size_t i = 0; i < f.xxh3.size(); ++i) {
+    const std::string got = i < digests->size() ? (*digests)[i] : "(none)";
+    if (got != f.xxh3[i]) {
+      return InvalidArgument(f.path + " at offset " + std::to_string(i * m.chunk_bytes) +
+                             ": XXH3-128 " + got.substr(0, 16) +
+                             "… does not match the manifest's " + f.xxh3[i].substr(0, 16) +
+                             "… (corrupted)");
+    }
+  }
+  if (digests->size() != f.xxh3.size()) {
+    return InvalidArgument(f.path + ": longer than the manifest says (changed while read)");
+  }
+  return Status::Ok();
+}
+
 StatusOr<VerifyReport> VerifyImage(const std::string& dir, const std::string& local_criu_version,
-                                   const std::vector<std::string>& also_allowed) {
+                                   const std::vector<std::string>& also_allowed,
+                                   bool check_contents) {
   StatusOr<Fd> image = OpenDirectory(dir);
   if (!image.ok()) return image.status();
   StatusOr<Manifest> m = ReadManifestAt(image->get(), dir);
@@ -472,12 +578,8 @@ StatusOr<VerifyReport> VerifyImage(const std::string& dir, const std::string& lo
       return InvalidArgument(f.path + ": " + std::to_string(size) + " bytes, the manifest says " +
                              std::to_string(f.size) + " (truncated or altered)");
     }
-    StatusOr<std::string> hash = Sha256Fd(fd->get(), f.path);
-    if (!hash.ok()) return hash.status();
-    if (*hash != f.sha256) {
-      return InvalidArgument(f.path + ": SHA-256 " + hash->substr(0, 16) +
-                             "… does not match the manifest's " + f.sha256.substr(0, 16) +
-                             "… (corrupted)");
+    if (check_contents) {
+      PALADIN_RETURN_IF_ERROR(VerifyFileContents(fd->get(), *m, f, &report.bytes_hashed));
     }
     ++report.files_checked;
     report.bytes_checked += size;
@@ -515,7 +617,10 @@ std::string DescribeManifest(const Manifest& m) {
         << quota::FormatSize(g.memory_bytes) << "\n";
   }
   out << "files:     " << m.files.size() << ", " << quota::FormatSize(bytes) << "\n"
-      << "format:    version " << m.version << "\n";
+      << "format:    version " << m.version
+      << (m.version == 1 ? " (SHA-256 per file)"
+                         : " (XXH3-128 per " + quota::FormatSize(m.chunk_bytes) + " chunk)")
+      << "\n";
   return out.str();
 }
 

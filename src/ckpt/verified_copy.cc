@@ -1,13 +1,16 @@
 // Placement's CopyIntoRunDir: an image's file copied into the run directory, hashed on the way
-// and checked against the manifest.
+// (XXH3-128 per chunk, or SHA-256 in images of format version 1) and checked against the
+// manifest.
 #include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <vector>
 
+#include "chunk_hasher.h"
 #include "placement.h"
 #include "sha256_hex.h"
 
@@ -34,16 +37,16 @@ Status WriteAll(int fd, const char* data, ssize_t n, const std::string& to_name)
   return Status::Ok();
 }
 
-// Copies `from` to `to` to its end, hashing what it reads into `ctx`.
-Status CopyHashing(int from, int to, EVP_MD_CTX* ctx, const std::string& rel,
-                   const std::string& to_name) {
+// Copies `from` to `to` to its end, handing what it reads to `hash`.
+Status CopyHashing(int from, int to, const std::function<void(const uint8_t*, size_t)>& hash,
+                   const std::string& rel, const std::string& to_name) {
   std::vector<char> buf(size_t{1} << 20);
   for (;;) {
     const ssize_t n = read(from, buf.data(), buf.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return IoError("cannot read the image's " + rel + ": " + strerror(errno));
     if (n == 0) return Status::Ok();
-    EVP_DigestUpdate(ctx, buf.data(), static_cast<size_t>(n));
+    hash(reinterpret_cast<const uint8_t*>(buf.data()), static_cast<size_t>(n));
     PALADIN_RETURN_IF_ERROR(WriteAll(to, buf.data(), n, to_name));
   }
 }
@@ -53,10 +56,40 @@ StatusOr<std::string> CopySha256(int from, int to, const std::string& rel,
                                  const std::string& to_name) {
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  const Status copied = CopyHashing(from, to, ctx, rel, to_name);
+  const Status copied = CopyHashing(
+      from, to, [ctx](const uint8_t* p, size_t n) { EVP_DigestUpdate(ctx, p, n); }, rel, to_name);
   std::string hex = FinishSha256Hex(ctx);
   PALADIN_RETURN_IF_ERROR(copied);
   return hex;
+}
+
+// Copies `from` to `to` and returns the XXH3-128 digests (hex) of its chunks.
+StatusOr<std::vector<std::string>> CopyXxh3(int from, int to, uint64_t chunk_bytes,
+                                            const std::string& rel, const std::string& to_name) {
+  ChunkHasher hasher(chunk_bytes);
+  PALADIN_RETURN_IF_ERROR(CopyHashing(
+      from, to, [&hasher](const uint8_t* p, size_t n) { hasher.Update(p, n); }, rel, to_name));
+  return hasher.Finish();
+}
+
+// Copies and compares with the manifest's digests; the error says what differs.
+Status CopyChecked(int from, int to, const Manifest& m, const ImageFile& listed,
+                   const std::string& rel, const std::string& to_name) {
+  if (m.version == 1) {
+    StatusOr<std::string> hex = CopySha256(from, to, rel, to_name);
+    if (!hex.ok()) return hex.status();
+    if (*hex == listed.sha256) return Status::Ok();
+    return InvalidArgument(rel + ": changed since the image was verified (SHA-256 " +
+                           hex->substr(0, 16) + "…, the manifest says " +
+                           listed.sha256.substr(0, 16) + "…)");
+  }
+  StatusOr<std::vector<std::string>> digests = CopyXxh3(from, to, m.chunk_bytes, rel, to_name);
+  if (!digests.ok()) return digests.status();
+  if (*digests == listed.xxh3) return Status::Ok();
+  size_t i = 0;
+  while (i < digests->size() && i < listed.xxh3.size() && (*digests)[i] == listed.xxh3[i]) ++i;
+  return InvalidArgument(rel + ": changed since the image was verified (XXH3-128 of the chunk at " +
+                         std::to_string(i * m.chunk_bytes) + " differs from the manifest's)");
 }
 
 }  // namespace
@@ -76,15 +109,11 @@ Status CopyIntoRunDir(int image, const Manifest& m, const std::string& rel, cons
   if (fchmod(to->get(), want) != 0) {
     return IoError("cannot set the mode of " + p.run_dir + "/" + name + ": " + strerror(errno));
   }
-  StatusOr<std::string> hex = CopySha256(from->get(), to->get(), rel, p.run_dir + "/" + name);
-  if (!hex.ok()) return hex.status();
-  if (*hex != listed->sha256) {
+  Status checked = CopyChecked(from->get(), to->get(), m, *listed, rel, p.run_dir + "/" + name);
+  if (!checked.ok() && checked.code() == StatusCode::kInvalidArgument) {
     (void)ftruncate(to->get(), 0);
-    return InvalidArgument(rel + ": changed since the image was verified (SHA-256 " +
-                           hex->substr(0, 16) + "…, the manifest says " +
-                           listed->sha256.substr(0, 16) + "…)");
   }
-  return Status::Ok();
+  return checked;
 }
 
 }  // namespace paladin::ckpt

@@ -341,7 +341,7 @@ void RegisterCheckpoint(CLI::App& app, int* exit_code) {
   inspect->add_option("dir", *dir, "Image directory")->required();
   inspect->callback([dir, exit_code] { *exit_code = RunInspect(*dir); });
   CLI::App* verify = image->add_subcommand(
-      "verify", "Check every file's size and SHA-256 and that this host can restore the image");
+      "verify", "Check every file's size and digests and that this host can restore the image");
   verify->add_option("dir", *dir, "Image directory")->required();
   verify->callback([dir, exit_code] { *exit_code = RunVerify(*dir); });
 

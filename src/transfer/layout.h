@@ -35,6 +35,12 @@ class ChunkLayout {
   std::vector<size_t> first_chunk_;  // per file, and one past the last
 };
 
+// The manifest's own XXH3-128 of each chunk when its digests line up with the chunks (format
+// version 2 with `chunk_bytes` the layout's), else empty: then nothing in the manifest covers a
+// chunk, and the transfer hashes the chunks itself. ReadManifest checked the digests' form.
+std::vector<ckpt::ChunkDigest> ManifestChunkDigests(const ckpt::Manifest& m,
+                                                    const ChunkLayout& layout);
+
 }  // namespace paladin::transfer
 
 #endif  // PALADIN_TRANSFER_LAYOUT_H_

@@ -33,8 +33,11 @@ StatusOr<Fault> ParseFault(const std::string& spec) {
   const std::string count = colon == std::string::npos ? "" : spec.substr(colon + 1);
   if (name == "drop-after" && ParseCount(count, &fault.drop_after_chunks)) return fault;
   if (name == "corrupt-chunk" && ParseCount(count, &fault.corrupt_chunk)) return fault;
-  return InvalidArgument("PALADIN_TRANSFER_FAULT: '" + spec +
-                         "' is not drop-after:N, corrupt-chunk:N or refuse");
+  if (name == "forge-chunk" && ParseCount(count, &fault.forge_chunk)) return fault;
+  if (name == "alter-list" && ParseCount(count, &fault.alter_list)) return fault;
+  return InvalidArgument(
+      "PALADIN_TRANSFER_FAULT: '" + spec +
+      "' is not drop-after:N, corrupt-chunk:N, forge-chunk:N, alter-list:N or refuse");
 }
 
 StatusOr<Fault> FaultFromEnv() {

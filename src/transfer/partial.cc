@@ -24,7 +24,23 @@ constexpr const char* kJournal = "journal";
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
 std::string JournalHeader(const std::string& manifest_sha, uint64_t chunk_bytes) {
-  return "paladin-transfer-journal 1 " + manifest_sha + " " + std::to_string(chunk_bytes) + "\n";
+  return "paladin-transfer-journal 2 " + manifest_sha + " " + std::to_string(chunk_bytes) + "\n";
+}
+
+std::string JournalLine(size_t i, const wire::ChunkDigest& d) {
+  return std::to_string(i) + " " + wire::Hex(d.data(), d.size()) + "\n";
+}
+
+Status ReadAllAt(int fd, uint8_t* data, size_t len, uint64_t offset) {
+  while (len > 0) {
+    const ssize_t n = pread(fd, data, len, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return IoError(n == 0 ? std::string("short read") : Errno("read"));
+    data += n;
+    len -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return Status::Ok();
 }
 
 StatusOr<std::string> ReadText(const std::string& path) {
@@ -99,14 +115,15 @@ PartialImage::PartialImage(std::string dir, std::string manifest_json, ckpt::Man
     : dir_(std::move(dir)),
       partial_(dir_ + "/.partial"),
       manifest_json_(std::move(manifest_json)),
-      manifest_sha_([this] {
-        const wire::Digest d = wire::Sha256(reinterpret_cast<const uint8_t*>(manifest_json_.data()),
-                                            manifest_json_.size());
-        return wire::Hex(d.data(), d.size());
-      }()),
+      manifest_digest_(wire::Sha256(reinterpret_cast<const uint8_t*>(manifest_json_.data()),
+                                    manifest_json_.size())),
+      manifest_sha_(wire::Hex(manifest_digest_.data(), manifest_digest_.size())),
       manifest_(std::move(manifest)),
       layout_(manifest_.files, chunk_bytes),
-      done_(layout_.size(), false) {}
+      expected_(ManifestChunkDigests(manifest_, layout_)),
+      aligned_(manifest_.version >= 2 && manifest_.chunk_bytes == chunk_bytes),
+      done_(layout_.size(), false),
+      digests_(layout_.size()) {}
 
 PartialImage::~PartialImage() {
   if (journal_fd_ >= 0) close(journal_fd_);
@@ -164,7 +181,9 @@ Status PartialImage::StartFresh() {
   return OpenJournal(true);
 }
 
-// Loads the journal when it is this image's and every file is there at its size.
+// Loads the journal when it is this image's and every file is there at its size. A chunk counts
+// only when its bytes still have the digest recorded: the journal is not fsynced with the data,
+// and this receiver did not see them arrive.
 bool PartialImage::Resume() {
   StatusOr<std::string> journal = ReadText(PartialPath(kJournal));
   const std::string header = JournalHeader(manifest_sha_, layout_.chunk_bytes());
@@ -175,12 +194,26 @@ bool PartialImage::Resume() {
   }
   std::istringstream lines(journal->substr(header.size()));
   std::string line;
+  std::vector<uint8_t> buf;
   while (std::getline(lines, line)) {
     if (lines.eof()) break;  // a last line without its newline was cut short: not recorded
     char* end = nullptr;
     const unsigned long long i = std::strtoull(line.c_str(), &end, 10);
-    if (line.empty() || *end != '\0' || i >= done_.size() || done_[i]) continue;
+    wire::ChunkDigest recorded{};
+    if (line.empty() || *end != ' ' || i >= done_.size() || done_[i] ||
+        !wire::ParseChunkDigest(std::string(end + 1), &recorded)) {
+      continue;
+    }
+    const ChunkRef& c = layout_[i];
+    buf.resize(c.length);
+    const int fd = open(PartialPath(manifest_.files[c.file].path).c_str(), O_RDONLY | O_CLOEXEC);
+    const bool read = fd >= 0 && ReadAllAt(fd, buf.data(), c.length, c.offset).ok();
+    if (fd >= 0) close(fd);
+    if (!read) continue;
+    bytes_hashed_ += c.length;
+    if (wire::Xxh3(buf.data(), c.length) != recorded) continue;
     done_[i] = true;
+    digests_[i] = recorded;
     ++done_count_;
   }
   return OpenJournal(false).ok();
@@ -206,7 +239,7 @@ std::vector<uint8_t> PartialImage::Have(int* count) const {
   return wire::PackBits(done_);
 }
 
-Status PartialImage::WriteChunk(size_t i, const uint8_t* data) {
+Status PartialImage::WriteChunk(size_t i, const uint8_t* data, const wire::ChunkDigest& digest) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (committing_ || finished_) return Status::Ok();  // the image is complete already
@@ -220,11 +253,12 @@ Status PartialImage::WriteChunk(size_t i, const uint8_t* data) {
   PALADIN_RETURN_IF_ERROR(written);
   std::lock_guard<std::mutex> lock(mu_);
   if (done_[i]) return Status::Ok();
-  const std::string record = std::to_string(i) + "\n";
+  const std::string record = JournalLine(i, digest);
   if (write(journal_fd_, record.data(), record.size()) != static_cast<ssize_t>(record.size())) {
     return IoError(Errno("cannot write the journal in " + partial_));
   }
   done_[i] = true;
+  digests_[i] = digest;
   ++done_count_;
   return Status::Ok();
 }
@@ -232,7 +266,7 @@ Status PartialImage::WriteChunk(size_t i, const uint8_t* data) {
 Status PartialImage::RewriteJournalLocked() {
   std::string text = JournalHeader(manifest_sha_, layout_.chunk_bytes());
   for (size_t i = 0; i < done_.size(); ++i) {
-    if (done_[i]) text += std::to_string(i) + "\n";
+    if (done_[i]) text += JournalLine(i, digests_[i]);
   }
   const std::string path = PartialPath(kJournal);
   PALADIN_RETURN_IF_ERROR(WriteText(path + ".tmp", text));
@@ -246,8 +280,11 @@ Status PartialImage::RewriteJournalLocked() {
 void PartialImage::ForgetBadFiles() {
   std::vector<bool> bad(manifest_.files.size(), false);
   for (size_t f = 0; f < manifest_.files.size(); ++f) {
-    StatusOr<std::string> hash = ckpt::Sha256File(PartialPath(manifest_.files[f].path));
-    bad[f] = !hash.ok() || *hash != manifest_.files[f].sha256;
+    const int fd = open(PartialPath(manifest_.files[f].path).c_str(), O_RDONLY | O_CLOEXEC);
+    uint64_t hashed = 0;
+    bad[f] = fd < 0 || !ckpt::VerifyFileContents(fd, manifest_, manifest_.files[f], &hashed).ok();
+    if (fd >= 0) close(fd);
+    bytes_hashed_ += hashed;
   }
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < layout_.size(); ++i) {
@@ -275,25 +312,72 @@ Status PartialImage::MoveIntoPlace() {
   return Status::Ok();
 }
 
-StatusOr<ckpt::VerifyReport> PartialImage::Commit(const std::string& local_criu_version) {
+// Every chunk's record against the sender's (keyed) list, and, aligned, against the manifest:
+// a chunk that differs is forgotten, to be sent again.
+Status PartialImage::CheckSenderList(const std::vector<wire::ChunkDigest>& sender_list) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (sender_list.size() != done_.size()) {
+    return InvalidArgument("the sender lists " + std::to_string(sender_list.size()) +
+                           " chunks, the manifest has " + std::to_string(done_.size()));
+  }
+  int64_t first = -1;
+  const char* why = "";
+  int forgotten = 0;
+  for (size_t i = 0; i < done_.size(); ++i) {
+    const bool listed = digests_[i] == sender_list[i];
+    if (listed && (!aligned_ || digests_[i] == expected_[i])) continue;
+    if (first < 0) {
+      first = static_cast<int64_t>(i);
+      why = listed ? "does not match the manifest's digest"
+                   : "does not match the sender's chunk list (altered in transit?)";
+    }
+    done_[i] = false;
+    --done_count_;
+    ++forgotten;
+  }
+  if (first < 0) return Status::Ok();
+  (void)RewriteJournalLocked();  // at worst the old journal stays, and the check fails again
+  const ChunkRef& c = layout_[static_cast<size_t>(first)];
+  return FailedPrecondition(manifest_.files[c.file].path + " at offset " +
+                            std::to_string(c.offset) + ": the chunk received " + why + "; " +
+                            std::to_string(forgotten) +
+                            " chunk(s) forgotten, a later send replaces them");
+}
+
+StatusOr<ckpt::VerifyReport> PartialImage::Commit(
+    const std::string& local_criu_version, const std::vector<wire::ChunkDigest>& sender_list) {
   std::lock_guard<std::mutex> commit(commit_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (finished_) return ckpt::VerifyImage(dir_, local_criu_version);
+    if (finished_) {
+      StatusOr<ckpt::VerifyReport> again = ckpt::VerifyImage(dir_, local_criu_version);
+      if (again.ok()) bytes_hashed_ += again->bytes_hashed;
+      return again;
+    }
     if (done_count_ != static_cast<int>(done_.size())) {
       return FailedPrecondition(std::to_string(done_.size() - done_count_) + " of " +
                                 std::to_string(done_.size()) + " chunks are missing");
     }
     committing_ = true;
   }
+  const Status listed = CheckSenderList(sender_list);
+  if (!listed.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    committing_ = false;
+    return listed;
+  }
   for (const ckpt::ImageFile& f : manifest_.files) SyncPath(PartialPath(f.path), O_RDONLY);
-  StatusOr<ckpt::VerifyReport> report = ckpt::VerifyImage(partial_, local_criu_version, {kJournal});
+  // Aligned, every byte was checked against the manifest's digests as it arrived (or, found in
+  // an earlier receiver's journal, when this one opened it): only the structure is left.
+  StatusOr<ckpt::VerifyReport> report =
+      ckpt::VerifyImage(partial_, local_criu_version, {kJournal}, !aligned_);
   if (!report.ok()) {
-    ForgetBadFiles();
+    if (!aligned_) ForgetBadFiles();
     std::lock_guard<std::mutex> lock(mu_);
     committing_ = false;
     return report.status();
   }
+  bytes_hashed_ += report->bytes_hashed;
   // Half moved files stay where they are; this object stays committing (writes nothing more),
   // and a fresh Open finds the files missing from .partial and starts over.
   PALADIN_RETURN_IF_ERROR(MoveIntoPlace());

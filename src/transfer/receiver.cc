@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <future>
 #include <list>
@@ -36,7 +37,7 @@ struct Receiver::Impl {
     held->reset();
   }
   // A COMMIT was answered: ReceiveOne returns `outcome`.
-  void Finish(const Status& outcome, const PartialImage& image);
+  void Finish(const Status& outcome, PartialImage& image);
 
   const ReceiverOptions options;
   const int io_timeout_ms;
@@ -70,8 +71,10 @@ class Connection {
   Status Hello();
   Status Serve();
   Status OnData(const wire::Frame& frame);
-  Status OnCommit();
-  StatusOr<ckpt::VerifyReport> CommitWithKeepalive();
+  Status OnCommit(const wire::Frame& frame);
+  StatusOr<ckpt::VerifyReport> CommitWithKeepalive(const std::vector<wire::ChunkDigest>& list);
+  // The COMMIT's chunk list, its HMAC checked.
+  StatusOr<std::vector<wire::ChunkDigest>> SenderList(const wire::Frame& frame);
   void Count(int ReceiveReport::*field) {
     std::lock_guard<std::mutex> lock(r_->mu);
     ++(r_->stats.*field);
@@ -80,6 +83,7 @@ class Connection {
   Receiver::Impl* r_;
   wire::Socket s_;
   std::shared_ptr<PartialImage> image_;
+  wire::Nonce nonce_{};
   int chunks_ = 0;
 };
 
@@ -103,13 +107,19 @@ void Connection::Run() {
 bool Connection::Authenticate() {
   std::vector<uint8_t> hello;
   wire::PutU32(&hello, wire::kProtocolVersion);
-  uint8_t nonce[wire::kNonceBytes];
-  if (!wire::RandomBytes(nonce, sizeof nonce).ok()) return false;
-  hello.insert(hello.end(), nonce, nonce + sizeof nonce);
+  if (!wire::RandomBytes(nonce_.data(), nonce_.size()).ok()) return false;
+  hello.insert(hello.end(), nonce_.begin(), nonce_.end());
   if (!s_.Write(wire::Type::kNonce, hello).ok()) return false;
   wire::Frame f;
   const Status read = s_.Read(wire::kMaxPreAuthPayload, &f);
-  const wire::Digest expected = wire::HmacSha256(r_->options.token, nonce, sizeof nonce);
+  if (!read.ok() && s_.closed_between_frames()) {
+    // A sender of another protocol version reads NONCE's version and leaves here, saying why
+    // on its side.
+    r_->Log("connection from " + s_.peer() +
+            " closed before authenticating (a sender of another protocol version leaves here; " +
+            "this receiver speaks version " + std::to_string(wire::kProtocolVersion) + ")");
+  }
+  const wire::Digest expected = wire::HmacSha256(r_->options.token, nonce_.data(), nonce_.size());
   const bool good = read.ok() && f.type == wire::Type::kAuth &&
                     f.payload.size() == wire::kDigestBytes &&
                     wire::SameDigest(f.payload.data(), expected.data());
@@ -153,14 +163,17 @@ Status Connection::Hello() {
 }
 
 Status Connection::Serve() {
-  const size_t max_payload = image_->layout().chunk_bytes() + wire::kDataHeaderBytes;
+  const size_t commit_payload =
+      4 + image_->layout().size() * wire::kChunkDigestBytes + wire::kDigestBytes;
+  const size_t max_payload =
+      std::max<size_t>(image_->layout().chunk_bytes() + wire::kDataHeaderBytes, commit_payload);
   wire::Frame f;
   for (;;) {
     PALADIN_RETURN_IF_ERROR(s_.Read(max_payload, &f));
     if (f.type == wire::Type::kData) {
       PALADIN_RETURN_IF_ERROR(OnData(f));
     } else if (f.type == wire::Type::kCommit) {
-      return OnCommit();
+      return OnCommit(f);
     } else {
       return Fail(InvalidArgument("protocol error: unexpected frame type " +
                                   std::to_string(static_cast<int>(f.type))));
@@ -175,7 +188,7 @@ Status Connection::OnData(const wire::Frame& frame) {
   uint32_t length = 0;
   const uint8_t* declared = nullptr;
   if (!rd.U32(&file) || !rd.U64(&offset) || !rd.U32(&length) ||
-      !rd.Bytes(wire::kDigestBytes, &declared)) {
+      !rd.Bytes(wire::kChunkDigestBytes, &declared)) {
     return Fail(InvalidArgument("protocol error: short DATA frame"));
   }
   const ChunkLayout& layout = image_->layout();
@@ -188,27 +201,65 @@ Status Connection::OnData(const wire::Frame& frame) {
   std::vector<uint8_t> answer;
   wire::PutU32(&answer, file);
   wire::PutU64(&answer, offset);
-  const wire::Digest actual = wire::Sha256(rd.rest(), length);
-  if (!wire::SameDigest(actual.data(), declared)) {
+  // The one hash of these bytes at this end: against what the sender declared and, when the
+  // manifest has them, the manifest's own digest of this chunk.
+  const wire::ChunkDigest actual = wire::Xxh3(rd.rest(), length);
+  {
+    std::lock_guard<std::mutex> lock(r_->mu);
+    r_->stats.bytes_received += length;
+    r_->stats.bytes_hashed += length;
+  }
+  const char* why = nullptr;
+  if (image_->aligned() && actual != image_->expected(static_cast<size_t>(i))) {
+    why = "XXH3-128 differs from the manifest's digest of this chunk";
+  } else if (!std::equal(actual.begin(), actual.end(), declared)) {
+    why = "XXH3-128 mismatch";
+  }
+  if (why != nullptr) {
     Count(&ReceiveReport::chunks_rejected);
     r_->Log("chunk " + std::to_string(i) + " (" + image_->manifest().files[file].path + " at " +
-            std::to_string(offset) + ") rejected: SHA-256 mismatch");
-    const std::string why = "SHA-256 mismatch";
-    answer.insert(answer.end(), why.begin(), why.end());
+            std::to_string(offset) + ") rejected: " + why);
+    answer.insert(answer.end(), why, why + std::strlen(why));
     return s_.Write(wire::Type::kNack, answer);
   }
-  Status written = image_->WriteChunk(static_cast<size_t>(i), rd.rest());
+  Status written = image_->WriteChunk(static_cast<size_t>(i), rd.rest(), actual);
   if (!written.ok()) return Fail(written);
   Count(&ReceiveReport::chunks_received);
   ++chunks_;
   return s_.Write(wire::Type::kAck, answer);
 }
 
-StatusOr<ckpt::VerifyReport> Connection::CommitWithKeepalive() {
+StatusOr<std::vector<wire::ChunkDigest>> Connection::SenderList(const wire::Frame& frame) {
+  wire::Reader rd(frame.payload);
+  uint32_t count = 0;
+  const uint8_t* list = nullptr;
+  const uint8_t* mac = nullptr;
+  if (!rd.U32(&count) || count != image_->layout().size() ||
+      !rd.Bytes(size_t{count} * wire::kChunkDigestBytes, &list) ||
+      !rd.Bytes(wire::kDigestBytes, &mac) || rd.left() != 0) {
+    return InvalidArgument("protocol error: a COMMIT without the list of " +
+                           std::to_string(image_->layout().size()) + " chunk digests");
+  }
+  std::vector<wire::ChunkDigest> chunks(count);
+  for (size_t i = 0; i < count; ++i) {
+    std::copy_n(list + i * wire::kChunkDigestBytes, wire::kChunkDigestBytes, chunks[i].begin());
+  }
+  const wire::Digest expected = wire::CommitMac(
+      r_->options.token, nonce_, image_->manifest_digest(), image_->layout().chunk_bytes(), chunks);
+  if (!wire::SameDigest(mac, expected.data())) {
+    return FailedPrecondition(
+        "the chunk list's keyed digest (HMAC-SHA256) does not match: the manifest or the list "
+        "was altered on the way, or the sender has another token; nothing was committed");
+  }
+  return chunks;
+}
+
+StatusOr<ckpt::VerifyReport> Connection::CommitWithKeepalive(
+    const std::vector<wire::ChunkDigest>& list) {
   PartialImage* image = image_.get();
   const std::string criu = r_->options.local_criu_version;
   std::future<StatusOr<ckpt::VerifyReport>> commit =
-      std::async(std::launch::async, [image, criu] { return image->Commit(criu); });
+      std::async(std::launch::async, [image, criu, &list] { return image->Commit(criu, list); });
   // Verifying a large image takes a while: keep the sender's connection alive meanwhile.
   const auto keepalive = std::chrono::milliseconds(std::clamp(r_->io_timeout_ms / 4, 100, 5000));
   while (commit.wait_for(keepalive) != std::future_status::ready) {
@@ -217,7 +268,14 @@ StatusOr<ckpt::VerifyReport> Connection::CommitWithKeepalive() {
   return commit.get();
 }
 
-Status Connection::OnCommit() {
+Status Connection::OnCommit(const wire::Frame& frame) {
+  StatusOr<std::vector<wire::ChunkDigest>> list = SenderList(frame);
+  if (!list.ok()) {
+    r_->Log("COMMIT from " + s_.peer() + " refused: " + list.status().message());
+    (void)Fail(list.status());
+    r_->Finish(list.status(), *image_);
+    return list.status();
+  }
   bool refuse = false;
   {
     std::lock_guard<std::mutex> lock(r_->mu);
@@ -230,7 +288,7 @@ Status Connection::OnCommit() {
     r_->Finish(refused, *image_);
     return refused;
   }
-  StatusOr<ckpt::VerifyReport> report = CommitWithKeepalive();
+  StatusOr<ckpt::VerifyReport> report = CommitWithKeepalive(*list);
   if (!report.ok()) {
     (void)Fail(report.status());
     r_->Finish(report.status(), *image_);
@@ -263,12 +321,14 @@ StatusOr<std::shared_ptr<PartialImage>> Receiver::Impl::Acquire(const std::strin
       PartialImage::Open(options.out_dir, manifest_json, chunk_bytes);
   if (!opened.ok()) return opened.status();
   image = std::move(*opened);
+  stats.bytes_hashed += image->TakeBytesHashed();
   return image;
 }
 
-void Receiver::Impl::Finish(const Status& result, const PartialImage& finished) {
+void Receiver::Impl::Finish(const Status& result, PartialImage& finished) {
   {
     std::lock_guard<std::mutex> lock(mu);
+    stats.bytes_hashed += finished.TakeBytesHashed();
     stats.files = static_cast<int>(finished.manifest().files.size());
     stats.bytes = finished.layout().total_bytes();
     stats.chunks_total = static_cast<int>(finished.layout().size());

@@ -1,6 +1,8 @@
 // The sending end: `streams` connections pull chunks from one shared queue; a stream whose
 // connection fails puts its unanswered chunks back, reconnects with exponential backoff, learns
-// what the receiver already has, and carries on.
+// what the receiver already has, and carries on. Each chunk's XXH3-128 is the manifest's own when
+// the image has digests at the transfer's chunk size (nothing is hashed here), else computed once
+// as the chunk is sent; the COMMIT lists them all under the token's HMAC.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -58,9 +60,14 @@ class SendState {
         manifest_json(std::move(manifest_text)),
         options(o),
         layout(m.files, o.chunk_bytes),
+        manifest_sha(wire::Sha256(reinterpret_cast<const uint8_t*>(manifest_json.data()),
+                                  manifest_json.size())),
         state_(layout.size(), ChunkState::kPending),
-        rejections_(layout.size(), 0) {
+        rejections_(layout.size(), 0),
+        digests_(layout.size()),
+        have_digest_(layout.size(), false) {
     for (size_t i = 0; i < layout.size(); ++i) pending_.push_back(i);
+    UseManifestDigests();
   }
 
   std::optional<size_t> Take();
@@ -72,7 +79,7 @@ class SendState {
   // Counts a rejection of chunk i; false once it was rejected more often than allowed.
   bool Reject(size_t i);
   // Counts a DATA frame; says which faults fire on it.
-  void CountFrame(uint32_t length, bool* corrupt, bool* drop);
+  void CountFrame(uint32_t length, bool* corrupt, bool* forge, bool* drop);
   void Register(int fd);
   void Unregister(int fd);
   void DropAll();
@@ -86,12 +93,21 @@ class SendState {
   SendProgress Progress(Clock::time_point start);
   void Note(bool reconnect, int have, int unsent);
   SendReport Report();
+  // Chunk i's digest: the manifest's, one computed earlier, or now from `data` (may be null:
+  // then the chunk is read from its file). Counts what it hashes.
+  StatusOr<wire::ChunkDigest> Digest(size_t i, const uint8_t* data);
+  // Every chunk's digest, for COMMIT (hashing those this call has not yet, when the manifest has
+  // none at this chunk size).
+  StatusOr<std::vector<wire::ChunkDigest>> ChunkList();
+  // Whether the alter-list fault fires on this COMMIT.
+  bool AlterListFires();
 
   const std::string dir;
   const ckpt::Manifest& manifest;
   const std::string manifest_json;
   const SendOptions& options;
   const ChunkLayout layout;
+  const wire::Digest manifest_sha;
   std::string host;
   int port = 0;
   int running = 0;
@@ -108,8 +124,72 @@ class SendState {
   int frames_ = 0;
   bool drop_fired_ = false;
   bool corrupt_fired_ = false;
+  bool forge_fired_ = false;
+  bool alter_fired_ = false;
+  std::vector<wire::ChunkDigest> digests_;
+  std::vector<bool> have_digest_;
   SendReport report_;
+
+  void UseManifestDigests();
 };
+
+// Called from the constructor only.
+void SendState::UseManifestDigests() {
+  const std::vector<wire::ChunkDigest> listed = ManifestChunkDigests(manifest, layout);
+  for (size_t i = 0; i < listed.size(); ++i) {
+    digests_[i] = listed[i];
+    have_digest_[i] = true;
+  }
+}
+
+StatusOr<wire::ChunkDigest> SendState::Digest(size_t i, const uint8_t* data) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (have_digest_[i]) return digests_[i];
+  }
+  const ChunkRef& c = layout[i];
+  std::vector<uint8_t> own;
+  if (data == nullptr) {
+    const std::string path = dir + "/" + manifest.files[c.file].path;
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return FailedPrecondition("cannot read " + path + ": " + std::strerror(errno));
+    own.resize(c.length);
+    size_t got = 0;
+    while (got < c.length) {
+      const ssize_t n =
+          pread(fd, own.data() + got, c.length - got, static_cast<off_t>(c.offset + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    close(fd);
+    if (got != c.length) return FailedPrecondition("cannot read " + path + " (changed?)");
+    data = own.data();
+  }
+  const wire::ChunkDigest d = wire::Xxh3(data, c.length);
+  std::lock_guard<std::mutex> lock(mu_);
+  report_.bytes_hashed += c.length;
+  digests_[i] = d;
+  have_digest_[i] = true;
+  return d;
+}
+
+StatusOr<std::vector<wire::ChunkDigest>> SendState::ChunkList() {
+  for (size_t i = 0; i < layout.size(); ++i) {
+    StatusOr<wire::ChunkDigest> d = Digest(i, nullptr);
+    if (!d.ok()) return d.status();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  return digests_;
+}
+
+bool SendState::AlterListFires() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool fire = !alter_fired_ && options.fault.alter_list > 0 &&
+                    static_cast<size_t>(options.fault.alter_list) <= layout.size();
+  alter_fired_ = alter_fired_ || fire;
+  return fire;
+}
 
 std::optional<size_t> SendState::Take() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -162,14 +242,16 @@ bool SendState::Reject(size_t i) {
   return ++rejections_[i] <= options.chunk_attempts;
 }
 
-void SendState::CountFrame(uint32_t length, bool* corrupt, bool* drop) {
+void SendState::CountFrame(uint32_t length, bool* corrupt, bool* forge, bool* drop) {
   std::lock_guard<std::mutex> lock(mu_);
   ++frames_;
   ++report_.chunks_sent;
   report_.bytes_sent += length;
   *corrupt = !corrupt_fired_ && frames_ == options.fault.corrupt_chunk;
+  *forge = !forge_fired_ && frames_ == options.fault.forge_chunk;
   *drop = !drop_fired_ && frames_ == options.fault.drop_after_chunks;
   corrupt_fired_ = corrupt_fired_ || *corrupt;
+  forge_fired_ = forge_fired_ || *forge;
   drop_fired_ = drop_fired_ || *drop;
 }
 
@@ -252,7 +334,8 @@ SendReport SendState::Report() {
 // Connects, authenticates and says which image this is; merges the receiver's answer.
 // `connection` counts this stream's earlier connections (0: its first); `commit`: the
 // connection that will COMMIT (chunks the receiver lacks become pending again).
-StatusOr<wire::Socket> OpenSession(SendState* st, int connection, bool commit) {
+StatusOr<wire::Socket> OpenSession(SendState* st, int connection, bool commit,
+                                   wire::Nonce* session_nonce = nullptr) {
   const int timeout_ms = static_cast<int>(st->options.io_timeout_s * 1000);
   StatusOr<wire::Socket> s = wire::Connect(st->host, st->port, timeout_ms);
   if (!s.ok()) return s.status();
@@ -265,8 +348,10 @@ StatusOr<wire::Socket> OpenSession(SendState* st, int connection, bool commit) {
   if (!rd.U32(&version) || version != wire::kProtocolVersion ||
       !rd.Bytes(wire::kNonceBytes, &nonce)) {
     return FailedPrecondition("the receiver speaks protocol version " + std::to_string(version) +
-                              ", this sender " + std::to_string(wire::kProtocolVersion));
+                              ", this sender " + std::to_string(wire::kProtocolVersion) +
+                              " (both ends need the same transfer protocol)");
   }
+  if (session_nonce != nullptr) std::copy_n(nonce, wire::kNonceBytes, session_nonce->begin());
   std::vector<uint8_t> auth;
   if (!st->options.token.empty()) {
     const wire::Digest mac = wire::HmacSha256(st->options.token, nonce, wire::kNonceBytes);
@@ -373,16 +458,19 @@ Status Stream::ReadChunk(size_t i) {
 Status Stream::SendChunk(wire::Socket* s, size_t i) {
   PALADIN_RETURN_IF_ERROR(ReadChunk(i));
   const ChunkRef& c = st_->layout[i];
-  const wire::Digest digest = wire::Sha256(buf_.data(), c.length);
+  StatusOr<wire::ChunkDigest> digest = st_->Digest(i, buf_.data());
+  if (!digest.ok()) return digest.status();
+  bool corrupt = false;
+  bool forge = false;
+  bool drop = false;
+  st_->CountFrame(c.length, &corrupt, &forge, &drop);
+  if (corrupt || forge) buf_[c.length / 2] ^= 0x5a;  // corrupt: the declared hash stays good
+  const wire::ChunkDigest declared = forge ? wire::Xxh3(buf_.data(), c.length) : *digest;
   std::vector<uint8_t> head;
   wire::PutU32(&head, c.file);
   wire::PutU64(&head, c.offset);
   wire::PutU32(&head, c.length);
-  head.insert(head.end(), digest.begin(), digest.end());
-  bool corrupt = false;
-  bool drop = false;
-  st_->CountFrame(c.length, &corrupt, &drop);
-  if (corrupt) buf_[c.length / 2] ^= 0x5a;  // the declared hash stays that of the good data
+  head.insert(head.end(), declared.begin(), declared.end());
   outstanding_.push_back(i);
   PALADIN_RETURN_IF_ERROR(s->Write(wire::Type::kData, head, buf_.data(), c.length));
   if (drop) st_->DropAll();
@@ -437,10 +525,21 @@ Status RunStreams(SendState* st, Clock::time_point start,
 // One COMMIT on a fresh connection. NotFound when the receiver lacks chunks (they are pending
 // again).
 StatusOr<std::string> CommitOnce(SendState* st) {
-  StatusOr<wire::Socket> s = OpenSession(st, 0, true);
+  wire::Nonce nonce{};
+  StatusOr<wire::Socket> s = OpenSession(st, 0, true, &nonce);
   if (!s.ok()) return s.status();
   if (!st->AllDone()) return NotFound("the receiver lost chunks; sending them again");
-  PALADIN_RETURN_IF_ERROR(s->Write(wire::Type::kCommit, std::vector<uint8_t>()));
+  StatusOr<std::vector<wire::ChunkDigest>> list = st->ChunkList();
+  if (!list.ok()) return list.status();
+  const wire::Digest mac =
+      wire::CommitMac(st->options.token, nonce, st->manifest_sha, st->layout.chunk_bytes(), *list);
+  if (st->AlterListFires()) (*list)[st->options.fault.alter_list - 1][0] ^= 1;
+  std::vector<uint8_t> commit;
+  commit.reserve(4 + list->size() * wire::kChunkDigestBytes + mac.size());
+  wire::PutU32(&commit, static_cast<uint32_t>(list->size()));
+  for (const wire::ChunkDigest& d : *list) commit.insert(commit.end(), d.begin(), d.end());
+  commit.insert(commit.end(), mac.begin(), mac.end());
+  PALADIN_RETURN_IF_ERROR(s->Write(wire::Type::kCommit, commit));
   wire::Frame f;
   for (;;) {
     PALADIN_RETURN_IF_ERROR(s->Read(kMaxAnswerPayload, &f));

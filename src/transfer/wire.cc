@@ -313,6 +313,19 @@ Digest HmacSha256(const std::string& key, const uint8_t* data, size_t size) {
   return d;
 }
 
+Digest CommitMac(const std::string& token, const Nonce& nonce, const Digest& manifest_sha,
+                 uint64_t chunk_bytes, const std::vector<ChunkDigest>& chunks) {
+  static constexpr char kLabel[] = "paladin-transfer-commit\n";
+  std::vector<uint8_t> text(kLabel, kLabel + sizeof kLabel - 1);
+  PutU32(&text, kProtocolVersion);
+  text.insert(text.end(), nonce.begin(), nonce.end());
+  text.insert(text.end(), manifest_sha.begin(), manifest_sha.end());
+  PutU64(&text, chunk_bytes);
+  PutU32(&text, static_cast<uint32_t>(chunks.size()));
+  for (const ChunkDigest& c : chunks) text.insert(text.end(), c.begin(), c.end());
+  return HmacSha256(token, text.data(), text.size());
+}
+
 bool SameDigest(const uint8_t* a, const uint8_t* b) {
   return CRYPTO_memcmp(a, b, kDigestBytes) == 0;
 }
@@ -331,6 +344,20 @@ std::string Hex(const uint8_t* data, size_t size) {
     hex += kDigits[data[i] & 15];
   }
   return hex;
+}
+
+bool ParseChunkDigest(const std::string& hex, ChunkDigest* out) {
+  if (hex.size() != 2 * out->size()) return false;
+  auto nibble = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  for (size_t i = 0; i < out->size(); ++i) {
+    const int high = nibble(hex[2 * i]);
+    const int low = nibble(hex[2 * i + 1]);
+    if (high < 0 || low < 0) return false;
+    (*out)[i] = static_cast<uint8_t>(high * 16 + low);
+  }
+  return true;
 }
 
 std::vector<uint8_t> PackBits(const std::vector<bool>& bits) {

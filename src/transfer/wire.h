@@ -11,14 +11,17 @@
 #include <vector>
 
 #include "paladin/base/status.h"
+#include "paladin/ckpt/image.h"
 
 namespace paladin::transfer::wire {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+// 2: XXH3-128 chunk digests, COMMIT carries the keyed chunk list (1: SHA-256 per chunk).
+inline constexpr uint32_t kProtocolVersion = 2;
 inline constexpr size_t kNonceBytes = 16;
-inline constexpr size_t kDigestBytes = 32;
-// file index (u32), offset (u64), length (u32), SHA-256 of the chunk.
-inline constexpr size_t kDataHeaderBytes = 4 + 8 + 4 + kDigestBytes;
+inline constexpr size_t kDigestBytes = 32;                            // SHA-256, HMAC-SHA256
+inline constexpr size_t kChunkDigestBytes = ckpt::kChunkDigestBytes;  // XXH3-128
+// file index (u32), offset (u64), length (u32), XXH3-128 of the chunk.
+inline constexpr size_t kDataHeaderBytes = 4 + 8 + 4 + kChunkDigestBytes;
 inline constexpr size_t kMaxPreAuthPayload = 64;
 inline constexpr size_t kMaxErrorText = 2048;  // ERROR and NACK reasons are cut there
 inline constexpr size_t kMaxHelloPayload = size_t{16} << 20;
@@ -34,7 +37,7 @@ enum class Type : uint8_t {
   kData = 6,    // C->S: data header, chunk bytes
   kAck = 7,     // S->C: u32 file, u64 offset
   kNack = 8,    // S->C: u32 file, u64 offset, reason
-  kCommit = 9,  // C->S: empty
+  kCommit = 9,  // C->S: u32 chunk count, each chunk's XXH3-128, HMAC-SHA256 over them (CommitMac)
   kOk = 10,     // S->C: summary
   kWait = 11,   // S->C: still verifying (keeps the connection alive)
   kError = 12,  // S->C: reason; the server closes the connection
@@ -47,6 +50,8 @@ struct Frame {
 };
 
 using Digest = std::array<uint8_t, kDigestBytes>;
+using ChunkDigest = ckpt::ChunkDigest;
+using Nonce = std::array<uint8_t, kNonceBytes>;
 
 // A connected TCP socket. Owns its descriptor; movable, not copyable; used by one thread (see
 // ShutdownFd for the one exception).
@@ -129,11 +134,19 @@ class Reader {
 };
 
 Digest Sha256(const uint8_t* data, size_t size);
+inline ChunkDigest Xxh3(const uint8_t* data, size_t size) { return ckpt::Xxh3Chunk(data, size); }
 Digest HmacSha256(const std::string& key, const uint8_t* data, size_t size);
+// The COMMIT's keyed digest: HMAC-SHA256 under the token over the protocol version, the commit
+// connection's nonce, the SHA-256 of the manifest text, the chunk size and every chunk's
+// XXH3-128 in order. It binds the chunk list and the manifest to the token and this connection.
+Digest CommitMac(const std::string& token, const Nonce& nonce, const Digest& manifest_sha,
+                 uint64_t chunk_bytes, const std::vector<ChunkDigest>& chunks);
 // Constant-time comparison of two digests.
 bool SameDigest(const uint8_t* a, const uint8_t* b);
 Status RandomBytes(uint8_t* out, size_t n);
 std::string Hex(const uint8_t* data, size_t size);
+// A chunk digest from 32 lowercase hex digits (the manifest's form); false when malformed.
+bool ParseChunkDigest(const std::string& hex, ChunkDigest* out);
 
 // Bitmaps of chunk indices: bit i is bit (i % 8) of byte i / 8.
 std::vector<uint8_t> PackBits(const std::vector<bool>& bits);

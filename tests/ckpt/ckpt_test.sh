@@ -510,7 +510,8 @@ scenario_bad_input() {
 with open(sys.argv[1], "r+b") as f:
     f.seek(int(sys.argv[2]) // 2); b = f.read(1); f.seek(-1, 1); f.write(bytes([b[0] ^ 0xFF]))' \
     "$work/flipped/$pages" "$size"
-  expect_error "bad_input: verify, one byte of $pages flipped" "$pages" SHA-256 corrupted -- \
+  expect_error "bad_input: verify, one byte of $pages flipped" "$pages at offset" XXH3-128 \
+    corrupted -- \
     image verify "$work/flipped"
   cp -a "$good" "$work/truncated"
   truncate -s $((size - 1)) "$work/truncated/$pages"

@@ -89,6 +89,8 @@ refused=0
 
 # manifest IMAGE PYTHON: edits IMAGE/manifest.json with PYTHON (m is the manifest; sha(path) and
 # size(path) describe a file), as an attacker who rewrites the unauthenticated manifest would.
+# An entry given a SHA-256 turns the manifest into format version 1 (still read), every file
+# then listed with its SHA-256 in place of its XXH3-128 chunk digests.
 manifest() {
   python3 - "$1" "$2" <<'PY'
 import hashlib, json, os, sys
@@ -102,6 +104,13 @@ def size(p):
 def entry(rel):
     return next(f for f in m["files"] if f["path"] == rel)
 exec(code)
+if any("sha256" in f for f in m["files"]):
+    m["version"] = 1
+    m.pop("chunk_bytes", None)
+    for f in m["files"]:
+        if "xxh3" in f:
+            del f["xxh3"]
+            f.setdefault("sha256", sha(os.path.join(image, f["path"])))
 json.dump(m, open(path, "w"), indent=2)
 PY
 }
@@ -204,7 +213,8 @@ fresh swapped
 python3 -c 'import sys
 with open(sys.argv[1], "r+b") as f:
     b = f.read(1); f.seek(0); f.write(bytes([b[0] ^ 0xFF]))' "$img/$core"
-attack "$core swapped after the manifest" "$core: SHA-256" "$core: SHA-256"
+attack "$core swapped after the manifest" "$core at offset 0: XXH3-128" \
+  "$core at offset 0: XXH3-128"
 fresh added
 cp "$img/$core" "$img/fdinfo-999.img"
 attack "file added after the manifest" "fdinfo-999.img: not in the manifest" \

@@ -52,8 +52,10 @@ std::string RandomBytes(size_t n, uint64_t seed) {
 }
 
 // An image as a checkpoint would leave it, without CRIU: a large random pages file, small
-// files, a subdirectory, an empty file, and the manifest.
-void MakeImage(const std::string& dir, size_t big_bytes, uint64_t seed = 1) {
+// files, a subdirectory, an empty file, and the manifest (format `version`; version 2 digests
+// per `chunk_bytes`).
+void MakeImage(const std::string& dir, size_t big_bytes, uint64_t seed = 1,
+               uint64_t chunk_bytes = ckpt::kManifestChunkBytes, int version = 2) {
   WriteBytes(dir + "/pages-1.img", RandomBytes(big_bytes, seed));
   WriteBytes(dir + "/core-1.img", RandomBytes(3000, seed + 1));
   WriteBytes(dir + "/logs/stdout.log", "step 1\nstep 2\n");
@@ -63,7 +65,16 @@ void MakeImage(const std::string& dir, size_t big_bytes, uint64_t seed = 1) {
   m.command = {"python3", "train.py"};
   m.arch = "x86_64";
   m.criu_version = "4.1.1";
+  m.chunk_bytes = chunk_bytes;
+  m.version = version;
   ASSERT_TRUE(ckpt::WriteManifest(dir, m).ok());
+}
+
+uint64_t ImageBytes(const std::string& dir) {
+  uint64_t total = 0;
+  const StatusOr<ckpt::Manifest> m = ckpt::ReadManifest(dir);
+  for (const ckpt::ImageFile& f : m->files) total += f.size;
+  return total;
 }
 
 // The received image verifies and every file, manifest included, is byte-identical.
@@ -166,13 +177,18 @@ TEST_F(TransferTest, PlainTransferArrivesVerifiedAndByteIdentical) {
   EXPECT_EQ(received->chunks_received, sent->chunks_total);
   EXPECT_EQ(received->files, 4);
   EXPECT_NE(sent->receiver_message.find("verified 4 files"), std::string::npos);
+  // Hashed once, at the receiver as it arrived: the sender took the manifest's digests, and
+  // the commit read nothing again.
+  EXPECT_EQ(sent->bytes_hashed, 0u);
+  EXPECT_EQ(received->bytes_received, ImageBytes(src_));
+  EXPECT_EQ(received->bytes_hashed, received->bytes_received);
   ASSERT_FALSE(progress.empty());
   EXPECT_TRUE(progress.back().final);
   EXPECT_EQ(progress.back().bytes_done, progress.back().bytes_total);
 }
 
 TEST_F(TransferTest, DroppedConnectionsResumeWithOnlyTheMissingChunks) {
-  MakeImage(src_, 50u << 20);
+  MakeImage(src_, 50u << 20, 1, /*chunk_bytes=*/1u << 20);
   ReceiverThread receiver(out_);
   SendOptions options = Options();
   options.chunk_bytes = 1u << 20;
@@ -191,12 +207,18 @@ TEST_F(TransferTest, DroppedConnectionsResumeWithOnlyTheMissingChunks) {
   EXPECT_GE(received->resumes, 1);
   EXPECT_GE(received->chunks_present_at_resume, 20 - 2 * options.streams);
   EXPECT_NE(receiver.log().find("(resume, attempt 1)"), std::string::npos) << receiver.log();
+  // The completed chunks were not hashed again: not on resuming, not at the commit. Every byte
+  // hashed at the receiver is a byte that arrived (the few sent twice included).
+  EXPECT_EQ(received->bytes_hashed, received->bytes_received);
+  EXPECT_LE(received->bytes_received, ImageBytes(src_) + 2 * options.streams * (1u << 20));
+  EXPECT_EQ(sent->bytes_hashed, 0u);
 }
 
 TEST_F(TransferTest, CorruptedChunkIsRejectedAndResent) {
   MakeImage(src_, 50u << 20);
   ReceiverThread receiver(out_);
   SendOptions options = Options();
+  options.chunk_bytes = 1u << 20;  // the manifest's digests are per 8 MiB: the declared one counts
   options.fault.corrupt_chunk = 3;
   StatusOr<SendReport> sent = Send(receiver.port(), options);
   ASSERT_TRUE(sent.ok()) << sent.status().ToString();
@@ -206,7 +228,128 @@ TEST_F(TransferTest, CorruptedChunkIsRejectedAndResent) {
   EXPECT_EQ(sent->chunks_rejected, 1);
   EXPECT_EQ(sent->chunks_sent, sent->chunks_total + 1);
   EXPECT_EQ(received->chunks_rejected, 1);
-  EXPECT_NE(receiver.log().find("rejected: SHA-256 mismatch"), std::string::npos);
+  EXPECT_NE(receiver.log().find("rejected: XXH3-128 mismatch"), std::string::npos)
+      << receiver.log();
+}
+
+// One who rewrites the stream flips a byte and declares the digest of what it sends: the
+// manifest's own digest of that chunk refuses it on arrival.
+TEST_F(TransferTest, ForgedChunkIsRefusedAgainstTheManifestOnArrival) {
+  MakeImage(src_, 20u << 20);
+  ReceiverThread receiver(out_);
+  SendOptions options = Options();
+  options.fault.forge_chunk = 2;
+  StatusOr<SendReport> sent = Send(receiver.port(), options);
+  ASSERT_TRUE(sent.ok()) << sent.status().ToString();
+  const StatusOr<ReceiveReport>& received = receiver.Wait();
+  ASSERT_TRUE(received.ok()) << received.status().ToString();
+  ExpectSameImage(src_, out_);
+  EXPECT_EQ(received->chunks_rejected, 1);
+  EXPECT_NE(receiver.log().find("rejected: XXH3-128 differs from the manifest's digest"),
+            std::string::npos)
+      << receiver.log();
+}
+
+// Without manifest digests at the transfer's chunk size the forged chunk passes its arrival
+// check; the COMMIT's keyed chunk list (the sender's true digests) refuses it, naming the file
+// and offset, commits nothing, and a resend replaces just that chunk.
+TEST_F(TransferTest, ForgedChunkIsRefusedAtCommitByTheKeyedChunkList) {
+  MakeImage(src_, 20u << 20);
+  SendOptions options = Options();
+  options.chunk_bytes = 1u << 20;  // the manifest's digests are per 8 MiB
+  options.streams = 1;
+  {
+    ReceiverThread receiver(out_);
+    SendOptions forged = options;
+    forged.fault.forge_chunk = 3;  // one stream, in order: core-1.img, logs/stdout.log, pages
+    StatusOr<SendReport> sent = Send(receiver.port(), forged);
+    ASSERT_FALSE(sent.ok());
+    EXPECT_NE(sent.status().message().find("does not match the sender's chunk list"),
+              std::string::npos)
+        << sent.status().ToString();
+    EXPECT_NE(sent.status().message().find(" at offset "), std::string::npos);
+    EXPECT_FALSE(receiver.Wait().ok());
+    EXPECT_FALSE(fs::exists(out_ + "/manifest.json"));
+  }
+  ReceiverThread receiver(out_);
+  StatusOr<SendReport> sent = Send(receiver.port(), options);
+  ASSERT_TRUE(sent.ok()) << sent.status().ToString();
+  ASSERT_TRUE(receiver.Wait().ok());
+  EXPECT_EQ(sent->chunks_sent, 1);
+  ExpectSameImage(src_, out_);
+}
+
+// The chunk list changed after its HMAC, as by one without the token: refused, nothing
+// committed; the chunks stay, and a resend commits without sending any again.
+TEST_F(TransferTest, ChunkListAlteredWithoutTheKeyIsRefused) {
+  MakeImage(src_, 20u << 20);
+  {
+    ReceiverThread receiver(out_);
+    SendOptions options = Options();
+    options.fault.alter_list = 2;
+    StatusOr<SendReport> sent = Send(receiver.port(), options);
+    ASSERT_FALSE(sent.ok());
+    EXPECT_NE(sent.status().message().find("keyed digest (HMAC-SHA256) does not match"),
+              std::string::npos)
+        << sent.status().ToString();
+    EXPECT_FALSE(receiver.Wait().ok());
+    EXPECT_FALSE(fs::exists(out_ + "/manifest.json"));
+    EXPECT_FALSE(fs::exists(out_ + "/pages-1.img"));
+  }
+  ReceiverThread receiver(out_);
+  StatusOr<SendReport> sent = Send(receiver.port(), Options());
+  ASSERT_TRUE(sent.ok()) << sent.status().ToString();
+  ASSERT_TRUE(receiver.Wait().ok());
+  EXPECT_EQ(sent->chunks_sent, 0);
+  ExpectSameImage(src_, out_);
+}
+
+// An image of format version 1 (SHA-256 per file) still goes: each chunk hashed once at both
+// ends, and the commit verifies the files against the manifest's SHA-256.
+TEST_F(TransferTest, VersionOneImageTransfersAndIsVerifiedAtCommit) {
+  MakeImage(src_, 20u << 20, 1, ckpt::kManifestChunkBytes, /*version=*/1);
+  ReceiverThread receiver(out_);
+  StatusOr<SendReport> sent = Send(receiver.port(), Options());
+  ASSERT_TRUE(sent.ok()) << sent.status().ToString();
+  const StatusOr<ReceiveReport>& received = receiver.Wait();
+  ASSERT_TRUE(received.ok()) << received.status().ToString();
+  ExpectSameImage(src_, out_);
+  EXPECT_EQ(ckpt::ReadManifest(out_)->version, 1);
+  EXPECT_EQ(sent->bytes_hashed, ImageBytes(src_));
+  EXPECT_EQ(received->bytes_hashed, received->bytes_received + ImageBytes(src_));
+}
+
+// A receiver of protocol version 1 (SHA-256 chunks, an empty COMMIT): refused by name.
+TEST_F(TransferTest, ReceiverOfAnotherProtocolVersionIsRefusedNamingBoth) {
+  MakeImage(src_, 4096);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(fd, 8), 0);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::thread old_receiver([fd] {
+    const int conn = accept(fd, nullptr, nullptr);
+    // NONCE: length 1 + 4 + 16, type 1, version 1, a nonce.
+    unsigned char frame[4 + 1 + 4 + 16] = {0, 0, 0, 21, 1, 0, 0, 0, 1};
+    (void)!write(conn, frame, sizeof frame);
+    char sink[64];
+    while (read(conn, sink, sizeof sink) > 0) {
+    }
+    close(conn);
+  });
+  SendOptions options = Options();
+  options.retries = 0;
+  options.streams = 1;
+  StatusOr<SendReport> sent = Send(ntohs(addr.sin_port), options);
+  old_receiver.join();
+  close(fd);
+  ASSERT_FALSE(sent.ok());
+  EXPECT_NE(sent.status().message().find("the receiver speaks protocol version 1, this sender 2"),
+            std::string::npos)
+      << sent.status().ToString();
 }
 
 TEST_F(TransferTest, WrongOrMissingTokenIsRefused) {
@@ -251,8 +394,30 @@ TEST_F(TransferTest, RefusingDestinationFailsTheSendThenAResendCompletesFromTheJ
   ExpectSameImage(src_, out_);
 }
 
-TEST_F(TransferTest, ImageAlteredAfterItsManifestFailsVerificationAndLeavesNoManifest) {
+// The source file changed after its manifest was written: each try of that chunk is refused
+// against the manifest's digest, and the send fails naming the file and offset.
+TEST_F(TransferTest, ImageAlteredAfterItsManifestIsRefusedOnArrivalAndLeavesNoManifest) {
   MakeImage(src_, 20u << 20);
+  {
+    std::fstream f(src_ + "/pages-1.img", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp((8u << 20) + 12345);
+    f.put('\x42');
+  }
+  ReceiverThread receiver(out_);
+  StatusOr<SendReport> sent = Send(receiver.port(), Options());
+  ASSERT_FALSE(sent.ok());
+  EXPECT_NE(sent.status().message().find("rejected pages-1.img at offset 8388608 4 times: "
+                                         "XXH3-128 differs from the manifest's digest"),
+            std::string::npos)
+      << sent.status().ToString();
+  EXPECT_FALSE(receiver.Wait(/*stop=*/true).ok());
+  EXPECT_FALSE(fs::exists(out_ + "/manifest.json"));
+  EXPECT_FALSE(fs::exists(out_ + "/pages-1.img"));
+}
+
+// The same with an image of format version 1: caught by the commit's SHA-256 of each file.
+TEST_F(TransferTest, VersionOneImageAlteredAfterItsManifestFailsVerificationAtCommit) {
+  MakeImage(src_, 20u << 20, 1, ckpt::kManifestChunkBytes, /*version=*/1);
   {
     std::fstream f(src_ + "/pages-1.img", std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(12345);
@@ -373,6 +538,8 @@ TEST_F(TransferTest, IdleReceiverGivesUp) {
 TEST(TransferOptions, ParsesFaultsAndAddresses) {
   EXPECT_EQ(ParseFault("drop-after:3")->drop_after_chunks, 3);
   EXPECT_EQ(ParseFault("corrupt-chunk:2")->corrupt_chunk, 2);
+  EXPECT_EQ(ParseFault("forge-chunk:4")->forge_chunk, 4);
+  EXPECT_EQ(ParseFault("alter-list:5")->alter_list, 5);
   EXPECT_TRUE(ParseFault("refuse")->refuse_commit);
   EXPECT_TRUE(ParseFault("").ok());
   for (const char* bad : {"drop-after", "drop-after:0", "corrupt-chunk:x", "explode"}) {
@@ -411,6 +578,53 @@ TEST(Sha256FileTest, EverySizeHashesItsWholeContent) {
     EXPECT_EQ(*hash, expected) << size << " bytes";
   }
   EXPECT_FALSE(ckpt::Sha256File((dir / "missing").string()).ok());
+  fs::remove_all(dir);
+}
+
+// Version 2 digests: a chunk's streamed digest (the manifest's) equals the one-shot one (the
+// transfer's), whatever the block sizes; a flipped byte is named by file and offset; version 1
+// manifests still verify.
+TEST(ImageDigestsTest, ChunkDigestsMatchTheTransfersAndNameTheOffsetOfADifference) {
+  const fs::path dir = fs::temp_directory_path() / ("paladin-xxh-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const std::string bytes = RandomBytes((size_t{20} << 20) + 77, 3);
+  WriteBytes((dir / "pages-1.img").string(), bytes);
+  ckpt::Manifest m;
+  m.arch = "x86_64";
+  m.chunk_bytes = 1u << 20;
+  ASSERT_TRUE(ckpt::WriteManifest(dir.string(), m).ok());
+  StatusOr<ckpt::Manifest> read = ckpt::ReadManifest(dir.string());
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  ASSERT_EQ(read->version, 2);
+  ASSERT_EQ(read->files[0].xxh3.size(), 21u);
+  for (size_t i = 0; i < 21; ++i) {
+    const size_t n = std::min<size_t>(1u << 20, bytes.size() - (i << 20));
+    const ckpt::ChunkDigest d =
+        ckpt::Xxh3Chunk(reinterpret_cast<const uint8_t*>(bytes.data()) + (i << 20), n);
+    EXPECT_EQ(read->files[0].xxh3[i], ckpt::DigestHex(d.data(), d.size())) << i;
+  }
+  StatusOr<ckpt::VerifyReport> ok = ckpt::VerifyImage(dir.string(), "");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->bytes_hashed, bytes.size());
+  {
+    std::fstream f(dir / "pages-1.img", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp((5u << 20) + 9);
+    f.put(static_cast<char>(bytes[(5u << 20) + 9] ^ 1));
+  }
+  StatusOr<ckpt::VerifyReport> bad = ckpt::VerifyImage(dir.string(), "");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("pages-1.img at offset 5242880: XXH3-128"),
+            std::string::npos)
+      << bad.status().ToString();
+  // Structure only: the contents are the caller's to have checked.
+  EXPECT_TRUE(ckpt::VerifyImage(dir.string(), "", {}, /*check_contents=*/false).ok());
+  m.version = 1;
+  ASSERT_TRUE(ckpt::WriteManifest(dir.string(), m).ok());
+  read = ckpt::ReadManifest(dir.string());
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->version, 1);
+  EXPECT_EQ(read->files[0].sha256.size(), 64u);
+  EXPECT_TRUE(ckpt::VerifyImage(dir.string(), "").ok());
   fs::remove_all(dir);
 }
 

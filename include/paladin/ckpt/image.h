@@ -1,11 +1,13 @@
 // A checkpoint image: a directory of CRIU's files plus Paladin's own (the workload's logs, GPU
 // metadata) and `manifest.json`, which names the workload, where and with what it was taken, and
-// every file's size and SHA-256. `Verify` runs before every restore: a corrupted, truncated or
-// incompatible image is refused with what is wrong, and nothing is started.
-// Format: docs/formats/image.md.
+// every file's size and content digests (XXH3-128 per chunk; SHA-256 per file in images of format
+// version 1). `Verify` runs before every restore: a corrupted, truncated or incompatible image is
+// refused with what is wrong, and nothing is started. Format: docs/formats/image.md.
 #ifndef PALADIN_CKPT_IMAGE_H_
 #define PALADIN_CKPT_IMAGE_H_
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,12 +16,28 @@
 
 namespace paladin::ckpt {
 
-inline constexpr int kImageFormatVersion = 1;
+// What WriteManifest writes; ReadManifest also reads version 1 (SHA-256 per file).
+inline constexpr int kImageFormatVersion = 2;
+inline constexpr int kOldestImageFormatVersion = 1;
+// Version 2 digests each file in pieces of `Manifest::chunk_bytes` (this by default: the
+// transfer's chunk, so that a transfer checks each arriving chunk against the manifest itself).
+inline constexpr uint64_t kManifestChunkBytes = uint64_t{8} << 20;
+inline constexpr uint64_t kMinManifestChunkBytes = uint64_t{4} << 10;
+inline constexpr uint64_t kMaxManifestChunkBytes = uint64_t{64} << 20;
+
+inline constexpr size_t kChunkDigestBytes = 16;
+// XXH3-128 of a chunk, in its canonical (big-endian) byte order.
+using ChunkDigest = std::array<uint8_t, kChunkDigestBytes>;
+ChunkDigest Xxh3Chunk(const uint8_t* data, size_t size);
+std::string DigestHex(const uint8_t* data, size_t size);  // lowercase hex
 
 struct ImageFile {
   std::string path;  // relative to the image directory
   uint64_t size = 0;
-  std::string sha256;  // lowercase hex
+  std::string sha256;  // version 1: lowercase hex of the whole file
+  // Version 2: XXH3-128 (lowercase hex) of each piece of Manifest::chunk_bytes, in order (the
+  // last shorter; an empty file has none).
+  std::vector<std::string> xxh3;
 };
 
 struct ImageGpu {
@@ -30,6 +48,7 @@ struct ImageGpu {
 
 struct Manifest {
   int version = kImageFormatVersion;
+  uint64_t chunk_bytes = kManifestChunkBytes;  // version 2 only (0 in version 1)
   int64_t created_unix = 0;
   // The workload.
   std::string name;
@@ -69,7 +88,8 @@ StatusOr<std::string> Sha256File(const std::string& path);
 // SHA-256 of what is left to read from `fd` (`name` for errors).
 StatusOr<std::string> Sha256Fd(int fd, const std::string& name);
 
-// Fills m.files with every regular file under `dir` (except manifest.json) and writes
+// Fills m.files with every regular file under `dir` (except manifest.json), each with its
+// digests (XXH3-128 per m.chunk_bytes; SHA-256 when m.version is 1), and writes
 // dir/manifest.json.
 Status WriteManifest(const std::string& dir, Manifest m);
 // Reads dir/manifest.json (a regular file, not followed through a symlink); an error names what
@@ -80,14 +100,22 @@ StatusOr<Manifest> ReadManifest(const std::string& dir);
 struct VerifyReport {
   int files_checked = 0;
   uint64_t bytes_checked = 0;
+  uint64_t bytes_hashed = 0;  // 0 when the contents were not checked
 };
-// Checks the manifest and every file's presence, size and hash; and that this host can restore
-// it (architecture, CRIU major version). Each file is opened below `dir` without following any
-// symlink and must be a regular file; the image may hold nothing else but directories, CRIU's
-// `parent` links to its pre-dumps, what a restore writes (restore.log, restored.pid,
-// stats-restore) and the names in `also_allowed` (top-level files of the caller's own).
+// Checks the manifest and every file's presence, size and digests; and that this host can
+// restore it (architecture, CRIU major version). Each file is opened below `dir` without
+// following any symlink and must be a regular file; the image may hold nothing else but
+// directories, CRIU's `parent` links to its pre-dumps, what a restore writes (restore.log,
+// restored.pid, stats-restore) and the names in `also_allowed` (top-level files of the caller's
+// own). `check_contents` false skips the digests only: for a caller that has verified every
+// byte against this manifest's digests already (the transfer's receiver, as chunks arrive).
 StatusOr<VerifyReport> VerifyImage(const std::string& dir, const std::string& local_criu_version,
-                                   const std::vector<std::string>& also_allowed = {});
+                                   const std::vector<std::string>& also_allowed = {},
+                                   bool check_contents = true);
+// Checks the content of one open file of the manifest `m` against its digests (the file's size
+// already checked); the error names the file and, in version 2, the offset of the first chunk
+// that differs. Adds what it hashed to *bytes_hashed.
+Status VerifyFileContents(int fd, const Manifest& m, const ImageFile& f, uint64_t* bytes_hashed);
 
 // A human summary of the manifest (paladin image inspect).
 std::string DescribeManifest(const Manifest& m);

@@ -1,7 +1,11 @@
 // Image transfer: moves a finished checkpoint image directory to another machine over TCP, in
-// several parallel streams of 8 MiB chunks, each chunk hash-checked, resumable after a dropped
-// connection, authenticated with a shared token. The receiver verifies the whole image
-// (ckpt::VerifyImage) before the image appears: manifest.json is the last thing written.
+// several parallel streams of 8 MiB chunks, each chunk's XXH3-128 checked once as it arrives
+// (against the manifest's own digest when the image has them at the transfer's chunk size),
+// resumable after a dropped connection, authenticated with a shared token. Before the image
+// appears (manifest.json is the last thing written) the receiver checks the sender's chunk list
+// under an HMAC keyed by the token against what it verified on arrival, and the image's
+// structure (ckpt::VerifyImage); it re-reads the files only for images whose manifest digests do
+// not line up with the chunks (format version 1, or another chunk size).
 // Wire format and on-disk state: docs/formats/transfer.md.
 #ifndef PALADIN_TRANSFER_TRANSFER_H_
 #define PALADIN_TRANSFER_TRANSFER_H_
@@ -20,12 +24,16 @@ inline constexpr uint64_t kDefaultChunkBytes = uint64_t{8} << 20;
 // Failures injected on purpose, for tests (PALADIN_TRANSFER_FAULT). Each fires at most once per
 // SendImage call or per Receiver.
 struct Fault {
-  int drop_after_chunks = 0;   // sender: after this many DATA frames, close every connection
-  int corrupt_chunk = 0;       // sender: flip one byte of the N-th DATA frame (not its hash)
+  int drop_after_chunks = 0;  // sender: after this many DATA frames, close every connection
+  int corrupt_chunk = 0;      // sender: flip one byte of the N-th DATA frame (not its hash)
+  // sender: flip one byte of the N-th DATA frame and declare the digest of the flipped bytes, as
+  // one who rewrites the stream would (its own chunk list keeps the true digest)
+  int forge_chunk = 0;
+  int alter_list = 0;          // sender: change the N-th digest of COMMIT's list after its HMAC
   bool refuse_commit = false;  // receiver: answer COMMIT with "destination refused"
 };
 
-// "" (no fault), "drop-after:N", "corrupt-chunk:N" or "refuse".
+// "" (no fault), "drop-after:N", "corrupt-chunk:N", "forge-chunk:N", "alter-list:N" or "refuse".
 StatusOr<Fault> ParseFault(const std::string& spec);
 // ParseFault of $PALADIN_TRANSFER_FAULT (unset: no fault).
 StatusOr<Fault> FaultFromEnv();
@@ -67,6 +75,9 @@ struct SendReport {
   int chunks_present_at_start = 0;  // the receiver had them before this call (an earlier send)
   int reconnects = 0;
   int chunks_present_at_reconnect = 0;  // most chunks a reconnection found already there
+  // Bytes this call hashed: 0 when the manifest's digests serve as the chunks' (format version
+  // 2 at the transfer's chunk size), else each chunk's bytes once.
+  uint64_t bytes_hashed = 0;
   double seconds = 0;
   std::string receiver_message;  // the receiver's answer to COMMIT
 };
@@ -106,6 +117,11 @@ struct ReceiveReport {
   int resumes = 0;                   // reconnections that found chunks already here
   int chunks_present_at_resume = 0;  // most chunks such a reconnection found here
   bool already_present = false;      // the same image was already finished in out_dir
+  uint64_t bytes_received = 0;       // chunk bytes that arrived in DATA frames, rejected included
+  // Bytes hashed during this call: each arriving chunk once; plus, at a commit, the whole image
+  // when its manifest's digests do not line up with the chunks, and chunks found in a journal
+  // left by an earlier receiver (checked again before they count).
+  uint64_t bytes_hashed = 0;
   double seconds = 0;
 };
 
