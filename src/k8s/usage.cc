@@ -74,10 +74,13 @@ StatusOr<std::vector<std::string>> PublishPodUsage(const ApiClient& client, cons
     if (has && diff < (uint64_t{1} << 20)) continue;
     Json patch;
     patch["metadata"]["annotations"][kGpuUsedAnnotation] = std::to_string(now);
-    StatusOr<std::string> r = client.Patch("/api/v1/namespaces/" + ns + "/pods/" + name,
-                                           patch.dump(), "application/merge-patch+json");
+    std::string path = "/api/v1/namespaces/";
+    path.append(ns).append("/pods/").append(name);
+    StatusOr<std::string> r = client.Patch(path, patch.dump(), "application/merge-patch+json");
     if (!r.ok()) return r.status();
-    written.push_back(ns + "/" + name + " uses " + base::FormatSize(now) + " of GPU memory");
+    std::string line = ns;
+    line.append("/").append(name).append(" uses ").append(base::FormatSize(now));
+    written.push_back(line.append(" of GPU memory"));
   }
   return written;
 }
