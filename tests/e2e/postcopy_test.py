@@ -64,6 +64,30 @@ def submit_cpu_job(fleet, tag, out):
                     "0.05", "--tag", run_tag(tag)]})["id"]
 
 
+def cpu_job_on_node_a(fleet, tag, out):
+    """Submits the CPU job writing OUT and, once it runs, has it on node-a; its id."""
+    job_id = submit_cpu_job(fleet, tag, out)
+    wait_for("the CPU job running", lambda: fleet.job(job_id)["state"] == "running" and
+             os.path.exists(out) and os.path.getsize(out) > 0, 120, 0.2)
+    if fleet.job(job_id)["node"] != "node-a":
+        fleet.post(f"/v1/jobs/{job_id}/migrate", {"to": "node-a"})
+        wait_for("the job on node-a", lambda: fence_test.job_on(fleet, job_id, "node-a"),
+                 180, 0.2)
+    return job_id
+
+
+def check_leftovers_removed(what, left, still):
+    """LEFT: what a killed agent's move left behind before its restart; STILL: after."""
+    if not left:
+        fail(f"{what}: the killed agent left nothing behind to clean up (the drill tests "
+             "nothing: did the agent die mid-move?)")
+    elif still:
+        fail(f"{what}: left behind after the agent's restart: {still} (before: {left})")
+    else:
+        ok(f"{what}: the restarted agent removed what its dead predecessor's move left: "
+           f"{[os.path.basename(p) for p in left]}")
+
+
 def other_node(fleet, job_id):
     return "node-b" if fleet.job(job_id)["node"] == "node-a" else "node-a"
 
@@ -209,13 +233,7 @@ def dst_killed_drill(work):
     fleet, envs = fleet_with_own_tmp(work, "pc-kill", {"node-b": "crash:dst-during-pages"})
     sampler = None
     try:
-        job_id = submit_cpu_job(fleet, tag, out)
-        wait_for("the CPU job running", lambda: fleet.job(job_id)["state"] == "running" and
-                 os.path.exists(out) and os.path.getsize(out) > 0, 120, 0.2)
-        if fleet.job(job_id)["node"] != "node-a":
-            fleet.post(f"/v1/jobs/{job_id}/migrate", {"to": "node-a"})
-            wait_for("the job on node-a", lambda: fence_test.job_on(fleet, job_id, "node-a"),
-                     180, 0.2)
+        job_id = cpu_job_on_node_a(fleet, tag, out)
         time.sleep(2)
         sampler = fence_test.Sampler(tag)
         began = time.time()
@@ -240,14 +258,7 @@ def dst_killed_drill(work):
         fleet.start_agent("node-b", env=envs["node-b"])
         one_copy_left(tag, what)
         still = move_leftovers(fleet, "node-b", envs["node-b"])
-        if not left:
-            fail(f"{what}: the killed destination left nothing behind to clean up (the drill "
-                 "tests nothing: did the agent die mid-move?)")
-        elif still:
-            fail(f"{what}: left behind after the agent's restart: {still} (before: {left})")
-        else:
-            ok(f"{what}: the restarted agent removed what its dead predecessor's move left: "
-               f"{[os.path.basename(p) for p in left]}")
+        check_leftovers_removed(what, left, still)
         time.sleep(3)
         sampler.finish()
         messages = move_events(fleet, job_id)
@@ -275,13 +286,7 @@ def src_killed_drill(work):
     fleet, envs = fleet_with_own_tmp(work, "pc-src", {"node-a": "crash:src-during-pages"})
     sampler = None
     try:
-        job_id = submit_cpu_job(fleet, tag, out)
-        wait_for("the CPU job running", lambda: fleet.job(job_id)["state"] == "running" and
-                 os.path.exists(out) and os.path.getsize(out) > 0, 120, 0.2)
-        if fleet.job(job_id)["node"] != "node-a":
-            fleet.post(f"/v1/jobs/{job_id}/migrate", {"to": "node-a"})
-            wait_for("the job on node-a", lambda: fence_test.job_on(fleet, job_id, "node-a"),
-                     180, 0.2)
+        job_id = cpu_job_on_node_a(fleet, tag, out)
         # A checkpoint taken on node-a: what the job is recovered from.
         first = (fleet.job(job_id).get("last_checkpoint") or {}).get("path")
         wait_for("a checkpoint of the job on node-a", lambda: (fleet.job(job_id).get(
@@ -334,14 +339,7 @@ def src_killed_drill(work):
                "(job, event, metric), not as a move")
         check_file(out, True, what)
         still = move_leftovers(fleet, "node-a", envs["node-a"])
-        if not left:
-            fail(f"{what}: the killed source left nothing behind to clean up (did the agent die "
-                 "mid-move?)")
-        elif still:
-            fail(f"{what}: left behind after the agent's restart: {still} (before: {left})")
-        else:
-            ok(f"{what}: the restarted agent removed what its dead predecessor's move left: "
-               f"{[os.path.basename(p) for p in left]}")
+        check_leftovers_removed(what, left, still)
         crash_test.cancel_and_check_gone(fleet, job_id, tag)
     except (TimeoutError, urllib.error.URLError, subprocess.TimeoutExpired) as e:
         fail(f"{what}: {e}; copies {tagged_processes(tag)}")

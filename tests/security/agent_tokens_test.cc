@@ -2,9 +2,9 @@
 // holding a token of scope agent:node-c, tries every agent route as node-a and node-b (register,
 // heartbeat with fake jobs, GPU faults and command results, taking their command queues, commit
 // and abort of their migration) and every user and admin route. Each is refused with a 403 that
-// names node-c, and afterwards the jobs, the nodes, the migration, the tokens and node-b's
-// command queue are as they were; the real agents carry on. Prints "security: node tokens: tried
-// N, refused N".
+// names node-c (their migration: a 404 naming no node, as if it did not exist), and afterwards the
+// jobs, the nodes, the migration, the tokens and node-b's command queue are as they were; the real
+// agents carry on. Prints "security: node tokens: tried N, refused N".
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -119,8 +119,19 @@ TEST(AgentTokensTest, ANodesTokenSpeaksForNoOtherNode) {
     }
   }
   // The migration between node-a and node-b.
-  attempt("commit " + migration, c.Post(migration + "/commit", Json::object()).status());
-  attempt("abort " + migration, c.Post(migration + "/abort", Json::object()).status());
+  // Their migration does not exist for node-c, which is no party to it: a 404 that names no
+  // node, as for a migration that does not exist at all.
+  auto unknown = [&](const std::string& what, const Status& s) {
+    ++tried;
+    if (s.code() == StatusCode::kNotFound && s.message().find("node-a") == std::string::npos &&
+        s.message().find("node-b") == std::string::npos) {
+      ++refused;
+    } else {
+      ADD_FAILURE() << what << ": not a 404 naming no node: " << s.ToString();
+    }
+  };
+  unknown("commit " + migration, c.Post(migration + "/commit", Json::object()).status());
+  unknown("abort " + migration, c.Post(migration + "/abort", Json::object()).status());
   // User and admin routes.
   const std::vector<std::pair<std::string, Json>> posts = {
       {"/v1/tokens", {{"scope", "admin"}}},
