@@ -335,16 +335,7 @@ Status RandomBytes(uint8_t* out, size_t n) {
   return Status::Ok();
 }
 
-std::string Hex(const uint8_t* data, size_t size) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string hex;
-  hex.reserve(size * 2);
-  for (size_t i = 0; i < size; ++i) {
-    hex += kDigits[data[i] >> 4];
-    hex += kDigits[data[i] & 15];
-  }
-  return hex;
-}
+std::string Hex(const uint8_t* data, size_t size) { return ckpt::DigestHex(data, size); }
 
 bool ParseChunkDigest(const std::string& hex, ChunkDigest* out) {
   if (hex.size() != 2 * out->size()) return false;
