@@ -116,7 +116,7 @@ StatusOr<std::string> LocalFleet::NodeTokenFile(const std::string& name, const s
       "/v1/tokens", api::Json{{"scope", "agent:" + name}, {"name", "agent of " + name}});
   if (!made.ok()) return made.status();
   const std::string token = made->value("token", "");
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return IoError("cannot write " + path + ": " + std::strerror(errno));
   const std::string line = token + "\n";
   const bool written = write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
