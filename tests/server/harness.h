@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -24,12 +25,22 @@ using api::Json;
 
 inline constexpr int64_t kGiB = int64_t{1} << 30;
 
+// A fresh folder under the temporary directory, removed when the test process exits normally
+// (a crashed test leaves its folder to be looked at).
 inline std::string TempDir(const std::string& name) {
   static int counter = 0;
+  static std::vector<std::string> made;
+  if (made.empty()) {
+    std::atexit([] {
+      std::error_code ignored;
+      for (const std::string& dir : made) std::filesystem::remove_all(dir, ignored);
+    });
+  }
   std::string dir = std::filesystem::temp_directory_path().string() + "/paladin-server-" + name +
                     "-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  made.push_back(dir);
   return dir;
 }
 
