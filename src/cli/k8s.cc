@@ -259,19 +259,11 @@ StatusOr<k8s::SchedulerOptions> SchedulerOptionsOf(const NodeArgs& args) {
                            ")");
   }
   auto server = std::make_shared<api::Client>(*endpoint, token, 5);
-  options.team_quotas = [server]() -> StatusOr<std::map<std::string, uint64_t>> {
+  const std::string cluster = args.cluster;
+  options.team_quotas = [server, cluster]() -> StatusOr<std::map<std::string, k8s::TeamQuota>> {
     StatusOr<api::Json> teams = server->Get("/v1/teams");
     if (!teams.ok()) return teams.status();
-    std::map<std::string, uint64_t> quotas;
-    for (const api::Json& t : teams->value("teams", api::Json::array())) {
-      if (t.contains("name") && t["name"].is_string() && t.contains("max_gpu_mem_bytes") &&
-          t["max_gpu_mem_bytes"].is_number_integer() &&
-          t["max_gpu_mem_bytes"].get<int64_t>() >= 0) {
-        quotas[t["name"].get<std::string>()] =
-            static_cast<uint64_t>(t["max_gpu_mem_bytes"].get<int64_t>());
-      }
-    }
-    return quotas;
+    return k8s::TeamQuotasOf(*teams, cluster);
   };
   // Its pods, to the server's API, dashboard and team tokens (an admin token: PUT /v1/pods).
   options.report_pods = [server](const api::PodList& list) {

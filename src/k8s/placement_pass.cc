@@ -46,7 +46,7 @@ struct PlacementPass::View {
   bool teams_checked = false;
   std::map<std::string, std::string> team_of;
   std::map<std::string, uint64_t> team_used;
-  StatusOr<std::map<std::string, uint64_t>> quotas = std::map<std::string, uint64_t>();
+  StatusOr<std::map<std::string, TeamQuota>> quotas = std::map<std::string, TeamQuota>();
   std::vector<std::string> notes;
   std::vector<PodRequest> pending;
 
@@ -264,8 +264,9 @@ PodOutcome PlacementPass::Place(const PodRequest& p) {
                      v.quotas.status().message() + ")");
     }
     auto q = v.quotas->find(team);
-    const std::string over = TeamQuotaReason(team, q != v.quotas->end() ? q->second : 0,
-                                             v.team_used[team], p.gpu_memory);
+    const TeamQuota quota = q != v.quotas->end() ? q->second : TeamQuota{};
+    const std::string over = TeamQuotaReason(
+        team, quota.max_bytes, v.team_used[team] + quota.elsewhere_bytes, p.gpu_memory);
     if (!over.empty()) return Pending(over);
   }
   // A move's replacement goes to the GPU its mover asked for, if it fits there: the operator
@@ -374,13 +375,21 @@ std::string PlacementPass::TeamLine(const std::string& ns) const {
     return team + ": its quota cannot be checked (" + v.quotas.status().message() + ")";
   }
   auto q = v.quotas->find(team);
+  const TeamQuota quota = q != v.quotas->end() ? q->second : TeamQuota{};
   auto used = v.team_used.find(team);
-  const uint64_t in_use = used != v.team_used.end() ? used->second : 0;
-  if (q == v.quotas->end() || q->second == 0) {
-    return team + ": no max_gpu_mem quota; its pods hold " + base::FormatSize(in_use);
+  const uint64_t pods = used != v.team_used.end() ? used->second : 0;
+  const std::string elsewhere =
+      quota.elsewhere_bytes > 0
+          ? " (" + base::FormatSize(quota.elsewhere_bytes) + " of it outside this cluster)"
+          : "";
+  if (quota.max_bytes == 0) {
+    return team + ": no max_gpu_mem quota; its pods hold " + base::FormatSize(pods) +
+           (quota.elsewhere_bytes > 0
+                ? ", its jobs and other clusters' pods " + base::FormatSize(quota.elsewhere_bytes)
+                : "");
   }
-  return team + ": " + base::FormatSize(in_use) + " of its " + base::FormatSize(q->second) +
-         " of GPU memory (max_gpu_mem) in use";
+  return team + ": " + base::FormatSize(pods + quota.elsewhere_bytes) + " of its " +
+         base::FormatSize(quota.max_bytes) + " of GPU memory (max_gpu_mem) in use" + elsewhere;
 }
 
 }  // namespace paladin::k8s

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <ctime>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <tuple>
 
 #include "paladin/base/size.h"
@@ -203,6 +204,42 @@ std::string TeamQuotaReason(const std::string& team, uint64_t max_bytes, uint64_
   return "team " + team + ": " + base::FormatSize(used_bytes) + " of its " +
          base::FormatSize(max_bytes) + " of GPU memory (max_gpu_mem) in use, this pod asks " +
          base::FormatSize(ask_bytes);
+}
+
+StatusOr<std::map<std::string, TeamQuota>> TeamQuotasOf(const Json& teams,
+                                                        const std::string& cluster) {
+  if (!teams.is_object() || !teams.contains("teams") || !teams["teams"].is_array()) {
+    return InvalidArgument("Paladin's server's /v1/teams: expected an object with a teams list");
+  }
+  const auto bytes = [](const Json& v) -> std::optional<uint64_t> {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) return std::nullopt;
+    return static_cast<uint64_t>(v.get<int64_t>());
+  };
+  std::map<std::string, TeamQuota> quotas;
+  for (const Json& t : teams["teams"]) {
+    if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) continue;
+    const std::optional<uint64_t> max = bytes(t.value("max_gpu_mem_bytes", Json()));
+    if (!max) continue;
+    TeamQuota q;
+    q.max_bytes = *max;
+    const Json in_use = t.value("gpu_mem_in_use", Json::object());
+    if (in_use.is_object()) {
+      const std::optional<uint64_t> jobs = bytes(in_use.value("jobs_bytes", Json(0)));
+      if (!jobs) continue;
+      q.elsewhere_bytes = *jobs;
+      const Json pods = in_use.value("pods_bytes", Json::object());
+      if (!pods.is_object()) continue;
+      bool valid = true;
+      for (const auto& [name, held] : pods.items()) {
+        const std::optional<uint64_t> b = bytes(held);
+        valid = valid && b.has_value();
+        if (b && name != cluster) q.elsewhere_bytes += *b;
+      }
+      if (!valid) continue;
+    }
+    quotas[t["name"].get<std::string>()] = q;
+  }
+  return quotas;
 }
 
 Status NodeTakesPods(const std::string& node_json) {

@@ -56,6 +56,9 @@ struct ControlOptions {
   // Refuse the fleet-wide `agent` token (authentication and creation): agents must each use a
   // token of their own node, `agent:NODE`.
   bool node_tokens_only = false;
+  // The GPU memory the team's Kubernetes pods book, by cluster (PodBook::TeamBooked); empty: none.
+  // A team's max_gpu_mem counts it with the team's jobs (docs/kubernetes.md, "Teams").
+  std::function<std::map<std::string, int64_t>(const std::string& team)> team_pods;
   // Seconds since the epoch; empty: the system clock. Tests inject their own, so the control
   // plane's decisions in time (leases, periodic checkpoints, timeouts) are tested without sleeps.
   std::function<double()> clock;
@@ -194,6 +197,9 @@ class Control {
   void PlaceWaiting(FleetView& view);
   bool TryPlace(FleetView& view, JobRecord& j);
   std::string TeamQuotaRefusal(const JobRecord& j) const;
+  // GET /v1/teams' gpu_mem_in_use: {"jobs_bytes", "pods_bytes": {CLUSTER: bytes}}, what the
+  // team's max_gpu_mem counts. Under mu_.
+  Json GpuMemInUse(const std::string& team) const;
   void Bind(FleetView& view, JobRecord& j, const core::Placement& p, const std::string& how);
   void SizeAutoJob(JobRecord& j);
   void Accrue(JobRecord& j, double now);

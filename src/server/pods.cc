@@ -58,6 +58,20 @@ Json PodBook::List(const Principal& who, const std::string& team) const {
   return {{"pods", pods}, {"clusters", clusters}};
 }
 
+std::map<std::string, int64_t> PodBook::TeamBooked(const std::string& team) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, int64_t> booked;
+  for (const auto& [name, cluster] : clusters_) {
+    for (const api::PodReport& p : cluster.pods) {
+      if (p.team != team || p.node.empty() || p.phase == "Succeeded" || p.phase == "Failed") {
+        continue;
+      }
+      booked[name] += p.gpu_mem_bytes;
+    }
+  }
+  return booked;
+}
+
 StatusOr<Json> PodBook::Get(const Principal& who, const std::string& ns,
                             const std::string& name) const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -37,6 +37,11 @@ class PodBook {
   StatusOr<nlohmann::json> Get(const Principal& who, const std::string& ns,
                                const std::string& name) const;
 
+  // The GPU memory (paladin.io/gpu-memory) booked by the team's pods that hold a GPU (bound to a
+  // node, not Succeeded or Failed), by cluster. The server's team quota counts it with the
+  // team's jobs; each cluster's scheduler counts the other clusters' with the jobs.
+  std::map<std::string, int64_t> TeamBooked(const std::string& team) const;
+
  private:
   struct Cluster {
     double reported_at = 0;

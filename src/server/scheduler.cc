@@ -158,9 +158,15 @@ std::string Control::TeamQuotaRefusal(const JobRecord& j) const {
     return "team " + t.name + " quota: " + std::to_string(gpus) + " of its " +
            std::to_string(t.max_gpus) + " GPUs in use, this job needs " + std::to_string(j.gpus);
   }
-  if (t.max_gpu_mem > 0 && mem + j.quota_bytes * j.gpus > t.max_gpu_mem) {
-    return "team " + t.name + " quota: " + Bytes(mem) + " of its " + Bytes(t.max_gpu_mem) +
-           " GPU memory in use, this job needs " + Bytes(j.quota_bytes * j.gpus);
+  int64_t pods = 0;
+  if (t.max_gpu_mem > 0 && options_.team_pods) {
+    for (const auto& [cluster, bytes] : options_.team_pods(t.name)) pods += bytes;
+  }
+  if (t.max_gpu_mem > 0 && mem + pods + j.quota_bytes * j.gpus > t.max_gpu_mem) {
+    return "team " + t.name + " quota: " + Bytes(mem + pods) + " of its " + Bytes(t.max_gpu_mem) +
+           " GPU memory in use" +
+           (pods > 0 ? " (" + Bytes(pods) + " by its Kubernetes pods)" : "") + ", this job needs " +
+           Bytes(j.quota_bytes * j.gpus);
   }
   return "";
 }

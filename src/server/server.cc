@@ -19,8 +19,9 @@ namespace paladin::server {
 
 struct Server::Impl {
   ServerOptions options;
-  std::unique_ptr<Control> control;
+  // The pods first: the control plane asks them for each team's pods (its quota).
   std::unique_ptr<PodBook> pods;
+  std::unique_ptr<Control> control;
   std::unique_ptr<HttpFront> http;
   std::thread loop_thread;
   std::atomic<bool> stopping{false};
@@ -133,6 +134,12 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   control_options.move_mode = options.move_mode;
   control_options.node_tokens_only = options.node_tokens_only;
   if (options.fault.rfind("crash-at:", 0) == 0) control_options.crash_at = options.fault.substr(9);
+  impl->pods = std::make_unique<PodBook>([] {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  });
+  PodBook* pods = impl->pods.get();
+  control_options.team_pods = [pods](const std::string& team) { return pods->TeamBooked(team); };
   std::filesystem::create_directories(control_options.checkpoint_store, ec);
   if (ec) {
     return IoError("cannot create " + control_options.checkpoint_store + ": " + ec.message());
@@ -162,10 +169,6 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   http.max_body_bytes = kMaxBodyBytes;
   http.header_timeout_s = options.http_header_timeout_s;
   http.body_timeout_s = options.http_body_timeout_s;
-  impl->pods = std::make_unique<PodBook>([] {
-    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-        .count();
-  });
   StatusOr<std::unique_ptr<HttpFront>> front =
       HttpFront::Start(http, MakeRoutes(*impl->control, *impl->pods));
   if (!front.ok()) {

@@ -119,6 +119,18 @@ StatusOr<Json> Control::Events(const Principal& who, const std::string& job, dou
   return Json{{"events", out}};
 }
 
+Json Control::GpuMemInUse(const std::string& team) const {
+  int64_t jobs = 0;
+  for (const auto& [seq, j] : jobs_) {
+    if (j.team == team && j.HoldsGpu()) jobs += j.quota_bytes * j.gpus;
+  }
+  Json pods = Json::object();
+  if (options_.team_pods) {
+    for (const auto& [cluster, bytes] : options_.team_pods(team)) pods[cluster] = bytes;
+  }
+  return {{"jobs_bytes", jobs}, {"pods_bytes", pods}};
+}
+
 StatusOr<Json> Control::Teams(const Principal& who) {
   std::lock_guard<std::mutex> lock(mu_);
   const double now = Now();
@@ -140,6 +152,7 @@ StatusOr<Json> Control::Teams(const Principal& who) {
     out.push_back({{"name", name},
                    {"max_gpus", t.max_gpus},
                    {"max_gpu_mem_bytes", t.max_gpu_mem},
+                   {"gpu_mem_in_use", GpuMemInUse(name)},
                    {"priority", t.priority},
                    {"usage", TeamUsageToApi(usage)},
                    {"prediction_check", CheckToApi(check)}});
@@ -148,6 +161,7 @@ StatusOr<Json> Control::Teams(const Principal& who) {
     out.push_back({{"name", who.team},
                    {"max_gpus", 0},
                    {"max_gpu_mem_bytes", 0},
+                   {"gpu_mem_in_use", GpuMemInUse(who.team)},
                    {"priority", 0},
                    {"usage", TeamUsageToApi(TeamUsage{})},
                    {"prediction_check", CheckToApi(core::CheckTotals{})}});

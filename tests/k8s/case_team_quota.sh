@@ -6,7 +6,8 @@
 # stays Pending with the team's reason; NS-c's 2Gi is placed; 1Gi more in NS-b fits exactly; once
 # NS's pod is deleted, the Pending one is placed. Meanwhile Paladin's server, to which the
 # scheduler reports its pods, shows each team's token its own pods where kubectl shows them, and
-# never another team's.
+# never another team's; and a job research submits to that server waits for the quota its pods
+# hold.
 # Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, CLUSTER_DIR, PALADIN, EMUCUDA, NODE,
 # K8S_NODE_FLAGS.
 set -euo pipefail
@@ -131,6 +132,20 @@ done
   fail "the admin token does not see pod $NS-c/c"
 echo "team_quota: Paladin's server shows research's token its 3 pods where kubectl shows them" \
   "(b with its team's reason), team k8s-$NS-c's token its 1; each team's pods are 404 to the other"
+
+# One quota over pods and jobs: with research's pods holding its 3 GiB, a job research submits to
+# Paladin's server waits, the server saying the pods hold it (docs/kubernetes.md, "Teams").
+job=$("$PALADIN" submit --team research --gpu-mem 1GiB --server "$url" --token "$research" \
+  -- /bin/true) || fail "paladin submit --team research"
+want="team research quota: 3 GiB of its 3 GiB GPU memory in use (3 GiB by its Kubernetes pods), this job needs 1 GiB"
+for ((i = 0; i < 30; i++)); do
+  reason=$("$PALADIN" show "$job" --json --server "$url" --token "$research" | jq -r '.reason // ""')
+  [[ $reason == "$want" ]] && break
+  sleep 0.2
+done
+[[ $reason == "$want" ]] || fail "research's job $job (its pods hold its quota) says '$reason'"
+"$PALADIN" cancel "$job" --server "$url" --token "$research" >/dev/null || fail "paladin cancel $job"
+echo "team_quota: research's job waits for its team's quota, held by its 3 GiB of pods"
 
 "$KUBECTL" -n "$NS" delete pod a --wait=true --timeout=30s >/dev/null
 bound "$NS-b" b || fail "pod $NS-b/b not placed once research's pod a was deleted"

@@ -242,7 +242,7 @@ TEST(ExplainPod, TheTeamsQuotaReason) {
             {{{"metadata", {{"name", "a"}, {"labels", {{kTeamLabel, "research"}}}}}},
              {{"metadata", {{"name", "b"}, {"labels", {{kTeamLabel, "research"}}}}}}}}}
           .dump();
-  state.quotas = std::map<std::string, uint64_t>{{"research", 3 * kGiB}};
+  state.quotas = std::map<std::string, TeamQuota>{{"research", {3 * kGiB, 0}}};
   StatusOr<PodExplanation> e = ExplainPod(state, wants.dump(), "", SchedulerOptions());
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->reason,
@@ -250,6 +250,20 @@ TEST(ExplainPod, TheTeamsQuotaReason) {
             "this pod asks 2 GiB");
   EXPECT_EQ(e->reason, SchedulerPass(state)["wants"].reason);
   EXPECT_EQ(Row(*e, "team"), "research: 2 GiB of its 3 GiB of GPU memory (max_gpu_mem) in use");
+
+  // The team's jobs in Paladin's server and its pods in other clusters count too: 5 GiB takes
+  // this pod beside the 2 GiB of its pods here, not with 2 GiB more held outside this cluster.
+  state.quotas = std::map<std::string, TeamQuota>{{"research", {5 * kGiB, 0}}};
+  EXPECT_TRUE(SchedulerPass(state)["wants"].placed);
+  state.quotas = std::map<std::string, TeamQuota>{{"research", {5 * kGiB, 2 * kGiB}}};
+  e = ExplainPod(state, wants.dump(), "", SchedulerOptions());
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->reason,
+            "team research: 4 GiB of its 5 GiB of GPU memory (max_gpu_mem) in use, "
+            "this pod asks 2 GiB");
+  EXPECT_EQ(Row(*e, "team"),
+            "research: 4 GiB of its 5 GiB of GPU memory (max_gpu_mem) in use (2 GiB of it "
+            "outside this cluster)");
 
   state.quotas = Unavailable("connection refused");
   e = ExplainPod(state, wants.dump(), "", SchedulerOptions());

@@ -482,5 +482,32 @@ TEST(TeamQuotaReason, RefusesPastMaxGpuMem) {
             "3 GiB");
 }
 
+// The server's /v1/teams seen from cluster "east": the team's jobs and its pods in the other
+// clusters are held elsewhere, its pods in "east" are this cluster's own (counted from the pods
+// themselves); malformed figures leave the team out; a malformed answer is an error.
+TEST(TeamQuotasOf, CountsJobsAndOtherClustersPods) {
+  const Json teams = Json::parse(R"({"teams": [
+    {"name": "research", "max_gpu_mem_bytes": 8589934592,
+     "gpu_mem_in_use": {"jobs_bytes": 1073741824,
+                        "pods_bytes": {"east": 2147483648, "west": 536870912}}},
+    {"name": "infra", "max_gpu_mem_bytes": 0},
+    {"name": "bad-jobs", "max_gpu_mem_bytes": 1, "gpu_mem_in_use": {"jobs_bytes": -5}},
+    {"name": "bad-pods", "max_gpu_mem_bytes": 1,
+     "gpu_mem_in_use": {"jobs_bytes": 0, "pods_bytes": {"west": "lots"}}},
+    {"name": "bad-max", "max_gpu_mem_bytes": 1.5},
+    {"max_gpu_mem_bytes": 1}]})");
+  StatusOr<std::map<std::string, TeamQuota>> q = TeamQuotasOf(teams, "east");
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  ASSERT_EQ(q->size(), 2U);
+  EXPECT_EQ(q->at("research").max_bytes, 8 * kGiB);
+  EXPECT_EQ(q->at("research").elsewhere_bytes, kGiB + kGiB / 2);
+  EXPECT_EQ(q->at("infra").max_bytes, 0U);
+  EXPECT_EQ(q->at("infra").elsewhere_bytes, 0U);
+  // From "west", east's pods are elsewhere and west's are its own.
+  EXPECT_EQ(TeamQuotasOf(teams, "west")->at("research").elsewhere_bytes, 3 * kGiB);
+  EXPECT_FALSE(TeamQuotasOf(Json::array(), "east").ok());
+  EXPECT_FALSE(TeamQuotasOf(Json{{"teams", 3}}, "east").ok());
+}
+
 }  // namespace
 }  // namespace paladin::k8s

@@ -133,5 +133,41 @@ TEST_F(PodsTest, AClustersReportReplacesItsLastOneOnly) {
   EXPECT_EQ((*list)["clusters"].size(), 2U);
 }
 
+// One quota over a team's pods and jobs: research's Running pod books 2 GiB in cluster prod
+// (its Pending one nothing), so a 2 GiB job waits under a 3 GiB max_gpu_mem, saying how much its
+// pods hold; /v1/teams shows both parts; once the pod is gone from the report, the job starts.
+TEST_F(PodsTest, ATeamsPodsCountInItsQuotaWithItsJobs) {
+  api::Client admin = h_.Admin();
+  ASSERT_TRUE(admin.Put("/v1/teams/research", Json{{"max_gpu_mem", "3GiB"}}).ok());
+  testing::FakeAgent agent(h_, "node-a", 1, 16 * testing::kGiB);
+  ASSERT_TRUE(agent.Register().ok());
+  StatusOr<Json> job = admin.Post(
+      "/v1/jobs",
+      Json{{"command", {"python3", "train.py"}}, {"team", "research"}, {"gpu_mem", "2GiB"}});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const std::string id = (*job)["id"];
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return testing::Job(admin, id)["reason"].get<std::string>().find("quota") != std::string::npos;
+  }));
+  EXPECT_EQ(testing::Job(admin, id)["state"], "pending");
+  EXPECT_EQ(testing::Job(admin, id)["reason"],
+            "team research quota: 2 GiB of its 3 GiB GPU memory in use (2 GiB by its Kubernetes "
+            "pods), this job needs 2 GiB");
+  StatusOr<Json> teams = h_.Client(research_).Get("/v1/teams");
+  ASSERT_TRUE(teams.ok());
+  const Json in_use = (*teams)["teams"][0]["gpu_mem_in_use"];
+  EXPECT_EQ(in_use["jobs_bytes"], 0);
+  EXPECT_EQ(in_use["pods_bytes"], (Json{{"prod", 2 * testing::kGiB}}));
+
+  ASSERT_TRUE(admin
+                  .Put("/v1/pods",
+                       Json{{"cluster", "prod"}, {"pods", {Pod("ml-b", "b", "research", "", -1)}}})
+                  .ok());
+  ASSERT_TRUE(testing::WaitFor([&] { return testing::Job(admin, id)["state"] == "starting"; }));
+  teams = h_.Client(research_).Get("/v1/teams");
+  ASSERT_TRUE(teams.ok());
+  EXPECT_EQ((*teams)["teams"][0]["gpu_mem_in_use"]["jobs_bytes"], 2 * testing::kGiB);
+}
+
 }  // namespace
 }  // namespace paladin::server

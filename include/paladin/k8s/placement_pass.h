@@ -28,7 +28,7 @@ struct ClusterState {
   std::string pods;   // Paladin's pods: GET /api/v1/pods?fieldSelector=spec.schedulerName=NAME
   bool teams_checked = false;
   std::string namespaces;  // GET /api/v1/namespaces, when teams are checked
-  StatusOr<std::map<std::string, uint64_t>> quotas = std::map<std::string, uint64_t>();
+  StatusOr<std::map<std::string, TeamQuota>> quotas = std::map<std::string, TeamQuota>();
 };
 
 // Reads it through `client`, and the teams' quotas through options.team_quotas when it is set

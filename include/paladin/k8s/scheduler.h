@@ -88,9 +88,25 @@ std::string TeamOfNamespace(const std::string& ns, const std::string& labels_jso
 std::string TeamQuotaReason(const std::string& team, uint64_t max_bytes, uint64_t used_bytes,
                             uint64_t ask_bytes);
 
-// The teams' GPU-memory quotas in bytes, by team name (Paladin's server's teams); called once per
-// pass. An error leaves the pods Pending, saying so (their teams' quotas cannot be checked).
-using TeamQuotas = std::function<StatusOr<std::map<std::string, uint64_t>>()>;
+// A team's GPU-memory quota as Paladin's server keeps it (max_gpu_mem; 0: none), and the GPU
+// memory the team holds outside this cluster, which the quota counts too: its jobs in the
+// server and its pods in other clusters (docs/kubernetes.md, "Teams").
+struct TeamQuota {
+  uint64_t max_bytes = 0;
+  uint64_t elsewhere_bytes = 0;
+};
+
+// The teams' GPU-memory quotas, by team name (Paladin's server's teams); called once per pass.
+// An error leaves the pods Pending, saying so (their teams' quotas cannot be checked).
+using TeamQuotas = std::function<StatusOr<std::map<std::string, TeamQuota>>()>;
+
+// The quotas in Paladin's server's answer to GET /v1/teams, seen from the cluster named
+// `cluster`: each team's max_gpu_mem_bytes, and as elsewhere_bytes its gpu_mem_in_use's jobs_bytes
+// plus the pods_bytes of every other cluster. A team whose figures are not non-negative
+// integers is left out (its pods are then not held to a quota); an answer that is not an object
+// with a "teams" list is an error.
+StatusOr<std::map<std::string, TeamQuota>> TeamQuotasOf(const nlohmann::json& teams,
+                                                        const std::string& cluster);
 
 // Reports Paladin's pods, each pass (PUT /v1/pods of Paladin's server, so that its API,
 // dashboard and team tokens see them); an error is printed once and the pass goes on.
