@@ -3,7 +3,6 @@
 // NODE[/GPU]` moves a server's job through the server (fleet_moves.cc).
 #include "paladin/migrate/migrate.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -43,33 +42,6 @@ std::string SelfExe() {
   return ec ? std::string() : self.string();
 }
 
-// --mode auto: post-copy where both ends can (the patched CRIU here and there, and a job without
-// a GPU: post-copy of device memory is not done), else streaming pre-copy where the destination
-// takes it, else by image. Asks the destination (FEATURES). Returns the mode and why.
-StatusOr<std::pair<std::string, std::string>> ChooseMode(const ckpt::Criu& criu,
-                                                         const ckpt::JobRecord& job,
-                                                         const std::string& host, int port,
-                                                         const std::string& token) {
-  StatusOr<std::vector<std::string>> there = migrate::PeerMoveModes(host, port, token);
-  if (!there.ok()) return there.status();
-  auto takes = [&](const std::string& mode) {
-    return std::find(there->begin(), there->end(), mode) != there->end();
-  };
-  std::string no_post_copy;
-  if (!job.gpu.empty()) {
-    no_post_copy = "the job has a GPU, and post-copy of device memory is not done";
-  } else if (StatusOr<ckpt::Criu> lazy = ckpt::LazyCriu(criu); !lazy.ok()) {
-    no_post_copy = "no post-copy CRIU here (scripts/criu_lazy.sh)";
-  } else if (!takes("post-copy")) {
-    no_post_copy = "the destination has no post-copy CRIU";
-  }
-  if (no_post_copy.empty())
-    return std::make_pair(std::string("post-copy"), std::string("both ends can"));
-  if (takes("stream")) return std::make_pair(std::string("stream"), no_post_copy);
-  return std::make_pair(std::string("image"),
-                        no_post_copy + "; the destination takes no page stream");
-}
-
 int RunMigrate(MigrateArgs a) {
   StatusOr<std::pair<std::string, int>> to = transfer::ParseHostPort(a.peer);
   StatusOr<std::string> token = transfer::LoadToken(a.token_file);
@@ -93,14 +65,17 @@ int RunMigrate(MigrateArgs a) {
   }
   const bool auto_chosen = a.mode == "auto";
   if (auto_chosen) {
-    StatusOr<std::pair<std::string, std::string>> chosen =
-        ChooseMode(*criu, *job, to->first, to->second, *token);
-    if (!chosen.ok()) {
-      Say("migrate", "--mode auto: " + chosen.status().message());
+    // Asks the receiver (FEATURES), which then waits for the move itself.
+    StatusOr<std::vector<std::string>> there =
+        migrate::PeerMoveModes(to->first, to->second, *token);
+    if (!there.ok()) {
+      Say("migrate", "--mode auto: " + there.status().message());
       return 1;
     }
-    Say("migrate", "--mode auto: " + chosen->first + " (" + chosen->second + ")");
-    a.mode = chosen->first;
+    const migrate::ModeChoice chosen =
+        migrate::ChooseMode(!job->gpu.empty(), ckpt::LazyCriu(*criu).status(), *there);
+    Say("migrate", "--mode auto: " + chosen.mode + " (" + chosen.why + ")");
+    a.mode = chosen.mode;
     a.lazy = a.mode == "post-copy";
   }
   if (a.lazy) {

@@ -102,6 +102,17 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
 StatusOr<std::vector<std::string>> PeerMoveModes(const std::string& host, int port,
                                                  const std::string& token);
 
+// `paladin migrate --mode auto`'s choice, from what each end can: post-copy where the job has
+// no GPU (post-copy of device memory is not done), this side has the patched CRIU
+// (`post_copy_here`: ckpt::LazyCriu's answer) and the destination takes it; else streaming
+// pre-copy where the destination takes a page stream; else by image.
+struct ModeChoice {
+  std::string mode;  // "post-copy", "stream" or "image" (MigrateArgs' --mode)
+  std::string why;
+};
+ModeChoice ChooseMode(bool job_has_gpu, const Status& post_copy_here,
+                      const std::vector<std::string>& destination_takes);
+
 struct DestinationOptions {
   int port = 0;  // images on port, commands on port + 1
   std::string bind_address = "127.0.0.1";
