@@ -168,6 +168,9 @@ def dst_killed_drill(work):
         log = open(os.path.join(fleet.dir, "agent-node-a.log"), errors="replace").read()
         if "migrate_out" not in log or ": stream (" not in log:
             fail(f"{what}: the source did not stream the move")
+        dst_log = open(os.path.join(fleet.dir, "agent-node-b.log"), errors="replace").read()
+        if "fault injected: half the memory has arrived" not in dst_log:
+            fail(f"{what}: the destination's agent did not die mid-stream (no fault injected)")
         if not any("migration_failed" in e["kind"] for e in fleet.get(
                 f"/v1/events?job={job_id}")["events"]):
             fail(f"{what}: no migration_failed event: {messages}")
