@@ -744,6 +744,7 @@ void Agent::MigrateOut(const api::Command& c) {
       options.fence_s = lease_s_.load() + 1;
     }
   }
+  const std::string asked_why = mode_why;  // a refused stream's image move says this and why
   if (!options.lazy) {
     options.stream = c.stream;
     options.image_if_refused = true;
@@ -785,7 +786,7 @@ void Agent::MigrateOut(const api::Command& c) {
     return;
   }
   fs::remove_all(folder->path(), ec);  // moved: nothing of the job is left here
-  if (!report->mode_note.empty()) mode_why += "; " + report->mode_note;
+  if (!report->mode_note.empty()) mode_why = asked_why + "; " + report->mode_note;
   Json phases = Json::object();
   for (const auto& [name, seconds] : report->times.seconds) phases[name] = seconds;
   Say("moved job " + job + " to " + options.host + ":" + std::to_string(options.port) + " (pid " +

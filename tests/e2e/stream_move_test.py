@@ -22,14 +22,20 @@ The drills, each on a fresh server and two agents:
      the job went on from where it stopped). What the dead agent's move left on its host (the
      incoming folder, the page-stream keys, the pages on /dev/shm) is gone once its successor
      has started.
+  3. refused: the destination's page-server port (its migrate port + 2) taken by another
+     program, so its agent cannot start a page server and answers PAGE-SERVER with ERR: the
+     source, nothing stopped yet, moves by image instead; the job runs at the destination, its
+     file verified with no rewind, one copy throughout, and the event and last_move say
+     `pre-copy` with "streaming refused".
 
 Usage: stream_move_test.py PALADIN
-Environment: PALADIN_STREAM_ONLY=move|dst-killed runs one drill.
+Environment: PALADIN_STREAM_ONLY=move|dst-killed|refused runs one drill.
 """
 import glob
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -184,6 +190,51 @@ def dst_killed_drill(work):
         fleet.stop()
 
 
+def refused_drill(work):
+    what = "streaming refused by the destination"
+    fleet = Fleet(work, "st-refused", server_args=PRE_COPY)
+    tag = "stref"
+    out = os.path.join(work, "out", tag + ".log")
+    sampler = None
+    squatter = socket.socket()
+    try:
+        job_id = pc.cpu_job_on_node_a(fleet, tag, out)
+        port = [n for n in fleet.get("/v1/nodes")["nodes"] if n["name"] == "node-b"][0][
+            "migrate_port"]
+        squatter.bind(("0.0.0.0", port + 2))
+        squatter.listen(1)
+        time.sleep(2)
+        sampler = fence_test.Sampler(tag)
+        fleet.post(f"/v1/jobs/{job_id}/migrate", {"to": "node-b"})
+        wait_for(f"{what}: the job on node-b",
+                 lambda: fence_test.job_on(fleet, job_id, "node-b"), 180, 0.2)
+        wait_for(f"{what}: the move's cost reported",
+                 lambda: any("paused" in m for m in pc.move_events(fleet, job_id)), 30, 0.2)
+        pc.one_copy_left(tag, what)
+        time.sleep(2)
+        sampler.finish()
+        said = [m for m in pc.move_events(fleet, job_id) if "paused" in m]
+        print(f"{what}: events: {pc.move_events(fleet, job_id)}; {sampler.describe()}",
+              flush=True)
+        if not said or "; pre-copy (" not in said[-1] or "streaming refused" not in said[-1]:
+            fail(f"{what}: the event does not say it moved by image, streaming refused: {said}")
+        else:
+            ok(f"{what}: {said[-1]}")
+        last = fleet.job(job_id).get("last_move") or {}
+        if last.get("mode") != "pre-copy":
+            fail(f"{what}: the job's last_move does not say pre-copy: {last}")
+        crash_test.check_one_copy(sampler, what)
+        pc.check_file(out, False, what)
+        crash_test.cancel_and_check_gone(fleet, job_id, tag)
+    except (TimeoutError, urllib.error.URLError, subprocess.TimeoutExpired, OSError) as e:
+        fail(f"{what}: {e}; copies {tagged_processes(tag)}")
+    finally:
+        squatter.close()
+        if sampler is not None and not sampler.stop:
+            sampler.finish()
+        fleet.stop()
+
+
 def main():
     if os.geteuid() != 0:
         print("SKIP: the fleet end to end needs root (PID namespaces, cgroups, CRIU)")
@@ -200,8 +251,10 @@ def main():
             move_drill(work)
         if only in ("", "dst-killed"):
             dst_killed_drill(work)
+        if only in ("", "refused"):
+            refused_drill(work)
     finally:
-        crash_test.kill_tagged("stmove", "stgpu", "stkill")
+        crash_test.kill_tagged("stmove", "stgpu", "stkill", "stref")
         crash_test.remove_work(work, "stream_move_test")
     return crash_test.summary("stream_move_test")
 
