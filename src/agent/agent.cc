@@ -160,6 +160,7 @@ bool Agent::Register() {
                {"migrate_port", options_.migrate_port},
                {"checkpointable", checkpointable_},
                {"post_copy", checkpointable_ && ReadyLazyCriu().ok()},
+               {"stream", checkpointable_},
                {"gpus", GpusForRegister()},
                {"jobs", Reports(true)}};
   StatusOr<Json> answer = client_->Post("/v1/agents/register", body);

@@ -677,6 +677,16 @@ void Agent::SettleInterruptedMoves() {
   }
 }
 
+namespace {
+
+// What a move's events and logs call its mode (the names of MigrateReport::mode).
+std::string MoveModeOf(const migrate::MigrateOptions& options) {
+  if (options.lazy) return "post-copy";
+  return options.stream ? "stream" : "pre-copy";
+}
+
+}  // namespace
+
 void Agent::MigrateOut(const api::Command& c) {
   const int64_t id = c.id;
   migrate::MigrateOptions options;
@@ -704,7 +714,10 @@ void Agent::MigrateOut(const api::Command& c) {
     return;
   }
   const std::string job = w->id;
-  // How its memory moves: post-copy when the server asked for it and it can be done here.
+  // How its memory moves: post-copy when the server asked for it and it can be done here; else
+  // pre-copy, streamed into the destination's page server when the server says both agents can
+  // (the same for a job holding GPU state: the driver's checkpoint puts it in the job's memory,
+  // which streams as the rest does), else by image.
   std::string mode_why = "the server asked for pre-copy";
   if (c.move_mode == api::MoveMode::kPostCopy) {
     StatusOr<ckpt::Criu> lazy = ReadyLazyCriu();
@@ -731,8 +744,14 @@ void Agent::MigrateOut(const api::Command& c) {
       options.fence_s = lease_s_.load() + 1;
     }
   }
-  Say("migrate_out " + job + ": " + (options.lazy ? "post-copy" : "pre-copy") + " (" + mode_why +
-      ")");
+  const std::string asked_why = mode_why;  // a refused stream's image move says this and why
+  if (!options.lazy) {
+    options.stream = c.stream;
+    options.image_if_refused = true;
+    mode_why += c.stream ? "; streamed" : "; by image (the server did not ask to stream)";
+  }
+  const std::string mode_name = MoveModeOf(options);
+  Say("migrate_out " + job + ": " + mode_name + " (" + mode_why + ")");
   // Recorded before the dump stops the job: if this agent dies before the move is settled, its
   // successor finds the copy stopped and asks the server what became of the move.
   {
@@ -763,11 +782,11 @@ void Agent::MigrateOut(const api::Command& c) {
       }
     }
     AddResult(id,
-              Status(report.status().code(), report.status().message() + " (" +
-                                                 (options.lazy ? "post-copy" : "pre-copy") + ")"));
+              Status(report.status().code(), report.status().message() + " (" + mode_name + ")"));
     return;
   }
   fs::remove_all(folder->path(), ec);  // moved: nothing of the job is left here
+  if (!report->mode_note.empty()) mode_why = asked_why + "; " + report->mode_note;
   Json phases = Json::object();
   for (const auto& [name, seconds] : report->times.seconds) phases[name] = seconds;
   Say("moved job " + job + " to " + options.host + ":" + std::to_string(options.port) + " (pid " +

@@ -298,6 +298,7 @@ Json ToJson(const Command& c) {
       out["to_gpu"] = c.to_gpu;
       out["to_gpu_uuid"] = c.to_gpu_uuid;
       out["move_mode"] = MoveModeName(c.move_mode);
+      out["stream"] = c.stream;
       break;
     case CommandKind::kStart:
     case CommandKind::kKill:
@@ -398,6 +399,7 @@ StatusOr<Command> DecodeCommand(const Json& body) {
       PALADIN_RETURN_IF_ERROR(SmallInt(body, "to_gpu", 0, 1023, where, &c.to_gpu));
       PALADIN_RETURN_IF_ERROR(Str(body, "to_gpu_uuid", where, &c.to_gpu_uuid));
       PALADIN_RETURN_IF_ERROR(DecodeMoveMode(body, where, &c.move_mode));
+      PALADIN_RETURN_IF_ERROR(Bool(body, "stream", where, &c.stream));
       break;
     case CommandKind::kKill:
     case CommandKind::kResize:

@@ -42,7 +42,7 @@ std::string SelfExe() {
   return ec ? std::string() : self.string();
 }
 
-int RunMigrate(const MigrateArgs& a) {
+int RunMigrate(MigrateArgs a) {
   StatusOr<std::pair<std::string, int>> to = transfer::ParseHostPort(a.peer);
   StatusOr<std::string> token = transfer::LoadToken(a.token_file);
   if (!to.ok() || !token.ok()) {
@@ -63,6 +63,21 @@ int RunMigrate(const MigrateArgs& a) {
     Say("migrate", criu.status().message());
     return 1;
   }
+  const bool auto_chosen = a.mode == "auto";
+  if (auto_chosen) {
+    // Asks the receiver (FEATURES), which then waits for the move itself.
+    StatusOr<std::vector<std::string>> there =
+        migrate::PeerMoveModes(to->first, to->second, *token);
+    if (!there.ok()) {
+      Say("migrate", "--mode auto: " + there.status().message());
+      return 1;
+    }
+    const migrate::ModeChoice chosen =
+        migrate::ChooseMode(!job->gpu.empty(), ckpt::LazyCriu(*criu).status(), *there);
+    Say("migrate", "--mode auto: " + chosen.mode + " (" + chosen.why + ")");
+    a.mode = chosen.mode;
+    a.lazy = a.mode == "post-copy";
+  }
   if (a.lazy) {
     // Both sides need Paladin's patches: without them a failed transfer leaves two copies.
     criu = ckpt::LazyCriu(*criu);
@@ -74,6 +89,7 @@ int RunMigrate(const MigrateArgs& a) {
   migrate::MigrateOptions options;
   options.lazy = a.lazy;
   options.stream = a.mode == "stream";
+  options.image_if_refused = auto_chosen;  // --mode auto: else by image
   options.lazy_address = a.lazy_address;
   options.lazy_port = a.lazy_port;
   options.lazy_plain = a.lazy_plain;
@@ -100,14 +116,15 @@ int RunMigrate(const MigrateArgs& a) {
         report->image.empty() ? "" : ("; image kept in " + report->image).c_str());
     return 0;
   }
-  if (options.stream) {
+  if (!report->mode_note.empty()) Say("migrate", report->mode_note);
+  if (report->mode == "stream") {
     std::printf("moved %s to %s (pid %lld there) by streaming pre-copy: pause %.2f s; %s%s\n",
                 job->name.c_str(), a.peer.c_str(), report->remote_pid, report->pause_s,
                 report->times.Describe().c_str(),
                 report->image.empty() ? "" : ("; image kept in " + report->image).c_str());
     return 0;
   }
-  std::printf("moved %s to %s (pid %lld there): pause %.2f s; %s%s\n", job->name.c_str(),
+  std::printf("moved %s to %s (pid %lld there) by image: pause %.2f s; %s%s\n", job->name.c_str(),
               a.peer.c_str(), report->remote_pid, report->pause_s, report->times.Describe().c_str(),
               report->image.empty() ? "" : ("; image kept in " + report->image).c_str());
   return 0;
@@ -196,10 +213,12 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
                    "pre-copy: the dump sends the memory straight to the destination, which keeps "
                    "it in memory when it has room), post-copy (the job resumes there at once and "
                    "pulls its memory from its stopped copy here, released once every page "
-                   "arrived; needs the CRIU of scripts/criu_lazy.sh on both sides). "
+                   "arrived; needs the CRIU of scripts/criu_lazy.sh on both sides), auto "
+                   "(post-copy where both sides can and the job has no GPU, else stream where "
+                   "the receiver takes it, else image; asks the receiver first). "
                    "docs/lazy_migration.md")
       ->capture_default_str()
-      ->check(CLI::IsMember({"image", "stream", "post-copy"}));
+      ->check(CLI::IsMember({"image", "stream", "post-copy", "auto"}));
   migrate->add_flag("--lazy", m->lazy, "The same as --mode post-copy");
   migrate->add_option("--lazy-address", m->lazy_address,
                       "--lazy: the address the page server listens on (default: the one this host "
@@ -222,10 +241,10 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
       return;
     }
     if (m->mode == "post-copy") m->lazy = true;
-    if (m->mode == "stream" && m->peer.empty()) {
-      Say("migrate",
-          "--mode stream moves a job of this machine directly: give --peer HOST:PORT (a "
-          "server's job moves by the server's mode)");
+    if ((m->mode == "stream" || m->mode == "auto") && m->peer.empty()) {
+      Say("migrate", "--mode " + m->mode +
+                         " moves a job of this machine directly: give --peer HOST:PORT (a "
+                         "server's job moves by the server's --move-mode)");
       *exit_code = 2;
       return;
     }
@@ -241,7 +260,7 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
     if (m->lazy) {
       Say("migrate",
           "--lazy moves a job of this machine directly: give --peer HOST:PORT (a "
-          "server's job moves by image)");
+          "server's job moves by the server's --move-mode)");
       *exit_code = 2;
       return;
     }

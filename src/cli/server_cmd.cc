@@ -85,9 +85,11 @@ void RegisterServer(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--move-mode", options->move_mode,
                   "How moves carry a job's memory: auto (post-copy where both agents have the "
-                  "patched CRIU and the job holds no GPU state), post-copy (only so), pre-copy")
+                  "patched CRIU and the job holds no GPU state, else pre-copy), post-copy (only "
+                  "so), pre-copy (streamed into the destination's page server where both agents "
+                  "can, else by image), image (pre-copy by image). docs/server.md")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "post-copy", "pre-copy"}));
+      ->check(CLI::IsMember({"auto", "post-copy", "pre-copy", "image"}));
   cmd->callback([options, exit_code] {
     if (const char* fault = std::getenv("PALADIN_SERVER_FAULT"); fault != nullptr) {
       options->fault = fault;

@@ -10,6 +10,7 @@
 //   postcopy_destination.cc  the destination's page puller for a post-copy move
 //   keeper.cc              RunKeeper: settling a side whose process died
 //   stream.cc              streaming pre-copy's page server, and the destination's opening
+//   mode_choice.cc         --mode auto's choice (public: ChooseMode in paladin/migrate/migrate.h)
 //   state.cc (state.h)     the state files, the keeper's start, the fault hooks
 //   page_tls.cc            the page stream's per-move keys
 //   owned_dir.cc           a move's folders, locked by their owner (paladin/migrate/owned_dir.h)

@@ -167,16 +167,26 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   // Streaming pre-copy: the page server there is set up before the dump, on the command channel
   // (which then goes on to BEGIN once the image is there).
   StatusOr<PageStream> stream = FailedPrecondition("not streaming");
-  if (options.stream) {
+  bool streaming = options.stream;
+  if (streaming) {
     stream = OpenPageStream(options.host, options.port + 1, options.token, st.id,
                             JobMemoryBytes(*job), progress);
-    if (!stream.ok()) {
+    // Refused (OpenPageStream): the destination is up but started no page server, and waits for
+    // this side to connect again.
+    if (!stream.ok() && options.image_if_refused &&
+        stream.status().code() == StatusCode::kFailedPrecondition) {
+      report.mode_note = "streaming refused: " + stream.status().message() + "; moved by image";
+      progress(report.mode_note);
+      streaming = false;
+    } else if (!stream.ok()) {
       (void)save("resumed");  // nothing was stopped yet
       keeper.Done();
       return stream.status();
     }
+  }
+  if (streaming) {
     stream->Apply(&checkpoint);
-    report.mode = "pre-copy stream";
+    report.mode = "stream";
   }
   // Before the destination may run the job: killing the dump lets the tree go (CRIU held it).
   auto stop_dump = [&] {
@@ -197,7 +207,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     }
     (void)save("resumed");  // the job keeps running
     keeper.Done();
-    if (options.stream) {
+    if (streaming) {
       return Status(times.status().code(), "the streaming dump failed (" +
                                                times.status().message() +
                                                "); the job keeps running here");
@@ -213,7 +223,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     progress("warning: cannot tell the job's file locks (" + file_locks.status().message() +
              "); its copy here stays until the move commits");
     file_locks = 0;
-  } else if (*file_locks > 0 && (options.lazy || options.stream || options.commit)) {
+  } else if (*file_locks > 0 && (options.lazy || streaming || options.commit)) {
     progress("the job holds " + std::to_string(*file_locks) +
              " file lock(s), which its stopped copy here keeps until the move commits: on a file "
              "system the destination shares, its restore waits for them");
@@ -222,7 +232,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
              " file lock(s): its stopped copy here goes before the destination restores it, and "
              "a failed move restores it here from its image");
   }
-  const bool let_go = *file_locks > 0 && !options.lazy && !options.stream && !options.commit;
+  const bool let_go = *file_locks > 0 && !options.lazy && !streaming && !options.commit;
   MaybeCorrupt(image, progress);
   CrashPoint("src-after-checkpoint");
   (void)save("sending");
@@ -244,15 +254,15 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   report.times.seconds.emplace_back("transfer", Since(sending));
   CrashPoint("src-after-transfer");
 
-  StatusOr<Channel> channel = options.stream ? StatusOr<Channel>(std::move(stream->channel))
-                                             : Channel::Connect(options.host, options.port + 1, 60);
+  StatusOr<Channel> channel = streaming ? StatusOr<Channel>(std::move(stream->channel))
+                                        : Channel::Connect(options.host, options.port + 1, 60);
   if (!channel.ok()) {
     stop_dump();
     cleanup();
     return Abandon(criu, job, nullptr, channel.status(), &st, state_file, &keeper, progress);
   }
   StatusOr<std::string> hello =
-      options.stream ? std::string() : channel->Call("TOKEN " + options.token, 30);
+      streaming ? std::string() : channel->Call("TOKEN " + options.token, 30);
   if (hello.ok()) hello = channel->Call("BEGIN " + st.id, 30);
   if (hello.ok() && options.lazy && !options.lazy_plain) {
     // Before RESTORE LAZY, after which the puller connects: the page server, which reads the

@@ -60,6 +60,12 @@ StatusOr<OwnedDir> PrivateDir(const std::string& parent) {
   return dir;
 }
 
+// FEATURES' answer: the moves this side can take. Every receiver takes a streaming source; a
+// post-copy one needs the patched CRIU here.
+std::string MoveModesHere(const ckpt::Criu& criu) {
+  return ckpt::LazyCriu(criu).ok() ? "stream post-copy" : "stream";
+}
+
 uint64_t PageBytes(const std::string& dir) {
   uint64_t bytes = 0;
   std::error_code ec;
@@ -101,7 +107,10 @@ StatusOr<PageStream> OpenPageStream(const std::string& host, int command_port,
   said = stream.channel.Call(
       kPageServerCommand + id + " " + std::to_string(bytes) + " " + stream.tls.certificate(), 60);
   if (!said.ok()) {
-    return Status(said.status().code(),
+    // An ERR answer (Channel::Call's kInternal) is a refusal: the destination waits for another
+    // connection, so the move may go by image.
+    return Status(said.status().code() == StatusCode::kInternal ? StatusCode::kFailedPrecondition
+                                                                : said.status().code(),
                   "the destination started no page server: " + said.status().message());
   }
   std::istringstream answer(*said);
@@ -115,6 +124,22 @@ StatusOr<PageStream> OpenPageStream(const std::string& host, int command_port,
   progress("streaming the job's memory to the destination's page server on " + host + ":" +
            std::to_string(stream.port) + " over TLS (kept in " + stream.kept_in + " there)");
   return stream;
+}
+
+StatusOr<std::vector<std::string>> PeerMoveModes(const std::string& host, int port,
+                                                 const std::string& token) {
+  StatusOr<Channel> channel = Channel::Connect(host, port + 1, 60);
+  if (!channel.ok()) return channel.status();
+  StatusOr<std::string> said = channel->Call("TOKEN " + token, 30);
+  if (said.ok()) said = channel->Call(kFeaturesCommand, 30);
+  if (!said.ok()) {
+    return Status(said.status().code(),
+                  "the destination did not say which moves it takes: " + said.status().message());
+  }
+  std::vector<std::string> modes;
+  std::istringstream words(*said);
+  for (std::string mode; words >> mode && modes.size() < 16;) modes.push_back(mode);
+  return modes;
 }
 
 StatusOr<std::unique_ptr<PageSink>> PageSink::Start(const ckpt::Criu& criu, const std::string& args,
@@ -159,8 +184,9 @@ StatusOr<std::unique_ptr<PageSink>> PageSink::Start(const ckpt::Criu& criu, cons
   progress("page server for migration " + id + " on " + bind_address + ":" + std::to_string(port) +
            " over TLS, " + std::to_string(sink->bytes_ / kMiB) + " MiB announced, kept in " +
            sink->kept_in_ + " (" + sink->dir_ + ")");
-  if (FaultSet("drop:page-stream")) {
-    // For the tests: the page stream cut once half the memory has arrived.
+  if (FaultSet("drop:page-stream") || FaultSet("crash:dst-during-stream")) {
+    // For the tests, once half the memory has arrived: the page stream cut, or this process
+    // killed (a fleet agent dying while the dump streams).
     PageSink* self = sink.get();
     const pid_t server = sink->server_;
     const std::string dir = sink->dir_;
@@ -168,6 +194,8 @@ StatusOr<std::unique_ptr<PageSink>> PageSink::Start(const ckpt::Criu& criu, cons
       const uint64_t at = std::max<uint64_t>(self->bytes_ / 2, 16 * kMiB);
       while (!self->over_.load()) {
         if (PageBytes(dir) >= at) {
+          progress("fault injected: half the memory has arrived");
+          CrashPoint("dst-during-stream");
           kill(-server, SIGKILL);  // not yet waited for: Finish and Stop end this thread first
           progress("fault injected: the page server killed mid-stream");
           return;
@@ -268,6 +296,10 @@ StatusOr<Arrival> AwaitSource(const ckpt::Criu& criu, const DestinationOptions& 
 
   Arrival arrival;
   StatusOr<Channel> channel = IoError("no command connection from the source within 120 s");
+  StatusOr<std::string> begin = Unavailable("no command yet");
+  const std::string page_server = kPageServerCommand;
+  // Until a connection goes on to its move: one that asked FEATURES, or whose PAGE-SERVER was
+  // refused (the source may move by image instead), is followed by another.
   for (;;) {
     if (cancelled()) {
       return FailedPrecondition(image_over.load()
@@ -275,27 +307,33 @@ StatusOr<Arrival> AwaitSource(const ckpt::Criu& criu, const DestinationOptions& 
                                     : "the move was called off before its image arrived");
     }
     if (image_over.load()) PALADIN_RETURN_IF_ERROR(image_arrived());
-    if (image_seen && Since(image_at) > 120) return channel.status();
+    if (image_seen && Since(image_at) > 120) {
+      return IoError("no command connection from the source within 120 s of its image");
+    }
     channel = commands->Accept(0.2);
-    if (channel.ok()) break;
-  }
-  StatusOr<std::string> hello = channel->Receive(30);
-  if (!hello.ok()) return hello.status();
-  if (hello->rfind("TOKEN ", 0) != 0 || !SameSecret(hello->substr(6), options.token)) {
-    (void)channel->Send("ERR authentication failed");
-    return FailedPrecondition("a command connection failed authentication");
-  }
-  PALADIN_RETURN_IF_ERROR(channel->Send("OK"));
-  StatusOr<std::string> begin = channel->Receive(30);
-  if (!begin.ok()) return begin.status();
-  const std::string page_server = kPageServerCommand;
-  if (begin->rfind(page_server, 0) == 0) {
+    if (!channel.ok()) continue;
+    StatusOr<std::string> hello = channel->Receive(30);
+    if (!hello.ok()) return hello.status();
+    if (hello->rfind("TOKEN ", 0) != 0 || !SameSecret(hello->substr(6), options.token)) {
+      (void)channel->Send("ERR authentication failed");
+      return FailedPrecondition("a command connection failed authentication");
+    }
+    PALADIN_RETURN_IF_ERROR(channel->Send("OK"));
+    begin = channel->Receive(30);
+    if (!begin.ok()) return begin.status();
+    if (*begin == kFeaturesCommand) {
+      (void)channel->Send("OK " + MoveModesHere(criu));
+      continue;
+    }
+    if (begin->rfind(page_server, 0) != 0) break;
     StatusOr<std::unique_ptr<PageSink>> sink =
         PageSink::Start(criu, begin->substr(page_server.size()), options.bind_address,
                         options.port + 2, options.dir, progress);
     if (!sink.ok()) {
+      progress("no page server for the source (" + sink.status().message() +
+               "); waiting for it to move by image");
       (void)channel->Send("ERR " + sink.status().message());
-      return sink.status();
+      continue;
     }
     arrival.sink = std::move(*sink);
     PALADIN_RETURN_IF_ERROR(channel->Send("OK " + arrival.sink->Answer()));
@@ -306,6 +344,7 @@ StatusOr<Arrival> AwaitSource(const ckpt::Criu& criu, const DestinationOptions& 
       return Status(begin.status().code(), "the source did not go on after streaming its memory (" +
                                                begin.status().message() + ")");
     }
+    break;
   }
   if (begin->rfind("BEGIN ", 0) != 0 || begin->size() <= 6 || begin->size() > 200) {
     (void)channel->Send("ERR expected BEGIN <migration id>");

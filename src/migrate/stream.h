@@ -31,6 +31,8 @@ namespace paladin::migrate {
 
 // The command line that asks the destination for a page server.
 inline constexpr const char* kPageServerCommand = "PAGE-SERVER ";
+// The command line that asks the destination which moves it takes (PeerMoveModes).
+inline constexpr const char* kFeaturesCommand = "FEATURES";
 
 // The source's side: the command channel, authenticated (TOKEN said, BEGIN not yet), and the
 // page server the destination started for this move.
@@ -51,7 +53,7 @@ uint64_t JobMemoryBytes(const ckpt::JobRecord& job);
 
 // Connects to the destination's command port host:command_port, authenticates with `token` and
 // asks for a page server for migration `id`, announcing `bytes` of memory. Blocks for at most a
-// minute.
+// minute. FailedPrecondition: the destination refused (ERR) and waits for another connection.
 StatusOr<PageStream> OpenPageStream(const std::string& host, int command_port,
                                     const std::string& token, const std::string& id, uint64_t bytes,
                                     const ckpt::Progress& progress);

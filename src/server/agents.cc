@@ -73,6 +73,8 @@ StatusOr<Json> Control::RegisterAgent(const Principal& who, const Json& body) {
   }
   StatusOr<bool> post_copy = BoolOf(body, "post_copy", false, "");
   if (!post_copy.ok()) return post_copy.status();
+  StatusOr<bool> stream = BoolOf(body, "stream", false, "");
+  if (!stream.ok()) return stream.status();
   std::vector<GpuRecord> gpus;
   if (body.contains("gpus") && !body["gpus"].is_null()) {
     if (!body["gpus"].is_array()) return InvalidArgument("gpus: expected a list");
@@ -121,6 +123,7 @@ StatusOr<Json> Control::RegisterAgent(const Principal& who, const Json& body) {
   n.migrate_port = static_cast<int>(*port);
   n.checkpointable = body.value("checkpointable", true);
   n.post_copy = *post_copy;
+  n.stream = *stream;
   // Keep what the server learnt about a GPU's health across re-registration.
   for (GpuRecord& g : gpus) {
     if (const GpuRecord* old = n.Gpu(g.index)) {

@@ -249,7 +249,7 @@ Json Control::MigrationJson(const JobRecord& j) const {
           {"step", m.StepName()},
           {"expected_pause_s", m.expected_pause_s},
           {"expected_basis", m.expected_basis},
-          {"mode", api::MoveModeName(m.move_mode)}};
+          {"mode", m.AskedModeName()}};
 }
 
 Json Control::JobJson(const JobRecord& j) const {

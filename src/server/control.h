@@ -237,8 +237,10 @@ class Control {
   void FinishMigration(MigrationRecord& m);
   bool HasIncomingMigration(const std::string& node) const;
   MigrationRecord* ActiveMigration(const JobRecord& j);
-  // How a move between these nodes carries the job's memory (ControlOptions::move_mode), and why.
-  api::MoveMode MoveModeFor(const NodeRecord& from, const NodeRecord& to, std::string* why) const;
+  // How a move between these nodes carries the job's memory (ControlOptions::move_mode), and why:
+  // post-copy, or pre-copy, which *stream says streams (else it moves by image).
+  api::MoveMode MoveModeFor(const NodeRecord& from, const NodeRecord& to, bool* stream,
+                            std::string* why) const;
   // The source's report on a move (its migrate_out result): the mode it used and the pause.
   void RecordMoveCost(MigrationRecord& m, const Json& detail);
   void DetectFailures(double now);

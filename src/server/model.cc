@@ -373,6 +373,7 @@ Json NodeDoc(const NodeRecord& n) {
           {"recovered", n.recovered},
           {"checkpointable", n.checkpointable},
           {"post_copy", n.post_copy},
+          {"stream", n.stream},
           {"gpus", gpus}};
 }
 
@@ -388,6 +389,7 @@ NodeRecord NodeFromDoc(const Json& d) {
   n.recovered = d.value("recovered", false);
   n.checkpointable = d.value("checkpointable", true);
   n.post_copy = d.value("post_copy", false);
+  n.stream = d.value("stream", false);
   if (d.contains("gpus") && d["gpus"].is_array()) {
     for (const Json& g : d["gpus"]) {
       GpuRecord r;
@@ -428,6 +430,7 @@ Json MigrationDoc(const MigrationRecord& m) {
           {"expected_basis", m.expected_basis},
           {"moved_bytes", m.moved_bytes},
           {"move_mode", api::MoveModeName(m.move_mode)},
+          {"stream", m.stream},
           {"move_mode_why", m.move_mode_why},
           {"mode_used", m.mode_used},
           {"pause_s", m.pause_s ? Json(*m.pause_s) : Json(nullptr)}};
@@ -461,6 +464,7 @@ MigrationRecord MigrationFromDoc(const Json& d) {
   m.moved_bytes = d.value("moved_bytes", int64_t{0});
   m.move_mode =
       api::MoveModeNamed(d.value("move_mode", "pre-copy")).value_or(api::MoveMode::kPreCopy);
+  m.stream = d.value("stream", false);
   m.move_mode_why = d.value("move_mode_why", "");
   m.mode_used = d.value("mode_used", "");
   if (d.contains("pause_s") && d["pause_s"].is_number()) m.pause_s = d["pause_s"].get<double>();

@@ -149,6 +149,7 @@ struct NodeRecord {
   bool recovered = false;      // its jobs were placed elsewhere after it died
   bool checkpointable = true;  // false: its workloads run unprivileged, CRIU cannot dump them
   bool post_copy = false;      // its agent has the patched CRIU post-copy moves need
+  bool stream = false;  // its agent moves pre-copy by streaming (sends and takes a page stream)
   std::vector<GpuRecord> gpus;
 
   const GpuRecord* Gpu(int index) const {
@@ -201,6 +202,11 @@ struct MigrationRecord {
   // How the memory moves: what the server asked for and why, then what the source did (it
   // falls back to pre-copy for a job holding GPU state) and how long the job was stopped.
   api::MoveMode move_mode = api::MoveMode::kPreCopy;
+  bool stream = false;  // a pre-copy move streams (api::Command::stream)
+  // What the server asked for: "post-copy", "stream" or "pre-copy" (by image).
+  const char* AskedModeName() const {
+    return move_mode == api::MoveMode::kPreCopy && stream ? "stream" : api::MoveModeName(move_mode);
+  }
   std::string move_mode_why;
   std::string mode_used;  // "" until the source reports
   std::optional<double> pause_s;

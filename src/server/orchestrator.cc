@@ -65,19 +65,38 @@ std::string Control::CheckpointDir(const JobRecord& j, int seq) const {
   return options_.checkpoint_store + "/" + j.id + "/" + name;
 }
 
-api::MoveMode Control::MoveModeFor(const NodeRecord& from, const NodeRecord& to,
+api::MoveMode Control::MoveModeFor(const NodeRecord& from, const NodeRecord& to, bool* stream,
                                    std::string* why) const {
-  if (options_.move_mode == "pre-copy") {
-    *why = "the server's --move-mode is pre-copy";
+  // Pre-copy streams unless the server says image or an agent cannot (an older agent, or one
+  // whose workloads CRIU cannot dump); a post-copy move's source falls back to it for a job
+  // holding GPU state.
+  *stream = false;
+  std::string no_stream;
+  if (options_.move_mode == "image") {
+    no_stream = "the server's --move-mode is image";
+  } else {
+    for (const NodeRecord* n : {&from, &to}) {
+      if (!n->stream && no_stream.empty()) {
+        no_stream = "node " + n->name + "'s agent does not stream pre-copy moves";
+      }
+    }
+  }
+  *stream = no_stream.empty();
+  const std::string pre_copy = *stream ? "streamed" : "by image: " + no_stream;
+  if (options_.move_mode == "pre-copy" || options_.move_mode == "image") {
+    *why = "the server's --move-mode is " + options_.move_mode +
+           (*stream ? "; streamed" : (options_.move_mode == "image" ? "" : "; " + pre_copy));
     return api::MoveMode::kPreCopy;
   }
   for (const NodeRecord* n : {&from, &to}) {
     if (!n->post_copy) {
-      *why = "node " + n->name + "'s agent has no post-copy CRIU (scripts/criu_lazy.sh)";
+      *why = "node " + n->name +
+             "'s agent has no post-copy CRIU (scripts/criu_lazy.sh); pre-copy " + pre_copy;
       return api::MoveMode::kPreCopy;
     }
   }
-  *why = "both agents have the post-copy CRIU (a job holding GPU state still moves pre-copy)";
+  *why = "both agents have the post-copy CRIU (a job holding GPU state moves pre-copy, " +
+         pre_copy + ")";
   return api::MoveMode::kPostCopy;
 }
 
@@ -134,7 +153,8 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
     return FailedPrecondition("job " + j.id + "'s node is not alive");
   }
   std::string mode_why;
-  const api::MoveMode mode = MoveModeFor(source->second, dest->second, &mode_why);
+  bool stream = false;
+  const api::MoveMode mode = MoveModeFor(source->second, dest->second, &stream, &mode_why);
   if (options_.move_mode == "post-copy" && mode != api::MoveMode::kPostCopy) {
     return FailedPrecondition("job " + j.id +
                               " cannot move post-copy (--move-mode post-copy): " + mode_why);
@@ -181,6 +201,7 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
   m.created_at = Now();
   m.why = why;
   m.move_mode = mode;
+  m.stream = stream;
   m.move_mode_why = mode_why;
   m.step = MigrationStep::kReserved;
   const core::PauseEstimate expected =
@@ -193,7 +214,7 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
   j.reason = "migrating to " + to + "/" + std::to_string(m.to_gpu) + " (" + why + ")";
   Event("migration_started", &j, j.node,
         "migration " + std::to_string(m.id) + " to " + to + "/" + std::to_string(m.to_gpu) + " (" +
-            why + "), " + api::MoveModeName(mode) + ": " + mode_why + "; expected pause " +
+            why + "), " + m.AskedModeName() + ": " + mode_why + "; expected pause " +
             FormatSeconds(m.expected_pause_s) + " (" + m.expected_basis + ")");
   DirtyJob(j);
   MigrationRecord& stored = migrations_[m.id] = m;
@@ -254,6 +275,7 @@ void Control::AdvanceMigration(MigrationRecord& m, const MigrationEvent& event) 
       out.to_gpu = m.to_gpu;
       out.to_gpu_uuid = m.to_uuid;
       out.move_mode = m.move_mode;
+      out.stream = m.stream;
       m.out_command = SendCommand(m.from_node, std::move(out), &j);
       m.step = MigrationStep::kTransfer;
       DirtyMigration(m);

@@ -104,8 +104,8 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   if (options.checkpoint_every_s < 0) return InvalidArgument("--checkpoint-every: negative");
   if (options.keep_checkpoints < 1) return InvalidArgument("--keep-checkpoints: at least 1");
   if (options.move_mode != "auto" && options.move_mode != "post-copy" &&
-      options.move_mode != "pre-copy") {
-    return InvalidArgument("--move-mode: expected auto, post-copy or pre-copy");
+      options.move_mode != "pre-copy" && options.move_mode != "image") {
+    return InvalidArgument("--move-mode: expected auto, post-copy, pre-copy or image");
   }
   if (options.http_threads < 2 || options.http_threads > 4096) {
     return InvalidArgument("--http-threads: expected 2 to 4096");

@@ -84,6 +84,7 @@ StatusOr<Json> Control::Nodes(const Principal& who) {
                    {"address", n.address},
                    {"migrate_port", n.migrate_port},
                    {"post_copy", n.post_copy},
+                   {"stream", n.stream},
                    {"last_heartbeat", n.last_heartbeat},
                    {"gpus", gpus}});
   }

@@ -12,16 +12,22 @@
 #           destination's page-server port again and again from before the move to its end: the
 #           page server takes one client and refuses any without the source's key, so the move
 #           either completes or fails with the job still running at the source
+#   auto    `--mode auto`: the source asks the receiver which moves it takes (FEATURES) and,
+#           both having the patched CRIU (scripts/criu_lazy.sh) and the job no GPU, moves
+#           post-copy, saying so; the receiver, asked first, takes the move that follows
 # After each, exactly one copy runs and its memory and every generation are verified
 # (lazy_mem.py check: no generation repeated or skipped, every window's sum and a CRC of all
 # memory right).
 #
-#   migrate_stream_test.sh PALADIN [CASE...]      (default: both)
+#   migrate_stream_test.sh PALADIN [CASE...]      (default: all; auto only with the patched CRIU)
 set -u
 PALADIN=$(realpath "$1")
 shift
 CASES=("$@")
-((${#CASES[@]} > 0)) || CASES=(moved cut attack)
+if ((${#CASES[@]} == 0)); then
+  CASES=(moved cut attack)
+  [[ -x ${PALADIN_CRIU_LAZY:-/opt/paladin/criu-lazy/criu} ]] && CASES+=(auto)
+fi
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../cli/testlib.sh"
 source "$HERE/ckptlib.sh"
@@ -29,6 +35,8 @@ expect_error "--mode stream without --peer" "give --peer HOST:PORT" -- migrate s
   --mode stream --to node-b
 expect_error "--lazy with --mode stream" "cannot be --mode stream" -- migrate somejob --lazy \
   --mode stream --peer 127.0.0.1:9
+expect_error "--mode auto without --peer" "give --peer HOST:PORT" -- migrate somejob \
+  --mode auto --to node-b
 if ((EUID != 0)); then
   echo "SKIP: streaming pre-copy needs root (PID namespaces, CRIU)"
   exit 77
@@ -89,10 +97,11 @@ move() {
       "$work/stranger.key" >"$d/attacker.out" 2>&1 &
     attackers+=($!)
   fi
-  local keep=()
+  local keep=() mode=stream
   [[ $case == moved ]] && keep=(--keep-image)
+  [[ $case == auto ]] && mode=auto
   TMPDIR=$d/tmp PALADIN_RUN_DIR=$d/base timeout 300 "$PALADIN" migrate "$case" \
-    --peer 127.0.0.1:$port --mode stream "${keep[@]}" >"$d/migrate.out" 2>&1
+    --peer 127.0.0.1:$port --mode $mode "${keep[@]}" >"$d/migrate.out" 2>&1
   local rc=$?
   if [[ $case == attack ]]; then
     touch "$d/stop"
@@ -123,6 +132,12 @@ move() {
         fail "$case: the move failed but the page server refused nobody: $out"
     else
       fail "$case: neither moved nor kept at the source (exit $rc): $out"
+      return
+    fi
+  elif [[ $case == auto ]]; then
+    if ((rc != 0)) || [[ $survivor == "$src" ]] || ! grep -q '^moved .* post-copy: pause' <<<"$out" ||
+      ! grep -q -- '--mode auto: post-copy (both ends have the post-copy CRIU' <<<"$out"; then
+      fail "$case: expected the job to move post-copy, chosen by auto (exit $rc): $out; receive: $(cat "$d/recv.out")"
       return
     fi
   elif [[ $case == moved ]]; then

@@ -234,14 +234,17 @@ class Fleet:
     """A server and two agents under one directory; the server can be killed and restarted.
 
     `hosts` says where the agents run (OneHost, or tests/e2e/hosts_test.py's separate hosts);
-    `agent_env` adds to an agent's environment (PALADIN_MIGRATE_FAULT, say), per node."""
+    `agent_env` adds to an agent's environment (PALADIN_MIGRATE_FAULT, say), per node;
+    `server_args` to the server's command line (--move-mode pre-copy, say)."""
 
-    def __init__(self, work, name, fault=None, through_proxy=None, hosts=None, agent_env=None):
+    def __init__(self, work, name, fault=None, through_proxy=None, hosts=None, agent_env=None,
+                 server_args=None):
         self.dir = os.path.join(work, name)
         os.makedirs(self.dir)
         os.chmod(self.dir, 0o755)
         self.hosts = hosts or OneHost()
         self.agent_env = dict(agent_env or {})
+        self.server_args = list(server_args or [])
         self.port = free_port()
         self.procs = {}
         self.start_server(fault)
@@ -280,7 +283,7 @@ class Fleet:
         self.procs["server"] = subprocess.Popen(
             [PALADIN, "server", "--listen", f"{self.hosts.server_ip}:{self.port}", "--data",
              os.path.join(self.dir, "server"), "--lease", "3", "--heartbeat", "0.5",
-             "--checkpoint-every", "3", "--keep-checkpoints", "2"],
+             "--checkpoint-every", "3", "--keep-checkpoints", "2"] + self.server_args,
             stdout=self.log("server"), stderr=subprocess.STDOUT, env=env)
         wait_for("the server", lambda: os.path.exists(url_file), 30)
         with open(os.path.join(self.dir, "server", "admin.token")) as f:

@@ -15,7 +15,7 @@ move, or a generation repeated or skipped, fails the drill. Every copy of the jo
 The drills, each on a fresh server and two agents:
   1. move: the job moved by `POST /v1/jobs/ID/migrate`; the move's event says post-copy and the
      pause; the file verified. Then a GPU job (the demo workload, which holds device memory)
-     moved in the same fleet goes pre-copy and its event says why.
+     moved in the same fleet goes pre-copy, streamed, and its event says why.
   2. dst-killed: the destination agent killed (PALADIN_MIGRATE_FAULT=crash:dst-during-pages)
      once the job runs there and while its pages are still coming, before the commit: the
      source resumes the job (the server decided against the move; the dead agent's copy was
@@ -122,9 +122,10 @@ def one_copy_left(tag, what):
     ok(f"{what}: one copy left, running")
 
 
-def fleet_with_own_tmp(work, name, faults):
+def fleet_with_own_tmp(work, name, faults, server_args=None):
     """A Fleet whose agents each have a TMPDIR of their own (work/tmp-NAME-NODE), with
-    PALADIN_MIGRATE_FAULT per node from `faults`. Returns (fleet, {node: env})."""
+    PALADIN_MIGRATE_FAULT per node from `faults` (and `server_args` on the server's command
+    line). Returns (fleet, {node: env})."""
     envs = {}
     for node in ("node-a", "node-b"):
         tmp = os.path.join(work, f"tmp-{name}-{node}")
@@ -132,7 +133,7 @@ def fleet_with_own_tmp(work, name, faults):
         envs[node] = {"TMPDIR": tmp}
     agent_env = {n: dict(envs[n], **({"PALADIN_MIGRATE_FAULT": faults[n]} if n in faults
                                      else {})) for n in envs}
-    return Fleet(work, name, agent_env=agent_env), envs
+    return Fleet(work, name, agent_env=agent_env, server_args=server_args), envs
 
 
 def move_leftovers(fleet, node, env):
@@ -201,7 +202,8 @@ def move_drill(work):
         check_file(out, False, what)
         crash_test.cancel_and_check_gone(fleet, job_id, tag)
 
-        # A job holding GPU state moves pre-copy, and says why.
+        # A job holding GPU state moves pre-copy, streamed (its device memory is in its host
+        # memory once the driver's checkpoint took it), and says why.
         gpu_tag = "pcgpu"
         gpu_job = fleet.submit(gpu_tag)
         wait_for("the GPU job running", lambda: fleet.job(gpu_job)["state"] == "running", 120)
@@ -212,8 +214,8 @@ def move_drill(work):
         wait_for("the GPU job's move reported",
                  lambda: any("paused" in m for m in move_events(fleet, gpu_job)), 30, 0.2)
         said = [m for m in move_events(fleet, gpu_job) if "paused" in m]
-        if "; pre-copy (the job holds GPU state" not in said[-1]:
-            fail(f"GPU job: the move's event does not say pre-copy for its GPU state: {said}")
+        if "; stream (the job holds GPU state" not in said[-1]:
+            fail(f"GPU job: the move's event does not say stream for its GPU state: {said}")
         else:
             ok(f"GPU job: {said[-1]}")
         crash_test.verify_once(fleet, gpu_job, gpu_tag, "after the GPU job's move")

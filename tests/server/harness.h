@@ -130,6 +130,7 @@ class FakeAgent {
 
   bool checkpointable = true;        // what Register() says of its workloads
   bool post_copy = false;            // ... and of its CRIU (post-copy moves)
+  bool stream = false;               // ... and whether it streams pre-copy moves
   Json gpu_reports = Json::array();  // what Heartbeat() says of the GPUs (health, use)
 
   Status Register() {
@@ -149,6 +150,7 @@ class FakeAgent {
                                                                 {"migrate_port", port_},
                                                                 {"checkpointable", checkpointable},
                                                                 {"post_copy", post_copy},
+                                                                {"stream", stream},
                                                                 {"gpus", gpus},
                                                                 {"jobs", jobs}});
     return r.ok() ? Status::Ok() : r.status();

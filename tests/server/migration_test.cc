@@ -209,6 +209,114 @@ TEST_F(MigrationTest, AMoveSaysItsModeAndPause) {
       << started->dump();
 }
 
+// The mode choice of a pre-copy move, worked out from what each agent registered (the server's
+// --move-mode auto):
+//   a post_copy, b post_copy, both stream  -> post-copy; migrate_out's stream true (the source's
+//                                             fallback for a job holding GPU state)
+//   no post_copy, both stream              -> pre-copy, streamed: stream true, "stream: ..."
+//   no post_copy, b does not stream        -> pre-copy by image: stream false, and why
+// The source's report names the mode it used ("stream"): the events and last_move say it.
+TEST_F(MigrationTest, APreCopyMoveStreamsWhereBothAgentsCan) {
+  a_.stream = true;
+  b_.stream = true;
+  const std::string id = RunningJob();
+  api::Client admin = h_.Admin();
+  ASSERT_TRUE(admin.Post("/v1/jobs/" + id + "/migrate", Json{{"to", "node-b"}}).ok());
+  std::optional<Json> in = AwaitCommand(b_, "migrate_in", id);
+  ASSERT_TRUE(in.has_value());
+  EXPECT_EQ((*in)["move_mode"], "pre-copy");
+  ASSERT_TRUE(b_.Heartbeat().ok());
+  std::optional<Json> out = AwaitCommand(a_, "migrate_out", id);
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ((*out)["move_mode"], "pre-copy");
+  EXPECT_EQ((*out)["stream"], true);
+  StatusOr<Json> started = admin.Get("/v1/events?job=" + id);
+  ASSERT_TRUE(started.ok());
+  EXPECT_NE(started->dump().find("stream: node node-a's agent has no post-copy CRIU "
+                                 "(scripts/criu_lazy.sh); pre-copy streamed"),
+            std::string::npos)
+      << started->dump();
+  const int64_t migration = (*out)["migration"];
+  ASSERT_TRUE(h_.Agent()
+                  .Post("/v1/migrations/" + std::to_string(migration) + "/commit", Json::object())
+                  .ok());
+  const int64_t epoch = Job(admin, id)["epoch"];
+  a_.Answer(Json{{"command", (*out)["id"]},
+                 {"ok", true},
+                 {"detail", {{"pause_s", 0.5}, {"mode", "stream"}, {"mode_why", "streamed"}}}});
+  a_.jobs().erase(id);
+  ASSERT_TRUE(a_.Heartbeat().ok());
+  b_.jobs()[id] = FakeAgent::Job{id, epoch};
+  b_.Answer(Json{{"command", (*in)["id"]}, {"ok", true}, {"detail", {{"pid", 5}}}});
+  ASSERT_TRUE(b_.Heartbeat().ok());
+  StatusOr<Json> events = admin.Get("/v1/events?job=" + id);
+  ASSERT_TRUE(events.ok());
+  EXPECT_NE(events->dump().find("; stream (streamed), paused 0.50 s"), std::string::npos)
+      << events->dump();
+  EXPECT_EQ(Job(admin, id)["last_move"]["mode"], "stream") << Job(admin, id).dump();
+
+  // Back to node-a, node-b's agent now one that does not stream: by image, and why.
+  b_.stream = false;
+  ASSERT_TRUE(b_.Register().ok());
+  ASSERT_TRUE(admin.Post("/v1/jobs/" + id + "/migrate", Json{{"to", "node-a"}}).ok());
+  std::optional<Json> back_in = AwaitCommand(a_, "migrate_in", id);
+  ASSERT_TRUE(back_in.has_value());
+  ASSERT_TRUE(a_.Heartbeat().ok());
+  std::optional<Json> back = AwaitCommand(b_, "migrate_out", id);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ((*back)["move_mode"], "pre-copy");
+  EXPECT_EQ((*back)["stream"], false);
+  StatusOr<Json> again = admin.Get("/v1/events?job=" + id);
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(again->dump().find("pre-copy by image: node node-b's agent does not stream "
+                               "pre-copy moves"),
+            std::string::npos)
+      << again->dump();
+}
+
+// Post-copy agents that stream: migrate_out asks post-copy, with streaming as the source's
+// fallback (a job holding GPU state).
+TEST_F(MigrationTest, APostCopyMoveFallsBackToStreaming) {
+  a_.post_copy = a_.stream = true;
+  b_.post_copy = b_.stream = true;
+  const std::string id = RunningJob();
+  ASSERT_TRUE(h_.Admin().Post("/v1/jobs/" + id + "/migrate", Json{{"to", "node-b"}}).ok());
+  ASSERT_TRUE(AwaitCommand(b_, "migrate_in", id).has_value());
+  ASSERT_TRUE(b_.Heartbeat().ok());
+  std::optional<Json> out = AwaitCommand(a_, "migrate_out", id);
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ((*out)["move_mode"], "post-copy");
+  EXPECT_EQ((*out)["stream"], true);
+}
+
+// --move-mode image: never post-copy, never streamed, whatever the agents can.
+class ImageMoveModeTest : public MigrationTest {
+ protected:
+  static ServerOptions Options() {
+    ServerOptions o;
+    o.move_mode = "image";
+    return o;
+  }
+  ImageMoveModeTest() : MigrationTest(Options()) {}
+};
+
+TEST_F(ImageMoveModeTest, MovesByImage) {
+  a_.post_copy = a_.stream = true;
+  b_.post_copy = b_.stream = true;
+  const std::string id = RunningJob();
+  ASSERT_TRUE(h_.Admin().Post("/v1/jobs/" + id + "/migrate", Json{{"to", "node-b"}}).ok());
+  ASSERT_TRUE(AwaitCommand(b_, "migrate_in", id).has_value());
+  ASSERT_TRUE(b_.Heartbeat().ok());
+  std::optional<Json> out = AwaitCommand(a_, "migrate_out", id);
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ((*out)["move_mode"], "pre-copy");
+  EXPECT_EQ((*out)["stream"], false);
+  StatusOr<Json> events = h_.Admin().Get("/v1/events?job=" + id);
+  ASSERT_TRUE(events.ok());
+  EXPECT_NE(events->dump().find("pre-copy: the server's --move-mode is image"), std::string::npos)
+      << events->dump();
+}
+
 // An agent whose workloads run as an unprivileged user cannot have them checkpointed by CRIU:
 // explain says so, and a move is refused before anything is reserved.
 TEST_F(MigrationTest, AnUnprivilegedNodesJobsAreNotMoved) {

@@ -126,6 +126,10 @@ struct Command {
   // the job resumes there at once and pulls its memory from the stopped source (the source
   // falls back to pre-copy for a job that holds GPU state, and says so in its result).
   MoveMode move_mode = MoveMode::kPreCopy;
+  // migrate_out: a pre-copy move (asked, or post-copy's fallback) streams the job's memory
+  // straight into the destination's page server (both agents can; the server's --move-mode is not
+  // image); false: it moves by image (docs/lazy_migration.md, "Fleet moves").
+  bool stream = false;
   // migrate_in
   std::string from_node;
   std::string from_gpu_uuid;  // the source's GPU, mapped onto gpu_uuid here

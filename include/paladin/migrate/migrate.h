@@ -76,19 +76,42 @@ struct MigrateOptions {
   // stopped here until the destination holds it restored (docs/lazy_migration.md, "Streaming
   // pre-copy").
   bool stream = false;
+  // Streaming, when the destination refuses to start a page server (it answers PAGE-SERVER with
+  // ERR; nothing is stopped yet, and it waits for another connection): move by image instead,
+  // and say why in MigrateReport::mode_note. False: the move fails, the job keeps running here.
+  bool image_if_refused = false;
 };
 
 struct MigrateReport {
   ckpt::PhaseTimes times;
   double pause_s = 0;             // from stopping the job here to its resuming there
   double total_s = 0;             // from stopping the job here to its release here
-  std::string mode = "pre-copy";  // or "pre-copy stream", "post-copy"
+  std::string mode = "pre-copy";  // by image; or "stream" (streaming pre-copy), "post-copy"
+  std::string mode_note;          // why the mode differs from the one asked for ("" when not)
   long long remote_pid = 0;
   std::string image;  // kept only with keep_image
 };
 
 StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
                                 const MigrateOptions& options, const ckpt::Progress& progress);
+
+// The moves the destination at host:port (its image port; commands on port + 1) takes, asked on
+// a command connection of their own (FEATURES, after TOKEN; the receiver then waits for the move
+// itself): "stream", and "post-copy" when it has the patched CRIU. Blocks for at most 2 minutes.
+// `paladin migrate --mode auto` chooses by it (docs/lazy_migration.md).
+StatusOr<std::vector<std::string>> PeerMoveModes(const std::string& host, int port,
+                                                 const std::string& token);
+
+// `paladin migrate --mode auto`'s choice, from what each end can: post-copy where the job has
+// no GPU (post-copy of device memory is not done), this side has the patched CRIU
+// (`post_copy_here`: ckpt::LazyCriu's answer) and the destination takes it; else streaming
+// pre-copy where the destination takes a page stream; else by image.
+struct ModeChoice {
+  std::string mode;  // "post-copy", "stream" or "image" (MigrateArgs' --mode)
+  std::string why;
+};
+ModeChoice ChooseMode(bool job_has_gpu, const Status& post_copy_here,
+                      const std::vector<std::string>& destination_takes);
 
 struct DestinationOptions {
   int port = 0;  // images on port, commands on port + 1

@@ -24,7 +24,9 @@ struct ServerOptions {
   std::string policy = "paladin";         // a core::PolicyNames() entry
   // How fleet moves carry a job's memory: "auto" (post-copy where both agents can and the job
   // holds no GPU state, else pre-copy), "post-copy" (the same, but a move between nodes that
-  // cannot is refused), "pre-copy" (never post-copy). docs/lazy_migration.md.
+  // cannot is refused), "pre-copy" (never post-copy), "image" (pre-copy by image). A pre-copy
+  // move streams the memory into the destination's page server where both agents can (their
+  // registration's "stream"), except with "image". docs/lazy_migration.md, "Fleet moves".
   std::string move_mode = "auto";
   std::string fault;  // "crash-at:<step>" (PALADIN_SERVER_FAULT), tests only
   double schedule_interval_s = 0.5;
