@@ -188,15 +188,15 @@ StatusOr<std::unique_ptr<PageSink>> PageSink::Start(const ckpt::Criu& criu, cons
     // For the tests, once half the memory has arrived: the page stream cut, or this process
     // killed (a fleet agent dying while the dump streams).
     PageSink* self = sink.get();
-    const pid_t server = sink->server_;
-    const std::string dir = sink->dir_;
-    sink->fault_ = std::thread([self, server, dir, progress] {
+    const pid_t serving = sink->server_;
+    const std::string pages = sink->dir_;
+    sink->fault_ = std::thread([self, serving, pages, progress] {
       const uint64_t at = std::max<uint64_t>(self->bytes_ / 2, 16 * kMiB);
       while (!self->over_.load()) {
-        if (PageBytes(dir) >= at) {
+        if (PageBytes(pages) >= at) {
           progress("fault injected: half the memory has arrived");
           CrashPoint("dst-during-stream");
-          kill(-server, SIGKILL);  // not yet waited for: Finish and Stop end this thread first
+          kill(-serving, SIGKILL);  // not yet waited for: Finish and Stop end this thread first
           progress("fault injected: the page server killed mid-stream");
           return;
         }

@@ -338,7 +338,9 @@ TEST(SchedulingTest, PreemptionStopsOnlyTheJobsTheCorePlannerNeeds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   for (const Json& c : a.commands()) {
-    if (c["kind"] == "checkpoint") EXPECT_EQ(c["job"], big) << c.dump();
+    if (c["kind"] == "checkpoint") {
+      EXPECT_EQ(c["job"], big) << c.dump();
+    }
   }
   EXPECT_EQ(Job(admin, newest)["state"], "running");
   EXPECT_EQ(Job(admin, oldest)["state"], "running");
@@ -377,7 +379,9 @@ TEST(SchedulingTest, DeadNodesJobsStartOverElsewhere) {
   StatusOr<Json> nodes = admin.Get("/v1/nodes");
   ASSERT_TRUE(nodes.ok());
   for (const Json& n : (*nodes)["nodes"]) {
-    if (n["name"] == "node-a") EXPECT_EQ(n["state"], "dead");
+    if (n["name"] == "node-a") {
+      EXPECT_EQ(n["state"], "dead");
+    }
   }
   // node-a comes back still running its old copy: it is told to kill it.
   EXPECT_TRUE(AwaitCommand(a, "kill", id).has_value());
