@@ -26,9 +26,10 @@ namespace {
 TEST(RankNetName, TakesPlainNamesOnly) {
   EXPECT_TRUE(CheckRankNetName("job-7.rank_0").ok());
   EXPECT_TRUE(CheckRankNetName(std::string(64, 'a')).ok());
-  for (const std::string bad : {std::string(), std::string(65, 'a'), std::string("-n"),
-                                std::string(".."), std::string("a/b"), std::string("a b"),
-                                std::string("a;rm"), std::string("a\nb"), std::string("r\0x", 3)}) {
+  for (const std::string& bad :
+       {std::string(), std::string(65, 'a'), std::string("-n"), std::string(".."),
+        std::string("a/b"), std::string("a b"), std::string("a;rm"), std::string("a\nb"),
+        std::string("r\0x", 3)}) {
     const Status s = CheckRankNetName(bad);
     EXPECT_FALSE(s.ok()) << bad;
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
