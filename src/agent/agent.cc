@@ -293,6 +293,13 @@ void Agent::Dispatch(const Json& body) {
       return RunOnWorker(&Agent::MigrateIn, c);
     case api::CommandKind::kMigrateOut:
       return RunOnWorker(&Agent::MigrateOut, c);
+    case api::CommandKind::kFreeze:
+    case api::CommandKind::kThaw:
+      // A gang's coordinated checkpoint needs the freeze, dump-while-frozen and thaw steps of
+      // the checkpoint library, which this agent does not have yet (docs/distributed.md).
+      return AddResult(id, FailedPrecondition(std::string("this agent cannot ") +
+                                              api::CommandKindName(c.kind) +
+                                              " a gang rank yet"));
   }
 }
 

@@ -188,7 +188,19 @@ StatusOr<ckpt::Criu> Agent::ReadyLazyCriu() {
   return *lazy_criu_;
 }
 
+namespace {
+
+// A gang rank runs in a network namespace of its own (api::RankNet); until the agent can make
+// one, it refuses the rank rather than start it on the host's network.
+Status RefuseRankNet(const api::Command& c) {
+  if (c.rank_net) return FailedPrecondition("this agent cannot give a gang rank its own network yet");
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status Agent::Start(const api::Command& c, Json* detail) {
+  PALADIN_RETURN_IF_ERROR(RefuseRankNet(c));
   const std::string& id = c.job;
   const int64_t epoch = c.epoch.value_or(0);
   {
@@ -319,6 +331,10 @@ Status Agent::Fault(const api::Command& c) {
 
 void Agent::Checkpoint(const api::Command& c) {
   const int64_t id = c.id;
+  if (c.mode == "frozen") {
+    AddResult(id, FailedPrecondition("this agent cannot dump a frozen gang rank yet"));
+    return;
+  }
   const std::string& mode = c.mode;  // keep or stop (DecodeCommand)
   const std::string& dir = c.dir;
   StatusOr<ckpt::Criu> criu = Internal("unset");
@@ -356,6 +372,10 @@ void Agent::Checkpoint(const api::Command& c) {
 
 void Agent::Restore(const api::Command& c) {
   const int64_t id = c.id;
+  if (Status refused = RefuseRankNet(c); !refused.ok()) {
+    AddResult(id, refused);
+    return;
+  }
   const std::string& job = c.job;
   const int64_t epoch = c.epoch.value_or(0);
   const std::string& image = c.image;
@@ -438,6 +458,10 @@ void Agent::Restore(const api::Command& c) {
 
 void Agent::MigrateIn(const api::Command& c) {
   const int64_t id = c.id;
+  if (Status refused = RefuseRankNet(c); !refused.ok()) {
+    AddResult(id, refused);
+    return;
+  }
   const std::string& job = c.job;
   const int64_t epoch = c.epoch.value_or(0);
   const int gpu_index = std::max(c.gpu_index, 0);

@@ -26,6 +26,9 @@ struct ServerOptions {
   // holds no GPU state, else pre-copy), "post-copy" (the same, but a move between nodes that
   // cannot is refused), "pre-copy" (never post-copy). docs/lazy_migration.md.
   std::string move_mode = "auto";
+  // Where gang ranks take their stable addresses from (docs/server.md, "Gangs"): A.B.C.D/P,
+  // P from 8 to 30. Every agent routes these addresses to the nodes their ranks run on.
+  std::string rank_subnet = "10.231.0.0/16";
   std::string fault;  // "crash-at:<step>" (PALADIN_SERVER_FAULT), tests only
   double schedule_interval_s = 0.5;
   // HTTP worker threads: they run the routes. Reading requests holds none (docs/server.md,
