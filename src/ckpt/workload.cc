@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <linux/nsfs.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -49,6 +51,7 @@ Status WriteJobFile(const JobRecord& job, const std::string& path) {
             {"emu_state", job.emu_state},
             {"emu_gpus", job.emu_gpus},
             {"stopped", job.stopped}};
+  if (!job.net_ns.empty()) j["net_ns"] = job.net_ns;
   {
     // A fresh file, never through a symlink: the run directory may be its workload's user's.
     const std::string tmp = path + ".tmp";
@@ -111,6 +114,7 @@ StatusOr<JobRecord> ReadJobFile(const std::string& path) {
     job.emu_gpus = j.at("emu_gpus").get<std::string>();
     // Optional: records written before it was kept lack it.
     if (j.contains("stopped")) job.stopped = j.at("stopped").get<std::vector<int64_t>>();
+    if (j.contains("net_ns")) job.net_ns = j.at("net_ns").get<std::string>();
   } catch (const json::exception& e) {
     return InvalidArgument(path + ": " + e.what());
   }
@@ -173,6 +177,7 @@ struct Prepared {
   // it): init itself runs as root with kFixedEnvironment only.
   int env_fd = -1;
   int lease_fd = -1;  // given to the init as fence::kLeaseFd
+  int net_ns_fd = -1;  // the network namespace to join first (WorkloadSpec::net_ns), or -1
   // The job has a mount namespace of its own (a private copy of this one's): it mounts its own
   // /proc there and opens its files again by these paths, so that no descriptor of its refers
   // to a mount outside its namespace, which CRIU could not dump.
@@ -306,6 +311,10 @@ bool EnterOwnMounts(bool own_shm) {
   char byte = 0;
   while (read(p.go[0], &byte, 1) < 0 && errno == EINTR) {
   }
+  if (p.net_ns_fd >= 0 && setns(p.net_ns_fd, CLONE_NEWNET) != 0) {
+    ChildSay("cannot join the job's network namespace", "");
+    _exit(126);
+  }
   if (p.own_mounts && !EnterOwnMounts(p.own_shm)) _exit(126);
   const int null = open("/dev/null", O_RDONLY);
   if (null >= 0) dup2(null, STDIN_FILENO);
@@ -397,6 +406,19 @@ StatusOr<int> EnvironmentFile(const std::vector<std::string>& env) {
     done += static_cast<size_t>(n);
   }
   (void)fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE);
+  return fd;
+}
+
+// The network namespace file `path`, open (close-on-exec); refuses anything that is not one.
+StatusOr<int> OpenNetNamespace(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return IoError("cannot open the network namespace " + path + ": " + strerror(errno));
+  }
+  if (ioctl(fd, NS_GET_NSTYPE) != CLONE_NEWNET) {
+    close(fd);
+    return InvalidArgument(path + " is not a network namespace");
+  }
   return fd;
 }
 
@@ -514,6 +536,16 @@ StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec) {
   // The run directory: CRIU's parasite creates proc.crtools in the working directory of the root.
   const std::string init_dir = fs::path(spec.stdout_log).parent_path().string();
   p.init_dir = init_dir.empty() ? "/" : init_dir.c_str();
+  if (!spec.net_ns.empty()) {
+    StatusOr<int> net = OpenNetNamespace(spec.net_ns);
+    if (!net.ok()) {
+      close(p.out);
+      close(p.err);
+      if (p.env_fd >= 0) close(p.env_fd);
+      return net.status();
+    }
+    p.net_ns_fd = *net;
+  }
   if (pipe2(p.go, O_CLOEXEC) != 0) return IoError(std::string("pipe: ") + strerror(errno));
 
   pid_t pid = -1;
@@ -550,7 +582,11 @@ StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec) {
     pid = fork();
     if (pid == 0) ChildExec(p);
   }
-  if (pid < 0) return IoError(std::string("cannot start the workload: ") + strerror(errno));
+  if (pid < 0) {
+    const std::string why = strerror(errno);
+    if (p.net_ns_fd >= 0) close(p.net_ns_fd);
+    return IoError("cannot start the workload: " + why);
+  }
   started.pid = pid;
   if (!spec.cgroup.empty()) {
     StatusOr<Cgroup> group = Cgroup::Create(spec.cgroup);
@@ -570,6 +606,7 @@ StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec) {
   close(p.out);
   close(p.err);
   if (p.env_fd >= 0) close(p.env_fd);
+  if (p.net_ns_fd >= 0) close(p.net_ns_fd);
   return started;
 }
 

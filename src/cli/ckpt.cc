@@ -350,6 +350,8 @@ void RegisterCheckpoint(CLI::App& app, int* exit_code) {
       "Check what Paladin needs on this machine: CRIU, kernel, namespaces, cgroups, "
       "CUDA driver, NVML");
   doctor->callback([exit_code] { *exit_code = RunDoctor(); });
+
+  RegisterRankNet(app, exit_code);
 }
 
 }  // namespace paladin::cli

@@ -18,6 +18,8 @@ void RegisterPredict(CLI::App& app, int* exit_code);
 void RegisterRun(CLI::App& app, int* exit_code);
 // checkpoint, restore, image inspect|verify, doctor.
 void RegisterCheckpoint(CLI::App& app, int* exit_code);
+// rank-net create|destroy|route|unroute (ckpt/rank_net.h); registered by RegisterCheckpoint.
+void RegisterRankNet(CLI::App& app, int* exit_code);
 // "paladin COMMAND: LINE" on stderr.
 void Say(const char* command, const std::string& line);
 // Parses --gpu-map (empty: no remapping); says what is wrong and returns false on a bad one.

@@ -25,6 +25,7 @@
 #include "commands.h"
 #include "paladin/ckpt/cgroup.h"
 #include "paladin/ckpt/checkpoint.h"
+#include "paladin/ckpt/rank_net.h"
 #include "paladin/ckpt/workload.h"
 #include "paladin/gpu/nvml.h"
 #include "paladin/quota/launch.h"
@@ -50,6 +51,30 @@ std::atomic<int> g_signals{0};
 void Forward(int signal) {
   const pid_t child = g_child.load();
   if (child > 0) kill(child, g_signals.fetch_add(1) == 0 ? signal : SIGKILL);
+}
+
+// --net-ns and --rank-address: the namespace file the workload joins ("" for none), the rank
+// network made first when asked for.
+StatusOr<std::string> NetNamespaceFor(const RunArgs& args) {
+  if (args.net_ns.empty()) {
+    if (args.rank_address.empty()) return std::string();
+    return InvalidArgument("--rank-address needs --net-ns NAME");
+  }
+  if (args.net_ns.find('/') != std::string::npos) {
+    if (!args.rank_address.empty()) {
+      return InvalidArgument("--rank-address makes a rank network by name: --net-ns NAME, not a "
+                             "path");
+    }
+    if (args.net_ns[0] != '/') return InvalidArgument("--net-ns " + args.net_ns + ": a NAME or "
+                                                      "an absolute path");
+    return args.net_ns;
+  }
+  PALADIN_RETURN_IF_ERROR(ckpt::CheckRankNetName(args.net_ns));
+  if (!args.rank_address.empty()) {
+    PALADIN_RETURN_IF_ERROR(ckpt::CheckRankAddress(args.rank_address));
+    PALADIN_RETURN_IF_ERROR(ckpt::CreateRankNet({args.net_ns, args.rank_address}));
+  }
+  return ckpt::RankNetPath(args.net_ns);
 }
 
 std::string DefaultRunDir(const std::string& name) {
@@ -305,6 +330,11 @@ int RunWorkload(RunArgs args) {
     Say("--compute-share " + std::to_string(args.compute_share) + ": expected a percentage, 1-100");
     return 2;
   }
+  StatusOr<std::string> net_ns = NetNamespaceFor(args);
+  if (!net_ns.ok()) {
+    Say(net_ns.status().message());
+    return net_ns.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
   GpuSetup gpu;
   if (!args.gpu_mem.empty() || !args.emulated_gpus.empty() || !args.gpu_mem_max.empty()) {
     if (int code = PrepareGpu(args, &gpu); code != 0) return code;
@@ -321,6 +351,7 @@ int RunWorkload(RunArgs args) {
   spec.gid = args.gid;
   spec.owner = supervise::Owner::kCaller;
   spec.cgroup = args.name + "-" + std::to_string(getpid());
+  spec.net_ns = *net_ns;
 
   struct sigaction forward {};
   forward.sa_handler = Forward;
@@ -456,6 +487,12 @@ void RegisterRun(CLI::App& app, int* exit_code) {
                   "Directory for the workload's region and libraries (default: "
                   "$PALADIN_RUN_DIR, $XDG_RUNTIME_DIR or /tmp, under paladin-UID/NAME-PID)");
   run->add_flag("--keep-run-dir", args->keep_run_dir, "Leave the run directory when done");
+  run->add_option("--net-ns", args->net_ns,
+                  "Run in this network namespace: a rank network's NAME (/run/netns/NAME) or a "
+                  "namespace file's absolute path (docs/distributed.md)");
+  run->add_option("--rank-address", args->rank_address,
+                  "With --net-ns NAME: make the rank network NAME with this IPv4 address first "
+                  "(kept when it exists with it)");
   run->add_option("command", args->command, "The command and its arguments, after --")->required();
   run->callback([args, exit_code] { *exit_code = RunWorkload(*args); });
 

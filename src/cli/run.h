@@ -29,6 +29,11 @@ struct RunArgs {
   double usage_every_s = 1.0;
   std::string run_dir;
   bool keep_run_dir = false;
+  // The network namespace the workload runs in: a rank network's NAME (/run/netns/NAME) or a
+  // namespace file's absolute path; "" for this process's. With rank_address, the rank network
+  // NAME is made first (ckpt::CreateRankNet; kept when it exists with that address).
+  std::string net_ns;
+  std::string rank_address;
   std::vector<std::string> command;
 
   // For other supervisors than `paladin run`:

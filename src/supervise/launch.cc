@@ -157,6 +157,7 @@ StatusOr<Launched> Launch(const LaunchSpec& spec) {
   start.gid = spec.gid;
   start.cgroup = spec.cgroup;
   start.lease_fd = spec.lease_fd;
+  start.net_ns = spec.net_ns;
   // The emulated driver's state and control files are the host's /dev/shm's.
   start.own_shm = !(spec.gpu.enabled && spec.gpu.driver.emulated);
   StatusOr<ckpt::StartedWorkload> started = ckpt::StartWorkload(start);
@@ -169,6 +170,7 @@ StatusOr<Launched> Launch(const LaunchSpec& spec) {
   out.fenced = started->fenced;
   job.pid = started->pid;
   job.pid_namespace = started->pid_namespace;
+  job.net_ns = spec.net_ns;
   job.cgroup = started->cgroup;
   if (Status s = ckpt::WriteJob(job); !s.ok()) out.warnings.push_back(s.message());
   return out;

@@ -41,6 +41,10 @@ struct JobRecord {
   // The processes the job (or its user) had stopped when it was last dumped, by their pid in the
   // job's PID namespace: a resume leaves them stopped.
   std::vector<int64_t> stopped;
+  // The network namespace the job was started in when it is not the launcher's (a rank's own
+  // network, rank_net.h): its file, e.g. /run/netns/NAME. "" for the launcher's network. A
+  // checkpoint keeps the namespace out of the image (docs/distributed.md).
+  std::string net_ns;
 };
 
 Status WriteJob(const JobRecord& job);  // run_dir/job.json
@@ -90,6 +94,10 @@ struct WorkloadSpec {
   // PID namespace (a root one too) runs under paladin-workload-init, which gets it as descriptor
   // fence::kLeaseFd and stops the job while the lease is out.
   int lease_fd = -1;
+  // A network namespace file (a rank's, rank_net.h: /run/netns/NAME) the workload joins before it
+  // starts; "" to stay in the launcher's. It must be a network namespace: anything else is
+  // refused.
+  std::string net_ns;
 };
 
 struct StartedWorkload {

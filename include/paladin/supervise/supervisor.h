@@ -75,6 +75,9 @@ struct LaunchSpec {
   Owner owner = Owner::kCaller;
   std::string cgroup;  // made under paladin/ when non-empty
   int lease_fd = -1;   // the node agent's lease (ckpt/fence.h), or -1
+  // A network namespace file the job joins (a rank's own network, ckpt/rank_net.h), "" for the
+  // caller's (ckpt::WorkloadSpec::net_ns).
+  std::string net_ns;
 };
 
 struct Launched {

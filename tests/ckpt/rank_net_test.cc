@@ -1,0 +1,54 @@
+// A rank's own network (include/paladin/ckpt/rank_net.h): names and addresses checked before
+// they reach a command line, and the host interface's name. The namespace itself is made and
+// removed by rank_net_test.sh (root).
+#include "paladin/ckpt/rank_net.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace paladin::ckpt {
+namespace {
+
+TEST(RankNetName, TakesPlainNamesOnly) {
+  EXPECT_TRUE(CheckRankNetName("job-7.rank_0").ok());
+  EXPECT_TRUE(CheckRankNetName(std::string(64, 'a')).ok());
+  for (const std::string bad :
+       {std::string(), std::string(65, 'a'), std::string("-n"), std::string(".."),
+        std::string("a/b"), std::string("a b"), std::string("a;rm"), std::string("a\nb"),
+        std::string("r\0x", 3)}) {
+    const Status s = CheckRankNetName(bad);
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(RankAddress, TakesUnicastDottedQuadsOnly) {
+  EXPECT_TRUE(CheckRankAddress("10.77.1.2").ok());
+  EXPECT_TRUE(CheckRankAddress("192.168.0.1").ok());
+  for (const char* bad : {"", "10.1.2", "10.1.2.3/32", "010.1.2.3", "10.1.2.256", " 10.1.2.3",
+                          "10.1.2.3 ", "0.0.0.0", "127.0.0.1", "224.0.0.1", "255.255.255.255",
+                          "::1", "10.1.2.3\n", "-10.1.2.3", "1e1.1.1.1"}) {
+    EXPECT_FALSE(CheckRankAddress(bad).ok()) << bad;
+  }
+}
+
+TEST(RankNet, PathAndHostInterface) {
+  EXPECT_EQ(RankNetPath("r0"), "/run/netns/r0");
+  const std::string a = RankHostInterface("job-1-rank-0");
+  EXPECT_EQ(a.size(), 12U);  // "pal-" and 8 hex digits: under the 15 bytes of IFNAMSIZ
+  EXPECT_EQ(a.rfind("pal-", 0), 0U);
+  EXPECT_EQ(a, RankHostInterface("job-1-rank-0"));
+  EXPECT_NE(a, RankHostInterface("job-1-rank-1"));
+}
+
+TEST(RankNet, RefusesHostileInputBeforeRunningAnything) {
+  EXPECT_EQ(CreateRankNet({"a b", "10.0.0.2"}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateRankNet({"r0", "10.0.0.2 dev lo"}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(DestroyRankNet("../x").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SetRankRoute("10.0.0.2", "via").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(RemoveRankRoute("default").code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace paladin::ckpt
