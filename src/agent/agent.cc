@@ -236,6 +236,7 @@ bool Agent::Heartbeat() {
       if (answer->contains("commands")) {
         for (const Json& c : answer->at("commands")) Dispatch(c);
       }
+      if (answer->contains("rank_routes")) ApplyRankRoutes(answer->at("rank_routes"));
     }
   } catch (const Json::exception& e) {
     Say("malformed heartbeat answer: " + std::string(e.what()));

@@ -190,17 +190,19 @@ StatusOr<ckpt::Criu> Agent::ReadyLazyCriu() {
 
 namespace {
 
-// A gang rank runs in a network namespace of its own (api::RankNet); until the agent can make
-// one, it refuses the rank rather than start it on the host's network.
+// A gang rank runs in a network namespace of its own (api::RankNet). A start makes it; a restore
+// or move into one needs CRIU to restore into that namespace, which this agent cannot do yet: it
+// refuses the rank rather than restore it on the node's network.
 Status RefuseRankNet(const api::Command& c) {
-  if (c.rank_net) return FailedPrecondition("this agent cannot give a gang rank its own network yet");
+  if (c.rank_net) {
+    return FailedPrecondition("this agent cannot restore a gang rank into its own network yet");
+  }
   return Status::Ok();
 }
 
 }  // namespace
 
 Status Agent::Start(const api::Command& c, Json* detail) {
-  PALADIN_RETURN_IF_ERROR(RefuseRankNet(c));
   const std::string& id = c.job;
   const int64_t epoch = c.epoch.value_or(0);
   {

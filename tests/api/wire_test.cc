@@ -281,12 +281,12 @@ TEST(WireTest, AGangRanksNetworkAndTheCutsStepsRoundTrip) {
   start.job = "j-000002";
   start.epoch = 1;
   start.command = {"python3", "ddp_train.py"};
-  start.rank_net = RankNet{"10.231.0.2", "rank0"};
+  start.rank_net = RankNet{"10.231.0.2", "pal0"};
   StatusOr<Command> back = DecodeCommand(ToJson(start));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   ASSERT_TRUE(back->rank_net.has_value());
   EXPECT_EQ(back->rank_net->address, "10.231.0.2");
-  EXPECT_EQ(back->rank_net->interface, "rank0");
+  EXPECT_EQ(back->rank_net->interface, "pal0");
   start.rank_net.reset();
   back = DecodeCommand(ToJson(start));
   ASSERT_TRUE(back.ok());

@@ -86,7 +86,7 @@ enum class CommandKind {
 // the heartbeat answers carry.
 struct RankNet {
   std::string address;            // dotted IPv4
-  std::string interface = "rank0";  // the interface's name inside the namespace (GLOO_SOCKET_IFNAME)
+  std::string interface = "pal0";  // the interface's name inside the namespace (GLOO_SOCKET_IFNAME)
 };
 
 // A route the agent keeps on its host while a rank of a gang runs there: `address`/32 via the
