@@ -66,6 +66,7 @@ class CheckpointRun {
   StatusOr<PhaseTimes> Run();
 
  private:
+  Status CheckNetwork() const;
   StatusOr<std::string> PreDumps();
   Status FindGpuProcesses();
   void DescribeRunningJob();
@@ -93,6 +94,9 @@ class CheckpointRun {
   // are copied: what it writes after the dump must not be in the image. A post-copy dump keeps
   // --leave-stopped (its page server serves the stopped tree's memory).
   bool StopFirst() const { return !KillAfter() && options_.lazy_port == 0; }
+  // Frozen by FreezeJob (a gang's coordinated cut): it stays stopped when a dump fails, and what
+  // it had stopped itself was recorded when it was frozen.
+  bool Frozen() const { return previous_state_ == "frozen" || job_->state == "frozen"; }
 
   const Criu& criu_;
   JobRecord* const job_;
@@ -113,6 +117,8 @@ class CheckpointRun {
 };
 
 StatusOr<PhaseTimes> CheckpointRun::Run() {
+  Status network = CheckNetwork();
+  if (!network.ok()) return Fail(network);
   StatusOr<std::string> parent = PreDumps();
   if (!parent.ok()) return Fail(parent.status());
   pids_ = Tree(root_);
@@ -136,6 +142,17 @@ StatusOr<PhaseTimes> CheckpointRun::Run() {
   return times_;
 }
 
+// A job in a network of its own (a rank's) keeps its connections to the other ranks: CRIU must
+// hold that network still while it dumps them, or a peer's next segment meets a closed socket
+// and is answered with a reset (docs/distributed.md, "Ranks with their own network").
+Status CheckpointRun::CheckNetwork() const {
+  if (job_->net_ns.empty() || criu_.network_lock != "skip") return Status::Ok();
+  return FailedPrecondition(
+      "job " + job_->name + " runs in its own network (" + job_->net_ns +
+      ") and keeps its connections to other ranks, which needs CRIU's network lock; this CRIU "
+      "cannot lock with nftables here (`criu check --feature nftables`)");
+}
+
 // Memory passes while the job runs: the final pause only copies what changed since. They need
 // the kernel to track dirty memory. Returns the last pass's folder in the image ("" for none).
 StatusOr<std::string> CheckpointRun::PreDumps() {
@@ -156,6 +173,7 @@ StatusOr<std::string> CheckpointRun::PreDumps() {
     pre.pre_dump = true;
     pre.parent_images = parent.empty() ? "" : "../" + parent;
     pre.timeout_s = options_.timeout_s;
+    pre.net_ns = job_->net_ns;
     if (!job_->run_dir.empty()) pre.failed_log = job_->run_dir + "/criu-pre-dump.log";
     progress_("pre-dump " + std::to_string(i) + " of " + std::to_string(pre_dumps));
     PALADIN_RETURN_IF_ERROR(Dump(criu_, root_, pre_dir, pre));
@@ -182,8 +200,9 @@ Status CheckpointRun::FindGpuProcesses() {
 void CheckpointRun::DescribeRunningJob() {
   manifest_ = DescribeJob(*job_, criu_, job_->pid);
   manifest_.uid = CommandUid(pids_);
-  // What the job stopped itself stays stopped wherever it is resumed.
-  manifest_.stopped = StoppedProcesses(pids_);
+  // What the job stopped itself stays stopped wherever it is resumed; a frozen job's was
+  // recorded before it was frozen.
+  manifest_.stopped = job_->state == "frozen" ? job_->stopped : StoppedProcesses(pids_);
   job_->stopped = manifest_.stopped;
   // No process with a CUDA context (a job under a quota that never touched CUDA, or not yet):
   // the image holds no GPU state, and its restore must not wait for a process to answer for one.
@@ -236,6 +255,9 @@ void CheckpointRun::UnmarkCheckpointing() {
 // Nothing outside the job is dumped with it: its connections to outside peers are closed now,
 // the peers see a reset (docs/ckpt.md, "Sockets").
 Status CheckpointRun::CloseOutsidePeers() {
+  // A rank's peers are the other ranks, frozen and dumped with it as one cut: all its
+  // connections are kept.
+  if (!job_->net_ns.empty()) return Status::Ok();
   // For tests: a failure at this step must leave the job as it was.
   if (const char* fault = getenv("PALADIN_CKPT_FAULT");
       fault != nullptr && std::string(fault) == "close-peers") {
@@ -265,6 +287,7 @@ DumpOptions CheckpointRun::FinalDumpOptions(const std::string& parent) const {
   dump.page_server_port = options_.page_server_port;
   dump.page_server_address = options_.page_server_address;
   dump.page_server_tls_args = options_.page_server_tls_args;
+  dump.net_ns = job_->net_ns;
   return dump;
 }
 
@@ -278,8 +301,9 @@ Status CheckpointRun::DumpTree(const std::string& parent) {
   if (dumped.ok()) dumped = Dump(criu_, root_, image_, dump);
   if (dumped.ok() && dump.leave_stopped) DropNewLinkRemaps(root_, remaps_before);
   if (dumped.ok()) return dumped;
-  // CRIU resumes a tree whose dump failed as it found it: this one, stopped by Paladin.
-  if (StopFirst()) ContinueTree(root_, job_->stopped);
+  // CRIU resumes a tree whose dump failed as it found it: this one, stopped by Paladin. A frozen
+  // one stays frozen: the rest of its gang is.
+  if (StopFirst() && !Frozen()) ContinueTree(root_, job_->stopped);
   UnmarkCheckpointing();
   return dumped;
 }
@@ -316,7 +340,9 @@ void CheckpointRun::Finish() {
     GiveGpuBack();
   }
   job_->image = image_;
-  job_->state = KillAfter() ? "checkpointed" : previous_state_;
+  job_->state = KillAfter()                                                   ? "checkpointed"
+                : options_.after == CheckpointOptions::After::kLeaveRunning ? "running"
+                                                                              : previous_state_;
   (void)WriteJob(*job_);
 }
 

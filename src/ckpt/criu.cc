@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -426,6 +427,27 @@ Status ProbeInetSockets(Criu* criu, const std::string& cache_dir) {
   return Status::Ok();
 }
 
+namespace {
+
+// CRIU's name for the tree's network namespace `net_ns` as external: "net[INODE]:KEY". The root
+// must be in that namespace (a job record naming another one is refused).
+StatusOr<std::string> ExternalNet(pid_t root, const std::string& net_ns) {
+  struct stat file {};
+  struct stat job {};
+  if (stat(net_ns.c_str(), &file) != 0) {
+    return FailedPrecondition("the job's network namespace " + net_ns + ": " + strerror(errno));
+  }
+  const std::string own = "/proc/" + std::to_string(root) + "/ns/net";
+  if (stat(own.c_str(), &job) != 0) return FailedPrecondition("cannot read " + own);
+  if (file.st_dev != job.st_dev || file.st_ino != job.st_ino) {
+    return FailedPrecondition("pid " + std::to_string(root) + " is not in the network namespace " +
+                              net_ns + " its job record names");
+  }
+  return "net[" + std::to_string(job.st_ino) + "]:" + kExternalNetKey;
+}
+
+}  // namespace
+
 Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOptions& options) {
   std::vector<std::string> argv = {criu.path, options.pre_dump ? "pre-dump" : "dump",
                                    "-t",      std::to_string(root),
@@ -452,6 +474,11 @@ Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOpti
   const std::string job_mounts = MountNamespace(std::to_string(root));
   if (!job_mounts.empty() && job_mounts != MountNamespace("self")) {
     argv.insert(argv.end(), {"--external", "mnt[]", "--enable-external-masters"});
+  }
+  if (!options.net_ns.empty()) {
+    StatusOr<std::string> external = ExternalNet(root, options.net_ns);
+    if (!external.ok()) return external.status();
+    argv.insert(argv.end(), {"--external", *external});
   }
   if (options.leave_running && !options.pre_dump) argv.emplace_back("--leave-running");
   if (options.leave_stopped) argv.emplace_back("--leave-stopped");
@@ -523,6 +550,17 @@ StatusOr<pid_t> Restore(const Criu& criu, const std::string& dir, const RestoreO
     const size_t start = path.find_first_not_of('/');
     argv.push_back("fd[" + std::to_string(copy) +
                    "]:" + (start == std::string::npos ? std::string() : path.substr(start)));
+  }
+  if (options.net_ns_fd >= 0) {
+    const int copy = dup(options.net_ns_fd);
+    if (copy < 0) {
+      for (int c : passed) close(c);
+      return IoError("cannot pass the job's network namespace to criu restore: " +
+                     std::string(strerror(errno)));
+    }
+    passed.push_back(copy);
+    argv.insert(argv.end(),
+                {"--inherit-fd", "fd[" + std::to_string(copy) + "]:" + kExternalNetKey});
   }
   // The job's mount namespace is rebuilt on the host's root file system, bound where CRIU can
   // pivot into it, in a mount namespace of CRIU's own that goes with it.

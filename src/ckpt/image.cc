@@ -23,6 +23,7 @@
 
 #include "chunk_hasher.h"
 #include "paladin/ckpt/beneath.h"
+#include "paladin/ckpt/rank_net.h"
 #include "paladin/quota/region.h"
 #include "sha256_hex.h"
 
@@ -73,6 +74,10 @@ json ToJson(const Manifest& m) {
               {"gpus", gpus}}},
             {"files", files}};
   if (m.version != 1) j["chunk_bytes"] = m.chunk_bytes;
+  if (!m.net_ns.empty()) {
+    j["workload"]["net_ns"] = m.net_ns;
+    j["workload"]["net_address"] = m.net_address;
+  }
   return j;
 }
 
@@ -203,6 +208,16 @@ Status FromJson(const json& j, Manifest* m) {
   // Optional: images of jobs that held no lease, and images older than the lease, lack it.
   if (j.at("workload").contains("lease")) {
     PALADIN_RETURN_IF_ERROR(Field(j, "workload", "lease", &m->lease));
+  }
+  // Optional: images of jobs in their launcher's network lack them.
+  if (j.at("workload").contains("net_ns")) {
+    PALADIN_RETURN_IF_ERROR(Field(j, "workload", "net_ns", &m->net_ns));
+    PALADIN_RETURN_IF_ERROR(Field(j, "workload", "net_address", &m->net_address));
+    PALADIN_RETURN_IF_ERROR(CheckAbsolutePath("manifest: workload.net_ns", m->net_ns));
+    if (!m->net_address.empty()) {
+      Status address = CheckRankAddress(m->net_address);
+      if (!address.ok()) return InvalidArgument("manifest: workload.net_address: " + address.message());
+    }
   }
   // Optional: images older than it had every process resumed.
   if (j.at("workload").contains("stopped")) {
@@ -615,6 +630,11 @@ std::string DescribeManifest(const Manifest& m) {
   for (const ImageGpu& g : m.gpus) {
     out << "           " << g.uuid << " " << g.name << ", held "
         << quota::FormatSize(g.memory_bytes) << "\n";
+  }
+  if (!m.net_ns.empty()) {
+    out << "network:   its own, " << m.net_ns
+        << (m.net_address.empty() ? "" : " (address " + m.net_address + ")")
+        << ", not in the image\n";
   }
   out << "files:     " << m.files.size() << ", " << quota::FormatSize(bytes) << "\n"
       << "format:    version " << m.version

@@ -12,6 +12,7 @@
 
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/fence.h"
+#include "paladin/ckpt/rank_net.h"
 #include "paladin/gpu/nvml.h"
 #include "paladin/quota/launch.h"
 
@@ -64,6 +65,11 @@ Manifest DescribeJob(const JobRecord& job, const Criu& criu, int64_t root_pid) {
   }
   m.criu_version = criu.version;
   m.criu_no_breakpoints = criu.no_breakpoints;
+  m.net_ns = job.net_ns;
+  if (const std::string name = RankNetNameOf(job.net_ns); !name.empty()) {
+    StatusOr<std::string> address = RankNetAddress(name);
+    if (address.ok()) m.net_address = *address;
+  }
   return m;
 }
 

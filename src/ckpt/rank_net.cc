@@ -123,6 +123,13 @@ Status CheckRankAddress(const std::string& address) {
 
 std::string RankNetPath(const std::string& name) { return std::string(kRankNetDir) + "/" + name; }
 
+std::string RankNetNameOf(const std::string& path) {
+  const std::string dir = std::string(kRankNetDir) + "/";
+  if (path.compare(0, dir.size(), dir) != 0) return "";
+  const std::string name = path.substr(dir.size());
+  return CheckRankNetName(name).ok() ? name : "";
+}
+
 std::string RankHostInterface(const std::string& name) {
   uint32_t hash = 2166136261U;  // FNV-1a
   for (const char c : name) {

@@ -1,11 +1,15 @@
 // RestoreJob and ResumeJob (checkpoint.h): an image back into a running (or stopped) job on this
 // node, in the places this node keeps for it (placement.h).
 #include <fcntl.h>
+#include <linux/nsfs.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <sstream>
@@ -69,7 +73,32 @@ JobRecord RecordFor(const Manifest& m, const Placement& place) {
   job.run_dir = place.run_dir;
   job.stdout_log = place.stdout_log;
   job.stderr_log = place.stderr_log;
+  job.net_ns.clear();
   return job;
+}
+
+// The network namespace an image's job is restored into, open: options.net_ns, else the one its
+// manifest names. -1 for a job in its launcher's network.
+StatusOr<int> OpenJobNetwork(const Manifest& m, const RestoreOptions2& options,
+                             std::string* path) {
+  if (m.net_ns.empty()) {
+    if (options.net_ns.empty()) return -1;
+    return Refuse(InvalidArgument("the image's job ran in its launcher's network, not one of its "
+                                  "own: it cannot be restored into " + options.net_ns));
+  }
+  *path = options.net_ns.empty() ? m.net_ns : options.net_ns;
+  const int fd = open(path->c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return Refuse(FailedPrecondition(
+        "the job ran in a network of its own (" + m.net_ns +
+        (m.net_address.empty() ? "" : ", address " + m.net_address) +
+        "), and its restore needs one made for it first: " + *path + ": " + strerror(errno)));
+  }
+  if (ioctl(fd, NS_GET_NSTYPE) != CLONE_NEWNET) {
+    close(fd);
+    return Refuse(InvalidArgument(*path + " is not a network namespace"));
+  }
+  return fd;
 }
 
 // Copies the image's logs into the run directory, and its quota region where the run directory
@@ -104,6 +133,10 @@ StatusOr<std::unique_ptr<quota::Region>> PlaceFiles(int image, const Manifest& m
 StatusOr<pid_t> RunCriuRestore(const Criu& criu, const std::string& dir, const Manifest& m,
                                const RestoreOptions2& options, const Progress& progress) {
   RestoreOptions restore;
+  std::string net_path;
+  StatusOr<int> net = OpenJobNetwork(m, options, &net_path);
+  if (!net.ok()) return net.status();
+  restore.net_ns_fd = *net;
   // A tree without GPU state has nothing to wait for: it stays stopped from the start, so that
   // a destination that dies mid-restore leaves no running copy.
   restore.leave_stopped = options.leave_stopped && m.gpu_driver.empty();
@@ -118,6 +151,7 @@ StatusOr<pid_t> RunCriuRestore(const Criu& criu, const std::string& dir, const M
   progress("restoring with CRIU");
   StatusOr<pid_t> pid = Restore(criu, dir, restore);
   if (no_lease >= 0) close(no_lease);
+  if (*net >= 0) close(*net);
   return pid;
 }
 
@@ -211,6 +245,7 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
   StatusOr<Placement> place = Place(*m, options.placement);
   if (!place.ok()) return Refuse(place.status());
   JobRecord job = RecordFor(*m, *place);
+  if (!m->net_ns.empty()) job.net_ns = options.net_ns.empty() ? m->net_ns : options.net_ns;
   StatusOr<std::unique_ptr<quota::Region>> region = PlaceFiles(image->get(), *m, *place);
   if (!region.ok()) return region.status();
   StatusOr<pid_t> pid = RunCriuRestore(criu, dir, *m, options, progress);

@@ -14,6 +14,7 @@
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/criu.h"
 #include "paladin/ckpt/image.h"
+#include "paladin/ckpt/rank_net.h"
 #include "paladin/ckpt/workload.h"
 #include "paladin/gpu/cuda_api.h"
 #include "paladin/gpu/nvml.h"
@@ -77,7 +78,7 @@ int RunCheckpoint(const CheckpointArgs& a) {
     Say("checkpoint", job.status().message());
     return 1;
   }
-  if (job->state != "running") {
+  if (job->state != "running" && job->state != "frozen") {
     Say("checkpoint", "job " + job->name + " is " + job->state +
                           (job->image.empty() ? "" : " (image " + job->image + ")"));
     return 1;
@@ -111,13 +112,42 @@ int RunCheckpoint(const CheckpointArgs& a) {
 struct RestoreArgs {
   std::string dir;
   std::string gpu_map;
+  std::string net_ns;
   double timeout_s = 600;
 };
+
+// --net-ns NAME|PATH for an image of a job in a network of its own: the namespace file to restore
+// into. A rank network (/run/netns/NAME) that is missing is made with the image's address.
+StatusOr<std::string> RestoreNetwork(const RestoreArgs& a) {
+  if (!a.net_ns.empty() && a.net_ns.find('/') == std::string::npos) {
+    PALADIN_RETURN_IF_ERROR(ckpt::CheckRankNetName(a.net_ns));
+  } else if (!a.net_ns.empty() && a.net_ns[0] != '/') {
+    return InvalidArgument("--net-ns " + a.net_ns + ": a NAME or an absolute path");
+  }
+  const std::string given =
+      a.net_ns.find('/') == std::string::npos && !a.net_ns.empty() ? ckpt::RankNetPath(a.net_ns)
+                                                                   : a.net_ns;
+  StatusOr<ckpt::Manifest> m = ckpt::ReadManifest(a.dir);
+  if (!m.ok() || m->net_ns.empty()) return given;  // RestoreJob says what is wrong
+  const std::string path = given.empty() ? m->net_ns : given;
+  const std::string name = ckpt::RankNetNameOf(path);
+  std::error_code ec;
+  if (name.empty() || m->net_address.empty() || std::filesystem::exists(path, ec)) return given;
+  PALADIN_RETURN_IF_ERROR(ckpt::CreateRankNet({name, m->net_address}));
+  Say("restore", "made rank network " + name + " with the job's address " + m->net_address);
+  return given;
+}
 
 int RunRestore(const RestoreArgs& a) {
   supervise::RestoreSpec spec;
   spec.image = a.dir;
   spec.options.timeout_s = a.timeout_s;
+  StatusOr<std::string> net_ns = RestoreNetwork(a);
+  if (!net_ns.ok()) {
+    Say("restore", net_ns.status().message());
+    return net_ns.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  spec.options.net_ns = *net_ns;
   if (!GpuMapFlag("restore", a.gpu_map, &spec.options.gpu_map)) return 2;
   StatusOr<ckpt::Criu> criu = ReadyCriu();
   if (!criu.ok()) {
@@ -140,6 +170,23 @@ int RunRestore(const RestoreArgs& a) {
   }
   std::printf("restored %s as pid %lld: %s; logs in %s\n", job->name.c_str(),
               static_cast<long long>(job->pid), times.Describe().c_str(), job->run_dir.c_str());
+  return 0;
+}
+
+int RunFreeze(const std::string& name, bool freeze) {
+  const char* command = freeze ? "freeze" : "thaw";
+  StatusOr<ckpt::JobRecord> job = ckpt::FindJob(name);
+  if (!job.ok()) {
+    Say(command, job.status().message());
+    return 1;
+  }
+  Status s = freeze ? ckpt::FreezeJob(&*job) : ckpt::ThawJob(&*job);
+  if (!s.ok()) {
+    Say(command, s.message());
+    return 1;
+  }
+  std::printf("%s %s (pid %lld)\n", freeze ? "froze" : "thawed", job->name.c_str(),
+              static_cast<long long>(job->pid));
   return 0;
 }
 
@@ -329,9 +376,25 @@ void RegisterCheckpoint(CLI::App& app, int* exit_code) {
       "restore", "Verify an image and resume the job it holds (its logs come back with it)");
   restore->add_option("dir", r->dir, "Image directory")->required();
   restore->add_option("--gpu-map", r->gpu_map, "Restore onto other GPUs: OLD-UUID=NEW-UUID[,...]");
+  restore->add_option("--net-ns", r->net_ns,
+                      "For a job that ran in a network of its own (paladin run --net-ns): the "
+                      "network namespace to restore it into, a rank network's NAME or a path "
+                      "(default: the one it had; a missing rank network is made with the job's "
+                      "address)");
   restore->add_option("--timeout", r->timeout_s, "Seconds allowed for each CRIU call")
       ->capture_default_str();
   restore->callback([r, exit_code] { *exit_code = RunRestore(*r); });
+
+  auto frozen = std::make_shared<std::string>();
+  CLI::App* freeze = app.add_subcommand(
+      "freeze",
+      "Stop every process of a job started by paladin run (a gang's coordinated cut: freeze "
+      "every rank, then checkpoint each, then thaw those that go on)");
+  freeze->add_option("job", *frozen, "Job name or the host pid of its root")->required();
+  freeze->callback([frozen, exit_code] { *exit_code = RunFreeze(*frozen, true); });
+  CLI::App* thaw = app.add_subcommand("thaw", "Let a frozen job run again");
+  thaw->add_option("job", *frozen, "Job name or the host pid of its root")->required();
+  thaw->callback([frozen, exit_code] { *exit_code = RunFreeze(*frozen, false); });
 
   CLI::App* image = app.add_subcommand("image", "Inspect or verify checkpoint images");
   image->require_subcommand(1);

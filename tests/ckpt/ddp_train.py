@@ -5,6 +5,10 @@ uninterrupted run. For distributed_test.sh:
 
   ddp_train.py STEPS SLEEP_S [MiB]
 
+With RANK in the environment, this process is that one rank alone, as torchrun starts each
+(gang_net_test.sh: one rank per node): RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and
+GLOO_SOCKET_IFNAME come from the environment.
+
 Each rank builds the same small model (seed 0) and its own fixed shard of a synthetic regression
 set (seed 1000 + rank); every step is a forward and backward pass, DDP's gradient all-reduce and
 an SGD step, then the loss is all-reduced and rank 0 prints
@@ -29,8 +33,9 @@ WORLD = 2
 
 def rank_main(rank, steps, sleep_s, mib, port):
     torch.set_num_threads(1)
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
+    if port is not None:
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(port)
     # Gloo otherwise takes the address the host name resolves to; the ranks talk over loopback.
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
@@ -66,6 +71,11 @@ def main():
     steps = int(sys.argv[1])
     sleep_s = float(sys.argv[2])
     mib = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    if "RANK" in os.environ:
+        if int(os.environ["WORLD_SIZE"]) != WORLD:
+            sys.exit("WORLD_SIZE must be %d" % WORLD)
+        rank_main(int(os.environ["RANK"]), steps, sleep_s, mib, None)
+        return
     # A free port for the rendezvous (the ranks' own connections are made through it).
     import socket
 

@@ -4,8 +4,14 @@
 #include "paladin/ckpt/rank_net.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
+
+#include "paladin/ckpt/image.h"
 
 namespace paladin::ckpt {
 namespace {
@@ -48,6 +54,67 @@ TEST(RankNet, RefusesHostileInputBeforeRunningAnything) {
   EXPECT_EQ(DestroyRankNet("../x").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(SetRankRoute("10.0.0.2", "via").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(RemoveRankRoute("default").code(), StatusCode::kInvalidArgument);
+}
+
+TEST(RankNet, NameOfPath) {
+  EXPECT_EQ(RankNetNameOf("/run/netns/r0"), "r0");
+  EXPECT_EQ(RankNetNameOf("/run/netns/a/b"), "");
+  EXPECT_EQ(RankNetNameOf("/run/netns/"), "");
+  EXPECT_EQ(RankNetNameOf("/proc/1/ns/net"), "");
+}
+
+class ManifestNetwork : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (std::filesystem::temp_directory_path() / "rank-net-XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  // The manifest written by WriteManifest with `edit` applied to its text.
+  StatusOr<Manifest> Reread(const std::string& from, const std::string& to) {
+    const std::string path = dir_ + "/manifest.json";
+    std::string text;
+    {
+      std::ifstream in(path);
+      text.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const size_t at = text.find(from);
+    if (at != std::string::npos) text.replace(at, from.size(), to);
+    std::ofstream(path, std::ios::trunc) << text;
+    return ReadManifest(dir_);
+  }
+  std::string dir_;
+};
+
+TEST_F(ManifestNetwork, KeepsTheJobsNetworkAndChecksIt) {
+  Manifest m;
+  m.name = "rank0";
+  m.net_ns = "/run/netns/r0";
+  m.net_address = "10.1.2.3";
+  ASSERT_TRUE(WriteManifest(dir_, m).ok());
+  StatusOr<Manifest> back = ReadManifest(dir_);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->net_ns, "/run/netns/r0");
+  EXPECT_EQ(back->net_address, "10.1.2.3");
+  StatusOr<Manifest> bad = Reread("\"10.1.2.3\"", "\"10.1.2.3 dev lo\"");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("workload.net_address"), std::string::npos);
+  bad = Reread("\"/run/netns/r0\"", "\"run/../netns\"");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("workload.net_ns"), std::string::npos);
+}
+
+TEST_F(ManifestNetwork, AJobInItsLaunchersNetworkHasNone) {
+  Manifest m;
+  m.name = "plain";
+  ASSERT_TRUE(WriteManifest(dir_, m).ok());
+  std::ifstream in(dir_ + "/manifest.json");
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  EXPECT_EQ(text.find("net_ns"), std::string::npos);
+  StatusOr<Manifest> back = ReadManifest(dir_);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->net_ns, "");
 }
 
 }  // namespace

@@ -79,6 +79,11 @@ struct RestoreOptions2 {
   int lease_fd = -1;
   // Post-copy: the memory comes from a `criu lazy-pages` already waiting for this restore.
   bool lazy_pages = false;
+  // For an image of a job in a network of its own (Manifest::net_ns): the network namespace file
+  // it is restored into, made beforehand with the job's address (a rank network: CreateRankNet
+  // with Manifest::net_address). "": the file the manifest names, on this node. Refused for an
+  // image of a job in its launcher's network.
+  std::string net_ns;
 };
 
 // Verifies `dir` (unless options.verified) and restores the job it holds into this node's place
@@ -98,6 +103,17 @@ StatusOr<int> FileLocksInImage(const std::string& dir);
 // (its GPU state, checkpointed or locked, is restored and unlocked).
 // Leaves stopped the processes the job had stopped itself when it was dumped (job->stopped).
 Status ResumeJob(JobRecord* job);
+
+// A gang's coordinated cut, node by node (docs/distributed.md): first every rank of the gang is
+// frozen, then each is dumped while frozen (CheckpointJob with kKill: the dump kills it; with
+// kLeaveStopped: it stays frozen), then each that lives on is thawed. FreezeJob stops every
+// process of the job's tree (SIGSTOP; returns once each is stopped, at most 10 s) and records the
+// job as "frozen", with the processes the job had stopped itself, which stay stopped; on failure
+// the job runs again. Refused for a job with GPU state (its GPU work is not held by a stop) and
+// for a job that is not running. Blocks on /proc reads only.
+Status FreezeJob(JobRecord* job);
+// Lets a frozen job run again (not what it had stopped itself); its record says "running".
+Status ThawJob(JobRecord* job);
 
 // SIGCONT to every process of the tree under `root` except those whose pid in the job's PID
 // namespace is in `stopped` (JobRecord::stopped): a process the job stopped stays stopped. Sent

@@ -112,7 +112,15 @@ struct DumpOptions {
   int page_server_port = 0;
   std::string page_server_address;
   std::vector<std::string> page_server_tls_args;
+  // The tree's network namespace file when it is not this process's and stays out of the image (a
+  // rank's own network, rank_net.h): CRIU records it as external (--external net[INODE]:KEY,
+  // kExternalNetKey) instead of dumping its devices, addresses and routes, and its network lock
+  // (criu.network_lock) is set in that namespace. The root must be in it.
+  std::string net_ns;
 };
+// CRIU's key for a tree's external network namespace (DumpOptions::net_ns,
+// RestoreOptions::net_ns_fd).
+inline constexpr const char* kExternalNetKey = "paladin-net";
 // Dumps the tree with Paladin's CRIU options (TCP connections with their state; see
 // CloseOutsideConnections for those to outside peers). A failure names CRIU's first error line
 // and where its full log is.
@@ -125,6 +133,10 @@ struct RestoreOptions {
   // (--inherit-fd): a descriptor here and the dumped file's path.
   std::vector<std::pair<int, std::string>> inherit_fds;
   bool lazy_pages = false;  // memory comes from a running `criu lazy-pages` (StartLazyPages)
+  // For an image whose tree had an external network namespace (DumpOptions::net_ns): a
+  // descriptor of the namespace it is restored into (--inherit-fd fd[N]:kExternalNetKey). -1:
+  // none (CRIU refuses such an image without one).
+  int net_ns_fd = -1;
 };
 // Restores the tree detached from CRIU; returns the host pid of its root. Connected TCP sockets
 // come back with their state when the dump saved it, else closed (images of CRIU before 4.2).

@@ -69,6 +69,13 @@ struct Manifest {
   // The processes stopped (SIGSTOP, state T) when dumped, by their pid in the job's PID
   // namespace: CRIU restores them stopped, and Paladin's resume leaves them so.
   std::vector<int64_t> stopped;
+  // The job ran in a network namespace of its own that the image does not hold (a rank's own
+  // network, rank_net.h; CRIU's external netns): its file when dumped, and the rank's address on
+  // pal0 ("" when it was no rank network). A restore puts the job into a namespace made for it
+  // (RestoreOptions2::net_ns, by default the same file on the restoring node). "" for a job in
+  // its launcher's network.
+  std::string net_ns;
+  std::string net_address;
   // Where and with what.
   std::string hostname;
   std::string kernel;

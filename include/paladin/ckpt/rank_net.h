@@ -38,6 +38,8 @@ Status CheckRankAddress(const std::string& address);
 
 // kRankNetDir/NAME.
 std::string RankNetPath(const std::string& name);
+// NAME when `path` is kRankNetDir/NAME with a valid NAME, else "".
+std::string RankNetNameOf(const std::string& path);
 // The host end of the rank's veth pair: "pal-" and 8 hex digits of a hash of NAME (interface
 // names have at most 15 bytes).
 std::string RankHostInterface(const std::string& name);
