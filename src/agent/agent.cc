@@ -295,12 +295,9 @@ void Agent::Dispatch(const Json& body) {
     case api::CommandKind::kMigrateOut:
       return RunOnWorker(&Agent::MigrateOut, c);
     case api::CommandKind::kFreeze:
+      return RunOnWorker(&Agent::Freeze, c);
     case api::CommandKind::kThaw:
-      // A gang's coordinated checkpoint needs the freeze, dump-while-frozen and thaw steps of
-      // the checkpoint library, which this agent does not have yet (docs/distributed.md).
-      return AddResult(id, FailedPrecondition(std::string("this agent cannot ") +
-                                              api::CommandKindName(c.kind) +
-                                              " a gang rank yet"));
+      return RunOnWorker(&Agent::Thaw, c);
   }
 }
 

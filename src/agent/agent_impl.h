@@ -250,6 +250,11 @@ class Agent {
   // elsewhere, removes those it no longer lists; never touches the address of a rank here.
   // Heartbeat thread only.
   void ApplyRankRoutes(const Json& list);
+  // A gang's coordinated checkpoint on this node (ckpt::FreezeJob, ThawJob): worker threads.
+  void Freeze(const api::Command& c);
+  void Thaw(const api::Command& c);
+  // Removes rank network NAME unless a copy here still uses it (takes mu_).
+  void DropRankNetUnlessUsed(const std::string& name);
   bool LeaseOut() const;  // the deadline in the lease file has passed (main loop)
   // Between answers: freezes the jobs once the server has been silent for the lease.
   void CheckLease();

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "agent_impl.h"
+#include "paladin/ckpt/rank_net.h"
 #include "paladin/ckpt/cgroup.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/gpu_checkpoint.h"
@@ -190,13 +191,10 @@ StatusOr<ckpt::Criu> Agent::ReadyLazyCriu() {
 
 namespace {
 
-// A gang rank runs in a network namespace of its own (api::RankNet). A start makes it; a restore
-// or move into one needs CRIU to restore into that namespace, which this agent cannot do yet: it
-// refuses the rank rather than restore it on the node's network.
+// A gang rank moves with its network (its connections to the other ranks): the server never moves
+// one alone (docs/server.md, "Gangs"), so a migrate_in of a rank is refused.
 Status RefuseRankNet(const api::Command& c) {
-  if (c.rank_net) {
-    return FailedPrecondition("this agent cannot restore a gang rank into its own network yet");
-  }
+  if (c.rank_net) return FailedPrecondition("a gang rank does not move alone");
   return Status::Ok();
 }
 
@@ -333,18 +331,16 @@ Status Agent::Fault(const api::Command& c) {
 
 void Agent::Checkpoint(const api::Command& c) {
   const int64_t id = c.id;
-  if (c.mode == "frozen") {
-    AddResult(id, FailedPrecondition("this agent cannot dump a frozen gang rank yet"));
-    return;
-  }
-  const std::string& mode = c.mode;  // keep or stop (DecodeCommand)
+  const std::string& mode = c.mode;  // keep, stop or frozen (DecodeCommand)
   const std::string& dir = c.dir;
   StatusOr<ckpt::Criu> criu = Internal("unset");
   Workload* w = ClaimForCriu(c, &criu);
   if (w == nullptr) return;
   ckpt::CheckpointOptions options;
-  options.after = mode == "keep" ? ckpt::CheckpointOptions::After::kLeaveRunning
-                                 : ckpt::CheckpointOptions::After::kKill;
+  // frozen: a gang rank frozen for its gang's cut, dumped and left frozen until the thaw.
+  options.after = mode == "keep"     ? ckpt::CheckpointOptions::After::kLeaveRunning
+                  : mode == "frozen" ? ckpt::CheckpointOptions::After::kLeaveStopped
+                                     : ckpt::CheckpointOptions::After::kKill;
   const auto began = std::chrono::steady_clock::now();
   const std::string job = w->id;
   StatusOr<ckpt::PhaseTimes> times = ckpt::CheckpointJob(
@@ -360,7 +356,9 @@ void Agent::Checkpoint(const api::Command& c) {
       {"path", w->record.image}, {"bytes", times->image_bytes}, {"seconds", Since(began)}};
   Say("checkpointed job " + job + " into " + w->record.image + " (" +
       quota::FormatSize(times->image_bytes) + ", " + times->Describe() + ")" +
-      (mode == "stop" ? "; it is stopped and forgotten here" : "; it runs on"));
+      (mode == "stop"     ? "; it is stopped and forgotten here"
+       : mode == "frozen" ? "; it stays frozen until its gang's thaw"
+                          : "; it runs on"));
   if (mode == "stop") {
     Reap(static_cast<pid_t>(w->record.pid));
     if (!w->record.cgroup.empty()) (void)ckpt::Cgroup::Existing(w->record.cgroup).Remove();
@@ -372,12 +370,29 @@ void Agent::Checkpoint(const api::Command& c) {
   AddResult(id, Status::Ok(), detail);
 }
 
+void Agent::Freeze(const api::Command& c) {
+  Status why;
+  Workload* w = Claim(c, &why);
+  if (w == nullptr) return AddResult(c.id, why);
+  Status s = ckpt::FreezeJob(&w->record);
+  Say("freeze " + w->id + ": " + (s.ok() ? "every process stopped" : s.message()));
+  Release(w);
+  AddResult(c.id, s);
+}
+
+void Agent::Thaw(const api::Command& c) {
+  Status why;
+  Workload* w = Claim(c, &why);
+  if (w == nullptr) return AddResult(c.id, why);
+  // A rank whose freeze failed runs already (FreezeJob lets it run again): nothing to thaw.
+  Status s = w->record.state == "frozen" ? ckpt::ThawJob(&w->record) : Status::Ok();
+  Say("thaw " + w->id + ": " + (s.ok() ? "running" : s.message()));
+  Release(w);
+  AddResult(c.id, s);
+}
+
 void Agent::Restore(const api::Command& c) {
   const int64_t id = c.id;
-  if (Status refused = RefuseRankNet(c); !refused.ok()) {
-    AddResult(id, refused);
-    return;
-  }
   const std::string& job = c.job;
   const int64_t epoch = c.epoch.value_or(0);
   const std::string& image = c.image;
@@ -420,11 +435,24 @@ void Agent::Restore(const api::Command& c) {
     AddResult(id, criu.status());
     return;
   }
+  // A gang rank comes back in a network of its own with its address, here.
+  std::string rank_net;
+  if (c.rank_net) {
+    const ckpt::RankNet net{options_.name + "-" + job, c.rank_net->address};
+    if (Status made = ckpt::CreateRankNet(net); !made.ok()) {
+      FreeUser(&user);
+      AddResult(id, Status(made.code(), "restore " + job + ": its rank network: " + made.message()));
+      return;
+    }
+    rank_net = net.name;
+    spec.options.net_ns = ckpt::RankNetPath(net.name);
+  }
   ckpt::PhaseTimes times;
   StatusOr<ckpt::JobRecord> record = supervise::Restore(
       *criu, spec, [job](const std::string& line) { Say("restore " + job + ": " + line); }, &times);
   if (!record.ok()) {
     FreeUser(&user);
+    if (!rank_net.empty()) DropRankNetUnlessUsed(rank_net);
     AddResult(id, record.status());
     return;
   }
@@ -435,6 +463,10 @@ void Agent::Restore(const api::Command& c) {
     return;
   }
   TakeUser(&user, w->get());
+  if (!rank_net.empty()) {
+    (*w)->rank_net = rank_net;
+    (*w)->rank_address = c.rank_net->address;
+  }
   if ((*w)->region != nullptr && c.quota_bytes) {
     (*w)->quota_bytes = static_cast<uint64_t>(*c.quota_bytes);
     (*w)->region->SetQuota((*w)->quota_bytes);

@@ -250,6 +250,18 @@ void Agent::Forget(const std::string& id, int64_t epoch, bool remove_run_dir) {
   }
 }
 
+void Agent::DropRankNetUnlessUsed(const std::string& name) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, w] : jobs_) {
+      if (w->rank_net == name) return;
+    }
+  }
+  if (Status s = ckpt::DestroyRankNet(name); !s.ok()) {
+    Say("removing rank network " + name + ": " + s.message());
+  }
+}
+
 void Agent::ApplyRankRoutes(const Json& list) {
   StatusOr<std::vector<api::RankRoute>> routes = api::DecodeRankRoutes(list);
   if (!routes.ok()) {

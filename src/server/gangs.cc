@@ -304,15 +304,19 @@ void Control::GiveUpGangCut(const std::string& gang, const std::string& why) {
     GangMember& g = *m->gang;
     if (g.cut_in_flight == 0) continue;
     generation = g.cut_in_flight;
-    g.cut_phase = CutPhase::kThawing;
     g.cut_stop = false;
     if (m->state() == JobState::kCheckpointing) {
       m->MoveTo(JobState::kRunning);
       m->reason = "running; gang checkpoint " + std::to_string(generation) + " failed: " + why;
     }
-    api::Command thaw;
-    thaw.kind = api::CommandKind::kThaw;
-    if (!m->node.empty()) SendCommand(m->node, std::move(thaw), m);
+    if (g.cut_phase == CutPhase::kFreezing || g.cut_phase == CutPhase::kDumping) {
+      g.cut_phase = CutPhase::kThawPending;  // thawed when that step answers
+    } else if (g.cut_phase != CutPhase::kThawing && g.cut_phase != CutPhase::kThawPending) {
+      g.cut_phase = CutPhase::kThawing;
+      api::Command thaw;
+      thaw.kind = api::CommandKind::kThaw;
+      if (!m->node.empty()) SendCommand(m->node, std::move(thaw), m);
+    }
     DirtyJob(*m);
   }
   if (generation == 0) return;
@@ -372,6 +376,15 @@ bool Control::ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::C
   if (!cut_step) return false;
   if (c.command.epoch.value_or(-1) != j.epoch || g.cut_in_flight == 0) return true;  // stale
   const std::string rank = "rank " + std::to_string(g.rank) + " on " + j.node;
+  if (g.cut_phase == CutPhase::kThawPending && kind != api::CommandKind::kThaw) {
+    // The cut was given up while this step ran: the rank may be frozen now; thaw it.
+    g.cut_phase = CutPhase::kThawing;
+    api::Command thaw;
+    thaw.kind = api::CommandKind::kThaw;
+    SendCommand(j.node, std::move(thaw), &j);
+    DirtyJob(j);
+    return true;
+  }
   if (kind == api::CommandKind::kThaw) {
     if (!r.ok) {
       Event("gang_thaw_failed", &j, j.node, "gang " + gang + ": " + rank + ": " + r.error);
@@ -383,6 +396,9 @@ bool Control::ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::C
     return true;
   }
   if (!r.ok) {
+    // This rank's step has answered: it is thawed with the others now (a rank whose freeze
+    // failed runs already; one whose dump failed stays frozen until then).
+    g.cut_phase = CutPhase::kFrozen;
     GiveUpGangCut(gang, rank + ": " + std::string(api::CommandKindName(kind)) + ": " + r.error);
     return true;
   }

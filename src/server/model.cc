@@ -362,7 +362,7 @@ JobRecord JobFromDoc(const Json& d) {
     m.generation = g.value("generation", 0);
     m.cut_in_flight = g.value("cut_in_flight", 0);
     const int phase = g.value("cut_phase", 0);
-    m.cut_phase = phase >= 0 && phase <= static_cast<int>(CutPhase::kThawing)
+    m.cut_phase = phase >= 0 && phase <= static_cast<int>(CutPhase::kThawPending)
                       ? static_cast<CutPhase>(phase)
                       : CutPhase::kNone;
     m.cut_stop = g.value("cut_stop", false);

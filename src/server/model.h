@@ -36,7 +36,17 @@ struct TeamUsage {
 };
 
 // Where a rank is in its gang's coordinated checkpoint.
-enum class CutPhase : uint8_t { kNone, kFreezing, kFrozen, kDumping, kDumped, kThawing };
+// kThawPending: the cut was given up while this rank's freeze or dump was under way; it is thawed
+// once that step answers (the agent runs one step of a rank at a time).
+enum class CutPhase : uint8_t {
+  kNone,
+  kFreezing,
+  kFrozen,
+  kDumping,
+  kDumped,
+  kThawing,
+  kThawPending
+};
 
 // A job that is one rank of a gang (docs/server.md, "Gangs"): each rank is a job of its own;
 // these fields tie it to the others.
