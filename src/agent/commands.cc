@@ -398,7 +398,8 @@ void Agent::Restore(const api::Command& c) {
   const std::string& image = c.image;
   const int gpu_index = std::max(c.gpu_index, 0);
   std::string gpu_uuid = c.gpu_uuid;
-  if (gpu_uuid.empty()) gpu_uuid = GpuUuid(gpu_index);
+  // A gang's CPU rank (gpu_index -1) has no GPU to map.
+  if (gpu_uuid.empty() && c.gpu_index >= 0) gpu_uuid = GpuUuid(gpu_index);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (Workload* w = Find(job, epoch); w != nullptr && w->state != api::CopyState::kExited) {

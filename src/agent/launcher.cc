@@ -201,7 +201,7 @@ Status Agent::LaunchAs(const api::Command& c, const quota::RegionSettings& setti
   spec.inherit_env = false;  // nothing of the agent's own environment reaches a job
   spec.home = run_dir;
   spec.job_id = w->id;
-  spec.gpu.enabled = true;
+  spec.gpu.enabled = !w->gpu_uuid.empty();  // a gang's CPU rank has none
   spec.gpu.libs = libs_;
   spec.gpu.driver = driver_;
   spec.gpu.quota = settings;

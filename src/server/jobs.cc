@@ -102,7 +102,8 @@ StatusOr<Json> Control::Submit(const Principal& who, const Json& body) {
     }
     j.mem_max = *mem;
   }
-  StatusOr<int64_t> gpus = IntField(body, "gpus", 1, core::kMaxGpusPerNode, 1);
+  // 0 only for a gang's ranks (CPU ranks, gloo), checked below.
+  StatusOr<int64_t> gpus = IntField(body, "gpus", 0, core::kMaxGpusPerNode, 1);
   if (!gpus.ok()) return gpus.status();
   StatusOr<int64_t> priority = IntField(body, "priority", -1000000, 1000000, 0);
   if (!priority.ok()) return priority.status();
@@ -141,6 +142,13 @@ StatusOr<Json> Control::Submit(const Principal& who, const Json& body) {
     gang->port = static_cast<int>(*port);
   } else if (Present(body, "ranks_per_node") || Present(body, "rank_port")) {
     return InvalidArgument("ranks_per_node, rank_port: only with ranks (a gang)");
+  }
+  if (j.gpus == 0) {
+    if (!gang) return InvalidArgument("gpus: 0 only for the ranks of a gang (CPU ranks)");
+    // A CPU rank holds no GPU and no GPU memory (gpu_mem and gpu_mem_max do not apply).
+    j.mem_auto = false;
+    j.mem_request = 0;
+    j.mem_max = 0;
   }
 
   std::lock_guard<std::mutex> lock(mu_);

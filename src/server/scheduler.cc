@@ -38,6 +38,7 @@ core::Workload GpuShape(const std::string& name, const std::string& team, int32_
   w.team = team;
   w.priority = priority;
   w.gpu_count = gpus;
+  if (gpus == 0) return w;  // a CPU rank of a gang: no GPU, no GPU memory
   w.gpu_mem_mib = std::max<int64_t>(1, (quota_bytes + kMiB - 1) / kMiB);
   if (gpus > 1 || gpu_memory <= 0) {
     w.gpu_milli = core::kMilliPerGpu;
