@@ -12,6 +12,7 @@
 
 #include "agent_impl.h"
 #include "paladin/ckpt/rank_net.h"
+#include "paladin/ckpt/subprocess.h"
 #include "paladin/ckpt/cgroup.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/gpu_checkpoint.h"
@@ -190,6 +191,18 @@ StatusOr<ckpt::Criu> Agent::ReadyLazyCriu() {
 }
 
 namespace {
+
+// Sets the host end of rank network NAME's veth pair down or up. While a rank is being restored
+// its namespace must not answer for it: a packet from another rank (restored already, its
+// connection to this one retransmitting) would meet no socket there and be answered with a reset,
+// which breaks the connection the cut carried. Down, the host routes nothing to it.
+Status SetRankLink(const std::string& name, bool up) {
+  const ckpt::SubprocessResult r = ckpt::RunBounded(
+      {"ip", "link", "set", "dev", ckpt::RankHostInterface(name), up ? "up" : "down"}, {}, 10);
+  if (r.exit_code == 0 && !r.timed_out) return Status::Ok();
+  return Internal("setting " + ckpt::RankHostInterface(name) + (up ? " up" : " down") +
+                  " failed: " + r.output.substr(0, 200));
+}
 
 // A gang rank moves with its network (its connections to the other ranks): the server never moves
 // one alone (docs/server.md, "Gangs"), so a migrate_in of a rank is refused.
@@ -440,8 +453,11 @@ void Agent::Restore(const api::Command& c) {
   std::string rank_net;
   if (c.rank_net) {
     const ckpt::RankNet net{options_.name + "-" + job, c.rank_net->address};
-    if (Status made = ckpt::CreateRankNet(net); !made.ok()) {
+    Status made = ckpt::CreateRankNet(net);
+    if (made.ok()) made = SetRankLink(net.name, false);  // unreachable until restored
+    if (!made.ok()) {
       FreeUser(&user);
+      DropRankNetUnlessUsed(net.name);
       AddResult(id, Status(made.code(), "restore " + job + ": its rank network: " + made.message()));
       return;
     }
@@ -456,6 +472,13 @@ void Agent::Restore(const api::Command& c) {
     if (!rank_net.empty()) DropRankNetUnlessUsed(rank_net);
     AddResult(id, record.status());
     return;
+  }
+  if (!rank_net.empty()) {
+    // Its sockets are back: reachable again (the link up, and its host route, which the link's
+    // going down removed, made again).
+    Status up = SetRankLink(rank_net, true);
+    if (up.ok()) up = ckpt::CreateRankNet(ckpt::RankNet{rank_net, c.rank_net->address});
+    if (!up.ok()) Say("restore " + job + ": its rank network: " + up.message());
   }
   StatusOr<std::unique_ptr<Workload>> w = Track(job, epoch, *record, gpu_index, gpu_uuid);
   if (!w.ok()) {

@@ -27,6 +27,7 @@ build machine), one rank moved to a third node (not built), a third host.
 Usage: gang_test.py PALADIN      PALADIN_GANG_ONLY=net|cut|lost runs one drill.
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -285,6 +286,21 @@ def finish(fleet, hosts):
 DRILLS = {"net": net_drill, "cut": cut_drill, "lost": lost_drill}
 
 
+def clean_rank_nets():
+    """The ranks' namespaces a drill's hosts left in /run/netns (an agent killed and not back
+    never removes them; with its mount namespace gone the name is a plain empty file)."""
+    netns = "/run/netns"
+    if not os.path.isdir(netns):
+        return
+    for name in os.listdir(netns):
+        if re.fullmatch(r"node-[ab]-j-[0-9]{6,}", name):
+            if subprocess.run(["ip", "netns", "del", name], capture_output=True).returncode != 0:
+                try:
+                    os.unlink(os.path.join(netns, name))
+                except OSError:
+                    pass
+
+
 def main():
     if os.geteuid() != 0:
         print("SKIP: separate hosts need root (network and mount namespaces, CRIU)")
@@ -298,6 +314,7 @@ def main():
         return 77
     only = os.environ.get("PALADIN_GANG_ONLY", "")
     hosts_test.clean_network(hosts_test.SLOT)
+    clean_rank_nets()
     work = crash_test.work_folder("gang", under="/var/tmp")
     hosts_test.stage_programs(work)
     shutil.copy2(os.path.join(os.path.dirname(os.path.abspath(__file__)), "gang_rank.py"),
@@ -314,8 +331,10 @@ def main():
             except TimeoutError as e:
                 fail(f"{name}: {e}")
             hosts_test.clean_network(hosts_test.SLOT)
+            clean_rank_nets()
     finally:
         hosts_test.clean_network(hosts_test.SLOT)
+        clean_rank_nets()
     print(f"gang_test: {len(failures)} failure(s) in {time.time() - began:.0f} s")
     if not failures:
         shutil.rmtree(work, ignore_errors=True)
