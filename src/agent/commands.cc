@@ -500,9 +500,16 @@ void Agent::Restore(const api::Command& c) {
     }
     StartGrower(w->get());
   }
-  // The logs came back with the image; the server has their text up to the checkpoint.
-  (*w)->out_offset = (*w)->out_pending = FileSize(record->stdout_log);
-  (*w)->err_offset = (*w)->err_pending = FileSize(record->stderr_log);
+  // The logs came back with the image; the server has their text up to the checkpoint. That is
+  // the image's copy's size: the restored job runs already and may have written more (a gang
+  // rank whose peers are back goes on at once), which the server has not seen.
+  auto at_checkpoint = [&image](const char* name, const std::string& live) {
+    const std::string copy = image + "/logs/" + name;
+    std::error_code ec;
+    return fs::is_regular_file(copy, ec) ? FileSize(copy) : FileSize(live);
+  };
+  (*w)->out_offset = (*w)->out_pending = at_checkpoint("stdout.log", record->stdout_log);
+  (*w)->err_offset = (*w)->err_pending = at_checkpoint("stderr.log", record->stderr_log);
   SaveRecord(**w);
   Say("restored job " + job + " (epoch " + std::to_string(epoch) + ") as pid " +
       std::to_string(record->pid) + " on " + gpu_uuid + ": " + times.Describe());
