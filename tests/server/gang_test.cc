@@ -150,6 +150,8 @@ TEST_F(GangTest, AGangIsCheckedAsHostileInputNamingTheField) {
        "env: MASTER_ADDR is set by the server for each rank of a gang"},
       {{{"ranks", 2}, {"env", {{"RANK", "0"}}}},
        "env: RANK is set by the server for each rank of a gang"},
+      {{{"gpus", 0}}, "gpus: 0 only for the ranks of a gang (CPU ranks)"},
+      {{{"ranks", 2}, {"gpus", -1}}, "gpus: -1 is out of range 0..16"},
   };
   for (const Case& c : cases) {
     Json body = {{"command", {"python3", "t.py"}}, {"gpu_mem", "8GiB"}};
@@ -167,6 +169,31 @@ TEST_F(GangTest, AGangIsCheckedAsHostileInputNamingTheField) {
   StatusOr<std::string> listed = control_->ListJobs(admin_, "", "", true);
   ASSERT_TRUE(listed.ok());
   EXPECT_EQ(Json::parse(*listed)["jobs"].size(), 0u) << "nothing was created";
+}
+
+// CPU ranks (gpus 0) hold no GPU: two fit a node of one GPU, beside a GPU job.
+TEST_F(GangTest, CpuRanksArePlacedWithoutAGpu) {
+  nodes_ = {"node-a"};
+  AddNode("node-a", "192.0.2.1");
+  StatusOr<Json> g = SubmitGang(2, 2, {{"gpus", 0}});
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  control_->Tick();
+  BeatAll();
+  for (const Json& id : (*g)["gang_jobs"]) {
+    const Json job = Job(id);
+    EXPECT_EQ(job["state"], "starting");
+    EXPECT_EQ(job["gpu"], nullptr);
+    EXPECT_EQ(job["quota_bytes"], 0);
+  }
+  for (const Json& start : Sent("node-a", "start")) {
+    EXPECT_EQ(start["gpu_index"], -1);
+    EXPECT_EQ(start["gpu_uuid"], "");
+  }
+  StatusOr<Json> gpu_job = control_->Submit(
+      admin_, Json{{"command", {"python3", "train.py"}}, {"gpu_mem", "8GiB"}});
+  ASSERT_TRUE(gpu_job.ok());
+  control_->Tick();
+  EXPECT_EQ(Job((*gpu_job)["id"])["state"], "starting") << "the GPU is still free";
 }
 
 TEST_F(GangTest, PlacementIsAllOrNothingWithAtMostKRanksPerNode) {
