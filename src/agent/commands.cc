@@ -11,12 +11,12 @@
 #include <thread>
 
 #include "agent_impl.h"
-#include "paladin/ckpt/rank_net.h"
-#include "paladin/ckpt/subprocess.h"
 #include "paladin/ckpt/cgroup.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/gpu_checkpoint.h"
 #include "paladin/ckpt/image.h"
+#include "paladin/ckpt/rank_net.h"
+#include "paladin/ckpt/subprocess.h"
 #include "paladin/migrate/migrate.h"
 #include "paladin/migrate/owned_dir.h"
 #include "paladin/quota/launch.h"
@@ -458,7 +458,8 @@ void Agent::Restore(const api::Command& c) {
     if (!made.ok()) {
       FreeUser(&user);
       DropRankNetUnlessUsed(net.name);
-      AddResult(id, Status(made.code(), "restore " + job + ": its rank network: " + made.message()));
+      AddResult(id,
+                Status(made.code(), "restore " + job + ": its rank network: " + made.message()));
       return;
     }
     rank_net = net.name;

@@ -241,9 +241,9 @@ void Agent::Forget(const std::string& id, int64_t epoch, bool remove_run_dir) {
   const std::string rank_net = w->rank_net;
   jobs_.erase(it);
   // The rank's network goes with its last copy here.
-  if (!rank_net.empty() &&
-      std::none_of(jobs_.begin(), jobs_.end(),
-                   [&rank_net](const auto& kv) { return kv.second->rank_net == rank_net; })) {
+  if (!rank_net.empty() && std::none_of(jobs_.begin(), jobs_.end(), [&rank_net](const auto& kv) {
+        return kv.second->rank_net == rank_net;
+      })) {
     if (Status s = ckpt::DestroyRankNet(rank_net); !s.ok()) {
       Say("job " + id + ": removing its rank network " + rank_net + ": " + s.message());
     }

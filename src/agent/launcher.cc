@@ -201,7 +201,8 @@ Status Agent::LaunchAs(const api::Command& c, const quota::RegionSettings& setti
   spec.inherit_env = false;  // nothing of the agent's own environment reaches a job
   spec.home = run_dir;
   spec.job_id = w->id;
-  spec.gpu.enabled = !w->gpu_uuid.empty();  // a gang's CPU rank has none
+  // A gang's CPU rank (no GPU index) has no GPU; every other job has its GPU set up as always.
+  spec.gpu.enabled = !(c.rank_net && c.gpu_index < 0);
   spec.gpu.libs = libs_;
   spec.gpu.driver = driver_;
   spec.gpu.quota = settings;

@@ -509,13 +509,16 @@ void RegisterFleetJobs(CLI::App& app, int* exit_code) {
                    "RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and GLOO_SOCKET_IFNAME, all "
                    "placed at once or none (docs/distributed.md)")
       ->check(CLI::Range(2, 1024));
-  submit->add_option("--ranks-per-node", s->ranks_per_node,
-                     "With --ranks: at most this many ranks on one node (default 1)")
+  submit
+      ->add_option("--ranks-per-node", s->ranks_per_node,
+                   "With --ranks: at most this many ranks on one node (default 1)")
       ->check(CLI::Range(1, 1024));
-  submit->add_option("--rank-port", s->rank_port,
-                     "With --ranks: MASTER_PORT, on rank 0's address (default 29500)")
+  submit
+      ->add_option("--rank-port", s->rank_port,
+                   "With --ranks: MASTER_PORT, on rank 0's address (default 29500)")
       ->check(CLI::Range(1024, 65535));
-  submit->add_flag("--wait", s->wait, "Follow the job (every rank of a gang) until it runs or ends");
+  submit->add_flag("--wait", s->wait,
+                   "Follow the job (every rank of a gang) until it runs or ends");
   submit->add_option("--timeout", s->timeout_s, "With --wait: give up after this many seconds")
       ->check(CLI::NonNegativeNumber);
   submit->add_option("command", s->command, "The command and its arguments, after --")->required();

@@ -58,7 +58,7 @@ struct ControlOptions {
   std::string policy = "paladin";
   std::string crash_at;  // PALADIN_SERVER_FAULT=crash-at:<step>
   double migration_timeout_s = 300;
-  std::string move_mode = "auto";  // ServerOptions::move_mode
+  std::string move_mode = "auto";             // ServerOptions::move_mode
   std::string rank_subnet = "10.231.0.0/16";  // ServerOptions::rank_subnet
   // Refuse the fleet-wide `agent` token (authentication and creation): agents must each use a
   // token of their own node, `agent:NODE`.

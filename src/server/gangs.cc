@@ -13,8 +13,8 @@ namespace paladin::server {
 namespace {
 
 // Variables the server sets for every rank; a gang's own env may not set them.
-constexpr const char* kRendezvousEnv[] = {"MASTER_ADDR", "MASTER_PORT",      "RANK",
-                                          "WORLD_SIZE",  "LOCAL_RANK",       "LOCAL_WORLD_SIZE",
+constexpr const char* kRendezvousEnv[] = {"MASTER_ADDR",       "MASTER_PORT", "RANK",
+                                          "WORLD_SIZE",        "LOCAL_RANK",  "LOCAL_WORLD_SIZE",
                                           "GLOO_SOCKET_IFNAME"};
 
 bool Live(const JobRecord& j) { return !j.Terminal(); }
@@ -57,8 +57,7 @@ StatusOr<Json> Control::SubmitGang(const Principal& who, JobRecord base, const G
                                std::to_string(t.max_gpus));
     }
     if (t.max_gpu_mem > 0 && !base.mem_auto && base.mem_request * gpus > t.max_gpu_mem) {
-      return ResourceExhausted("ranks: the gang needs " +
-                               std::to_string(base.mem_request * gpus) +
+      return ResourceExhausted("ranks: the gang needs " + std::to_string(base.mem_request * gpus) +
                                " bytes of GPU memory, more than team " + t.name + "'s quota");
     }
   }
@@ -164,8 +163,8 @@ bool Control::TryPlaceGang(FleetView& view, const std::string& gang) {
   for (JobRecord* m : members) {
     if (!Waiting(*m)) return false;
     if (m->gang->stopping_command != 0) {
-      say("gang " + gang + ": waiting until rank " + std::to_string(m->gang->rank) +
-          "'s copy on " + m->gang->stopping_node + " is gone");
+      say("gang " + gang + ": waiting until rank " + std::to_string(m->gang->rank) + "'s copy on " +
+          m->gang->stopping_node + " is gone");
       return false;
     }
   }
@@ -241,9 +240,8 @@ std::vector<api::RankRoute> Control::RankRoutesFor(const NodeRecord& n) const {
     if (where == nodes_.end() || where->second.address.empty()) continue;
     out.push_back(api::RankRoute{j.gang->address, where->second.address});
   }
-  std::sort(out.begin(), out.end(), [](const api::RankRoute& a, const api::RankRoute& b) {
-    return a.address < b.address;
-  });
+  std::sort(out.begin(), out.end(),
+            [](const api::RankRoute& a, const api::RankRoute& b) { return a.address < b.address; });
   return out;
 }
 

@@ -99,9 +99,12 @@ void Key(const char* key, bool first, std::string* out) {
 Json GangToApi(const JobRecord& j) {
   if (!j.gang) return nullptr;
   const GangMember& g = *j.gang;
-  return {{"id", g.gang},         {"rank", g.rank},
-          {"ranks", g.ranks},     {"ranks_per_node", g.ranks_per_node},
-          {"port", g.port},       {"address", g.address},
+  return {{"id", g.gang},
+          {"rank", g.rank},
+          {"ranks", g.ranks},
+          {"ranks_per_node", g.ranks_per_node},
+          {"port", g.port},
+          {"address", g.address},
           {"generation", g.generation}};
 }
 

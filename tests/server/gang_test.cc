@@ -38,8 +38,8 @@ class GangTest : public testing::ControlTest {
                       {"emulated", true},
                       {"healthy", true}});
     }
-    StatusOr<Json> r = control_->RegisterAgent(
-        admin_, Json{{"name", node}, {"address", address}, {"gpus", list}});
+    StatusOr<Json> r =
+        control_->RegisterAgent(admin_, Json{{"name", node}, {"address", address}, {"gpus", list}});
     ASSERT_TRUE(r.ok()) << r.status().ToString();
   }
 
@@ -189,8 +189,8 @@ TEST_F(GangTest, CpuRanksArePlacedWithoutAGpu) {
     EXPECT_EQ(start["gpu_index"], -1);
     EXPECT_EQ(start["gpu_uuid"], "");
   }
-  StatusOr<Json> gpu_job = control_->Submit(
-      admin_, Json{{"command", {"python3", "train.py"}}, {"gpu_mem", "8GiB"}});
+  StatusOr<Json> gpu_job =
+      control_->Submit(admin_, Json{{"command", {"python3", "train.py"}}, {"gpu_mem", "8GiB"}});
   ASSERT_TRUE(gpu_job.ok());
   control_->Tick();
   EXPECT_EQ(Job((*gpu_job)["id"])["state"], "starting") << "the GPU is still free";

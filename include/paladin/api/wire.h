@@ -85,7 +85,7 @@ enum class CommandKind {
 // from the host over a veth pair; every other rank of the gang is reached through the routes
 // the heartbeat answers carry.
 struct RankNet {
-  std::string address;            // dotted IPv4
+  std::string address;             // dotted IPv4
   std::string interface = "pal0";  // the interface's name inside the namespace (GLOO_SOCKET_IFNAME)
 };
 
@@ -142,7 +142,7 @@ struct Command {
   // checkpoint: keep | stop | frozen (the copy was frozen by a freeze command: dump it and leave
   // it frozen; a gang's coordinated checkpoint, step 2)
   std::string mode = "keep";
-  std::string dir;            // checkpoint: where the image goes
+  std::string dir;  // checkpoint: where the image goes
 
   std::string fault_kind = "xid";  // fault: xid | ecc | ecc-corrected
   int64_t code = 79;               // fault: the Xid
