@@ -296,10 +296,15 @@ void Agent::ApplyRankRoutes(const Json& list) {
     auto have = rank_routes_.find(address);
     if (have != rank_routes_.end() && have->second == via) continue;
     if (Status s = ckpt::SetRankRoute(address, via); !s.ok()) {
-      Say("rank route to " + address + " via " + via + ": " + s.message());
+      Say(std::string("rank route to ")
+              .append(address)
+              .append(" via ")
+              .append(via)
+              .append(": ")
+              .append(s.message()));
       continue;
     }
-    Say("rank route to " + address + " via " + via);
+    Say(std::string("rank route to ").append(address).append(" via ").append(via));
     rank_routes_[address] = via;
   }
 }

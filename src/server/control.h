@@ -234,7 +234,7 @@ class Control {
   std::vector<JobRecord*> GangMembers(const std::string& gang);
   // Creates the gang's ranks (Submit checked the body; `shape` holds ranks, ranks_per_node and
   // port); the answer is rank 0's job with "gang_jobs", every rank's id.
-  StatusOr<Json> SubmitGang(const Principal& who, JobRecord base, const GangMember& shape);
+  StatusOr<Json> SubmitGang(const Principal& who, const JobRecord& base, const GangMember& shape);
   std::string GangQuotaRefusal(const std::vector<JobRecord*>& members) const;
   // Places every rank of the gang at once (core::Packer::ScheduleGang, MaxPerNodePermit), or
   // none; only when every live rank waits and no copy of one is still being killed.

@@ -45,7 +45,8 @@ std::vector<JobRecord*> Control::GangMembers(const std::string& gang) {
   return out;
 }
 
-StatusOr<Json> Control::SubmitGang(const Principal& who, JobRecord base, const GangMember& shape) {
+StatusOr<Json> Control::SubmitGang(const Principal& who, const JobRecord& base,
+                                   const GangMember& shape) {
   // Hostile input until checked: the bounds were checked by Submit; here what depends on state.
   auto team = teams_.find(base.team);
   if (team != teams_.end()) {
@@ -281,7 +282,8 @@ std::string Control::StartGangCut(const std::string& gang, bool then_stop, const
     m->last_checkpoint_cmd_at = Now();
     if (then_stop) {
       m->MoveTo(JobState::kCheckpointing);
-      m->reason = "gang " + gang + " checkpoint " + std::to_string(generation) + " (stop): " + why;
+      m->reason = "gang " + gang + " checkpoint " + std::to_string(generation) + " (stop): ";
+      m->reason += why;
     }
     api::Command freeze;
     freeze.kind = api::CommandKind::kFreeze;
@@ -511,14 +513,14 @@ void Control::RecoverGangOf(const JobRecord& lost, const std::string& dead_node)
     if (g.generation > 0 && m->last_checkpoint) {
       m->MoveTo(JobState::kRestoring);
       m->recovering = true;
-      m->reason = "gang " + gang + " recovering (node " + dead_node + " died): every rank " +
-                  "restores generation " + std::to_string(g.generation);
+      m->reason = "gang " + gang + " recovering (node " + dead_node;
+      m->reason += " died): every rank restores generation " + std::to_string(g.generation);
     } else {
       m->MoveTo(JobState::kPending);
       ++m->restarts;
       Count("restarts");
-      m->reason = "gang " + gang + ": node " + dead_node +
-                  " died and the gang had no checkpoint: every rank starts over";
+      m->reason = "gang " + gang + ": node " + dead_node;
+      m->reason += " died and the gang had no checkpoint: every rank starts over";
       Event("restarted", m, dead_node, m->reason);
     }
     DirtyJob(*m);

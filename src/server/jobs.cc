@@ -152,7 +152,7 @@ StatusOr<Json> Control::Submit(const Principal& who, const Json& body) {
   }
 
   std::lock_guard<std::mutex> lock(mu_);
-  if (gang) return SubmitGang(who, std::move(j), *gang);
+  if (gang) return SubmitGang(who, j, *gang);
   const double now = Now();
   j.seq = next_job_++;
   j.id = FormatJobId(j.seq);
