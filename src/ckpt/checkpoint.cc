@@ -340,9 +340,9 @@ void CheckpointRun::Finish() {
     GiveGpuBack();
   }
   job_->image = image_;
-  job_->state = KillAfter()                                                   ? "checkpointed"
+  job_->state = KillAfter()                                                 ? "checkpointed"
                 : options_.after == CheckpointOptions::After::kLeaveRunning ? "running"
-                                                                              : previous_state_;
+                                                                            : previous_state_;
   (void)WriteJob(*job_);
 }
 

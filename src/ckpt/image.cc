@@ -216,7 +216,8 @@ Status FromJson(const json& j, Manifest* m) {
     PALADIN_RETURN_IF_ERROR(CheckAbsolutePath("manifest: workload.net_ns", m->net_ns));
     if (!m->net_address.empty()) {
       Status address = CheckRankAddress(m->net_address);
-      if (!address.ok()) return InvalidArgument("manifest: workload.net_address: " + address.message());
+      if (!address.ok())
+        return InvalidArgument("manifest: workload.net_address: " + address.message());
     }
   }
   // Optional: images older than it had every process resumed.

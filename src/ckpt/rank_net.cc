@@ -35,9 +35,8 @@ Status Ip(const std::vector<std::string>& args, std::string* output = nullptr) {
   while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
   if (r.exit_code == 127) return FailedPrecondition("`" + line + "`: no `ip` (install iproute2)");
   return Internal("`" + line + "` " +
-                  (r.timed_out ? "still running after 10 s" : "failed (exit " +
-                                                                  std::to_string(r.exit_code) +
-                                                                  ")") +
+                  (r.timed_out ? "still running after 10 s"
+                               : "failed (exit " + std::to_string(r.exit_code) + ")") +
                   (said.empty() ? "" : ": " + said));
 }
 
@@ -80,8 +79,8 @@ Status MakeVethPair(const std::string& name, const std::string& host_if) {
                               " is not in this network namespace; destroy the rank network first");
   }
   if (outside) PALADIN_RETURN_IF_ERROR(Ip({"link", "del", "dev", host_if}));
-  return Ip({"link", "add", host_if, "type", "veth", "peer", "name", kRankInterface, "netns",
-             name});
+  return Ip(
+      {"link", "add", host_if, "type", "veth", "peer", "name", kRankInterface, "netns", name});
 }
 
 }  // namespace
@@ -174,8 +173,7 @@ Status CreateRankNet(const RankNet& net) {
   // picks "the address of pal0" must not find another).
   (void)Ip({"-n", net.name, "link", "set", "dev", kRankInterface, "addrgenmode", "none"});
   (void)Ip({"link", "set", "dev", host_if, "addrgenmode", "none"});
-  PALADIN_RETURN_IF_ERROR(
-      Ip({"-n", net.name, "addr", "replace", prefix, "dev", kRankInterface}));
+  PALADIN_RETURN_IF_ERROR(Ip({"-n", net.name, "addr", "replace", prefix, "dev", kRankInterface}));
   PALADIN_RETURN_IF_ERROR(Ip({"-n", net.name, "link", "set", "dev", "lo", "up"}));
   PALADIN_RETURN_IF_ERROR(Ip({"-n", net.name, "link", "set", "dev", kRankInterface, "up"}));
   // Every destination is on the link: the host end answers the rank's ARP for whatever the node
@@ -183,8 +181,7 @@ Status CreateRankNet(const RankNet& net) {
   PALADIN_RETURN_IF_ERROR(
       Ip({"-n", net.name, "route", "replace", "default", "dev", kRankInterface}));
   PALADIN_RETURN_IF_ERROR(Ip({"link", "set", "dev", host_if, "up"}));
-  PALADIN_RETURN_IF_ERROR(
-      Ip({"route", "replace", prefix, "dev", host_if, "scope", "link"}));
+  PALADIN_RETURN_IF_ERROR(Ip({"route", "replace", prefix, "dev", host_if, "scope", "link"}));
   PALADIN_RETURN_IF_ERROR(SetSysctl("/proc/sys/net/ipv4/conf/" + host_if + "/proxy_arp", "1"));
   // The kernel otherwise delays each proxied answer by up to 0.8 s.
   PALADIN_RETURN_IF_ERROR(SetSysctl("/proc/sys/net/ipv4/neigh/" + host_if + "/proxy_delay", "0"));

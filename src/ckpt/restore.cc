@@ -79,20 +79,21 @@ JobRecord RecordFor(const Manifest& m, const Placement& place) {
 
 // The network namespace an image's job is restored into, open: options.net_ns, else the one its
 // manifest names. -1 for a job in its launcher's network.
-StatusOr<int> OpenJobNetwork(const Manifest& m, const RestoreOptions2& options,
-                             std::string* path) {
+StatusOr<int> OpenJobNetwork(const Manifest& m, const RestoreOptions2& options, std::string* path) {
   if (m.net_ns.empty()) {
     if (options.net_ns.empty()) return -1;
-    return Refuse(InvalidArgument("the image's job ran in its launcher's network, not one of its "
-                                  "own: it cannot be restored into " + options.net_ns));
+    return Refuse(
+        InvalidArgument("the image's job ran in its launcher's network, not one of its "
+                        "own: it cannot be restored into " +
+                        options.net_ns));
   }
   *path = options.net_ns.empty() ? m.net_ns : options.net_ns;
   const int fd = open(path->c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return Refuse(FailedPrecondition(
-        "the job ran in a network of its own (" + m.net_ns +
-        (m.net_address.empty() ? "" : ", address " + m.net_address) +
-        "), and its restore needs one made for it first: " + *path + ": " + strerror(errno)));
+    return Refuse(FailedPrecondition("the job ran in a network of its own (" + m.net_ns +
+                                     (m.net_address.empty() ? "" : ", address " + m.net_address) +
+                                     "), and its restore needs one made for it first: " + *path +
+                                     ": " + strerror(errno)));
   }
   if (ioctl(fd, NS_GET_NSTYPE) != CLONE_NEWNET) {
     close(fd);

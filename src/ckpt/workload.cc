@@ -1,9 +1,9 @@
 #include "paladin/ckpt/workload.h"
 
 #include <fcntl.h>
+#include <linux/nsfs.h>
 #include <sched.h>
 #include <signal.h>
-#include <linux/nsfs.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
@@ -176,7 +176,7 @@ struct Prepared {
   // The job's environment for paladin-workload-init (a sealed memfd, descriptor kInitEnvFd in
   // it): init itself runs as root with kFixedEnvironment only.
   int env_fd = -1;
-  int lease_fd = -1;  // given to the init as fence::kLeaseFd
+  int lease_fd = -1;   // given to the init as fence::kLeaseFd
   int net_ns_fd = -1;  // the network namespace to join first (WorkloadSpec::net_ns), or -1
   // The job has a mount namespace of its own (a private copy of this one's): it mounts its own
   // /proc there and opens its files again by these paths, so that no descriptor of its refers

@@ -124,9 +124,9 @@ StatusOr<std::string> RestoreNetwork(const RestoreArgs& a) {
   } else if (!a.net_ns.empty() && a.net_ns[0] != '/') {
     return InvalidArgument("--net-ns " + a.net_ns + ": a NAME or an absolute path");
   }
-  const std::string given =
-      a.net_ns.find('/') == std::string::npos && !a.net_ns.empty() ? ckpt::RankNetPath(a.net_ns)
-                                                                   : a.net_ns;
+  const std::string given = a.net_ns.find('/') == std::string::npos && !a.net_ns.empty()
+                                ? ckpt::RankNetPath(a.net_ns)
+                                : a.net_ns;
   StatusOr<ckpt::Manifest> m = ckpt::ReadManifest(a.dir);
   if (!m.ok() || m->net_ns.empty()) return given;  // RestoreJob says what is wrong
   const std::string path = given.empty() ? m->net_ns : given;

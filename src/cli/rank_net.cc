@@ -1,11 +1,12 @@
 // `paladin rank-net create|destroy|route|unroute`: a rank's own network on this node and the
 // routes to ranks on other nodes (include/paladin/ckpt/rank_net.h, docs/distributed.md).
+#include "paladin/ckpt/rank_net.h"
+
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "commands.h"
-#include "paladin/ckpt/rank_net.h"
 
 namespace paladin::cli {
 namespace {
@@ -42,8 +43,7 @@ void RegisterRankNet(CLI::App& app, int* exit_code) {
   create->callback([a, exit_code] {
     *exit_code = Report("rank-net create", ckpt::CreateRankNet({a->name, a->address}),
                         "rank network " + a->name + " (" + a->address + ") on " +
-                            ckpt::RankHostInterface(a->name) + ": " +
-                            ckpt::RankNetPath(a->name));
+                            ckpt::RankHostInterface(a->name) + ": " + ckpt::RankNetPath(a->name));
   });
 
   CLI::App* destroy =

@@ -62,11 +62,14 @@ StatusOr<std::string> NetNamespaceFor(const RunArgs& args) {
   }
   if (args.net_ns.find('/') != std::string::npos) {
     if (!args.rank_address.empty()) {
-      return InvalidArgument("--rank-address makes a rank network by name: --net-ns NAME, not a "
-                             "path");
+      return InvalidArgument(
+          "--rank-address makes a rank network by name: --net-ns NAME, not a "
+          "path");
     }
-    if (args.net_ns[0] != '/') return InvalidArgument("--net-ns " + args.net_ns + ": a NAME or "
-                                                      "an absolute path");
+    if (args.net_ns[0] != '/')
+      return InvalidArgument("--net-ns " + args.net_ns +
+                             ": a NAME or "
+                             "an absolute path");
     return args.net_ns;
   }
   PALADIN_RETURN_IF_ERROR(ckpt::CheckRankNetName(args.net_ns));

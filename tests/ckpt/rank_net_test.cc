@@ -1,16 +1,23 @@
 // A rank's own network (include/paladin/ckpt/rank_net.h): names and addresses checked before
-// they reach a command line, and the host interface's name. The namespace itself is made and
-// removed by rank_net_test.sh (root).
+// they reach a command line, the host interface's name, the manifest's record of the job's
+// network; a job frozen and thawed for a coordinated cut (checkpoint.h), and a rank refused a
+// checkpoint without CRIU's network lock. The namespaces themselves are made and removed by
+// gang_net_test.sh (root).
 #include "paladin/ckpt/rank_net.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 
+#include "paladin/ckpt/checkpoint.h"
+#include "paladin/ckpt/criu.h"
 #include "paladin/ckpt/image.h"
 
 namespace paladin::ckpt {
@@ -19,10 +26,9 @@ namespace {
 TEST(RankNetName, TakesPlainNamesOnly) {
   EXPECT_TRUE(CheckRankNetName("job-7.rank_0").ok());
   EXPECT_TRUE(CheckRankNetName(std::string(64, 'a')).ok());
-  for (const std::string bad :
-       {std::string(), std::string(65, 'a'), std::string("-n"), std::string(".."),
-        std::string("a/b"), std::string("a b"), std::string("a;rm"), std::string("a\nb"),
-        std::string("r\0x", 3)}) {
+  for (const std::string bad : {std::string(), std::string(65, 'a'), std::string("-n"),
+                                std::string(".."), std::string("a/b"), std::string("a b"),
+                                std::string("a;rm"), std::string("a\nb"), std::string("r\0x", 3)}) {
     const Status s = CheckRankNetName(bad);
     EXPECT_FALSE(s.ok()) << bad;
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
@@ -115,6 +121,76 @@ TEST_F(ManifestNetwork, AJobInItsLaunchersNetworkHasNone) {
   StatusOr<Manifest> back = ReadManifest(dir_);
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->net_ns, "");
+}
+
+// A job record for a child process that sleeps, in a run directory of its own.
+class FrozenJob : public ManifestNetwork {
+ protected:
+  void SetUp() override {
+    ManifestNetwork::SetUp();
+    child_ = fork();
+    if (child_ == 0) {
+      execlp("sleep", "sleep", "60", nullptr);
+      _exit(127);
+    }
+    ASSERT_GT(child_, 0);
+    job_.name = "frozen-test";
+    job_.run_dir = dir_;
+    job_.pid = child_;
+  }
+  void TearDown() override {
+    kill(child_, SIGKILL);
+    waitpid(child_, nullptr, 0);
+    ManifestNetwork::TearDown();
+  }
+  char State() const {
+    std::ifstream in("/proc/" + std::to_string(child_) + "/stat");
+    const std::string text(std::istreambuf_iterator<char>(in), {});
+    const size_t paren = text.rfind(')');
+    return paren == std::string::npos || paren + 2 >= text.size() ? '?' : text[paren + 2];
+  }
+  pid_t child_ = -1;
+  JobRecord job_;
+};
+
+TEST_F(FrozenJob, FreezesAndThaws) {
+  // A thaw of a running job, or a freeze of one that is not running, is refused.
+  EXPECT_EQ(ThawJob(&job_).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(FreezeJob(&job_).ok());
+  EXPECT_EQ(job_.state, "frozen");
+  EXPECT_EQ(State(), 'T');
+  StatusOr<JobRecord> written = ReadJob(dir_);
+  ASSERT_TRUE(written.ok());
+  EXPECT_EQ(written->state, "frozen");
+  EXPECT_EQ(FreezeJob(&job_).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(ThawJob(&job_).ok());
+  EXPECT_EQ(job_.state, "running");
+  for (int i = 0; i < 200 && State() == 'T'; ++i) usleep(10000);
+  EXPECT_NE(State(), 'T');
+}
+
+TEST_F(FrozenJob, AJobWithAGpuIsNotFrozen) {
+  job_.gpu = "emulated";
+  const Status s = FreezeJob(&job_);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("GPU"), std::string::npos);
+  EXPECT_NE(State(), 'T');
+}
+
+// A rank keeps its connections to the other ranks only under CRIU's network lock: without one
+// the checkpoint is refused before anything is done, and its image directory is gone.
+TEST_F(FrozenJob, ARankIsNotCheckpointedWithoutTheNetworkLock) {
+  job_.net_ns = "/run/netns/some-rank";
+  Criu criu;
+  criu.network_lock = "skip";
+  const std::string out = dir_ + "/image";
+  StatusOr<PhaseTimes> times =
+      CheckpointJob(criu, &job_, out, CheckpointOptions{}, [](const std::string&) {});
+  ASSERT_FALSE(times.ok());
+  EXPECT_EQ(times.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(times.status().message().find("network lock"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_NE(State(), 'T');
 }
 
 }  // namespace
