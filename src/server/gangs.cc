@@ -513,14 +513,15 @@ void Control::RecoverGangOf(const JobRecord& lost, const std::string& dead_node)
     if (g.generation > 0 && m->last_checkpoint) {
       m->MoveTo(JobState::kRestoring);
       m->recovering = true;
-      m->reason = "gang " + gang + " recovering (node " + dead_node;
-      m->reason += " died): every rank restores generation " + std::to_string(g.generation);
+      m->reason = std::string("gang ").append(gang).append(" recovering (node ").append(dead_node);
+      m->reason.append(" died): every rank restores generation ")
+          .append(std::to_string(g.generation));
     } else {
       m->MoveTo(JobState::kPending);
       ++m->restarts;
       Count("restarts");
-      m->reason = "gang " + gang + ": node " + dead_node;
-      m->reason += " died and the gang had no checkpoint: every rank starts over";
+      m->reason = std::string("gang ").append(gang).append(": node ").append(dead_node);
+      m->reason.append(" died and the gang had no checkpoint: every rank starts over");
       Event("restarted", m, dead_node, m->reason);
     }
     DirtyJob(*m);
