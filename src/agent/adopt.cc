@@ -109,6 +109,8 @@ void Agent::Adopt() {
       AdoptUser(j, w.get());
       w->incoming_migration = j.value("incoming_migration", int64_t{0});
       w->outgoing_migration = j.value("outgoing_migration", int64_t{0});
+      w->rank_net = j.value("rank_net", "");
+      w->rank_address = j.value("rank_address", "");
       // Frozen by the previous agent, or by its init, when the lease ran out: the server's next
       // answer decides.
       const char state = ProcState(static_cast<pid_t>(record->pid), nullptr);

@@ -237,6 +237,7 @@ bool Agent::Heartbeat() {
       if (answer->contains("commands")) {
         for (const Json& c : answer->at("commands")) Dispatch(c);
       }
+      if (answer->contains("rank_routes")) ApplyRankRoutes(answer->at("rank_routes"));
     }
   } catch (const Json::exception& e) {
     Say("malformed heartbeat answer: " + std::string(e.what()));
@@ -294,6 +295,10 @@ void Agent::Dispatch(const Json& body) {
       return RunOnWorker(&Agent::MigrateIn, c);
     case api::CommandKind::kMigrateOut:
       return RunOnWorker(&Agent::MigrateOut, c);
+    case api::CommandKind::kFreeze:
+      return RunOnWorker(&Agent::Freeze, c);
+    case api::CommandKind::kThaw:
+      return RunOnWorker(&Agent::Thaw, c);
   }
 }
 

@@ -102,6 +102,10 @@ struct Workload {
   // died: the dump leaves it stopped, and only the move's outcome says whether it runs again
   // (SettleInterruptedMoves: killed if the move committed, continued if not).
   int64_t outgoing_migration = 0;
+  // A gang rank's own network (ckpt/rank_net.h): its namespace's name and the rank's address;
+  // "" for a job on the node's network. Removed when the copy is forgotten.
+  std::string rank_net;
+  std::string rank_address;
 };
 
 struct Result {
@@ -242,6 +246,15 @@ class Agent {
   // After an answered heartbeat that was sent at `sent_ns`: the inits' deadline moves to
   // sent_ns + lease_s (CLOCK_BOOTTIME).
   void RenewLease(uint64_t sent_ns);
+  // The heartbeat answer's rank_routes: adds the host routes it lists that are missing or point
+  // elsewhere, removes those it no longer lists; never touches the address of a rank here.
+  // Heartbeat thread only.
+  void ApplyRankRoutes(const Json& list);
+  // A gang's coordinated checkpoint on this node (ckpt::FreezeJob, ThawJob): worker threads.
+  void Freeze(const api::Command& c);
+  void Thaw(const api::Command& c);
+  // Removes rank network NAME unless a copy here still uses it (takes mu_).
+  void DropRankNetUnlessUsed(const std::string& name);
   bool LeaseOut() const;  // the deadline in the lease file has passed (main loop)
   // Between answers: freezes the jobs once the server has been silent for the lease.
   void CheckLease();
@@ -298,6 +311,7 @@ class Agent {
 
   std::mutex mu_;
   std::map<std::pair<std::string, int64_t>, std::unique_ptr<Workload>> jobs_;
+  std::map<std::string, std::string> rank_routes_;  // address -> next hop; heartbeat thread
   std::deque<Result> results_;
   // Moves being received (job, epoch) -> their cancel flag (migrate::DestinationOptions::cancel).
   std::map<std::pair<std::string, int64_t>, std::shared_ptr<std::atomic<bool>>> incoming_;

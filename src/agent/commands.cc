@@ -15,6 +15,8 @@
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/gpu_checkpoint.h"
 #include "paladin/ckpt/image.h"
+#include "paladin/ckpt/rank_net.h"
+#include "paladin/ckpt/subprocess.h"
 #include "paladin/migrate/migrate.h"
 #include "paladin/migrate/owned_dir.h"
 #include "paladin/quota/launch.h"
@@ -188,6 +190,29 @@ StatusOr<ckpt::Criu> Agent::ReadyLazyCriu() {
   return *lazy_criu_;
 }
 
+namespace {
+
+// Sets the host end of rank network NAME's veth pair down or up. While a rank is being restored
+// its namespace must not answer for it: a packet from another rank (restored already, its
+// connection to this one retransmitting) would meet no socket there and be answered with a reset,
+// which breaks the connection the cut carried. Down, the host routes nothing to it.
+Status SetRankLink(const std::string& name, bool up) {
+  const ckpt::SubprocessResult r = ckpt::RunBounded(
+      {"ip", "link", "set", "dev", ckpt::RankHostInterface(name), up ? "up" : "down"}, {}, 10);
+  if (r.exit_code == 0 && !r.timed_out) return Status::Ok();
+  return Internal("setting " + ckpt::RankHostInterface(name) + (up ? " up" : " down") +
+                  " failed: " + r.output.substr(0, 200));
+}
+
+// A gang rank moves with its network (its connections to the other ranks): the server never moves
+// one alone (docs/server.md, "Gangs"), so a migrate_in of a rank is refused.
+Status RefuseRankNet(const api::Command& c) {
+  if (c.rank_net) return FailedPrecondition("a gang rank does not move alone");
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status Agent::Start(const api::Command& c, Json* detail) {
   const std::string& id = c.job;
   const int64_t epoch = c.epoch.value_or(0);
@@ -319,14 +344,16 @@ Status Agent::Fault(const api::Command& c) {
 
 void Agent::Checkpoint(const api::Command& c) {
   const int64_t id = c.id;
-  const std::string& mode = c.mode;  // keep or stop (DecodeCommand)
+  const std::string& mode = c.mode;  // keep, stop or frozen (DecodeCommand)
   const std::string& dir = c.dir;
   StatusOr<ckpt::Criu> criu = Internal("unset");
   Workload* w = ClaimForCriu(c, &criu);
   if (w == nullptr) return;
   ckpt::CheckpointOptions options;
-  options.after = mode == "keep" ? ckpt::CheckpointOptions::After::kLeaveRunning
-                                 : ckpt::CheckpointOptions::After::kKill;
+  // frozen: a gang rank frozen for its gang's cut, dumped and left frozen until the thaw.
+  options.after = mode == "keep"     ? ckpt::CheckpointOptions::After::kLeaveRunning
+                  : mode == "frozen" ? ckpt::CheckpointOptions::After::kLeaveStopped
+                                     : ckpt::CheckpointOptions::After::kKill;
   const auto began = std::chrono::steady_clock::now();
   const std::string job = w->id;
   StatusOr<ckpt::PhaseTimes> times = ckpt::CheckpointJob(
@@ -342,7 +369,9 @@ void Agent::Checkpoint(const api::Command& c) {
       {"path", w->record.image}, {"bytes", times->image_bytes}, {"seconds", Since(began)}};
   Say("checkpointed job " + job + " into " + w->record.image + " (" +
       quota::FormatSize(times->image_bytes) + ", " + times->Describe() + ")" +
-      (mode == "stop" ? "; it is stopped and forgotten here" : "; it runs on"));
+      (mode == "stop"     ? "; it is stopped and forgotten here"
+       : mode == "frozen" ? "; it stays frozen until its gang's thaw"
+                          : "; it runs on"));
   if (mode == "stop") {
     Reap(static_cast<pid_t>(w->record.pid));
     if (!w->record.cgroup.empty()) (void)ckpt::Cgroup::Existing(w->record.cgroup).Remove();
@@ -354,6 +383,27 @@ void Agent::Checkpoint(const api::Command& c) {
   AddResult(id, Status::Ok(), detail);
 }
 
+void Agent::Freeze(const api::Command& c) {
+  Status why;
+  Workload* w = Claim(c, &why);
+  if (w == nullptr) return AddResult(c.id, why);
+  Status s = ckpt::FreezeJob(&w->record);
+  Say("freeze " + w->id + ": " + (s.ok() ? "every process stopped" : s.message()));
+  Release(w);
+  AddResult(c.id, s);
+}
+
+void Agent::Thaw(const api::Command& c) {
+  Status why;
+  Workload* w = Claim(c, &why);
+  if (w == nullptr) return AddResult(c.id, why);
+  // A rank whose freeze failed runs already (FreezeJob lets it run again): nothing to thaw.
+  Status s = w->record.state == "frozen" ? ckpt::ThawJob(&w->record) : Status::Ok();
+  Say("thaw " + w->id + ": " + (s.ok() ? "running" : s.message()));
+  Release(w);
+  AddResult(c.id, s);
+}
+
 void Agent::Restore(const api::Command& c) {
   const int64_t id = c.id;
   const std::string& job = c.job;
@@ -361,7 +411,8 @@ void Agent::Restore(const api::Command& c) {
   const std::string& image = c.image;
   const int gpu_index = std::max(c.gpu_index, 0);
   std::string gpu_uuid = c.gpu_uuid;
-  if (gpu_uuid.empty()) gpu_uuid = GpuUuid(gpu_index);
+  // A gang's CPU rank (gpu_index -1) has no GPU to map.
+  if (gpu_uuid.empty() && c.gpu_index >= 0) gpu_uuid = GpuUuid(gpu_index);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (Workload* w = Find(job, epoch); w != nullptr && w->state != api::CopyState::kExited) {
@@ -398,13 +449,37 @@ void Agent::Restore(const api::Command& c) {
     AddResult(id, criu.status());
     return;
   }
+  // A gang rank comes back in a network of its own with its address, here.
+  std::string rank_net;
+  if (c.rank_net) {
+    const ckpt::RankNet net{options_.name + "-" + job, c.rank_net->address};
+    Status made = ckpt::CreateRankNet(net);
+    if (made.ok()) made = SetRankLink(net.name, false);  // unreachable until restored
+    if (!made.ok()) {
+      FreeUser(&user);
+      DropRankNetUnlessUsed(net.name);
+      AddResult(id,
+                Status(made.code(), "restore " + job + ": its rank network: " + made.message()));
+      return;
+    }
+    rank_net = net.name;
+    spec.options.net_ns = ckpt::RankNetPath(net.name);
+  }
   ckpt::PhaseTimes times;
   StatusOr<ckpt::JobRecord> record = supervise::Restore(
       *criu, spec, [job](const std::string& line) { Say("restore " + job + ": " + line); }, &times);
   if (!record.ok()) {
     FreeUser(&user);
+    if (!rank_net.empty()) DropRankNetUnlessUsed(rank_net);
     AddResult(id, record.status());
     return;
+  }
+  if (!rank_net.empty()) {
+    // Its sockets are back: reachable again (the link up, and its host route, which the link's
+    // going down removed, made again).
+    Status up = SetRankLink(rank_net, true);
+    if (up.ok()) up = ckpt::CreateRankNet(ckpt::RankNet{rank_net, c.rank_net->address});
+    if (!up.ok()) Say("restore " + job + ": its rank network: " + up.message());
   }
   StatusOr<std::unique_ptr<Workload>> w = Track(job, epoch, *record, gpu_index, gpu_uuid);
   if (!w.ok()) {
@@ -413,6 +488,10 @@ void Agent::Restore(const api::Command& c) {
     return;
   }
   TakeUser(&user, w->get());
+  if (!rank_net.empty()) {
+    (*w)->rank_net = rank_net;
+    (*w)->rank_address = c.rank_net->address;
+  }
   if ((*w)->region != nullptr && c.quota_bytes) {
     (*w)->quota_bytes = static_cast<uint64_t>(*c.quota_bytes);
     (*w)->region->SetQuota((*w)->quota_bytes);
@@ -422,9 +501,16 @@ void Agent::Restore(const api::Command& c) {
     }
     StartGrower(w->get());
   }
-  // The logs came back with the image; the server has their text up to the checkpoint.
-  (*w)->out_offset = (*w)->out_pending = FileSize(record->stdout_log);
-  (*w)->err_offset = (*w)->err_pending = FileSize(record->stderr_log);
+  // The logs came back with the image; the server has their text up to the checkpoint. That is
+  // the image's copy's size: the restored job runs already and may have written more (a gang
+  // rank whose peers are back goes on at once), which the server has not seen.
+  auto at_checkpoint = [&image](const char* name, const std::string& live) {
+    const std::string copy = image + "/logs/" + name;
+    std::error_code ec;
+    return fs::is_regular_file(copy, ec) ? FileSize(copy) : FileSize(live);
+  };
+  (*w)->out_offset = (*w)->out_pending = at_checkpoint("stdout.log", record->stdout_log);
+  (*w)->err_offset = (*w)->err_pending = at_checkpoint("stderr.log", record->stderr_log);
   SaveRecord(**w);
   Say("restored job " + job + " (epoch " + std::to_string(epoch) + ") as pid " +
       std::to_string(record->pid) + " on " + gpu_uuid + ": " + times.Describe());
@@ -438,6 +524,10 @@ void Agent::Restore(const api::Command& c) {
 
 void Agent::MigrateIn(const api::Command& c) {
   const int64_t id = c.id;
+  if (Status refused = RefuseRankNet(c); !refused.ok()) {
+    AddResult(id, refused);
+    return;
+  }
   const std::string& job = c.job;
   const int64_t epoch = c.epoch.value_or(0);
   const int gpu_index = std::max(c.gpu_index, 0);

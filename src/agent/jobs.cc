@@ -6,13 +6,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "agent_impl.h"
 #include "paladin/api/wire.h"
 #include "paladin/ckpt/cgroup.h"
+#include "paladin/ckpt/rank_net.h"
 #include "paladin/quota/usage.h"
 
 namespace paladin::agent {
@@ -235,7 +238,75 @@ void Agent::Forget(const std::string& id, int64_t epoch, bool remove_run_dir) {
        w->record.run_dir.rfind(workloads_dir_ + "/", 0) == 0)) {
     fs::remove_all(w->record.run_dir, ec);
   }
+  const std::string rank_net = w->rank_net;
   jobs_.erase(it);
+  // The rank's network goes with its last copy here.
+  if (!rank_net.empty() && std::none_of(jobs_.begin(), jobs_.end(), [&rank_net](const auto& kv) {
+        return kv.second->rank_net == rank_net;
+      })) {
+    if (Status s = ckpt::DestroyRankNet(rank_net); !s.ok()) {
+      Say("job " + id + ": removing its rank network " + rank_net + ": " + s.message());
+    }
+  }
+}
+
+void Agent::DropRankNetUnlessUsed(const std::string& name) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, w] : jobs_) {
+      if (w->rank_net == name) return;
+    }
+  }
+  if (Status s = ckpt::DestroyRankNet(name); !s.ok()) {
+    Say("removing rank network " + name + ": " + s.message());
+  }
+}
+
+void Agent::ApplyRankRoutes(const Json& list) {
+  StatusOr<std::vector<api::RankRoute>> routes = api::DecodeRankRoutes(list);
+  if (!routes.ok()) {
+    Say("heartbeat answer: " + routes.status().message());
+    return;
+  }
+  std::set<std::string> local;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, w] : jobs_) {
+      if (!w->rank_address.empty()) local.insert(w->rank_address);
+    }
+  }
+  std::map<std::string, std::string> wanted;
+  for (const api::RankRoute& r : *routes) {
+    if (local.count(r.address) == 0) wanted[r.address] = r.via;
+  }
+  for (auto it = rank_routes_.begin(); it != rank_routes_.end();) {
+    if (wanted.count(it->first) != 0 || local.count(it->first) != 0) {
+      ++it;
+      continue;
+    }
+    if (Status s = ckpt::RemoveRankRoute(it->first); !s.ok()) {
+      Say("rank route to " + it->first + ": " + s.message());
+      ++it;
+      continue;
+    }
+    Say("rank route to " + it->first + " removed");
+    it = rank_routes_.erase(it);
+  }
+  for (const auto& [address, via] : wanted) {
+    auto have = rank_routes_.find(address);
+    if (have != rank_routes_.end() && have->second == via) continue;
+    if (Status s = ckpt::SetRankRoute(address, via); !s.ok()) {
+      Say(std::string("rank route to ")
+              .append(address)
+              .append(" via ")
+              .append(via)
+              .append(": ")
+              .append(s.message()));
+      continue;
+    }
+    Say(std::string("rank route to ").append(address).append(" via ").append(via));
+    rank_routes_[address] = via;
+  }
 }
 
 // The agent's own copy of the job's record goes next to agent.json: the one in the run directory
@@ -257,6 +328,8 @@ void Agent::SaveRecord(const Workload& w) const {
                   {"ceiling_bytes", w.ceiling_bytes},
                   {"incoming_migration", w.incoming_migration},
                   {"outgoing_migration", w.outgoing_migration},
+                  {"rank_net", w.rank_net},
+                  {"rank_address", w.rank_address},
                   // The job can rewrite what is in its run directory (job.json): a restarted
                   // agent believes this copy.
                   {"region", w.record.region},

@@ -11,6 +11,7 @@
 
 #include "agent_impl.h"
 #include "paladin/ckpt/criu.h"
+#include "paladin/ckpt/rank_net.h"
 #include "paladin/supervise/supervisor.h"
 
 namespace paladin::agent {
@@ -200,7 +201,8 @@ Status Agent::LaunchAs(const api::Command& c, const quota::RegionSettings& setti
   spec.inherit_env = false;  // nothing of the agent's own environment reaches a job
   spec.home = run_dir;
   spec.job_id = w->id;
-  spec.gpu.enabled = true;
+  // A gang's CPU rank (no GPU index) has no GPU; every other job has its GPU set up as always.
+  spec.gpu.enabled = !(c.rank_net && c.gpu_index < 0);
   spec.gpu.libs = libs_;
   spec.gpu.driver = driver_;
   spec.gpu.quota = settings;
@@ -211,6 +213,21 @@ Status Agent::LaunchAs(const api::Command& c, const quota::RegionSettings& setti
   spec.owner = supervise::Owner::kJob;
   spec.cgroup = options_.name + "-" + w->id + "-" + std::to_string(w->epoch);
   spec.lease_fd = lease_fd_;
+  if (c.rank_net) {
+    // A gang rank: its own network namespace with its stable address (docs/distributed.md).
+    if (c.rank_net->interface != ckpt::kRankInterface) {
+      return FailedPrecondition("start " + w->id + ": rank_net: interface " +
+                                c.rank_net->interface + " is not this agent's " +
+                                ckpt::kRankInterface);
+    }
+    const ckpt::RankNet net{options_.name + "-" + w->id, c.rank_net->address};
+    if (Status s = ckpt::CreateRankNet(net); !s.ok()) {
+      return Status(s.code(), "start " + w->id + ": its rank network: " + s.message());
+    }
+    w->rank_net = net.name;
+    w->rank_address = net.address;
+    spec.net_ns = ckpt::RankNetPath(net.name);
+  }
   StatusOr<supervise::Launched> launched = supervise::Launch(spec);
   if (!launched.ok()) {
     return Status(launched.status().code(), "start " + w->id + ": " + launched.status().message());

@@ -1,6 +1,8 @@
 // The heartbeat's and the commands' types and their JSON (include/paladin/api/wire.h).
 #include "paladin/api/wire.h"
 
+#include <algorithm>
+
 namespace paladin::api {
 namespace {
 
@@ -95,6 +97,7 @@ constexpr std::pair<CommandKind, const char*> kCommandKinds[] = {
     {CommandKind::kCheckpoint, "checkpoint"}, {CommandKind::kKill, "kill"},
     {CommandKind::kResize, "resize"},         {CommandKind::kFault, "fault"},
     {CommandKind::kMigrateIn, "migrate_in"},  {CommandKind::kMigrateOut, "migrate_out"},
+    {CommandKind::kFreeze, "freeze"},         {CommandKind::kThaw, "thaw"},
 };
 
 bool Launches(CommandKind k) {
@@ -174,7 +177,77 @@ Status DecodeMoveMode(const Json& o, const std::string& where, MoveMode* out) {
   return Status::Ok();
 }
 
+// A launch's "rank_net": absent or null is none.
+Status DecodeRankNet(const Json& o, const std::string& where, std::optional<RankNet>* out) {
+  if (!o.contains("rank_net") || o["rank_net"].is_null()) return Status::Ok();
+  const Json& v = o["rank_net"];
+  if (!v.is_object()) return Wrong(where, "rank_net", "expected an object");
+  RankNet net;
+  const std::string inner = where + "rank_net: ";
+  PALADIN_RETURN_IF_ERROR(Required(v, "address", inner));
+  PALADIN_RETURN_IF_ERROR(Str(v, "address", inner, &net.address));
+  if (!IsDottedIpv4(net.address)) return Wrong(inner, "address", "expected a dotted IPv4 address");
+  PALADIN_RETURN_IF_ERROR(Str(v, "interface", inner, &net.interface));
+  const bool name_ok =
+      !net.interface.empty() && net.interface.size() <= 15 &&
+      std::all_of(net.interface.begin(), net.interface.end(), [](char ch) {
+        return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_';
+      });
+  if (!name_ok) {
+    return Wrong(inner, "interface", "expected 1-15 characters of a-z, 0-9, '-', '_'");
+  }
+  *out = std::move(net);
+  return Status::Ok();
+}
+
 }  // namespace
+
+bool IsDottedIpv4(const std::string& text) {
+  int parts = 0;
+  size_t i = 0;
+  while (parts < 4) {
+    size_t digits = 0;
+    int v = 0;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9' && digits < 4) {
+      v = v * 10 + (text[i] - '0');
+      ++i;
+      ++digits;
+    }
+    if (digits == 0 || digits > 3 || v > 255 || (digits > 1 && text[i - digits] == '0')) {
+      return false;
+    }
+    ++parts;
+    if (parts < 4) {
+      if (i >= text.size() || text[i] != '.') return false;
+      ++i;
+    }
+  }
+  return i == text.size();
+}
+
+Json ToJson(const std::vector<RankRoute>& routes) {
+  Json out = Json::array();
+  for (const RankRoute& r : routes) out.push_back({{"address", r.address}, {"via", r.via}});
+  return out;
+}
+
+StatusOr<std::vector<RankRoute>> DecodeRankRoutes(const Json& list) {
+  std::vector<RankRoute> out;
+  if (list.is_null()) return out;
+  if (!list.is_array()) return InvalidArgument("rank_routes: expected a list");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string where = Where("rank_routes", i);
+    if (!list[i].is_object()) return InvalidArgument(where + "expected an object");
+    RankRoute r;
+    for (auto [key, field] : {std::pair{"address", &r.address}, std::pair{"via", &r.via}}) {
+      PALADIN_RETURN_IF_ERROR(Required(list[i], key, where));
+      PALADIN_RETURN_IF_ERROR(Str(list[i], key, where, field));
+      if (!IsDottedIpv4(*field)) return Wrong(where, key, "expected a dotted IPv4 address");
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
 
 const char* MoveModeName(MoveMode mode) {
   for (const auto& [m, name] : kMoveModes) {
@@ -262,6 +335,9 @@ Json ToJson(const Command& c) {
     if (c.kind != CommandKind::kMigrateIn) out["gpu_indices"] = c.gpu_indices;
     if (c.compute_share != 0) out["compute_share"] = c.compute_share;
     if (!c.gpu_map.empty()) out["gpu_map"] = MapJson(c.gpu_map);
+    if (c.rank_net) {
+      out["rank_net"] = {{"address", c.rank_net->address}, {"interface", c.rank_net->interface}};
+    }
   }
   if (Launches(c.kind) || c.kind == CommandKind::kResize) {
     if (c.quota_bytes) out["quota_bytes"] = *c.quota_bytes;
@@ -303,6 +379,8 @@ Json ToJson(const Command& c) {
     case CommandKind::kStart:
     case CommandKind::kKill:
     case CommandKind::kResize:
+    case CommandKind::kFreeze:
+    case CommandKind::kThaw:
       break;
   }
   return out;
@@ -343,6 +421,7 @@ StatusOr<Command> DecodeCommand(const Json& body) {
     }
     PALADIN_RETURN_IF_ERROR(SmallInt(body, "compute_share", 0, 100, where, &c.compute_share));
     PALADIN_RETURN_IF_ERROR(StringMap(body, "gpu_map", where, &c.gpu_map));
+    PALADIN_RETURN_IF_ERROR(DecodeRankNet(body, where, &c.rank_net));
   }
   if (Launches(c.kind) || c.kind == CommandKind::kResize) {
     PALADIN_RETURN_IF_ERROR(OptionalInt(body, "quota_bytes", 0, kMaxCount, where, &c.quota_bytes));
@@ -359,8 +438,9 @@ StatusOr<Command> DecodeCommand(const Json& body) {
       break;
     case CommandKind::kCheckpoint:
       PALADIN_RETURN_IF_ERROR(Str(body, "mode", where, &c.mode));
-      if (c.mode != "keep" && c.mode != "stop") {
-        return Wrong(where, "mode", "expected keep or stop, not '" + c.mode.substr(0, 64) + "'");
+      if (c.mode != "keep" && c.mode != "stop" && c.mode != "frozen") {
+        return Wrong(where, "mode",
+                     "expected keep, stop or frozen, not '" + c.mode.substr(0, 64) + "'");
       }
       PALADIN_RETURN_IF_ERROR(Required(body, "dir", where));
       PALADIN_RETURN_IF_ERROR(Str(body, "dir", where, &c.dir));
@@ -403,6 +483,8 @@ StatusOr<Command> DecodeCommand(const Json& body) {
       break;
     case CommandKind::kKill:
     case CommandKind::kResize:
+    case CommandKind::kFreeze:
+    case CommandKind::kThaw:
       break;
   }
   return c;

@@ -38,6 +38,9 @@ struct SubmitArgs {
   int priority = 0;
   std::vector<std::string> env;
   std::string on_restore_failure;
+  int ranks = 0;  // > 0: a gang of this many ranks
+  int ranks_per_node = 0;
+  int rank_port = 0;
   bool wait = false;
   double timeout_s = 0;
   std::vector<std::string> command;
@@ -68,6 +71,13 @@ StatusOr<Json> SubmitBody(const SubmitArgs& a) {
   if (!env.ok()) return env.status();
   if (!env->empty()) body["env"] = *env;
   if (!a.on_restore_failure.empty()) body["on_restore_failure"] = a.on_restore_failure;
+  if (a.ranks > 0) {
+    body["ranks"] = a.ranks;
+    if (a.ranks_per_node > 0) body["ranks_per_node"] = a.ranks_per_node;
+    if (a.rank_port > 0) body["rank_port"] = a.rank_port;
+  } else if (a.ranks_per_node > 0 || a.rank_port > 0) {
+    return InvalidArgument("--ranks-per-node and --rank-port go with --ranks (a gang)");
+  }
   return body;
 }
 
@@ -109,15 +119,31 @@ int RunSubmit(const SubmitArgs& a) {
   StatusOr<Json> job = api.Post("/v1/jobs", *body);
   if (!job.ok()) return api.Fail(job.status());
   const std::string id = Str(*job, "id");
+  // A gang answers with rank 0's job (whose id names the gang) and every rank's id.
+  std::vector<std::string> ranks;
+  if (job->contains("gang_jobs") && (*job)["gang_jobs"].is_array()) {
+    for (const Json& r : (*job)["gang_jobs"]) {
+      if (r.is_string()) ranks.push_back(r.get<std::string>());
+    }
+  }
   if (api.json()) {
     FleetApi::PrintJson(*job);
   } else {
     std::printf("%s\n", Printable(id).c_str());
     std::fflush(stdout);
+    if (!ranks.empty()) {
+      std::string line = "gang " + id + " of " + std::to_string(ranks.size()) + " ranks:";
+      for (const std::string& r : ranks) line += " " + r;
+      api.Say(Printable(line));
+    }
   }
   if (!a.wait) return 0;
   if (id.empty()) return api.Fail(Unavailable("the server's answer has no job id"));
-  return WaitForStart(api, id, a.timeout_s);
+  if (ranks.empty()) ranks.push_back(id);
+  for (const std::string& r : ranks) {
+    if (int rc = WaitForStart(api, r, a.timeout_s); rc != 0) return rc;
+  }
+  return 0;
 }
 
 // --- ps ---
@@ -477,7 +503,22 @@ void RegisterFleetJobs(CLI::App& app, int* exit_code) {
                    "When a restore from its checkpoint fails: stop (it stays checkpointed, the "
                    "default) or restart (it starts over from the beginning)")
       ->check(CLI::IsMember({"stop", "restart"}));
-  submit->add_flag("--wait", s->wait, "Follow the job until it runs or ends");
+  submit
+      ->add_option("--ranks", s->ranks,
+                   "A gang of this many ranks, each a job started with MASTER_ADDR, MASTER_PORT, "
+                   "RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and GLOO_SOCKET_IFNAME, all "
+                   "placed at once or none (docs/distributed.md)")
+      ->check(CLI::Range(2, 1024));
+  submit
+      ->add_option("--ranks-per-node", s->ranks_per_node,
+                   "With --ranks: at most this many ranks on one node (default 1)")
+      ->check(CLI::Range(1, 1024));
+  submit
+      ->add_option("--rank-port", s->rank_port,
+                   "With --ranks: MASTER_PORT, on rank 0's address (default 29500)")
+      ->check(CLI::Range(1024, 65535));
+  submit->add_flag("--wait", s->wait,
+                   "Follow the job (every rank of a gang) until it runs or ends");
   submit->add_option("--timeout", s->timeout_s, "With --wait: give up after this many seconds")
       ->check(CLI::NonNegativeNumber);
   submit->add_option("command", s->command, "The command and its arguments, after --")->required();

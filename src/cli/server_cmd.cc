@@ -83,6 +83,9 @@ void RegisterServer(CLI::App& app, int* exit_code) {
                 "(paladin tokens create --scope agent:NODE); no DATA/agent.token is made");
   cmd->add_option("--policy", options->policy, "Placement policy (paladin, FGD, BestFit, ...)")
       ->capture_default_str();
+  cmd->add_option("--rank-subnet", options->rank_subnet,
+                  "Where gang ranks take their stable addresses from (A.B.C.D/P, P 8 to 30)")
+      ->capture_default_str();
   cmd->add_option("--move-mode", options->move_mode,
                   "How moves carry a job's memory: auto (post-copy where both agents have the "
                   "patched CRIU and the job holds no GPU state, else pre-copy), post-copy (only "

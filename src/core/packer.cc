@@ -1,6 +1,7 @@
 #include "paladin/core/packer.h"
 
 #include <algorithm>
+#include <map>
 
 namespace paladin::core {
 namespace {
@@ -166,6 +167,10 @@ Decision Packer::Schedule(const Fleet& fleet, const Workload& w, Rng& rng,
   const auto node_count = static_cast<int32_t>(fleet.size());
   for (int32_t i = 0; i < node_count; ++i) {
     if ((options.only_node >= 0 && i != options.only_node) || i == options.exclude_node) continue;
+    if (std::find(options.exclude_nodes.begin(), options.exclude_nodes.end(), i) !=
+        options.exclude_nodes.end()) {
+      continue;
+    }
     bool pass = true;
     for (size_t f = 0; f < filters_.size(); ++f) {
       FilterRejections& r = d.rejections[f];
@@ -229,11 +234,31 @@ Status Packer::ScheduleGang(Fleet& fleet, std::span<const Workload> gang,
   auto rollback = [&](size_t count) {
     for (size_t i = 0; i < count; ++i) fleet.Unreserve(ids[i]);
   };
+  std::vector<int32_t> kept_off;
   for (size_t i = 0; i < gang.size(); ++i) {
-    Decision d = Schedule(fleet, gang[i], rng, PackerOptions{true});
+    // The nodes a permit plugin keeps this member off, given the members placed so far.
+    kept_off.clear();
+    std::string kept_by;
+    for (int32_t n = 0; n < static_cast<int32_t>(fleet.size()); ++n) {
+      for (const PermitPlugin* p : permits) {
+        if (!p->AllowsMemberOn(fleet, placed, n)) {
+          kept_off.push_back(n);
+          if (kept_by.empty()) kept_by = std::string(p->name());
+          break;
+        }
+      }
+    }
+    PackerOptions options{true};
+    options.exclude_nodes = kept_off;
+    Decision d = Schedule(fleet, gang[i], rng, options);
     if (!d.placed) {
       rollback(i);
-      return ResourceExhausted("gang member " + gang[i].name + " does not fit: " + d.Explain());
+      std::string why = d.Explain();
+      if (!kept_off.empty()) {
+        why += "; " + kept_by + " kept it off " + std::to_string(kept_off.size()) + " node" +
+               (kept_off.size() == 1 ? "" : "s");
+      }
+      return ResourceExhausted("gang member " + gang[i].name + " does not fit: " + why);
     }
     Status st = fleet.Reserve(ids[i], gang[i], d.placement);
     if (!st.ok()) {
@@ -251,6 +276,28 @@ Status Packer::ScheduleGang(Fleet& fleet, std::span<const Workload> gang,
   }
   if (placements) *placements = std::move(placed);
   return Status::Ok();
+}
+
+bool MaxPerNodePermit::AllowsMemberOn(const Fleet& /*fleet*/, std::span<const Placement> placed,
+                                      int32_t node) const {
+  const auto on_node = std::count_if(placed.begin(), placed.end(),
+                                     [node](const Placement& p) { return p.node == node; });
+  return on_node < max_;
+}
+
+bool MaxPerNodePermit::Permit(const Fleet& fleet, std::span<const Workload> /*gang*/,
+                              std::span<const Placement> placements, std::string* reason) const {
+  std::map<int32_t, int32_t> per_node;
+  for (const Placement& p : placements) {
+    if (++per_node[p.node] > max_) {
+      if (reason != nullptr) {
+        *reason = "node " + fleet.node(p.node).name + " would hold more than " +
+                  std::to_string(max_) + " members";
+      }
+      return false;
+    }
+  }
+  return true;
 }
 
 std::string Decision::Explain() const {

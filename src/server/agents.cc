@@ -177,8 +177,10 @@ StatusOr<Json> Control::Heartbeat(const Principal& who, const std::string& name,
   LazyNode(n);  // the beat's time and GPU use; health changes mark it dirty in UpdateGpus
   Json commands = TakeCommands(n);
   PALADIN_RETURN_IF_ERROR(Flush());
-  return Json{
-      {"lease_s", options_.lease_s}, {"heartbeat_s", options_.heartbeat_s}, {"commands", commands}};
+  return Json{{"lease_s", options_.lease_s},
+              {"heartbeat_s", options_.heartbeat_s},
+              {"commands", commands},
+              {"rank_routes", api::ToJson(RankRoutesFor(n))}};
 }
 
 void Control::UpdateGpus(NodeRecord& n, const std::vector<api::GpuReport>& gpus) {
@@ -392,6 +394,7 @@ void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
   JobRecord* found = JobById(c.job);
   if (found == nullptr) return;
   JobRecord& j = *found;
+  if (j.gang && ApplyGangResult(j, c, r)) return;
   if (kind == api::CommandKind::kKill) {
     if (j.cancel_requested && !j.Terminal())
       EndJob(j, JobState::kCancelled, std::nullopt, "cancelled");

@@ -85,9 +85,12 @@ StatusOr<std::unique_ptr<Control>> Control::Create(std::unique_ptr<Store> store,
                                                    ControlOptions options) {
   StatusOr<core::Policy> policy = MakeServerPolicy(options.policy);
   if (!policy.ok()) return policy.status();
+  StatusOr<RankSubnet> subnet = ParseRankSubnet(options.rank_subnet);
+  if (!subnet.ok()) return subnet.status();
   std::unique_ptr<Control> control(
       new Control(std::move(store), std::move(options), std::move(*policy)));
   std::lock_guard<std::mutex> lock(control->mu_);
+  control->rank_subnet_ = *subnet;
   PALADIN_RETURN_IF_ERROR(control->Load());
   control->Reconcile();
   PALADIN_RETURN_IF_ERROR(control->Flush());

@@ -4,7 +4,8 @@
 // The implementation is split by concern: control.cc (loading, persistence, commands, events,
 // tokens), jobs.cc (the job endpoints), agents.cc (registration and heartbeats), scheduler.cc
 // (placement with the core packer, predictions, accounting), orchestrator.cc (migrations,
-// checkpoints, recovery, drain), views.cc (nodes, teams, events, summary, metrics).
+// checkpoints, recovery, drain), gangs.cc (jobs of several ranks: placement, addresses, routes,
+// the coordinated checkpoint, recovery), views.cc (nodes, teams, events, summary, metrics).
 //
 // Thread safety: every public method takes the one lock, so calls from the HTTP threads and the
 // scheduling loop are serialised; none blocks on the network. Each state change is written to
@@ -35,6 +36,7 @@
 #include "paladin/core/rng.h"
 #include "paladin/server/auth.h"
 #include "paladin/server/store.h"
+#include "paladin/server/validate.h"
 #include "persistence.h"
 
 namespace paladin::server {
@@ -42,6 +44,10 @@ namespace paladin::server {
 // The server's predictor forecasts each job's peak over the next minute; the live check scores
 // it over the same windows.
 inline constexpr int64_t kPredictionWindowS = 60;
+
+// The env keys the server sets for every rank of a gang (MASTER_ADDR, RANK, ...): a gang's own
+// env may not set them.
+Status CheckGangEnv(const std::map<std::string, std::string>& env);
 
 struct ControlOptions {
   double lease_s = 6;
@@ -52,7 +58,8 @@ struct ControlOptions {
   std::string policy = "paladin";
   std::string crash_at;  // PALADIN_SERVER_FAULT=crash-at:<step>
   double migration_timeout_s = 300;
-  std::string move_mode = "auto";  // ServerOptions::move_mode
+  std::string move_mode = "auto";             // ServerOptions::move_mode
+  std::string rank_subnet = "10.231.0.0/16";  // ServerOptions::rank_subnet
   // Refuse the fleet-wide `agent` token (authentication and creation): agents must each use a
   // token of their own node, `agent:NODE`.
   bool node_tokens_only = false;
@@ -228,6 +235,36 @@ class Control {
                         const std::string& text, int64_t from, int64_t to);
   Json TakeCommands(NodeRecord& node);
 
+  // gangs.cc
+  // Every live rank of gang `gang`, by rank.
+  std::vector<JobRecord*> GangMembers(const std::string& gang);
+  // Creates the gang's ranks (Submit checked the body; `shape` holds ranks, ranks_per_node and
+  // port); the answer is rank 0's job with "gang_jobs", every rank's id.
+  StatusOr<Json> SubmitGang(const Principal& who, const JobRecord& base, const GangMember& shape);
+  std::string GangQuotaRefusal(const std::vector<JobRecord*>& members) const;
+  // Places every rank of the gang at once (core::Packer::ScheduleGang, MaxPerNodePermit), or
+  // none; only when every live rank waits and no copy of one is still being killed.
+  bool TryPlaceGang(FleetView& view, const std::string& gang);
+  // The rank's rendezvous variables and own network, added to its start or restore.
+  void AddGangLaunch(const JobRecord& j, api::Command* launch);
+  // The routes NODE keeps: every rank of its ranks' gangs that runs on another node.
+  std::vector<api::RankRoute> RankRoutesFor(const NodeRecord& n) const;
+  // Why the gang cannot be checkpointed now ("" when it can).
+  std::string GangCutRefusal(const std::vector<JobRecord*>& members) const;
+  // Begins a coordinated checkpoint (freeze all, dump each, thaw all, or stop all when
+  // `then_stop`); returns why not, or "".
+  std::string StartGangCut(const std::string& gang, bool then_stop, const std::string& why);
+  void GiveUpGangCut(const std::string& gang, const std::string& why);
+  void FinishGangCut(const std::string& gang);
+  // A gang rank's command answered: true when it was a step of the gang's cut (handled).
+  bool ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::CommandResult& r);
+  void PeriodicGangCheckpoints(double now);
+  StatusOr<Json> CheckpointGang(JobRecord& j);
+  StatusOr<Json> ResumeGang(JobRecord& j);
+  // A rank's node died: every rank of the gang comes back from the last cut.
+  void RecoverGangOf(const JobRecord& lost, const std::string& dead_node);
+  void ForgetStoppingOn(const std::string& dead_node);
+
   // orchestrator.cc
   Status StartMigration(JobRecord& j, const std::string& to, int to_gpu, const std::string& why,
                         std::string* refusal);
@@ -269,6 +306,7 @@ class Control {
   core::Packer packer_;
   core::Rebalancer rebalancer_;
   core::Rng rng_{42};
+  RankSubnet rank_subnet_;
   core::PredictorFactory predictors_factory_;
   std::map<int64_t, std::unique_ptr<core::Predictor>> predictors_;
   std::map<int64_t, int64_t> announced_prediction_;

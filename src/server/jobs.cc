@@ -9,6 +9,9 @@
 namespace paladin::server {
 namespace {
 
+// The most ranks one gang may have.
+inline constexpr int64_t kMaxGangRanks = 1024;
+
 bool Present(const Json& body, const char* key) {
   return body.contains(key) && !body[key].is_null();
 }
@@ -99,7 +102,8 @@ StatusOr<Json> Control::Submit(const Principal& who, const Json& body) {
     }
     j.mem_max = *mem;
   }
-  StatusOr<int64_t> gpus = IntField(body, "gpus", 1, core::kMaxGpusPerNode, 1);
+  // 0 only for a gang's ranks (CPU ranks, gloo), checked below.
+  StatusOr<int64_t> gpus = IntField(body, "gpus", 0, core::kMaxGpusPerNode, 1);
   if (!gpus.ok()) return gpus.status();
   StatusOr<int64_t> priority = IntField(body, "priority", -1000000, 1000000, 0);
   if (!priority.ok()) return priority.status();
@@ -122,8 +126,33 @@ StatusOr<Json> Control::Submit(const Principal& who, const Json& body) {
     PALADIN_RETURN_IF_ERROR(core::CheckJobEnv(env));
     for (auto& [k, v] : env) j.env[k] = std::move(v);
   }
+  // A gang: "ranks" jobs placed together (docs/server.md, "Gangs").
+  std::optional<GangMember> gang;
+  if (Present(body, "ranks")) {
+    StatusOr<int64_t> ranks = IntField(body, "ranks", 2, kMaxGangRanks, 2);
+    if (!ranks.ok()) return ranks.status();
+    StatusOr<int64_t> per_node = IntField(body, "ranks_per_node", 1, *ranks, 1);
+    if (!per_node.ok()) return per_node.status();
+    StatusOr<int64_t> port = IntField(body, "rank_port", 1024, 65535, 29500);
+    if (!port.ok()) return port.status();
+    PALADIN_RETURN_IF_ERROR(CheckGangEnv(j.env));
+    gang.emplace();
+    gang->ranks = static_cast<int>(*ranks);
+    gang->ranks_per_node = static_cast<int>(*per_node);
+    gang->port = static_cast<int>(*port);
+  } else if (Present(body, "ranks_per_node") || Present(body, "rank_port")) {
+    return InvalidArgument("ranks_per_node, rank_port: only with ranks (a gang)");
+  }
+  if (j.gpus == 0) {
+    if (!gang) return InvalidArgument("gpus: 0 only for the ranks of a gang (CPU ranks)");
+    // A CPU rank holds no GPU and no GPU memory (gpu_mem and gpu_mem_max do not apply).
+    j.mem_auto = false;
+    j.mem_request = 0;
+    j.mem_max = 0;
+  }
 
   std::lock_guard<std::mutex> lock(mu_);
+  if (gang) return SubmitGang(who, j, *gang);
   const double now = Now();
   j.seq = next_job_++;
   j.id = FormatJobId(j.seq);
@@ -313,6 +342,11 @@ StatusOr<Json> Control::Migrate(const Principal& who, const std::string& id, con
   StatusOr<JobRecord*> found = FindJob(who, id);
   if (!found.ok()) return found.status();
   JobRecord& j = **found;
+  if (j.gang) {
+    return FailedPrecondition("job " + id + " is rank " + std::to_string(j.gang->rank) +
+                              " of gang " + j.gang->gang +
+                              ": moving one rank of a gang is not supported yet");
+  }
   if (nodes_.find(to) == nodes_.end()) return NotFound("node " + to + " not found");
   std::string refusal;
   Status s = StartMigration(j, to, gpu, "asked by " + who.Scope(), &refusal);
@@ -328,6 +362,7 @@ StatusOr<Json> Control::CheckpointJob(const Principal& who, const std::string& i
   StatusOr<JobRecord*> found = FindJob(who, id);
   if (!found.ok()) return found.status();
   JobRecord& j = **found;
+  if (j.gang) return CheckpointGang(j);
   if (j.state() != JobState::kRunning) {
     return FailedPrecondition("job " + id + " is " + j.StateName() +
                               "; only a running job can be " + "checkpointed");
@@ -347,6 +382,7 @@ StatusOr<Json> Control::Resume(const Principal& who, const std::string& id) {
   StatusOr<JobRecord*> found = FindJob(who, id);
   if (!found.ok()) return found.status();
   JobRecord& j = **found;
+  if (j.gang) return ResumeGang(j);
   if (j.state() != JobState::kCheckpointed || !j.last_checkpoint) {
     return FailedPrecondition("job " + id + " is " + j.StateName() + "; only a checkpointed job " +
                               "can be resumed");

@@ -96,6 +96,18 @@ void Key(const char* key, bool first, std::string* out) {
 
 }  // namespace
 
+Json GangToApi(const JobRecord& j) {
+  if (!j.gang) return nullptr;
+  const GangMember& g = *j.gang;
+  return {{"id", g.gang},
+          {"rank", g.rank},
+          {"ranks", g.ranks},
+          {"ranks_per_node", g.ranks_per_node},
+          {"port", g.port},
+          {"address", g.address},
+          {"generation", g.generation}};
+}
+
 void AppendJobApiText(const JobRecord& j, const Json& migration, std::string* out) {
   // Json objects keep their keys sorted: so does this.
   out->push_back('{');
@@ -120,6 +132,8 @@ void AppendJobApiText(const JobRecord& j, const Json& migration, std::string* ou
   } else {
     *out += "null";
   }
+  Key("gang", false, out);
+  *out += GangToApi(j).dump(-1, ' ', false, Json::error_handler_t::replace);
   Key("gpu", false, out);
   if (j.gpu < 0) {
     *out += "null";
@@ -235,7 +249,8 @@ Json JobToApi(const JobRecord& j) {
               {"checkpoints", j.checkpoints},
               {"last_checkpoint", nullptr},
               {"migration", nullptr},
-              {"quota_grows", j.quota_grows}};
+              {"quota_grows", j.quota_grows},
+              {"gang", GangToApi(j)}};
   if (j.last_checkpoint) {
     out["last_checkpoint"] = {{"path", j.last_checkpoint->path},
                               {"at", j.last_checkpoint->at},
@@ -267,6 +282,16 @@ Json JobToDoc(const JobRecord& j) {
   doc["gpu_seconds"] = j.gpu_seconds;
   doc["last_sample_at"] = j.last_sample_at;
   doc["last_checkpoint_cmd_at"] = j.last_checkpoint_cmd_at;
+  if (j.gang) {
+    Json& g = doc["gang"];
+    g["cut_in_flight"] = j.gang->cut_in_flight;
+    g["cut_phase"] = static_cast<int>(j.gang->cut_phase);
+    g["cut_stop"] = j.gang->cut_stop;
+    g["cut_path"] = j.gang->cut_path;
+    g["cut_bytes"] = j.gang->cut_bytes;
+    g["stopping_command"] = j.gang->stopping_command;
+    g["stopping_node"] = j.gang->stopping_node;
+  }
   return doc;
 }
 
@@ -328,6 +353,28 @@ JobRecord JobFromDoc(const Json& d) {
   j.accounted_at = d.value("accounted_at", 0.0);
   j.gpu_seconds = d.value("gpu_seconds", 0.0);
   j.last_sample_at = d.value("last_sample_at", 0.0);
+  if (d.contains("gang") && d["gang"].is_object()) {
+    const Json& g = d["gang"];
+    GangMember m;
+    m.gang = g.value("id", "");
+    m.rank = g.value("rank", 0);
+    m.ranks = g.value("ranks", 0);
+    m.ranks_per_node = g.value("ranks_per_node", 1);
+    m.port = g.value("port", 0);
+    m.address = g.value("address", "");
+    m.generation = g.value("generation", 0);
+    m.cut_in_flight = g.value("cut_in_flight", 0);
+    const int phase = g.value("cut_phase", 0);
+    m.cut_phase = phase >= 0 && phase <= static_cast<int>(CutPhase::kThawPending)
+                      ? static_cast<CutPhase>(phase)
+                      : CutPhase::kNone;
+    m.cut_stop = g.value("cut_stop", false);
+    m.cut_path = g.value("cut_path", "");
+    m.cut_bytes = g.value("cut_bytes", int64_t{0});
+    m.stopping_command = g.value("stopping_command", int64_t{0});
+    m.stopping_node = g.value("stopping_node", "");
+    j.gang = std::move(m);
+  }
   j.last_checkpoint_cmd_at = d.value("last_checkpoint_cmd_at", 0.0);
   return j;
 }

@@ -35,6 +35,44 @@ struct TeamUsage {
   int64_t jobs = 0;
 };
 
+// Where a rank is in its gang's coordinated checkpoint.
+// kThawPending: the cut was given up while this rank's freeze or dump was under way; it is thawed
+// once that step answers (the agent runs one step of a rank at a time).
+enum class CutPhase : uint8_t {
+  kNone,
+  kFreezing,
+  kFrozen,
+  kDumping,
+  kDumped,
+  kThawing,
+  kThawPending
+};
+
+// A job that is one rank of a gang (docs/server.md, "Gangs"): each rank is a job of its own;
+// these fields tie it to the others.
+struct GangMember {
+  std::string gang;        // the gang's id: the job id of its rank 0
+  int rank = 0;            // RANK
+  int ranks = 0;           // WORLD_SIZE
+  int ranks_per_node = 1;  // at most this many of the gang's ranks on one node
+  int port = 0;            // MASTER_PORT, on rank 0's address
+  std::string address;     // the rank's own IPv4 address in the server's rank subnet; stable
+  // The gang's coordinated checkpoints: the generation this rank's last_checkpoint belongs to
+  // (every rank's image of one generation is one cut), and the one being taken (0: none).
+  int generation = 0;
+  int cut_in_flight = 0;
+  // The cut under way (kept in the store with it): this rank's step, whether the gang stops
+  // after it, and this rank's image once dumped.
+  CutPhase cut_phase = CutPhase::kNone;
+  bool cut_stop = false;
+  std::string cut_path;
+  int64_t cut_bytes = 0;
+  // A copy of this rank being killed (its gang recovers elsewhere): the kill's command id and
+  // its node. The gang is not placed again until the kill is answered or that node is dead.
+  int64_t stopping_command = 0;
+  std::string stopping_node;
+};
+
 struct JobRecord {
   int64_t seq = 0;
   std::string id;
@@ -90,6 +128,7 @@ struct JobRecord {
   // Control::changes_ when preempting for this job last found nothing to do (not stored): until
   // something changes, trying again would find the same.
   std::optional<uint64_t> preempt_futile_at;
+  std::optional<GangMember> gang;  // set for the ranks of a gang
 
   JobState state() const { return state_; }
   std::string StateName() const { return std::string(JobStateName(state_)); }
@@ -223,6 +262,8 @@ struct MigrationRecord {
 
 // API and store forms.
 Json JobToApi(const JobRecord& j);
+// The API's "gang" of a job: null, or its rank, the gang's size, its address...
+Json GangToApi(const JobRecord& j);
 // JobToApi(j), with "migration" set to `migration`, written straight to text: the same JSON
 // (keys in the same order) at a fraction of the cost, for long job lists.
 void AppendJobApiText(const JobRecord& j, const Json& migration, std::string* out);

@@ -457,8 +457,13 @@ void Control::DetectFailures(double now) {
 
 void Control::RecoverNode(NodeRecord& n) {
   const double now = Now();
+  ForgetStoppingOn(n.name);
   for (auto& [seq, j] : jobs_) {
     if (j.node != n.name || !j.HoldsGpu()) continue;
+    if (j.gang) {
+      RecoverGangOf(j, n.name);
+      continue;
+    }
     if (MigrationRecord* m = ActiveMigration(j)) FailMigration(*m, "node " + n.name + " died");
     Accrue(j, now);
     ReleaseJob(j);
@@ -484,6 +489,11 @@ void Control::DrainNodes() {
     if (!n.draining || n.state == NodeState::kDead) continue;
     for (auto& [seq, j] : jobs_) {
       if (j.node != name || j.state() != JobState::kRunning || j.migration_id != 0) continue;
+      if (j.gang) {
+        j.reason = "draining " + name + ": a rank of gang " + j.gang->gang +
+                   " does not move alone (checkpoint and resume the gang)";
+        continue;
+      }
       FleetView view = BuildFleet(true);
       core::PackerOptions options;
       options.collect_reasons = true;
@@ -546,7 +556,7 @@ StatusOr<Json> Control::Fault(const std::string& node, int gpu, const Json& body
 
 void Control::GpuHealthMoves() {
   for (auto& [seq, j] : jobs_) {
-    if (j.state() != JobState::kRunning || j.migration_id != 0) continue;
+    if (j.gang || j.state() != JobState::kRunning || j.migration_id != 0) continue;
     auto n = nodes_.find(j.node);
     if (n == nodes_.end() || n->second.state == NodeState::kDead) continue;
     const GpuRecord* g = n->second.Gpu(j.gpu);
@@ -567,8 +577,9 @@ void Control::GpuHealthMoves() {
 
 void Control::PeriodicCheckpoints(double now) {
   if (options_.checkpoint_every_s <= 0) return;
+  PeriodicGangCheckpoints(now);  // a gang's ranks only as one cut
   for (auto& [seq, j] : jobs_) {
-    if (j.state() != JobState::kRunning || j.migration_id != 0 || !j.started_at) continue;
+    if (j.gang || j.state() != JobState::kRunning || j.migration_id != 0 || !j.started_at) continue;
     // One at a time: a dump that takes longer than the period must not queue up more.
     if (j.checkpoint_in_flight) continue;
     if (auto node = nodes_.find(j.node); node != nodes_.end() && !node->second.checkpointable) {
@@ -659,7 +670,7 @@ void Control::Rebalance(FleetView& view, JobRecord& waiting) {
     m.placement.gpus = {static_cast<int16_t>(g - map.begin())};
     // Where to is not known yet: what moves off this node have taken.
     m.downtime_s = move_costs_.Estimate(j.node, "", static_cast<double>(j.used_bytes), 0).pause_s;
-    m.movable = nodes_[j.node].migrate_port > 0;
+    m.movable = nodes_[j.node].migrate_port > 0 && !j.gang;  // a gang rank never moves alone
     movable.push_back(std::move(m));
   }
   if (movable.empty()) return;

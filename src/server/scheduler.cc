@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <set>
 
 #include "control.h"
 #include "paladin/base/size.h"
@@ -37,6 +38,7 @@ core::Workload GpuShape(const std::string& name, const std::string& team, int32_
   w.team = team;
   w.priority = priority;
   w.gpu_count = gpus;
+  if (gpus == 0) return w;  // a CPU rank of a gang: no GPU, no GPU memory
   w.gpu_mem_mib = std::max<int64_t>(1, (quota_bytes + kMiB - 1) / kMiB);
   if (gpus > 1 || gpu_memory <= 0) {
     w.gpu_milli = core::kMilliPerGpu;
@@ -180,7 +182,14 @@ void Control::PlaceWaiting(FleetView& view) {
   std::stable_sort(waiting.begin(), waiting.end(), [](const JobRecord* a, const JobRecord* b) {
     return a->priority != b->priority ? a->priority > b->priority : a->seq < b->seq;
   });
+  std::set<std::string> gangs_tried;
   for (JobRecord* j : waiting) {
+    if (j->gang) {
+      // A gang is placed as one, at its first waiting rank's turn; never rebalanced for or
+      // preempting (a rank alone is not worth anything).
+      if (gangs_tried.insert(j->gang->gang).second) TryPlaceGang(view, j->gang->gang);
+      continue;
+    }
     if (TryPlace(view, *j)) continue;
     const int64_t before = next_migration_;
     Rebalance(view, *j);
@@ -210,7 +219,7 @@ bool Control::PreemptFor(const FleetView& view, JobRecord& waiting) {
   std::vector<const JobRecord*> candidates;
   for (const auto& [seq, j] : jobs_) {
     if (j.state() != JobState::kRunning || j.priority >= waiting.priority || j.migration_id != 0 ||
-        j.checkpoint_in_flight || view.index.count(j.node) == 0) {
+        j.checkpoint_in_flight || j.gang || view.index.count(j.node) == 0) {
       continue;
     }
     auto node = nodes_.find(j.node);
@@ -347,6 +356,7 @@ void Control::Bind(FleetView& view, JobRecord& j, const core::Placement& p,
   launch.gpu_uuid = j.gpu_uuid;
   launch.quota_bytes = j.quota_bytes;
   launch.ceiling_bytes = j.ceiling_bytes;
+  if (j.gang) AddGangLaunch(j, &launch);
   if (j.state() == JobState::kRestoring && j.last_checkpoint) {
     j.reason = "restoring on " + where + how;
     launch.kind = api::CommandKind::kRestore;

@@ -13,6 +13,7 @@
 
 #include "api.h"
 #include "control.h"
+#include "paladin/server/validate.h"
 #include "pods.h"
 
 namespace paladin::server {
@@ -113,6 +114,9 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   if (!(options.http_header_timeout_s > 0) || !(options.http_body_timeout_s > 0)) {
     return InvalidArgument("--http-header-timeout and --http-body-timeout: must be positive");
   }
+  if (StatusOr<RankSubnet> subnet = ParseRankSubnet(options.rank_subnet); !subnet.ok()) {
+    return InvalidArgument("--rank-subnet: " + subnet.status().message());
+  }
   StatusOr<std::pair<std::string, int>> listen = SplitListen(options.listen);
   if (!listen.ok()) return listen.status();
   auto impl = std::make_unique<Impl>();
@@ -132,6 +136,7 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
           : std::filesystem::absolute(options.checkpoint_store).string();
   control_options.policy = options.policy;
   control_options.move_mode = options.move_mode;
+  control_options.rank_subnet = options.rank_subnet;
   control_options.node_tokens_only = options.node_tokens_only;
   if (options.fault.rfind("crash-at:", 0) == 0) control_options.crash_at = options.fault.substr(9);
   impl->pods = std::make_unique<PodBook>([] {

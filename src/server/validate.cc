@@ -95,4 +95,41 @@ StatusOr<int64_t> ParseIntParam(std::string_view text, int64_t lo, int64_t hi,
   return n;
 }
 
+std::string RankSubnet::Address(int64_t n) const {
+  const uint32_t a = network + static_cast<uint32_t>(n);
+  return std::to_string(a >> 24) + "." + std::to_string((a >> 16) & 255) + "." +
+         std::to_string((a >> 8) & 255) + "." + std::to_string(a & 255);
+}
+
+StatusOr<RankSubnet> ParseRankSubnet(std::string_view text) {
+  const std::string shown(text.substr(0, 40));
+  auto bad = [&](const std::string& why) {
+    return InvalidArgument("rank subnet '" + shown + "': " + why);
+  };
+  const size_t slash = text.find('/');
+  if (slash == std::string_view::npos) return bad("expected A.B.C.D/PREFIX");
+  uint32_t addr = 0;
+  std::string_view rest = text.substr(0, slash);
+  for (int part = 0; part < 4; ++part) {
+    const size_t dot = part < 3 ? rest.find('.') : rest.size();
+    if (dot == std::string_view::npos || dot == 0 || dot > 3) return bad("expected A.B.C.D/PREFIX");
+    int v = 0;
+    for (char c : rest.substr(0, dot)) {
+      if (c < '0' || c > '9') return bad("expected A.B.C.D/PREFIX");
+      v = v * 10 + (c - '0');
+    }
+    if (v > 255) return bad("each part of the address is 0-255");
+    addr = (addr << 8) | static_cast<uint32_t>(v);
+    rest = part < 3 ? rest.substr(dot + 1) : std::string_view();
+  }
+  StatusOr<int64_t> prefix = ParseIntParam(text.substr(slash + 1), 8, 30, "rank subnet prefix");
+  if (!prefix.ok()) return bad("the prefix must be 8 to 30");
+  RankSubnet s;
+  s.prefix = static_cast<int>(*prefix);
+  const uint32_t host_mask = (uint32_t{1} << (32 - s.prefix)) - 1;
+  if ((addr & host_mask) != 0) return bad("host bits are set (write the network's own address)");
+  s.network = addr;
+  return s;
+}
+
 }  // namespace paladin::server

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace paladin::api {
 namespace {
@@ -239,7 +240,21 @@ TEST(WireTest, AMalformedCommandNamesTheField) {
        "quota_bytes: expected an integer from 0"},
       {Json{{"id", 3}, {"kind", "restore"}, {"job", "j"}}, "(restore): image: missing"},
       {Json{{"id", 4}, {"kind", "checkpoint"}, {"job", "j"}, {"mode", "pause"}, {"dir", "/d"}},
-       "mode: expected keep or stop"},
+       "mode: expected keep, stop or frozen"},
+      {Json{{"id", 8}, {"kind", "start"}, {"job", "j"}, {"command", {"a"}}, {"rank_net", 5}},
+       "(start): rank_net: expected an object"},
+      {Json{{"id", 8},
+            {"kind", "start"},
+            {"job", "j"},
+            {"command", {"a"}},
+            {"rank_net", {{"address", "10.231.0.300"}}}},
+       "(start): rank_net: address: expected a dotted IPv4 address"},
+      {Json{{"id", 8},
+            {"kind", "restore"},
+            {"job", "j"},
+            {"image", "/i"},
+            {"rank_net", {{"address", "10.231.0.3"}, {"interface", "../eth0"}}}},
+       "(restore): rank_net: interface: expected 1-15 characters"},
       {Json{{"id", 4}, {"kind", "checkpoint"}, {"job", "j"}}, "dir: missing"},
       {Json{{"id", 5}, {"kind", "fault"}, {"gpu_index", 0}, {"fault_kind", "melted"}},
        "fault_kind: expected xid, ecc or ecc-corrected"},
@@ -255,6 +270,79 @@ TEST(WireTest, AMalformedCommandNamesTheField) {
     EXPECT_EQ(command.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(command.status().message().find(c.says), std::string::npos)
         << c.body.dump() << " -> " << command.status().message();
+  }
+}
+
+// A gang rank's start carries its own network; the cut's steps are commands of their own.
+TEST(WireTest, AGangRanksNetworkAndTheCutsStepsRoundTrip) {
+  Command start;
+  start.id = 9;
+  start.kind = CommandKind::kStart;
+  start.job = "j-000002";
+  start.epoch = 1;
+  start.command = {"python3", "ddp_train.py"};
+  start.rank_net = RankNet{"10.231.0.2", "pal0"};
+  StatusOr<Command> back = DecodeCommand(ToJson(start));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_TRUE(back->rank_net.has_value());
+  EXPECT_EQ(back->rank_net->address, "10.231.0.2");
+  EXPECT_EQ(back->rank_net->interface, "pal0");
+  start.rank_net.reset();
+  back = DecodeCommand(ToJson(start));
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE(back->rank_net.has_value()) << "a job that is no gang rank has none";
+  for (CommandKind kind : {CommandKind::kFreeze, CommandKind::kThaw}) {
+    Command c;
+    c.id = 10;
+    c.kind = kind;
+    c.job = "j-000002";
+    c.epoch = 1;
+    back = DecodeCommand(ToJson(c));
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(back->kind, kind);
+    EXPECT_EQ(back->epoch, 1);
+  }
+  back = DecodeCommand(ToJson(CheckpointCommand("frozen", "/ckpt/j/4")));
+  EXPECT_FALSE(back.ok()) << "no id";
+  Command dump = CheckpointCommand("frozen", "/ckpt/j/4");
+  dump.id = 11;
+  dump.job = "j-000002";
+  back = DecodeCommand(ToJson(dump));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->mode, "frozen");
+}
+
+TEST(WireTest, RankRoutesRoundTripAndAHostileListNamesTheField) {
+  const std::vector<RankRoute> routes = {{"10.231.0.2", "192.0.2.2"}, {"10.231.0.3", "192.0.2.3"}};
+  StatusOr<std::vector<RankRoute>> back = DecodeRankRoutes(ToJson(routes));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, routes);
+  EXPECT_TRUE(DecodeRankRoutes(Json(nullptr))->empty()) << "an older server sends none";
+  struct Case {
+    Json list;
+    const char* says;
+  };
+  const Case cases[] = {
+      {Json::object(), "rank_routes: expected a list"},
+      {Json{5}, "rank_routes[0]: expected an object"},
+      {Json{{{"address", "10.231.0.2"}}}, "rank_routes[0]: via: missing"},
+      {Json{{{"address", "10.231.0.2"}, {"via", "host-b"}}},
+       "rank_routes[0]: via: expected a dotted IPv4 address"},
+      {Json{{{"address", "10.231.0.2"}, {"via", "192.0.2.2"}},
+            {{"address", "10.231.00.3"}, {"via", "192.0.2.2"}}},
+       "rank_routes[1]: address: expected a dotted IPv4 address"},
+  };
+  for (const Case& c : cases) {
+    StatusOr<std::vector<RankRoute>> r = DecodeRankRoutes(c.list);
+    ASSERT_FALSE(r.ok()) << c.list.dump();
+    EXPECT_EQ(r.status().message(), c.says) << c.list.dump();
+  }
+  for (const char* ok : {"0.0.0.0", "10.231.0.2", "255.255.255.255"}) {
+    EXPECT_TRUE(IsDottedIpv4(ok)) << ok;
+  }
+  for (const char* bad : {"", "10.231.0", "10.231.0.2.", "1.2.3.4.5", "01.2.3.4", "1..3.4",
+                          "256.1.1.1", " 1.2.3.4", "1.2.3.4/32"}) {
+    EXPECT_FALSE(IsDottedIpv4(bad)) << bad;
   }
 }
 

@@ -332,6 +332,52 @@ TEST_F(PackerGangTest, ARollbackNeverReleasesAReservationTheGangDidNotMake) {
   EXPECT_EQ(StateOf(fleet_), before_);
 }
 
+// At most one member per node: the best-fit policy would put both members on b (its two free
+// GPUs fit tighter), but MaxPerNode keeps the second member off the node holding the first.
+TEST_F(PackerGangTest, MaxPerNodeSpreadsTheMembersInsteadOfRefusingThem) {
+  const std::vector<Workload> gang = {Member("r0", 1), Member("r1", 1)};
+  const std::vector<uint64_t> ids = {1, 2};
+  Packer packer(EveryNodeTies());
+  MaxPerNodePermit one(1);
+  std::vector<Placement> placements;
+  PALADIN_ASSERT_OK(packer.ScheduleGang(fleet_, gang, ids, rng_, {&one}, &placements));
+  ASSERT_EQ(placements.size(), 2u);
+  EXPECT_NE(placements[0].node, placements[1].node);
+}
+
+TEST_F(PackerGangTest, MaxPerNodeRollsBackAGangWithMoreMembersThanNodesAllow) {
+  // Two nodes, at most one member each: the third member has nowhere to go.
+  const std::vector<Workload> gang = {Member("r0", 1), Member("r1", 1), Member("r2", 1)};
+  const std::vector<uint64_t> ids = {1, 2, 3};
+  Packer packer(EveryNodeTies());
+  MaxPerNodePermit one(1);
+  const Status st = packer.ScheduleGang(fleet_, gang, ids, rng_, {&one}, nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(st.message(), AllOf(HasSubstr("gang member r2 does not fit"),
+                                  HasSubstr("MaxPerNode kept it off 2 nodes")));
+  EXPECT_EQ(StateOf(fleet_), before_);
+  for (uint64_t id : ids) EXPECT_FALSE(fleet_.IsReserved(id));
+}
+
+TEST(MaxPerNodePermitTest, RefusesPlacementsOverTheBoundAndSaysWhere) {
+  Fleet fleet;
+  AddTestNode(fleet, "a", 32000, 65536, 4, "T4");
+  AddTestNode(fleet, "b", 32000, 65536, 4, "T4");
+  MaxPerNodePermit two(2);
+  const std::vector<Workload> gang(3);
+  std::string reason;
+  // Worked out: a holds 2 (allowed), b holds 1.
+  const std::vector<Placement> ok = {Placement{0, {0}}, Placement{0, {1}}, Placement{1, {0}}};
+  EXPECT_TRUE(two.Permit(fleet, gang, ok, &reason));
+  // a holds 3 > 2.
+  const std::vector<Placement> bad = {Placement{0, {0}}, Placement{0, {1}}, Placement{0, {2}}};
+  EXPECT_FALSE(two.Permit(fleet, gang, bad, &reason));
+  EXPECT_EQ(reason, "node a would hold more than 2 members");
+  EXPECT_TRUE(two.AllowsMemberOn(fleet, std::span(ok).first(1), 0));
+  EXPECT_FALSE(two.AllowsMemberOn(fleet, std::span(ok).first(2), 0));
+  EXPECT_TRUE(two.AllowsMemberOn(fleet, std::span(ok).first(2), 1));
+}
+
 TEST_F(PackerGangTest, IdsMustMatchTheGang) {
   const std::vector<Workload> gang = {Member("m0", 1), Member("m1", 1)};
   const std::vector<uint64_t> ids = {1};

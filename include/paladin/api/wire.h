@@ -76,7 +76,32 @@ enum class CommandKind {
   kFault,       // post a GPU fault event on an emulated GPU (no job)
   kMigrateIn,   // receive it from another node
   kMigrateOut,  // send it to another node
+  kFreeze,      // a gang's coordinated checkpoint, step 1: freeze the copy (its cgroup)
+  kThaw,        // ... step 3: thaw it (after every rank was dumped, or the cut was given up)
 };
+
+// A gang rank's own network (docs/server.md, "Gangs"): the agent starts (or restores) the rank in
+// a network namespace of its own whose interface `interface` has `address` (IPv4, /32), reached
+// from the host over a veth pair; every other rank of the gang is reached through the routes
+// the heartbeat answers carry.
+struct RankNet {
+  std::string address;             // dotted IPv4
+  std::string interface = "pal0";  // the interface's name inside the namespace (GLOO_SOCKET_IFNAME)
+};
+
+// A route the agent keeps on its host while a rank of a gang runs there: `address`/32 via the
+// node `via` (the address that node registered). The heartbeat answer's "rank_routes" is the
+// whole list for the node: the agent adds what is missing and removes what is no longer there.
+struct RankRoute {
+  std::string address;
+  std::string via;
+  bool operator==(const RankRoute&) const = default;
+};
+nlohmann::json ToJson(const std::vector<RankRoute>& routes);
+// Errors name the field: "rank_routes[2]: via: expected a dotted IPv4 address".
+StatusOr<std::vector<RankRoute>> DecodeRankRoutes(const nlohmann::json& list);
+// Whether `text` is a dotted IPv4 address (four parts 0-255, no leading zeros but "0").
+bool IsDottedIpv4(const std::string& text);
 
 // How a migration moves the job's memory (docs/lazy_migration.md).
 enum class MoveMode { kPreCopy, kPostCopy };
@@ -108,11 +133,16 @@ struct Command {
   std::optional<int64_t> ceiling_bytes;
   int compute_share = 0;  // start: percent of the GPU's time; 0 for no limit
 
+  // start, restore, migrate_in: the rank's own network, for a rank of a gang; absent otherwise
+  std::optional<RankNet> rank_net;
+
   std::string image;                                         // restore: the image's folder
   std::vector<std::pair<std::string, std::string>> gpu_map;  // restore, migrate_in: old=new UUIDs
 
-  std::string mode = "keep";  // checkpoint: keep | stop
-  std::string dir;            // checkpoint: where the image goes
+  // checkpoint: keep | stop | frozen (the copy was frozen by a freeze command: dump it and leave
+  // it frozen; a gang's coordinated checkpoint, step 2)
+  std::string mode = "keep";
+  std::string dir;  // checkpoint: where the image goes
 
   std::string fault_kind = "xid";  // fault: xid | ecc | ecc-corrected
   int64_t code = 79;               // fault: the Xid

@@ -61,6 +61,27 @@ class PermitPlugin {
   // Called after every member of a gang has been reserved. False rolls the gang back.
   virtual bool Permit(const Fleet& fleet, std::span<const Workload> gang,
                       std::span<const Placement> placements, std::string* reason) const = 0;
+  // Whether the next member may go on `node` after the members `placed` so far. A permit that
+  // bounds how a gang spreads says no here too, so that ScheduleGang looks elsewhere for that
+  // member instead of building a gang Permit would refuse. The default allows every node.
+  virtual bool AllowsMemberOn(const Fleet& /*fleet*/, std::span<const Placement> /*placed*/,
+                              int32_t /*node*/) const {
+    return true;
+  }
+};
+
+// At most `max_per_node` members of a gang on one node (a gang's ranks per node).
+class MaxPerNodePermit final : public PermitPlugin {
+ public:
+  explicit MaxPerNodePermit(int32_t max_per_node) : max_(max_per_node) {}
+  std::string_view name() const override { return "MaxPerNode"; }
+  bool Permit(const Fleet& fleet, std::span<const Workload> gang,
+              std::span<const Placement> placements, std::string* reason) const override;
+  bool AllowsMemberOn(const Fleet& fleet, std::span<const Placement> placed,
+                      int32_t node) const override;
+
+ private:
+  int32_t max_;
 };
 
 // How the packer breaks exact ties between the best-scoring nodes.
@@ -102,6 +123,8 @@ struct PackerOptions {
   bool collect_reasons = false;  // build a human reason for the first rejection of each plugin
   int32_t only_node = -1;        // >= 0: consider this node only (the rebalancer's trial moves)
   int32_t exclude_node = -1;     // >= 0: never this node (a job moving off it)
+  // Never these nodes either (ScheduleGang: nodes a permit plugin keeps the next member off).
+  std::span<const int32_t> exclude_nodes;
 };
 
 class Packer {
@@ -124,7 +147,8 @@ class Packer {
                     const PackerOptions& options = {});
 
   // Places a gang all-or-nothing: each member is scheduled and reserved in turn (so members
-  // see each other), then every permit plugin must agree. On any failure every member that was
+  // see each other) on a node every permit plugin allows it on (AllowsMemberOn), then every
+  // permit plugin must agree. On any failure every member that was
   // reserved is unreserved and the fleet is exactly as before. `ids` are the reservation ids.
   Status ScheduleGang(Fleet& fleet, std::span<const Workload> gang, std::span<const uint64_t> ids,
                       Rng& rng, const std::vector<const PermitPlugin*>& permits,

@@ -28,6 +28,9 @@ struct ServerOptions {
   // move streams the memory into the destination's page server where both agents can (their
   // registration's "stream"), except with "image". docs/lazy_migration.md, "Fleet moves".
   std::string move_mode = "auto";
+  // Where gang ranks take their stable addresses from (docs/server.md, "Gangs"): A.B.C.D/P,
+  // P from 8 to 30. Every agent routes these addresses to the nodes their ranks run on.
+  std::string rank_subnet = "10.231.0.0/16";
   std::string fault;  // "crash-at:<step>" (PALADIN_SERVER_FAULT), tests only
   double schedule_interval_s = 0.5;
   // HTTP worker threads: they run the routes. Reading requests holds none (docs/server.md,

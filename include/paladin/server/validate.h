@@ -32,4 +32,16 @@ std::string FormatJobId(int64_t seq);
 StatusOr<int64_t> ParseIntParam(std::string_view text, int64_t lo, int64_t hi,
                                 const std::string& what);
 
+// The subnet gang ranks take their addresses from (ServerOptions::rank_subnet): "A.B.C.D/P",
+// P from 8 to 30, no host bits set. Hosts are numbered 1 .. 2^(32-P) - 2 (the network and
+// broadcast addresses are never handed out).
+struct RankSubnet {
+  uint32_t network = 0;  // host byte order
+  int prefix = 0;
+  int64_t Hosts() const { return (int64_t{1} << (32 - prefix)) - 2; }
+  // The address of host `n` (1 .. Hosts()), dotted.
+  std::string Address(int64_t n) const;
+};
+StatusOr<RankSubnet> ParseRankSubnet(std::string_view text);
+
 }  // namespace paladin::server

@@ -1,0 +1,542 @@
+// Gangs (docs/server.md, "Gangs"): a job of N ranks is N jobs tied by a GangMember record. They
+// are placed all-or-nothing by the core packer's ScheduleGang (MaxPerNodePermit bounds the
+// ranks per node), each has a stable address from the rank subnet, every rank starts with the
+// rendezvous variables, agents are told the routes to the ranks on other nodes, and the gang is
+// checkpointed as one cut (freeze every rank, dump each while frozen, thaw them all), recovered
+// as one from that cut, and never runs a rank twice.
+#include <algorithm>
+#include <set>
+
+#include "control.h"
+
+namespace paladin::server {
+namespace {
+
+// Variables the server sets for every rank; a gang's own env may not set them.
+constexpr const char* kRendezvousEnv[] = {"MASTER_ADDR",       "MASTER_PORT", "RANK",
+                                          "WORLD_SIZE",        "LOCAL_RANK",  "LOCAL_WORLD_SIZE",
+                                          "GLOO_SOCKET_IFNAME"};
+
+bool Live(const JobRecord& j) { return !j.Terminal(); }
+
+bool Waiting(const JobRecord& j) {
+  return j.state() == JobState::kPending || (j.state() == JobState::kRestoring && j.node.empty());
+}
+
+}  // namespace
+
+Status CheckGangEnv(const std::map<std::string, std::string>& env) {
+  for (const char* key : kRendezvousEnv) {
+    if (env.count(key) != 0) {
+      return InvalidArgument(std::string("env: ") + key +
+                             " is set by the server for each rank of a gang");
+    }
+  }
+  return Status::Ok();
+}
+
+std::vector<JobRecord*> Control::GangMembers(const std::string& gang) {
+  std::vector<JobRecord*> out;
+  for (auto& [seq, j] : jobs_) {
+    if (j.gang && j.gang->gang == gang && Live(j)) out.push_back(&j);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const JobRecord* a, const JobRecord* b) { return a->gang->rank < b->gang->rank; });
+  return out;
+}
+
+StatusOr<Json> Control::SubmitGang(const Principal& who, const JobRecord& base,
+                                   const GangMember& shape) {
+  // Hostile input until checked: the bounds were checked by Submit; here what depends on state.
+  auto team = teams_.find(base.team);
+  if (team != teams_.end()) {
+    const TeamRecord& t = team->second;
+    const int64_t gpus = int64_t{shape.ranks} * base.gpus;
+    if (t.max_gpus > 0 && gpus > t.max_gpus) {
+      return ResourceExhausted("ranks: the gang needs " + std::to_string(gpus) +
+                               " GPUs, more than team " + t.name + "'s quota of " +
+                               std::to_string(t.max_gpus));
+    }
+    if (t.max_gpu_mem > 0 && !base.mem_auto && base.mem_request * gpus > t.max_gpu_mem) {
+      return ResourceExhausted("ranks: the gang needs " + std::to_string(base.mem_request * gpus) +
+                               " bytes of GPU memory, more than team " + t.name + "'s quota");
+    }
+  }
+  // Stable addresses: the lowest hosts of the rank subnet that no live rank holds.
+  std::set<std::string> taken;
+  for (const auto& [seq, j] : jobs_) {
+    if (j.gang && Live(j)) taken.insert(j.gang->address);
+  }
+  std::vector<std::string> addresses;
+  for (int64_t n = 1; n <= rank_subnet_.Hosts() && std::ssize(addresses) < shape.ranks; ++n) {
+    std::string a = rank_subnet_.Address(n);
+    if (taken.count(a) == 0) addresses.push_back(std::move(a));
+  }
+  if (std::ssize(addresses) < shape.ranks) {
+    return ResourceExhausted("ranks: the rank subnet " + options_.rank_subnet + " has " +
+                             std::to_string(addresses.size()) + " free addresses, the gang needs " +
+                             std::to_string(shape.ranks));
+  }
+  const double now = Now();
+  const std::string gang = FormatJobId(next_job_);
+  Json ids = Json::array();
+  Json out;
+  for (int r = 0; r < shape.ranks; ++r) {
+    JobRecord j = base;
+    j.seq = next_job_++;
+    j.id = FormatJobId(j.seq);
+    j.name = base.name.substr(0, 55) + "-r" + std::to_string(r);
+    j.submitted_at = now;
+    j.pending_since = now;
+    j.MoveTo(JobState::kPending);
+    j.reason = "waiting for the scheduler (gang " + gang + ")";
+    if (j.mem_auto) {
+      SizeAutoJob(j);
+    } else {
+      j.quota_bytes = j.mem_request;
+    }
+    GangMember m = shape;
+    m.gang = gang;
+    m.rank = r;
+    m.address = addresses[static_cast<size_t>(r)];
+    j.gang = m;
+    ++Team(j.team).usage.jobs;
+    Count("jobs_submitted");
+    Event("submitted", &j, "",
+          "submitted by " + who.Scope() + ": rank " + std::to_string(r) + " of gang " + gang +
+              " (" + std::to_string(shape.ranks) + " ranks, at most " +
+              std::to_string(shape.ranks_per_node) + " per node), address " + m.address);
+    DirtyJob(j);
+    ids.push_back(j.id);
+    if (r == 0) out = JobJson(j);
+    jobs_[j.seq] = std::move(j);
+  }
+  DirtyTeam(base.team);
+  out["gang_jobs"] = ids;
+  PALADIN_RETURN_IF_ERROR(Flush());
+  Wake();
+  return out;
+}
+
+std::string Control::GangQuotaRefusal(const std::vector<JobRecord*>& members) const {
+  if (members.empty()) return "";
+  auto team = teams_.find(members[0]->team);
+  if (team == teams_.end()) return "";
+  const TeamRecord& t = team->second;
+  int64_t gpus = 0;
+  int64_t mem = 0;
+  for (const auto& [seq, other] : jobs_) {
+    if (other.team != t.name || !other.HoldsGpu()) continue;
+    gpus += other.gpus;
+    mem += other.quota_bytes * other.gpus;
+  }
+  int64_t want_gpus = 0;
+  int64_t want_mem = 0;
+  for (const JobRecord* m : members) {
+    want_gpus += m->gpus;
+    want_mem += m->quota_bytes * m->gpus;
+  }
+  if (t.max_gpus > 0 && gpus + want_gpus > t.max_gpus) {
+    return "team " + t.name + " quota: " + std::to_string(gpus) + " of its " +
+           std::to_string(t.max_gpus) + " GPUs in use, the gang needs " + std::to_string(want_gpus);
+  }
+  if (t.max_gpu_mem > 0 && mem + want_mem > t.max_gpu_mem) {
+    return "team " + t.name + " quota: " + std::to_string(mem) + " of its " +
+           std::to_string(t.max_gpu_mem) + " bytes of GPU memory in use, the gang needs " +
+           std::to_string(want_mem);
+  }
+  return "";
+}
+
+bool Control::TryPlaceGang(FleetView& view, const std::string& gang) {
+  std::vector<JobRecord*> members = GangMembers(gang);
+  if (members.empty()) return false;
+  auto say = [&](const std::string& why) {
+    for (JobRecord* m : members) {
+      if (m->reason != why) {
+        m->reason = why;
+        DirtyJob(*m);
+      }
+    }
+  };
+  // All or nothing: every live rank is waiting (a rank still running elsewhere, or a copy not yet
+  // known to be gone, holds the whole gang back: a rank never runs twice).
+  for (JobRecord* m : members) {
+    if (!Waiting(*m)) return false;
+    if (m->gang->stopping_command != 0) {
+      say("gang " + gang + ": waiting until rank " + std::to_string(m->gang->rank) + "'s copy on " +
+          m->gang->stopping_node + " is gone");
+      return false;
+    }
+  }
+  if (std::ssize(members) != members[0]->gang->ranks) return false;
+  for (JobRecord* m : members) {
+    if (m->mem_auto && m->state() == JobState::kPending) SizeAutoJob(*m);
+  }
+  if (std::string refusal = GangQuotaRefusal(members); !refusal.empty()) {
+    say(refusal);
+    return false;
+  }
+  int64_t largest = 0;
+  for (int64_t m : view.gpu_memory) largest = std::max(largest, m);
+  std::vector<core::Workload> shapes;
+  std::vector<uint64_t> ids;
+  for (const JobRecord* m : members) {
+    shapes.push_back(ShapeOf(*m, largest));
+    ids.push_back(static_cast<uint64_t>(m->seq));
+  }
+  const core::MaxPerNodePermit per_node(members[0]->gang->ranks_per_node);
+  std::vector<core::Placement> placements;
+  const Status placed =
+      packer_.ScheduleGang(view.fleet, shapes, ids, rng_, {&per_node}, &placements);
+  if (!placed.ok()) {
+    say("gang " + gang + ": " +
+        (view.names.empty() ? "no alive node with a healthy GPU" : placed.message()));
+    return false;
+  }
+  // Every rank's node first, so that each launch can count the ranks on its node.
+  for (size_t i = 0; i < members.size(); ++i) {
+    members[i]->node = view.names[static_cast<size_t>(placements[i].node)];
+  }
+  const std::string how = " by " + packer_.policy().name + " with its gang (" +
+                          std::to_string(members.size()) + " ranks, at most " +
+                          std::to_string(members[0]->gang->ranks_per_node) + " per node)";
+  for (size_t i = 0; i < members.size(); ++i) Bind(view, *members[i], placements[i], how);
+  return true;
+}
+
+void Control::AddGangLaunch(const JobRecord& j, api::Command* launch) {
+  const GangMember& g = *j.gang;
+  std::string master;
+  int local_rank = 0;
+  int local_world = 0;
+  for (const JobRecord* m : GangMembers(g.gang)) {
+    if (m->gang->rank == 0) master = m->gang->address;
+    if (m->node != j.node) continue;
+    ++local_world;
+    if (m->gang->rank < g.rank) ++local_rank;
+  }
+  api::RankNet net;
+  net.address = g.address;
+  launch->env["MASTER_ADDR"] = master;
+  launch->env["MASTER_PORT"] = std::to_string(g.port);
+  launch->env["RANK"] = std::to_string(g.rank);
+  launch->env["WORLD_SIZE"] = std::to_string(g.ranks);
+  launch->env["LOCAL_RANK"] = std::to_string(local_rank);
+  launch->env["LOCAL_WORLD_SIZE"] = std::to_string(std::max(local_world, 1));
+  launch->env["GLOO_SOCKET_IFNAME"] = net.interface;
+  launch->rank_net = std::move(net);
+}
+
+std::vector<api::RankRoute> Control::RankRoutesFor(const NodeRecord& n) const {
+  std::set<std::string> gangs;
+  for (const auto& [seq, j] : jobs_) {
+    if (j.gang && Live(j) && j.node == n.name) gangs.insert(j.gang->gang);
+  }
+  std::vector<api::RankRoute> out;
+  for (const auto& [seq, j] : jobs_) {
+    if (!j.gang || !Live(j) || gangs.count(j.gang->gang) == 0) continue;
+    if (j.node.empty() || j.node == n.name) continue;
+    auto where = nodes_.find(j.node);
+    if (where == nodes_.end() || where->second.address.empty()) continue;
+    out.push_back(api::RankRoute{j.gang->address, where->second.address});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const api::RankRoute& a, const api::RankRoute& b) { return a.address < b.address; });
+  return out;
+}
+
+// --- the coordinated checkpoint ---
+
+std::string Control::GangCutRefusal(const std::vector<JobRecord*>& members) const {
+  if (members.empty()) return "the gang has no live rank";
+  if (std::ssize(members) != members[0]->gang->ranks) return "not every rank of the gang is live";
+  for (const JobRecord* m : members) {
+    const std::string rank = "rank " + std::to_string(m->gang->rank) + " (" + m->id + ")";
+    if (m->state() != JobState::kRunning) return rank + " is " + m->StateName();
+    if (m->migration_id != 0) return rank + " is moving";
+    if (m->gang->cut_in_flight != 0) return "a gang checkpoint is already under way";
+    auto node = nodes_.find(m->node);
+    if (node == nodes_.end() || node->second.state == NodeState::kDead) {
+      return rank + "'s node is not alive";
+    }
+    if (!node->second.checkpointable) return rank + ": " + std::string(kNotCheckpointable);
+  }
+  return "";
+}
+
+std::string Control::StartGangCut(const std::string& gang, bool then_stop, const std::string& why) {
+  std::vector<JobRecord*> members = GangMembers(gang);
+  if (std::string refusal = GangCutRefusal(members); !refusal.empty()) return refusal;
+  int generation = 0;
+  for (const JobRecord* m : members) generation = std::max(generation, m->gang->generation);
+  ++generation;
+  for (JobRecord* m : members) {
+    GangMember& g = *m->gang;
+    g.cut_in_flight = generation;
+    g.cut_phase = CutPhase::kFreezing;
+    g.cut_stop = then_stop;
+    g.cut_path.clear();
+    g.cut_bytes = 0;
+    m->checkpoint_in_flight = true;
+    m->last_checkpoint_cmd_at = Now();
+    if (then_stop) {
+      m->MoveTo(JobState::kCheckpointing);
+      m->reason = "gang " + gang + " checkpoint " + std::to_string(generation) + " (stop): ";
+      m->reason += why;
+    }
+    api::Command freeze;
+    freeze.kind = api::CommandKind::kFreeze;
+    SendCommand(m->node, std::move(freeze), m);
+    DirtyJob(*m);
+  }
+  Event("gang_checkpoint", members[0], "",
+        "gang " + gang + ": checkpoint generation " + std::to_string(generation) +
+            " begun (freeze every rank, dump each, then " + (then_stop ? "stop" : "thaw") +
+            "): " + why);
+  return "";
+}
+
+void Control::GiveUpGangCut(const std::string& gang, const std::string& why) {
+  std::vector<JobRecord*> members = GangMembers(gang);
+  int generation = 0;
+  for (JobRecord* m : members) {
+    GangMember& g = *m->gang;
+    if (g.cut_in_flight == 0) continue;
+    generation = g.cut_in_flight;
+    g.cut_stop = false;
+    if (m->state() == JobState::kCheckpointing) {
+      m->MoveTo(JobState::kRunning);
+      m->reason = "running; gang checkpoint " + std::to_string(generation) + " failed: " + why;
+    }
+    if (g.cut_phase == CutPhase::kFreezing || g.cut_phase == CutPhase::kDumping) {
+      g.cut_phase = CutPhase::kThawPending;  // thawed when that step answers
+    } else if (g.cut_phase != CutPhase::kThawing && g.cut_phase != CutPhase::kThawPending) {
+      g.cut_phase = CutPhase::kThawing;
+      api::Command thaw;
+      thaw.kind = api::CommandKind::kThaw;
+      if (!m->node.empty()) SendCommand(m->node, std::move(thaw), m);
+    }
+    DirtyJob(*m);
+  }
+  if (generation == 0) return;
+  Count("gang_checkpoint_failures");
+  Event("gang_checkpoint_failed", members.empty() ? nullptr : members[0], "",
+        "gang " + gang + ": checkpoint generation " + std::to_string(generation) +
+            " failed, every rank thawed, generation " + std::to_string(generation - 1) +
+            " kept: " + why);
+}
+
+void Control::FinishGangCut(const std::string& gang) {
+  std::vector<JobRecord*> members = GangMembers(gang);
+  const bool stop = members[0]->gang->cut_stop;
+  const int generation = members[0]->gang->cut_in_flight;
+  for (JobRecord* m : members) {
+    GangMember& g = *m->gang;
+    RecordCheckpoint(*m, Json{{"path", g.cut_path}, {"bytes", g.cut_bytes}}, g.cut_path);
+    g.generation = generation;
+    if (stop) {
+      // The ranks stay frozen until the kill: nothing runs past the cut.
+      SendCommand(m->node, api::KillCommand(m->epoch), m);
+      Accrue(*m, Now());
+      ReleaseJob(*m);
+      m->MoveTo(JobState::kCheckpointed);
+      m->reason = "checkpointed with its gang (generation " + std::to_string(generation) +
+                  "): `paladin job resume` resumes the whole gang";
+      g.cut_in_flight = 0;
+      g.cut_phase = CutPhase::kNone;
+      m->checkpoint_in_flight = false;
+    } else {
+      g.cut_phase = CutPhase::kThawing;
+      api::Command thaw;
+      thaw.kind = api::CommandKind::kThaw;
+      SendCommand(m->node, std::move(thaw), m);
+    }
+    DirtyJob(*m);
+  }
+  Count("gang_checkpoints");
+  Event("gang_checkpointed", members[0], "",
+        "gang " + gang + ": generation " + std::to_string(generation) + " of " +
+            std::to_string(members.size()) + " ranks is one cut" +
+            (stop ? "; the ranks are stopped" : "; every rank thawed"));
+}
+
+bool Control::ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::CommandResult& r) {
+  GangMember& g = *j.gang;
+  const api::CommandKind kind = c.command.kind;
+  const std::string& gang = g.gang;
+  if (kind == api::CommandKind::kKill && g.stopping_command == c.id) {
+    g.stopping_command = 0;
+    g.stopping_node.clear();
+    DirtyJob(j);
+    return false;  // the rest of a kill's handling still applies
+  }
+  const bool cut_step = kind == api::CommandKind::kFreeze || kind == api::CommandKind::kThaw ||
+                        (kind == api::CommandKind::kCheckpoint && c.command.mode == "frozen");
+  if (!cut_step) return false;
+  if (c.command.epoch.value_or(-1) != j.epoch || g.cut_in_flight == 0) return true;  // stale
+  const std::string rank = "rank " + std::to_string(g.rank) + " on " + j.node;
+  if (g.cut_phase == CutPhase::kThawPending && kind != api::CommandKind::kThaw) {
+    // The cut was given up while this step ran: the rank may be frozen now; thaw it.
+    g.cut_phase = CutPhase::kThawing;
+    api::Command thaw;
+    thaw.kind = api::CommandKind::kThaw;
+    SendCommand(j.node, std::move(thaw), &j);
+    DirtyJob(j);
+    return true;
+  }
+  if (kind == api::CommandKind::kThaw) {
+    if (!r.ok) {
+      Event("gang_thaw_failed", &j, j.node, "gang " + gang + ": " + rank + ": " + r.error);
+    }
+    g.cut_in_flight = 0;
+    g.cut_phase = CutPhase::kNone;
+    j.checkpoint_in_flight = false;
+    DirtyJob(j);
+    return true;
+  }
+  if (!r.ok) {
+    // This rank's step has answered: it is thawed with the others now (a rank whose freeze
+    // failed runs already; one whose dump failed stays frozen until then).
+    g.cut_phase = CutPhase::kFrozen;
+    GiveUpGangCut(gang, rank + ": " + std::string(api::CommandKindName(kind)) + ": " + r.error);
+    return true;
+  }
+  std::vector<JobRecord*> members = GangMembers(gang);
+  if (kind == api::CommandKind::kFreeze) {
+    if (g.cut_phase != CutPhase::kFreezing) return true;
+    g.cut_phase = CutPhase::kFrozen;
+    DirtyJob(j);
+    const bool all_frozen = std::all_of(members.begin(), members.end(), [](const JobRecord* m) {
+      return m->gang->cut_phase == CutPhase::kFrozen;
+    });
+    if (!all_frozen) return true;
+    // Every rank is frozen: nothing moves between them now. Dump each, leaving it frozen.
+    for (JobRecord* m : members) {
+      m->gang->cut_phase = CutPhase::kDumping;
+      ++m->checkpoint_seq;
+      SendCommand(m->node, api::CheckpointCommand("frozen", CheckpointDir(*m, m->checkpoint_seq)),
+                  m);
+      DirtyJob(*m);
+    }
+    return true;
+  }
+  // The dump of a frozen rank.
+  if (g.cut_phase != CutPhase::kDumping) return true;
+  g.cut_phase = CutPhase::kDumped;
+  g.cut_path = r.detail.contains("path") && r.detail["path"].is_string()
+                   ? r.detail["path"].get<std::string>()
+                   : c.command.dir;
+  g.cut_bytes = r.detail.contains("bytes") && r.detail["bytes"].is_number_integer()
+                    ? r.detail["bytes"].get<int64_t>()
+                    : 0;
+  DirtyJob(j);
+  const bool all_dumped = std::all_of(members.begin(), members.end(), [](const JobRecord* m) {
+    return m->gang->cut_phase == CutPhase::kDumped;
+  });
+  if (all_dumped) FinishGangCut(gang);
+  return true;
+}
+
+void Control::PeriodicGangCheckpoints(double now) {
+  if (options_.checkpoint_every_s <= 0) return;
+  std::set<std::string> seen;
+  for (auto& [seq, j] : jobs_) {
+    if (!j.gang || !Live(j) || !seen.insert(j.gang->gang).second) continue;
+    std::vector<JobRecord*> members = GangMembers(j.gang->gang);
+    if (!GangCutRefusal(members).empty()) continue;
+    double since = 0;
+    for (const JobRecord* m : members) {
+      since = std::max({since, m->started_at.value_or(0.0), m->last_checkpoint_cmd_at,
+                        m->last_checkpoint ? m->last_checkpoint->at : 0.0});
+    }
+    if (now - since < options_.checkpoint_every_s) continue;
+    (void)StartGangCut(j.gang->gang, false, "periodic");
+  }
+}
+
+StatusOr<Json> Control::CheckpointGang(JobRecord& j) {
+  const std::string gang = j.gang->gang;
+  if (std::string refusal = StartGangCut(gang, true, "asked"); !refusal.empty()) {
+    return FailedPrecondition("gang " + gang + ": " + refusal);
+  }
+  Json out = JobJson(j);
+  PALADIN_RETURN_IF_ERROR(Flush());
+  return out;
+}
+
+StatusOr<Json> Control::ResumeGang(JobRecord& j) {
+  const std::string gang = j.gang->gang;
+  std::vector<JobRecord*> members = GangMembers(gang);
+  for (const JobRecord* m : members) {
+    if (m->state() != JobState::kCheckpointed || !m->last_checkpoint) {
+      return FailedPrecondition("gang " + gang + ": rank " + std::to_string(m->gang->rank) +
+                                " is " + m->StateName() + "; only a checkpointed gang resumes");
+    }
+  }
+  for (JobRecord* m : members) {
+    m->MoveTo(JobState::kRestoring);
+    m->node.clear();
+    m->gpu = -1;
+    m->pending_since = Now();
+    m->reason = "waiting for room for the whole gang to restore generation " +
+                std::to_string(m->gang->generation);
+    DirtyJob(*m);
+  }
+  Json out = JobJson(j);
+  PALADIN_RETURN_IF_ERROR(Flush());
+  Wake();
+  return out;
+}
+
+void Control::RecoverGangOf(const JobRecord& lost, const std::string& dead_node) {
+  const std::string gang = lost.gang->gang;
+  const double now = Now();
+  if (lost.gang->cut_in_flight != 0) GiveUpGangCut(gang, "node " + dead_node + " died");
+  for (JobRecord* m : GangMembers(gang)) {
+    GangMember& g = *m->gang;
+    g.cut_in_flight = 0;
+    g.cut_phase = CutPhase::kNone;
+    m->checkpoint_in_flight = false;
+    if (!m->HoldsGpu() && m->node.empty()) continue;  // already waiting
+    if (MigrationRecord* mig = ActiveMigration(*m)) FailMigration(*mig, "its gang is recovering");
+    if (m->node != dead_node) {
+      // A survivor: stopped here and restored from the same cut with the others. The gang waits
+      // for this kill's answer before any rank runs again, so no rank ever runs twice.
+      g.stopping_command = SendCommand(m->node, api::KillCommand(m->epoch), m);
+      g.stopping_node = m->node;
+    }
+    Accrue(*m, now);
+    ReleaseJob(*m);
+    m->pending_since = now;
+    m->cancel_requested = false;
+    if (g.generation > 0 && m->last_checkpoint) {
+      m->MoveTo(JobState::kRestoring);
+      m->recovering = true;
+      m->reason = std::string("gang ").append(gang).append(" recovering (node ").append(dead_node);
+      m->reason.append(" died): every rank restores generation ")
+          .append(std::to_string(g.generation));
+    } else {
+      m->MoveTo(JobState::kPending);
+      ++m->restarts;
+      Count("restarts");
+      m->reason = std::string("gang ").append(gang).append(": node ").append(dead_node);
+      m->reason.append(" died and the gang had no checkpoint: every rank starts over");
+      Event("restarted", m, dead_node, m->reason);
+    }
+    DirtyJob(*m);
+  }
+}
+
+void Control::ForgetStoppingOn(const std::string& dead_node) {
+  // A node declared dead has fenced its copies (its lease ran out): nothing of them runs.
+  for (auto& [seq, j] : jobs_) {
+    if (j.gang && j.gang->stopping_command != 0 && j.gang->stopping_node == dead_node) {
+      j.gang->stopping_command = 0;
+      j.gang->stopping_node.clear();
+      DirtyJob(j);
+    }
+  }
+}
+
+}  // namespace paladin::server

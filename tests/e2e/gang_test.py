@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+"""Gangs over separate hosts (labels e2e, ckpt): the agents as separate hosts (hosts_test.py's
+SeparateHosts: network and mount namespaces of their own on a bridge), through the real server
+and agents, with tests/e2e/gang_rank.py as the gang: two ranks doing the env:// rendezvous
+(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) over plain TCP, then STEPS exchanges over their one
+connection, each depending on all earlier ones (a step lost, repeated or from another run shows
+in the final value, which each rank checks against an uninterrupted run's).
+
+Drills, each on a fresh server and two fresh hosts:
+  net   one rank per node: placed together on different nodes; each rank's packets leave from the
+        stable address the server gave it, on pal0; rank 1 reaches MASTER_ADDR across the hosts
+        through the routes the agents keep (seen in each host's table while the gang runs), and
+        rank 0 sees it come from rank 1's address; after the end no route and no namespace is left.
+  cut   one rank per node, periodic coordinated checkpoints (every 3 s: freeze both, dump each,
+        thaw both) while it runs, then `checkpoint` of the gang (it ends checkpointed, every rank
+        of one generation) and `resume` (each rank restored in its own network, the connection
+        between them carried): the final value is the uninterrupted run's, each step printed once.
+  lost  up to two ranks per node: rank 1's node's agent SIGKILLed and kept away for three leases;
+        the whole gang comes back from its last coordinated checkpoint on the surviving node, the
+        survivor stopped first; it finishes with the uninterrupted run's value.
+In cut and lost every rank's processes are sampled in /proc every 100 ms (this test sees both
+hosts' processes: PID namespaces are not separated): never two running copies of one rank.
+
+Not here (docs/distributed.md, "Gangs over several nodes"): torch DDP (no python3-torch on the
+build machine), one rank moved to a third node (not built), a third host.
+
+Usage: gang_test.py PALADIN      PALADIN_GANG_ONLY=net|cut|lost runs one drill.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+os.environ.setdefault("PALADIN_HOSTS_SLOT", "7")  # names of its own beside hosts_test's drills
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import crash_test  # noqa: E402
+import hosts_test  # noqa: E402
+from crash_test import Fleet, fail, failures, ok, wait_for  # noqa: E402
+import gang_rank  # noqa: E402
+
+LEASE_S = 3  # crash_test.Fleet's server: --lease 3 --heartbeat 0.5
+
+
+def host_routes(hosts, node):
+    return subprocess.run(hosts.prefix(node) + ["ip", "-4", "route", "show"], capture_output=True,
+                          text=True).stdout
+
+
+def host_netns(hosts, node):
+    return subprocess.run(hosts.prefix(node) + ["ip", "netns", "list"], capture_output=True,
+                          text=True).stdout
+
+
+def log(fleet, job):
+    return fleet.get(f"/v1/jobs/{job}/logs?stream=stdout")["text"]
+
+
+def ended(state):
+    return state in ("succeeded", "failed", "cancelled")
+
+
+class RankSampler:
+    """Every 100 ms: how many running copies each rank of the tagged gang has (by the RANK in
+    each process's environment)."""
+
+    def __init__(self, tag):
+        self.tag = tag
+        self.samples = 0
+        self.double = []
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        start = time.time()
+        while not self.stop:
+            running = {}
+            for pid, state in crash_test.tagged_processes(self.tag).items():
+                if state in "TtZ":
+                    continue
+                try:
+                    with open(f"/proc/{pid}/environ", "rb") as f:
+                        env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+                except OSError:
+                    continue
+                rank = env.get(b"RANK", b"?").decode()
+                running[rank] = running.get(rank, 0) + 1
+            self.samples += 1
+            if any(n > 1 for n in running.values()):
+                self.double.append((round(time.time() - start, 1), running))
+            time.sleep(0.1)
+
+    def finish(self, what):
+        self.stop = True
+        self.thread.join()
+        if self.double:
+            fail(f"{what}: two running copies of a rank at once: {self.double[:5]}")
+        else:
+            ok(f"{what}: {self.samples} samples every 100 ms, never two running copies of a rank")
+
+
+def submit(fleet, work, tag, steps, sleep_s, per_node, env=None):
+    script = os.path.join(work, "bin", "gang_rank.py")
+    answer = fleet.post("/v1/jobs", {
+        "name": "gang", "team": "crash", "gpus": 0,
+        "command": ["python3", script, str(steps), str(sleep_s), "--tag", crash_test.run_tag(tag)],
+        "ranks": 2, "ranks_per_node": per_node, "env": env or {}})
+    return answer["gang_jobs"]
+
+
+def steps_seen(fleet, rank0):
+    return [line.split()[1] for line in log(fleet, rank0).splitlines() if line.startswith("step ")]
+
+
+def check_finished(fleet, ranks, steps, what):
+    wait_for(f"{what}: both ranks to end", lambda: all(
+        ended(fleet.job(r)["state"]) for r in ranks), 240, 0.5)
+    states = [fleet.job(r)["state"] for r in ranks]
+    out = [log(fleet, r) for r in ranks]
+    want = f"final {gang_rank.expected(steps)}"
+    if states != ["succeeded", "succeeded"] or not all(want in o for o in out):
+        fail(f"{what}: ended {states}, want '{want}' from both; logs: {[o[-600:] for o in out]}")
+        return
+    seen = steps_seen(fleet, ranks[0])
+    if seen != [str(s) for s in range(1, steps + 1)]:
+        fail(f"{what}: rank 0's steps are not 1..{steps} once each: {seen}")
+        return
+    ok(f"{what}: both ranks succeeded with the uninterrupted run's final value "
+       f"{gang_rank.expected(steps)}, each of the {steps} steps printed once")
+
+
+def net_drill(work):
+    hosts = hosts_test.SeparateHosts(work, "gang-net")
+    fleet = None
+    try:
+        fleet = Fleet(work, "gang-net", hosts=hosts)
+        ranks = submit(fleet, work, "gang-net", 0, 0, 1, {"GANG_RANK_LINGER_S": "6"})
+        wait_for("both ranks running", lambda: all(
+            fleet.job(r)["state"] in ("running", "succeeded") for r in ranks), 60, 0.2)
+        jobs = [fleet.job(r) for r in ranks]
+        nodes = [j["node"] for j in jobs]
+        addresses = [j["gang"]["address"] for j in jobs]
+        if nodes[0] == nodes[1]:
+            fail(f"net: both ranks on {nodes[0]} with one rank per node")
+        else:
+            ok(f"net: rank 0 on {nodes[0]} ({addresses[0]}), rank 1 on {nodes[1]} "
+               f"({addresses[1]}), placed together")
+        for mine, other in ((0, 1), (1, 0)):
+            want = f"{addresses[other]} via {hosts_test.ADDRESSES[nodes[other]]}"
+            try:
+                wait_for(f"{nodes[mine]}'s route to rank {other}",
+                         lambda: want in host_routes(hosts, nodes[mine]), 15, 0.2)
+                ok(f"net: {nodes[mine]} routes {want}")
+            except TimeoutError:
+                fail(f"net: {nodes[mine]} has no route '{want}':\n"
+                     f"{host_routes(hosts, nodes[mine])}")
+        wait_for("both ranks to end", lambda: all(ended(fleet.job(r)["state"]) for r in ranks),
+                 120, 0.5)
+        states = [fleet.job(r)["state"] for r in ranks]
+        out = [log(fleet, r) for r in ranks]
+        if states != ["succeeded", "succeeded"]:
+            fail(f"net: the ranks ended {states}; logs: {out}")
+            return fleet
+        expect = [f"rank 0 of 2 src {addresses[0]} ifname pal0",
+                  f"rank 0 saw rank 1 from {addresses[1]}"]
+        if all(e in out[0] for e in expect):
+            ok(f"net: rank 0 left from {addresses[0]} and saw rank 1 come from {addresses[1]}")
+        else:
+            fail(f"net: rank 0's log lacks {expect}: {out[0]!r}")
+        expect = [f"rank 1 of 2 src {addresses[1]} ifname pal0",
+                  f"rank 1 was seen from {addresses[1]}"]
+        if all(e in out[1] for e in expect):
+            ok(f"net: rank 1 reached MASTER_ADDR {addresses[0]} across the hosts")
+        else:
+            fail(f"net: rank 1's log lacks {expect}: {out[1]!r}")
+        for node in set(nodes):
+            try:
+                wait_for(f"{node} without the gang's routes", lambda: not any(
+                    a + " via" in host_routes(hosts, node) for a in addresses), 15, 0.2)
+                wait_for(f"{node} without the ranks' namespaces", lambda: not any(
+                    r in host_netns(hosts, node) for r in ranks), 15, 0.2)
+                ok(f"net: {node} kept no route and no namespace of the ended gang")
+            except TimeoutError:
+                fail(f"net: {node} still has routes\n{host_routes(hosts, node)}\n"
+                     f"or namespaces\n{host_netns(hosts, node)}")
+        return fleet
+    finally:
+        finish(fleet, hosts)
+
+
+def cut_drill(work):
+    hosts = hosts_test.SeparateHosts(work, "gang-cut")
+    fleet = None
+    sampler = None
+    steps = 60
+    try:
+        fleet = Fleet(work, "gang-cut", hosts=hosts)
+        sampler = RankSampler("gang-cut")
+        ranks = submit(fleet, work, "gang-cut", steps, 0.25, 1)
+        wait_for("a periodic gang checkpoint", lambda: all(
+            fleet.job(r)["gang"]["generation"] >= 1 for r in ranks), 120, 0.5)
+        generation = fleet.job(ranks[0])["gang"]["generation"]
+        ok(f"cut: periodic coordinated checkpoints while it runs (generation {generation})")
+        wait_for("step 10", lambda: len(steps_seen(fleet, ranks[0])) >= 10, 120, 0.3)
+
+        def asked():
+            try:
+                fleet.post(f"/v1/jobs/{ranks[0]}/checkpoint", {})
+                return True
+            except Exception:  # a periodic cut under way: ask again
+                return False
+        wait_for("the gang's checkpoint to be accepted", asked, 60, 0.3)
+        wait_for("both ranks checkpointed", lambda: all(
+            fleet.job(r)["state"] == "checkpointed" for r in ranks), 120, 0.3)
+        gens = {fleet.job(r)["gang"]["generation"] for r in ranks}
+        at = len(steps_seen(fleet, ranks[0]))
+        ok(f"cut: the gang checkpointed as one cut (generation {gens}) at step {at}")
+        time.sleep(2)
+        if len(steps_seen(fleet, ranks[0])) != at:
+            fail("cut: steps went on after the gang was checkpointed")
+        fleet.post(f"/v1/jobs/{ranks[1]}/resume", {})
+        wait_for("both ranks running again", lambda: all(
+            fleet.job(r)["state"] in ("running", "succeeded") for r in ranks), 120, 0.3)
+        ok("cut: the gang resumed, every rank restored from the same generation")
+        check_finished(fleet, ranks, steps, "cut")
+        return fleet
+    except TimeoutError as e:
+        fail(f"cut: {e}")
+    finally:
+        if sampler:
+            sampler.finish("cut")
+        finish(fleet, hosts)
+
+
+def lost_drill(work):
+    hosts = hosts_test.SeparateHosts(work, "gang-lost")
+    fleet = None
+    sampler = None
+    steps = 80
+    try:
+        fleet = Fleet(work, "gang-lost", hosts=hosts)
+        sampler = RankSampler("gang-lost")
+        ranks = submit(fleet, work, "gang-lost", steps, 0.25, 2)
+        wait_for("a coordinated checkpoint after step 10", lambda: len(
+            steps_seen(fleet, ranks[0])) >= 10 and all(
+            fleet.job(r)["gang"]["generation"] >= 2 for r in ranks), 120, 0.3)
+        lost = fleet.job(ranks[1])["node"]
+        other = "node-b" if lost == "node-a" else "node-a"
+        agent = fleet.procs[lost]
+        agent.kill()
+        agent.wait()
+        ok(f"lost: {lost}'s agent killed at step {len(steps_seen(fleet, ranks[0]))}")
+        wait_for("the gang recovered on " + other, lambda: all(
+            fleet.job(r)["node"] == other and fleet.job(r)["state"] in ("running", "succeeded")
+            and fleet.job(r)["recoveries"] >= 1 for r in ranks), 120, 0.3)
+        ok(f"lost: every rank of the gang restored on {other} from one generation "
+           f"({ {fleet.job(r)['gang']['generation'] for r in ranks} })")
+        time.sleep(2 * LEASE_S)
+        fleet.start_agent(lost)  # back after three leases: its fenced copies are killed
+        check_finished(fleet, ranks, steps, "lost")
+        return fleet
+    except TimeoutError as e:
+        fail(f"lost: {e}")
+    finally:
+        if sampler:
+            sampler.finish("lost")
+        finish(fleet, hosts)
+
+
+def finish(fleet, hosts):
+    if fleet:
+        if failures:
+            for name in ("server", "agent-node-a", "agent-node-b"):
+                path = os.path.join(fleet.dir, name + ".log")
+                if os.path.exists(path):
+                    with open(path, errors="replace") as f:
+                        print(f"--- {fleet.dir}/{name}.log (last 30 lines)\n" +
+                              "".join(f.readlines()[-30:]))
+        fleet.stop()
+    hosts.close()
+
+
+DRILLS = {"net": net_drill, "cut": cut_drill, "lost": lost_drill}
+
+
+def clean_rank_nets():
+    """The ranks' namespaces a drill's hosts left in /run/netns (an agent killed and not back
+    never removes them; with its mount namespace gone the name is a plain empty file)."""
+    netns = "/run/netns"
+    if not os.path.isdir(netns):
+        return
+    for name in os.listdir(netns):
+        if re.fullmatch(r"node-[ab]-j-[0-9]{6,}", name):
+            if subprocess.run(["ip", "netns", "del", name], capture_output=True).returncode != 0:
+                try:
+                    os.unlink(os.path.join(netns, name))
+                except OSError:
+                    pass
+
+
+def main():
+    if os.geteuid() != 0:
+        print("SKIP: separate hosts need root (network and mount namespaces, CRIU)")
+        return 77
+    for tool in ("ip", "nsenter", "unshare"):
+        if not shutil.which(tool):
+            print(f"SKIP: no '{tool}' on this machine (needed to make the hosts)")
+            return 77
+    if not os.path.exists("/opt/paladin/criu/criu") and not os.environ.get("PALADIN_CRIU"):
+        print("SKIP: no CRIU (install it with scripts/criu.sh)")
+        return 77
+    only = os.environ.get("PALADIN_GANG_ONLY", "")
+    hosts_test.clean_network(hosts_test.SLOT)
+    clean_rank_nets()
+    work = crash_test.work_folder("gang", under="/var/tmp")
+    hosts_test.stage_programs(work)
+    shutil.copy2(os.path.join(os.path.dirname(os.path.abspath(__file__)), "gang_rank.py"),
+                 os.path.join(work, "bin", "gang_rank.py"))
+    os.chmod(os.path.join(work, "bin", "gang_rank.py"), 0o644)
+    began = time.time()
+    try:
+        for name, drill in DRILLS.items():
+            if only and name != only:
+                continue
+            print(f"--- drill {name}", flush=True)
+            try:
+                drill(work)
+            except TimeoutError as e:
+                fail(f"{name}: {e}")
+            hosts_test.clean_network(hosts_test.SLOT)
+            clean_rank_nets()
+    finally:
+        hosts_test.clean_network(hosts_test.SLOT)
+        clean_rank_nets()
+    print(f"gang_test: {len(failures)} failure(s) in {time.time() - began:.0f} s")
+    if not failures:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
