@@ -490,9 +490,9 @@ void RegisterFleetJobs(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   submit->add_option("--gpu-mem-max", s->gpu_mem_max,
                      "Ceiling up to which the quota may grow on demand, e.g. 16GiB");
-  submit->add_option("--gpus", s->gpus, "Number of GPUs")
+  submit->add_option("--gpus", s->gpus, "Number of GPUs (0: CPU ranks, for a gang of --ranks only)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 64));
+      ->check(CLI::Range(0, 64));
   submit->add_option("--priority", s->priority, "Priority (higher is placed first)")
       ->capture_default_str();
   // One value per --env, so that "--env A=1 -- CMD" leaves "--" to start the command.

@@ -3,7 +3,7 @@ process tree, the way a user starts one with torch.multiprocessing.spawn. Determ
 seeds, fixed data, one thread per rank, so the loss of every step is the same bits in every
 uninterrupted run. For distributed_test.sh:
 
-  ddp_train.py STEPS SLEEP_S [MiB]
+  ddp_train.py STEPS SLEEP_S [MiB] [--tag TAG]
 
 With RANK in the environment, this process is that one rank alone, as torchrun starts each
 (gang_net_test.sh: one rank per node): RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and
@@ -68,9 +68,13 @@ def rank_main(rank, steps, sleep_s, mib, port):
 
 
 def main():
-    steps = int(sys.argv[1])
-    sleep_s = float(sys.argv[2])
-    mib = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    args = sys.argv[1:]
+    if "--tag" in args:  # a test's mark on the command line (tests/e2e/gang_test.py), unused
+        at = args.index("--tag")
+        del args[at:at + 2]
+    steps = int(args[0])
+    sleep_s = float(args[1])
+    mib = int(args[2]) if len(args) > 2 else 0
     if "RANK" in os.environ:
         if int(os.environ["WORLD_SIZE"]) != WORLD:
             sys.exit("WORLD_SIZE must be %d" % WORLD)

@@ -126,9 +126,10 @@ def tagged_processes(tag):
             if b"--tag" not in args or args[args.index(b"--tag") + 1] != tag.encode():
                 continue
             # The demo workload, or tests/ckpt/lazy_mem.py under python3 (postcopy_test.py), or a
-            # gang's rank (gang_test.py).
+            # gang's rank (gang_test.py: gang_rank.py, or ddp_train.py's torch DDP rank).
             if not args[0].endswith(b"paladin-demo-workload") and \
-                    not (len(args) > 1 and args[1].endswith((b"lazy_mem.py", b"gang_rank.py"))):
+                    not (len(args) > 1 and args[1].endswith((b"lazy_mem.py", b"gang_rank.py",
+                                                             b"ddp_train.py"))):
                 continue
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()

@@ -18,13 +18,19 @@ Drills, each on a fresh server and two fresh hosts:
   lost  up to two ranks per node: rank 1's node's agent SIGKILLed and kept away for three leases;
         the whole gang comes back from its last coordinated checkpoint on the surviving node, the
         survivor stopped first; it finishes with the uninterrupted run's value.
-In cut and lost every rank's processes are sampled in /proc every 100 ms (this test sees both
+  ddp   the same gang with two torch DDP ranks (gloo; tests/ckpt/ddp_train.py, one rank per
+        process from the rendezvous variables, as torchrun starts them), one per node: a
+        coordinated checkpoint stopping the gang at about step 8, then `resume`: every step's
+        all-reduced loss and the final one bit-identical to an uninterrupted run's (both ranks in
+        one tree on this machine). Skipped, saying so, without python3-torch.
+  ddp-lost  lost's drill with the torch DDP ranks: every loss the uninterrupted run's.
+In cut, lost and ddp every rank's processes are sampled in /proc every 100 ms (this test sees both
 hosts' processes: PID namespaces are not separated): never two running copies of one rank.
 
-Not here (docs/distributed.md, "Gangs over several nodes"): torch DDP (no python3-torch on the
-build machine), one rank moved to a third node (not built), a third host.
+Not here (docs/distributed.md, "Gangs over several nodes"): one rank moved to a third node (not
+built), a third host.
 
-Usage: gang_test.py PALADIN      PALADIN_GANG_ONLY=net|cut|lost runs one drill.
+Usage: gang_test.py PALADIN      PALADIN_GANG_ONLY=net|cut|lost|ddp|ddp-lost runs one drill.
 """
 import os
 import re
@@ -42,6 +48,13 @@ from crash_test import Fleet, fail, failures, ok, wait_for  # noqa: E402
 import gang_rank  # noqa: E402
 
 LEASE_S = 3  # crash_test.Fleet's server: --lease 3 --heartbeat 0.5
+PYTHON = "/usr/bin/python3"  # the system's, with Debian's python3-torch (the ddp drill)
+DDP_TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ckpt", "ddp_train.py")
+
+
+def has_torch():
+    return subprocess.run([PYTHON, "-c", "import torch.distributed as d; "
+                           "assert d.is_gloo_available()"], capture_output=True).returncode == 0
 
 
 def host_routes(hosts, node):
@@ -102,11 +115,11 @@ class RankSampler:
             ok(f"{what}: {self.samples} samples every 100 ms, never two running copies of a rank")
 
 
-def submit(fleet, work, tag, steps, sleep_s, per_node, env=None):
-    script = os.path.join(work, "bin", "gang_rank.py")
+def submit(fleet, work, tag, steps, sleep_s, per_node, env=None, program="gang_rank.py"):
+    script = os.path.join(work, "bin", program)
     answer = fleet.post("/v1/jobs", {
         "name": "gang", "team": "crash", "gpus": 0,
-        "command": ["python3", script, str(steps), str(sleep_s), "--tag", crash_test.run_tag(tag)],
+        "command": [PYTHON, script, str(steps), str(sleep_s), "--tag", crash_test.run_tag(tag)],
         "ranks": 2, "ranks_per_node": per_node, "env": env or {}})
     return answer["gang_jobs"]
 
@@ -235,38 +248,38 @@ def cut_drill(work):
         finish(fleet, hosts)
 
 
-def lost_drill(work):
-    hosts = hosts_test.SeparateHosts(work, "gang-lost")
+def lost_drill(work, tag="gang-lost", program="gang_rank.py", steps=80, check=None):
+    hosts = hosts_test.SeparateHosts(work, tag)
     fleet = None
     sampler = None
-    steps = 80
+    what = "lost" if tag == "gang-lost" else tag.replace("gang-", "")
     try:
-        fleet = Fleet(work, "gang-lost", hosts=hosts)
-        sampler = RankSampler("gang-lost")
-        ranks = submit(fleet, work, "gang-lost", steps, 0.25, 2)
+        fleet = Fleet(work, tag, hosts=hosts)
+        sampler = RankSampler(tag)
+        ranks = submit(fleet, work, tag, steps, 0.25, 2, program=program)
         wait_for("a coordinated checkpoint after step 10", lambda: len(
             steps_seen(fleet, ranks[0])) >= 10 and all(
-            fleet.job(r)["gang"]["generation"] >= 2 for r in ranks), 120, 0.3)
+            fleet.job(r)["gang"]["generation"] >= 2 for r in ranks), 180, 0.3)
         lost = fleet.job(ranks[1])["node"]
         other = "node-b" if lost == "node-a" else "node-a"
         agent = fleet.procs[lost]
         agent.kill()
         agent.wait()
-        ok(f"lost: {lost}'s agent killed at step {len(steps_seen(fleet, ranks[0]))}")
+        ok(f"{what}: {lost}'s agent killed at step {len(steps_seen(fleet, ranks[0]))}")
         wait_for("the gang recovered on " + other, lambda: all(
             fleet.job(r)["node"] == other and fleet.job(r)["state"] in ("running", "succeeded")
             and fleet.job(r)["recoveries"] >= 1 for r in ranks), 120, 0.3)
-        ok(f"lost: every rank of the gang restored on {other} from one generation "
+        ok(f"{what}: every rank of the gang restored on {other} from one generation "
            f"({ {fleet.job(r)['gang']['generation'] for r in ranks} })")
         time.sleep(2 * LEASE_S)
         fleet.start_agent(lost)  # back after three leases: its fenced copies are killed
-        check_finished(fleet, ranks, steps, "lost")
+        (check or check_finished)(fleet, ranks, steps, what)
         return fleet
     except TimeoutError as e:
-        fail(f"lost: {e}")
+        fail(f"{what}: {e}")
     finally:
         if sampler:
-            sampler.finish("lost")
+            sampler.finish(what)
         finish(fleet, hosts)
 
 
@@ -283,7 +296,105 @@ def finish(fleet, hosts):
     hosts.close()
 
 
-DRILLS = {"net": net_drill, "cut": cut_drill, "lost": lost_drill}
+def ddp_steps(text):
+    """rank 0's `step N LOSS_HEX` lines as (N, LOSS_HEX), and its final loss (or None)."""
+    steps = [tuple(line.split()[1:3]) for line in text.splitlines() if line.startswith("step ")]
+    final = [line.split()[1] for line in text.splitlines() if line.startswith("final ")]
+    return steps, final[0] if final else None
+
+
+def ddp_reference(steps):
+    """An uninterrupted run's (step, loss) lines and final loss, both ranks in one tree here
+    (torch.multiprocessing.spawn); None when it failed (said) or torch is missing (said)."""
+    if not has_torch():
+        print("SKIP: ddp: no torch with gloo for /usr/bin/python3 (scripts/deps.sh --tests "
+              "installs python3-torch)")
+        return None
+    reference = subprocess.run([PYTHON, DDP_TRAIN, str(steps), "0"], capture_output=True,
+                               text=True, timeout=300)
+    want_steps, want_final = ddp_steps(reference.stdout)
+    if reference.returncode != 0 or len(want_steps) != steps or want_final is None:
+        fail(f"ddp: the uninterrupted run failed: {reference.stdout[-300:]} "
+             f"{reference.stderr[-600:]}")
+        return None
+    ok(f"ddp: uninterrupted run (one tree), {steps} steps, final loss {want_final}")
+    return want_steps, want_final
+
+
+def ddp_check(want):
+    """check_finished for ddp_train.py: both ranks succeeded; rank 0's every step once, each
+    step's loss and the final one the bits of `want` (ddp_reference's)."""
+    want_steps, want_final = want
+
+    def check(fleet, ranks, steps, what):
+        wait_for(f"{what}: both ranks to end", lambda: all(
+            ended(fleet.job(r)["state"]) for r in ranks), 300, 0.5)
+        states = [fleet.job(r)["state"] for r in ranks]
+        got_steps, got_final = ddp_steps(log(fleet, ranks[0]))
+        if states != ["succeeded", "succeeded"]:
+            fail(f"{what}: ranks ended {states}: {log(fleet, ranks[0])[-400:]}")
+        elif got_steps != want_steps or got_final != want_final:
+            diff = [(a, b) for a, b in zip(got_steps, want_steps) if a != b][:3]
+            fail(f"{what}: losses differ from the uninterrupted run's ({len(got_steps)} steps, "
+                 f"first differences {diff}, final {got_final} against {want_final})")
+        else:
+            ok(f"{what}: each of the {steps} steps' all-reduced losses, printed once, and the "
+               f"final {got_final} are the uninterrupted run's bits")
+    return check
+
+
+def ddp_lost_drill(work):
+    """lost's drill with the torch DDP ranks: a node lost mid-training, the gang back from its
+    last coordinated checkpoint on the other node, every loss the uninterrupted run's."""
+    want = ddp_reference(40)
+    if want:
+        lost_drill(work, "gang-ddp-lost", "ddp_train.py", 40, ddp_check(want))
+
+
+def ddp_drill(work):
+    """Two torch DDP ranks (gloo, tests/ckpt/ddp_train.py started alone per rank from the
+    rendezvous variables, as torchrun starts them) as a gang over the two hosts: a coordinated
+    checkpoint that stops the gang, then a resume, every step's all-reduced loss the bits of an
+    uninterrupted run's."""
+    steps = 40
+    want = ddp_reference(steps)
+    if not want:
+        return None
+    hosts = hosts_test.SeparateHosts(work, "gang-ddp")
+    fleet = None
+    sampler = None
+    try:
+        fleet = Fleet(work, "gang-ddp", hosts=hosts)
+        sampler = RankSampler("gang-ddp")
+        ranks = submit(fleet, work, "gang-ddp", steps, 0.25, 1, program="ddp_train.py")
+        nodes = {fleet.job(r)["node"] for r in ranks}
+        wait_for("step 8", lambda: len(ddp_steps(log(fleet, ranks[0]))[0]) >= 8, 180, 0.3)
+
+        def asked():
+            try:
+                fleet.post(f"/v1/jobs/{ranks[0]}/checkpoint", {})
+                return True
+            except Exception:  # a periodic cut under way: ask again
+                return False
+        wait_for("the gang's checkpoint to be accepted", asked, 60, 0.3)
+        wait_for("both ranks checkpointed", lambda: all(
+            fleet.job(r)["state"] == "checkpointed" for r in ranks), 180, 0.3)
+        at = len(ddp_steps(log(fleet, ranks[0]))[0])
+        ok(f"ddp: the gang on {sorted(nodes)} checkpointed as one cut at step {at}")
+        fleet.post(f"/v1/jobs/{ranks[1]}/resume", {})
+        ddp_check(want)(fleet, ranks, steps, "ddp")
+        return fleet
+    except TimeoutError as e:
+        fail(f"ddp: {e}")
+    finally:
+        if sampler:
+            sampler.finish("ddp")
+        finish(fleet, hosts)
+    return None
+
+
+DRILLS = {"net": net_drill, "cut": cut_drill, "lost": lost_drill, "ddp": ddp_drill,
+          "ddp-lost": ddp_lost_drill}
 
 
 def clean_rank_nets():
@@ -320,6 +431,8 @@ def main():
     shutil.copy2(os.path.join(os.path.dirname(os.path.abspath(__file__)), "gang_rank.py"),
                  os.path.join(work, "bin", "gang_rank.py"))
     os.chmod(os.path.join(work, "bin", "gang_rank.py"), 0o644)
+    shutil.copy2(DDP_TRAIN, os.path.join(work, "bin", "ddp_train.py"))
+    os.chmod(os.path.join(work, "bin", "ddp_train.py"), 0o644)
     began = time.time()
     try:
         for name, drill in DRILLS.items():
