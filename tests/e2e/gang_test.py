@@ -301,14 +301,24 @@ def move_drill(work):
         stay, moving = (fleet.job(r)["node"] for r in ranks)
         address = fleet.job(ranks[1])["gang"]["address"]
 
+        # `paladin job migrate RANK --to node-c`, followed until the rank runs there.
+        moved = {}
+
         def asked():
-            try:
-                fleet.post(f"/v1/jobs/{ranks[1]}/migrate", {"to": "node-c"})
-                return True
-            except Exception:  # a periodic cut under way: ask again
-                return False
-        wait_for("the move to be accepted", asked, 60, 0.3)
+            cli = subprocess.run(
+                [crash_test.PALADIN, "job", "migrate", ranks[1], "--to", "node-c", "--timeout",
+                 "120", "--server", f"http://{hosts.server_ip}:{fleet.port}", "--token",
+                 fleet.token], capture_output=True, text=True, timeout=180)
+            if cli.returncode != 0 and "already under way" in cli.stderr:
+                return False  # a periodic cut under way: ask again
+            moved.update(rc=cli.returncode, out=cli.stdout + cli.stderr)
+            return True
         at = len(steps_seen(fleet, ranks[0]))
+        wait_for("the move to be accepted", asked, 60, 0.3)
+        if moved["rc"] == 0 and f"{ranks[1]} moved to node-c" in moved["out"]:
+            ok(f"move: `paladin job migrate {ranks[1]} --to node-c` followed it there")
+        else:
+            fail(f"move: paladin job migrate: exit {moved['rc']}: {moved['out'][-600:]}")
         wait_for("rank 1 running on node-c", lambda: (lambda j: j["node"] == "node-c" and j[
             "state"] in ("running", "succeeded") and j["gang"]["moving_to"] is None)(
             fleet.job(ranks[1])), 120, 0.3)
