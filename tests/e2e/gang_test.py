@@ -29,8 +29,9 @@ Drills, each on a fresh server and two fresh hosts:
         node-c with its address, the routes switched, rank 0 thawed): rank 0's node routes
         rank 1's address via node-c, no network of rank 1 is left on its old node, and the final
         value is the uninterrupted run's, each step printed once.
-In cut, lost, ddp and move every rank's processes are sampled in /proc every 100 ms (this test sees both
-hosts' processes: PID namespaces are not separated): never two running copies of one rank.
+In cut, lost, ddp and move every rank's processes are sampled in /proc every 100 ms (this test
+sees every host's processes: PID namespaces are not separated): never two running copies of one
+rank.
 
 Usage: gang_test.py PALADIN      PALADIN_GANG_ONLY=net|cut|lost|ddp|ddp-lost|move runs one drill.
 """
