@@ -24,8 +24,15 @@ struct Watch {
   std::function<bool(const Json&)> busy;       // still under way
   std::function<bool(const Json&)> succeeded;  // ended the way it was asked to
   std::function<std::string(const Json&)> done_line;
-  const char* failure_kind;  // the event kind that explains a failure ("" for any)
+  const char* failure_kind;                 // the event kind that explains a failure ("" for any)
+  const char* gang_failure_kind = nullptr;  // the same for a gang's rank, when it differs
 };
+
+// The node a gang's rank is being moved to ("" when it is not moving).
+std::string MovingTo(const Json& job) {
+  const Json& gang = job.contains("gang") ? job["gang"] : Json();
+  return gang.is_object() ? Str(gang, "moving_to") : "";
+}
 
 std::string JobPath(const std::string& job) { return "/v1/jobs/" + fleet::Escape(job); }
 
@@ -40,6 +47,7 @@ std::string Progress(const Json& job) {
     line += ": step " + Str(move, "step", "?") + " (to " + to + ")";
   } else if (Str(job, "state") == "running") {
     line += " on " + fleet::PlacementCell(job);
+    if (!MovingTo(job).empty()) line += ", moving to " + MovingTo(job) + " with its gang paused";
   } else if (!Str(job, "reason").empty()) {
     line += ": " + Str(job, "reason");
   }
@@ -86,7 +94,11 @@ int Follow(const FleetApi& api, const std::string& id, const Watch& watch, Json 
     seen_busy = seen_busy || busy;
     if (!busy && watch.succeeded(job)) break;
     if (!busy && (seen_busy || elapsed() > 5)) {
-      std::string why = LastEvent(api, id, watch.failure_kind);
+      const bool rank = job.contains("gang") && job["gang"].is_object();
+      std::string why =
+          LastEvent(api, id,
+                    rank && watch.gang_failure_kind != nullptr ? watch.gang_failure_kind
+                                                               : watch.failure_kind);
       if (why.empty()) why = "the job is " + Progress(job);
       if (api.json()) FleetApi::PrintJson(job);
       api.Say(Printable(std::string(id).append(": failed: ").append(why)));
@@ -213,7 +225,11 @@ int FleetMigrate(const std::string& job, const std::string& to, const FleetFlags
     if (target->gpu.has_value()) body["gpu"] = *target->gpu;
     const fleet::NodeGpu want = *target;
     Watch watch;
-    watch.busy = [](const Json& j) { return Str(j, "state") == "migrating"; };
+    // A gang's rank moves as a step of its gang (docs/server.md, "Gangs"): running where it was,
+    // then restoring on the new node, `gang.moving_to` set throughout.
+    watch.busy = [](const Json& j) {
+      return Str(j, "state") == "migrating" || !MovingTo(j).empty();
+    };
     watch.succeeded = [want](const Json& j) {
       return Str(j, "state") == "running" && Str(j, "node") == want.node &&
              (!want.gpu.has_value() || fleet::Int(j, "gpu") == std::optional<int64_t>(*want.gpu));
@@ -222,6 +238,7 @@ int FleetMigrate(const std::string& job, const std::string& to, const FleetFlags
       return Str(j, "id") + " moved to " + fleet::PlacementCell(j) + ", running";
     };
     watch.failure_kind = "migration_failed";
+    watch.gang_failure_kind = "gang_move_failed";
     return Start(api, job, "migrate", body, watch, wait, timeout_s);
   });
 }

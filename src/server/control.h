@@ -253,7 +253,9 @@ class Control {
   std::string GangCutRefusal(const std::vector<JobRecord*>& members) const;
   // Begins a coordinated checkpoint (freeze all, dump each, thaw all, or stop all when
   // `then_stop`); returns why not, or "".
-  std::string StartGangCut(const std::string& gang, bool then_stop, const std::string& why);
+  // MOVER (with TO): the cut moves that rank to node TO instead of thawing it.
+  std::string StartGangCut(const std::string& gang, bool then_stop, const std::string& why,
+                           JobRecord* mover = nullptr, const std::string& to = "");
   void GiveUpGangCut(const std::string& gang, const std::string& why);
   void FinishGangCut(const std::string& gang);
   // A gang rank's command answered: true when it was a step of the gang's cut (handled).
@@ -262,7 +264,15 @@ class Control {
   StatusOr<Json> CheckpointGang(JobRecord& j);
   StatusOr<Json> ResumeGang(JobRecord& j);
   // A rank's node died: every rank of the gang comes back from the last cut.
-  void RecoverGangOf(const JobRecord& lost, const std::string& dead_node);
+  // WHY, when given, says why instead of "node DEAD_NODE died".
+  void RecoverGangOf(const JobRecord& lost, const std::string& dead_node,
+                     const std::string& why = "");
+  // `paladin job migrate` of a gang's rank: freeze the gang, dump the others, dump the rank
+  // killing it, restore it on TO, switch the routes, thaw the others (docs/server.md, "Gangs").
+  StatusOr<Json> MoveGangRank(const Principal& who, JobRecord& j, const std::string& to, int gpu);
+  bool PlaceMovedRank(JobRecord& j, const std::string& node, const std::string& how);
+  void MoveRankOver(const std::string& gang);
+  void ApplyMovedRankRestore(JobRecord& j, const api::CommandResult& r);
   void ForgetStoppingOn(const std::string& dead_node);
 
   // orchestrator.cc

@@ -3,7 +3,9 @@
 // ranks per node), each has a stable address from the rank subnet, every rank starts with the
 // rendezvous variables, agents are told the routes to the ranks on other nodes, and the gang is
 // checkpointed as one cut (freeze every rank, dump each while frozen, thaw them all), recovered
-// as one from that cut, and never runs a rank twice.
+// as one from that cut, and never runs a rank twice. One rank moves to another node as a cut
+// whose last dump kills it: restored on its new node while the others stay frozen, the routes to
+// its address switched once its restore is reported, then the others thawed.
 #include <algorithm>
 #include <set>
 
@@ -21,6 +23,21 @@ bool Live(const JobRecord& j) { return !j.Terminal(); }
 
 bool Waiting(const JobRecord& j) {
   return j.state() == JobState::kPending || (j.state() == JobState::kRestoring && j.node.empty());
+}
+
+// The rank a gang's cut moves, or null when the cut moves none.
+JobRecord* MoverOf(const std::vector<JobRecord*>& members) {
+  for (JobRecord* m : members) {
+    if (!m->gang->move_to.empty()) return m;
+  }
+  return nullptr;
+}
+
+// The node the other nodes route rank J's address to: during a move, the node it left until its
+// restore is reported (a peer's segment reaching the new namespace before its sockets are back
+// would be answered with a reset).
+const std::string& RoutedNode(const JobRecord& j) {
+  return j.gang->move_from.empty() ? j.node : j.gang->move_from;
 }
 
 }  // namespace
@@ -236,8 +253,9 @@ std::vector<api::RankRoute> Control::RankRoutesFor(const NodeRecord& n) const {
   std::vector<api::RankRoute> out;
   for (const auto& [seq, j] : jobs_) {
     if (!j.gang || !Live(j) || gangs.count(j.gang->gang) == 0) continue;
-    if (j.node.empty() || j.node == n.name) continue;
-    auto where = nodes_.find(j.node);
+    const std::string& routed = RoutedNode(j);
+    if (j.node.empty() || j.node == n.name || routed == n.name) continue;
+    auto where = nodes_.find(routed);
     if (where == nodes_.end() || where->second.address.empty()) continue;
     out.push_back(api::RankRoute{j.gang->address, where->second.address});
   }
@@ -265,7 +283,8 @@ std::string Control::GangCutRefusal(const std::vector<JobRecord*>& members) cons
   return "";
 }
 
-std::string Control::StartGangCut(const std::string& gang, bool then_stop, const std::string& why) {
+std::string Control::StartGangCut(const std::string& gang, bool then_stop, const std::string& why,
+                                  JobRecord* mover, const std::string& to) {
   std::vector<JobRecord*> members = GangMembers(gang);
   if (std::string refusal = GangCutRefusal(members); !refusal.empty()) return refusal;
   int generation = 0;
@@ -278,6 +297,8 @@ std::string Control::StartGangCut(const std::string& gang, bool then_stop, const
     g.cut_stop = then_stop;
     g.cut_path.clear();
     g.cut_bytes = 0;
+    g.move_to = m == mover ? to : "";
+    g.move_from.clear();
     m->checkpoint_in_flight = true;
     m->last_checkpoint_cmd_at = Now();
     if (then_stop) {
@@ -290,6 +311,16 @@ std::string Control::StartGangCut(const std::string& gang, bool then_stop, const
     SendCommand(m->node, std::move(freeze), m);
     DirtyJob(*m);
   }
+  if (mover != nullptr) {
+    mover->reason = "moving to " + to + " with its gang paused: " + why;
+    Event("gang_move", mover, mover->node,
+          "gang " + gang + ": rank " + std::to_string(mover->gang->rank) + " moves from " +
+              mover->node + " to " + to + " as checkpoint generation " +
+              std::to_string(generation) +
+              " (freeze every rank, dump the others, dump it last killing it, restore it on " + to +
+              ", switch the routes to its address, thaw the others): " + why);
+    return "";
+  }
   Event("gang_checkpoint", members[0], "",
         "gang " + gang + ": checkpoint generation " + std::to_string(generation) +
             " begun (freeze every rank, dump each, then " + (then_stop ? "stop" : "thaw") +
@@ -299,12 +330,16 @@ std::string Control::StartGangCut(const std::string& gang, bool then_stop, const
 
 void Control::GiveUpGangCut(const std::string& gang, const std::string& why) {
   std::vector<JobRecord*> members = GangMembers(gang);
+  const JobRecord* mover = MoverOf(members);
+  const std::string moving = mover == nullptr ? "" : mover->gang->move_to;
   int generation = 0;
   for (JobRecord* m : members) {
     GangMember& g = *m->gang;
     if (g.cut_in_flight == 0) continue;
     generation = g.cut_in_flight;
     g.cut_stop = false;
+    g.move_to.clear();
+    g.move_from.clear();
     if (m->state() == JobState::kCheckpointing) {
       m->MoveTo(JobState::kRunning);
       m->reason = "running; gang checkpoint " + std::to_string(generation) + " failed: " + why;
@@ -320,6 +355,14 @@ void Control::GiveUpGangCut(const std::string& gang, const std::string& why) {
     DirtyJob(*m);
   }
   if (generation == 0) return;
+  if (mover != nullptr) {
+    Count("gang_move_failures");
+    Event("gang_move_failed", mover, mover->node,
+          "gang " + gang + ": rank " + std::to_string(mover->gang->rank) + " stays on " +
+              mover->node + " (not moved to " + moving + "), every rank thawed, generation " +
+              std::to_string(generation - 1) + " kept: " + why);
+    return;
+  }
   Count("gang_checkpoint_failures");
   Event("gang_checkpoint_failed", members.empty() ? nullptr : members[0], "",
         "gang " + gang + ": checkpoint generation " + std::to_string(generation) +
@@ -371,11 +414,19 @@ bool Control::ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::C
     DirtyJob(j);
     return false;  // the rest of a kill's handling still applies
   }
-  const bool cut_step = kind == api::CommandKind::kFreeze || kind == api::CommandKind::kThaw ||
-                        (kind == api::CommandKind::kCheckpoint && c.command.mode == "frozen");
+  // A move's steps: the moving rank's dump (mode stop) and its restore on the new node.
+  const bool cut_step =
+      kind == api::CommandKind::kFreeze || kind == api::CommandKind::kThaw ||
+      (kind == api::CommandKind::kCheckpoint &&
+       (c.command.mode == "frozen" || (c.command.mode == "stop" && g.cut_in_flight != 0))) ||
+      (kind == api::CommandKind::kRestore && g.cut_phase == CutPhase::kMoving);
   if (!cut_step) return false;
   if (c.command.epoch.value_or(-1) != j.epoch || g.cut_in_flight == 0) return true;  // stale
   const std::string rank = "rank " + std::to_string(g.rank) + " on " + j.node;
+  if (kind == api::CommandKind::kRestore) {
+    ApplyMovedRankRestore(j, r);
+    return true;
+  }
   if (g.cut_phase == CutPhase::kThawPending && kind != api::CommandKind::kThaw) {
     // The cut was given up while this step ran: the rank may be frozen now; thaw it.
     g.cut_phase = CutPhase::kThawing;
@@ -411,8 +462,11 @@ bool Control::ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::C
       return m->gang->cut_phase == CutPhase::kFrozen;
     });
     if (!all_frozen) return true;
-    // Every rank is frozen: nothing moves between them now. Dump each, leaving it frozen.
+    // Every rank is frozen: nothing moves between them now. Dump each, leaving it frozen; a rank
+    // that moves is dumped last, once every other image is in (its dump kills it).
+    const JobRecord* mover = MoverOf(members);
     for (JobRecord* m : members) {
+      if (m == mover) continue;
       m->gang->cut_phase = CutPhase::kDumping;
       ++m->checkpoint_seq;
       SendCommand(m->node, api::CheckpointCommand("frozen", CheckpointDir(*m, m->checkpoint_seq)),
@@ -431,11 +485,179 @@ bool Control::ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::C
                     ? r.detail["bytes"].get<int64_t>()
                     : 0;
   DirtyJob(j);
-  const bool all_dumped = std::all_of(members.begin(), members.end(), [](const JobRecord* m) {
-    return m->gang->cut_phase == CutPhase::kDumped;
+  JobRecord* mover = MoverOf(members);
+  if (mover == &j) {
+    MoveRankOver(gang);
+    return true;
+  }
+  const bool all_dumped = std::all_of(members.begin(), members.end(), [&](const JobRecord* m) {
+    return m == mover || m->gang->cut_phase == CutPhase::kDumped;
   });
-  if (all_dumped) FinishGangCut(gang);
+  if (!all_dumped) return true;
+  if (mover != nullptr) {
+    // Every other rank's image is in: the moving rank's dump kills it (and its network here).
+    mover->gang->cut_phase = CutPhase::kDumping;
+    ++mover->checkpoint_seq;
+    SendCommand(mover->node,
+                api::CheckpointCommand("stop", CheckpointDir(*mover, mover->checkpoint_seq)),
+                mover);
+    DirtyJob(*mover);
+    return true;
+  }
+  FinishGangCut(gang);
   return true;
+}
+
+// --- moving one rank ---
+
+StatusOr<Json> Control::MoveGangRank(const Principal& who, JobRecord& j, const std::string& to,
+                                     int gpu) {
+  const std::string gang = j.gang->gang;
+  const std::string what = "job " + j.id + " is rank " + std::to_string(j.gang->rank) +
+                           " of gang " + gang + ": it does not move now: ";
+  if (nodes_.find(to) == nodes_.end()) return NotFound("node " + to + " not found");
+  if (gpu >= 0) return InvalidArgument("to: a gang's rank moves to a node, not to one GPU");
+  if (j.gpus > 0) {
+    return FailedPrecondition(what +
+                              "only a CPU rank (gpus 0) moves; a rank holding GPU state "
+                              "cannot be frozen with its gang");
+  }
+  std::vector<JobRecord*> members = GangMembers(gang);
+  if (std::string refusal = GangCutRefusal(members); !refusal.empty()) {
+    return FailedPrecondition(what + refusal);
+  }
+  if (j.node == to) return FailedPrecondition(what + "it runs on " + to + " already");
+  const NodeRecord& target = nodes_.at(to);
+  if (BuildFleet(false).index.count(to) == 0) {
+    return FailedPrecondition(what + "node " + to +
+                              " takes no work (not alive, draining, or no healthy GPU)");
+  }
+  if (!target.checkpointable) {
+    return FailedPrecondition(what + "node " + to + ": " + std::string(kNotCheckpointable));
+  }
+  if (target.address.empty()) {
+    return FailedPrecondition(what + "node " + to +
+                              " registered no address for the other nodes' routes");
+  }
+  const int there = static_cast<int>(std::count_if(
+      members.begin(), members.end(), [&to](const JobRecord* m) { return m->node == to; }));
+  if (there + 1 > j.gang->ranks_per_node) {
+    return FailedPrecondition(what + "node " + to + " holds " + std::to_string(there) +
+                              " of its ranks, at most " + std::to_string(j.gang->ranks_per_node) +
+                              " per node");
+  }
+  if (std::string refusal = StartGangCut(gang, false, "asked by " + who.Scope(), &j, to);
+      !refusal.empty()) {
+    return FailedPrecondition(what + refusal);
+  }
+  Json out = JobJson(j);
+  PALADIN_RETURN_IF_ERROR(Flush());
+  return out;
+}
+
+bool Control::PlaceMovedRank(JobRecord& j, const std::string& node, const std::string& how) {
+  FleetView view = BuildFleet(true);
+  auto at = view.index.find(node);
+  if (at == view.index.end()) return false;
+  core::Placement p;
+  p.node = at->second;  // a CPU rank: no GPU
+  Bind(view, j, p, how);
+  return true;
+}
+
+void Control::MoveRankOver(const std::string& gang) {
+  std::vector<JobRecord*> members = GangMembers(gang);
+  JobRecord* mover = MoverOf(members);
+  if (mover == nullptr) return;
+  const int generation = mover->gang->cut_in_flight;
+  // Every rank's image is in, the moving rank's last: they are one cut, the gang's generation.
+  for (JobRecord* m : members) {
+    GangMember& g = *m->gang;
+    RecordCheckpoint(*m, Json{{"path", g.cut_path}, {"bytes", g.cut_bytes}}, g.cut_path);
+    g.generation = generation;
+    DirtyJob(*m);
+  }
+  // Its dump killed it and its network on that node: from here on it is restored, the others
+  // frozen until that is reported.
+  GangMember& g = *mover->gang;
+  g.move_from = mover->node;
+  g.cut_phase = CutPhase::kMoving;
+  Accrue(*mover, Now());
+  ReleaseJob(*mover);
+  mover->MoveTo(JobState::kRestoring);
+  Event("gang_move_dumped", mover, g.move_from,
+        "gang " + gang + ": rank " + std::to_string(g.rank) + " dumped and stopped on " +
+            g.move_from + " (generation " + std::to_string(generation) +
+            " of every rank); restoring it on " + g.move_to);
+  if (!PlaceMovedRank(*mover, g.move_to, " for its gang's move")) {
+    const api::CommandResult gone{.ok = false, .error = "node " + g.move_to + " takes no work"};
+    ApplyMovedRankRestore(*mover, gone);
+    return;
+  }
+  DirtyJob(*mover);
+}
+
+void Control::ApplyMovedRankRestore(JobRecord& j, const api::CommandResult& r) {
+  GangMember& g = *j.gang;
+  const std::string gang = g.gang;
+  const std::string rank = "rank " + std::to_string(g.rank);
+  const bool back = g.move_to == g.move_from;
+  if (r.ok) {
+    // Its sockets are back: now the other nodes route its address to it, and the gang goes on.
+    const std::string from = g.move_from;
+    g.move_to.clear();
+    g.move_from.clear();
+    g.cut_in_flight = 0;
+    g.cut_phase = CutPhase::kNone;
+    j.checkpoint_in_flight = false;
+    DirtyJob(j);
+    for (JobRecord* m : GangMembers(gang)) {
+      if (m == &j) continue;
+      m->gang->cut_phase = CutPhase::kThawing;
+      api::Command thaw;
+      thaw.kind = api::CommandKind::kThaw;
+      SendCommand(m->node, std::move(thaw), m);
+      DirtyJob(*m);
+    }
+    if (back) {
+      Count("gang_move_failures");
+      Event("gang_move_failed", &j, j.node,
+            "gang " + gang + ": " + rank + " restored again on " + j.node +
+                ", where it was, from generation " + std::to_string(g.generation) +
+                "; every rank thawed");
+    } else {
+      Count("gang_rank_moves");
+      Event("gang_rank_moved", &j, j.node,
+            "gang " + gang + ": " + rank + " moved from " + from + " to " + j.node +
+                " (restored from generation " + std::to_string(g.generation) + ", address " +
+                g.address + "); the routes to it switched, every rank thawed");
+    }
+    return;
+  }
+  const std::string failed_on = j.node;
+  Event("restore_failed", &j, failed_on,
+        "gang " + gang + ": " + rank + ": restore on " + failed_on + " failed: " + r.error);
+  Count("restores_failed");
+  if (!back) {
+    // Back where it was, from the same image: the others are still frozen at that cut.
+    Accrue(j, Now());
+    ReleaseJob(j);
+    g.move_to = g.move_from;
+    if (PlaceMovedRank(j, g.move_to, " again (its move failed)")) {
+      DirtyJob(j);
+      return;
+    }
+  }
+  // Nowhere to go: the whole gang comes back from the cut, as after a lost node. No kill goes to
+  // FAILED_ON for this rank: nothing of it runs there.
+  for (JobRecord* m : GangMembers(gang)) {
+    m->gang->cut_in_flight = 0;
+    m->gang->cut_phase = CutPhase::kNone;
+    m->gang->move_to.clear();
+    m->gang->move_from.clear();
+  }
+  if (j.node.empty()) j.node = failed_on;
+  RecoverGangOf(j, j.node, rank + " could not be restored after its move");
 }
 
 void Control::PeriodicGangCheckpoints(double now) {
@@ -489,14 +711,18 @@ StatusOr<Json> Control::ResumeGang(JobRecord& j) {
   return out;
 }
 
-void Control::RecoverGangOf(const JobRecord& lost, const std::string& dead_node) {
+void Control::RecoverGangOf(const JobRecord& lost, const std::string& dead_node,
+                            const std::string& why) {
   const std::string gang = lost.gang->gang;
   const double now = Now();
-  if (lost.gang->cut_in_flight != 0) GiveUpGangCut(gang, "node " + dead_node + " died");
+  const std::string cause = why.empty() ? "node " + dead_node + " died" : why;
+  if (lost.gang->cut_in_flight != 0) GiveUpGangCut(gang, cause);
   for (JobRecord* m : GangMembers(gang)) {
     GangMember& g = *m->gang;
     g.cut_in_flight = 0;
     g.cut_phase = CutPhase::kNone;
+    g.move_to.clear();
+    g.move_from.clear();
     m->checkpoint_in_flight = false;
     if (!m->HoldsGpu() && m->node.empty()) continue;  // already waiting
     if (MigrationRecord* mig = ActiveMigration(*m)) FailMigration(*mig, "its gang is recovering");
@@ -513,15 +739,14 @@ void Control::RecoverGangOf(const JobRecord& lost, const std::string& dead_node)
     if (g.generation > 0 && m->last_checkpoint) {
       m->MoveTo(JobState::kRestoring);
       m->recovering = true;
-      m->reason = std::string("gang ").append(gang).append(" recovering (node ").append(dead_node);
-      m->reason.append(" died): every rank restores generation ")
-          .append(std::to_string(g.generation));
+      m->reason = std::string("gang ").append(gang).append(" recovering (").append(cause);
+      m->reason.append("): every rank restores generation ").append(std::to_string(g.generation));
     } else {
       m->MoveTo(JobState::kPending);
       ++m->restarts;
       Count("restarts");
-      m->reason = std::string("gang ").append(gang).append(": node ").append(dead_node);
-      m->reason.append(" died and the gang had no checkpoint: every rank starts over");
+      m->reason = std::string("gang ").append(gang).append(": ").append(cause);
+      m->reason.append(" and the gang had no checkpoint: every rank starts over");
       Event("restarted", m, dead_node, m->reason);
     }
     DirtyJob(*m);

@@ -343,9 +343,10 @@ StatusOr<Json> Control::Migrate(const Principal& who, const std::string& id, con
   if (!found.ok()) return found.status();
   JobRecord& j = **found;
   if (j.gang) {
-    return FailedPrecondition("job " + id + " is rank " + std::to_string(j.gang->rank) +
-                              " of gang " + j.gang->gang +
-                              ": moving one rank of a gang is not supported yet");
+    // One rank moves as a cut of its gang (gangs.cc), not as a live migration.
+    StatusOr<Json> moved = MoveGangRank(who, j, to, gpu);
+    if (moved.ok()) Wake();
+    return moved;
   }
   if (nodes_.find(to) == nodes_.end()) return NotFound("node " + to + " not found");
   std::string refusal;

@@ -105,7 +105,8 @@ Json GangToApi(const JobRecord& j) {
           {"ranks_per_node", g.ranks_per_node},
           {"port", g.port},
           {"address", g.address},
-          {"generation", g.generation}};
+          {"generation", g.generation},
+          {"moving_to", g.move_to.empty() ? Json(nullptr) : Json(g.move_to)}};
 }
 
 void AppendJobApiText(const JobRecord& j, const Json& migration, std::string* out) {
@@ -291,6 +292,8 @@ Json JobToDoc(const JobRecord& j) {
     g["cut_bytes"] = j.gang->cut_bytes;
     g["stopping_command"] = j.gang->stopping_command;
     g["stopping_node"] = j.gang->stopping_node;
+    g["move_to"] = j.gang->move_to;
+    g["move_from"] = j.gang->move_from;
   }
   return doc;
 }
@@ -365,7 +368,7 @@ JobRecord JobFromDoc(const Json& d) {
     m.generation = g.value("generation", 0);
     m.cut_in_flight = g.value("cut_in_flight", 0);
     const int phase = g.value("cut_phase", 0);
-    m.cut_phase = phase >= 0 && phase <= static_cast<int>(CutPhase::kThawPending)
+    m.cut_phase = phase >= 0 && phase <= static_cast<int>(CutPhase::kMoving)
                       ? static_cast<CutPhase>(phase)
                       : CutPhase::kNone;
     m.cut_stop = g.value("cut_stop", false);
@@ -373,6 +376,8 @@ JobRecord JobFromDoc(const Json& d) {
     m.cut_bytes = g.value("cut_bytes", int64_t{0});
     m.stopping_command = g.value("stopping_command", int64_t{0});
     m.stopping_node = g.value("stopping_node", "");
+    m.move_to = g.value("move_to", "");
+    m.move_from = g.value("move_from", "");
     j.gang = std::move(m);
   }
   j.last_checkpoint_cmd_at = d.value("last_checkpoint_cmd_at", 0.0);

@@ -45,7 +45,8 @@ enum class CutPhase : uint8_t {
   kDumping,
   kDumped,
   kThawing,
-  kThawPending
+  kThawPending,
+  kMoving  // the moving rank of a gang move: killed by its dump, being restored on its new node
 };
 
 // A job that is one rank of a gang (docs/server.md, "Gangs"): each rank is a job of its own;
@@ -71,6 +72,11 @@ struct GangMember {
   // its node. The gang is not placed again until the kill is answered or that node is dead.
   int64_t stopping_command = 0;
   std::string stopping_node;
+  // A move of this one rank under way (docs/server.md, "Gangs"): the node it goes to, and the
+  // node it left, which the other nodes still route its address to until its restore is
+  // reported. Empty when it does not move.
+  std::string move_to;
+  std::string move_from;
 };
 
 struct JobRecord {

@@ -335,7 +335,8 @@ class Fleet:
                         "--tag", run_tag(tag)]})["id"]
 
     def stop(self):
-        for name in ("node-a", "node-b", "server"):
+        # The agents first (node-c's too where a drill started one), the server last.
+        for name in [n for n in self.procs if n != "server"] + ["server"]:
             p = self.procs.get(name)
             if p and p.poll() is None:
                 p.send_signal(signal.SIGTERM)

@@ -24,14 +24,18 @@ Drills, each on a fresh server and two fresh hosts:
         all-reduced loss and the final one bit-identical to an uninterrupted run's (both ranks in
         one tree on this machine). Skipped, saying so, without python3-torch.
   ddp-lost  lost's drill with the torch DDP ranks: every loss the uninterrupted run's.
-In cut, lost and ddp every rank's processes are sampled in /proc every 100 ms (this test sees both
-hosts' processes: PID namespaces are not separated): never two running copies of one rank.
+  move  one rank per node; a third host (node-c) joins while the gang runs and `migrate` moves
+        rank 1 there (the gang frozen, rank 0 dumped, rank 1 dumped and killed, restored on
+        node-c with its address, the routes switched, rank 0 thawed): rank 0's node routes
+        rank 1's address via node-c, no network of rank 1 is left on its old node, and the final
+        value is the uninterrupted run's, each step printed once.
+In cut, lost, ddp and move every rank's processes are sampled in /proc every 100 ms (this test
+sees every host's processes: PID namespaces are not separated): never two running copies of one
+rank.
 
-Not here (docs/distributed.md, "Gangs over several nodes"): one rank moved to a third node (not
-built), a third host.
-
-Usage: gang_test.py PALADIN      PALADIN_GANG_ONLY=net|cut|lost|ddp|ddp-lost runs one drill.
+Usage: gang_test.py PALADIN      PALADIN_GANG_ONLY=net|cut|lost|ddp|ddp-lost|move runs one drill.
 """
+import json
 import os
 import re
 import shutil
@@ -283,10 +287,71 @@ def lost_drill(work, tag="gang-lost", program="gang_rank.py", steps=80, check=No
         finish(fleet, hosts)
 
 
+def move_drill(work):
+    """Rank 1 of a running gang moved to a third host that joined after the gang was placed."""
+    hosts = hosts_test.SeparateHosts(work, "gang-move", nodes=("node-a", "node-b", "node-c"))
+    fleet = None
+    sampler = None
+    steps = 60
+    try:
+        fleet = Fleet(work, "gang-move", hosts=hosts)
+        sampler = RankSampler("gang-move")
+        ranks = submit(fleet, work, "gang-move", steps, 0.25, 1)
+        wait_for("step 10", lambda: len(steps_seen(fleet, ranks[0])) >= 10, 120, 0.3)
+        fleet.start_agent("node-c")
+        stay, moving = (fleet.job(r)["node"] for r in ranks)
+        address = fleet.job(ranks[1])["gang"]["address"]
+
+        # `paladin job migrate RANK --to node-c`, followed until the rank runs there.
+        moved = {}
+
+        def asked():
+            cli = subprocess.run(
+                [crash_test.PALADIN, "job", "migrate", ranks[1], "--to", "node-c", "--timeout",
+                 "120", "--server", f"http://{hosts.server_ip}:{fleet.port}", "--token",
+                 fleet.token], capture_output=True, text=True, timeout=180)
+            if cli.returncode != 0 and "already under way" in cli.stderr:
+                return False  # a periodic cut under way: ask again
+            moved.update(rc=cli.returncode, out=cli.stdout + cli.stderr)
+            return True
+        at = len(steps_seen(fleet, ranks[0]))
+        wait_for("the move to be accepted", asked, 60, 0.3)
+        if moved["rc"] == 0 and f"{ranks[1]} moved to node-c" in moved["out"]:
+            ok(f"move: `paladin job migrate {ranks[1]} --to node-c` followed it there")
+        else:
+            fail(f"move: paladin job migrate: exit {moved['rc']}: {moved['out'][-600:]}")
+        wait_for("rank 1 running on node-c", lambda: (lambda j: j["node"] == "node-c" and j[
+            "state"] in ("running", "succeeded") and j["gang"]["moving_to"] is None)(
+            fleet.job(ranks[1])), 120, 0.3)
+        events = json.dumps(fleet.get(f"/v1/events?job={ranks[1]}"))
+        if f"moved from {moving} to node-c" in events:
+            ok(f"move: rank 1 moved from {moving} to node-c at step {at} (rank 0 stays on {stay})")
+        else:
+            fail(f"move: no gang_rank_moved event from {moving} to node-c: {events[-800:]}")
+        want = f"{address} via {hosts_test.ADDRESSES['node-c']}"
+        try:
+            wait_for(f"{stay}'s route to rank 1 via node-c",
+                     lambda: want in host_routes(hosts, stay), 15, 0.2)
+            wait_for(f"{moving} without rank 1's network",
+                     lambda: f"{moving}-{ranks[1]}" not in host_netns(hosts, moving), 15, 0.2)
+            ok(f"move: {stay} routes {want}; {moving} kept no network of rank 1")
+        except TimeoutError:
+            fail(f"move: {stay}'s routes\n{host_routes(hosts, stay)}\n{moving}'s namespaces\n"
+                 f"{host_netns(hosts, moving)}")
+        check_finished(fleet, ranks, steps, "move")
+        return fleet
+    except TimeoutError as e:
+        fail(f"move: {e}")
+    finally:
+        if sampler:
+            sampler.finish("move")
+        finish(fleet, hosts)
+
+
 def finish(fleet, hosts):
     if fleet:
         if failures:
-            for name in ("server", "agent-node-a", "agent-node-b"):
+            for name in ("server", "agent-node-a", "agent-node-b", "agent-node-c"):
                 path = os.path.join(fleet.dir, name + ".log")
                 if os.path.exists(path):
                     with open(path, errors="replace") as f:
@@ -394,7 +459,7 @@ def ddp_drill(work):
 
 
 DRILLS = {"net": net_drill, "cut": cut_drill, "lost": lost_drill, "ddp": ddp_drill,
-          "ddp-lost": ddp_lost_drill}
+          "ddp-lost": ddp_lost_drill, "move": move_drill}
 
 
 def clean_rank_nets():
@@ -404,7 +469,7 @@ def clean_rank_nets():
     if not os.path.isdir(netns):
         return
     for name in os.listdir(netns):
-        if re.fullmatch(r"node-[ab]-j-[0-9]{6,}", name):
+        if re.fullmatch(r"node-[abc]-j-[0-9]{6,}", name):
             if subprocess.run(["ip", "netns", "del", name], capture_output=True).returncode != 0:
                 try:
                     os.unlink(os.path.join(netns, name))

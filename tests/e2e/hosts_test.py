@@ -60,7 +60,8 @@ LEASE_S = fence_test.LEASE_S
 SLOT = int(os.environ.get("PALADIN_HOSTS_SLOT", "0"))
 BRIDGE = f"pal-br{SLOT}"
 SUBNET = f"10.213.{77 + SLOT}"
-ADDRESSES = {"node-a": SUBNET + ".2", "node-b": SUBNET + ".3"}
+# node-c only where a drill asks for a third host (SeparateHosts' `nodes`).
+ADDRESSES = {"node-a": SUBNET + ".2", "node-b": SUBNET + ".3", "node-c": SUBNET + ".4"}
 
 
 def sh(*args, check=True):
@@ -108,14 +109,16 @@ class HostProcess:
 
 
 class SeparateHosts:
-    """Two hosts, node-a and node-b, each a network namespace and a mount namespace.
+    """Two hosts, node-a and node-b (or the `nodes` given: node-c as a third), each a network
+    namespace and a mount namespace.
 
     A mount namespace lives as long as a process in it: each host's is held by a `sleep` (its
     "machine"), so that a restarted agent enters the same one and finds its records."""
 
     server_ip = SUBNET + ".1"
 
-    def __init__(self, work, name):
+    def __init__(self, work, name, nodes=("node-a", "node-b")):
+        self.nodes = tuple(nodes)
         self.mount = os.path.join(work, name + ".host")  # the same path on every host
         os.makedirs(self.mount)
         self.holders = {}
@@ -123,7 +126,8 @@ class SeparateHosts:
         sh("ip", "link", "add", BRIDGE, "type", "bridge")
         sh("ip", "addr", "add", self.server_ip + "/24", "dev", BRIDGE)
         sh("ip", "link", "set", BRIDGE, "up")
-        for node, address in ADDRESSES.items():
+        for node in self.nodes:
+            address = ADDRESSES[node]
             ns = self.netns(node)
             sh("ip", "netns", "add", ns)
             sh("ip", "link", "add", self.link(node), "type", "veth", "peer", "name", "eth0",
@@ -204,7 +208,7 @@ class SeparateHosts:
                 os.kill(init, signal.SIGKILL)
             holder.kill()
             holder.wait()
-        for node in ADDRESSES:
+        for node in self.nodes:
             sh("ip", "link", "del", self.link(node), check=False)
             sh("ip", "netns", "del", self.netns(node), check=False)
         sh("ip", "link", "del", BRIDGE, check=False)

@@ -3,7 +3,8 @@
 // node, every rank gets a stable address and the rendezvous variables, agents are told the routes
 // to the other nodes' ranks, a coordinated checkpoint freezes every rank before any is dumped and
 // gives up as a whole when one rank fails, and a lost node brings the whole gang back from its
-// last cut without ever running a rank twice.
+// last cut without ever running a rank twice; one rank moves to another node with the gang
+// frozen, the routes to it switched only once its restore is reported.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -63,14 +64,20 @@ class GangTest : public testing::ControlTest {
       if (kind == "checkpoint") {
         result["detail"] = {{"path", c["dir"]}, {"bytes", 1000}};
       }
-      if (auto it = fail_.find(c["job"].get<std::string>() + "/" + kind); it != fail_.end()) {
+      const std::string job = c["job"];
+      auto failure = fail_.find(job + "/" + kind);
+      if (failure == fail_.end()) failure = fail_.find(job + "/" + kind + "@" + node);
+      if (failure != fail_.end()) {
         result["ok"] = false;
-        result["error"] = it->second;
+        result["error"] = failure->second;
       }
-      if (kind == "start" || kind == "restore") {
-        copies_[node][c["job"].get<std::string>()] = c["epoch"].get<int64_t>();
+      const bool ok = result["ok"].get<bool>();
+      if ((kind == "start" || kind == "restore") && ok) {
+        copies_[node][job] = c["epoch"].get<int64_t>();
       }
-      if (kind == "kill") copies_[node].erase(c["job"].get<std::string>());
+      if (kind == "kill" || (kind == "checkpoint" && c["mode"] == "stop" && ok)) {
+        copies_[node].erase(job);
+      }
       results.push_back(result);
     }
     unanswered_[node] = Json::array();
@@ -112,8 +119,8 @@ class GangTest : public testing::ControlTest {
   }
 
   // Submits a gang of RANKS over the nodes, places it and has every rank report running.
-  std::vector<std::string> RunningGang(int ranks, int per_node) {
-    StatusOr<Json> g = SubmitGang(ranks, per_node);
+  std::vector<std::string> RunningGang(int ranks, int per_node, Json extra = Json::object()) {
+    StatusOr<Json> g = SubmitGang(ranks, per_node, std::move(extra));
     EXPECT_TRUE(g.ok()) << g.status().ToString();
     std::vector<std::string> ids;
     for (const Json& id : (*g)["gang_jobs"]) ids.push_back(id);
@@ -129,7 +136,27 @@ class GangTest : public testing::ControlTest {
   std::map<std::string, std::vector<Json>> sent_;
   std::map<std::string, Json> routes_;
   std::map<std::string, std::map<std::string, int64_t>> copies_;  // node -> job -> epoch
-  std::map<std::string, std::string> fail_;  // "JOB/KIND" -> the error its agent answers
+  // "JOB/KIND" or "JOB/KIND@NODE" -> the error its agent answers
+  std::map<std::string, std::string> fail_;
+
+  // How many nodes hold a copy of JOB now (running or frozen).
+  int Copies(const std::string& job) {
+    int n = 0;
+    for (const auto& [node, jobs] : copies_) n += static_cast<int>(jobs.count(job));
+    return n;
+  }
+  // Where NODE's last heartbeat answer routes ADDRESS ("" for nowhere).
+  std::string RouteOf(const std::string& node, const std::string& address) {
+    for (const Json& route : routes_[node]) {
+      if (route["address"] == address) return route["via"];
+    }
+    return "";
+  }
+  std::string EventsOf(const std::string& id) {
+    StatusOr<Json> events = control_->Events(admin_, id, 0);
+    EXPECT_TRUE(events.ok());
+    return events.ok() ? events->dump() : "";
+  }
 };
 
 TEST_F(GangTest, AGangIsCheckedAsHostileInputNamingTheField) {
@@ -424,6 +451,167 @@ TEST_F(GangTest, ALostNodeBringsTheWholeGangBackFromItsLastCutWithoutARankRunnin
     EXPECT_EQ(Job(id)["state"], "running") << id;
     EXPECT_EQ(Job(id)["recoveries"], 1) << id;
   }
+}
+
+// `paladin job migrate RANK --to NODE`: the gang frozen, the other rank dumped, the moving rank
+// dumped last (its dump kills it), restored on the new node, the routes to its address switched
+// only once that restore is reported, then the others thawed. One copy of the rank throughout.
+TEST_F(GangTest, OneRankMovesToAThirdNodeAndTheRoutesSwitchOnlyAfterItsRestore) {
+  nodes_ = {"node-a", "node-b"};
+  AddNode("node-a", "192.0.2.1");
+  AddNode("node-b", "192.0.2.2");
+  std::vector<std::string> ids = RunningGang(2, 1, {{"gpus", 0}});
+  nodes_.push_back("node-c");
+  AddNode("node-c", "192.0.2.3");
+  const std::string stay = Job(ids[0])["node"];
+  const std::string from = Job(ids[1])["node"];
+  const std::string address = Job(ids[1])["gang"]["address"];
+  const std::string from_address = from == "node-a" ? "192.0.2.1" : "192.0.2.2";
+  const int64_t epoch = Job(ids[1])["epoch"];
+  Beat(stay);
+  ASSERT_EQ(RouteOf(stay, address), from_address);
+
+  // Refused with the reason: onto its own node, a node that does not exist.
+  StatusOr<Json> r = control_->Migrate(admin_, ids[1], Json{{"to", from}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("it runs on " + from + " already"), std::string::npos);
+  EXPECT_EQ(control_->Migrate(admin_, ids[1], Json{{"to", "node-x"}}).status().message(),
+            "node node-x not found");
+
+  r = control_->Migrate(admin_, ids[1], Json{{"to", "node-c"}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)["gang"]["moving_to"], "node-c");
+  Beat(stay);
+  Beat(from);  // both take their freeze
+  EXPECT_EQ(SentEverywhere("freeze"), 2);
+  Beat(stay);  // rank 0 frozen; rank 1 not yet: no dump
+  EXPECT_EQ(SentEverywhere("checkpoint"), 0);
+  Beat(from);  // rank 1 frozen too: rank 0 is dumped, leaving it frozen; rank 1 not yet
+  Beat(stay);
+  ASSERT_EQ(Sent(stay, "checkpoint").size(), 1u);
+  EXPECT_EQ(Sent(stay, "checkpoint")[0]["mode"], "frozen");
+  Beat(from);
+  EXPECT_EQ(Sent(from, "checkpoint").size(), 0u) << "the moving rank is dumped last";
+  Beat(stay);  // rank 0's image is in
+  Beat(from);  // takes its dump, which kills it
+  ASSERT_EQ(Sent(from, "checkpoint").size(), 1u);
+  EXPECT_EQ(Sent(from, "checkpoint")[0]["mode"], "stop");
+  EXPECT_EQ(Copies(ids[1]), 1);
+  Beat(from);  // dumped and gone from there
+  EXPECT_EQ(Copies(ids[1]), 0);
+  Json moving = Job(ids[1]);
+  EXPECT_EQ(moving["state"], "restoring");
+  EXPECT_EQ(moving["node"], "node-c");
+  EXPECT_GT(moving["epoch"].get<int64_t>(), epoch);
+  EXPECT_EQ(moving["gang"]["generation"], 1) << "both images are one cut";
+  EXPECT_EQ(Job(ids[0])["gang"]["generation"], 1);
+  Beat(stay);
+  EXPECT_EQ(RouteOf(stay, address), from_address) << "no route to node-c before the restore";
+  EXPECT_EQ(Sent(stay, "thaw").size(), 0u);
+  Beat("node-c");  // takes the restore
+  ASSERT_EQ(Sent("node-c", "restore").size(), 1u);
+  const Json restore = Sent("node-c", "restore")[0];
+  EXPECT_EQ(restore["job"], ids[1]);
+  EXPECT_EQ(restore["image"], moving["last_checkpoint"]["path"]);
+  EXPECT_EQ(restore["rank_net"]["address"], address) << "the same address";
+  EXPECT_EQ(restore["env"]["RANK"], "1");
+  Beat(stay);
+  EXPECT_EQ(RouteOf(stay, address), from_address) << "the restore is not reported yet";
+  EXPECT_EQ(Sent(stay, "thaw").size(), 0u) << "the others stay frozen until then";
+  EXPECT_EQ(RouteOf("node-c", address), "") << "node-c never routes its own rank away";
+  Beat("node-c");  // restored: one copy, on node-c
+  EXPECT_EQ(Copies(ids[1]), 1);
+  EXPECT_EQ(copies_["node-c"].count(ids[1]), 1u);
+  Beat(stay);  // now the route goes to node-c, and rank 0 is thawed
+  EXPECT_EQ(RouteOf(stay, address), "192.0.2.3");
+  EXPECT_EQ(Sent(stay, "thaw").size(), 1u);
+  EXPECT_EQ(Sent(from, "thaw").size(), 0u) << "nothing of rank 1 is left there";
+  Beat(stay);
+  for (const std::string& id : ids) {
+    const Json job = Job(id);
+    EXPECT_EQ(job["state"], "running") << id;
+    EXPECT_EQ(job["gang"]["moving_to"], nullptr);
+  }
+  EXPECT_EQ(Job(ids[1])["node"], "node-c");
+  EXPECT_EQ(Job(ids[0])["node"], stay);
+  const std::string events = EventsOf(ids[1]);
+  EXPECT_NE(events.find("gang_rank_moved"), std::string::npos) << events;
+  EXPECT_NE(events.find("moved from " + from + " to node-c"), std::string::npos) << events;
+  BeatAll();
+  EXPECT_TRUE(routes_[from].empty()) << "no rank of the gang is left on " << from;
+}
+
+// Any step failing before the rank's dump thaws every rank and leaves it where it was; its
+// restore failing on the new node brings it back where it was, from the same image.
+TEST_F(GangTest, AFailedMoveThawsTheGangWithTheRankWhereItWas) {
+  nodes_ = {"node-a", "node-b", "node-c"};
+  AddNode("node-a", "192.0.2.1");
+  AddNode("node-b", "192.0.2.2");
+  AddNode("node-c", "192.0.2.3");
+  std::vector<std::string> ids = RunningGang(2, 1, {{"gpus", 0}});
+  std::string target;
+  for (const std::string& n : nodes_) {
+    if (n != Job(ids[0])["node"] && n != Job(ids[1])["node"]) target = n;
+  }
+  const std::string from = Job(ids[1])["node"];
+  const std::string address = Job(ids[1])["gang"]["address"];
+
+  // The other rank's dump fails: every rank thawed, the moving one never dumped.
+  fail_[ids[0] + "/checkpoint"] = "criu dump failed";
+  ASSERT_TRUE(control_->Migrate(admin_, ids[1], Json{{"to", target}}).ok());
+  for (int i = 0; i < 6; ++i) BeatAll();
+  EXPECT_EQ(Sent(from, "checkpoint").size(), 0u);
+  EXPECT_EQ(SentEverywhere("restore"), 0);
+  EXPECT_EQ(SentEverywhere("thaw"), 2);
+  for (const std::string& id : ids) {
+    EXPECT_EQ(Job(id)["state"], "running") << id;
+    EXPECT_EQ(Job(id)["gang"]["generation"], 0) << "the failed cut is not kept";
+    EXPECT_EQ(Job(id)["gang"]["moving_to"], nullptr);
+    EXPECT_EQ(Copies(id), 1);
+  }
+  EXPECT_EQ(Job(ids[1])["node"], from);
+  EXPECT_NE(EventsOf(ids[1]).find("gang_move_failed"), std::string::npos);
+
+  // The moving rank's own dump fails: it was not killed; every rank thawed, nothing moved.
+  fail_.clear();
+  fail_[ids[1] + "/checkpoint"] = "criu dump failed";
+  ASSERT_TRUE(control_->Migrate(admin_, ids[1], Json{{"to", target}}).ok());
+  for (int i = 0; i < 8; ++i) BeatAll();
+  EXPECT_EQ(SentEverywhere("restore"), 0);
+  EXPECT_EQ(SentEverywhere("thaw"), 4);
+  EXPECT_EQ(Job(ids[1])["node"], from);
+  EXPECT_EQ(Job(ids[1])["state"], "running");
+  EXPECT_EQ(Copies(ids[1]), 1);
+
+  // Its restore on the new node fails: restored again where it was, from the same image, and
+  // the routes never pointed at the new node.
+  fail_.clear();
+  fail_[ids[1] + "/restore@" + target] = "criu restore failed";
+  ASSERT_TRUE(control_->Migrate(admin_, ids[1], Json{{"to", target}}).ok());
+  for (int i = 0; i < 10; ++i) {
+    BeatAll();
+    EXPECT_LE(Copies(ids[1]), 1);
+    const std::string target_address = target == "node-a"   ? "192.0.2.1"
+                                       : target == "node-b" ? "192.0.2.2"
+                                                            : "192.0.2.3";
+    for (const std::string& n : nodes_) EXPECT_NE(RouteOf(n, address), target_address) << n;
+  }
+  ASSERT_EQ(Sent(target, "restore").size(), 1u);
+  ASSERT_EQ(Sent(from, "restore").size(), 1u);
+  EXPECT_EQ(Sent(from, "restore")[0]["image"], Sent(target, "restore")[0]["image"]);
+  EXPECT_EQ(Job(ids[1])["node"], from);
+  EXPECT_EQ(Job(ids[1])["state"], "running");
+  EXPECT_EQ(Job(ids[0])["state"], "running");
+  EXPECT_EQ(Copies(ids[1]), 1);
+  EXPECT_EQ(SentEverywhere("thaw"), 5) << "rank 0 thawed once rank 1 was back";
+  EXPECT_NE(EventsOf(ids[1]).find("restored again on " + from), std::string::npos);
+
+  // A rank holding a GPU does not move (it cannot be frozen): refused with the reason.
+  std::vector<std::string> gpu_gang = RunningGang(2, 1);
+  StatusOr<Json> r = control_->Migrate(admin_, gpu_gang[0], Json{{"to", target}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("only a CPU rank (gpus 0) moves"), std::string::npos)
+      << r.status().message();
 }
 
 TEST(RankSubnetTest, ParsesAndRefusesWithTheReason) {
