@@ -24,6 +24,7 @@ Drills, each on a fresh server and two fresh hosts:
         all-reduced loss and the final one bit-identical to an uninterrupted run's (both ranks in
         one tree on this machine). Skipped, saying so, without python3-torch.
   ddp-lost  lost's drill with the torch DDP ranks: every loss the uninterrupted run's.
+  ddp-move  move's drill with the torch DDP ranks: every loss the uninterrupted run's.
   move  one rank per node; a third host (node-c) joins while the gang runs and `migrate` moves
         rank 1 there (the gang frozen, rank 0 dumped, rank 1 dumped and killed, restored on
         node-c with its address, the routes switched, rank 0 thawed): rank 0's node routes
@@ -33,7 +34,7 @@ In cut, lost, ddp and move every rank's processes are sampled in /proc every 100
 sees every host's processes: PID namespaces are not separated): never two running copies of one
 rank.
 
-Usage: gang_test.py PALADIN      PALADIN_GANG_ONLY=net|cut|lost|ddp|ddp-lost|move runs one drill.
+Usage: gang_test.py PALADIN      PALADIN_GANG_ONLY=net|cut|lost|ddp|ddp-lost|move|ddp-move runs one drill.
 """
 import json
 import os
@@ -287,16 +288,16 @@ def lost_drill(work, tag="gang-lost", program="gang_rank.py", steps=80, check=No
         finish(fleet, hosts)
 
 
-def move_drill(work):
+def move_drill(work, tag="gang-move", program="gang_rank.py", steps=60, check=None):
     """Rank 1 of a running gang moved to a third host that joined after the gang was placed."""
-    hosts = hosts_test.SeparateHosts(work, "gang-move", nodes=("node-a", "node-b", "node-c"))
+    hosts = hosts_test.SeparateHosts(work, tag, nodes=("node-a", "node-b", "node-c"))
     fleet = None
     sampler = None
-    steps = 60
+    what = tag.replace("gang-", "")
     try:
-        fleet = Fleet(work, "gang-move", hosts=hosts)
-        sampler = RankSampler("gang-move")
-        ranks = submit(fleet, work, "gang-move", steps, 0.25, 1)
+        fleet = Fleet(work, tag, hosts=hosts)
+        sampler = RankSampler(tag)
+        ranks = submit(fleet, work, tag, steps, 0.25, 1, program=program)
         wait_for("step 10", lambda: len(steps_seen(fleet, ranks[0])) >= 10, 120, 0.3)
         fleet.start_agent("node-c")
         stay, moving = (fleet.job(r)["node"] for r in ranks)
@@ -317,34 +318,34 @@ def move_drill(work):
         at = len(steps_seen(fleet, ranks[0]))
         wait_for("the move to be accepted", asked, 60, 0.3)
         if moved["rc"] == 0 and f"{ranks[1]} moved to node-c" in moved["out"]:
-            ok(f"move: `paladin job migrate {ranks[1]} --to node-c` followed it there")
+            ok(f"{what}: `paladin job migrate {ranks[1]} --to node-c` followed it there")
         else:
-            fail(f"move: paladin job migrate: exit {moved['rc']}: {moved['out'][-600:]}")
+            fail(f"{what}: paladin job migrate: exit {moved['rc']}: {moved['out'][-600:]}")
         wait_for("rank 1 running on node-c", lambda: (lambda j: j["node"] == "node-c" and j[
             "state"] in ("running", "succeeded") and j["gang"]["moving_to"] is None)(
             fleet.job(ranks[1])), 120, 0.3)
         events = json.dumps(fleet.get(f"/v1/events?job={ranks[1]}"))
         if f"moved from {moving} to node-c" in events:
-            ok(f"move: rank 1 moved from {moving} to node-c at step {at} (rank 0 stays on {stay})")
+            ok(f"{what}: rank 1 moved from {moving} to node-c at step {at} (rank 0 stays on {stay})")
         else:
-            fail(f"move: no gang_rank_moved event from {moving} to node-c: {events[-800:]}")
+            fail(f"{what}: no gang_rank_moved event from {moving} to node-c: {events[-800:]}")
         want = f"{address} via {hosts_test.ADDRESSES['node-c']}"
         try:
             wait_for(f"{stay}'s route to rank 1 via node-c",
                      lambda: want in host_routes(hosts, stay), 15, 0.2)
             wait_for(f"{moving} without rank 1's network",
                      lambda: f"{moving}-{ranks[1]}" not in host_netns(hosts, moving), 15, 0.2)
-            ok(f"move: {stay} routes {want}; {moving} kept no network of rank 1")
+            ok(f"{what}: {stay} routes {want}; {moving} kept no network of rank 1")
         except TimeoutError:
-            fail(f"move: {stay}'s routes\n{host_routes(hosts, stay)}\n{moving}'s namespaces\n"
+            fail(f"{what}: {stay}'s routes\n{host_routes(hosts, stay)}\n{moving}'s namespaces\n"
                  f"{host_netns(hosts, moving)}")
-        check_finished(fleet, ranks, steps, "move")
+        (check or check_finished)(fleet, ranks, steps, what)
         return fleet
     except TimeoutError as e:
-        fail(f"move: {e}")
+        fail(f"{what}: {e}")
     finally:
         if sampler:
-            sampler.finish("move")
+            sampler.finish(what)
         finish(fleet, hosts)
 
 
@@ -416,6 +417,14 @@ def ddp_lost_drill(work):
         lost_drill(work, "gang-ddp-lost", "ddp_train.py", 40, ddp_check(want))
 
 
+def ddp_move_drill(work):
+    """move's drill with the torch DDP ranks: rank 1 moved to a third host mid-training, every
+    loss the uninterrupted run's."""
+    want = ddp_reference(40)
+    if want:
+        move_drill(work, "gang-ddp-move", "ddp_train.py", 40, ddp_check(want))
+
+
 def ddp_drill(work):
     """Two torch DDP ranks (gloo, tests/ckpt/ddp_train.py started alone per rank from the
     rendezvous variables, as torchrun starts them) as a gang over the two hosts: a coordinated
@@ -459,7 +468,7 @@ def ddp_drill(work):
 
 
 DRILLS = {"net": net_drill, "cut": cut_drill, "lost": lost_drill, "ddp": ddp_drill,
-          "ddp-lost": ddp_lost_drill, "move": move_drill}
+          "ddp-lost": ddp_lost_drill, "move": move_drill, "ddp-move": ddp_move_drill}
 
 
 def clean_rank_nets():
