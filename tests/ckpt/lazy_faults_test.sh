@@ -81,7 +81,9 @@ move() {
     lazyd) kill -9 "$lazyd" ;;
     source)
       kill -9 "$dump" "$src"
-      for _ in $(seq 200); do alive "$src" || break; sleep 0.01; done
+      # A killed process of this size may take seconds to exit on a loaded machine (its memory
+      # freed first): wait for it, up to 30 s, so that the outcome below sees it gone.
+      for _ in $(seq 3000); do alive "$src" || break; sleep 0.01; done
       ;;
   esac
   wait "$dump"
