@@ -129,6 +129,20 @@ def submit(fleet, work, tag, steps, sleep_s, per_node, env=None, program="gang_r
     return answer["gang_jobs"]
 
 
+def stop_cut(fleet, ranks, timeout_s):
+    """Asks for the gang's checkpoint that stops it (again while a periodic cut is under way)
+    and waits until every rank is checkpointed."""
+    def asked():
+        try:
+            fleet.post(f"/v1/jobs/{ranks[0]}/checkpoint", {})
+            return True
+        except Exception:  # a periodic cut under way: ask again
+            return False
+    wait_for("the gang's checkpoint to be accepted", asked, 60, 0.3)
+    wait_for("both ranks checkpointed", lambda: all(
+        fleet.job(r)["state"] == "checkpointed" for r in ranks), timeout_s, 0.3)
+
+
 def steps_seen(fleet, rank0):
     return [line.split()[1] for line in log(fleet, rank0).splitlines() if line.startswith("step ")]
 
@@ -223,16 +237,7 @@ def cut_drill(work):
         generation = fleet.job(ranks[0])["gang"]["generation"]
         ok(f"cut: periodic coordinated checkpoints while it runs (generation {generation})")
         wait_for("step 10", lambda: len(steps_seen(fleet, ranks[0])) >= 10, 120, 0.3)
-
-        def asked():
-            try:
-                fleet.post(f"/v1/jobs/{ranks[0]}/checkpoint", {})
-                return True
-            except Exception:  # a periodic cut under way: ask again
-                return False
-        wait_for("the gang's checkpoint to be accepted", asked, 60, 0.3)
-        wait_for("both ranks checkpointed", lambda: all(
-            fleet.job(r)["state"] == "checkpointed" for r in ranks), 120, 0.3)
+        stop_cut(fleet, ranks, 120)
         gens = {fleet.job(r)["gang"]["generation"] for r in ranks}
         at = len(steps_seen(fleet, ranks[0]))
         ok(f"cut: the gang checkpointed as one cut (generation {gens}) at step {at}")
@@ -443,16 +448,7 @@ def ddp_drill(work):
         ranks = submit(fleet, work, "gang-ddp", steps, 0.25, 1, program="ddp_train.py")
         nodes = {fleet.job(r)["node"] for r in ranks}
         wait_for("step 8", lambda: len(ddp_steps(log(fleet, ranks[0]))[0]) >= 8, 180, 0.3)
-
-        def asked():
-            try:
-                fleet.post(f"/v1/jobs/{ranks[0]}/checkpoint", {})
-                return True
-            except Exception:  # a periodic cut under way: ask again
-                return False
-        wait_for("the gang's checkpoint to be accepted", asked, 60, 0.3)
-        wait_for("both ranks checkpointed", lambda: all(
-            fleet.job(r)["state"] == "checkpointed" for r in ranks), 180, 0.3)
+        stop_cut(fleet, ranks, 180)
         at = len(ddp_steps(log(fleet, ranks[0]))[0])
         ok(f"ddp: the gang on {sorted(nodes)} checkpointed as one cut at step {at}")
         fleet.post(f"/v1/jobs/{ranks[1]}/resume", {})
