@@ -7,7 +7,7 @@
 #   bench/migrate_pause.sh [SIZE_MIB=2048] [ROUNDS=1] PALADIN [PALADIN...]
 #
 # --both moves the same workload (tests/ckpt/lazy_mem.py: SIZE MiB of distinct pages, a line
-# every 50 ms) several ways in one run, for each size, each a fresh job to a `paladin receive` of
+# every 50 ms, rewriting REWRITE_PCT percent of its pages a second, 5 by default) several ways in one run, for each size, each a fresh job to a `paladin receive` of
 # its own (the moved job's record reads "moved" at a shared run base), and verifies each moved
 # job's memory and every generation:
 #   image            `paladin migrate --mode image`: dump to a local image, then send it
@@ -32,6 +32,8 @@ if [[ ${1:-} == --both ]]; then
   HERE=$(cd "$(dirname "$0")" && pwd)
   export PALADIN_TOKEN=paladin-bench-token-0123456789
   port=$((20000 + RANDOM % 20000))
+  REWRITE_PCT=${REWRITE_PCT:-5}
+  echo "the workload rewrites ${REWRITE_PCT}% of its memory per second"
   printf '%-6s %-15s %8s %8s  %s\n' MiB move pause_s total_s notes
   for mib in "${SIZES[@]}"; do
     dir=$(mktemp -d /var/tmp/paladin-migrate-both.XXXXXX)
@@ -45,7 +47,7 @@ if [[ ${1:-} == --both ]]; then
       out=$dir/out-$mode
       name=both-$mode
       PALADIN_RUN_DIR=$dir/run "$PALADIN" run --name "$name" -- \
-        python3 "$HERE/../tests/ckpt/lazy_mem.py" run "$mib" "$out" 0.05 >"$dir/job-$mode.out" 2>&1 &
+        python3 "$HERE/../tests/ckpt/lazy_mem.py" run "$mib" "$out" 0.05 "$REWRITE_PCT" >"$dir/job-$mode.out" 2>&1 &
       for _ in $(seq 600); do [[ -s $out ]] && break; sleep 0.1; done
       sleep 1
       port=$((port + 3))

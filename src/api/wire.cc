@@ -606,7 +606,8 @@ nlohmann::json ToJson(const PodList& list) {
                     {"gpu", p.gpu},
                     {"gpu_mem_bytes", p.gpu_mem_bytes},
                     {"used_bytes", p.used_bytes >= 0 ? Json(p.used_bytes) : Json(nullptr)},
-                    {"reason", p.reason}});
+                    {"reason", p.reason},
+                    {"placement", p.placement}});
   }
   return {{"cluster", list.cluster}, {"pods", pods}};
 }
@@ -650,6 +651,10 @@ StatusOr<PodList> DecodePodList(const nlohmann::json& body) {
     PALADIN_RETURN_IF_ERROR(Str(o, "reason", where, &p.reason));
     if (!Printable(p.reason, 1024)) {
       return Wrong(where, "reason", "expected printable text of up to 1024 bytes");
+    }
+    PALADIN_RETURN_IF_ERROR(Str(o, "placement", where, &p.placement));
+    if (!Printable(p.placement, 1024)) {
+      return Wrong(where, "placement", "expected printable text of up to 1024 bytes");
     }
     list.pods.push_back(std::move(p));
   }
