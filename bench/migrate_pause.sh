@@ -16,6 +16,7 @@
 #   post-copy        `--mode post-copy` (the CRIU of scripts/criu_lazy.sh), its page stream
 #                    over TLS
 #   plain-post-copy  `--lazy --lazy-plain` (only with BOTH_PLAIN=1): post-copy over plain TCP
+# (MODES="post-copy" moves by the listed modes only)
 # and, as the baseline, a plain copy of SIZE MiB from one process's memory into another's over a
 # loopback TCP connection (python sockets, no hashing, no disk). Prints each move's pause
 # (paladin's: from stopping the job to its resuming there) and total (until the source is
@@ -38,7 +39,7 @@ if [[ ${1:-} == --both ]]; then
   for mib in "${SIZES[@]}"; do
     dir=$(mktemp -d /var/tmp/paladin-migrate-both.XXXXXX)
     declare -A pause total
-    modes=(image stream post-copy)
+    read -ra modes <<<"${MODES:-image stream post-copy}"
     [[ -n ${BOTH_PLAIN:-} ]] && modes+=(plain-post-copy)
     copy=$(python3 "$HERE/plain_copy.py" "$mib")
     printf '%-6s %-15s %8s %8s  %s\n' "$mib" plain-copy "$copy" "$copy" \
