@@ -20,9 +20,9 @@ PACKAGES=(
 # `deps.sh --tests` adds what only the tests need: Chromium, for the dashboard's browser test;
 # SLURM's daemons and MUNGE, for the SLURM integration test (tests/slurm); the headers CRIU's
 # ZDTM tests include (tests/zdtm builds them from CRIU's source); PyTorch and Open MPI, for the
-# distributed jobs' checkpoint tests; Go with sprig and yaml.v3, for chart_render, the stand-in for
-# `helm template` that the build makes for tests/k8s/chart_test.sh (25 packages, 88 MB downloaded, ~390 MB
-# installed, ~20 s to install on a 2-core machine).
+# distributed jobs' checkpoint tests; Go with sprig and yaml.v3, for chart_render, the stand-in
+# for `helm template` that the build makes for tests/k8s/chart_test.sh (25 packages, 88 MB
+# downloaded, ~390 MB installed, ~20 s to install on a 2-core machine).
 if [ "${1:-}" = "--tests" ]; then
   PACKAGES+=(chromium curl python3 slurmctld slurmd slurm-client munge)
   PACKAGES+=(libaio-dev libcap-dev xz-utils)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"reflect"
 	"sort"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 )
@@ -56,6 +57,9 @@ func readObjects(path string, ignoreKinds map[string]bool) (objects, error) {
 		if kind, _ := o["kind"].(string); ignoreKinds[kind] {
 			continue
 		}
+		if kind, _ := o["kind"].(string); kind == "Secret" {
+			unwrapSecretData(o)
+		}
 		id := objectID(o)
 		if _, dup := res.byID[id]; dup {
 			return objects{}, fmt.Errorf("%s: %s twice", path, id)
@@ -64,6 +68,17 @@ func readObjects(path string, ignoreKinds map[string]bool) (objects, error) {
 		res.keys = append(res.keys, id)
 	}
 	return res, nil
+}
+
+// unwrapSecretData joins a Secret's base64 values written over several lines (as kustomize's
+// secretGenerator writes them): the API server reads them the same as on one line.
+func unwrapSecretData(o map[string]interface{}) {
+	data, _ := o["data"].(map[string]interface{})
+	for k, v := range data {
+		if s, ok := v.(string); ok {
+			data[k] = strings.NewReplacer("\n", "", "\r", "").Replace(s)
+		}
+	}
 }
 
 func describe(v interface{}) string {
