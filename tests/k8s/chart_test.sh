@@ -49,6 +49,7 @@ fi
 echo "chart: kubectl $kubectl ($("$kubectl" version --client 2>/dev/null | grep -m1 -o 'Kustomize Version: .*' || echo 'kustomize version unknown'))"
 
 failed=0
+indent() { sed 's/^/chart:   /'; }
 # check NAME WANT GOT [--ignore-kind KIND]: GOT is WANT, object by object.
 check() {
   local name=$1 want=$2 got=$3
@@ -57,7 +58,7 @@ check() {
     echo "chart: ok: $name: $out"
   else
     echo "chart: FAIL: $name: the chart's objects differ from the manifests':"
-    sed 's/^/chart:   /' <<<"$out"
+    indent <<<"$out"
     failed=1
   fi
 }
@@ -87,7 +88,7 @@ check "release namespace gpu-system (its name put back) = deploy/k8s" "$work/k8s
 if left=$(grep -nE 'namespace: *"?paladin"?( |,|}|$)|serviceaccount:paladin:|"paladin"[],]' \
   "$work/other.yaml"); then
   echo "chart: FAIL: release namespace gpu-system: still naming the namespace paladin:"
-  sed 's/^/chart:   /' <<<"$left"
+  indent <<<"$left"
   failed=1
 else
   echo "chart: ok: release namespace gpu-system: no reference to the namespace paladin left"
