@@ -10,6 +10,7 @@
 # - defaults, release namespace paladin: deploy/k8s but its Namespace (helm's --create-namespace
 #   makes that); with namespace.create=true: deploy/k8s, Namespace too;
 # - emulatedGPUs.enabled=true: deploy/k8s/emulated;
+# - values given with -f and --set: the same objects as an overlay making the same changes;
 # - another release namespace: the same objects with every reference to the namespace following
 #   it (the ServiceAccounts' bindings, the webhook's Service and excluded namespaces, its
 #   --paladin-user) and none left naming `paladin`;
@@ -78,6 +79,50 @@ check "namespace.create=true = deploy/k8s" "$work/k8s.yaml" "$work/ns.yaml"
 "$render" template paladin "$chart" -n paladin \
   --set namespace.create=true,emulatedGPUs.enabled=true >"$work/emu.yaml"
 check "emulatedGPUs.enabled=true = deploy/k8s/emulated" "$work/emulated.yaml" "$work/emu.yaml"
+
+# Values reach the objects where the manifests would be patched: the same changes made once as
+# values (-f and --set) and once as a kustomize overlay of deploy/k8s/emulated.
+mkdir "$work/overlay"
+cat >"$work/overlay/kustomization.yaml" <<YAML
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - $(realpath --relative-to="$work/overlay" "$repo/deploy/k8s/emulated")
+images:
+  - {name: paladin.local/paladin, newTag: "1.2"}
+patches:
+  - target: {kind: Deployment, name: paladin-webhook}
+    patch: |-
+      - {op: replace, path: /spec/template/spec/containers/0/command/14, value: 4x80GiB}
+      - {op: add, path: /spec/template/spec/containers/0/command/13, value: --paladin-user}
+      - {op: add, path: /spec/template/spec/containers/0/command/14, value: "system:serviceaccount:paladin:paladin-node"}
+  - target: {kind: DaemonSet, name: paladin-node}
+    patch: |-
+      - {op: replace, path: /spec/template/spec/nodeSelector, value: {gpu: "yes"}}
+      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: EXTRA, value: "1"}}
+      - {op: replace, path: /spec/template/spec/containers/0/env/3/value, value: 4x80GiB}
+      - {op: replace, path: /spec/template/spec/containers/0/resources/limits/memory, value: 1Gi}
+  - target: {kind: RuntimeClass, name: paladin}
+    patch: |-
+      - {op: replace, path: /scheduling/nodeSelector, value: {gpu: "yes"}}
+  - target: {kind: MutatingWebhookConfiguration, name: paladin}
+    patch: |-
+      - {op: replace, path: /webhooks/0/namespaceSelector/matchExpressions/0/values, value: [kube-system, monitoring, paladin]}
+YAML
+cat >"$work/values.yaml" <<'YAML'
+emulatedGPUs: {enabled: true, gpus: 4x80GiB}
+gpuNodeLabel: {key: gpu, value: "yes"}
+node:
+  extraEnv: [{name: EXTRA, value: "1"}]
+  resources: {limits: {memory: 1Gi}}
+webhook: {excludedNamespaces: [kube-system, monitoring]}
+YAML
+"$kubectl" kustomize "$work/overlay" >"$work/overlay.yaml"
+"$render" template paladin "$chart" -n paladin -f "$work/values.yaml" --set namespace.create=true \
+  --set image.tag=1.2 --set 'webhook.extraPaladinUsers={system:serviceaccount:paladin:paladin-node}' \
+  >"$work/values-render.yaml"
+check "values (-f, --set) = the same changes as an overlay" "$work/overlay.yaml" \
+  "$work/values-render.yaml"
 
 # Another namespace: the same objects once its name is put back, and none naming `paladin` as a
 # namespace any more.
