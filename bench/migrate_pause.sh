@@ -48,7 +48,7 @@ if [[ ${1:-} == --both ]]; then
       out=$dir/out-$mode
       name=both-$mode
       PALADIN_RUN_DIR=$dir/run "$PALADIN" run --name "$name" -- \
-        python3 "$HERE/../tests/ckpt/lazy_mem.py" run "$mib" "$out" 0.05 "$REWRITE_PCT" >"$dir/job-$mode.out" 2>&1 &
+        python3 "$HERE/../tests/ckpt/lazy_mem.py" run "$mib" "$out" 0.05 --rewrite "$REWRITE_PCT" >"$dir/job-$mode.out" 2>&1 &
       for _ in $(seq 600); do [[ -s $out ]] && break; sleep 0.1; done
       sleep 1
       port=$((port + 3))

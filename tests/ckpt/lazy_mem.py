@@ -6,10 +6,11 @@ whole buffer.
 went missing or arrived in the wrong place across a move, or a generation repeated or skipped,
 is caught.
 
-  python3 lazy_mem.py run SIZE_MIB OUT [PERIOD] [REWRITE_PCT]
+  python3 lazy_mem.py run SIZE_MIB OUT [PERIOD] [--rewrite PCT] [ARG...]
   python3 lazy_mem.py check SIZE_MIB OUT [--after-rewind]
 
-REWRITE_PCT (default 0) also rewrites that percentage of the pages per second, a run of pages
+Further arguments of `run` are ignored (tests tag their processes with them). --rewrite PCT
+(default 0) also rewrites that percentage of the pages per second, a run of pages
 after the last one each generation (one word per page, the generation's number), as a job that
 keeps writing its memory while it moves; the run's first line says how many pages a generation
 rewrites, so `check` replays them too.
@@ -124,7 +125,9 @@ def check(mib, out, after_rewind=False):
 
 if __name__ == "__main__":
     if sys.argv[1] == "run":
-        run(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]) if len(sys.argv) > 4 else 0.5,
-            float(sys.argv[5]) if len(sys.argv) > 5 else 0.0)
+        rest = sys.argv[4:]
+        period = float(rest[0]) if rest and not rest[0].startswith("-") else 0.5
+        rewrite = float(rest[rest.index("--rewrite") + 1]) if "--rewrite" in rest else 0.0
+        run(int(sys.argv[2]), sys.argv[3], period, rewrite)
     else:
         check(int(sys.argv[2]), sys.argv[3], "--after-rewind" in sys.argv[4:])
