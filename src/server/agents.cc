@@ -227,7 +227,7 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
         "told " + n.name + " to kill its copy (epoch " + std::to_string(epoch) + "): " + why,
         team});
   };
-  JobRecord* found = JobById(id);
+  JobRecord* found = jobs_.ById(id);
   if (found == nullptr) return kill("unknown job", "");
   JobRecord& j = *found;
   MigrationRecord* m = ActiveMigration(j);
@@ -273,7 +273,7 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
   if (!err.empty()) AppendLog(j, "stderr", err);
   if (state == api::CopyState::kRunning &&
       (j.state() == JobState::kStarting || j.state() == JobState::kRestoring)) {
-    j.MoveTo(JobState::kRunning);
+    jobs_.SetState(j, JobState::kRunning);
     if (!j.started_at) j.started_at = now;
     // The image it came from is fresh: the next periodic checkpoint is a full period away.
     j.last_checkpoint_cmd_at = now;
@@ -317,7 +317,7 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
       ++j.restarts;
       Count("restarts");
       j.pending_since = t;
-      j.MoveTo(j.last_checkpoint ? JobState::kRestoring : JobState::kPending);
+      jobs_.SetState(j, j.last_checkpoint ? JobState::kRestoring : JobState::kPending);
       j.recovering = j.last_checkpoint.has_value();
       j.reason = "out of GPU memory (exit " + std::to_string(code.value_or(-1)) +
                  "): again with quota " + std::to_string(bigger) + " bytes (" + j.prediction + ")";
@@ -329,7 +329,7 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
              "exited with code " + (code ? std::to_string(*code) : std::string("unknown")));
       Wake();
     }
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
     return;
   }
   if (j.state() == JobState::kRunning || j.state() == JobState::kMigrating ||
@@ -337,9 +337,9 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
     ObserveUsage(j, now);
   }
   if (significant(j) != before) {
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
   } else {
-    LazyJob(j);
+    jobs_.MarkLazy(j);
   }
 }
 
@@ -391,7 +391,7 @@ void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
     AdvanceMigration(m->second, *event);
     return;
   }
-  JobRecord* found = JobById(c.job);
+  JobRecord* found = jobs_.ById(c.job);
   if (found == nullptr) return;
   JobRecord& j = *found;
   if (j.gang && ApplyGangResult(j, c, r)) return;
@@ -419,12 +419,12 @@ void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
       if (j.on_restore_failure == "restart") {
         ++j.restarts;
         Count("restarts");
-        j.MoveTo(JobState::kPending);
+        jobs_.SetState(j, JobState::kPending);
         j.pending_since = Now();
         j.reason = failed + "; starting over from the beginning (on_restore_failure: restart)";
         Event("started_over", &j, n.name, j.reason);
       } else {
-        j.MoveTo(JobState::kCheckpointed);
+        jobs_.SetState(j, JobState::kCheckpointed);
         j.reason = failed +
                    "; it stays checkpointed (on_restore_failure: stop): `paladin job "
                    "resume " +
@@ -433,7 +433,7 @@ void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
     } else {
       EndJob(j, JobState::kFailed, std::nullopt, "start failed on " + n.name + ": " + error);
     }
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
     Wake();
     return;
   }
@@ -455,16 +455,16 @@ void Control::ApplyCheckpointResult(JobRecord& j, const api::Command& command,
       const std::string path = j.last_checkpoint ? j.last_checkpoint->path : "?";
       if (j.preempted) {
         // It waits for room like a queued job, and restores from here when it gets some.
-        j.MoveTo(JobState::kRestoring);
+        jobs_.SetState(j, JobState::kRestoring);
         j.pending_since = Now();
         j.reason = "preempted: waiting for room to restore from " + path;
       } else {
-        j.MoveTo(JobState::kCheckpointed);
+        jobs_.SetState(j, JobState::kCheckpointed);
         j.reason = "checkpointed to " + path;
       }
       Wake();
     } else {
-      j.MoveTo(JobState::kRunning);
+      jobs_.SetState(j, JobState::kRunning);
       j.preempted = false;
       j.reason = "checkpoint failed (" + r.error + "); running on " + j.node;
     }
@@ -474,7 +474,7 @@ void Control::ApplyCheckpointResult(JobRecord& j, const api::Command& command,
           "checkpoint (" + mode + ") to " + command.dir + " failed: " + r.error + "; the job is " +
               j.StateName() + (j.node.empty() ? "" : " on " + j.node));
   }
-  DirtyJob(j);
+  jobs_.MarkDirty(j);
 }
 
 Json Control::TakeCommands(NodeRecord& n) {

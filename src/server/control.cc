@@ -114,14 +114,13 @@ Status Control::Load() {
   for (NodeRecord& n : *nodes) nodes_[n.name] = std::move(n);
   StatusOr<std::vector<JobRecord>> jobs = db_.Jobs();
   if (!jobs.ok()) return jobs.status();
-  for (JobRecord& j : *jobs) {
-    next_job_ = std::max(next_job_, j.seq + 1);
+  for (const JobRecord& j : *jobs) {
     if (j.peak_used_bytes > 0) {
       int64_t& peak = class_peak_[j.ClassKey()];
       peak = std::max(peak, j.peak_used_bytes);
     }
-    jobs_[j.seq] = std::move(j);
   }
+  jobs_.Load(std::move(*jobs));
   int64_t last_command = 0;
   StatusOr<std::vector<CommandRecord>> commands = db_.UnackedCommands(&last_command);
   if (!commands.ok()) return commands.status();
@@ -160,8 +159,7 @@ void Control::Reconcile() {
   }
   for (auto& [seq, j] : jobs_) {
     if (j.state() == JobState::kMigrating && j.migration_id == 0) {
-      j.MoveTo(JobState::kRunning);
-      DirtyJob(j);
+      jobs_.SetState(j, JobState::kRunning);
     }
     if (j.HoldsGpu()) j.accounted_at = std::max(j.accounted_at, now);
   }
@@ -225,20 +223,9 @@ TeamRecord& Control::Team(const std::string& name) {
 
 StatusOr<JobRecord*> Control::FindJob(const Principal& who, const std::string& id) {
   PALADIN_RETURN_IF_ERROR(ParseJobId(id).status());
-  JobRecord* j = JobById(id);
+  JobRecord* j = jobs_.ById(id);
   if (j == nullptr || !who.SeesTeam(j->team)) return NotFound("job " + id + " not found");
   return j;
-}
-
-JobRecord* Control::JobById(std::string_view id) {
-  return const_cast<JobRecord*>(std::as_const(*this).JobById(id));
-}
-
-const JobRecord* Control::JobById(std::string_view id) const {
-  StatusOr<int64_t> seq = ParseJobId(id);
-  if (!seq.ok()) return nullptr;
-  auto it = jobs_.find(*seq);
-  return it == jobs_.end() ? nullptr : &it->second;
 }
 
 Json Control::MigrationJson(const JobRecord& j) const {
@@ -276,16 +263,13 @@ Json Control::JobJson(const JobRecord& j) const {
 }
 
 Status Control::Flush() {
-  if (dirty_jobs_.empty() && dirty_nodes_.empty() && dirty_teams_.empty() &&
+  if (!jobs_.HasDirty() && dirty_nodes_.empty() && dirty_teams_.empty() &&
       dirty_commands_.empty() && dirty_migrations_.empty() && dirty_counters_.empty() &&
       events_.empty() && samples_.empty() && logs_.empty() && deleted_dirs_.empty()) {
     return Status::Ok();
   }
   Store::Transaction txn(db_.store());
-  for (int64_t seq : dirty_jobs_) {
-    auto it = jobs_.find(seq);
-    if (it != jobs_.end()) PALADIN_RETURN_IF_ERROR(db_.SaveJob(it->second));
-  }
+  for (const JobRecord* j : jobs_.Dirty()) PALADIN_RETURN_IF_ERROR(db_.SaveJob(*j));
   for (const std::string& name : dirty_nodes_) {
     auto it = nodes_.find(name);
     if (it != nodes_.end()) PALADIN_RETURN_IF_ERROR(db_.SaveNode(it->second));
@@ -327,7 +311,7 @@ Status Control::Flush() {
       std::filesystem::remove_all(path, ec);
     }
   }
-  dirty_jobs_.clear();
+  jobs_.ClearDirty();
   dirty_nodes_.clear();
   dirty_teams_.clear();
   dirty_commands_.clear();
@@ -438,7 +422,7 @@ void Control::Tick() {
   for (auto& [seq, j] : jobs_) {
     if (j.HoldsGpu()) {
       Accrue(j, now);
-      LazyJob(j);
+      jobs_.MarkLazy(j);
     }
   }
   FleetView view = BuildFleet(true);
@@ -448,9 +432,8 @@ void Control::Tick() {
   constexpr double kLazyFlushS = 5;
   if (now - last_lazy_flush_ >= kLazyFlushS) {
     last_lazy_flush_ = now;
-    dirty_jobs_.insert(lazy_jobs_.begin(), lazy_jobs_.end());
+    jobs_.PromoteLazy();
     dirty_nodes_.insert(lazy_nodes_.begin(), lazy_nodes_.end());
-    lazy_jobs_.clear();
     lazy_nodes_.clear();
   }
   Status s = Flush();

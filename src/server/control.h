@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "job_table.h"
 #include "model.h"
 #include "paladin/api/wire.h"
 #include "paladin/base/status.h"
@@ -156,18 +157,15 @@ class Control {
   void Reconcile();
   Status Flush();
   void CrashPoint(const std::string& step);
-  // Every change that reaches the store also counts in changes_ (what Preempt's memo keys on).
-  void DirtyJob(const JobRecord& j) {
-    dirty_jobs_.insert(j.seq);
-    ++changes_;
-  }
+  // Every change of a job or a node that reaches the store also counts in Changes() (what
+  // Preempt's memo keys on). A job's: jobs_.MarkDirty (and SetState, Add).
   void DirtyNode(const NodeRecord& n) {
     dirty_nodes_.insert(n.name);
-    ++changes_;
+    ++node_changes_;
   }
+  uint64_t Changes() const { return jobs_.changes() + node_changes_; }
   // Changes that may wait for the next periodic write (kLazyFlushS): usage, accrual, heartbeat
-  // times. A restarted server re-learns them from the next heartbeats.
-  void LazyJob(const JobRecord& j) { lazy_jobs_.insert(j.seq); }
+  // times (a job's: jobs_.MarkLazy). A restarted server re-learns them from the next heartbeats.
   void LazyNode(const NodeRecord& n) { lazy_nodes_.insert(n.name); }
   void DirtyTeam(const std::string& team) { dirty_teams_.insert(team); }
   void DirtyMigration(const MigrationRecord& m) { dirty_migrations_.insert(m.id); }
@@ -180,11 +178,8 @@ class Control {
   int64_t SendCommand(const std::string& node, api::Command c, const JobRecord* job);
   TeamRecord& Team(const std::string& name);
   StatusOr<JobRecord*> FindJob(const Principal& who, const std::string& id);
-  // The job of id `id` ("j-000042"), or null when the id does not parse or names no job; the
-  // job a migration, or a command, is about.
-  JobRecord* JobById(std::string_view id);
-  const JobRecord* JobById(std::string_view id) const;
-  JobRecord* JobOf(const MigrationRecord& m) { return JobById(m.job); }
+  // The job a migration is about, or null.
+  JobRecord* JobOf(const MigrationRecord& m) { return jobs_.ById(m.job); }
   Json JobJson(const JobRecord& j) const;
   // The migration under way for the API's `migration` field, or null.
   Json MigrationJson(const JobRecord& j) const;
@@ -327,7 +322,7 @@ class Control {
 
   std::map<std::string, TokenRecord> tokens_;  // by digest
 
-  std::map<int64_t, JobRecord> jobs_;  // by sequence number
+  JobTable jobs_;  // every job, and which changed since the last Flush
   std::map<std::string, NodeRecord> nodes_;
   std::map<std::string, TeamRecord> teams_;
   std::map<int64_t, CommandRecord> commands_;  // not yet acknowledged
@@ -335,17 +330,14 @@ class Control {
   std::map<std::string, int64_t> counters_;
   std::map<std::string, int64_t> class_peak_;  // ClassKey -> highest used bytes seen
   std::vector<core::Move> admission_moves_;    // the rebalancer's plan being carried out
-  int64_t next_job_ = 1;
   int64_t next_command_ = 1;
   int64_t next_migration_ = 1;
   // What moves cost, learned from the measured pauses of finished moves (replayed at start).
   core::MoveCostModel move_costs_;
 
-  // Written by Flush.
-  std::set<int64_t> dirty_jobs_;
-  uint64_t changes_ = 0;  // DirtyJob and DirtyNode calls so far
+  // Written by Flush (the jobs' own: in jobs_).
+  uint64_t node_changes_ = 0;  // DirtyNode calls so far
   std::set<std::string> dirty_nodes_;
-  std::set<int64_t> lazy_jobs_;
   std::set<std::string> lazy_nodes_;
   double last_lazy_flush_ = 0;
   std::set<std::string> dirty_teams_;

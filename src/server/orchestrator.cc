@@ -209,14 +209,14 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
   m.expected_pause_s = expected.pause_s;
   m.expected_basis = std::string(core::EstimateBasisName(expected.basis)) +
                      (expected.moves > 0 ? ", " + std::to_string(expected.moves) + " move(s)" : "");
-  j.MoveTo(JobState::kMigrating);
+  jobs_.SetState(j, JobState::kMigrating);
   j.migration_id = m.id;
   j.reason = "migrating to " + to + "/" + std::to_string(m.to_gpu) + " (" + why + ")";
   Event("migration_started", &j, j.node,
         "migration " + std::to_string(m.id) + " to " + to + "/" + std::to_string(m.to_gpu) + " (" +
             why + "), " + m.AskedModeName() + ": " + mode_why + "; expected pause " +
             FormatSeconds(m.expected_pause_s) + " (" + m.expected_basis + ")");
-  DirtyJob(j);
+  jobs_.MarkDirty(j);
   MigrationRecord& stored = migrations_[m.id] = m;
   DirtyMigration(stored);
   CrashPoint("reserved");
@@ -351,7 +351,7 @@ StatusOr<Json> Control::Commit(const Principal& who, int64_t migration) {
   ++j.migrations;
   Count("migrations");
   j.reason = "committed to " + m.to_node + "/" + std::to_string(m.to_gpu) + "; resuming there";
-  DirtyJob(j);
+  jobs_.MarkDirty(j);
   DirtyMigration(m);
   PALADIN_RETURN_IF_ERROR(Flush());
   CrashPoint("after_commit");
@@ -382,7 +382,7 @@ void Control::FailMigration(MigrationRecord& m, const std::string& why) {
     JobRecord& j = *found;
     if (j.migration_id == m.id) j.migration_id = 0;
     if (j.state() == JobState::kMigrating) {
-      j.MoveTo(JobState::kRunning);
+      jobs_.SetState(j, JobState::kRunning);
       j.reason =
           "migration " + std::to_string(m.id) + " failed (" + why + "); running on " + j.node;
     }
@@ -393,7 +393,7 @@ void Control::FailMigration(MigrationRecord& m, const std::string& why) {
     if (dest != nodes_.end() && dest->second.state != NodeState::kDead) {
       SendCommand(m.to_node, api::KillCommand(m.new_epoch), &j);
     }
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
   }
   Wake();
 }
@@ -406,14 +406,14 @@ void Control::FinishMigration(MigrationRecord& m) {
   if (JobRecord* found = JobOf(m); found != nullptr) {
     JobRecord& j = *found;
     if (j.migration_id == m.id) j.migration_id = 0;
-    if (j.state() == JobState::kMigrating) j.MoveTo(JobState::kRunning);
+    if (j.state() == JobState::kMigrating) jobs_.SetState(j, JobState::kRunning);
     j.reason = "running on " + j.node + "/" + std::to_string(j.gpu) + " (migrated from " +
                m.from_node + ")";
     Event("migrated", &j, m.to_node,
           "migration " + std::to_string(m.id) + ": " + m.from_node + "/" +
               std::to_string(m.from_gpu) + " -> " + m.to_node + "/" + std::to_string(m.to_gpu) +
               MoveSummary(m));
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
   }
   CrashPoint("done");
   Wake();
@@ -470,17 +470,17 @@ void Control::RecoverNode(NodeRecord& n) {
     j.pending_since = now;
     j.cancel_requested = false;
     if (j.last_checkpoint) {
-      j.MoveTo(JobState::kRestoring);
+      jobs_.SetState(j, JobState::kRestoring);
       j.recovering = true;
       j.reason = "node " + n.name + " died: restoring from " + j.last_checkpoint->path;
     } else {
-      j.MoveTo(JobState::kPending);
+      jobs_.SetState(j, JobState::kPending);
       ++j.restarts;
       Count("restarts");
       j.reason = "node " + n.name + " died and the job had no checkpoint: starting over";
       Event("restarted", &j, n.name, j.reason);
     }
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
   }
 }
 
@@ -592,7 +592,7 @@ void Control::PeriodicCheckpoints(double now) {
     j.checkpoint_in_flight = true;
     ++j.checkpoint_seq;
     SendCommand(j.node, api::CheckpointCommand("keep", CheckpointDir(j, j.checkpoint_seq)), &j);
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
   }
 }
 
@@ -623,7 +623,7 @@ void Control::RecordCheckpoint(JobRecord& j, const Json& detail, const std::stri
       }
     }
   }
-  DirtyJob(j);
+  jobs_.MarkDirty(j);
 }
 
 void Control::Rebalance(FleetView& view, JobRecord& waiting) {
@@ -631,19 +631,19 @@ void Control::Rebalance(FleetView& view, JobRecord& waiting) {
   if (!admission_moves_.empty()) {
     std::vector<core::Move> left;
     for (const core::Move& move : admission_moves_) {
-      auto j = jobs_.find(static_cast<int64_t>(move.job));
-      if (j == jobs_.end() || j->second.state() != JobState::kRunning) continue;
+      JobRecord* j = jobs_.BySeq(static_cast<int64_t>(move.job));
+      if (j == nullptr || j->state() != JobState::kRunning) continue;
       const std::string& to = view.names.size() > static_cast<size_t>(move.to.node)
                                   ? view.names[static_cast<size_t>(move.to.node)]
                                   : std::string();
-      if (to.empty() || j->second.node == to) continue;
-      if (HasIncomingMigration(to) || j->second.migration_id != 0) {
+      if (to.empty() || j->node == to) continue;
+      if (HasIncomingMigration(to) || j->migration_id != 0) {
         left.push_back(move);
         continue;
       }
       const int gpu =
           view.gpu_index[static_cast<size_t>(move.to.node)][static_cast<size_t>(move.to.gpus[0])];
-      if (!StartMigration(j->second, to, gpu, "rebalance for " + waiting.id, nullptr).ok()) {
+      if (!StartMigration(*j, to, gpu, "rebalance for " + waiting.id, nullptr).ok()) {
         continue;
       }
     }
