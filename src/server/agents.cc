@@ -207,21 +207,8 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
   const api::CopyState state = r.state;
   auto kill = [&](const std::string& why, const std::string& team) {
     if (state == api::CopyState::kExited) return;  // nothing left to kill
-    for (const auto& [cid, c] : commands_) {
-      if (c.node == n.name && c.command.kind == api::CommandKind::kKill && c.job == id &&
-          c.command.epoch == epoch) {
-        return;  // already told
-      }
-    }
-    CommandRecord& c = commands_[next_command_];
-    c.id = next_command_++;
-    c.node = n.name;
-    c.job = id;
-    c.created_at = Now();
-    c.command = api::KillCommand(epoch);
-    c.command.id = c.id;
-    c.command.job = id;
-    dirty_commands_.insert(c.id);
+    if (commands_.HasQueued(n.name, api::CommandKind::kKill, id, epoch)) return;  // already told
+    commands_.Send(n.name, api::KillCommand(epoch), id, Now());
     events_.push_back(EventRecord{
         0, Now(), id, n.name, "stale_copy",
         "told " + n.name + " to kill its copy (epoch " + std::to_string(epoch) + "): " + why,
@@ -372,13 +359,9 @@ void Control::AppendLog(JobRecord& j, const std::string& stream, const std::stri
 }
 
 void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
-  auto it = commands_.find(r.command);
-  if (it == commands_.end() || it->second.node != n.name || it->second.acked) return;
-  CommandRecord& c = it->second;
-  c.acked = true;
-  c.ok = r.ok;
-  c.result = api::ToJson(r);
-  dirty_commands_.insert(c.id);
+  const CommandRecord* acked = commands_.Acknowledge(r.command, n.name, r.ok, api::ToJson(r));
+  if (acked == nullptr) return;
+  const CommandRecord& c = *acked;
   const std::string& error = r.error;
   const Json& detail = r.detail;
   const api::CommandKind kind = c.command.kind;
@@ -481,14 +464,10 @@ Json Control::TakeCommands(NodeRecord& n) {
   const double now = Now();
   const double resend = std::max(3.0, 3 * options_.heartbeat_s);
   Json out = Json::array();
-  for (auto& [id, c] : commands_) {
-    if (c.node != n.name || c.acked) continue;
-    if (c.sent_at > 0 && now - c.sent_at < resend) continue;
-    c.sent_at = now;
-    dirty_commands_.insert(id);
-    out.push_back(api::ToJson(c.command));
-    if (c.command.kind == api::CommandKind::kMigrateIn) {
-      auto m = migrations_.find(c.command.migration);
+  for (const CommandRecord* c : commands_.TakeDue(n.name, now, resend)) {
+    out.push_back(api::ToJson(c->command));
+    if (c->command.kind == api::CommandKind::kMigrateIn) {
+      auto m = migrations_.find(c->command.migration);
       if (m != migrations_.end() && m->second.in_delivered_at == 0) {
         m->second.in_delivered_at = now;
       }

@@ -124,8 +124,7 @@ Status Control::Load() {
   int64_t last_command = 0;
   StatusOr<std::vector<CommandRecord>> commands = db_.UnackedCommands(&last_command);
   if (!commands.ok()) return commands.status();
-  next_command_ = std::max(next_command_, last_command + 1);
-  for (CommandRecord& c : *commands) commands_[c.id] = std::move(c);
+  commands_.Load(std::move(*commands), last_command);
   StatusOr<std::vector<MigrationRecord>> migrations = db_.Migrations();
   if (!migrations.ok()) return migrations.status();
   for (MigrationRecord& m : *migrations) {
@@ -194,20 +193,8 @@ void Control::Event(const std::string& kind, const JobRecord* job, const std::st
 }
 
 int64_t Control::SendCommand(const std::string& node, api::Command command, const JobRecord* job) {
-  CommandRecord c;
-  c.id = next_command_++;
-  c.node = node;
-  c.created_at = Now();
-  command.id = c.id;
-  if (job != nullptr) {
-    c.job = job->id;
-    command.job = job->id;
-    if (!command.epoch) command.epoch = job->epoch;
-  }
-  c.command = std::move(command);
-  dirty_commands_.insert(c.id);
-  commands_[c.id] = std::move(c);
-  return next_command_ - 1;
+  if (job != nullptr && !command.epoch) command.epoch = job->epoch;
+  return commands_.Send(node, std::move(command), job != nullptr ? job->id : "", Now());
 }
 
 TeamRecord& Control::Team(const std::string& name) {
@@ -263,9 +250,9 @@ Json Control::JobJson(const JobRecord& j) const {
 }
 
 Status Control::Flush() {
-  if (!jobs_.HasDirty() && dirty_nodes_.empty() && dirty_teams_.empty() &&
-      dirty_commands_.empty() && dirty_migrations_.empty() && dirty_counters_.empty() &&
-      events_.empty() && samples_.empty() && logs_.empty() && deleted_dirs_.empty()) {
+  if (!jobs_.HasDirty() && dirty_nodes_.empty() && dirty_teams_.empty() && !commands_.HasDirty() &&
+      dirty_migrations_.empty() && dirty_counters_.empty() && events_.empty() && samples_.empty() &&
+      logs_.empty() && deleted_dirs_.empty()) {
     return Status::Ok();
   }
   Store::Transaction txn(db_.store());
@@ -278,12 +265,7 @@ Status Control::Flush() {
     auto it = teams_.find(name);
     if (it != teams_.end()) PALADIN_RETURN_IF_ERROR(db_.SaveTeam(it->second));
   }
-  for (int64_t id : dirty_commands_) {
-    auto it = commands_.find(id);
-    if (it == commands_.end()) continue;  // acknowledged: written when it was acked
-    PALADIN_RETURN_IF_ERROR(db_.SaveCommand(it->second));
-    if (it->second.acked) commands_.erase(it);
-  }
+  for (const CommandRecord* c : commands_.Dirty()) PALADIN_RETURN_IF_ERROR(db_.SaveCommand(*c));
   for (int64_t id : dirty_migrations_) {
     auto it = migrations_.find(id);
     if (it != migrations_.end()) PALADIN_RETURN_IF_ERROR(db_.SaveMigration(it->second));
@@ -314,16 +296,13 @@ Status Control::Flush() {
   jobs_.ClearDirty();
   dirty_nodes_.clear();
   dirty_teams_.clear();
-  dirty_commands_.clear();
   dirty_migrations_.clear();
   dirty_counters_.clear();
   events_.clear();
   samples_.clear();
   logs_.clear();
   deleted_dirs_.clear();
-  for (auto it = commands_.begin(); it != commands_.end();) {
-    it = it->second.acked ? commands_.erase(it) : std::next(it);
-  }
+  commands_.Flushed();
   return committed;
 }
 

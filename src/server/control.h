@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "command_queue.h"
 #include "job_table.h"
 #include "model.h"
 #include "paladin/api/wire.h"
@@ -325,12 +326,11 @@ class Control {
   JobTable jobs_;  // every job, and which changed since the last Flush
   std::map<std::string, NodeRecord> nodes_;
   std::map<std::string, TeamRecord> teams_;
-  std::map<int64_t, CommandRecord> commands_;  // not yet acknowledged
+  CommandQueue commands_;  // for the agents, not yet acknowledged
   std::map<int64_t, MigrationRecord> migrations_;
   std::map<std::string, int64_t> counters_;
   std::map<std::string, int64_t> class_peak_;  // ClassKey -> highest used bytes seen
   std::vector<core::Move> admission_moves_;    // the rebalancer's plan being carried out
-  int64_t next_command_ = 1;
   int64_t next_migration_ = 1;
   // What moves cost, learned from the measured pauses of finished moves (replayed at start).
   core::MoveCostModel move_costs_;
@@ -341,7 +341,6 @@ class Control {
   std::set<std::string> lazy_nodes_;
   double last_lazy_flush_ = 0;
   std::set<std::string> dirty_teams_;
-  std::set<int64_t> dirty_commands_;
   std::set<int64_t> dirty_migrations_;
   std::set<std::string> dirty_counters_;
   std::vector<EventRecord> events_;

@@ -371,12 +371,7 @@ void Control::FailMigration(MigrationRecord& m, const std::string& why) {
   // longer commit (after a restart, a migrate_out persisted but never delivered), nor a
   // destination listen for one. A result that still comes for them is ignored.
   for (int64_t id : {m.in_command, m.out_command}) {
-    auto c = commands_.find(id);
-    if (c == commands_.end() || c->second.acked) continue;
-    c->second.acked = true;
-    c->second.ok = false;
-    c->second.result = Json{{"error", "withdrawn: migration " + std::to_string(m.id) + " failed"}};
-    dirty_commands_.insert(id);
+    (void)commands_.Withdraw(id, "withdrawn: migration " + std::to_string(m.id) + " failed");
   }
   if (JobRecord* found = JobOf(m); found != nullptr) {
     JobRecord& j = *found;
