@@ -217,7 +217,7 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
   JobRecord* found = jobs_.ById(id);
   if (found == nullptr) return kill("unknown job", "");
   JobRecord& j = *found;
-  MigrationRecord* m = ActiveMigration(j);
+  MigrationRecord* m = migrations_.Active(j.migration_id);
   // The destination's copy is the one at the migration's new epoch (within a node, the source's
   // copy reports from the same agent at the old one).
   const bool destination_copy = m != nullptr && m->to_node == n.name && epoch == m->new_epoch;
@@ -368,10 +368,10 @@ void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
   const int64_t epoch = c.command.epoch.value_or(-1);
   if (std::optional<MigrationEvent> event =
           EventOfResult(api::CommandKindName(kind), c.ok, error)) {
-    auto m = migrations_.find(c.command.migration);
-    if (m == migrations_.end()) return;
-    if (kind == api::CommandKind::kMigrateOut && c.ok) RecordMoveCost(m->second, detail);
-    AdvanceMigration(m->second, *event);
+    MigrationRecord* m = migrations_.Find(c.command.migration);
+    if (m == nullptr) return;
+    if (kind == api::CommandKind::kMigrateOut && c.ok) RecordMoveCost(*m, detail);
+    AdvanceMigration(*m, *event);
     return;
   }
   JobRecord* found = jobs_.ById(c.job);
@@ -467,10 +467,8 @@ Json Control::TakeCommands(NodeRecord& n) {
   for (const CommandRecord* c : commands_.TakeDue(n.name, now, resend)) {
     out.push_back(api::ToJson(c->command));
     if (c->command.kind == api::CommandKind::kMigrateIn) {
-      auto m = migrations_.find(c->command.migration);
-      if (m != migrations_.end() && m->second.in_delivered_at == 0) {
-        m->second.in_delivered_at = now;
-      }
+      MigrationRecord* m = migrations_.Find(c->command.migration);
+      if (m != nullptr && m->in_delivered_at == 0) m->in_delivered_at = now;
     }
   }
   return out;

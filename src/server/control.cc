@@ -127,10 +127,7 @@ Status Control::Load() {
   commands_.Load(std::move(*commands), last_command);
   StatusOr<std::vector<MigrationRecord>> migrations = db_.Migrations();
   if (!migrations.ok()) return migrations.status();
-  for (MigrationRecord& m : *migrations) {
-    next_migration_ = std::max(next_migration_, m.id + 1);
-    migrations_[m.id] = std::move(m);
-  }
+  migrations_.Load(std::move(*migrations));
   for (const auto& [id, m] : migrations_) {  // in the order they were made
     if (m.pause_s && *m.pause_s > 0) {
       move_costs_.Observe(m.from_node, m.to_node,
@@ -216,10 +213,9 @@ StatusOr<JobRecord*> Control::FindJob(const Principal& who, const std::string& i
 }
 
 Json Control::MigrationJson(const JobRecord& j) const {
-  if (j.migration_id == 0) return nullptr;
-  auto it = migrations_.find(j.migration_id);
-  if (it == migrations_.end() || it->second.Finished()) return nullptr;
-  const MigrationRecord& m = it->second;
+  const MigrationRecord* active = migrations_.Active(j.migration_id);
+  if (active == nullptr) return nullptr;
+  const MigrationRecord& m = *active;
   return {{"id", m.id},
           {"to", m.to_node},
           {"to_gpu", m.to_gpu},
@@ -234,9 +230,8 @@ Json Control::JobJson(const JobRecord& j) const {
   Json migration = MigrationJson(j);
   if (!migration.is_null()) out["migration"] = std::move(migration);
   // The job's last move that its source reported on: how its memory moved, why, the pause.
-  for (auto it = migrations_.rbegin(); it != migrations_.rend(); ++it) {
-    const MigrationRecord& m = it->second;
-    if (m.job != j.id || m.mode_used.empty()) continue;
+  if (const MigrationRecord* last = migrations_.LastReported(j.id)) {
+    const MigrationRecord& m = *last;
     out["last_move"] = {{"id", m.id},
                         {"from", m.from_node},
                         {"to", m.to_node},
@@ -244,14 +239,13 @@ Json Control::JobJson(const JobRecord& j) const {
                         {"mode", m.mode_used},
                         {"why", m.move_mode_why},
                         {"pause_s", m.pause_s ? Json(*m.pause_s) : Json(nullptr)}};
-    break;
   }
   return out;
 }
 
 Status Control::Flush() {
   if (!jobs_.HasDirty() && dirty_nodes_.empty() && dirty_teams_.empty() && !commands_.HasDirty() &&
-      dirty_migrations_.empty() && dirty_counters_.empty() && events_.empty() && samples_.empty() &&
+      !migrations_.HasDirty() && dirty_counters_.empty() && events_.empty() && samples_.empty() &&
       logs_.empty() && deleted_dirs_.empty()) {
     return Status::Ok();
   }
@@ -266,9 +260,8 @@ Status Control::Flush() {
     if (it != teams_.end()) PALADIN_RETURN_IF_ERROR(db_.SaveTeam(it->second));
   }
   for (const CommandRecord* c : commands_.Dirty()) PALADIN_RETURN_IF_ERROR(db_.SaveCommand(*c));
-  for (int64_t id : dirty_migrations_) {
-    auto it = migrations_.find(id);
-    if (it != migrations_.end()) PALADIN_RETURN_IF_ERROR(db_.SaveMigration(it->second));
+  for (const MigrationRecord* m : migrations_.Dirty()) {
+    PALADIN_RETURN_IF_ERROR(db_.SaveMigration(*m));
   }
   for (const std::string& key : dirty_counters_) {
     PALADIN_RETURN_IF_ERROR(db_.SaveCounter(key, Counter(key)));
@@ -296,7 +289,7 @@ Status Control::Flush() {
   jobs_.ClearDirty();
   dirty_nodes_.clear();
   dirty_teams_.clear();
-  dirty_migrations_.clear();
+  migrations_.ClearDirty();
   dirty_counters_.clear();
   events_.clear();
   samples_.clear();

@@ -1,6 +1,15 @@
 // The control plane: every record the server keeps, and every operation on them. The HTTP layer
 // (api.cc) turns requests into calls here; the scheduling loop (server.cc) calls Tick().
 //
+// The records live in parts with one job each, every one with its own header and unit test:
+//   JobTable (job_table.h)             the jobs: lookup, new ids, SetState (the only way a job's
+//                                      state changes, along job_state.h's graph), dirty writes
+//   CommandQueue (command_queue.h)     the agents' commands: queued, handed out, acknowledged
+//   MigrationTable (migration_table.h) the migration rows; migration_steps.h decides their steps
+//   Persistence (persistence.h)        all SQL: what is loaded at start and written by Flush
+// Control keeps the rest (nodes, teams, tokens, counters, events, logs, the predictors) and
+// carries out each operation over the parts.
+//
 // The implementation is split by concern: control.cc (loading, persistence, commands, events,
 // tokens), jobs.cc (the job endpoints), agents.cc (registration and heartbeats), scheduler.cc
 // (placement with the core packer, predictions, accounting), orchestrator.cc (migrations,
@@ -26,6 +35,7 @@
 
 #include "command_queue.h"
 #include "job_table.h"
+#include "migration_table.h"
 #include "model.h"
 #include "paladin/api/wire.h"
 #include "paladin/base/status.h"
@@ -169,7 +179,6 @@ class Control {
   // times (a job's: jobs_.MarkLazy). A restarted server re-learns them from the next heartbeats.
   void LazyNode(const NodeRecord& n) { lazy_nodes_.insert(n.name); }
   void DirtyTeam(const std::string& team) { dirty_teams_.insert(team); }
-  void DirtyMigration(const MigrationRecord& m) { dirty_migrations_.insert(m.id); }
   void Count(const std::string& key, int64_t by = 1);
   int64_t Counter(const std::string& key) const;
   void Event(const std::string& kind, const JobRecord* job, const std::string& node,
@@ -278,8 +287,6 @@ class Control {
   void AdvanceMigration(MigrationRecord& m, const MigrationEvent& event);
   void FailMigration(MigrationRecord& m, const std::string& why);
   void FinishMigration(MigrationRecord& m);
-  bool HasIncomingMigration(const std::string& node) const;
-  MigrationRecord* ActiveMigration(const JobRecord& j);
   // How a move between these nodes carries the job's memory (ControlOptions::move_mode), and why:
   // post-copy, or pre-copy, which *stream says streams (else it moves by image).
   api::MoveMode MoveModeFor(const NodeRecord& from, const NodeRecord& to, bool* stream,
@@ -326,12 +333,11 @@ class Control {
   JobTable jobs_;  // every job, and which changed since the last Flush
   std::map<std::string, NodeRecord> nodes_;
   std::map<std::string, TeamRecord> teams_;
-  CommandQueue commands_;  // for the agents, not yet acknowledged
-  std::map<int64_t, MigrationRecord> migrations_;
+  CommandQueue commands_;      // for the agents, not yet acknowledged
+  MigrationTable migrations_;  // every migration, finished ones too
   std::map<std::string, int64_t> counters_;
   std::map<std::string, int64_t> class_peak_;  // ClassKey -> highest used bytes seen
   std::vector<core::Move> admission_moves_;    // the rebalancer's plan being carried out
-  int64_t next_migration_ = 1;
   // What moves cost, learned from the measured pauses of finished moves (replayed at start).
   core::MoveCostModel move_costs_;
 
@@ -341,7 +347,6 @@ class Control {
   std::set<std::string> lazy_nodes_;
   double last_lazy_flush_ = 0;
   std::set<std::string> dirty_teams_;
-  std::set<int64_t> dirty_migrations_;
   std::set<std::string> dirty_counters_;
   std::vector<EventRecord> events_;
   std::vector<UsageSampleRecord> samples_;

@@ -720,7 +720,8 @@ void Control::RecoverGangOf(const JobRecord& lost, const std::string& dead_node,
     g.move_from.clear();
     m->checkpoint_in_flight = false;
     if (!m->HoldsGpu() && m->node.empty()) continue;  // already waiting
-    if (MigrationRecord* mig = ActiveMigration(*m)) FailMigration(*mig, "its gang is recovering");
+    if (MigrationRecord* mig = migrations_.Active(m->migration_id))
+      FailMigration(*mig, "its gang is recovering");
     if (m->node != dead_node) {
       // A survivor: stopped here and restored from the same cut with the others. The gang waits
       // for this kill's answer before any rank runs again, so no rank ever runs twice.

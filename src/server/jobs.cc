@@ -299,7 +299,7 @@ StatusOr<Json> Control::Cancel(const Principal& who, const std::string& id) {
     j.cancel_requested = true;
     j.reason = "cancelling: the agent on " + j.node + " was told to kill it";
     SendCommand(j.node, api::KillCommand(), &j);
-    if (MigrationRecord* m = ActiveMigration(j)) {
+    if (MigrationRecord* m = migrations_.Active(j.migration_id)) {
       if (!m->commit_answer.has_value()) {
         FailMigration(*m, "the job was cancelled");
       } else {

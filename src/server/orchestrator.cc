@@ -53,7 +53,7 @@ void Control::RecordMoveCost(MigrationRecord& m, const Json& detail) {
     m.move_mode_why = detail["mode_why"].get<std::string>().substr(0, 512);
   }
   if (m.mode_used.empty()) m.mode_used = api::MoveModeName(api::MoveMode::kPreCopy);
-  DirtyMigration(m);
+  migrations_.MarkDirty(m);
   if (m.step != MigrationStep::kDone) return;  // FinishMigration's event will say it
   // The destination's result finished the move first: its event could not say this yet.
   Event("migration_cost", j, m.from_node, "migration " + std::to_string(m.id) + MoveSummary(m));
@@ -100,26 +100,13 @@ api::MoveMode Control::MoveModeFor(const NodeRecord& from, const NodeRecord& to,
   return api::MoveMode::kPostCopy;
 }
 
-bool Control::HasIncomingMigration(const std::string& node) const {
-  return std::any_of(migrations_.begin(), migrations_.end(), [&](const auto& kv) {
-    return !kv.second.Finished() && kv.second.to_node == node;
-  });
-}
-
-MigrationRecord* Control::ActiveMigration(const JobRecord& j) {
-  if (j.migration_id == 0) return nullptr;
-  auto it = migrations_.find(j.migration_id);
-  if (it == migrations_.end() || it->second.Finished()) return nullptr;
-  return &it->second;
-}
-
 Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
                                const std::string& why, std::string* refusal) {
   if (j.state() != JobState::kRunning) {
     return FailedPrecondition("job " + j.id + " is " + j.StateName() +
                               "; only a running job migrates");
   }
-  if (ActiveMigration(j) != nullptr) {
+  if (migrations_.Active(j.migration_id) != nullptr) {
     return FailedPrecondition("job " + j.id + " is already migrating");
   }
   if (j.gpus != 1) return FailedPrecondition("job " + j.id + " uses several GPUs; not migratable");
@@ -145,7 +132,7 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
   if (dest->second.migrate_port <= 0) {
     return FailedPrecondition("node " + to + " registered no migrate_port");
   }
-  if (HasIncomingMigration(to)) {
+  if (migrations_.HasIncoming(to)) {
     return FailedPrecondition("node " + to + " is already receiving a migration");
   }
   auto source = nodes_.find(j.node);
@@ -186,8 +173,7 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
   }
   StatusOr<std::string> token = RandomHex(16);
   if (!token.ok()) return token.status();
-  MigrationRecord m;
-  m.id = next_migration_++;
+  MigrationRecord& m = migrations_.Add(MigrationRecord{});  // numbered, marked dirty
   m.job = j.id;
   m.from_node = j.node;
   m.from_gpu = j.gpu;
@@ -217,10 +203,8 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
             why + "), " + m.AskedModeName() + ": " + mode_why + "; expected pause " +
             FormatSeconds(m.expected_pause_s) + " (" + m.expected_basis + ")");
   jobs_.MarkDirty(j);
-  MigrationRecord& stored = migrations_[m.id] = m;
-  DirtyMigration(stored);
   CrashPoint("reserved");
-  AdvanceMigration(stored, MigrationEvent{MigrationEvent::Kind::kReserved, ""});
+  AdvanceMigration(m, MigrationEvent{MigrationEvent::Kind::kReserved, ""});
   return Status::Ok();
 }
 
@@ -259,7 +243,7 @@ void Control::AdvanceMigration(MigrationRecord& m, const MigrationEvent& event) 
       in.move_mode = m.move_mode;
       m.in_command = SendCommand(m.to_node, std::move(in), &j);
       m.step = MigrationStep::kMigrateInSent;
-      DirtyMigration(m);
+      migrations_.MarkDirty(m);
       CrashPoint("migrate_in_sent");
       return;
     }
@@ -278,7 +262,7 @@ void Control::AdvanceMigration(MigrationRecord& m, const MigrationEvent& event) 
       out.stream = m.stream;
       m.out_command = SendCommand(m.from_node, std::move(out), &j);
       m.step = MigrationStep::kTransfer;
-      DirtyMigration(m);
+      migrations_.MarkDirty(m);
       CrashPoint("migrate_out_sent");
       return;
     }
@@ -298,10 +282,9 @@ bool IsParty(const Principal& who, const MigrationRecord& m) {
 
 StatusOr<Json> Control::AbortUnlessCommitted(const Principal& who, int64_t migration) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = migrations_.find(migration);
-  if (it == migrations_.end())
-    return NotFound("migration " + std::to_string(migration) + " not found");
-  MigrationRecord& m = it->second;
+  MigrationRecord* found_m = migrations_.Find(migration);
+  if (found_m == nullptr) return NotFound("migration " + std::to_string(migration) + " not found");
+  MigrationRecord& m = *found_m;
   if (!IsParty(who, m)) return NotFound("migration " + std::to_string(migration) + " not found");
   // The destination asks when it lost its source; a restarted source asks for a move it had
   // begun. Nobody else is a party to it.
@@ -320,10 +303,9 @@ StatusOr<Json> Control::AbortUnlessCommitted(const Principal& who, int64_t migra
 
 StatusOr<Json> Control::Commit(const Principal& who, int64_t migration) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = migrations_.find(migration);
-  if (it == migrations_.end())
-    return NotFound("migration " + std::to_string(migration) + " not found");
-  MigrationRecord& m = it->second;
+  MigrationRecord* found_m = migrations_.Find(migration);
+  if (found_m == nullptr) return NotFound("migration " + std::to_string(migration) + " not found");
+  MigrationRecord& m = *found_m;
   if (!IsParty(who, m)) return NotFound("migration " + std::to_string(migration) + " not found");
   // Only the source commits: it has stopped the job and sent its image (migrate_out).
   PALADIN_RETURN_IF_ERROR(CheckSpeaksFor(
@@ -352,7 +334,7 @@ StatusOr<Json> Control::Commit(const Principal& who, int64_t migration) {
   Count("migrations");
   j.reason = "committed to " + m.to_node + "/" + std::to_string(m.to_gpu) + "; resuming there";
   jobs_.MarkDirty(j);
-  DirtyMigration(m);
+  migrations_.MarkDirty(m);
   PALADIN_RETURN_IF_ERROR(Flush());
   CrashPoint("after_commit");
   Wake();
@@ -366,7 +348,7 @@ void Control::FailMigration(MigrationRecord& m, const std::string& why) {
   m.error = why;
   m.ended_at = Now();
   Count("migrations_failed");
-  DirtyMigration(m);
+  migrations_.MarkDirty(m);
   // Its commands not carried out yet are withdrawn: a source must not start a move that can no
   // longer commit (after a restart, a migrate_out persisted but never delivered), nor a
   // destination listen for one. A result that still comes for them is ignored.
@@ -397,7 +379,7 @@ void Control::FinishMigration(MigrationRecord& m) {
   if (m.Finished()) return;
   m.step = MigrationStep::kDone;
   m.ended_at = Now();
-  DirtyMigration(m);
+  migrations_.MarkDirty(m);
   if (JobRecord* found = JobOf(m); found != nullptr) {
     JobRecord& j = *found;
     if (j.migration_id == m.id) j.migration_id = 0;
@@ -459,7 +441,8 @@ void Control::RecoverNode(NodeRecord& n) {
       RecoverGangOf(j, n.name);
       continue;
     }
-    if (MigrationRecord* m = ActiveMigration(j)) FailMigration(*m, "node " + n.name + " died");
+    if (MigrationRecord* m = migrations_.Active(j.migration_id))
+      FailMigration(*m, "node " + n.name + " died");
     Accrue(j, now);
     ReleaseJob(j);
     j.pending_since = now;
@@ -498,7 +481,7 @@ void Control::DrainNodes() {
         continue;
       }
       const std::string& to = view.names[static_cast<size_t>(d.placement.node)];
-      if (HasIncomingMigration(to)) continue;
+      if (migrations_.HasIncoming(to)) continue;
       const int gpu = view.gpu_index[static_cast<size_t>(d.placement.node)]
                                     [static_cast<size_t>(d.placement.gpus[0])];
       (void)StartMigration(j, to, gpu, "draining " + name, nullptr);
@@ -562,7 +545,7 @@ void Control::GpuHealthMoves() {
     core::Decision d = packer_.Schedule(view.fleet, ShapeOf(j, 0), rng_, options);
     if (!d.placed) continue;
     const std::string& to = view.names[static_cast<size_t>(d.placement.node)];
-    if (HasIncomingMigration(to)) continue;
+    if (migrations_.HasIncoming(to)) continue;
     // The unhealthy GPU is not in the view: the packer may well choose another GPU of this node.
     const int gpu = view.gpu_index[static_cast<size_t>(d.placement.node)]
                                   [static_cast<size_t>(d.placement.gpus[0])];
@@ -632,7 +615,7 @@ void Control::Rebalance(FleetView& view, JobRecord& waiting) {
                                   ? view.names[static_cast<size_t>(move.to.node)]
                                   : std::string();
       if (to.empty() || j->node == to) continue;
-      if (HasIncomingMigration(to) || j->migration_id != 0) {
+      if (migrations_.HasIncoming(to) || j->migration_id != 0) {
         left.push_back(move);
         continue;
       }
@@ -645,10 +628,7 @@ void Control::Rebalance(FleetView& view, JobRecord& waiting) {
     admission_moves_ = left;
     return;
   }
-  if (std::any_of(migrations_.begin(), migrations_.end(),
-                  [](const auto& kv) { return !kv.second.Finished(); })) {
-    return;
-  }
+  if (migrations_.AnyUnfinished()) return;
   if (!waiting.reason.empty() && waiting.reason.rfind("team ", 0) == 0) return;
   std::vector<core::MovableJob> movable;
   for (const auto& [seq, j] : jobs_) {

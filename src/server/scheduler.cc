@@ -191,9 +191,9 @@ void Control::PlaceWaiting(FleetView& view) {
       continue;
     }
     if (TryPlace(view, *j)) continue;
-    const int64_t before = next_migration_;
+    const int64_t before = migrations_.made();
     Rebalance(view, *j);
-    if (next_migration_ != before) {
+    if (migrations_.made() != before) {
       view = BuildFleet(true);  // destinations are booked now
       continue;
     }
