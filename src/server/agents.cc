@@ -207,30 +207,17 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
   const api::CopyState state = r.state;
   auto kill = [&](const std::string& why, const std::string& team) {
     if (state == api::CopyState::kExited) return;  // nothing left to kill
-    for (const auto& [cid, c] : commands_) {
-      if (c.node == n.name && c.command.kind == api::CommandKind::kKill && c.job == id &&
-          c.command.epoch == epoch) {
-        return;  // already told
-      }
-    }
-    CommandRecord& c = commands_[next_command_];
-    c.id = next_command_++;
-    c.node = n.name;
-    c.job = id;
-    c.created_at = Now();
-    c.command = api::KillCommand(epoch);
-    c.command.id = c.id;
-    c.command.job = id;
-    dirty_commands_.insert(c.id);
+    if (commands_.HasQueued(n.name, api::CommandKind::kKill, id, epoch)) return;  // already told
+    commands_.Send(n.name, api::KillCommand(epoch), id, Now());
     events_.push_back(EventRecord{
         0, Now(), id, n.name, "stale_copy",
         "told " + n.name + " to kill its copy (epoch " + std::to_string(epoch) + "): " + why,
         team});
   };
-  JobRecord* found = JobById(id);
+  JobRecord* found = jobs_.ById(id);
   if (found == nullptr) return kill("unknown job", "");
   JobRecord& j = *found;
-  MigrationRecord* m = ActiveMigration(j);
+  MigrationRecord* m = migrations_.Active(j.migration_id);
   // The destination's copy is the one at the migration's new epoch (within a node, the source's
   // copy reports from the same agent at the old one).
   const bool destination_copy = m != nullptr && m->to_node == n.name && epoch == m->new_epoch;
@@ -273,7 +260,7 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
   if (!err.empty()) AppendLog(j, "stderr", err);
   if (state == api::CopyState::kRunning &&
       (j.state() == JobState::kStarting || j.state() == JobState::kRestoring)) {
-    j.MoveTo(JobState::kRunning);
+    jobs_.SetState(j, JobState::kRunning);
     if (!j.started_at) j.started_at = now;
     // The image it came from is fresh: the next periodic checkpoint is a full period away.
     j.last_checkpoint_cmd_at = now;
@@ -317,7 +304,7 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
       ++j.restarts;
       Count("restarts");
       j.pending_since = t;
-      j.MoveTo(j.last_checkpoint ? JobState::kRestoring : JobState::kPending);
+      jobs_.SetState(j, j.last_checkpoint ? JobState::kRestoring : JobState::kPending);
       j.recovering = j.last_checkpoint.has_value();
       j.reason = "out of GPU memory (exit " + std::to_string(code.value_or(-1)) +
                  "): again with quota " + std::to_string(bigger) + " bytes (" + j.prediction + ")";
@@ -329,7 +316,7 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
              "exited with code " + (code ? std::to_string(*code) : std::string("unknown")));
       Wake();
     }
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
     return;
   }
   if (j.state() == JobState::kRunning || j.state() == JobState::kMigrating ||
@@ -337,9 +324,9 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
     ObserveUsage(j, now);
   }
   if (significant(j) != before) {
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
   } else {
-    LazyJob(j);
+    jobs_.MarkLazy(j);
   }
 }
 
@@ -372,26 +359,22 @@ void Control::AppendLog(JobRecord& j, const std::string& stream, const std::stri
 }
 
 void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
-  auto it = commands_.find(r.command);
-  if (it == commands_.end() || it->second.node != n.name || it->second.acked) return;
-  CommandRecord& c = it->second;
-  c.acked = true;
-  c.ok = r.ok;
-  c.result = api::ToJson(r);
-  dirty_commands_.insert(c.id);
+  const CommandRecord* acked = commands_.Acknowledge(r.command, n.name, r.ok, api::ToJson(r));
+  if (acked == nullptr) return;
+  const CommandRecord& c = *acked;
   const std::string& error = r.error;
   const Json& detail = r.detail;
   const api::CommandKind kind = c.command.kind;
   const int64_t epoch = c.command.epoch.value_or(-1);
   if (std::optional<MigrationEvent> event =
           EventOfResult(api::CommandKindName(kind), c.ok, error)) {
-    auto m = migrations_.find(c.command.migration);
-    if (m == migrations_.end()) return;
-    if (kind == api::CommandKind::kMigrateOut && c.ok) RecordMoveCost(m->second, detail);
-    AdvanceMigration(m->second, *event);
+    MigrationRecord* m = migrations_.Find(c.command.migration);
+    if (m == nullptr) return;
+    if (kind == api::CommandKind::kMigrateOut && c.ok) RecordMoveCost(*m, detail);
+    AdvanceMigration(*m, *event);
     return;
   }
-  JobRecord* found = JobById(c.job);
+  JobRecord* found = jobs_.ById(c.job);
   if (found == nullptr) return;
   JobRecord& j = *found;
   if (j.gang && ApplyGangResult(j, c, r)) return;
@@ -419,12 +402,12 @@ void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
       if (j.on_restore_failure == "restart") {
         ++j.restarts;
         Count("restarts");
-        j.MoveTo(JobState::kPending);
+        jobs_.SetState(j, JobState::kPending);
         j.pending_since = Now();
         j.reason = failed + "; starting over from the beginning (on_restore_failure: restart)";
         Event("started_over", &j, n.name, j.reason);
       } else {
-        j.MoveTo(JobState::kCheckpointed);
+        jobs_.SetState(j, JobState::kCheckpointed);
         j.reason = failed +
                    "; it stays checkpointed (on_restore_failure: stop): `paladin job "
                    "resume " +
@@ -433,7 +416,7 @@ void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
     } else {
       EndJob(j, JobState::kFailed, std::nullopt, "start failed on " + n.name + ": " + error);
     }
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
     Wake();
     return;
   }
@@ -455,16 +438,16 @@ void Control::ApplyCheckpointResult(JobRecord& j, const api::Command& command,
       const std::string path = j.last_checkpoint ? j.last_checkpoint->path : "?";
       if (j.preempted) {
         // It waits for room like a queued job, and restores from here when it gets some.
-        j.MoveTo(JobState::kRestoring);
+        jobs_.SetState(j, JobState::kRestoring);
         j.pending_since = Now();
         j.reason = "preempted: waiting for room to restore from " + path;
       } else {
-        j.MoveTo(JobState::kCheckpointed);
+        jobs_.SetState(j, JobState::kCheckpointed);
         j.reason = "checkpointed to " + path;
       }
       Wake();
     } else {
-      j.MoveTo(JobState::kRunning);
+      jobs_.SetState(j, JobState::kRunning);
       j.preempted = false;
       j.reason = "checkpoint failed (" + r.error + "); running on " + j.node;
     }
@@ -474,24 +457,18 @@ void Control::ApplyCheckpointResult(JobRecord& j, const api::Command& command,
           "checkpoint (" + mode + ") to " + command.dir + " failed: " + r.error + "; the job is " +
               j.StateName() + (j.node.empty() ? "" : " on " + j.node));
   }
-  DirtyJob(j);
+  jobs_.MarkDirty(j);
 }
 
 Json Control::TakeCommands(NodeRecord& n) {
   const double now = Now();
   const double resend = std::max(3.0, 3 * options_.heartbeat_s);
   Json out = Json::array();
-  for (auto& [id, c] : commands_) {
-    if (c.node != n.name || c.acked) continue;
-    if (c.sent_at > 0 && now - c.sent_at < resend) continue;
-    c.sent_at = now;
-    dirty_commands_.insert(id);
-    out.push_back(api::ToJson(c.command));
-    if (c.command.kind == api::CommandKind::kMigrateIn) {
-      auto m = migrations_.find(c.command.migration);
-      if (m != migrations_.end() && m->second.in_delivered_at == 0) {
-        m->second.in_delivered_at = now;
-      }
+  for (const CommandRecord* c : commands_.TakeDue(n.name, now, resend)) {
+    out.push_back(api::ToJson(c->command));
+    if (c->command.kind == api::CommandKind::kMigrateIn) {
+      MigrationRecord* m = migrations_.Find(c->command.migration);
+      if (m != nullptr && m->in_delivered_at == 0) m->in_delivered_at = now;
     }
   }
   return out;

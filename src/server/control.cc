@@ -114,25 +114,20 @@ Status Control::Load() {
   for (NodeRecord& n : *nodes) nodes_[n.name] = std::move(n);
   StatusOr<std::vector<JobRecord>> jobs = db_.Jobs();
   if (!jobs.ok()) return jobs.status();
-  for (JobRecord& j : *jobs) {
-    next_job_ = std::max(next_job_, j.seq + 1);
+  for (const JobRecord& j : *jobs) {
     if (j.peak_used_bytes > 0) {
       int64_t& peak = class_peak_[j.ClassKey()];
       peak = std::max(peak, j.peak_used_bytes);
     }
-    jobs_[j.seq] = std::move(j);
   }
+  jobs_.Load(std::move(*jobs));
   int64_t last_command = 0;
   StatusOr<std::vector<CommandRecord>> commands = db_.UnackedCommands(&last_command);
   if (!commands.ok()) return commands.status();
-  next_command_ = std::max(next_command_, last_command + 1);
-  for (CommandRecord& c : *commands) commands_[c.id] = std::move(c);
+  commands_.Load(std::move(*commands), last_command);
   StatusOr<std::vector<MigrationRecord>> migrations = db_.Migrations();
   if (!migrations.ok()) return migrations.status();
-  for (MigrationRecord& m : *migrations) {
-    next_migration_ = std::max(next_migration_, m.id + 1);
-    migrations_[m.id] = std::move(m);
-  }
+  migrations_.Load(std::move(*migrations));
   for (const auto& [id, m] : migrations_) {  // in the order they were made
     if (m.pause_s && *m.pause_s > 0) {
       move_costs_.Observe(m.from_node, m.to_node,
@@ -160,8 +155,7 @@ void Control::Reconcile() {
   }
   for (auto& [seq, j] : jobs_) {
     if (j.state() == JobState::kMigrating && j.migration_id == 0) {
-      j.MoveTo(JobState::kRunning);
-      DirtyJob(j);
+      jobs_.SetState(j, JobState::kRunning);
     }
     if (j.HoldsGpu()) j.accounted_at = std::max(j.accounted_at, now);
   }
@@ -196,20 +190,8 @@ void Control::Event(const std::string& kind, const JobRecord* job, const std::st
 }
 
 int64_t Control::SendCommand(const std::string& node, api::Command command, const JobRecord* job) {
-  CommandRecord c;
-  c.id = next_command_++;
-  c.node = node;
-  c.created_at = Now();
-  command.id = c.id;
-  if (job != nullptr) {
-    c.job = job->id;
-    command.job = job->id;
-    if (!command.epoch) command.epoch = job->epoch;
-  }
-  c.command = std::move(command);
-  dirty_commands_.insert(c.id);
-  commands_[c.id] = std::move(c);
-  return next_command_ - 1;
+  if (job != nullptr && !command.epoch) command.epoch = job->epoch;
+  return commands_.Send(node, std::move(command), job != nullptr ? job->id : "", Now());
 }
 
 TeamRecord& Control::Team(const std::string& name) {
@@ -225,27 +207,15 @@ TeamRecord& Control::Team(const std::string& name) {
 
 StatusOr<JobRecord*> Control::FindJob(const Principal& who, const std::string& id) {
   PALADIN_RETURN_IF_ERROR(ParseJobId(id).status());
-  JobRecord* j = JobById(id);
+  JobRecord* j = jobs_.ById(id);
   if (j == nullptr || !who.SeesTeam(j->team)) return NotFound("job " + id + " not found");
   return j;
 }
 
-JobRecord* Control::JobById(std::string_view id) {
-  return const_cast<JobRecord*>(std::as_const(*this).JobById(id));
-}
-
-const JobRecord* Control::JobById(std::string_view id) const {
-  StatusOr<int64_t> seq = ParseJobId(id);
-  if (!seq.ok()) return nullptr;
-  auto it = jobs_.find(*seq);
-  return it == jobs_.end() ? nullptr : &it->second;
-}
-
 Json Control::MigrationJson(const JobRecord& j) const {
-  if (j.migration_id == 0) return nullptr;
-  auto it = migrations_.find(j.migration_id);
-  if (it == migrations_.end() || it->second.Finished()) return nullptr;
-  const MigrationRecord& m = it->second;
+  const MigrationRecord* active = migrations_.Active(j.migration_id);
+  if (active == nullptr) return nullptr;
+  const MigrationRecord& m = *active;
   return {{"id", m.id},
           {"to", m.to_node},
           {"to_gpu", m.to_gpu},
@@ -260,9 +230,8 @@ Json Control::JobJson(const JobRecord& j) const {
   Json migration = MigrationJson(j);
   if (!migration.is_null()) out["migration"] = std::move(migration);
   // The job's last move that its source reported on: how its memory moved, why, the pause.
-  for (auto it = migrations_.rbegin(); it != migrations_.rend(); ++it) {
-    const MigrationRecord& m = it->second;
-    if (m.job != j.id || m.mode_used.empty()) continue;
+  if (const MigrationRecord* last = migrations_.LastReported(j.id)) {
+    const MigrationRecord& m = *last;
     out["last_move"] = {{"id", m.id},
                         {"from", m.from_node},
                         {"to", m.to_node},
@@ -270,22 +239,18 @@ Json Control::JobJson(const JobRecord& j) const {
                         {"mode", m.mode_used},
                         {"why", m.move_mode_why},
                         {"pause_s", m.pause_s ? Json(*m.pause_s) : Json(nullptr)}};
-    break;
   }
   return out;
 }
 
 Status Control::Flush() {
-  if (dirty_jobs_.empty() && dirty_nodes_.empty() && dirty_teams_.empty() &&
-      dirty_commands_.empty() && dirty_migrations_.empty() && dirty_counters_.empty() &&
-      events_.empty() && samples_.empty() && logs_.empty() && deleted_dirs_.empty()) {
+  if (!jobs_.HasDirty() && dirty_nodes_.empty() && dirty_teams_.empty() && !commands_.HasDirty() &&
+      !migrations_.HasDirty() && dirty_counters_.empty() && events_.empty() && samples_.empty() &&
+      logs_.empty() && deleted_dirs_.empty()) {
     return Status::Ok();
   }
   Store::Transaction txn(db_.store());
-  for (int64_t seq : dirty_jobs_) {
-    auto it = jobs_.find(seq);
-    if (it != jobs_.end()) PALADIN_RETURN_IF_ERROR(db_.SaveJob(it->second));
-  }
+  for (const JobRecord* j : jobs_.Dirty()) PALADIN_RETURN_IF_ERROR(db_.SaveJob(*j));
   for (const std::string& name : dirty_nodes_) {
     auto it = nodes_.find(name);
     if (it != nodes_.end()) PALADIN_RETURN_IF_ERROR(db_.SaveNode(it->second));
@@ -294,15 +259,9 @@ Status Control::Flush() {
     auto it = teams_.find(name);
     if (it != teams_.end()) PALADIN_RETURN_IF_ERROR(db_.SaveTeam(it->second));
   }
-  for (int64_t id : dirty_commands_) {
-    auto it = commands_.find(id);
-    if (it == commands_.end()) continue;  // acknowledged: written when it was acked
-    PALADIN_RETURN_IF_ERROR(db_.SaveCommand(it->second));
-    if (it->second.acked) commands_.erase(it);
-  }
-  for (int64_t id : dirty_migrations_) {
-    auto it = migrations_.find(id);
-    if (it != migrations_.end()) PALADIN_RETURN_IF_ERROR(db_.SaveMigration(it->second));
+  for (const CommandRecord* c : commands_.Dirty()) PALADIN_RETURN_IF_ERROR(db_.SaveCommand(*c));
+  for (const MigrationRecord* m : migrations_.Dirty()) {
+    PALADIN_RETURN_IF_ERROR(db_.SaveMigration(*m));
   }
   for (const std::string& key : dirty_counters_) {
     PALADIN_RETURN_IF_ERROR(db_.SaveCounter(key, Counter(key)));
@@ -327,19 +286,16 @@ Status Control::Flush() {
       std::filesystem::remove_all(path, ec);
     }
   }
-  dirty_jobs_.clear();
+  jobs_.ClearDirty();
   dirty_nodes_.clear();
   dirty_teams_.clear();
-  dirty_commands_.clear();
-  dirty_migrations_.clear();
+  migrations_.ClearDirty();
   dirty_counters_.clear();
   events_.clear();
   samples_.clear();
   logs_.clear();
   deleted_dirs_.clear();
-  for (auto it = commands_.begin(); it != commands_.end();) {
-    it = it->second.acked ? commands_.erase(it) : std::next(it);
-  }
+  commands_.Flushed();
   return committed;
 }
 
@@ -438,7 +394,7 @@ void Control::Tick() {
   for (auto& [seq, j] : jobs_) {
     if (j.HoldsGpu()) {
       Accrue(j, now);
-      LazyJob(j);
+      jobs_.MarkLazy(j);
     }
   }
   FleetView view = BuildFleet(true);
@@ -448,9 +404,8 @@ void Control::Tick() {
   constexpr double kLazyFlushS = 5;
   if (now - last_lazy_flush_ >= kLazyFlushS) {
     last_lazy_flush_ = now;
-    dirty_jobs_.insert(lazy_jobs_.begin(), lazy_jobs_.end());
+    jobs_.PromoteLazy();
     dirty_nodes_.insert(lazy_nodes_.begin(), lazy_nodes_.end());
-    lazy_jobs_.clear();
     lazy_nodes_.clear();
   }
   Status s = Flush();

@@ -1,6 +1,15 @@
 // The control plane: every record the server keeps, and every operation on them. The HTTP layer
 // (api.cc) turns requests into calls here; the scheduling loop (server.cc) calls Tick().
 //
+// The records live in parts with one job each, every one with its own header and unit test:
+//   JobTable (job_table.h)             the jobs: lookup, new ids, SetState (the only way a job's
+//                                      state changes, along job_state.h's graph), dirty writes
+//   CommandQueue (command_queue.h)     the agents' commands: queued, handed out, acknowledged
+//   MigrationTable (migration_table.h) the migration rows; migration_steps.h decides their steps
+//   Persistence (persistence.h)        all SQL: what is loaded at start and written by Flush
+// Control keeps the rest (nodes, teams, tokens, counters, events, logs, the predictors) and
+// carries out each operation over the parts.
+//
 // The implementation is split by concern: control.cc (loading, persistence, commands, events,
 // tokens), jobs.cc (the job endpoints), agents.cc (registration and heartbeats), scheduler.cc
 // (placement with the core packer, predictions, accounting), orchestrator.cc (migrations,
@@ -24,6 +33,9 @@
 #include <string>
 #include <vector>
 
+#include "command_queue.h"
+#include "job_table.h"
+#include "migration_table.h"
 #include "model.h"
 #include "paladin/api/wire.h"
 #include "paladin/base/status.h"
@@ -156,21 +168,17 @@ class Control {
   void Reconcile();
   Status Flush();
   void CrashPoint(const std::string& step);
-  // Every change that reaches the store also counts in changes_ (what Preempt's memo keys on).
-  void DirtyJob(const JobRecord& j) {
-    dirty_jobs_.insert(j.seq);
-    ++changes_;
-  }
+  // Every change of a job or a node that reaches the store also counts in Changes() (what
+  // Preempt's memo keys on). A job's: jobs_.MarkDirty (and SetState, Add).
   void DirtyNode(const NodeRecord& n) {
     dirty_nodes_.insert(n.name);
-    ++changes_;
+    ++node_changes_;
   }
+  uint64_t Changes() const { return jobs_.changes() + node_changes_; }
   // Changes that may wait for the next periodic write (kLazyFlushS): usage, accrual, heartbeat
-  // times. A restarted server re-learns them from the next heartbeats.
-  void LazyJob(const JobRecord& j) { lazy_jobs_.insert(j.seq); }
+  // times (a job's: jobs_.MarkLazy). A restarted server re-learns them from the next heartbeats.
   void LazyNode(const NodeRecord& n) { lazy_nodes_.insert(n.name); }
   void DirtyTeam(const std::string& team) { dirty_teams_.insert(team); }
-  void DirtyMigration(const MigrationRecord& m) { dirty_migrations_.insert(m.id); }
   void Count(const std::string& key, int64_t by = 1);
   int64_t Counter(const std::string& key) const;
   void Event(const std::string& kind, const JobRecord* job, const std::string& node,
@@ -180,11 +188,8 @@ class Control {
   int64_t SendCommand(const std::string& node, api::Command c, const JobRecord* job);
   TeamRecord& Team(const std::string& name);
   StatusOr<JobRecord*> FindJob(const Principal& who, const std::string& id);
-  // The job of id `id` ("j-000042"), or null when the id does not parse or names no job; the
-  // job a migration, or a command, is about.
-  JobRecord* JobById(std::string_view id);
-  const JobRecord* JobById(std::string_view id) const;
-  JobRecord* JobOf(const MigrationRecord& m) { return JobById(m.job); }
+  // The job a migration is about, or null.
+  JobRecord* JobOf(const MigrationRecord& m) { return jobs_.ById(m.job); }
   Json JobJson(const JobRecord& j) const;
   // The migration under way for the API's `migration` field, or null.
   Json MigrationJson(const JobRecord& j) const;
@@ -282,8 +287,6 @@ class Control {
   void AdvanceMigration(MigrationRecord& m, const MigrationEvent& event);
   void FailMigration(MigrationRecord& m, const std::string& why);
   void FinishMigration(MigrationRecord& m);
-  bool HasIncomingMigration(const std::string& node) const;
-  MigrationRecord* ActiveMigration(const JobRecord& j);
   // How a move between these nodes carries the job's memory (ControlOptions::move_mode), and why:
   // post-copy, or pre-copy, which *stream says streams (else it moves by image).
   api::MoveMode MoveModeFor(const NodeRecord& from, const NodeRecord& to, bool* stream,
@@ -327,30 +330,23 @@ class Control {
 
   std::map<std::string, TokenRecord> tokens_;  // by digest
 
-  std::map<int64_t, JobRecord> jobs_;  // by sequence number
+  JobTable jobs_;  // every job, and which changed since the last Flush
   std::map<std::string, NodeRecord> nodes_;
   std::map<std::string, TeamRecord> teams_;
-  std::map<int64_t, CommandRecord> commands_;  // not yet acknowledged
-  std::map<int64_t, MigrationRecord> migrations_;
+  CommandQueue commands_;      // for the agents, not yet acknowledged
+  MigrationTable migrations_;  // every migration, finished ones too
   std::map<std::string, int64_t> counters_;
   std::map<std::string, int64_t> class_peak_;  // ClassKey -> highest used bytes seen
   std::vector<core::Move> admission_moves_;    // the rebalancer's plan being carried out
-  int64_t next_job_ = 1;
-  int64_t next_command_ = 1;
-  int64_t next_migration_ = 1;
   // What moves cost, learned from the measured pauses of finished moves (replayed at start).
   core::MoveCostModel move_costs_;
 
-  // Written by Flush.
-  std::set<int64_t> dirty_jobs_;
-  uint64_t changes_ = 0;  // DirtyJob and DirtyNode calls so far
+  // Written by Flush (the jobs' own: in jobs_).
+  uint64_t node_changes_ = 0;  // DirtyNode calls so far
   std::set<std::string> dirty_nodes_;
-  std::set<int64_t> lazy_jobs_;
   std::set<std::string> lazy_nodes_;
   double last_lazy_flush_ = 0;
   std::set<std::string> dirty_teams_;
-  std::set<int64_t> dirty_commands_;
-  std::set<int64_t> dirty_migrations_;
   std::set<std::string> dirty_counters_;
   std::vector<EventRecord> events_;
   std::vector<UsageSampleRecord> samples_;

@@ -95,17 +95,14 @@ StatusOr<Json> Control::SubmitGang(const Principal& who, const JobRecord& base,
                              std::to_string(shape.ranks));
   }
   const double now = Now();
-  const std::string gang = FormatJobId(next_job_);
+  const std::string gang = jobs_.NextId();
   Json ids = Json::array();
   Json out;
   for (int r = 0; r < shape.ranks; ++r) {
-    JobRecord j = base;
-    j.seq = next_job_++;
-    j.id = FormatJobId(j.seq);
+    JobRecord& j = jobs_.Add(base);  // pending
     j.name = base.name.substr(0, 55) + "-r" + std::to_string(r);
     j.submitted_at = now;
     j.pending_since = now;
-    j.MoveTo(JobState::kPending);
     j.reason = "waiting for the scheduler (gang " + gang + ")";
     if (j.mem_auto) {
       SizeAutoJob(j);
@@ -123,10 +120,8 @@ StatusOr<Json> Control::SubmitGang(const Principal& who, const JobRecord& base,
           "submitted by " + who.Scope() + ": rank " + std::to_string(r) + " of gang " + gang +
               " (" + std::to_string(shape.ranks) + " ranks, at most " +
               std::to_string(shape.ranks_per_node) + " per node), address " + m.address);
-    DirtyJob(j);
     ids.push_back(j.id);
     if (r == 0) out = JobJson(j);
-    jobs_[j.seq] = std::move(j);
   }
   DirtyTeam(base.team);
   out["gang_jobs"] = ids;
@@ -172,7 +167,7 @@ bool Control::TryPlaceGang(FleetView& view, const std::string& gang) {
     for (JobRecord* m : members) {
       if (m->reason != why) {
         m->reason = why;
-        DirtyJob(*m);
+        jobs_.MarkDirty(*m);
       }
     }
   };
@@ -302,14 +297,14 @@ std::string Control::StartGangCut(const std::string& gang, bool then_stop, const
     m->checkpoint_in_flight = true;
     m->last_checkpoint_cmd_at = Now();
     if (then_stop) {
-      m->MoveTo(JobState::kCheckpointing);
+      jobs_.SetState(*m, JobState::kCheckpointing);
       m->reason = "gang " + gang + " checkpoint " + std::to_string(generation) + " (stop): ";
       m->reason += why;
     }
     api::Command freeze;
     freeze.kind = api::CommandKind::kFreeze;
     SendCommand(m->node, std::move(freeze), m);
-    DirtyJob(*m);
+    jobs_.MarkDirty(*m);
   }
   if (mover != nullptr) {
     mover->reason = "moving to " + to + " with its gang paused: " + why;
@@ -341,7 +336,7 @@ void Control::GiveUpGangCut(const std::string& gang, const std::string& why) {
     g.move_to.clear();
     g.move_from.clear();
     if (m->state() == JobState::kCheckpointing) {
-      m->MoveTo(JobState::kRunning);
+      jobs_.SetState(*m, JobState::kRunning);
       m->reason = "running; gang checkpoint " + std::to_string(generation) + " failed: " + why;
     }
     if (g.cut_phase == CutPhase::kFreezing || g.cut_phase == CutPhase::kDumping) {
@@ -352,7 +347,7 @@ void Control::GiveUpGangCut(const std::string& gang, const std::string& why) {
       thaw.kind = api::CommandKind::kThaw;
       if (!m->node.empty()) SendCommand(m->node, std::move(thaw), m);
     }
-    DirtyJob(*m);
+    jobs_.MarkDirty(*m);
   }
   if (generation == 0) return;
   if (mover != nullptr) {
@@ -383,7 +378,7 @@ void Control::FinishGangCut(const std::string& gang) {
       SendCommand(m->node, api::KillCommand(m->epoch), m);
       Accrue(*m, Now());
       ReleaseJob(*m);
-      m->MoveTo(JobState::kCheckpointed);
+      jobs_.SetState(*m, JobState::kCheckpointed);
       m->reason = "checkpointed with its gang (generation " + std::to_string(generation) +
                   "): `paladin job resume` resumes the whole gang";
       g.cut_in_flight = 0;
@@ -395,7 +390,7 @@ void Control::FinishGangCut(const std::string& gang) {
       thaw.kind = api::CommandKind::kThaw;
       SendCommand(m->node, std::move(thaw), m);
     }
-    DirtyJob(*m);
+    jobs_.MarkDirty(*m);
   }
   Count("gang_checkpoints");
   Event("gang_checkpointed", members[0], "",
@@ -411,7 +406,7 @@ bool Control::ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::C
   if (kind == api::CommandKind::kKill && g.stopping_command == c.id) {
     g.stopping_command = 0;
     g.stopping_node.clear();
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
     return false;  // the rest of a kill's handling still applies
   }
   // A move's steps: the moving rank's dump (mode stop) and its restore on the new node.
@@ -433,7 +428,7 @@ bool Control::ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::C
     api::Command thaw;
     thaw.kind = api::CommandKind::kThaw;
     SendCommand(j.node, std::move(thaw), &j);
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
     return true;
   }
   if (kind == api::CommandKind::kThaw) {
@@ -443,7 +438,7 @@ bool Control::ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::C
     g.cut_in_flight = 0;
     g.cut_phase = CutPhase::kNone;
     j.checkpoint_in_flight = false;
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
     return true;
   }
   if (!r.ok) {
@@ -457,7 +452,7 @@ bool Control::ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::C
   if (kind == api::CommandKind::kFreeze) {
     if (g.cut_phase != CutPhase::kFreezing) return true;
     g.cut_phase = CutPhase::kFrozen;
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
     const bool all_frozen = std::all_of(members.begin(), members.end(), [](const JobRecord* m) {
       return m->gang->cut_phase == CutPhase::kFrozen;
     });
@@ -471,7 +466,7 @@ bool Control::ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::C
       ++m->checkpoint_seq;
       SendCommand(m->node, api::CheckpointCommand("frozen", CheckpointDir(*m, m->checkpoint_seq)),
                   m);
-      DirtyJob(*m);
+      jobs_.MarkDirty(*m);
     }
     return true;
   }
@@ -484,7 +479,7 @@ bool Control::ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::C
   g.cut_bytes = r.detail.contains("bytes") && r.detail["bytes"].is_number_integer()
                     ? r.detail["bytes"].get<int64_t>()
                     : 0;
-  DirtyJob(j);
+  jobs_.MarkDirty(j);
   JobRecord* mover = MoverOf(members);
   if (mover == &j) {
     MoveRankOver(gang);
@@ -501,7 +496,7 @@ bool Control::ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::C
     SendCommand(mover->node,
                 api::CheckpointCommand("stop", CheckpointDir(*mover, mover->checkpoint_seq)),
                 mover);
-    DirtyJob(*mover);
+    jobs_.MarkDirty(*mover);
     return true;
   }
   FinishGangCut(gang);
@@ -575,7 +570,7 @@ void Control::MoveRankOver(const std::string& gang) {
     GangMember& g = *m->gang;
     RecordCheckpoint(*m, Json{{"path", g.cut_path}, {"bytes", g.cut_bytes}}, g.cut_path);
     g.generation = generation;
-    DirtyJob(*m);
+    jobs_.MarkDirty(*m);
   }
   // Its dump killed it and its network on that node: from here on it is restored, the others
   // frozen until that is reported.
@@ -584,7 +579,7 @@ void Control::MoveRankOver(const std::string& gang) {
   g.cut_phase = CutPhase::kMoving;
   Accrue(*mover, Now());
   ReleaseJob(*mover);
-  mover->MoveTo(JobState::kRestoring);
+  jobs_.SetState(*mover, JobState::kRestoring);
   Event("gang_move_dumped", mover, g.move_from,
         "gang " + gang + ": rank " + std::to_string(g.rank) + " dumped and stopped on " +
             g.move_from + " (generation " + std::to_string(generation) +
@@ -594,7 +589,7 @@ void Control::MoveRankOver(const std::string& gang) {
     ApplyMovedRankRestore(*mover, gone);
     return;
   }
-  DirtyJob(*mover);
+  jobs_.MarkDirty(*mover);
 }
 
 void Control::ApplyMovedRankRestore(JobRecord& j, const api::CommandResult& r) {
@@ -610,14 +605,14 @@ void Control::ApplyMovedRankRestore(JobRecord& j, const api::CommandResult& r) {
     g.cut_in_flight = 0;
     g.cut_phase = CutPhase::kNone;
     j.checkpoint_in_flight = false;
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
     for (JobRecord* m : GangMembers(gang)) {
       if (m == &j) continue;
       m->gang->cut_phase = CutPhase::kThawing;
       api::Command thaw;
       thaw.kind = api::CommandKind::kThaw;
       SendCommand(m->node, std::move(thaw), m);
-      DirtyJob(*m);
+      jobs_.MarkDirty(*m);
     }
     if (back) {
       Count("gang_move_failures");
@@ -644,7 +639,7 @@ void Control::ApplyMovedRankRestore(JobRecord& j, const api::CommandResult& r) {
     ReleaseJob(j);
     g.move_to = g.move_from;
     if (PlaceMovedRank(j, g.move_to, " again (its move failed)")) {
-      DirtyJob(j);
+      jobs_.MarkDirty(j);
       return;
     }
   }
@@ -697,13 +692,13 @@ StatusOr<Json> Control::ResumeGang(JobRecord& j) {
     }
   }
   for (JobRecord* m : members) {
-    m->MoveTo(JobState::kRestoring);
+    jobs_.SetState(*m, JobState::kRestoring);
     m->node.clear();
     m->gpu = -1;
     m->pending_since = Now();
     m->reason = "waiting for room for the whole gang to restore generation " +
                 std::to_string(m->gang->generation);
-    DirtyJob(*m);
+    jobs_.MarkDirty(*m);
   }
   Json out = JobJson(j);
   PALADIN_RETURN_IF_ERROR(Flush());
@@ -725,7 +720,8 @@ void Control::RecoverGangOf(const JobRecord& lost, const std::string& dead_node,
     g.move_from.clear();
     m->checkpoint_in_flight = false;
     if (!m->HoldsGpu() && m->node.empty()) continue;  // already waiting
-    if (MigrationRecord* mig = ActiveMigration(*m)) FailMigration(*mig, "its gang is recovering");
+    if (MigrationRecord* mig = migrations_.Active(m->migration_id))
+      FailMigration(*mig, "its gang is recovering");
     if (m->node != dead_node) {
       // A survivor: stopped here and restored from the same cut with the others. The gang waits
       // for this kill's answer before any rank runs again, so no rank ever runs twice.
@@ -737,19 +733,19 @@ void Control::RecoverGangOf(const JobRecord& lost, const std::string& dead_node,
     m->pending_since = now;
     m->cancel_requested = false;
     if (g.generation > 0 && m->last_checkpoint) {
-      m->MoveTo(JobState::kRestoring);
+      jobs_.SetState(*m, JobState::kRestoring);
       m->recovering = true;
       m->reason = std::string("gang ").append(gang).append(" recovering (").append(cause);
       m->reason.append("): every rank restores generation ").append(std::to_string(g.generation));
     } else {
-      m->MoveTo(JobState::kPending);
+      jobs_.SetState(*m, JobState::kPending);
       ++m->restarts;
       Count("restarts");
       m->reason = std::string("gang ").append(gang).append(": ").append(cause);
       m->reason.append(" and the gang had no checkpoint: every rank starts over");
       Event("restarted", m, dead_node, m->reason);
     }
-    DirtyJob(*m);
+    jobs_.MarkDirty(*m);
   }
 }
 
@@ -759,7 +755,7 @@ void Control::ForgetStoppingOn(const std::string& dead_node) {
     if (j.gang && j.gang->stopping_command != 0 && j.gang->stopping_node == dead_node) {
       j.gang->stopping_command = 0;
       j.gang->stopping_node.clear();
-      DirtyJob(j);
+      jobs_.MarkDirty(j);
     }
   }
 }

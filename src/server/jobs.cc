@@ -154,27 +154,23 @@ StatusOr<Json> Control::Submit(const Principal& who, const Json& body) {
   std::lock_guard<std::mutex> lock(mu_);
   if (gang) return SubmitGang(who, j, *gang);
   const double now = Now();
-  j.seq = next_job_++;
-  j.id = FormatJobId(j.seq);
-  j.submitted_at = now;
-  j.pending_since = now;
-  j.MoveTo(JobState::kPending);
-  j.reason = "waiting for the scheduler";
-  if (j.mem_auto) {
-    SizeAutoJob(j);
+  JobRecord& job = jobs_.Add(std::move(j));  // pending
+  job.submitted_at = now;
+  job.pending_since = now;
+  job.reason = "waiting for the scheduler";
+  if (job.mem_auto) {
+    SizeAutoJob(job);
   } else {
-    j.quota_bytes = j.mem_request;
+    job.quota_bytes = job.mem_request;
   }
-  ++Team(j.team).usage.jobs;
-  DirtyTeam(j.team);
+  ++Team(job.team).usage.jobs;
+  DirtyTeam(job.team);
   Count("jobs_submitted");
-  Event("submitted", &j, "",
-        "submitted by " + who.Scope() + ": " + std::to_string(j.gpus) + " GPU(s), gpu_mem " +
-            (j.mem_auto ? "auto" : std::to_string(j.mem_request)) + ", priority " +
-            std::to_string(j.priority));
-  DirtyJob(j);
-  Json out = JobJson(j);
-  jobs_[j.seq] = std::move(j);
+  Event("submitted", &job, "",
+        "submitted by " + who.Scope() + ": " + std::to_string(job.gpus) + " GPU(s), gpu_mem " +
+            (job.mem_auto ? "auto" : std::to_string(job.mem_request)) + ", priority " +
+            std::to_string(job.priority));
+  Json out = JobJson(job);
   PALADIN_RETURN_IF_ERROR(Flush());
   Wake();
   return out;
@@ -303,14 +299,14 @@ StatusOr<Json> Control::Cancel(const Principal& who, const std::string& id) {
     j.cancel_requested = true;
     j.reason = "cancelling: the agent on " + j.node + " was told to kill it";
     SendCommand(j.node, api::KillCommand(), &j);
-    if (MigrationRecord* m = ActiveMigration(j)) {
+    if (MigrationRecord* m = migrations_.Active(j.migration_id)) {
       if (!m->commit_answer.has_value()) {
         FailMigration(*m, "the job was cancelled");
       } else {
         SendCommand(m->to_node, api::KillCommand(m->new_epoch), &j);
       }
     }
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
   }
   Json out = JobJson(j);
   PALADIN_RETURN_IF_ERROR(Flush());
@@ -368,11 +364,11 @@ StatusOr<Json> Control::CheckpointJob(const Principal& who, const std::string& i
     return FailedPrecondition("job " + id + " is " + j.StateName() +
                               "; only a running job can be " + "checkpointed");
   }
-  j.MoveTo(JobState::kCheckpointing);
+  jobs_.SetState(j, JobState::kCheckpointing);
   j.reason = "checkpointing (stop) on " + j.node;
   ++j.checkpoint_seq;
   SendCommand(j.node, api::CheckpointCommand("stop", CheckpointDir(j, j.checkpoint_seq)), &j);
-  DirtyJob(j);
+  jobs_.MarkDirty(j);
   Json out = JobJson(j);
   PALADIN_RETURN_IF_ERROR(Flush());
   return out;
@@ -388,13 +384,13 @@ StatusOr<Json> Control::Resume(const Principal& who, const std::string& id) {
     return FailedPrecondition("job " + id + " is " + j.StateName() + "; only a checkpointed job " +
                               "can be resumed");
   }
-  j.MoveTo(JobState::kRestoring);
+  jobs_.SetState(j, JobState::kRestoring);
   j.preempted = false;
   j.node.clear();
   j.gpu = -1;
   j.pending_since = Now();
   j.reason = "waiting for room to restore from " + j.last_checkpoint->path;
-  DirtyJob(j);
+  jobs_.MarkDirty(j);
   Json out = JobJson(j);
   PALADIN_RETURN_IF_ERROR(Flush());
   Wake();

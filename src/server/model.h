@@ -131,7 +131,7 @@ struct JobRecord {
   double last_sample_at = 0;
   double last_checkpoint_cmd_at = 0;
   bool checkpoint_in_flight = false;  // a periodic checkpoint not yet answered (not stored)
-  // Control::changes_ when preempting for this job last found nothing to do (not stored): until
+  // Control::Changes() when preempting for this job last found nothing to do (not stored): until
   // something changes, trying again would find the same.
   std::optional<uint64_t> preempt_futile_at;
   std::optional<GangMember> gang;  // set for the ranks of a gang

@@ -53,7 +53,7 @@ void Control::RecordMoveCost(MigrationRecord& m, const Json& detail) {
     m.move_mode_why = detail["mode_why"].get<std::string>().substr(0, 512);
   }
   if (m.mode_used.empty()) m.mode_used = api::MoveModeName(api::MoveMode::kPreCopy);
-  DirtyMigration(m);
+  migrations_.MarkDirty(m);
   if (m.step != MigrationStep::kDone) return;  // FinishMigration's event will say it
   // The destination's result finished the move first: its event could not say this yet.
   Event("migration_cost", j, m.from_node, "migration " + std::to_string(m.id) + MoveSummary(m));
@@ -100,26 +100,13 @@ api::MoveMode Control::MoveModeFor(const NodeRecord& from, const NodeRecord& to,
   return api::MoveMode::kPostCopy;
 }
 
-bool Control::HasIncomingMigration(const std::string& node) const {
-  return std::any_of(migrations_.begin(), migrations_.end(), [&](const auto& kv) {
-    return !kv.second.Finished() && kv.second.to_node == node;
-  });
-}
-
-MigrationRecord* Control::ActiveMigration(const JobRecord& j) {
-  if (j.migration_id == 0) return nullptr;
-  auto it = migrations_.find(j.migration_id);
-  if (it == migrations_.end() || it->second.Finished()) return nullptr;
-  return &it->second;
-}
-
 Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
                                const std::string& why, std::string* refusal) {
   if (j.state() != JobState::kRunning) {
     return FailedPrecondition("job " + j.id + " is " + j.StateName() +
                               "; only a running job migrates");
   }
-  if (ActiveMigration(j) != nullptr) {
+  if (migrations_.Active(j.migration_id) != nullptr) {
     return FailedPrecondition("job " + j.id + " is already migrating");
   }
   if (j.gpus != 1) return FailedPrecondition("job " + j.id + " uses several GPUs; not migratable");
@@ -145,7 +132,7 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
   if (dest->second.migrate_port <= 0) {
     return FailedPrecondition("node " + to + " registered no migrate_port");
   }
-  if (HasIncomingMigration(to)) {
+  if (migrations_.HasIncoming(to)) {
     return FailedPrecondition("node " + to + " is already receiving a migration");
   }
   auto source = nodes_.find(j.node);
@@ -186,8 +173,7 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
   }
   StatusOr<std::string> token = RandomHex(16);
   if (!token.ok()) return token.status();
-  MigrationRecord m;
-  m.id = next_migration_++;
+  MigrationRecord& m = migrations_.Add(MigrationRecord{});  // numbered, marked dirty
   m.job = j.id;
   m.from_node = j.node;
   m.from_gpu = j.gpu;
@@ -209,18 +195,16 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
   m.expected_pause_s = expected.pause_s;
   m.expected_basis = std::string(core::EstimateBasisName(expected.basis)) +
                      (expected.moves > 0 ? ", " + std::to_string(expected.moves) + " move(s)" : "");
-  j.MoveTo(JobState::kMigrating);
+  jobs_.SetState(j, JobState::kMigrating);
   j.migration_id = m.id;
   j.reason = "migrating to " + to + "/" + std::to_string(m.to_gpu) + " (" + why + ")";
   Event("migration_started", &j, j.node,
         "migration " + std::to_string(m.id) + " to " + to + "/" + std::to_string(m.to_gpu) + " (" +
             why + "), " + m.AskedModeName() + ": " + mode_why + "; expected pause " +
             FormatSeconds(m.expected_pause_s) + " (" + m.expected_basis + ")");
-  DirtyJob(j);
-  MigrationRecord& stored = migrations_[m.id] = m;
-  DirtyMigration(stored);
+  jobs_.MarkDirty(j);
   CrashPoint("reserved");
-  AdvanceMigration(stored, MigrationEvent{MigrationEvent::Kind::kReserved, ""});
+  AdvanceMigration(m, MigrationEvent{MigrationEvent::Kind::kReserved, ""});
   return Status::Ok();
 }
 
@@ -259,7 +243,7 @@ void Control::AdvanceMigration(MigrationRecord& m, const MigrationEvent& event) 
       in.move_mode = m.move_mode;
       m.in_command = SendCommand(m.to_node, std::move(in), &j);
       m.step = MigrationStep::kMigrateInSent;
-      DirtyMigration(m);
+      migrations_.MarkDirty(m);
       CrashPoint("migrate_in_sent");
       return;
     }
@@ -278,7 +262,7 @@ void Control::AdvanceMigration(MigrationRecord& m, const MigrationEvent& event) 
       out.stream = m.stream;
       m.out_command = SendCommand(m.from_node, std::move(out), &j);
       m.step = MigrationStep::kTransfer;
-      DirtyMigration(m);
+      migrations_.MarkDirty(m);
       CrashPoint("migrate_out_sent");
       return;
     }
@@ -298,10 +282,9 @@ bool IsParty(const Principal& who, const MigrationRecord& m) {
 
 StatusOr<Json> Control::AbortUnlessCommitted(const Principal& who, int64_t migration) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = migrations_.find(migration);
-  if (it == migrations_.end())
-    return NotFound("migration " + std::to_string(migration) + " not found");
-  MigrationRecord& m = it->second;
+  MigrationRecord* found_m = migrations_.Find(migration);
+  if (found_m == nullptr) return NotFound("migration " + std::to_string(migration) + " not found");
+  MigrationRecord& m = *found_m;
   if (!IsParty(who, m)) return NotFound("migration " + std::to_string(migration) + " not found");
   // The destination asks when it lost its source; a restarted source asks for a move it had
   // begun. Nobody else is a party to it.
@@ -320,10 +303,9 @@ StatusOr<Json> Control::AbortUnlessCommitted(const Principal& who, int64_t migra
 
 StatusOr<Json> Control::Commit(const Principal& who, int64_t migration) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = migrations_.find(migration);
-  if (it == migrations_.end())
-    return NotFound("migration " + std::to_string(migration) + " not found");
-  MigrationRecord& m = it->second;
+  MigrationRecord* found_m = migrations_.Find(migration);
+  if (found_m == nullptr) return NotFound("migration " + std::to_string(migration) + " not found");
+  MigrationRecord& m = *found_m;
   if (!IsParty(who, m)) return NotFound("migration " + std::to_string(migration) + " not found");
   // Only the source commits: it has stopped the job and sent its image (migrate_out).
   PALADIN_RETURN_IF_ERROR(CheckSpeaksFor(
@@ -351,8 +333,8 @@ StatusOr<Json> Control::Commit(const Principal& who, int64_t migration) {
   ++j.migrations;
   Count("migrations");
   j.reason = "committed to " + m.to_node + "/" + std::to_string(m.to_gpu) + "; resuming there";
-  DirtyJob(j);
-  DirtyMigration(m);
+  jobs_.MarkDirty(j);
+  migrations_.MarkDirty(m);
   PALADIN_RETURN_IF_ERROR(Flush());
   CrashPoint("after_commit");
   Wake();
@@ -366,23 +348,18 @@ void Control::FailMigration(MigrationRecord& m, const std::string& why) {
   m.error = why;
   m.ended_at = Now();
   Count("migrations_failed");
-  DirtyMigration(m);
+  migrations_.MarkDirty(m);
   // Its commands not carried out yet are withdrawn: a source must not start a move that can no
   // longer commit (after a restart, a migrate_out persisted but never delivered), nor a
   // destination listen for one. A result that still comes for them is ignored.
   for (int64_t id : {m.in_command, m.out_command}) {
-    auto c = commands_.find(id);
-    if (c == commands_.end() || c->second.acked) continue;
-    c->second.acked = true;
-    c->second.ok = false;
-    c->second.result = Json{{"error", "withdrawn: migration " + std::to_string(m.id) + " failed"}};
-    dirty_commands_.insert(id);
+    (void)commands_.Withdraw(id, "withdrawn: migration " + std::to_string(m.id) + " failed");
   }
   if (JobRecord* found = JobOf(m); found != nullptr) {
     JobRecord& j = *found;
     if (j.migration_id == m.id) j.migration_id = 0;
     if (j.state() == JobState::kMigrating) {
-      j.MoveTo(JobState::kRunning);
+      jobs_.SetState(j, JobState::kRunning);
       j.reason =
           "migration " + std::to_string(m.id) + " failed (" + why + "); running on " + j.node;
     }
@@ -393,7 +370,7 @@ void Control::FailMigration(MigrationRecord& m, const std::string& why) {
     if (dest != nodes_.end() && dest->second.state != NodeState::kDead) {
       SendCommand(m.to_node, api::KillCommand(m.new_epoch), &j);
     }
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
   }
   Wake();
 }
@@ -402,18 +379,18 @@ void Control::FinishMigration(MigrationRecord& m) {
   if (m.Finished()) return;
   m.step = MigrationStep::kDone;
   m.ended_at = Now();
-  DirtyMigration(m);
+  migrations_.MarkDirty(m);
   if (JobRecord* found = JobOf(m); found != nullptr) {
     JobRecord& j = *found;
     if (j.migration_id == m.id) j.migration_id = 0;
-    if (j.state() == JobState::kMigrating) j.MoveTo(JobState::kRunning);
+    if (j.state() == JobState::kMigrating) jobs_.SetState(j, JobState::kRunning);
     j.reason = "running on " + j.node + "/" + std::to_string(j.gpu) + " (migrated from " +
                m.from_node + ")";
     Event("migrated", &j, m.to_node,
           "migration " + std::to_string(m.id) + ": " + m.from_node + "/" +
               std::to_string(m.from_gpu) + " -> " + m.to_node + "/" + std::to_string(m.to_gpu) +
               MoveSummary(m));
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
   }
   CrashPoint("done");
   Wake();
@@ -464,23 +441,24 @@ void Control::RecoverNode(NodeRecord& n) {
       RecoverGangOf(j, n.name);
       continue;
     }
-    if (MigrationRecord* m = ActiveMigration(j)) FailMigration(*m, "node " + n.name + " died");
+    if (MigrationRecord* m = migrations_.Active(j.migration_id))
+      FailMigration(*m, "node " + n.name + " died");
     Accrue(j, now);
     ReleaseJob(j);
     j.pending_since = now;
     j.cancel_requested = false;
     if (j.last_checkpoint) {
-      j.MoveTo(JobState::kRestoring);
+      jobs_.SetState(j, JobState::kRestoring);
       j.recovering = true;
       j.reason = "node " + n.name + " died: restoring from " + j.last_checkpoint->path;
     } else {
-      j.MoveTo(JobState::kPending);
+      jobs_.SetState(j, JobState::kPending);
       ++j.restarts;
       Count("restarts");
       j.reason = "node " + n.name + " died and the job had no checkpoint: starting over";
       Event("restarted", &j, n.name, j.reason);
     }
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
   }
 }
 
@@ -503,7 +481,7 @@ void Control::DrainNodes() {
         continue;
       }
       const std::string& to = view.names[static_cast<size_t>(d.placement.node)];
-      if (HasIncomingMigration(to)) continue;
+      if (migrations_.HasIncoming(to)) continue;
       const int gpu = view.gpu_index[static_cast<size_t>(d.placement.node)]
                                     [static_cast<size_t>(d.placement.gpus[0])];
       (void)StartMigration(j, to, gpu, "draining " + name, nullptr);
@@ -567,7 +545,7 @@ void Control::GpuHealthMoves() {
     core::Decision d = packer_.Schedule(view.fleet, ShapeOf(j, 0), rng_, options);
     if (!d.placed) continue;
     const std::string& to = view.names[static_cast<size_t>(d.placement.node)];
-    if (HasIncomingMigration(to)) continue;
+    if (migrations_.HasIncoming(to)) continue;
     // The unhealthy GPU is not in the view: the packer may well choose another GPU of this node.
     const int gpu = view.gpu_index[static_cast<size_t>(d.placement.node)]
                                   [static_cast<size_t>(d.placement.gpus[0])];
@@ -592,7 +570,7 @@ void Control::PeriodicCheckpoints(double now) {
     j.checkpoint_in_flight = true;
     ++j.checkpoint_seq;
     SendCommand(j.node, api::CheckpointCommand("keep", CheckpointDir(j, j.checkpoint_seq)), &j);
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
   }
 }
 
@@ -623,7 +601,7 @@ void Control::RecordCheckpoint(JobRecord& j, const Json& detail, const std::stri
       }
     }
   }
-  DirtyJob(j);
+  jobs_.MarkDirty(j);
 }
 
 void Control::Rebalance(FleetView& view, JobRecord& waiting) {
@@ -631,29 +609,26 @@ void Control::Rebalance(FleetView& view, JobRecord& waiting) {
   if (!admission_moves_.empty()) {
     std::vector<core::Move> left;
     for (const core::Move& move : admission_moves_) {
-      auto j = jobs_.find(static_cast<int64_t>(move.job));
-      if (j == jobs_.end() || j->second.state() != JobState::kRunning) continue;
+      JobRecord* j = jobs_.BySeq(static_cast<int64_t>(move.job));
+      if (j == nullptr || j->state() != JobState::kRunning) continue;
       const std::string& to = view.names.size() > static_cast<size_t>(move.to.node)
                                   ? view.names[static_cast<size_t>(move.to.node)]
                                   : std::string();
-      if (to.empty() || j->second.node == to) continue;
-      if (HasIncomingMigration(to) || j->second.migration_id != 0) {
+      if (to.empty() || j->node == to) continue;
+      if (migrations_.HasIncoming(to) || j->migration_id != 0) {
         left.push_back(move);
         continue;
       }
       const int gpu =
           view.gpu_index[static_cast<size_t>(move.to.node)][static_cast<size_t>(move.to.gpus[0])];
-      if (!StartMigration(j->second, to, gpu, "rebalance for " + waiting.id, nullptr).ok()) {
+      if (!StartMigration(*j, to, gpu, "rebalance for " + waiting.id, nullptr).ok()) {
         continue;
       }
     }
     admission_moves_ = left;
     return;
   }
-  if (std::any_of(migrations_.begin(), migrations_.end(),
-                  [](const auto& kv) { return !kv.second.Finished(); })) {
-    return;
-  }
+  if (migrations_.AnyUnfinished()) return;
   if (!waiting.reason.empty() && waiting.reason.rfind("team ", 0) == 0) return;
   std::vector<core::MovableJob> movable;
   for (const auto& [seq, j] : jobs_) {

@@ -191,9 +191,9 @@ void Control::PlaceWaiting(FleetView& view) {
       continue;
     }
     if (TryPlace(view, *j)) continue;
-    const int64_t before = next_migration_;
+    const int64_t before = migrations_.made();
     Rebalance(view, *j);
-    if (next_migration_ != before) {
+    if (migrations_.made() != before) {
       view = BuildFleet(true);  // destinations are booked now
       continue;
     }
@@ -203,9 +203,9 @@ void Control::PlaceWaiting(FleetView& view) {
 
 bool Control::Preempt(const FleetView& view, JobRecord& waiting) {
   if (waiting.state() != JobState::kPending || !TeamQuotaRefusal(waiting).empty()) return false;
-  if (waiting.preempt_futile_at == changes_) return false;
+  if (waiting.preempt_futile_at == Changes()) return false;
   const bool preempted = PreemptFor(view, waiting);
-  if (!preempted) waiting.preempt_futile_at = changes_;
+  if (!preempted) waiting.preempt_futile_at = Changes();
   return preempted;
 }
 
@@ -256,8 +256,8 @@ bool Control::PreemptFor(const FleetView& view, JobRecord& waiting) {
   const std::string& node = view.names[static_cast<size_t>(plan->placement.node)];
   int preempted = 0;
   for (uint64_t victim : plan->victims) {
-    JobRecord& j = jobs_.at(static_cast<int64_t>(victim));
-    j.MoveTo(JobState::kCheckpointing);
+    JobRecord& j = *jobs_.BySeq(static_cast<int64_t>(victim));
+    jobs_.SetState(j, JobState::kCheckpointing);
     j.preempted = true;
     j.reason = "preempted by " + waiting.id + " (priority " + std::to_string(waiting.priority) +
                " > " + std::to_string(j.priority) + "): checkpointing to stop";
@@ -267,13 +267,13 @@ bool Control::PreemptFor(const FleetView& view, JobRecord& waiting) {
           "checkpointed and stopped to make room for " + waiting.id + " (priority " +
               std::to_string(waiting.priority) + "); it resumes when room returns");
     Count("preemptions");
-    DirtyJob(j);
+    jobs_.MarkDirty(j);
     ++preempted;
   }
   if (preempted == 0) return false;
   waiting.reason = "preempting " + std::to_string(preempted) + " lower-priority job(s) on " + node +
                    " to make room";
-  DirtyJob(waiting);
+  jobs_.MarkDirty(waiting);
   return true;
 }
 
@@ -283,7 +283,7 @@ bool Control::TryPlace(FleetView& view, JobRecord& j) {
   if (!refusal.empty()) {
     if (j.reason != refusal) {
       j.reason = refusal;
-      DirtyJob(j);
+      jobs_.MarkDirty(j);
     }
     return false;
   }
@@ -300,7 +300,7 @@ bool Control::TryPlace(FleetView& view, JobRecord& j) {
     std::string reason = view.names.empty() ? "no alive node with a healthy GPU" : d.Explain();
     if (j.reason != reason) {
       j.reason = reason;
-      DirtyJob(j);
+      jobs_.MarkDirty(j);
     }
     return false;
   }
@@ -365,7 +365,7 @@ void Control::Bind(FleetView& view, JobRecord& j, const core::Placement& p,
     Event("placed", &j, j.node,
           "placed on " + where + how + " to restore from " + j.last_checkpoint->path);
   } else {
-    j.MoveTo(JobState::kStarting);
+    jobs_.SetState(j, JobState::kStarting);
     j.reason = "placed on " + where + how;
     launch.kind = api::CommandKind::kStart;
     SendCommand(j.node, std::move(launch), &j);
@@ -377,7 +377,7 @@ void Control::Bind(FleetView& view, JobRecord& j, const core::Placement& p,
     announced_prediction_[j.seq] = j.quota_bytes;
   }
   predictors_.erase(j.seq);
-  DirtyJob(j);
+  jobs_.MarkDirty(j);
 }
 
 void Control::Accrue(JobRecord& j, double now) {
@@ -413,13 +413,13 @@ void Control::EndJob(JobRecord& j, JobState state, std::optional<int> exit_code,
   }
   const std::string node = j.node;
   ReleaseJob(j);
-  j.MoveTo(state);
+  jobs_.SetState(j, state);
   j.exit_code = exit_code;
   j.ended_at = now;
   j.reason = why;
   j.cancel_requested = false;
   Event(state == JobState::kCancelled ? "cancelled" : "ended", &j, node, why);
-  DirtyJob(j);
+  jobs_.MarkDirty(j);
 }
 
 core::Predictor& Control::PredictorOf(const JobRecord& j) {

@@ -235,7 +235,7 @@ StatusOr<Json> Control::Summary(const Principal& who) {
   int64_t migrations_failed = 0;
   for (const auto& [id, m] : migrations_) {
     if (m.step != MigrationStep::kFailed) continue;
-    const JobRecord* j = JobById(m.job);
+    const JobRecord* j = jobs_.ById(m.job);
     if (j != nullptr && who.SeesTeam(j->team)) ++migrations_failed;
   }
   int64_t alive = 0, gpus = 0, gpu_memory = 0;
