@@ -9,8 +9,7 @@ bash scripts/criu.sh  # CRIU 4.2 for the checkpoint tests (label ckpt)
 bash scripts/criu_lazy.sh  # CRIU 4.2 with Paladin's lazy-pages patches (ckpt_lazy_faults)
 cmake --preset debug >/dev/null
 cmake --build --preset debug
-# Two more tests than cores: the tests that run jobs spend most of their time waiting on leases,
-# checkpoints and moves (e2e_hosts' 29 fleet drills use about 240 CPU-seconds in all). The preset
-# names tests/resources.json, which keeps the Kubernetes clusters and CRIU's suite apart from the
-# tests that run jobs (tests/CMakeLists.txt, "Host mounts").
-ctest --preset debug -j "$(($(nproc) + 2))" "$@"
+# One more test than cores: the root drills spend most of their time waiting. The preset names
+# tests/resources.json, which keeps the Kubernetes clusters and CRIU's suite apart from the tests
+# that run jobs (tests/CMakeLists.txt, "Host mounts").
+ctest --preset debug -j "$(($(nproc) + 1))" "$@"
