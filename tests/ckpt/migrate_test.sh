@@ -27,7 +27,8 @@ port=$((20000 + RANDOM % 20000))
 # copies). A job is pid 1 of its namespace and ignores SIGTERM: SIGKILL.
 cleanup() {
   pkill -KILL -f "$work/count.py" 2>/dev/null
-  pkill -KILL -f "receive --listen" 2>/dev/null
+  # This run's receivers only: other tests' run beside this one (tests/CMakeLists.txt).
+  pkill -KILL -f "receive --listen [0-9]* --dir $work/" 2>/dev/null
   sleep 0.5
   remove_move_cgroups "$work"
   rm -rf "$work"

@@ -32,13 +32,17 @@ by the restarted agent's re-adoption).
 The drills are independent (each has its own server, hosts, job tag and ports), so they run
 PALADIN_HOSTS_JOBS at a time (default 3), each in a child process of this script with a slot of
 its own: slot N's hosts are on bridge pal-brN, subnet 10.213.(77+N).0/24, namespaces pal-N-*.
-A child's output is printed whole when it ends.
+A child's output is printed whole when it ends. ctest runs the drills as three entries (the
+fence drills, the migrations on separate hosts, the migrations on one host), each with slots of
+its own (PALADIN_HOSTS_FIRST_SLOT), so that they overlap with each other and with other tests.
 
 Usage: hosts_test.py PALADIN
 Environment: PALADIN_HOSTS_ONLY=DRILL runs one drill (names as printed: fence-FAULT,
 mig-NAME on separate hosts, mig-NAME-onehost on one host) in this process;
+PALADIN_HOSTS_SET=fence|separate|onehost runs only the fence drills, only the migrations on
+separate hosts or only those on one host (default: every drill);
 PALADIN_HOSTS_SLOT=N picks its network names (default 0); PALADIN_HOSTS_JOBS=N drills at a
-time.
+time, in slots PALADIN_HOSTS_FIRST_SLOT (default 0) and up. Slot 7 is gang_test.py's.
 """
 import os
 import shutil
@@ -57,7 +61,8 @@ from crash_test import (Fleet, fail, failures, ok, tagged_processes, verify_once
                         wait_for)
 
 LEASE_S = fence_test.LEASE_S
-SLOT = int(os.environ.get("PALADIN_HOSTS_SLOT", "0"))
+# A drill's slot; the premise check of a run of several drills takes the first of its slots.
+SLOT = int(os.environ.get("PALADIN_HOSTS_SLOT", os.environ.get("PALADIN_HOSTS_FIRST_SLOT", "0")))
 BRIDGE = f"pal-br{SLOT}"
 SUBNET = f"10.213.{77 + SLOT}"
 # node-c only where a drill asks for a third host (SeparateHosts' `nodes`).
@@ -392,10 +397,20 @@ def migration_drill(work, hosts, m):
                 pass
 
 
-def drill_names():
+SETS = ("fence", "separate", "onehost")
+
+
+def drill_names(which=""):
+    """Every drill's name, or those of the set WHICH (one of SETS)."""
     names = ["fence-" + fault for fault in ("sigkill", "sigstop", "cut-off")]
     for m in MIGRATIONS:
         names += ["mig-" + m.name, "mig-" + m.name + "-onehost"]
+    if which == "fence":
+        return [n for n in names if n.startswith("fence-")]
+    if which == "separate":
+        return [n for n in names if n.startswith("mig-") and not n.endswith("-onehost")]
+    if which == "onehost":
+        return [n for n in names if n.endswith("-onehost")]
     return names
 
 
@@ -438,14 +453,15 @@ def print_logs(work):
             print("\n".join(lines), flush=True)
 
 
-def run_all(jobs):
-    """Runs every drill, JOBS at a time, each in a child process with a slot of its own; prints
-    each child's output when it ends. Returns the names of the drills that failed."""
-    pending = list(drill_names())
+def run_all(names, slots):
+    """Runs the drills NAMES, one in each of SLOTS at a time, each in a child process with a slot
+    of its own; prints each child's output when it ends. Returns the names of the drills that
+    failed."""
+    pending = list(names)
     running = {}  # slot -> (name, Popen, began)
     failed = []
     rerun = set()
-    free = list(range(jobs))
+    free = list(slots)
     while pending or running:
         while pending and free:
             slot = free.pop(0)
@@ -502,9 +518,16 @@ def main():
         print("SKIP: no CRIU (install it with scripts/criu.sh)")
         return 77
     only = os.environ.get("PALADIN_HOSTS_ONLY", "")
+    which = os.environ.get("PALADIN_HOSTS_SET", "")
+    if which and which not in SETS:
+        print(f"hosts_test: PALADIN_HOSTS_SET={which!r} is none of {', '.join(SETS)}")
+        return 2
+    names = drill_names(which)
     jobs = max(1, int(os.environ.get("PALADIN_HOSTS_JOBS", "3")))
+    first = int(os.environ.get("PALADIN_HOSTS_FIRST_SLOT", "0"))
+    slots = range(first, first + jobs)
     if not only:
-        for slot in range(jobs):
+        for slot in slots:
             clean_network(slot)
     else:
         clean_network(SLOT)
@@ -522,14 +545,14 @@ def main():
         if only:
             run_one(work, only)
         elif hosts_are_separate(work):
-            failed = run_all(jobs)
+            failed = run_all(names, slots)
     finally:
         if only and failures:
             print_logs(work)
         if only:
             clean_network(SLOT)
         else:
-            for slot in range(jobs):
+            for slot in slots:
                 clean_network(slot)
         crash_test.remove_work(work, "hosts_test")
     if only:
@@ -540,7 +563,7 @@ def main():
         print(f"hosts_test: {len(failures) + len(failed)} failure(s)"
               f"{': ' + ', '.join(failed) if failed else ''} ({time.time() - began:.0f} s)")
         return 1
-    print(f"hosts_test: all checks passed ({len(drill_names())} drills, {jobs} at a time, "
+    print(f"hosts_test: all checks passed ({len(names)} drills, {jobs} at a time, "
           f"{time.time() - began:.0f} s)")
     return 0
 
