@@ -606,7 +606,8 @@ nlohmann::json ToJson(const PodList& list) {
                     {"gpu", p.gpu},
                     {"gpu_mem_bytes", p.gpu_mem_bytes},
                     {"used_bytes", p.used_bytes >= 0 ? Json(p.used_bytes) : Json(nullptr)},
-                    {"reason", p.reason}});
+                    {"reason", p.reason},
+                    {"command", p.command}});
   }
   return {{"cluster", list.cluster}, {"pods", pods}};
 }
@@ -650,6 +651,10 @@ StatusOr<PodList> DecodePodList(const nlohmann::json& body) {
     PALADIN_RETURN_IF_ERROR(Str(o, "reason", where, &p.reason));
     if (!Printable(p.reason, 1024)) {
       return Wrong(where, "reason", "expected printable text of up to 1024 bytes");
+    }
+    PALADIN_RETURN_IF_ERROR(Str(o, "command", where, &p.command));
+    if (!Printable(p.command, 255) || p.command.find_first_of(" /") != std::string::npos) {
+      return Wrong(where, "command", "expected a command's or image's name (no blanks or '/')");
     }
     list.pods.push_back(std::move(p));
   }
