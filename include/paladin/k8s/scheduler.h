@@ -64,9 +64,18 @@ struct PodRequest {
   // only with paladin.io/restore-from, i.e. for a move).
   std::string move_to;
   bool restores = false;
+  // Its class's command (PodClassCommand of its first container asking for GPU memory, else of
+  // its first container): with its team, the class an `auto` pod is sized from (design 7).
+  std::string command;
   std::string error;
 };
 PodRequest ReadPod(const std::string& pod_json);
+
+// The command a container's class is named by: the basename of its command[0], else (the
+// image's own entrypoint) its image's name without registry path, tag or digest
+// ("example.org/ml/trainer:v2" -> "trainer"). At most 255 bytes, no blanks or '/'; "" when the
+// container names neither. `container_json`: one element of spec.containers.
+std::string PodClassCommand(const std::string& container_json);
 
 // What a bound pod holds on its GPU in the scheduler's books: its own request (its containers'
 // limits, which cannot change after creation), never the paladin.io/gpu-memory-bytes annotation
