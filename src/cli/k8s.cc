@@ -71,7 +71,7 @@ struct NodeArgs {
   std::string cert;
   std::string key;
   k8s::InjectOptions inject;
-  double sizing_timeout_s = 2;       // `auto` pods: the deadline of the server's answer
+  double sizing_timeout_s = 2;        // `auto` pods: the deadline of the server's answer
   std::string auto_default = "4GiB";  // `auto` pods: the size without the server's answer
   // The mover's (and the drain's: its moves)
   k8s::MoveOptions move;
@@ -350,22 +350,21 @@ int RunWebhook(const NodeArgs& args) {
     std::string token;
     std::ifstream in(args.paladin_token_file);
     if (!endpoint.ok() || !(in >> token)) {
-      cli::Say("k8s webhook", "--paladin-server needs a URL and --paladin-token-file a token (" +
-                                  (endpoint.ok() ? "token unreadable"
-                                                 : endpoint.status().message()) +
-                                  ")");
+      cli::Say("k8s webhook",
+               "--paladin-server needs a URL and --paladin-token-file a token (" +
+                   (endpoint.ok() ? "token unreadable" : endpoint.status().message()) + ")");
       return 2;
     }
     // The namespaces' teams (their label paladin.io/team) are read from the API server.
     StatusOr<k8s::ApiConfig> config = Config(args);
     if (!config.ok()) {
-      cli::Say("k8s webhook", "--paladin-server: the namespaces' teams are read from the API "
-                              "server: " + config.status().message());
+      const std::string why = config.status().message();
+      cli::Say("k8s webhook", "--paladin-server: namespaces' teams are read from the API: " + why);
       return 2;
     }
     config->timeout_s = args.sizing_timeout_s;
-    inject.size_auto = k8s::ServerSizer(std::make_shared<const k8s::ApiClient>(*config),
-                                        *endpoint, token, args.sizing_timeout_s);
+    inject.size_auto = k8s::ServerSizer(std::make_shared<const k8s::ApiClient>(*config), *endpoint,
+                                        token, args.sizing_timeout_s);
   }
   Status s = k8s::ServeWebhook(args.listen, args.cert, args.key, inject);
   cli::Say("k8s webhook", s.message());

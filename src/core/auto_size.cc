@@ -7,7 +7,9 @@
 namespace paladin::core {
 namespace {
 
-std::string Size(int64_t b) { return base::FormatSize(static_cast<uint64_t>(std::max<int64_t>(b, 0))); }
+std::string Size(int64_t b) {
+  return base::FormatSize(static_cast<uint64_t>(std::max<int64_t>(b, 0)));
+}
 
 std::string Count(int64_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
@@ -15,12 +17,11 @@ std::string Count(int64_t n, const char* one, const char* many) {
 
 // "2 earlier jobs and 1 pod", "1 earlier pod".
 std::string Earlier(const ClassHistory& h) {
-  std::string out = "earlier ";
-  if (h.jobs > 0) out += Count(h.jobs, "job", "jobs");
-  if (h.jobs > 0 && h.pods > 0) out += " and ";
-  if (h.pods > 0) out += Count(h.pods, "pod", "pods");
-  if (h.jobs <= 0 && h.pods <= 0) out += "workloads";
-  return out;
+  if (h.jobs <= 0 && h.pods <= 0) return "earlier workloads";
+  if (h.pods <= 0) return std::to_string(h.jobs) + " earlier " + (h.jobs == 1 ? "job" : "jobs");
+  if (h.jobs <= 0) return std::to_string(h.pods) + " earlier " + (h.pods == 1 ? "pod" : "pods");
+  return std::to_string(h.jobs) + " earlier " + (h.jobs == 1 ? "job" : "jobs") + " and " +
+         Count(h.pods, "pod", "pods");
 }
 
 }  // namespace

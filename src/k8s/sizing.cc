@@ -49,8 +49,8 @@ AutoSizer ServerSizer(std::shared_ptr<const ApiClient> kube, const api::Endpoint
                                           const std::string& command) -> StatusOr<AutoSizing> {
     StatusOr<std::string> team = TeamOf(kube.get(), ns);
     if (!team.ok()) return team.status();
-    StatusOr<Json> answer = client->Get("/v1/sizing?team=" + QueryValue(*team) +
-                                        "&command=" + QueryValue(command));
+    StatusOr<Json> answer =
+        client->Get("/v1/sizing?team=" + QueryValue(*team) + "&command=" + QueryValue(command));
     if (!answer.ok()) {
       return Unavailable("Paladin's server " + client->Url() + ": " + answer.status().message());
     }

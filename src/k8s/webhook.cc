@@ -69,9 +69,9 @@ Json Annotations(const Json& pod) {
 // one a later Paladin adds), refused as unknown.
 const std::set<std::string, std::less<>>& KnownAnnotations() {
   static const std::set<std::string, std::less<>> kKnown = {
-      kGpuAnnotation,         kGpuBytesAnnotation,     kPlacementAnnotation, kPriorityAnnotation,
-      kRestoreFromAnnotation, kRestoreTokenAnnotation, kMoveToAnnotation,    kMovedFromAnnotation,
-      kGpuSizedAnnotation};
+      kGpuAnnotation,      kGpuBytesAnnotation,    kPlacementAnnotation,
+      kPriorityAnnotation, kRestoreFromAnnotation, kRestoreTokenAnnotation,
+      kMoveToAnnotation,   kMovedFromAnnotation,   kGpuSizedAnnotation};
   return kKnown;
 }
 
@@ -189,7 +189,7 @@ Status CheckPaladinAnnotations(const std::string& old_pod_json, const std::strin
   for (const auto& [k, v] : before.items()) keys.insert(k);
   for (const auto& [k, v] : after.items()) keys.insert(k);
   for (const std::string& k : keys) {
-    if (!PaladinOnlyAnnotation(k)) continue;
+    if (!PaladinOnlyAnnotation(k) && k != kGpuMemoryResource) continue;
     const auto b = before.find(k);
     const auto a = after.find(k);
     const bool had = b != before.end(), has = a != after.end();

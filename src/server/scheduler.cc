@@ -120,8 +120,8 @@ Control::FleetView Control::BuildFleet(bool reserve_running) {
 }
 
 void Control::SizeAutoJob(JobRecord& j) {
-  const core::AutoSize size = core::SizeAuto(ClassHistoryOf(j.ClassKey()),
-                                             {.max_bytes = j.mem_max, .largest_gpu = LargestGpuMemory()});
+  const core::AutoSize size = core::SizeAuto(
+      ClassHistoryOf(j.ClassKey()), {.max_bytes = j.mem_max, .largest_gpu = LargestGpuMemory()});
   j.prediction = size.why;
   j.quota_bytes = size.bytes;
   j.predicted_bytes = size.bytes;

@@ -37,11 +37,13 @@ core::ClassHistory Control::ClassHistoryOf(const std::string& class_key) const {
 
 StatusOr<Json> Control::Sizing(const Principal& who, const std::string& team,
                                const std::string& command) {
-  if (!ValidName(team)) return InvalidArgument("team: '" + team.substr(0, 64) + "' is not a team name");
+  if (!ValidName(team))
+    return InvalidArgument("team: '" + team.substr(0, 64) + "' is not a team name");
   const std::string base = CommandBase(command);
   if (!PrintableCommand(base)) {
-    return InvalidArgument("command: expected a command or image name (printable, no blanks, "
-                           "up to 255 bytes)");
+    return InvalidArgument(
+        "command: expected a command or image name (printable, no blanks, "
+        "up to 255 bytes)");
   }
   if (who.agent() || !who.SeesTeam(team)) {
     return PermissionDenied("a " + who.Scope() + " token reads the sizing of its own team only");

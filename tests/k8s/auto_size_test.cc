@@ -31,19 +31,21 @@ class FakeServer {
         return;
       }
       last_query_ = req.get_param_value("team") + "|" + req.get_param_value("command");
-      res.set_content(Json{{"team", req.get_param_value("team")},
-                           {"class", req.get_param_value("team") + "/" +
-                                         req.get_param_value("command")},
-                           {"bytes", 644245094},
-                           {"from", "history"},
-                           {"why", "highest peak of k8s-ml/train's 1 earlier pod 512 MiB x 1.2 = "
-                                   "614.40 MiB"}}
-                          .dump(),
-                      "application/json");
+      res.set_content(
+          Json{{"team", req.get_param_value("team")},
+               {"class", req.get_param_value("team") + "/" + req.get_param_value("command")},
+               {"bytes", 644245094},
+               {"from", "history"},
+               {"why",
+                "highest peak of k8s-ml/train's 1 earlier pod 512 MiB x 1.2 = "
+                "614.40 MiB"}}
+              .dump(),
+          "application/json");
     });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
-    server_.wait_until_ready();
+    // Bound, the socket already listens; answers start with the thread's loop.
+    while (!server_.is_running()) std::this_thread::yield();
   }
   ~FakeServer() {
     server_.stop();
@@ -218,7 +220,8 @@ TEST(AutoPod, OnlyPaladinWritesHowAPodWasSized) {
   EXPECT_EQ(r["allowed"], false);
   EXPECT_NE(r["status"]["message"].get<std::string>().find(
                 "metadata.annotations[paladin.io/gpu-memory] set: GPU memory is asked in"),
-            std::string::npos);
+            std::string::npos)
+      << r.dump();
   // A move's replacement (Paladin's mover): its size and record kept, the server not asked.
   Json replacement = forged;
   replacement["spec"]["containers"][0]["resources"]["limits"].erase("cpu");
@@ -248,14 +251,13 @@ TEST(PodClassCommand, TheCommandsBasenameElseTheImagesName) {
     EXPECT_EQ(PodClassCommand(container.dump()), expected) << container.dump();
   }
   // A pod's class: its first container asking for GPU memory, else its first.
-  const Json pod = {
-      {"metadata", {{"name", "p"}, {"namespace", "ml"}}},
-      {"spec",
-       {{"containers",
-         {{{"name", "sidecar"}, {"image", "proxy:1"}},
-          {{"name", "main"},
-           {"image", "trainer:2"},
-           {"resources", {{"limits", {{"paladin.io/gpu-memory", "1Gi"}}}}}}}}}}};
+  const Json pod = {{"metadata", {{"name", "p"}, {"namespace", "ml"}}},
+                    {"spec",
+                     {{"containers",
+                       {{{"name", "sidecar"}, {"image", "proxy:1"}},
+                        {{"name", "main"},
+                         {"image", "trainer:2"},
+                         {"resources", {{"limits", {{"paladin.io/gpu-memory", "1Gi"}}}}}}}}}}};
   EXPECT_EQ(ReadPod(pod.dump()).command, "trainer");
 }
 

@@ -176,7 +176,7 @@ Json Measured(const std::string& ns, const std::string& name, const std::string&
               const std::string& command, int64_t used) {
   Json p = Pod(ns, name, team, "node-1", 0);
   p["command"] = command;
-  p["used_bytes"] = used;
+  p["used_bytes"] = used >= 0 ? Json(used) : Json(nullptr);
   return p;
 }
 
@@ -192,22 +192,22 @@ TEST_F(PodsTest, AnAutoPodIsSizedFromItsClassesMeasuredPods) {
   const int64_t mib = int64_t{1} << 20;
   // Two research pods of train (one still starting, unmeasured), another team's of train at
   // 3 GiB, research's of serve at 1 GiB: only research/train's count for research/train.
-  ASSERT_TRUE(admin
-                  .Put("/v1/pods",
-                       Json{{"cluster", "prod"},
-                            {"pods",
-                             {Measured("ml", "t1", "research", "train", 400 * mib),
-                              Measured("ml-b", "t2", "research", "train", 500 * mib),
-                              Measured("ml", "t3", "research", "train", -1),
-                              Measured("other", "t4", "k8s-other", "train", 3 * testing::kGiB),
-                              Measured("ml", "s1", "research", "serve", testing::kGiB)}}})
-                  .ok());
+  ASSERT_TRUE(
+      admin
+          .Put("/v1/pods", Json{{"cluster", "prod"},
+                                {"pods",
+                                 {Measured("ml", "t1", "research", "train", 400 * mib),
+                                  Measured("ml-b", "t2", "research", "train", 500 * mib),
+                                  Measured("ml", "t3", "research", "train", -1),
+                                  Measured("other", "t4", "k8s-other", "train", 3 * testing::kGiB),
+                                  Measured("ml", "s1", "research", "serve", testing::kGiB)}}})
+          .ok());
   // t1 reported again, higher: still one pod; then every pod gone: the history stays.
-  ASSERT_TRUE(admin
-                  .Put("/v1/pods", Json{{"cluster", "prod"},
-                                        {"pods", {Measured("ml", "t1", "research", "train",
-                                                           512 * mib)}}})
-                  .ok());
+  ASSERT_TRUE(
+      admin
+          .Put("/v1/pods", Json{{"cluster", "prod"},
+                                {"pods", {Measured("ml", "t1", "research", "train", 512 * mib)}}})
+          .ok());
   ASSERT_TRUE(admin.Put("/v1/pods", Json{{"cluster", "prod"}, {"pods", Json::array()}}).ok());
   StatusOr<Json> sized = h_.Client(research_).Get("/v1/sizing?team=research&command=train");
   ASSERT_TRUE(sized.ok()) << sized.status().ToString();
@@ -230,8 +230,11 @@ TEST_F(PodsTest, AnAutoPodIsSizedFromItsClassesMeasuredPods) {
   StatusOr<Json> job = admin.Post(
       "/v1/jobs", Json{{"command", {"/opt/bin/train"}}, {"team", "research"}, {"gpu_mem", "auto"}});
   ASSERT_TRUE(job.ok()) << job.status().ToString();
-  const Json j = testing::Job(admin, (*job)["id"]);
-  EXPECT_EQ(j["prediction"], (*sized)["why"]);
+  const std::string id = (*job)["id"];
+  StatusOr<Json> explained = admin.Get("/v1/jobs/" + id + "/explain");
+  ASSERT_TRUE(explained.ok()) << explained.status().ToString();
+  EXPECT_EQ((*explained)["prediction"], (*sized)["why"]);
+  EXPECT_EQ(testing::Job(admin, id)["quota_bytes"], (*sized)["bytes"]);
 }
 
 TEST_F(PodsTest, ATeamReadsItsOwnTeamsSizingOnly) {
@@ -243,7 +246,7 @@ TEST_F(PodsTest, ATeamReadsItsOwnTeamsSizingOnly) {
     const char* query;
     const char* expected;
   } bad[] = {{"team=&command=train", "team: '' is not a team name"},
-             {"team=Research&command=train", "team: 'Research' is not a team name"},
+             {"team=re%20search&command=train", "team: 're search' is not a team name"},
              {"team=research&command=", "command: expected"},
              {"team=research&command=a%20b", "command: expected"}};
   for (const Bad& b : bad) {

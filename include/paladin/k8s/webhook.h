@@ -10,10 +10,11 @@
 // one physical GPU is).
 //
 // Paladin's own annotations on a pod (paladin.io/gpu, gpu-memory-bytes, restore-from, ... every
-// paladin.io/ key but paladin.io/priority) decide its GPU, its quota and what it restores: only
-// Paladin's scheduler (through pods/binding, which no webhook sees) and its mover (creating a
-// move's replacement) write them. The webhook, registered for CREATE and UPDATE, refuses anyone
-// else who adds, changes or removes one, and a GPU pod that names its own node.
+// paladin.io/ key but paladin.io/priority and paladin.io/gpu-memory: auto) decide its GPU, its
+// quota and what it restores: only Paladin's scheduler (through pods/binding, which no webhook
+// sees), its mover (creating a move's replacement) and the webhook itself write them. The webhook,
+// registered for CREATE and UPDATE, refuses anyone else who adds, changes or removes one, and a GPU
+// pod that names its own node.
 //
 // `paladin.io/gpu-memory: auto` (docs/kubernetes.md, design 7): a created pod with that
 // annotation gets its first container's resources.limits (and requests) [paladin.io/gpu-memory]
@@ -48,8 +49,8 @@ struct AutoSizing {
 };
 // Sizes an `auto` pod of namespace `ns` whose class command is `command`; an error when the
 // answer cannot be had (the webhook then uses its default and says why).
-using AutoSizer = std::function<StatusOr<AutoSizing>(const std::string& ns,
-                                                     const std::string& command)>;
+using AutoSizer =
+    std::function<StatusOr<AutoSizing>(const std::string& ns, const std::string& command)>;
 
 struct InjectOptions {
   std::string scheduler_name = "paladin";
@@ -74,8 +75,8 @@ struct InjectOptions {
 AutoSizer ServerSizer(std::shared_ptr<const ApiClient> kube, const api::Endpoint& server,
                       const std::string& token, double timeout_s);
 
-// Whether a pod annotation is Paladin's own (paladin.io/ and not one a user may set: only
-// paladin.io/priority is the user's).
+// Whether a pod annotation is Paladin's own (paladin.io/ and not one a user may set: the user's
+// are paladin.io/priority and paladin.io/gpu-memory, whose only value is `auto`).
 bool PaladinOnlyAnnotation(std::string_view key);
 
 // Refuses a pod whose Paladin-only annotations differ from `old_pod_json`'s (empty for a pod
@@ -85,9 +86,10 @@ Status CheckPaladinAnnotations(const std::string& old_pod_json, const std::strin
 
 // The JSON Patch (RFC 6902) for a pod, or "" when the pod asks for no paladin.io/gpu-memory
 // (then it is left exactly as it is). An `auto` pod is sized first (options.size_auto); one that
-// also asks a size in a container's limits is refused naming both fields. An error names the field that is malformed, or
-// spec.nodeName for a GPU pod that names its node, or spec.schedulerName for one that names a
-// scheduler other than the default or Paladin's (Paladin's scheduler places GPU pods).
+// also asks a size in a container's limits is refused naming both fields. An error names the field
+// that is malformed, or spec.nodeName for a GPU pod that names its node, or spec.schedulerName for
+// one that names a scheduler other than the default or Paladin's (Paladin's scheduler places GPU
+// pods).
 StatusOr<std::string> PodPatch(const std::string& pod_json, const InjectOptions& options);
 
 // An AdmissionReview (admission.k8s.io/v1) request in, the response out. A pod with a malformed
