@@ -217,6 +217,7 @@ class Control {
   Json GpuMemInUse(const std::string& team) const;
   void Bind(FleetView& view, JobRecord& j, const core::Placement& p, const std::string& how);
   void SizeAutoJob(JobRecord& j);
+  core::ClassHistory ClassHistoryOf(const std::string& class_key) const;  // jobs and pods
   void Accrue(JobRecord& j, double now);
   void ReleaseJob(JobRecord& j);
   void EndJob(JobRecord& j, JobState state, std::optional<int> exit_code, const std::string& why);
@@ -343,7 +344,6 @@ class Control {
   std::map<std::string, int64_t> counters_;
   std::map<std::string, int64_t> class_peak_;  // ClassKey -> highest used bytes seen
   std::map<std::string, int64_t> class_jobs_;  // ClassKey -> ended jobs that peak is over
-  core::ClassHistory ClassHistoryOf(const std::string& class_key) const;  // jobs and pods
   std::vector<core::Move> admission_moves_;    // the rebalancer's plan being carried out
   int64_t next_job_ = 1;
   int64_t next_command_ = 1;
