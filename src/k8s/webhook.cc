@@ -205,10 +205,11 @@ Status CheckPaladinAnnotations(const std::string& old_pod_json, const std::strin
                  kAutoSize + "': sized by Paladin)";
     } else if (KnownAnnotations().count(k) == 0) {
       message += std::string(": not an annotation Paladin knows (of its annotations a user sets ") +
-                 "only " + kPriorityAnnotation + ")";
+                 "only " + kPriorityAnnotation + " and " + kGpuMemoryResource + ": " + kAutoSize +
+                 ")";
     } else {
       message += std::string(": only Paladin sets it (of its annotations a user sets only ") +
-                 kPriorityAnnotation + ")";
+                 kPriorityAnnotation + " and " + kGpuMemoryResource + ": " + kAutoSize + ")";
     }
     return PermissionDenied(message);
   }
