@@ -32,12 +32,13 @@ void PodBook::Learn(const std::string& cluster, const std::vector<api::PodReport
   std::set<std::string>& before = counted_[cluster];
   std::set<std::string> now;
   for (const api::PodReport& p : pods) {
-    if (p.command.empty() || p.used_bytes <= 0) continue;
     const std::string pod = p.ns + "/" + p.name;
+    // Counted once while it is reported, also through a pass its node did not measure.
+    if (before.count(pod) != 0) now.insert(pod);
+    if (p.command.empty() || p.used_bytes <= 0) continue;
     ClassPeak& c = class_peaks_[p.team + "/" + p.command];
     c.peak_bytes = std::max(c.peak_bytes, p.used_bytes);
-    if (before.count(pod) == 0) ++c.pods;
-    now.insert(pod);
+    if (now.insert(pod).second) ++c.pods;
   }
   before = std::move(now);
 }

@@ -202,7 +202,12 @@ TEST_F(PodsTest, AnAutoPodIsSizedFromItsClassesMeasuredPods) {
                                   Measured("other", "t4", "k8s-other", "train", 3 * testing::kGiB),
                                   Measured("ml", "s1", "research", "serve", testing::kGiB)}}})
           .ok());
-  // t1 reported again, higher: still one pod; then every pod gone: the history stays.
+  // t1 reported unmeasured for a pass, then again, higher: still one pod; then every pod gone:
+  // the history stays.
+  ASSERT_TRUE(admin
+                  .Put("/v1/pods", Json{{"cluster", "prod"},
+                                        {"pods", {Measured("ml", "t1", "research", "train", -1)}}})
+                  .ok());
   ASSERT_TRUE(
       admin
           .Put("/v1/pods", Json{{"cluster", "prod"},
