@@ -7,7 +7,7 @@
 #   bench/migrate_pause.sh [SIZE_MIB=2048] [ROUNDS=1] PALADIN [PALADIN...]
 #
 # --both moves the same workload (tests/ckpt/lazy_mem.py: SIZE MiB of distinct pages, a line
-# every 50 ms) several ways in one run, for each size, each a fresh job to a `paladin receive` of
+# every 50 ms, rewriting REWRITE_PCT percent of its pages a second, 5 by default) several ways in one run, for each size, each a fresh job to a `paladin receive` of
 # its own (the moved job's record reads "moved" at a shared run base), and verifies each moved
 # job's memory and every generation:
 #   image            `paladin migrate --mode image`: dump to a local image, then send it
@@ -16,6 +16,7 @@
 #   post-copy        `--mode post-copy` (the CRIU of scripts/criu_lazy.sh), its page stream
 #                    over TLS
 #   plain-post-copy  `--lazy --lazy-plain` (only with BOTH_PLAIN=1): post-copy over plain TCP
+# (MODES="post-copy" moves by the listed modes only)
 # and, as the baseline, a plain copy of SIZE MiB from one process's memory into another's over a
 # loopback TCP connection (python sockets, no hashing, no disk). Prints each move's pause
 # (paladin's: from stopping the job to its resuming there) and total (until the source is
@@ -32,11 +33,13 @@ if [[ ${1:-} == --both ]]; then
   HERE=$(cd "$(dirname "$0")" && pwd)
   export PALADIN_TOKEN=paladin-bench-token-0123456789
   port=$((20000 + RANDOM % 20000))
+  REWRITE_PCT=${REWRITE_PCT:-5}
+  echo "the workload rewrites ${REWRITE_PCT}% of its memory per second"
   printf '%-6s %-15s %8s %8s  %s\n' MiB move pause_s total_s notes
   for mib in "${SIZES[@]}"; do
     dir=$(mktemp -d /var/tmp/paladin-migrate-both.XXXXXX)
     declare -A pause total
-    modes=(image stream post-copy)
+    read -ra modes <<<"${MODES:-image stream post-copy}"
     [[ -n ${BOTH_PLAIN:-} ]] && modes+=(plain-post-copy)
     copy=$(python3 "$HERE/plain_copy.py" "$mib")
     printf '%-6s %-15s %8s %8s  %s\n' "$mib" plain-copy "$copy" "$copy" \
@@ -45,7 +48,7 @@ if [[ ${1:-} == --both ]]; then
       out=$dir/out-$mode
       name=both-$mode
       PALADIN_RUN_DIR=$dir/run "$PALADIN" run --name "$name" -- \
-        python3 "$HERE/../tests/ckpt/lazy_mem.py" run "$mib" "$out" 0.05 >"$dir/job-$mode.out" 2>&1 &
+        python3 "$HERE/../tests/ckpt/lazy_mem.py" run "$mib" "$out" 0.05 --rewrite "$REWRITE_PCT" >"$dir/job-$mode.out" 2>&1 &
       for _ in $(seq 600); do [[ -s $out ]] && break; sleep 0.1; done
       sleep 1
       port=$((port + 3))

@@ -9,7 +9,10 @@ import threading
 import time
 
 n = int(sys.argv[1]) << 20
-src = bytearray(bytes(range(256)) * (n // 256))  # touched, as a job's memory is
+src = bytearray(n)  # touched, as a job's memory is, a MiB at a time (no second copy)
+pattern = bytes(range(256)) * 4096
+for i in range(0, n, len(pattern)):
+    src[i:i + len(pattern)] = pattern
 dst = memoryview(bytearray(n))  # the destination's memory, allocated before the clock starts
 srv = socket.socket()
 srv.bind(("127.0.0.1", 0))

@@ -321,16 +321,51 @@ int RunCancel(const JobArgs& a) {
   return 0;
 }
 
-int RunExplain(const JobArgs& a) {
-  if (a.job.starts_with("pod/")) {
-    // Pods are not jobs of the server yet: their scheduler, and so their explanation, reads the
-    // Kubernetes API (docs/kubernetes.md).
-    std::fprintf(stderr,
-                 "paladin explain: a pod is explained by `paladin k8s explain POD -n NAMESPACE` "
-                 "(with the scheduler's API flags)\n");
-    return 2;
+// `paladin explain pod/NAMESPACE/NAME`: the pod as its cluster's Paladin scheduler last reported
+// it to the server (where it is and why, or why it is Pending). The scheduler's whole pass (the
+// pods ahead of it, each node's verdict) is `paladin k8s explain`, which reads the cluster.
+int ExplainPod(FleetApi& api, const std::string& pod) {
+  const std::string rest = pod.substr(4);
+  const size_t slash = rest.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == rest.size() ||
+      rest.find('/', slash + 1) != std::string::npos) {
+    return api.Fail(InvalidArgument("'" + pod + "': expected pod/NAMESPACE/NAME"));
   }
+  StatusOr<Json> answer = api.Get("/v1/pods/" + fleet::Escape(rest.substr(0, slash)) + "/" +
+                                  fleet::Escape(rest.substr(slash + 1)));
+  if (!answer.ok()) return api.Fail(answer.status());
+  if (api.json()) {
+    FleetApi::PrintJson(*answer);
+    return 0;
+  }
+  const Json& p = *answer;
+  const auto bytes = [&p](const char* key) {
+    return p.contains(key) && p[key].is_number_unsigned()
+               ? fleet::FormatBytes(p[key].get<uint64_t>())
+               : std::string("-");
+  };
+  std::string where = Or(Str(p, "node"), "-");
+  if (p.contains("gpu") && p["gpu"].is_number_integer()) {
+    where += " GPU " + std::to_string(p["gpu"].get<int>());
+  }
+  const std::vector<std::pair<std::string, std::string>> rows = {
+      {"pod", Str(p, "namespace") + "/" + Str(p, "name")},
+      {"cluster", Str(p, "cluster")},
+      {"team", Str(p, "team")},
+      {"phase", Str(p, "phase")},
+      {"node", where},
+      {"placement", Or(Str(p, "placement"), "-")},
+      {"reason", Or(Str(p, "reason"), "-")},
+      {"gpu memory", bytes("gpu_mem_bytes") + " booked, " + bytes("used_bytes") + " used"}};
+  for (const auto& [key, value] : rows) {
+    std::printf("%-11s %s\n", (key + ":").c_str(), Printable(value).c_str());
+  }
+  return 0;
+}
+
+int RunExplain(const JobArgs& a) {
   FleetApi api("explain", a.flags);
+  if (a.job.starts_with("pod/")) return ExplainPod(api, a.job);
   StatusOr<Json> answer = api.Get(JobPath(a.job) + "/explain");
   if (!answer.ok()) return api.Fail(answer.status());
   if (api.json()) {

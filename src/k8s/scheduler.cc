@@ -183,6 +183,7 @@ PodRequest ReadPod(const std::string& pod_json) {
     p.priority = static_cast<int32_t>(v);
   }
   p.move_to = Str(annotations, kMoveToAnnotation);
+  p.placement = Str(annotations, kPlacementAnnotation);
   p.restores = !Str(annotations, kRestoreFromAnnotation).empty();
   if (const std::string gpu = Str(annotations, kGpuAnnotation); !gpu.empty()) {
     char* end = nullptr;
@@ -359,7 +360,7 @@ bool Scheduler::Bind(const PodRequest& p, const std::string& node, int gpu, uint
     return false;
   }
   said_.erase(p.uid);
-  bound_now_[p.uid] = {node, gpu};
+  bound_now_[p.uid] = {node, gpu, how};
   const std::string message =
       "placed on " + how + ": " + Size(static_cast<int64_t>(bytes)) + " of GPU memory";
   std::fprintf(stderr, "paladin k8s scheduler: %s/%s %s\n", p.ns.c_str(), p.name.c_str(),
@@ -410,6 +411,19 @@ StatusOr<int> Scheduler::RunOnce() {
   return bound;
 }
 
+namespace {
+
+// At most 1024 bytes, control characters as '?': what the server's pod list accepts.
+std::string PrintableForServer(const std::string& text) {
+  std::string out = text.substr(0, 1024);
+  for (char& c : out) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return out;
+}
+
+}  // namespace
+
 api::PodList Scheduler::Report(const std::string& pods_json, const PlacementPass& pass) const {
   api::PodList list;
   list.cluster = options_.cluster;
@@ -426,17 +440,18 @@ api::PodList Scheduler::Report(const std::string& pods_json, const PlacementPass
     r.gpu = p.gpu;
     r.gpu_mem_bytes = static_cast<int64_t>(p.gpu_memory);
     r.used_bytes = p.gpu_used;
+    r.placement = p.node.empty() ? "" : p.placement;
     r.command = p.command;
     auto now = bound_now_.find(p.uid);
-    if (r.node.empty() && now != bound_now_.end()) std::tie(r.node, r.gpu) = now->second;
-    auto said = said_.find(p.uid);
-    if (r.node.empty() && said != said_.end()) {
-      // A reason may quote a pod's own annotation: no control character reaches the server.
-      r.reason = said->second.substr(0, 1024);
-      for (char& c : r.reason) {
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-      }
+    if (r.node.empty() && now != bound_now_.end()) {
+      r.node = now->second.node;
+      r.gpu = now->second.gpu;
+      r.placement = now->second.how;
     }
+    auto said = said_.find(p.uid);
+    // A reason may quote a pod's own annotation: no control character reaches the server.
+    if (r.node.empty() && said != said_.end()) r.reason = PrintableForServer(said->second);
+    r.placement = PrintableForServer(r.placement);
     list.pods.push_back(std::move(r));
   }
   return list;

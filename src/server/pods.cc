@@ -65,6 +65,7 @@ Json PodBook::View(const std::string& cluster, const api::PodReport& p) {
   v["gpu"] = p.gpu >= 0 ? Json(p.gpu) : Json(nullptr);
   v["used_bytes"] = p.used_bytes >= 0 ? Json(p.used_bytes) : Json(nullptr);
   v["reason"] = p.reason.empty() ? Json(nullptr) : Json(p.reason);
+  v["placement"] = p.placement.empty() ? Json(nullptr) : Json(p.placement);
   return v;
 }
 

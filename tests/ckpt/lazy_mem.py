@@ -6,12 +6,19 @@ whole buffer.
 went missing or arrived in the wrong place across a move, or a generation repeated or skipped,
 is caught.
 
-  python3 lazy_mem.py run SIZE_MIB OUT [PERIOD]
+  python3 lazy_mem.py run SIZE_MIB OUT [PERIOD] [--rewrite PCT] [ARG...]
   python3 lazy_mem.py check SIZE_MIB OUT [--after-rewind]
+
+Further arguments of `run` are ignored (tests tag their processes with them). --rewrite PCT
+(default 0) also rewrites that percentage of the pages per second, a run of pages
+after the last one each generation (one word per page, the generation's number), as a job that
+keeps writing its memory while it moves; the run's first line says how many pages a generation
+rewrites, so `check` replays them too.
 
 --after-rewind checks only what follows the last rewind, if any (a move that failed and resumed at
 the source: the moved copy's lines are lost work, and may be wrong if it ran with missing pages).
 """
+import array
 import signal
 import sys
 import time
@@ -22,15 +29,31 @@ PAGE = 4096
 
 
 class Memory:
-    def __init__(self, mib):
-        self.buf = bytearray(bytes(range(256)) * (MIB // 256) * mib)
+    def __init__(self, mib, rewrite=0):
+        self.buf = bytearray(mib * MIB)  # filled a MiB at a time: no second copy of it
+        pattern = bytes(range(256)) * (MIB // 256)
+        for i in range(mib):
+            self.buf[i * MIB:(i + 1) * MIB] = pattern
         self.words = memoryview(self.buf).cast("Q")
         self.pages = len(self.buf) // PAGE
-        for p in range(self.pages):
-            self.words[p * (PAGE // 8)] = p + 1
+        self.words[0::PAGE // 8] = array.array("Q", range(1, self.pages + 1))
+        self.rewrite = min(rewrite, self.pages)  # pages rewritten per generation
+
+    def rewrite_pages(self, gen):
+        """Writes gen into word 2 of the `rewrite` pages after the previous generation's."""
+        left = self.rewrite
+        page = ((gen - 1) * self.rewrite) % self.pages
+        while left > 0:
+            n = min(left, self.pages - page)
+            first = page * (PAGE // 8) + 2
+            self.words[first:first + n * (PAGE // 8):PAGE // 8] = array.array("Q", [gen]) * n
+            left -= n
+            page = 0
 
     def step(self, gen):
-        """Changes one page chosen by gen; returns the CRC of the MiB around it."""
+        """Changes one page chosen by gen (and the run of pages to rewrite); returns the CRC of
+        the MiB around the one page."""
+        self.rewrite_pages(gen)
         page = (gen * 7919) % self.pages
         self.words[page * (PAGE // 8) + 1] = gen
         lo = (page * PAGE) // MIB * MIB
@@ -40,12 +63,14 @@ class Memory:
         return zlib.crc32(self.buf)
 
 
-def run(mib, out, period):
-    mem = Memory(mib)
+def run(mib, out, period, rewrite_pct):
+    mem = Memory(mib, int(mib * MIB // PAGE * rewrite_pct / 100 * period))
     gen = 0
     full_wanted = []
     signal.signal(signal.SIGUSR1, lambda *_: full_wanted.append(1))
     with open(out, "a", buffering=1) as f:
+        if mem.rewrite:
+            f.write(f"rewrite {mem.rewrite} pages a generation\n")
         while True:
             gen += 1
             s = mem.step(gen)
@@ -57,10 +82,13 @@ def run(mib, out, period):
 
 
 def check(mib, out, after_rewind=False):
-    mem = Memory(mib)
+    text = open(out).read().splitlines()
+    rewrite = 0
+    if text and text[0].startswith("rewrite "):
+        rewrite = int(text.pop(0).split()[1])
+    mem = Memory(mib, rewrite)
     gen = 0
     lines = fulls = 0
-    text = open(out).read().splitlines()
     rewind = None
     if after_rewind:
         # A move that failed and resumed at the source: lines from the copy that ran meanwhile
@@ -97,6 +125,9 @@ def check(mib, out, after_rewind=False):
 
 if __name__ == "__main__":
     if sys.argv[1] == "run":
-        run(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]) if len(sys.argv) > 4 else 0.5)
+        rest = sys.argv[4:]
+        period = float(rest[0]) if rest and not rest[0].startswith("-") else 0.5
+        rewrite = float(rest[rest.index("--rewrite") + 1]) if "--rewrite" in rest else 0.0
+        run(int(sys.argv[2]), sys.argv[3], period, rewrite)
     else:
         check(int(sys.argv[2]), sys.argv[3], "--after-rewind" in sys.argv[4:])

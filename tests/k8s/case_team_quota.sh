@@ -133,6 +133,26 @@ done
 echo "team_quota: Paladin's server shows research's token its 3 pods where kubectl shows them" \
   "(b with its team's reason), team k8s-$NS-c's token its 1; each team's pods are 404 to the other"
 
+# `paladin explain pod/NS/NAME` through the server: a placed pod's node, GPU and placement are its
+# Scheduled event's; a Pending pod's reason is its PodScheduled condition's.
+explain_row() { # POD KEY: the row KEY of `paladin explain pod/POD`, research's token
+  "$PALADIN" explain "pod/$1" --server "$url" --token "$research" | sed -n "s/^$2: *//p"
+}
+placed=$("$KUBECTL" -n "$NS" get events --field-selector involvedObject.name=a,reason=Scheduled \
+  -o jsonpath='{.items[-1:].message}')
+[[ $placed == "placed on $(explain_row "$NS/a" placement): "* ]] ||
+  fail "explain pod/$NS/a: placement '$(explain_row "$NS/a" placement)'; event '$placed'"
+[[ $(explain_row "$NS/a" node) == "$(kube_of "$NS" a | sed 's|.* \(.*\)/\(.*\)|\1 GPU \2|')" ]] ||
+  fail "explain pod/$NS/a: node '$(explain_row "$NS/a" node)', kubectl: $(kube_of "$NS" a)"
+waiting=$("$KUBECTL" -n "$NS-b" get pod b \
+  -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}')
+[[ -n $waiting && $(explain_row "$NS-b/b" reason) == "$waiting" ]] ||
+  fail "explain pod/$NS-b/b: reason '$(explain_row "$NS-b/b" reason)'; condition '$waiting'"
+"$PALADIN" explain "pod/$NS-c/c" --server "$url" --token "$research" >/dev/null 2>&1 &&
+  fail "research's token explained another team's pod $NS-c/c"
+echo "team_quota: paladin explain pod/... gives a's placement as its event does, b's reason as its" \
+  "condition does; another team's pod is not found"
+
 # One quota over pods and jobs: with research's pods holding its 3 GiB, a job research submits to
 # Paladin's server waits, the server saying the pods hold it (docs/kubernetes.md, "Teams").
 job=$("$PALADIN" submit --team research --gpu-mem 1GiB --server "$url" --token "$research" \

@@ -23,7 +23,8 @@ Json Pod(const std::string& ns, const std::string& name, const std::string& team
           {"node", node},
           {"gpu", gpu},
           {"gpu_mem_bytes", int64_t{2} << 30},
-          {"reason", node.empty() ? "team research: its quota is full" : ""}};
+          {"reason", node.empty() ? "team research: its quota is full" : ""},
+          {"placement", node.empty() ? "" : node + "/" + std::to_string(gpu) + " by paladin"}};
 }
 
 std::set<std::string> Names(const StatusOr<Json>& list) {
@@ -65,10 +66,12 @@ TEST_F(PodsTest, ATeamSeesItsOwnPodsOnly) {
   EXPECT_EQ((*a)["node"], "node-1");
   EXPECT_EQ((*a)["gpu"], 0);
   EXPECT_EQ((*a)["cluster"], "prod");
+  EXPECT_EQ((*a)["placement"], "node-1/0 by paladin");  // `paladin explain pod/ml/a` prints it
   StatusOr<Json> b = h_.Client(research_).Get("/v1/pods/ml-b/b");
   ASSERT_TRUE(b.ok());
   EXPECT_TRUE((*b)["gpu"].is_null());
   EXPECT_EQ((*b)["reason"], "team research: its quota is full");
+  EXPECT_TRUE((*b)["placement"].is_null());
 
   // Another team's pod, and one that does not exist, answer alike.
   for (const char* path : {"/v1/pods/other/c", "/v1/pods/nowhere/x"}) {

@@ -64,6 +64,7 @@ struct PodRequest {
   // only with paladin.io/restore-from, i.e. for a move).
   std::string move_to;
   bool restores = false;
+  std::string placement;  // paladin.io/placement: why its binding put it where it is
   // Its class's command (PodClassCommand of its first container asking for GPU memory, else of
   // its first container): with its team, the class an `auto` pod is sized from (design 7).
   std::string command;
@@ -158,7 +159,12 @@ class Scheduler {
   api::PodList Report(const std::string& pods_json, const PlacementPass& pass) const;
 
   std::map<std::string, std::string> said_;                       // pod uid -> last reason given
-  std::map<std::string, std::pair<std::string, int>> bound_now_;  // uid -> node, GPU this pass
+  struct BoundNow {
+    std::string node;
+    int gpu = -1;
+    std::string how;  // the placement annotation the binding wrote
+  };
+  std::map<std::string, BoundNow> bound_now_;  // uid -> where this pass bound it
   std::string report_error_;     // the last report's error, printed once
   std::set<std::string> notes_;  // namespaces' label notes already printed
   uint64_t event_seq_ = 0;

@@ -1,0 +1,40 @@
+{{/*
+Helpers of Paladin's chart. Every object carries app.kubernetes.io/part-of: paladin (as the
+kustomization's `labels` gives deploy/k8s's objects) and .Values.commonLabels.
+*/}}
+
+{{/* metadata: of (dict "ctx" $ "name" NAME "namespaced" BOOL); the namespace is the release's. */}}
+{{- define "paladin.metadata" -}}
+metadata:
+  name: {{ .name }}
+  {{- if .namespaced }}
+  namespace: {{ .ctx.Release.Namespace }}
+  {{- end }}
+  labels:
+    {{- toYaml (merge (dict "app.kubernetes.io/part-of" "paladin") .ctx.Values.commonLabels) | nindent 4 }}
+{{- end }}
+
+{{- define "paladin.image" -}}
+{{- $repo := required "image.repository: the image of Paladin's components (deploy/k8s/image.sh)" .Values.image.repository -}}
+{{- printf "%s:%v" $repo (required "image.tag: the image's tag" .Values.image.tag) -}}
+{{- end }}
+
+{{/* The API server's user name of Paladin's scheduler (its ServiceAccount). */}}
+{{- define "paladin.schedulerUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:paladin-scheduler
+{{- end }}
+
+{{/* The GPU nodes' label as a nodeSelector's one entry. */}}
+{{- define "paladin.gpuNodeSelector" -}}
+{{ required "gpuNodeLabel.key: the label of GPU nodes" .Values.gpuNodeLabel.key }}: {{ .Values.gpuNodeLabel.value | quote }}
+{{- end }}
+
+{{/* A container's securityContext: no privilege escalation, a read-only root; dropCaps too. */}}
+{{- define "paladin.securityContext" -}}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  {{- if .dropCaps }}
+  capabilities: {drop: [ALL]}
+  {{- end }}
+{{- end }}

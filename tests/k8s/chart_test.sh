@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Paladin's Helm chart (deploy/helm/paladin) against its plain manifests (deploy/k8s), without a
+# cluster and without helm: the chart rendered by tests/k8s/chart_render (a stand-in for `helm
+# template`, not helm) and the manifests by `kubectl kustomize`, compared object by object as
+# parsed YAML. A change to either that the other does not follow fails here, naming the object
+# and the field.
+#
+#   chart_test.sh CHART_RENDER|-
+#
+# - defaults, release namespace paladin: deploy/k8s but its Namespace (helm's --create-namespace
+#   makes that); with namespace.create=true: deploy/k8s, Namespace too;
+# - emulatedGPUs.enabled=true: deploy/k8s/emulated;
+# - values given with -f and --set: the same objects as an overlay making the same changes;
+# - another release namespace: the same objects with every reference to the namespace following
+#   it (the ServiceAccounts' bindings, the webhook's Service and excluded namespaces, its
+#   --paladin-user) and none left naming `paladin`;
+# - NOTES.txt renders; a missing required value is refused naming it.
+# kubectl: $PALADIN_K8S_PREFIX/bin/kubectl (scripts/k8s.sh installs it), else the toolkit's
+# (../shared/k8s, unpacked here), else the PATH's. Without the renderer (Go and Debian's sprig and
+# yaml.v3 packages: scripts/deps.sh --tests) or any kubectl it exits 77 (skipped).
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(dirname "$(dirname "$here")")
+render=${1:--}
+chart=$repo/deploy/helm/paladin
+if [[ $render == - || ! -x $render ]]; then
+  echo "chart: SKIP: no chart_render: it needs Go and Debian's golang-github-masterminds-sprig-dev" \
+    "and golang-gopkg-yaml.v3-dev when CMake configures (scripts/deps.sh --tests)"
+  exit 77
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+PREFIX=${PALADIN_K8S_PREFIX:-/opt/paladin/k8s}
+TOOLKIT=${PALADIN_K8S_TOOLKIT:-$(dirname "$repo")/shared/k8s}
+if [[ -x $PREFIX/bin/kubectl ]]; then
+  kubectl=$PREFIX/bin/kubectl
+elif [[ -f $TOOLKIT/bin/kubectl.xz ]]; then
+  xz -dc "$TOOLKIT/bin/kubectl.xz" >"$work/kubectl"
+  (cd "$work" && grep ' kubectl$' "$TOOLKIT/bin/SHA256SUMS" | sha256sum --quiet -c) ||
+    { echo "chart: FAIL: $TOOLKIT/bin/kubectl.xz does not match its SHA256SUMS"; exit 1; }
+  chmod +x "$work/kubectl"
+  kubectl=$work/kubectl
+elif command -v kubectl >/dev/null; then
+  kubectl=$(command -v kubectl)
+else
+  echo "chart: SKIP: no kubectl to render deploy/k8s with (none in $PREFIX, $TOOLKIT or the PATH)"
+  exit 77
+fi
+echo "chart: kubectl $kubectl ($("$kubectl" version --client 2>/dev/null | grep -m1 -o 'Kustomize Version: .*' || echo 'kustomize version unknown'))"
+
+failed=0
+indent() { sed 's/^/chart:   /'; }
+# check NAME WANT GOT [--ignore-kind KIND]: GOT is WANT, object by object.
+check() {
+  local name=$1 want=$2 got=$3
+  shift 3
+  if out=$("$render" compare "$want" "$got" "$@"); then
+    echo "chart: ok: $name: $out"
+  else
+    echo "chart: FAIL: $name: the chart's objects differ from the manifests':"
+    indent <<<"$out"
+    failed=1
+  fi
+}
+
+"$kubectl" kustomize "$repo/deploy/k8s" >"$work/k8s.yaml"
+"$kubectl" kustomize "$repo/deploy/k8s/emulated" >"$work/emulated.yaml"
+
+"$render" template paladin "$chart" -n paladin >"$work/default.yaml"
+check "defaults (but the Namespace) = deploy/k8s" "$work/k8s.yaml" "$work/default.yaml" \
+  --ignore-kind Namespace
+if grep -q '^kind: Namespace' "$work/default.yaml"; then
+  echo "chart: FAIL: defaults: a Namespace rendered (helm install --create-namespace would refuse it)"
+  failed=1
+fi
+"$render" template paladin "$chart" -n paladin --set namespace.create=true >"$work/ns.yaml"
+check "namespace.create=true = deploy/k8s" "$work/k8s.yaml" "$work/ns.yaml"
+"$render" template paladin "$chart" -n paladin \
+  --set namespace.create=true,emulatedGPUs.enabled=true >"$work/emu.yaml"
+check "emulatedGPUs.enabled=true = deploy/k8s/emulated" "$work/emulated.yaml" "$work/emu.yaml"
+
+# Values reach the objects where the manifests would be patched: the same changes made once as
+# values (-f and --set) and once as a kustomize overlay of deploy/k8s/emulated.
+mkdir "$work/overlay"
+cat >"$work/overlay/kustomization.yaml" <<YAML
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - $(realpath --relative-to="$work/overlay" "$repo/deploy/k8s/emulated")
+images:
+  - {name: paladin.local/paladin, newTag: "1.2"}
+patches:
+  - target: {kind: Deployment, name: paladin-webhook}
+    patch: |-
+      - {op: replace, path: /spec/template/spec/containers/0/command/14, value: 4x80GiB}
+      - {op: add, path: /spec/template/spec/containers/0/command/13, value: --paladin-user}
+      - {op: add, path: /spec/template/spec/containers/0/command/14, value: "system:serviceaccount:paladin:paladin-node"}
+  - target: {kind: DaemonSet, name: paladin-node}
+    patch: |-
+      - {op: replace, path: /spec/template/spec/nodeSelector, value: {gpu: "yes"}}
+      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: EXTRA, value: "1"}}
+      - {op: replace, path: /spec/template/spec/containers/0/env/3/value, value: 4x80GiB}
+      - {op: replace, path: /spec/template/spec/containers/0/resources/limits/memory, value: 1Gi}
+  - target: {kind: RuntimeClass, name: paladin}
+    patch: |-
+      - {op: replace, path: /scheduling/nodeSelector, value: {gpu: "yes"}}
+  - target: {kind: MutatingWebhookConfiguration, name: paladin}
+    patch: |-
+      - {op: replace, path: /webhooks/0/namespaceSelector/matchExpressions/0/values, value: [kube-system, monitoring, paladin]}
+YAML
+cat >"$work/values.yaml" <<'YAML'
+emulatedGPUs: {enabled: true, gpus: 4x80GiB}
+gpuNodeLabel: {key: gpu, value: "yes"}
+node:
+  extraEnv: [{name: EXTRA, value: "1"}]
+  resources: {limits: {memory: 1Gi}}
+webhook: {excludedNamespaces: [kube-system, monitoring]}
+YAML
+"$kubectl" kustomize "$work/overlay" >"$work/overlay.yaml"
+"$render" template paladin "$chart" -n paladin -f "$work/values.yaml" --set namespace.create=true \
+  --set image.tag=1.2 --set 'webhook.extraPaladinUsers={system:serviceaccount:paladin:paladin-node}' \
+  >"$work/values-render.yaml"
+check "values (-f, --set) = the same changes as an overlay" "$work/overlay.yaml" \
+  "$work/values-render.yaml"
+
+# Another namespace: the same objects once its name is put back, and none naming `paladin` as a
+# namespace any more.
+"$render" template gpu "$chart" -n gpu-system --set namespace.create=true >"$work/other.yaml"
+sed 's/\bgpu-system\b/paladin/g' "$work/other.yaml" >"$work/other-back.yaml"
+check "release namespace gpu-system (its name put back) = deploy/k8s" "$work/k8s.yaml" \
+  "$work/other-back.yaml"
+if left=$(grep -nE 'namespace: *"?paladin"?( |,|}|$)|serviceaccount:paladin:|"paladin"[],]' \
+  "$work/other.yaml"); then
+  echo "chart: FAIL: release namespace gpu-system: still naming the namespace paladin:"
+  indent <<<"$left"
+  failed=1
+else
+  echo "chart: ok: release namespace gpu-system: no reference to the namespace paladin left"
+fi
+
+if notes=$("$render" template paladin "$chart" -n paladin --notes) &&
+  grep -q 'deploy/k8s/webhook-tls.sh -n paladin' <<<"$notes"; then
+  echo "chart: ok: NOTES.txt renders"
+else
+  echo "chart: FAIL: NOTES.txt: $notes"
+  failed=1
+fi
+if err=$("$render" template paladin "$chart" --set image.repository= 2>&1 >/dev/null); then
+  echo "chart: FAIL: an empty image.repository was rendered"
+  failed=1
+elif grep -q 'image.repository' <<<"$err"; then
+  echo "chart: ok: an empty image.repository refused, naming it"
+else
+  echo "chart: FAIL: an empty image.repository refused, but not naming it: $err"
+  failed=1
+fi
+[[ $failed == 0 ]] && echo "chart: PASS" || echo "chart: FAIL"
+exit "$failed"
