@@ -158,15 +158,15 @@ class Scheduler {
   // The pods of this pass as Paladin's server is told: where each runs, or why it waits.
   api::PodList Report(const std::string& pods_json, const PlacementPass& pass) const;
 
-  std::map<std::string, std::string> said_;                       // pod uid -> last reason given
+  std::map<std::string, std::string> said_;  // pod uid -> last reason given
   struct BoundNow {
     std::string node;
     int gpu = -1;
     std::string how;  // the placement annotation the binding wrote
   };
   std::map<std::string, BoundNow> bound_now_;  // uid -> where this pass bound it
-  std::string report_error_;     // the last report's error, printed once
-  std::set<std::string> notes_;  // namespaces' label notes already printed
+  std::string report_error_;                   // the last report's error, printed once
+  std::set<std::string> notes_;                // namespaces' label notes already printed
   uint64_t event_seq_ = 0;
 };
 
