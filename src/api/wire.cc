@@ -607,7 +607,8 @@ nlohmann::json ToJson(const PodList& list) {
                     {"gpu_mem_bytes", p.gpu_mem_bytes},
                     {"used_bytes", p.used_bytes >= 0 ? Json(p.used_bytes) : Json(nullptr)},
                     {"reason", p.reason},
-                    {"placement", p.placement}});
+                    {"placement", p.placement},
+                    {"command", p.command}});
   }
   return {{"cluster", list.cluster}, {"pods", pods}};
 }
@@ -655,6 +656,10 @@ StatusOr<PodList> DecodePodList(const nlohmann::json& body) {
     PALADIN_RETURN_IF_ERROR(Str(o, "placement", where, &p.placement));
     if (!Printable(p.placement, 1024)) {
       return Wrong(where, "placement", "expected printable text of up to 1024 bytes");
+    }
+    PALADIN_RETURN_IF_ERROR(Str(o, "command", where, &p.command));
+    if (!Printable(p.command, 255) || p.command.find_first_of(" /") != std::string::npos) {
+      return Wrong(where, "command", "expected a command's or image's name (no blanks or '/')");
     }
     list.pods.push_back(std::move(p));
   }

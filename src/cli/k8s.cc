@@ -71,6 +71,8 @@ struct NodeArgs {
   std::string cert;
   std::string key;
   k8s::InjectOptions inject;
+  double sizing_timeout_s = 2;        // `auto` pods: the deadline of the server's answer
+  std::string auto_default = "4GiB";  // `auto` pods: the size without the server's answer
   // The mover's (and the drain's: its moves)
   k8s::MoveOptions move;
   std::string drain_node;
@@ -336,7 +338,35 @@ int RunWebhook(const NodeArgs& args) {
     cli::Say("k8s webhook", "--emulated-gpus needs --emu-state-dir");
     return 2;
   }
-  Status s = k8s::ServeWebhook(args.listen, args.cert, args.key, args.inject);
+  k8s::InjectOptions inject = args.inject;
+  if (!base::ParseSize(args.auto_default, &inject.auto_default_bytes) ||
+      inject.auto_default_bytes < (uint64_t{1} << 20)) {
+    cli::Say("k8s webhook", "--auto-default '" + args.auto_default +
+                                "': expected a size of at least 1 MiB such as 4GiB");
+    return 2;
+  }
+  if (!args.paladin_server.empty()) {
+    StatusOr<api::Endpoint> endpoint = api::ParseUrl(args.paladin_server);
+    std::string token;
+    std::ifstream in(args.paladin_token_file);
+    if (!endpoint.ok() || !(in >> token)) {
+      cli::Say("k8s webhook",
+               "--paladin-server needs a URL and --paladin-token-file a token (" +
+                   (endpoint.ok() ? "token unreadable" : endpoint.status().message()) + ")");
+      return 2;
+    }
+    // The namespaces' teams (their label paladin.io/team) are read from the API server.
+    StatusOr<k8s::ApiConfig> config = Config(args);
+    if (!config.ok()) {
+      const std::string why = config.status().message();
+      cli::Say("k8s webhook", "--paladin-server: namespaces' teams are read from the API: " + why);
+      return 2;
+    }
+    config->timeout_s = args.sizing_timeout_s;
+    inject.size_auto = k8s::ServerSizer(std::make_shared<const k8s::ApiClient>(*config), *endpoint,
+                                        token, args.sizing_timeout_s);
+  }
+  Status s = k8s::ServeWebhook(args.listen, args.cert, args.key, inject);
   cli::Say("k8s webhook", s.message());
   return s.ok() ? 0 : 1;
 }
@@ -609,6 +639,20 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
                       "The API server's user name of Paladin's scheduler and mover (e.g. "
                       "system:serviceaccount:paladin:paladin), the only one that may set "
                       "Paladin's own pod annotations; repeatable");
+  webhook->add_option("--paladin-server", args->paladin_server,
+                      "Paladin's server, which sizes pods annotated paladin.io/gpu-memory: auto "
+                      "from their class's history (GET /v1/sizing)");
+  webhook->add_option("--paladin-token-file", args->paladin_token_file,
+                      "File holding an admin token of Paladin's server");
+  webhook
+      ->add_option("--sizing-timeout", args->sizing_timeout_s,
+                   "Seconds to wait for the namespace's team and the server's size of an auto "
+                   "pod before using --auto-default")
+      ->check(CLI::Range(0.1, 8.0));
+  webhook->add_option("--auto-default", args->auto_default,
+                      "The size of an auto pod when Paladin's server cannot be asked (said in "
+                      "its paladin.io/gpu-memory-sized annotation)");
+  AddApiOptions(webhook, args.get());
   webhook->callback([args, exit_code] { *exit_code = RunWebhook(*args); });
 
   CLI::App* move = k8s->add_subcommand(

@@ -116,6 +116,26 @@ StatusOr<std::vector<NodeGpu>> ParseGpusAnnotation(const std::string& value) {
   return gpus;
 }
 
+std::string PodClassCommand(const std::string& container_json) {
+  const Json c = Json::parse(container_json, nullptr, false);
+  if (!c.is_object()) return "";
+  std::string name;
+  const Json command = c.value("command", Json::array());
+  if (command.is_array() && !command.empty() && command[0].is_string()) {
+    name = command[0].get<std::string>();
+    if (const size_t slash = name.rfind('/'); slash != std::string::npos) name.erase(0, slash + 1);
+  } else {
+    name = Str(c, "image");
+    if (const size_t at = name.find('@'); at != std::string::npos) name.erase(at);
+    if (const size_t slash = name.rfind('/'); slash != std::string::npos) name.erase(0, slash + 1);
+    if (const size_t colon = name.find(':'); colon != std::string::npos) name.erase(colon);
+  }
+  for (char& ch : name) {
+    if (static_cast<unsigned char>(ch) <= 0x20 || ch == 0x7f) ch = '_';
+  }
+  return name.substr(0, 255);
+}
+
 PodRequest ReadPod(const std::string& pod_json) {
   PodRequest p;
   const Json pod = Json::parse(pod_json, nullptr, /*allow_exceptions=*/false);
@@ -135,10 +155,12 @@ PodRequest ReadPod(const std::string& pod_json) {
   const Json containers = spec.value("containers", Json::array());
   for (size_t i = 0; i < containers.size() && containers.is_array(); ++i) {
     const Json& c = containers[i];
+    if (i == 0 && c.is_object()) p.command = PodClassCommand(c.dump());
     if (!c.is_object() || !c.contains("resources")) continue;
     const Json limits = c["resources"].value("limits", Json::object());
     const std::string q = Str(limits, kGpuMemoryResource);
     if (q.empty()) continue;
+    if (p.gpu_memory == 0 && i > 0) p.command = PodClassCommand(c.dump());
     StatusOr<uint64_t> bytes = ParseQuantity(q);
     if (!bytes.ok()) {
       p.error = "spec.containers[" + std::to_string(i) + "].resources.limits[" +
@@ -419,6 +441,7 @@ api::PodList Scheduler::Report(const std::string& pods_json, const PlacementPass
     r.gpu_mem_bytes = static_cast<int64_t>(p.gpu_memory);
     r.used_bytes = p.gpu_used;
     r.placement = p.node.empty() ? "" : p.placement;
+    r.command = p.command;
     auto now = bound_now_.find(p.uid);
     if (r.node.empty() && now != bound_now_.end()) {
       r.node = now->second.node;

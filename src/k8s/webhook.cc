@@ -8,6 +8,7 @@
 #include <set>
 
 #include "paladin/api/client.h"
+#include "paladin/base/size.h"
 #include "paladin/k8s/api.h"
 #include "paladin/k8s/move.h"
 #include "paladin/k8s/scheduler.h"
@@ -68,13 +69,102 @@ Json Annotations(const Json& pod) {
 // one a later Paladin adds), refused as unknown.
 const std::set<std::string, std::less<>>& KnownAnnotations() {
   static const std::set<std::string, std::less<>> kKnown = {
-      kGpuAnnotation,         kGpuBytesAnnotation,     kPlacementAnnotation, kPriorityAnnotation,
-      kRestoreFromAnnotation, kRestoreTokenAnnotation, kMoveToAnnotation,    kMovedFromAnnotation};
+      kGpuAnnotation,      kGpuBytesAnnotation,    kPlacementAnnotation,
+      kPriorityAnnotation, kRestoreFromAnnotation, kRestoreTokenAnnotation,
+      kMoveToAnnotation,   kMovedFromAnnotation,   kGpuSizedAnnotation};
   return kKnown;
 }
 
 Json Refusal(int code, const std::string& message) {
   return {{"code", code}, {"message", "Paladin: " + message}};
+}
+
+// A JSON Pointer's token (RFC 6901): '~' and '/' escaped.
+std::string PointerToken(const std::string& key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// A size as a Kubernetes quantity, rounded up to a whole MiB: "615Mi".
+std::string MiQuantity(uint64_t bytes) {
+  constexpr uint64_t kMi = uint64_t{1} << 20;
+  return std::to_string((bytes + kMi - 1) / kMi) + "Mi";
+}
+
+// An `auto` pod (annotation paladin.io/gpu-memory: auto): its first container's limit and
+// request written in `pod` and as patch operations, with the annotation saying how it was sized.
+// A pod that already carries Paladin's record of its sizing (a move's replacement, created by
+// Paladin: a user cannot set it) keeps the size it has.
+Status SizeAutoPod(const InjectOptions& options, Json* pod, Json* patch) {
+  const Json annotations = Annotations(*pod);
+  const auto value = annotations.find(kGpuMemoryResource);
+  if (value == annotations.end()) return Status::Ok();
+  const std::string field = std::string("metadata.annotations[") + kGpuMemoryResource + "]";
+  if (!value->is_string() || *value != kAutoSize) {
+    return InvalidArgument(field + ": its only value is '" + kAutoSize +
+                           "' (a size is asked in a container's resources.limits[" +
+                           kGpuMemoryResource + "])");
+  }
+  if (annotations.contains(kGpuSizedAnnotation)) return Status::Ok();
+  Json& spec = (*pod)["spec"];
+  if (!spec.is_object() || !spec.contains("containers") || !spec["containers"].is_array() ||
+      spec["containers"].empty() || !spec["containers"][0].is_object()) {
+    return InvalidArgument(field + " '" + kAutoSize + "': the pod has no container to size");
+  }
+  Json& containers = spec["containers"];
+  for (size_t i = 0; i < containers.size(); ++i) {
+    const Json limits =
+        containers[i].value("resources", Json::object()).value("limits", Json::object());
+    if (limits.is_object() && limits.contains(kGpuMemoryResource)) {
+      return InvalidArgument(field + " '" + kAutoSize + "' and spec.containers[" +
+                             std::to_string(i) + "].resources.limits[" + kGpuMemoryResource +
+                             "] both set: ask one or the other");
+    }
+  }
+  Json& first = containers[0];
+  const std::string ns = Str((*pod)["metadata"], "namespace");
+  const std::string command = PodClassCommand(first.dump());
+  StatusOr<AutoSizing> sized =
+      !options.size_auto
+          ? StatusOr<AutoSizing>(FailedPrecondition("the webhook has no --paladin-server"))
+      : command.empty()
+          ? StatusOr<AutoSizing>(InvalidArgument("its first container names no command or image"))
+          : options.size_auto(ns, command);
+  uint64_t bytes = options.auto_default_bytes;
+  std::string why;
+  if (sized.ok() && sized->bytes > 0) {
+    bytes = sized->bytes;
+    why = sized->why;
+  } else {
+    why = "the webhook's default " + base::FormatSize(bytes) + ": Paladin's server not asked (" +
+          (sized.ok() ? std::string("it answered no size") : sized.status().message()) + ")";
+  }
+  const std::string quantity = MiQuantity(bytes);
+  Json resources = first.value("resources", Json::object());
+  if (!resources.is_object()) resources = Json::object();
+  for (const char* kind : {"limits", "requests"}) {
+    if (!resources.contains(kind) || !resources[kind].is_object()) resources[kind] = Json::object();
+    resources[kind][kGpuMemoryResource] = quantity;
+  }
+  first["resources"] = resources;
+  patch->push_back({{"op", "add"}, {"path", "/spec/containers/0/resources"}, {"value", resources}});
+  std::string said = quantity + ", " + why;
+  for (char& c : said) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  patch->push_back({{"op", "add"},
+                    {"path", "/metadata/annotations/" + PointerToken(kGpuSizedAnnotation)},
+                    {"value", said.substr(0, 1024)}});
+  return Status::Ok();
 }
 
 constexpr char kDefaultScheduler[] = "default-scheduler";
@@ -84,7 +174,7 @@ constexpr char kEmuVolume[] = "paladin-emu";
 }  // namespace
 
 bool PaladinOnlyAnnotation(std::string_view key) {
-  return key.starts_with("paladin.io/") && key != kPriorityAnnotation;
+  return key.starts_with("paladin.io/") && key != kPriorityAnnotation && key != kGpuMemoryResource;
 }
 
 Status CheckPaladinAnnotations(const std::string& old_pod_json, const std::string& pod_json) {
@@ -99,23 +189,27 @@ Status CheckPaladinAnnotations(const std::string& old_pod_json, const std::strin
   for (const auto& [k, v] : before.items()) keys.insert(k);
   for (const auto& [k, v] : after.items()) keys.insert(k);
   for (const std::string& k : keys) {
-    if (!PaladinOnlyAnnotation(k)) continue;
+    if (!PaladinOnlyAnnotation(k) && k != kGpuMemoryResource) continue;
     const auto b = before.find(k);
     const auto a = after.find(k);
     const bool had = b != before.end(), has = a != after.end();
     if (had && has && *a == *b) continue;
+    // The one Paladin annotation besides the priority that a user writes: `auto`, or nothing.
+    if (k == kGpuMemoryResource && (!has || *a == kAutoSize)) continue;
     std::string message = "metadata.annotations[" + k + "] ";
     message += !had ? "set" : !has ? "removed" : "changed";
     if (k == kGpuMemoryResource) {
       // The likeliest slip: the resource's name written as an annotation, which asks for nothing.
       message += std::string(": GPU memory is asked in a container's resources.limits[") +
-                 kGpuMemoryResource + "] (e.g. 8Gi), not in an annotation";
+                 kGpuMemoryResource + "] (e.g. 8Gi), not in an annotation (whose only value is '" +
+                 kAutoSize + "': sized by Paladin)";
     } else if (KnownAnnotations().count(k) == 0) {
       message += std::string(": not an annotation Paladin knows (of its annotations a user sets ") +
-                 "only " + kPriorityAnnotation + ")";
+                 "only " + kPriorityAnnotation + " and " + kGpuMemoryResource + ": " + kAutoSize +
+                 ")";
     } else {
       message += std::string(": only Paladin sets it (of its annotations a user sets only ") +
-                 kPriorityAnnotation + ")";
+                 kPriorityAnnotation + " and " + kGpuMemoryResource + ": " + kAutoSize + ")";
     }
     return PermissionDenied(message);
   }
@@ -123,9 +217,11 @@ Status CheckPaladinAnnotations(const std::string& old_pod_json, const std::strin
 }
 
 StatusOr<std::string> PodPatch(const std::string& pod_json, const InjectOptions& options) {
-  const Json pod = Json::parse(pod_json, nullptr, /*allow_exceptions=*/false);
+  Json pod = Json::parse(pod_json, nullptr, /*allow_exceptions=*/false);
   if (!pod.is_object()) return InvalidArgument("the object is not a JSON pod");
-  const PodRequest request = ReadPod(pod_json);
+  Json patch = Json::array();
+  if (Status s = SizeAutoPod(options, &pod, &patch); !s.ok()) return s;
+  const PodRequest request = ReadPod(pod.dump());
   if (!request.error.empty()) return InvalidArgument(request.error);
   if (request.gpu_memory == 0) return std::string();
   const Json spec = pod.value("spec", Json::object());
@@ -135,7 +231,6 @@ StatusOr<std::string> PodPatch(const std::string& pod_json, const InjectOptions&
                            " is placed by Paladin's scheduler, which chooses its node and GPU");
   }
   const bool emulated = !options.emulated_gpus.empty();
-  Json patch = Json::array();
 
   // A GPU pod placed by another scheduler would escape the packer's books and the teams'
   // quotas: only the default (which the API server fills in) is replaced, anything else refused.
@@ -233,7 +328,13 @@ std::string Review(const std::string& review_json, const InjectOptions& options)
     if (!trusted.ok()) {
       refuse(403, trusted.message() + " (request by '" + user.substr(0, 128) + "')");
     } else if (pod && operation != "UPDATE") {
-      StatusOr<std::string> patch = PodPatch(request["object"].dump(), options);
+      Json object = request["object"];
+      // A created pod's object may leave its namespace to the request's.
+      if (object.contains("metadata") && object["metadata"].is_object() &&
+          Str(object["metadata"], "namespace").empty() && !Str(request, "namespace").empty()) {
+        object["metadata"]["namespace"] = Str(request, "namespace");
+      }
+      StatusOr<std::string> patch = PodPatch(object.dump(), options);
       if (!patch.ok()) {
         refuse(400, patch.status().message());
       } else if (!patch->empty()) {

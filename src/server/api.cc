@@ -368,6 +368,10 @@ HttpAdmit MakeRoutes(Control& control, PodBook& pods) {
     if (!team.empty() && !ValidName(team)) return Error(InvalidArgument("team: not a team name"));
     return Reply{200, book->List(who, team), "", ""};
   });
+  // The size an `auto` pod (or job) of a class would get now, from what and why (design 7).
+  r.Get("/v1/sizing", Access::kUser, [c](const HttpRequest& req, const Principal& who) {
+    return FromResult(c->Sizing(who, Param(req, "team"), Param(req, "command")));
+  });
   r.Get("/v1/pods/*/*", Access::kUser, [book](const HttpRequest& req, const Principal& who) {
     return FromResult(book->Get(who, req.matches[1], req.matches[2]));
   });

@@ -118,6 +118,7 @@ Status Control::Load() {
     if (j.peak_used_bytes > 0) {
       int64_t& peak = class_peak_[j.ClassKey()];
       peak = std::max(peak, j.peak_used_bytes);
+      ++class_jobs_[j.ClassKey()];
     }
   }
   jobs_.Load(std::move(*jobs));

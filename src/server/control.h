@@ -39,6 +39,7 @@
 #include "model.h"
 #include "paladin/api/wire.h"
 #include "paladin/base/status.h"
+#include "paladin/core/auto_size.h"
 #include "paladin/core/fleet.h"
 #include "paladin/core/forecast_check.h"
 #include "paladin/core/move_cost.h"
@@ -78,6 +79,9 @@ struct ControlOptions {
   // The GPU memory the team's Kubernetes pods book, by cluster (PodBook::TeamBooked); empty: none.
   // A team's max_gpu_mem counts it with the team's jobs (docs/kubernetes.md, "Teams").
   std::function<std::map<std::string, int64_t>(const std::string& team)> team_pods;
+  // The measured peaks of the class's Kubernetes pods (PodBook::ClassPods: peak_bytes, pods);
+  // an auto job or pod is sized from its class's jobs and pods together. Empty: none.
+  std::function<core::ClassHistory(const std::string& class_key)> class_pods;
   // Seconds since the epoch; empty: the system clock. Tests inject their own, so the control
   // plane's decisions in time (leases, periodic checkpoints, timeouts) are tested without sleeps.
   std::function<double()> clock;
@@ -137,6 +141,10 @@ class Control {
   StatusOr<Json> Teams(const Principal& who);
   StatusOr<Json> PutTeam(const std::string& name, const Json& body);
   StatusOr<Json> Summary(const Principal& who);
+  // GET /v1/sizing: the size an `auto` workload of class TEAM/COMMAND would get now, from what
+  // and why (core::SizeAuto over the class's ended jobs and measured pods; sizing.cc). A team
+  // token reads its own team's only (PermissionDenied).
+  StatusOr<Json> Sizing(const Principal& who, const std::string& team, const std::string& command);
   std::string Metrics(const Principal& who);
   void RecordRequest(double seconds);
 
@@ -214,6 +222,7 @@ class Control {
   Json GpuMemInUse(const std::string& team) const;
   void Bind(FleetView& view, JobRecord& j, const core::Placement& p, const std::string& how);
   void SizeAutoJob(JobRecord& j);
+  core::ClassHistory ClassHistoryOf(const std::string& class_key) const;  // jobs and pods
   void Accrue(JobRecord& j, double now);
   void ReleaseJob(JobRecord& j);
   void EndJob(JobRecord& j, JobState state, std::optional<int> exit_code, const std::string& why);
@@ -337,6 +346,7 @@ class Control {
   MigrationTable migrations_;  // every migration, finished ones too
   std::map<std::string, int64_t> counters_;
   std::map<std::string, int64_t> class_peak_;  // ClassKey -> highest used bytes seen
+  std::map<std::string, int64_t> class_jobs_;  // ClassKey -> ended jobs that peak is over
   std::vector<core::Move> admission_moves_;    // the rebalancer's plan being carried out
   // What moves cost, learned from the measured pauses of finished moves (replayed at start).
   core::MoveCostModel move_costs_;

@@ -1,5 +1,6 @@
 #include "pods.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -23,7 +24,34 @@ Status PodBook::Replace(const api::PodList& list) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   clusters_[list.cluster] = Cluster{clock_(), list.pods};
+  Learn(list.cluster, list.pods);
   return Status::Ok();
+}
+
+void PodBook::Learn(const std::string& cluster, const std::vector<api::PodReport>& pods) {
+  std::set<std::string>& before = counted_[cluster];
+  std::set<std::string> now;
+  for (const api::PodReport& p : pods) {
+    const std::string pod = p.ns + "/" + p.name;
+    // Counted once while it is reported, also through a pass its node did not measure.
+    if (before.count(pod) != 0) now.insert(pod);
+    if (p.command.empty() || p.used_bytes <= 0) continue;
+    ClassPeak& c = class_peaks_[p.team + "/" + p.command];
+    c.peak_bytes = std::max(c.peak_bytes, p.used_bytes);
+    if (now.insert(pod).second) ++c.pods;
+  }
+  before = std::move(now);
+}
+
+core::ClassHistory PodBook::ClassPods(const std::string& class_key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  core::ClassHistory h;
+  h.name = class_key;
+  if (auto c = class_peaks_.find(class_key); c != class_peaks_.end()) {
+    h.peak_bytes = c->second.peak_bytes;
+    h.pods = c->second.pods;
+  }
+  return h;
 }
 
 Json PodBook::View(const std::string& cluster, const api::PodReport& p) {

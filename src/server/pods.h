@@ -10,11 +10,13 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "paladin/api/wire.h"
 #include "paladin/base/status.h"
+#include "paladin/core/auto_size.h"
 #include "paladin/server/auth.h"
 
 namespace paladin::server {
@@ -42,6 +44,13 @@ class PodBook {
   // team's jobs; each cluster's scheduler counts the other clusters' with the jobs.
   std::map<std::string, int64_t> TeamBooked(const std::string& team) const;
 
+  // The measured peaks of the class "TEAM/COMMAND" (a pod's team and PodReport::command): the
+  // highest GPU memory any of its pods was reported using (paladin.io/gpu-memory-used, as its
+  // node measured it when the scheduler last read it) and how many pods that is over. Kept when
+  // the pods are gone; in memory only (a restarted server learns the classes again from the
+  // pods it is then told of). The `auto` pods' and jobs' history (core::SizeAuto).
+  core::ClassHistory ClassPods(const std::string& class_key) const;
+
  private:
   struct Cluster {
     double reported_at = 0;
@@ -55,6 +64,14 @@ class PodBook {
   mutable std::mutex mu_;
   std::function<double()> clock_;
   std::map<std::string, Cluster> clusters_;
+  struct ClassPeak {
+    int64_t peak_bytes = 0;
+    int64_t pods = 0;
+  };
+  std::map<std::string, ClassPeak> class_peaks_;  // by TEAM/COMMAND
+  // The pods already counted in class_peaks_ ("CLUSTER/NAMESPACE/NAME"), while they are reported.
+  std::map<std::string, std::set<std::string>> counted_;  // by cluster
+  void Learn(const std::string& cluster, const std::vector<api::PodReport>& pods);
 };
 
 }  // namespace paladin::server

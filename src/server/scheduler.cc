@@ -14,7 +14,6 @@ namespace paladin::server {
 namespace {
 
 inline constexpr uint64_t kMigrationReservation = uint64_t{1} << 48;
-inline constexpr int64_t kDefaultAutoQuota = 4 * kGiB;
 
 // Sizes in reasons and events: the project's one formatter (negative ones never occur).
 std::string Bytes(int64_t b) {
@@ -121,27 +120,11 @@ Control::FleetView Control::BuildFleet(bool reserve_running) {
 }
 
 void Control::SizeAutoJob(JobRecord& j) {
-  auto peak = class_peak_.find(j.ClassKey());
-  int64_t quota = kDefaultAutoQuota;
-  if (peak != class_peak_.end() && peak->second > 0) {
-    quota = static_cast<int64_t>(static_cast<double>(peak->second) * 1.2);
-    j.prediction = "highest peak of earlier " + j.ClassKey() + " jobs " + Bytes(peak->second) +
-                   " x 1.2 = " + Bytes(quota);
-  } else {
-    j.prediction = "no history for " + j.ClassKey() + ": the default " + Bytes(quota);
-  }
-  const int64_t largest = LargestGpuMemory();
-  if (j.mem_max > 0 && quota > j.mem_max) {
-    quota = j.mem_max;
-    j.prediction += ", capped at gpu_mem_max";
-  }
-  if (largest > 0 && quota > largest) {
-    quota = largest;
-    j.prediction += ", capped at the largest GPU";
-  }
-  quota = std::max<int64_t>(quota, 64 * kMiB);
-  j.quota_bytes = quota;
-  j.predicted_bytes = quota;
+  const core::AutoSize size = core::SizeAuto(
+      ClassHistoryOf(j.ClassKey()), {.max_bytes = j.mem_max, .largest_gpu = LargestGpuMemory()});
+  j.prediction = size.why;
+  j.quota_bytes = size.bytes;
+  j.predicted_bytes = size.bytes;
 }
 
 std::string Control::TeamQuotaRefusal(const JobRecord& j) const {
@@ -410,6 +393,7 @@ void Control::EndJob(JobRecord& j, JobState state, std::optional<int> exit_code,
   if (j.peak_used_bytes > 0) {
     int64_t& peak = class_peak_[j.ClassKey()];
     peak = std::max(peak, j.peak_used_bytes);
+    ++class_jobs_[j.ClassKey()];
   }
   const std::string node = j.node;
   ReleaseJob(j);

@@ -145,6 +145,7 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   });
   PodBook* pods = impl->pods.get();
   control_options.team_pods = [pods](const std::string& team) { return pods->TeamBooked(team); };
+  control_options.class_pods = [pods](const std::string& key) { return pods->ClassPods(key); };
   std::filesystem::create_directories(control_options.checkpoint_store, ec);
   if (ec) {
     return IoError("cannot create " + control_options.checkpoint_store + ": " + ec.message());

@@ -352,7 +352,7 @@ TEST(WireTest, APodListRoundTrips) {
   PodList list;
   list.cluster = "prod-eu";
   list.pods.push_back({"research", "train-0", "research", "Running", "node-a", 1, int64_t{8} << 30,
-                       int64_t{5} << 30, "", "node-a/1 by best fit"});
+                       int64_t{5} << 30, "", "node-a/1 by best fit", "train"});
   list.pods.push_back({"research", "train-1", "research", "Pending", "", -1, int64_t{4} << 30, -1,
                        "team research: 8 GiB of its 8 GiB in use"});
   StatusOr<PodList> back = DecodePodList(ToJson(list));
@@ -368,6 +368,8 @@ TEST(WireTest, APodListRoundTrips) {
   EXPECT_EQ(back->pods[1].reason, list.pods[1].reason);
   EXPECT_EQ(back->pods[0].placement, "node-a/1 by best fit");
   EXPECT_EQ(back->pods[1].placement, "");
+  EXPECT_EQ(back->pods[0].command, "train");
+  EXPECT_EQ(back->pods[1].command, "");
 }
 
 TEST(WireTest, AHostilePodListIsRefusedNamingTheField) {
@@ -393,6 +395,9 @@ TEST(WireTest, AHostilePodListIsRefusedNamingTheField) {
       {"reason", "two\nlines", "pods[1]: reason"},
       {"placement", std::string(1025, 'x'), "pods[1]: placement"},
       {"placement", "a\x7f", "pods[1]: placement"},
+      {"command", "/usr/bin/python3", "pods[1]: command"},
+      {"command", "a b", "pods[1]: command"},
+      {"command", std::string(256, 'x'), "pods[1]: command"},
   };
   for (const Case& c : cases) {
     Json bad = good;

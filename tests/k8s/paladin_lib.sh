@@ -2,7 +2,8 @@
 # scheduler on this machine (the API server reaches the webhook on 127.0.0.1), prepares the node
 # (its GPUs published, the library folder the webhook mounts) and registers the webhook for the
 # case's namespace only; `paladin_stop` (run from the case's EXIT trap) undoes all of it.
-# Env (tests/k8s/k8s_test.sh): KUBECTL, NS, PALADIN, EMUCUDA, NODE, K8S_NODE_FLAGS, CLUSTER_DIR.
+# Env (tests/k8s/k8s_test.sh): KUBECTL, NS, PALADIN, EMUCUDA, NODE, K8S_NODE_FLAGS, CLUSTER_DIR;
+# a case may set PALADIN_WEBHOOK_FLAGS and PALADIN_SCHEDULER_FLAGS (more flags of each).
 # shellcheck shell=bash
 
 PALADIN_EMU_GPUS_SPEC=2x8GiB
@@ -36,12 +37,15 @@ paladin_start() {
   openssl req -new -key "$work/webhook.key" -subj "/CN=paladin-webhook" 2>/dev/null |
     openssl x509 -req -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -set_serial "0x$(openssl rand -hex 8)" \
       -days 1 -extfile "$work/webhook.ext" -out "$work/webhook.crt" 2>/dev/null
+  # shellcheck disable=SC2086 # word-split on purpose: more flags
   "$PALADIN" k8s webhook --listen "127.0.0.1:$port" --cert "$work/webhook.crt" \
     --key "$work/webhook.key" --lib-dir "$CLUSTER_DIR/paladin/lib" \
     --emulated-gpus "$PALADIN_EMU_GPUS_SPEC" --emu-state-dir "$CLUSTER_DIR/paladin/emu" \
-    --paladin-user "$PALADIN_USER" >"$work/webhook.log" 2>&1 &
+    --paladin-user "$PALADIN_USER" ${PALADIN_WEBHOOK_FLAGS:-} >"$work/webhook.log" 2>&1 &
   paladin_pids+=($!)
-  "$PALADIN" k8s scheduler --interval 0.3 "${flags[@]}" >"$work/scheduler.log" 2>&1 &
+  # shellcheck disable=SC2086 # word-split on purpose: more flags
+  "$PALADIN" k8s scheduler --interval 0.3 "${flags[@]}" ${PALADIN_SCHEDULER_FLAGS:-} \
+    >"$work/scheduler.log" 2>&1 &
   paladin_pids+=($!)
   paladin_register_webhook "$port"
   # Ready once a GPU pod (a server-side dry run, which calls the webhook) comes back mutated.

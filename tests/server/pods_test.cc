@@ -172,5 +172,98 @@ TEST_F(PodsTest, ATeamsPodsCountInItsQuotaWithItsJobs) {
   EXPECT_EQ((*teams)["teams"][0]["gpu_mem_in_use"]["jobs_bytes"], 2 * testing::kGiB);
 }
 
+// `auto` pods' sizing (GET /v1/sizing, docs/kubernetes.md design 7): the class's highest measured
+// pod peak x 1.2 (core::SizeAuto), the default with no history, each pod counted once, the
+// history kept once the pods are gone; a team token reads its own team's sizing only.
+Json Measured(const std::string& ns, const std::string& name, const std::string& team,
+              const std::string& command, int64_t used) {
+  Json p = Pod(ns, name, team, "node-1", 0);
+  p["command"] = command;
+  p["used_bytes"] = used >= 0 ? Json(used) : Json(nullptr);
+  return p;
+}
+
+TEST_F(PodsTest, AnAutoPodIsSizedFromItsClassesMeasuredPods) {
+  api::Client admin = h_.Admin();
+  StatusOr<Json> none = admin.Get("/v1/sizing?team=research&command=train");
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ((*none)["bytes"], 4 * testing::kGiB);
+  EXPECT_EQ((*none)["from"], "default");
+  EXPECT_EQ((*none)["class"], "research/train");
+  EXPECT_EQ((*none)["why"], "no history for research/train: the default 4 GiB");
+
+  const int64_t mib = int64_t{1} << 20;
+  // Two research pods of train (one still starting, unmeasured), another team's of train at
+  // 3 GiB, research's of serve at 1 GiB: only research/train's count for research/train.
+  ASSERT_TRUE(
+      admin
+          .Put("/v1/pods", Json{{"cluster", "prod"},
+                                {"pods",
+                                 {Measured("ml", "t1", "research", "train", 400 * mib),
+                                  Measured("ml-b", "t2", "research", "train", 500 * mib),
+                                  Measured("ml", "t3", "research", "train", -1),
+                                  Measured("other", "t4", "k8s-other", "train", 3 * testing::kGiB),
+                                  Measured("ml", "s1", "research", "serve", testing::kGiB)}}})
+          .ok());
+  // t1 reported unmeasured for a pass, then again, higher: still one pod; then every pod gone:
+  // the history stays.
+  ASSERT_TRUE(admin
+                  .Put("/v1/pods", Json{{"cluster", "prod"},
+                                        {"pods", {Measured("ml", "t1", "research", "train", -1)}}})
+                  .ok());
+  ASSERT_TRUE(
+      admin
+          .Put("/v1/pods", Json{{"cluster", "prod"},
+                                {"pods", {Measured("ml", "t1", "research", "train", 512 * mib)}}})
+          .ok());
+  ASSERT_TRUE(admin.Put("/v1/pods", Json{{"cluster", "prod"}, {"pods", Json::array()}}).ok());
+  StatusOr<Json> sized = h_.Client(research_).Get("/v1/sizing?team=research&command=train");
+  ASSERT_TRUE(sized.ok()) << sized.status().ToString();
+  EXPECT_EQ((*sized)["from"], "history");
+  EXPECT_EQ((*sized)["pods"], 2);
+  EXPECT_EQ((*sized)["jobs"], 0);
+  EXPECT_EQ((*sized)["peak_bytes"], 512 * mib);
+  EXPECT_EQ((*sized)["bytes"], static_cast<int64_t>(512 * mib * 1.2));
+  EXPECT_EQ((*sized)["why"],
+            "highest peak of research/train's 2 earlier pods 512 MiB x 1.2 = 614.40 MiB");
+  // The command as a path counts as its basename, as a job's command[0] does.
+  StatusOr<Json> path = admin.Get("/v1/sizing?team=research&command=%2Fusr%2Fbin%2Ftrain");
+  ASSERT_TRUE(path.ok());
+  EXPECT_EQ((*path)["bytes"], (*sized)["bytes"]);
+  StatusOr<Json> other = h_.Client(other_).Get("/v1/sizing?team=k8s-other&command=train");
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ((*other)["peak_bytes"], 3 * testing::kGiB);
+
+  // A job of the class is sized from the same history, by the same rule.
+  StatusOr<Json> job = admin.Post(
+      "/v1/jobs", Json{{"command", {"/opt/bin/train"}}, {"team", "research"}, {"gpu_mem", "auto"}});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const std::string id = (*job)["id"];
+  StatusOr<Json> explained = admin.Get("/v1/jobs/" + id + "/explain");
+  ASSERT_TRUE(explained.ok()) << explained.status().ToString();
+  EXPECT_EQ((*explained)["prediction"], (*sized)["why"]);
+  EXPECT_EQ(testing::Job(admin, id)["quota_bytes"], (*sized)["bytes"]);
+}
+
+TEST_F(PodsTest, ATeamReadsItsOwnTeamsSizingOnly) {
+  StatusOr<Json> theirs = h_.Client(research_).Get("/v1/sizing?team=k8s-other&command=train");
+  ASSERT_FALSE(theirs.ok());
+  EXPECT_EQ(theirs.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_FALSE(h_.Agent().Get("/v1/sizing?team=research&command=train").ok());
+  struct Bad {
+    const char* query;
+    const char* expected;
+  } bad[] = {{"team=&command=train", "team: '' is not a team name"},
+             {"team=re%20search&command=train", "team: 're search' is not a team name"},
+             {"team=research&command=", "command: expected"},
+             {"team=research&command=a%20b", "command: expected"}};
+  for (const Bad& b : bad) {
+    StatusOr<Json> r = h_.Admin().Get(std::string("/v1/sizing?") + b.query);
+    ASSERT_FALSE(r.ok()) << b.query;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << b.query;
+    EXPECT_NE(r.status().message().find(b.expected), std::string::npos) << r.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace paladin::server

@@ -201,6 +201,9 @@ struct PodReport {
   int64_t used_bytes = -1;    // GPU memory its processes hold, as its node measured; -1: unknown
   std::string reason;         // why it is Pending ("" when placed)
   std::string placement;      // why it is where it is, as its placement said ("" while Pending)
+  // Its class's command (k8s::PodClassCommand: the basename of the GPU container's command[0],
+  // else its image's name); with the team, the class its measured peak counts for. "": none.
+  std::string command;
 };
 struct PodList {
   std::string cluster = "default";  // which cluster's scheduler reports (a name)

@@ -65,9 +65,18 @@ struct PodRequest {
   std::string move_to;
   bool restores = false;
   std::string placement;  // paladin.io/placement: why its binding put it where it is
+  // Its class's command (PodClassCommand of its first container asking for GPU memory, else of
+  // its first container): with its team, the class an `auto` pod is sized from (design 7).
+  std::string command;
   std::string error;
 };
 PodRequest ReadPod(const std::string& pod_json);
+
+// The command a container's class is named by: the basename of its command[0], else (the
+// image's own entrypoint) its image's name without registry path, tag or digest
+// ("example.org/ml/trainer:v2" -> "trainer"). At most 255 bytes, no blanks or '/'; "" when the
+// container names neither. `container_json`: one element of spec.containers.
+std::string PodClassCommand(const std::string& container_json);
 
 // What a bound pod holds on its GPU in the scheduler's books: its own request (its containers'
 // limits, which cannot change after creation), never the paladin.io/gpu-memory-bytes annotation
@@ -149,15 +158,15 @@ class Scheduler {
   // The pods of this pass as Paladin's server is told: where each runs, or why it waits.
   api::PodList Report(const std::string& pods_json, const PlacementPass& pass) const;
 
-  std::map<std::string, std::string> said_;                       // pod uid -> last reason given
+  std::map<std::string, std::string> said_;  // pod uid -> last reason given
   struct BoundNow {
     std::string node;
     int gpu = -1;
     std::string how;  // the placement annotation the binding wrote
   };
   std::map<std::string, BoundNow> bound_now_;  // uid -> where this pass bound it
-  std::string report_error_;     // the last report's error, printed once
-  std::set<std::string> notes_;  // namespaces' label notes already printed
+  std::string report_error_;                   // the last report's error, printed once
+  std::set<std::string> notes_;                // namespaces' label notes already printed
   uint64_t event_seq_ = 0;
 };
 
