@@ -74,6 +74,12 @@ wait_until() {
   return 0
 }
 
+# wait_listening PORT: true once something listens on TCP PORT here (within 10 s): a receiver
+# started in the background is ready for a move (a fixed sleep lost that race on a busy machine).
+wait_listening() {
+  wait_until 10 eval "ss -Hltn 'sport = :$1' | grep -q ."
+}
+
 # kill_trees ROOT...: SIGKILL to every process of the trees under ROOTs; waits up to 10 s until
 # they are gone.
 kill_trees() {

@@ -127,7 +127,7 @@ move() {
     >"$d/recv.out" 2>&1 &
   local receiver=$!
   receivers+=("$receiver")
-  sleep 0.3
+  wait_listening $port || fail "$case: the receiver does not listen on $port: $(cat "$d/recv.out")"
   [[ $case == attack-* ]] && attack_start "$d" $((port + 2)) "${case#attack-}"
   TMPDIR=$d/tmp PALADIN_RUN_DIR=$d/base timeout 300 "$PALADIN" migrate "$case" --peer 127.0.0.1:$port --lazy \
     "${plain[@]}" >"$d/migrate.out" 2>&1 &

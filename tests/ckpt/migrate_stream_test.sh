@@ -88,7 +88,7 @@ move() {
     --listen $port --dir "$d/in" >"$d/recv.out" 2>&1 &
   local receiver=$!
   receivers+=("$receiver")
-  sleep 0.3
+  wait_listening $port || fail "$case: the receiver does not listen on $port: $(cat "$d/recv.out")"
   if [[ $case == attack ]]; then
     [[ -s $work/stranger.crt ]] ||
       openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=stranger \

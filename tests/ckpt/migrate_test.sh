@@ -69,7 +69,7 @@ scenario() {
   env "${renv[@]}" PALADIN_RUN_DIR="$dir/src" timeout 120 "$PALADIN" receive --listen $port \
     --dir "$dir/in" >"$dir/recv.out" 2>&1 &
   local receiver=$!
-  sleep 0.3
+  wait_listening $port || echo "the receiver does not listen on $port: $(cat "$dir/recv.out")" >&2
   local out rc=0
   out=$(env "${menv[@]}" PALADIN_RUN_DIR="$dir/src" timeout 120 "$PALADIN" migrate "$name" \
     --peer 127.0.0.1:$port 2>&1) || rc=$?
