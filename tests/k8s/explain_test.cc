@@ -231,17 +231,22 @@ TEST(ExplainPod, PodsAheadInThePassTakeTheirPlacesFirst) {
   EXPECT_EQ(Row(*e, "node"), "localhost: fits, GPU 1");
 }
 
-// Teams checked: the quota's reason, as the scheduler gives it, and the team's line; a server
-// that cannot be reached is said too.
-TEST(ExplainPod, TheTeamsQuotaReason) {
-  const Json wants = Pod("b", "wants", 2, 3);
-  ClusterState state = State({Pod("a", "holds", 2, 1, 0), wants});
+// Teams checked, namespaces a and b both labelled team research.
+void ResearchNamespaces(ClusterState& state) {
   state.teams_checked = true;
   state.namespaces =
       Json{{"items",
             {{{"metadata", {{"name", "a"}, {"labels", {{kTeamLabel, "research"}}}}}},
              {{"metadata", {{"name", "b"}, {"labels", {{kTeamLabel, "research"}}}}}}}}}
           .dump();
+}
+
+// Teams checked: the quota's reason, as the scheduler gives it, and the team's line; a server
+// that cannot be reached is said too.
+TEST(ExplainPod, TheTeamsQuotaReason) {
+  const Json wants = Pod("b", "wants", 2, 3);
+  ClusterState state = State({Pod("a", "holds", 2, 1, 0), wants});
+  ResearchNamespaces(state);
   state.quotas = std::map<std::string, TeamQuota>{{"research", {3 * kGiB, 0}}};
   StatusOr<PodExplanation> e = ExplainPod(state, wants.dump(), "", SchedulerOptions());
   ASSERT_TRUE(e.ok());
@@ -277,12 +282,7 @@ TEST(ExplainPod, TheTeamsQuotaReason) {
 TEST(ExplainPod, TheTeamsGpuQuotaReason) {
   const Json wants = Pod("b", "wants", 2, 3);
   ClusterState state = State({Pod("a", "holds", 2, 1, 0), wants});
-  state.teams_checked = true;
-  state.namespaces =
-      Json{{"items",
-            {{{"metadata", {{"name", "a"}, {"labels", {{kTeamLabel, "research"}}}}}},
-             {{"metadata", {{"name", "b"}, {"labels", {{kTeamLabel, "research"}}}}}}}}}
-          .dump();
+  ResearchNamespaces(state);
   TeamQuota quota;
   quota.max_gpus = 2;
   state.quotas = std::map<std::string, TeamQuota>{{"research", quota}};

@@ -36,6 +36,23 @@ std::set<std::string> Names(const StatusOr<Json>& list) {
   return names;
 }
 
+// Submits a research job asking `gpu_mem` and waits until the team's quota holds it pending;
+// its id ("" when it was refused or placed instead).
+std::string QuotaHeldJob(api::Client& admin, const std::string& gpu_mem) {
+  StatusOr<Json> job = admin.Post(
+      "/v1/jobs",
+      Json{{"command", {"python3", "train.py"}}, {"team", "research"}, {"gpu_mem", gpu_mem}});
+  EXPECT_TRUE(job.ok()) << job.status().ToString();
+  if (!job.ok()) return "";
+  const std::string id = (*job)["id"];
+  const bool held = testing::WaitFor([&] {
+    return testing::Job(admin, id)["reason"].get<std::string>().find("quota") != std::string::npos;
+  });
+  EXPECT_TRUE(held);
+  EXPECT_EQ(testing::Job(admin, id)["state"], "pending");
+  return held ? id : "";
+}
+
 class PodsTest : public ::testing::Test {
  protected:
   PodsTest() : h_("pods") {
@@ -144,15 +161,8 @@ TEST_F(PodsTest, ATeamsPodsCountInItsQuotaWithItsJobs) {
   ASSERT_TRUE(admin.Put("/v1/teams/research", Json{{"max_gpu_mem", "3GiB"}}).ok());
   testing::FakeAgent agent(h_, "node-a", 1, 16 * testing::kGiB);
   ASSERT_TRUE(agent.Register().ok());
-  StatusOr<Json> job = admin.Post(
-      "/v1/jobs",
-      Json{{"command", {"python3", "train.py"}}, {"team", "research"}, {"gpu_mem", "2GiB"}});
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
-  const std::string id = (*job)["id"];
-  ASSERT_TRUE(testing::WaitFor([&] {
-    return testing::Job(admin, id)["reason"].get<std::string>().find("quota") != std::string::npos;
-  }));
-  EXPECT_EQ(testing::Job(admin, id)["state"], "pending");
+  const std::string id = QuotaHeldJob(admin, "2GiB");
+  ASSERT_FALSE(id.empty());
   EXPECT_EQ(testing::Job(admin, id)["reason"],
             "team research quota: 2 GiB of its 3 GiB GPU memory in use (2 GiB by its Kubernetes "
             "pods), this job needs 2 GiB");
@@ -185,15 +195,8 @@ TEST_F(PodsTest, ATeamsPodsCountInItsGpuQuotaWithItsJobs) {
                   .ok());
   testing::FakeAgent agent(h_, "node-a", 2, 16 * testing::kGiB);
   ASSERT_TRUE(agent.Register().ok());
-  StatusOr<Json> job = admin.Post(
-      "/v1/jobs",
-      Json{{"command", {"python3", "train.py"}}, {"team", "research"}, {"gpu_mem", "1GiB"}});
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
-  const std::string id = (*job)["id"];
-  ASSERT_TRUE(testing::WaitFor([&] {
-    return testing::Job(admin, id)["reason"].get<std::string>().find("quota") != std::string::npos;
-  }));
-  EXPECT_EQ(testing::Job(admin, id)["state"], "pending");
+  const std::string id = QuotaHeldJob(admin, "1GiB");
+  ASSERT_FALSE(id.empty());
   EXPECT_EQ(testing::Job(admin, id)["reason"],
             "team research quota: 2 of its 2 GPUs in use (2 by its Kubernetes pods), this job "
             "needs 1");
