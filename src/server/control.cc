@@ -344,8 +344,8 @@ Status Control::AdoptToken(const std::string& secret, const std::string& scope,
   const std::string digest = Sha256Hex(secret);
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = tokens_.find(digest); it != tokens_.end() && it->second.scope != scope) {
-    return FailedPrecondition("the token given is already a token of scope '" +
-                              it->second.scope + "', not '" + scope + "'");
+    return FailedPrecondition("the token given is already a token of scope '" + it->second.scope +
+                              "', not '" + scope + "'");
   }
   for (auto it = tokens_.begin(); it != tokens_.end();) {
     if (it->second.name == name && it->first != digest) {
