@@ -12,7 +12,8 @@
 # (`paladin pods`, `paladin explain pod/NS/NAME`) and the installed webhook sizes an `auto` pod
 # by asking it. With the server stopped, an `auto` pod is admitted at the webhook's default and a
 # GPU pod waits with the documented reason; the server back (its data and token kept), it is
-# placed. Uninstalled at the end, also on failure.
+# placed. The token replaced by server-token.sh -r: the old one refused, a pod placed with the
+# new one. Uninstalled at the end, also on failure.
 #
 # The test cluster differs from a user's in three ways, each patched by an overlay made here
 # (and given to the chart as values, whose render must be the overlay's objects):
@@ -59,7 +60,9 @@ render=${PALADIN_CHART_RENDER:--}
 [[ -x $render ]] || render=
 installed_from=$work/installed.yaml
 
+forward_pid=''
 uninstall() {
+  [[ -z $forward_pid ]] || { kill "$forward_pid" 2>/dev/null || true; wait "$forward_pid" 2>/dev/null || true; }
   if [[ -f $installed_from ]]; then
     "$KUBECTL" delete -f "$installed_from" --ignore-not-found --wait=false >/dev/null 2>&1 || true
   fi
@@ -146,6 +149,7 @@ patches:
   - target: {kind: Deployment, name: paladin-webhook}
     patch: |-
       - {op: add, path: /spec/template/spec/hostNetwork, value: true}
+      - {op: add, path: /spec/strategy, value: {type: Recreate}}
       - op: replace
         path: /spec/template/spec/containers/0/command
         value: [/usr/local/bin/paladin, k8s, webhook, --listen, "127.0.0.1:$port",
@@ -283,8 +287,21 @@ done
 [[ $got == paladin ]] || fail "the installed webhook did not mutate a GPU pod: $("$KUBECTL" -n paladin logs deployment/paladin-webhook 2>&1 | tail -3)"
 
 # The installed server, from the host (the Service's address needs kube-proxy, which the test
-# cluster lacks; a user runs kubectl port-forward): it answers, with the token of the Secret.
+# cluster lacks): it answers, with the token of the Secret; and through `kubectl port-forward` of
+# its Service, as a user reaches it.
 curl -sf "$server_url/healthz" >/dev/null || fail "the installed server does not answer at $server_url/healthz"
+"$KUBECTL" -n paladin port-forward service/paladin-server "19448:$server_port" >"$work/forward.log" 2>&1 &
+forward_pid=$!
+for ((i = 0; i < 50; i++)); do
+  grep -q '^Forwarding from' "$work/forward.log" && break
+  sleep 0.2
+done
+forwarded=$("$PALADIN" pods --json --server http://127.0.0.1:19448 --token "$token" 2>&1) ||
+  fail "paladin pods through kubectl port-forward service/paladin-server: $forwarded ($(cat "$work/forward.log"))"
+kill "$forward_pid" 2>/dev/null || true
+wait "$forward_pid" 2>/dev/null || true
+forward_pid=''
+echo "installed: the server through kubectl port-forward service/paladin-server: paladin pods answers"
 "$PALADIN" pods --server "$server_url" --token "$token" >/dev/null ||
   fail "paladin pods against the installed server: $("$PALADIN" pods --server "$server_url" --token "$token" 2>&1)"
 grep -q "admin from /var/run/paladin/server-token/token" <<<"$("$KUBECTL" -n paladin logs deployment/paladin-server)" ||
@@ -357,6 +374,24 @@ k wait --for=jsonpath='{.status.phase}'=Running pod/d --timeout=60s >/dev/null |
   fail "the restarted server refuses the Secret's token"
 echo "installed: server back (same data, same token): pod d placed on $(k get pod d -o jsonpath='{.spec.nodeName}/{.metadata.annotations.paladin\.io/gpu}')"
 k delete pod d --wait=true --timeout=30s >/dev/null
+
+# The token replaced (server-token.sh -r): the server, scheduler and webhook restarted on the new
+# one; the old one refused.
+"$repo/deploy/k8s/server-token.sh" -k "$KUBECTL" -r >/dev/null
+for d in deployment/paladin-server deployment/paladin-scheduler deployment/paladin-webhook; do
+  "$KUBECTL" -n paladin rollout status "$d" --timeout=90s >/dev/null || fail "$d not back after server-token.sh -r"
+done
+old_token=$token
+token=$("$KUBECTL" -n paladin get secret paladin-server-token -o jsonpath='{.data.token}' | base64 -d)
+[[ $token != "$old_token" && $token =~ ^pal_[0-9a-f]{64}$ ]] || fail "server-token.sh -r did not make a new token"
+"$PALADIN" pods --server "$server_url" --token "$token" >/dev/null || fail "the new token refused"
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $old_token" "$server_url/v1/pods")
+[[ $code == 401 ]] || fail "the replaced token got HTTP $code, not 401"
+gpu_pod e 1Gi "" >/dev/null
+k wait --for=jsonpath='{.status.phase}'=Running pod/e --timeout=60s >/dev/null ||
+  fail "pod e not placed after the token was replaced: $(k get pod e -o jsonpath='{.status.conditions}')"
+k delete pod e --wait=true --timeout=30s >/dev/null
+echo "installed: server-token.sh -r: the new token taken by the server, scheduler and webhook (pod e placed), the old one refused (HTTP $code)"
 # The placement was the installed scheduler's: its log names the pods.
 grep -q "placing pods" <<<"$("$KUBECTL" -n paladin logs deployment/paladin-scheduler)" ||
   fail "the installed scheduler's log: $("$KUBECTL" -n paladin logs deployment/paladin-scheduler | tail -3)"
