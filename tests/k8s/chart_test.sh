@@ -15,7 +15,7 @@
 #   storage, token and arguments as values;
 # - another release namespace: the same objects with every reference to the namespace following
 #   it (the ServiceAccounts' bindings, the webhook's Service and excluded namespaces, its
-#   --paladin-user) and none left naming `paladin`;
+#   --paladin-user, the server's URL) and none left naming `paladin`;
 # - NOTES.txt renders; a missing required value is refused naming it.
 # kubectl: $PALADIN_K8S_PREFIX/bin/kubectl (scripts/k8s.sh installs it), else the toolkit's
 # (../shared/k8s, unpacked here), else the PATH's. Without the renderer (Go and Debian's sprig and
@@ -216,7 +216,7 @@ fi
 sed 's/\bgpu-system\b/paladin/g' "$work/other.yaml" >"$work/other-back.yaml"
 check "release namespace gpu-system (its name put back) = deploy/k8s" "$work/k8s.yaml" \
   "$work/other-back.yaml"
-if left=$(grep -nE 'namespace: *"?paladin"?( |,|}|$)|serviceaccount:paladin:|"paladin"[],]' \
+if left=$(grep -nE 'namespace: *"?paladin"?( |,|}|$)|serviceaccount:paladin:|\.paladin\.svc|"paladin"[],]' \
   "$work/other.yaml"); then
   echo "chart: FAIL: release namespace gpu-system: still naming the namespace paladin:"
   indent <<<"$left"
