@@ -52,7 +52,7 @@ mkdir -p "$work/overlay" "$work/lib" "$work/emu" "$work/server-data"
 api_port=$("$KUBECTL" config view -o jsonpath='{.clusters[0].cluster.server}')
 api_port=${api_port##*:}
 port=19446
-server_port=19447
+server_port=19460  # no other case listens there (they reuse 19443-19453)
 server_url=http://127.0.0.1:$server_port
 overlay=$work/overlay
 
@@ -290,13 +290,14 @@ done
 # cluster lacks): it answers, with the token of the Secret; and through `kubectl port-forward` of
 # its Service, as a user reaches it.
 curl -sf "$server_url/healthz" >/dev/null || fail "the installed server does not answer at $server_url/healthz"
-"$KUBECTL" -n paladin port-forward service/paladin-server "19448:$server_port" >"$work/forward.log" 2>&1 &
+: >"$work/forward.log"
+"$KUBECTL" -n paladin port-forward service/paladin-server "19461:$server_port" >"$work/forward.log" 2>&1 &
 forward_pid=$!
 for ((i = 0; i < 50; i++)); do
   grep -q '^Forwarding from' "$work/forward.log" && break
   sleep 0.2
 done
-forwarded=$("$PALADIN" pods --json --server http://127.0.0.1:19448 --token "$token" 2>&1) ||
+forwarded=$("$PALADIN" pods --json --server http://127.0.0.1:19461 --token "$token" 2>&1) ||
   fail "paladin pods through kubectl port-forward service/paladin-server: $forwarded ($(cat "$work/forward.log"))"
 kill "$forward_pid" 2>/dev/null || true
 wait "$forward_pid" 2>/dev/null || true
