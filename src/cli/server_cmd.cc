@@ -27,7 +27,10 @@ int RunServer(const server::ServerOptions& options) {
       options.node_tokens_only
           ? "agents: a token per node only (paladin tokens create --scope agent:NODE)"
           : "agents (fleet-wide) in " + (*srv)->agent_token_path();
-  if ((*srv)->created_tokens()) {
+  if (!options.admin_token_file.empty()) {
+    Say("server", "tokens: admin from " + (*srv)->admin_token_path() + " (--admin-token-file), " +
+                      agents + ((*srv)->created_tokens() ? " (created, mode 0600)" : ""));
+  } else if ((*srv)->created_tokens()) {
     Say("server",
         "created tokens (mode 0600): admin in " + (*srv)->admin_token_path() + ", " + agents);
   } else {
@@ -52,6 +55,10 @@ void RegisterServer(CLI::App& app, int* exit_code) {
   cmd->add_option("--data", options->data_dir,
                   "Data directory (paladin.db, admin.token, agent.token, server.url)")
       ->required();
+  cmd->add_option("--admin-token-file", options->admin_token_file,
+                  "Take the admin token from FILE (one line: pal_ and 64 hex digits; mode 0600 "
+                  "or 0400, e.g. a Kubernetes Secret) instead of making DATA/admin.token; a "
+                  "different token there at a later start replaces the old one");
   cmd->add_option("--lease", options->lease_s, "Seconds without a heartbeat before a node is dead")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -337,6 +337,37 @@ StatusOr<Json> Control::CreateToken(const std::string& scope, const std::string&
   return Json{{"id", t.id}, {"token", *secret}, {"scope", t.scope}, {"name", t.name}};
 }
 
+Status Control::AdoptToken(const std::string& secret, const std::string& scope,
+                           const std::string& name) {
+  StatusOr<Principal> parsed = ParseScope(scope);
+  if (!parsed.ok()) return parsed.status();
+  const std::string digest = Sha256Hex(secret);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = tokens_.find(digest); it != tokens_.end() && it->second.scope != scope) {
+    return FailedPrecondition("the token given is already a token of scope '" + it->second.scope +
+                              "', not '" + scope + "'");
+  }
+  for (auto it = tokens_.begin(); it != tokens_.end();) {
+    if (it->second.name == name && it->first != digest) {
+      PALADIN_RETURN_IF_ERROR(db_.DeleteToken(it->second.id));
+      it = tokens_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (tokens_.count(digest) != 0) return Status::Ok();
+  TokenRecord t{0, digest, scope, name, Now()};
+  StatusOr<int64_t> id = db_.AddToken(t);
+  if (!id.ok()) return id.status();
+  t.id = *id;
+  tokens_[t.digest] = t;
+  if (parsed->team_scoped()) {
+    Team(parsed->team);
+    PALADIN_RETURN_IF_ERROR(Flush());
+  }
+  return Status::Ok();
+}
+
 StatusOr<Json> Control::ListTokens() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<const TokenRecord*> sorted;

@@ -114,6 +114,11 @@ class Control {
   StatusOr<Principal> Authenticate(const std::string& secret);
   // Creates a token; its secret is in the answer (the only time it is shown).
   StatusOr<Json> CreateToken(const std::string& scope, const std::string& name);
+  // Makes `secret`, a token made elsewhere (`paladin server --admin-token-file`), a token of
+  // `scope` named `name`, and removes every other token of that name, so that a replaced file's
+  // old token stops working. A secret that is already a token of `scope` is kept as it is; one
+  // that is a token of another scope is refused. The caller checks the secret's form.
+  Status AdoptToken(const std::string& secret, const std::string& scope, const std::string& name);
   StatusOr<Json> ListTokens();
   Status DeleteToken(int64_t id);
   // Whether any token of `scope` exists (first start creates the admin and agent tokens).

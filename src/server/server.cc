@@ -5,9 +5,13 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -75,6 +79,41 @@ StatusOr<std::string> EnsureToken(Control& control, const std::string& path,
   PALADIN_RETURN_IF_ERROR(WritePrivate(path, secret));
   *created = true;
   return secret;
+}
+
+// The admin token in `path` (--admin-token-file): a secret, so the file must be one that only
+// its owner may change and others may not read, holding one line `pal_` + 64 lowercase hex
+// digits (NewToken's form), with or without a final newline.
+StatusOr<std::string> ReadGivenToken(const std::string& path) {
+  const std::string what = "--admin-token-file '" + path + "'";
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return InvalidArgument(what + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return InvalidArgument(what + ": not a regular file");
+  if ((st.st_mode & (S_IWGRP | S_IROTH | S_IWOTH)) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return InvalidArgument(what + ": mode " + mode +
+                           ": a token file must not be writable by its group nor readable or "
+                           "writable by others (0600 or 0400; a Secret's defaultMode 0400)");
+  }
+  constexpr size_t kTokenChars = 4 + 64;
+  if (st.st_size > static_cast<off_t>(kTokenChars + 2)) {
+    return InvalidArgument(what + ": " + std::to_string(st.st_size) +
+                           " bytes: expected one token, pal_ and 64 hex digits");
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) return InvalidArgument(what + ": unreadable");
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  if (!text.empty() && text.back() == '\r') text.pop_back();
+  const bool hex = text.size() == kTokenChars && text.rfind("pal_", 0) == 0 &&
+                   text.find_first_not_of("0123456789abcdef", 4) == std::string::npos;
+  if (!hex) {
+    return InvalidArgument(what + ": expected one line, pal_ and 64 lowercase hex digits (" +
+                           std::to_string(text.size()) +
+                           " characters read; deploy/k8s/server-token.sh makes one)");
+  }
+  return text;
 }
 
 StatusOr<std::pair<std::string, int>> SplitListen(const std::string& listen) {
@@ -156,10 +195,18 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
       Control::Create(std::move(*store), std::move(control_options));
   if (!control.ok()) return control.status();
   impl->control = std::move(*control);
-  StatusOr<std::string> admin = EnsureToken(*impl->control, data + "/admin.token", "admin",
-                                            "admin (first start)", &impl->created_tokens);
-  if (!admin.ok()) return admin.status();
-  impl->admin_token = *admin;
+  if (options.admin_token_file.empty()) {
+    StatusOr<std::string> admin = EnsureToken(*impl->control, data + "/admin.token", "admin",
+                                              "admin (first start)", &impl->created_tokens);
+    if (!admin.ok()) return admin.status();
+    impl->admin_token = *admin;
+  } else {
+    StatusOr<std::string> given = ReadGivenToken(options.admin_token_file);
+    if (!given.ok()) return given.status();
+    PALADIN_RETURN_IF_ERROR(
+        impl->control->AdoptToken(*given, "admin", "admin (--admin-token-file)"));
+    impl->admin_token = *given;
+  }
   if (!options.node_tokens_only) {
     StatusOr<std::string> agent = EnsureToken(*impl->control, data + "/agent.token", "agent",
                                               "agents (first start)", &impl->created_tokens);
@@ -209,6 +256,9 @@ std::string Server::url() const {
 }
 
 std::string Server::admin_token_path() const {
+  if (!impl_->options.admin_token_file.empty()) {
+    return std::filesystem::absolute(impl_->options.admin_token_file).string();
+  }
   return std::filesystem::absolute(impl_->options.data_dir).string() + "/admin.token";
 }
 std::string Server::agent_token_path() const {

@@ -21,24 +21,17 @@ fi
 # shellcheck source=tests/k8s/paladin_lib.sh
 source "$here/paladin_lib.sh"
 work=$(mktemp -d)
-server_pid=''
 cleanup() {
   paladin_stop
-  [[ -z $server_pid ]] || { kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; }
   rm -rf "$work"
 }
 trap cleanup EXIT
 read -ra api <<<"$K8S_NODE_FLAGS"
 
-"$PALADIN" server --listen 127.0.0.1:0 --data "$work/server" >"$work/server.log" 2>&1 &
-server_pid=$!
-for ((i = 0; i < 100; i++)); do
-  [[ -s $work/server/server.url && -s $work/server/admin.token ]] && break
-  sleep 0.1
-done
-[[ -s $work/server/server.url ]] || fail "Paladin's server did not start: $(tail -3 "$work/server.log")"
-url=$(cat "$work/server/server.url")
-token_file=$work/server/admin.token
+# A server of its own on this machine (step 4 stops it), not the one case_installed installs.
+start_server "$work/server" || fail "no server"
+url=$SERVER_URL
+token_file=$SERVER_TOKEN_FILE
 "$KUBECTL" label namespace "$NS" paladin.io/team=research >/dev/null
 PALADIN_WEBHOOK_FLAGS="--paladin-server $url --paladin-token-file $token_file ${api[*]}" \
   PALADIN_SCHEDULER_FLAGS="--paladin-server $url --paladin-token-file $token_file" \
@@ -122,9 +115,7 @@ k wait --for=jsonpath='{.status.phase}'=Running pod/second --timeout=60s >/dev/n
 
 # 4. The server down: a third is admitted anyway (failurePolicy Fail refuses nothing), at the
 #    webhook's default, saying why.
-kill "$server_pid"
-wait "$server_pid" 2>/dev/null || true
-server_pid=''
+stop_server
 auto_pod third
 [[ $(limit third) == 4096Mi ]] || fail "third: limit '$(limit third)', expected 4096Mi"
 [[ $(sized third) == "4096Mi, the webhook's default 4 GiB: Paladin's server not asked (Paladin's server "* ]] ||

@@ -2,16 +2,24 @@
 # Paladin installed into the cluster from its Helm chart (deploy/helm/paladin, rendered by
 # tests/k8s/chart_render, the stand-in for `helm template`) or, without the renderer, from its
 # manifests (deploy/k8s, `kubectl apply -k`): the image of its components made by
-# deploy/k8s/image.sh and imported into the node's containerd, the scheduler and webhook
-# Deployments and the node DaemonSet running as pods, with emulated GPUs (deploy/k8s/emulated,
-# the chart's emulatedGPUs). Then case_gpu_share's checks through them: two GPU pods share GPU 0
-# under their quotas, a third past its own gets CUDA_ERROR_OUT_OF_MEMORY in its log. Uninstalled
-# at the end, also on failure.
+# deploy/k8s/image.sh and imported into the node's containerd, Paladin's server, the scheduler
+# and webhook Deployments and the node DaemonSet running as pods, with emulated GPUs
+# (deploy/k8s/emulated, the chart's emulatedGPUs); the server's admin token made by
+# deploy/k8s/server-token.sh, its data on a volume made here for its claim (the test cluster has
+# no storage provisioner). Then case_gpu_share's checks through them: two GPU pods share GPU 0
+# under their quotas, a third past its own gets CUDA_ERROR_OUT_OF_MEMORY in its log; meanwhile
+# the installed server answers from the host with the pods the installed scheduler reported
+# (`paladin pods`, `paladin explain pod/NS/NAME`) and the installed webhook sizes an `auto` pod
+# by asking it. With the server stopped, an `auto` pod is admitted at the webhook's default and a
+# GPU pod waits with the documented reason; the server back (its data and token kept), it is
+# placed. The token replaced by server-token.sh -r: the old one refused, a pod placed with the
+# new one. Uninstalled at the end, also on failure.
 #
 # The test cluster differs from a user's in three ways, each patched by an overlay made here
 # (and given to the chart as values, whose render must be the overlay's objects):
 # it has no kube-proxy and no route from the host to pod addresses, so the components run with
-# hostNetwork and reach the API server at 127.0.0.1 (KUBERNETES_SERVICE_HOST/PORT), and the
+# hostNetwork and reach the API server at 127.0.0.1 (KUBERNETES_SERVICE_HOST/PORT), the
+# scheduler and webhook reach the server at 127.0.0.1 (as the host does), and the
 # API server reaches the webhook at a URL on 127.0.0.1 instead of its Service; its certificate
 # comes from the cluster's CA; the node's folders are in the cluster's directory, not
 # /var/lib/paladin; and the webhook is registered for the case's namespace only.
@@ -40,24 +48,30 @@ fi
 source "$here/paladin_lib.sh"
 t0=$SECONDS
 work=$CLUSTER_DIR/installed
-mkdir -p "$work/overlay" "$work/lib" "$work/emu"
+mkdir -p "$work/overlay" "$work/lib" "$work/emu" "$work/server-data"
 api_port=$("$KUBECTL" config view -o jsonpath='{.clusters[0].cluster.server}')
 api_port=${api_port##*:}
 port=19446
+server_port=19460  # no other case listens there (they reuse 19443-19453)
+server_url=http://127.0.0.1:$server_port
 overlay=$work/overlay
 
 render=${PALADIN_CHART_RENDER:--}
 [[ -x $render ]] || render=
 installed_from=$work/installed.yaml
 
+forward_pid=''
 uninstall() {
+  [[ -z $forward_pid ]] || { kill "$forward_pid" 2>/dev/null || true; wait "$forward_pid" 2>/dev/null || true; }
   if [[ -f $installed_from ]]; then
     "$KUBECTL" delete -f "$installed_from" --ignore-not-found --wait=false >/dev/null 2>&1 || true
   fi
+  "$KUBECTL" delete namespace paladin --ignore-not-found --wait=false >/dev/null 2>&1 || true
   "$KUBECTL" label node "$NODE" paladin.io/gpu-node- >/dev/null 2>&1 || true
   # The components' pods end with their namespace; wait for them, so that the next case does not
   # meet a second scheduler or a webhook still answering.
   "$KUBECTL" wait --for=delete namespace/paladin --timeout=60s >/dev/null 2>&1 || true
+  "$KUBECTL" delete pv paladin-test-server-data --ignore-not-found --wait=false >/dev/null 2>&1 || true
 }
 trap uninstall EXIT
 
@@ -107,7 +121,9 @@ patches:
             hostNetwork: true
             containers:
               - name: scheduler
-                command: [/usr/local/bin/paladin, k8s, scheduler, --interval, "0.3"]
+                command: [/usr/local/bin/paladin, k8s, scheduler, --interval, "0.3",
+                          --paladin-server, "$server_url",
+                          --paladin-token-file, /var/run/paladin/server-token/token]
                 env: $in_cluster_env
                 resources: $limits
   - target: {kind: DaemonSet, name: paladin-node}
@@ -133,12 +149,16 @@ patches:
   - target: {kind: Deployment, name: paladin-webhook}
     patch: |-
       - {op: add, path: /spec/template/spec/hostNetwork, value: true}
+      - {op: add, path: /spec/strategy, value: {type: Recreate}}
       - op: replace
         path: /spec/template/spec/containers/0/command
         value: [/usr/local/bin/paladin, k8s, webhook, --listen, "127.0.0.1:$port",
                 --cert, /tls/tls.crt, --key, /tls/tls.key, --lib-dir, $work/lib,
                 --paladin-user, "system:serviceaccount:paladin:paladin-scheduler",
+                --paladin-server, "$server_url",
+                --paladin-token-file, /var/run/paladin/server-token/token,
                 --emulated-gpus, $PALADIN_EMU_GPUS_SPEC, --emu-state-dir, $work/emu]
+      - {op: add, path: /spec/template/spec/containers/0/env, value: $in_cluster_env}
       - {op: replace, path: /spec/template/spec/containers/0/resources, value: $limits}
       - op: replace
         path: /spec/template/spec/containers/0/ports
@@ -149,6 +169,20 @@ patches:
   - target: {kind: Service, name: paladin-webhook}
     patch: |-
       - {op: replace, path: /spec/ports/0/targetPort, value: $port}
+  - target: {kind: Deployment, name: paladin-server}
+    patch: |-
+      - {op: add, path: /spec/template/spec/hostNetwork, value: true}
+      - {op: replace, path: /spec/template/spec/containers/0/command/3, value: "127.0.0.1:$server_port"}
+      - {op: replace, path: /spec/template/spec/containers/0/resources, value: $limits}
+      - op: replace
+        path: /spec/template/spec/containers/0/ports
+        value: [{name: http, containerPort: $server_port}]
+      - op: replace
+        path: /spec/template/spec/containers/0/readinessProbe/httpGet
+        value: {host: 127.0.0.1, path: /healthz, port: $server_port}
+  - target: {kind: Service, name: paladin-server}
+    patch: |-
+      - {op: replace, path: /spec/ports/0, value: {name: http, port: $server_port, targetPort: $server_port}}
   - target: {kind: MutatingWebhookConfiguration, name: paladin}
     patch: |-
       - op: replace
@@ -170,8 +204,15 @@ emulatedGPUs: {enabled: true, gpus: $PALADIN_EMU_GPUS_SPEC}
 hostPaths: {lib: $work/lib, emu: $work/emu, type: Directory}
 scheduler: {interval: "0.3", hostNetwork: true, extraEnv: $in_cluster_env, resources: $limits}
 node: {hostNetwork: true, extraEnv: $in_cluster_env, resources: $limits}
+server:
+  hostNetwork: true
+  listenHost: 127.0.0.1
+  port: $server_port
+  url: $server_url
+  resources: $limits
 webhook:
   hostNetwork: true
+  extraEnv: $in_cluster_env
   listenHost: 127.0.0.1
   port: $port
   resources: $limits
@@ -191,9 +232,30 @@ else
   cp "$work/overlay.yaml" "$installed_from"
   echo "installed: from deploy/k8s/emulated through the test's overlay (no chart_render built)"
 fi
+# The server's data: a volume for its claim (a user's cluster has a StorageClass, or a volume of
+# its own; this one has no provisioner), a folder of the cluster's directory.
+"$KUBECTL" apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: paladin-test-server-data}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  claimRef: {namespace: paladin, name: paladin-server-data}
+  hostPath: {path: $work/server-data, type: Directory}
+YAML
 "$KUBECTL" label node "$NODE" paladin.io/gpu-node=true >/dev/null
+# The namespace, then the server's admin token as a user makes it (deploy/k8s/server-token.sh),
+# then the rest: the server, scheduler and webhook mount the token's Secret.
+"$KUBECTL" apply -f - >/dev/null <<<'{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "paladin"}}'
+"$repo/deploy/k8s/server-token.sh" -k "$KUBECTL" | sed 's/^/installed: /'
+[[ $("$repo/deploy/k8s/server-token.sh" -k "$KUBECTL") == *"exists; kept"* ]] ||
+  fail "server-token.sh run again did not keep the Secret"
+token=$("$KUBECTL" -n paladin get secret paladin-server-token -o jsonpath='{.data.token}' | base64 -d)
+[[ $token =~ ^pal_[0-9a-f]{64}$ ]] || fail "server-token.sh made '${token:0:8}...', not a Paladin token"
 "$KUBECTL" apply -f "$installed_from" >/dev/null
-for d in deployment/paladin-scheduler deployment/paladin-webhook daemonset/paladin-node; do
+for d in deployment/paladin-server deployment/paladin-scheduler deployment/paladin-webhook daemonset/paladin-node; do
   "$KUBECTL" -n paladin rollout status "$d" --timeout=90s >/dev/null ||
     fail "$d not ready: $("$KUBECTL" -n paladin get pods -o wide 2>&1 | tail -5)"
 done
@@ -207,7 +269,7 @@ if [[ -n $render ]]; then
   "$KUBECTL" apply --dry-run=server -f "$work/chart-default.yaml" >/dev/null ||
     fail "the chart's default render refused by the API server (dry run)"
 fi
-echo "installed: scheduler, webhook and node running as pods $((SECONDS - t0)) s after the start:" \
+echo "installed: server, scheduler, webhook and node running as pods $((SECONDS - t0)) s after the start:" \
   "$("$KUBECTL" -n paladin get pods --no-headers -o custom-columns=N:.metadata.name | tr '\n' ' ')"
 # The node published its GPUs and filled the library folder from inside its pod.
 for ((i = 0; i < 50; i++)); do
@@ -224,7 +286,113 @@ for ((i = 0; i < 50; i++)); do
 done
 [[ $got == paladin ]] || fail "the installed webhook did not mutate a GPU pod: $("$KUBECTL" -n paladin logs deployment/paladin-webhook 2>&1 | tail -3)"
 
+# The installed server, from the host (the Service's address needs kube-proxy, which the test
+# cluster lacks): it answers, with the token of the Secret; and through `kubectl port-forward` of
+# its Service, as a user reaches it.
+curl -sf "$server_url/healthz" >/dev/null || fail "the installed server does not answer at $server_url/healthz"
+: >"$work/forward.log"
+"$KUBECTL" -n paladin port-forward service/paladin-server "19461:$server_port" >"$work/forward.log" 2>&1 &
+forward_pid=$!
+for ((i = 0; i < 50; i++)); do
+  grep -q '^Forwarding from' "$work/forward.log" && break
+  sleep 0.2
+done
+forwarded=$("$PALADIN" pods --json --server http://127.0.0.1:19461 --token "$token" 2>&1) ||
+  fail "paladin pods through kubectl port-forward service/paladin-server: $forwarded ($(cat "$work/forward.log"))"
+kill "$forward_pid" 2>/dev/null || true
+wait "$forward_pid" 2>/dev/null || true
+forward_pid=''
+echo "installed: the server through kubectl port-forward service/paladin-server: paladin pods answers"
+"$PALADIN" pods --server "$server_url" --token "$token" >/dev/null ||
+  fail "paladin pods against the installed server: $("$PALADIN" pods --server "$server_url" --token "$token" 2>&1)"
+grep -q "admin from /var/run/paladin/server-token/token" <<<"$("$KUBECTL" -n paladin logs deployment/paladin-server)" ||
+  fail "the installed server did not take its admin token from the Secret: $("$KUBECTL" -n paladin logs deployment/paladin-server | tail -3)"
+echo "installed: server: $("$KUBECTL" -n paladin logs deployment/paladin-server | grep -m1 'listening on')"
+
+# auto_sized: what the installed webhook writes of an `auto` pod (a server-side dry run).
+auto_sized() {
+  k apply --dry-run=server -o jsonpath='{.metadata.annotations.paladin\.io/gpu-memory-sized}' -f - <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: sized, annotations: {paladin.io/gpu-memory: auto}}
+spec:
+  containers: [{name: demo, image: $IMAGE, args: ["--mib", "8"]}]
+YAML
+}
+# explain_row POD KEY: the row KEY of `paladin explain pod/NS/POD` from the installed server.
+explain_row() {
+  "$PALADIN" explain "pod/$NS/$1" --server "$server_url" --token "$token" | sed -n "s/^$2: *//p"
+}
+
+# While a and b run: the installed scheduler reported them to the installed server, which
+# explains a as its Scheduled event places it; the installed webhook sizes an `auto` pod by
+# asking the installed server (the namespace's team read with its ServiceAccount).
+gpu_share_more() {
+  local i listed placed sized
+  for ((i = 0; i < 50; i++)); do
+    listed=$("$PALADIN" pods --json --server "$server_url" --token "$token" |
+      jq -r --arg ns "$NS" '.pods[] | select(.namespace == $ns and .name == "a") | "\(.node)/\(.gpu)"')
+    [[ $listed == "$NODE/0" ]] && break
+    sleep 0.2
+  done
+  [[ $listed == "$NODE/0" ]] || fail "the installed server does not list pod a on $NODE/0 (got '$listed')"
+  placed=$(k get events --field-selector involvedObject.name=a,reason=Scheduled -o jsonpath='{.items[-1:].message}')
+  [[ $placed == "placed on $(explain_row a placement): "* ]] ||
+    fail "paladin explain pod/$NS/a: placement '$(explain_row a placement)'; event '$placed'"
+  [[ $(explain_row a node) == "$NODE GPU 0" ]] || fail "paladin explain pod/$NS/a: node '$(explain_row a node)'"
+  echo "installed: the installed server lists a on $NODE/0 as the scheduler reported it; explain pod/$NS/a: $(explain_row a placement)"
+  sized=$(auto_sized) || fail "an auto pod refused: $sized"
+  [[ $sized == "4096Mi, Paladin's server, class k8s-$NS/"* ]] || fail "an auto pod sized '$sized', not by the installed server"
+  echo "installed: an auto pod sized by the installed webhook through the installed server: $sized"
+}
 gpu_share_checks installed
+
+# The server stopped: an `auto` pod is admitted at the webhook's default, saying why; a GPU pod
+# waits, Pending, with its reason (its team's quota cannot be checked); the server back, on the
+# same data and token, it is placed.
+"$KUBECTL" -n paladin scale deployment/paladin-server --replicas=0 >/dev/null
+"$KUBECTL" -n paladin wait --for=delete pod -l app.kubernetes.io/name=paladin-server --timeout=60s >/dev/null ||
+  fail "the server's pod did not stop"
+sized=$(auto_sized) || fail "an auto pod refused with the server down: $sized"
+[[ $sized == "4096Mi, the webhook's default 4 GiB: Paladin's server not asked (Paladin's server "* ]] ||
+  fail "an auto pod with the server down: sized '$sized'"
+echo "installed: server down: an auto pod admitted at the webhook's default: ${sized:0:80}..."
+gpu_pod d 1Gi "" >/dev/null
+for ((i = 0; i < 50; i++)); do
+  why=$(k get pod d -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}')
+  [[ $why == *"its quota cannot be checked"* ]] && break
+  sleep 0.2
+done
+[[ $why == "team k8s-$NS: its quota cannot be checked ("* ]] || fail "pod d with the server down: '$why'"
+[[ -z $(k get pod d -o jsonpath='{.spec.nodeName}') ]] || fail "pod d placed with the server down"
+echo "installed: server down: pod d Pending: ${why:0:80}..."
+"$KUBECTL" -n paladin scale deployment/paladin-server --replicas=1 >/dev/null
+"$KUBECTL" -n paladin rollout status deployment/paladin-server --timeout=90s >/dev/null ||
+  fail "the server did not come back"
+k wait --for=jsonpath='{.status.phase}'=Running pod/d --timeout=60s >/dev/null ||
+  fail "pod d not placed once the server was back: $(k get pod d -o jsonpath='{.status.conditions}')"
+"$PALADIN" pods --server "$server_url" --token "$token" >/dev/null ||
+  fail "the restarted server refuses the Secret's token"
+echo "installed: server back (same data, same token): pod d placed on $(k get pod d -o jsonpath='{.spec.nodeName}/{.metadata.annotations.paladin\.io/gpu}')"
+k delete pod d --wait=true --timeout=30s >/dev/null
+
+# The token replaced (server-token.sh -r): the server, scheduler and webhook restarted on the new
+# one; the old one refused.
+"$repo/deploy/k8s/server-token.sh" -k "$KUBECTL" -r >/dev/null
+for d in deployment/paladin-server deployment/paladin-scheduler deployment/paladin-webhook; do
+  "$KUBECTL" -n paladin rollout status "$d" --timeout=90s >/dev/null || fail "$d not back after server-token.sh -r"
+done
+old_token=$token
+token=$("$KUBECTL" -n paladin get secret paladin-server-token -o jsonpath='{.data.token}' | base64 -d)
+[[ $token != "$old_token" && $token =~ ^pal_[0-9a-f]{64}$ ]] || fail "server-token.sh -r did not make a new token"
+"$PALADIN" pods --server "$server_url" --token "$token" >/dev/null || fail "the new token refused"
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $old_token" "$server_url/v1/pods")
+[[ $code == 401 ]] || fail "the replaced token got HTTP $code, not 401"
+gpu_pod e 1Gi "" >/dev/null
+k wait --for=jsonpath='{.status.phase}'=Running pod/e --timeout=60s >/dev/null ||
+  fail "pod e not placed after the token was replaced: $(k get pod e -o jsonpath='{.status.conditions}')"
+k delete pod e --wait=true --timeout=30s >/dev/null
+echo "installed: server-token.sh -r: the new token taken by the server, scheduler and webhook (pod e placed), the old one refused (HTTP $code)"
 # The placement was the installed scheduler's: its log names the pods.
 grep -q "placing pods" <<<"$("$KUBECTL" -n paladin logs deployment/paladin-scheduler)" ||
   fail "the installed scheduler's log: $("$KUBECTL" -n paladin logs deployment/paladin-scheduler | tail -3)"

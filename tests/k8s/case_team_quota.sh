@@ -19,32 +19,31 @@ if [[ -z ${CLUSTER_DIR:-} ]]; then
   echo "team_quota: SKIP: runs Paladin's server and scheduler on the test cluster's machine"
   exit 77
 fi
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tests/k8s/paladin_lib.sh
+source "$here/paladin_lib.sh"
 work=$(mktemp -d)
 pids=()
 cleanup() {
   local p
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  stop_server
   "$KUBECTL" delete namespace "$NS-b" "$NS-c" --wait=false >/dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap cleanup EXIT
 read -ra api <<<"$K8S_NODE_FLAGS"
 
-"$PALADIN" server --listen 127.0.0.1:0 --data "$work/server" >"$work/server.log" 2>&1 &
-pids+=($!)
-for ((i = 0; i < 100; i++)); do
-  [[ -s $work/server/server.url && -s $work/server/admin.token ]] && break
-  sleep 0.1
-done
-[[ -s $work/server/server.url ]] || fail "Paladin's server did not start: $(tail -3 "$work/server.log")"
-url=$(cat "$work/server/server.url")
-"$PALADIN" quota research --gpu-mem 3GiB --server "$url" --token "$(cat "$work/server/admin.token")" \
+# A server of its own on this machine, with a quota set here, not the one case_installed installs.
+start_server "$work/server" || fail "no server"
+url=$SERVER_URL
+"$PALADIN" quota research --gpu-mem 3GiB --server "$url" --token "$(cat "$SERVER_TOKEN_FILE")" \
   >/dev/null || fail "paladin quota research --gpu-mem 3GiB"
 PALADIN_EMU_GPUS=2x8GiB PALADIN_EMU_STATE=$work/emu-state \
   "$PALADIN" k8s node --node "$NODE" --nvml "$EMUCUDA" "${api[@]}" >/dev/null
 "$PALADIN" k8s scheduler --interval 0.3 --paladin-server "$url" \
-  --paladin-token-file "$work/server/admin.token" "${api[@]}" >"$work/scheduler.log" 2>&1 &
+  --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" >"$work/scheduler.log" 2>&1 &
 pids+=($!)
 
 "$KUBECTL" create namespace "$NS-b" >/dev/null
@@ -103,7 +102,7 @@ bound "$NS-b" d || fail "pod $NS-b/d (research, 3 of 3 GiB) not placed"
 # Paladin's server has the pods as its scheduler reports them after each pass: research's token
 # sees research's three pods (a and d where kubectl says they run, b with its reason),
 # the token of NS-c's team sees c only; neither sees the other's pods, even by name (404).
-admin=$(cat "$work/server/admin.token")
+admin=$(cat "$SERVER_TOKEN_FILE")
 token() { "$PALADIN" tokens create --scope "team:$1" --server "$url" --token "$admin"; }
 research=$(token research) || fail "paladin tokens create --scope team:research"
 other=$(token "k8s-$NS-c") || fail "paladin tokens create --scope team:k8s-$NS-c"

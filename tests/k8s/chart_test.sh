@@ -11,9 +11,11 @@
 #   makes that); with namespace.create=true: deploy/k8s, Namespace too;
 # - emulatedGPUs.enabled=true: deploy/k8s/emulated;
 # - values given with -f and --set: the same objects as an overlay making the same changes;
+# - server.enabled=false: deploy/k8s less the server, its flags and its token; the server's
+#   storage, token and arguments as values;
 # - another release namespace: the same objects with every reference to the namespace following
 #   it (the ServiceAccounts' bindings, the webhook's Service and excluded namespaces, its
-#   --paladin-user) and none left naming `paladin`;
+#   --paladin-user, the server's URL) and none left naming `paladin`;
 # - NOTES.txt renders; a missing required value is refused naming it.
 # kubectl: $PALADIN_K8S_PREFIX/bin/kubectl (scripts/k8s.sh installs it), else the toolkit's
 # (../shared/k8s, unpacked here), else the PATH's. Without the renderer (Go and Debian's sprig and
@@ -93,7 +95,7 @@ images:
 patches:
   - target: {kind: Deployment, name: paladin-webhook}
     patch: |-
-      - {op: replace, path: /spec/template/spec/containers/0/command/14, value: 4x80GiB}
+      - {op: replace, path: /spec/template/spec/containers/0/command/18, value: 4x80GiB}
       - {op: add, path: /spec/template/spec/containers/0/command/13, value: --paladin-user}
       - {op: add, path: /spec/template/spec/containers/0/command/14, value: "system:serviceaccount:paladin:paladin-node"}
   - target: {kind: DaemonSet, name: paladin-node}
@@ -124,13 +126,97 @@ YAML
 check "values (-f, --set) = the same changes as an overlay" "$work/overlay.yaml" \
   "$work/values-render.yaml"
 
+# server.enabled=false: deploy/k8s without Paladin's server: none of its objects, the scheduler
+# and the webhook without --paladin-server, its token's Secret, and the webhook without an API
+# token (it then calls nothing).
+mkdir "$work/noserver"
+cat >"$work/noserver/kustomization.yaml" <<YAML
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - $(realpath --relative-to="$work/noserver" "$repo/deploy/k8s")
+patches:
+YAML
+for gone in PersistentVolumeClaim:paladin-server-data Service:paladin-server \
+  Deployment:paladin-server ServiceAccount:paladin-server ClusterRole:paladin-webhook \
+  ClusterRoleBinding:paladin-webhook; do
+  cat >>"$work/noserver/kustomization.yaml" <<YAML
+  - target: {kind: ${gone%%:*}, name: ${gone#*:}}
+    patch: |-
+      \$patch: delete
+      apiVersion: v1
+      kind: ${gone%%:*}
+      metadata: {name: ${gone#*:}}
+YAML
+done
+cat >>"$work/noserver/kustomization.yaml" <<'YAML'
+  - target: {kind: Deployment, name: paladin-scheduler}
+    patch: |-
+      - {op: remove, path: /spec/template/spec/containers/0/command/8}
+      - {op: remove, path: /spec/template/spec/containers/0/command/7}
+      - {op: remove, path: /spec/template/spec/containers/0/command/6}
+      - {op: remove, path: /spec/template/spec/containers/0/command/5}
+      - {op: remove, path: /spec/template/spec/containers/0/volumeMounts}
+      - {op: remove, path: /spec/template/spec/volumes}
+  - target: {kind: Deployment, name: paladin-webhook}
+    patch: |-
+      - {op: remove, path: /spec/template/spec/containers/0/command/16}
+      - {op: remove, path: /spec/template/spec/containers/0/command/15}
+      - {op: remove, path: /spec/template/spec/containers/0/command/14}
+      - {op: remove, path: /spec/template/spec/containers/0/command/13}
+      - {op: remove, path: /spec/template/spec/containers/0/volumeMounts/1}
+      - {op: remove, path: /spec/template/spec/volumes/1}
+      - {op: add, path: /spec/template/spec/automountServiceAccountToken, value: false}
+  - target: {kind: ServiceAccount, name: paladin-webhook}
+    patch: |-
+      - {op: add, path: /automountServiceAccountToken, value: false}
+YAML
+"$kubectl" kustomize "$work/noserver" >"$work/noserver.yaml"
+"$render" template paladin "$chart" -n paladin --set namespace.create=true,server.enabled=false \
+  >"$work/noserver-render.yaml"
+check "server.enabled=false = deploy/k8s without the server" "$work/noserver.yaml" \
+  "$work/noserver-render.yaml"
+if grep -n 'paladin-server' "$work/noserver-render.yaml"; then
+  echo "chart: FAIL: server.enabled=false: the render still names the server"
+  failed=1
+fi
+
+# The server's storage and token as values: a node's folder instead of a claim, an existing
+# claim, a StorageClass, the token's Secret from a file (trimmed, base64).
+printf 'pal_%064d\n' 0 >"$work/token"
+"$render" template paladin "$chart" -n paladin --set server.persistence.hostPath=/srv/paladin \
+  --set server.token.create=true --set-file server.token.value="$work/token" \
+  --set 'server.extraArgs={--lease,10}' >"$work/server-values.yaml"
+want_token=$(printf 'pal_%064d' 0 | base64 -w0)
+if grep -q 'kind: PersistentVolumeClaim' "$work/server-values.yaml" ||
+  ! grep -q 'hostPath: {path: "/srv/paladin", type: DirectoryOrCreate}' "$work/server-values.yaml" ||
+  ! grep -q "token: $want_token\$" "$work/server-values.yaml" ||
+  ! grep -A1 -- '- "--lease"' "$work/server-values.yaml" | grep -q '"10"'; then
+  echo "chart: FAIL: server.persistence.hostPath, server.token, server.extraArgs not rendered as values.yaml says"
+  failed=1
+else
+  echo "chart: ok: server.persistence.hostPath (no claim), server.token (the Secret), server.extraArgs"
+fi
+"$render" template paladin "$chart" -n paladin --set server.persistence.existingClaim=mine \
+  >"$work/claim.yaml"
+"$render" template paladin "$chart" -n paladin --set server.persistence.storageClassName=fast \
+  >"$work/class.yaml"
+if grep -q 'kind: PersistentVolumeClaim' "$work/claim.yaml" ||
+  ! grep -q 'claimName: mine' "$work/claim.yaml" ||
+  ! grep -q 'storageClassName: "fast"' "$work/class.yaml"; then
+  echo "chart: FAIL: server.persistence.existingClaim or storageClassName not rendered as values.yaml says"
+  failed=1
+else
+  echo "chart: ok: server.persistence.existingClaim (no claim made), storageClassName"
+fi
+
 # Another namespace: the same objects once its name is put back, and none naming `paladin` as a
 # namespace any more.
 "$render" template gpu "$chart" -n gpu-system --set namespace.create=true >"$work/other.yaml"
 sed 's/\bgpu-system\b/paladin/g' "$work/other.yaml" >"$work/other-back.yaml"
 check "release namespace gpu-system (its name put back) = deploy/k8s" "$work/k8s.yaml" \
   "$work/other-back.yaml"
-if left=$(grep -nE 'namespace: *"?paladin"?( |,|}|$)|serviceaccount:paladin:|"paladin"[],]' \
+if left=$(grep -nE 'namespace: *"?paladin"?( |,|}|$)|serviceaccount:paladin:|\.paladin\.svc|"paladin"[],]' \
   "$work/other.yaml"); then
   echo "chart: FAIL: release namespace gpu-system: still naming the namespace paladin:"
   indent <<<"$left"

@@ -1,7 +1,8 @@
 # Sourced by the cases that need Paladin in the cluster: `paladin_start` runs Paladin's webhook and
 # scheduler on this machine (the API server reaches the webhook on 127.0.0.1), prepares the node
 # (its GPUs published, the library folder the webhook mounts) and registers the webhook for the
-# case's namespace only; `paladin_stop` (run from the case's EXIT trap) undoes all of it.
+# case's namespace only; `paladin_stop` (run from the case's EXIT trap) undoes all of it, and stops
+# the server `start_server` started, if any.
 # Env (tests/k8s/k8s_test.sh): KUBECTL, NS, PALADIN, EMUCUDA, NODE, K8S_NODE_FLAGS, CLUSTER_DIR;
 # a case may set PALADIN_WEBHOOK_FLAGS and PALADIN_SCHEDULER_FLAGS (more flags of each).
 # shellcheck shell=bash
@@ -19,6 +20,36 @@ paladin_stop() {
   for p in "${paladin_pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${paladin_pids[@]}"; do wait "$p" 2>/dev/null || true; done
   paladin_pids=()
+  stop_server
+}
+
+# start_server DIR: Paladin's server on this machine (127.0.0.1, a free port), its data in DIR, its
+# log in DIR.log; sets SERVER_URL, SERVER_TOKEN_FILE (its admin token) and SERVER_PID, which the
+# case stops (stop_server) when it is done or to see what happens without it. case_installed
+# checks the server installed in the cluster instead.
+SERVER_PID=''
+start_server() {
+  local dir=$1 i
+  "$PALADIN" server --listen 127.0.0.1:0 --data "$dir" >"$dir.log" 2>&1 &
+  SERVER_PID=$!
+  for ((i = 0; i < 100; i++)); do
+    [[ -s $dir/server.url && -s $dir/admin.token ]] && break
+    sleep 0.1
+  done
+  if [[ ! -s $dir/server.url ]]; then
+    echo "paladin: Paladin's server did not start: $(tail -3 "$dir.log")"
+    return 1
+  fi
+  # shellcheck disable=SC2034 # the case's
+  SERVER_URL=$(cat "$dir/server.url") SERVER_TOKEN_FILE=$dir/admin.token
+}
+
+# stop_server: stops the server start_server started, if it runs.
+stop_server() {
+  [[ -n $SERVER_PID ]] || return 0
+  kill "$SERVER_PID" 2>/dev/null || true
+  wait "$SERVER_PID" 2>/dev/null || true
+  SERVER_PID=''
 }
 
 # paladin_start PORT

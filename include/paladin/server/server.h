@@ -43,13 +43,20 @@ struct ServerOptions {
   // Refuse the fleet-wide `agent` token, which speaks for every node: each agent then needs a
   // token of its own node (scope agent:NODE), and no DATA/agent.token is created.
   bool node_tokens_only = false;
+  // An admin token made elsewhere (a Kubernetes Secret: deploy/k8s/server-token.sh), used
+  // instead of DATA/admin.token, which is then neither made nor read: one line `pal_` and 64
+  // lowercase hex digits, in a regular file (a link to one is followed) that only its owner
+  // may write and others may not read. A different token in the file at a later start replaces
+  // the one it held before (that one stops working).
+  std::string admin_token_file;
 };
 
 class Server {
  public:
   // Opens (or creates) the data directory and its database, creates the admin and agent tokens
   // on first start (DATA/admin.token and DATA/agent.token, mode 0600; no agent token under
-  // node_tokens_only), binds the listening socket, writes DATA/server.url, and starts serving
+  // node_tokens_only; the admin token is admin_token_file's when given, refused naming what is
+  // wrong with the file), binds the listening socket, writes DATA/server.url, and starts serving
   // and scheduling. Blocks only on the disk.
   static StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options);
   ~Server();

@@ -24,6 +24,27 @@ metadata:
 system:serviceaccount:{{ .Release.Namespace }}:paladin-scheduler
 {{- end }}
 
+{{/* Where the scheduler and the webhook reach Paladin's server: server.url, else its Service. */}}
+{{- define "paladin.serverURL" -}}
+{{- .Values.server.url | default (printf "http://paladin-server.%s.svc:%v" .Release.Namespace .Values.server.port) -}}
+{{- end }}
+
+{{/* The arguments, volume mount and volume of a component that reaches Paladin's server with
+its admin token (the Secret paladin-server-token): of (dict "ctx" $ "part" "args"|"mount"|"volume"). */}}
+{{- define "paladin.serverClient" -}}
+{{- if eq .part "args" }}
+- --paladin-server
+- {{ include "paladin.serverURL" .ctx | quote }}
+- --paladin-token-file
+- /var/run/paladin/server-token/token
+{{- else if eq .part "mount" }}
+- {name: server-token, mountPath: /var/run/paladin/server-token, readOnly: true}
+{{- else }}
+- name: server-token
+  secret: {secretName: paladin-server-token, defaultMode: 0400}
+{{- end }}
+{{- end }}
+
 {{/* The GPU nodes' label as a nodeSelector's one entry. */}}
 {{- define "paladin.gpuNodeSelector" -}}
 {{ required "gpuNodeLabel.key: the label of GPU nodes" .Values.gpuNodeLabel.key }}: {{ .Values.gpuNodeLabel.value | quote }}
