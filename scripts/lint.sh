@@ -8,7 +8,9 @@
 # system headers included). A file whose key is listed is not checked again; every other file is,
 # and the list is rewritten with the current keys of the files now known clean. Commit the list
 # with your change to spare CI the work; a stale or missing list only makes lint slower.
-# PALADIN_LINT_ALL=1 checks every file whatever the list says.
+# PALADIN_LINT_ALL=1 checks every file whatever the list says. A build in unity mode (the debug
+# preset) names batches of files in compile_commands.json: tidy_keys.py gives clang-tidy each file's
+# own command (the same as without batches) in a compile_commands.json of its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${1:-build/debug}"
@@ -20,7 +22,7 @@ CLEAN=scripts/tidy_clean.txt
 mapfile -t sources < <(echo "$files" | tr ' ' '\n' | grep '^src/.*\.cc$')
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-python3 scripts/tidy_keys.py . "$BUILD" "${sources[@]}" >"$work/keys"
+python3 scripts/tidy_keys.py --commands "$work" . "$BUILD" "${sources[@]}" >"$work/keys"
 todo=()
 while read -r key file; do
   if [[ -z ${PALADIN_LINT_ALL:-} && $key != - ]] && grep -qxF "$key $file" "$CLEAN" 2>/dev/null; then
@@ -35,7 +37,7 @@ if ((${#todo[@]} > 0)); then
   # shellcheck disable=SC2016 # expanded by the inner shell
   printf '%s\n' "${todo[@]}" | xargs -P "$(nproc)" -I{} sh -c \
     'out="$3/$(echo "$2" | tr / _).out"; clang-tidy -p "$1" --quiet "$2" >"$out" 2>&1; echo $? >"$out.rc"' \
-    sh "$BUILD" {} "$work"
+    sh "$work" {} "$work"
 fi
 bad=()
 for file in "${todo[@]}"; do

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "json_fields.h"
 #include "paladin/base/size.h"
 #include "paladin/core/packer.h"
 #include "paladin/core/rng.h"
@@ -13,11 +14,6 @@ namespace paladin::k8s {
 namespace {
 
 using Json = nlohmann::json;
-
-std::string Str(const Json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
-}
 
 // The scheduler's latest event of the pod (of this uid), "REASON: MESSAGE"; empty if none.
 std::string LatestEvent(const std::string& events_json, const std::string& uid,

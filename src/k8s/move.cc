@@ -28,11 +28,6 @@ namespace fs = std::filesystem;
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-std::string Str(const Json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
-}
-
 int64_t MsSince(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
 }
@@ -172,7 +167,6 @@ using detail::ImageName;
 using detail::MsSince;
 using detail::ReadKey;
 using detail::Runc;
-using detail::Str;
 using detail::WaitRunning;
 using detail::WriteFile;
 namespace fs = std::filesystem;

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "json_fields.h"
 #include "paladin/base/status.h"
 #include "paladin/ckpt/subprocess.h"
 #include "paladin/k8s/api.h"
@@ -22,7 +23,6 @@ namespace paladin::k8s::detail {
 
 using Json = nlohmann::json;
 
-std::string Str(const nlohmann::json& j, const char* key);
 int64_t MsSince(std::chrono::steady_clock::time_point t);
 // The node's key: 32 bytes or more, written as hex (the RuntimeClass's script reads it so).
 StatusOr<std::string> ReadKey(const std::string& path);

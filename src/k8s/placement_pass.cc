@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "json_fields.h"
 #include "paladin/base/size.h"
 #include "paladin/server/placement.h"
 
@@ -11,15 +12,6 @@ namespace paladin::k8s {
 namespace {
 
 using Json = nlohmann::json;
-
-std::string Size(int64_t bytes) {
-  return base::FormatSize(static_cast<uint64_t>(std::max<int64_t>(bytes, 0)));
-}
-
-std::string Str(const Json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
-}
 
 std::string PodName(const PodRequest& p) { return p.ns + "/" + p.name; }
 

@@ -25,7 +25,6 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-using detail::Str;
 
 constexpr char kImagePrefix[] = "recover-";
 

@@ -12,6 +12,7 @@
 #include <optional>
 #include <tuple>
 
+#include "json_fields.h"
 #include "paladin/base/size.h"
 #include "paladin/k8s/move.h"
 #include "paladin/k8s/placement_pass.h"
@@ -24,10 +25,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-std::string Size(int64_t bytes) {
-  return base::FormatSize(static_cast<uint64_t>(std::max<int64_t>(bytes, 0)));
-}
-
 std::string Now() {
   char out[32];
   const std::time_t t = std::time(nullptr);
@@ -35,11 +32,6 @@ std::string Now() {
   gmtime_r(&t, &tm);
   std::strftime(out, sizeof out, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return out;
-}
-
-std::string Str(const Json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "json_fields.h"
 #include "paladin/api/client.h"
 #include "paladin/base/size.h"
 #include "paladin/k8s/api.h"
@@ -47,12 +48,6 @@ const std::set<std::string>& InjectedNames() {
       "LD_PRELOAD",       "LD_LIBRARY_PATH",   "PALADIN_GPU_MEM",     "PALADIN_QUOTA_REGION",
       "PALADIN_EMU_GPUS", "PALADIN_EMU_STATE", "CUDA_VISIBLE_DEVICES"};
   return kNames;
-}
-
-std::string Str(const Json& j, const char* key) {
-  if (!j.is_object()) return "";
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
 // metadata.annotations of a pod, or {} when it has none (or they are not an object, which the

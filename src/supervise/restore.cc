@@ -16,7 +16,7 @@ namespace fs = std::filesystem;
 
 void Warn(const std::string& line) { std::fprintf(stderr, "paladin: warning: %s\n", line.c_str()); }
 
-void GiveTo(const std::string& path, int64_t uid, int64_t gid) {
+void GiveRestoredTo(const std::string& path, int64_t uid, int64_t gid) {
   if (uid < 0 || path.empty()) return;
   (void)lchown(path.c_str(), static_cast<uid_t>(uid), static_cast<gid_t>(gid));
 }
@@ -44,7 +44,7 @@ void MakeRunDir(const ckpt::Manifest& manifest, const RestoreSpec& spec) {
   }
   const std::string dir = placement.run_base + "/" + name;
   if (mkdir(dir.c_str(), 0700) != 0) return;  // there already (a copy of this job on this host)
-  GiveTo(dir, spec.uid, spec.gid);
+  GiveRestoredTo(dir, spec.uid, spec.gid);
 }
 
 }  // namespace
@@ -98,7 +98,7 @@ void HandOver(const ckpt::JobRecord& restored, const RestoreSpec& spec) {
   if (spec.owner != Owner::kJob) return;
   for (const std::string& path :
        {restored.run_dir, restored.stdout_log, restored.stderr_log, restored.region}) {
-    GiveTo(path, spec.uid, spec.gid);
+    GiveRestoredTo(path, spec.uid, spec.gid);
   }
 }
 
