@@ -116,9 +116,8 @@ StatusOr<Json> Control::RegisterAgent(const Principal& who, const Json& body) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   const double now = Now();
-  NodeRecord& n = nodes_[*name];
-  const bool fresh = n.name.empty();
-  n.name = *name;
+  bool fresh = false;
+  NodeRecord& n = nodes_.FindOrAdd(*name, &fresh);
   n.address = *address;
   n.migrate_port = static_cast<int>(*port);
   n.checkpointable = body.value("checkpointable", true);
@@ -132,14 +131,13 @@ StatusOr<Json> Control::RegisterAgent(const Principal& who, const Json& body) {
     }
   }
   n.gpus = gpus;
-  n.last_heartbeat = now;
+  nodes_.Heard(n, now);
   n.state = n.draining ? NodeState::kDraining : NodeState::kAlive;
-  n.dead_since = 0;
   Event("registered", nullptr, n.name,
         std::string(fresh ? "agent registered" : "agent registered again") + " with " +
             std::to_string(n.gpus.size()) + " GPU(s)");
   for (const api::JobReport& r : reports) ApplyReport(n, r);
-  DirtyNode(n);
+  nodes_.MarkDirty(n);
   PALADIN_RETURN_IF_ERROR(Flush());
   Wake();
   return Json{{"lease_s", options_.lease_s},
@@ -153,17 +151,13 @@ StatusOr<Json> Control::Heartbeat(const Principal& who, const std::string& name,
   if (!beat.ok()) return beat.status();
   PALADIN_RETURN_IF_ERROR(CheckJobIds(beat->jobs));
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = nodes_.find(name);
-  if (it == nodes_.end()) return NotFound("node " + name + " not found: register first");
-  NodeRecord& n = it->second;
+  NodeRecord* node = nodes_.Find(name);
+  if (node == nullptr) return NotFound("node " + name + " not found: register first");
+  NodeRecord& n = *node;
   const double now = Now();
-  if (n.state == NodeState::kDead) {
-    n.state = n.draining ? NodeState::kDraining : NodeState::kAlive;
+  if (nodes_.Heard(n, now)) {
     Event("registered", nullptr, n.name, "agent heartbeating again after being dead");
-    DirtyNode(n);
   }
-  n.last_heartbeat = now;
-  n.dead_since = 0;
   UpdateGpus(n, beat->gpus);
   for (const api::CommandResult& r : beat->results) ApplyResult(n, r);
   for (const api::JobReport& r : beat->jobs) ApplyReport(n, r);
@@ -174,7 +168,7 @@ StatusOr<Json> Control::Heartbeat(const Principal& who, const std::string& name,
       AdvanceMigration(m, MigrationEvent{MigrationEvent::Kind::kListening, ""});
     }
   }
-  LazyNode(n);  // the beat's time and GPU use; health changes mark it dirty in UpdateGpus
+  nodes_.MarkLazy(n);  // the beat's time and GPU use; health changes mark it dirty in UpdateGpus
   Json commands = TakeCommands(n);
   PALADIN_RETURN_IF_ERROR(Flush());
   return Json{{"lease_s", options_.lease_s},
@@ -194,7 +188,7 @@ void Control::UpdateGpus(NodeRecord& n, const std::vector<api::GpuReport>& gpus)
                   (g.fault.empty() ? "" : ": " + g.fault));
         Wake();
       }
-      if (r.healthy != (g.healthy && g.fault.empty()) || r.fault != g.fault) DirtyNode(n);
+      if (r.healthy != (g.healthy && g.fault.empty()) || r.fault != g.fault) nodes_.MarkDirty(n);
       r.healthy = g.healthy && g.fault.empty();
       r.fault = g.fault;
     }

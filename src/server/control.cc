@@ -79,7 +79,8 @@ Control::Control(std::unique_ptr<Store> store, ControlOptions options, core::Pol
       db_(store_.get()),
       options_(std::move(options)),
       packer_(std::move(policy)),
-      predictors_factory_(*core::PredictorFactory::ForName("paladin")) {}
+      predictors_factory_(*core::PredictorFactory::ForName("paladin")),
+      nodes_(options_.lease_s) {}
 
 StatusOr<std::unique_ptr<Control>> Control::Create(std::unique_ptr<Store> store,
                                                    ControlOptions options) {
@@ -111,7 +112,7 @@ Status Control::Load() {
   for (TeamRecord& t : *teams) teams_[t.name] = std::move(t);
   StatusOr<std::vector<NodeRecord>> nodes = db_.Nodes();
   if (!nodes.ok()) return nodes.status();
-  for (NodeRecord& n : *nodes) nodes_[n.name] = std::move(n);
+  nodes_.Load(std::move(*nodes));
   StatusOr<std::vector<JobRecord>> jobs = db_.Jobs();
   if (!jobs.ok()) return jobs.status();
   for (const JobRecord& j : *jobs) {
@@ -160,10 +161,7 @@ void Control::Reconcile() {
     }
     if (j.HoldsGpu()) j.accounted_at = std::max(j.accounted_at, now);
   }
-  for (auto& [name, n] : nodes_) {
-    // Give every agent a fresh lease: the server was away, not the agents.
-    if (n.state != NodeState::kDead) n.last_heartbeat = now;
-  }
+  nodes_.RenewAll(now);  // the server was away, not the agents
 }
 
 void Control::CrashPoint(const std::string& step) {
@@ -245,17 +243,14 @@ Json Control::JobJson(const JobRecord& j) const {
 }
 
 Status Control::Flush() {
-  if (!jobs_.HasDirty() && dirty_nodes_.empty() && dirty_teams_.empty() && !commands_.HasDirty() &&
+  if (!jobs_.HasDirty() && !nodes_.HasDirty() && dirty_teams_.empty() && !commands_.HasDirty() &&
       !migrations_.HasDirty() && dirty_counters_.empty() && events_.empty() && samples_.empty() &&
       logs_.empty() && deleted_dirs_.empty()) {
     return Status::Ok();
   }
   Store::Transaction txn(db_.store());
   for (const JobRecord* j : jobs_.Dirty()) PALADIN_RETURN_IF_ERROR(db_.SaveJob(*j));
-  for (const std::string& name : dirty_nodes_) {
-    auto it = nodes_.find(name);
-    if (it != nodes_.end()) PALADIN_RETURN_IF_ERROR(db_.SaveNode(it->second));
-  }
+  for (const NodeRecord* n : nodes_.Dirty()) PALADIN_RETURN_IF_ERROR(db_.SaveNode(*n));
   for (const std::string& name : dirty_teams_) {
     auto it = teams_.find(name);
     if (it != teams_.end()) PALADIN_RETURN_IF_ERROR(db_.SaveTeam(it->second));
@@ -288,7 +283,7 @@ Status Control::Flush() {
     }
   }
   jobs_.ClearDirty();
-  dirty_nodes_.clear();
+  nodes_.ClearDirty();
   dirty_teams_.clear();
   migrations_.ClearDirty();
   dirty_counters_.clear();
@@ -406,8 +401,7 @@ void Control::Tick() {
   if (now - last_lazy_flush_ >= kLazyFlushS) {
     last_lazy_flush_ = now;
     jobs_.PromoteLazy();
-    dirty_nodes_.insert(lazy_nodes_.begin(), lazy_nodes_.end());
-    lazy_nodes_.clear();
+    nodes_.PromoteLazy();
   }
   Status s = Flush();
   if (!s.ok()) std::fprintf(stderr, "paladin server: %s\n", s.ToString().c_str());
