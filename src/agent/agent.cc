@@ -255,9 +255,7 @@ bool Agent::Heartbeat() {
 
 void Agent::Dispatch(const Json& body) {
   // A command without a usable id cannot be answered: said and dropped.
-  const int64_t id = body.is_object() && body.contains("id") && body["id"].is_number_integer()
-                         ? body["id"].get<int64_t>()
-                         : 0;
+  const int64_t id = api::CommandIdOf(body);
   if (id <= 0) {
     Say("ignoring a command without an id: " +
         body.dump(-1, ' ', false, Json::error_handler_t::replace).substr(0, 200));

@@ -388,6 +388,12 @@ Json ToJson(const Command& c) {
   return out;
 }
 
+int64_t CommandIdOf(const Json& body) {
+  return body.is_object() && body.contains("id") && body["id"].is_number_integer()
+             ? body["id"].get<int64_t>()
+             : 0;
+}
+
 StatusOr<Command> DecodeCommand(const Json& body) {
   if (!body.is_object()) return InvalidArgument("command: expected a JSON object");
   Command c;

@@ -436,6 +436,9 @@ TEST(WireTest, TheAgentReadsTheServersAnswersAndKeepsWhatIsAbsent) {
   EXPECT_FALSE(read->lease_s.has_value()) << "an older server: the agent keeps its own";
   EXPECT_FALSE(ReadAgentAnswer(Json{{"lease_s", "6"}}).ok());
   EXPECT_FALSE(ReadAgentAnswer(Json{{"commands", 5}}).ok());
+  EXPECT_EQ(CommandIdOf((*ToJson(beat).find("commands"))[0]), 9);
+  EXPECT_EQ(CommandIdOf(Json{{"id", "9"}}), 0) << "not an integer: no id to answer";
+  EXPECT_EQ(CommandIdOf(Json::array()), 0);
 }
 
 TEST(WireTest, APodListRoundTrips) {

@@ -228,6 +228,9 @@ Command FaultCommand(int gpu_index, const std::string& fault_kind, int64_t code)
 nlohmann::json ToJson(const Command& c);
 // Errors name the field: "command 12 (migrate_in): port: expected an integer from 1 to 65535".
 StatusOr<Command> DecodeCommand(const nlohmann::json& body);
+// The command's id, read before it is decoded so that even a malformed command is answered; 0
+// when BODY has no integer id.
+int64_t CommandIdOf(const nlohmann::json& body);
 
 nlohmann::json ToJson(const JobReport& r);
 nlohmann::json ToJson(const GpuReport& g);
