@@ -194,8 +194,8 @@ bool Agent::Heartbeat() {
     std::lock_guard<std::mutex> lock(mu_);
     results_in_flight_ = results_.size();
     for (const Result& r : results_) {
-      beat.results.push_back(api::CommandResult{r.command, r.status.ok(), r.status.message(),
-                                                r.detail});
+      beat.results.push_back(
+          api::CommandResult{r.command, r.status.ok(), r.status.message(), r.detail});
     }
   }
   beat.gpus = GpusForHeartbeat();

@@ -587,7 +587,8 @@ Json ToJson(const Heartbeat& beat) {
   for (const JobReport& r : beat.jobs) jobs.push_back(ToJson(r));
   Json results = Json::array();
   for (const CommandResult& c : beat.results) results.push_back(ToJson(c));
-  return Json{{"gpus", std::move(gpus)}, {"jobs", std::move(jobs)}, {"results", std::move(results)}};
+  return Json{
+      {"gpus", std::move(gpus)}, {"jobs", std::move(jobs)}, {"results", std::move(results)}};
 }
 
 Json ToJson(const Registration& r) {

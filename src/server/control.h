@@ -338,7 +338,7 @@ class Control {
 
   std::map<std::string, TokenRecord> tokens_;  // by digest
 
-  JobTable jobs_;  // every job, and which changed since the last Flush
+  JobTable jobs_;    // every job, and which changed since the last Flush
   NodeTable nodes_;  // every node, its lease, and which changed since the last Flush
   std::map<std::string, TeamRecord> teams_;
   CommandQueue commands_;      // for the agents, not yet acknowledged

@@ -126,8 +126,7 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
                               std::to_string(to_gpu));
   }
   if (dest->state != NodeState::kAlive || dest->draining) {
-    return FailedPrecondition("node " + to + " is " +
-                              std::string(NodeStateName(dest->state)));
+    return FailedPrecondition("node " + to + " is " + std::string(NodeStateName(dest->state)));
   }
   if (dest->migrate_port <= 0) {
     return FailedPrecondition("node " + to + " registered no migrate_port");
