@@ -6,10 +6,12 @@
 //                                      state changes, along job_state.h's graph), dirty writes
 //   NodeTable (node_table.h)           the nodes: lookup, registration, the lease (when a silent
 //                                      node is dead, when its jobs may move), dirty writes
+//   TokenBook (token_book.h)           the API tokens by digest: who a secret speaks as, which
+//                                      scopes may be created here
 //   CommandQueue (command_queue.h)     the agents' commands: queued, handed out, acknowledged
 //   MigrationTable (migration_table.h) the migration rows; migration_steps.h decides their steps
 //   Persistence (persistence.h)        all SQL: what is loaded at start and written by Flush
-// Control keeps the rest (teams, tokens, counters, events, logs, the predictors) and
+// Control keeps the rest (teams, counters, events, logs, the predictors) and
 // carries out each operation over the parts.
 //
 // The implementation is split by concern: control.cc (loading, persistence, commands, events,
@@ -54,6 +56,7 @@
 #include "paladin/server/store.h"
 #include "paladin/server/validate.h"
 #include "persistence.h"
+#include "token_book.h"
 
 namespace paladin::server {
 
@@ -336,7 +339,7 @@ class Control {
   std::map<int64_t, core::ForecastCheck> checks_;
   std::map<std::string, core::CheckTotals> team_checks_;
 
-  std::map<std::string, TokenRecord> tokens_;  // by digest
+  TokenBook tokens_;  // every API token, by the digest of its secret
 
   JobTable jobs_;    // every job, and which changed since the last Flush
   NodeTable nodes_;  // every node, its lease, and which changed since the last Flush
