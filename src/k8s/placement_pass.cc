@@ -45,7 +45,11 @@ struct PlacementPass::View {
 
   bool teams_checked = false;
   std::map<std::string, std::string> team_of;
-  std::map<std::string, uint64_t> team_used;
+  struct Held {
+    uint64_t bytes = 0;  // GPU memory booked by the team's bound pods
+    uint64_t gpus = 0;   // and the GPUs they hold, one each
+  };
+  std::map<std::string, Held> team_held;
   StatusOr<std::map<std::string, TeamQuota>> quotas = std::map<std::string, TeamQuota>();
   std::vector<std::string> notes;
   std::vector<PodRequest> pending;
@@ -161,7 +165,11 @@ StatusOr<std::unique_ptr<PlacementPass>> PlacementPass::Create(const ClusterStat
       continue;
     }
     const uint64_t booked = BookedBytes(p);
-    if (!p.deleting && booked > 0) v.team_used[v.Team(p.ns)] += booked;
+    if (!p.deleting && booked > 0) {
+      View::Held& held = v.team_held[v.Team(p.ns)];
+      held.bytes += booked;
+      held.gpus += 1;
+    }
     auto at = v.index.find(p.node);
     if (at == v.index.end() || booked == 0) continue;
     const auto& map = v.gpu_index[static_cast<size_t>(at->second)];
@@ -265,8 +273,12 @@ PodOutcome PlacementPass::Place(const PodRequest& p) {
     }
     auto q = v.quotas->find(team);
     const TeamQuota quota = q != v.quotas->end() ? q->second : TeamQuota{};
-    const std::string over = TeamQuotaReason(
-        team, quota.max_bytes, v.team_used[team] + quota.elsewhere_bytes, p.gpu_memory);
+    const View::Held& held = v.team_held[team];
+    std::string over = TeamGpuQuotaReason(team, quota.max_gpus, held.gpus + quota.elsewhere_gpus);
+    if (over.empty()) {
+      over =
+          TeamQuotaReason(team, quota.max_bytes, held.bytes + quota.elsewhere_bytes, p.gpu_memory);
+    }
     if (!over.empty()) return Pending(over);
   }
   // A move's replacement goes to the GPU its mover asked for, if it fits there: the operator
@@ -302,7 +314,11 @@ PodOutcome PlacementPass::Place(const PodRequest& p) {
                   o.decision.feasible_nodes, o.decision.feasible_nodes == 1 ? "" : "s");
     o.how = how;
   }
-  if (o.placed) v.team_used[team] += p.gpu_memory;
+  if (o.placed) {
+    View::Held& held = v.team_held[team];
+    held.bytes += p.gpu_memory;
+    held.gpus += 1;
+  }
   return o;
 }
 
@@ -312,8 +328,9 @@ void PlacementPass::Unbook(const PodRequest& pod, const PodOutcome& outcome) {
   v.fleet.Unreserve(outcome.reservation);
   std::erase_if(v.bookings,
                 [&](const View::Booking& b) { return b.reservation == outcome.reservation; });
-  uint64_t& used = v.team_used[v.Team(pod.ns)];
-  used -= std::min(used, pod.gpu_memory);
+  View::Held& held = v.team_held[v.Team(pod.ns)];
+  held.bytes -= std::min(held.bytes, pod.gpu_memory);
+  held.gpus -= std::min<uint64_t>(held.gpus, 1);
 }
 
 std::vector<std::pair<std::string, std::string>> PlacementPass::NodeVerdicts(const PodRequest& p) {
@@ -376,8 +393,14 @@ std::string PlacementPass::TeamLine(const std::string& ns) const {
   }
   auto q = v.quotas->find(team);
   const TeamQuota quota = q != v.quotas->end() ? q->second : TeamQuota{};
-  auto used = v.team_used.find(team);
-  const uint64_t pods = used != v.team_used.end() ? used->second : 0;
+  auto found = v.team_held.find(team);
+  const View::Held held = found != v.team_held.end() ? found->second : View::Held{};
+  const uint64_t pods = held.bytes;
+  // max_gpus, where the team has one: the GPUs its pods (one each) and its jobs hold.
+  const std::string gpus =
+      quota.max_gpus > 0 ? "; " + std::to_string(held.gpus + quota.elsewhere_gpus) + " of its " +
+                               std::to_string(quota.max_gpus) + " GPUs (max_gpus) in use"
+                         : "";
   const std::string elsewhere =
       quota.elsewhere_bytes > 0
           ? " (" + base::FormatSize(quota.elsewhere_bytes) + " of it outside this cluster)"
@@ -386,10 +409,12 @@ std::string PlacementPass::TeamLine(const std::string& ns) const {
     return team + ": no max_gpu_mem quota; its pods hold " + base::FormatSize(pods) +
            (quota.elsewhere_bytes > 0
                 ? ", its jobs and other clusters' pods " + base::FormatSize(quota.elsewhere_bytes)
-                : "");
+                : "") +
+           gpus;
   }
   return team + ": " + base::FormatSize(pods + quota.elsewhere_bytes) + " of its " +
-         base::FormatSize(quota.max_bytes) + " of GPU memory (max_gpu_mem) in use" + elsewhere;
+         base::FormatSize(quota.max_bytes) + " of GPU memory (max_gpu_mem) in use" + elsewhere +
+         gpus;
 }
 
 }  // namespace paladin::k8s

@@ -229,6 +229,12 @@ std::string TeamQuotaReason(const std::string& team, uint64_t max_bytes, uint64_
          base::FormatSize(ask_bytes);
 }
 
+std::string TeamGpuQuotaReason(const std::string& team, uint64_t max_gpus, uint64_t used_gpus) {
+  if (max_gpus == 0 || used_gpus + 1 <= max_gpus) return "";
+  return "team " + team + ": " + std::to_string(used_gpus) + " of its " + std::to_string(max_gpus) +
+         " GPUs (max_gpus) in use, this pod needs 1";
+}
+
 StatusOr<std::map<std::string, TeamQuota>> TeamQuotasOf(const Json& teams,
                                                         const std::string& cluster) {
   if (!teams.is_object() || !teams.contains("teams") || !teams["teams"].is_array()) {
@@ -260,6 +266,22 @@ StatusOr<std::map<std::string, TeamQuota>> TeamQuotasOf(const Json& teams,
       }
       if (!valid) continue;
     }
+    const std::optional<uint64_t> max_gpus = bytes(t.value("max_gpus", Json(0)));
+    if (!max_gpus) continue;
+    q.max_gpus = *max_gpus;
+    const Json gpus_in_use = t.value("gpus_in_use", Json::object());
+    if (!gpus_in_use.is_object()) continue;
+    const std::optional<uint64_t> job_gpus = bytes(gpus_in_use.value("jobs", Json(0)));
+    const Json pod_gpus = gpus_in_use.value("pods", Json::object());
+    if (!job_gpus || !pod_gpus.is_object()) continue;
+    q.elsewhere_gpus = *job_gpus;
+    bool valid = true;
+    for (const auto& [name, held] : pod_gpus.items()) {
+      const std::optional<uint64_t> n = bytes(held);
+      valid = valid && n.has_value();
+      if (n && name != cluster) q.elsewhere_gpus += *n;
+    }
+    if (!valid) continue;
     quotas[t["name"].get<std::string>()] = q;
   }
   return quotas;

@@ -349,8 +349,8 @@ HttpAdmit MakeRoutes(Control& control, PodBook& pods) {
   });
   r.Get("/v1/summary", Access::kUser,
         [c](const HttpRequest&, const Principal& who) { return FromResult(c->Summary(who)); });
-  r.Get("/metrics", Access::kAny, [c](const HttpRequest&, const Principal& who) {
-    return Reply{200, Json(), c->Metrics(who), "text/plain; version=0.0.4"};
+  r.Get("/metrics", Access::kAny, [c, book](const HttpRequest&, const Principal& who) {
+    return Reply{200, Json(), c->Metrics(who) + book->Metrics(who), "text/plain; version=0.0.4"};
   });
 
   // --- pods of Kubernetes clusters, as Paladin's scheduler reports them ---

@@ -56,6 +56,7 @@
 #include "paladin/server/store.h"
 #include "paladin/server/validate.h"
 #include "persistence.h"
+#include "pods.h"
 #include "token_book.h"
 
 namespace paladin::server {
@@ -82,9 +83,9 @@ struct ControlOptions {
   // Refuse the fleet-wide `agent` token (authentication and creation): agents must each use a
   // token of their own node, `agent:NODE`.
   bool node_tokens_only = false;
-  // The GPU memory the team's Kubernetes pods book, by cluster (PodBook::TeamBooked); empty: none.
-  // A team's max_gpu_mem counts it with the team's jobs (docs/kubernetes.md, "Teams").
-  std::function<std::map<std::string, int64_t>(const std::string& team)> team_pods;
+  // What the team's Kubernetes pods hold, by cluster (PodBook::TeamHeld); empty: none. A team's
+  // max_gpu_mem and max_gpus count it with the team's jobs (docs/kubernetes.md, "Teams").
+  std::function<std::map<std::string, PodsHeld>(const std::string& team)> team_pods;
   // The measured peaks of the class's Kubernetes pods (PodBook::ClassPods: peak_bytes, pods);
   // an auto job or pod is sized from its class's jobs and pods together. Empty: none.
   std::function<core::ClassHistory(const std::string& class_key)> class_pods;
@@ -219,9 +220,24 @@ class Control {
   void PlaceWaiting(FleetView& view);
   bool TryPlace(FleetView& view, JobRecord& j);
   std::string TeamQuotaRefusal(const JobRecord& j) const;
-  // GET /v1/teams' gpu_mem_in_use: {"jobs_bytes", "pods_bytes": {CLUSTER: bytes}}, what the
-  // team's max_gpu_mem counts. Under mu_.
-  Json GpuMemInUse(const std::string& team) const;
+  // What a team holds, what its quotas count: its jobs that hold GPUs (GPUs, and GPU memory as
+  // quota x GPUs) and its Kubernetes pods by cluster. Under mu_.
+  struct TeamUse {
+    int64_t job_gpus = 0;
+    int64_t job_bytes = 0;
+    std::map<std::string, PodsHeld> pods;  // by cluster
+    int64_t pod_gpus = 0;                  // over every cluster
+    int64_t pod_bytes = 0;
+  };
+  TeamUse TeamInUse(const std::string& team) const;
+  // The team's quota refusal for asking `gpus` GPUs and `bytes` of GPU memory more ("" when they
+  // fit), its reason ending in ", " + `asker` + " needs ...". Under mu_.
+  std::string TeamRefusal(const TeamRecord& t, int64_t gpus, int64_t bytes,
+                          const std::string& asker) const;
+  // GET /v1/teams' gpu_mem_in_use ({"jobs_bytes", "pods_bytes": {CLUSTER: bytes}}) and
+  // gpus_in_use ({"jobs", "pods": {CLUSTER: GPUs}}): what the team's quotas count. Under mu_.
+  Json GpuMemInUse(const TeamUse& use) const;
+  Json GpusInUse(const TeamUse& use) const;
   void Bind(FleetView& view, JobRecord& j, const core::Placement& p, const std::string& how);
   void SizeAutoJob(JobRecord& j);
   core::ClassHistory ClassHistoryOf(const std::string& class_key) const;  // jobs and pods

@@ -134,30 +134,13 @@ std::string Control::GangQuotaRefusal(const std::vector<JobRecord*>& members) co
   if (members.empty()) return "";
   auto team = teams_.find(members[0]->team);
   if (team == teams_.end()) return "";
-  const TeamRecord& t = team->second;
-  int64_t gpus = 0;
-  int64_t mem = 0;
-  for (const auto& [seq, other] : jobs_) {
-    if (other.team != t.name || !other.HoldsGpu()) continue;
-    gpus += other.gpus;
-    mem += other.quota_bytes * other.gpus;
-  }
   int64_t want_gpus = 0;
   int64_t want_mem = 0;
   for (const JobRecord* m : members) {
     want_gpus += m->gpus;
     want_mem += m->quota_bytes * m->gpus;
   }
-  if (t.max_gpus > 0 && gpus + want_gpus > t.max_gpus) {
-    return "team " + t.name + " quota: " + std::to_string(gpus) + " of its " +
-           std::to_string(t.max_gpus) + " GPUs in use, the gang needs " + std::to_string(want_gpus);
-  }
-  if (t.max_gpu_mem > 0 && mem + want_mem > t.max_gpu_mem) {
-    return "team " + t.name + " quota: " + std::to_string(mem) + " of its " +
-           std::to_string(t.max_gpu_mem) + " bytes of GPU memory in use, the gang needs " +
-           std::to_string(want_mem);
-  }
-  return "";
+  return TeamRefusal(team->second, want_gpus, want_mem, "the gang");
 }
 
 bool Control::TryPlaceGang(FleetView& view, const std::string& gang) {

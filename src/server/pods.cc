@@ -1,9 +1,11 @@
 #include "pods.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <utility>
 
+#include "metrics_text.h"
 #include "paladin/server/validate.h"
 
 namespace paladin::server {
@@ -87,18 +89,54 @@ Json PodBook::List(const Principal& who, const std::string& team) const {
   return {{"pods", pods}, {"clusters", clusters}};
 }
 
-std::map<std::string, int64_t> PodBook::TeamBooked(const std::string& team) const {
+std::map<std::string, PodsHeld> PodBook::TeamHeld(const std::string& team) const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::map<std::string, int64_t> booked;
+  std::map<std::string, PodsHeld> held;
   for (const auto& [name, cluster] : clusters_) {
     for (const api::PodReport& p : cluster.pods) {
       if (p.team != team || p.node.empty() || p.phase == "Succeeded" || p.phase == "Failed") {
         continue;
       }
-      booked[name] += p.gpu_mem_bytes;
+      held[name].bytes += p.gpu_mem_bytes;
+      held[name].gpus += 1;
     }
   }
-  return booked;
+  return held;
+}
+
+std::string PodBook::Metrics(const Principal& who) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, int64_t> counts;  // by the labels cluster, team, phase
+  std::string memory;
+  for (const auto& [name, cluster] : clusters_) {
+    for (const api::PodReport& p : cluster.pods) {
+      if (!Sees(who, p)) continue;
+      const std::string where =
+          "cluster=\"" + MetricLabel(name) + "\",team=\"" + MetricLabel(p.team) + "\"";
+      ++counts[where + ",phase=\"" + MetricLabel(p.phase) + "\""];
+      if (p.node.empty() || p.gpu < 0) continue;
+      const std::string labels = where + ",namespace=\"" + MetricLabel(p.ns) + "\",pod=\"" +
+                                 MetricLabel(p.name) + "\",node=\"" + MetricLabel(p.node) +
+                                 "\",gpu=\"" + std::to_string(p.gpu) + "\",kind=";
+      MetricLine(&memory, "paladin_pod_gpu_memory_bytes", labels + "\"booked\"",
+                 static_cast<double>(p.gpu_mem_bytes));
+      if (p.used_bytes >= 0) {
+        MetricLine(&memory, "paladin_pod_gpu_memory_bytes", labels + "\"used\"",
+                   static_cast<double>(p.used_bytes));
+      }
+    }
+  }
+  std::string out =
+      "# HELP paladin_pods Kubernetes pods placed by Paladin's schedulers, by cluster, team and "
+      "phase.\n# TYPE paladin_pods gauge\n";
+  for (const auto& [labels, n] : counts) {
+    MetricLine(&out, "paladin_pods", labels, static_cast<double>(n));
+  }
+  out +=
+      "# HELP paladin_pod_gpu_memory_bytes GPU memory of each Kubernetes pod bound to a GPU.\n"
+      "# TYPE paladin_pod_gpu_memory_bytes gauge\n" +
+      memory;
+  return out;
 }
 
 StatusOr<Json> PodBook::Get(const Principal& who, const std::string& ns,

@@ -21,6 +21,13 @@
 
 namespace paladin::server {
 
+// What a team's pods hold in one cluster: the GPU memory they book (paladin.io/gpu-memory) and
+// the GPUs they hold, one each (a pod holds its share of one GPU, as a job holds each of its).
+struct PodsHeld {
+  int64_t bytes = 0;
+  int64_t gpus = 0;
+};
+
 class PodBook {
  public:
   // `clock`: seconds since the epoch (the server's clock, injectable for tests).
@@ -39,10 +46,15 @@ class PodBook {
   StatusOr<nlohmann::json> Get(const Principal& who, const std::string& ns,
                                const std::string& name) const;
 
-  // The GPU memory (paladin.io/gpu-memory) booked by the team's pods that hold a GPU (bound to a
-  // node, not Succeeded or Failed), by cluster. The server's team quota counts it with the
-  // team's jobs; each cluster's scheduler counts the other clusters' with the jobs.
-  std::map<std::string, int64_t> TeamBooked(const std::string& team) const;
+  // What the team's pods that hold a GPU (bound to a node, not Succeeded or Failed) hold, by
+  // cluster. The server's team quotas (max_gpu_mem, max_gpus) count it with the team's jobs;
+  // each cluster's scheduler counts the other clusters' with the jobs.
+  std::map<std::string, PodsHeld> TeamHeld(const std::string& team) const;
+
+  // The pods' part of /metrics, of the pods `who` sees: paladin_pods (by cluster, team and
+  // phase) and paladin_pod_gpu_memory_bytes (each bound pod's booked and, when measured, used
+  // GPU memory, with its node and GPU), as the jobs' part gives jobs.
+  std::string Metrics(const Principal& who) const;
 
   // The measured peaks of the class "TEAM/COMMAND" (a pod's team and PodReport::command): the
   // highest GPU memory any of its pods was reported using (paladin.io/gpu-memory-used, as its

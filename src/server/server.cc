@@ -144,7 +144,7 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
         .count();
   });
   PodBook* pods = impl->pods.get();
-  control_options.team_pods = [pods](const std::string& team) { return pods->TeamBooked(team); };
+  control_options.team_pods = [pods](const std::string& team) { return pods->TeamHeld(team); };
   control_options.class_pods = [pods](const std::string& key) { return pods->ClassPods(key); };
   std::filesystem::create_directories(control_options.checkpoint_store, ec);
   if (ec) {

@@ -7,35 +7,10 @@
 #include <vector>
 
 #include "control.h"
+#include "metrics_text.h"
 #include "paladin/server/validate.h"
 
 namespace paladin::server {
-namespace {
-
-std::string Label(const std::string& value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '\\' || c == '"') out.push_back('\\');
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out.push_back(c);
-  }
-  return out;
-}
-
-void Line(std::string* out, const std::string& name, const std::string& labels, double value) {
-  char number[64];
-  std::snprintf(number, sizeof number, "%.17g", value);
-  *out += name;
-  if (!labels.empty()) *out += "{" + labels + "}";
-  *out += " ";
-  *out += number;
-  *out += "\n";
-}
-
-}  // namespace
 
 StatusOr<Json> Control::Nodes(const Principal& who) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -120,16 +95,16 @@ StatusOr<Json> Control::Events(const Principal& who, const std::string& job, dou
   return Json{{"events", out}};
 }
 
-Json Control::GpuMemInUse(const std::string& team) const {
-  int64_t jobs = 0;
-  for (const auto& [seq, j] : jobs_) {
-    if (j.team == team && j.HoldsGpu()) jobs += j.quota_bytes * j.gpus;
-  }
+Json Control::GpuMemInUse(const TeamUse& use) const {
   Json pods = Json::object();
-  if (options_.team_pods) {
-    for (const auto& [cluster, bytes] : options_.team_pods(team)) pods[cluster] = bytes;
-  }
-  return {{"jobs_bytes", jobs}, {"pods_bytes", pods}};
+  for (const auto& [cluster, held] : use.pods) pods[cluster] = held.bytes;
+  return {{"jobs_bytes", use.job_bytes}, {"pods_bytes", pods}};
+}
+
+Json Control::GpusInUse(const TeamUse& use) const {
+  Json pods = Json::object();
+  for (const auto& [cluster, held] : use.pods) pods[cluster] = held.gpus;
+  return {{"jobs", use.job_gpus}, {"pods", pods}};
 }
 
 StatusOr<Json> Control::Teams(const Principal& who) {
@@ -147,22 +122,26 @@ StatusOr<Json> Control::Teams(const Principal& who) {
       usage.mem_alloc_byte_seconds += dt * static_cast<double>(j.quota_bytes) * j.gpus;
       usage.mem_used_byte_seconds += dt * static_cast<double>(j.used_bytes);
     }
+    const TeamUse use = TeamInUse(name);
     const auto found = team_checks_.find(name);
     const core::CheckTotals check =
         found != team_checks_.end() ? found->second : core::CheckTotals{};
     out.push_back({{"name", name},
                    {"max_gpus", t.max_gpus},
                    {"max_gpu_mem_bytes", t.max_gpu_mem},
-                   {"gpu_mem_in_use", GpuMemInUse(name)},
+                   {"gpu_mem_in_use", GpuMemInUse(use)},
+                   {"gpus_in_use", GpusInUse(use)},
                    {"priority", t.priority},
                    {"usage", TeamUsageToApi(usage)},
                    {"prediction_check", CheckToApi(check)}});
   }
   if (who.team_scoped() && out.empty()) {
+    const TeamUse use = TeamInUse(who.team);
     out.push_back({{"name", who.team},
                    {"max_gpus", 0},
                    {"max_gpu_mem_bytes", 0},
-                   {"gpu_mem_in_use", GpuMemInUse(who.team)},
+                   {"gpu_mem_in_use", GpuMemInUse(use)},
+                   {"gpus_in_use", GpusInUse(use)},
                    {"priority", 0},
                    {"usage", TeamUsageToApi(TeamUsage{})},
                    {"prediction_check", CheckToApi(core::CheckTotals{})}});
@@ -297,10 +276,10 @@ void Control::PredictionCheckMetrics(const Principal& who, std::string* out) con
   const auto lines = [&](const char* name, const char* type, const char* help,
                          double (*value)(const core::CheckTotals&)) {
     *out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-    Line(out, name, "scope=\"fleet\"", value(fleet));
+    MetricLine(out, name, "scope=\"fleet\"", value(fleet));
     for (const auto& [team, t] : team_checks_) {
       if (who.SeesTeam(team))
-        Line(out, name, "scope=\"team\",team=\"" + Label(team) + "\"", value(t));
+        MetricLine(out, name, "scope=\"team\",team=\"" + MetricLabel(team) + "\"", value(t));
     }
   };
   lines("paladin_prediction_windows_total", "counter",
@@ -315,7 +294,7 @@ void Control::PredictionCheckMetrics(const Principal& who, std::string* out) con
   *out +=
       "# HELP paladin_prediction_target_under_rate The predictor's configured under-rate.\n"
       "# TYPE paladin_prediction_target_under_rate gauge\n";
-  Line(out, "paladin_prediction_target_under_rate", "", TargetUnderRate());
+  MetricLine(out, "paladin_prediction_target_under_rate", "", TargetUnderRate());
 }
 
 std::string Control::Metrics(const Principal& who) {
@@ -328,7 +307,7 @@ std::string Control::Metrics(const Principal& who) {
     if (who.SeesTeam(j.team)) ++states[j.StateName()];
   }
   for (const auto& [s, n] : states)
-    Line(&out, "paladin_jobs", "state=\"" + s + "\"", static_cast<double>(n));
+    MetricLine(&out, "paladin_jobs", "state=\"" + s + "\"", static_cast<double>(n));
 
   out +=
       "# HELP paladin_gpu_memory_bytes GPU memory by node, GPU and kind.\n"
@@ -345,12 +324,12 @@ std::string Control::Metrics(const Principal& who) {
       }
       if (who.admin()) used = std::max(used, g.used_bytes);
       const std::string labels =
-          "node=\"" + Label(name) + "\",gpu=\"" + std::to_string(g.index) + "\",kind=";
-      Line(&out, "paladin_gpu_memory_bytes", labels + "\"total\"",
-           static_cast<double>(g.memory_bytes));
-      Line(&out, "paladin_gpu_memory_bytes", labels + "\"allocated\"",
-           static_cast<double>(allocated));
-      Line(&out, "paladin_gpu_memory_bytes", labels + "\"used\"", static_cast<double>(used));
+          "node=\"" + MetricLabel(name) + "\",gpu=\"" + std::to_string(g.index) + "\",kind=";
+      MetricLine(&out, "paladin_gpu_memory_bytes", labels + "\"total\"",
+                 static_cast<double>(g.memory_bytes));
+      MetricLine(&out, "paladin_gpu_memory_bytes", labels + "\"allocated\"",
+                 static_cast<double>(allocated));
+      MetricLine(&out, "paladin_gpu_memory_bytes", labels + "\"used\"", static_cast<double>(used));
     }
   }
   out +=
@@ -358,13 +337,13 @@ std::string Control::Metrics(const Principal& who) {
       "# TYPE paladin_job_gpu_memory_bytes gauge\n";
   for (const auto& [seq, j] : jobs_) {
     if (!j.HoldsGpu() || !who.SeesTeam(j.team)) continue;
-    const std::string labels = "job=\"" + j.id + "\",team=\"" + Label(j.team) + "\",kind=";
-    Line(&out, "paladin_job_gpu_memory_bytes", labels + "\"quota\"",
-         static_cast<double>(j.quota_bytes));
-    Line(&out, "paladin_job_gpu_memory_bytes", labels + "\"used\"",
-         static_cast<double>(j.used_bytes));
-    Line(&out, "paladin_job_gpu_memory_bytes", labels + "\"predicted\"",
-         static_cast<double>(j.predicted_bytes));
+    const std::string labels = "job=\"" + j.id + "\",team=\"" + MetricLabel(j.team) + "\",kind=";
+    MetricLine(&out, "paladin_job_gpu_memory_bytes", labels + "\"quota\"",
+               static_cast<double>(j.quota_bytes));
+    MetricLine(&out, "paladin_job_gpu_memory_bytes", labels + "\"used\"",
+               static_cast<double>(j.used_bytes));
+    MetricLine(&out, "paladin_job_gpu_memory_bytes", labels + "\"predicted\"",
+               static_cast<double>(j.predicted_bytes));
   }
   PredictionCheckMetrics(who, &out);
   int64_t migrations = 0;
@@ -377,11 +356,11 @@ std::string Control::Metrics(const Principal& who) {
   out +=
       "# HELP paladin_migrations_total Committed migrations.\n"
       "# TYPE paladin_migrations_total counter\n";
-  Line(&out, "paladin_migrations_total", "", static_cast<double>(migrations));
+  MetricLine(&out, "paladin_migrations_total", "", static_cast<double>(migrations));
   out +=
       "# HELP paladin_recoveries_total Jobs restored after their node died.\n"
       "# TYPE paladin_recoveries_total counter\n";
-  Line(&out, "paladin_recoveries_total", "", static_cast<double>(recoveries));
+  MetricLine(&out, "paladin_recoveries_total", "", static_cast<double>(recoveries));
   out += decision_seconds_.Prometheus("paladin_schedule_decision_seconds",
                                       "Time of one packer decision.");
   out +=

@@ -231,17 +231,22 @@ TEST(ExplainPod, PodsAheadInThePassTakeTheirPlacesFirst) {
   EXPECT_EQ(Row(*e, "node"), "localhost: fits, GPU 1");
 }
 
-// Teams checked: the quota's reason, as the scheduler gives it, and the team's line; a server
-// that cannot be reached is said too.
-TEST(ExplainPod, TheTeamsQuotaReason) {
-  const Json wants = Pod("b", "wants", 2, 3);
-  ClusterState state = State({Pod("a", "holds", 2, 1, 0), wants});
+// Teams checked, namespaces a and b both labelled team research.
+void ResearchNamespaces(ClusterState& state) {
   state.teams_checked = true;
   state.namespaces =
       Json{{"items",
             {{{"metadata", {{"name", "a"}, {"labels", {{kTeamLabel, "research"}}}}}},
              {{"metadata", {{"name", "b"}, {"labels", {{kTeamLabel, "research"}}}}}}}}}
           .dump();
+}
+
+// Teams checked: the quota's reason, as the scheduler gives it, and the team's line; a server
+// that cannot be reached is said too.
+TEST(ExplainPod, TheTeamsQuotaReason) {
+  const Json wants = Pod("b", "wants", 2, 3);
+  ClusterState state = State({Pod("a", "holds", 2, 1, 0), wants});
+  ResearchNamespaces(state);
   state.quotas = std::map<std::string, TeamQuota>{{"research", {3 * kGiB, 0}}};
   StatusOr<PodExplanation> e = ExplainPod(state, wants.dump(), "", SchedulerOptions());
   ASSERT_TRUE(e.ok());
@@ -269,6 +274,29 @@ TEST(ExplainPod, TheTeamsQuotaReason) {
   e = ExplainPod(state, wants.dump(), "", SchedulerOptions());
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->reason, "team research: its quota cannot be checked (connection refused)");
+}
+
+// max_gpus over pods: each bound pod holds one GPU (its share of it), and the team's jobs and
+// its pods in other clusters count too. With 1 GPU held here and max_gpus 2 the pod is placed;
+// with one more held outside this cluster it waits, saying so, and the team's line counts both.
+TEST(ExplainPod, TheTeamsGpuQuotaReason) {
+  const Json wants = Pod("b", "wants", 2, 3);
+  ClusterState state = State({Pod("a", "holds", 2, 1, 0), wants});
+  ResearchNamespaces(state);
+  TeamQuota quota;
+  quota.max_gpus = 2;
+  state.quotas = std::map<std::string, TeamQuota>{{"research", quota}};
+  EXPECT_TRUE(SchedulerPass(state)["wants"].placed);
+
+  quota.elsewhere_gpus = 1;
+  state.quotas = std::map<std::string, TeamQuota>{{"research", quota}};
+  StatusOr<PodExplanation> e = ExplainPod(state, wants.dump(), "", SchedulerOptions());
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->reason, "team research: 2 of its 2 GPUs (max_gpus) in use, this pod needs 1");
+  EXPECT_EQ(e->reason, SchedulerPass(state)["wants"].reason);
+  EXPECT_EQ(Row(*e, "team"),
+            "research: no max_gpu_mem quota; its pods hold 2 GiB; 2 of its 2 GPUs (max_gpus) in "
+            "use");
 }
 
 // Pods Paladin does not place, and bad input.

@@ -482,6 +482,14 @@ TEST(TeamQuotaReason, RefusesPastMaxGpuMem) {
             "3 GiB");
 }
 
+// max_gpus: with 1 of 2 GPUs held one more pod fits, with 2 it does not; no quota, no limit.
+TEST(TeamGpuQuotaReason, RefusesPastMaxGpus) {
+  EXPECT_EQ(TeamGpuQuotaReason("research", 2, 1), "");
+  EXPECT_EQ(TeamGpuQuotaReason("research", 0, 600), "");
+  EXPECT_EQ(TeamGpuQuotaReason("research", 2, 2),
+            "team research: 2 of its 2 GPUs (max_gpus) in use, this pod needs 1");
+}
+
 // The server's /v1/teams seen from cluster "east": the team's jobs and its pods in the other
 // clusters are held elsewhere, its pods in "east" are this cluster's own (counted from the pods
 // themselves); malformed figures leave the team out; a malformed answer is an error.
@@ -507,6 +515,28 @@ TEST(TeamQuotasOf, CountsJobsAndOtherClustersPods) {
   EXPECT_EQ(TeamQuotasOf(teams, "west")->at("research").elsewhere_bytes, 3 * kGiB);
   EXPECT_FALSE(TeamQuotasOf(Json::array(), "east").ok());
   EXPECT_FALSE(TeamQuotasOf(Json{{"teams", 3}}, "east").ok());
+}
+
+// max_gpus and gpus_in_use the same way: the team's jobs and its other clusters' pods are held
+// elsewhere; an older server's answer without them means no GPU quota; malformed figures leave
+// the team out.
+TEST(TeamQuotasOf, CountsGpusOfJobsAndOtherClustersPods) {
+  const Json teams = Json::parse(R"({"teams": [
+    {"name": "research", "max_gpu_mem_bytes": 0, "max_gpus": 4,
+     "gpus_in_use": {"jobs": 1, "pods": {"east": 2, "west": 1}}},
+    {"name": "older", "max_gpu_mem_bytes": 0},
+    {"name": "bad-max", "max_gpu_mem_bytes": 0, "max_gpus": -1},
+    {"name": "bad-pods", "max_gpu_mem_bytes": 0, "max_gpus": 4,
+     "gpus_in_use": {"jobs": 0, "pods": {"west": 1.5}}},
+    {"name": "bad-jobs", "max_gpu_mem_bytes": 0, "max_gpus": 4, "gpus_in_use": {"jobs": "x"}}]})");
+  StatusOr<std::map<std::string, TeamQuota>> q = TeamQuotasOf(teams, "east");
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  ASSERT_EQ(q->size(), 2U);
+  EXPECT_EQ(q->at("research").max_gpus, 4U);
+  EXPECT_EQ(q->at("research").elsewhere_gpus, 2U);
+  EXPECT_EQ(TeamQuotasOf(teams, "west")->at("research").elsewhere_gpus, 3U);
+  EXPECT_EQ(q->at("older").max_gpus, 0U);
+  EXPECT_EQ(q->at("older").elsewhere_gpus, 0U);
 }
 
 }  // namespace

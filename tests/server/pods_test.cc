@@ -36,6 +36,23 @@ std::set<std::string> Names(const StatusOr<Json>& list) {
   return names;
 }
 
+// Submits a research job asking `gpu_mem` and waits until the team's quota holds it pending;
+// its id ("" when it was refused or placed instead).
+std::string QuotaHeldJob(api::Client& admin, const std::string& gpu_mem) {
+  StatusOr<Json> job = admin.Post(
+      "/v1/jobs",
+      Json{{"command", {"python3", "train.py"}}, {"team", "research"}, {"gpu_mem", gpu_mem}});
+  EXPECT_TRUE(job.ok()) << job.status().ToString();
+  if (!job.ok()) return "";
+  const std::string id = (*job)["id"];
+  const bool held = testing::WaitFor([&] {
+    return testing::Job(admin, id)["reason"].get<std::string>().find("quota") != std::string::npos;
+  });
+  EXPECT_TRUE(held);
+  EXPECT_EQ(testing::Job(admin, id)["state"], "pending");
+  return held ? id : "";
+}
+
 class PodsTest : public ::testing::Test {
  protected:
   PodsTest() : h_("pods") {
@@ -144,15 +161,8 @@ TEST_F(PodsTest, ATeamsPodsCountInItsQuotaWithItsJobs) {
   ASSERT_TRUE(admin.Put("/v1/teams/research", Json{{"max_gpu_mem", "3GiB"}}).ok());
   testing::FakeAgent agent(h_, "node-a", 1, 16 * testing::kGiB);
   ASSERT_TRUE(agent.Register().ok());
-  StatusOr<Json> job = admin.Post(
-      "/v1/jobs",
-      Json{{"command", {"python3", "train.py"}}, {"team", "research"}, {"gpu_mem", "2GiB"}});
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
-  const std::string id = (*job)["id"];
-  ASSERT_TRUE(testing::WaitFor([&] {
-    return testing::Job(admin, id)["reason"].get<std::string>().find("quota") != std::string::npos;
-  }));
-  EXPECT_EQ(testing::Job(admin, id)["state"], "pending");
+  const std::string id = QuotaHeldJob(admin, "2GiB");
+  ASSERT_FALSE(id.empty());
   EXPECT_EQ(testing::Job(admin, id)["reason"],
             "team research quota: 2 GiB of its 3 GiB GPU memory in use (2 GiB by its Kubernetes "
             "pods), this job needs 2 GiB");
@@ -170,6 +180,59 @@ TEST_F(PodsTest, ATeamsPodsCountInItsQuotaWithItsJobs) {
   teams = h_.Client(research_).Get("/v1/teams");
   ASSERT_TRUE(teams.ok());
   EXPECT_EQ((*teams)["teams"][0]["gpu_mem_in_use"]["jobs_bytes"], 2 * testing::kGiB);
+}
+
+// max_gpus over pods and jobs: each bound pod holds one GPU (its share of it). Research's pods
+// hold 2 GPUs in two clusters, so a 1-GPU job waits under max_gpus 2, saying how many its pods
+// hold; /v1/teams shows the GPUs by part; once one pod is gone from its cluster's report, the job
+// starts.
+TEST_F(PodsTest, ATeamsPodsCountInItsGpuQuotaWithItsJobs) {
+  api::Client admin = h_.Admin();
+  ASSERT_TRUE(admin.Put("/v1/teams/research", Json{{"max_gpus", 2}}).ok());
+  ASSERT_TRUE(admin
+                  .Put("/v1/pods", Json{{"cluster", "dev"},
+                                        {"pods", {Pod("ml-dev", "d", "research", "node-9", 3)}}})
+                  .ok());
+  testing::FakeAgent agent(h_, "node-a", 2, 16 * testing::kGiB);
+  ASSERT_TRUE(agent.Register().ok());
+  const std::string id = QuotaHeldJob(admin, "1GiB");
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(testing::Job(admin, id)["reason"],
+            "team research quota: 2 of its 2 GPUs in use (2 by its Kubernetes pods), this job "
+            "needs 1");
+  StatusOr<Json> teams = h_.Client(research_).Get("/v1/teams");
+  ASSERT_TRUE(teams.ok());
+  EXPECT_EQ((*teams)["teams"][0]["gpus_in_use"],
+            (Json{{"jobs", 0}, {"pods", {{"dev", 1}, {"prod", 1}}}}));
+
+  ASSERT_TRUE(admin.Put("/v1/pods", Json{{"cluster", "dev"}, {"pods", Json::array()}}).ok());
+  ASSERT_TRUE(testing::WaitFor([&] { return testing::Job(admin, id)["state"] == "starting"; }));
+  teams = h_.Client(research_).Get("/v1/teams");
+  ASSERT_TRUE(teams.ok());
+  EXPECT_EQ((*teams)["teams"][0]["gpus_in_use"], (Json{{"jobs", 1}, {"pods", {{"prod", 1}}}}));
+}
+
+// /metrics has the pods as it has jobs: counted by cluster, team and phase, and each bound pod's
+// GPU memory with its node and GPU; a team's token sees its own pods there only.
+TEST_F(PodsTest, MetricsCountThePodsACallerSees) {
+  StatusOr<std::string> all = h_.Admin().GetText("/metrics");
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_NE(all->find("paladin_pods{cluster=\"prod\",team=\"research\",phase=\"Running\"} 1\n"),
+            std::string::npos)
+      << *all;
+  EXPECT_NE(all->find("paladin_pods{cluster=\"prod\",team=\"research\",phase=\"Pending\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(all->find("paladin_pod_gpu_memory_bytes{cluster=\"prod\",team=\"k8s-other\","
+                      "namespace=\"other\",pod=\"c\",node=\"node-1\",gpu=\"1\",kind=\"booked\"} "
+                      "2147483648\n"),
+            std::string::npos)
+      << *all;
+  StatusOr<std::string> mine = h_.Client(research_).GetText("/metrics");
+  ASSERT_TRUE(mine.ok());
+  EXPECT_NE(mine->find("pod=\"a\",node=\"node-1\",gpu=\"0\",kind=\"booked\"} 2147483648\n"),
+            std::string::npos)
+      << *mine;
+  EXPECT_EQ(mine->find("k8s-other"), std::string::npos) << *mine;
 }
 
 // `auto` pods' sizing (GET /v1/sizing, docs/kubernetes.md design 7): the class's highest measured

@@ -97,13 +97,19 @@ std::string TeamOfNamespace(const std::string& ns, const std::string& labels_jso
 // else the reason a pod of it stays Pending. `max_bytes` 0 means no quota.
 std::string TeamQuotaReason(const std::string& team, uint64_t max_bytes, uint64_t used_bytes,
                             uint64_t ask_bytes);
+// A team's quota on GPUs (max_gpus; 0: none) against the GPUs its bound pods hold, each one
+// (its share of one GPU), and its jobs: empty when one more fits, else the reason a pod of it
+// stays Pending.
+std::string TeamGpuQuotaReason(const std::string& team, uint64_t max_gpus, uint64_t used_gpus);
 
-// A team's GPU-memory quota as Paladin's server keeps it (max_gpu_mem; 0: none), and the GPU
-// memory the team holds outside this cluster, which the quota counts too: its jobs in the
-// server and its pods in other clusters (docs/kubernetes.md, "Teams").
+// A team's quotas as Paladin's server keeps them (max_gpu_mem and max_gpus; 0: none), and what
+// the team holds outside this cluster, which the quotas count too: its jobs in the server and
+// its pods in other clusters (docs/kubernetes.md, "Teams").
 struct TeamQuota {
   uint64_t max_bytes = 0;
   uint64_t elsewhere_bytes = 0;
+  uint64_t max_gpus = 0;
+  uint64_t elsewhere_gpus = 0;
 };
 
 // The teams' GPU-memory quotas, by team name (Paladin's server's teams); called once per pass.
@@ -112,9 +118,11 @@ using TeamQuotas = std::function<StatusOr<std::map<std::string, TeamQuota>>()>;
 
 // The quotas in Paladin's server's answer to GET /v1/teams, seen from the cluster named
 // `cluster`: each team's max_gpu_mem_bytes, and as elsewhere_bytes its gpu_mem_in_use's jobs_bytes
-// plus the pods_bytes of every other cluster. A team whose figures are not non-negative
-// integers is left out (its pods are then not held to a quota); an answer that is not an object
-// with a "teams" list is an error.
+// plus the pods_bytes of every other cluster; its max_gpus, and as elsewhere_gpus its
+// gpus_in_use's jobs plus the pods of every other cluster (a server that gives no max_gpus or
+// gpus_in_use: none). A team whose figures are not non-negative integers is left out (its pods
+// are then not held to a quota); an answer that is not an object with a "teams" list is an
+// error.
 StatusOr<std::map<std::string, TeamQuota>> TeamQuotasOf(const nlohmann::json& teams,
                                                         const std::string& cluster);
 
