@@ -11,11 +11,12 @@
 //   CommandQueue (command_queue.h)     the agents' commands: queued, handed out, acknowledged
 //   MigrationTable (migration_table.h) the migration rows; migration_steps.h decides their steps
 //   Persistence (persistence.h)        all SQL: what is loaded at start and written by Flush
-// Control keeps the rest (teams, counters, events, logs, the predictors) and
-// carries out each operation over the parts.
+// Control keeps the rest (teams, counters, events, logs, the predictors) and carries out each
+// operation over the parts.
 //
 // The implementation is split by concern: control.cc (loading, persistence, commands, events,
-// tokens), jobs.cc (the job endpoints), agents.cc (registration and heartbeats), scheduler.cc
+// tokens), jobs.cc (the job endpoints), agents.cc (registration and heartbeats, whose bodies and
+// answers are api/wire.h's types), scheduler.cc
 // (placement with the core packer, predictions, accounting), orchestrator.cc (migrations,
 // checkpoints, recovery, drain), gangs.cc (jobs of several ranks: placement, addresses, routes,
 // the coordinated checkpoint, recovery), views.cc (nodes, teams, events, summary, metrics).
