@@ -155,27 +155,27 @@ void Agent::SleepFor(double seconds) {
 }
 
 bool Agent::Register() {
-  Json body = {{"name", options_.name},
-               {"address", options_.address},
-               {"migrate_port", options_.migrate_port},
-               {"checkpointable", checkpointable_},
-               {"post_copy", checkpointable_ && ReadyLazyCriu().ok()},
-               {"stream", checkpointable_},
-               {"gpus", GpusForRegister()},
-               {"jobs", Reports(true)}};
-  StatusOr<Json> answer = client_->Post("/v1/agents/register", body);
+  api::Registration registration;
+  registration.name = options_.name;
+  registration.address = options_.address;
+  registration.migrate_port = options_.migrate_port;
+  registration.checkpointable = checkpointable_;
+  registration.post_copy = checkpointable_ && ReadyLazyCriu().ok();
+  registration.stream = checkpointable_;
+  registration.gpus = GpusForRegister();
+  registration.jobs = Reports(true);
+  StatusOr<Json> answer = client_->Post("/v1/agents/register", api::ToJson(registration));
   if (!answer.ok()) {
     Say("cannot register with " + client_->Url() + ": " + answer.status().message());
     return false;
   }
   Delivered();
-  try {
-    if (answer->is_object()) {
-      lease_s_ = answer->value("lease_s", lease_s_.load());
-      heartbeat_s_ = answer->value("heartbeat_s", heartbeat_s_);
-    }
-  } catch (const Json::exception& e) {
-    Say("the server's answer to register is malformed (" + std::string(e.what()) +
+  StatusOr<api::AgentAnswer> read = api::ReadAgentAnswer(*answer);
+  if (read.ok()) {
+    lease_s_ = read->lease_s.value_or(lease_s_.load());
+    heartbeat_s_ = read->heartbeat_s.value_or(heartbeat_s_);
+  } else {
+    Say("the server's answer to register is malformed (" + read.status().message() +
         "); keeping lease " + std::to_string(lease_s_.load()) + " s");
   }
   heartbeat_s_ = std::clamp(heartbeat_s_, 0.05, 60.0);
@@ -189,18 +189,18 @@ bool Agent::Register() {
 }
 
 bool Agent::Heartbeat() {
-  Json results = Json::array();
+  api::Heartbeat beat;
   {
     std::lock_guard<std::mutex> lock(mu_);
     results_in_flight_ = results_.size();
     for (const Result& r : results_) {
-      results.push_back({{"command", r.command},
-                         {"ok", r.status.ok()},
-                         {"error", r.status.message()},
-                         {"detail", r.detail}});
+      beat.results.push_back(
+          api::CommandResult{r.command, r.status.ok(), r.status.message(), r.detail});
     }
   }
-  Json body = {{"gpus", GpusForHeartbeat()}, {"jobs", Reports(true)}, {"results", results}};
+  beat.gpus = GpusForHeartbeat();
+  beat.jobs = Reports(true);
+  const Json body = api::ToJson(beat);
   // The lease counts from before the server could have seen this beat: its own count starts
   // later, so the node's fence always comes first.
   const double sent = clock_.SteadySeconds();
@@ -228,19 +228,22 @@ bool Agent::Heartbeat() {
   // The inits may have stopped the jobs before this loop noticed: the answer's commands find them
   // frozen, as they are.
   if (plan.lease_was_out) FreezeJobs(plan.silent_s, true);
-  try {
-    if (answer->is_object()) {
-      lease_s_ = answer->value("lease_s", lease_s_.load());
-      if (answer->contains("heartbeat_s")) heartbeat_s_ = answer->at("heartbeat_s").get<double>();
+  StatusOr<api::AgentAnswer> read = api::ReadAgentAnswer(*answer);
+  if (!read.ok()) {
+    Say("malformed heartbeat answer: " + read.status().message());
+  } else if (answer->is_object()) {
+    try {
+      lease_s_ = read->lease_s.value_or(lease_s_.load());
+      if (read->heartbeat_s) heartbeat_s_ = *read->heartbeat_s;
       heartbeat_s_ = std::clamp(heartbeat_s_, 0.05, 60.0);
       if (plan.RenewBeforeCommands()) RenewLease(sent_ns);
-      if (answer->contains("commands")) {
-        for (const Json& c : answer->at("commands")) Dispatch(c);
+      if (read->commands != nullptr) {
+        for (const Json& c : *read->commands) Dispatch(c);
       }
-      if (answer->contains("rank_routes")) ApplyRankRoutes(answer->at("rank_routes"));
+      if (read->rank_routes != nullptr) ApplyRankRoutes(*read->rank_routes);
+    } catch (const Json::exception& e) {
+      Say("malformed heartbeat answer: " + std::string(e.what()));
     }
-  } catch (const Json::exception& e) {
-    Say("malformed heartbeat answer: " + std::string(e.what()));
   }
   if (!plan.RenewBeforeCommands()) RenewLease(sent_ns);
   // The server has spoken (it may have killed some): what is still frozen runs again.
@@ -252,9 +255,7 @@ bool Agent::Heartbeat() {
 
 void Agent::Dispatch(const Json& body) {
   // A command without a usable id cannot be answered: said and dropped.
-  const int64_t id = body.is_object() && body.contains("id") && body["id"].is_number_integer()
-                         ? body["id"].get<int64_t>()
-                         : 0;
+  const int64_t id = api::CommandIdOf(body);
   if (id <= 0) {
     Say("ignoring a command without an id: " +
         body.dump(-1, ' ', false, Json::error_handler_t::replace).substr(0, 200));

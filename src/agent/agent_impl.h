@@ -138,8 +138,8 @@ class Agent {
 
   // --- gpus.cc ---
   Status DiscoverGpus();
-  Json GpusForRegister() const;
-  Json GpusForHeartbeat() const;
+  std::vector<api::RegisteredGpu> GpusForRegister() const;
+  std::vector<api::GpuReport> GpusForHeartbeat() const;
   std::string GpuUuid(int index) const;
   int GpuIndex(const std::string& uuid) const;  // -1: not one of this agent's GPUs
   void ShareEmulatedState() const;
@@ -178,7 +178,7 @@ class Agent {
 
   // --- jobs.cc ---
   Workload* Find(const std::string& id, int64_t epoch);  // epoch < 0: any; needs mu_
-  Json Reports(bool with_logs);                          // takes mu_
+  std::vector<api::JobReport> Reports(bool with_logs);   // takes mu_
   void Delivered();                                      // takes mu_
   void PollExits();                                      // takes mu_
   void Forget(const std::string& id, int64_t epoch, bool remove_run_dir);  // needs mu_

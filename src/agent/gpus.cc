@@ -177,34 +177,38 @@ std::string Agent::GpuUuid(int index) const {
   return "";
 }
 
-Json Agent::GpusForRegister() const {
+std::vector<api::RegisteredGpu> Agent::GpusForRegister() const {
   std::lock_guard<std::mutex> lock(gpu_mu_);
-  Json out = Json::array();
+  std::vector<api::RegisteredGpu> out;
   for (const gpu::GpuInfo& g : gpus_) {
-    out.push_back({{"index", g.index},
-                   {"uuid", g.uuid},
-                   {"model", g.name},
-                   {"memory_bytes", g.total_bytes},
-                   {"emulated", driver_.emulated},
-                   {"healthy", faults_.count(g.index) == 0}});
+    api::RegisteredGpu r;
+    r.index = g.index;
+    r.uuid = g.uuid;
+    r.model = g.name;
+    r.memory_bytes = static_cast<int64_t>(g.total_bytes);
+    r.emulated = driver_.emulated;
+    r.healthy = faults_.count(g.index) == 0;
+    out.push_back(std::move(r));
   }
   return out;
 }
 
-Json Agent::GpusForHeartbeat() const {
+std::vector<api::GpuReport> Agent::GpusForHeartbeat() const {
   StatusOr<std::vector<gpu::GpuInfo>> now = nvml_->Gpus();
   std::lock_guard<std::mutex> lock(gpu_mu_);
-  Json out = Json::array();
+  std::vector<api::GpuReport> out;
   for (const gpu::GpuInfo& g : gpus_) {
     uint64_t used = 0;
     if (now.ok()) {
       for (const gpu::GpuInfo& n : *now) used = n.uuid == g.uuid ? n.used_bytes : used;
     }
     auto fault = faults_.find(g.index);
-    out.push_back({{"index", g.index},
-                   {"healthy", fault == faults_.end()},
-                   {"fault", fault == faults_.end() ? "" : fault->second},
-                   {"used_bytes", used}});
+    api::GpuReport r;
+    r.index = g.index;
+    r.healthy = fault == faults_.end();
+    r.fault = fault == faults_.end() ? "" : fault->second;
+    r.used_bytes = static_cast<int64_t>(used);
+    out.push_back(std::move(r));
   }
   return out;
 }

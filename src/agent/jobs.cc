@@ -132,9 +132,9 @@ Workload* Agent::Find(const std::string& id, int64_t epoch) {
   return nullptr;
 }
 
-Json Agent::Reports(bool with_logs) {
+std::vector<api::JobReport> Agent::Reports(bool with_logs) {
   std::lock_guard<std::mutex> lock(mu_);
-  Json out = Json::array();
+  std::vector<api::JobReport> out;
   for (auto& [key, w] : jobs_) {
     api::CopyState state = w->state;
     if (state != api::CopyState::kExited) {
@@ -171,7 +171,7 @@ Json Agent::Reports(bool with_logs) {
       r.stderr_to = w->err_pending;
     }
     w->exit_reported = state == api::CopyState::kExited;
-    out.push_back(api::ToJson(r));
+    out.push_back(std::move(r));
   }
   return out;
 }

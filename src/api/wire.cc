@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "paladin/core/fleet.h"
+
 namespace paladin::api {
 namespace {
 
@@ -386,6 +388,12 @@ Json ToJson(const Command& c) {
   return out;
 }
 
+int64_t CommandIdOf(const Json& body) {
+  return body.is_object() && body.contains("id") && body["id"].is_number_integer()
+             ? body["id"].get<int64_t>()
+             : 0;
+}
+
 StatusOr<Command> DecodeCommand(const Json& body) {
   if (!body.is_object()) return InvalidArgument("command: expected a JSON object");
   Command c;
@@ -570,6 +578,177 @@ StatusOr<Heartbeat> DecodeHeartbeat(const Json& body) {
     beat.results.push_back(std::move(c));
   }
   return beat;
+}
+
+Json ToJson(const Heartbeat& beat) {
+  Json gpus = Json::array();
+  for (const GpuReport& g : beat.gpus) gpus.push_back(ToJson(g));
+  Json jobs = Json::array();
+  for (const JobReport& r : beat.jobs) jobs.push_back(ToJson(r));
+  Json results = Json::array();
+  for (const CommandResult& c : beat.results) results.push_back(ToJson(c));
+  return Json{
+      {"gpus", std::move(gpus)}, {"jobs", std::move(jobs)}, {"results", std::move(results)}};
+}
+
+Json ToJson(const Registration& r) {
+  Json gpus = Json::array();
+  for (const RegisteredGpu& g : r.gpus) {
+    gpus.push_back({{"index", g.index},
+                    {"uuid", g.uuid},
+                    {"model", g.model},
+                    {"memory_bytes", g.memory_bytes},
+                    {"emulated", g.emulated},
+                    {"healthy", g.healthy}});
+  }
+  Json jobs = Json::array();
+  for (const JobReport& j : r.jobs) jobs.push_back(ToJson(j));
+  return Json{{"name", r.name},
+              {"address", r.address},
+              {"migrate_port", r.migrate_port},
+              {"checkpointable", r.checkpointable},
+              {"post_copy", r.post_copy},
+              {"stream", r.stream},
+              {"gpus", std::move(gpus)},
+              {"jobs", std::move(jobs)}};
+}
+
+Json ToJson(const RegisterAnswer& a) {
+  return Json{{"lease_s", a.lease_s},
+              {"heartbeat_s", a.heartbeat_s},
+              {"checkpoint_store", a.checkpoint_store}};
+}
+
+Json ToJson(const HeartbeatAnswer& a) {
+  return Json{{"lease_s", a.lease_s},
+              {"heartbeat_s", a.heartbeat_s},
+              {"commands", a.commands},
+              {"rank_routes", ToJson(a.rank_routes)}};
+}
+
+namespace {
+
+// A registration's fields: absent or null is FALLBACK. Its errors say "out of range" without the
+// bounds (docs/formats/api.md, "Agents").
+StatusOr<int64_t> RegisteredInt(const Json& o, const char* key, int64_t lo, int64_t hi,
+                                int64_t fallback, const std::string& where) {
+  if (!o.contains(key) || o[key].is_null()) return fallback;
+  if (!o[key].is_number_integer()) return Wrong(where, key, "expected an integer");
+  if (o[key].is_number_unsigned() && o[key].get<uint64_t>() > static_cast<uint64_t>(hi)) {
+    return Wrong(where, key, "out of range");
+  }
+  const int64_t n = o[key].get<int64_t>();
+  if (n < lo || n > hi) return Wrong(where, key, "out of range");
+  return n;
+}
+
+StatusOr<std::string> RegisteredString(const Json& o, const char* key, const std::string& where) {
+  std::string out;
+  PALADIN_RETURN_IF_ERROR(Str(o, key, where, &out));
+  return out;
+}
+
+StatusOr<bool> RegisteredBool(const Json& o, const char* key, bool fallback,
+                              const std::string& where) {
+  if (!o.contains(key) || o[key].is_null()) return fallback;
+  if (!o[key].is_boolean()) return Wrong(where, key, "expected a boolean");
+  return o[key].get<bool>();
+}
+
+StatusOr<RegisteredGpu> DecodeRegisteredGpu(const Json& g) {
+  const std::string where = "gpus[]: ";
+  if (!g.is_object()) return InvalidArgument("gpus[]: expected objects");
+  RegisteredGpu r;
+  StatusOr<int64_t> index = RegisteredInt(g, "index", 0, core::kMaxGpusPerNode - 1, -1, where);
+  if (!index.ok()) return index.status();
+  if (*index < 0) return InvalidArgument("gpus[]: index: required");
+  StatusOr<int64_t> memory = RegisteredInt(g, "memory_bytes", 0, kMaxCount, 0, where);
+  if (!memory.ok()) return memory.status();
+  StatusOr<std::string> uuid = RegisteredString(g, "uuid", where);
+  if (!uuid.ok()) return uuid.status();
+  StatusOr<std::string> model = RegisteredString(g, "model", where);
+  if (!model.ok()) return model.status();
+  StatusOr<bool> emulated = RegisteredBool(g, "emulated", false, where);
+  if (!emulated.ok()) return emulated.status();
+  StatusOr<bool> healthy = RegisteredBool(g, "healthy", true, where);
+  if (!healthy.ok()) return healthy.status();
+  r.index = static_cast<int>(*index);
+  r.memory_bytes = *memory;
+  r.uuid = *uuid;
+  r.model = *model;
+  r.emulated = *emulated;
+  r.healthy = *healthy;
+  return r;
+}
+
+StatusOr<std::optional<double>> Seconds(const Json& o, const char* key) {
+  if (!o.contains(key) || o[key].is_null()) return std::optional<double>();
+  if (!o[key].is_number()) return Wrong("", key, "expected a number");
+  return std::optional<double>(o[key].get<double>());
+}
+
+}  // namespace
+
+StatusOr<std::string> RegistrationName(const Json& body) {
+  if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
+  return RegisteredString(body, "name", "");
+}
+
+StatusOr<Registration> DecodeRegistration(const Json& body) {
+  Registration r;
+  StatusOr<std::string> name = RegistrationName(body);
+  if (!name.ok()) return name.status();
+  r.name = *name;
+  StatusOr<std::string> address = RegisteredString(body, "address", "");
+  if (!address.ok()) return address.status();
+  r.address = *address;
+  StatusOr<int64_t> port = RegisteredInt(body, "migrate_port", 0, 65535, 0, "");
+  if (!port.ok()) return port.status();
+  r.migrate_port = static_cast<int>(*port);
+  if (body.contains("checkpointable") && !body["checkpointable"].is_boolean()) {
+    return InvalidArgument("checkpointable: expected true or false");
+  }
+  r.checkpointable = body.value("checkpointable", true);
+  StatusOr<bool> post_copy = RegisteredBool(body, "post_copy", false, "");
+  if (!post_copy.ok()) return post_copy.status();
+  r.post_copy = *post_copy;
+  StatusOr<bool> stream = RegisteredBool(body, "stream", false, "");
+  if (!stream.ok()) return stream.status();
+  r.stream = *stream;
+  if (body.contains("gpus") && !body["gpus"].is_null()) {
+    if (!body["gpus"].is_array()) return InvalidArgument("gpus: expected a list");
+    for (const Json& g : body["gpus"]) {
+      StatusOr<RegisteredGpu> gpu = DecodeRegisteredGpu(g);
+      if (!gpu.ok()) return gpu.status();
+      if (std::any_of(r.gpus.begin(), r.gpus.end(),
+                      [&](const RegisteredGpu& o) { return o.index == gpu->index; })) {
+        return InvalidArgument("gpus[]: index " + std::to_string(gpu->index) + " appears twice");
+      }
+      r.gpus.push_back(std::move(*gpu));
+    }
+  }
+  if (body.contains("jobs")) {
+    StatusOr<std::vector<JobReport>> jobs = DecodeJobReports(body["jobs"]);
+    if (!jobs.ok()) return jobs.status();
+    r.jobs = std::move(*jobs);
+  }
+  return r;
+}
+
+StatusOr<AgentAnswer> ReadAgentAnswer(const Json& answer) {
+  AgentAnswer out;
+  if (!answer.is_object()) return out;
+  StatusOr<std::optional<double>> lease = Seconds(answer, "lease_s");
+  if (!lease.ok()) return lease.status();
+  out.lease_s = *lease;
+  StatusOr<std::optional<double>> beat = Seconds(answer, "heartbeat_s");
+  if (!beat.ok()) return beat.status();
+  out.heartbeat_s = *beat;
+  StatusOr<const Json*> commands = List(answer, "commands");
+  if (!commands.ok()) return commands.status();
+  out.commands = *commands;
+  if (answer.contains("rank_routes")) out.rank_routes = &answer["rank_routes"];
+  return out;
 }
 
 namespace {

@@ -11,35 +11,6 @@
 namespace paladin::server {
 namespace {
 
-StatusOr<int64_t> IntOf(const Json& o, const char* key, int64_t lo, int64_t hi, int64_t fallback,
-                        const std::string& where) {
-  if (!o.contains(key) || o[key].is_null()) return fallback;
-  if (!o[key].is_number_integer()) {
-    return InvalidArgument(where + std::string(key) + ": expected an integer");
-  }
-  if (o[key].is_number_unsigned() && o[key].get<uint64_t>() > static_cast<uint64_t>(hi)) {
-    return InvalidArgument(where + std::string(key) + ": out of range");
-  }
-  const int64_t n = o[key].get<int64_t>();
-  if (n < lo || n > hi) return InvalidArgument(where + std::string(key) + ": out of range");
-  return n;
-}
-
-StatusOr<std::string> StringOf(const Json& o, const char* key, const std::string& where) {
-  if (!o.contains(key) || o[key].is_null()) return std::string();
-  if (!o[key].is_string()) return InvalidArgument(where + std::string(key) + ": expected a string");
-  return o[key].get<std::string>();
-}
-
-StatusOr<bool> BoolOf(const Json& o, const char* key, bool fallback, const std::string& where) {
-  if (!o.contains(key) || o[key].is_null()) return fallback;
-  if (!o[key].is_boolean())
-    return InvalidArgument(where + std::string(key) + ": expected a boolean");
-  return o[key].get<bool>();
-}
-
-inline constexpr int64_t kMaxBytes = int64_t{1} << 60;
-
 // Checks every field the server reads from a heartbeat before anything is applied, so a bad
 // heartbeat changes nothing.
 // The wire decoder checks each field's type and range; a job id's syntax is the server's.
@@ -56,74 +27,36 @@ Status CheckJobIds(const std::vector<api::JobReport>& reports) {
 }  // namespace
 
 StatusOr<Json> Control::RegisterAgent(const Principal& who, const Json& body) {
-  if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
-  StatusOr<std::string> name = StringOf(body, "name", "");
+  StatusOr<std::string> name = api::RegistrationName(body);
   if (!name.ok()) return name.status();
   if (!ValidName(*name)) {
     return InvalidArgument("name: '" + name->substr(0, 64) +
                            "' must be 1-63 characters of letters, digits, '.', '_', '-'");
   }
   PALADIN_RETURN_IF_ERROR(CheckSpeaksFor(who, *name, "register as " + *name));
-  StatusOr<std::string> address = StringOf(body, "address", "");
-  if (!address.ok()) return address.status();
-  StatusOr<int64_t> port = IntOf(body, "migrate_port", 0, 65535, 0, "");
-  if (!port.ok()) return port.status();
-  if (body.contains("checkpointable") && !body["checkpointable"].is_boolean()) {
-    return InvalidArgument("checkpointable: expected true or false");
-  }
-  StatusOr<bool> post_copy = BoolOf(body, "post_copy", false, "");
-  if (!post_copy.ok()) return post_copy.status();
-  StatusOr<bool> stream = BoolOf(body, "stream", false, "");
-  if (!stream.ok()) return stream.status();
+  StatusOr<api::Registration> reg = api::DecodeRegistration(body);
+  if (!reg.ok()) return reg.status();
+  PALADIN_RETURN_IF_ERROR(CheckJobIds(reg->jobs));
   std::vector<GpuRecord> gpus;
-  if (body.contains("gpus") && !body["gpus"].is_null()) {
-    if (!body["gpus"].is_array()) return InvalidArgument("gpus: expected a list");
-    for (const Json& g : body["gpus"]) {
-      if (!g.is_object()) return InvalidArgument("gpus[]: expected objects");
-      GpuRecord r;
-      StatusOr<int64_t> index = IntOf(g, "index", 0, core::kMaxGpusPerNode - 1, -1, "gpus[]: ");
-      if (!index.ok()) return index.status();
-      if (*index < 0) return InvalidArgument("gpus[]: index: required");
-      StatusOr<int64_t> memory = IntOf(g, "memory_bytes", 0, kMaxBytes, 0, "gpus[]: ");
-      if (!memory.ok()) return memory.status();
-      StatusOr<std::string> uuid = StringOf(g, "uuid", "gpus[]: ");
-      StatusOr<std::string> model = StringOf(g, "model", "gpus[]: ");
-      StatusOr<bool> emulated = BoolOf(g, "emulated", false, "gpus[]: ");
-      StatusOr<bool> healthy = BoolOf(g, "healthy", true, "gpus[]: ");
-      if (!uuid.ok()) return uuid.status();
-      if (!model.ok()) return model.status();
-      if (!emulated.ok()) return emulated.status();
-      if (!healthy.ok()) return healthy.status();
-      r.index = static_cast<int>(*index);
-      r.memory_bytes = *memory;
-      r.uuid = *uuid;
-      r.model = model->empty() ? "GPU" : *model;
-      r.emulated = *emulated;
-      r.healthy = *healthy;
-      if (std::any_of(gpus.begin(), gpus.end(),
-                      [&](const GpuRecord& o) { return o.index == r.index; })) {
-        return InvalidArgument("gpus[]: index " + std::to_string(r.index) + " appears twice");
-      }
-      gpus.push_back(r);
-    }
-  }
-  std::vector<api::JobReport> reports;
-  if (body.contains("jobs")) {
-    StatusOr<std::vector<api::JobReport>> decoded = api::DecodeJobReports(body["jobs"]);
-    if (!decoded.ok()) return decoded.status();
-    PALADIN_RETURN_IF_ERROR(CheckJobIds(*decoded));
-    reports = std::move(*decoded);
+  for (const api::RegisteredGpu& g : reg->gpus) {
+    GpuRecord r;
+    r.index = g.index;
+    r.memory_bytes = g.memory_bytes;
+    r.uuid = g.uuid;
+    r.model = g.model.empty() ? "GPU" : g.model;
+    r.emulated = g.emulated;
+    r.healthy = g.healthy;
+    gpus.push_back(r);
   }
   std::lock_guard<std::mutex> lock(mu_);
   const double now = Now();
-  NodeRecord& n = nodes_[*name];
-  const bool fresh = n.name.empty();
-  n.name = *name;
-  n.address = *address;
-  n.migrate_port = static_cast<int>(*port);
-  n.checkpointable = body.value("checkpointable", true);
-  n.post_copy = *post_copy;
-  n.stream = *stream;
+  bool fresh = false;
+  NodeRecord& n = nodes_.FindOrAdd(reg->name, &fresh);
+  n.address = reg->address;
+  n.migrate_port = reg->migrate_port;
+  n.checkpointable = reg->checkpointable;
+  n.post_copy = reg->post_copy;
+  n.stream = reg->stream;
   // Keep what the server learnt about a GPU's health across re-registration.
   for (GpuRecord& g : gpus) {
     if (const GpuRecord* old = n.Gpu(g.index)) {
@@ -132,19 +65,17 @@ StatusOr<Json> Control::RegisterAgent(const Principal& who, const Json& body) {
     }
   }
   n.gpus = gpus;
-  n.last_heartbeat = now;
+  nodes_.Heard(n, now);
   n.state = n.draining ? NodeState::kDraining : NodeState::kAlive;
-  n.dead_since = 0;
   Event("registered", nullptr, n.name,
         std::string(fresh ? "agent registered" : "agent registered again") + " with " +
             std::to_string(n.gpus.size()) + " GPU(s)");
-  for (const api::JobReport& r : reports) ApplyReport(n, r);
-  DirtyNode(n);
+  for (const api::JobReport& r : reg->jobs) ApplyReport(n, r);
+  nodes_.MarkDirty(n);
   PALADIN_RETURN_IF_ERROR(Flush());
   Wake();
-  return Json{{"lease_s", options_.lease_s},
-              {"heartbeat_s", options_.heartbeat_s},
-              {"checkpoint_store", options_.checkpoint_store}};
+  return api::ToJson(
+      api::RegisterAnswer{options_.lease_s, options_.heartbeat_s, options_.checkpoint_store});
 }
 
 StatusOr<Json> Control::Heartbeat(const Principal& who, const std::string& name, const Json& body) {
@@ -153,17 +84,13 @@ StatusOr<Json> Control::Heartbeat(const Principal& who, const std::string& name,
   if (!beat.ok()) return beat.status();
   PALADIN_RETURN_IF_ERROR(CheckJobIds(beat->jobs));
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = nodes_.find(name);
-  if (it == nodes_.end()) return NotFound("node " + name + " not found: register first");
-  NodeRecord& n = it->second;
+  NodeRecord* node = nodes_.Find(name);
+  if (node == nullptr) return NotFound("node " + name + " not found: register first");
+  NodeRecord& n = *node;
   const double now = Now();
-  if (n.state == NodeState::kDead) {
-    n.state = n.draining ? NodeState::kDraining : NodeState::kAlive;
+  if (nodes_.Heard(n, now)) {
     Event("registered", nullptr, n.name, "agent heartbeating again after being dead");
-    DirtyNode(n);
   }
-  n.last_heartbeat = now;
-  n.dead_since = 0;
   UpdateGpus(n, beat->gpus);
   for (const api::CommandResult& r : beat->results) ApplyResult(n, r);
   for (const api::JobReport& r : beat->jobs) ApplyReport(n, r);
@@ -174,13 +101,11 @@ StatusOr<Json> Control::Heartbeat(const Principal& who, const std::string& name,
       AdvanceMigration(m, MigrationEvent{MigrationEvent::Kind::kListening, ""});
     }
   }
-  LazyNode(n);  // the beat's time and GPU use; health changes mark it dirty in UpdateGpus
-  Json commands = TakeCommands(n);
+  nodes_.MarkLazy(n);  // the beat's time and GPU use; health changes mark it dirty in UpdateGpus
+  api::HeartbeatAnswer answer{options_.lease_s, options_.heartbeat_s, TakeCommands(n),
+                              RankRoutesFor(n)};
   PALADIN_RETURN_IF_ERROR(Flush());
-  return Json{{"lease_s", options_.lease_s},
-              {"heartbeat_s", options_.heartbeat_s},
-              {"commands", commands},
-              {"rank_routes", api::ToJson(RankRoutesFor(n))}};
+  return api::ToJson(answer);
 }
 
 void Control::UpdateGpus(NodeRecord& n, const std::vector<api::GpuReport>& gpus) {
@@ -194,7 +119,7 @@ void Control::UpdateGpus(NodeRecord& n, const std::vector<api::GpuReport>& gpus)
                   (g.fault.empty() ? "" : ": " + g.fault));
         Wake();
       }
-      if (r.healthy != (g.healthy && g.fault.empty()) || r.fault != g.fault) DirtyNode(n);
+      if (r.healthy != (g.healthy && g.fault.empty()) || r.fault != g.fault) nodes_.MarkDirty(n);
       r.healthy = g.healthy && g.fault.empty();
       r.fault = g.fault;
     }

@@ -18,9 +18,6 @@ namespace {
 
 inline constexpr size_t kLogKeepBytes = 1 << 20;
 inline constexpr int kUsageKeep = 2000;
-constexpr const char* kFleetAgentTokenRefused =
-    "this server takes node tokens only (--node-tokens-only): the fleet-wide agent token is "
-    "refused; give each agent a token of its own node (paladin tokens create --scope agent:NODE)";
 
 }  // namespace
 
@@ -79,7 +76,9 @@ Control::Control(std::unique_ptr<Store> store, ControlOptions options, core::Pol
       db_(store_.get()),
       options_(std::move(options)),
       packer_(std::move(policy)),
-      predictors_factory_(*core::PredictorFactory::ForName("paladin")) {}
+      predictors_factory_(*core::PredictorFactory::ForName("paladin")),
+      tokens_(options_.node_tokens_only),
+      nodes_(options_.lease_s) {}
 
 StatusOr<std::unique_ptr<Control>> Control::Create(std::unique_ptr<Store> store,
                                                    ControlOptions options) {
@@ -105,13 +104,13 @@ double Control::Now() const {
 Status Control::Load() {
   StatusOr<std::vector<TokenRecord>> tokens = db_.Tokens();
   if (!tokens.ok()) return tokens.status();
-  for (TokenRecord& t : *tokens) tokens_[t.digest] = std::move(t);
+  tokens_.Load(std::move(*tokens));
   StatusOr<std::vector<TeamRecord>> teams = db_.Teams();
   if (!teams.ok()) return teams.status();
   for (TeamRecord& t : *teams) teams_[t.name] = std::move(t);
   StatusOr<std::vector<NodeRecord>> nodes = db_.Nodes();
   if (!nodes.ok()) return nodes.status();
-  for (NodeRecord& n : *nodes) nodes_[n.name] = std::move(n);
+  nodes_.Load(std::move(*nodes));
   StatusOr<std::vector<JobRecord>> jobs = db_.Jobs();
   if (!jobs.ok()) return jobs.status();
   for (const JobRecord& j : *jobs) {
@@ -160,10 +159,7 @@ void Control::Reconcile() {
     }
     if (j.HoldsGpu()) j.accounted_at = std::max(j.accounted_at, now);
   }
-  for (auto& [name, n] : nodes_) {
-    // Give every agent a fresh lease: the server was away, not the agents.
-    if (n.state != NodeState::kDead) n.last_heartbeat = now;
-  }
+  nodes_.RenewAll(now);  // the server was away, not the agents
 }
 
 void Control::CrashPoint(const std::string& step) {
@@ -245,17 +241,14 @@ Json Control::JobJson(const JobRecord& j) const {
 }
 
 Status Control::Flush() {
-  if (!jobs_.HasDirty() && dirty_nodes_.empty() && dirty_teams_.empty() && !commands_.HasDirty() &&
+  if (!jobs_.HasDirty() && !nodes_.HasDirty() && dirty_teams_.empty() && !commands_.HasDirty() &&
       !migrations_.HasDirty() && dirty_counters_.empty() && events_.empty() && samples_.empty() &&
       logs_.empty() && deleted_dirs_.empty()) {
     return Status::Ok();
   }
   Store::Transaction txn(db_.store());
   for (const JobRecord* j : jobs_.Dirty()) PALADIN_RETURN_IF_ERROR(db_.SaveJob(*j));
-  for (const std::string& name : dirty_nodes_) {
-    auto it = nodes_.find(name);
-    if (it != nodes_.end()) PALADIN_RETURN_IF_ERROR(db_.SaveNode(it->second));
-  }
+  for (const NodeRecord* n : nodes_.Dirty()) PALADIN_RETURN_IF_ERROR(db_.SaveNode(*n));
   for (const std::string& name : dirty_teams_) {
     auto it = teams_.find(name);
     if (it != teams_.end()) PALADIN_RETURN_IF_ERROR(db_.SaveTeam(it->second));
@@ -288,7 +281,7 @@ Status Control::Flush() {
     }
   }
   jobs_.ClearDirty();
-  dirty_nodes_.clear();
+  nodes_.ClearDirty();
   dirty_teams_.clear();
   migrations_.ClearDirty();
   dirty_counters_.clear();
@@ -303,25 +296,13 @@ Status Control::Flush() {
 // --- tokens ---
 
 StatusOr<Principal> Control::Authenticate(const std::string& secret) {
-  if (secret.empty()) return Unauthenticated("no bearer token (Authorization: Bearer pal_...)");
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = tokens_.find(Sha256Hex(secret));
-  if (it == tokens_.end()) return Unauthenticated("invalid token");
-  StatusOr<Principal> p = ParseScope(it->second.scope);
-  if (!p.ok()) return Unauthenticated("token with an unusable scope");
-  if (options_.node_tokens_only && p->agent() && !p->node_scoped()) {
-    return PermissionDenied(kFleetAgentTokenRefused);
-  }
-  p->token_id = it->second.id;
-  return p;
+  return tokens_.Authenticate(secret);
 }
 
 StatusOr<Json> Control::CreateToken(const std::string& scope, const std::string& name) {
-  StatusOr<Principal> parsed = ParseScope(scope);
+  StatusOr<Principal> parsed = tokens_.CheckScope(scope);
   if (!parsed.ok()) return parsed.status();
-  if (options_.node_tokens_only && parsed->agent() && !parsed->node_scoped()) {
-    return FailedPrecondition(kFleetAgentTokenRefused);
-  }
   StatusOr<std::string> secret = NewToken();
   if (!secret.ok()) return secret.status();
   std::lock_guard<std::mutex> lock(mu_);
@@ -329,7 +310,7 @@ StatusOr<Json> Control::CreateToken(const std::string& scope, const std::string&
   StatusOr<int64_t> id = db_.AddToken(t);
   if (!id.ok()) return id.status();
   t.id = *id;
-  tokens_[t.digest] = t;
+  tokens_.Add(t);
   if (parsed->team_scoped()) {
     Team(parsed->team);
     PALADIN_RETURN_IF_ERROR(Flush());
@@ -370,12 +351,8 @@ Status Control::AdoptToken(const std::string& secret, const std::string& scope,
 
 StatusOr<Json> Control::ListTokens() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<const TokenRecord*> sorted;
-  for (const auto& [digest, t] : tokens_) sorted.push_back(&t);
-  std::sort(sorted.begin(), sorted.end(),
-            [](const TokenRecord* a, const TokenRecord* b) { return a->id < b->id; });
   Json out = Json::array();
-  for (const TokenRecord* t : sorted) {
+  for (const TokenRecord* t : tokens_.Sorted()) {
     out.push_back(
         {{"id", t->id}, {"name", t->name}, {"scope", t->scope}, {"created_at", t->created_at}});
   }
@@ -384,19 +361,15 @@ StatusOr<Json> Control::ListTokens() {
 
 Status Control::DeleteToken(int64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = tokens_.begin(); it != tokens_.end(); ++it) {
-    if (it->second.id != id) continue;
-    PALADIN_RETURN_IF_ERROR(db_.DeleteToken(id));
-    tokens_.erase(it);
-    return Status::Ok();
-  }
-  return NotFound("token " + std::to_string(id) + " not found");
+  if (tokens_.ById(id) == nullptr) return NotFound("token " + std::to_string(id) + " not found");
+  PALADIN_RETURN_IF_ERROR(db_.DeleteToken(id));
+  tokens_.Remove(id);
+  return Status::Ok();
 }
 
 bool Control::HasTokenOfScope(const std::string& scope) {
   std::lock_guard<std::mutex> lock(mu_);
-  return std::any_of(tokens_.begin(), tokens_.end(),
-                     [&](const auto& kv) { return kv.second.scope == scope; });
+  return tokens_.HasScope(scope);
 }
 
 // --- the loop ---
@@ -437,8 +410,7 @@ void Control::Tick() {
   if (now - last_lazy_flush_ >= kLazyFlushS) {
     last_lazy_flush_ = now;
     jobs_.PromoteLazy();
-    dirty_nodes_.insert(lazy_nodes_.begin(), lazy_nodes_.end());
-    lazy_nodes_.clear();
+    nodes_.PromoteLazy();
   }
   Status s = Flush();
   if (!s.ok()) std::fprintf(stderr, "paladin server: %s\n", s.ToString().c_str());

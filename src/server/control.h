@@ -4,14 +4,19 @@
 // The records live in parts with one job each, every one with its own header and unit test:
 //   JobTable (job_table.h)             the jobs: lookup, new ids, SetState (the only way a job's
 //                                      state changes, along job_state.h's graph), dirty writes
+//   NodeTable (node_table.h)           the nodes: lookup, registration, the lease (when a silent
+//                                      node is dead, when its jobs may move), dirty writes
+//   TokenBook (token_book.h)           the API tokens by digest: who a secret speaks as, which
+//                                      scopes may be created here
 //   CommandQueue (command_queue.h)     the agents' commands: queued, handed out, acknowledged
 //   MigrationTable (migration_table.h) the migration rows; migration_steps.h decides their steps
 //   Persistence (persistence.h)        all SQL: what is loaded at start and written by Flush
-// Control keeps the rest (nodes, teams, tokens, counters, events, logs, the predictors) and
-// carries out each operation over the parts.
+// Control keeps the rest (teams, counters, events, logs, the predictors) and carries out each
+// operation over the parts.
 //
 // The implementation is split by concern: control.cc (loading, persistence, commands, events,
-// tokens), jobs.cc (the job endpoints), agents.cc (registration and heartbeats), scheduler.cc
+// tokens), jobs.cc (the job endpoints), agents.cc (registration and heartbeats, whose bodies and
+// answers are api/wire.h's types), scheduler.cc
 // (placement with the core packer, predictions, accounting), orchestrator.cc (migrations,
 // checkpoints, recovery, drain), gangs.cc (jobs of several ranks: placement, addresses, routes,
 // the coordinated checkpoint, recovery), views.cc (nodes, teams, events, summary, metrics).
@@ -37,6 +42,7 @@
 #include "job_table.h"
 #include "migration_table.h"
 #include "model.h"
+#include "node_table.h"
 #include "paladin/api/wire.h"
 #include "paladin/base/status.h"
 #include "paladin/core/auto_size.h"
@@ -52,6 +58,7 @@
 #include "paladin/server/validate.h"
 #include "persistence.h"
 #include "pods.h"
+#include "token_book.h"
 
 namespace paladin::server {
 
@@ -183,15 +190,11 @@ class Control {
   Status Flush();
   void CrashPoint(const std::string& step);
   // Every change of a job or a node that reaches the store also counts in Changes() (what
-  // Preempt's memo keys on). A job's: jobs_.MarkDirty (and SetState, Add).
-  void DirtyNode(const NodeRecord& n) {
-    dirty_nodes_.insert(n.name);
-    ++node_changes_;
-  }
-  uint64_t Changes() const { return jobs_.changes() + node_changes_; }
-  // Changes that may wait for the next periodic write (kLazyFlushS): usage, accrual, heartbeat
-  // times (a job's: jobs_.MarkLazy). A restarted server re-learns them from the next heartbeats.
-  void LazyNode(const NodeRecord& n) { lazy_nodes_.insert(n.name); }
+  // Preempt's memo keys on): jobs_.MarkDirty (and SetState, Add), nodes_.MarkDirty (and the
+  // lease's marks). Usage, accrual and heartbeat times may wait for the next periodic write
+  // (kLazyFlushS: jobs_.MarkLazy, nodes_.MarkLazy); a restarted server re-learns them from the
+  // next heartbeats.
+  uint64_t Changes() const { return jobs_.changes() + nodes_.changes(); }
   void DirtyTeam(const std::string& team) { dirty_teams_.insert(team); }
   void Count(const std::string& key, int64_t by = 1);
   int64_t Counter(const std::string& key) const;
@@ -358,10 +361,10 @@ class Control {
   std::map<int64_t, core::ForecastCheck> checks_;
   std::map<std::string, core::CheckTotals> team_checks_;
 
-  std::map<std::string, TokenRecord> tokens_;  // by digest
+  TokenBook tokens_;  // every API token, by the digest of its secret
 
-  JobTable jobs_;  // every job, and which changed since the last Flush
-  std::map<std::string, NodeRecord> nodes_;
+  JobTable jobs_;    // every job, and which changed since the last Flush
+  NodeTable nodes_;  // every node, its lease, and which changed since the last Flush
   std::map<std::string, TeamRecord> teams_;
   CommandQueue commands_;      // for the agents, not yet acknowledged
   MigrationTable migrations_;  // every migration, finished ones too
@@ -372,10 +375,7 @@ class Control {
   // What moves cost, learned from the measured pauses of finished moves (replayed at start).
   core::MoveCostModel move_costs_;
 
-  // Written by Flush (the jobs' own: in jobs_).
-  uint64_t node_changes_ = 0;  // DirtyNode calls so far
-  std::set<std::string> dirty_nodes_;
-  std::set<std::string> lazy_nodes_;
+  // Written by Flush (the jobs' and the nodes' own: in jobs_ and nodes_).
   double last_lazy_flush_ = 0;
   std::set<std::string> dirty_teams_;
   std::set<std::string> dirty_counters_;

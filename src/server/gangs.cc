@@ -233,9 +233,9 @@ std::vector<api::RankRoute> Control::RankRoutesFor(const NodeRecord& n) const {
     if (!j.gang || !Live(j) || gangs.count(j.gang->gang) == 0) continue;
     const std::string& routed = RoutedNode(j);
     if (j.node.empty() || j.node == n.name || routed == n.name) continue;
-    auto where = nodes_.find(routed);
-    if (where == nodes_.end() || where->second.address.empty()) continue;
-    out.push_back(api::RankRoute{j.gang->address, where->second.address});
+    const NodeRecord* where = nodes_.Find(routed);
+    if (where == nullptr || where->address.empty()) continue;
+    out.push_back(api::RankRoute{j.gang->address, where->address});
   }
   std::sort(out.begin(), out.end(),
             [](const api::RankRoute& a, const api::RankRoute& b) { return a.address < b.address; });
@@ -252,11 +252,11 @@ std::string Control::GangCutRefusal(const std::vector<JobRecord*>& members) cons
     if (m->state() != JobState::kRunning) return rank + " is " + m->StateName();
     if (m->migration_id != 0) return rank + " is moving";
     if (m->gang->cut_in_flight != 0) return "a gang checkpoint is already under way";
-    auto node = nodes_.find(m->node);
-    if (node == nodes_.end() || node->second.state == NodeState::kDead) {
+    const NodeRecord* node = nodes_.Find(m->node);
+    if (node == nullptr || node->state == NodeState::kDead) {
       return rank + "'s node is not alive";
     }
-    if (!node->second.checkpointable) return rank + ": " + std::string(kNotCheckpointable);
+    if (!node->checkpointable) return rank + ": " + std::string(kNotCheckpointable);
   }
   return "";
 }
@@ -493,7 +493,7 @@ StatusOr<Json> Control::MoveGangRank(const Principal& who, JobRecord& j, const s
   const std::string gang = j.gang->gang;
   const std::string what = "job " + j.id + " is rank " + std::to_string(j.gang->rank) +
                            " of gang " + gang + ": it does not move now: ";
-  if (nodes_.find(to) == nodes_.end()) return NotFound("node " + to + " not found");
+  if (nodes_.Find(to) == nullptr) return NotFound("node " + to + " not found");
   if (gpu >= 0) return InvalidArgument("to: a gang's rank moves to a node, not to one GPU");
   if (j.gpus > 0) {
     return FailedPrecondition(what +
@@ -505,7 +505,7 @@ StatusOr<Json> Control::MoveGangRank(const Principal& who, JobRecord& j, const s
     return FailedPrecondition(what + refusal);
   }
   if (j.node == to) return FailedPrecondition(what + "it runs on " + to + " already");
-  const NodeRecord& target = nodes_.at(to);
+  const NodeRecord& target = nodes_.At(to);
   if (BuildFleet(false).index.count(to) == 0) {
     return FailedPrecondition(what + "node " + to +
                               " takes no work (not alive, draining, or no healthy GPU)");

@@ -259,10 +259,10 @@ StatusOr<Json> Control::Explain(const Principal& who, const std::string& id) {
   } else if (j.migration_id != 0) {
     why_not = "a migration is already under way";
   } else {
-    auto node = nodes_.find(j.node);
-    if (node == nodes_.end() || node->second.state == NodeState::kDead) {
+    const NodeRecord* node = nodes_.Find(j.node);
+    if (node == nullptr || node->state == NodeState::kDead) {
       why_not = "its node is not alive";
-    } else if (!node->second.checkpointable) {
+    } else if (!node->checkpointable) {
       why_not = std::string(kNotCheckpointable);
     }
   }
@@ -291,8 +291,8 @@ StatusOr<Json> Control::Cancel(const Principal& who, const std::string& id) {
   JobRecord& j = **found;
   if (j.Terminal())
     return FailedPrecondition("job " + id + " has already ended (" + j.StateName() + ")");
-  auto node = nodes_.find(j.node);
-  const bool node_alive = node != nodes_.end() && node->second.state != NodeState::kDead;
+  const NodeRecord* node = nodes_.Find(j.node);
+  const bool node_alive = node != nullptr && node->state != NodeState::kDead;
   if (j.node.empty() || !node_alive) {
     EndJob(j, JobState::kCancelled, std::nullopt, "cancelled by " + who.Scope());
   } else {
@@ -344,7 +344,7 @@ StatusOr<Json> Control::Migrate(const Principal& who, const std::string& id, con
     if (moved.ok()) Wake();
     return moved;
   }
-  if (nodes_.find(to) == nodes_.end()) return NotFound("node " + to + " not found");
+  if (nodes_.Find(to) == nullptr) return NotFound("node " + to + " not found");
   std::string refusal;
   Status s = StartMigration(j, to, gpu, "asked by " + who.Scope(), &refusal);
   if (!s.ok()) return s;

@@ -110,12 +110,12 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
     return FailedPrecondition("job " + j.id + " is already migrating");
   }
   if (j.gpus != 1) return FailedPrecondition("job " + j.id + " uses several GPUs; not migratable");
-  if (auto source = nodes_.find(j.node); source != nodes_.end() && !source->second.checkpointable) {
+  if (const NodeRecord* source = nodes_.Find(j.node); source && !source->checkpointable) {
     return FailedPrecondition("job " + j.id +
                               " is not migratable: " + std::string(kNotCheckpointable));
   }
-  auto dest = nodes_.find(to);
-  if (dest == nodes_.end()) return NotFound("node " + to + " not found");
+  const NodeRecord* dest = nodes_.Find(to);
+  if (dest == nullptr) return NotFound("node " + to + " not found");
   // Within a node a job moves to another of its GPUs, named.
   if (to == j.node && to_gpu < 0) {
     return FailedPrecondition("job " + j.id + " already runs on " + to +
@@ -125,23 +125,22 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
     return FailedPrecondition("job " + j.id + " already runs on " + to + "/" +
                               std::to_string(to_gpu));
   }
-  if (dest->second.state != NodeState::kAlive || dest->second.draining) {
-    return FailedPrecondition("node " + to + " is " +
-                              std::string(NodeStateName(dest->second.state)));
+  if (dest->state != NodeState::kAlive || dest->draining) {
+    return FailedPrecondition("node " + to + " is " + std::string(NodeStateName(dest->state)));
   }
-  if (dest->second.migrate_port <= 0) {
+  if (dest->migrate_port <= 0) {
     return FailedPrecondition("node " + to + " registered no migrate_port");
   }
   if (migrations_.HasIncoming(to)) {
     return FailedPrecondition("node " + to + " is already receiving a migration");
   }
-  auto source = nodes_.find(j.node);
-  if (source == nodes_.end() || source->second.state == NodeState::kDead) {
+  const NodeRecord* source = nodes_.Find(j.node);
+  if (source == nullptr || source->state == NodeState::kDead) {
     return FailedPrecondition("job " + j.id + "'s node is not alive");
   }
   std::string mode_why;
   bool stream = false;
-  const api::MoveMode mode = MoveModeFor(source->second, dest->second, &stream, &mode_why);
+  const api::MoveMode mode = MoveModeFor(*source, *dest, &stream, &mode_why);
   if (options_.move_mode == "post-copy" && mode != api::MoveMode::kPostCopy) {
     return FailedPrecondition("job " + j.id +
                               " cannot move post-copy (--move-mode post-copy): " + mode_why);
@@ -179,10 +178,10 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
   m.from_gpu = j.gpu;
   m.to_node = to;
   m.to_gpu = view.gpu_index[static_cast<size_t>(node)][static_cast<size_t>(p.gpus[0])];
-  const GpuRecord* gpu = dest->second.Gpu(m.to_gpu);
+  const GpuRecord* gpu = dest->Gpu(m.to_gpu);
   m.to_uuid = gpu != nullptr ? gpu->uuid : "";
   m.token = *token;
-  m.port = dest->second.migrate_port;
+  m.port = dest->migrate_port;
   m.new_epoch = j.epoch + 1;
   m.created_at = Now();
   m.why = why;
@@ -223,7 +222,7 @@ void Control::AdvanceMigration(MigrationRecord& m, const MigrationEvent& event) 
     case MigrationAction::Kind::kFail:
       return FailMigration(m, action.why);
     case MigrationAction::Kind::kSendMigrateIn: {
-      const NodeRecord& dest = nodes_[m.to_node];
+      const NodeRecord& dest = nodes_.At(m.to_node);
       api::Command in;
       in.kind = api::CommandKind::kMigrateIn;
       in.port = m.port;
@@ -248,7 +247,7 @@ void Control::AdvanceMigration(MigrationRecord& m, const MigrationEvent& event) 
       return;
     }
     case MigrationAction::Kind::kSendMigrateOut: {
-      const NodeRecord& dest = nodes_[m.to_node];
+      const NodeRecord& dest = nodes_.At(m.to_node);
       api::Command out;
       out.kind = api::CommandKind::kMigrateOut;
       out.to_address = dest.address.empty() ? "127.0.0.1" : dest.address;
@@ -366,8 +365,8 @@ void Control::FailMigration(MigrationRecord& m, const std::string& why) {
     Event("migration_failed", &j, m.from_node,
           "migration " + std::to_string(m.id) + " to " + m.to_node + " failed: " + why);
     // The destination drops its copy (it never ran: the commit was refused).
-    auto dest = nodes_.find(m.to_node);
-    if (dest != nodes_.end() && dest->second.state != NodeState::kDead) {
+    const NodeRecord* dest = nodes_.Find(m.to_node);
+    if (dest != nullptr && dest->state != NodeState::kDead) {
       SendCommand(m.to_node, api::KillCommand(m.new_epoch), &j);
     }
     jobs_.MarkDirty(j);
@@ -409,13 +408,10 @@ void Control::MigrationTimeouts(double now) {
 
 void Control::DetectFailures(double now) {
   for (auto& [name, n] : nodes_) {
-    if (n.state != NodeState::kDead && now - n.last_heartbeat > options_.lease_s) {
-      n.state = NodeState::kDead;
-      n.dead_since = now;
-      n.recovered = false;
+    if (nodes_.LeaseExpired(n, now)) {
+      nodes_.MarkDead(n, now);
       Event("node_dead", nullptr, n.name,
             "no heartbeat for " + std::to_string(static_cast<int>(now - n.last_heartbeat)) + " s");
-      DirtyNode(n);
       for (auto& [id, m] : migrations_) {
         if (!m.Finished() && !m.commit_answer.has_value() &&
             (m.to_node == n.name || m.from_node == n.name)) {
@@ -424,10 +420,9 @@ void Control::DetectFailures(double now) {
       }
     }
     // Its agent has frozen its workloads by now: the jobs may run elsewhere.
-    if (n.state == NodeState::kDead && !n.recovered && now - n.dead_since > options_.lease_s) {
+    if (nodes_.FenceElapsed(n, now)) {
       RecoverNode(n);
-      n.recovered = true;
-      DirtyNode(n);
+      nodes_.MarkRecovered(n);
     }
   }
 }
@@ -491,13 +486,13 @@ void Control::DrainNodes() {
 
 StatusOr<Json> Control::Drain(const std::string& node) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = nodes_.find(node);
-  if (it == nodes_.end()) return NotFound("node " + node + " not found");
-  NodeRecord& n = it->second;
+  NodeRecord* found = nodes_.Find(node);
+  if (found == nullptr) return NotFound("node " + node + " not found");
+  NodeRecord& n = *found;
   n.draining = true;
   if (n.state != NodeState::kDead) n.state = NodeState::kDraining;
   Event("draining", nullptr, n.name, "drain asked: its jobs move off, nothing new is placed");
-  DirtyNode(n);
+  nodes_.MarkDirty(n);
   PALADIN_RETURN_IF_ERROR(Flush());
   Wake();
   return NodeDoc(n);
@@ -519,9 +514,9 @@ StatusOr<Json> Control::Fault(const std::string& node, int gpu, const Json& body
     if (code < 0 || code > 1000000) return InvalidArgument("code: out of range");
   }
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = nodes_.find(node);
-  if (it == nodes_.end()) return NotFound("node " + node + " not found");
-  const GpuRecord* g = it->second.Gpu(gpu);
+  const NodeRecord* n = nodes_.Find(node);
+  if (n == nullptr) return NotFound("node " + node + " not found");
+  const GpuRecord* g = n->Gpu(gpu);
   if (g == nullptr) return NotFound("node " + node + " has no GPU " + std::to_string(gpu));
   if (!g->emulated)
     return FailedPrecondition("GPU " + std::to_string(gpu) + " of " + node +
@@ -535,9 +530,9 @@ StatusOr<Json> Control::Fault(const std::string& node, int gpu, const Json& body
 void Control::GpuHealthMoves() {
   for (auto& [seq, j] : jobs_) {
     if (j.gang || j.state() != JobState::kRunning || j.migration_id != 0) continue;
-    auto n = nodes_.find(j.node);
-    if (n == nodes_.end() || n->second.state == NodeState::kDead) continue;
-    const GpuRecord* g = n->second.Gpu(j.gpu);
+    const NodeRecord* n = nodes_.Find(j.node);
+    if (n == nullptr || n->state == NodeState::kDead) continue;
+    const GpuRecord* g = n->Gpu(j.gpu);
     if (g == nullptr || g->healthy) continue;
     FleetView view = BuildFleet(true);
     core::PackerOptions options;
@@ -560,7 +555,7 @@ void Control::PeriodicCheckpoints(double now) {
     if (j.gang || j.state() != JobState::kRunning || j.migration_id != 0 || !j.started_at) continue;
     // One at a time: a dump that takes longer than the period must not queue up more.
     if (j.checkpoint_in_flight) continue;
-    if (auto node = nodes_.find(j.node); node != nodes_.end() && !node->second.checkpointable) {
+    if (const NodeRecord* node = nodes_.Find(j.node); node && !node->checkpointable) {
       continue;
     }
     const double since = std::max(
@@ -645,7 +640,7 @@ void Control::Rebalance(FleetView& view, JobRecord& waiting) {
     m.placement.gpus = {static_cast<int16_t>(g - map.begin())};
     // Where to is not known yet: what moves off this node have taken.
     m.downtime_s = move_costs_.Estimate(j.node, "", static_cast<double>(j.used_bytes), 0).pause_s;
-    m.movable = nodes_[j.node].migrate_port > 0 && !j.gang;  // a gang rank never moves alone
+    m.movable = nodes_.At(j.node).migrate_port > 0 && !j.gang;  // a gang rank never moves alone
     movable.push_back(std::move(m));
   }
   if (movable.empty()) return;

@@ -219,8 +219,8 @@ bool Control::PreemptFor(const FleetView& view, JobRecord& waiting) {
         j.checkpoint_in_flight || j.gang || view.index.count(j.node) == 0) {
       continue;
     }
-    auto node = nodes_.find(j.node);
-    if (node == nodes_.end() || !node->second.checkpointable) continue;
+    const NodeRecord* node = nodes_.Find(j.node);
+    if (node == nullptr || !node->checkpointable) continue;
     candidates.push_back(&j);
   }
   if (candidates.empty()) return false;
@@ -319,7 +319,7 @@ void Control::Bind(FleetView& view, JobRecord& j, const core::Placement& p,
                    const std::string& how) {
   const double now = Now();
   const std::string& node_name = view.names[static_cast<size_t>(p.node)];
-  const NodeRecord& node = nodes_[node_name];
+  const NodeRecord& node = nodes_.At(node_name);
   j.gpu_indices.clear();
   for (int16_t g : p.gpus) {
     j.gpu_indices.push_back(view.gpu_index[static_cast<size_t>(p.node)][static_cast<size_t>(g)]);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace paladin::api {
@@ -348,6 +349,98 @@ TEST(WireTest, RankRoutesRoundTripAndAHostileListNamesTheField) {
 
 // The pods Paladin's Kubernetes scheduler reports: what it encodes the server decodes to the same
 // values; a hostile list is refused naming the pod's index and the field.
+TEST(WireTest, ARegistrationRoundTripsAndAHostileOneNamesTheField) {
+  Registration r;
+  r.name = "node-a";
+  r.address = "10.0.0.5";
+  r.migrate_port = 7071;
+  r.checkpointable = false;
+  r.post_copy = true;
+  r.stream = true;
+  r.gpus.push_back(RegisteredGpu{1, int64_t{80} << 30, "GPU-1", "H100", true, false});
+  JobReport job;
+  job.id = "j-000002";
+  job.epoch = 4;
+  r.jobs.push_back(job);
+  StatusOr<Registration> back = DecodeRegistration(ToJson(r));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->name, "node-a");
+  EXPECT_EQ(back->address, "10.0.0.5");
+  EXPECT_EQ(back->migrate_port, 7071);
+  EXPECT_FALSE(back->checkpointable);
+  EXPECT_TRUE(back->post_copy);
+  EXPECT_TRUE(back->stream);
+  ASSERT_EQ(back->gpus.size(), 1U);
+  EXPECT_EQ(back->gpus[0].index, 1);
+  EXPECT_EQ(back->gpus[0].memory_bytes, int64_t{80} << 30);
+  EXPECT_EQ(back->gpus[0].uuid, "GPU-1");
+  EXPECT_EQ(back->gpus[0].model, "H100");
+  EXPECT_TRUE(back->gpus[0].emulated);
+  EXPECT_FALSE(back->gpus[0].healthy);
+  ASSERT_EQ(back->jobs.size(), 1U);
+  EXPECT_EQ(back->jobs[0].epoch, 4);
+
+  StatusOr<Registration> bare = DecodeRegistration(Json{{"name", "n"}});
+  ASSERT_TRUE(bare.ok());
+  EXPECT_TRUE(bare->checkpointable) << "absent: a node whose workloads CRIU can dump";
+  EXPECT_EQ(RegistrationName(Json{{"name", "n"}}).value(), "n");
+
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"[]", "body: expected a JSON object"},
+      {R"({"name": 5})", "name: expected a string"},
+      {R"({"migrate_port": 70000})", "migrate_port: out of range"},
+      {R"({"checkpointable": null})", "checkpointable: expected true or false"},
+      {R"({"stream": "yes"})", "stream: expected a boolean"},
+      {R"({"gpus": 5})", "gpus: expected a list"},
+      {R"({"gpus": [5]})", "gpus[]: expected objects"},
+      {R"({"gpus": [{"memory_bytes": 1}]})", "gpus[]: index: required"},
+      {R"({"gpus": [{"index": 16}]})", "gpus[]: index: out of range"},
+      {R"({"gpus": [{"index": 0}, {"index": 0}]})", "gpus[]: index 0 appears twice"},
+      {R"({"jobs": [{"id": 5}]})", "jobs[0]: id: expected a string"},
+  };
+  for (const auto& [body, message] : cases) {
+    StatusOr<Registration> bad = DecodeRegistration(Json::parse(body));
+    ASSERT_FALSE(bad.ok()) << body;
+    EXPECT_EQ(bad.status().message(), message) << body;
+  }
+}
+
+TEST(WireTest, TheAgentReadsTheServersAnswersAndKeepsWhatIsAbsent) {
+  HeartbeatAnswer beat;
+  beat.lease_s = 6;
+  beat.heartbeat_s = 0.5;
+  Command kill = KillCommand(3);
+  kill.id = 9;
+  kill.job = "j-000001";
+  beat.commands.push_back(ToJson(kill));
+  beat.rank_routes.push_back(RankRoute{"10.231.0.2", "192.168.1.7"});
+  const Json beat_json = ToJson(beat);
+  StatusOr<AgentAnswer> read = ReadAgentAnswer(beat_json);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->lease_s, 6);
+  EXPECT_EQ(read->heartbeat_s, 0.5);
+  ASSERT_NE(read->commands, nullptr);
+  ASSERT_EQ(read->commands->size(), 1U);
+  EXPECT_TRUE(DecodeCommand((*read->commands)[0]).ok());
+  ASSERT_NE(read->rank_routes, nullptr);
+  EXPECT_EQ(DecodeRankRoutes(*read->rank_routes).value(), beat.rank_routes);
+
+  const Json registered = ToJson(RegisterAnswer{6, 1, "/srv/ckpt"});
+  read = ReadAgentAnswer(registered);
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(read->lease_s, 6);
+  EXPECT_EQ(read->commands, nullptr) << "a registration's answer has no commands";
+
+  read = ReadAgentAnswer(Json::object());
+  ASSERT_TRUE(read.ok());
+  EXPECT_FALSE(read->lease_s.has_value()) << "an older server: the agent keeps its own";
+  EXPECT_FALSE(ReadAgentAnswer(Json{{"lease_s", "6"}}).ok());
+  EXPECT_FALSE(ReadAgentAnswer(Json{{"commands", 5}}).ok());
+  EXPECT_EQ(CommandIdOf((*ToJson(beat).find("commands"))[0]), 9);
+  EXPECT_EQ(CommandIdOf(Json{{"id", "9"}}), 0) << "not an integer: no id to answer";
+  EXPECT_EQ(CommandIdOf(Json::array()), 0);
+}
+
 TEST(WireTest, APodListRoundTrips) {
   PodList list;
   list.cluster = "prod-eu";

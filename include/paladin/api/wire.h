@@ -1,8 +1,9 @@
-// What a node agent tells the server in its heartbeat (and, for its jobs, when it registers), as
-// types both sides use: the agent encodes with ToJson, the server decodes once with
-// DecodeHeartbeat / DecodeJobReports, whose errors name the list, the field and what is wrong
-// (docs/formats/api.md, "Agents"); and what the server answers it with: commands, which the
-// server encodes with ToJson and the agent decodes once with DecodeCommand.
+// What a node agent tells the server when it registers and in its heartbeat, as types both sides
+// use: the agent encodes with ToJson, the server decodes once with DecodeRegistration /
+// DecodeHeartbeat, whose errors name the list, the field and what is wrong (docs/formats/api.md,
+// "Agents"); and what the server answers it with: the lease and the beat (RegisterAnswer,
+// HeartbeatAnswer, read back with ReadAgentAnswer), and commands, which the server encodes with
+// ToJson and the agent decodes once with DecodeCommand. No other file spells these keys.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -67,6 +68,29 @@ struct Heartbeat {
   std::vector<CommandResult> results;
 };
 
+// A GPU as its agent registers it.
+struct RegisteredGpu {
+  int index = 0;
+  int64_t memory_bytes = 0;
+  std::string uuid;
+  std::string model;  // "" when unknown
+  bool emulated = false;
+  bool healthy = true;
+};
+
+// An agent's registration (POST /v1/agents/register): the node's name, where its migration port
+// listens, what its CRIU can do, its GPUs, and the job copies it already has (after a restart).
+struct Registration {
+  std::string name;
+  std::string address;
+  int migrate_port = 0;        // 0: none
+  bool checkpointable = true;  // false: its workloads run unprivileged, CRIU cannot dump them
+  bool post_copy = false;      // it has the patched CRIU post-copy moves need
+  bool stream = false;         // it moves pre-copy by streaming
+  std::vector<RegisteredGpu> gpus;
+  std::vector<JobReport> jobs;
+};
+
 enum class CommandKind {
   kStart,       // launch the job
   kRestore,     // restore it from an image the server holds
@@ -102,6 +126,31 @@ nlohmann::json ToJson(const std::vector<RankRoute>& routes);
 StatusOr<std::vector<RankRoute>> DecodeRankRoutes(const nlohmann::json& list);
 // Whether `text` is a dotted IPv4 address (four parts 0-255, no leading zeros but "0").
 bool IsDottedIpv4(const std::string& text);
+
+// The server's answer to a registration.
+struct RegisterAnswer {
+  double lease_s = 0;
+  double heartbeat_s = 0;
+  std::string checkpoint_store;
+};
+
+// The server's answer to a heartbeat: the commands (each as ToJson(Command) wrote it) and every
+// route the node keeps (RankRoute).
+struct HeartbeatAnswer {
+  double lease_s = 0;
+  double heartbeat_s = 0;
+  nlohmann::json commands = nlohmann::json::array();
+  std::vector<RankRoute> rank_routes;
+};
+
+// What the agent reads of either answer. A field absent (or a body that is not an object) is
+// nullopt or null: the agent keeps what it had. A field of the wrong type is an error naming it.
+struct AgentAnswer {
+  std::optional<double> lease_s;
+  std::optional<double> heartbeat_s;
+  const nlohmann::json* commands = nullptr;     // into the answer read
+  const nlohmann::json* rank_routes = nullptr;  // for DecodeRankRoutes
+};
 
 // How a migration moves the job's memory (docs/lazy_migration.md).
 enum class MoveMode { kPreCopy, kPostCopy };
@@ -179,10 +228,26 @@ Command FaultCommand(int gpu_index, const std::string& fault_kind, int64_t code)
 nlohmann::json ToJson(const Command& c);
 // Errors name the field: "command 12 (migrate_in): port: expected an integer from 1 to 65535".
 StatusOr<Command> DecodeCommand(const nlohmann::json& body);
+// The command's id, read before it is decoded so that even a malformed command is answered; 0
+// when BODY has no integer id.
+int64_t CommandIdOf(const nlohmann::json& body);
 
 nlohmann::json ToJson(const JobReport& r);
 nlohmann::json ToJson(const GpuReport& g);
 nlohmann::json ToJson(const CommandResult& c);
+nlohmann::json ToJson(const Heartbeat& beat);
+nlohmann::json ToJson(const Registration& r);
+nlohmann::json ToJson(const RegisterAnswer& a);
+nlohmann::json ToJson(const HeartbeatAnswer& a);
+
+// The name a registration claims ("body: expected a JSON object", "name: expected a string"), read
+// first so the server checks who may register it before the rest.
+StatusOr<std::string> RegistrationName(const nlohmann::json& body);
+// Errors name the field: "gpus[]: index: out of range", "migrate_port: expected an integer". The
+// jobs' ids are the server's to check.
+StatusOr<Registration> DecodeRegistration(const nlohmann::json& body);
+// ANSWER must outlive the result (it points into it).
+StatusOr<AgentAnswer> ReadAgentAnswer(const nlohmann::json& answer);
 
 // A list of job reports ("jobs"): null or absent is none.
 StatusOr<std::vector<JobReport>> DecodeJobReports(const nlohmann::json& list);
