@@ -324,24 +324,25 @@ Status Control::AdoptToken(const std::string& secret, const std::string& scope,
   if (!parsed.ok()) return parsed.status();
   const std::string digest = Sha256Hex(secret);
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = tokens_.find(digest); it != tokens_.end() && it->second.scope != scope) {
-    return FailedPrecondition("the token given is already a token of scope '" + it->second.scope +
+  if (const TokenRecord* known = tokens_.ByDigest(digest); known != nullptr && known->scope != scope) {
+    return FailedPrecondition("the token given is already a token of scope '" + known->scope +
                               "', not '" + scope + "'");
   }
-  for (auto it = tokens_.begin(); it != tokens_.end();) {
-    if (it->second.name == name && it->first != digest) {
-      PALADIN_RETURN_IF_ERROR(db_.DeleteToken(it->second.id));
-      it = tokens_.erase(it);
-    } else {
-      ++it;
-    }
+  // The token this name had before (a replaced Secret) speaks no more.
+  std::vector<int64_t> replaced;
+  for (const TokenRecord* t : tokens_.Sorted()) {
+    if (t->name == name && t->digest != digest) replaced.push_back(t->id);
   }
-  if (tokens_.count(digest) != 0) return Status::Ok();
+  for (int64_t old : replaced) {
+    PALADIN_RETURN_IF_ERROR(db_.DeleteToken(old));
+    tokens_.Remove(old);
+  }
+  if (tokens_.ByDigest(digest) != nullptr) return Status::Ok();
   TokenRecord t{0, digest, scope, name, Now()};
   StatusOr<int64_t> id = db_.AddToken(t);
   if (!id.ok()) return id.status();
   t.id = *id;
-  tokens_[t.digest] = t;
+  tokens_.Add(t);
   if (parsed->team_scoped()) {
     Team(parsed->team);
     PALADIN_RETURN_IF_ERROR(Flush());

@@ -40,6 +40,11 @@ class TokenBook {
   // T, already stored with its id.
   void Add(const TokenRecord& t) { tokens_[t.digest] = t; }
   const TokenRecord* ById(int64_t id) const;
+  // The record of the secret whose SHA-256 is `digest`; nullptr when none.
+  const TokenRecord* ByDigest(const std::string& digest) const {
+    auto it = tokens_.find(digest);
+    return it != tokens_.end() ? &it->second : nullptr;
+  }
   // Forgets the token of that id; false when there is none.
   bool Remove(int64_t id);
   std::vector<const TokenRecord*> Sorted() const;  // by id
