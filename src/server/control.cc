@@ -324,7 +324,8 @@ Status Control::AdoptToken(const std::string& secret, const std::string& scope,
   if (!parsed.ok()) return parsed.status();
   const std::string digest = Sha256Hex(secret);
   std::lock_guard<std::mutex> lock(mu_);
-  if (const TokenRecord* known = tokens_.ByDigest(digest); known != nullptr && known->scope != scope) {
+  if (const TokenRecord* known = tokens_.ByDigest(digest);
+      known != nullptr && known->scope != scope) {
     return FailedPrecondition("the token given is already a token of scope '" + known->scope +
                               "', not '" + scope + "'");
   }
