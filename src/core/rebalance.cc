@@ -43,11 +43,11 @@ std::optional<AdmissionPlan> Rebalancer::PlanAdmission(Fleet& fleet, const Workl
   const auto cost_of = [](const MovableJob* j) { return j->downtime_s * GpuShare(j->shape); };
   // Candidate nodes: able to hold w once their movable jobs leave, ranked by how far w is from
   // fitting now (the least missing first: fewest moves), then by node index.
-  struct Candidate {
+  struct NodeCandidate {
     int32_t node;
     double shortfall;
   };
-  std::vector<Candidate> candidates;
+  std::vector<NodeCandidate> candidates;
   for (int32_t i = 0; i < static_cast<int32_t>(fleet.size()); ++i) {
     const Node& n = fleet.node(i);
     auto& here = on_node[static_cast<size_t>(i)];
