@@ -362,7 +362,7 @@ StatusOr<Json> Control::CheckpointJob(const Principal& who, const std::string& i
   if (j.gang) return CheckpointGang(j);
   if (j.state() != JobState::kRunning) {
     return FailedPrecondition("job " + id + " is " + j.StateName() +
-                              "; only a running job can be " + "checkpointed");
+                              "; only a running job can be checkpointed");
   }
   jobs_.SetState(j, JobState::kCheckpointing);
   j.reason = "checkpointing (stop) on " + j.node;
