@@ -14,10 +14,10 @@
 namespace paladin::cli {
 namespace {
 
-std::atomic<bool> g_stop{false};
+std::atomic<bool> g_agent_stop{false};
 
 // Stops the agent only: its workloads run on (unless --kill-on-exit).
-void OnSignal(int /*signal*/) { g_stop.store(true); }
+void OnAgentSignal(int /*signal*/) { g_agent_stop.store(true); }
 
 struct AgentArgs {
   agent::AgentOptions options;
@@ -49,12 +49,12 @@ bool ResolveToken(AgentArgs* a) {
 int RunAgentCommand(AgentArgs a) {
   if (!ResolveToken(&a)) return 2;
   struct sigaction stop {};
-  stop.sa_handler = OnSignal;
+  stop.sa_handler = OnAgentSignal;
   sigemptyset(&stop.sa_mask);
   sigaction(SIGINT, &stop, nullptr);
   sigaction(SIGTERM, &stop, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  return agent::RunAgent(a.options, &g_stop);
+  return agent::RunAgent(a.options, &g_agent_stop);
 }
 
 }  // namespace

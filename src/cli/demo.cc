@@ -46,7 +46,7 @@ struct DemoArgs {
 volatile sig_atomic_t g_interrupted = 0;
 void OnInterrupt(int /*signal*/) { g_interrupted = 1; }
 
-void Say(const std::string& line) { cli::Say("demo", line); }
+void DemoSay(const std::string& line) { cli::Say("demo", line); }
 
 std::string Gib(int64_t bytes) {
   char text[32];
@@ -176,7 +176,7 @@ std::vector<std::string> RealGpuSplit() {
   StatusOr<std::vector<gpu::GpuInfo>> gpus = (*nvml)->Gpus();
   if (!gpus.ok()) return {};
   if (gpus->size() < 2) {
-    Say("one real GPU here: the demo needs one per agent, so it uses emulated GPUs");
+    DemoSay("one real GPU here: the demo needs one per agent, so it uses emulated GPUs");
     return {};
   }
   std::vector<std::string> split(2);
@@ -191,13 +191,13 @@ Status Demo::StartFleet() {
   const std::vector<std::string> real =
       args_.emulated_given ? std::vector<std::string>{} : RealGpuSplit();
   if (!real.empty()) gpus_ = "real";
-  Say("starting a server and two agents (" +
-      (real.empty() ? args_.emulated_gpus + " emulated GPUs each"
-                    : "the real GPUs " + real[0] + " and " + real[1]) +
-      ") under " + args_.data);
+  DemoSay("starting a server and two agents (" +
+          (real.empty() ? args_.emulated_gpus + " emulated GPUs each"
+                        : "the real GPUs " + real[0] + " and " + real[1]) +
+          ") under " + args_.data);
   // The agents' default: each workload runs as a uid of its own from the node's range, under a
   // root paladin-workload-init that lets CRIU checkpoint it (docs/agent.md, "Users").
-  Say("each of the demo's workloads runs as a uid of its own (the agents' default)");
+  DemoSay("each of the demo's workloads runs as a uid of its own (the agents' default)");
   PALADIN_RETURN_IF_ERROR(
       fleet_->StartServer("127.0.0.1:0", {"--lease", "3", "--heartbeat", "0.5",
                                           "--checkpoint-every", "10", "--keep-checkpoints", "2"}));
@@ -212,9 +212,9 @@ Status Demo::StartFleet() {
       flags.insert(flags.end(), {"--gpus", real[static_cast<size_t>(i)]});
     }
     PALADIN_RETURN_IF_ERROR(fleet_->StartAgent(node, flags));
-    Say("agent " + node + " registered");
+    DemoSay("agent " + node + " registered");
   }
-  Say("dashboard: " + fleet_->url() + "/#token=" + fleet_->admin_token());
+  DemoSay("dashboard: " + fleet_->url() + "/#token=" + fleet_->admin_token());
   return Status::Ok();
 }
 
@@ -257,9 +257,10 @@ Status Demo::SubmitMix() {
     StatusOr<Json> job = admin_.Post("/v1/jobs", body);
     if (!job.ok()) return job.status();
     jobs_.push_back({Str(*job, "id"), s.name, s.expect_oom});
-    Say("submitted " + Str(*job, "id") + " " + s.name + " (team " + s.team + ", GPU memory " +
-        (s.gpu_mem.is_string() ? s.gpu_mem.get<std::string>() : std::string("?")) +
-        (s.gpu_mem_max.is_null() ? "" : ", may grow to " + s.gpu_mem_max.get<std::string>()) + ")");
+    DemoSay("submitted " + Str(*job, "id") + " " + s.name + " (team " + s.team + ", GPU memory " +
+            (s.gpu_mem.is_string() ? s.gpu_mem.get<std::string>() : std::string("?")) +
+            (s.gpu_mem_max.is_null() ? "" : ", may grow to " + s.gpu_mem_max.get<std::string>()) +
+            ")");
   }
   return Status::Ok();
 }
@@ -275,7 +276,7 @@ Status Demo::ShowPlacement() {
     return true;
   });
   if (!s.ok()) return s;
-  Say("placed by the packer (policy paladin):");
+  DemoSay("placed by the packer (policy paladin):");
   for (const Submitted& j : jobs_) {
     StatusOr<Json> job = Job(j.id);
     if (!job.ok()) continue;
@@ -284,7 +285,7 @@ Status Demo::ShowPlacement() {
                        Gib(Int(*job, "quota_bytes")) + ", " + Str(*job, "state");
     if (Int(*job, "predicted_bytes") > 0)
       line += ", predicted " + Gib(Int(*job, "predicted_bytes"));
-    Say(line);
+    DemoSay(line);
   }
   for (const Submitted& j : jobs_) {
     if (!j.expect_oom) continue;
@@ -294,9 +295,9 @@ Status Demo::ShowPlacement() {
       return logs->find("OOM") != std::string::npos;
     });
     if (!refused.ok()) return refused;
-    Say("quota enforced: " + j.name +
-        " asked for more than its quota and was refused "
-        "(CUDA_ERROR_OUT_OF_MEMORY), without touching its neighbours");
+    DemoSay("quota enforced: " + j.name +
+            " asked for more than its quota and was refused "
+            "(CUDA_ERROR_OUT_OF_MEMORY), without touching its neighbours");
   }
   return Status::Ok();
 }
@@ -308,7 +309,7 @@ Status Demo::ShowQuotaGrowth() {
     if (!events.ok()) return events.status();
     for (const Json& e : (*events)["events"]) {
       if (Str(e, "kind") == "quota_grown") {
-        Say("quota grown in place: " + Str(e, "message"));
+        DemoSay("quota grown in place: " + Str(e, "message"));
         return true;
       }
     }
@@ -323,8 +324,8 @@ Status Demo::Migrate() {
   if (!job.ok()) return job.status();
   const std::string from = Str(*job, "node");
   const std::string to = from == "node-a" ? "node-b" : "node-a";
-  Say("migrating " + moving.id + " " + moving.name + " from " + from + " to " + to +
-      " (CPU and GPU state moved, nothing restarted)");
+  DemoSay("migrating " + moving.id + " " + moving.name + " from " + from + " to " + to +
+          " (CPU and GPU state moved, nothing restarted)");
   PALADIN_RETURN_IF_ERROR(admin_.Post("/v1/jobs/" + moving.id + "/migrate", {{"to", to}}).status());
   std::string last_step;
   std::chrono::steady_clock::time_point arrived{};  // when first seen running at `to`
@@ -333,7 +334,7 @@ Status Demo::Migrate() {
     if (!now.ok()) return now.status();
     if ((*now)["migration"].is_object()) {
       const std::string step = Str((*now)["migration"], "step");
-      if (step != last_step) Say("  step: " + step);
+      if (step != last_step) DemoSay("  step: " + step);
       last_step = step;
       return false;
     }
@@ -343,15 +344,15 @@ Status Demo::Migrate() {
       if (!move.is_object() || !move["pause_s"].is_number()) {
         if (arrived.time_since_epoch().count() == 0) arrived = std::chrono::steady_clock::now();
         if (std::chrono::steady_clock::now() - arrived < std::chrono::seconds(15)) return false;
-        Say(moving.name + " now runs on " + to + " (its source never reported the pause)");
+        DemoSay(moving.name + " now runs on " + to + " (its source never reported the pause)");
         return true;
       }
       char pause[64];
       std::snprintf(pause, sizeof pause, "%.2f s", move["pause_s"].get<double>());
       migration_pause_ = std::string(pause) + ", " + Str(move, "mode") +
                          (Str(move, "why").empty() ? "" : " (" + Str(move, "why") + ")");
-      Say(moving.name + " now runs on " + to + "/" + std::to_string(Int(*now, "gpu")) +
-          "; paused " + migration_pause_);
+      DemoSay(moving.name + " now runs on " + to + "/" + std::to_string(Int(*now, "gpu")) +
+              "; paused " + migration_pause_);
       return true;
     }
     if (Int(*now, "migrations") == 0 && Str(*now, "node") == from && last_step.empty() == false) {
@@ -375,13 +376,13 @@ Status Demo::LoseNode() {
     }
     return true;
   }));
-  Say("every job on " + lost + " has a periodic checkpoint in the shared store");
-  Say("losing " + lost + ": its agent and workloads killed, its data directory deleted");
+  DemoSay("every job on " + lost + " has a periodic checkpoint in the shared store");
+  DemoSay("losing " + lost + ": its agent and workloads killed, its data directory deleted");
   PALADIN_RETURN_IF_ERROR(fleet_->KillNode(lost));
   std::error_code ec;
   fs::remove_all(fleet_->AgentDir(lost), ec);
   if (on_lost.empty()) {
-    Say("no job ran on " + lost + " at that moment; nothing to recover");
+    DemoSay("no job ran on " + lost + " at that moment; nothing to recover");
     return Status::Ok();
   }
   return WaitFor("the jobs of " + lost + " to be restored elsewhere", [&]() -> StatusOr<bool> {
@@ -393,8 +394,8 @@ Status Demo::LoseNode() {
     for (const std::string& id : on_lost) {
       StatusOr<Json> job = Job(id);
       if (job.ok()) {
-        Say("recovered " + id + " " + Str(*job, "name") + " on " + Str(*job, "node") + "/" +
-            std::to_string(Int(*job, "gpu")) + " from its last checkpoint");
+        DemoSay("recovered " + id + " " + Str(*job, "name") + " on " + Str(*job, "node") + "/" +
+                std::to_string(Int(*job, "gpu")) + " from its last checkpoint");
       }
     }
     return true;
@@ -494,7 +495,7 @@ Status Demo::Verify() {
   workload_uids_ = UidsRunning(workload_);
   std::string uids;
   for (int64_t uid : workload_uids_) uids += (uids.empty() ? "" : ", ") + std::to_string(uid);
-  Say("the workloads run as uid " + (uids.empty() ? std::string("(none found)") : uids));
+  DemoSay("the workloads run as uid " + (uids.empty() ? std::string("(none found)") : uids));
   return CheckAccounting();
 }
 
@@ -528,8 +529,8 @@ Status Demo::CheckAccounting() {
     if (used > allocated * 1.01 + 1e-9) problem = "more GPU memory used than allocated";
     accounting_[name] = problem.empty() ? "consistent" : problem;
     if (!problem.empty()) ++verification_failures_;
-    Say("accounting for team " + name + ": " + std::to_string(gpu_s / 3600).substr(0, 6) +
-        " GPU-hours; " + (problem.empty() ? "consistent with the jobs' lifetimes" : problem));
+    DemoSay("accounting for team " + name + ": " + std::to_string(gpu_s / 3600).substr(0, 6) +
+            " GPU-hours; " + (problem.empty() ? "consistent with the jobs' lifetimes" : problem));
   }
   return Status::Ok();
 }
@@ -654,12 +655,12 @@ StatusOr<std::string> StageFiles(const std::string& data) {
 int Demo::Run() {
   StatusOr<std::string> workload = StageFiles(args_.data);
   if (!workload.ok()) {
-    Say(workload.status().message());
+    DemoSay(workload.status().message());
     return 1;
   }
   workload_ = *workload;
   if (Status s = StartFleet(); !s.ok()) {
-    Say(s.message());
+    DemoSay(s.message());
     return 1;
   }
   const std::vector<std::pair<std::string, std::function<Status()>>> steps = {
@@ -673,7 +674,7 @@ int Demo::Run() {
   for (const auto& [name, step] : steps) {
     Status s = step();
     if (!s.ok()) {
-      Say("step '" + name + "' failed: " + s.message());
+      DemoSay("step '" + name + "' failed: " + s.message());
       steps_ok_ = false;
       failed_steps_.push_back(name + ": " + s.message());
       if (name == "submit" || g_interrupted != 0) break;
@@ -681,8 +682,8 @@ int Demo::Run() {
   }
   Summarise();
   if (args_.keep && g_interrupted == 0) {
-    Say("the fleet stays up; dashboard: " + fleet_->url() + "/#token=" + fleet_->admin_token() +
-        " ; Ctrl-C to stop");
+    DemoSay("the fleet stays up; dashboard: " + fleet_->url() + "/#token=" + fleet_->admin_token() +
+            " ; Ctrl-C to stop");
     while (g_interrupted == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   Cleanup();
@@ -692,7 +693,8 @@ int Demo::Run() {
 
 int RunDemo(DemoArgs args) {
   if (geteuid() != 0) {
-    Say("the demo needs root: its jobs run in PID namespaces and cgroups of their own and are "
+    DemoSay(
+        "the demo needs root: its jobs run in PID namespaces and cgroups of their own and are "
         "checkpointed by CRIU. Run it as root, e.g. sudo " +
         SelfExe() + " demo");
     return 2;
@@ -703,7 +705,7 @@ int RunDemo(DemoArgs args) {
     // reachable by it, which a home directory is not.
     char dir[] = "/tmp/paladin-demo-XXXXXX";
     if (mkdtemp(dir) == nullptr) {
-      Say(std::string("cannot create a directory under /tmp: ") + std::strerror(errno));
+      DemoSay(std::string("cannot create a directory under /tmp: ") + std::strerror(errno));
       return 1;
     }
     args.data = dir;
@@ -727,7 +729,7 @@ int RunDemo(DemoArgs args) {
     std::error_code ec;
     fs::remove_all(args.data, ec);
   } else if (code != 0) {
-    Say("logs kept in " + args.data + "/logs");
+    DemoSay("logs kept in " + args.data + "/logs");
   }
   return code;
 }

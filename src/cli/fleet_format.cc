@@ -180,6 +180,8 @@ std::string MemoryBar(uint64_t used, uint64_t allocated, uint64_t total, int wid
   return "[" + bar + "]";
 }
 
+std::string JobPath(const std::string& job) { return "/v1/jobs/" + Escape(job); }
+
 std::string Escape(const std::string& text) {
   static const char kHex[] = "0123456789ABCDEF";
   std::string out;

@@ -64,6 +64,8 @@ std::string MemoryBar(uint64_t used, uint64_t allocated, uint64_t total, int wid
 
 // Percent-encodes everything but A-Z a-z 0-9 - . _ ~ (a path segment or a query value).
 std::string Escape(const std::string& text);
+// The API path of job JOB: /v1/jobs/ and its id, escaped.
+std::string JobPath(const std::string& job);
 // "?k=v&k2=v2" from the pairs whose value is not empty; "" when none are.
 std::string Query(const std::vector<std::pair<std::string, std::string>>& params);
 

@@ -20,11 +20,10 @@ using fleet::BytesCell;
 using fleet::Escape;
 using fleet::FormatAgo;
 using fleet::Int;
+using fleet::JobPath;
 using fleet::Num;
 using fleet::Printable;
 using fleet::Str;
-
-std::string JobPath(const std::string& job) { return "/v1/jobs/" + Escape(job); }
 
 // --- submit ---
 

@@ -34,8 +34,6 @@ std::string MovingTo(const Json& job) {
   return gang.is_object() ? Str(gang, "moving_to") : "";
 }
 
-std::string JobPath(const std::string& job) { return "/v1/jobs/" + fleet::Escape(job); }
-
 // "migrating: step transfer to node-b/1", "pending: no room on ...".
 std::string Progress(const Json& job) {
   std::string line = Str(job, "state");
@@ -111,7 +109,7 @@ int Follow(const FleetApi& api, const std::string& id, const Watch& watch, Json 
       return 1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    StatusOr<Json> next = api.Get(JobPath(id));
+    StatusOr<Json> next = api.Get(fleet::JobPath(id));
     if (!next.ok()) return api.Fail(next.status());
     job = std::move(*next);
   }
@@ -127,7 +125,7 @@ int Follow(const FleetApi& api, const std::string& id, const Watch& watch, Json 
 // Posts the request; without `wait`, prints the 202 answer (the job) and returns.
 int Start(const FleetApi& api, const std::string& id, const std::string& action, const Json& body,
           const Watch& watch, bool wait, double timeout_s) {
-  StatusOr<Json> job = api.Post(JobPath(id) + "/" + action, body);
+  StatusOr<Json> job = api.Post(fleet::JobPath(id) + "/" + action, body);
   if (!job.ok()) return api.Fail(job.status());
   if (!wait) {
     if (api.json()) {

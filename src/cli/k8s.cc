@@ -85,7 +85,7 @@ struct NodeArgs {
   std::string explain_ns = "default";
 };
 
-void Say(const std::string& line) { cli::Say("k8s node", line); }
+void NodeSay(const std::string& line) { cli::Say("k8s node", line); }
 
 // The node's GPU memory in bytes, with where it came from.
 StatusOr<uint64_t> GpuMemory(const NodeArgs& args, std::string* source,
@@ -168,14 +168,14 @@ int PublishNode(const NodeArgs& args, const k8s::ApiConfig& api, bool with_libs)
   std::vector<gpu::GpuInfo> gpus;
   StatusOr<uint64_t> bytes = GpuMemory(args, &source, &gpus);
   if (!bytes.ok()) {
-    Say(bytes.status().message());
+    NodeSay(bytes.status().message());
     return 1;
   }
   const k8s::ApiClient client(api);
   StatusOr<std::string> node = client.PatchNodeStatus(
       args.node, k8s::ExtendedResourcePatch(k8s::kGpuMemoryResource, *bytes));
   if (!node.ok()) {
-    Say(node.status().message());
+    NodeSay(node.status().message());
     return 1;
   }
   std::printf("node %s: %s = %llu (%s, from %s)\n", args.node.c_str(), k8s::kGpuMemoryResource,
@@ -188,7 +188,7 @@ int PublishNode(const NodeArgs& args, const k8s::ApiConfig& api, bool with_libs)
     StatusOr<std::string> annotated =
         client.Patch("/api/v1/nodes/" + args.node, patch.dump(), "application/merge-patch+json");
     if (!annotated.ok()) {
-      Say(annotated.status().message());
+      NodeSay(annotated.status().message());
       return 1;
     }
     std::printf("node %s: %s = %s\n", args.node.c_str(), k8s::kGpusAnnotation,
@@ -197,7 +197,7 @@ int PublishNode(const NodeArgs& args, const k8s::ApiConfig& api, bool with_libs)
   if (args.usage) {
     StatusOr<std::vector<std::string>> lines = PublishUsage(args, client);
     if (!lines.ok()) {
-      Say("measuring the pods' GPU memory: " + lines.status().message());
+      NodeSay("measuring the pods' GPU memory: " + lines.status().message());
       return 1;
     }
     for (const std::string& line : *lines) {
@@ -207,11 +207,11 @@ int PublishNode(const NodeArgs& args, const k8s::ApiConfig& api, bool with_libs)
   if (with_libs && !args.lib_dir.empty()) {
     StatusOr<quota::Libraries> libs = quota::FindLibraries();
     if (!libs.ok()) {
-      Say(libs.status().message());
+      NodeSay(libs.status().message());
       return 1;
     }
     if (Status s = quota::PrepareSharedLibraryDir(args.lib_dir, *libs); !s.ok()) {
-      Say(s.message());
+      NodeSay(s.message());
       return 1;
     }
     std::printf("node %s: Paladin's interposer and the emulated driver in %s\n", args.node.c_str(),
@@ -223,12 +223,12 @@ int PublishNode(const NodeArgs& args, const k8s::ApiConfig& api, bool with_libs)
 
 int RunNode(const NodeArgs& args) {
   if (Status s = k8s::CheckNodeName(args.node); !s.ok()) {
-    Say(s.message());
+    NodeSay(s.message());
     return 2;
   }
   StatusOr<k8s::ApiConfig> config = Config(args);
   if (!config.ok()) {
-    Say(config.status().message());
+    NodeSay(config.status().message());
     return 2;
   }
   int rc = PublishNode(args, *config, /*with_libs=*/true);

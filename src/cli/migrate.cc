@@ -130,7 +130,7 @@ int RunMigrate(MigrateArgs a) {
   return 0;
 }
 
-struct ReceiveArgs {
+struct MigrateReceiveArgs {
   int port = 0;
   std::string bind = "127.0.0.1";
   std::string dir;
@@ -141,7 +141,7 @@ struct ReceiveArgs {
   bool lazy_plain = false;
 };
 
-int RunReceive(const ReceiveArgs& a) {
+int RunMigrateReceive(const MigrateReceiveArgs& a) {
   StatusOr<std::string> token = transfer::LoadToken(a.token_file);
   if (!token.ok()) {
     Say("receive", token.status().message());
@@ -282,7 +282,7 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
     *exit_code = FleetMigrate(m->job, m->to, m->fleet, !m->no_wait);
   });
 
-  auto r = std::make_shared<ReceiveArgs>();
+  auto r = std::make_shared<MigrateReceiveArgs>();
   CLI::App* receive = app.add_subcommand(
       "receive", "Receive one job moved by paladin migrate: verify, restore, resume when told");
   receive->add_option("--listen", r->port, "Port for images (commands use PORT+1)")
@@ -306,7 +306,7 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
   receive->add_flag("--lazy-plain", r->lazy_plain,
                     "Also take post-copy moves whose pages come over plain TCP "
                     "(paladin migrate --lazy --lazy-plain), unauthenticated");
-  receive->callback([r, exit_code] { *exit_code = RunReceive(*r); });
+  receive->callback([r, exit_code] { *exit_code = RunMigrateReceive(*r); });
 
   // The keeper of one side of a move (started by migrate and receive; docs/formats/migrate.md).
   auto state = std::make_shared<std::string>();

@@ -84,11 +84,11 @@ std::vector<std::string> NonEmpty(const std::vector<std::string>& items) {
 
 // Empty for a value that does not exist (NaN: no setting reaches the rate; infinity: the same
 // in a bootstrap draw).
-std::string Num(double v, int digits = 4) {
+std::string EvalNum(double v, int digits = 4) {
   return std::isinf(v) ? std::string() : report::Fixed(v, digits);
 }
 
-int Fail(const Status& st) {
+int EvalFail(const Status& st) {
   std::fprintf(stderr, "paladin predict eval: error: %s\n", st.message().c_str());
   return 2;
 }
@@ -150,8 +150,8 @@ Status InSample(const EvalArgs& a, const Resource& r, const std::vector<std::str
   out->table += buf;
   for (const auto& [name, m] : study->defaults) {
     out->csv += name + "," + r.name + "," + std::to_string(m.windows) + "," +
-                Num(m.median_rel_err) + "," + Num(m.p95_rel_err) + "," + Num(m.under_rate) + "," +
-                Num(m.mean_slack) + "\n";
+                EvalNum(m.median_rel_err) + "," + EvalNum(m.p95_rel_err) + "," +
+                EvalNum(m.under_rate) + "," + EvalNum(m.mean_slack) + "\n";
     std::snprintf(buf, sizeof buf, "%-9s %8lld %10.3f %10.3f %10.3f %10.3f\n", name.c_str(),
                   static_cast<long long>(m.windows), m.median_rel_err, m.p95_rel_err, m.under_rate,
                   m.mean_slack);
@@ -170,16 +170,16 @@ Status InSample(const EvalArgs& a, const Resource& r, const std::vector<std::str
   for (const auto& name : names) {
     for (const auto& p : study->tradeoff) {
       if (p.predictor != name) continue;
-      out->tradeoff += p.predictor + "," + r.name + "," + p.knob + "," + Num(p.value, 4) + "," +
-                       std::to_string(p.metrics.windows) + "," + Num(p.metrics.median_rel_err) +
-                       "," + Num(p.metrics.p95_rel_err) + "," + Num(p.metrics.under_rate) + "," +
-                       Num(p.metrics.mean_slack) + "\n";
+      out->tradeoff += p.predictor + "," + r.name + "," + p.knob + "," + EvalNum(p.value, 4) + "," +
+                       std::to_string(p.metrics.windows) + "," + EvalNum(p.metrics.median_rel_err) +
+                       "," + EvalNum(p.metrics.p95_rel_err) + "," + EvalNum(p.metrics.under_rate) +
+                       "," + EvalNum(p.metrics.mean_slack) + "\n";
     }
   }
   for (int u = 1; u <= 10; ++u) {
-    out->frontier += std::string(r.name) + "," + Num(u / 100.0, 2);
+    out->frontier += std::string(r.name) + "," + EvalNum(u / 100.0, 2);
     for (const auto& name : names) {
-      out->frontier += "," + Num(core::FrontierSlack(study->tradeoff, name, u / 100.0));
+      out->frontier += "," + EvalNum(core::FrontierSlack(study->tradeoff, name, u / 100.0));
     }
     out->frontier += "\n";
   }
@@ -208,8 +208,8 @@ void WindowsByPhase(const Resource& r, const std::string& predictor,
     const auto sr = static_cast<size_t>(w.series);
     out->cv_windows += predictor + "," + r.name + "," + series[sr].id + "," +
                        std::to_string(cv.fold_of[sr]) + "," + std::to_string(w.origin_s) + "," +
-                       std::string(core::PhaseName(w.phase)) + "," + Num(w.forecast, 6) + "," +
-                       Num(w.peak, 6) + "," + Num(s) + "\n";
+                       std::string(core::PhaseName(w.phase)) + "," + EvalNum(w.forecast, 6) + "," +
+                       EvalNum(w.peak, 6) + "," + EvalNum(s) + "\n";
   }
   for (int p = 0; p < core::kPhaseCount; ++p) {
     const auto ph = static_cast<size_t>(p);
@@ -218,9 +218,9 @@ void WindowsByPhase(const Resource& r, const std::string& predictor,
     out->cv_phases += predictor + "," + r.name + "," +
                       std::string(core::PhaseName(static_cast<core::Phase>(p))) + "," +
                       std::to_string(n) + "," +
-                      Num(static_cast<double>(under[ph]) / static_cast<double>(n)) + "," +
-                      Num(slack[ph] / static_cast<double>(n)) + "," +
-                      Num(total > 0 ? slack[ph] / total : 0) + "\n";
+                      EvalNum(static_cast<double>(under[ph]) / static_cast<double>(n)) + "," +
+                      EvalNum(slack[ph] / static_cast<double>(n)) + "," +
+                      EvalNum(total > 0 ? slack[ph] / total : 0) + "\n";
   }
 }
 
@@ -265,29 +265,29 @@ Status Folded(const EvalArgs& a, const Resource& r, const std::vector<std::strin
       std::string iv = ",,,";
       if (fold < 0) {
         const auto u = boot.UnderRate(c), sl = boot.MeanSlack(c);
-        iv = Num(u.lo) + "," + Num(u.hi) + "," + Num(sl.lo) + "," + Num(sl.hi);
+        iv = EvalNum(u.lo) + "," + EvalNum(u.hi) + "," + EvalNum(sl.lo) + "," + EvalNum(sl.hi);
       }
       if (cand.is_default) {
         out->cv_predictors += cand.predictor + "," + r.name + "," + FoldName(fold) + "," +
-                              std::to_string(m.windows) + "," + Num(m.median_rel_err) + "," +
-                              Num(m.p95_rel_err) + "," + Num(m.under_rate) + "," +
-                              Num(m.mean_slack) + "," + iv + "\n";
+                              std::to_string(m.windows) + "," + EvalNum(m.median_rel_err) + "," +
+                              EvalNum(m.p95_rel_err) + "," + EvalNum(m.under_rate) + "," +
+                              EvalNum(m.mean_slack) + "," + iv + "\n";
         if (fold < 0) {
           pooled_defaults.emplace_back(cand.predictor, m);
           const auto u = boot.UnderRate(c), sl = boot.MeanSlack(c);
           std::snprintf(buf, sizeof buf, "%-9s %8lld %6.3f [%6s, %6s] %6.3f [%6s, %6s]\n",
                         cand.predictor.c_str(), static_cast<long long>(m.windows), m.under_rate,
-                        Num(u.lo, 3).c_str(), Num(u.hi, 3).c_str(), m.mean_slack,
-                        Num(sl.lo, 3).c_str(), Num(sl.hi, 3).c_str());
+                        EvalNum(u.lo, 3).c_str(), EvalNum(u.hi, 3).c_str(), m.mean_slack,
+                        EvalNum(sl.lo, 3).c_str(), EvalNum(sl.hi, 3).c_str());
           out->table += buf;
         }
         continue;
       }
       tradeoff.push_back({cand.predictor, cand.knob, cand.value, m});
       out->cv_tradeoff += cand.predictor + "," + r.name + "," + cand.knob + "," +
-                          Num(cand.value, 4) + "," + FoldName(fold) + "," +
-                          std::to_string(m.windows) + "," + Num(m.under_rate) + "," +
-                          Num(m.mean_slack) + "," + iv + "\n";
+                          EvalNum(cand.value, 4) + "," + FoldName(fold) + "," +
+                          std::to_string(m.windows) + "," + EvalNum(m.under_rate) + "," +
+                          EvalNum(m.mean_slack) + "," + iv + "\n";
     }
     for (int u = 1; u <= 10; ++u) {
       for (const auto& name : names) {
@@ -299,11 +299,11 @@ Status Folded(const EvalArgs& a, const Resource& r, const std::vector<std::strin
             if (!(*candidates)[c].is_default && (*candidates)[c].predictor == name) of.push_back(c);
           }
           const auto ci = boot.Frontier(of, u / 100.0);
-          iv = Num(ci.lo) + "," + Num(ci.hi);
+          iv = EvalNum(ci.lo) + "," + EvalNum(ci.hi);
         }
         std::string row = std::string(r.name) + ",";
-        row += Num(u / 100.0, 2) + "," + name + ",";
-        row += FoldName(fold) + "," + Num(slack) + ",";
+        row += EvalNum(u / 100.0, 2) + "," + name + ",";
+        row += FoldName(fold) + "," + EvalNum(slack) + ",";
         row += iv + "\n";
         out->cv_frontier += row;
       }
@@ -329,8 +329,8 @@ Status Folded(const EvalArgs& a, const Resource& r, const std::vector<std::strin
       }
       const auto ci = boot.Frontier(of, u / 100.0);
       std::snprintf(buf, sizeof buf, " %6s [%6s,%6s]",
-                    Num(core::FrontierSlack(pooled_tradeoff, name, u / 100.0), 3).c_str(),
-                    Num(ci.lo, 3).c_str(), Num(ci.hi, 3).c_str());
+                    EvalNum(core::FrontierSlack(pooled_tradeoff, name, u / 100.0), 3).c_str(),
+                    EvalNum(ci.lo, 3).c_str(), EvalNum(ci.hi, 3).c_str());
       out->table += buf;
     }
     out->table += "\n";
@@ -342,16 +342,17 @@ Status Folded(const EvalArgs& a, const Resource& r, const std::vector<std::strin
     const core::PredictorMetrics m = core::ScoreWindows(core::FoldWindows(cv, c, -1));
     const auto u = boot.UnderRate(c);
     const bool within = m.under_rate <= 1.5 * target && m.under_rate >= target / 1.5;
-    out->calibration += std::string(r.name) + "," + Num(target) + "," + std::to_string(m.windows) +
-                        "," + Num(m.under_rate) + "," + Num(u.lo) + "," + Num(u.hi) + "," +
-                        Num(m.mean_slack) + "," + (within ? "yes" : "no") + "\n";
+    out->calibration += std::string(r.name) + "," + EvalNum(target) + "," +
+                        std::to_string(m.windows) + "," + EvalNum(m.under_rate) + "," +
+                        EvalNum(u.lo) + "," + EvalNum(u.hi) + "," + EvalNum(m.mean_slack) + "," +
+                        (within ? "yes" : "no") + "\n";
     if (std::abs(target - 0.01) < 1e-9 || std::abs(target - 0.02) < 1e-9 ||
         std::abs(target - 0.05) < 1e-9) {
       std::snprintf(buf, sizeof buf,
                     "paladin target %.2f: realised under_rate %.4f [%s, %s], slack %.3f, "
                     "within 1.5x: %s\n",
-                    target, m.under_rate, Num(u.lo).c_str(), Num(u.hi).c_str(), m.mean_slack,
-                    within ? "yes" : "no");
+                    target, m.under_rate, EvalNum(u.lo).c_str(), EvalNum(u.hi).c_str(),
+                    m.mean_slack, within ? "yes" : "no");
       out->table += buf;
     }
   }
@@ -362,40 +363,40 @@ Status Folded(const EvalArgs& a, const Resource& r, const std::vector<std::strin
 
 int RunEval(const EvalArgs& a) {
   const auto given = NonEmpty(SplitComma(a.predictors));
-  if (given.empty()) return Fail(InvalidArgument("--predictors is empty"));
+  if (given.empty()) return EvalFail(InvalidArgument("--predictors is empty"));
   for (const auto& n : given) {
-    if (auto f = core::PredictorFactory::ForName(n); !f.ok()) return Fail(f.status());
+    if (auto f = core::PredictorFactory::ForName(n); !f.ok()) return EvalFail(f.status());
   }
   const auto names = CanonicalNames(given);
-  if (a.window_s <= 0) return Fail(InvalidArgument("--window must be positive"));
+  if (a.window_s <= 0) return EvalFail(InvalidArgument("--window must be positive"));
   if (a.folds < 0 || a.folds == 1 || a.folds > 100) {
-    return Fail(InvalidArgument("--folds must be 0 (in sample) or 2 to 100, not " +
-                                std::to_string(a.folds)));
+    return EvalFail(InvalidArgument("--folds must be 0 (in sample) or 2 to 100, not " +
+                                    std::to_string(a.folds)));
   }
   if (a.bootstrap < 0 || a.bootstrap > 100000) {
-    return Fail(InvalidArgument("--bootstrap must be 0 to 100000"));
+    return EvalFail(InvalidArgument("--bootstrap must be 0 to 100000"));
   }
   for (const auto& [flag, v] :
        {std::pair{"--target-gpu", a.target_gpu}, std::pair{"--target-host", a.target_host}}) {
     if (!(v > 0 && v < 1)) {
-      return Fail(InvalidArgument(std::string(flag) + " must be in (0, 1), not " + Num(v)));
+      return EvalFail(InvalidArgument(std::string(flag) + " must be in (0, 1), not " + EvalNum(v)));
     }
   }
   if (!(a.scale_floor > 0 && a.scale_floor <= 1)) {
-    return Fail(InvalidArgument("--paladin-scale-floor must be in (0, 1]"));
+    return EvalFail(InvalidArgument("--paladin-scale-floor must be in (0, 1]"));
   }
   if (a.young_windows < 0 || a.young_windows > 1000) {
-    return Fail(InvalidArgument("--paladin-young-windows must be 0 to 1000"));
+    return EvalFail(InvalidArgument("--paladin-young-windows must be 0 to 1000"));
   }
   if (!(a.volatile_share >= 0 && a.volatile_share <= 10)) {
-    return Fail(InvalidArgument("--paladin-volatile-share must be in [0, 10]"));
+    return EvalFail(InvalidArgument("--paladin-volatile-share must be in [0, 10]"));
   }
   if (!(a.aci_rate >= 0 && a.aci_rate <= 1)) {
-    return Fail(InvalidArgument("--paladin-aci-rate must be in [0, 1]"));
+    return EvalFail(InvalidArgument("--paladin-aci-rate must be in [0, 1]"));
   }
   std::error_code ec;
   std::filesystem::create_directories(a.out, ec);
-  if (ec) return Fail(IoError("cannot create " + a.out + ": " + ec.message()));
+  if (ec) return EvalFail(IoError("cannot create " + a.out + ": " + ec.message()));
 
   const double gib = 1024.0 * 1024 * 1024;
   std::vector<Resource> resources = {{"gpu_mem",
@@ -414,7 +415,7 @@ int RunEval(const EvalArgs& a) {
     std::fprintf(stderr, "paladin predict eval: reading %s ...\n", trace::GenAiFileName(r.metric));
     int64_t skipped = 0;
     auto series = trace::ReadGenAiUsage(a.usage, r.metric, &skipped);
-    if (!series.ok()) return Fail(series.status());
+    if (!series.ok()) return EvalFail(series.status());
     if (skipped > 0) {
       std::fprintf(stderr, "paladin predict eval: %s: skipped %lld rows with no pod id\n",
                    trace::GenAiFileName(r.metric), static_cast<long long>(skipped));
@@ -428,7 +429,7 @@ int RunEval(const EvalArgs& a) {
     const core::PaladinPredictorParams paladin = PaladinParams(a, r);
     const Status st = a.folds > 0 ? Folded(a, r, names, *series, paladin, &out)
                                   : InSample(a, r, names, *series, paladin, &out);
-    if (!st.ok()) return Fail(st);
+    if (!st.ok()) return EvalFail(st);
   }
   std::vector<std::pair<const char*, const std::string*>> files;
   if (a.folds > 0) {
@@ -447,7 +448,7 @@ int RunEval(const EvalArgs& a) {
   std::string written;
   for (const auto& [file, content] : files) {
     auto st = report::WriteFile(a.out + "/" + file, *content);
-    if (!st.ok()) return Fail(st);
+    if (!st.ok()) return EvalFail(st);
     written += (written.empty() ? "" : ",") + std::string(file);
   }
   std::printf("%s\nwrote %s/{%s,tradeoff_*.svg}\n", out.table.c_str(), a.out.c_str(),

@@ -38,7 +38,7 @@ namespace {
 
 std::string g_say_as = "paladin run";
 
-void Say(const std::string& line) {
+void RunSay(const std::string& line) {
   std::fprintf(stderr, "%s: %s\n", g_say_as.c_str(), line.c_str());
 }
 
@@ -197,7 +197,7 @@ void Summarise(const quota::Region& region, const std::string& name, int code) {
   }
   line += "; " + std::to_string(region.refusals()) + " allocation(s) refused past the quota";
   if (region.grows() > 0) line += "; quota grown " + std::to_string(region.grows()) + " time(s)";
-  Say(line);
+  RunSay(line);
 }
 
 // The GPU side of a run: the driver behind the workload and NVML for its usage figures.
@@ -211,17 +211,17 @@ int PrepareGpu(const RunArgs& args, GpuSetup* gpu) {
   if (!args.gpu_mem.empty()) {
     StatusOr<quota::RegionSettings> settings = QuotaSettings(args);
     if (!settings.ok()) {
-      Say(settings.status().message());
+      RunSay(settings.status().message());
       return 2;
     }
     gpu->spec.quota = *settings;
   } else if (!args.gpu_mem_max.empty()) {
-    Say("--gpu-mem-max needs --gpu-mem");
+    RunSay("--gpu-mem-max needs --gpu-mem");
     return 2;
   }
   StatusOr<quota::Libraries> libs = quota::FindLibraries();
   if (!libs.ok()) {
-    Say(libs.status().message());
+    RunSay(libs.status().message());
     return 1;
   }
   gpu->spec.enabled = true;
@@ -238,12 +238,12 @@ int PrepareGpu(const RunArgs& args, GpuSetup* gpu) {
   }
   StatusOr<std::unique_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(driver.nvml_next);
   if (!nvml.ok() && driver.emulated) {
-    Say("--emulated-gpus '" + driver.emulated_spec + "' gives no GPU: " + nvml.status().message() +
-        " (see the line above)");
+    RunSay("--emulated-gpus '" + driver.emulated_spec +
+           "' gives no GPU: " + nvml.status().message() + " (see the line above)");
     return 2;
   }
   if (!nvml.ok()) {
-    Say(nvml.status().message() + " (no usage figures from NVML; the quota cannot grow)");
+    RunSay(nvml.status().message() + " (no usage figures from NVML; the quota cannot grow)");
   } else {
     gpu->nvml = std::move(*nvml);
   }
@@ -256,11 +256,11 @@ bool SayEnding(const ckpt::JobRecord& job) {
   const supervise::Ending ending = supervise::Finish(job);
   switch (ending.kind) {
     case supervise::Ending::Kind::kMoved:
-      Say(job.name + " moved to " + ending.image + "; its run directory stays for it");
+      RunSay(job.name + " moved to " + ending.image + "; its run directory stays for it");
       return true;
     case supervise::Ending::Kind::kCheckpointed:
-      Say(job.name + " was checkpointed to " + ending.image + "; resume it with: paladin restore " +
-          ending.image);
+      RunSay(job.name + " was checkpointed to " + ending.image +
+             "; resume it with: paladin restore " + ending.image);
       return true;
     case supervise::Ending::Kind::kExited:
       return false;
@@ -272,12 +272,12 @@ bool SayEnding(const ckpt::JobRecord& job) {
 // like a started one.
 int RestoreAndWait(const RunArgs& args) {
   if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
-    Say(std::string("cannot become a child subreaper: ") + strerror(errno));
+    RunSay(std::string("cannot become a child subreaper: ") + strerror(errno));
     return 1;
   }
   StatusOr<ckpt::Criu> criu = ReadyCriu();
   if (!criu.ok()) {
-    Say(criu.status().message());
+    RunSay(criu.status().message());
     return 1;
   }
   supervise::RestoreSpec spec;
@@ -290,13 +290,13 @@ int RestoreAndWait(const RunArgs& args) {
   if (const char* state = getenv("PALADIN_EMU_STATE")) spec.emu_state = state;
   ckpt::PhaseTimes times;
   StatusOr<ckpt::JobRecord> job = supervise::Restore(
-      *criu, spec, [](const std::string& line) { Say(line); }, &times);
+      *criu, spec, [](const std::string& line) { RunSay(line); }, &times);
   if (!job.ok()) {
-    Say(job.status().message());
+    RunSay(job.status().message());
     return 1;
   }
-  Say("restored " + job->name + " from " + args.restore_from + " (" + times.Describe() +
-      "); its output continues below");
+  RunSay("restored " + job->name + " from " + args.restore_from + " (" + times.Describe() +
+         "); its output continues below");
   struct sigaction forward {};
   forward.sa_handler = Forward;
   sigaction(SIGINT, &forward, nullptr);
@@ -310,7 +310,7 @@ int RestoreAndWait(const RunArgs& args) {
   const int code = WaitForChild(static_cast<pid_t>(job->pid));
   follower.Stop();
   if (SayEnding(*job)) return 0;
-  Say(job->name + " exited with " + std::to_string(code));
+  RunSay(job->name + " exited with " + std::to_string(code));
   if (!args.keep_run_dir) {
     std::error_code ec;
     std::filesystem::remove_all(job->run_dir, ec);
@@ -324,18 +324,20 @@ int RunWorkload(RunArgs args) {
   g_say_as = args.say_as;
   if (!args.restore_from.empty()) return RestoreAndWait(args);
   if (args.command.empty()) {
-    Say("nothing to run: give the command after --, e.g. paladin run --gpu-mem 10GiB -- python "
+    RunSay(
+        "nothing to run: give the command after --, e.g. paladin run --gpu-mem 10GiB -- python "
         "train.py");
     return 2;
   }
   if (args.name.empty()) args.name = std::filesystem::path(args.command[0]).filename().string();
   if (args.compute_share < 0 || args.compute_share > 100) {
-    Say("--compute-share " + std::to_string(args.compute_share) + ": expected a percentage, 1-100");
+    RunSay("--compute-share " + std::to_string(args.compute_share) +
+           ": expected a percentage, 1-100");
     return 2;
   }
   StatusOr<std::string> net_ns = NetNamespaceFor(args);
   if (!net_ns.ok()) {
-    Say(net_ns.status().message());
+    RunSay(net_ns.status().message());
     return net_ns.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   GpuSetup gpu;
@@ -363,16 +365,16 @@ int RunWorkload(RunArgs args) {
   sigaction(SIGHUP, &forward, nullptr);
   StatusOr<supervise::Launched> launched = supervise::Launch(spec);
   if (!launched.ok()) {
-    Say(launched.status().message());
+    RunSay(launched.status().message());
     return 1;
   }
   const ckpt::JobRecord& job = launched->record;
   quota::Region* region = launched->region.get();
   g_child = static_cast<pid_t>(job.pid);
-  Say(args.name + ": " + supervise::DescribeGpu(gpu.spec) + "; logs in " + job.run_dir);
-  for (const std::string& warning : launched->warnings) Say(warning);
+  RunSay(args.name + ": " + supervise::DescribeGpu(gpu.spec) + "; logs in " + job.run_dir);
+  for (const std::string& warning : launched->warnings) RunSay(warning);
 
-  quota::QuotaGrower grower(region, gpu.nvml.get(), [](const std::string& line) { Say(line); });
+  quota::QuotaGrower grower(region, gpu.nvml.get(), [](const std::string& line) { RunSay(line); });
   if (region != nullptr && gpu.spec.quota.ceiling_bytes > gpu.spec.quota.quota_bytes) {
     grower.Start();
   }
@@ -381,7 +383,7 @@ int RunWorkload(RunArgs args) {
   if (!args.usage_log.empty() && region != nullptr) {
     log_file = std::fopen(args.usage_log.c_str(), "w");
     if (log_file == nullptr) {
-      Say("cannot write --usage-log " + args.usage_log + ": " + strerror(errno));
+      RunSay("cannot write --usage-log " + args.usage_log + ": " + strerror(errno));
     } else {
       log = std::make_unique<UsageLog>(log_file, *region, gpu.nvml.get(), args.usage_every_s);
     }
@@ -399,7 +401,7 @@ int RunWorkload(RunArgs args) {
   if (region != nullptr) {
     Summarise(*region, args.name, code);
   } else {
-    Say(args.name + " exited with " + std::to_string(code));
+    RunSay(args.name + " exited with " + std::to_string(code));
   }
   launched->region.reset();
   if (!args.keep_run_dir) {

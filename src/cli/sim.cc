@@ -122,7 +122,7 @@ StatusOr<std::vector<std::string>> ParsePolicies(const std::string& spec) {
   return out;
 }
 
-int Fail(const Status& st) {
+int FgdFail(const Status& st) {
   std::fprintf(stderr, "paladin sim fgd: error: %s\n", st.message().c_str());
   return st.code() == StatusCode::kInvalidArgument ? 2 : 1;
 }
@@ -135,19 +135,20 @@ int64_t NowNs() {
 
 int RunFgd(const FgdArgs& a) {
   auto seeds = ParseSeeds(a.seeds);
-  if (!seeds.ok()) return Fail(seeds.status());
+  if (!seeds.ok()) return FgdFail(seeds.status());
   auto policies = ParsePolicies(a.policies);
-  if (!policies.ok()) return Fail(policies.status());
-  if (!(a.ratio > 0 && a.ratio <= 10)) return Fail(InvalidArgument("--ratio must be in (0, 10]"));
+  if (!policies.ok()) return FgdFail(policies.status());
+  if (!(a.ratio > 0 && a.ratio <= 10))
+    return FgdFail(InvalidArgument("--ratio must be in (0, 10]"));
 
   auto fleet = trace::ReadNodeCsv(a.nodes);
-  if (!fleet.ok()) return Fail(fleet.status());
+  if (!fleet.ok()) return FgdFail(fleet.status());
   auto pods = trace::ReadPodCsv(a.pods, fleet->models());
-  if (!pods.ok()) return Fail(pods.status());
+  if (!pods.ok()) return FgdFail(pods.status());
 
   std::error_code ec;
   std::filesystem::create_directories(a.out, ec);
-  if (ec) return Fail(IoError("cannot create --out directory " + a.out + ": " + ec.message()));
+  if (ec) return FgdFail(IoError("cannot create --out directory " + a.out + ": " + ec.message()));
 
   const std::string pods_name = std::filesystem::path(a.pods).filename().string();
   const std::string nodes_name = std::filesystem::path(a.nodes).filename().string();
@@ -218,7 +219,7 @@ int RunFgd(const FgdArgs& a) {
   for (auto& t : pool) t.join();
   if (!a.quiet && tty) std::fprintf(stderr, "\n");
   for (const auto& e : errors) {
-    if (!e.ok()) return Fail(e);
+    if (!e.ok()) return FgdFail(e);
   }
 
   if (a.bounds) {
@@ -250,7 +251,7 @@ int RunFgd(const FgdArgs& a) {
     for (int j = 0; j < jobs; ++j) bpool.emplace_back(bound_worker);
     for (auto& t : bpool) t.join();
     for (const auto& e : errs) {
-      if (!e.ok()) return Fail(e);
+      if (!e.ok()) return FgdFail(e);
     }
     std::string csv = "seed,upper_bound_pct,offline_sorted_paladin_pct\n";
     double ub_sum = 0, off_sum = 0;
@@ -263,7 +264,7 @@ int RunFgd(const FgdArgs& a) {
       off_sum += off[i];
     }
     Status st = report::WriteFile(a.out + "/bounds.csv", csv);
-    if (!st.ok()) return Fail(st);
+    if (!st.ok()) return FgdFail(st);
     char msg[256];
     std::snprintf(msg, sizeof msg,
                   "Room above (mean of %zu seeds, allocation at the end of the stream): no "
@@ -283,13 +284,13 @@ int RunFgd(const FgdArgs& a) {
         std::pair{"summary.csv", report::SummaryCsv(rows)},
         std::pair{"allocation.svg", report::AllocationSvg(results, title)}}) {
     Status st = report::WriteFile(dir + file, content);
-    if (!st.ok()) return Fail(st);
+    if (!st.ok()) return FgdFail(st);
   }
   std::printf("%s", report::SummaryTable(rows, true).c_str());
   const std::string trace_name = std::filesystem::path(a.pods).stem().string();
   if (!a.published.empty()) {
     auto published = LoadPublished(a.published, trace_name);
-    if (!published.ok()) return Fail(published.status());
+    if (!published.ok()) return FgdFail(published.status());
     const std::string cmp = report::PublishedComparison(rows, *published);
     if (!cmp.empty()) std::printf("\n%s", cmp.c_str());
   }
@@ -322,7 +323,7 @@ int RunFgd(const FgdArgs& a) {
       csv += line;
     }
     Status st = report::WriteFile(dir + "rebalance.csv", csv);
-    if (!st.ok()) return Fail(st);
+    if (!st.ok()) return FgdFail(st);
   }
   if (has_paladin && has_fgd) {
     std::printf("\npaladin - FGD, paired by seed (both see the same arrivals):\n");
@@ -335,7 +336,7 @@ int RunFgd(const FgdArgs& a) {
       csv += line;
     }
     Status st = report::WriteFile(dir + "paired.csv", csv);
-    if (!st.ok()) return Fail(st);
+    if (!st.ok()) return FgdFail(st);
     for (int pct : {100, 130}) {
       const auto g = report::Paired(results, "paladin", "FGD", pct);
       std::printf("  at %3d%% arrived: %+.2f points (95%% CI +/- %.2f, smallest %+.2f, %d seeds)\n",

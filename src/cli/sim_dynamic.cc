@@ -45,7 +45,7 @@ struct DynArgs {
   core::DynamicParams params;
 };
 
-int Fail(const Status& st) {
+int DynamicFail(const Status& st) {
   std::fprintf(stderr, "paladin sim dynamic: error: %s\n", st.message().c_str());
   return st.code() == StatusCode::kInvalidArgument ? 2 : 1;
 }
@@ -185,36 +185,37 @@ core::Fleet SampleFleet(const core::Fleet& full, int gpus) {
   return out;
 }
 
-std::string Num(double v, int digits) { return report::Fixed(v, digits); }
+std::string DynamicNum(double v, int digits) { return report::Fixed(v, digits); }
 
 int RunDynamic(DynArgs a) {
   auto loads = ParseLoads(a.loads);
-  if (!loads.ok()) return Fail(loads.status());
+  if (!loads.ok()) return DynamicFail(loads.status());
   auto seeds = ParseSeeds(a.seeds);
-  if (!seeds.ok()) return Fail(seeds.status());
+  if (!seeds.ok()) return DynamicFail(seeds.status());
   auto configs = ParseConfigs(a.configs);
-  if (!configs.ok()) return Fail(configs.status());
+  if (!configs.ok()) return DynamicFail(configs.status());
   if (a.params.tick_s <= 0 || a.params.tick_s > 3600) {
-    return Fail(InvalidArgument("--tick must be in 1..3600 seconds"));
+    return DynamicFail(InvalidArgument("--tick must be in 1..3600 seconds"));
   }
   if (a.folds < 0 || a.folds == 1 || a.folds > 100) {
-    return Fail(InvalidArgument("--folds must be 0 (one model learning online) or 2 to 100, not " +
-                                std::to_string(a.folds)));
+    return DynamicFail(
+        InvalidArgument("--folds must be 0 (one model learning online) or 2 to 100, not " +
+                        std::to_string(a.folds)));
   }
 
   auto full = trace::ReadNodeCsv(a.nodes);
-  if (!full.ok()) return Fail(full.status());
+  if (!full.ok()) return DynamicFail(full.status());
   auto pods = trace::ReadPodCsv(a.pods, full->models());
-  if (!pods.ok()) return Fail(pods.status());
+  if (!pods.ok()) return DynamicFail(pods.status());
   auto times = trace::ReadPodTimes(a.pods);
-  if (!times.ok()) return Fail(times.status());
+  if (!times.ok()) return DynamicFail(times.status());
   std::string times_note;
   if (times->empty()) {
     // Variants without times: each pod takes the arrival and run time of a pod of the default
     // trace, drawn uniformly (seeded by the pod's index).
     auto from = trace::ReadPodTimes(a.times_from);
-    if (!from.ok()) return Fail(from.status());
-    if (from->empty()) return Fail(InvalidArgument(a.times_from + ": has no time columns"));
+    if (!from.ok()) return DynamicFail(from.status());
+    if (from->empty()) return DynamicFail(InvalidArgument(a.times_from + ": has no time columns"));
     core::Rng rng(7);
     for (size_t i = 0; i < pods->size(); ++i) {
       times->push_back((*from)[rng.Uniform(from->size())]);
@@ -237,7 +238,7 @@ int RunDynamic(DynArgs a) {
     }
     trace_jobs.push_back({(*pods)[i], t.creation_s, duration});
   }
-  if (trace_jobs.empty()) return Fail(InvalidArgument(a.pods + ": no pod with a run time"));
+  if (trace_jobs.empty()) return DynamicFail(InvalidArgument(a.pods + ": no pod with a run time"));
 
   // The fleet: sized by default for the trace's mean concurrent GPU request over its busy
   // period (from the arrival at the 1st percentile to the last arrival).
@@ -260,20 +261,20 @@ int RunDynamic(DynArgs a) {
   const core::Fleet fleet = SampleFleet(*full, gpus);
 
   auto curves = LoadCurves(a.usage);
-  if (!curves.ok()) return Fail(curves.status());
+  if (!curves.ok()) return DynamicFail(curves.status());
   std::vector<int64_t> lengths;
   for (const auto& c : *curves)
     lengths.push_back(static_cast<int64_t>(c.host_mem.size()) * c.step_s);
   FoldModels fold_models;
   if (a.folds > 0) {
     auto f = TrainFolds(a.usage, *curves, a.folds, a.fold_seed);
-    if (!f.ok()) return Fail(f.status());
+    if (!f.ok()) return DynamicFail(f.status());
     fold_models = std::move(*f);
   }
   trace::LucidProfiles lucid;
   if (!a.lucid.empty()) {
     auto l = trace::ReadLucidProfiles(a.lucid);
-    if (!l.ok()) return Fail(l.status());
+    if (!l.ok()) return DynamicFail(l.status());
     lucid = std::move(*l);
   }
   std::vector<core::Workload> shapes;
@@ -294,7 +295,8 @@ int RunDynamic(DynArgs a) {
                   : "with one class model learning online from every job");
   std::error_code ec;
   std::filesystem::create_directories(a.out, ec);
-  if (ec) return Fail(IoError("cannot create --out directory " + a.out + ": " + ec.message()));
+  if (ec)
+    return DynamicFail(IoError("cannot create --out directory " + a.out + ": " + ec.message()));
 
   // The runs: every config on the same jobs for a (load, seed).
   struct Task {
@@ -354,7 +356,7 @@ int RunDynamic(DynArgs a) {
   for (auto& th : pool) th.join();
   if (!a.quiet && tty) std::fprintf(stderr, "\n");
   for (const auto& r : results) {
-    if (!r.ok()) return Fail(r.status());
+    if (!r.ok()) return DynamicFail(r.status());
   }
 
   // dynamic.csv, timeseries.csv, plots and the table.
@@ -365,28 +367,30 @@ int RunDynamic(DynArgs a) {
   std::string series = "config,load,seed,t_h,queued,running,mem_alloc_gib,mem_used_gib\n";
   for (const auto& rr : results) {
     const auto& r = *rr;
-    csv += r.config + "," + Num(r.load, 2) + "," + std::to_string(r.seed) + "," +
-           Num(r.completed_gpu_hours, 2) + "," + std::to_string(r.jobs_completed) + "," +
-           Num(r.queue_mean_s, 1) + "," + Num(r.queue_p99_s, 1) + "," + Num(r.jct_mean_s, 1) + "," +
-           Num(r.gpu_active_pct, 2) + "," + Num(r.mem_alloc_gib_h, 1) + "," +
-           Num(r.mem_used_gib_h, 1) + "," + Num(r.oom_per_1k_job_h, 3) + "," +
-           std::to_string(r.migrations) + "," + Num(r.migration_downtime_s, 1) + "\n";
+    csv += r.config + "," + DynamicNum(r.load, 2) + "," + std::to_string(r.seed) + "," +
+           DynamicNum(r.completed_gpu_hours, 2) + "," + std::to_string(r.jobs_completed) + "," +
+           DynamicNum(r.queue_mean_s, 1) + "," + DynamicNum(r.queue_p99_s, 1) + "," +
+           DynamicNum(r.jct_mean_s, 1) + "," + DynamicNum(r.gpu_active_pct, 2) + "," +
+           DynamicNum(r.mem_alloc_gib_h, 1) + "," + DynamicNum(r.mem_used_gib_h, 1) + "," +
+           DynamicNum(r.oom_per_1k_job_h, 3) + "," + std::to_string(r.migrations) + "," +
+           DynamicNum(r.migration_downtime_s, 1) + "\n";
     for (const auto& s : r.series) {
-      series += r.config + "," + Num(r.load, 2) + "," + std::to_string(r.seed) + "," +
-                Num(static_cast<double>(s.t_s) / 3600, 0) + "," + std::to_string(s.queued) + "," +
-                std::to_string(s.running) + "," + Num(s.mem_alloc_gib, 1) + "," +
-                Num(s.mem_used_gib, 1) + "\n";
+      series += r.config + "," + DynamicNum(r.load, 2) + "," + std::to_string(r.seed) + "," +
+                DynamicNum(static_cast<double>(s.t_s) / 3600, 0) + "," + std::to_string(s.queued) +
+                "," + std::to_string(s.running) + "," + DynamicNum(s.mem_alloc_gib, 1) + "," +
+                DynamicNum(s.mem_used_gib, 1) + "\n";
     }
   }
   for (const auto& [file, content] :
        {std::pair{"dynamic.csv", &csv}, std::pair{"timeseries.csv", &series}}) {
     auto st = report::WriteFile(a.out + "/" + file, *content);
-    if (!st.ok()) return Fail(st);
+    if (!st.ok()) return DynamicFail(st);
   }
   // Plots of the first seed at each load, from the first arrival after the quiet start.
   for (size_t l = 0; l < loads->size(); ++l) {
     report::Chart queue, mem;
-    const std::string tag = "load " + Num((*loads)[l], 2) + ", seed " + std::to_string((*seeds)[0]);
+    const std::string tag =
+        "load " + DynamicNum((*loads)[l], 2) + ", seed " + std::to_string((*seeds)[0]);
     queue.title = "Jobs waiting in the queue, " + tag;
     queue.x_label = "trace time (days)";
     queue.y_label = "queued jobs";
@@ -409,10 +413,10 @@ int RunDynamic(DynArgs a) {
       mem.series.push_back(std::move(alloc));
       mem.series.push_back(std::move(used));
     }
-    const std::string suffix = "_load" + Num((*loads)[l], 2) + ".svg";
+    const std::string suffix = "_load" + DynamicNum((*loads)[l], 2) + ".svg";
     for (const auto& [name, chart] : {std::pair{"queue", &queue}, std::pair{"memory", &mem}}) {
       auto st = report::WriteFile(a.out + "/" + name + suffix, report::LineChartSvg(*chart));
-      if (!st.ok()) return Fail(st);
+      if (!st.ok()) return DynamicFail(st);
     }
   }
   // Means over seeds.

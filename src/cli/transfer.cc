@@ -90,7 +90,7 @@ int RunSend(const SendArgs& a) {
   return 0;
 }
 
-struct ReceiveArgs {
+struct ImageReceiveArgs {
   int port = 0;
   std::string out;
   std::string token_file;
@@ -109,7 +109,7 @@ void SayReceived(const transfer::ReceiveReport& r) {
                           std::to_string(r.resumes) + " resumed connections)");
 }
 
-int RunReceive(const ReceiveArgs& a) {
+int RunImageReceive(const ImageReceiveArgs& a) {
   StatusOr<std::string> token = transfer::LoadToken(a.token_file);
   StatusOr<transfer::Fault> fault = transfer::FaultFromEnv();
   for (const Status* s : {&token.status(), &fault.status()}) {
@@ -159,7 +159,7 @@ void AddImageTransfer(CLI::App* image, int* exit_code) {
       ->capture_default_str();
   send->callback([s, exit_code] { *exit_code = RunSend(*s); });
 
-  auto r = std::make_shared<ReceiveArgs>();
+  auto r = std::make_shared<ImageReceiveArgs>();
   CLI::App* receive = image->add_subcommand(
       "receive", "Accept an image from `paladin image send`, verify it, then write its manifest");
   receive->add_option("--listen", r->port, "Port to listen on (0: any free port, printed)")
@@ -170,7 +170,7 @@ void AddImageTransfer(CLI::App* image, int* exit_code) {
                       "File holding the shared token (else $PALADIN_TOKEN)");
   receive->add_option("--bind", r->bind, "Address to listen on")->capture_default_str();
   receive->add_flag("--once", r->once, "Exit after the first image (0: verified, 1: failed)");
-  receive->callback([r, exit_code] { *exit_code = RunReceive(*r); });
+  receive->callback([r, exit_code] { *exit_code = RunImageReceive(*r); });
 }
 
 }  // namespace paladin::cli

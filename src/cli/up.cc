@@ -24,8 +24,8 @@ struct UpArgs {
   double checkpoint_every_s = 300;
 };
 
-volatile sig_atomic_t g_stop = 0;
-void OnSignal(int /*signal*/) { g_stop = 1; }
+volatile sig_atomic_t g_up_stop = 0;
+void OnUpSignal(int /*signal*/) { g_up_stop = 1; }
 
 std::string Hostname() {
   char name[256] = {};
@@ -80,10 +80,10 @@ int Up(UpArgs args) {
   Say("up", "dashboard: " + fleet.url() + "/#token=" + fleet.admin_token());
   Say("up", "try: paladin submit --gpu-mem auto -- python3 train.py; paladin ps; Ctrl-C stops");
   struct sigaction stop {};
-  stop.sa_handler = OnSignal;
+  stop.sa_handler = OnUpSignal;
   sigaction(SIGINT, &stop, nullptr);
   sigaction(SIGTERM, &stop, nullptr);
-  while (g_stop == 0) {
+  while (g_up_stop == 0) {
     const std::string gone = fleet.Exited();
     if (!gone.empty()) {
       Say("up", gone + " exited; see " + fleet.LogPath(gone) + "; stopping");
