@@ -17,7 +17,6 @@ namespace {
 using api::Json;
 using fleet::Array;
 using fleet::BytesCell;
-using fleet::Escape;
 using fleet::FormatAgo;
 using fleet::Int;
 using fleet::JobPath;
