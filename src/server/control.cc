@@ -300,22 +300,29 @@ StatusOr<Principal> Control::Authenticate(const std::string& secret) {
   return tokens_.Authenticate(secret);
 }
 
+StatusOr<TokenRecord> Control::StoreToken(const std::string& digest, const std::string& scope,
+                                          const std::string& name, const Principal& parsed) {
+  TokenRecord t{0, digest, scope, name, Now()};
+  StatusOr<int64_t> id = db_.AddToken(t);
+  if (!id.ok()) return id.status();
+  t.id = *id;
+  tokens_.Add(t);
+  if (parsed.team_scoped()) {
+    Team(parsed.team);
+    PALADIN_RETURN_IF_ERROR(Flush());
+  }
+  return t;
+}
+
 StatusOr<Json> Control::CreateToken(const std::string& scope, const std::string& name) {
   StatusOr<Principal> parsed = tokens_.CheckScope(scope);
   if (!parsed.ok()) return parsed.status();
   StatusOr<std::string> secret = NewToken();
   if (!secret.ok()) return secret.status();
   std::lock_guard<std::mutex> lock(mu_);
-  TokenRecord t{0, Sha256Hex(*secret), scope, name, Now()};
-  StatusOr<int64_t> id = db_.AddToken(t);
-  if (!id.ok()) return id.status();
-  t.id = *id;
-  tokens_.Add(t);
-  if (parsed->team_scoped()) {
-    Team(parsed->team);
-    PALADIN_RETURN_IF_ERROR(Flush());
-  }
-  return Json{{"id", t.id}, {"token", *secret}, {"scope", t.scope}, {"name", t.name}};
+  StatusOr<TokenRecord> t = StoreToken(Sha256Hex(*secret), scope, name, *parsed);
+  if (!t.ok()) return t.status();
+  return Json{{"id", t->id}, {"token", *secret}, {"scope", t->scope}, {"name", t->name}};
 }
 
 Status Control::AdoptToken(const std::string& secret, const std::string& scope,
@@ -339,15 +346,8 @@ Status Control::AdoptToken(const std::string& secret, const std::string& scope,
     tokens_.Remove(old);
   }
   if (tokens_.ByDigest(digest) != nullptr) return Status::Ok();
-  TokenRecord t{0, digest, scope, name, Now()};
-  StatusOr<int64_t> id = db_.AddToken(t);
-  if (!id.ok()) return id.status();
-  t.id = *id;
-  tokens_.Add(t);
-  if (parsed->team_scoped()) {
-    Team(parsed->team);
-    PALADIN_RETURN_IF_ERROR(Flush());
-  }
+  StatusOr<TokenRecord> t = StoreToken(digest, scope, name, *parsed);
+  if (!t.ok()) return t.status();
   return Status::Ok();
 }
 

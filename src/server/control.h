@@ -182,6 +182,9 @@ class Control {
   void WaitForWork(double seconds);
 
  private:
+  // A new token record stored and added to the book (a team scope's team made); under mu_.
+  StatusOr<TokenRecord> StoreToken(const std::string& digest, const std::string& scope,
+                                   const std::string& name, const Principal& parsed);
   Control(std::unique_ptr<Store> store, ControlOptions options, core::Policy policy);
 
   // control.cc
