@@ -38,6 +38,22 @@ cat >"$work/sample.py" <<'PY'
 import os, sys, time
 pattern, stop = sys.argv[1].encode(), sys.argv[2]
 me = str(os.getpid())  # its own command line names the job too
+PF_EXITING, SIGKILL_BIT = 0x4, 1 << 8
+
+
+def dying(pid, flags):
+    """A copy being killed tears down its memory in state R or D for a while on a busy machine (a
+    stopped one too: SIGKILL wakes it only to die); it runs none of its own code."""
+    if flags & PF_EXITING:
+        return True
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return any(line.startswith(("SigPnd:", "ShdPnd:")) and
+                       int(line.split()[1], 16) & SIGKILL_BIT for line in f)
+    except (OSError, ValueError, IndexError):
+        return True  # gone meanwhile
+
+
 while not os.path.exists(stop):
     running = stopped = 0
     for pid in os.listdir("/proc"):
@@ -53,6 +69,8 @@ while not os.path.exists(stop):
         comm = stat[stat.index("(") + 1:stat.rindex(")")]
         state = stat[stat.rindex(")") + 2]
         if pattern not in cmd or not comm.startswith("python") or state in "ZX":
+            continue
+        if state not in "Tt" and dying(pid, int(stat[stat.rindex(")") + 2:].split()[6])):
             continue
         if state in "Tt":
             stopped += 1

@@ -273,6 +273,20 @@ class Fleet:
     def log(self, name):
         return open(os.path.join(self.dir, name + ".log"), "ab")
 
+    def print_logs(self, jobs=(), lines=30):
+        """After a failure: each of JOBS as the server has it, and the last LINES lines of the
+        server's and the agents' logs."""
+        for job_id in jobs:
+            try:
+                print(f"--- job {job_id}: {json.dumps(self.job(job_id))}")
+            except (urllib.error.URLError, OSError) as e:
+                print(f"--- job {job_id}: the server did not answer: {e}")
+        for name in sorted(os.listdir(self.dir)):
+            if name.endswith(".log"):
+                with open(os.path.join(self.dir, name), errors="replace") as f:
+                    print(f"--- {self.dir}/{name} (last {lines} lines)\n" +
+                          "".join(f.readlines()[-lines:]), flush=True)
+
     def start_server(self, fault=None):
         env = dict(os.environ)
         env.pop("PALADIN_SERVER_FAULT", None)

@@ -263,6 +263,7 @@ def lost_drill(work, tag="gang-lost", program="gang_rank.py", steps=80, check=No
     fleet = None
     sampler = None
     what = "lost" if tag == "gang-lost" else tag.replace("gang-", "")
+    ranks = []
     try:
         fleet = Fleet(work, tag, hosts=hosts)
         sampler = RankSampler(tag)
@@ -290,7 +291,7 @@ def lost_drill(work, tag="gang-lost", program="gang_rank.py", steps=80, check=No
     finally:
         if sampler:
             sampler.finish(what)
-        finish(fleet, hosts)
+        finish(fleet, hosts, ranks)
 
 
 def move_drill(work, tag="gang-move", program="gang_rank.py", steps=60, check=None):
@@ -354,15 +355,10 @@ def move_drill(work, tag="gang-move", program="gang_rank.py", steps=60, check=No
         finish(fleet, hosts)
 
 
-def finish(fleet, hosts):
+def finish(fleet, hosts, ranks=()):
     if fleet:
         if failures:
-            for name in ("server", "agent-node-a", "agent-node-b", "agent-node-c"):
-                path = os.path.join(fleet.dir, name + ".log")
-                if os.path.exists(path):
-                    with open(path, errors="replace") as f:
-                        print(f"--- {fleet.dir}/{name}.log (last 30 lines)\n" +
-                              "".join(f.readlines()[-30:]))
+            fleet.print_logs(ranks)
         fleet.stop()
     hosts.close()
 

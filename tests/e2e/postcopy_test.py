@@ -166,6 +166,8 @@ def move_drill(work):
     tag = "pcmove"
     out = os.path.join(work, "out", tag + ".log")
     sampler = None
+    job_id = gpu_job = None
+    gpu_tag = "pcgpu"
     try:
         nodes = {n["name"]: n.get("post_copy") for n in fleet.get("/v1/nodes")["nodes"]}
         if not all(nodes.values()):
@@ -204,7 +206,6 @@ def move_drill(work):
 
         # A job holding GPU state moves pre-copy, streamed (its device memory is in its host
         # memory once the driver's checkpoint took it), and says why.
-        gpu_tag = "pcgpu"
         gpu_job = fleet.submit(gpu_tag)
         wait_for("the GPU job running", lambda: fleet.job(gpu_job)["state"] == "running", 120)
         time.sleep(2)
@@ -221,7 +222,8 @@ def move_drill(work):
         crash_test.verify_once(fleet, gpu_job, gpu_tag, "after the GPU job's move")
         crash_test.cancel_and_check_gone(fleet, gpu_job, gpu_tag)
     except (TimeoutError, urllib.error.URLError, subprocess.TimeoutExpired) as e:
-        fail(f"{what}: {e}; copies {tagged_processes(tag)}")
+        fail(f"{what}: {e}; copies {tagged_processes(gpu_tag if gpu_job else tag)}")
+        fleet.print_logs([j for j in (job_id, gpu_job) if j])
     finally:
         if sampler is not None and not sampler.stop:
             sampler.finish()
