@@ -23,7 +23,9 @@ Drills, each on a fresh server and two fresh hosts:
         coordinated checkpoint stopping the gang at about step 8, then `resume`: every step's
         all-reduced loss and the final one bit-identical to an uninterrupted run's (both ranks in
         one tree on this machine). Skipped, saying so, without python3-torch.
-  ddp-lost  lost's drill with the torch DDP ranks: every loss the uninterrupted run's.
+  ddp-lost  lost's drill with the torch DDP ranks: every loss the uninterrupted run's (the steps
+        run on the lost node after its last checkpoint run again after the rollback: printed
+        twice, the same bits).
   ddp-move  move's drill with the torch DDP ranks: every loss the uninterrupted run's.
   move  one rank per node; a third host (node-c) joins while the gang runs and `migrate` moves
         rank 1 there (the gang frozen, rank 0 dumped, rank 1 dumped and killed, restored on
@@ -277,11 +279,13 @@ def lost_drill(work, tag="gang-lost", program="gang_rank.py", steps=80, check=No
         agent.kill()
         agent.wait()
         ok(f"{what}: {lost}'s agent killed at step {len(steps_seen(fleet, ranks[0]))}")
+        killed = time.time()
         wait_for("the gang recovered on " + other, lambda: all(
             fleet.job(r)["node"] == other and fleet.job(r)["state"] in ("running", "succeeded")
             and fleet.job(r)["recoveries"] >= 1 for r in ranks), 120, 0.3)
         ok(f"{what}: every rank of the gang restored on {other} from one generation "
-           f"({ {fleet.job(r)['gang']['generation'] for r in ranks} })")
+           f"({ {fleet.job(r)['gang']['generation'] for r in ranks} }), "
+           f"{time.time() - killed:.0f} s after the loss")
         time.sleep(2 * LEASE_S)
         fleet.start_agent(lost)  # back after three leases: its fenced copies are killed
         (check or check_finished)(fleet, ranks, steps, what)
@@ -388,9 +392,26 @@ def ddp_reference(steps):
     return want_steps, want_final
 
 
-def ddp_check(want):
-    """check_finished for ddp_train.py: both ranks succeeded; rank 0's every step once, each
-    step's loss and the final one the bits of `want` (ddp_reference's)."""
+def rerun_steps(got, want):
+    """GOT, rank 0's (step, loss) lines of a run rolled back once to a checkpoint: WANT's first
+    m lines, then WANT's from step k+1 to the end again, with k <= m (the steps after the
+    checkpoint ran on the lost node and again after the rollback). The steps run twice, [] for
+    WANT itself, or None when GOT is neither."""
+    if got == want:
+        return []
+    back = next((i for i in range(1, len(got)) if int(got[i][0]) <= int(got[i - 1][0])), None)
+    if back is None:
+        return None
+    k = int(got[back][0]) - 1
+    if got[:back] != want[:back] or got[back:] != want[k:]:
+        return None
+    return [int(step) for step, _ in want[k:back]]
+
+
+def ddp_check(want, rollback=False):
+    """check_finished for ddp_train.py: both ranks succeeded; each step's loss and the final one
+    the bits of `want` (ddp_reference's); every step printed once, or with ROLLBACK (a node lost
+    after its last checkpoint) the steps since then printed twice, the same bits both times."""
     want_steps, want_final = want
 
     def check(fleet, ranks, steps, what):
@@ -398,12 +419,17 @@ def ddp_check(want):
             ended(fleet.job(r)["state"]) for r in ranks), 300, 0.5)
         states = [fleet.job(r)["state"] for r in ranks]
         got_steps, got_final = ddp_steps(log(fleet, ranks[0]))
+        twice = rerun_steps(got_steps, want_steps)
         if states != ["succeeded", "succeeded"]:
             fail(f"{what}: ranks ended {states}: {log(fleet, ranks[0])[-400:]}")
-        elif got_steps != want_steps or got_final != want_final:
+        elif twice is None or (twice and not rollback) or got_final != want_final:
             diff = [(a, b) for a, b in zip(got_steps, want_steps) if a != b][:3]
             fail(f"{what}: losses differ from the uninterrupted run's ({len(got_steps)} steps, "
                  f"first differences {diff}, final {got_final} against {want_final})")
+        elif twice:
+            ok(f"{what}: each of the {steps} steps' all-reduced losses and the final {got_final} "
+               f"are the uninterrupted run's bits; steps {twice[0]}-{twice[-1]} ran on the lost "
+               f"node after its last checkpoint and again after the rollback, the same bits")
         else:
             ok(f"{what}: each of the {steps} steps' all-reduced losses, printed once, and the "
                f"final {got_final} are the uninterrupted run's bits")
@@ -415,7 +441,7 @@ def ddp_lost_drill(work):
     last coordinated checkpoint on the other node, every loss the uninterrupted run's."""
     want = ddp_reference(40)
     if want:
-        lost_drill(work, "gang-ddp-lost", "ddp_train.py", 40, ddp_check(want))
+        lost_drill(work, "gang-ddp-lost", "ddp_train.py", 40, ddp_check(want, rollback=True))
 
 
 def ddp_move_drill(work):
