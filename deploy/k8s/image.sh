@@ -15,8 +15,9 @@ trap 'rm -rf "$work"' EXIT
 # Without debug information (a debug build's `paladin` is ten times the size).
 strip --strip-debug -o "$work/paladin" "$build/paladin"
 files=(-f "$work/paladin:/usr/local/bin/paladin")
-for lib in libpaladin-cuda.so libpaladin-nvml.so libpaladin-emucuda.so; do
-  # Where `paladin` looks for them: BIN/../lib/paladin (quota::FindLibraries).
+for lib in libpaladin-cuda.so libpaladin-nvml.so libpaladin-emucuda.so paladin-gpu-call; do
+  # Where `paladin` looks for them: BIN/../lib/paladin (quota::FindLibraries,
+  # ckpt::FindHelperProgram).
   files+=(-f "$build/$lib:/usr/local/lib/paladin/$lib")
 done
 "$here/../../tests/k8s/oci_image.sh" -o "$out" -n "$name" "${files[@]}" -- /usr/local/bin/paladin

@@ -1,14 +1,22 @@
 #include "paladin/ckpt/gpu_checkpoint.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 
+#include "paladin/ckpt/workload.h"
 #include "paladin/gpu/nvml.h"
+
+extern char** environ;
 
 namespace paladin::ckpt {
 
@@ -16,60 +24,102 @@ namespace {
 
 constexpr int kCallTimeoutMs = 300 * 1000;  // a 100+ GiB checkpoint at the driver's 1.6 GB/s
 
-// Runs one driver call in a child process so that a call that never returns is killed after
-// `timeout_ms` instead of hanging Paladin (the checkpoint API works by pid from any process).
-FnCuInit g_init = nullptr;
+int64_t MonotonicMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
 
-template <typename Call>
-CUresult Bounded(Call call, int timeout_ms) {
-  int fds[2];
-  if (pipe(fds) != 0) return CUDA_ERROR_OPERATING_SYSTEM;
-  const pid_t child = fork();
-  if (child < 0) return CUDA_ERROR_OPERATING_SYSTEM;
-  if (child == 0) {
-    close(fds[0]);
-    // The driver is initialised in the child only: a CUDA driver must not be used across fork.
-    if (g_init != nullptr) g_init(0);
-    const CUresult r = call();
-    ssize_t ignored = write(fds[1], &r, sizeof r);
-    (void)ignored;
-    _exit(0);
+// A UUID as paladin-gpu-call reads it: 32 hexadecimal digits.
+std::string HexBytes(const CUuuid& uuid) {
+  std::string hex;
+  char two[3];
+  for (char byte : uuid.bytes) {
+    std::snprintf(two, sizeof two, "%02x", static_cast<unsigned char>(byte));
+    hex += two;
   }
-  close(fds[1]);
-  pollfd p{fds[0], POLLIN, 0};
-  CUresult r = CUDA_ERROR_TIMEOUT;
-  if (poll(&p, 1, timeout_ms) > 0 && read(fds[0], &r, sizeof r) != sizeof r) {
-    r = CUDA_ERROR_UNKNOWN;
-  }
-  close(fds[0]);
-  if (r == CUDA_ERROR_TIMEOUT) kill(child, SIGKILL);
-  waitpid(child, nullptr, 0);
-  return r;
+  return hex;
 }
 
 }  // namespace
 
+// One driver call in paladin-gpu-call (src/ckpt/gpu_call.cc: why a program of its own), killed
+// after `timeout_ms` instead of hanging Paladin (the checkpoint API works by pid from any
+// process). Its answer: "result N" and, for a state, "state S" (into *state).
+CUresult GpuCheckpointer::Call(const std::vector<std::string>& args, int timeout_ms,
+                               int* state) const {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return CUDA_ERROR_OPERATING_SYSTEM;
+  std::vector<std::string> words = {helper_, driver_};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  pid_t child = -1;
+  const int spawned = posix_spawn(&child, helper_.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  if (spawned != 0) {
+    close(fds[0]);
+    return CUDA_ERROR_OPERATING_SYSTEM;
+  }
+  std::string out;
+  const int64_t deadline = MonotonicMs() + timeout_ms;
+  bool timed_out = true;
+  for (int64_t left = timeout_ms; left > 0; left = deadline - MonotonicMs()) {
+    pollfd p{fds[0], POLLIN, 0};
+    const int ready = poll(&p, 1, static_cast<int>(left));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) break;
+    char chunk[256];
+    const ssize_t n = read(fds[0], chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      timed_out = false;  // the program closed its output: it has ended
+      break;
+    }
+    out.append(chunk, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  if (timed_out) kill(child, SIGKILL);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) return CUDA_ERROR_TIMEOUT;
+  int result = CUDA_ERROR_UNKNOWN;
+  const size_t at = out.find("result ");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || at == std::string::npos ||
+      std::sscanf(out.c_str() + at, "result %d", &result) != 1) {
+    return CUDA_ERROR_UNKNOWN;
+  }
+  const size_t state_at = out.find("state ");
+  if (state != nullptr && state_at != std::string::npos) {
+    std::sscanf(out.c_str() + state_at, "state %d", state);
+  }
+  return static_cast<CUresult>(result);
+}
+
 StatusOr<std::unique_ptr<GpuCheckpointer>> GpuCheckpointer::Load(const std::string& driver) {
   void* lib = dlopen(driver.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) return NotFound("cannot load the CUDA driver (" + driver + "): " + dlerror());
-  std::unique_ptr<GpuCheckpointer> g(new GpuCheckpointer());
-  auto init = reinterpret_cast<FnCuInit>(dlsym(lib, "cuInit"));
-  g->error_name_ = reinterpret_cast<FnCuGetErrorName>(dlsym(lib, "cuGetErrorName"));
-  g->lock_ = reinterpret_cast<FnCuCheckpointProcessLock>(dlsym(lib, "cuCheckpointProcessLock"));
-  g->checkpoint_ = reinterpret_cast<FnCuCheckpointProcessCheckpoint>(
-      dlsym(lib, "cuCheckpointProcessCheckpoint"));
-  g->restore_ =
-      reinterpret_cast<FnCuCheckpointProcessRestore>(dlsym(lib, "cuCheckpointProcessRestore"));
-  g->unlock_ =
-      reinterpret_cast<FnCuCheckpointProcessUnlock>(dlsym(lib, "cuCheckpointProcessUnlock"));
-  g->state_ =
-      reinterpret_cast<FnCuCheckpointProcessGetState>(dlsym(lib, "cuCheckpointProcessGetState"));
-  if (g->lock_ == nullptr || g->checkpoint_ == nullptr || g->restore_ == nullptr ||
-      g->unlock_ == nullptr || g->state_ == nullptr) {
-    return FailedPrecondition(driver +
-                              " has no checkpoint API (cuCheckpointProcess*: driver 550 or newer)");
+  for (const char* call :
+       {"cuCheckpointProcessLock", "cuCheckpointProcessCheckpoint", "cuCheckpointProcessRestore",
+        "cuCheckpointProcessUnlock", "cuCheckpointProcessGetState"}) {
+    if (dlsym(lib, call) == nullptr) {
+      return FailedPrecondition(
+          driver + " has no checkpoint API (cuCheckpointProcess*: driver 550 or newer)");
+    }
   }
-  g_init = init;
+  StatusOr<std::string> helper = FindHelperProgram("paladin-gpu-call", "PALADIN_GPU_CALL");
+  if (!helper.ok()) return helper.status();
+  std::unique_ptr<GpuCheckpointer> g(new GpuCheckpointer());
+  g->error_name_ = reinterpret_cast<FnCuGetErrorName>(dlsym(lib, "cuGetErrorName"));
+  g->driver_ = driver;
+  g->helper_ = *helper;
   return g;
 }
 
@@ -89,58 +139,47 @@ std::vector<pid_t> GpuCheckpointer::CudaProcesses(const std::vector<pid_t>& pids
 }
 
 StatusOr<CUprocessState> GpuCheckpointer::State(pid_t pid) const {
-  CUprocessState s = CU_PROCESS_STATE_RUNNING;
-  CUresult r = Bounded(
-      [&] {
-        CUresult got = state_(pid, &s);
-        return got == CUDA_SUCCESS ? static_cast<CUresult>(-1 - s) : got;  // state in the result
-      },
-      30 * 1000);
-  if (r < 0) return static_cast<CUprocessState>(-1 - r);
+  int state = -1;
+  CUresult r = Call({"state", std::to_string(pid)}, 30 * 1000, &state);
   if (r != CUDA_SUCCESS) return Internal(Describe("cuCheckpointProcessGetState", pid, r));
-  return s;
+  if (state < 0) return Internal(Describe("cuCheckpointProcessGetState", pid, CUDA_ERROR_UNKNOWN));
+  return static_cast<CUprocessState>(state);
 }
 
 Status GpuCheckpointer::Lock(pid_t pid, unsigned int timeout_ms) const {
-  CUcheckpointLockArgs args{};
-  args.timeoutMs = timeout_ms;
-  CUresult r = Bounded([&] { return lock_(pid, &args); }, static_cast<int>(timeout_ms) + 5000);
+  CUresult r = Call({"lock", std::to_string(pid), std::to_string(timeout_ms)},
+                    static_cast<int>(timeout_ms) + 5000);
   return r == CUDA_SUCCESS ? Status::Ok() : Internal(Describe("cuCheckpointProcessLock", pid, r));
 }
 
 Status GpuCheckpointer::Checkpoint(pid_t pid) const {
-  CUcheckpointCheckpointArgs args{};
-  CUresult r = Bounded([&] { return checkpoint_(pid, &args); }, kCallTimeoutMs);
+  CUresult r = Call({"checkpoint", std::to_string(pid)}, kCallTimeoutMs);
   return r == CUDA_SUCCESS ? Status::Ok()
                            : Internal(Describe("cuCheckpointProcessCheckpoint", pid, r));
 }
 
 Status GpuCheckpointer::Restore(
     pid_t pid, const std::vector<std::pair<std::string, std::string>>& remap) const {
-  std::vector<CUcheckpointGpuPair> pairs;
+  std::vector<std::string> args = {"restore", std::to_string(pid)};
   for (const auto& [from, to] : remap) {
-    CUcheckpointGpuPair pair{};
-    if (!gpu::ParseGpuUuid(from, pair.oldUuid.bytes) ||
-        !gpu::ParseGpuUuid(to, pair.newUuid.bytes)) {
+    CUuuid old_uuid{};
+    CUuuid new_uuid{};
+    if (!gpu::ParseGpuUuid(from, old_uuid.bytes) || !gpu::ParseGpuUuid(to, new_uuid.bytes)) {
       return InvalidArgument(std::string("GPU map ")
                                  .append(from)
                                  .append("=")
                                  .append(to)
                                  .append(": not GPU UUIDs (GPU-xxxxxxxx-…)"));
     }
-    pairs.push_back(pair);
+    args.push_back(HexBytes(old_uuid) + "=" + HexBytes(new_uuid));
   }
-  CUcheckpointRestoreArgs args{};
-  args.gpuPairs = pairs.empty() ? nullptr : pairs.data();
-  args.gpuPairsCount = static_cast<unsigned int>(pairs.size());
-  CUresult r = Bounded([&] { return restore_(pid, &args); }, kCallTimeoutMs);
+  CUresult r = Call(args, kCallTimeoutMs);
   return r == CUDA_SUCCESS ? Status::Ok()
                            : Internal(Describe("cuCheckpointProcessRestore", pid, r));
 }
 
 Status GpuCheckpointer::Unlock(pid_t pid) const {
-  CUcheckpointUnlockArgs args{};
-  CUresult r = Bounded([&] { return unlock_(pid, &args); }, 30 * 1000);
+  CUresult r = Call({"unlock", std::to_string(pid)}, 30 * 1000);
   return r == CUDA_SUCCESS ? Status::Ok() : Internal(Describe("cuCheckpointProcessUnlock", pid, r));
 }
 

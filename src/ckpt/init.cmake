@@ -33,3 +33,21 @@ if(NOT TARGET paladin-criu-rlimit)
   endif()
   install(TARGETS paladin-criu-rlimit LIBRARY DESTINATION lib/paladin)
 endif()
+
+# paladin-gpu-call (src/ckpt/gpu_call.cc): one call of the CUDA driver's checkpoint API in a
+# program of its own, which ckpt::GpuCheckpointer starts for every call and kills past its time
+# limit (a fork of the multithreaded agent could hang on a lock it inherited). Found like
+# paladin-workload-init ($PALADIN_GPU_CALL, $PALADIN_LIB_DIR, next to the running program,
+# ../lib/paladin). It loads the emulated driver, which has no sanitizers: neither has it.
+if(NOT TARGET paladin-gpu-call)
+  add_executable(paladin-gpu-call ${PROJECT_SOURCE_DIR}/src/ckpt/gpu_call.cc)
+  target_compile_options(paladin-gpu-call PRIVATE -O2)
+  target_include_directories(paladin-gpu-call PRIVATE ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(paladin-gpu-call PRIVATE ${CMAKE_DL_LIBS})
+  set_target_properties(paladin-gpu-call PROPERTIES
+    RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
+  if(TARGET paladin)
+    add_dependencies(paladin paladin-gpu-call)
+  endif()
+  install(TARGETS paladin-gpu-call RUNTIME DESTINATION lib/paladin)
+endif()

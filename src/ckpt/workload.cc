@@ -429,32 +429,32 @@ bool IsExecutable(const std::string& path) {
 
 }  // namespace
 
-StatusOr<std::string> FindWorkloadInit() {
-  constexpr const char* kName = "paladin-workload-init";
-  if (const char* path = getenv("PALADIN_WORKLOAD_INIT"); path != nullptr && path[0] != '\0') {
+StatusOr<std::string> FindHelperProgram(const std::string& name, const char* env) {
+  if (const char* path = getenv(env); path != nullptr && path[0] != '\0') {
     if (IsExecutable(path)) return std::string(path);
-    return NotFound(std::string("PALADIN_WORKLOAD_INIT=") + path + " is not an executable file");
+    return NotFound(std::string(env) + "=" + path + " is not an executable file");
   }
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) {
-    return NotFound(std::string("cannot find ") + kName + ": /proc/self/exe: " + ec.message());
-  }
+  if (ec) return NotFound("cannot find " + name + ": /proc/self/exe: " + ec.message());
   // Where Paladin's libraries are staged ($PALADIN_LIB_DIR: `paladin demo` copies it there), then
   // the build tree's and the installed layouts.
   std::vector<fs::path> candidates;
   if (const char* dir = getenv("PALADIN_LIB_DIR"); dir != nullptr && dir[0] != '\0') {
-    candidates.push_back(fs::path(dir) / kName);
+    candidates.push_back(fs::path(dir) / name);
   }
-  candidates.push_back(exe.parent_path() / kName);
-  candidates.push_back(exe.parent_path().parent_path() / "lib/paladin" / kName);
+  candidates.push_back(exe.parent_path() / name);
+  candidates.push_back(exe.parent_path().parent_path() / "lib/paladin" / name);
   std::string searched;
   for (const fs::path& path : candidates) {
     if (IsExecutable(path.string())) return path.string();
     searched += (searched.empty() ? "" : ", ") + path.parent_path().string();
   }
-  return NotFound(std::string("cannot find ") + kName + " (looked in " + searched +
-                  "; set PALADIN_WORKLOAD_INIT)");
+  return NotFound("cannot find " + name + " (looked in " + searched + "; set " + env + ")");
+}
+
+StatusOr<std::string> FindWorkloadInit() {
+  return FindHelperProgram("paladin-workload-init", "PALADIN_WORKLOAD_INIT");
 }
 
 StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec) {

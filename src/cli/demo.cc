@@ -605,9 +605,10 @@ void Demo::Cleanup() {
   }
 }
 
-// Copies the demo workload, the libraries preloaded into workloads, paladin-workload-init and
-// libpaladin-criu-rlimit.so into the demo's directory: workloads run as an unprivileged user, who
-// may not reach the build tree (a clone under /root). Returns the workload's path.
+// Copies the demo workload, the libraries preloaded into workloads, paladin-workload-init,
+// libpaladin-criu-rlimit.so and paladin-gpu-call into the demo's directory: workloads run as an
+// unprivileged user, who may not reach the build tree (a clone under /root). Returns the workload's
+// path.
 StatusOr<std::string> StageFiles(const std::string& data) {
   const fs::path here = fs::path(SelfExe()).parent_path();
   StatusOr<quota::Libraries> libs = quota::FindLibraries();
@@ -625,6 +626,8 @@ StatusOr<std::string> StageFiles(const std::string& data) {
   if (!init.ok()) return init.status();
   StatusOr<std::string> rlimit = ckpt::FindCriuRlimitLibrary();
   if (!rlimit.ok()) return rlimit.status();
+  StatusOr<std::string> gpu_call = ckpt::FindHelperProgram("paladin-gpu-call", "PALADIN_GPU_CALL");
+  if (!gpu_call.ok()) return gpu_call.status();
   std::error_code ec;
   const fs::path bin = fs::path(data) / "bin";
   const fs::path lib = fs::path(data) / "lib";
@@ -637,7 +640,8 @@ StatusOr<std::string> StageFiles(const std::string& data) {
                                                   {libs->nvml_shim, lib / "libpaladin-nvml.so"},
                                                   {libs->emucuda, lib / "libpaladin-emucuda.so"},
                                                   {*init, lib / "paladin-workload-init"},
-                                                  {*rlimit, lib / "libpaladin-criu-rlimit.so"}}) {
+                                                  {*rlimit, lib / "libpaladin-criu-rlimit.so"},
+                                                  {*gpu_call, lib / "paladin-gpu-call"}}) {
     if (!fs::copy_file(from, to, copy, ec)) {
       return IoError("cannot copy " + from.string() + " to " + to.string() + ": " + ec.message());
     }

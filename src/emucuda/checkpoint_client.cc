@@ -71,17 +71,26 @@ bool SendSignal(uint32_t pid, uint32_t tid, uint64_t seq) {
   return sigqueue(static_cast<pid_t>(pid), ControlSignal(), value) == 0;
 }
 
+uint64_t MonotonicMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000u + static_cast<uint64_t>(ts.tv_nsec) / 1000000u;
+}
+
+// Waits up to `wait_ms` of real time (a busy machine stretches every sleep: counting polls would
+// stretch the limit with them).
 CUresult AwaitResult(const std::string& dir, uint32_t pid, uint64_t seq, uint32_t wait_ms) {
-  for (uint32_t waited = 0;; waited += kPollMs) {
+  const uint64_t deadline = MonotonicMs() + wait_ms;
+  for (uint32_t polls = 0;; ++polls) {
     std::string text;
     ControlState state;
     if (ReadSmallFile(StateFilePath(dir, pid), &text) && ParseState(text, &state) &&
         state.seq == seq) {
       return state.result;
     }
-    if (waited >= wait_ms) return CUDA_ERROR_TIMEOUT;
+    if (MonotonicMs() >= deadline) return CUDA_ERROR_TIMEOUT;
     uint64_t start_time = 0;
-    if (waited % 100 == 0 && !LiveStartTime(pid, &start_time)) return CUDA_ERROR_INVALID_VALUE;
+    if (polls % 50 == 0 && !LiveStartTime(pid, &start_time)) return CUDA_ERROR_INVALID_VALUE;
     SleepMs(kPollMs);
   }
 }

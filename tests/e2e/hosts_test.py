@@ -495,11 +495,11 @@ def run_all(names, slots):
 
 def stage_programs(work):
     """Copies paladin and what it loads beside itself (the preloaded libraries, the workloads'
-    init, CRIU's rlimit library) into WORK/bin and runs the drills with that copy: the build tree
+    init, CRIU's rlimit library, the GPU checkpoint calls' program) into WORK/bin and runs the drills with that copy: the build tree
     may lie under /tmp (a clone there), which each host covers with a /tmp of its own."""
     build = os.path.dirname(crash_test.PALADIN)
     bin_dir = os.path.join(work, "bin")
-    names = ["paladin", "paladin-workload-init"] + sorted(
+    names = ["paladin", "paladin-workload-init", "paladin-gpu-call"] + sorted(
         f for f in os.listdir(build) if f.startswith("libpaladin-") and f.endswith(".so"))
     for name in names:
         shutil.copy2(os.path.join(build, name), os.path.join(bin_dir, name))

@@ -2,7 +2,8 @@
 // outside the workload: lock (further CUDA calls in the process block), checkpoint (device memory
 // moves into the process's own RAM and its GPU handles are released), restore (optionally onto
 // other GPUs, by UUID), unlock. Loaded with dlopen: the real libcuda.so.1, or the emulated driver
-// for jobs on emulated GPUs. Every call has a time limit.
+// for jobs on emulated GPUs. Every call has a time limit, and runs in paladin-gpu-call, a program
+// of its own (src/ckpt/gpu_call.cc), which Load finds as ckpt::FindHelperProgram says.
 #ifndef PALADIN_CKPT_GPU_CHECKPOINT_H_
 #define PALADIN_CKPT_GPU_CHECKPOINT_H_
 
@@ -35,13 +36,12 @@ class GpuCheckpointer {
  private:
   GpuCheckpointer() = default;
   std::string Describe(const char* call, pid_t pid, CUresult r) const;
+  // Runs paladin-gpu-call with ARGS (its OP, PID, ...); CUDA_ERROR_TIMEOUT past TIMEOUT_MS.
+  CUresult Call(const std::vector<std::string>& args, int timeout_ms, int* state = nullptr) const;
 
   FnCuGetErrorName error_name_ = nullptr;
-  FnCuCheckpointProcessLock lock_ = nullptr;
-  FnCuCheckpointProcessCheckpoint checkpoint_ = nullptr;
-  FnCuCheckpointProcessRestore restore_ = nullptr;
-  FnCuCheckpointProcessUnlock unlock_ = nullptr;
-  FnCuCheckpointProcessGetState state_ = nullptr;
+  std::string driver_;  // the library paladin-gpu-call loads
+  std::string helper_;  // paladin-gpu-call's path
 };
 
 }  // namespace paladin::ckpt

@@ -114,8 +114,12 @@ struct StartedWorkload {
 // paladin-workload-init and it cannot be found (the job runs, but CRIU cannot dump it).
 StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec);
 
-// paladin-workload-init: $PALADIN_WORKLOAD_INIT, else in $PALADIN_LIB_DIR, else next to the
-// running program, else in ../lib/paladin from it (where `cmake --install` puts it).
+// One of Paladin's helper programs, NAME: the path in the environment variable ENV (when set),
+// else in $PALADIN_LIB_DIR, else next to the running program, else in ../lib/paladin from it
+// (where `cmake --install` puts it).
+StatusOr<std::string> FindHelperProgram(const std::string& name, const char* env);
+
+// paladin-workload-init ($PALADIN_WORKLOAD_INIT), as FindHelperProgram finds it.
 StatusOr<std::string> FindWorkloadInit();
 
 }  // namespace paladin::ckpt
