@@ -651,7 +651,7 @@ StatusOr<pid_t> StartServing(const Criu& criu, std::vector<std::string> argv,
   int status[2];
   if (pipe2(status, O_CLOEXEC) != 0) return IoError(std::string("pipe: ") + strerror(errno));
   argv.insert(argv.end(), {"--status-fd", "3"});
-  std::vector<std::pair<std::string, std::string>> env = criu.Env();
+  const ExecArgs exec(argv, criu.Env());
   const pid_t pid = fork();
   if (pid < 0) {
     close(status[0]);
@@ -660,15 +660,10 @@ StatusOr<pid_t> StartServing(const Criu& criu, std::vector<std::string> argv,
   }
   if (pid == 0) {
     setpgid(0, 0);
-    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
     const int null = open("/dev/null", O_RDWR);
     for (int fd = 0; fd < 3 && null >= 0; ++fd) dup2(null, fd);
     dup2(status[1], 3);  // dup2 clears close-on-exec
-    std::vector<char*> args;
-    args.reserve(argv.size() + 1);
-    for (std::string& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
+    exec.Exec();
     _exit(127);
   }
   close(status[1]);

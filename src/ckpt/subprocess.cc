@@ -14,8 +14,32 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
+
+extern char** environ;
 
 namespace paladin::ckpt {
+
+ExecArgs::ExecArgs(const std::vector<std::string>& argv,
+                   const std::vector<std::pair<std::string, std::string>>& env)
+    : words_(argv) {
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const std::string_view name = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const auto& [key, value] : env) replaced |= key == name;
+    if (!replaced) vars_.emplace_back(entry);
+  }
+  for (const auto& [key, value] : env) vars_.push_back(key + "=" + value);
+  for (std::string& w : words_) argv_.push_back(w.data());
+  argv_.push_back(nullptr);
+  for (std::string& v : vars_) envp_.push_back(v.data());
+  envp_.push_back(nullptr);
+}
+
+void ExecArgs::Exec() const {
+  if (argv_.size() > 1) execvpe(argv_[0], argv_.data(), envp_.data());
+}
 
 SubprocessResult RunBounded(const std::vector<std::string>& argv,
                             const std::vector<std::pair<std::string, std::string>>& env,
@@ -26,6 +50,7 @@ SubprocessResult RunBounded(const std::vector<std::string>& argv,
     result.output = std::string("pipe: ") + strerror(errno);
     return result;
   }
+  const ExecArgs exec(argv, env);
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
@@ -52,13 +77,8 @@ SubprocessResult RunBounded(const std::vector<std::string>& argv,
               strerror(errno));
       _exit(126);
     }
-    for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);
-    std::vector<char*> args;
-    args.reserve(argv.size() + 1);
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    dprintf(STDERR_FILENO, "cannot run %s: %s\n", args[0], strerror(errno));
+    exec.Exec();
+    dprintf(STDERR_FILENO, "cannot run %s: %s\n", exec.argv()[0], strerror(errno));
     _exit(127);
   }
   close(fds[1]);

@@ -15,6 +15,27 @@ struct SubprocessResult {
   std::string output;  // stdout and stderr together (the last 64 KiB)
 };
 
+// A program's argv and environment (this process's, with `env` set over it) laid out before a
+// fork, so that the child only calls execve: a child forked from a program with threads must
+// not allocate, as a lock another thread held at the fork (the allocator's) stays held in it.
+class ExecArgs {
+ public:
+  ExecArgs(const std::vector<std::string>& argv,
+           const std::vector<std::pair<std::string, std::string>>& env);
+  ExecArgs(const ExecArgs&) = delete;
+  ExecArgs& operator=(const ExecArgs&) = delete;
+  char* const* argv() const { return argv_.data(); }
+  char* const* envp() const { return envp_.data(); }
+  // execvpe(argv[0], argv, envp): returns only when it failed.
+  void Exec() const;
+
+ private:
+  std::vector<std::string> words_;
+  std::vector<std::string> vars_;
+  std::vector<char*> argv_;
+  std::vector<char*> envp_;
+};
+
 // Runs argv[0] (searched on the PATH) with `env` added to this process's environment, waits at
 // most `timeout_s` seconds, then kills its whole process group.
 // With `root_at` set, the program runs in a mount namespace of its own (a copy of this one's
