@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs dependencies (and CRIU 4.2 into its private prefix) and builds what the main job needs
-# (the `paladin-main` target: the paladin program, its preloaded libraries, paladin-workload-init
-# and the demo's workload; no tests, no benchmarks) in release into build/release.
+# (the `paladin-main` target: the paladin program, its preloaded libraries, paladin-workload-init,
+# paladin-gpu-call and the demo's workload; no tests, no benchmarks) in release into build/release.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
