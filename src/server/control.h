@@ -8,10 +8,12 @@
 //                                      node is dead, when its jobs may move), dirty writes
 //   TokenBook (token_book.h)           the API tokens by digest: who a secret speaks as, which
 //                                      scopes may be created here
+//   TeamBook (team_book.h)             the teams: quotas, usage, what a team holds (jobs and
+//                                      Kubernetes pods) and the one rule of quota refusals
 //   CommandQueue (command_queue.h)     the agents' commands: queued, handed out, acknowledged
 //   MigrationTable (migration_table.h) the migration rows; migration_steps.h decides their steps
 //   Persistence (persistence.h)        all SQL: what is loaded at start and written by Flush
-// Control keeps the rest (teams, counters, events, logs, the predictors) and carries out each
+// Control keeps the rest (counters, events, logs, the predictors) and carries out each
 // operation over the parts.
 //
 // The implementation is split by concern: control.cc (loading, persistence, commands, events,
@@ -58,6 +60,7 @@
 #include "paladin/server/validate.h"
 #include "persistence.h"
 #include "pods.h"
+#include "team_book.h"
 #include "token_book.h"
 
 namespace paladin::server {
@@ -198,7 +201,7 @@ class Control {
   // (kLazyFlushS: jobs_.MarkLazy, nodes_.MarkLazy); a restarted server re-learns them from the
   // next heartbeats.
   uint64_t Changes() const { return jobs_.changes() + nodes_.changes(); }
-  void DirtyTeam(const std::string& team) { dirty_teams_.insert(team); }
+  void DirtyTeam(const std::string& team) { teams_.MarkDirty(team); }
   void Count(const std::string& key, int64_t by = 1);
   int64_t Counter(const std::string& key) const;
   void Event(const std::string& kind, const JobRecord* job, const std::string& node,
@@ -228,25 +231,8 @@ class Control {
   int64_t LargestGpuMemory() const;
   void PlaceWaiting(FleetView& view);
   bool TryPlace(FleetView& view, JobRecord& j);
+  // The job's team quota refusal (TeamBook::Refusal; "" when it fits).
   std::string TeamQuotaRefusal(const JobRecord& j) const;
-  // What a team holds, what its quotas count: its jobs that hold GPUs (GPUs, and GPU memory as
-  // quota x GPUs) and its Kubernetes pods by cluster. Under mu_.
-  struct TeamUse {
-    int64_t job_gpus = 0;
-    int64_t job_bytes = 0;
-    std::map<std::string, PodsHeld> pods;  // by cluster
-    int64_t pod_gpus = 0;                  // over every cluster
-    int64_t pod_bytes = 0;
-  };
-  TeamUse TeamInUse(const std::string& team) const;
-  // The team's quota refusal for asking `gpus` GPUs and `bytes` of GPU memory more ("" when they
-  // fit), its reason ending in ", " + `asker` + " needs ...". Under mu_.
-  std::string TeamRefusal(const TeamRecord& t, int64_t gpus, int64_t bytes,
-                          const std::string& asker) const;
-  // GET /v1/teams' gpu_mem_in_use ({"jobs_bytes", "pods_bytes": {CLUSTER: bytes}}) and
-  // gpus_in_use ({"jobs", "pods": {CLUSTER: GPUs}}): what the team's quotas count. Under mu_.
-  Json GpuMemInUse(const TeamUse& use) const;
-  Json GpusInUse(const TeamUse& use) const;
   void Bind(FleetView& view, JobRecord& j, const core::Placement& p, const std::string& how);
   void SizeAutoJob(JobRecord& j);
   core::ClassHistory ClassHistoryOf(const std::string& class_key) const;  // jobs and pods
@@ -366,10 +352,10 @@ class Control {
 
   TokenBook tokens_;  // every API token, by the digest of its secret
 
-  JobTable jobs_;    // every job, and which changed since the last Flush
-  NodeTable nodes_;  // every node, its lease, and which changed since the last Flush
-  std::map<std::string, TeamRecord> teams_;
-  CommandQueue commands_;      // for the agents, not yet acknowledged
+  JobTable jobs_;          // every job, and which changed since the last Flush
+  NodeTable nodes_;        // every node, its lease, and which changed since the last Flush
+  TeamBook teams_;         // every team, its quotas' rule, and which changed since the last Flush
+  CommandQueue commands_;  // for the agents, not yet acknowledged
   MigrationTable migrations_;  // every migration, finished ones too
   std::map<std::string, int64_t> counters_;
   std::map<std::string, int64_t> class_peak_;  // ClassKey -> highest used bytes seen
@@ -380,7 +366,6 @@ class Control {
 
   // Written by Flush (the jobs' and the nodes' own: in jobs_ and nodes_).
   double last_lazy_flush_ = 0;
-  std::set<std::string> dirty_teams_;
   std::set<std::string> dirty_counters_;
   std::vector<EventRecord> events_;
   std::vector<UsageSampleRecord> samples_;

@@ -65,9 +65,8 @@ std::vector<JobRecord*> Control::GangMembers(const std::string& gang) {
 StatusOr<Json> Control::SubmitGang(const Principal& who, const JobRecord& base,
                                    const GangMember& shape) {
   // Hostile input until checked: the bounds were checked by Submit; here what depends on state.
-  auto team = teams_.find(base.team);
-  if (team != teams_.end()) {
-    const TeamRecord& t = team->second;
+  if (const TeamRecord* team = teams_.Find(base.team)) {
+    const TeamRecord& t = *team;
     const int64_t gpus = int64_t{shape.ranks} * base.gpus;
     if (t.max_gpus > 0 && gpus > t.max_gpus) {
       return ResourceExhausted("ranks: the gang needs " + std::to_string(gpus) +
@@ -132,15 +131,13 @@ StatusOr<Json> Control::SubmitGang(const Principal& who, const JobRecord& base,
 
 std::string Control::GangQuotaRefusal(const std::vector<JobRecord*>& members) const {
   if (members.empty()) return "";
-  auto team = teams_.find(members[0]->team);
-  if (team == teams_.end()) return "";
-  int64_t want_gpus = 0;
-  int64_t want_mem = 0;
+  TeamAsk want;
   for (const JobRecord* m : members) {
-    want_gpus += m->gpus;
-    want_mem += m->quota_bytes * m->gpus;
+    const TeamAsk rank = AskOf(*m);
+    want.gpus += rank.gpus;
+    want.bytes += rank.bytes;
   }
-  return TeamRefusal(team->second, want_gpus, want_mem, "the gang");
+  return teams_.Refusal(members[0]->team, want, "the gang", jobs_);
 }
 
 bool Control::TryPlaceGang(FleetView& view, const std::string& gang) {

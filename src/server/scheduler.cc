@@ -127,47 +127,8 @@ void Control::SizeAutoJob(JobRecord& j) {
   j.predicted_bytes = size.bytes;
 }
 
-Control::TeamUse Control::TeamInUse(const std::string& team) const {
-  TeamUse use;
-  for (const auto& [seq, j] : jobs_) {
-    if (j.team != team || !j.HoldsGpu()) continue;
-    use.job_gpus += j.gpus;
-    use.job_bytes += j.quota_bytes * j.gpus;
-  }
-  if (options_.team_pods) use.pods = options_.team_pods(team);
-  for (const auto& [cluster, held] : use.pods) {
-    use.pod_gpus += held.gpus;
-    use.pod_bytes += held.bytes;
-  }
-  return use;
-}
-
-std::string Control::TeamRefusal(const TeamRecord& t, int64_t gpus, int64_t bytes,
-                                 const std::string& asker) const {
-  if (t.max_gpus <= 0 && t.max_gpu_mem <= 0) return "";
-  const TeamUse use = TeamInUse(t.name);
-  const int64_t gpus_used = use.job_gpus + use.pod_gpus;
-  if (t.max_gpus > 0 && gpus_used + gpus > t.max_gpus) {
-    return "team " + t.name + " quota: " + std::to_string(gpus_used) + " of its " +
-           std::to_string(t.max_gpus) + " GPUs in use" +
-           (use.pod_gpus > 0 ? " (" + std::to_string(use.pod_gpus) + " by its Kubernetes pods)"
-                             : "") +
-           ", " + asker + " needs " + std::to_string(gpus);
-  }
-  const int64_t bytes_used = use.job_bytes + use.pod_bytes;
-  if (t.max_gpu_mem > 0 && bytes_used + bytes > t.max_gpu_mem) {
-    return "team " + t.name + " quota: " + Bytes(bytes_used) + " of its " + Bytes(t.max_gpu_mem) +
-           " GPU memory in use" +
-           (use.pod_bytes > 0 ? " (" + Bytes(use.pod_bytes) + " by its Kubernetes pods)" : "") +
-           ", " + asker + " needs " + Bytes(bytes);
-  }
-  return "";
-}
-
 std::string Control::TeamQuotaRefusal(const JobRecord& j) const {
-  auto team = teams_.find(j.team);
-  if (team == teams_.end()) return "";
-  return TeamRefusal(team->second, j.gpus, j.quota_bytes * j.gpus, "this job");
+  return teams_.Refusal(j.team, AskOf(j), "this job", jobs_);
 }
 
 void Control::PlaceWaiting(FleetView& view) {
