@@ -75,7 +75,7 @@ Control::Control(std::unique_ptr<Store> store, ControlOptions options, core::Pol
     : store_(std::move(store)),
       db_(store_.get()),
       options_(std::move(options)),
-      packer_(std::move(policy)),
+      scheduler_(std::move(policy)),
       predictors_factory_(*core::PredictorFactory::ForName("paladin")),
       tokens_(options_.node_tokens_only),
       nodes_(options_.lease_s),

@@ -10,6 +10,9 @@
 //                                      scopes may be created here
 //   TeamBook (team_book.h)             the teams: quotas, usage, what a team holds (jobs and
 //                                      Kubernetes pods) and the one rule of quota refusals
+//   Scheduler (scheduler.h)            the decisions, over core only: where waiting jobs and
+//                                      gangs go, whom to preempt, admission plans, where a
+//                                      moving job goes, a job's size after an OOM
 //   CommandQueue (command_queue.h)     the agents' commands: queued, handed out, acknowledged
 //   MigrationTable (migration_table.h) the migration rows; migration_steps.h decides their steps
 //   Persistence (persistence.h)        all SQL: what is loaded at start and written by Flush
@@ -18,8 +21,8 @@
 //
 // The implementation is split by concern: control.cc (loading, persistence, commands, events,
 // tokens), jobs.cc (the job endpoints), agents.cc (registration and heartbeats, whose bodies and
-// answers are api/wire.h's types), scheduler.cc
-// (placement with the core packer, predictions, accounting), orchestrator.cc (migrations,
+// answers are api/wire.h's types), placement.cc (the scheduler's decisions carried out, auto
+// sizing, predictions, accounting), orchestrator.cc (migrations,
 // checkpoints, recovery, drain), gangs.cc (jobs of several ranks: placement, addresses, routes,
 // the coordinated checkpoint, recovery), views.cc (nodes, teams, events, summary, metrics).
 //
@@ -60,6 +63,7 @@
 #include "paladin/server/validate.h"
 #include "persistence.h"
 #include "pods.h"
+#include "scheduler.h"
 #include "team_book.h"
 #include "token_book.h"
 
@@ -218,16 +222,8 @@ class Control {
   Json MigrationJson(const JobRecord& j) const;
   double Now() const;  // options_.clock, or the system clock
 
-  // scheduler.cc
-  struct FleetView {
-    core::Fleet fleet;
-    std::vector<std::string> names;           // fleet node index -> node name
-    std::map<std::string, int32_t> index;     // node name -> fleet node index
-    std::vector<std::vector<int>> gpu_index;  // [node][fleet gpu] -> GPU index on the node
-    std::vector<int64_t> gpu_memory;          // [node] -> bytes per GPU (smallest)
-  };
-  FleetView BuildFleet(bool reserve_running);
-  core::Workload ShapeOf(const JobRecord& j, int64_t gpu_memory) const;
+  // placement.cc: the scheduler's decisions (scheduler.h) carried out
+  FleetView BuildFleet(bool reserve_running);  // server::BuildFleet over the parts
   int64_t LargestGpuMemory() const;
   void PlaceWaiting(FleetView& view);
   bool TryPlace(FleetView& view, JobRecord& j);
@@ -241,7 +237,6 @@ class Control {
   void EndJob(JobRecord& j, JobState state, std::optional<int> exit_code, const std::string& why);
   void ObserveUsage(JobRecord& j, double now);
   core::Predictor& PredictorOf(const JobRecord& j);  // made on first use, dropped at release
-  int64_t SizeAfterOom(JobRecord& j, double now);
   void PredictionCheckMetrics(const Principal& who, std::string* out) const;
   // The live check's figures as the API gives them: windows, under, under_rate, mean_slack.
   static Json CheckToApi(const core::CheckTotals& t);
@@ -268,7 +263,6 @@ class Control {
   // Creates the gang's ranks (Submit checked the body; `shape` holds ranks, ranks_per_node and
   // port); the answer is rank 0's job with "gang_jobs", every rank's id.
   StatusOr<Json> SubmitGang(const Principal& who, const JobRecord& base, const GangMember& shape);
-  std::string GangQuotaRefusal(const std::vector<JobRecord*>& members) const;
   // Places every rank of the gang at once (core::Packer::ScheduleGang, MaxPerNodePermit), or
   // none; only when every live rank waits and no copy of one is still being killed.
   bool TryPlaceGang(FleetView& view, const std::string& gang);
@@ -338,9 +332,7 @@ class Control {
   std::unique_ptr<Store> store_;
   Persistence db_;  // over store_: the only SQL
   ControlOptions options_;
-  core::Packer packer_;
-  core::Rebalancer rebalancer_;
-  core::Rng rng_{42};
+  Scheduler scheduler_;  // the decisions: placement, preemption, admission plans, OOM restarts
   RankSubnet rank_subnet_;
   core::PredictorFactory predictors_factory_;
   std::map<int64_t, std::unique_ptr<core::Predictor>> predictors_;

@@ -129,17 +129,6 @@ StatusOr<Json> Control::SubmitGang(const Principal& who, const JobRecord& base,
   return out;
 }
 
-std::string Control::GangQuotaRefusal(const std::vector<JobRecord*>& members) const {
-  if (members.empty()) return "";
-  TeamAsk want;
-  for (const JobRecord* m : members) {
-    const TeamAsk rank = AskOf(*m);
-    want.gpus += rank.gpus;
-    want.bytes += rank.bytes;
-  }
-  return teams_.Refusal(members[0]->team, want, "the gang", jobs_);
-}
-
 bool Control::TryPlaceGang(FleetView& view, const std::string& gang) {
   std::vector<JobRecord*> members = GangMembers(gang);
   if (members.empty()) return false;
@@ -165,35 +154,16 @@ bool Control::TryPlaceGang(FleetView& view, const std::string& gang) {
   for (JobRecord* m : members) {
     if (m->mem_auto && m->state() == JobState::kPending) SizeAutoJob(*m);
   }
-  if (std::string refusal = GangQuotaRefusal(members); !refusal.empty()) {
-    say(refusal);
-    return false;
-  }
-  int64_t largest = 0;
-  for (int64_t m : view.gpu_memory) largest = std::max(largest, m);
-  std::vector<core::Workload> shapes;
-  std::vector<uint64_t> ids;
-  for (const JobRecord* m : members) {
-    shapes.push_back(ShapeOf(*m, largest));
-    ids.push_back(static_cast<uint64_t>(m->seq));
-  }
-  const core::MaxPerNodePermit per_node(members[0]->gang->ranks_per_node);
-  std::vector<core::Placement> placements;
-  const Status placed =
-      packer_.ScheduleGang(view.fleet, shapes, ids, rng_, {&per_node}, &placements);
-  if (!placed.ok()) {
-    say("gang " + gang + ": " +
-        (view.names.empty() ? "no alive node with a healthy GPU" : placed.message()));
+  const GangDecision d = scheduler_.PlaceGang(view, members, teams_, jobs_);
+  if (!d.placed) {
+    say(d.reason);
     return false;
   }
   // Every rank's node first, so that each launch can count the ranks on its node.
   for (size_t i = 0; i < members.size(); ++i) {
-    members[i]->node = view.names[static_cast<size_t>(placements[i].node)];
+    members[i]->node = view.names[static_cast<size_t>(d.placements[i].node)];
   }
-  const std::string how = " by " + packer_.policy().name + " with its gang (" +
-                          std::to_string(members.size()) + " ranks, at most " +
-                          std::to_string(members[0]->gang->ranks_per_node) + " per node)";
-  for (size_t i = 0; i < members.size(); ++i) Bind(view, *members[i], placements[i], how);
+  for (size_t i = 0; i < members.size(); ++i) Bind(view, *members[i], d.placements[i], d.how);
   return true;
 }
 
