@@ -214,12 +214,14 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
     const std::optional<int> code = r.exit_code;
     if (j.cancel_requested) {
       EndJob(j, JobState::kCancelled, code, "cancelled");
-    } else if (code.value_or(1) != 0 && j.refusals > 0 && j.restarts < 3 && j.mem_auto) {
+    } else if (Scheduler::RestartsAfterOom(j, code)) {
       // Out of GPU memory under its quota: start again (from its checkpoint when it has one)
       // with the size core's predictor gives it after an OOM.
       const double t = now;
       Accrue(j, t);
-      const int64_t bigger = SizeAfterOom(j, t);
+      const OomRestart restart = Scheduler::SizeAfterOom(PredictorOf(j), j.quota_bytes, t);
+      const int64_t bigger = restart.quota_bytes;
+      j.prediction = restart.why;
       ReleaseJob(j);
       j.quota_bytes = bigger;
       j.predicted_bytes = bigger;

@@ -75,10 +75,11 @@ Control::Control(std::unique_ptr<Store> store, ControlOptions options, core::Pol
     : store_(std::move(store)),
       db_(store_.get()),
       options_(std::move(options)),
-      packer_(std::move(policy)),
+      scheduler_(std::move(policy)),
       predictors_factory_(*core::PredictorFactory::ForName("paladin")),
       tokens_(options_.node_tokens_only),
-      nodes_(options_.lease_s) {}
+      nodes_(options_.lease_s),
+      teams_(options_.team_pods) {}
 
 StatusOr<std::unique_ptr<Control>> Control::Create(std::unique_ptr<Store> store,
                                                    ControlOptions options) {
@@ -107,7 +108,7 @@ Status Control::Load() {
   tokens_.Load(std::move(*tokens));
   StatusOr<std::vector<TeamRecord>> teams = db_.Teams();
   if (!teams.ok()) return teams.status();
-  for (TeamRecord& t : *teams) teams_[t.name] = std::move(t);
+  teams_.Load(std::move(*teams));
   StatusOr<std::vector<NodeRecord>> nodes = db_.Nodes();
   if (!nodes.ok()) return nodes.status();
   nodes_.Load(std::move(*nodes));
@@ -191,16 +192,7 @@ int64_t Control::SendCommand(const std::string& node, api::Command command, cons
   return commands_.Send(node, std::move(command), job != nullptr ? job->id : "", Now());
 }
 
-TeamRecord& Control::Team(const std::string& name) {
-  auto it = teams_.find(name);
-  if (it == teams_.end()) {
-    TeamRecord t;
-    t.name = name;
-    it = teams_.emplace(name, t).first;
-    DirtyTeam(name);
-  }
-  return it->second;
-}
+TeamRecord& Control::Team(const std::string& name) { return teams_.FindOrAdd(name); }
 
 StatusOr<JobRecord*> Control::FindJob(const Principal& who, const std::string& id) {
   PALADIN_RETURN_IF_ERROR(ParseJobId(id).status());
@@ -241,7 +233,7 @@ Json Control::JobJson(const JobRecord& j) const {
 }
 
 Status Control::Flush() {
-  if (!jobs_.HasDirty() && !nodes_.HasDirty() && dirty_teams_.empty() && !commands_.HasDirty() &&
+  if (!jobs_.HasDirty() && !nodes_.HasDirty() && !teams_.HasDirty() && !commands_.HasDirty() &&
       !migrations_.HasDirty() && dirty_counters_.empty() && events_.empty() && samples_.empty() &&
       logs_.empty() && deleted_dirs_.empty()) {
     return Status::Ok();
@@ -249,10 +241,7 @@ Status Control::Flush() {
   Store::Transaction txn(db_.store());
   for (const JobRecord* j : jobs_.Dirty()) PALADIN_RETURN_IF_ERROR(db_.SaveJob(*j));
   for (const NodeRecord* n : nodes_.Dirty()) PALADIN_RETURN_IF_ERROR(db_.SaveNode(*n));
-  for (const std::string& name : dirty_teams_) {
-    auto it = teams_.find(name);
-    if (it != teams_.end()) PALADIN_RETURN_IF_ERROR(db_.SaveTeam(it->second));
-  }
+  for (const TeamRecord* t : teams_.Dirty()) PALADIN_RETURN_IF_ERROR(db_.SaveTeam(*t));
   for (const CommandRecord* c : commands_.Dirty()) PALADIN_RETURN_IF_ERROR(db_.SaveCommand(*c));
   for (const MigrationRecord* m : migrations_.Dirty()) {
     PALADIN_RETURN_IF_ERROR(db_.SaveMigration(*m));
@@ -282,7 +271,7 @@ Status Control::Flush() {
   }
   jobs_.ClearDirty();
   nodes_.ClearDirty();
-  dirty_teams_.clear();
+  teams_.ClearDirty();
   migrations_.ClearDirty();
   dirty_counters_.clear();
   events_.clear();

@@ -8,16 +8,21 @@
 //                                      node is dead, when its jobs may move), dirty writes
 //   TokenBook (token_book.h)           the API tokens by digest: who a secret speaks as, which
 //                                      scopes may be created here
+//   TeamBook (team_book.h)             the teams: quotas, usage, what a team holds (jobs and
+//                                      Kubernetes pods) and the one rule of quota refusals
+//   Scheduler (scheduler.h)            the decisions, over core only: where waiting jobs and
+//                                      gangs go, whom to preempt, admission plans, where a
+//                                      moving job goes, a job's size after an OOM
 //   CommandQueue (command_queue.h)     the agents' commands: queued, handed out, acknowledged
 //   MigrationTable (migration_table.h) the migration rows; migration_steps.h decides their steps
 //   Persistence (persistence.h)        all SQL: what is loaded at start and written by Flush
-// Control keeps the rest (teams, counters, events, logs, the predictors) and carries out each
+// Control keeps the rest (counters, events, logs, the predictors) and carries out each
 // operation over the parts.
 //
 // The implementation is split by concern: control.cc (loading, persistence, commands, events,
 // tokens), jobs.cc (the job endpoints), agents.cc (registration and heartbeats, whose bodies and
-// answers are api/wire.h's types), scheduler.cc
-// (placement with the core packer, predictions, accounting), orchestrator.cc (migrations,
+// answers are api/wire.h's types), placement.cc (the scheduler's decisions carried out, auto
+// sizing, predictions, accounting), orchestrator.cc (migrations,
 // checkpoints, recovery, drain), gangs.cc (jobs of several ranks: placement, addresses, routes,
 // the coordinated checkpoint, recovery), views.cc (nodes, teams, events, summary, metrics).
 //
@@ -58,6 +63,8 @@
 #include "paladin/server/validate.h"
 #include "persistence.h"
 #include "pods.h"
+#include "scheduler.h"
+#include "team_book.h"
 #include "token_book.h"
 
 namespace paladin::server {
@@ -198,7 +205,7 @@ class Control {
   // (kLazyFlushS: jobs_.MarkLazy, nodes_.MarkLazy); a restarted server re-learns them from the
   // next heartbeats.
   uint64_t Changes() const { return jobs_.changes() + nodes_.changes(); }
-  void DirtyTeam(const std::string& team) { dirty_teams_.insert(team); }
+  void DirtyTeam(const std::string& team) { teams_.MarkDirty(team); }
   void Count(const std::string& key, int64_t by = 1);
   int64_t Counter(const std::string& key) const;
   void Event(const std::string& kind, const JobRecord* job, const std::string& node,
@@ -215,38 +222,13 @@ class Control {
   Json MigrationJson(const JobRecord& j) const;
   double Now() const;  // options_.clock, or the system clock
 
-  // scheduler.cc
-  struct FleetView {
-    core::Fleet fleet;
-    std::vector<std::string> names;           // fleet node index -> node name
-    std::map<std::string, int32_t> index;     // node name -> fleet node index
-    std::vector<std::vector<int>> gpu_index;  // [node][fleet gpu] -> GPU index on the node
-    std::vector<int64_t> gpu_memory;          // [node] -> bytes per GPU (smallest)
-  };
-  FleetView BuildFleet(bool reserve_running);
-  core::Workload ShapeOf(const JobRecord& j, int64_t gpu_memory) const;
+  // placement.cc: the scheduler's decisions (scheduler.h) carried out
+  FleetView BuildFleet(bool reserve_running);  // server::BuildFleet over the parts
   int64_t LargestGpuMemory() const;
   void PlaceWaiting(FleetView& view);
   bool TryPlace(FleetView& view, JobRecord& j);
+  // The job's team quota refusal (TeamBook::Refusal; "" when it fits).
   std::string TeamQuotaRefusal(const JobRecord& j) const;
-  // What a team holds, what its quotas count: its jobs that hold GPUs (GPUs, and GPU memory as
-  // quota x GPUs) and its Kubernetes pods by cluster. Under mu_.
-  struct TeamUse {
-    int64_t job_gpus = 0;
-    int64_t job_bytes = 0;
-    std::map<std::string, PodsHeld> pods;  // by cluster
-    int64_t pod_gpus = 0;                  // over every cluster
-    int64_t pod_bytes = 0;
-  };
-  TeamUse TeamInUse(const std::string& team) const;
-  // The team's quota refusal for asking `gpus` GPUs and `bytes` of GPU memory more ("" when they
-  // fit), its reason ending in ", " + `asker` + " needs ...". Under mu_.
-  std::string TeamRefusal(const TeamRecord& t, int64_t gpus, int64_t bytes,
-                          const std::string& asker) const;
-  // GET /v1/teams' gpu_mem_in_use ({"jobs_bytes", "pods_bytes": {CLUSTER: bytes}}) and
-  // gpus_in_use ({"jobs", "pods": {CLUSTER: GPUs}}): what the team's quotas count. Under mu_.
-  Json GpuMemInUse(const TeamUse& use) const;
-  Json GpusInUse(const TeamUse& use) const;
   void Bind(FleetView& view, JobRecord& j, const core::Placement& p, const std::string& how);
   void SizeAutoJob(JobRecord& j);
   core::ClassHistory ClassHistoryOf(const std::string& class_key) const;  // jobs and pods
@@ -255,7 +237,6 @@ class Control {
   void EndJob(JobRecord& j, JobState state, std::optional<int> exit_code, const std::string& why);
   void ObserveUsage(JobRecord& j, double now);
   core::Predictor& PredictorOf(const JobRecord& j);  // made on first use, dropped at release
-  int64_t SizeAfterOom(JobRecord& j, double now);
   void PredictionCheckMetrics(const Principal& who, std::string* out) const;
   // The live check's figures as the API gives them: windows, under, under_rate, mean_slack.
   static Json CheckToApi(const core::CheckTotals& t);
@@ -282,7 +263,6 @@ class Control {
   // Creates the gang's ranks (Submit checked the body; `shape` holds ranks, ranks_per_node and
   // port); the answer is rank 0's job with "gang_jobs", every rank's id.
   StatusOr<Json> SubmitGang(const Principal& who, const JobRecord& base, const GangMember& shape);
-  std::string GangQuotaRefusal(const std::vector<JobRecord*>& members) const;
   // Places every rank of the gang at once (core::Packer::ScheduleGang, MaxPerNodePermit), or
   // none; only when every live rank waits and no copy of one is still being killed.
   bool TryPlaceGang(FleetView& view, const std::string& gang);
@@ -352,9 +332,7 @@ class Control {
   std::unique_ptr<Store> store_;
   Persistence db_;  // over store_: the only SQL
   ControlOptions options_;
-  core::Packer packer_;
-  core::Rebalancer rebalancer_;
-  core::Rng rng_{42};
+  Scheduler scheduler_;  // the decisions: placement, preemption, admission plans, OOM restarts
   RankSubnet rank_subnet_;
   core::PredictorFactory predictors_factory_;
   std::map<int64_t, std::unique_ptr<core::Predictor>> predictors_;
@@ -366,10 +344,10 @@ class Control {
 
   TokenBook tokens_;  // every API token, by the digest of its secret
 
-  JobTable jobs_;    // every job, and which changed since the last Flush
-  NodeTable nodes_;  // every node, its lease, and which changed since the last Flush
-  std::map<std::string, TeamRecord> teams_;
-  CommandQueue commands_;      // for the agents, not yet acknowledged
+  JobTable jobs_;          // every job, and which changed since the last Flush
+  NodeTable nodes_;        // every node, its lease, and which changed since the last Flush
+  TeamBook teams_;         // every team, its quotas' rule, and which changed since the last Flush
+  CommandQueue commands_;  // for the agents, not yet acknowledged
   MigrationTable migrations_;  // every migration, finished ones too
   std::map<std::string, int64_t> counters_;
   std::map<std::string, int64_t> class_peak_;  // ClassKey -> highest used bytes seen
@@ -380,7 +358,6 @@ class Control {
 
   // Written by Flush (the jobs' and the nodes' own: in jobs_ and nodes_).
   double last_lazy_flush_ = 0;
-  std::set<std::string> dirty_teams_;
   std::set<std::string> dirty_counters_;
   std::vector<EventRecord> events_;
   std::vector<UsageSampleRecord> samples_;

@@ -65,9 +65,8 @@ std::vector<JobRecord*> Control::GangMembers(const std::string& gang) {
 StatusOr<Json> Control::SubmitGang(const Principal& who, const JobRecord& base,
                                    const GangMember& shape) {
   // Hostile input until checked: the bounds were checked by Submit; here what depends on state.
-  auto team = teams_.find(base.team);
-  if (team != teams_.end()) {
-    const TeamRecord& t = team->second;
+  if (const TeamRecord* team = teams_.Find(base.team)) {
+    const TeamRecord& t = *team;
     const int64_t gpus = int64_t{shape.ranks} * base.gpus;
     if (t.max_gpus > 0 && gpus > t.max_gpus) {
       return ResourceExhausted("ranks: the gang needs " + std::to_string(gpus) +
@@ -130,19 +129,6 @@ StatusOr<Json> Control::SubmitGang(const Principal& who, const JobRecord& base,
   return out;
 }
 
-std::string Control::GangQuotaRefusal(const std::vector<JobRecord*>& members) const {
-  if (members.empty()) return "";
-  auto team = teams_.find(members[0]->team);
-  if (team == teams_.end()) return "";
-  int64_t want_gpus = 0;
-  int64_t want_mem = 0;
-  for (const JobRecord* m : members) {
-    want_gpus += m->gpus;
-    want_mem += m->quota_bytes * m->gpus;
-  }
-  return TeamRefusal(team->second, want_gpus, want_mem, "the gang");
-}
-
 bool Control::TryPlaceGang(FleetView& view, const std::string& gang) {
   std::vector<JobRecord*> members = GangMembers(gang);
   if (members.empty()) return false;
@@ -168,35 +154,16 @@ bool Control::TryPlaceGang(FleetView& view, const std::string& gang) {
   for (JobRecord* m : members) {
     if (m->mem_auto && m->state() == JobState::kPending) SizeAutoJob(*m);
   }
-  if (std::string refusal = GangQuotaRefusal(members); !refusal.empty()) {
-    say(refusal);
-    return false;
-  }
-  int64_t largest = 0;
-  for (int64_t m : view.gpu_memory) largest = std::max(largest, m);
-  std::vector<core::Workload> shapes;
-  std::vector<uint64_t> ids;
-  for (const JobRecord* m : members) {
-    shapes.push_back(ShapeOf(*m, largest));
-    ids.push_back(static_cast<uint64_t>(m->seq));
-  }
-  const core::MaxPerNodePermit per_node(members[0]->gang->ranks_per_node);
-  std::vector<core::Placement> placements;
-  const Status placed =
-      packer_.ScheduleGang(view.fleet, shapes, ids, rng_, {&per_node}, &placements);
-  if (!placed.ok()) {
-    say("gang " + gang + ": " +
-        (view.names.empty() ? "no alive node with a healthy GPU" : placed.message()));
+  const GangDecision d = scheduler_.PlaceGang(view, members, teams_, jobs_);
+  if (!d.placed) {
+    say(d.reason);
     return false;
   }
   // Every rank's node first, so that each launch can count the ranks on its node.
   for (size_t i = 0; i < members.size(); ++i) {
-    members[i]->node = view.names[static_cast<size_t>(placements[i].node)];
+    members[i]->node = view.names[static_cast<size_t>(d.placements[i].node)];
   }
-  const std::string how = " by " + packer_.policy().name + " with its gang (" +
-                          std::to_string(members.size()) + " ranks, at most " +
-                          std::to_string(members[0]->gang->ranks_per_node) + " per node)";
-  for (size_t i = 0; i < members.size(); ++i) Bind(view, *members[i], placements[i], how);
+  for (size_t i = 0; i < members.size(); ++i) Bind(view, *members[i], d.placements[i], d.how);
   return true;
 }
 

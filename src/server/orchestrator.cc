@@ -147,7 +147,7 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
   }
   FleetView view = BuildFleet(true);
   const int32_t node = view.index.at(to);
-  const core::Workload w = ShapeOf(j, view.gpu_memory[static_cast<size_t>(node)]);
+  const core::Workload w = JobShape(j, view.gpu_memory[static_cast<size_t>(node)]);
   core::Placement p;
   if (to_gpu >= 0) {
     const auto& map = view.gpu_index[static_cast<size_t>(node)];
@@ -163,7 +163,7 @@ Status Control::StartMigration(JobRecord& j, const std::string& to, int to_gpu,
     core::PackerOptions options;
     options.collect_reasons = true;
     options.only_node = node;
-    core::Decision d = packer_.Schedule(view.fleet, w, rng_, options);
+    core::Decision d = scheduler_.PlaceMove(view, w, options);
     if (!d.placed) {
       if (refusal != nullptr) *refusal = d.Explain();
       return FailedPrecondition("the job does not fit on " + to + ": " + d.Explain());
@@ -470,7 +470,7 @@ void Control::DrainNodes() {
       FleetView view = BuildFleet(true);
       core::PackerOptions options;
       options.collect_reasons = true;
-      core::Decision d = packer_.Schedule(view.fleet, ShapeOf(j, 0), rng_, options);
+      core::Decision d = scheduler_.PlaceMove(view, JobShape(j, 0), options);
       if (!d.placed) {
         j.reason = "draining " + name + ": nowhere to go yet (" + d.Explain() + ")";
         continue;
@@ -537,7 +537,7 @@ void Control::GpuHealthMoves() {
     FleetView view = BuildFleet(true);
     core::PackerOptions options;
     options.exclude_node = -1;
-    core::Decision d = packer_.Schedule(view.fleet, ShapeOf(j, 0), rng_, options);
+    core::Decision d = scheduler_.PlaceMove(view, JobShape(j, 0), options);
     if (!d.placed) continue;
     const std::string& to = view.names[static_cast<size_t>(d.placement.node)];
     if (migrations_.HasIncoming(to)) continue;
@@ -623,35 +623,12 @@ void Control::Rebalance(FleetView& view, JobRecord& waiting) {
     admission_moves_ = left;
     return;
   }
-  if (migrations_.AnyUnfinished()) return;
-  if (!waiting.reason.empty() && waiting.reason.rfind("team ", 0) == 0) return;
-  std::vector<core::MovableJob> movable;
-  for (const auto& [seq, j] : jobs_) {
-    if (j.state() != JobState::kRunning || j.gpus != 1) continue;
-    auto at = view.index.find(j.node);
-    if (at == view.index.end()) continue;
-    const auto& map = view.gpu_index[static_cast<size_t>(at->second)];
-    auto g = std::find(map.begin(), map.end(), j.gpu);
-    if (g == map.end()) continue;
-    core::MovableJob m;
-    m.id = static_cast<uint64_t>(seq);
-    m.shape = ShapeOf(j, view.gpu_memory[static_cast<size_t>(at->second)]);
-    m.placement.node = at->second;
-    m.placement.gpus = {static_cast<int16_t>(g - map.begin())};
-    // Where to is not known yet: what moves off this node have taken.
-    m.downtime_s = move_costs_.Estimate(j.node, "", static_cast<double>(j.used_bytes), 0).pause_s;
-    m.movable = nodes_.At(j.node).migrate_port > 0 && !j.gang;  // a gang rank never moves alone
-    movable.push_back(std::move(m));
-  }
-  if (movable.empty()) return;
-  int64_t largest = 0;
-  for (int64_t m : view.gpu_memory) largest = std::max(largest, m);
-  std::optional<core::AdmissionPlan> plan = rebalancer_.PlanAdmission(
-      view.fleet, ShapeOf(waiting, largest), movable, packer_, rng_, 1e12);
-  if (!plan || plan->moves.empty()) return;
-  admission_moves_ = plan->moves;
+  std::vector<core::Move> plan =
+      scheduler_.PlanAdmission(view, waiting, jobs_, nodes_, migrations_, move_costs_);
+  if (plan.empty()) return;
+  admission_moves_ = std::move(plan);
   Event("rebalance", &waiting, "",
-        "the rebalancer plans " + std::to_string(plan->moves.size()) +
+        "the rebalancer plans " + std::to_string(admission_moves_.size()) +
             " migration(s) to make room for " + waiting.id);
   Rebalance(view, waiting);
 }

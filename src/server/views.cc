@@ -12,6 +12,24 @@
 
 namespace paladin::server {
 
+namespace {
+
+// GET /v1/teams' gpu_mem_in_use ({"jobs_bytes", "pods_bytes": {CLUSTER: bytes}}) and
+// gpus_in_use ({"jobs", "pods": {CLUSTER: GPUs}}): what the team's quotas count.
+Json GpuMemInUse(const TeamUse& use) {
+  Json pods = Json::object();
+  for (const auto& [cluster, held] : use.pods) pods[cluster] = held.bytes;
+  return {{"jobs_bytes", use.job_bytes}, {"pods_bytes", pods}};
+}
+
+Json GpusInUse(const TeamUse& use) {
+  Json pods = Json::object();
+  for (const auto& [cluster, held] : use.pods) pods[cluster] = held.gpus;
+  return {{"jobs", use.job_gpus}, {"pods", pods}};
+}
+
+}  // namespace
+
 StatusOr<Json> Control::Nodes(const Principal& who) {
   std::lock_guard<std::mutex> lock(mu_);
   // One pass over the jobs: what each node's GPUs hold.
@@ -95,18 +113,6 @@ StatusOr<Json> Control::Events(const Principal& who, const std::string& job, dou
   return Json{{"events", out}};
 }
 
-Json Control::GpuMemInUse(const TeamUse& use) const {
-  Json pods = Json::object();
-  for (const auto& [cluster, held] : use.pods) pods[cluster] = held.bytes;
-  return {{"jobs_bytes", use.job_bytes}, {"pods_bytes", pods}};
-}
-
-Json Control::GpusInUse(const TeamUse& use) const {
-  Json pods = Json::object();
-  for (const auto& [cluster, held] : use.pods) pods[cluster] = held.gpus;
-  return {{"jobs", use.job_gpus}, {"pods", pods}};
-}
-
 StatusOr<Json> Control::Teams(const Principal& who) {
   std::lock_guard<std::mutex> lock(mu_);
   const double now = Now();
@@ -122,7 +128,7 @@ StatusOr<Json> Control::Teams(const Principal& who) {
       usage.mem_alloc_byte_seconds += dt * static_cast<double>(j.quota_bytes) * j.gpus;
       usage.mem_used_byte_seconds += dt * static_cast<double>(j.used_bytes);
     }
-    const TeamUse use = TeamInUse(name);
+    const TeamUse use = teams_.InUse(name, jobs_);
     const auto found = team_checks_.find(name);
     const core::CheckTotals check =
         found != team_checks_.end() ? found->second : core::CheckTotals{};
@@ -136,7 +142,7 @@ StatusOr<Json> Control::Teams(const Principal& who) {
                    {"prediction_check", CheckToApi(check)}});
   }
   if (who.team_scoped() && out.empty()) {
-    const TeamUse use = TeamInUse(who.team);
+    const TeamUse use = teams_.InUse(who.team, jobs_);
     out.push_back({{"name", who.team},
                    {"max_gpus", 0},
                    {"max_gpu_mem_bytes", 0},

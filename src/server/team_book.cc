@@ -1,0 +1,95 @@
+#include "team_book.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "paladin/base/size.h"
+
+namespace paladin::server {
+namespace {
+
+// Sizes in quota reasons: the project's one formatter (negative ones never occur).
+std::string QuotaBytes(int64_t b) {
+  return base::FormatSize(static_cast<uint64_t>(std::max<int64_t>(b, 0)));
+}
+
+}  // namespace
+
+TeamAsk AskOf(const JobRecord& j) { return {j.gpus, j.quota_bytes * j.gpus}; }
+
+void TeamBook::Load(std::vector<TeamRecord> teams) {
+  for (TeamRecord& t : teams) {
+    std::string name = t.name;
+    teams_[name] = std::move(t);
+  }
+}
+
+const TeamRecord* TeamBook::Find(const std::string& name) const {
+  auto it = teams_.find(name);
+  return it == teams_.end() ? nullptr : &it->second;
+}
+
+TeamRecord& TeamBook::FindOrAdd(const std::string& name) {
+  auto it = teams_.find(name);
+  if (it == teams_.end()) {
+    TeamRecord t;
+    t.name = name;
+    it = teams_.emplace(name, t).first;
+    MarkDirty(name);
+  }
+  return it->second;
+}
+
+TeamUse TeamBook::InUse(const std::string& team, const JobTable& jobs) const {
+  TeamUse use;
+  for (const auto& [seq, j] : jobs) {
+    if (j.team != team || !j.HoldsGpu()) continue;
+    const TeamAsk held = AskOf(j);
+    use.job_gpus += held.gpus;
+    use.job_bytes += held.bytes;
+  }
+  if (pods_) use.pods = pods_(team);
+  for (const auto& [cluster, held] : use.pods) {
+    use.pod_gpus += held.gpus;
+    use.pod_bytes += held.bytes;
+  }
+  return use;
+}
+
+std::string TeamBook::Refusal(const std::string& team, const TeamAsk& ask, const std::string& asker,
+                              const JobTable& jobs) const {
+  const TeamRecord* t = Find(team);
+  if (t == nullptr || (t->max_gpus <= 0 && t->max_gpu_mem <= 0)) return "";
+  return Refusal(*t, InUse(team, jobs), ask, asker);
+}
+
+std::string TeamBook::Refusal(const TeamRecord& t, const TeamUse& use, const TeamAsk& ask,
+                              const std::string& asker) {
+  const int64_t gpus_used = use.job_gpus + use.pod_gpus;
+  if (t.max_gpus > 0 && gpus_used + ask.gpus > t.max_gpus) {
+    return "team " + t.name + " quota: " + std::to_string(gpus_used) + " of its " +
+           std::to_string(t.max_gpus) + " GPUs in use" +
+           (use.pod_gpus > 0 ? " (" + std::to_string(use.pod_gpus) + " by its Kubernetes pods)"
+                             : "") +
+           ", " + asker + " needs " + std::to_string(ask.gpus);
+  }
+  const int64_t bytes_used = use.job_bytes + use.pod_bytes;
+  if (t.max_gpu_mem > 0 && bytes_used + ask.bytes > t.max_gpu_mem) {
+    return "team " + t.name + " quota: " + QuotaBytes(bytes_used) + " of its " +
+           QuotaBytes(t.max_gpu_mem) + " GPU memory in use" +
+           (use.pod_bytes > 0 ? " (" + QuotaBytes(use.pod_bytes) + " by its Kubernetes pods)"
+                              : "") +
+           ", " + asker + " needs " + QuotaBytes(ask.bytes);
+  }
+  return "";
+}
+
+std::vector<const TeamRecord*> TeamBook::Dirty() const {
+  std::vector<const TeamRecord*> out;
+  for (const std::string& name : dirty_) {
+    if (const TeamRecord* t = Find(name)) out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace paladin::server

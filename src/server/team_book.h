@@ -1,0 +1,95 @@
+// The control plane's teams: every TeamRecord the server keeps (quotas, priority, usage) by name,
+// which changed since the last write to the store, and the one rule of the team quotas. Control
+// owns one and is its only user.
+//
+// - Lookup: Find by name; FindOrAdd makes the record of a team first named (marked dirty);
+//   iteration in name order. Teams are never removed.
+// - Use: InUse is what a team holds, what its quotas count: its jobs that hold GPUs (GPUs, and
+//   GPU memory as quota x GPUs, AskOf) and its Kubernetes pods by cluster (the PodsOf given at
+//   construction: PodBook::TeamHeld in the server).
+// - Refusal: the one rule of max_gpus and max_gpu_mem, for a job and for a gang's ranks together:
+//   refused when what is in use plus what is asked is more than the quota (GPUs first, then
+//   bytes); exactly at the quota fits. A team with no record, or no quota, refuses nothing.
+// - Writes: MarkDirty says a team's record must reach the store with the next Flush; Dirty lists
+//   what the Flush writes, ClearDirty forgets it once written.
+//
+// Thread safety: none; Control calls it under its lock. PodsOf takes the pod book's own lock. No
+// I/O, no clock.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "job_table.h"
+#include "model.h"
+#include "pods.h"
+
+namespace paladin::server {
+
+// What a job asks of its team's quotas (or a gang's ranks together): GPUs, and GPU memory as
+// quota x GPUs.
+struct TeamAsk {
+  int64_t gpus = 0;
+  int64_t bytes = 0;
+};
+TeamAsk AskOf(const JobRecord& j);
+
+// What a team holds, what its quotas count.
+struct TeamUse {
+  int64_t job_gpus = 0;
+  int64_t job_bytes = 0;
+  std::map<std::string, PodsHeld> pods;  // by cluster
+  int64_t pod_gpus = 0;                  // over every cluster
+  int64_t pod_bytes = 0;
+};
+
+class TeamBook {
+ public:
+  using Map = std::map<std::string, TeamRecord>;
+  // What the team's Kubernetes pods hold, by cluster; empty: none.
+  using PodsOf = std::function<std::map<std::string, PodsHeld>(const std::string& team)>;
+
+  explicit TeamBook(PodsOf pods) : pods_(std::move(pods)) {}
+  TeamBook(const TeamBook&) = delete;
+  TeamBook& operator=(const TeamBook&) = delete;
+
+  // The records read back from the store at start-up (nothing marked dirty).
+  void Load(std::vector<TeamRecord> teams);
+
+  const TeamRecord* Find(const std::string& name) const;
+  // The team of that name, made (no quota, priority 0) and marked dirty when there is none. The
+  // reference stays valid (teams are never erased).
+  TeamRecord& FindOrAdd(const std::string& name);
+
+  // What `team` holds now: its jobs in JOBS that hold a GPU, and its pods.
+  TeamUse InUse(const std::string& team, const JobTable& jobs) const;
+  // The team's quota refusal for asking `ask` more ("" when it fits, or when the team has no
+  // record or no quota), its reason ending in ", " + `asker` + " needs ...".
+  std::string Refusal(const std::string& team, const TeamAsk& ask, const std::string& asker,
+                      const JobTable& jobs) const;
+  // The rule itself, over a use already counted.
+  static std::string Refusal(const TeamRecord& t, const TeamUse& use, const TeamAsk& ask,
+                             const std::string& asker);
+
+  void MarkDirty(const std::string& name) { dirty_.insert(name); }
+  // The records the next Flush writes, by name.
+  std::vector<const TeamRecord*> Dirty() const;
+  bool HasDirty() const { return !dirty_.empty(); }
+  void ClearDirty() { dirty_.clear(); }
+
+  Map::iterator begin() { return teams_.begin(); }
+  Map::iterator end() { return teams_.end(); }
+  Map::const_iterator begin() const { return teams_.begin(); }
+  Map::const_iterator end() const { return teams_.end(); }
+
+ private:
+  PodsOf pods_;
+  Map teams_;
+  std::set<std::string> dirty_;
+};
+
+}  // namespace paladin::server
