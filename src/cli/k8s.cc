@@ -541,6 +541,7 @@ int RunCheckpoint(const NodeArgs& args) {
   o.move = args.move;
   const k8s::ApiClient client(*config);
   if (args.every_s > 0) StopOnSignals();
+  std::set<std::string> said_left;  // a pod left, and why, is said once, not every pass
   for (;;) {
     const std::function<void(const std::string&)> progress = TimedProgress("checkpoint");
     StatusOr<k8s::CheckpointResult> r = k8s::CheckpointNode(client, o, progress);
@@ -549,7 +550,9 @@ int RunCheckpoint(const NodeArgs& args) {
       if (args.every_s <= 0) return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
     } else {
       for (const std::string& t : r->taken) std::printf("taken %s\n", t.c_str());
-      for (const std::string& l : r->left) std::printf("left %s\n", l.c_str());
+      for (const std::string& l : r->left) {
+        if (said_left.insert(l).second) std::printf("left %s\n", l.c_str());
+      }
       std::printf("checkpointed %zu pod(s) of %s into %s, %zu left, %d older image(s) removed\n",
                   r->taken.size(), o.node.c_str(), o.to_images.c_str(), r->left.size(), r->removed);
       std::fflush(stdout);
