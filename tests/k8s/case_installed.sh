@@ -41,15 +41,15 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(dirname "$(dirname "$here")")
-k() { "$KUBECTL" -n "$NS" "$@"; }
 if [[ -z ${CLUSTER_DIR:-} ]]; then
   echo "installed: SKIP: imports an image into the test cluster's containerd"
   exit 77
 fi
 # shellcheck source=tests/k8s/paladin_lib.sh
 source "$here/paladin_lib.sh"
-# The demo workload's pod, its generations and the sampler of the recovery cases (caselib.sh);
-# this case's own fail() below, which reports the components' logs.
+# k (kubectl in the case's namespace), the demo workload's pod, its generations and the sampler
+# of the recovery cases (caselib.sh); this case's own fail() below, which reports the
+# components' logs.
 CASE=installed
 # shellcheck source=tests/k8s/caselib.sh
 source "$here/caselib.sh"
@@ -101,7 +101,16 @@ uninstall() {
   # meet a second scheduler or a webhook still answering.
   "$KUBECTL" wait --for=delete namespace/paladin --timeout=60s >/dev/null 2>&1 || true
   "$KUBECTL" delete pv paladin-test-server-data --ignore-not-found --wait=false >/dev/null 2>&1 || true
-  rm -rf "${work:?}/recover"
+  # What the node DaemonSet published of the second node (a GPU node for the recovery part), now
+  # that it is gone: the next cases find it without GPUs, as the cluster started it.
+  if [[ -n ${NODE2:-} ]]; then
+    "$KUBECTL" annotate node "$NODE2" paladin.io/gpus- >/dev/null 2>&1 || true
+    local field
+    for field in capacity allocatable; do
+      "$KUBECTL" patch node "$NODE2" --subresource=status --type=json \
+        -p '[{"op": "remove", "path": "/status/'$field'/paladin.io~1gpu-memory"}]' >/dev/null 2>&1 || true
+    done
+  fi
 }
 trap uninstall EXIT
 
@@ -529,7 +538,7 @@ last=${images[-1]}
 "$KUBECTL" -n paladin logs daemonset/paladin-checkpoint | grep -qE "^checkpointed 1 pod\(s\) of $NODE2 into $CLUSTER_DIR/checkpoints, [0-9]+ left, 1 older image\(s\) removed" ||
   fail "the checkpointer's second pass did not remove the older image: $("$KUBECTL" -n paladin logs daemonset/paladin-checkpoint | grep '^checkpointed 1' | tail -2)"
 [[ -f $CLUSTER_DIR/checkpoints/$last/owner && ! -e $CLUSTER_DIR/checkpoints/${images[0]} ]] ||
-  fail "the first node's folder holds $(ls "$CLUSTER_DIR/checkpoints" | tr '\n' ' '), not $last alone"
+  fail "the first node's folder holds $(cd "$CLUSTER_DIR/checkpoints" && echo *), not $last alone"
 [[ $(k get pod lost -o jsonpath='{.status.phase}') == Running ]] || fail "pod lost stopped after its checkpoints"
 echo "installed: the installed checkpointer (paladin-checkpoint on $NODE2) took pod lost ${#images[@]} times, left running (generation $g_seen1, then $g_seen2), the older image removed: $("$KUBECTL" -n paladin logs daemonset/paladin-checkpoint | grep -m1 "checkpointing $NS/lost")"
 
