@@ -14,12 +14,21 @@
 //              GPU of its node or on another node (run on the pod's node, as root)
 //   drain      cordons a node and moves each of its pods of the RuntimeClass paladin to another
 //              node (run on the drained node, as root)
+//   checkpoint checkpoints this node's pods of the RuntimeClass paladin, left running, into a
+//              folder that outlives the node (once, or every --every seconds)
+//   recover    brings a lost node's pods back on another node from their last checkpoint
 //   gpus       this node's GPUs as NVML reports them, with their memory in use
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -79,7 +88,8 @@ struct NodeArgs {
   // The periodic checkpoint's (node: `node`, every: `every_s`) and the recovery's
   std::string lost_node;
   double lost_after_s = 40;
-  double watch_s = 0;  // recover --watch: every so many seconds, every lost node
+  double watch_s = 0;        // recover --watch: every so many seconds, every lost node
+  bool host_mounts = false;  // checkpoint, recover: in the node's mount namespace (a pod's)
   // The explainer's (and the scheduler's flags above)
   std::string explain_pod;
   std::string explain_ns = "default";
@@ -434,8 +444,93 @@ int RunDrain(const NodeArgs& args) {
   return 0;
 }
 
-int RunCheckpoint(const NodeArgs& args) {
+// SIGTERM or SIGINT to a periodic checkpoint or a recovery watch: the pass in flight ends, then
+// the command (a pod being stopped: no dump or restore cut short).
+volatile std::sig_atomic_t g_k8s_loop_stop = 0;
+void OnK8sLoopSignal(int /*signal*/) { g_k8s_loop_stop = 1; }
+
+// Sleeps up to `seconds`, waking early once a stop is asked for; whether one was.
+bool SleepUnlessStopped(double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (g_k8s_loop_stop == 0 && std::chrono::steady_clock::now() < until) usleep(100000);
+  return g_k8s_loop_stop != 0;
+}
+
+void StopOnSignals() {
+  struct sigaction action = {};
+  action.sa_handler = OnK8sLoopSignal;
+  action.sa_flags = SA_RESTART;  // a runc or API call in flight goes on
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+}
+
+// --host-mounts: runc, CRIU, runc's state folder, the image folders, the key and the driver are
+// the node's, where the node has them. In a pod (hostPID, privileged) this process's parent is
+// the containerd shim that started its container, which runs in the node's mount namespace; the
+// process enters it (setns, before it has any thread), and with it the node's root and the
+// mounts the node makes later (a new pod's /dev/shm). The pod's own API credentials are read
+// first: its token is in memory already, and each certificate file is kept open and named
+// through /proc/self/fd, which the node's /proc (the same pid namespace) resolves.
+Status EnterHostMounts(k8s::ApiConfig* config) {
+  const pid_t parent = getppid();
+  if (parent <= 0) {
+    return FailedPrecondition(
+        "--host-mounts: this process's parent is outside its pid namespace: run it in a pod with "
+        "hostPID: true");
+  }
+  for (std::string* file :
+       {&config->ca_cert_file, &config->client_cert_file, &config->client_key_file}) {
+    if (file->empty()) continue;
+    const int fd = open(file->c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      return FailedPrecondition("--host-mounts: cannot open " + *file + ": " +
+                                std::strerror(errno));
+    *file = "/proc/self/fd/" + std::to_string(fd);  // kept open for the process's life
+  }
+  const std::string ns_path = "/proc/" + std::to_string(parent) + "/ns/mnt";
+  const int ns = open(ns_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (ns < 0) {
+    return FailedPrecondition("--host-mounts: cannot open " + ns_path +
+                              " (the mount namespace of "
+                              "the process that started this one): " +
+                              std::strerror(errno) + "; the pod needs privileged: true");
+  }
+  struct stat theirs = {}, ours = {};
+  if (fstat(ns, &theirs) == 0 && stat("/proc/self/ns/mnt", &ours) == 0 &&
+      theirs.st_ino == ours.st_ino && theirs.st_dev == ours.st_dev) {
+    close(ns);  // there already (run on the node itself)
+    return Status::Ok();
+  }
+  if (setns(ns, CLONE_NEWNS) != 0) {
+    const int e = errno;
+    close(ns);
+    return FailedPrecondition(
+        "--host-mounts: cannot enter the mount namespace of pid " + std::to_string(parent) + ": " +
+        std::strerror(e) +
+        (e == EINVAL ? " (the process has threads already)" : "; the pod needs privileged: true"));
+  }
+  close(ns);
+  for (const std::string* file :
+       {&config->ca_cert_file, &config->client_cert_file, &config->client_key_file}) {
+    if (!file->empty() && access(file->c_str(), R_OK) != 0) {
+      return FailedPrecondition("--host-mounts: the node's mounts have no /proc to find " + *file +
+                                " in");
+    }
+  }
+  return Status::Ok();
+}
+
+// The API configuration of a command run on the node: --host-mounts entered after it is read.
+StatusOr<k8s::ApiConfig> NodeConfig(const NodeArgs& args) {
   StatusOr<k8s::ApiConfig> config = Config(args);
+  if (!config.ok() || !args.host_mounts) return config;
+  if (Status s = EnterHostMounts(&*config); !s.ok()) return s;
+  return config;
+}
+
+int RunCheckpoint(const NodeArgs& args) {
+  StatusOr<k8s::ApiConfig> config = NodeConfig(args);
   if (!config.ok()) {
     cli::Say("k8s checkpoint", config.status().message());
     return 2;
@@ -445,6 +540,8 @@ int RunCheckpoint(const NodeArgs& args) {
   o.to_images = args.move.to_images;
   o.move = args.move;
   const k8s::ApiClient client(*config);
+  if (args.every_s > 0) StopOnSignals();
+  std::set<std::string> said_left;  // a pod left, and why, is said once, not every pass
   for (;;) {
     const std::function<void(const std::string&)> progress = TimedProgress("checkpoint");
     StatusOr<k8s::CheckpointResult> r = k8s::CheckpointNode(client, o, progress);
@@ -453,18 +550,23 @@ int RunCheckpoint(const NodeArgs& args) {
       if (args.every_s <= 0) return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
     } else {
       for (const std::string& t : r->taken) std::printf("taken %s\n", t.c_str());
-      for (const std::string& l : r->left) std::printf("left %s\n", l.c_str());
+      for (const std::string& l : r->left) {
+        if (said_left.insert(l).second) std::printf("left %s\n", l.c_str());
+      }
       std::printf("checkpointed %zu pod(s) of %s into %s, %zu left, %d older image(s) removed\n",
                   r->taken.size(), o.node.c_str(), o.to_images.c_str(), r->left.size(), r->removed);
       std::fflush(stdout);
       if (args.every_s <= 0) return 0;
     }
-    usleep(static_cast<useconds_t>(args.every_s * 1e6));
+    if (SleepUnlessStopped(args.every_s)) {
+      std::fprintf(stderr, "paladin k8s checkpoint: stopped by a signal after a whole pass\n");
+      return 0;
+    }
   }
 }
 
 int RunRecover(const NodeArgs& args) {
-  StatusOr<k8s::ApiConfig> config = Config(args);
+  StatusOr<k8s::ApiConfig> config = NodeConfig(args);
   if (!config.ok()) {
     cli::Say("k8s recover", config.status().message());
     return 2;
@@ -495,6 +597,7 @@ int RunRecover(const NodeArgs& args) {
   std::fprintf(stderr,
                "paladin k8s recover: watching for lost nodes (lost after %.0f s) every %g s\n",
                o.lost_after_s, args.watch_s);
+  StopOnSignals();
   std::set<std::string> said;
   auto say = [&said](const std::string& line) {
     if (said.insert(line).second) {
@@ -523,7 +626,10 @@ int RunRecover(const NodeArgs& args) {
         say(line);
       }
     }
-    usleep(static_cast<useconds_t>(args.watch_s * 1e6));
+    if (SleepUnlessStopped(args.watch_s)) {
+      std::fprintf(stderr, "paladin k8s recover: stopped by a signal after a whole pass\n");
+      return 0;
+    }
   }
 }
 
@@ -725,6 +831,10 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
   checkpoint->add_option("--images", m.images, "This node's image folder (CRIU's work files)");
   checkpoint->add_option("--driver", m.driver, "CUDA driver for the checkpoint API");
   checkpoint->add_option("--nvml", m.nvml, "NVML library naming the GPUs");
+  checkpoint->add_flag(
+      "--host-mounts", args->host_mounts,
+      "In a pod (hostPID, privileged): enter the node's mount namespace (its containerd "
+      "shim's), so that runc, CRIU and every folder are the node's, at the node's paths");
   AddApiOptions(checkpoint, args.get());
   checkpoint->callback([args, exit_code] { *exit_code = RunCheckpoint(*args); });
 
@@ -749,6 +859,10 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
   recover->add_option("--driver", m.driver, "CUDA driver for the checkpoint API");
   recover->add_option("--nvml", m.nvml, "NVML library naming the GPUs");
   recover->add_option("--timeout", m.timeout_s, "Seconds each new pod has to run");
+  recover->add_flag(
+      "--host-mounts", args->host_mounts,
+      "In a pod (hostPID, privileged): enter the node's mount namespace (its containerd "
+      "shim's), so that runc, CRIU and every folder are the node's, at the node's paths");
   AddApiOptions(recover, args.get());
   recover->callback([args, exit_code] { *exit_code = RunRecover(*args); });
 

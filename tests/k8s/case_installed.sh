@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# k8s: nodes 2
 # Paladin installed into the cluster from its Helm chart (deploy/helm/paladin, rendered by
 # tests/k8s/chart_render, the stand-in for `helm template`) or, without the renderer, from its
 # manifests (deploy/k8s, `kubectl apply -k`): the image of its components made by
@@ -13,7 +14,15 @@
 # by asking it. With the server stopped, an `auto` pod is admitted at the webhook's default and a
 # GPU pod waits with the documented reason; the server back (its data and token kept), it is
 # placed. The token replaced by server-token.sh -r: the old one refused, a pod placed with the
-# new one. Uninstalled at the end, also on failure.
+# new one. Then (with the test cluster's second node) a node lost and its pod recovered by the
+# installed objects alone: the checkpointer DaemonSet (paladin-checkpoint, `paladin k8s
+# checkpoint --every 3 --host-mounts` in a privileged hostPID pod on the second node, running the
+# node's runc and CRIU in the node's mount namespace) checkpoints pod `lost` periodically, left
+# running (two passes seen, the older image removed); the second node dies (cluster.sh lose-node2,
+# the checkpointer with it) and its image folder is deleted; the recovery Deployment
+# (paladin-recover, `paladin k8s recover --watch` on the first node) brings `lost` back there as
+# `lost-m1` from its last checkpoint: not afresh, not from where it died, its memory verified,
+# never two copies at once, and not back with its node. Uninstalled at the end, also on failure.
 #
 # The test cluster differs from a user's in three ways, each patched by an overlay made here
 # (and given to the chart as values, whose render must be the overlay's objects):
@@ -22,13 +31,28 @@
 # scheduler and webhook reach the server at 127.0.0.1 (as the host does), and the
 # API server reaches the webhook at a URL on 127.0.0.1 instead of its Service; its certificate
 # comes from the cluster's CA; the node's folders are in the cluster's directory, not
-# /var/lib/paladin; and the webhook is registered for the case's namespace only.
-# Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, PALADIN, EMUCUDA, NODE, CLUSTER_DIR;
+# /var/lib/paladin; and the webhook is registered for the case's namespace only. Its two nodes
+# are on one machine, each with its own runc state and image folder: the checkpointer runs on the
+# second node only (its folders; its images into the first node's folder, which the first
+# node's runtime restores from), the recovery on the first (its folders), and the runtime's
+# runc, CRIU and key are the cluster's (cluster.sh).
+# Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, PALADIN, EMUCUDA, NODE, CLUSTER_DIR, NODE2;
 # PALADIN_CHART_RENDER (ctest sets it where chart_render is built).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(dirname "$(dirname "$here")")
-k() { "$KUBECTL" -n "$NS" "$@"; }
+if [[ -z ${CLUSTER_DIR:-} ]]; then
+  echo "installed: SKIP: imports an image into the test cluster's containerd"
+  exit 77
+fi
+# shellcheck source=tests/k8s/paladin_lib.sh
+source "$here/paladin_lib.sh"
+# k (kubectl in the case's namespace), the demo workload's pod, its generations and the sampler
+# of the recovery cases (caselib.sh); this case's own fail() below, which reports the
+# components' logs.
+CASE=installed
+# shellcheck source=tests/k8s/caselib.sh
+source "$here/caselib.sh"
 fail() {
   echo "installed: FAIL: $*" >&2
   # What the components said and how they ended, before the uninstall removes them.
@@ -40,15 +64,15 @@ fail() {
   done
   exit 1
 }
-if [[ -z ${CLUSTER_DIR:-} ]]; then
-  echo "installed: SKIP: imports an image into the test cluster's containerd"
-  exit 77
-fi
-# shellcheck source=tests/k8s/paladin_lib.sh
-source "$here/paladin_lib.sh"
 t0=$SECONDS
 work=$CLUSTER_DIR/installed
 mkdir -p "$work/overlay" "$work/lib" "$work/emu" "$work/server-data"
+# The cluster's node runtime (cluster.sh): runc beside kubectl, Paladin's CRIU, the move key.
+runc=$(dirname "$KUBECTL")/runc
+criu_dir=${PALADIN_CRIU_DIR:-/opt/paladin/criu}
+key=$CLUSTER_DIR/conf/move.key
+recovery=0
+[[ -n ${NODE2:-} && -x $criu_dir/criu ]] && recovery=1
 api_port=$("$KUBECTL" config view -o jsonpath='{.clusters[0].cluster.server}')
 api_port=${api_port##*:}
 port=19446
@@ -60,9 +84,14 @@ render=${PALADIN_CHART_RENDER:--}
 [[ -x $render ]] || render=
 installed_from=$work/installed.yaml
 
-forward_pid=''
+forward_pid='' logs_pid='' node2_lost=0
 uninstall() {
   [[ -z $forward_pid ]] || { kill "$forward_pid" 2>/dev/null || true; wait "$forward_pid" 2>/dev/null || true; }
+  [[ -z $logs_pid ]] || kill "$logs_pid" 2>/dev/null || true
+  [[ -z $sampler_pid ]] || kill "$sampler_pid" 2>/dev/null || true
+  # The second node back for what follows, whatever happened here.
+  [[ $node2_lost == 0 ]] || bash "$here/cluster.sh" return-node2 "$CLUSTER_DIR" >/dev/null 2>&1 || true
+  [[ -z ${NODE2:-} ]] || "$KUBECTL" label node "$NODE2" paladin.io/gpu-node- >/dev/null 2>&1 || true
   if [[ -f $installed_from ]]; then
     "$KUBECTL" delete -f "$installed_from" --ignore-not-found --wait=false >/dev/null 2>&1 || true
   fi
@@ -72,6 +101,16 @@ uninstall() {
   # meet a second scheduler or a webhook still answering.
   "$KUBECTL" wait --for=delete namespace/paladin --timeout=60s >/dev/null 2>&1 || true
   "$KUBECTL" delete pv paladin-test-server-data --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  # What the node DaemonSet published of the second node (a GPU node for the recovery part), now
+  # that it is gone: the next cases find it without GPUs, as the cluster started it.
+  if [[ -n ${NODE2:-} ]]; then
+    "$KUBECTL" annotate node "$NODE2" paladin.io/gpus- >/dev/null 2>&1 || true
+    local field
+    for field in capacity allocatable; do
+      "$KUBECTL" patch node "$NODE2" --subresource=status --type=json \
+        -p '[{"op": "remove", "path": "/status/'$field'/paladin.io~1gpu-memory"}]' >/dev/null 2>&1 || true
+    done
+  fi
 }
 trap uninstall EXIT
 
@@ -80,6 +119,10 @@ trap uninstall EXIT
   paladin.local/paladin:test >/dev/null
 "$(dirname "$KUBECTL")/ctr" --address "$CLUSTER_DIR/containerd/containerd.sock" -n k8s.io \
   images import "$work/paladin.tar" >/dev/null
+if [[ -n ${NODE2:-} ]]; then
+  "$(dirname "$KUBECTL")/ctr" --address "$CLUSTER_DIR/node2/containerd/containerd.sock" -n k8s.io \
+    images import "$work/paladin.tar" >/dev/null
+fi
 echo "installed: image paladin.local/paladin:test ($(($(stat -c %s "$work/paladin.tar") >> 20)) MiB) imported in $((SECONDS - t0)) s"
 
 # The webhook's certificate for 127.0.0.1, from the cluster's CA.
@@ -93,6 +136,7 @@ openssl req -new -key "$overlay/tls.key" -subj "/CN=paladin-webhook" 2>/dev/null
 # The tests' build has ASan, whose shadow memory is past the manifests' limits (sized for a
 # release build).
 limits="{requests: {cpu: 10m, memory: 32Mi}, limits: {memory: 4Gi}}"
+node2=${NODE2:-127.0.0.2}
 in_cluster_env="[{name: KUBERNETES_SERVICE_HOST, value: 127.0.0.1}, {name: KUBERNETES_SERVICE_PORT, value: \"$api_port\"}]"
 cat >"$overlay/kustomization.yaml" <<YAML
 apiVersion: kustomize.config.k8s.io/v1beta1
@@ -155,6 +199,7 @@ patches:
         value: [/usr/local/bin/paladin, k8s, webhook, --listen, "127.0.0.1:$port",
                 --cert, /tls/tls.crt, --key, /tls/tls.key, --lib-dir, $work/lib,
                 --paladin-user, "system:serviceaccount:paladin:paladin-scheduler",
+                --paladin-user, "system:serviceaccount:paladin:paladin-recover",
                 --paladin-server, "$server_url",
                 --paladin-token-file, /var/run/paladin/server-token/token,
                 --emulated-gpus, $PALADIN_EMU_GPUS_SPEC, --emu-state-dir, $work/emu]
@@ -183,6 +228,40 @@ patches:
   - target: {kind: Service, name: paladin-server}
     patch: |-
       - {op: replace, path: /spec/ports/0, value: {name: http, port: $server_port, targetPort: $server_port}}
+  # The checkpointer on the second node only (its runc state and image folder; its images into
+  # the first node's folder), every 3 s; the recovery on the first node (its folders), looking
+  # every 0.5 s. Both with the cluster's runc, CRIU and key, and the emulated driver and state of
+  # the case's folders.
+  - target: {kind: DaemonSet, name: paladin-checkpoint}
+    patch: |-
+      - {op: replace, path: /spec/template/spec/nodeSelector, value: {kubernetes.io/hostname: "$node2"}}
+      - {op: add, path: /spec/template/spec/hostNetwork, value: true}
+      - op: replace
+        path: /spec/template/spec/containers/0/command
+        value: [/usr/local/bin/paladin, k8s, checkpoint, --node, \$(NODE_NAME), --every, "3",
+                --host-mounts, --to-images, $CLUSTER_DIR/checkpoints,
+                --images, $CLUSTER_DIR/node2/checkpoints, --runc, $runc,
+                --runc-root, $CLUSTER_DIR/node2/containerd/runc/k8s.io, --criu-dir, $criu_dir,
+                --driver, $work/lib/libpaladin-emucuda.so, --nvml, $work/lib/libpaladin-emucuda.so]
+      - {op: replace, path: /spec/template/spec/containers/0/env/3/value, value: $work/emu/state}
+      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_HOST, value: 127.0.0.1}}
+      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_PORT, value: "$api_port"}}
+      - {op: replace, path: /spec/template/spec/containers/0/resources, value: $limits}
+  - target: {kind: Deployment, name: paladin-recover}
+    patch: |-
+      - {op: replace, path: /spec/template/spec/nodeSelector, value: {kubernetes.io/hostname: "$NODE"}}
+      - {op: add, path: /spec/template/spec/hostNetwork, value: true}
+      - op: replace
+        path: /spec/template/spec/containers/0/command
+        value: [/usr/local/bin/paladin, k8s, recover, --watch, "0.5", --to, \$(NODE_NAME),
+                --lost-after, "4", --host-mounts, --key, $key,
+                --images, $CLUSTER_DIR/checkpoints, --runc, $runc,
+                --runc-root, $CLUSTER_DIR/containerd/runc/k8s.io, --criu-dir, $criu_dir,
+                --driver, $work/lib/libpaladin-emucuda.so, --nvml, $work/lib/libpaladin-emucuda.so]
+      - {op: replace, path: /spec/template/spec/containers/0/env/3/value, value: $work/emu/state}
+      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_HOST, value: 127.0.0.1}}
+      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_PORT, value: "$api_port"}}
+      - {op: replace, path: /spec/template/spec/containers/0/resources, value: $limits}
   - target: {kind: MutatingWebhookConfiguration, name: paladin}
     patch: |-
       - op: replace
@@ -220,6 +299,28 @@ webhook:
   caBundle: $(base64 -w0 "$pki/ca.crt")
   namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: $NS}}
   tls: {create: true}
+nodeRuntime:
+  runc: $runc
+  criuDir: $criu_dir
+  runcRoot: $CLUSTER_DIR/containerd/runc/k8s.io
+  images: $CLUSTER_DIR/checkpoints
+  key: $key
+checkpoint:
+  every: "3"
+  toImages: $CLUSTER_DIR/checkpoints
+  images: $CLUSTER_DIR/node2/checkpoints
+  runcRoot: $CLUSTER_DIR/node2/containerd/runc/k8s.io
+  nodeSelector: {kubernetes.io/hostname: "$node2"}
+  hostNetwork: true
+  extraEnv: $in_cluster_env
+  resources: $limits
+recover:
+  watch: "0.5"
+  lostAfter: "4"
+  nodeSelector: {kubernetes.io/hostname: "$NODE"}
+  hostNetwork: true
+  extraEnv: $in_cluster_env
+  resources: $limits
 YAML
   "$render" template paladin "$repo/deploy/helm/paladin" -n paladin -f "$work/values.yaml" \
     --set-file webhook.tls.cert="$overlay/tls.crt" --set-file webhook.tls.key="$overlay/tls.key" \
@@ -255,7 +356,8 @@ YAML
 token=$("$KUBECTL" -n paladin get secret paladin-server-token -o jsonpath='{.data.token}' | base64 -d)
 [[ $token =~ ^pal_[0-9a-f]{64}$ ]] || fail "server-token.sh made '${token:0:8}...', not a Paladin token"
 "$KUBECTL" apply -f "$installed_from" >/dev/null
-for d in deployment/paladin-server deployment/paladin-scheduler deployment/paladin-webhook daemonset/paladin-node; do
+for d in deployment/paladin-server deployment/paladin-scheduler deployment/paladin-webhook \
+  daemonset/paladin-node daemonset/paladin-checkpoint deployment/paladin-recover; do
   "$KUBECTL" -n paladin rollout status "$d" --timeout=90s >/dev/null ||
     fail "$d not ready: $("$KUBECTL" -n paladin get pods -o wide 2>&1 | tail -5)"
 done
@@ -396,4 +498,94 @@ echo "installed: server-token.sh -r: the new token taken by the server, schedule
 # The placement was the installed scheduler's: its log names the pods.
 grep -q "placing pods" <<<"$("$KUBECTL" -n paladin logs deployment/paladin-scheduler)" ||
   fail "the installed scheduler's log: $("$KUBECTL" -n paladin logs deployment/paladin-scheduler | tail -3)"
+
+# --- a node lost, its pod recovered by the installed checkpointer and recovery ----------------
+if [[ $recovery == 0 ]]; then
+  echo "installed: recovery not checked: it needs the test cluster's second node and CRIU in $criu_dir"
+  echo "installed: installed and checked in $((SECONDS - t0)) s"
+  exit 0
+fi
+tr0=$SECONDS
+# The RuntimeClass's pods go to GPU nodes (its scheduling): the second node is one now (the
+# node DaemonSet follows it there; it has the image).
+"$KUBECTL" label node "$NODE2" paladin.io/gpu-node=true >/dev/null
+workload '--mib 20 --host-mib 3 --every-ms 97'
+demo_pod lost '  nodeName: "'"$NODE2"'"
+  tolerations: [{key: paladin.io/second-node, operator: Exists, effect: NoSchedule}]'
+wait_running lost
+k logs -f lost >"$work/lost.log" 2>/dev/null &
+logs_pid=$!
+wait_gen lost 4
+sampler_start
+# taken: the images the installed checkpointer took of pod lost, from its log, in order.
+taken() {
+  "$KUBECTL" -n paladin logs daemonset/paladin-checkpoint 2>/dev/null |
+    sed -n "s|^taken $NS/lost \(recover-[^ ]*\).*|\1|p"
+}
+# Two passes that took it (the second 3 s after the first ended): the generation when the first
+# was seen bounds where the recovered pod may go on from below.
+g_seen1='' images=()
+for ((i = 0; i < 150; i++)); do
+  mapfile -t images < <(taken)
+  [[ ${#images[@]} -ge 1 && -z $g_seen1 ]] && g_seen1=$(last_gen lost)
+  [[ ${#images[@]} -ge 2 ]] && break
+  sleep 0.2
+done
+[[ ${#images[@]} -ge 2 ]] ||
+  fail "the installed checkpointer did not take pod lost twice in 30 s: $("$KUBECTL" -n paladin logs daemonset/paladin-checkpoint 2>&1 | tail -5)"
+g_seen2=$(last_gen lost)
+last=${images[-1]}
+"$KUBECTL" -n paladin logs daemonset/paladin-checkpoint | grep -qE "^checkpointed 1 pod\(s\) of $NODE2 into $CLUSTER_DIR/checkpoints, [0-9]+ left, 1 older image\(s\) removed" ||
+  fail "the checkpointer's second pass did not remove the older image: $("$KUBECTL" -n paladin logs daemonset/paladin-checkpoint | grep '^checkpointed 1' | tail -2)"
+[[ -f $CLUSTER_DIR/checkpoints/$last/owner && ! -e $CLUSTER_DIR/checkpoints/${images[0]} ]] ||
+  fail "the first node's folder holds $(cd "$CLUSTER_DIR/checkpoints" && echo *), not $last alone"
+[[ $(k get pod lost -o jsonpath='{.status.phase}') == Running ]] || fail "pod lost stopped after its checkpoints"
+echo "installed: the installed checkpointer (paladin-checkpoint on $NODE2) took pod lost ${#images[@]} times, left running (generation $g_seen1, then $g_seen2), the older image removed: $("$KUBECTL" -n paladin logs daemonset/paladin-checkpoint | grep -m1 "checkpointing $NS/lost")"
+
+# The node lost: a second after the last pass seen, before the next (3 s after it).
+sleep 1
+mapfile -t images < <(taken)
+last=${images[-1]}
+g_pre=$(last_gen lost)  # after the last image was taken: at most where it took the pod
+node2_lost=1
+bash "$here/cluster.sh" lose-node2 "$CLUSTER_DIR" | sed 's/^/installed:   /'
+rm -rf "${CLUSTER_DIR:?}/node2/checkpoints"/*
+sleep 0.3
+kill "$logs_pid" 2>/dev/null || true
+wait "$logs_pid" 2>/dev/null || true
+logs_pid=''
+g_died=$(gens "$work/lost.log" | tail -1)
+pgrep -f -- "$MARK" >/dev/null && fail "the workload still runs after its node was lost: $(pgrep -a -f -- "$MARK")"
+# recovered: the installed recovery's line for pod lost.
+recovered() {
+  "$KUBECTL" -n paladin logs deployment/paladin-recover 2>/dev/null | grep "^recovered $NS/lost -> $NS/lost-m1 "
+}
+for ((i = 0; i < 150; i++)); do
+  recovered >/dev/null && break
+  sleep 0.2
+done
+line=$(recovered) ||
+  fail "the installed recovery recovered nothing in 30 s: $("$KUBECTL" -n paladin logs deployment/paladin-recover 2>&1 | tail -5)"
+[[ $line == *"from $last (node $NODE2 lost)" ]] || fail "recovered from another image than the last ($last): $line"
+"$KUBECTL" -n paladin logs deployment/paladin-recover | grep -E "^recover: " | sed 's/^/installed:   /'
+first=$(first_gen lost-m1)
+[[ $(k get pod lost-m1 -o jsonpath='{.spec.nodeName}') == "$NODE" ]] ||
+  fail "pod lost-m1 is on node '$(k get pod lost-m1 -o jsonpath='{.spec.nodeName}')', not $NODE"
+k get pod lost >/dev/null 2>&1 && fail "pod lost still exists"
+# From its last checkpoint: taken after the first was seen, before the node died (and not
+# where it died: a second of generations passed after it).
+went_on lost-m1 "$first" "$g_seen1" "$((g_pre + 1))"
+((first < g_died)) || fail "pod lost-m1 went on at $first, not before $g_died where its node died"
+
+# The lost node comes back: its pod does not.
+bash "$here/cluster.sh" return-node2 "$CLUSTER_DIR" | sed 's/^/installed:   /'
+node2_lost=0
+sleep 3
+k get pod lost >/dev/null 2>&1 && fail "pod lost is back with its node"
+[[ $(k get pod lost-m1 -o jsonpath='{.status.phase}') == Running ]] || fail "pod lost-m1 is not Running"
+sampler_stop "pod lost recovered"
+echo "installed: the installed recovery (paladin-recover on $NODE) brought lost back as lost-m1 from $last:" \
+  "checkpointed between generations $g_seen1 and $g_pre, died at $g_died, went on at $first, then $(last_gen lost-m1);" \
+  "node $NODE2 returned without it; at most 1 copy in $SAMPLES samples ($((SECONDS - tr0)) s)"
+k delete pod lost-m1 --wait=true --timeout=30s >/dev/null
 echo "installed: installed and checked in $((SECONDS - t0)) s"

@@ -13,6 +13,9 @@
 # - values given with -f and --set: the same objects as an overlay making the same changes;
 # - server.enabled=false: deploy/k8s less the server, its flags and its token; the server's
 #   storage, token and arguments as values;
+# - checkpoint.enabled=false, recover.enabled=false: deploy/k8s less the checkpointer's DaemonSet,
+#   the recovery's Deployment, their identities and the recovery's --paladin-user; their
+#   settings (period, folders, the node's runc) as values in the overlay above;
 # - another release namespace: the same objects with every reference to the namespace following
 #   it (the ServiceAccounts' bindings, the webhook's Service and excluded namespaces, its
 #   --paladin-user, the server's URL) and none left naming `paladin`;
@@ -95,15 +98,29 @@ images:
 patches:
   - target: {kind: Deployment, name: paladin-webhook}
     patch: |-
-      - {op: replace, path: /spec/template/spec/containers/0/command/18, value: 4x80GiB}
-      - {op: add, path: /spec/template/spec/containers/0/command/13, value: --paladin-user}
-      - {op: add, path: /spec/template/spec/containers/0/command/14, value: "system:serviceaccount:paladin:paladin-node"}
+      - {op: replace, path: /spec/template/spec/containers/0/command/20, value: 4x80GiB}
+      - {op: add, path: /spec/template/spec/containers/0/command/15, value: --paladin-user}
+      - {op: add, path: /spec/template/spec/containers/0/command/16, value: "system:serviceaccount:paladin:paladin-node"}
   - target: {kind: DaemonSet, name: paladin-node}
     patch: |-
       - {op: replace, path: /spec/template/spec/nodeSelector, value: {gpu: "yes"}}
       - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: EXTRA, value: "1"}}
       - {op: replace, path: /spec/template/spec/containers/0/env/3/value, value: 4x80GiB}
       - {op: replace, path: /spec/template/spec/containers/0/resources/limits/memory, value: 1Gi}
+  - target: {kind: DaemonSet, name: paladin-checkpoint}
+    patch: |-
+      - {op: replace, path: /spec/template/spec/nodeSelector, value: {gpu: "yes"}}
+      - {op: replace, path: /spec/template/spec/containers/0/command/6, value: "30"}
+      - {op: replace, path: /spec/template/spec/containers/0/command/9, value: /mnt/shared/paladin}
+      - {op: replace, path: /spec/template/spec/containers/0/command/13, value: /usr/local/sbin/runc}
+      - {op: replace, path: /spec/template/spec/containers/0/env/2/value, value: 4x80GiB}
+  - target: {kind: Deployment, name: paladin-recover}
+    patch: |-
+      - {op: replace, path: /spec/template/spec/nodeSelector, value: {gpu: "yes"}}
+      - {op: replace, path: /spec/template/spec/containers/0/command/8, value: "60"}
+      - {op: replace, path: /spec/template/spec/containers/0/command/13, value: /mnt/shared/paladin}
+      - {op: replace, path: /spec/template/spec/containers/0/command/15, value: /usr/local/sbin/runc}
+      - {op: replace, path: /spec/template/spec/containers/0/env/2/value, value: 4x80GiB}
   - target: {kind: RuntimeClass, name: paladin}
     patch: |-
       - {op: replace, path: /scheduling/nodeSelector, value: {gpu: "yes"}}
@@ -118,6 +135,9 @@ node:
   extraEnv: [{name: EXTRA, value: "1"}]
   resources: {limits: {memory: 1Gi}}
 webhook: {excludedNamespaces: [kube-system, monitoring]}
+nodeRuntime: {runc: /usr/local/sbin/runc}
+checkpoint: {every: "30", toImages: /mnt/shared/paladin}
+recover: {lostAfter: "60", images: /mnt/shared/paladin}
 YAML
 "$kubectl" kustomize "$work/overlay" >"$work/overlay.yaml"
 "$render" template paladin "$chart" -n paladin -f "$work/values.yaml" --set namespace.create=true \
@@ -160,10 +180,10 @@ cat >>"$work/noserver/kustomization.yaml" <<'YAML'
       - {op: remove, path: /spec/template/spec/volumes}
   - target: {kind: Deployment, name: paladin-webhook}
     patch: |-
+      - {op: remove, path: /spec/template/spec/containers/0/command/18}
+      - {op: remove, path: /spec/template/spec/containers/0/command/17}
       - {op: remove, path: /spec/template/spec/containers/0/command/16}
       - {op: remove, path: /spec/template/spec/containers/0/command/15}
-      - {op: remove, path: /spec/template/spec/containers/0/command/14}
-      - {op: remove, path: /spec/template/spec/containers/0/command/13}
       - {op: remove, path: /spec/template/spec/containers/0/volumeMounts/1}
       - {op: remove, path: /spec/template/spec/volumes/1}
       - {op: add, path: /spec/template/spec/automountServiceAccountToken, value: false}
@@ -178,6 +198,42 @@ check "server.enabled=false = deploy/k8s without the server" "$work/noserver.yam
   "$work/noserver-render.yaml"
 if grep -n 'paladin-server' "$work/noserver-render.yaml"; then
   echo "chart: FAIL: server.enabled=false: the render still names the server"
+  failed=1
+fi
+
+# checkpoint.enabled=false, recover.enabled=false: deploy/k8s without the checkpointer's
+# DaemonSet and the recovery's Deployment, their identities, and the recovery's --paladin-user.
+mkdir "$work/norecover"
+cat >"$work/norecover/kustomization.yaml" <<YAML
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - $(realpath --relative-to="$work/norecover" "$repo/deploy/k8s")
+patches:
+  - target: {kind: Deployment, name: paladin-webhook}
+    patch: |-
+      - {op: remove, path: /spec/template/spec/containers/0/command/14}
+      - {op: remove, path: /spec/template/spec/containers/0/command/13}
+YAML
+for gone in DaemonSet:paladin-checkpoint Deployment:paladin-recover ServiceAccount:paladin-checkpoint \
+  ServiceAccount:paladin-recover ClusterRole:paladin-checkpoint ClusterRole:paladin-recover \
+  ClusterRoleBinding:paladin-checkpoint ClusterRoleBinding:paladin-recover; do
+  cat >>"$work/norecover/kustomization.yaml" <<YAML
+  - target: {kind: ${gone%%:*}, name: ${gone#*:}}
+    patch: |-
+      \$patch: delete
+      apiVersion: v1
+      kind: ${gone%%:*}
+      metadata: {name: ${gone#*:}}
+YAML
+done
+"$kubectl" kustomize "$work/norecover" >"$work/norecover.yaml"
+"$render" template paladin "$chart" -n paladin --set namespace.create=true \
+  --set checkpoint.enabled=false,recover.enabled=false >"$work/norecover-render.yaml"
+check "checkpoint.enabled=false, recover.enabled=false = deploy/k8s without them" \
+  "$work/norecover.yaml" "$work/norecover-render.yaml"
+if grep -nE 'paladin-(checkpoint|recover)|--host-mounts' "$work/norecover-render.yaml"; then
+  echo "chart: FAIL: checkpoint and recover disabled: the render still names them"
   failed=1
 fi
 

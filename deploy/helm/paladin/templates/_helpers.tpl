@@ -59,3 +59,37 @@ securityContext:
   capabilities: {drop: [ALL]}
   {{- end }}
 {{- end }}
+
+{{/* The node's runc, CRIU, runc state and image folder as arguments of `paladin k8s checkpoint`
+or `recover` (in the node's mount namespace: the node's paths): of (dict "ctx" $ "part" VALUES),
+VALUES' runcRoot and images in place of nodeRuntime's where set; with emulated GPUs, the emulated
+driver of the node's library folder. */}}
+{{- define "paladin.nodeRuntimeArgs" -}}
+{{- $n := .ctx.Values.nodeRuntime -}}
+- --images
+- {{ .part.images | default $n.images | quote }}
+- --runc
+- {{ $n.runc | quote }}
+- --runc-root
+- {{ .part.runcRoot | default $n.runcRoot | quote }}
+- --criu-dir
+- {{ $n.criuDir | quote }}
+{{- if .ctx.Values.emulatedGPUs.enabled }}
+- --driver
+- {{ printf "%s/libpaladin-emucuda.so" .ctx.Values.hostPaths.lib | quote }}
+- --nvml
+- {{ printf "%s/libpaladin-emucuda.so" .ctx.Values.hostPaths.lib | quote }}
+{{- end }}
+{{- end }}
+
+{{/* Their environment: the node's name, a PATH for the node's programs; emulated GPUs' state. */}}
+{{- define "paladin.nodeRuntimeEnv" -}}
+- name: NODE_NAME
+  valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+# Where the node's runc and programs are found once in its mount namespace.
+- {name: PATH, value: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+{{- if .Values.emulatedGPUs.enabled }}
+- {name: PALADIN_EMU_GPUS, value: {{ .Values.emulatedGPUs.gpus | quote }}}
+- {name: PALADIN_EMU_STATE, value: {{ printf "%s/state" .Values.hostPaths.emu | quote }}}
+{{- end }}
+{{- end }}
