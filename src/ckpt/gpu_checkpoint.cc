@@ -13,10 +13,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "paladin/ckpt/subprocess.h"
 #include "paladin/ckpt/workload.h"
 #include "paladin/gpu/nvml.h"
-
-extern char** environ;
 
 namespace paladin::ckpt {
 
@@ -52,15 +51,14 @@ CUresult GpuCheckpointer::Call(const std::vector<std::string>& args, int timeout
   if (pipe2(fds, O_CLOEXEC) != 0) return CUDA_ERROR_OPERATING_SYSTEM;
   std::vector<std::string> words = {helper_, driver_};
   words.insert(words.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& w : words) argv.push_back(w.data());
-  argv.push_back(nullptr);
+  const ExecArgs exec(words, {});
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   pid_t child = -1;
-  const int spawned = posix_spawn(&child, helper_.c_str(), &actions, nullptr, argv.data(), environ);
+  const int spawned =
+      posix_spawn(&child, helper_.c_str(), &actions, nullptr, exec.argv(), exec.envp());
   posix_spawn_file_actions_destroy(&actions);
   close(fds[1]);
   if (spawned != 0) {

@@ -30,9 +30,11 @@ ExecArgs::ExecArgs(const std::vector<std::string>& argv,
     for (const auto& [key, value] : env) replaced |= key == name;
     if (!replaced) vars_.emplace_back(entry);
   }
-  for (const auto& [key, value] : env) vars_.push_back(key + "=" + value);
+  for (const auto& [key, value] : env) vars_.push_back(std::string(key).append("=").append(value));
+  argv_.reserve(words_.size() + 1);
   for (std::string& w : words_) argv_.push_back(w.data());
   argv_.push_back(nullptr);
+  envp_.reserve(vars_.size() + 1);
   for (std::string& v : vars_) envp_.push_back(v.data());
   envp_.push_back(nullptr);
 }
