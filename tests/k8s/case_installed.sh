@@ -547,13 +547,7 @@ sleep 1
 mapfile -t images < <(taken)
 last=${images[-1]}
 g_pre=$(last_gen lost)  # after the last image was taken: at most where it took the pod
-node2_lost=1
-bash "$here/cluster.sh" lose-node2 "$CLUSTER_DIR" | sed 's/^/installed:   /'
-rm -rf "${CLUSTER_DIR:?}/node2/checkpoints"/*
-sleep 0.3
-kill "$logs_pid" 2>/dev/null || true
-wait "$logs_pid" 2>/dev/null || true
-logs_pid=''
+lose_node2 installed
 g_died=$(gens "$work/lost.log" | tail -1)
 pgrep -f -- "$MARK" >/dev/null && fail "the workload still runs after its node was lost: $(pgrep -a -f -- "$MARK")"
 # recovered: the installed recovery's line for pod lost.

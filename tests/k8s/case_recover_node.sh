@@ -72,14 +72,8 @@ grep -q "is not lost" "$work/refused" || fail "the refusal does not say the node
 watch_pid=$!
 sleep 1
 grep -qE '^(recovered|left|error|recover:)' "$work/watch" && fail "paladin k8s recover --watch acted while every node is alive: $(cat "$work/watch")"
-node2_lost=1
-bash "$here/cluster.sh" lose-node2 "$CLUSTER_DIR" | sed 's/^/recover_node:   /'
-t0=$(date +%s%N)
-rm -rf "${CLUSTER_DIR:?}/node2/checkpoints"/*
-sleep 0.3
-kill "$logs_pid" 2>/dev/null || true
-wait "$logs_pid" 2>/dev/null || true
-logs_pid=''
+lose_node2 recover_node
+t0=$lost_at
 g_died=$(gens "$work/lost.log" | tail -1)
 pgrep -f -- "$MARK" >/dev/null && fail "the workload still runs after its node was lost: $(pgrep -a -f -- "$MARK")"
 

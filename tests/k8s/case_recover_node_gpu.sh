@@ -62,13 +62,7 @@ done
 [[ $(last_gen lgpu) -ge $((g_after + 8)) ]] || fail "pod lgpu does not go on after its checkpoint (at $(last_gen lgpu))"
 ! grep -q MISMATCH <<<"$(k logs lgpu)" || fail "pod lgpu after its checkpoint: $(k logs lgpu | grep -m1 MISMATCH)"
 
-node2_lost=1
-bash "$here/cluster.sh" lose-node2 "$CLUSTER_DIR" | sed 's/^/recover_node_gpu:   /'
-rm -rf "${CLUSTER_DIR:?}/node2/checkpoints"/*
-sleep 0.3
-kill "$logs_pid" 2>/dev/null || true
-wait "$logs_pid" 2>/dev/null || true
-logs_pid=''
+lose_node2 recover_node_gpu
 g_died=$(gens "$work/lgpu.log" | tail -1)
 read -ra mv <<<"$MOVE_FLAGS"
 ok=0

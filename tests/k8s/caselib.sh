@@ -88,6 +88,22 @@ gens() { sed -n 's/^gen \([0-9]*\) ok .*/\1/p' "$1"; }
 # last_gen POD: the last generation POD's workload verified ('' before its first).
 last_gen() { k logs "$1" 2>/dev/null | sed -n 's/^gen \([0-9]*\) ok .*/\1/p' | tail -1; }
 
+# lose_node2 PREFIX: the second node lost (cluster.sh lose-node2, its lines under PREFIX) and its
+# Paladin data deleted with it; then the follower of a pod's log ($logs_pid) stopped. Sets
+# node2_lost=1 for the case's cleanup, which brings the node back, and lost_at (ns) to when the
+# node was gone.
+lose_node2() {
+  # shellcheck disable=SC2034 # the case's cleanup reads them
+  node2_lost=1
+  bash "$here/cluster.sh" lose-node2 "$CLUSTER_DIR" | sed "s/^/$1:   /"
+  lost_at=$(date +%s%N)
+  rm -rf "${CLUSTER_DIR:?}/node2/checkpoints"/*
+  sleep 0.3
+  kill "$logs_pid" 2>/dev/null || true
+  wait "$logs_pid" 2>/dev/null || true
+  logs_pid=''
+}
+
 # wait_gen POD N: fails unless POD's workload verifies generation N within 20 s.
 wait_gen() {
   local i

@@ -146,21 +146,21 @@ YAML
 check "values (-f, --set) = the same changes as an overlay" "$work/overlay.yaml" \
   "$work/values-render.yaml"
 
-# server.enabled=false: deploy/k8s without Paladin's server: none of its objects, the scheduler
-# and the webhook without --paladin-server, its token's Secret, and the webhook without an API
-# token (it then calls nothing).
-mkdir "$work/noserver"
-cat >"$work/noserver/kustomization.yaml" <<YAML
+# without NAME KIND:NAME...: $work/NAME/kustomization.yaml, deploy/k8s with those objects
+# deleted; more patches may be appended to it.
+without() {
+  local dir=$work/$1 gone
+  shift
+  mkdir "$dir"
+  cat >"$dir/kustomization.yaml" <<YAML
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
-  - $(realpath --relative-to="$work/noserver" "$repo/deploy/k8s")
+  - $(realpath --relative-to="$dir" "$repo/deploy/k8s")
 patches:
 YAML
-for gone in PersistentVolumeClaim:paladin-server-data Service:paladin-server \
-  Deployment:paladin-server ServiceAccount:paladin-server ClusterRole:paladin-webhook \
-  ClusterRoleBinding:paladin-webhook; do
-  cat >>"$work/noserver/kustomization.yaml" <<YAML
+  for gone in "$@"; do
+    cat >>"$dir/kustomization.yaml" <<YAML
   - target: {kind: ${gone%%:*}, name: ${gone#*:}}
     patch: |-
       \$patch: delete
@@ -168,7 +168,15 @@ for gone in PersistentVolumeClaim:paladin-server-data Service:paladin-server \
       kind: ${gone%%:*}
       metadata: {name: ${gone#*:}}
 YAML
-done
+  done
+}
+
+# server.enabled=false: deploy/k8s without Paladin's server: none of its objects, the scheduler
+# and the webhook without --paladin-server, its token's Secret, and the webhook without an API
+# token (it then calls nothing).
+without noserver PersistentVolumeClaim:paladin-server-data Service:paladin-server \
+  Deployment:paladin-server ServiceAccount:paladin-server ClusterRole:paladin-webhook \
+  ClusterRoleBinding:paladin-webhook
 cat >>"$work/noserver/kustomization.yaml" <<'YAML'
   - target: {kind: Deployment, name: paladin-scheduler}
     patch: |-
@@ -203,30 +211,16 @@ fi
 
 # checkpoint.enabled=false, recover.enabled=false: deploy/k8s without the checkpointer's
 # DaemonSet and the recovery's Deployment, their identities, and the recovery's --paladin-user.
-mkdir "$work/norecover"
-cat >"$work/norecover/kustomization.yaml" <<YAML
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - $(realpath --relative-to="$work/norecover" "$repo/deploy/k8s")
-patches:
+without norecover DaemonSet:paladin-checkpoint Deployment:paladin-recover \
+  ServiceAccount:paladin-checkpoint ServiceAccount:paladin-recover ClusterRole:paladin-checkpoint \
+  ClusterRole:paladin-recover ClusterRoleBinding:paladin-checkpoint \
+  ClusterRoleBinding:paladin-recover
+cat >>"$work/norecover/kustomization.yaml" <<'YAML'
   - target: {kind: Deployment, name: paladin-webhook}
     patch: |-
       - {op: remove, path: /spec/template/spec/containers/0/command/14}
       - {op: remove, path: /spec/template/spec/containers/0/command/13}
 YAML
-for gone in DaemonSet:paladin-checkpoint Deployment:paladin-recover ServiceAccount:paladin-checkpoint \
-  ServiceAccount:paladin-recover ClusterRole:paladin-checkpoint ClusterRole:paladin-recover \
-  ClusterRoleBinding:paladin-checkpoint ClusterRoleBinding:paladin-recover; do
-  cat >>"$work/norecover/kustomization.yaml" <<YAML
-  - target: {kind: ${gone%%:*}, name: ${gone#*:}}
-    patch: |-
-      \$patch: delete
-      apiVersion: v1
-      kind: ${gone%%:*}
-      metadata: {name: ${gone#*:}}
-YAML
-done
 "$kubectl" kustomize "$work/norecover" >"$work/norecover.yaml"
 "$render" template paladin "$chart" -n paladin --set namespace.create=true \
   --set checkpoint.enabled=false,recover.enabled=false >"$work/norecover-render.yaml"
