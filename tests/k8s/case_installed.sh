@@ -510,12 +510,7 @@ tr0=$SECONDS
 # node DaemonSet follows it there; it has the image).
 "$KUBECTL" label node "$NODE2" paladin.io/gpu-node=true >/dev/null
 workload '--mib 20 --host-mib 3 --every-ms 97'
-demo_pod lost '  nodeName: "'"$NODE2"'"
-  tolerations: [{key: paladin.io/second-node, operator: Exists, effect: NoSchedule}]'
-wait_running lost
-k logs -f lost >"$work/lost.log" 2>/dev/null &
-logs_pid=$!
-wait_gen lost 4
+lost_pod_on_node2
 sampler_start
 # taken: the images the installed checkpointer took of pod lost, from its log, in order.
 taken() {

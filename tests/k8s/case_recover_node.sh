@@ -31,13 +31,7 @@ cleanup() {
 on_exit=cleanup
 
 runtime_class
-demo_pod lost '  nodeName: "'"$NODE2"'"
-  tolerations: [{key: paladin.io/second-node, operator: Exists, effect: NoSchedule}]'
-wait_running lost
-# Its log from the start until the node dies (then the API server can no longer reach it).
-k logs -f lost >"$work/lost.log" 2>/dev/null &
-logs_pid=$!
-wait_gen lost 4
+lost_pod_on_node2
 
 # --- the periodic checkpoint (one pass), on the second node ------------------------------------
 read -ra api <<<"$K8S_NODE_FLAGS"

@@ -88,6 +88,18 @@ gens() { sed -n 's/^gen \([0-9]*\) ok .*/\1/p' "$1"; }
 # last_gen POD: the last generation POD's workload verified ('' before its first).
 last_gen() { k logs "$1" 2>/dev/null | sed -n 's/^gen \([0-9]*\) ok .*/\1/p' | tail -1; }
 
+# lost_pod_on_node2: pod `lost` (the case's workload) on the second node, running, past
+# generation 4, its log followed into $work/lost.log from the start ($logs_pid: once the node is
+# lost the API server can no longer reach it).
+lost_pod_on_node2() {
+  demo_pod lost '  nodeName: "'"$NODE2"'"
+  tolerations: [{key: paladin.io/second-node, operator: Exists, effect: NoSchedule}]'
+  wait_running lost
+  k logs -f lost >"$work/lost.log" 2>/dev/null &
+  logs_pid=$!
+  wait_gen lost 4
+}
+
 # lose_node2 PREFIX: the second node lost (cluster.sh lose-node2, its lines under PREFIX) and its
 # Paladin data deleted with it; then the follower of a pod's log ($logs_pid) stopped. Sets
 # node2_lost=1 for the case's cleanup, which brings the node back, and lost_at (ns) to when the
