@@ -21,7 +21,7 @@ wait_gen old 5
 # --- the move ---------------------------------------------------------------------------------
 read -ra flags <<<"$K8S_NODE_FLAGS $MOVE_FLAGS"
 # The old pod's log until its container exits (the mover deletes the pod, and its log with it).
-k logs -f old >"$work/old.log" 2>/dev/null &
+"$KUBECTL" -n "$NS" logs -f old >"$work/old.log" 2>/dev/null &
 t0=$(date +%s%N)
 "$PALADIN" k8s move -n "$NS" old --name new "${flags[@]}" >"$work/move" 2>&1 ||
   fail "paladin k8s move: $(tail -5 "$work/move")"

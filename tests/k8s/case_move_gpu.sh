@@ -63,7 +63,7 @@ marks_after=$(find "$CLUSTER_DIR/checkpoints" -maxdepth 2 | wc -l)
 echo "move_gpu: $refused moves refused before anything changed (same GPU, no such GPU, another node without its image folder, no such pod)"
 
 sampler_start
-k logs -f gpu >"$work/old.log" 2>/dev/null &
+"$KUBECTL" -n "$NS" logs -f gpu >"$work/old.log" 2>/dev/null &
 
 # --- the move ---------------------------------------------------------------------------------
 t0=$(date +%s%N)

@@ -38,7 +38,7 @@ grep -q -- '--to-images' "$work/refused" || fail "the refusal does not name --to
 
 # --- the move ---------------------------------------------------------------------------------
 # The old pod's log until its container exits (the mover deletes the pod, and its log with it).
-k logs -f old >"$work/old.log" 2>/dev/null &
+"$KUBECTL" -n "$NS" logs -f old >"$work/old.log" 2>/dev/null &
 t0=$(date +%s%N)
 "$PALADIN" k8s move -n "$NS" old --name new --node "$NODE2" "${flags[@]}" "${to[@]}" \
   >"$work/move" 2>&1 || fail "paladin k8s move: $(tail -5 "$work/move")"
@@ -66,7 +66,7 @@ echo "move_node: old on $NODE -> new on $NODE2, generation $gen_before -> $first
 # pod of the RuntimeClass, moves back to the first node as `new-m1`, again exactly once.
 sampler_start
 read -ra drain <<<"$K8S_NODE_FLAGS $NODE2_DRAIN_FLAGS"
-k logs -f new >"$work/new.log" 2>/dev/null &
+"$KUBECTL" -n "$NS" logs -f new >"$work/new.log" 2>/dev/null &
 "$PALADIN" k8s drain "$NODE2" --to "$NODE" "${drain[@]}" >"$work/drain" 2>&1 || {
   "$KUBECTL" uncordon "$NODE2" >/dev/null 2>&1 || true
   fail "paladin k8s drain: $(tail -5 "$work/drain")"

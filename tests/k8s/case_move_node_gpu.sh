@@ -40,7 +40,7 @@ wait_gen ngpu 5
 to_uuid=$(uuid_of 1)
 
 sampler_start
-k logs -f ngpu >"$work/old.log" 2>/dev/null &
+"$KUBECTL" -n "$NS" logs -f ngpu >"$work/old.log" 2>/dev/null &
 
 "$PALADIN" k8s move -n "$NS" ngpu --node "$NODE2" --gpu 1 --driver "$EMUCUDA" --nvml "$EMUCUDA" \
   "${move[@]}" "${api[@]}" >"$work/move.log" 2>&1 || fail "paladin k8s move: $(tail -5 "$work/move.log")"

@@ -42,7 +42,7 @@ wait_running lgpu
 [[ $(k get pod lgpu -o jsonpath='{.spec.nodeName}/{.metadata.annotations.paladin\.io/gpu}') == "$NODE2/0" ]] ||
   fail "pod lgpu is not on $NODE2/0: $(k get pod lgpu -o jsonpath='{.spec.nodeName}/{.metadata.annotations}')"
 "$PALADIN" k8s node --node "$NODE" --nvml "$EMUCUDA" "${api[@]}" >/dev/null
-k logs -f lgpu >"$work/lgpu.log" 2>/dev/null &
+"$KUBECTL" -n "$NS" logs -f lgpu >"$work/lgpu.log" 2>/dev/null &
 logs_pid=$!
 wait_gen lgpu 4
 to_uuid=$(uuid_of 0)

@@ -95,7 +95,8 @@ lost_pod_on_node2() {
   demo_pod lost '  nodeName: "'"$NODE2"'"
   tolerations: [{key: paladin.io/second-node, operator: Exists, effect: NoSchedule}]'
   wait_running lost
-  k logs -f lost >"$work/lost.log" 2>/dev/null &
+  # kubectl itself, not k: $! must be what a kill stops (k would leave its kubectl behind).
+  "$KUBECTL" -n "$NS" logs -f lost >"$work/lost.log" 2>/dev/null &
   logs_pid=$!
   wait_gen lost 4
 }
