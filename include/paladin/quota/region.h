@@ -31,7 +31,10 @@ struct RegionSettings {
   uint64_t quota_bytes = 0;    // per GPU the workload uses
   uint64_t ceiling_bytes = 0;  // 0: the quota never grows on demand
   uint64_t granularity = kDefaultGranularity;
-  uint32_t grow_wait_ms = 2000;  // how long a refused allocation waits for the launcher
+  // How long a refused allocation waits for the launcher's answer. It answers in milliseconds;
+  // a loaded machine can hold its thread back for seconds (2 s was seen to fall short), and a
+  // wait of a few seconds costs less than an allocation refused for want of an answer.
+  uint32_t grow_wait_ms = 10000;
 };
 
 // A process's identity: its pid as the /proc it was read from numbers it and its start time
