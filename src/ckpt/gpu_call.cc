@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string_view>
 #include <vector>
 
 #include "paladin/gpu/cuda_api.h"
@@ -32,8 +31,9 @@ int Usage(const char* why) {
   return 2;
 }
 
-bool ParseUuid(const char* hex, CUuuid* uuid) {
-  if (std::strlen(hex) != 2 * sizeof(uuid->bytes)) return false;
+// LEN characters at HEX: 32 hexadecimal digits, the 16 bytes of a UUID.
+bool ParseUuid(const char* hex, size_t len, CUuuid* uuid) {
+  if (len != 2 * sizeof(uuid->bytes)) return false;
   for (size_t i = 0; i < sizeof(uuid->bytes); ++i) {
     unsigned int byte = 0;
     if (std::sscanf(hex + 2 * i, "%2x", &byte) != 1) return false;
@@ -87,11 +87,8 @@ int main(int argc, char** argv) {
       const char* equals = std::strchr(argv[i], '=');
       CUcheckpointGpuPair pair{};
       if (equals == nullptr) return Usage("restore: a pair is not OLD=NEW");
-      const std::string_view old_hex(argv[i], static_cast<size_t>(equals - argv[i]));
-      char old_text[64] = {};
-      if (old_hex.size() >= sizeof(old_text)) return Usage("restore: a UUID is too long");
-      std::memcpy(old_text, old_hex.data(), old_hex.size());
-      if (!ParseUuid(old_text, &pair.oldUuid) || !ParseUuid(equals + 1, &pair.newUuid)) {
+      if (!ParseUuid(argv[i], static_cast<size_t>(equals - argv[i]), &pair.oldUuid) ||
+          !ParseUuid(equals + 1, std::strlen(equals + 1), &pair.newUuid)) {
         return Usage("restore: a UUID is not 32 hexadecimal digits");
       }
       pairs.push_back(pair);
