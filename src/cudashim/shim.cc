@@ -22,6 +22,9 @@ pthread_once_t g_once = PTHREAD_ONCE_INIT;
 // The name the launcher's library directory gives the next driver (see docs/quota.md).
 constexpr const char* kNextDriver = "libpaladin-cuda-next.so.1";
 constexpr const char* kNextNvml = "libpaladin-nvml-next.so.1";
+// How long an allocation that does not fit waits for killed processes of the workload to finish
+// exiting, so that their bytes come back rather than the allocation being refused.
+constexpr int kDyingWaitMs = 5000;
 
 uint64_t NowMs() {
   timespec ts{};
@@ -232,7 +235,7 @@ int Shim::SlotForOrdinal(CUdevice ordinal) {
 CUresult Shim::Admit(int device, uint64_t bytes, const char* function) {
   quota::Region& r = *region_;
   if (r.TryReserve(device, proc_, bytes)) return CUDA_SUCCESS;
-  if (r.SweepDead() > 0 && r.TryReserve(device, proc_, bytes)) return CUDA_SUCCESS;
+  if (r.SweepDead(kDyingWaitMs) > 0 && r.TryReserve(device, proc_, bytes)) return CUDA_SUCCESS;
   TrimPools();
   if (r.TryReserve(device, proc_, bytes)) return CUDA_SUCCESS;
   for (int attempt = 0; attempt < 3 && r.ceiling() > r.quota(); ++attempt) {

@@ -9,9 +9,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -224,6 +226,38 @@ bool ProcessAlive(const ProcessId& id) {
   if (error != 0) return error != ENOENT && error != ESRCH;
   if (state == 'Z' || state == 'X') return false;
   return id.start_time == 0 || SameStart(start, id.start_time);
+}
+
+bool ProcessDying(const ProcessId& id) {
+  const uint32_t pid = id.view == OwnProcView() ? id.pid : HostPidOf(id);
+  if (pid == 0 || !ProcessAlive(id)) return false;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%u/stat", pid);
+  FILE* stat = fopen(path, "re");
+  if (stat == nullptr) return false;
+  char buf[1024];
+  buf[fread(buf, 1, sizeof buf - 1, stat)] = '\0';
+  fclose(stat);
+  // Field 9 (flags): PF_EXITING, the kernel's mark of a task in exit().
+  constexpr unsigned long kExiting = 0x4;
+  const char* p = strrchr(buf, ')');
+  for (int field = 2; p != nullptr && *p != '\0' && field < 9; ++p) {
+    if (*p == ' ') ++field;
+  }
+  if (p != nullptr && (strtoul(p, nullptr, 10) & kExiting) != 0) return true;
+  snprintf(path, sizeof path, "/proc/%u/status", pid);
+  FILE* f = fopen(path, "re");
+  if (f == nullptr) return false;
+  constexpr unsigned long long kKillBit = 1ULL << (SIGKILL - 1);
+  bool killed = false;
+  char line[256];
+  while (!killed && fgets(line, sizeof line, f) != nullptr) {
+    if (strncmp(line, "SigPnd:", 7) == 0 || strncmp(line, "ShdPnd:", 7) == 0) {
+      killed = (strtoull(line + 7, nullptr, 16) & kKillBit) != 0;
+    }
+  }
+  fclose(f);
+  return killed;
 }
 
 uint32_t HostPidOf(const ProcessId& id) {
@@ -516,12 +550,16 @@ bool Region::RenameDevice(const char from[16], const char to[16]) {
   return false;
 }
 
-int Region::SweepDead() {
+int Region::SweepDead(int wait_for_dying_ms) {
+  const uint64_t deadline = MonotonicMs() + static_cast<uint64_t>(std::max(wait_for_dying_ms, 0));
   int reclaimed = 0;
   for (int i = 0; i < kMaxProcesses; ++i) {
     Layout::Process& p = layout_->processes[i];
     if (p.state.load() != kReady) continue;
-    if (ProcessAlive({p.pid, p.start_time, p.ns_pid, p.view})) continue;
+    const ProcessId id{p.pid, p.start_time, p.ns_pid, p.view};
+    // Only a process that is gone is reclaimed: a dying one may still be releasing.
+    while (MonotonicMs() < deadline && ProcessDying(id)) usleep(2000);
+    if (ProcessAlive(id)) continue;
     DetachProcess(i);
     ++reclaimed;
   }

@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -286,6 +287,42 @@ TEST_F(RegionTest, SweepDeadReclaimsTheBytesOfAnExitedProcess) {
   EXPECT_EQ(region->process_used(self, dev), 100u);
   EXPECT_EQ(region->SweepDead(), 0);
   EXPECT_TRUE(region->TryReserve(dev, self, 900));
+}
+
+// A killed process is reclaimed by a sweep that waits for it to finish exiting (a killed workload
+// tears down its memory for a while on a busy machine), before its parent has reaped it.
+TEST_F(RegionTest, SweepWaitsForAKilledProcessToEndItsExit) {
+  auto region = MustCreate(Settings(1000, 1));
+  const int dev = region->DeviceSlot(kGpu0);
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::string error;
+    std::unique_ptr<Region> own = Region::Open(Path("quota.region"), &error);
+    const int proc = own == nullptr ? -1 : own->AttachProcess(SelfProcessId());
+    const bool reserved = proc >= 0 && own->TryReserve(own->DeviceSlot(kGpu0), proc, 700);
+    // Memory to tear down on exit.
+    std::vector<char> ballast(256 * kMiB, 1);
+    const char said = reserved ? 'y' : 'n';
+    if (write(ready[1], &said, 1) != 1) _exit(1);
+    for (;;) pause();
+  }
+  close(ready[1]);
+  char said = 0;
+  ASSERT_EQ(read(ready[0], &said, 1), 1);
+  close(ready[0]);
+  ASSERT_EQ(said, 'y') << "the child could not reserve";
+  EXPECT_EQ(region->used(dev), 700u);
+  EXPECT_FALSE(ProcessDying(SelfProcessId()));
+
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  EXPECT_EQ(region->SweepDead(10000), 1);
+  EXPECT_EQ(region->used(dev), 0u);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status));
 }
 
 TEST_F(RegionTest, AttachSweepsTheDeadWhenTheTableIsFull) {

@@ -63,6 +63,9 @@ uint32_t OwnProcView();
 // another view is looked up from the host's view; from inside a namespace it cannot be seen and
 // counts as alive (its own namespace or the host judges it).
 bool ProcessAlive(const ProcessId& id);
+// True when `id` is alive but can no longer run its own code: it is in exit, or a SIGKILL is
+// pending. False when it cannot be judged from this view.
+bool ProcessDying(const ProcessId& id);
 // The host pid of `id` (of any view) as seen from the host's view; 0 when it is not alive or
 // this process's /proc is not the host's.
 uint32_t HostPidOf(const ProcessId& id);
@@ -123,8 +126,11 @@ class Region {
   // Counts `bytes` whatever the quota (a context's overhead, once the context exists).
   void ForceReserve(int device, int proc, uint64_t bytes, bool context_overhead);
   void Release(int device, int proc, uint64_t bytes, bool context_overhead);
-  // Reclaims the bytes of processes that have exited; returns how many were reclaimed.
-  int SweepDead();
+  // Reclaims the bytes of processes that have exited; returns how many were reclaimed. With
+  // `wait_for_dying_ms` > 0 it first waits, up to that long, for the processes that are killed
+  // but still exiting (a SIGKILL pending, or in exit) to be gone: a killed process that frees a
+  // large address space keeps its bytes counted until its exit ends.
+  int SweepDead(int wait_for_dying_ms = 0);
 
   // --- checkpoint and restore ---
   // Marks every live process as in a checkpoint: its bytes stay counted, no sweep reclaims them.
