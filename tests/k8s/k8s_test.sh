@@ -12,6 +12,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(dirname "$(dirname "$here")")
 [[ $# -ge 3 ]] || { echo "usage: $0 DEMO_WORKLOAD EMUCUDA_LIB PALADIN [CASE...]" >&2; exit 2; }
+args=("$@")
 demo=$1 emucuda=$2 paladin=$3
 paladin_exe=$(readlink -f "$paladin")
 shift 3
@@ -40,6 +41,15 @@ fi
 if [[ $own_cluster == 1 && $(id -u) -ne 0 ]]; then
   echo "k8s: SKIP: starting a test cluster needs root (it runs a kubelet)"
   exit 77
+fi
+# The cluster's mounts (containerd's sandbox and root file systems, the kubelet's volumes) are
+# made in a mount namespace of this run's own: a job that another test starts meanwhile copies
+# the host's mounts into its own namespace, and one that went away before its next dump or
+# restore fails it (docs/ckpt.md, "Known limits"). So the cluster runs beside the tests that run
+# jobs (tests/CMakeLists.txt, "Host mounts"). Its nodes' commands (--host-mounts) enter the
+# namespace of the shim that started their pod: this one.
+if [[ $own_cluster == 1 && -z ${PALADIN_K8S_OWN_MOUNTS:-} ]]; then
+  PALADIN_K8S_OWN_MOUNTS=1 exec unshare --mount --propagation private -- bash "$0" "${args[@]}"
 fi
 
 # --- the host as it was ------------------------------------------------------------------------
