@@ -526,31 +526,34 @@ void PaladinClassModel::Add(Phase phase, int stratum, const Ratios& log_ratios,
   ++version_;
 }
 
-double PaladinClassModel::Quantile(const Hist& h, int64_t n, double q) {
-  if (n == 0) return 0;
-  // The upper edge of the bin holding the ceil(q * n)-th smallest value. The tolerance keeps a
-  // level of k / n from reading the (k + 1)-th value through rounding.
-  const auto want =
-      std::max<int64_t>(1, static_cast<int64_t>(std::ceil(q * static_cast<double>(n) - 1e-9)));
-  int64_t acc = 0;
-  for (int i = 0; i < kBins; ++i) {
-    acc += h[static_cast<size_t>(i)];
-    if (acc >= want) return BinUpper(i);
+namespace {
+// The upper edges of the bins holding the ceil(q * n)-th smallest values, for each level of
+// `qs`, in one pass; `top` where the counts fall short, 0 for an empty histogram. The tolerance
+// keeps a level of k / n from reading the (k + 1)-th value through rounding.
+template <size_t kN, typename Upper>
+std::array<double, 3> HistQuantiles(const std::array<int32_t, kN>& h, int64_t n,
+                                    const std::array<double, 3>& qs, Upper upper, double top) {
+  std::array<double, 3> out{};
+  if (n == 0) return out;
+  std::array<int64_t, 3> want{};
+  int64_t most = 0;
+  for (size_t k = 0; k < qs.size(); ++k) {
+    want[k] = std::max<int64_t>(
+        1, static_cast<int64_t>(std::ceil(qs[k] * static_cast<double>(n) - 1e-9)));
+    out[k] = top;
+    most = std::max(most, want[k]);
   }
-  return kLogRange;
-}
-
-double PaladinClassModel::ScaledQuantile(const ScaledHist& h, int64_t n, double q) {
-  if (n == 0) return 0;
-  const auto want =
-      std::max<int64_t>(1, static_cast<int64_t>(std::ceil(q * static_cast<double>(n) - 1e-9)));
   int64_t acc = 0;
-  for (int i = 0; i < kScaledBins; ++i) {
-    acc += h[static_cast<size_t>(i)];
-    if (acc >= want) return ScaledBinUpper(i);
+  for (size_t i = 0; i < kN && acc < most; ++i) {
+    const int64_t before = acc;
+    acc += h[i];
+    for (size_t k = 0; k < qs.size(); ++k) {
+      if (before < want[k] && acc >= want[k]) out[k] = upper(static_cast<int>(i));
+    }
   }
-  return kScaledHigh;
+  return out;
 }
+}  // namespace
 
 const PaladinClassModel::Cached& PaladinClassModel::Lookup(const Group& g, Phase phase, double q,
                                                            bool pooled) const {
@@ -565,9 +568,10 @@ const PaladinClassModel::Cached& PaladinClassModel::Lookup(const Group& g, Phase
     const Hist& h = g.hist[b];
     Choice ch;
     ch.base = static_cast<PaladinBase>(b);
-    ch.log_q = Quantile(h, n, q);
-    ch.log_lo = Quantile(h, n, 0.16);
-    ch.log_hi = Quantile(h, n, 0.84);
+    const std::array<double, 3> qs = HistQuantiles(h, n, {q, 0.16, 0.84}, BinUpper, kLogRange);
+    ch.log_q = qs[0];
+    ch.log_lo = qs[1];
+    ch.log_hi = qs[2];
     // Only windows below the forecast leave slack: the bins under its quantile.
     const double m = std::exp(ch.log_q);
     const auto& exp_centre = ExpBinCentres();
@@ -586,9 +590,11 @@ const PaladinClassModel::Cached& PaladinClassModel::Lookup(const Group& g, Phase
     Choice& ch = c.scaled[b];
     ch.base = static_cast<PaladinBase>(b);
     ch.scaled = true;
-    ch.log_q = ScaledQuantile(h, ns, q);
-    ch.log_lo = ScaledQuantile(h, ns, 0.16);
-    ch.log_hi = ScaledQuantile(h, ns, 0.84);
+    const std::array<double, 3> qs =
+        HistQuantiles(h, ns, {q, 0.16, 0.84}, ScaledBinUpper, kScaledHigh);
+    ch.log_q = qs[0];
+    ch.log_lo = qs[1];
+    ch.log_hi = qs[2];
     double shortfall = 0;
     for (int i = 0; i < kScaledBins && ScaledBinCentre(i) < ch.log_q; ++i) {
       const int32_t k = h[static_cast<size_t>(i)];

@@ -226,8 +226,6 @@ class PaladinClassModel {
   const Group& Slot(Phase phase, bool pooled, int stratum) const {
     return groups_[Index(phase, pooled, stratum)];
   }
-  static double Quantile(const Hist& h, int64_t n, double q);
-  static double ScaledQuantile(const ScaledHist& h, int64_t n, double q);
   // On the heap: a model is about 0.9 MB (copied whole when a model is copied).
   std::vector<Group> groups_ = std::vector<Group>(kGroups);
   bool frozen_ = false;
