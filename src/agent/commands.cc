@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "agent_impl.h"
@@ -564,6 +566,11 @@ void Agent::MigrateIn(const api::Command& c) {
   // So must the job's uid be held for it here (CRIU restores the uid it had), and its run
   // directory made as the source had it.
   std::atomic<bool> served{false};
+  // The restore waits for the prepare (options.before_restore): a run directory that the restore
+  // made first would have the default mode, not the source's, and CRIU refuses it.
+  std::mutex prepare_mu;
+  std::condition_variable prepare_cv;
+  bool prepare_done = false;
   Workload user;
   user.id = job;
   user.epoch = epoch;
@@ -585,6 +592,11 @@ void Agent::MigrateIn(const api::Command& c) {
         cancel->store(true);
       }
     }
+    {
+      std::lock_guard<std::mutex> lock(prepare_mu);
+      prepare_done = true;
+    }
+    prepare_cv.notify_all();
   });
   // One listening port per agent, and the server sends one move at a time to a node: a listener
   // still waiting from an earlier move is stale (its move failed), so this one replaces it.
@@ -602,6 +614,13 @@ void Agent::MigrateIn(const api::Command& c) {
   }
   options.cancel = cancel.get();
   options.lease_fd = lease_fd_;
+  options.before_restore = [&] {
+    std::unique_lock<std::mutex> lock(prepare_mu);
+    // Bounded: the manifest the prepare waits for is there once the image has arrived.
+    if (!prepare_cv.wait_for(lock, std::chrono::seconds(60), [&] { return prepare_done; })) {
+      Say("migrate_in " + job + ": the job's run directory was not prepared within 60 s");
+    }
+  };
   // Recorded before the source hears of it: if this agent dies now, its successor finds the
   // stopped copy and asks the server what became of the move (SettleInterruptedMoves).
   const int64_t migration_id = c.migration;

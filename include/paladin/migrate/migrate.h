@@ -142,6 +142,10 @@ struct DestinationOptions {
   // this side holds a copy that must outlive this process's death (the fleet agent records it,
   // so that its successor settles it with the owner).
   std::function<void(const ckpt::JobRecord&)> restored;
+  // Called once the image has arrived, before it is restored (and before a post-copy move's
+  // pages are pulled): the node finishes what the restore needs of it (the fleet agent: the
+  // job's uid held, its run directory made as the source had it). Unset: nothing to wait for.
+  std::function<void()> before_restore;
   // Post-copy: also take a source that serves its pages without TLS (MigrateOptions::lazy_plain).
   bool lazy_plain = false;
 };
