@@ -192,8 +192,6 @@ int64_t Control::SendCommand(const std::string& node, api::Command command, cons
   return commands_.Send(node, std::move(command), job != nullptr ? job->id : "", Now());
 }
 
-TeamRecord& Control::Team(const std::string& name) { return teams_.FindOrAdd(name); }
-
 StatusOr<JobRecord*> Control::FindJob(const Principal& who, const std::string& id) {
   PALADIN_RETURN_IF_ERROR(ParseJobId(id).status());
   JobRecord* j = jobs_.ById(id);
@@ -297,7 +295,7 @@ StatusOr<TokenRecord> Control::StoreToken(const std::string& digest, const std::
   t.id = *id;
   tokens_.Add(t);
   if (parsed.team_scoped()) {
-    Team(parsed.team);
+    teams_.FindOrAdd(parsed.team);
     PALADIN_RETURN_IF_ERROR(Flush());
   }
   return t;

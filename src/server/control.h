@@ -205,7 +205,6 @@ class Control {
   // (kLazyFlushS: jobs_.MarkLazy, nodes_.MarkLazy); a restarted server re-learns them from the
   // next heartbeats.
   uint64_t Changes() const { return jobs_.changes() + nodes_.changes(); }
-  void DirtyTeam(const std::string& team) { teams_.MarkDirty(team); }
   void Count(const std::string& key, int64_t by = 1);
   int64_t Counter(const std::string& key) const;
   void Event(const std::string& kind, const JobRecord* job, const std::string& node,
@@ -213,7 +212,6 @@ class Control {
   // Queues command C for NODE, about JOB (its id, and its epoch unless C names one); returns
   // the command's id.
   int64_t SendCommand(const std::string& node, api::Command c, const JobRecord* job);
-  TeamRecord& Team(const std::string& name);
   StatusOr<JobRecord*> FindJob(const Principal& who, const std::string& id);
   // The job a migration is about, or null.
   JobRecord* JobOf(const MigrationRecord& m) { return jobs_.ById(m.job); }
@@ -228,7 +226,6 @@ class Control {
   void PlaceWaiting(FleetView& view);
   bool TryPlace(FleetView& view, JobRecord& j);
   // The job's team quota refusal (TeamBook::Refusal; "" when it fits).
-  std::string TeamQuotaRefusal(const JobRecord& j) const;
   void Bind(FleetView& view, JobRecord& j, const core::Placement& p, const std::string& how);
   void SizeAutoJob(JobRecord& j);
   core::ClassHistory ClassHistoryOf(const std::string& class_key) const;  // jobs and pods

@@ -65,18 +65,11 @@ std::vector<JobRecord*> Control::GangMembers(const std::string& gang) {
 StatusOr<Json> Control::SubmitGang(const Principal& who, const JobRecord& base,
                                    const GangMember& shape) {
   // Hostile input until checked: the bounds were checked by Submit; here what depends on state.
-  if (const TeamRecord* team = teams_.Find(base.team)) {
-    const TeamRecord& t = *team;
-    const int64_t gpus = int64_t{shape.ranks} * base.gpus;
-    if (t.max_gpus > 0 && gpus > t.max_gpus) {
-      return ResourceExhausted("ranks: the gang needs " + std::to_string(gpus) +
-                               " GPUs, more than team " + t.name + "'s quota of " +
-                               std::to_string(t.max_gpus));
-    }
-    if (t.max_gpu_mem > 0 && !base.mem_auto && base.mem_request * gpus > t.max_gpu_mem) {
-      return ResourceExhausted("ranks: the gang needs " + std::to_string(base.mem_request * gpus) +
-                               " bytes of GPU memory, more than team " + t.name + "'s quota");
-    }
+  const int64_t gpus = int64_t{shape.ranks} * base.gpus;
+  if (std::string never = teams_.NeverFits(
+          base.team, {gpus, base.mem_auto ? 0 : base.mem_request * gpus}, "ranks: the gang");
+      !never.empty()) {
+    return ResourceExhausted(never);
   }
   // Stable addresses: the lowest hosts of the rank subnet that no live rank holds.
   std::set<std::string> taken;
@@ -113,7 +106,7 @@ StatusOr<Json> Control::SubmitGang(const Principal& who, const JobRecord& base,
     m.rank = r;
     m.address = addresses[static_cast<size_t>(r)];
     j.gang = m;
-    ++Team(j.team).usage.jobs;
+    teams_.NoteSubmitted(j.team);
     Count("jobs_submitted");
     Event("submitted", &j, "",
           "submitted by " + who.Scope() + ": rank " + std::to_string(r) + " of gang " + gang +
@@ -122,7 +115,6 @@ StatusOr<Json> Control::SubmitGang(const Principal& who, const JobRecord& base,
     ids.push_back(j.id);
     if (r == 0) out = JobJson(j);
   }
-  DirtyTeam(base.team);
   out["gang_jobs"] = ids;
   PALADIN_RETURN_IF_ERROR(Flush());
   Wake();

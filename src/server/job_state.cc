@@ -3,44 +3,6 @@
 
 namespace paladin::server {
 
-std::string_view JobStateName(JobState state) {
-  switch (state) {
-    case JobState::kPending:
-      return "pending";
-    case JobState::kStarting:
-      return "starting";
-    case JobState::kRunning:
-      return "running";
-    case JobState::kMigrating:
-      return "migrating";
-    case JobState::kCheckpointing:
-      return "checkpointing";
-    case JobState::kCheckpointed:
-      return "checkpointed";
-    case JobState::kRestoring:
-      return "restoring";
-    case JobState::kSucceeded:
-      return "succeeded";
-    case JobState::kFailed:
-      return "failed";
-    case JobState::kCancelled:
-      return "cancelled";
-  }
-  return "unknown";
-}
-
-std::optional<JobState> ParseJobState(std::string_view name) {
-  for (JobState s : kAllJobStates) {
-    if (JobStateName(s) == name) return s;
-  }
-  return std::nullopt;
-}
-
-bool IsTerminal(JobState state) {
-  return state == JobState::kSucceeded || state == JobState::kFailed ||
-         state == JobState::kCancelled;
-}
-
 bool JobStateAllows(JobState from, JobState to) {
   if (IsTerminal(from)) return false;
   if (from == to || IsTerminal(to)) return true;

@@ -1,6 +1,7 @@
 // A job's states and the transitions between them, in one place: the control plane compares and
 // sets states only through this type, and the API, the store and /metrics spell them only through
-// JobStateName. docs/server.md ("A job's life") draws the same graph.
+// JobStateName (the states and their names: paladin/api/job_state.h, which clients read too).
+// docs/server.md ("A job's life") draws the same graph.
 //
 //   pending ──▶ starting ──▶ running ──▶ migrating ──▶ running
 //      ▲            │          │  ▲
@@ -12,36 +13,17 @@
 // one). An ended job never changes again.
 #pragma once
 
-#include <array>
-#include <optional>
-#include <string_view>
+#include "paladin/api/job_state.h"
 
 namespace paladin::server {
 
-enum class JobState {
-  kPending,        // waiting for room
-  kStarting,       // start sent to a node, not reported running yet
-  kRunning,        // running on its node
-  kMigrating,      // moving to another node or GPU (still running at the source until the commit)
-  kCheckpointing,  // a checkpoint asked of its node, not answered yet
-  kCheckpointed,   // stopped with its image; resumes on request
-  kRestoring,      // waiting for room, or restoring, from its last checkpoint
-  kSucceeded,      // exited with 0
-  kFailed,         // exited otherwise, or could not be started
-  kCancelled,      // cancelled by a user
-};
+// The states and their names are the API's (paladin/api/job_state.h).
+using api::IsTerminal;
+using api::JobState;
+using api::JobStateName;
+using api::kAllJobStates;
+using api::ParseJobState;
 
-inline constexpr std::array<JobState, 10> kAllJobStates = {
-    JobState::kPending,       JobState::kStarting,     JobState::kRunning,   JobState::kMigrating,
-    JobState::kCheckpointing, JobState::kCheckpointed, JobState::kRestoring, JobState::kSucceeded,
-    JobState::kFailed,        JobState::kCancelled};
-
-// The API's and the store's name ("pending", "running", ...).
-std::string_view JobStateName(JobState state);
-// The state of that name; nullopt for any other text.
-std::optional<JobState> ParseJobState(std::string_view name);
-
-bool IsTerminal(JobState state);  // succeeded, failed or cancelled
 // Whether a job may go from `from` to `to`. Staying in a state is allowed (a no-op); an ended job
 // goes nowhere.
 bool JobStateAllows(JobState from, JobState to);

@@ -163,8 +163,7 @@ StatusOr<Json> Control::Submit(const Principal& who, const Json& body) {
   } else {
     job.quota_bytes = job.mem_request;
   }
-  ++Team(job.team).usage.jobs;
-  DirtyTeam(job.team);
+  teams_.NoteSubmitted(job.team);
   Count("jobs_submitted");
   Event("submitted", &job, "",
         "submitted by " + who.Scope() + ": " + std::to_string(job.gpus) + " GPU(s), gpu_mem " +

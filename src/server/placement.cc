@@ -55,10 +55,6 @@ void Control::SizeAutoJob(JobRecord& j) {
   j.predicted_bytes = size.bytes;
 }
 
-std::string Control::TeamQuotaRefusal(const JobRecord& j) const {
-  return teams_.Refusal(j.team, AskOf(j), "this job", jobs_);
-}
-
 void Control::PlaceWaiting(FleetView& view) {
   std::set<std::string> gangs_tried;
   for (JobRecord* j : Scheduler::WaitingOrder(jobs_)) {
@@ -80,7 +76,8 @@ void Control::PlaceWaiting(FleetView& view) {
 }
 
 bool Control::Preempt(const FleetView& view, JobRecord& waiting) {
-  if (waiting.state() != JobState::kPending || !TeamQuotaRefusal(waiting).empty()) return false;
+  // The rule first: what it reads (the team's quota, its pods) is not in the memo's key.
+  if (!Scheduler::MayPreempt(waiting, teams_, jobs_)) return false;
   if (waiting.preempt_futile_at == Changes()) return false;
   const bool preempted = PreemptFor(view, waiting);
   if (!preempted) waiting.preempt_futile_at = Changes();
@@ -88,7 +85,8 @@ bool Control::Preempt(const FleetView& view, JobRecord& waiting) {
 }
 
 bool Control::PreemptFor(const FleetView& view, JobRecord& waiting) {
-  std::optional<PreemptDecision> plan = scheduler_.PlanPreemption(view, waiting, jobs_, nodes_);
+  std::optional<PreemptDecision> plan =
+      scheduler_.PlanPreemption(view, waiting, teams_, jobs_, nodes_);
   if (!plan || plan->victims.empty()) return false;
   for (int64_t victim : plan->victims) {
     JobRecord& j = *jobs_.BySeq(victim);
@@ -160,8 +158,7 @@ void Control::Bind(FleetView& view, JobRecord& j, const core::Placement& p,
     j.ceiling_bytes = j.quota_bytes;
   }
   ++j.epoch;
-  Team(j.team).usage.queue_seconds += std::max(0.0, now - j.pending_since);
-  DirtyTeam(j.team);
+  teams_.NoteQueued(j.team, now - j.pending_since);
   j.accounted_at = now;
   j.used_bytes = 0;
   const std::string where = j.node + "/" + std::to_string(j.gpu);
@@ -203,12 +200,8 @@ void Control::Accrue(JobRecord& j, double now) {
   const double dt = now - j.accounted_at;
   if (dt <= 0) return;
   j.accounted_at = now;
-  TeamUsage& u = Team(j.team).usage;
-  u.gpu_seconds += dt * j.gpus;
-  u.mem_alloc_byte_seconds += dt * static_cast<double>(j.quota_bytes) * j.gpus;
-  u.mem_used_byte_seconds += dt * static_cast<double>(j.used_bytes);
+  teams_.NoteHeld(j, dt);
   j.gpu_seconds += dt * j.gpus;
-  DirtyTeam(j.team);
 }
 
 void Control::ReleaseJob(JobRecord& j) {

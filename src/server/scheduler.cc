@@ -183,10 +183,17 @@ GangDecision Scheduler::PlaceGang(FleetView& view, const std::vector<JobRecord*>
   return out;
 }
 
+bool Scheduler::MayPreempt(const JobRecord& waiting, const TeamBook& teams, const JobTable& jobs) {
+  return waiting.state() == JobState::kPending &&
+         teams.Refusal(waiting.team, AskOf(waiting), "this job", jobs).empty();
+}
+
 std::optional<PreemptDecision> Scheduler::PlanPreemption(const FleetView& view,
                                                          const JobRecord& waiting,
+                                                         const TeamBook& teams,
                                                          const JobTable& jobs,
                                                          const NodeTable& nodes) {
+  if (!MayPreempt(waiting, teams, jobs)) return std::nullopt;
   // One wave at a time: what is being preempted now may already make room.
   for (const auto& [seq, j] : jobs) {
     if (j.preempted && j.state() == JobState::kCheckpointing) return std::nullopt;

@@ -114,12 +114,17 @@ class Scheduler {
                          const TeamBook& teams, const JobTable& jobs);
 
   // Which lower-priority running jobs to checkpoint and stop so that `waiting` fits on one node
-  // (core::Rebalancer::PlanPreemption), or nothing: one wave at a time (nothing while a
-  // preempted job still checkpoints); candidates run on a checkpointable node, move nowhere,
+  // (core::Rebalancer::PlanPreemption), or nothing: only a pending job that its team's quota
+  // allows preempts; one wave at a time (nothing while a preempted job still checkpoints);
+  // candidates run on a checkpointable node, move nowhere,
   // checkpoint nothing, are no gang's rank; the lowest priority first, then the most recently
   // started.
   std::optional<PreemptDecision> PlanPreemption(const FleetView& view, const JobRecord& waiting,
-                                                const JobTable& jobs, const NodeTable& nodes);
+                                                const TeamBook& teams, const JobTable& jobs,
+                                                const NodeTable& nodes);
+  // Whether `waiting` may preempt at all: pending (a restoring job waits for room), and allowed
+  // by its team's quota (the room made would not run it otherwise).
+  static bool MayPreempt(const JobRecord& waiting, const TeamBook& teams, const JobTable& jobs);
 
   // The migrations of running single-GPU jobs that make room for `waiting`
   // (core::Rebalancer::PlanAdmission; a move's downtime from COSTS), or none. Nothing while a

@@ -84,6 +84,42 @@ std::string TeamBook::Refusal(const TeamRecord& t, const TeamUse& use, const Tea
   return "";
 }
 
+std::string TeamBook::NeverFits(const std::string& team, const TeamAsk& ask,
+                                const std::string& asker) const {
+  const TeamRecord* t = Find(team);
+  if (t == nullptr) return "";
+  if (t->max_gpus > 0 && ask.gpus > t->max_gpus) {
+    return asker + " needs " + std::to_string(ask.gpus) + " GPUs, more than team " + t->name +
+           "'s quota of " + std::to_string(t->max_gpus);
+  }
+  if (t->max_gpu_mem > 0 && ask.bytes > t->max_gpu_mem) {
+    return asker + " needs " + std::to_string(ask.bytes) + " bytes of GPU memory, more than team " +
+           t->name + "'s quota";
+  }
+  return "";
+}
+
+void TeamBook::NoteSubmitted(const std::string& team) {
+  ++FindOrAdd(team).usage.jobs;
+  MarkDirty(team);
+}
+
+void TeamBook::NoteQueued(const std::string& team, double seconds) {
+  FindOrAdd(team).usage.queue_seconds += std::max(0.0, seconds);
+  MarkDirty(team);
+}
+
+void TeamBook::NoteHeld(const JobRecord& j, double dt) {
+  AddHeld(&FindOrAdd(j.team).usage, j, dt);
+  MarkDirty(j.team);
+}
+
+void TeamBook::AddHeld(TeamUsage* usage, const JobRecord& j, double dt) {
+  usage->gpu_seconds += dt * j.gpus;
+  usage->mem_alloc_byte_seconds += dt * static_cast<double>(j.quota_bytes) * j.gpus;
+  usage->mem_used_byte_seconds += dt * static_cast<double>(j.used_bytes);
+}
+
 std::vector<const TeamRecord*> TeamBook::Dirty() const {
   std::vector<const TeamRecord*> out;
   for (const std::string& name : dirty_) {

@@ -10,6 +10,11 @@
 // - Refusal: the one rule of max_gpus and max_gpu_mem, for a job and for a gang's ranks together:
 //   refused when what is in use plus what is asked is more than the quota (GPUs first, then
 //   bytes); exactly at the quota fits. A team with no record, or no quota, refuses nothing.
+// - Ever: NeverFits, a gang's ranks together against the quotas alone (nothing in use) at
+//   submission, so that a gang that can never run is refused then.
+// - Usage: what the team's jobs did (submitted, queued, held GPUs), added to its record, which
+//   the next Flush writes; AddHeld is the one rule of held usage, also for views that add the
+//   time since the last pass.
 // - Writes: MarkDirty says a team's record must reach the store with the next Flush; Dirty lists
 //   what the Flush writes, ClearDirty forgets it once written.
 //
@@ -74,6 +79,22 @@ class TeamBook {
   // The rule itself, over a use already counted.
   static std::string Refusal(const TeamRecord& t, const TeamUse& use, const TeamAsk& ask,
                              const std::string& asker);
+
+  // Why `ask` could never fit the team's quotas, whatever it held ("" when it could, or the
+  // team has no record): "<asker> needs N GPUs, more than team T's quota of M", or "... N bytes
+  // of GPU memory, more than team T's quota" (an ask of 0 bytes is not checked: sized later).
+  std::string NeverFits(const std::string& team, const TeamAsk& ask,
+                        const std::string& asker) const;
+
+  // A job submitted (each rank of a gang counts).
+  void NoteSubmitted(const std::string& team);
+  // A job placed after waiting `seconds` (none when negative).
+  void NoteQueued(const std::string& team, double seconds);
+  // `dt` more seconds of J holding its GPUs.
+  void NoteHeld(const JobRecord& j, double dt);
+  // What `dt` seconds of J holding its GPUs add to a usage: GPU-seconds, allocated bytes x GPUs
+  // and used bytes, each x seconds.
+  static void AddHeld(TeamUsage* usage, const JobRecord& j, double dt);
 
   void MarkDirty(const std::string& name) { dirty_.insert(name); }
   // The records the next Flush writes, by name.

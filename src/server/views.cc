@@ -123,10 +123,7 @@ StatusOr<Json> Control::Teams(const Principal& who) {
     // Include what running jobs used since the last pass, so the figures are current.
     for (const auto& [seq, j] : jobs_) {
       if (j.team != name || !j.HoldsGpu() || j.accounted_at <= 0) continue;
-      const double dt = std::max(0.0, now - j.accounted_at);
-      usage.gpu_seconds += dt * j.gpus;
-      usage.mem_alloc_byte_seconds += dt * static_cast<double>(j.quota_bytes) * j.gpus;
-      usage.mem_used_byte_seconds += dt * static_cast<double>(j.used_bytes);
+      TeamBook::AddHeld(&usage, j, std::max(0.0, now - j.accounted_at));
     }
     const TeamUse use = teams_.InUse(name, jobs_);
     const auto found = team_checks_.find(name);
@@ -182,11 +179,11 @@ StatusOr<Json> Control::PutTeam(const std::string& name, const Json& body) {
     priority = v.get<int64_t>();
   }
   std::lock_guard<std::mutex> lock(mu_);
-  TeamRecord& t = Team(name);
+  TeamRecord& t = teams_.FindOrAdd(name);
   if (max_gpus) t.max_gpus = *max_gpus;
   if (max_mem) t.max_gpu_mem = *max_mem;
   if (priority) t.priority = static_cast<int>(*priority);
-  DirtyTeam(name);
+  teams_.MarkDirty(name);
   PALADIN_RETURN_IF_ERROR(Flush());
   Wake();
   return Json{{"name", t.name},

@@ -1,6 +1,7 @@
 // The control plane's team book (src/server/team_book.h) alone: what a team holds (its jobs that
 // hold GPUs and its Kubernetes pods) and the one rule of its quotas, refused at the first byte and
-// the first GPU over, exactly at the quota not. No store, no clock.
+// the first GPU over, exactly at the quota not; a gang that never fits; the usage its jobs add.
+// No store, no clock.
 #include "server/team_book.h"
 
 #include <gtest/gtest.h>
@@ -108,6 +109,44 @@ TEST_F(TeamBookTest, AFirstNamedTeamIsMadeWithoutQuotaAndWritten) {
   book_.ClearDirty();
   book_.FindOrAdd("vision");  // known: nothing to write
   EXPECT_FALSE(book_.HasDirty());
+}
+
+TEST_F(TeamBookTest, AnAskPastTheQuotaItselfNeverFitsExactlyAtItDoes) {
+  // Vision holds 2 GPUs and 12 GiB: what is held does not count here, only the quota.
+  EXPECT_EQ(book_.NeverFits("vision", {3, 20 * kGiB}, "ranks: the gang"), "");
+  EXPECT_EQ(book_.NeverFits("vision", {4, 0}, "ranks: the gang"),
+            "ranks: the gang needs 4 GPUs, more than team vision's quota of 3");
+  EXPECT_EQ(book_.NeverFits("vision", {2, 20 * kGiB + 1}, "ranks: the gang"),
+            "ranks: the gang needs 21474836481 bytes of GPU memory, more than team vision's "
+            "quota");
+  EXPECT_EQ(book_.NeverFits("audio", {100, 1000 * kGiB}, "ranks: the gang"), "");
+  EXPECT_EQ(book_.NeverFits("nobody", {100, 1000 * kGiB}, "ranks: the gang"), "");
+}
+
+TEST_F(TeamBookTest, UsageAddsUpWhatTheTeamsJobsDidAndIsWritten) {
+  book_.NoteSubmitted("vision");
+  book_.NoteSubmitted("vision");
+  book_.NoteQueued("vision", 30);
+  book_.NoteQueued("vision", -5);  // a clock step back counts nothing
+  // j-1 (1 GPU, 8 GiB quota) held for 10 s using 2 GiB; j-5 (2 GPUs, 30 GiB) for 1 s.
+  jobs_.BySeq(1)->used_bytes = 2 * kGiB;
+  book_.NoteHeld(*jobs_.BySeq(1), 10);
+  book_.NoteHeld(*jobs_.BySeq(5), 1);
+  const TeamUsage& v = book_.Find("vision")->usage;
+  EXPECT_EQ(v.jobs, 2);
+  EXPECT_DOUBLE_EQ(v.queue_seconds, 30);
+  EXPECT_DOUBLE_EQ(v.gpu_seconds, 10);
+  EXPECT_DOUBLE_EQ(v.mem_alloc_byte_seconds, 10.0 * 8 * kGiB);
+  EXPECT_DOUBLE_EQ(v.mem_used_byte_seconds, 10.0 * 2 * kGiB);
+  const TeamUsage& a = book_.Find("audio")->usage;
+  EXPECT_DOUBLE_EQ(a.gpu_seconds, 2);
+  EXPECT_DOUBLE_EQ(a.mem_alloc_byte_seconds, 2.0 * 30 * kGiB);  // quota x GPUs
+  ASSERT_EQ(book_.Dirty().size(), 2u);
+  // A view adds the time since the last pass by the same rule, to a copy.
+  TeamUsage now = v;
+  TeamBook::AddHeld(&now, *jobs_.BySeq(1), 5);
+  EXPECT_DOUBLE_EQ(now.gpu_seconds, 15);
+  EXPECT_DOUBLE_EQ(v.gpu_seconds, 10);
 }
 
 }  // namespace
