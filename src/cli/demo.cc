@@ -24,6 +24,7 @@
 #include "commands.h"
 #include "local_fleet.h"
 #include "paladin/api/client.h"
+#include "paladin/api/job_state.h"
 #include "paladin/ckpt/criu.h"
 #include "paladin/ckpt/workload.h"
 #include "paladin/gpu/nvml.h"
@@ -271,7 +272,7 @@ Status Demo::ShowPlacement() {
       if (j.expect_oom) continue;
       StatusOr<Json> job = Job(j.id);
       if (!job.ok()) return job.status();
-      if (Str(*job, "state") != "running") return false;
+      if (!api::JobIs(*job, api::JobState::kRunning)) return false;
     }
     return true;
   });
@@ -338,7 +339,7 @@ Status Demo::Migrate() {
       last_step = step;
       return false;
     }
-    if (Str(*now, "node") == to && Str(*now, "state") == "running") {
+    if (Str(*now, "node") == to && api::JobIs(*now, api::JobState::kRunning)) {
       // The source's report of the pause may come a heartbeat after the destination's.
       const Json& move = (*now).contains("last_move") ? (*now)["last_move"] : Json();
       if (!move.is_object() || !move["pause_s"].is_number()) {
@@ -370,7 +371,7 @@ Status Demo::LoseNode() {
     for (const Submitted& j : jobs_) {
       StatusOr<Json> job = Job(j.id);
       if (!job.ok()) return job.status();
-      if (Str(*job, "node") != lost || Str(*job, "state") != "running") continue;
+      if (Str(*job, "node") != lost || !api::JobIs(*job, api::JobState::kRunning)) continue;
       if (!(*job)["last_checkpoint"].is_object()) return false;
       on_lost.push_back(j.id);
     }
@@ -389,7 +390,7 @@ Status Demo::LoseNode() {
     for (const std::string& id : on_lost) {
       StatusOr<Json> job = Job(id);
       if (!job.ok()) return job.status();
-      if (Str(*job, "node") == lost || Str(*job, "state") != "running") return false;
+      if (Str(*job, "node") == lost || !api::JobIs(*job, api::JobState::kRunning)) return false;
     }
     for (const std::string& id : on_lost) {
       StatusOr<Json> job = Job(id);
@@ -447,7 +448,8 @@ Status Demo::Verify() {
       StatusOr<Json> job = Job(j.id);
       StatusOr<std::string> logs = Logs(j.id);
       if (!job.ok() || !logs.ok()) return false;
-      if (Str(*job, "state") == "running" && last_gen(*logs) <= gen_before[j.id]) return false;
+      if (api::JobIs(*job, api::JobState::kRunning) && last_gen(*logs) <= gen_before[j.id])
+        return false;
     }
     return true;
   });
@@ -472,14 +474,14 @@ Status Demo::Verify() {
       // A fixed size is a hard limit: the job is refused, fails, and is not restarted.
       if (logs->find("OOM") == std::string::npos) {
         verdict = "was never refused";
-      } else if (Str(*job, "state") != "failed") {
+      } else if (!api::JobIs(*job, api::JobState::kFailed)) {
         verdict = "refused, but " + Str(*job, "state") + " instead of failed";
       } else {
         verdict = "refused past its quota and failed, as it should";
       }
     } else if (starts != 1 + static_cast<size_t>(Int(*job, "restarts"))) {
       verdict = "started " + std::to_string(starts) + " times (lost progress)";
-    } else if (Str(*job, "state") != "running") {
+    } else if (!api::JobIs(*job, api::JobState::kRunning)) {
       verdict = "not running (" + Str(*job, "state") + ")";
     } else if (gen <= gen_before[j.id]) {
       verdict = "not making progress (gen " + std::to_string(gen) + ")";
@@ -595,8 +597,9 @@ void Demo::Cleanup() {
     bool all_ended = true;
     for (const Submitted& j : jobs_) {
       StatusOr<Json> job = Job(j.id);
-      if (job.ok() && Str(*job, "state") != "cancelled" && Str(*job, "state") != "succeeded" &&
-          Str(*job, "state") != "failed") {
+      if (job.ok() && !api::JobIs(*job, api::JobState::kCancelled) &&
+          !api::JobIs(*job, api::JobState::kSucceeded) &&
+          !api::JobIs(*job, api::JobState::kFailed)) {
         all_ended = false;
       }
     }

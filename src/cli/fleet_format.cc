@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "paladin/api/job_state.h"
 #include "paladin/base/size.h"
 #include "paladin/quota/region.h"
 
@@ -279,8 +280,9 @@ std::string PlacementCell(const api::Json& job) {
   return gpu.has_value() ? node + "/" + std::to_string(*gpu) : node;
 }
 
-bool IsEnded(const std::string& state) {
-  return state == "succeeded" || state == "failed" || state == "cancelled";
+bool IsEnded(const api::Json& job) {
+  const std::optional<api::JobState> state = api::JobStateOf(job);
+  return state && api::IsTerminal(*state);
 }
 
 std::string NewLogText(const std::string& previous, const std::string& current) {

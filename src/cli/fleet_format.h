@@ -82,8 +82,8 @@ std::string BytesCell(const api::Json& j, const char* key);
 // "node-a/0", or "-" for a job that is not placed.
 std::string PlacementCell(const api::Json& job);
 
-// Whether a job in `state` has ended (succeeded, failed, cancelled).
-bool IsEnded(const std::string& state);
+// Whether a job (a /v1/jobs answer) has ended (succeeded, failed, cancelled).
+bool IsEnded(const api::Json& job);
 
 // The part of `current` that is new since `previous` was shown, for logs --follow: the server
 // keeps the last 1 MiB of each stream, so once a stream is longer than that the window slides:

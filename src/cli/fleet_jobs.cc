@@ -87,18 +87,19 @@ int WaitForStart(const FleetApi& api, const std::string& id, double timeout_s) {
     StatusOr<Json> job = api.Get(JobPath(id));
     if (!job.ok()) return api.Fail(job.status());
     const std::string state = Str(*job, "state");
+    const bool running = api::JobIs(*job, api::JobState::kRunning);
     const std::string said = state + " " + Str(*job, "reason");
     if (said != last) {
       std::string line = id;
       line += " " + state;
-      if (state == "running") line += " on " + fleet::PlacementCell(*job);
+      if (running) line += " on " + fleet::PlacementCell(*job);
       const std::string reason = Str(*job, "reason");
-      if (!reason.empty() && state != "running") line += ": " + reason;
+      if (!reason.empty() && !running) line += ": " + reason;
       api.Say(Printable(line));
       last = said;
     }
-    if (state == "running" || state == "succeeded") return 0;
-    if (fleet::IsEnded(state)) return 1;
+    if (running || api::JobIs(*job, api::JobState::kSucceeded)) return 0;
+    if (fleet::IsEnded(*job)) return 1;
     const double waited =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (timeout_s > 0 && waited > timeout_s) {
@@ -313,8 +314,10 @@ int RunCancel(const JobArgs& a) {
   if (api.json()) {
     FleetApi::PrintJson(*job);
   } else {
-    std::printf("%s %s\n", Printable(Or(Str(*job, "id"), a.job)).c_str(),
-                Printable(Or(Str(*job, "state"), "cancelled")).c_str());
+    std::printf(
+        "%s %s\n", Printable(Or(Str(*job, "id"), a.job)).c_str(),
+        Printable(Or(Str(*job, "state"), std::string(api::JobStateName(api::JobState::kCancelled))))
+            .c_str());
   }
   return 0;
 }
@@ -458,7 +461,7 @@ int RunLogs(const LogsArgs& a) {
     std::this_thread::sleep_for(std::chrono::duration<double>(a.interval_s));
     StatusOr<Json> job = api.Get(JobPath(a.job));
     if (!job.ok()) return api.Fail(job.status());
-    ended = fleet::IsEnded(Str(*job, "state"));
+    ended = fleet::IsEnded(*job);
     answer = api.Get(path);
     if (!answer.ok()) return api.Fail(answer.status());
     const std::string text = Str(*answer, "text");

@@ -11,6 +11,7 @@
 
 #include "fleet.h"
 #include "fleet_format.h"
+#include "paladin/api/job_state.h"
 
 namespace paladin::cli {
 namespace {
@@ -43,7 +44,7 @@ std::string Progress(const Json& job) {
     if (fleet::Int(move, "to_gpu").has_value())
       to += "/" + std::to_string(*fleet::Int(move, "to_gpu"));
     line += ": step " + Str(move, "step", "?") + " (to " + to + ")";
-  } else if (Str(job, "state") == "running") {
+  } else if (api::JobIs(job, api::JobState::kRunning)) {
     line += " on " + fleet::PlacementCell(job);
     if (!MovingTo(job).empty()) line += ", moving to " + MovingTo(job) + " with its gang paused";
   } else if (!Str(job, "reason").empty()) {
@@ -226,10 +227,10 @@ int FleetMigrate(const std::string& job, const std::string& to, const FleetFlags
     // A gang's rank moves as a step of its gang (docs/server.md, "Gangs"): running where it was,
     // then restoring on the new node, `gang.moving_to` set throughout.
     watch.busy = [](const Json& j) {
-      return Str(j, "state") == "migrating" || !MovingTo(j).empty();
+      return api::JobIs(j, api::JobState::kMigrating) || !MovingTo(j).empty();
     };
     watch.succeeded = [want](const Json& j) {
-      return Str(j, "state") == "running" && Str(j, "node") == want.node &&
+      return api::JobIs(j, api::JobState::kRunning) && Str(j, "node") == want.node &&
              (!want.gpu.has_value() || fleet::Int(j, "gpu") == std::optional<int64_t>(*want.gpu));
     };
     watch.done_line = [](const Json& j) {
@@ -245,8 +246,8 @@ int FleetCheckpoint(const std::string& job, const FleetFlags& flags, bool wait, 
   return Guarded("job checkpoint", [&] {
     FleetApi api("job checkpoint", flags);
     Watch watch;
-    watch.busy = [](const Json& j) { return Str(j, "state") == "checkpointing"; };
-    watch.succeeded = [](const Json& j) { return Str(j, "state") == "checkpointed"; };
+    watch.busy = [](const Json& j) { return api::JobIs(j, api::JobState::kCheckpointing); };
+    watch.succeeded = [](const Json& j) { return api::JobIs(j, api::JobState::kCheckpointed); };
     watch.done_line = [](const Json& j) {
       std::string line = Str(j, "id") + " checkpointed";
       const Json& c = j.contains("last_checkpoint") ? j["last_checkpoint"] : Json();
@@ -266,8 +267,8 @@ int FleetResume(const std::string& job, const FleetFlags& flags, bool wait, doub
     Watch watch;
     // Only a restore is a resume: a job that went back to pending (started over after a failed
     // restore) or back to checkpointed has not resumed, and the command says why.
-    watch.busy = [](const Json& j) { return Str(j, "state") == "restoring"; };
-    watch.succeeded = [](const Json& j) { return Str(j, "state") == "running"; };
+    watch.busy = [](const Json& j) { return api::JobIs(j, api::JobState::kRestoring); };
+    watch.succeeded = [](const Json& j) { return api::JobIs(j, api::JobState::kRunning); };
     watch.done_line = [](const Json& j) {
       return Str(j, "id") + " resumed on " + fleet::PlacementCell(j);
     };

@@ -12,6 +12,7 @@
 
 #include "fleet.h"
 #include "fleet_format.h"
+#include "paladin/api/job_state.h"
 
 namespace paladin::cli {
 namespace {
@@ -86,7 +87,7 @@ StatusOr<std::string> Frame(const FleetApi& api, Json* everything) {
   }
   std::string queue;
   for (const Json& job : Array(*jobs, "jobs")) {
-    if (Str(job, "state") != "pending") continue;
+    if (!api::JobIs(job, api::JobState::kPending)) continue;
     queue += "  " + Str(job, "id") + "  " + Str(job, "name") + "  " + Str(job, "team") +
              "  waiting " +
              fleet::FormatDuration(now - fleet::Num(job, "submitted_at").value_or(now)) + "  " +

@@ -216,10 +216,16 @@ TEST(FleetTailLines, LastNLines) {
 }
 
 TEST(FleetIsEnded, TerminalStates) {
-  for (const char* s : {"succeeded", "failed", "cancelled"}) EXPECT_TRUE(IsEnded(s)) << s;
-  for (const char* s : {"pending", "running", "migrating", "checkpointed"}) {
-    EXPECT_FALSE(IsEnded(s)) << s;
+  for (const char* s : {"succeeded", "failed", "cancelled"}) {
+    EXPECT_TRUE(IsEnded(api::Json{{"state", s}})) << s;
   }
+  for (const char* s : {"pending", "running", "migrating", "checkpointed", "frozen"}) {
+    EXPECT_FALSE(IsEnded(api::Json{{"state", s}})) << s;
+  }
+  // A job without a state, or not a job at all, has not ended as far as anyone can tell.
+  EXPECT_FALSE(IsEnded(api::Json::object()));
+  EXPECT_FALSE(IsEnded(api::Json{{"state", 3}}));
+  EXPECT_FALSE(IsEnded(api::Json::array()));
 }
 
 }  // namespace
