@@ -1221,7 +1221,7 @@ scenario_sysv_ipc_migrate() {
   local -a before
   read -ra before <<<"$(tree "$job_pid")"
   export PALADIN_TOKEN=sysv-ipc-migrate-$$
-  local port=$((20000 + RANDOM % 20000))
+  local port=$((20000 + RANDOM % 12000))
   # shellcheck disable=SC2016 # expanded by the receiver's shell
   timeout "$LIMIT" unshare --mount --ipc --propagation private -- bash -c \
     'mount -t tmpfs -o mode=0755 paladin-node2 "$PALADIN_RUN_DIR" && exec "$@"' receiver \

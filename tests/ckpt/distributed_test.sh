@@ -175,7 +175,7 @@ start_receiver() {
     fail "migrate: cannot set up a network namespace for the second node"
     return 1
   }
-  local port=$((20000 + RANDOM % 20000))
+  local port=$((20000 + RANDOM % 12000))
   peer=${net}2:$port
   # shellcheck disable=SC2016 # expanded by the receiver's shell
   timeout "$LIMIT" nsenter --net="/run/netns/$netns" unshare --mount --ipc --propagation private \

@@ -161,7 +161,7 @@ scenario_net() {
     pass "net: created twice, rank 0's namespace holds lo and pal0 ${rank_addrs[0]}/32 only"
   fi
   route_rank a 1 b && route_rank b 0 a && route_rank a 1 b || return
-  local port=$((20000 + RANDOM % 20000))
+  local port=$((20000 + RANDOM % 12000))
   # shellcheck disable=SC2016 # the job's python reads its own arguments
   host_run a gang-server --keep-run-dir --net-ns "${rank_nets[0]}" -- "$PY" -c '
 import socket, sys

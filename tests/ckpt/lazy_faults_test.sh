@@ -30,7 +30,7 @@ source "$HERE/ckptlib.sh"
 close_inherited_fds
 
 work=$(mktemp -d /tmp/paladin-lazy-test.XXXXXX)
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 12000))
 started=()
 failures=0
 cleanup() {

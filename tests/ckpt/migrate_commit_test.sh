@@ -22,7 +22,6 @@ close_inherited_fds
 
 work=$(mktemp -d /tmp/paladin-migrate-commit.XXXXXX)
 export PALADIN_TOKEN=migrate-commit-token
-port=$((20000 + RANDOM % 20000))
 cleanup() {
   pkill -KILL -f "$work/count.py" 2>/dev/null
   pkill -KILL -f "migrate-keeper $work/" 2>/dev/null
@@ -105,7 +104,7 @@ scenario() {
   count=$((count + 1))
   local dir=$work/$name counts=$work/$name/counts.txt
   mkdir -p "$dir"
-  port=$((port + 2))
+  port=$(free_port 2)
   PALADIN_RUN_DIR=$dir/src timeout 300 "$PALADIN" run --name "$name" -- \
     python3 "$work/count.py" "$counts" >"$dir/run.out" 2>&1 &
   for _ in $(seq 100); do (($(last "$counts") > 20)) && break; sleep 0.1; done

@@ -54,7 +54,6 @@ close_inherited_fds
 MIB=512
 work=$(mktemp -d /tmp/paladin-migrate-lazy-test.XXXXXX)
 export PALADIN_TOKEN=migrate-lazy-test-token
-port=$((20000 + RANDOM % 20000))
 cleanup() {
   local p
   for p in $(pgrep -f "lazy_mem.py run $MIB $work/"); do kill -9 "$p" 2>/dev/null; done
@@ -114,7 +113,7 @@ move() {
   local plain=()
   [[ $case == plain ]] && plain=(--lazy-plain)
   mkdir -p "$d" "$d/tmp" # TMPDIR of both sides: where their page-stream keys go
-  port=$((port + 3)) # the receiver takes PORT and PORT+1, the page server PORT+2
+  port=$(free_port 3) # the receiver takes PORT and PORT+1, the page server PORT+2
   PALADIN_RUN_DIR=$d/base timeout 300 "$PALADIN" run --name "$case" -- \
     python3 "$HERE/lazy_mem.py" run $MIB "$d/out" 0.05 >"$d/run.out" 2>&1 &
   for _ in $(seq 300); do [[ -s $d/out ]] && break; sleep 0.1; done

@@ -31,7 +31,6 @@ close_inherited_fds
 
 work=$(mktemp -d /tmp/paladin-migrate-locks.XXXXXX)
 export PALADIN_TOKEN=migrate-locks-token
-port=$((20000 + RANDOM % 20000))
 started=() # pids of what this test started in the background
 cleanup() {
   local p
@@ -103,7 +102,7 @@ scenario() {
   local counts=$dir/counts.txt
   mkdir -p "$dir/cwd"
   export PALADIN_RUN_DIR=$dir/src
-  port=$((port + 2))
+  port=$(free_port 2)
   (cd "$dir/cwd" && exec timeout 120 "$PALADIN" run --name "$name" -- \
     python3 "$work/locker.py" "$dir") >"$dir/run.out" 2>&1 &
   started+=($!)

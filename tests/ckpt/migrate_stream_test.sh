@@ -47,7 +47,6 @@ close_inherited_fds
 MIB=${MIB:-256}
 work=$(mktemp -d /tmp/paladin-migrate-stream-test.XXXXXX)
 export PALADIN_TOKEN=migrate-stream-test-token
-port=$((20000 + RANDOM % 20000))
 receivers=()
 attackers=()
 cleanup() {
@@ -82,7 +81,7 @@ left_page_dirs() {
 move() {
   local case=$1 d=$work/$1
   mkdir -p "$d" "$d/tmp"
-  port=$((port + 3)) # the receiver takes PORT and PORT+1, the page server PORT+2
+  port=$(free_port 3) # the receiver takes PORT and PORT+1, the page server PORT+2
   PALADIN_RUN_DIR=$d/base timeout 300 "$PALADIN" run --name "$case" -- \
     python3 "$HERE/lazy_mem.py" run "$MIB" "$d/out" 0.05 >"$d/run.out" 2>&1 &
   for _ in $(seq 300); do [[ -s $d/out ]] && break; sleep 0.1; done

@@ -22,7 +22,6 @@ close_inherited_fds
 
 work=$(mktemp -d /tmp/paladin-migrate-test.XXXXXX)
 export PALADIN_TOKEN=migrate-test-token
-port=$((20000 + RANDOM % 20000))
 # Everything the test started goes, including the cgroups of the jobs (and of their restored
 # copies). A job is pid 1 of its namespace and ignores SIGTERM: SIGKILL.
 cleanup() {
@@ -58,7 +57,7 @@ scenario() {
   renv=("$@")
   local dir=$work/$name counts=$work/$name/counts.txt
   mkdir -p "$dir"
-  port=$((port + 2))
+  port=$(free_port 2)
   PALADIN_RUN_DIR=$dir/src timeout 120 "$PALADIN" run --name "$name" -- \
     python3 "$work/count.py" "$counts" >"$dir/run.out" 2>&1 &
   for _ in $(seq 100); do (($(last "$counts") > 20)) && break; sleep 0.1; done

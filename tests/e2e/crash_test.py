@@ -274,11 +274,16 @@ class Fleet:
         return open(os.path.join(self.dir, name + ".log"), "ab")
 
     def print_logs(self, jobs=(), lines=30):
-        """After a failure: each of JOBS as the server has it, and the last LINES lines of the
-        server's and the agents' logs."""
+        """After a failure: each of JOBS as the server has it with the last LINES lines of its
+        own logs, and the last LINES lines of the server's and the agents' logs."""
         for job_id in jobs:
             try:
                 print(f"--- job {job_id}: {json.dumps(self.job(job_id))}")
+                # What the job itself said (its node's copy of its logs, through the server).
+                for stream in ("stderr", "stdout"):
+                    text = self.get(f"/v1/jobs/{job_id}/logs?stream={stream}&tail={lines}")
+                    print(f"--- job {job_id}'s {stream} (last {lines} lines)\n" +
+                          text.get("text", ""), flush=True)
             except (urllib.error.URLError, OSError) as e:
                 print(f"--- job {job_id}: the server did not answer: {e}")
         for name in sorted(os.listdir(self.dir)):

@@ -41,6 +41,9 @@ cat "$work/summary.json"
 if ((rc != 0)); then
   fail "paladin demo exited $rc"
   for log in "$work"/fleet/logs/*.log; do
+    # What went wrong may lie far above the end: each failure's line, then the end.
+    echo "--- $log (lines that say failed, error or refused; at most 40)"
+    grep -iE 'fail|error|refus' "$log" | head -40
     echo "--- $log (last 40 lines)"
     tail -40 "$log"
   done

@@ -169,6 +169,7 @@ def check_finished(fleet, ranks, steps, what):
 def net_drill(work):
     hosts = hosts_test.SeparateHosts(work, "gang-net")
     fleet = None
+    ranks = []
     try:
         fleet = Fleet(work, "gang-net", hosts=hosts)
         ranks = submit(fleet, work, "gang-net", 0, 0, 1, {"GANG_RANK_LINGER_S": "6"})
@@ -222,13 +223,14 @@ def net_drill(work):
                      f"or namespaces\n{host_netns(hosts, node)}")
         return fleet
     finally:
-        finish(fleet, hosts)
+        finish(fleet, hosts, ranks)
 
 
 def cut_drill(work):
     hosts = hosts_test.SeparateHosts(work, "gang-cut")
     fleet = None
     sampler = None
+    ranks = []
     steps = 60
     try:
         fleet = Fleet(work, "gang-cut", hosts=hosts)
@@ -257,7 +259,7 @@ def cut_drill(work):
     finally:
         if sampler:
             sampler.finish("cut")
-        finish(fleet, hosts)
+        finish(fleet, hosts, ranks)
 
 
 def lost_drill(work, tag="gang-lost", program="gang_rank.py", steps=80, check=None):
@@ -303,6 +305,7 @@ def move_drill(work, tag="gang-move", program="gang_rank.py", steps=60, check=No
     hosts = hosts_test.SeparateHosts(work, tag, nodes=("node-a", "node-b", "node-c"))
     fleet = None
     sampler = None
+    ranks = []
     what = tag.replace("gang-", "")
     try:
         fleet = Fleet(work, tag, hosts=hosts)
@@ -356,7 +359,7 @@ def move_drill(work, tag="gang-move", program="gang_rank.py", steps=60, check=No
     finally:
         if sampler:
             sampler.finish(what)
-        finish(fleet, hosts)
+        finish(fleet, hosts, ranks)
 
 
 def finish(fleet, hosts, ranks=()):
@@ -464,6 +467,7 @@ def ddp_drill(work):
     hosts = hosts_test.SeparateHosts(work, "gang-ddp")
     fleet = None
     sampler = None
+    ranks = []
     try:
         fleet = Fleet(work, "gang-ddp", hosts=hosts)
         sampler = RankSampler("gang-ddp")
@@ -481,7 +485,7 @@ def ddp_drill(work):
     finally:
         if sampler:
             sampler.finish("ddp")
-        finish(fleet, hosts)
+        finish(fleet, hosts, ranks)
     return None
 
 

@@ -40,7 +40,7 @@ grep -q '^pal_' "$TMP/node-a.token" || { echo "FAIL: no secret on stdout" >&2; e
 
 start_agent() {  # NAME: an agent with node-a's token calling itself NAME
   "$PALADIN" agent --server "$URL" --token-file "$TMP/node-a.token" --name "$1" \
-    --data "$TMP/agent-$1" --emulated-gpus 1x16GiB --migrate-port $((20000 + RANDOM % 20000)) \
+    --data "$TMP/agent-$1" --emulated-gpus 1x16GiB --migrate-port $((20000 + RANDOM % 12000)) \
     >"$TMP/agent-$1.log" 2>&1 &
   SEC_PIDS+=($!)
 }

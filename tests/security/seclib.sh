@@ -73,7 +73,7 @@ sec_start_agent() {
   SOCK=$TMP/agent.sock
   "$PALADIN" agent --server "$URL" --token-file "$AGENT_TOKEN_FILE" --name node-a \
     --data "$TMP/agent" --emulated-gpus 1x16GiB --local-socket "$SOCK" \
-    --migrate-port $((20000 + RANDOM % 20000)) >"$TMP/agent.log" 2>&1 &
+    --migrate-port $((20000 + RANDOM % 12000)) >"$TMP/agent.log" 2>&1 &
   SEC_PIDS+=($!)
   local _
   for _ in $(seq 300); do [[ -S $SOCK ]] && break; sleep 0.1; done

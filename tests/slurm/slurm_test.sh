@@ -75,7 +75,7 @@ wait_for 30 '[[ -s $work/server/server.url ]]' || {
 start_agent() {
   "$PALADIN" agent --server "$(cat "$work/server/server.url")" \
     --token-file "$work/server/agent.token" --name node1 --data "$work/agent" \
-    --emulated-gpus 1x4GiB --migrate-port $((20000 + RANDOM % 20000)) \
+    --emulated-gpus 1x4GiB --migrate-port $((20000 + RANDOM % 12000)) \
     --local-socket "$work/agent.sock" --slurm-checkpoints "$work/checkpoints" \
     >>"$work/agent.log" 2>&1 &
   agent_pid=$!

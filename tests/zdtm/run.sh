@@ -87,7 +87,7 @@ if [[ -n ${ZDTM_MIGRATE:-} ]]; then
   results=$CACHE/results-migrate.txt
   tag=zdtm-migrate
   export PALADIN_TOKEN=zdtm-migrate-$$
-  port=$((20000 + RANDOM % 20000))
+  port=$((20000 + RANDOM % 12000))
   # The source node's run base is a tmpfs too, as the receiver's: a job sees the mounts it
   # started with, bound again at a restore from the restoring node's at the same paths over its
   # root file system, so a mount only the receiver had would not be where the job's logs are.
