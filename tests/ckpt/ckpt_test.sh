@@ -742,10 +742,6 @@ scenario_unprivileged() {
 
 # --- sockets (socket_job.py; docs/ckpt.md, "Sockets") --------------------------------------
 
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
 # log_value WORD FILE: the second field of FILE's first line that starts with WORD.
 log_value() { awk -v w="$1" '$1 == w { print $2; exit }' "$2"; }
 

@@ -279,15 +279,16 @@ ddp_move() {
     return
   fi
   roots+=("$there")
-  cut=$(last_step)
-  wait_until 10 none_alive "${before[@]}" || fail "$what: the source's copy still runs"
   # The moved job writes the second node's copy of its log, reachable from here through its
-  # descriptor only: held open so that it can be read once the job has ended.
+  # descriptor only: held open so that it can be read once the job has ended. Opened first, as
+  # the job runs on meanwhile and may end while the source's copy is waited for.
   local moved_log
   exec {moved_log}<"/proc/$there/fd/1" || {
     fail "$what: cannot open the moved job's log"
     return
   }
+  cut=$(last_step)
+  wait_until 10 none_alive "${before[@]}" || fail "$what: the source's copy still runs"
   local job_net node_net
   job_net=$(readlink "/proc/$there/ns/net")
   node_net=$(stat -L -c 'net:[%i]' "/run/netns/$netns")
