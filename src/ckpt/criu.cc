@@ -148,6 +148,30 @@ Status ProbeDump(const Criu& criu, const std::string& dir) {
 // connection still waiting in a listening socket's queue is dropped (its client sees a reset).
 const std::vector<std::string> kDumpSocketFlags = {"--tcp-established", "--skip-in-flight"};
 
+// The cgroup v1 hierarchies in which `pid` has a group of its own (not the hierarchy's root), as
+// /proc/PID/cgroup names them ("memory", "cpu,cpuacct", "name=systemd"). CRIU dumps each
+// hierarchy a tree is in from the tree's group down: a tree left at the root of one (cpuset,
+// say, where Paladin makes no group) would take every group of the host into its image (other
+// jobs', a kubelet's pods'), and its restore fails once one of them is gone ("Failed writing 0 to
+// cpuset/kubepods/.../cgroup.clone_children: No such device"). Empty on a cgroup v2 host (one
+// hierarchy, whose group the tree has from Paladin) or when unreadable.
+std::vector<std::string> OwnCgroupHierarchies(pid_t pid) {
+  std::vector<std::string> own;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+  std::string line;
+  bool v1 = false;
+  while (std::getline(in, line)) {
+    const size_t a = line.find(':');
+    const size_t b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    if (controllers.empty()) continue;  // the unified hierarchy
+    v1 = true;
+    if (line.substr(b + 1) != "/") own.push_back(controllers);
+  }
+  return v1 ? own : std::vector<std::string>();
+}
+
 // A process's mount namespace ("mnt:[INODE]"), "" when unreadable.
 std::string MountNamespace(const std::string& pid) {
   std::error_code ec;
@@ -474,6 +498,11 @@ Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOpti
   const std::string job_mounts = MountNamespace(std::to_string(root));
   if (!job_mounts.empty() && job_mounts != MountNamespace("self")) {
     argv.insert(argv.end(), {"--external", "mnt[]", "--enable-external-masters"});
+  }
+  // Only the tree's own groups go into the image (OwnCgroupHierarchies); a tree with none keeps
+  // CRIU's default.
+  for (const std::string& hierarchy : OwnCgroupHierarchies(root)) {
+    argv.insert(argv.end(), {"--cgroup-dump-controller", hierarchy});
   }
   if (!options.net_ns.empty()) {
     StatusOr<std::string> external = ExternalNet(root, options.net_ns);

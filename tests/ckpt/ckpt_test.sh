@@ -36,7 +36,9 @@
 #                  and IPC namespace of its own (a second node): the objects travel, checked by
 #                  the job and with ipcs inside its namespace; the host's holds none of them
 #   restored_cgroup  a restored job is back in its cgroup, its record names it, and once the job
-#                  ends (killed, then a second restore that exits by itself) the group is gone
+#                  ends (killed, then a second restore that exits by itself) the group is gone;
+#                  groups another program made on a cgroup v1 host while the job ran, gone
+#                  before the restore, are not made again by it (they are not in its image)
 #
 # Usage: ckpt_test.sh SCENARIO PALADIN CKPT_THREADS CKPT_GPU [CKPT_START_AS]
 # Needs root (PID namespaces, CRIU) and CRIU (scripts/criu.sh); exits 77 (skipped) without them.
@@ -1323,10 +1325,28 @@ while not os.path.exists(sys.argv[1]):
     return
   fi
   wait_until 30 lines_at_least "$log" 20 || fail "restored_cgroup: the job wrote nothing"
+  # Groups another program makes on a cgroup v1 host while the job runs, with a process in them,
+  # and removes before the restore (a kubelet's pods), at the root of every hierarchy but
+  # cpuset's (a cpuset group takes no process before its CPUs are set): not the job's, so not in
+  # its image: the restore neither fails on their absence nor makes them again.
+  local -a foreign=()
+  local h sleeper=''
+  if [[ ! -f /sys/fs/cgroup/cgroup.controllers ]]; then
+    sleep 600 &
+    sleeper=$!
+    for h in /sys/fs/cgroup/*/; do
+      [[ -f $h/cgroup.procs && $h != */cpuset/ ]] || continue
+      mkdir -p "${h}paladin-foreign-$$/pod" 2>/dev/null || continue
+      foreign+=("${h}paladin-foreign-$$")
+      echo "$sleeper" >"${h}paladin-foreign-$$/pod/cgroup.procs" 2>/dev/null
+    done
+  fi
   local -a before
   read -ra before <<<"$(tree "$job_pid")"
   checkpoint "$work/image"
   expect_checkpointed restored_cgroup "$work/image" "${before[@]}" || return
+  [[ -z $sleeper ]] || { kill "$sleeper"; wait "$sleeper"; } 2>/dev/null
+  for h in "${foreign[@]}"; do rmdir "$h/pod" "$h"; done
   wait_until 10 group_gone "$group" ||
     fail "restored_cgroup: paladin run left $group behind at the checkpoint: $(group_dirs "$group")"
 
@@ -1334,7 +1354,17 @@ while not os.path.exists(sys.argv[1]):
   for round in killed exits; do
     restore "$work/image"
     expect_restored "restored_cgroup ($round)" || return
-    local root=$job_pid
+    local root=$job_pid again=()
+    for h in "${foreign[@]}"; do
+      [[ -d $h ]] && again+=("$h") && find "$h" -depth -type d -exec rmdir {} + 2>/dev/null
+    done
+    if ((${#again[@]} > 0)); then
+      fail "restored_cgroup ($round): the restore made again groups that were never the job's:" \
+        "${again[*]}"
+    elif ((${#foreign[@]} > 0)); then
+      pass "restored_cgroup ($round): ${#foreign[@]} groups another program had while the job" \
+        "ran, gone before the restore, were not made again"
+    fi
     if [[ -n $(group_dirs "$group") ]] && grep -q ":/paladin/$group\$" "/proc/$root/cgroup" &&
       [[ $(job_field cgroup) == "$group" ]]; then
       pass "restored_cgroup ($round): the restored job is in its group $group, its record names it"
