@@ -306,6 +306,11 @@ void Initialise(Region::Layout* l, const RegionSettings& s) {
   l->ceiling.store(s.ceiling_bytes);
   l->granularity = s.granularity == 0 ? 1 : s.granularity;
   l->grow_wait_ms = s.grow_wait_ms;
+  // A region made with room to grow belongs to a launcher that answers growth requests: it is
+  // listening from the start, so that a request the workload makes before the launcher's
+  // answering thread runs (the workload starts first) waits for its answer instead of being
+  // refused at once.
+  l->listening.store(s.ceiling_bytes > s.quota_bytes ? 1 : 0);
 }
 }  // namespace
 

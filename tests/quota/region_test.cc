@@ -548,10 +548,33 @@ TEST_F(RegionTest, RequestGrowthAnsweredByTheLauncher) {
 
 TEST_F(RegionTest, RequestGrowthWithNoListenerReturnsFalseAtOnce) {
   auto region = MustCreate(Settings(100, 1, 1000, 20000));
+  region->SetListening(false);  // its launcher has gone
   const auto start = std::chrono::steady_clock::now();
   EXPECT_FALSE(region->RequestGrowth(50));
   EXPECT_LT(SecondsSince(start), 10.0);  // well before grow_wait_ms (20 s)
   EXPECT_EQ(region->quota(), 100u);
+}
+
+// The launcher starts the workload first and its grower after: a request made in between waits
+// for the grower's answer (a region made with a ceiling above its quota listens from the start).
+TEST_F(RegionTest, ARequestBeforeTheGrowerRunsWaitsForItsAnswer) {
+  auto region = MustCreate(Settings(100, 1, 1000, 10000));
+  auto none = MustCreate(Settings(100, 1, 100, 10000), "no-ceiling.region");
+  EXPECT_FALSE(none->RequestGrowth(50));  // no room to grow: nobody to ask
+  std::atomic<bool> grown{false};
+  const auto start = std::chrono::steady_clock::now();
+  std::thread workload([&] { grown = region->RequestGrowth(50); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::vector<std::string> lines;
+  QuotaGrower grower(region.get(), nullptr,
+                     [&](const std::string& line) { lines.push_back(line); });
+  grower.Start();
+  workload.join();
+  grower.Stop();
+  EXPECT_TRUE(grown.load());  // answered (no NVML here: not grown, but answered)
+  EXPECT_GE(SecondsSince(start), 0.25);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("not grown"), std::string::npos) << lines[0];
 }
 
 TEST_F(RegionTest, RequestGrowthNeverAnsweredReturnsFalseAfterTheWait) {

@@ -152,7 +152,8 @@ class Region {
 
   // --- on-demand growth: the workload side ---
   // Asks the launcher for `shortfall` more bytes and waits up to grow_wait_ms for its answer.
-  // Returns false at once when no launcher is listening.
+  // Returns false at once when no launcher is listening (a region created with a ceiling above
+  // its quota listens from its creation: its launcher answers once its grower runs).
   bool RequestGrowth(uint64_t shortfall);
   // --- the launcher side ---
   void SetListening(bool listening);
