@@ -400,7 +400,7 @@ void Agent::Thaw(const api::Command& c) {
   Workload* w = Claim(c, &why);
   if (w == nullptr) return AddResult(c.id, why);
   // A rank whose freeze failed runs already (FreezeJob lets it run again): nothing to thaw.
-  Status s = w->record.state == "frozen" ? ckpt::ThawJob(&w->record) : Status::Ok();
+  Status s = w->record.state == ckpt::RunState::kFrozen ? ckpt::ThawJob(&w->record) : Status::Ok();
   Say("thaw " + w->id + ": " + (s.ok() ? "running" : s.message()));
   Release(w);
   AddResult(c.id, s);

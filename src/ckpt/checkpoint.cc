@@ -96,7 +96,9 @@ class CheckpointRun {
   bool StopFirst() const { return !KillAfter() && options_.lazy_port == 0; }
   // Frozen by FreezeJob (a gang's coordinated cut): it stays stopped when a dump fails, and what
   // it had stopped itself was recorded when it was frozen.
-  bool Frozen() const { return previous_state_ == "frozen" || job_->state == "frozen"; }
+  bool Frozen() const {
+    return previous_state_ == RunState::kFrozen || job_->state == RunState::kFrozen;
+  }
 
   const Criu& criu_;
   JobRecord* const job_;
@@ -113,7 +115,7 @@ class CheckpointRun {
   std::unique_ptr<Cgroup> group_;  // set while its memory limit is lifted
   uint64_t memory_limit_ = 0;      // the limit lifted, 0 for none
   std::unique_ptr<quota::Region> region_;
-  std::string previous_state_;
+  RunState previous_state_ = RunState::kRunning;
 };
 
 StatusOr<PhaseTimes> CheckpointRun::Run() {
@@ -202,7 +204,7 @@ void CheckpointRun::DescribeRunningJob() {
   manifest_.uid = CommandUid(pids_);
   // What the job stopped itself stays stopped wherever it is resumed; a frozen job's was
   // recorded before it was frozen.
-  manifest_.stopped = job_->state == "frozen" ? job_->stopped : StoppedProcesses(pids_);
+  manifest_.stopped = job_->state == RunState::kFrozen ? job_->stopped : StoppedProcesses(pids_);
   job_->stopped = manifest_.stopped;
   // No process with a CUDA context (a job under a quota that never touched CUDA, or not yet):
   // the image holds no GPU state, and its restore must not wait for a process to answer for one.
@@ -241,7 +243,7 @@ Status CheckpointRun::OpenRegion() {
 void CheckpointRun::MarkCheckpointing() {
   if (region_ != nullptr && KillAfter()) region_->FreezeProcesses();
   previous_state_ = job_->state;
-  job_->state = KillAfter() ? "checkpointing" : job_->state;
+  job_->state = KillAfter() ? RunState::kCheckpointing : job_->state;
   (void)WriteJob(*job_);
 }
 
@@ -340,8 +342,8 @@ void CheckpointRun::Finish() {
     GiveGpuBack();
   }
   job_->image = image_;
-  job_->state = KillAfter()                                                 ? "checkpointed"
-                : options_.after == CheckpointOptions::After::kLeaveRunning ? "running"
+  job_->state = KillAfter() ? RunState::kCheckpointed
+                : options_.after == CheckpointOptions::After::kLeaveRunning ? RunState::kRunning
                                                                             : previous_state_;
   (void)WriteJob(*job_);
 }

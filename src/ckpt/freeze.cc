@@ -11,8 +11,9 @@
 namespace paladin::ckpt {
 
 Status FreezeJob(JobRecord* job) {
-  if (job->state != "running") {
-    return FailedPrecondition("job " + job->name + " is " + job->state + ", not running");
+  if (job->state != RunState::kRunning) {
+    return FailedPrecondition("job " + job->name + " is " + std::string(RunStateName(job->state)) +
+                              ", not running");
   }
   if (!job->gpu.empty()) {
     return FailedPrecondition("job " + job->name +
@@ -31,22 +32,23 @@ Status FreezeJob(JobRecord* job) {
     return s;
   }
   job->stopped = stopped;
-  job->state = "frozen";
+  job->state = RunState::kFrozen;
   s = WriteJob(*job);
   if (!s.ok()) {
     ContinueTree(root, stopped);
-    job->state = "running";
+    job->state = RunState::kRunning;
     return s;
   }
   return Status::Ok();
 }
 
 Status ThawJob(JobRecord* job) {
-  if (job->state != "frozen") {
-    return FailedPrecondition("job " + job->name + " is " + job->state + ", not frozen");
+  if (job->state != RunState::kFrozen) {
+    return FailedPrecondition("job " + job->name + " is " + std::string(RunStateName(job->state)) +
+                              ", not frozen");
   }
   ContinueTree(static_cast<pid_t>(job->pid), job->stopped);
-  job->state = "running";
+  job->state = RunState::kRunning;
   return WriteJob(*job);
 }
 

@@ -225,7 +225,7 @@ void Release(JobRecord* job, const Manifest& m, pid_t root, const std::vector<pi
   // CRIU put the tree back into the group it was dumped in (making it where missing): the
   // record names that group, so that whoever sees the job end removes it (supervise::Finish).
   if (const std::string group = Cgroup::Of(root); !group.empty()) job->cgroup = group;
-  job->state = options.leave_stopped ? "stopped" : "running";
+  job->state = options.leave_stopped ? RunState::kStopped : RunState::kRunning;
   std::error_code ec;
   job->image = fs::canonical(dir, ec).string();
   Status s = WriteJob(*job);
@@ -281,7 +281,7 @@ Status ResumeJob(JobRecord* job) {
     ClearForeignControlFiles(job->gpu, job->emu_state, pids);
     ResumeGpu(**driver, (*driver)->CudaProcesses(pids));
   }
-  job->state = "running";
+  job->state = RunState::kRunning;
   return WriteJob(*job);
 }
 

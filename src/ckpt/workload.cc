@@ -28,6 +28,35 @@ namespace paladin::ckpt {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+std::string_view RunStateName(RunState state) {
+  switch (state) {
+    case RunState::kRunning:
+      return "running";
+    case RunState::kFrozen:
+      return "frozen";
+    case RunState::kCheckpointing:
+      return "checkpointing";
+    case RunState::kCheckpointed:
+      return "checkpointed";
+    case RunState::kMoving:
+      return "moving";
+    case RunState::kMoved:
+      return "moved";
+    case RunState::kStopped:
+      return "stopped";
+  }
+  return "unknown";
+}
+
+std::optional<RunState> ParseRunState(std::string_view name) {
+  for (RunState s :
+       {RunState::kRunning, RunState::kFrozen, RunState::kCheckpointing, RunState::kCheckpointed,
+        RunState::kMoving, RunState::kMoved, RunState::kStopped}) {
+    if (RunStateName(s) == name) return s;
+  }
+  return std::nullopt;
+}
+
 Status WriteJob(const JobRecord& job) { return WriteJobFile(job, job.run_dir + "/job.json"); }
 
 StatusOr<JobRecord> ReadJob(const std::string& run_dir) {
@@ -44,7 +73,7 @@ Status WriteJobFile(const JobRecord& job, const std::string& path) {
             {"cgroup", job.cgroup},
             {"stdout_log", job.stdout_log},
             {"stderr_log", job.stderr_log},
-            {"state", job.state},
+            {"state", RunStateName(job.state)},
             {"image", job.image},
             {"gpu", job.gpu},
             {"region", job.region},
@@ -106,7 +135,10 @@ StatusOr<JobRecord> ReadJobFile(const std::string& path) {
     job.cgroup = j.at("cgroup").get<std::string>();
     job.stdout_log = j.at("stdout_log").get<std::string>();
     job.stderr_log = j.at("stderr_log").get<std::string>();
-    job.state = j.at("state").get<std::string>();
+    const std::string state = j.at("state").get<std::string>();
+    const std::optional<RunState> known = ParseRunState(state);
+    if (!known) return InvalidArgument(path + ": state '" + state + "' is not a job's state");
+    job.state = *known;
     job.image = j.at("image").get<std::string>();
     job.gpu = j.at("gpu").get<std::string>();
     job.region = j.at("region").get<std::string>();

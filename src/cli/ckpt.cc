@@ -78,8 +78,8 @@ int RunCheckpoint(const CheckpointArgs& a) {
     Say("checkpoint", job.status().message());
     return 1;
   }
-  if (job->state != "running" && job->state != "frozen") {
-    Say("checkpoint", "job " + job->name + " is " + job->state +
+  if (job->state != ckpt::RunState::kRunning && job->state != ckpt::RunState::kFrozen) {
+    Say("checkpoint", "job " + job->name + " is " + std::string(ckpt::RunStateName(job->state)) +
                           (job->image.empty() ? "" : " (image " + job->image + ")"));
     return 1;
   }

@@ -10,6 +10,7 @@
 
 #include "fleet.h"
 #include "fleet_format.h"
+#include "paladin/api/job_state.h"
 
 namespace paladin::cli {
 namespace {

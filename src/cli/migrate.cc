@@ -54,8 +54,8 @@ int RunMigrate(MigrateArgs a) {
     Say("migrate", job.status().message());
     return 1;
   }
-  if (job->state != "running") {
-    Say("migrate", "job " + job->name + " is " + job->state);
+  if (job->state != ckpt::RunState::kRunning) {
+    Say("migrate", "job " + job->name + " is " + std::string(ckpt::RunStateName(job->state)));
     return 1;
   }
   StatusOr<ckpt::Criu> criu = ReadyCriu();

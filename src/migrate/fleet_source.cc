@@ -94,7 +94,7 @@ StatusOr<MigrateReport> FleetPostCopyEnd(
              " s for the destination's lease to stop any copy there before resuming here");
     std::this_thread::sleep_for(std::chrono::duration<double>(options.fence_s));
   }
-  job->state = "stopped";
+  job->state = ckpt::RunState::kStopped;
   return resume_here(why);
 }
 

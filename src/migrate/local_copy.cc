@@ -69,7 +69,7 @@ Status LetGoForLocks(ckpt::JobRecord* job, MoveState* st, const std::string& sta
   }
   // Its supervisor (paladin run) sees it end: "moving" leaves the run directory, where the image
   // is, to the job.
-  job->state = "moving";
+  job->state = ckpt::RunState::kMoving;
   (void)ckpt::WriteJob(*job);
   const std::vector<uint32_t> pids = quota::ProcessTree(static_cast<uint32_t>(job->pid));
   for (uint32_t pid : pids) kill(static_cast<pid_t>(pid), SIGKILL);

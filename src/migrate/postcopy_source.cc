@@ -83,12 +83,12 @@ StatusOr<MigrateReport> PostCopy(ckpt::JobRecord* job, Channel* channel, MoveSta
   };
   // The keeper leaves a copy in this step stopped: it cannot know whether the pages all went.
   (void)SaveStep(state_file, st, "serving");
-  job->state = "moving";
+  job->state = ckpt::RunState::kMoving;
   (void)ckpt::WriteJob(*job);
   StatusOr<std::string> resumed = CallOrDrop(channel, "RESUME", "RESUME", kAnswerTimeoutS);
   if (!resumed.ok() && SaidAborted(resumed.status())) {
     StopServing(lazy_dump, "the post-copy dump", lazy_log, 10);
-    job->state = "stopped";
+    job->state = ckpt::RunState::kStopped;
     return resume_here("the destination did not take the job (" + resumed.status().message() + ")");
   }
   if (resumed.ok()) {
@@ -127,7 +127,7 @@ StatusOr<MigrateReport> PostCopy(ckpt::JobRecord* job, Channel* channel, MoveSta
     StatusOr<std::string> there = channel->Call("PAGES-DONE " + st->id, 120);
     if (there.ok()) return release();
     if (there.status().code() == StatusCode::kInternal) {
-      job->state = "stopped";
+      job->state = ckpt::RunState::kStopped;
       return resume_here("the destination's copy ended before every page had reached it (" +
                          there.status().message() +
                          "): what the job did there since the move is lost");
@@ -141,7 +141,7 @@ StatusOr<MigrateReport> PostCopy(ckpt::JobRecord* job, Channel* channel, MoveSta
   progress("the page transfer failed (" + pages.message() + "); stopping the destination's copy");
   StatusOr<std::string> dropped = channel->Call("PAGES-FAILED " + st->id, 120);
   if (dropped.ok()) {
-    job->state = "stopped";
+    job->state = ckpt::RunState::kStopped;
     return resume_here("the page transfer failed; the destination's copy was killed");
   }
   (void)SaveStep(state_file, st, "in_doubt");

@@ -340,12 +340,12 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   // the destination says it did not take it.
   PALADIN_RETURN_IF_ERROR(save("resume_sent"));
   CrashPoint("src-before-resume");
-  job->state = "moving";
+  job->state = ckpt::RunState::kMoving;
   (void)ckpt::WriteJob(*job);
   StatusOr<std::string> resumed = CallOrDrop(&*channel, "RESUME", "RESUME", kAnswerTimeoutS);
   CrashPoint("src-after-resume");
   if (resumed.ok()) return released();
-  job->state = "stopped";
+  job->state = ckpt::RunState::kStopped;
   if (SaidAborted(resumed.status())) {
     cleanup();
     Status s = BackHere(criu, job, st, progress);

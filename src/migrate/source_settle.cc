@@ -132,7 +132,7 @@ Status SettleSource(const ckpt::Criu& criu, ckpt::JobRecord* job, MoveState* st,
 
 void RecordMoved(ckpt::JobRecord* job, const MigrateOptions& options, const std::string& remote_pid,
                  const std::string& image, MigrateReport* report) {
-  job->state = "moved";
+  job->state = ckpt::RunState::kMoved;
   job->image = options.host + ":" + std::to_string(options.port) + " pid " + remote_pid;
   (void)ckpt::WriteJob(*job);
   if (options.keep_image) report->image = image;

@@ -202,18 +202,18 @@ Ending Finish(const ckpt::JobRecord& job) {
   StatusOr<ckpt::JobRecord> latest = ckpt::ReadJob(job.run_dir);
   // A copy a move let go (file locks) is the mover's to clean up: on this machine the destination
   // may already be restoring the job into a group of the same name, which must not go.
-  const bool let_go = latest.ok() && latest->state == "moving";
+  const bool let_go = latest.ok() && latest->state == ckpt::RunState::kMoving;
   if (!job.cgroup.empty() && !let_go) (void)ckpt::Cgroup::Existing(job.cgroup).Remove();
-  for (int i = 0; i < 600 && latest.ok() && latest->state == "checkpointing"; ++i) {
+  for (int i = 0; i < 600 && latest.ok() && latest->state == ckpt::RunState::kCheckpointing; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the image is being finished
     latest = ckpt::ReadJob(job.run_dir);
   }
   Ending ending;
   if (!latest.ok()) return ending;
   ending.image = latest->image;
-  if (latest->state == "moving" || latest->state == "moved") {
+  if (latest->state == ckpt::RunState::kMoving || latest->state == ckpt::RunState::kMoved) {
     ending.kind = Ending::Kind::kMoved;
-  } else if (latest->state == "checkpointed") {
+  } else if (latest->state == ckpt::RunState::kCheckpointed) {
     ending.kind = Ending::Kind::kCheckpointed;
   }
   return ending;

@@ -257,11 +257,15 @@ scenario_ddp() {
 }
 
 # ddp_move WHAT NAME [MIGRATE-FLAGS...]: runs the training as job NAME, moves it at step 5 to a
-# new second node and checks that it ends there with the uninterrupted run's losses.
+# new second node and checks that it ends there with the uninterrupted run's losses. Its steps
+# are slower than the other runs' (the losses do not depend on the pause between steps): a move
+# on a loaded machine takes several seconds, and the moved job must still be running once it is
+# there.
+MOVE_SLEEP_S=1
 ddp_move() {
   local what=$1 name=$2
   shift 2
-  local train=("$PY" "$HERE/ddp_train.py" "$STEPS" "$SLEEP_S")
+  local train=("$PY" "$HERE/ddp_train.py" "$STEPS" "$MOVE_SLEEP_S")
   start_job "$name" -- "${train[@]}" || return
   start_receiver || return
   if ! wait_until 60 at_step 5; then

@@ -158,14 +158,14 @@ TEST_F(FrozenJob, FreezesAndThaws) {
   // A thaw of a running job, or a freeze of one that is not running, is refused.
   EXPECT_EQ(ThawJob(&job_).code(), StatusCode::kFailedPrecondition);
   ASSERT_TRUE(FreezeJob(&job_).ok());
-  EXPECT_EQ(job_.state, "frozen");
+  EXPECT_EQ(job_.state, RunState::kFrozen);
   EXPECT_EQ(State(), 'T');
   StatusOr<JobRecord> written = ReadJob(dir_);
   ASSERT_TRUE(written.ok());
-  EXPECT_EQ(written->state, "frozen");
+  EXPECT_EQ(written->state, RunState::kFrozen);
   EXPECT_EQ(FreezeJob(&job_).code(), StatusCode::kFailedPrecondition);
   ASSERT_TRUE(ThawJob(&job_).ok());
-  EXPECT_EQ(job_.state, "running");
+  EXPECT_EQ(job_.state, RunState::kRunning);
   for (int i = 0; i < 200 && State() == 'T'; ++i) usleep(10000);
   EXPECT_NE(State(), 'T');
 }

@@ -545,7 +545,7 @@ lose_node2 installed
 last=$(cd "$CLUSTER_DIR/checkpoints" && for d in recover-*; do
   [[ $d == *.* ]] || echo "${d##*-} $d"
 done | sort -n | tail -1 | cut -d' ' -f2)
-g_died=$(gens "$work/lost.log" | tail -1)
+g_died=$(died_gen lost "$work/lost.log")
 pgrep -f -- "$MARK" >/dev/null && fail "the workload still runs after its node was lost: $(pgrep -a -f -- "$MARK")"
 # recovered: the installed recovery's line for pod lost.
 recovered() {

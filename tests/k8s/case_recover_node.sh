@@ -68,7 +68,7 @@ sleep 1
 grep -qE '^(recovered|left|error|recover:)' "$work/watch" && fail "paladin k8s recover --watch acted while every node is alive: $(cat "$work/watch")"
 lose_node2 recover_node
 t0=$lost_at
-g_died=$(gens "$work/lost.log" | tail -1)
+g_died=$(died_gen lost "$work/lost.log")
 pgrep -f -- "$MARK" >/dev/null && fail "the workload still runs after its node was lost: $(pgrep -a -f -- "$MARK")"
 
 # Recovered by the automatic mode (started before the loss, on the first node): once the node's

@@ -63,7 +63,7 @@ done
 ! grep -q MISMATCH <<<"$(k logs lgpu)" || fail "pod lgpu after its checkpoint: $(k logs lgpu | grep -m1 MISMATCH)"
 
 lose_node2 recover_node_gpu
-g_died=$(gens "$work/lgpu.log" | tail -1)
+g_died=$(died_gen lgpu "$work/lgpu.log")
 read -ra mv <<<"$MOVE_FLAGS"
 ok=0
 for ((i = 0; i < 40; i++)); do

@@ -85,6 +85,18 @@ wait_running() {
 # gens FILE: the generations a log verified, in order.
 gens() { sed -n 's/^gen \([0-9]*\) ok .*/\1/p' "$1"; }
 
+# died_gen POD FOLLOWED: the last generation POD's workload verified before its node, the
+# second, was lost: the larger of what FOLLOWED (a `kubectl logs -f` copy, which lags the
+# workload on a loaded machine) and the node's own copy of the pod's log (containerd writes it
+# on the node's disk, which outlives the node's processes) have.
+died_gen() {
+  local followed on_disk
+  followed=$(gens "$2" | tail -1)
+  on_disk=$(cat "$CLUSTER_DIR/node2/pods/${NS}_$1_"*/*/*.log 2>/dev/null |
+    sed -n 's/^[^ ]* std[a-z]* [FP] gen \([0-9]*\) ok .*/\1/p' | tail -1)
+  echo $((${followed:-0} > ${on_disk:-0} ? ${followed:-0} : ${on_disk:-0}))
+}
+
 # last_gen POD: the last generation POD's workload verified ('' before its first).
 last_gen() { k logs "$1" 2>/dev/null | sed -n 's/^gen \([0-9]*\) ok .*/\1/p' | tail -1; }
 

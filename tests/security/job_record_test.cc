@@ -1,7 +1,7 @@
 // A job's record (job.json) lies in the job's own run directory, which the job can rewrite. The
 // agent reads it as root (when it forgets a job, when a move's keeper settles it): a record
 // replaced by a FIFO, a link or an endless file must be refused at once, never block the
-// reader or lead it out of the directory.
+// reader or lead it out of the directory; a state its writer never wrote is refused by name.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <iterator>
 #include <string>
 
 #include "paladin/ckpt/workload.h"
@@ -88,6 +89,35 @@ TEST_F(JobRecordTest, AHostileRecordIsRefusedAtOnce) {
   EXPECT_EQ(real->pid, 4242);
   EXPECT_EQ(tried, refused);
   std::printf("security: hostile job records: tried %d, refused %d\n", tried, refused);
+}
+
+// Every state reads back as written; a state the record's writer never wrote (the job rewrote its
+// record) is refused with the value named, not taken as some other state.
+TEST_F(JobRecordTest, EveryStateReadsBackAndAnUnknownOneIsRefused) {
+  StatusOr<JobRecord> job = ReadJob(dir_ + "/outside");
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  for (RunState state :
+       {RunState::kRunning, RunState::kFrozen, RunState::kCheckpointing, RunState::kCheckpointed,
+        RunState::kMoving, RunState::kMoved, RunState::kStopped}) {
+    job->state = state;
+    ASSERT_TRUE(WriteJob(*job).ok());
+    StatusOr<JobRecord> back = ReadJob(job->run_dir);
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_EQ(back->state, state) << RunStateName(state);
+    EXPECT_EQ(ParseRunState(RunStateName(state)), state);
+  }
+  const std::string path = job->run_dir + "/job.json";
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string written = "\"state\": \"stopped\"";
+  ASSERT_NE(text.find(written), std::string::npos) << text;
+  text.replace(text.find(written), written.size(), "\"state\": \"exited-ish\"");
+  std::ofstream(path, std::ios::trunc) << text;
+  StatusOr<JobRecord> refused = ReadJob(job->run_dir);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("state 'exited-ish' is not a job's state"),
+            std::string::npos)
+      << refused.status().message();
 }
 
 }  // namespace

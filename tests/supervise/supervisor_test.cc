@@ -148,17 +148,18 @@ TEST_F(SupervisorTest, FinishTellsACheckpointAndAMoveFromAnExit) {
   job.name = "ended";
   job.run_dir = scratch_ + "/ended";
   fs::create_directory(job.run_dir);
-  for (const auto& [state, kind] : std::vector<std::pair<std::string, Ending::Kind>>{
-           {"checkpointed", Ending::Kind::kCheckpointed},
-           {"moved", Ending::Kind::kMoved},
-           {"moving", Ending::Kind::kMoved},
-           {"running", Ending::Kind::kExited}}) {
+  for (const auto& [state, kind] : std::vector<std::pair<ckpt::RunState, Ending::Kind>>{
+           {ckpt::RunState::kCheckpointed, Ending::Kind::kCheckpointed},
+           {ckpt::RunState::kMoved, Ending::Kind::kMoved},
+           {ckpt::RunState::kMoving, Ending::Kind::kMoved},
+           {ckpt::RunState::kRunning, Ending::Kind::kExited}}) {
+    const std::string name(ckpt::RunStateName(state));
     job.state = state;
-    job.image = "/images/" + state;
+    job.image = "/images/" + name;
     ASSERT_TRUE(ckpt::WriteJob(job).ok());
     const Ending ending = Finish(job);
-    EXPECT_EQ(ending.kind, kind) << state;
-    EXPECT_EQ(ending.image, job.image) << state;
+    EXPECT_EQ(ending.kind, kind) << name;
+    EXPECT_EQ(ending.image, job.image) << name;
   }
 }
 

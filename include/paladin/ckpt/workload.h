@@ -13,13 +13,30 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "paladin/base/status.h"
 
 namespace paladin::ckpt {
+
+// Where a job's processes are, as its record (job.json's "state") says.
+enum class RunState {
+  kRunning,        // running
+  kFrozen,         // stopped by FreezeJob (a gang's coordinated cut), resumed by ThawJob
+  kCheckpointing,  // being dumped, to be killed after (its image is being finished)
+  kCheckpointed,   // dumped and killed: its image is the way back
+  kMoving,         // a migration took it; the source's copy is the mover's to settle
+  kMoved,          // its migration committed: it runs elsewhere
+  kStopped,        // restored or left stopped (a move's copy before it resumes)
+};
+// job.json's name of a state ("running", "frozen", ...).
+std::string_view RunStateName(RunState state);
+// The state of that name; nullopt for any other text.
+std::optional<RunState> ParseRunState(std::string_view name);
 
 struct JobRecord {
   std::string name;
@@ -31,8 +48,8 @@ struct JobRecord {
   std::string cgroup;          // the group's name under paladin/ ("" for none)
   std::string stdout_log;
   std::string stderr_log;
-  std::string state = "running";  // running | checkpointed | exited
-  std::string image;              // the last checkpoint image
+  RunState state = RunState::kRunning;
+  std::string image;  // the last checkpoint image
   // GPU: "" (none), "real" or "emulated"; the region when the workload has a quota.
   std::string gpu;
   std::string region;
