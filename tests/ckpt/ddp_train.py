@@ -38,7 +38,17 @@ def rank_main(rank, steps, sleep_s, mib, port):
         os.environ["MASTER_PORT"] = str(port)
     # Gloo otherwise takes the address the host name resolves to; the ranks talk over loopback.
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    # A cut while this rank joins the rendezvous interrupts its connect to the store, which
+    # torch 1.13 reports as an error rather than retrying (docs/distributed.md, "Not supported
+    # yet"): join again, as newer torch versions do.
+    for attempt in range(5):
+        try:
+            dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+            break
+        except RuntimeError as e:
+            if "Interrupted system call" not in str(e) or attempt == 4:
+                raise
+            print("rank %d: joining again after: %s" % (rank, e), file=sys.stderr, flush=True)
     ballast = bytearray(mib << 20)
     for i in range(0, len(ballast), 4096):
         ballast[i] = (i >> 12) % 251
