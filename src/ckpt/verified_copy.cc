@@ -1,6 +1,7 @@
 // Placement's CopyIntoRunDir: an image's file copied into the run directory, hashed on the way
 // (XXH3-128 per chunk, or SHA-256 in images of format version 1) and checked against the
 // manifest.
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -37,7 +38,8 @@ Status WriteAll(int fd, const char* data, ssize_t n, const std::string& to_name)
   return Status::Ok();
 }
 
-// Copies `from` to `to` to its end, handing what it reads to `hash`.
+// Copies `from` to `to` to its end, handing what it reads to `hash`; with `to` < 0 it only
+// hashes.
 Status CopyHashing(int from, int to, const std::function<void(const uint8_t*, size_t)>& hash,
                    const std::string& rel, const std::string& to_name) {
   std::vector<char> buf(size_t{1} << 20);
@@ -47,7 +49,44 @@ Status CopyHashing(int from, int to, const std::function<void(const uint8_t*, si
     if (n < 0) return IoError("cannot read the image's " + rel + ": " + strerror(errno));
     if (n == 0) return Status::Ok();
     hash(reinterpret_cast<const uint8_t*>(buf.data()), static_cast<size_t>(n));
-    PALADIN_RETURN_IF_ERROR(WriteAll(to, buf.data(), n, to_name));
+    if (to >= 0) PALADIN_RETURN_IF_ERROR(WriteAll(to, buf.data(), n, to_name));
+  }
+}
+
+// Reads up to `n` bytes (fewer only at the file's end).
+ssize_t ReadFull(int fd, char* data, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = read(fd, data + done, n - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -1;
+    if (r == 0) break;
+    done += static_cast<size_t>(r);
+  }
+  return static_cast<ssize_t>(done);
+}
+
+// The run directory's `name`, open for reading, when it is a plain file (one link) holding
+// exactly the bytes of `from` (`from_st` its stat); an invalid Fd otherwise. `from` is read from
+// its start and left at its end.
+Fd SameFileIn(int dir, const std::string& name, int from, const struct stat& from_st) {
+  const int fd = openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return Fd();
+  Fd file(fd);
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+      st.st_size != from_st.st_size) {
+    return Fd();
+  }
+  std::vector<char> a(size_t{1} << 16);
+  std::vector<char> b(a.size());
+  for (;;) {
+    const ssize_t n = ReadFull(from, a.data(), a.size());
+    const ssize_t m = ReadFull(fd, b.data(), b.size());
+    if (n < 0 || n != m || std::memcmp(a.data(), b.data(), static_cast<size_t>(n)) != 0) {
+      return Fd();
+    }
+    if (n == 0) return file;
   }
 }
 
@@ -101,11 +140,28 @@ Status CopyIntoRunDir(int image, const Manifest& m, const std::string& rel, cons
   struct stat from_st {};
   StatusOr<Fd> from = OpenRegularBeneath(image, rel, &from_st);
   if (!from.ok()) return InvalidArgument("the image's " + from.status().message());
-  StatusOr<Fd> to = CreateRegularIn(p.dir.get(), name);
-  if (!to.ok()) return Status(to.status().code(), p.run_dir + "/" + to.status().message());
   // CRIU checks the mode of the files it reopens; nothing but read and write bits is taken from
   // the image.
   const mode_t want = mode >= 0 ? static_cast<mode_t>(mode) : from_st.st_mode & 0666;
+  // A move within one host (or over a shared file system) finds the source's file here, open in
+  // the source's stopped copy and holding the image's bytes. It is kept as it is: emptied and
+  // written again, it would be shorter for a moment under the source, whose agent would then
+  // read its log from the start again. The image's copy is still checked against the manifest.
+  if (Fd same = SameFileIn(p.dir.get(), name, from->get(), from_st); same.get() >= 0) {
+    if (lseek(from->get(), 0, SEEK_SET) != 0) {
+      return IoError("cannot read the image's " + rel + ": " + strerror(errno));
+    }
+    PALADIN_RETURN_IF_ERROR(CopyChecked(from->get(), -1, m, *listed, rel, p.run_dir + "/" + name));
+    if (fchmod(same.get(), want) != 0) {
+      return IoError("cannot set the mode of " + p.run_dir + "/" + name + ": " + strerror(errno));
+    }
+    return Status::Ok();
+  }
+  if (lseek(from->get(), 0, SEEK_SET) != 0) {
+    return IoError("cannot read the image's " + rel + ": " + strerror(errno));
+  }
+  StatusOr<Fd> to = CreateRegularIn(p.dir.get(), name);
+  if (!to.ok()) return Status(to.status().code(), p.run_dir + "/" + to.status().message());
   if (fchmod(to->get(), want) != 0) {
     return IoError("cannot set the mode of " + p.run_dir + "/" + name + ": " + strerror(errno));
   }

@@ -396,8 +396,30 @@ def verify_once(fleet, job_id, tag, what):
         fail(f"{what}: state MISMATCH in the job's log")
     elif starts != 1 + job.get("restarts", 0):
         fail(f"{what}: the workload started {starts} times")
+        print_job_story(fleet, job_id, logs)
     else:
         ok(f"{what}: one copy on {job['node']} as uid {min(uids)}, state verified, started once")
+
+
+def print_job_story(fleet, job_id, logs):
+    """What a failed check needs to be traced: the job's log lines that start or restore it and
+    the server's events about it."""
+    lines = logs.splitlines()
+    print(f"--- {job_id}: {len(lines)} lines of log; those around each start or mismatch ---")
+    shown = -1
+    for i, line in enumerate(lines):
+        if line.startswith(("started:", "MISMATCH")):
+            for k in range(max(i - 3, shown + 1), min(i + 4, len(lines))):
+                print(f"{k}: {lines[k]}")
+                shown = k
+    print(f"last: {lines[-1] if lines else ''}")
+    print(f"--- {job_id}: the server's events ---")
+    try:
+        for e in fleet.get(f"/v1/events?job={job_id}").get("events", []):
+            print(f"{e.get('t', 0):.1f} {e.get('node') or ''} {e.get('kind', '')}: "
+                  f"{e.get('message', '')}")
+    except Exception as e:  # noqa: BLE001 - diagnostics only
+        print(f"(events unavailable: {e})")
 
 
 def cancel_and_check_gone(fleet, job_id, tag):

@@ -3,6 +3,7 @@
 // before anything runs, and write nothing outside. The CRIU it is given is /bin/false, so a
 // placement that is accepted ends in "criu restore ... failed", never in a refusal.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -118,6 +119,49 @@ TEST_F(ImagePlacementTest, ThisJobsPlaceIsAccepted) {
   std::ifstream in(base_ + "/j1-6/stdout.log");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(text, "line 1\n");
+}
+
+// A move within one host finds the source's logs in the run directory, open in its stopped copy,
+// with the image's bytes: they are kept as they are (never emptied under that copy), while a log
+// that differs is replaced by the image's.
+TEST_F(ImagePlacementTest, ALogHoldingTheImagesBytesIsKeptAsItIs) {
+  const std::string run = base_ + "/j1-7";
+  const std::string image = MakeImage("same", run);
+  fs::create_directories(run);
+  chmod(run.c_str(), 0755);
+  std::ofstream(run + "/stdout.log") << "line 1\n";
+  std::ofstream(run + "/stderr.log") << "stale\n";
+  const struct timespec long_ago[2] = {{1000000000, 0}, {1000000000, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, (run + "/stdout.log").c_str(), long_ago, 0), 0);
+  struct stat before {};
+  ASSERT_EQ(stat((run + "/stdout.log").c_str(), &before), 0);
+
+  const Status s = Restore(image, "j1-");
+  EXPECT_NE(s.message().find("criu restore"), std::string::npos) << s.message();
+  struct stat after {};
+  ASSERT_EQ(stat((run + "/stdout.log").c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);
+  EXPECT_EQ(after.st_mtim.tv_sec, 1000000000) << "the log was written again";
+  EXPECT_EQ(after.st_size, 7);
+  EXPECT_EQ(fs::file_size(run + "/stderr.log"), 0U) << "a log that differs is the image's";
+}
+
+// A changed image is refused even where the run directory's log holds its bytes, and the log is
+// left as it was.
+TEST_F(ImagePlacementTest, ALogKeptAsItIsStillHasItsImageChecked) {
+  const std::string run = base_ + "/j1-8";
+  const std::string image = MakeImage("changed", run);
+  std::ofstream(image + "/logs/stdout.log") << "line 2\n";  // after the manifest was written
+  fs::create_directories(run);
+  chmod(run.c_str(), 0755);
+  std::ofstream(run + "/stdout.log") << "line 2\n";
+
+  const Status s = Restore(image, "j1-");
+  EXPECT_NE(s.message().find("refusing to restore: logs/stdout.log"), std::string::npos)
+      << s.message();
+  std::ifstream in(run + "/stdout.log");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "line 2\n");
 }
 
 class Count : public ::testing::Environment {
