@@ -3,7 +3,8 @@
 //   gpus.cc      GPU discovery (NVML or emulated), faults, the GPU part of reports
 //   launcher.cc  starting a workload (quota region, interposer, user, namespace, cgroup)
 //   jobs.cc      the job table: reports, logs, exit detection, records, forgetting
-//   commands.cc  the commands (start, kill, resize, checkpoint, restore, migrate_*, fault)
+//   commands.cc  the commands start, kill, resize, fault, checkpoint and restore
+//   moves.cc     the move commands (migrate_in, migrate_out) and settling interrupted moves
 //   adopt.cc     re-adopting the workloads a previous agent left running
 //   lease.cc     the node's lease (renewed after each answered heartbeat, enforced by each
 //                job's init) and freezing and thawing the jobs that have no init, as
@@ -59,6 +60,13 @@ void Say(const std::string& line);
 // The state letter of a process ('R', 'S', 'T', 'Z', ...; '\0' when there is none) and, when
 // `parent` is not null, its parent's pid, from /proc/PID/stat.
 char ProcState(pid_t pid, pid_t* parent);
+
+// The size of the file at `path`; 0 when it cannot be read.
+int64_t FileSize(const std::string& path);
+
+// The restored copy's exit status goes to this agent (a subreaper) once CRIU lets go of it; a
+// killed source's root, when it was our child, is reaped here.
+void Reap(pid_t pid);
 
 // A workload this agent runs (started, restored, received or adopted).
 struct Workload {
@@ -182,9 +190,6 @@ class Agent {
   void Delivered();                                      // takes mu_
   void PollExits();                                      // takes mu_
   void Forget(const std::string& id, int64_t epoch, bool remove_run_dir);  // needs mu_
-  // Settles the copies that a previous agent died holding in the middle of a fleet move
-  // (Workload::incoming_migration, outgoing_migration).
-  void SettleInterruptedMoves();
   void SaveRecord(const Workload& w) const;
   void StartGrower(Workload* w) const;
   static Status KillTree(Workload* w);
@@ -205,14 +210,9 @@ class Agent {
   void Restore(const api::Command& c);
   // Where a restored or received copy of `job` may be written (RestoreJob's placement).
   ckpt::RestorePlacement PlacementFor(const std::string& job) const;
-  void MigrateIn(const api::Command& c);
-  void MigrateOut(const api::Command& c);
   StatusOr<ckpt::Criu> ReadyCriu();
   // The patched CRIU post-copy moves need (ckpt::LazyCriu), looked for once.
   StatusOr<ckpt::Criu> ReadyLazyCriu();
-  Status CommitMigration(int64_t migration);
-  // POST /v1/migrations/{id}/abort: true when the server had committed the move.
-  StatusOr<bool> ResolveMigration(int64_t migration);
   Workload* Claim(const api::Command& c, Status* why);  // marks the job busy; takes mu_
   // Claim, then CRIU made ready; on failure answers command c and returns null.
   Workload* ClaimForCriu(const api::Command& c, StatusOr<ckpt::Criu>* criu);
@@ -220,6 +220,16 @@ class Agent {
   // Calls off the moves this agent waits to receive: of `job` at `epoch` (-1: any epoch; an
   // empty job: all of them). Takes mu_.
   void CallOffIncoming(const std::string& job, int64_t epoch);
+
+  // --- moves.cc ---
+  void MigrateIn(const api::Command& c);
+  void MigrateOut(const api::Command& c);
+  Status CommitMigration(int64_t migration);
+  // POST /v1/migrations/{id}/abort: true when the server had committed the move.
+  StatusOr<bool> ResolveMigration(int64_t migration);
+  // Settles the copies that a previous agent died holding in the middle of a fleet move
+  // (Workload::incoming_migration, outgoing_migration).
+  void SettleInterruptedMoves();
 
   // --- local.cc ---
   Status StartLocal();
