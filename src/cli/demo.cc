@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -68,27 +69,32 @@ std::string Str(const Json& j, const char* key) {
   return j[key].get<std::string>();
 }
 
-// A port P with P and P+1 free on loopback (an agent takes images on P, commands on P+1).
+// Whether `port` is free on loopback now.
+bool PortFree(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool free = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return free;
+}
+
+// A port P with P and P+1 free on loopback (an agent takes images on P, commands on P+1), and
+// below the kernel's ephemeral range (ip_local_port_range): outgoing connections take their local
+// ports from that range, so a port there that is free now may be taken before the agent listens
+// on it (its move then fails with "Address already in use").
 int FreePortPair() {
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      close(fd);
-      continue;
-    }
-    const int port = ntohs(addr.sin_port);
-    close(fd);
-    if (port >= 65535) continue;
-    int next = socket(AF_INET, SOCK_STREAM, 0);
-    addr.sin_port = htons(static_cast<uint16_t>(port + 1));
-    const bool ok = bind(next, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    close(next);
-    if (ok) return port;
+  int low = 32768;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  if (!(range >> low) || low <= 12000) low = 32768;
+  std::mt19937 random(std::random_device{}());
+  std::uniform_int_distribution<int> pick(10000, low - 3);
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = pick(random);
+    if (PortFree(port) && PortFree(port + 1)) return port;
   }
   return 17100;
 }

@@ -175,17 +175,27 @@ python3 "$HERE/dom_check.py" page "$WORK/page.html" || FAILED=$((FAILED + 1))
 
 # --- teams, a team token, the agent ---
 
-free_port_pair() {  # a free port P with P+1 free too (the agent's migration ports)
+# A free port P with P+1 free too (the agent's migration ports): random, below the kernel's
+# ephemeral range, from which outgoing connections take their ports (as tests/cli/testlib.sh's
+# free_port).
+free_port_pair() {
   python3 -c '
-import socket
-for _ in range(100):
-    a = socket.socket(); a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
-    b = socket.socket()
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+low = low if low > 12000 else 32768
+for _ in range(200):
+    p = random.randrange(10000, low - 2)
+    a, b = socket.socket(), socket.socket()
     try:
+        a.bind(("127.0.0.1", p))
         b.bind(("127.0.0.1", p + 1))
+        print(p)
+        break
     except OSError:
-        a.close(); continue
-    a.close(); b.close(); print(p); break
+        pass
+    finally:
+        a.close()
+        b.close()
 '
 }
 
