@@ -95,43 +95,21 @@ void Agent::MigrateIn(const api::Command& c) {
     AddResult(id, criu.status());
     return;
   }
-  // The image's control folder must lead to ours before the restore asks the process anything:
-  // watch for its manifest (it appears once the image is verified, before the restore).
-  // So must the job's uid be held for it here (CRIU restores the uid it had), and its run
-  // directory made as the source had it.
-  std::atomic<bool> served{false};
-  // The restore waits for the prepare (options.before_restore): a run directory that the restore
-  // made first would have the default mode, not the source's, and CRIU refuses it.
-  std::mutex prepare_mu;
-  std::condition_variable prepare_cv;
-  bool prepare_done = false;
+  // Before the restore, with the arrived image's manifest: the job's uid held for it here (CRIU
+  // restores the uid it had) and its run directory made as the source had it (a run directory
+  // that the restore made would have the default mode, which CRIU refuses). A uid this node
+  // cannot hold for the job (root on a node of per-job uids, or a uid another job holds) ends
+  // the move before anything is restored: the job resumes at its source.
   Workload user;
   user.id = job;
   user.epoch = epoch;
-  Status held = Status::Ok();
+  options.before_restore = [&](const ckpt::Manifest& m) {
+    Status held = HoldUser(&user, m.uid);
+    if (!held.ok()) return held;
+    supervise::PrepareFor(m, RestoreSpecFor(user));
+    return Status::Ok();
+  };
   auto cancel = std::make_shared<std::atomic<bool>>(false);
-  std::thread link([&] {
-    const std::string manifest = options.dir + "/image/manifest.json";
-    while (!served.load() && !fs::exists(manifest)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    StatusOr<ckpt::Manifest> m = ckpt::ReadManifest(options.dir + "/image");
-    if (m.ok() && !served.load()) {
-      held = HoldUser(&user, m->uid);
-      if (held.ok()) {
-        supervise::PrepareFor(*m, RestoreSpecFor(user));
-      } else {
-        // Called off while the source has not connected yet: it resumes there.
-        Say("migrate_in " + job + ": " + held.message() + "; calling the move off");
-        cancel->store(true);
-      }
-    }
-    {
-      std::lock_guard<std::mutex> lock(prepare_mu);
-      prepare_done = true;
-    }
-    prepare_cv.notify_all();
-  });
   // One listening port per agent, and the server sends one move at a time to a node: a listener
   // still waiting from an earlier move is stale (its move failed), so this one replaces it.
   CallOffIncoming("", -1);
@@ -148,13 +126,6 @@ void Agent::MigrateIn(const api::Command& c) {
   }
   options.cancel = cancel.get();
   options.lease_fd = lease_fd_;
-  options.before_restore = [&] {
-    std::unique_lock<std::mutex> lock(prepare_mu);
-    // Bounded: the manifest the prepare waits for is there once the image has arrived.
-    if (!prepare_cv.wait_for(lock, std::chrono::seconds(60), [&] { return prepare_done; })) {
-      Say("migrate_in " + job + ": the job's run directory was not prepared within 60 s");
-    }
-  };
   // Recorded before the source hears of it: if this agent dies now, its successor finds the
   // stopped copy and asks the server what became of the move (SettleInterruptedMoves).
   const int64_t migration_id = c.migration;
@@ -190,8 +161,6 @@ void Agent::MigrateIn(const api::Command& c) {
     auto it = incoming_.find({job, epoch});
     if (it != incoming_.end() && it->second == cancel) incoming_.erase(it);
   }
-  served.store(true);
-  link.join();
   fs::remove_all(options.dir, ec);  // restored: the image is no longer needed here
   if (!record.ok()) {
     // Its copy, if one was restored, was dropped.
@@ -199,13 +168,6 @@ void Agent::MigrateIn(const api::Command& c) {
     FreeUser(&user);
     AddResult(id, record.status());
     return;
-  }
-  if (!held.ok()) {
-    // The source had connected before the call-off: the move went through and this is now the
-    // job's only copy, which must not be lost. It runs unheld (no new job gets the uid while a
-    // process runs as it), sharing its uid with the job that holds it until one of them ends.
-    Say("warning: job " + job + " runs here as a uid that " + held.message() +
-        "; the two are not isolated from each other until one of them ends");
   }
   supervise::HandOver(*record, RestoreSpecFor(user));
   StatusOr<std::unique_ptr<Workload>> w = Track(job, epoch, *record, gpu_index, gpu_uuid);

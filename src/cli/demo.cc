@@ -3,9 +3,7 @@
 // GPU and host memory and verify it every step, and walks through prediction, packing, a quota
 // grown in place, a migration, and a node lost with its jobs restored elsewhere from their last
 // checkpoints; then it checks every workload's state and prints a summary.
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,7 +13,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -26,6 +23,7 @@
 #include "local_fleet.h"
 #include "paladin/api/client.h"
 #include "paladin/api/job_state.h"
+#include "paladin/base/port.h"
 #include "paladin/ckpt/criu.h"
 #include "paladin/ckpt/workload.h"
 #include "paladin/gpu/nvml.h"
@@ -69,34 +67,10 @@ std::string Str(const Json& j, const char* key) {
   return j[key].get<std::string>();
 }
 
-// Whether `port` is free on loopback now.
-bool PortFree(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  const bool free = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  close(fd);
-  return free;
-}
-
-// A port P with P and P+1 free on loopback (an agent takes images on P, commands on P+1), and
-// below the kernel's ephemeral range (ip_local_port_range): outgoing connections take their local
-// ports from that range, so a port there that is free now may be taken before the agent listens
-// on it (its move then fails with "Address already in use").
-int FreePortPair() {
-  int low = 32768;
-  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
-  if (!(range >> low) || low <= 12000) low = 32768;
-  std::mt19937 random(std::random_device{}());
-  std::uniform_int_distribution<int> pick(10000, low - 3);
-  for (int attempt = 0; attempt < 200; ++attempt) {
-    const int port = pick(random);
-    if (PortFree(port) && PortFree(port + 1)) return port;
-  }
-  return 17100;
+// An agent's move ports: P for images, P+1 for commands.
+int MigratePorts() {
+  const int port = base::FreeLoopbackPorts(2);
+  return port > 0 ? port : 17100;
 }
 
 class Demo {
@@ -211,7 +185,7 @@ Status Demo::StartFleet() {
   admin_ = fleet_->Admin();
   for (int i = 0; i < 2; ++i) {
     const std::string node = i == 0 ? "node-a" : "node-b";
-    std::vector<std::string> flags = {"--migrate-port", std::to_string(FreePortPair()),
+    std::vector<std::string> flags = {"--migrate-port", std::to_string(MigratePorts()),
                                       "--kill-on-exit", "--workloads", args_.data + "/workloads"};
     if (real.empty()) {
       flags.insert(flags.end(), {"--emulated-gpus", args_.emulated_gpus});

@@ -179,7 +179,15 @@ struct Destination {
   // RESTORE [LAZY port]: the job restored here, stopped (post-copy: without its memory, which the
   // puller brings). A Status: the move is over here, with it; none: the next command.
   std::optional<Status> Restore(Channel* channel, const std::string& command, bool lazy) {
-    if (options.before_restore) options.before_restore();
+    if (options.before_restore) {
+      StatusOr<ckpt::Manifest> manifest = ckpt::ReadManifest(image);
+      const Status ready = manifest.ok() ? options.before_restore(*manifest) : manifest.status();
+      if (!ready.ok()) {
+        (void)Save("aborted");
+        (void)channel->Send("ERR " + ready.message());
+        return ready;
+      }
+    }
     // Streaming pre-copy: the restore reads the memory where the page server put it.
     StatusOr<std::string> from = image;
     if (sink != nullptr) {

@@ -17,9 +17,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,6 +41,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "paladin/base/port.h"
 
 namespace paladin::agent_test {
 
@@ -279,27 +279,7 @@ inline std::vector<int> Generations(const std::string& text) {
 }
 
 // A port P with P+1 free too (a migration listens on both).
-inline int FreePortPair() {
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    const int s = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-    const int port = ntohs(a.sin_port);
-    close(s);
-    if (port >= 65534) continue;
-    const int t = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in b = a;
-    b.sin_port = htons(static_cast<uint16_t>(port + 1));
-    const bool free = bind(t, reinterpret_cast<sockaddr*>(&b), sizeof b) == 0;
-    close(t);
-    if (free) return port;
-  }
-  return 0;
-}
+inline int FreePortPair() { return base::FreeLoopbackPorts(2); }
 
 class AgentTest : public ::testing::Test {
  protected:

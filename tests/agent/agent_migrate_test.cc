@@ -61,6 +61,49 @@ TEST_F(AgentTest, MigrateCommitAndRefuse) {
   }
 }
 
+// A destination that cannot hold the arriving job's uid (here: outside its --uid-range) refuses
+// the move once the image is there, before restoring anything, though the server would commit:
+// no copy runs there as a uid it did not hold, and the job resumes on A.
+TEST_F(AgentTest, MigrateInRefusesAUidItCannotHold) {
+  StartAgent("a", {"--kill-on-exit"});
+  StartAgent("b", {"--kill-on-exit", "--uid-range", "1879113728-1879179263", "--uid-dir",
+                   work_ + "/b-uids"});
+  server_.SetCommit(true);
+  const std::string job = "u1";
+  const Json started = StartGpuJob("a", job, 1, 0);
+  ASSERT_TRUE(started.value("ok", false));
+  ASSERT_TRUE(WaitGen("a", job, 1, 5));
+  const int port = FreePortPair();
+  const int64_t in_id = server_.Send(Node("b"), {{"kind", "migrate_in"},
+                                                 {"job", job},
+                                                 {"epoch", 2},
+                                                 {"port", port},
+                                                 {"token", "secret"},
+                                                 {"gpu_index", 0},
+                                                 {"gpu_uuid", GpuUuid("b", 0)},
+                                                 {"from_gpu_uuid", GpuUuid("a", 0)}});
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const Json out = Run("a",
+                       {{"kind", "migrate_out"},
+                        {"job", job},
+                        {"epoch", 1},
+                        {"to_address", "127.0.0.1"},
+                        {"to_port", port},
+                        {"token", "secret"},
+                        {"migration", 3}},
+                       300);
+  ASSERT_FALSE(out.is_null()) << AgentLog("a");
+  EXPECT_FALSE(out.value("ok", true)) << out.dump() << AgentLog("a") << AgentLog("b");
+  ASSERT_TRUE(WaitFor(60, [&] { return server_.Result(in_id).has_value(); }));
+  const Json in = *server_.Result(in_id);
+  EXPECT_FALSE(in.value("ok", true)) << AgentLog("b");
+  EXPECT_NE(in.dump().find("outside this node's uid range"), std::string::npos) << in.dump();
+  EXPECT_EQ(AgentLog("b").find("restoring with CRIU"), std::string::npos) << AgentLog("b");
+  EXPECT_FALSE(server_.Job(Node("b"), job).has_value());
+  const int gen = Generations(server_.Stdout(Node("a"), job, 1)).back();
+  EXPECT_TRUE(WaitGen("a", job, 1, gen + 3)) << "the job did not resume on A";
+}
+
 // A destination waiting for a move that will never come (its server failed the move, or died
 // and failed it on restart) stops waiting when told to kill that job's copy, at once rather than
 // after the listener's idle timeout, and its port is free for the next move; a newer move to the

@@ -21,6 +21,7 @@
 #include "paladin/base/status.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/criu.h"
+#include "paladin/ckpt/image.h"
 #include "paladin/ckpt/workload.h"
 
 namespace paladin::migrate {
@@ -142,10 +143,11 @@ struct DestinationOptions {
   // this side holds a copy that must outlive this process's death (the fleet agent records it,
   // so that its successor settles it with the owner).
   std::function<void(const ckpt::JobRecord&)> restored;
-  // Called once the image has arrived, before it is restored (and before a post-copy move's
-  // pages are pulled): the node finishes what the restore needs of it (the fleet agent: the
-  // job's uid held, its run directory made as the source had it). Unset: nothing to wait for.
-  std::function<void()> before_restore;
+  // Called with the arrived image's manifest before it is restored (and before a post-copy
+  // move's pages are pulled): the node finishes what the restore needs of it (the fleet agent:
+  // the job's uid held, its run directory made as the source had it). An error ends the move
+  // before anything is restored (the source resumes the job). Unset: nothing to do.
+  std::function<Status(const ckpt::Manifest&)> before_restore;
   // Post-copy: also take a source that serves its pages without TLS (MigrateOptions::lazy_plain).
   bool lazy_plain = false;
 };
