@@ -33,7 +33,6 @@ double Since(std::chrono::steady_clock::time_point t) {
 // The copy a command is about; -1: every copy.
 int64_t Epoch(const api::Command& c) { return c.epoch.value_or(-1); }
 
-
 }  // namespace
 
 int64_t FileSize(const std::string& path) {

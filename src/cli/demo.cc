@@ -23,7 +23,7 @@
 #include "local_fleet.h"
 #include "paladin/api/client.h"
 #include "paladin/api/job_state.h"
-#include "paladin/base/port.h"
+#include "paladin/api/port.h"
 #include "paladin/ckpt/criu.h"
 #include "paladin/ckpt/workload.h"
 #include "paladin/gpu/nvml.h"
@@ -69,7 +69,7 @@ std::string Str(const Json& j, const char* key) {
 
 // An agent's move ports: P for images, P+1 for commands.
 int MigratePorts() {
-  const int port = base::FreeLoopbackPorts(2);
+  const int port = api::FreeLoopbackPorts(2);
   return port > 0 ? port : 17100;
 }
 

@@ -42,7 +42,7 @@
 #include <thread>
 #include <vector>
 
-#include "paladin/base/port.h"
+#include "paladin/api/port.h"
 
 namespace paladin::agent_test {
 
@@ -279,7 +279,7 @@ inline std::vector<int> Generations(const std::string& text) {
 }
 
 // A port P with P+1 free too (a migration listens on both).
-inline int FreePortPair() { return base::FreeLoopbackPorts(2); }
+inline int FreePortPair() { return api::FreeLoopbackPorts(2); }
 
 class AgentTest : public ::testing::Test {
  protected:

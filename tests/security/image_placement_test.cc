@@ -2,8 +2,8 @@
 // manifest names places; RestoreJob must refuse every place that is not this node's for the job
 // before anything runs, and write nothing outside. The CRIU it is given is /bin/false, so a
 // placement that is accepted ends in "criu restore ... failed", never in a refusal.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 

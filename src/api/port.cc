@@ -1,4 +1,4 @@
-#include "paladin/base/port.h"
+#include "paladin/api/port.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -8,7 +8,7 @@
 #include <fstream>
 #include <random>
 
-namespace paladin::base {
+namespace paladin::api {
 
 namespace {
 
@@ -43,4 +43,4 @@ int FreeLoopbackPorts(int count) {
   return 0;
 }
 
-}  // namespace paladin::base
+}  // namespace paladin::api

@@ -1,7 +1,7 @@
 // Ports for listeners that a program picks for itself (the demo's agents, tests).
 #pragma once
 
-namespace paladin::base {
+namespace paladin::api {
 
 // A TCP port P with P..P+count-1 free on loopback now, chosen at random below the kernel's
 // ephemeral range (ip_local_port_range): outgoing connections take their local ports from that
@@ -9,4 +9,4 @@ namespace paladin::base {
 // 0 when none was found.
 int FreeLoopbackPorts(int count = 1);
 
-}  // namespace paladin::base
+}  // namespace paladin::api
