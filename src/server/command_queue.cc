@@ -26,7 +26,7 @@ int64_t CommandQueue::Send(const std::string& node, api::Command command, const 
   }
   c.command = std::move(command);
   const int64_t id = c.id;
-  dirty_.insert(id);
+  writes_.Mark(id);
   commands_[id] = std::move(c);
   return id;
 }
@@ -51,7 +51,7 @@ std::vector<const CommandRecord*> CommandQueue::TakeDue(const std::string& node,
     if (c.node != node || c.acked) continue;
     if (c.sent_at > 0 && now - c.sent_at < resend) continue;
     c.sent_at = now;
-    dirty_.insert(id);
+    writes_.Mark(id);
     due.push_back(&c);
   }
   return due;
@@ -65,7 +65,7 @@ const CommandRecord* CommandQueue::Acknowledge(int64_t id, const std::string& no
   c.acked = true;
   c.ok = ok;
   c.result = std::move(result);
-  dirty_.insert(id);
+  writes_.Mark(id);
   return &c;
 }
 
@@ -76,22 +76,19 @@ bool CommandQueue::Withdraw(int64_t id, const std::string& why) {
   c.acked = true;
   c.ok = false;
   c.result = Json{{"error", why}};
-  dirty_.insert(id);
+  writes_.Mark(id);
   return true;
 }
 
 std::vector<const CommandRecord*> CommandQueue::Dirty() const {
-  std::vector<const CommandRecord*> out;
-  out.reserve(dirty_.size());
-  for (int64_t id : dirty_) {
+  return writes_.Records<CommandRecord>([this](int64_t id) -> const CommandRecord* {
     auto it = commands_.find(id);
-    if (it != commands_.end()) out.push_back(&it->second);
-  }
-  return out;
+    return it == commands_.end() ? nullptr : &it->second;
+  });
 }
 
 void CommandQueue::Flushed() {
-  dirty_.clear();
+  writes_.Clear();
   for (auto it = commands_.begin(); it != commands_.end();) {
     it = it->second.acked ? commands_.erase(it) : std::next(it);
   }

@@ -17,6 +17,7 @@
 
 #include "model.h"
 #include "paladin/api/wire.h"
+#include "write_set.h"
 
 namespace paladin::server {
 
@@ -53,7 +54,7 @@ class CommandQueue {
 
   // The records the next Flush writes (acknowledged ones included), by id.
   std::vector<const CommandRecord*> Dirty() const;
-  bool HasDirty() const { return !dirty_.empty(); }
+  bool HasDirty() const { return writes_.Any(); }
   // After a Flush: forgets what it wrote and drops the acknowledged commands.
   void Flushed();
 
@@ -62,7 +63,7 @@ class CommandQueue {
  private:
   std::map<int64_t, CommandRecord> commands_;  // not yet dropped, by id
   int64_t next_id_ = 1;
-  std::set<int64_t> dirty_;
+  WriteSet<int64_t> writes_;  // by id
 };
 
 }  // namespace paladin::server

@@ -50,23 +50,8 @@ bool JobTable::SetState(JobRecord& j, JobState to) {
   return moved;
 }
 
-void JobTable::MarkDirty(const JobRecord& j) {
-  dirty_.insert(j.seq);
-  ++changes_;
-}
-
-void JobTable::PromoteLazy() {
-  dirty_.insert(lazy_.begin(), lazy_.end());
-  lazy_.clear();
-}
-
 std::vector<const JobRecord*> JobTable::Dirty() const {
-  std::vector<const JobRecord*> out;
-  out.reserve(dirty_.size());
-  for (int64_t seq : dirty_) {
-    if (const JobRecord* j = BySeq(seq)) out.push_back(j);
-  }
-  return out;
+  return writes_.Records<JobRecord>([this](int64_t seq) { return BySeq(seq); });
 }
 
 }  // namespace paladin::server

@@ -24,6 +24,7 @@
 
 #include "job_state.h"
 #include "model.h"
+#include "write_set.h"
 
 namespace paladin::server {
 
@@ -56,15 +57,15 @@ class JobTable {
   // and marks it dirty. J must be one of this table's records.
   bool SetState(JobRecord& j, JobState to);
 
-  void MarkDirty(const JobRecord& j);
-  void MarkLazy(const JobRecord& j) { lazy_.insert(j.seq); }
+  void MarkDirty(const JobRecord& j) { writes_.Mark(j.seq); }
+  void MarkLazy(const JobRecord& j) { writes_.MarkLazy(j.seq); }
   // The lazy records become dirty (the periodic write is due).
-  void PromoteLazy();
+  void PromoteLazy() { writes_.PromoteLazy(); }
   // The records the next Flush writes, by seq.
   std::vector<const JobRecord*> Dirty() const;
-  bool HasDirty() const { return !dirty_.empty(); }
-  void ClearDirty() { dirty_.clear(); }
-  uint64_t changes() const { return changes_; }
+  bool HasDirty() const { return writes_.Any(); }
+  void ClearDirty() { writes_.Clear(); }
+  uint64_t changes() const { return writes_.changes(); }
 
   size_t size() const { return jobs_.size(); }
   Map::iterator begin() { return jobs_.begin(); }
@@ -77,9 +78,7 @@ class JobTable {
  private:
   Map jobs_;  // by sequence number
   int64_t next_seq_ = 1;
-  std::set<int64_t> dirty_;
-  std::set<int64_t> lazy_;
-  uint64_t changes_ = 0;
+  WriteSet<int64_t> writes_;  // by seq
 };
 
 }  // namespace paladin::server

@@ -56,13 +56,10 @@ const MigrationRecord* MigrationTable::LastReported(const std::string& job) cons
 }
 
 std::vector<const MigrationRecord*> MigrationTable::Dirty() const {
-  std::vector<const MigrationRecord*> out;
-  out.reserve(dirty_.size());
-  for (int64_t id : dirty_) {
+  return writes_.Records<MigrationRecord>([this](int64_t id) -> const MigrationRecord* {
     auto it = rows_.find(id);
-    if (it != rows_.end()) out.push_back(&it->second);
-  }
-  return out;
+    return it == rows_.end() ? nullptr : &it->second;
+  });
 }
 
 }  // namespace paladin::server

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model.h"
+#include "write_set.h"
 
 namespace paladin::server {
 
@@ -45,11 +46,11 @@ class MigrationTable {
   // The newest migration of job JOB whose source reported how it moved (mode_used), or null.
   const MigrationRecord* LastReported(const std::string& job) const;
 
-  void MarkDirty(const MigrationRecord& m) { dirty_.insert(m.id); }
+  void MarkDirty(const MigrationRecord& m) { writes_.Mark(m.id); }
   // The rows the next Flush writes, by id.
   std::vector<const MigrationRecord*> Dirty() const;
-  bool HasDirty() const { return !dirty_.empty(); }
-  void ClearDirty() { dirty_.clear(); }
+  bool HasDirty() const { return writes_.Any(); }
+  void ClearDirty() { writes_.Clear(); }
 
   Map::iterator begin() { return rows_.begin(); }
   Map::iterator end() { return rows_.end(); }
@@ -59,7 +60,7 @@ class MigrationTable {
  private:
   Map rows_;  // by id, in the order they were made
   int64_t next_id_ = 1;
-  std::set<int64_t> dirty_;
+  WriteSet<int64_t> writes_;  // by id
 };
 
 }  // namespace paladin::server

@@ -71,22 +71,8 @@ void NodeTable::RenewAll(double now) {
   }
 }
 
-void NodeTable::MarkDirty(const NodeRecord& n) {
-  dirty_.insert(n.name);
-  ++changes_;
-}
-
-void NodeTable::PromoteLazy() {
-  dirty_.insert(lazy_.begin(), lazy_.end());
-  lazy_.clear();
-}
-
 std::vector<const NodeRecord*> NodeTable::Dirty() const {
-  std::vector<const NodeRecord*> out;
-  for (const std::string& name : dirty_) {
-    if (const NodeRecord* n = Find(name)) out.push_back(n);
-  }
-  return out;
+  return writes_.Records<NodeRecord>([this](const std::string& name) { return Find(name); });
 }
 
 }  // namespace paladin::server

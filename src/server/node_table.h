@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "model.h"
+#include "write_set.h"
 
 namespace paladin::server {
 
@@ -69,15 +70,15 @@ class NodeTable {
   double lease_s() const { return lease_s_; }
 
   // --- writes ---
-  void MarkDirty(const NodeRecord& n);
-  void MarkLazy(const NodeRecord& n) { lazy_.insert(n.name); }
+  void MarkDirty(const NodeRecord& n) { writes_.Mark(n.name); }
+  void MarkLazy(const NodeRecord& n) { writes_.MarkLazy(n.name); }
   // The lazy records become dirty (the periodic write is due).
-  void PromoteLazy();
+  void PromoteLazy() { writes_.PromoteLazy(); }
   // The records the next Flush writes, by name.
   std::vector<const NodeRecord*> Dirty() const;
-  bool HasDirty() const { return !dirty_.empty(); }
-  void ClearDirty() { dirty_.clear(); }
-  uint64_t changes() const { return changes_; }
+  bool HasDirty() const { return writes_.Any(); }
+  void ClearDirty() { writes_.Clear(); }
+  uint64_t changes() const { return writes_.changes(); }
 
   size_t size() const { return nodes_.size(); }
   Map::iterator begin() { return nodes_.begin(); }
@@ -87,10 +88,8 @@ class NodeTable {
 
  private:
   double lease_s_;
-  Map nodes_;  // by name
-  std::set<std::string> dirty_;
-  std::set<std::string> lazy_;
-  uint64_t changes_ = 0;
+  Map nodes_;                     // by name
+  WriteSet<std::string> writes_;  // by name
 };
 
 }  // namespace paladin::server

@@ -121,11 +121,7 @@ void TeamBook::AddHeld(TeamUsage* usage, const JobRecord& j, double dt) {
 }
 
 std::vector<const TeamRecord*> TeamBook::Dirty() const {
-  std::vector<const TeamRecord*> out;
-  for (const std::string& name : dirty_) {
-    if (const TeamRecord* t = Find(name)) out.push_back(t);
-  }
-  return out;
+  return writes_.Records<TeamRecord>([this](const std::string& name) { return Find(name); });
 }
 
 }  // namespace paladin::server

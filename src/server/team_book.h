@@ -32,6 +32,7 @@
 #include "job_table.h"
 #include "model.h"
 #include "pods.h"
+#include "write_set.h"
 
 namespace paladin::server {
 
@@ -96,11 +97,11 @@ class TeamBook {
   // and used bytes, each x seconds.
   static void AddHeld(TeamUsage* usage, const JobRecord& j, double dt);
 
-  void MarkDirty(const std::string& name) { dirty_.insert(name); }
+  void MarkDirty(const std::string& name) { writes_.Mark(name); }
   // The records the next Flush writes, by name.
   std::vector<const TeamRecord*> Dirty() const;
-  bool HasDirty() const { return !dirty_.empty(); }
-  void ClearDirty() { dirty_.clear(); }
+  bool HasDirty() const { return writes_.Any(); }
+  void ClearDirty() { writes_.Clear(); }
 
   Map::iterator begin() { return teams_.begin(); }
   Map::iterator end() { return teams_.end(); }
@@ -110,7 +111,7 @@ class TeamBook {
  private:
   PodsOf pods_;
   Map teams_;
-  std::set<std::string> dirty_;
+  WriteSet<std::string> writes_;  // by team name
 };
 
 }  // namespace paladin::server
