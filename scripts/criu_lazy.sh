@@ -87,7 +87,7 @@ mkdir -p "$work/debs" "$sysroot"
 (cd "$work/debs" && apt-get -qq "${APT[@]}" download libprotobuf-c-dev libprotobuf-c1 \
   protobuf-c-compiler libprotoc32 libprotobuf32 libprotobuf-dev protobuf-compiler libnl-3-dev \
   libnl-3-200 libnet1-dev libnet1 libbsd-dev libbsd0 libmd-dev libmd0 libcap-dev libcap2 uuid-dev \
-  libuuid1)
+  libuuid1 libnftables-dev libnftables1 libnftnl11 libmnl0 libjansson4 libxtables12 libgmp10)
 for deb in "$work"/debs/*.deb; do dpkg-deb -x "$deb" "$sysroot"; done
 libdirs="$sysroot/usr/lib/x86_64-linux-gnu:$sysroot/lib/x86_64-linux-gnu"
 
@@ -95,6 +95,9 @@ echo "criu_lazy: building (a few minutes on 2 cores)"
 (
   cd "$tree"
   export PATH=$sysroot/usr/bin:$PATH LD_LIBRARY_PATH=$libdirs
+  # The compiler's own search paths: CRIU's feature probes (nftables') compile without
+  # USERCFLAGS.
+  export C_INCLUDE_PATH=$sysroot/usr/include LIBRARY_PATH=$libdirs
   export PKG_CONFIG_PATH=$sysroot/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=$sysroot
   # CRIU's images/Makefile compiles descriptor.proto from /usr/include; make it here first.
   mkdir -p images/google/protobuf
@@ -110,12 +113,15 @@ stage=$PREFIX.new.$$
 rm -rf "$stage"
 mkdir -p "$stage/sbin" "$stage/lib"
 cp "$tree/criu/criu" "$stage/sbin/criu"
-# Libraries the binary needs that the system lacks travel with it from the scratch folder.
-while read -r lib; do
-  for d in ${libdirs//:/ }; do
-    [[ -e $d/$lib ]] && { cp -L "$d/$lib" "$stage/lib/"; break; }
-  done
-done < <(LD_LIBRARY_PATH= ldd "$stage/sbin/criu" | awk '$3 == "not" {print $1}')
+# Libraries the binary needs that the system lacks travel with it from the scratch folder, and
+# then those they need (a library found only once its parent is there: libnftables' libnftnl).
+for _ in 1 2 3; do
+  while read -r lib; do
+    for d in ${libdirs//:/ }; do
+      [[ -e $d/$lib ]] && { cp -L "$d/$lib" "$stage/lib/"; break; }
+    done
+  done < <(LD_LIBRARY_PATH=$stage/lib ldd "$stage/sbin/criu" | awk '$3 == "not" {print $1}')
+done
 if grep -q 'not found' <<<"$(LD_LIBRARY_PATH=$stage/lib ldd "$stage/sbin/criu")"; then
   echo "criu_lazy: libraries missing:" >&2
   LD_LIBRARY_PATH=$stage/lib ldd "$stage/sbin/criu" | grep 'not found' >&2
@@ -135,6 +141,10 @@ grep -q "^Version: $VERSION" <<<"$(LD_LIBRARY_PATH=$stage/lib "$stage/sbin/criu"
   { echo "criu_lazy: the built CRIU does not run" >&2; rm -rf "$stage"; exit 1; }
 grep -q libgnutls <<<"$(LD_LIBRARY_PATH=$stage/lib ldd "$stage/sbin/criu")" ||
   { echo "criu_lazy: the built CRIU has no TLS (GnuTLS not found)" >&2; rm -rf "$stage"; exit 1; }
+# Its network lock must be scripts/criu.sh's (nftables): a job whose connections CRIU keeps is
+# dumped by this binary too (post-copy and streaming moves).
+grep -q libnftables <<<"$(LD_LIBRARY_PATH=$stage/lib ldd "$stage/sbin/criu")" ||
+  { echo "criu_lazy: the built CRIU has no nftables network lock" >&2; rm -rf "$stage"; exit 1; }
 rm -rf "$PREFIX.old.$$"
 if [[ -e $PREFIX ]]; then mv "$PREFIX" "$PREFIX.old.$$"; fi
 mv "$stage" "$PREFIX"

@@ -675,6 +675,12 @@ StatusOr<Criu> LazyCriu(const Criu& criu) {
       tried);
 }
 
+Criu StreamDumpCriu(const Criu& criu) {
+  StatusOr<Criu> patched = LazyCriu(criu);
+  if (!patched.ok() || patched->network_lock != criu.network_lock) return criu;
+  return *patched;
+}
+
 StatusOr<pid_t> StartServing(const Criu& criu, std::vector<std::string> argv,
                              const std::string& log, double ready_s) {
   int status[2];

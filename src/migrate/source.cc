@@ -184,9 +184,16 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
       return stream.status();
     }
   }
+  // The dump into the page server: the patched CRIU's where it is installed (StreamDumpCriu).
+  ckpt::Criu dump_criu = criu;
   if (streaming) {
     stream->Apply(&checkpoint);
     report.mode = "stream";
+    dump_criu = ckpt::StreamDumpCriu(criu);
+    if (!dump_criu.lazy_patches.empty()) {
+      progress("the streaming dump runs the CRIU of scripts/criu_lazy.sh (patches " +
+               dump_criu.lazy_patches + ")");
+    }
   }
   // Before the destination may run the job: killing the dump lets the tree go (CRIU held it).
   auto stop_dump = [&] {
@@ -199,7 +206,8 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
                                std::to_string(lazy_port)
                          : ""));
   const auto paused = std::chrono::steady_clock::now();
-  StatusOr<ckpt::PhaseTimes> times = ckpt::CheckpointJob(criu, job, image, checkpoint, progress);
+  StatusOr<ckpt::PhaseTimes> times =
+      ckpt::CheckpointJob(dump_criu, job, image, checkpoint, progress);
   if (!times.ok()) {
     if (lazy_dump > 0) {
       stop_dump();

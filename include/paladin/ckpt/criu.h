@@ -64,6 +64,11 @@ std::string CriuPatches(const std::string& path);
 // scripts/criu_lazy.sh when there is none.
 StatusOr<Criu> LazyCriu(const Criu& criu);
 
+// The CRIU a streaming dump (into a page server) runs: LazyCriu's where there is one that locks
+// the network as `criu` does, since its dump ends the page stream without waiting out a TCP cork
+// (scripts/criu-patches/0007: about 0.25 s of the pause); else `criu` itself.
+Criu StreamDumpCriu(const Criu& criu);
+
 // Whether this process has CAP_SYS_RESOURCE in its effective set (/proc/self/status, CapEff).
 bool HasSysResource();
 
