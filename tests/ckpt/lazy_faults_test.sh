@@ -71,7 +71,12 @@ move() {
     { fail "$case: restore failed"; return; }
   new=$(cat "$d/pid")
   started+=("$new")
-  sleep 0.3
+  # The fault lands while pages are in flight: once the background transfer has begun (its first
+  # chunk asked for in lazy.log; the whole of it takes about a second here).
+  for _ in $(seq 500); do
+    grep -Eq 'Read [0-9a-f]+ [0-9]{3,} pages' "$d/img/lazy.log" 2>/dev/null && break
+    sleep 0.01
+  done
   if [[ $case != none ]] && ! alive "$dump"; then
     fail "$case: the transfer ended before the fault could be injected"
     return
