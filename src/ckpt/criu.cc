@@ -675,7 +675,7 @@ StatusOr<Criu> LazyCriu(const Criu& criu) {
       tried);
 }
 
-Criu StreamDumpCriu(const Criu& criu) {
+Criu StreamCriu(const Criu& criu) {
   StatusOr<Criu> patched = LazyCriu(criu);
   if (!patched.ok() || patched->network_lock != criu.network_lock) return criu;
   return *patched;

@@ -184,12 +184,12 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
       return stream.status();
     }
   }
-  // The dump into the page server: the patched CRIU's where it is installed (StreamDumpCriu).
+  // The dump into the page server: the patched CRIU's where it is installed (StreamCriu).
   ckpt::Criu dump_criu = criu;
   if (streaming) {
     stream->Apply(&checkpoint);
     report.mode = "stream";
-    dump_criu = ckpt::StreamDumpCriu(criu);
+    dump_criu = ckpt::StreamCriu(criu);
     if (!dump_criu.lazy_patches.empty()) {
       progress("the streaming dump runs the CRIU of scripts/criu_lazy.sh (patches " +
                dump_criu.lazy_patches + ")");

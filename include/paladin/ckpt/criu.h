@@ -64,10 +64,12 @@ std::string CriuPatches(const std::string& path);
 // scripts/criu_lazy.sh when there is none.
 StatusOr<Criu> LazyCriu(const Criu& criu);
 
-// The CRIU a streaming dump (into a page server) runs: LazyCriu's where there is one that locks
-// the network as `criu` does, since its dump ends the page stream without waiting out a TCP cork
-// (scripts/criu-patches/0007: about 0.25 s of the pause); else `criu` itself.
-Criu StreamDumpCriu(const Criu& criu);
+// The CRIU a streaming pre-copy move runs, for the dump into the destination's page server and
+// for that page server: LazyCriu's where there is one that locks the network as `criu` does
+// (its dump ends the page stream without waiting out a TCP cork, about 0.25 s of the pause; its
+// page server writes what it decrypts straight into the image: scripts/criu-patches/0007 and
+// 0009); else `criu` itself.
+Criu StreamCriu(const Criu& criu);
 
 // Whether this process has CAP_SYS_RESOURCE in its effective set (/proc/self/status, CapEff).
 bool HasSysResource();
