@@ -385,6 +385,8 @@ StatusOr<ckpt::JobRecord> ServeOneMigration(const ckpt::Criu& criu,
   receive.port = options.port;
   receive.local_criu_version = criu.version;
   receive.idle_timeout_s = 600;  // a source that gives up must not keep the destination waiting
+  // Restored at once, while the source still holds the job: no fsync in the pause.
+  receive.durable = false;
   StatusOr<transfer::Fault> fault = transfer::FaultFromEnv();
   if (fault.ok()) receive.fault = *fault;
   StatusOr<std::unique_ptr<transfer::Receiver>> receiver = transfer::Receiver::Listen(receive);

@@ -307,7 +307,7 @@ Status PartialImage::MoveIntoPlace() {
   std::error_code ec;
   fs::rename(PartialPath(kManifest), dir_ + "/" + kManifest, ec);
   if (ec) return IoError("cannot write " + dir_ + "/" + kManifest + ": " + ec.message());
-  SyncPath(dir_, O_RDONLY | O_DIRECTORY);
+  if (durable_) SyncPath(dir_, O_RDONLY | O_DIRECTORY);
   fs::remove_all(partial_, ec);
   return Status::Ok();
 }
@@ -366,7 +366,9 @@ StatusOr<ckpt::VerifyReport> PartialImage::Commit(
     committing_ = false;
     return listed;
   }
-  for (const ckpt::ImageFile& f : manifest_.files) SyncPath(PartialPath(f.path), O_RDONLY);
+  if (durable_) {
+    for (const ckpt::ImageFile& f : manifest_.files) SyncPath(PartialPath(f.path), O_RDONLY);
+  }
   // Aligned, every byte was checked against the manifest's digests as it arrived (or, found in
   // an earlier receiver's journal, when this one opened it): only the structure is left.
   StatusOr<ckpt::VerifyReport> report =

@@ -32,6 +32,8 @@ class PartialImage {
                                                       uint64_t chunk_bytes);
   ~PartialImage();
   PartialImage(const PartialImage&) = delete;
+  // Whether Commit fsyncs the files and the folder (ReceiverOptions::durable); on by default.
+  void set_durable(bool durable) { durable_ = durable; }
   PartialImage& operator=(const PartialImage&) = delete;
 
   const std::string& manifest_sha() const { return manifest_sha_; }
@@ -94,6 +96,7 @@ class PartialImage {
   int done_count_ = 0;
   int journal_fd_ = -1;
   bool committing_ = false;
+  bool durable_ = true;
   bool finished_ = false;
   bool found_finished_ = false;
   std::mutex commit_mu_;  // one commit at a time

@@ -321,6 +321,7 @@ StatusOr<std::shared_ptr<PartialImage>> Receiver::Impl::Acquire(const std::strin
       PartialImage::Open(options.out_dir, manifest_json, chunk_bytes);
   if (!opened.ok()) return opened.status();
   image = std::move(*opened);
+  image->set_durable(options.durable);
   stats.bytes_hashed += image->TakeBytesHashed();
   return image;
 }

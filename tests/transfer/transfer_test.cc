@@ -93,11 +93,12 @@ void ExpectSameImage(const std::string& sent, const std::string& received) {
 // A Receiver serving one image in a thread.
 class ReceiverThread {
  public:
-  explicit ReceiverThread(const std::string& out, Fault fault = {}) {
+  explicit ReceiverThread(const std::string& out, Fault fault = {}, bool durable = true) {
     ReceiverOptions options;
     options.out_dir = out;
     options.token = kToken;
     options.fault = fault;
+    options.durable = durable;
     options.log = [this](const std::string& line) {
       std::lock_guard<std::mutex> lock(mu_);
       log_ += line + "\n";
@@ -185,6 +186,23 @@ TEST_F(TransferTest, PlainTransferArrivesVerifiedAndByteIdentical) {
   ASSERT_FALSE(progress.empty());
   EXPECT_TRUE(progress.back().final);
   EXPECT_EQ(progress.back().bytes_done, progress.back().bytes_total);
+}
+
+// A move's receiver (ReceiverOptions::durable off) commits without fsync; every check of the
+// commit still holds: a corrupted chunk is refused on arrival and resent, and the image lands
+// byte-identical and verified.
+TEST_F(TransferTest, ANonDurableReceiverStillRefusesCorruptionAndCommitsAVerifiedImage) {
+  MakeImage(src_, 20u << 20);
+  ReceiverThread receiver(out_, {}, /*durable=*/false);
+  SendOptions options = Options();
+  options.fault.corrupt_chunk = 1;
+  StatusOr<SendReport> sent = Send(receiver.port(), options);
+  ASSERT_TRUE(sent.ok()) << sent.status().ToString();
+  const StatusOr<ReceiveReport>& received = receiver.Wait();
+  ASSERT_TRUE(received.ok()) << received.status().ToString();
+  EXPECT_EQ(received->chunks_rejected, 1);
+  EXPECT_NE(sent->receiver_message.find("verified 4 files"), std::string::npos);
+  ExpectSameImage(src_, out_);
 }
 
 TEST_F(TransferTest, DroppedConnectionsResumeWithOnlyTheMissingChunks) {

@@ -99,6 +99,11 @@ struct ReceiverOptions {
   // ReceiveOne fails when no connection has been open for this long (0: it waits forever).
   double idle_timeout_s = 0;
   std::string local_criu_version;  // given to ckpt::VerifyImage ("" skips the CRIU check)
+  // Commit fsyncs every file and the folder, so that an image kept for later survives a crash
+  // of this machine. A move's receiver, whose image is restored at once while the source still
+  // holds the job, turns it off: the disk's write rate would be the move's (the kernel writes
+  // the files back within its own time).
+  bool durable = true;
   Fault fault;
   // Events (connections, refusals, resumes, commits), one line each; called from connection
   // threads, one at a time. May be empty.
