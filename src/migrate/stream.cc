@@ -88,6 +88,20 @@ uint64_t JobMemoryBytes(const ckpt::JobRecord& job) {
   for (uint32_t pid : quota::ProcessTree(static_cast<uint32_t>(job.pid))) {
     bytes += ProcKiloBytes("/proc/" + std::to_string(pid) + "/status", "VmRSS");
   }
+  return bytes + JobDeviceBytes(job);
+}
+
+uint64_t JobDeviceBytes(const ckpt::JobRecord& job) {
+  if (job.region.empty()) return 0;
+  std::string error;
+  std::unique_ptr<quota::Region> region = quota::Region::Open(job.region, &error);
+  if (region == nullptr) return 0;
+  // The job's processes write this file: a count beyond any GPU's is taken as that bound.
+  constexpr uint64_t kMostPerGpu = uint64_t{1} << 40;
+  uint64_t bytes = 0;
+  for (int slot = 0; slot < region->device_count(); ++slot) {
+    bytes += std::min(region->used(slot), kMostPerGpu);
+  }
   return bytes;
 }
 

@@ -47,9 +47,14 @@ struct PageStream {
   void Apply(ckpt::CheckpointOptions* checkpoint) const;
 };
 
-// What the job's memory takes (the resident set of its processes): what the destination must
-// have room for.
+// What the job's memory takes: the resident set of its processes, and the device memory its
+// quota region counts (JobDeviceBytes), which the driver's checkpoint puts in host memory before
+// the dump. What the destination must have room for.
 uint64_t JobMemoryBytes(const ckpt::JobRecord& job);
+
+// The GPU memory the job holds by its quota region's count (0 without a region), each GPU's
+// count taken as at most 1 TiB (the job's processes write that file).
+uint64_t JobDeviceBytes(const ckpt::JobRecord& job);
 
 // Connects to the destination's command port host:command_port, authenticates with `token` and
 // asks for a page server for migration `id`, announcing `bytes` of memory. Blocks for at most a
