@@ -94,6 +94,7 @@ void Agent::MigrateIn(const api::Command& c) {
     AddResult(id, criu.status());
     return;
   }
+  options.lazy_criu = ReadyLazyCriu();  // found once per agent, not in a move's pause
   // Before the restore, with the arrived image's manifest: the job's uid held for it here (CRIU
   // restores the uid it had) and its run directory made as the source had it (a run directory
   // that the restore made would have the default mode, which CRIU refuses). A uid this node

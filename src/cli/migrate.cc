@@ -162,6 +162,7 @@ int RunMigrateReceive(const MigrateReceiveArgs& a) {
     Say("receive", criu.status().message());
     return 1;
   }
+  options.lazy_criu = ckpt::LazyCriu(*criu);  // now, not in a post-copy move's pause
   // A receiver killed mid-move left its page-stream keys or streamed pages behind.
   for (const std::string& dir : migrate::RemoveOrphanedMoveFolders({})) {
     Say("receive", "removed " + dir + ", left by a move whose process died");

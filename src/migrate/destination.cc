@@ -203,7 +203,8 @@ struct Destination {
     (void)Save("restoring");
     StatusOr<ckpt::Criu> lazy_criu = criu;
     if (lazy) {
-      lazy_criu = puller.Start(criu, *channel, command.substr(13), image, options.lazy_plain);
+      lazy_criu = puller.Start(criu, options.lazy_criu, *channel, command.substr(13), image,
+                               options.lazy_plain);
       if (!lazy_criu.ok()) {
         (void)Save("aborted");
         (void)channel->Send("ERR " + lazy_criu.status().message());

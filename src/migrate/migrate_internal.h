@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -154,9 +155,11 @@ class PagePuller {
   // Starts the puller for the source's page server on `port_text`, at the command connection's
   // peer address, pulling into `image`; returns the CRIU to restore with. Plain TCP only when
   // allow_plain and no PAGE-TLS came.
-  StatusOr<ckpt::Criu> Start(const ckpt::Criu& criu, const Channel& channel,
-                             const std::string& port_text, const std::string& image,
-                             bool allow_plain);
+  // `known`: the post-copy CRIU when already found (DestinationOptions::lazy_criu).
+  StatusOr<ckpt::Criu> Start(const ckpt::Criu& criu,
+                             const std::optional<StatusOr<ckpt::Criu>>& known,
+                             const Channel& channel, const std::string& port_text,
+                             const std::string& image, bool allow_plain);
   bool started() const { return pid_ > 0; }
   // The restore failed: the puller goes.
   void Stop();

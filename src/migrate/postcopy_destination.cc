@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,15 +25,16 @@ Status PagePuller::AcceptTls(const std::string& id, const std::string& certifica
   return Status::Ok();
 }
 
-StatusOr<ckpt::Criu> PagePuller::Start(const ckpt::Criu& criu, const Channel& channel,
-                                       const std::string& port_text, const std::string& image,
-                                       bool allow_plain) {
+StatusOr<ckpt::Criu> PagePuller::Start(const ckpt::Criu& criu,
+                                       const std::optional<StatusOr<ckpt::Criu>>& known,
+                                       const Channel& channel, const std::string& port_text,
+                                       const std::string& image, bool allow_plain) {
   char* end = nullptr;
   const long port = std::strtol(port_text.c_str(), &end, 10);
   if (end == port_text.c_str() || *end != '\0' || port <= 0 || port > 65535) {
     return InvalidArgument("RESTORE LAZY needs a port, got '" + port_text + "'");
   }
-  StatusOr<ckpt::Criu> lazy = ckpt::LazyCriu(criu);
+  StatusOr<ckpt::Criu> lazy = known ? *known : ckpt::LazyCriu(criu);
   if (!lazy.ok()) return lazy.status();
   sockaddr_storage peer{};
   socklen_t len = sizeof(peer);

@@ -8,10 +8,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <vector>
 
 #include "migrate_internal.h"
+#include "paladin/quota/region.h"
 #include "paladin/quota/usage.h"
 
 namespace paladin::migrate {
@@ -61,9 +64,11 @@ StatusOr<OwnedDir> PrivateDir(const std::string& parent) {
 }
 
 // FEATURES' answer: the moves this side can take. Every receiver takes a streaming source; a
-// post-copy one needs the patched CRIU here.
-std::string MoveModesHere(const ckpt::Criu& criu) {
-  return ckpt::LazyCriu(criu).ok() ? "stream post-copy" : "stream";
+// post-copy one needs the patched CRIU here (`known`: DestinationOptions::lazy_criu).
+std::string MoveModesHere(const ckpt::Criu& criu,
+                          const std::optional<StatusOr<ckpt::Criu>>& known) {
+  const bool lazy = known ? known->ok() : ckpt::LazyCriu(criu).ok();
+  return lazy ? "stream post-copy" : "stream";
 }
 
 uint64_t PageBytes(const std::string& dir) {
@@ -339,7 +344,7 @@ StatusOr<Arrival> AwaitSource(const ckpt::Criu& criu, const DestinationOptions& 
     begin = channel->Receive(30);
     if (!begin.ok()) return begin.status();
     if (*begin == kFeaturesCommand) {
-      (void)channel->Send("OK " + MoveModesHere(criu));
+      (void)channel->Send("OK " + MoveModesHere(criu, options.lazy_criu));
       continue;
     }
     if (begin->rfind(page_server, 0) != 0) break;

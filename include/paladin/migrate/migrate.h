@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -150,6 +151,10 @@ struct DestinationOptions {
   std::function<Status(const ckpt::Manifest&)> before_restore;
   // Post-copy: also take a source that serves its pages without TLS (MigrateOptions::lazy_plain).
   bool lazy_plain = false;
+  // The post-copy CRIU (ckpt::LazyCriu of the CRIU given, or why there is none), found before
+  // the move: finding it runs CRIU twice (about 0.1 s), which RESTORE LAZY would otherwise spend
+  // in the job's pause. Unset: found when a source asks.
+  std::optional<StatusOr<ckpt::Criu>> lazy_criu;
 };
 
 // Receives one job and carries out the destination's part of its migration. Returns the job as
