@@ -27,28 +27,34 @@ class JobDeviceBytesTest : public ::testing::Test {
     std::error_code ec;
     fs::remove_all(dir_, ec);
   }
+  // A quota region at dir_/region whose process holds `first` bytes on one GPU and `second` on
+  // another; the job's record names it.
+  ckpt::JobRecord JobHolding(uint64_t first, uint64_t second) {
+    std::string error;
+    region_ = quota::Region::Create(dir_ + "/region", quota::RegionSettings{}, &error);
+    EXPECT_NE(region_, nullptr) << error;
+    ckpt::JobRecord job;
+    if (region_ == nullptr) return job;
+    const char gpu0[16] = {'a'};
+    const char gpu1[16] = {'b'};
+    const int slot0 = region_->DeviceSlot(gpu0);
+    const int slot1 = region_->DeviceSlot(gpu1);
+    const int proc = region_->AttachProcess(quota::SelfProcessId());
+    EXPECT_GE(proc, 0);
+    region_->ForceReserve(slot0, proc, first, false);
+    region_->ForceReserve(slot1, proc, second, false);
+    job.region = dir_ + "/region";
+    return job;
+  }
   std::string dir_;
+  std::unique_ptr<quota::Region> region_;
 };
 
 TEST_F(JobDeviceBytesTest, CountsWhatTheRegionHoldsOnEachGpu) {
-  quota::RegionSettings settings;
-  settings.quota_bytes = uint64_t{8} << 30;
-  std::string error;
-  std::unique_ptr<quota::Region> region = quota::Region::Create(dir_ + "/region", settings, &error);
-  ASSERT_NE(region, nullptr) << error;
-  const char gpu0[16] = {'a'};
-  const char gpu1[16] = {'b'};
-  const int slot0 = region->DeviceSlot(gpu0);
-  const int slot1 = region->DeviceSlot(gpu1);
-  const int proc = region->AttachProcess(quota::SelfProcessId());
-  ASSERT_GE(proc, 0);
-  region->ForceReserve(slot0, proc, uint64_t{64} << 20, false);
-  region->ForceReserve(slot1, proc, uint64_t{3} << 30, false);
-
-  ckpt::JobRecord job;
-  EXPECT_EQ(JobDeviceBytes(job), 0u);  // no region: no GPU memory counted
-  job.region = dir_ + "/region";
+  ckpt::JobRecord job = JobHolding(uint64_t{64} << 20, uint64_t{3} << 30);
   EXPECT_EQ(JobDeviceBytes(job), (uint64_t{64} << 20) + (uint64_t{3} << 30));
+  job.region.clear();
+  EXPECT_EQ(JobDeviceBytes(job), 0u);  // no region: no GPU memory counted
   job.region = dir_ + "/missing";
   EXPECT_EQ(JobDeviceBytes(job), 0u);
 }
@@ -56,19 +62,7 @@ TEST_F(JobDeviceBytesTest, CountsWhatTheRegionHoldsOnEachGpu) {
 // The job's processes can write their region: a count beyond any GPU's is taken as 1 TiB, so
 // the sum cannot wrap around into a small announcement.
 TEST_F(JobDeviceBytesTest, AnImpossibleCountIsBounded) {
-  std::string error;
-  std::unique_ptr<quota::Region> region =
-      quota::Region::Create(dir_ + "/region", quota::RegionSettings{}, &error);
-  ASSERT_NE(region, nullptr) << error;
-  const char gpu0[16] = {'a'};
-  const char gpu1[16] = {'b'};
-  const int slot0 = region->DeviceSlot(gpu0);
-  const int slot1 = region->DeviceSlot(gpu1);
-  const int proc = region->AttachProcess(quota::SelfProcessId());
-  region->ForceReserve(slot0, proc, ~uint64_t{0} - 10, false);
-  region->ForceReserve(slot1, proc, 20, false);
-  ckpt::JobRecord job;
-  job.region = dir_ + "/region";
+  const ckpt::JobRecord job = JobHolding(~uint64_t{0} - 10, 20);
   EXPECT_EQ(JobDeviceBytes(job), (uint64_t{1} << 40) + 20);
 }
 
