@@ -341,13 +341,23 @@ std::unique_ptr<Region> Region::Create(const std::string& path, const RegionSett
 }
 
 std::unique_ptr<Region> Region::Open(const std::string& path, std::string* error) {
-  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  // Root opens a job's region by name (checkpoint, adoption, a move's announcement), in a run
+  // directory the job may own: a link put in its place is not followed, a FIFO does not block the
+  // open, and only a regular file with no other name is mapped (a hard link to another file of the
+  // right size would have root write into that file).
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
-    *error = "accounting region " + path + ": " + strerror(errno);
+    *error = "accounting region " + path + ": " +
+             (errno == ELOOP ? std::string("is a symbolic link") : strerror(errno));
     return nullptr;
   }
   struct stat st {};
-  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != sizeof(Layout)) {
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+    *error = "accounting region " + path + ": not a regular file with one name";
+    close(fd);
+    return nullptr;
+  }
+  if (static_cast<size_t>(st.st_size) != sizeof(Layout)) {
     *error = "accounting region " + path + ": size " + std::to_string(st.st_size) +
              " is not a version " + std::to_string(kRegionVersion) + " region (" +
              std::to_string(sizeof(Layout)) + " bytes)";

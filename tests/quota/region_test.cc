@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -388,6 +390,40 @@ TEST_F(RegionTest, OpenRefusesATruncatedFile) {
   error.clear();
   EXPECT_EQ(Region::Open(Path("empty.region"), &error), nullptr);
   EXPECT_NE(error.find("size 0"), std::string::npos) << error;
+}
+
+// Root opens a job's region by name in a directory the job may own: what the job puts there in
+// the region's place is refused, and nothing it points at is mapped or written.
+TEST_F(RegionTest, OpenRefusesALinkAFifoAndASecondName) {
+  MustCreate(Settings(100, 1)).reset();
+  const std::string real = Path("quota.region");
+  auto read_all = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string before = read_all(real);
+
+  fs::create_symlink(real, Path("link.region"));
+  std::string error;
+  EXPECT_EQ(Region::Open(Path("link.region"), &error), nullptr);
+  EXPECT_NE(error.find(Path("link.region")), std::string::npos) << error;
+  EXPECT_NE(error.find("symbolic link"), std::string::npos) << error;
+
+  ASSERT_EQ(mkfifo(Path("fifo.region").c_str(), 0600), 0);
+  error.clear();
+  EXPECT_EQ(Region::Open(Path("fifo.region"), &error), nullptr);  // returns: no reader to wait for
+  EXPECT_NE(error.find("not a regular file"), std::string::npos) << error;
+
+  fs::create_hard_link(real, Path("second.region"));
+  error.clear();
+  EXPECT_EQ(Region::Open(Path("second.region"), &error), nullptr);
+  EXPECT_NE(error.find("one name"), std::string::npos) << error;
+  error.clear();
+  EXPECT_EQ(Region::Open(real, &error), nullptr);  // either name: the file has two
+  fs::remove(Path("second.region"));
+  error.clear();
+  EXPECT_NE(Region::Open(real, &error), nullptr) << error;
+  EXPECT_EQ(read_all(real), before);
 }
 
 TEST_F(RegionTest, OpenRefusesWrongMagic) {
