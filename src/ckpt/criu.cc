@@ -675,8 +675,8 @@ StatusOr<Criu> LazyCriu(const Criu& criu) {
       tried);
 }
 
-Criu StreamCriu(const Criu& criu) {
-  StatusOr<Criu> patched = LazyCriu(criu);
+Criu StreamCriu(const Criu& criu, const std::optional<StatusOr<Criu>>& lazy) {
+  const StatusOr<Criu> patched = lazy ? *lazy : LazyCriu(criu);
   if (!patched.ok() || patched->network_lock != criu.network_lock) return criu;
   return *patched;
 }

@@ -190,15 +190,12 @@ StatusOr<std::unique_ptr<PageSink>> PageSink::Start(const ckpt::Criu& criu, cons
   sink->kept_in_ = memory ? "memory" : "disk";
   sink->port_ = port;
   sink->log_ = disk_parent + "/page-server.log";
-  // The patched CRIU where it is installed (StreamCriu): it writes the pages it decrypts
-  // straight into the image.
-  const ckpt::Criu server_criu = ckpt::StreamCriu(criu);
-  std::vector<std::string> argv = {
-      server_criu.path, "page-server",        "-D", sink->dir_, "--address", bind_address,
-      "--port",         std::to_string(port), "-o", sink->log_, "-v2"};
+  std::vector<std::string> argv = {criu.path,   "page-server", "-D",     sink->dir_,
+                                   "--address", bind_address,  "--port", std::to_string(port),
+                                   "-o",        sink->log_,    "-v2"};
   const std::vector<std::string> tls_args = sink->tls_.CriuArgs();
   argv.insert(argv.end(), tls_args.begin(), tls_args.end());
-  StatusOr<pid_t> server = ckpt::StartServing(server_criu, argv, sink->log_, 30);
+  StatusOr<pid_t> server = ckpt::StartServing(criu, argv, sink->log_, 30);
   if (!server.ok()) {
     return Status(server.status().code(), "criu page-server: " + server.status().message());
   }
@@ -349,8 +346,11 @@ StatusOr<Arrival> AwaitSource(const ckpt::Criu& criu, const DestinationOptions& 
     }
     if (begin->rfind(page_server, 0) != 0) break;
     StatusOr<std::unique_ptr<PageSink>> sink =
-        PageSink::Start(criu, begin->substr(page_server.size()), options.bind_address,
-                        options.port + 2, options.dir, progress);
+        // The patched CRIU where it is installed: it writes the pages it decrypts straight into
+        // the image.
+        PageSink::Start(ckpt::StreamCriu(criu, options.lazy_criu),
+                        begin->substr(page_server.size()), options.bind_address, options.port + 2,
+                        options.dir, progress);
     if (!sink.ok()) {
       progress("no page server for the source (" + sink.status().message() +
                "); waiting for it to move by image");

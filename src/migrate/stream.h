@@ -71,7 +71,8 @@ StatusOr<PageStream> OpenPageStream(const std::string& host, int command_port,
 class PageSink {
  public:
   // Handles PAGE-SERVER's arguments ("<id> <bytes> <certificate>", untrusted): makes this side's
-  // keys trusting only that certificate and starts the server on bind_address:port.
+  // keys trusting only that certificate and starts `criu`'s page server (ckpt::StreamCriu's
+  // choice) on bind_address:port.
   static StatusOr<std::unique_ptr<PageSink>> Start(const ckpt::Criu& criu, const std::string& args,
                                                    const std::string& bind_address, int port,
                                                    const std::string& disk_parent,

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,8 +69,9 @@ StatusOr<Criu> LazyCriu(const Criu& criu);
 // for that page server: LazyCriu's where there is one that locks the network as `criu` does
 // (its dump ends the page stream without waiting out a TCP cork, about 0.25 s of the pause; its
 // page server writes what it decrypts straight into the image: scripts/criu-patches/0007 and
-// 0009); else `criu` itself.
-Criu StreamCriu(const Criu& criu);
+// 0009); else `criu` itself. `lazy`: LazyCriu(criu)'s answer where the caller holds it (a receiver
+// finds it when it starts); else it is asked for here (about 0.1 s: two `criu check`s).
+Criu StreamCriu(const Criu& criu, const std::optional<StatusOr<Criu>>& lazy = std::nullopt);
 
 // Whether this process has CAP_SYS_RESOURCE in its effective set (/proc/self/status, CapEff).
 bool HasSysResource();
