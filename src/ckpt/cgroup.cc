@@ -130,14 +130,24 @@ Status Cgroup::Remove() const {
   return Status::Ok();
 }
 
-std::string Cgroup::Of(pid_t pid) {
+std::vector<CgroupLine> CgroupsOf(pid_t pid) {
+  std::vector<CgroupLine> lines;
   std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
-  // "ID:CONTROLLERS:/paladin/NAME[/...]" on v1, "0::/paladin/NAME" on v2.
-  const std::string marker = ":/paladin/";
   for (std::string line; std::getline(in, line);) {
-    const size_t at = line.find(marker);
-    if (at == std::string::npos) continue;
-    const std::string rest = line.substr(at + marker.size());
+    const size_t a = line.find(':');
+    const size_t b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    lines.push_back({line.substr(a + 1, b - a - 1), line.substr(b + 1)});
+  }
+  return lines;
+}
+
+std::string Cgroup::Of(pid_t pid) {
+  // "/paladin/NAME[/...]" in any hierarchy.
+  const std::string prefix = "/paladin/";
+  for (const CgroupLine& line : CgroupsOf(pid)) {
+    if (line.path.rfind(prefix, 0) != 0) continue;
+    const std::string rest = line.path.substr(prefix.size());
     std::string name = rest.substr(0, rest.find('/'));
     if (!name.empty() && name != "." && name != "..") return name;
   }

@@ -22,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "paladin/ckpt/cgroup.h"
 #include "paladin/ckpt/subprocess.h"
 
 namespace paladin::ckpt {
@@ -157,17 +158,11 @@ const std::vector<std::string> kDumpSocketFlags = {"--tcp-established", "--skip-
 // hierarchy, whose group the tree has from Paladin) or when unreadable.
 std::vector<std::string> OwnCgroupHierarchies(pid_t pid) {
   std::vector<std::string> own;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
-  std::string line;
   bool v1 = false;
-  while (std::getline(in, line)) {
-    const size_t a = line.find(':');
-    const size_t b = a == std::string::npos ? a : line.find(':', a + 1);
-    if (b == std::string::npos) continue;
-    const std::string controllers = line.substr(a + 1, b - a - 1);
-    if (controllers.empty()) continue;  // the unified hierarchy
+  for (const CgroupLine& line : CgroupsOf(pid)) {
+    if (line.controllers.empty()) continue;  // the unified hierarchy
     v1 = true;
-    if (line.substr(b + 1) != "/") own.push_back(controllers);
+    if (line.path != "/") own.push_back(line.controllers);
   }
   return v1 ? own : std::vector<std::string>();
 }

@@ -49,9 +49,7 @@ std::string_view RunStateName(RunState state) {
 }
 
 std::optional<RunState> ParseRunState(std::string_view name) {
-  for (RunState s :
-       {RunState::kRunning, RunState::kFrozen, RunState::kCheckpointing, RunState::kCheckpointed,
-        RunState::kMoving, RunState::kMoved, RunState::kStopped}) {
+  for (RunState s : kAllRunStates) {
     if (RunStateName(s) == name) return s;
   }
   return std::nullopt;

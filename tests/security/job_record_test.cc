@@ -12,7 +12,9 @@
 #include <fstream>
 #include <future>
 #include <iterator>
+#include <set>
 #include <string>
+#include <string_view>
 
 #include "paladin/ckpt/workload.h"
 
@@ -96,9 +98,9 @@ TEST_F(JobRecordTest, AHostileRecordIsRefusedAtOnce) {
 TEST_F(JobRecordTest, EveryStateReadsBackAndAnUnknownOneIsRefused) {
   StatusOr<JobRecord> job = ReadJob(dir_ + "/outside");
   ASSERT_TRUE(job.ok()) << job.status().message();
-  for (RunState state :
-       {RunState::kRunning, RunState::kFrozen, RunState::kCheckpointing, RunState::kCheckpointed,
-        RunState::kMoving, RunState::kMoved, RunState::kStopped}) {
+  std::set<std::string_view> names;
+  for (RunState state : kAllRunStates) {
+    EXPECT_TRUE(names.insert(RunStateName(state)).second) << RunStateName(state);
     job->state = state;
     ASSERT_TRUE(WriteJob(*job).ok());
     StatusOr<JobRecord> back = ReadJob(job->run_dir);

@@ -15,6 +15,15 @@
 
 namespace paladin::ckpt {
 
+// One line of /proc/PID/cgroup ("ID:CONTROLLERS:PATH"): a v1 hierarchy names its controllers,
+// the unified (v2) one none.
+struct CgroupLine {
+  std::string controllers;  // "" for the unified hierarchy
+  std::string path;         // the group within that hierarchy, "/..."
+};
+// The lines of /proc/PID/cgroup; none where it cannot be read. Malformed lines are skipped.
+std::vector<CgroupLine> CgroupsOf(pid_t pid);
+
 class Cgroup {
  public:
   // "v2", "v1", or "none".

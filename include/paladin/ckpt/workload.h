@@ -12,6 +12,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -33,6 +34,10 @@ enum class RunState {
   kMoved,          // its migration committed: it runs elsewhere
   kStopped,        // restored or left stopped (a move's copy before it resumes)
 };
+// Every state, once (the parser and the tests walk it).
+inline constexpr std::array<RunState, 7> kAllRunStates = {
+    RunState::kRunning, RunState::kFrozen, RunState::kCheckpointing, RunState::kCheckpointed,
+    RunState::kMoving,  RunState::kMoved,  RunState::kStopped};
 // job.json's name of a state ("running", "frozen", ...).
 std::string_view RunStateName(RunState state);
 // The state of that name; nullopt for any other text.
