@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "agent_impl.h"
-#include "paladin/ckpt/cgroup.h"
+#include "paladin/base/cgroup.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/image.h"
 #include "paladin/ckpt/rank_net.h"
@@ -341,7 +341,7 @@ void Agent::Checkpoint(const api::Command& c) {
                           : "; it runs on"));
   if (mode == "stop") {
     Reap(static_cast<pid_t>(w->record.pid));
-    if (!w->record.cgroup.empty()) (void)ckpt::Cgroup::Existing(w->record.cgroup).Remove();
+    if (!w->record.cgroup.empty()) (void)base::Cgroup::Existing(w->record.cgroup).Remove();
     std::lock_guard<std::mutex> lock(mu_);
     Forget(w->id, w->epoch, true);
   } else {

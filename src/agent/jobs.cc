@@ -14,7 +14,7 @@
 
 #include "agent_impl.h"
 #include "paladin/api/wire.h"
-#include "paladin/ckpt/cgroup.h"
+#include "paladin/base/cgroup.h"
 #include "paladin/ckpt/rank_net.h"
 #include "paladin/quota/usage.h"
 
@@ -214,7 +214,7 @@ void Agent::PollExits() {
     Say("job " + w->id + " (pid " + std::to_string(pid) + ") exited" +
         (w->exit_code ? " with code " + std::to_string(*w->exit_code) : " (exit code unknown)"));
     if (w->grower) w->grower->Stop();
-    if (!w->record.cgroup.empty()) (void)ckpt::Cgroup::Existing(w->record.cgroup).Remove();
+    if (!w->record.cgroup.empty()) (void)base::Cgroup::Existing(w->record.cgroup).Remove();
   }
 }
 
@@ -374,7 +374,7 @@ Status Agent::KillTree(Workload* w) {
     }
   }
   if (w->grower) w->grower->Stop();
-  if (!w->record.cgroup.empty()) (void)ckpt::Cgroup::Existing(w->record.cgroup).Remove();
+  if (!w->record.cgroup.empty()) (void)base::Cgroup::Existing(w->record.cgroup).Remove();
   return Status::Ok();
 }
 

@@ -16,7 +16,7 @@
 #include "gpu_driver.h"
 #include "job_manifest.h"
 #include "link_remaps.h"
-#include "paladin/ckpt/cgroup.h"
+#include "paladin/base/cgroup.h"
 #include "paladin/ckpt/gpu_checkpoint.h"
 #include "paladin/ckpt/sockets.h"
 #include "paladin/quota/region.h"
@@ -112,8 +112,8 @@ class CheckpointRun {
   std::unique_ptr<GpuCheckpointer> gpu_;  // null for a CPU job
   std::vector<pid_t> cuda_;               // the processes with GPU state
   Manifest manifest_;
-  std::unique_ptr<Cgroup> group_;  // set while its memory limit is lifted
-  uint64_t memory_limit_ = 0;      // the limit lifted, 0 for none
+  std::unique_ptr<base::Cgroup> group_;  // set while its memory limit is lifted
+  uint64_t memory_limit_ = 0;            // the limit lifted, 0 for none
   std::unique_ptr<quota::Region> region_;
   RunState previous_state_ = RunState::kRunning;
 };
@@ -214,7 +214,7 @@ void CheckpointRun::DescribeRunningJob() {
 Status CheckpointRun::CheckpointGpu() {
   // GPU memory is about to land in the job's RAM: its cgroup limit must not kill it meanwhile.
   if (!cuda_.empty() && !job_->cgroup.empty()) {
-    group_ = std::make_unique<Cgroup>(Cgroup::Existing(job_->cgroup));
+    group_ = std::make_unique<base::Cgroup>(base::Cgroup::Existing(job_->cgroup));
     memory_limit_ = group_->MemoryLimit();
     if (memory_limit_ > 0) (void)group_->SetMemoryLimit(0);
   }

@@ -22,7 +22,7 @@
 #include <sstream>
 #include <thread>
 
-#include "paladin/ckpt/cgroup.h"
+#include "paladin/base/cgroup.h"
 #include "paladin/ckpt/subprocess.h"
 
 namespace paladin::ckpt {
@@ -159,7 +159,7 @@ const std::vector<std::string> kDumpSocketFlags = {"--tcp-established", "--skip-
 std::vector<std::string> OwnCgroupHierarchies(pid_t pid) {
   std::vector<std::string> own;
   bool v1 = false;
-  for (const CgroupLine& line : CgroupsOf(pid)) {
+  for (const base::CgroupLine& line : base::CgroupsOf(pid)) {
     if (line.controllers.empty()) continue;  // the unified hierarchy
     v1 = true;
     if (line.path != "/") own.push_back(line.controllers);

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "gpu_driver.h"
-#include "paladin/ckpt/cgroup.h"
+#include "paladin/base/cgroup.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/gpu/nvml.h"
 #include "paladin/quota/region.h"
@@ -224,7 +224,7 @@ void Release(JobRecord* job, const Manifest& m, pid_t root, const std::vector<pi
   job->pid = root;
   // CRIU put the tree back into the group it was dumped in (making it where missing): the
   // record names that group, so that whoever sees the job end removes it (supervise::Finish).
-  if (const std::string group = Cgroup::Of(root); !group.empty()) job->cgroup = group;
+  if (const std::string group = base::Cgroup::Of(root); !group.empty()) job->cgroup = group;
   job->state = options.leave_stopped ? RunState::kStopped : RunState::kRunning;
   std::error_code ec;
   job->image = fs::canonical(dir, ec).string();

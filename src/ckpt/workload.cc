@@ -18,7 +18,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "paladin/ckpt/cgroup.h"
+#include "paladin/base/cgroup.h"
 #include "paladin/ckpt/fence.h"
 
 extern char** environ;
@@ -619,7 +619,7 @@ StatusOr<StartedWorkload> StartWorkload(const WorkloadSpec& spec) {
   }
   started.pid = pid;
   if (!spec.cgroup.empty()) {
-    StatusOr<Cgroup> group = Cgroup::Create(spec.cgroup);
+    StatusOr<base::Cgroup> group = base::Cgroup::Create(spec.cgroup);
     Status added = group.ok() ? group->Add(pid) : group.status();
     if (added.ok()) {
       started.cgroup = spec.cgroup;

@@ -10,7 +10,7 @@
 
 #include "commands.h"
 #include "fleet.h"
-#include "paladin/ckpt/cgroup.h"
+#include "paladin/base/cgroup.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/criu.h"
 #include "paladin/ckpt/image.h"
@@ -164,7 +164,7 @@ int RunRestore(const RestoreArgs& a) {
   // Nothing of Paladin's waits for this job: a watcher removes its group when it ends.
   if (!job->cgroup.empty()) {
     Status watched =
-        ckpt::Cgroup::Existing(job->cgroup).RemoveWhenGone(static_cast<pid_t>(job->pid));
+        base::Cgroup::Existing(job->cgroup).RemoveWhenGone(static_cast<pid_t>(job->pid));
     if (!watched.ok())
       Say("restore", "warning: the job's cgroup stays when it ends: " + watched.message());
   }
@@ -287,7 +287,7 @@ int RunDoctor() {
   line(root, "namespaces",
        root ? "PID namespaces available (running as root)"
             : "creating PID namespaces and restoring with CRIU need root; fix: run as root");
-  const std::string cgroups = ckpt::Cgroup::Version();
+  const std::string cgroups = base::Cgroup::Version();
   line(cgroups != "none", "cgroups",
        cgroups == "none" ? "no hierarchy at /sys/fs/cgroup; fix: mount cgroup2 there"
                          : cgroups + (root ? "" : " (creating groups needs root or delegation)"));

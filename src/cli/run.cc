@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "commands.h"
-#include "paladin/ckpt/cgroup.h"
+#include "paladin/base/cgroup.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/rank_net.h"
 #include "paladin/ckpt/workload.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "migrate_internal.h"
-#include "paladin/ckpt/cgroup.h"
+#include "paladin/base/cgroup.h"
 #include "paladin/quota/usage.h"
 
 namespace paladin::migrate {
@@ -51,7 +51,7 @@ Status ResumeHere(ckpt::JobRecord* job, double settle_s) {
 
 void Release(ckpt::JobRecord* job) {
   KillTree(job->pid);
-  if (!job->cgroup.empty()) (void)ckpt::Cgroup::Existing(job->cgroup).Remove();
+  if (!job->cgroup.empty()) (void)base::Cgroup::Existing(job->cgroup).Remove();
 }
 
 // A job whose image holds file locks cannot keep its stopped copy here while the destination
@@ -79,7 +79,7 @@ Status LetGoForLocks(ckpt::JobRecord* job, MoveState* st, const std::string& sta
   while (!std::all_of(pids.begin(), pids.end(), gone) && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  if (!job->cgroup.empty()) (void)ckpt::Cgroup::Existing(job->cgroup).Remove();
+  if (!job->cgroup.empty()) (void)base::Cgroup::Existing(job->cgroup).Remove();
   progress("let go of the stopped copy here (pid " + std::to_string(job->pid) +
            ") so that the destination can take its file locks; if the move fails, the job is "
            "restored here from " +
@@ -106,7 +106,7 @@ Status BackHere(const ckpt::Criu& criu, ckpt::JobRecord* job, const MoveState& s
   *job = *got;
   // Nothing of Paladin's waits for the restored job: its group goes when it ends.
   if (!job->cgroup.empty()) {
-    (void)ckpt::Cgroup::Existing(job->cgroup).RemoveWhenGone(static_cast<pid_t>(job->pid));
+    (void)base::Cgroup::Existing(job->cgroup).RemoveWhenGone(static_cast<pid_t>(job->pid));
   }
   progress("the job runs here again as pid " + std::to_string(job->pid) +
            ", restored from its image");

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <map>
 
-#include "paladin/ckpt/cgroup.h"
+#include "paladin/base/cgroup.h"
 
 namespace paladin::quota {
 
@@ -85,7 +85,7 @@ WorkloadUsage SampleUsage(const Region& region, const gpu::Nvml* nvml, uint32_t 
   WorkloadUsage usage;
   usage.pids = ProcessTree(root);
   if (!cgroup.empty()) {
-    const ckpt::Cgroup group = ckpt::Cgroup::Existing(cgroup);
+    const base::Cgroup group = base::Cgroup::Existing(cgroup);
     usage.host_rss_bytes = group.MemoryBytes();
     usage.cpu_seconds = group.CpuSeconds();
   } else {

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "paladin/ckpt/cgroup.h"
+#include "paladin/base/cgroup.h"
 #include "paladin/core/job_env.h"
 #include "paladin/quota/region.h"
 #include "paladin/supervise/supervisor.h"
@@ -203,7 +203,7 @@ Ending Finish(const ckpt::JobRecord& job) {
   // A copy a move let go (file locks) is the mover's to clean up: on this machine the destination
   // may already be restoring the job into a group of the same name, which must not go.
   const bool let_go = latest.ok() && latest->state == ckpt::RunState::kMoving;
-  if (!job.cgroup.empty() && !let_go) (void)ckpt::Cgroup::Existing(job.cgroup).Remove();
+  if (!job.cgroup.empty() && !let_go) (void)base::Cgroup::Existing(job.cgroup).Remove();
   for (int i = 0; i < 600 && latest.ok() && latest->state == ckpt::RunState::kCheckpointing; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the image is being finished
     latest = ckpt::ReadJob(job.run_dir);

@@ -175,29 +175,6 @@ python3 "$HERE/dom_check.py" page "$WORK/page.html" || FAILED=$((FAILED + 1))
 
 # --- teams, a team token, the agent ---
 
-# A free port P with P+1 free too (the agent's migration ports): random, below the kernel's
-# ephemeral range, from which outgoing connections take their ports (as tests/cli/testlib.sh's
-# free_port).
-free_port_pair() {
-  python3 -c '
-import random, socket
-low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-low = low if low > 12000 else 32768
-for _ in range(200):
-    p = random.randrange(10000, low - 2)
-    a, b = socket.socket(), socket.socket()
-    try:
-        a.bind(("127.0.0.1", p))
-        b.bind(("127.0.0.1", p + 1))
-        print(p)
-        break
-    except OSError:
-        pass
-    finally:
-        a.close()
-        b.close()
-'
-}
 
 http "$ADMIN" PUT /v1/teams/vision '{"max_gpus": 4, "priority": 0}'
 [[ $HTTP_STATUS == 200 || $HTTP_STATUS == 201 ]] || die "PUT /v1/teams/vision: $HTTP_STATUS $HTTP_BODY"
@@ -208,7 +185,7 @@ http "$ADMIN" POST /v1/tokens '{"scope": "team:vision", "name": "browser-test"}'
 VISION=$(json 'd["token"]')
 
 "$PALADIN" agent --server "$URL" --token-file "$WORK/server/agent.token" --name node-a \
-  --data "$WORK/a" --emulated-gpus 2x80GiB --migrate-port "$(free_port_pair)" --kill-on-exit \
+  --data "$WORK/a" --emulated-gpus 2x80GiB --migrate-port "$(python3 "$HERE/../free_port.py" 2)" --kill-on-exit \
   >"$WORK/agent.log" 2>&1 &
 AGENT_PID=$!
 for ((i = 0; i < 300; i++)); do

@@ -90,22 +90,13 @@ def main():
             sys.exit("WORLD_SIZE must be %d" % WORLD)
         rank_main(int(os.environ["RANK"]), steps, sleep_s, mib, None)
         return
-    # A free port for the rendezvous (the ranks' own connections are made through it): random,
-    # below the kernel's ephemeral range, from which outgoing connections take their ports (one
-    # could take it while the ranks start, before rank 0 listens).
-    import random
-    import socket
+    # A free port for the rendezvous (the ranks' own connections are made through it), by the
+    # tests' one rule (tests/free_port.py: below the ephemeral range, from which an outgoing
+    # connection could take it while the ranks start, before rank 0 listens).
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from free_port import free_port
 
-    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-    low = low if low > 12000 else 32768
-    for _ in range(200):
-        port = random.randrange(10000, low)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                break
-            except OSError:
-                continue
+    port = free_port()
     mp.spawn(rank_main, args=(steps, sleep_s, mib, port), nprocs=WORLD, join=True)
 
 

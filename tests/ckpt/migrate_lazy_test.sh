@@ -136,7 +136,13 @@ move() {
     attack_start "$d" $((port + 2))
   elif [[ $case == destination || $case == puller ]]; then
     for _ in $(seq 600); do grep -q 'runs at the destination' "$d/migrate.out" && break; sleep 0.01; done
-    sleep 0.3
+    # The rest of the pages takes about half a second: the source's page server (its lazy dump)
+    # is stopped, so that the fault lands while pages are still owed, then let go once it has.
+    local server
+    server=$(pgrep -f -- "dump .*--lazy-pages --address 127.0.0.1 --port $((port + 2))")
+    [[ -n $server ]] || fail "$case: the source's page server (its lazy dump) is not running"
+    [[ -n $server ]] && kill -STOP $server
+    sleep 0.2
     if grep -q '^moved' "$d/migrate.out"; then
       fail "$case: every page arrived before the fault could be injected"
     fi
@@ -147,6 +153,8 @@ move() {
     esac
     [[ -n $victim ]] || fail "$case: nothing to kill (the destination's copy or its page puller)"
     kill -9 $victim 2>/dev/null
+    sleep 0.2
+    [[ -n $server ]] && kill -CONT $server 2>/dev/null
   fi
   wait $migrate
   local rc=$?

@@ -67,22 +67,8 @@ wait_for() {
   return 1
 }
 
-# free_port [COUNT]: a TCP port P with P..P+COUNT-1 free now, for a test's listeners. Random, and
-# below the kernel's ephemeral range (ip_local_port_range), from which the outgoing connections
-# of everything else on the machine take their ports: a listener's port there may be taken
-# before it binds.
+# free_port [COUNT]: a TCP port P with P..P+COUNT-1 free now, for a test's listeners, by the
+# tests' one rule (tests/free_port.py: random, below the kernel's ephemeral range).
 free_port() {
-  local count=${1:-1} low p i
-  read -r low _ </proc/sys/net/ipv4/ip_local_port_range
-  ((low > 12000)) || low=32768
-  for _ in $(seq 100); do
-    p=$((10000 + RANDOM % (low - 10000 - count)))
-    for ((i = 0; i < count; i++)); do
-      [[ -z $(ss -Htan "sport = :$((p + i))") ]] || continue 2
-    done
-    echo "$p"
-    return 0
-  done
-  echo "free_port: no $count free port(s) in 10000-$low" >&2
-  return 1
+  python3 "$(dirname "${BASH_SOURCE[0]}")/../free_port.py" "${1:-1}"
 }

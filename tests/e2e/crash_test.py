@@ -24,6 +24,9 @@ import time
 import urllib.error
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import free_port as free_port_module  # noqa: E402
+
 PALADIN = os.path.realpath(sys.argv[1])
 STEPS = ["reserved", "migrate_in_sent", "migrate_out_sent", "before_commit", "after_commit", "done"]
 failures = []
@@ -39,33 +42,9 @@ def ok(what):
 
 
 def free_port(pair=False):
-    """A TCP port free now (and the next one too with `pair`), for a listener of the test's.
-    Random, below the kernel's ephemeral range (ip_local_port_range), from which every outgoing
-    connection on the machine takes its local port: a port from that range, free when chosen,
-    may be taken by one before the listener binds it (an agent's move listener then fails with
-    "Address already in use")."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    if low <= 12000:
-        low = 32768
-    for _ in range(200):
-        port = random.randrange(10000, low - 2)
-        socks = []
-        try:
-            for p in (port, port + 1) if pair else (port,):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return port
-        except OSError:
-            pass
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError(f"no free port in 10000-{low}")
+    """A TCP port free now (and the next one too with `pair`), for a listener of the test's, by
+    the tests' one rule (tests/free_port.py)."""
+    return free_port_module.free_port(2 if pair else 1)
 
 
 def wait_for(what, predicate, timeout=90, interval=0.25):

@@ -1,7 +1,7 @@
-// Reading which control groups a process is in (include/paladin/ckpt/cgroup.h): the lines of
+// Reading which control groups a process is in (include/paladin/base/cgroup.h): the lines of
 // /proc/PID/cgroup, and the group under paladin/ a job's process was put in (root only: making a
 // group needs write access to the hierarchy).
-#include "paladin/ckpt/cgroup.h"
+#include "paladin/base/cgroup.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace paladin::ckpt {
+namespace paladin::base {
 namespace {
 
 TEST(CgroupsOfTest, ReadsEveryHierarchyOfALiveProcessAndNothingOfAGoneOne) {
@@ -52,4 +52,4 @@ TEST(CgroupsOfTest, NamesTheGroupAJobsProcessWasPutIn) {
 }
 
 }  // namespace
-}  // namespace paladin::ckpt
+}  // namespace paladin::base

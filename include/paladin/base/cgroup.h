@@ -2,8 +2,8 @@
 // controllers (memory, cpuacct, pids), whichever the machine mounts. Groups live under
 // <mount>/paladin/<name>. Creating one needs write access to the hierarchy (root, or a
 // delegated subtree).
-#ifndef PALADIN_CKPT_CGROUP_H_
-#define PALADIN_CKPT_CGROUP_H_
+#ifndef PALADIN_BASE_CGROUP_H_
+#define PALADIN_BASE_CGROUP_H_
 
 #include <sys/types.h>
 
@@ -13,7 +13,7 @@
 
 #include "paladin/base/status.h"
 
-namespace paladin::ckpt {
+namespace paladin::base {
 
 // One line of /proc/PID/cgroup ("ID:CONTROLLERS:PATH"): a v1 hierarchy names its controllers,
 // the unified (v2) one none.
@@ -58,6 +58,6 @@ class Cgroup {
   std::vector<std::string> dirs_;  // v2: one; v1: memory, cpuacct, pids
 };
 
-}  // namespace paladin::ckpt
+}  // namespace paladin::base
 
-#endif  // PALADIN_CKPT_CGROUP_H_
+#endif  // PALADIN_BASE_CGROUP_H_

@@ -1,4 +1,4 @@
-#include "paladin/ckpt/cgroup.h"
+#include "paladin/base/cgroup.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -9,11 +9,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
-namespace paladin::ckpt {
+namespace paladin::base {
 
 namespace fs = std::filesystem;
 
@@ -22,9 +23,23 @@ namespace {
 constexpr const char* kRoot = "/sys/fs/cgroup";
 constexpr uint64_t kV1Unlimited = 0x7FFFFFFFFFFFF000ull;
 
+// Whether `path` exists (false where it cannot be told: this library throws nothing).
+bool Exists(const std::string& path) {
+  std::error_code ec;
+  return fs::exists(path, ec);
+}
+
 bool IsV2() {
-  return fs::exists(std::string(kRoot) + "/cgroup.controllers") &&
-         !fs::exists(std::string(kRoot) + "/memory");
+  return Exists(std::string(kRoot) + "/cgroup.controllers") &&
+         !Exists(std::string(kRoot) + "/memory");
+}
+
+// A counter the kernel wrote; 0 where the text is not a number.
+uint64_t Number(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long value = strtoull(text.c_str(), &end, 10);
+  return errno != 0 || end == text.c_str() ? 0 : value;
 }
 
 Status WriteValue(const std::string& path, const std::string& value) {
@@ -46,7 +61,7 @@ std::string ReadValue(const std::string& path) {
 
 std::string Cgroup::Version() {
   if (IsV2()) return "v2";
-  if (fs::exists(std::string(kRoot) + "/memory")) return "v1";
+  if (Exists(std::string(kRoot) + "/memory")) return "v1";
   return "none";
 }
 
@@ -98,13 +113,13 @@ Status Cgroup::SetMemoryLimit(uint64_t bytes) const {
 uint64_t Cgroup::MemoryLimit() const {
   const std::string v = ReadValue(dirs_[0] + (v2_ ? "/memory.max" : "/memory.limit_in_bytes"));
   if (v.empty() || v == "max") return 0;
-  const uint64_t bytes = std::stoull(v);
+  const uint64_t bytes = Number(v);
   return bytes >= kV1Unlimited ? 0 : bytes;
 }
 
 uint64_t Cgroup::MemoryBytes() const {
   const std::string v = ReadValue(dirs_[0] + (v2_ ? "/memory.current" : "/memory.usage_in_bytes"));
-  return v.empty() ? 0 : std::stoull(v);
+  return Number(v);
 }
 
 double Cgroup::CpuSeconds() const {
@@ -118,7 +133,7 @@ double Cgroup::CpuSeconds() const {
     return 0;
   }
   const std::string v = ReadValue(dirs_[1] + "/cpuacct.usage");
-  return v.empty() ? 0 : static_cast<double>(std::stoull(v)) / 1e9;
+  return static_cast<double>(Number(v)) / 1e9;
 }
 
 Status Cgroup::Remove() const {
@@ -196,4 +211,4 @@ Status Cgroup::RemoveWhenGone(pid_t root) const {
   return Status::Ok();
 }
 
-}  // namespace paladin::ckpt
+}  // namespace paladin::base
