@@ -745,6 +745,11 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
                       "The API server's user name of Paladin's scheduler and mover (e.g. "
                       "system:serviceaccount:paladin:paladin), the only one that may set "
                       "Paladin's own pod annotations; repeatable");
+  webhook->add_option("--usage-user", args->inject.usage_users,
+                      "The API server's user name of the nodes' measuring component (paladin k8s "
+                      "node --usage, e.g. system:serviceaccount:paladin:paladin-node): of "
+                      "Paladin's own pod annotations it may write paladin.io/gpu-memory-used "
+                      "only; repeatable");
   webhook->add_option("--paladin-server", args->paladin_server,
                       "Paladin's server, which sizes pods annotated paladin.io/gpu-memory: auto "
                       "from their class's history (GET /v1/sizing)");

@@ -13,6 +13,7 @@
 #include "paladin/k8s/api.h"
 #include "paladin/k8s/move.h"
 #include "paladin/k8s/scheduler.h"
+#include "paladin/k8s/usage.h"
 
 namespace paladin::k8s {
 namespace {
@@ -172,7 +173,8 @@ bool PaladinOnlyAnnotation(std::string_view key) {
   return key.starts_with("paladin.io/") && key != kPriorityAnnotation && key != kGpuMemoryResource;
 }
 
-Status CheckPaladinAnnotations(const std::string& old_pod_json, const std::string& pod_json) {
+Status CheckPaladinAnnotations(const std::string& old_pod_json, const std::string& pod_json,
+                               const std::set<std::string>& may_change) {
   const Json old_pod =
       old_pod_json.empty() ? Json::object() : Json::parse(old_pod_json, nullptr, false);
   const Json pod = Json::parse(pod_json, nullptr, false);
@@ -189,6 +191,7 @@ Status CheckPaladinAnnotations(const std::string& old_pod_json, const std::strin
     const auto a = after.find(k);
     const bool had = b != before.end(), has = a != after.end();
     if (had && has && *a == *b) continue;
+    if (may_change.count(k) != 0) continue;
     // The one Paladin annotation besides the priority that a user writes: `auto`, or nothing.
     if (k == kGpuMemoryResource && (!has || *a == kAutoSize)) continue;
     std::string message = "metadata.annotations[" + k + "] ";
@@ -308,9 +311,12 @@ std::string Review(const std::string& review_json, const InjectOptions& options)
     response["uid"] = Str(request, "uid");
     const std::string operation = Str(request, "operation");
     const std::string user = Str(request.value("userInfo", Json::object()), "username");
-    const bool paladin =
-        !user.empty() && std::find(options.paladin_users.begin(), options.paladin_users.end(),
-                                   user) != options.paladin_users.end();
+    auto among = [&user](const std::vector<std::string>& users) {
+      return !user.empty() && std::find(users.begin(), users.end(), user) != users.end();
+    };
+    const bool paladin = among(options.paladin_users);
+    std::set<std::string> may_change;
+    if (among(options.usage_users)) may_change.insert(kGpuUsedAnnotation);
     const bool pod = Str(request.value("kind", Json::object()), "kind") == "Pod" &&
                      request.contains("object") && request["object"].is_object();
     const Json old_pod =
@@ -319,7 +325,7 @@ std::string Review(const std::string& review_json, const InjectOptions& options)
             : Json::object();
     Status trusted = Status::Ok();
     if (pod && !paladin)
-      trusted = CheckPaladinAnnotations(old_pod.dump(), request["object"].dump());
+      trusted = CheckPaladinAnnotations(old_pod.dump(), request["object"].dump(), may_change);
     if (!trusted.ok()) {
       refuse(403, trusted.message() + " (request by '" + user.substr(0, 128) + "')");
     } else if (pod && operation != "UPDATE") {

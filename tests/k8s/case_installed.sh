@@ -10,8 +10,10 @@
 # no storage provisioner). Then case_gpu_share's checks through them: two GPU pods share GPU 0
 # under their quotas, a third past its own gets CUDA_ERROR_OUT_OF_MEMORY in its log; meanwhile
 # the installed server answers from the host with the pods the installed scheduler reported
-# (`paladin pods`, `paladin explain pod/NS/NAME`) and the installed webhook sizes an `auto` pod
-# by asking it. With the server stopped, an `auto` pod is admitted at the webhook's default and a
+# (`paladin pods`, `paladin explain pod/NS/NAME`), the installed node DaemonSet measures a and b
+# into their annotations (its identity kept to that by the ValidatingAdmissionPolicy of
+# deploy/k8s/policy, and by the webhook), and the installed webhook sizes an `auto` pod by asking
+# the server, from those measurements. With the server stopped, an `auto` pod is admitted at the webhook's default and a
 # GPU pod waits with the documented reason; the server back (its data and token kept), it is
 # placed. The token replaced by server-token.sh -r: the old one refused, a pod placed with the
 # new one. Then (with the test cluster's second node) a node lost and its pod recovered by the
@@ -185,9 +187,11 @@ patches:
             volumes:
               - {name: lib, hostPath: {path: $work/lib, type: Directory}}
               - {name: emu, hostPath: {path: $work/emu, type: Directory}}
-  # After the node's own variables (as the chart's node.extraEnv), not before them.
+  # After the node's own variables (as the chart's node.extraEnv), not before them; a pass
+  # every 2 s (the pods' measurements are checked while they run).
   - target: {kind: DaemonSet, name: paladin-node}
     patch: |-
+      - {op: replace, path: /spec/template/spec/containers/0/command/8, value: "2"}
       - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_HOST, value: 127.0.0.1}}
       - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_PORT, value: "$api_port"}}
   - target: {kind: Deployment, name: paladin-webhook}
@@ -202,6 +206,7 @@ patches:
                 --paladin-user, "system:serviceaccount:paladin:paladin-recover",
                 --paladin-server, "$server_url",
                 --paladin-token-file, /var/run/paladin/server-token/token,
+                --usage-user, "system:serviceaccount:paladin:paladin-node",
                 --emulated-gpus, $PALADIN_EMU_GPUS_SPEC, --emu-state-dir, $work/emu]
       - {op: add, path: /spec/template/spec/containers/0/env, value: $in_cluster_env}
       - {op: replace, path: /spec/template/spec/containers/0/resources, value: $limits}
@@ -282,7 +287,7 @@ image: {tag: test}
 emulatedGPUs: {enabled: true, gpus: $PALADIN_EMU_GPUS_SPEC}
 hostPaths: {lib: $work/lib, emu: $work/emu, type: Directory}
 scheduler: {interval: "0.3", hostNetwork: true, extraEnv: $in_cluster_env, resources: $limits}
-node: {hostNetwork: true, extraEnv: $in_cluster_env, resources: $limits}
+node: {every: "2", hostNetwork: true, extraEnv: $in_cluster_env, resources: $limits}
 server:
   hostNetwork: true
   listenHost: 127.0.0.1
@@ -427,8 +432,9 @@ explain_row() {
 }
 
 # While a and b run: the installed scheduler reported them to the installed server, which
-# explains a as its Scheduled event places it; the installed webhook sizes an `auto` pod by
-# asking the installed server (the namespace's team read with its ServiceAccount).
+# explains a as its Scheduled event places it; the installed node measures a and b (and its
+# identity can write nothing else); the installed webhook sizes an `auto` pod by asking the
+# installed server (the namespace's team read with its ServiceAccount), from what was measured.
 gpu_share_more() {
   local i listed placed sized
   for ((i = 0; i < 50; i++)); do
@@ -443,9 +449,80 @@ gpu_share_more() {
     fail "paladin explain pod/$NS/a: placement '$(explain_row a placement)'; event '$placed'"
   [[ $(explain_row a node) == "$NODE GPU 0" ]] || fail "paladin explain pod/$NS/a: node '$(explain_row a node)'"
   echo "installed: the installed server lists a on $NODE/0 as the scheduler reported it; explain pod/$NS/a: $(explain_row a placement)"
-  sized=$(auto_sized) || fail "an auto pod refused: $sized"
-  [[ $sized == "4096Mi, Paladin's server, class k8s-$NS/"* ]] || fail "an auto pod sized '$sized', not by the installed server"
-  echo "installed: an auto pod sized by the installed webhook through the installed server: $sized"
+  node_measures
+  # What the installed node measured reaches the server with the pods (the scheduler reports
+  # them), and an `auto` pod of their class is sized from it.
+  for ((i = 0; i < 50; i++)); do
+    sized=$(auto_sized) || fail "an auto pod refused: $sized"
+    [[ $sized == *"Paladin's server, class k8s-$NS/demo-workload: highest peak of "* ]] && break
+    sleep 0.2
+  done
+  [[ $sized == *"Paladin's server, class k8s-$NS/demo-workload: highest peak of "* ]] ||
+    fail "an auto pod sized '$sized', not by the installed server from the measured pods"
+  echo "installed: an auto pod sized by the installed webhook through the installed server, from what the installed node measured: $sized"
+}
+
+# The installed node DaemonSet measures each pod's GPU memory into its annotation: a and b at
+# their 512 MiB (and the context), under their 2Gi. Its identity may write that annotation of its
+# own node's pods and nothing else (node-policy.yaml, the webhook's --usage-user): tried with a
+# token of its ServiceAccount bound to its pod (which names its node), as a stolen one would be.
+node_measures() {
+  local p i used node_pod server as_node out
+  for p in a b; do
+    for ((i = 0; i < 75; i++)); do
+      used=$(k get pod "$p" -o jsonpath='{.metadata.annotations.paladin\.io/gpu-memory-used}')
+      [[ $used =~ ^[0-9]+$ ]] && ((used >= 512 << 20)) && break
+      sleep 0.2
+    done
+    [[ $used =~ ^[0-9]+$ ]] && ((used >= 512 << 20 && used <= 2 << 30)) ||
+      fail "pod $p: paladin.io/gpu-memory-used '$used' from the installed node, expected its 512 MiB to 2 GiB: $("$KUBECTL" -n paladin logs daemonset/paladin-node 2>&1 | tail -3)"
+  done
+  echo "installed: measured by the installed node: $("$KUBECTL" -n paladin logs daemonset/paladin-node | grep -o "$NS/a uses .*" | tail -1)"
+  node_pod=$("$KUBECTL" -n paladin get pods -l app.kubernetes.io/name=paladin-node \
+    --field-selector "spec.nodeName=$NODE" -o jsonpath='{.items[0].metadata.name}')
+  server=$("$KUBECTL" config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+  # as_node TOKEN POD PATCH: the merge patch PATCH of POD by the holder of TOKEN, as the node
+  # sends it (kubectl would first get the pod, which its role does not allow); fails with the
+  # API server's answer unless it is taken.
+  as_node() {
+    local answer
+    answer=$(curl -sS --cacert "$CLUSTER_DIR/pki/ca.crt" -H "Authorization: Bearer $1" \
+      -H 'Content-Type: application/merge-patch+json' -X PATCH -d "$3" -w '\n%{http_code}' \
+      "$server/api/v1/namespaces/$NS/pods/$2" 2>&1)
+    echo "$answer"
+    [[ ${answer##*$'\n'} == 200 ]]
+  }
+  # measure N: the patch writing N into paladin.io/gpu-memory-used.
+  measure() { echo '{"metadata": {"annotations": {"paladin.io/gpu-memory-used": "'"$1"'"}}}'; }
+  local bound unbound
+  bound=$("$KUBECTL" -n paladin create token paladin-node --bound-object-kind Pod \
+    --bound-object-name "$node_pod" --duration 10m)
+  unbound=$("$KUBECTL" -n paladin create token paladin-node --duration 10m)
+  out=$(as_node "$bound" a "$(measure $((600 << 20)))") ||
+    fail "the node's identity may not write pod a's measurement: $out"
+  out=$(as_node "$bound" a '{"metadata": {"labels": {"stolen": "yes"}}}') &&
+    fail "the node's identity labelled pod a: $out"
+  [[ $out == *"changes a pod's annotation paladin.io/gpu-memory-used only"* ]] ||
+    fail "the node's identity labelling pod a refused for another reason: $out"
+  out=$(as_node "$bound" a '{"metadata": {"annotations": {"paladin.io/gpu": "1"}}}') &&
+    fail "the node's identity moved pod a to GPU 1: $out"
+  k apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: elsewhere}
+spec:
+  nodeSelector: {kubernetes.io/hostname: no-such-node}
+  containers: [{name: demo, image: $IMAGE, args: ["--mib", "1"]}]
+YAML
+  out=$(as_node "$bound" elsewhere "$(measure 1)") &&
+    fail "the node's identity measured a pod that is not on its node: $out"
+  [[ $out == *"measures the pods of its own node only"* ]] ||
+    fail "a pod not on the node's own refused for another reason: $out"
+  out=$(as_node "$unbound" a "$(measure 1)") &&
+    fail "a token of the node's ServiceAccount that names no node wrote pod a's measurement: $out"
+  k delete pod elsewhere --wait=false >/dev/null
+  echo "installed: the node's identity wrote pod a's measurement; refused: a label, paladin.io/gpu," \
+    "a pod not on its node, a token naming no node"
 }
 gpu_share_checks installed
 

@@ -98,9 +98,9 @@ images:
 patches:
   - target: {kind: Deployment, name: paladin-webhook}
     patch: |-
-      - {op: replace, path: /spec/template/spec/containers/0/command/20, value: 4x80GiB}
+      - {op: replace, path: /spec/template/spec/containers/0/command/22, value: 4x80GiB}
       - {op: add, path: /spec/template/spec/containers/0/command/15, value: --paladin-user}
-      - {op: add, path: /spec/template/spec/containers/0/command/16, value: "system:serviceaccount:paladin:paladin-node"}
+      - {op: add, path: /spec/template/spec/containers/0/command/16, value: "system:serviceaccount:paladin:paladin-operator"}
   - target: {kind: DaemonSet, name: paladin-node}
     patch: |-
       - {op: replace, path: /spec/template/spec/nodeSelector, value: {gpu: "yes"}}
@@ -141,7 +141,7 @@ recover: {lostAfter: "60", images: /mnt/shared/paladin}
 YAML
 "$kubectl" kustomize "$work/overlay" >"$work/overlay.yaml"
 "$render" template paladin "$chart" -n paladin -f "$work/values.yaml" --set namespace.create=true \
-  --set image.tag=1.2 --set 'webhook.extraPaladinUsers={system:serviceaccount:paladin:paladin-node}' \
+  --set image.tag=1.2 --set 'webhook.extraPaladinUsers={system:serviceaccount:paladin:paladin-operator}' \
   >"$work/values-render.yaml"
 check "values (-f, --set) = the same changes as an overlay" "$work/overlay.yaml" \
   "$work/values-render.yaml"

@@ -364,6 +364,41 @@ TEST(Review, RefusesPaladinsAnnotationsFromUsers) {
   EXPECT_EQ(refused, static_cast<int>(attacks.size()));
 }
 
+// The nodes' measuring identity (--usage-user) writes a pod's measured GPU memory and nothing
+// else of Paladin's; a user may not write the measurement.
+TEST(Review, TheMeasuringIdentityWritesTheMeasurementOnly) {
+  InjectOptions o = Emulated();
+  o.paladin_users = {"system:serviceaccount:paladin:paladin"};
+  o.usage_users = {"system:serviceaccount:paladin:paladin-node"};
+  const std::string node = "system:serviceaccount:paladin:paladin-node";
+  const Json bound = {{"paladin.io/gpu", "0"}, {"paladin.io/gpu-memory-bytes", "1073741824"}};
+  const auto answer = [&o](const Json& review) {
+    return Json::parse(Review(review.dump(), o))["response"];
+  };
+  Json measured = bound;
+  measured["paladin.io/gpu-memory-used"] = "536870912";
+  EXPECT_EQ(answer(PodReview("UPDATE", node, measured, bound))["allowed"], true);
+  Json remeasured = measured;
+  remeasured["paladin.io/gpu-memory-used"] = "600000000";
+  EXPECT_EQ(answer(PodReview("UPDATE", node, remeasured, measured))["allowed"], true);
+
+  Json regpu = measured;
+  regpu["paladin.io/gpu"] = "1";
+  const Json refused = answer(PodReview("UPDATE", node, regpu, measured));
+  EXPECT_EQ(refused["allowed"], false);
+  EXPECT_NE(refused["status"].value("message", "").find("paladin.io/gpu] changed"),
+            std::string::npos)
+      << refused.dump();
+  EXPECT_EQ(answer(PodReview("CREATE", node, {{"paladin.io/restore-from", "m"}},
+                             Json::object()))["allowed"],
+            false);
+  const Json user = answer(PodReview("UPDATE", "alice", measured, bound));
+  EXPECT_EQ(user["allowed"], false);
+  EXPECT_NE(user["status"].value("message", "").find("paladin.io/gpu-memory-used] set"),
+            std::string::npos)
+      << user.dump();
+}
+
 // Bad input (issue 18, must-show 6): each refusal names the field a user got wrong, and says
 // what to write instead where Paladin can tell.
 TEST(Review, NamesTheMalformedOrUnknownField) {

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,9 @@ struct InjectOptions {
   // scheduler's and mover's (e.g. system:serviceaccount:paladin:paladin): only they may write
   // Paladin's own annotations. Empty: nobody may.
   std::vector<std::string> paladin_users;
+  // The names of the nodes' measuring identity (paladin k8s node --usage): of Paladin's own
+  // annotations they may write paladin.io/gpu-memory-used only.
+  std::vector<std::string> usage_users;
   // `auto` pods: sized by this (ServerSizer), else (empty, or it fails) auto_default_bytes.
   AutoSizer size_auto;
   uint64_t auto_default_bytes = uint64_t{4} << 30;  // core::kAutoDefaultBytes
@@ -79,10 +83,11 @@ AutoSizer ServerSizer(std::shared_ptr<const ApiClient> kube, const api::Endpoint
 // are paladin.io/priority and paladin.io/gpu-memory, whose only value is `auto`).
 bool PaladinOnlyAnnotation(std::string_view key);
 
-// Refuses a pod whose Paladin-only annotations differ from `old_pod_json`'s (empty for a pod
-// being created: then any of them is refused), naming the first annotation added, changed or
-// removed.
-Status CheckPaladinAnnotations(const std::string& old_pod_json, const std::string& pod_json);
+// Refuses a pod whose Paladin-only annotations other than those in `may_change` differ from
+// `old_pod_json`'s (empty for a pod being created: then any of them is refused), naming the first
+// annotation added, changed or removed.
+Status CheckPaladinAnnotations(const std::string& old_pod_json, const std::string& pod_json,
+                               const std::set<std::string>& may_change = {});
 
 // The JSON Patch (RFC 6902) for a pod, or "" when the pod asks for no paladin.io/gpu-memory
 // (then it is left exactly as it is). An `auto` pod is sized first (options.size_auto); one that
@@ -94,7 +99,8 @@ StatusOr<std::string> PodPatch(const std::string& pod_json, const InjectOptions&
 
 // An AdmissionReview (admission.k8s.io/v1) request in, the response out. A pod with a malformed
 // field is refused with a message naming it, and so is one whose Paladin-only annotations a user
-// other than options.paladin_users sets or changes (CREATE and UPDATE); a created GPU pod gets
+// other than options.paladin_users sets or changes (CREATE and UPDATE; options.usage_users may
+// change paladin.io/gpu-memory-used only); a created GPU pod gets
 // PodPatch's patch, an updated one none. Anything that is not a pod is allowed unchanged.
 std::string Review(const std::string& review_json, const InjectOptions& options);
 

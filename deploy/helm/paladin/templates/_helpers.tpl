@@ -24,6 +24,11 @@ metadata:
 system:serviceaccount:{{ .Release.Namespace }}:paladin-scheduler
 {{- end }}
 
+{{/* The API server's user name of the node component (its ServiceAccount). */}}
+{{- define "paladin.nodeUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:paladin-node
+{{- end }}
+
 {{/* Where the scheduler and the webhook reach Paladin's server: server.url, else its Service. */}}
 {{- define "paladin.serverURL" -}}
 {{- .Values.server.url | default (printf "http://paladin-server.%s.svc:%v" .Release.Namespace .Values.server.port) -}}
