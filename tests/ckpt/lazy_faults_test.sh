@@ -26,23 +26,18 @@ if [[ ! -x $CRIU ]] || ! grep -qs 'criu-patches' "$CRIU"; then
   echo "SKIP: no CRIU with Paladin's patches at $CRIU (scripts/criu.sh --patched-lazy)"
   exit 77
 fi
+source "$HERE/../cli/testlib.sh"
 source "$HERE/ckptlib.sh"
 close_inherited_fds
 
 work=$(mktemp -d /tmp/paladin-lazy-test.XXXXXX)
-port=$((20000 + RANDOM % 12000))
+port=$(free_port)
 started=()
-failures=0
 cleanup() {
   for p in "${started[@]}"; do kill -9 "$p" 2>/dev/null; done
   if ((failures == 0)); then rm -rf "$work"; else echo "logs kept in $work"; fi
 }
 trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
-alive() { [[ -n $1 ]] && kill -0 "$1" 2>/dev/null && [[ $(ps -o stat= -p "$1") != Z* ]]; }
 ready() { [[ $(timeout 60 head -c1 "$1" | wc -c) -eq 1 ]]; }
 
 # move CASE: one move with the fault CASE (none, destination, lazyd, source).

@@ -14,10 +14,11 @@ unset SLURM_TEST_DIR  # never stop a cluster this test did not start
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=cluster.sh
 source "$here/cluster.sh"
+# shellcheck source=tests/cli/testlib.sh
+source "$here/../cli/testlib.sh" # fail, pass, failures
 
 work=$(mktemp -d /tmp/paladin-slurm.XXXXXX)
 chmod 0755 "$work"  # munged wants every directory above its socket to be searchable by all
-failures=0
 
 cleanup() {
   slurm_stop
@@ -25,8 +26,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
 
 # Field $2 (e.g. JobState, Restarts, StdOut) of job $1, from scontrol.
 job_field() {
