@@ -241,22 +241,10 @@ def dst_killed_drill(work):
         time.sleep(2)
         sampler = fence_test.Sampler(tag)
         began = time.time()
-        fleet.post(f"/v1/jobs/{job_id}/migrate", {"to": "node-b"})
-        try:
-            fleet.procs["node-b"].wait(120)
-        except subprocess.TimeoutExpired:
-            fail(f"{what}: the fault did not kill the destination's agent")
+        died = move_losing_destination(fleet, job_id, tag, what)
+        if died is None:
             return
-        died = time.time() - began
-        wait_for(f"{what}: the move failed", lambda: fleet.job(job_id).get("migration") is None
-                 and fleet.job(job_id)["state"] == "running", 180, 0.2)
-        job = fleet.job(job_id)
-        if job["node"] != "node-a":
-            fail(f"{what}: the job is on {job['node']}, not back on its source node-a")
-        # The source resumes; the dead agent's copy stays stopped by its lease until the agent
-        # is back and kills it.
-        wait_for(f"{what}: a copy running", lambda: any(
-            s not in "TtZ" for s in tagged_processes(tag).values()), 60, 0.2)
+        # The dead agent's copy stays stopped by its lease until the agent is back and kills it.
         time.sleep(2 * LEASE_S)
         left = move_leftovers(fleet, "node-b", envs["node-b"])
         fleet.start_agent("node-b", env=envs["node-b"])
@@ -281,6 +269,29 @@ def dst_killed_drill(work):
         if sampler is not None and not sampler.stop:
             sampler.finish()
         fleet.stop()
+
+
+def move_losing_destination(fleet, job_id, tag, what):
+    """Moves job_id from node-a to node-b, whose agent a fault kills during the move; waits for
+    the move to fail with the job running on node-a again, its copy there resumed. Returns the
+    seconds from the move's start until the destination's agent died, None (said) when the fault
+    never killed it."""
+    began = time.time()
+    fleet.post(f"/v1/jobs/{job_id}/migrate", {"to": "node-b"})
+    try:
+        fleet.procs["node-b"].wait(120)
+    except subprocess.TimeoutExpired:
+        fail(f"{what}: the fault did not kill the destination's agent")
+        return None
+    died = time.time() - began
+    wait_for(f"{what}: the move failed", lambda: fleet.job(job_id).get("migration") is None
+             and fleet.job(job_id)["state"] == "running", 180, 0.2)
+    job = fleet.job(job_id)
+    if job["node"] != "node-a":
+        fail(f"{what}: the job is on {job['node']}, not back on its source node-a")
+    wait_for(f"{what}: a copy running", lambda: any(
+        s not in "TtZ" for s in tagged_processes(tag).values()), 60, 0.2)
+    return died
 
 
 def src_killed_drill(work):

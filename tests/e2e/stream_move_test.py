@@ -142,20 +142,9 @@ def dst_killed_drill(work):
         time.sleep(2)
         sampler = fence_test.Sampler(tag)
         began = time.time()
-        fleet.post(f"/v1/jobs/{job_id}/migrate", {"to": "node-b"})
-        try:
-            fleet.procs["node-b"].wait(120)
-        except subprocess.TimeoutExpired:
-            fail(f"{what}: the fault did not kill the destination's agent")
+        died = pc.move_losing_destination(fleet, job_id, tag, what)
+        if died is None:
             return
-        died = time.time() - began
-        wait_for(f"{what}: the move failed", lambda: fleet.job(job_id).get("migration") is None
-                 and fleet.job(job_id)["state"] == "running", 180, 0.2)
-        job = fleet.job(job_id)
-        if job["node"] != "node-a":
-            fail(f"{what}: the job is on {job['node']}, not back on its source node-a")
-        wait_for(f"{what}: a copy running", lambda: any(
-            s not in "TtZ" for s in tagged_processes(tag).values()), 60, 0.2)
         pc.one_copy_left(tag, what)
         left = pc.move_leftovers(fleet, "node-b", envs["node-b"]) + sorted(
             shm_pages() - shm_before)
