@@ -9,6 +9,9 @@
 namespace paladin::base {
 namespace {
 
+// GCC's 128-bit integer, which ISO C++ lacks (__extension__ keeps -Wpedantic quiet about it).
+__extension__ using Uint128 = unsigned __int128;
+
 constexpr uint64_t kMaxBytes = uint64_t{INT64_MAX};
 
 std::string_view Trim(std::string_view text) {
@@ -97,7 +100,7 @@ SizeError ReadSize(std::string_view text, uint64_t* bytes) {
   if (has_fraction) {
     // fraction / scale of a unit, rounded up: factor <= 2^40 and fraction < 10^18, so the
     // product fits in 128 bits.
-    const unsigned __int128 part = static_cast<unsigned __int128>(fraction) * factor;
+    const Uint128 part = static_cast<Uint128>(fraction) * factor;
     uint64_t up = static_cast<uint64_t>((part + scale - 1) / scale);
     if (fraction_beyond && part % scale == 0) ++up;  // a digit past the 18th is still a part
     if (__builtin_add_overflow(total, up, &total)) return SizeError::kTooLarge;
