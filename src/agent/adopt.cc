@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "agent_impl.h"
+#include "paladin/base/process.h"
 #include "paladin/ckpt/checkpoint.h"
 
 namespace paladin::agent {
@@ -26,7 +27,7 @@ StatusOr<std::unique_ptr<Workload>> Agent::Track(const std::string& id, int64_t 
   w->fenced = lease_fd_ >= 0 && ckpt::HeldLease(record.pid) == lease_path_;
   w->gpu_index = gpu_index;
   w->gpu_uuid = gpu_uuid.empty() ? GpuUuid(gpu_index) : gpu_uuid;
-  w->start_time = quota::ProcessIdOf(std::to_string(record.pid)).start_time;
+  w->start_time = base::ProcessIdOf(std::to_string(record.pid)).start_time;
   if (!record.region.empty()) {
     std::string error;
     w->region = quota::Region::Open(record.region, &error);
@@ -92,11 +93,11 @@ void Agent::Adopt() {
       field = j[key].get<std::string>();
     }
     if (j.contains("pid") && j["pid"].is_number_integer()) record->pid = j["pid"].get<int64_t>();
-    quota::ProcessId pid;
+    base::ProcessId pid;
     pid.pid = static_cast<uint32_t>(record->pid);
     pid.start_time = start_time;
-    const bool alive = record->pid > 0 && quota::ProcessAlive(pid) &&
-                       quota::ProcessIdOf(std::to_string(record->pid)).start_time == start_time;
+    const bool alive = record->pid > 0 && base::ProcessAlive(pid) &&
+                       base::ProcessIdOf(std::to_string(record->pid)).start_time == start_time;
     std::unique_ptr<Workload> w;
     if (alive) {
       StatusOr<std::unique_ptr<Workload>> tracked = Track(id, epoch, *record, gpu_index, gpu_uuid);

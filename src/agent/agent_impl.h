@@ -40,6 +40,7 @@
 #include "paladin/agent/agent.h"
 #include "paladin/api/client.h"
 #include "paladin/api/wire.h"
+#include "paladin/base/process.h"
 #include "paladin/base/status.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/criu.h"
@@ -340,16 +341,16 @@ class Agent {
     std::string step;  // "batch" or the step number
     uid_t uid = 0;     // who registered it
     pid_t shim_pid = 0;
-    quota::ProcessId shim_id;  // the shim as it was at `register`
+    base::ProcessId shim_id;  // the shim as it was at `register`
     uint64_t gpu_mem = 0;
     int gpu_index = -1;
     std::string gpu_uuid;
     std::string checkpoint_dir;
-    std::string image;         // the checkpoint offered at registration ("" for a fresh start)
-    ckpt::JobRecord record;    // once it runs (record.pid > 0)
-    quota::ProcessId root_id;  // record.pid as it was at `started`
-    bool busy = false;         // being checkpointed
-    bool stopped = false;      // checkpointed and left stopped
+    std::string image;        // the checkpoint offered at registration ("" for a fresh start)
+    ckpt::JobRecord record;   // once it runs (record.pid > 0)
+    base::ProcessId root_id;  // record.pid as it was at `started`
+    bool busy = false;        // being checkpointed
+    bool stopped = false;     // checkpointed and left stopped
   };
   std::map<std::string, SlurmStep> slurm_;  // "JOB.STEP" -> step
   // Refuses unless the step's shim and workload are the very processes recorded at `register`

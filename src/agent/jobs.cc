@@ -15,6 +15,7 @@
 #include "agent_impl.h"
 #include "paladin/api/wire.h"
 #include "paladin/base/cgroup.h"
+#include "paladin/base/process.h"
 #include "paladin/ckpt/rank_net.h"
 #include "paladin/quota/usage.h"
 
@@ -204,10 +205,10 @@ void Agent::PollExits() {
                      : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
                                            : 1;
     } else {
-      quota::ProcessId id;
+      base::ProcessId id;
       id.pid = static_cast<uint32_t>(pid);
       id.start_time = w->start_time;
-      if (state != '\0' && state != 'Z' && quota::ProcessAlive(id)) continue;
+      if (state != '\0' && state != 'Z' && base::ProcessAlive(id)) continue;
       w->exit_code.reset();  // not our child: its exit status went to its parent
     }
     w->state = api::CopyState::kExited;

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "agent_impl.h"
+#include "paladin/base/process.h"
 #include "paladin/ckpt/criu.h"
 #include "paladin/ckpt/rank_net.h"
 #include "paladin/supervise/supervisor.h"
@@ -237,7 +238,7 @@ Status Agent::LaunchAs(const api::Command& c, const quota::RegionSettings& setti
   w->region = std::move(launched->region);
   w->agent_dir = records_dir_ + "/" + w->id + "-" + std::to_string(w->epoch);
   w->fenced = launched->fenced;
-  w->start_time = quota::ProcessIdOf(std::to_string(w->record.pid)).start_time;
+  w->start_time = base::ProcessIdOf(std::to_string(w->record.pid)).start_time;
   StartGrower(w);
   SaveRecord(*w);
   return Status::Ok();

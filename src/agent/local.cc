@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "agent_impl.h"
+#include "paladin/base/process.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/image.h"
 #include "paladin/migrate/control.h"
@@ -219,7 +220,7 @@ void Agent::ServeLocal() {
       last_sweep = std::chrono::steady_clock::now();
       std::lock_guard<std::mutex> lock(mu_);
       for (auto it = slurm_.begin(); it != slurm_.end();) {
-        if (!it->second.busy && !quota::ProcessAlive(it->second.shim_id)) {
+        if (!it->second.busy && !base::ProcessAlive(it->second.shim_id)) {
           Say("SLURM step " + it->first + ": its shim is gone; forgotten");
           it = slurm_.erase(it);
         } else {
@@ -258,14 +259,14 @@ void Agent::EndLocalCall(uid_t uid) {
 }
 
 Status Agent::CheckSlurmStep(const std::string& key, const SlurmStep& s) {
-  if (!quota::ProcessAlive(s.shim_id)) {
+  if (!base::ProcessAlive(s.shim_id)) {
     return FailedPrecondition("SLURM step " + key + ": its shim (pid " +
                               std::to_string(s.shim_pid) +
                               ") is gone; the step is over and nothing of it is touched");
   }
   if (s.record.pid <= 0) return FailedPrecondition("SLURM step " + key + " has not started yet");
-  const quota::ProcessId now = quota::ProcessIdOf(std::to_string(s.record.pid));
-  if (s.root_id.start_time == 0 || !quota::ProcessAlive(s.root_id) ||
+  const base::ProcessId now = base::ProcessIdOf(std::to_string(s.record.pid));
+  if (s.root_id.start_time == 0 || !base::ProcessAlive(s.root_id) ||
       now.pid_namespace != s.root_id.pid_namespace) {
     return FailedPrecondition("SLURM step " + key + ": its workload (pid " +
                               std::to_string(s.record.pid) +
@@ -329,7 +330,7 @@ Json Agent::SlurmRegister(const Json& r, uid_t uid, pid_t pid) {
   }
   const std::string key = std::to_string(job) + "." + step;
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = slurm_.find(key); it != slurm_.end() && quota::ProcessAlive(it->second.shim_id)) {
+  if (auto it = slurm_.find(key); it != slurm_.end() && base::ProcessAlive(it->second.shim_id)) {
     return Refuse("SLURM step " + key + " is already registered here (shim pid " +
                   std::to_string(it->second.shim_pid) + ")");
   }
@@ -386,7 +387,7 @@ Json Agent::SlurmRegister(const Json& r, uid_t uid, pid_t pid) {
   s.step = step;
   s.uid = uid;
   s.shim_pid = pid;
-  s.shim_id = quota::ProcessIdOf(std::to_string(pid));
+  s.shim_id = base::ProcessIdOf(std::to_string(pid));
   s.gpu_mem = gpu_mem;
   s.gpu_index = best;
   s.gpu_uuid = GpuUuid(best);
@@ -454,14 +455,13 @@ Json Agent::SlurmStarted(const Json& r, uid_t uid, pid_t pid) {
   }
   // Who the workload is, so that a pid the kernel gives to another process later is never
   // taken for it. Read while it is still the caller's child, as just checked.
-  const quota::ProcessId root_id = quota::ProcessIdOf(std::to_string(record->pid));
+  const base::ProcessId root_id = base::ProcessIdOf(std::to_string(record->pid));
   if (root_id.start_time == 0) {
     return Refuse("pid " + std::to_string(record->pid) + " ended before it could be recorded");
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = slurm_.find(key);
-  if (it == slurm_.end() || it->second.shim_pid != pid ||
-      !quota::ProcessAlive(it->second.shim_id)) {
+  if (it == slurm_.end() || it->second.shim_pid != pid || !base::ProcessAlive(it->second.shim_id)) {
     return Refuse("SLURM step " + key + " is not registered by this process");
   }
   (void)uid;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "agent_impl.h"
+#include "paladin/base/process.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/gpu_checkpoint.h"
 #include "paladin/ckpt/image.h"
@@ -135,7 +136,7 @@ void Agent::MigrateIn(const api::Command& c) {
     pending.epoch = epoch;
     pending.agent_dir = records_dir_ + "/" + job + "-" + std::to_string(epoch);
     pending.record = restored;
-    pending.start_time = quota::ProcessIdOf(std::to_string(restored.pid)).start_time;
+    pending.start_time = base::ProcessIdOf(std::to_string(restored.pid)).start_time;
     pending.gpu_index = gpu_index;
     pending.gpu_uuid = gpu_uuid;
     pending.uid = user.uid;

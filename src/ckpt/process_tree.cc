@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "paladin/base/process.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/fence.h"
 #include "paladin/quota/usage.h"
@@ -84,10 +85,10 @@ int64_t CommandUid(const std::vector<pid_t>& pids) {
   return found;
 }
 
-std::vector<quota::ProcessId> RestoredIds(const std::vector<pid_t>& pids) {
-  std::vector<quota::ProcessId> ids;
+std::vector<base::ProcessId> RestoredIds(const std::vector<pid_t>& pids) {
+  std::vector<base::ProcessId> ids;
   ids.reserve(pids.size());
-  for (pid_t pid : pids) ids.push_back(quota::ProcessIdOf(std::to_string(pid)));
+  for (pid_t pid : pids) ids.push_back(base::ProcessIdOf(std::to_string(pid)));
   return ids;
 }
 

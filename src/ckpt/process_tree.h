@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "paladin/base/process.h"
 #include "paladin/base/status.h"
-#include "paladin/quota/region.h"
 
 namespace paladin::ckpt {
 
@@ -32,7 +32,7 @@ Status StopTree(pid_t root);
 int64_t CommandUid(const std::vector<pid_t>& pids);
 
 // The quota region's identities of `pids` (whose counters a restore hands to them).
-std::vector<quota::ProcessId> RestoredIds(const std::vector<pid_t>& pids);
+std::vector<base::ProcessId> RestoredIds(const std::vector<pid_t>& pids);
 
 }  // namespace paladin::ckpt
 

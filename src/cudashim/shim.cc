@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "paladin/base/process.h"
 #include "paladin/gpu/nvml_api.h"
 #include "paladin/gpu/uuid.h"
 
@@ -168,13 +169,13 @@ void Shim::OpenRegion() {
     return;
   }
   if (region_ == nullptr) return;
-  proc_ = region_->AttachProcess(quota::SelfProcessId());
+  proc_ = region_->AttachProcess(base::SelfProcessId());
   if (proc_ < 0) {
     WriteLine("accounting region " + region_->path() +
               ": no free process slot; refusing GPU allocations");
     region_ = quota::Region::CreatePrivate(closed);
     closed_ = true;
-    if (region_ != nullptr) proc_ = region_->AttachProcess(quota::SelfProcessId());
+    if (region_ != nullptr) proc_ = region_->AttachProcess(base::SelfProcessId());
   }
 }
 
@@ -185,7 +186,7 @@ void Shim::AfterFork() {
   contexts_.clear();
   primary_retains_.clear();
   primary_context_.clear();
-  if (region_ != nullptr) proc_ = region_->AttachProcess(quota::SelfProcessId());
+  if (region_ != nullptr) proc_ = region_->AttachProcess(base::SelfProcessId());
 }
 
 void Shim::SayOnce(const char* key, const std::string& line) {
@@ -407,7 +408,7 @@ uint64_t Shim::MeasureContextOverhead(CUdevice ordinal, int device) {
     nvmlDevice_t handle = nullptr;
     nvmlProcessInfo_t infos[256];
     unsigned int count = 256;
-    const uint32_t self = quota::SelfProcessId().pid;
+    const uint32_t self = base::SelfProcessId().pid;
     if (by_uuid(text, &handle) == NVML_SUCCESS && procs(handle, &count, infos) == NVML_SUCCESS) {
       for (unsigned int i = 0; i < count; ++i) {
         if (infos[i].pid == self) measured = infos[i].usedGpuMemory;

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "paladin/quota/region.h"
+#include "paladin/base/process.h"
 
 namespace paladin::emucuda {
 namespace {
@@ -58,33 +58,33 @@ bool ReadSmallFile(const std::string& path, std::string* text) {
 // Process identities come from the accounting region's code, so that the emulated driver and
 // the quota interposer agree (host pid, start time in the host's time namespace).
 HostProcess SelfHostProcess() {
-  const quota::ProcessId id = quota::SelfProcessId();
+  const base::ProcessId id = base::SelfProcessId();
   return {id.pid, id.start_time, id.view};
 }
 
-bool ProcIsOwnPidNamespace() { return quota::OwnProcView() != 0; }
+bool ProcIsOwnPidNamespace() { return base::OwnProcView() != 0; }
 
 uint32_t SelfThreadHostTid() {
   return HostIdFrom("/proc/thread-self/status", static_cast<uint32_t>(gettid()));
 }
 
 bool LiveStartTime(uint32_t pid, uint64_t* start_time) {
-  if (pid == 0 || !quota::ProcessAlive({pid, 0, 0, quota::OwnProcView()})) return false;
-  *start_time = quota::ProcessIdOf(std::to_string(pid)).start_time;
+  if (pid == 0 || !base::ProcessAlive({pid, 0, 0, base::OwnProcView()})) return false;
+  *start_time = base::ProcessIdOf(std::to_string(pid)).start_time;
   return *start_time != 0;
 }
 
 bool HostProcessAlive(uint32_t pid, uint64_t start_time) {
-  return quota::ProcessAlive({pid, start_time, 0, quota::OwnProcView()});
+  return base::ProcessAlive({pid, start_time, 0, base::OwnProcView()});
 }
 
 bool HostProcessAlive(const HostProcess& process) {
-  return quota::ProcessAlive({process.pid, process.start_time, 0, process.view});
+  return base::ProcessAlive({process.pid, process.start_time, 0, process.view});
 }
 
 uint32_t PidSeenHere(const HostProcess& process) {
-  if (process.view == quota::OwnProcView()) return process.pid;
-  return quota::HostPidOf({process.pid, process.start_time, 0, process.view});
+  if (process.view == base::OwnProcView()) return process.pid;
+  return base::HostPidOf({process.pid, process.start_time, 0, process.view});
 }
 
 bool ProcessCatchesSignal(uint32_t pid, int signo) {

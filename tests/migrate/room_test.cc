@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "paladin/base/process.h"
 #include "paladin/quota/region.h"
 #include "stream.h"
 
@@ -39,7 +40,7 @@ class JobDeviceBytesTest : public ::testing::Test {
     const char gpu1[16] = {'b'};
     const int slot0 = region_->DeviceSlot(gpu0);
     const int slot1 = region_->DeviceSlot(gpu1);
-    const int proc = region_->AttachProcess(quota::SelfProcessId());
+    const int proc = region_->AttachProcess(base::SelfProcessId());
     EXPECT_GE(proc, 0);
     region_->ForceReserve(slot0, proc, first, false);
     region_->ForceReserve(slot1, proc, second, false);
