@@ -271,6 +271,19 @@ def dst_killed_drill(work):
         fleet.stop()
 
 
+def lazy_mem_work(name):
+    """The drills' work folder NAME: lazy_mem.py in its bin/ (which cpu_job_on_node_a's jobs
+    run) and out/, where the jobs, each a uid of its own, write. Returns its path."""
+    global work_bin
+    work = crash_test.work_folder(name)
+    work_bin = os.path.join(work, "bin")
+    shutil.copy(LAZY_MEM, os.path.join(work_bin, "lazy_mem.py"))
+    os.chmod(os.path.join(work_bin, "lazy_mem.py"), 0o755)
+    os.makedirs(os.path.join(work, "out"))
+    os.chmod(os.path.join(work, "out"), 0o1777)
+    return work
+
+
 def move_losing_destination(fleet, job_id, tag, what):
     """Moves job_id from node-a to node-b, whose agent a fault kills during the move; waits for
     the move to fail with the job running on node-a again, its copy there resumed. Returns the
@@ -365,7 +378,6 @@ def src_killed_drill(work):
 
 
 def main():
-    global work_bin
     if os.geteuid() != 0:
         print("SKIP: the fleet end to end needs root (PID namespaces, cgroups, CRIU)")
         return 77
@@ -373,12 +385,7 @@ def main():
     if not os.path.exists(lazy):
         print(f"SKIP: no post-copy CRIU at {lazy} (scripts/criu_lazy.sh)")
         return 77
-    work = crash_test.work_folder("postcopy")
-    work_bin = os.path.join(work, "bin")
-    shutil.copy(LAZY_MEM, os.path.join(work_bin, "lazy_mem.py"))
-    os.chmod(os.path.join(work_bin, "lazy_mem.py"), 0o755)
-    os.makedirs(os.path.join(work, "out"))
-    os.chmod(os.path.join(work, "out"), 0o1777)  # the workloads run as uids of their own
+    work = lazy_mem_work("postcopy")
     only = os.environ.get("PALADIN_POSTCOPY_ONLY", "")
     try:
         if only in ("", "move"):

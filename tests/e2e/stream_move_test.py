@@ -34,7 +34,6 @@ Environment: PALADIN_STREAM_ONLY=move|dst-killed|refused runs one drill.
 import glob
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -228,12 +227,7 @@ def main():
     if os.geteuid() != 0:
         print("SKIP: the fleet end to end needs root (PID namespaces, cgroups, CRIU)")
         return 77
-    work = crash_test.work_folder("stream")
-    pc.work_bin = os.path.join(work, "bin")
-    shutil.copy(pc.LAZY_MEM, os.path.join(pc.work_bin, "lazy_mem.py"))
-    os.chmod(os.path.join(pc.work_bin, "lazy_mem.py"), 0o755)
-    os.makedirs(os.path.join(work, "out"))
-    os.chmod(os.path.join(work, "out"), 0o1777)  # the workloads run as uids of their own
+    work = pc.lazy_mem_work("stream")
     only = os.environ.get("PALADIN_STREAM_ONLY", "")
     try:
         if only in ("", "move"):
