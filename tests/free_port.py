@@ -25,7 +25,7 @@ def free_port(count=1):
             for p in range(port, port + count):
                 s = socket.socket()
                 socks.append(s)
-                s.bind(("127.0.0.1", p))
+                s.bind(("", p))  # every address: a listener on any of them counts
             return port
         except OSError:
             pass

@@ -2,9 +2,14 @@
 // that fails undoes what the steps before it did, so that the job keeps running.
 #include "paladin/ckpt/checkpoint.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <set>
@@ -29,11 +34,43 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Status CopyFile(const std::string& from, const std::string& to) {
+// Copies a file of the job's run directory into the image, with its mode. The job may have put
+// something else in its place since: a link is not followed and nothing but a regular file is
+// read (root would otherwise copy whatever the link names into an image the team can read).
+Status CopyFromRunDir(const std::string& from, const std::string& to) {
   std::error_code ec;
   fs::create_directories(fs::path(to).parent_path(), ec);
-  fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
-  if (ec) return IoError("cannot copy " + from + " to " + to + ": " + ec.message());
+  const int in = open(from.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (in < 0) {
+    return IoError("cannot copy " + from + ": " +
+                   (errno == ELOOP ? std::string("it is a symbolic link") : strerror(errno)));
+  }
+  struct stat st {};
+  if (fstat(in, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(in);
+    return IoError("cannot copy " + from + ": not a regular file");
+  }
+  const int out =
+      open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, st.st_mode & 0777);
+  if (out < 0) {
+    const std::string why = strerror(errno);
+    close(in);
+    return IoError("cannot create " + to + ": " + why);
+  }
+  char buf[1 << 16];
+  ssize_t n = 0;
+  bool ok = true;
+  while (ok && (n = read(in, buf, sizeof buf)) > 0) {
+    for (ssize_t done = 0; ok && done < n;) {
+      const ssize_t w = write(out, buf + done, static_cast<size_t>(n - done));
+      ok = w > 0;
+      done += ok ? w : 0;
+    }
+  }
+  const std::string why = strerror(errno);
+  close(in);
+  if (close(out) != 0 || !ok || n < 0)
+    return IoError("cannot copy " + from + " to " + to + ": " + why);
   return Status::Ok();
 }
 
@@ -313,7 +350,7 @@ Status CheckpointRun::DumpTree(const std::string& parent) {
 // What the image holds beside CRIU's files: the quota region, the logs and the manifest.
 Status CheckpointRun::FillImage() {
   if (region_ != nullptr) {
-    PALADIN_RETURN_IF_ERROR(CopyFile(job_->region, image_ + "/quota.region"));
+    PALADIN_RETURN_IF_ERROR(CopyFromRunDir(job_->region, image_ + "/quota.region"));
   }
   times_.seconds.emplace_back("criu dump", watch_.Lap());
   // The logs travel with the image, as they were at the dump (CRIU checks open files' sizes).
@@ -321,7 +358,7 @@ Status CheckpointRun::FillImage() {
       {job_->stdout_log, "logs/stdout.log"}, {job_->stderr_log, "logs/stderr.log"}};
   for (const auto& [host, rel] : logs) {
     if (host.empty() || !fs::exists(host)) continue;
-    PALADIN_RETURN_IF_ERROR(CopyFile(host, (fs::path(image_) / rel).string()));
+    PALADIN_RETURN_IF_ERROR(CopyFromRunDir(host, (fs::path(image_) / rel).string()));
     manifest_.logs.push_back(rel);
     manifest_.log_targets.push_back(host);
   }

@@ -1,6 +1,8 @@
 # shellcheck shell=bash
 # Checkpoint scenario leave_running: --leave-running: the job keeps going, and the image restores
-# later.
+# later. Then its log swapped for a link to a file only root may read (as a job that owns its run
+# directory could): the checkpoint refuses to copy it, puts nothing of that file in the image, and
+# the job runs on.
 # The harness, ../ckpt_test.sh, runs it and defines the steps and the checks it shares.
 
 scenario_leave_running() {
@@ -52,4 +54,23 @@ scenario_leave_running() {
   else
     pass "leave_running: the image restores and continues after line $cut"
   fi
+
+  local secret=$work/root-only
+  echo "PALADIN-SECRET-$RANDOM" >"$secret"
+  chmod 600 "$secret"
+  mv "$log" "$log.real"
+  ln -s "$secret" "$log"
+  checkpoint "$work/hostile" --leave-running
+  local at_hostile
+  at_hostile=$(wc -l <"$log.real")
+  if ((ck_rc != 0)) && grep -q "stdout.log: it is a symbolic link" <<<"$ck_out" &&
+    ! grep -rqs "PALADIN-SECRET" "$work/hostile" &&
+    wait_until 10 lines_at_least "$log.real" $((at_hostile + 10)); then
+    pass "leave_running: a log swapped for a link is not copied into the image, and the job runs on"
+  else
+    fail "leave_running: the swapped log: exit $ck_rc: $ck_out; secret in the image:" \
+      "$(grep -rls "PALADIN-SECRET" "$work/hostile" 2>/dev/null | head -3)"
+  fi
+  rm -f "$log"
+  mv "$log.real" "$log"
 }
