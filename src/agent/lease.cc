@@ -19,8 +19,8 @@
 #include <cstring>
 
 #include "agent_impl.h"
+#include "paladin/base/process.h"
 #include "paladin/ckpt/fence.h"
-#include "paladin/quota/usage.h"
 
 namespace paladin::agent {
 
@@ -93,7 +93,7 @@ bool Agent::LeaseOut() const { return lease_.Out(clock_.BootNs()); }
 void Agent::SignalTree(pid_t root, int signal) {
   // The root first: a SIGSTOPped root cannot start new children meanwhile.
   if (root > 0) kill(root, signal);
-  for (uint32_t pid : quota::ProcessTree(static_cast<uint32_t>(root))) {
+  for (uint32_t pid : base::ProcessTree(static_cast<uint32_t>(root))) {
     kill(static_cast<pid_t>(pid), signal);
   }
 }

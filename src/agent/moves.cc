@@ -19,7 +19,6 @@
 #include "paladin/migrate/migrate.h"
 #include "paladin/migrate/owned_dir.h"
 #include "paladin/quota/launch.h"
-#include "paladin/quota/usage.h"
 
 namespace paladin::agent {
 
@@ -43,7 +42,7 @@ StatusOr<bool> HoldsGpuState(const ckpt::JobRecord& job) {
   StatusOr<std::unique_ptr<ckpt::GpuCheckpointer>> gpu = ckpt::GpuCheckpointer::Load(driver);
   if (!gpu.ok()) return gpu.status();
   std::vector<pid_t> pids;
-  for (uint32_t pid : quota::ProcessTree(static_cast<uint32_t>(job.pid))) {
+  for (uint32_t pid : base::ProcessTree(static_cast<uint32_t>(job.pid))) {
     pids.push_back(static_cast<pid_t>(pid));
   }
   return !(*gpu)->CudaProcesses(pids).empty();

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,25 @@ std::vector<uint32_t> NsPids(const std::string& proc_name) {
   }
   fclose(f);
   return pids;
+}
+
+constexpr uint32_t kNoParent = ~uint32_t{0};
+
+// Field 4 (ppid) of /proc/PID/stat; kNoParent when it cannot be read (the process is gone).
+uint32_t ParentOf(uint32_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%u/stat", pid);
+  FILE* f = fopen(path, "re");
+  if (f == nullptr) return kNoParent;
+  char buf[1024];
+  buf[fread(buf, 1, sizeof buf - 1, f)] = '\0';
+  fclose(f);
+  // After ") ": the state letter, then the ppid.
+  const char* p = strrchr(buf, ')');
+  if (p == nullptr || p[1] != ' ' || p[2] == '\0' || p[3] != ' ') return kNoParent;
+  char* end = nullptr;
+  const unsigned long ppid = strtoul(p + 4, &end, 10);
+  return end == p + 4 ? kNoParent : static_cast<uint32_t>(ppid);
 }
 
 // Field 22 of /proc/PID/stat in the host's time view, and the state letter; 0 if unreadable.
@@ -196,6 +216,27 @@ uint32_t HostPidOf(const ProcessId& id) {
   }
   closedir(dir);
   return found;
+}
+
+std::vector<uint32_t> ProcessTree(uint32_t root) {
+  std::map<uint32_t, std::vector<uint32_t>> children;
+  if (DIR* dir = opendir("/proc")) {
+    while (dirent* e = readdir(dir)) {
+      char* end = nullptr;
+      const unsigned long pid = strtoul(e->d_name, &end, 10);
+      if (end == e->d_name || *end != '\0') continue;
+      const uint32_t parent = ParentOf(static_cast<uint32_t>(pid));
+      if (parent != kNoParent) children[parent].push_back(static_cast<uint32_t>(pid));
+    }
+    closedir(dir);
+  }
+  std::vector<uint32_t> tree;
+  if (ParentOf(root) == kNoParent) return tree;
+  tree.push_back(root);
+  for (size_t i = 0; i < tree.size(); ++i) {
+    for (uint32_t child : children[tree[i]]) tree.push_back(child);
+  }
+  return tree;
 }
 
 }  // namespace paladin::base

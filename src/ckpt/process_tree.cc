@@ -14,13 +14,12 @@
 #include "paladin/base/process.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/fence.h"
-#include "paladin/quota/usage.h"
 
 namespace paladin::ckpt {
 
 std::vector<pid_t> Tree(pid_t root) {
   std::vector<pid_t> pids;
-  for (uint32_t p : quota::ProcessTree(static_cast<uint32_t>(root))) {
+  for (uint32_t p : base::ProcessTree(static_cast<uint32_t>(root))) {
     pids.push_back(static_cast<pid_t>(p));
   }
   return pids;

@@ -15,7 +15,7 @@
 #include <sstream>
 #include <thread>
 
-#include "paladin/quota/usage.h"
+#include "paladin/base/process.h"
 
 extern char** environ;
 
@@ -163,7 +163,7 @@ Status LocalFleet::KillNode(const std::string& name) {
   if (it == children_.end()) return NotFound("no agent " + name + " was started here");
   // Its workloads die with the node: the agent is their subreaper, so they are its descendants
   // (jobs restored or moved here by CRIU included; those that moved away are not).
-  const std::vector<uint32_t> tree = quota::ProcessTree(static_cast<uint32_t>(it->second));
+  const std::vector<uint32_t> tree = base::ProcessTree(static_cast<uint32_t>(it->second));
   kill(it->second, SIGKILL);
   for (uint32_t pid : tree) kill(static_cast<pid_t>(pid), SIGKILL);
   waitpid(it->second, nullptr, 0);
@@ -201,7 +201,7 @@ void LocalFleet::StopAll(double grace_s) {
           // An agent that would have killed its workloads on the way out had it stopped in
           // time: they go with it, as with KillNode.
           const std::vector<uint32_t> tree = kill_on_exit_.count(name) > 0
-                                                 ? quota::ProcessTree(static_cast<uint32_t>(pid))
+                                                 ? base::ProcessTree(static_cast<uint32_t>(pid))
                                                  : std::vector<uint32_t>{};
           kill(pid, SIGKILL);
           for (uint32_t p : tree) kill(static_cast<pid_t>(p), SIGKILL);

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "migrate_internal.h"
+#include "paladin/base/process.h"
 #include "paladin/migrate/owned_dir.h"
-#include "paladin/quota/usage.h"
 #include "paladin/transfer/transfer.h"
 #include "stream.h"
 
@@ -151,7 +151,7 @@ struct Destination {
     progress(why + "; asking the job's owner whether the move committed" +
              (stop ? " (the copy here stops meanwhile)" : ""));
     for (uint32_t pid :
-         stop ? quota::ProcessTree(static_cast<uint32_t>(job.pid)) : std::vector<uint32_t>()) {
+         stop ? base::ProcessTree(static_cast<uint32_t>(job.pid)) : std::vector<uint32_t>()) {
       kill(static_cast<pid_t>(pid), SIGSTOP);
     }
     StatusOr<bool> committed = Unavailable("not asked");

@@ -12,7 +12,7 @@
 
 #include "migrate_internal.h"
 #include "paladin/base/cgroup.h"
-#include "paladin/quota/usage.h"
+#include "paladin/base/process.h"
 
 namespace paladin::migrate {
 
@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 void KillTree(int64_t root) {
   if (root <= 0) return;
-  for (uint32_t pid : quota::ProcessTree(static_cast<uint32_t>(root))) {
+  for (uint32_t pid : base::ProcessTree(static_cast<uint32_t>(root))) {
     kill(static_cast<pid_t>(pid), SIGKILL);
   }
 }
@@ -71,7 +71,7 @@ Status LetGoForLocks(ckpt::JobRecord* job, MoveState* st, const std::string& sta
   // is, to the job.
   job->state = ckpt::RunState::kMoving;
   (void)ckpt::WriteJob(*job);
-  const std::vector<uint32_t> pids = quota::ProcessTree(static_cast<uint32_t>(job->pid));
+  const std::vector<uint32_t> pids = base::ProcessTree(static_cast<uint32_t>(job->pid));
   for (uint32_t pid : pids) kill(static_cast<pid_t>(pid), SIGKILL);
   // A process's locks go with its files, before it is a zombie.
   auto gone = [](uint32_t pid) { return !ProcessLives(pid); };

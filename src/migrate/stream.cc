@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "migrate_internal.h"
+#include "paladin/base/process.h"
 #include "paladin/quota/region.h"
-#include "paladin/quota/usage.h"
 
 namespace paladin::migrate {
 
@@ -90,7 +90,7 @@ void PageStream::Apply(ckpt::CheckpointOptions* checkpoint) const {
 
 uint64_t JobMemoryBytes(const ckpt::JobRecord& job) {
   uint64_t bytes = 0;
-  for (uint32_t pid : quota::ProcessTree(static_cast<uint32_t>(job.pid))) {
+  for (uint32_t pid : base::ProcessTree(static_cast<uint32_t>(job.pid))) {
     bytes += ProcKiloBytes("/proc/" + std::to_string(pid) + "/status", "VmRSS");
   }
   return bytes + JobDeviceBytes(job);

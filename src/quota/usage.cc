@@ -1,14 +1,13 @@
 #include "paladin/quota/usage.h"
 
-#include <dirent.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 
 #include "paladin/base/cgroup.h"
+#include "paladin/base/process.h"
 
 namespace paladin::quota {
 
@@ -56,34 +55,10 @@ uint64_t ResidentBytes(uint32_t pid) {
 
 }  // namespace
 
-std::vector<uint32_t> ProcessTree(uint32_t root) {
-  std::map<uint32_t, std::vector<uint32_t>> children;
-  if (DIR* dir = opendir("/proc")) {
-    while (dirent* e = readdir(dir)) {
-      char* end = nullptr;
-      const unsigned long pid = strtoul(e->d_name, &end, 10);
-      if (end == e->d_name || *end != '\0') continue;
-      ProcStat st;
-      if (ReadStat(static_cast<uint32_t>(pid), &st)) {
-        children[st.ppid].push_back(static_cast<uint32_t>(pid));
-      }
-    }
-    closedir(dir);
-  }
-  std::vector<uint32_t> tree;
-  ProcStat root_stat;
-  if (!ReadStat(root, &root_stat)) return tree;
-  tree.push_back(root);
-  for (size_t i = 0; i < tree.size(); ++i) {
-    for (uint32_t child : children[tree[i]]) tree.push_back(child);
-  }
-  return tree;
-}
-
 WorkloadUsage SampleUsage(const Region& region, const gpu::Nvml* nvml, uint32_t root,
                           const std::string& cgroup) {
   WorkloadUsage usage;
-  usage.pids = ProcessTree(root);
+  usage.pids = base::ProcessTree(root);
   if (!cgroup.empty()) {
     const base::Cgroup group = base::Cgroup::Existing(cgroup);
     usage.host_rss_bytes = group.MemoryBytes();

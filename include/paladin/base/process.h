@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace paladin::base {
 
@@ -44,6 +45,10 @@ bool ProcessDying(const ProcessId& id);
 // The host pid of `id` (of any view) as seen from the host's view; 0 when it is not alive or
 // this process's /proc is not the host's.
 uint32_t HostPidOf(const ProcessId& id);
+
+// `root` and every process below it (children first found first), as pids of this process's
+// view, from /proc; empty when `root` is gone.
+std::vector<uint32_t> ProcessTree(uint32_t root);
 
 }  // namespace paladin::base
 

@@ -35,9 +35,6 @@ struct WorkloadUsage {
   uint64_t grows = 0;
 };
 
-// The host pids of `root` and all its descendants, read from /proc.
-std::vector<uint32_t> ProcessTree(uint32_t root);
-
 // Samples the workload whose accounting is `region` and whose process tree starts at `root`.
 // `nvml` may be null (no NVML figures). With `cgroup` (the workload's group name under
 // paladin/), host memory and CPU come from the group, else from the process tree in /proc.
