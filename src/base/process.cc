@@ -77,17 +77,27 @@ std::vector<uint32_t> NsPids(const std::string& proc_name) {
   return pids;
 }
 
+// The text of /proc/PID/stat (its first 1023 bytes), NUL-terminated; false with *error set to
+// errno when it cannot be opened.
+bool ReadStat(uint32_t pid, char (&buf)[1024], int* error) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%u/stat", pid);
+  FILE* f = fopen(path, "re");
+  if (f == nullptr) {
+    if (error != nullptr) *error = errno;
+    return false;
+  }
+  buf[fread(buf, 1, sizeof buf - 1, f)] = '\0';
+  fclose(f);
+  return true;
+}
+
 constexpr uint32_t kNoParent = ~uint32_t{0};
 
 // Field 4 (ppid) of /proc/PID/stat; kNoParent when it cannot be read (the process is gone).
 uint32_t ParentOf(uint32_t pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%u/stat", pid);
-  FILE* f = fopen(path, "re");
-  if (f == nullptr) return kNoParent;
   char buf[1024];
-  buf[fread(buf, 1, sizeof buf - 1, f)] = '\0';
-  fclose(f);
+  if (!ReadStat(pid, buf, nullptr)) return kNoParent;
   // After ") ": the state letter, then the ppid.
   const char* p = strrchr(buf, ')');
   if (p == nullptr || p[1] != ' ' || p[2] == '\0' || p[3] != ' ') return kNoParent;
@@ -98,17 +108,8 @@ uint32_t ParentOf(uint32_t pid) {
 
 // Field 22 of /proc/PID/stat in the host's time view, and the state letter; 0 if unreadable.
 uint64_t StartTimeOf(uint32_t pid, char* state, int* error) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%u/stat", pid);
-  FILE* f = fopen(path, "re");
-  if (f == nullptr) {
-    if (error != nullptr) *error = errno;
-    return 0;
-  }
   char buf[1024];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  buf[n] = '\0';
-  fclose(f);
+  if (!ReadStat(pid, buf, error)) return 0;
   return StartTimeField(buf, state);
 }
 
@@ -164,13 +165,8 @@ bool ProcessAlive(const ProcessId& id) {
 bool ProcessDying(const ProcessId& id) {
   const uint32_t pid = id.view == OwnProcView() ? id.pid : HostPidOf(id);
   if (pid == 0 || !ProcessAlive(id)) return false;
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%u/stat", pid);
-  FILE* stat = fopen(path, "re");
-  if (stat == nullptr) return false;
   char buf[1024];
-  buf[fread(buf, 1, sizeof buf - 1, stat)] = '\0';
-  fclose(stat);
+  if (!ReadStat(pid, buf, nullptr)) return false;
   // Field 9 (flags): PF_EXITING, the kernel's mark of a task in exit().
   constexpr unsigned long kExiting = 0x4;
   const char* p = strrchr(buf, ')');
@@ -178,6 +174,7 @@ bool ProcessDying(const ProcessId& id) {
     if (*p == ' ') ++field;
   }
   if (p != nullptr && (strtoul(p, nullptr, 10) & kExiting) != 0) return true;
+  char path[64];
   snprintf(path, sizeof path, "/proc/%u/status", pid);
   FILE* f = fopen(path, "re");
   if (f == nullptr) return false;
