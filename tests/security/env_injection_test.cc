@@ -214,9 +214,11 @@ TEST_F(LaunchTest, InitRunsWithTheFixedEnvironmentOnly) {
   std::string environ_text;
   for (int i = 0; i < 250; ++i) {
     std::error_code ec;
+    // The kernel points exe at the new program before it lays out the new environment, so
+    // an empty read in between is the exec still under way, not an empty environment.
     if (fs::read_symlink(proc + "/exe", ec) == fs::path(PALADIN_WORKLOAD_INIT_PATH)) {
       environ_text = Read(proc + "/environ");
-      break;
+      if (!environ_text.empty()) break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
