@@ -31,6 +31,7 @@ struct PlacementPass::View {
   std::vector<std::string> names;
   std::vector<std::vector<int>> gpu_index;
   std::vector<int64_t> gpu_memory;
+  std::vector<NodeFacts> facts;  // each node's labels and taints, for the pods' constraints
   std::map<std::string, int32_t> index;
   std::vector<Booking> bookings;
   uint64_t reservation = 0;
@@ -134,6 +135,7 @@ StatusOr<std::unique_ptr<PlacementPass>> PlacementPass::Create(const ClusterStat
     v.names.push_back(name);
     v.gpu_index.push_back(idx);
     v.gpu_memory.push_back(memory);
+    v.facts.push_back(ReadNodeFacts(n));
   }
 
   // Teams, when their quotas are checked: each namespace's.
@@ -229,17 +231,52 @@ PodOutcome PlacementPass::MoveTo(const PodRequest& p) {
   return o;
 }
 
-PodOutcome PlacementPass::Place(const PodRequest& p) {
+PodOutcome PlacementPass::Place(const PodRequest& p, const std::string& only_node) {
   View& v = *v_;
   if (!p.error.empty()) return Pending("malformed: " + p.error);
   if (p.gpu_memory == 0) {
     return Pending(std::string("asks for no ") + kGpuMemoryResource +
                    " in its containers' resources.limits; Paladin places only pods that do");
   }
+  if (v.names.empty()) {
+    return Pending(std::string("no node publishes its GPUs (annotation ") + kGpusAnnotation +
+                   ", set by paladin k8s node)");
+  }
+  // The nodes it may go to: the one a move names, else those its own constraints allow (a
+  // move's destination is the operator's, as a pod's spec.nodeName is).
+  int32_t only = -1;
+  std::vector<int32_t> ruled_out;
+  std::string ruled_out_why;
+  if (!only_node.empty()) {
+    auto at = v.index.find(only_node);
+    if (at == v.index.end()) {
+      return Pending("node " + only_node + " publishes no GPUs (annotation " + kGpusAnnotation +
+                     ") or takes no pods (cordoned or not Ready)");
+    }
+    only = at->second;
+  } else if (p.move_to.empty()) {
+    for (size_t n = 0; n < v.names.size(); ++n) {
+      const std::string mismatch = NodeMismatch(p.constraints, v.facts[n]);
+      if (mismatch.empty()) continue;
+      ruled_out.push_back(static_cast<int32_t>(n));
+      ruled_out_why += (ruled_out_why.empty() ? "" : "; ") + v.names[n] + ": " + mismatch;
+    }
+    if (ruled_out.size() == v.names.size()) {
+      return Pending("no node with GPUs may run it by its own constraints (" + ruled_out_why + ")");
+    }
+  }
+  auto allowed = [&](size_t n) {
+    const auto i = static_cast<int32_t>(n);
+    return (only < 0 || i == only) &&
+           std::find(ruled_out.begin(), ruled_out.end(), i) == ruled_out.end();
+  };
+  const std::string aside =
+      ruled_out.empty() ? "" : " (its own constraints rule out " + ruled_out_why + ")";
   // The largest GPU and the most free on one GPU, for a reason a user can act on.
   int64_t largest = 0, most_free = -1;
   std::string largest_at, most_free_at;
   for (size_t n = 0; n < v.names.size(); ++n) {
+    if (!allowed(n)) continue;
     const core::Node& node = v.fleet.node(static_cast<int32_t>(n));
     for (size_t g = 0; g < node.gpus.size(); ++g) {
       const std::string at = v.names[n] + "/" + std::to_string(v.gpu_index[n][g]);
@@ -249,13 +286,10 @@ PodOutcome PlacementPass::Place(const PodRequest& p) {
     }
   }
   const auto bytes = static_cast<int64_t>(p.gpu_memory);
-  if (v.names.empty()) {
-    return Pending(std::string("no node publishes its GPUs (annotation ") + kGpusAnnotation +
-                   ", set by paladin k8s node)");
-  }
   if (bytes > largest) {
-    return Pending("asks for " + Size(bytes) + " of GPU memory, more than any GPU has (the " +
-                   "largest: " + Size(largest) + " on " + largest_at + ")");
+    return Pending("asks for " + Size(bytes) + " of GPU memory, more than any GPU " +
+                   (only >= 0 ? "of node " + only_node + " " : "") +
+                   "has (the largest: " + Size(largest) + " on " + largest_at + ")" + aside);
   }
   const std::string team = v.Team(p.ns);
   if (v.teams_checked) {
@@ -282,11 +316,14 @@ PodOutcome PlacementPass::Place(const PodRequest& p) {
     const core::Workload w = server::GpuShape(PodName(p), p.ns, p.priority, 1, bytes, largest);
     core::PackerOptions options;
     options.collect_reasons = true;
+    options.only_node = only;
+    options.exclude_nodes = ruled_out;
     o.packer_ran = true;
     o.decision = packer_->Schedule(v.fleet, w, *rng_, options);
     if (!o.decision.placed) {
-      o.reason = "no GPU has " + Size(bytes) + " free: the most free is " + Size(most_free) +
-                 " on " + most_free_at + " (" + o.decision.Explain() + ")";
+      o.reason = "no GPU " + (only >= 0 ? "of node " + only_node + " " : std::string()) + "has " +
+                 Size(bytes) + " free: the most free is " + Size(most_free) + " on " +
+                 most_free_at + " (" + o.decision.Explain() + ")" + aside;
       return o;
     }
     const auto n = static_cast<size_t>(o.decision.placement.node);
@@ -333,6 +370,12 @@ std::vector<std::pair<std::string, std::string>> PlacementPass::NodeVerdicts(con
   const core::Workload w = server::GpuShape(PodName(p), p.ns, p.priority, 1,
                                             static_cast<int64_t>(p.gpu_memory), largest);
   for (size_t n = 0; n < v.names.size(); ++n) {
+    if (p.move_to.empty()) {
+      if (std::string mismatch = NodeMismatch(p.constraints, v.facts[n]); !mismatch.empty()) {
+        out.emplace_back(v.names[n], "ruled out by the pod: " + mismatch);
+        continue;
+      }
+    }
     core::PackerOptions options;
     options.collect_reasons = true;
     options.only_node = static_cast<int32_t>(n);

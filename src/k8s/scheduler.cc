@@ -161,6 +161,12 @@ PodRequest ReadPod(const std::string& pod_json) {
     }
     p.gpu_memory += *bytes;
   }
+  StatusOr<NodeConstraints> constraints = ReadNodeConstraints(spec);
+  if (!constraints.ok()) {
+    p.error = constraints.status().message();
+    return p;
+  }
+  p.constraints = std::move(*constraints);
   const Json annotations = meta.value("annotations", Json::object());
   if (const std::string prio = Str(annotations, kPriorityAnnotation); !prio.empty()) {
     char* end = nullptr;

@@ -143,6 +143,85 @@ TEST(PlacementPass, OrderAndReasonsBeforeThePacker) {
   EXPECT_FALSE(got["none"].packer_ran);
 }
 
+// Two nodes of two 8 GiB GPUs each: "a" labelled zone=x and tainted dedicated=ml:NoSchedule,
+// "b" labelled zone=y with a PreferNoSchedule taint (a preference: it rules nothing out).
+ClusterState TwoZones(const std::vector<Json>& pods) {
+  Json a = Node("a", 2), b = Node("b", 2);
+  a["metadata"]["labels"] = {{"zone", "x"}};
+  a["spec"]["taints"] = {{{"key", "dedicated"}, {"value", "ml"}, {"effect", "NoSchedule"}}};
+  b["metadata"]["labels"] = {{"zone", "y"}};
+  b["spec"]["taints"] = {{{"key", "soft"}, {"effect", "PreferNoSchedule"}}};
+  ClusterState s;
+  s.nodes = Json{{"items", {a, b}}}.dump();
+  s.pods = Json{{"items", pods}}.dump();
+  return s;
+}
+
+// A pod goes only where its own nodeSelector, required node affinity and tolerations let it,
+// as under the stock scheduler; one that fits nowhere says which constraint rules out each node,
+// and explain's verdicts say the same. A move's destination (Place with a node) is the
+// operator's: the packer chooses among that node's GPUs, whatever the pod's constraints.
+TEST(PlacementPass, APodsOwnConstraintsRuleNodesOut) {
+  Json on_a = Pod("ns", "on-a", 1, 1);
+  on_a["spec"]["nodeSelector"] = {{"zone", "x"}};
+  on_a["spec"]["tolerations"] = {{{"key", "dedicated"}, {"operator", "Exists"}}};
+  Json plain = Pod("ns", "plain", 1, 2);  // tolerates nothing: b only
+  Json zone_y = Pod("ns", "zone-y", 1, 3);
+  zone_y["spec"]["tolerations"] = {{{"operator", "Exists"}}};
+  zone_y["spec"]["affinity"] = {
+      {"nodeAffinity",
+       {{"requiredDuringSchedulingIgnoredDuringExecution",
+         {{"nodeSelectorTerms",
+           {{{"matchExpressions",
+              {{{"key", "zone"}, {"operator", "In"}, {"values", {"y"}}}}}}}}}}}}};
+  Json nowhere = Pod("ns", "nowhere", 1, 4);
+  nowhere["spec"]["nodeSelector"] = {{"zone", "z"}};
+  Json big = Pod("ns", "big", 8, 5);  // fits an empty GPU of a, but may go to b only
+  Json bad = Pod("ns", "bad", 1, 6);
+  bad["spec"]["tolerations"] = {{{"key", "dedicated"}, {"operator", "Maybe"}}};
+  const ClusterState state =
+      TwoZones({on_a, plain, zone_y, nowhere, Pod("ns", "fill", 7, 0), big, bad});
+  std::map<std::string, PodOutcome> got = SchedulerPass(state);
+  for (const auto& [name, node] : std::vector<std::pair<std::string, std::string>>{
+           {"fill", "b"}, {"on-a", "a"}, {"plain", "b"}, {"zone-y", "b"}}) {
+    EXPECT_TRUE(got[name].placed) << name << ": " << got[name].reason;
+    EXPECT_EQ(got[name].node, node) << name;
+  }
+  EXPECT_FALSE(got["nowhere"].placed);
+  EXPECT_EQ(got["nowhere"].reason,
+            "no node with GPUs may run it by its own constraints (a: nodeSelector zone=z: label "
+            "zone is x; b: nodeSelector zone=z: label zone is y)");
+  EXPECT_FALSE(got["big"].placed);
+  EXPECT_NE(got["big"].reason.find("(its own constraints rule out a: taint "
+                                   "dedicated=ml:NoSchedule not tolerated)"),
+            std::string::npos)
+      << got["big"].reason;
+  EXPECT_EQ(got["bad"].reason.rfind("malformed: spec.tolerations[0].operator: 'Maybe'", 0), 0u)
+      << got["bad"].reason;
+
+  StatusOr<core::Policy> policy = server::MakeServerPolicy("paladin");
+  ASSERT_TRUE(policy.ok());
+  core::Packer packer(std::move(*policy));
+  core::Rng rng(1);
+  StatusOr<std::unique_ptr<PlacementPass>> pass = PlacementPass::Create(state, &packer, &rng);
+  ASSERT_TRUE(pass.ok());
+  const PodRequest plain_pod = ReadPod(plain.dump());
+  const std::vector<std::pair<std::string, std::string>> verdicts =
+      (*pass)->NodeVerdicts(plain_pod);
+  ASSERT_EQ(verdicts.size(), 2u);
+  EXPECT_EQ(verdicts[0].second,
+            "ruled out by the pod: taint dedicated=ml:NoSchedule not tolerated");
+  EXPECT_EQ(verdicts[1].second.rfind("fits, GPU ", 0), 0u) << verdicts[1].second;
+  // Named by a move: node a, taint or not; the packer picks its GPU.
+  const PodOutcome moved = (*pass)->Place(plain_pod, "a");
+  EXPECT_TRUE(moved.placed) << moved.reason;
+  EXPECT_EQ(moved.node, "a");
+  EXPECT_FALSE((*pass)->Place(ReadPod(Pod("ns", "huge", 9, 7).dump()), "a").placed);
+  EXPECT_EQ((*pass)->Place(plain_pod, "c").reason,
+            "node c publishes no GPUs (annotation paladin.io/gpus) or takes no pods (cordoned or "
+            "not Ready)");
+}
+
 // A placed pod: its Binding's record, the scheduler's latest event of it (not another pod's of
 // the same name, nor another component's), and the GPU's books.
 TEST(ExplainPod, APlacedPodByWhatItsBindingRecorded) {

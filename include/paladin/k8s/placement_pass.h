@@ -74,13 +74,18 @@ class PlacementPass {
   // Namespaces' label notes of this pass (a paladin.io/team label that is no team name).
   const std::vector<std::string>& notes() const;
 
-  // Decides `pod` (one of pending()) and, placed, books it: the pods after it see it.
-  PodOutcome Place(const PodRequest& pod);
+  // Decides `pod` (one of pending()) and, placed, books it: the pods after it see it. The nodes
+  // its own constraints rule out (nodeSelector, required node affinity, taints not tolerated:
+  // k8s/node_fit.h) are left out, and the reason of a pod left Pending names them. With
+  // `only_node`, the packer chooses among that node's GPUs only and the pod's constraints are
+  // not read: a move's or a recovery's destination is its operator's (as spec.nodeName is).
+  PodOutcome Place(const PodRequest& pod, const std::string& only_node = "");
   // Takes back a placement whose binding failed.
   void Unbook(const PodRequest& pod, const PodOutcome& outcome);
 
   // For explain: each node's verdict on `pod` alone, the packer run on that node only with its
-  // reasons ("fits, GPU 1", or which plugin rejects it and why), in the fleet's order.
+  // reasons ("fits, GPU 1", or which plugin rejects it and why), or what of the pod's own
+  // constraints rules the node out, in the fleet's order.
   std::vector<std::pair<std::string, std::string>> NodeVerdicts(const PodRequest& pod);
   // Every GPU of the fleet with what is booked on it.
   std::vector<GpuBooks> Gpus() const;

@@ -22,6 +22,7 @@
 #include "paladin/core/rng.h"
 #include "paladin/gpu/nvml.h"
 #include "paladin/k8s/api.h"
+#include "paladin/k8s/node_fit.h"
 
 namespace paladin::k8s {
 
@@ -68,6 +69,7 @@ struct PodRequest {
   // Its class's command (PodClassCommand of its first container asking for GPU memory, else of
   // its first container): with its team, the class an `auto` pod is sized from (design 7).
   std::string command;
+  NodeConstraints constraints;  // its nodeSelector, required node affinity and tolerations
   std::string error;
 };
 PodRequest ReadPod(const std::string& pod_json);
