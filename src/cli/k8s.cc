@@ -393,14 +393,25 @@ std::function<void(const std::string&)> TimedProgress(const std::string& what) {
   };
 }
 
+// A move's options with the packer's policy and, with --paladin-server, the teams' quotas that
+// place its replacement (the scheduler's flags).
+StatusOr<k8s::MoveOptions> MoveOptionsOf(const NodeArgs& args) {
+  StatusOr<k8s::SchedulerOptions> placement = SchedulerOptionsOf(args);
+  if (!placement.ok()) return placement.status();
+  k8s::MoveOptions o = args.move;
+  o.placement = std::move(*placement);
+  return o;
+}
+
 int RunMove(const NodeArgs& args) {
   StatusOr<k8s::ApiConfig> config = Config(args);
-  if (!config.ok()) {
-    cli::Say("k8s move", config.status().message());
+  StatusOr<k8s::MoveOptions> made = MoveOptionsOf(args);
+  if (!config.ok() || !made.ok()) {
+    cli::Say("k8s move", (config.ok() ? made.status() : config.status()).message());
     return 2;
   }
   const std::function<void(const std::string&)> progress = TimedProgress("move");
-  const k8s::MoveOptions& o = args.move;
+  const k8s::MoveOptions& o = *made;
   StatusOr<k8s::MoveResult> r = k8s::MovePod(k8s::ApiClient(*config), o, progress);
   if (!r.ok()) {
     cli::Say("k8s move", r.status().message());
@@ -424,13 +435,14 @@ int RunMove(const NodeArgs& args) {
 
 int RunDrain(const NodeArgs& args) {
   StatusOr<k8s::ApiConfig> config = Config(args);
-  if (!config.ok()) {
-    cli::Say("k8s drain", config.status().message());
+  StatusOr<k8s::MoveOptions> made = MoveOptionsOf(args);
+  if (!config.ok() || !made.ok()) {
+    cli::Say("k8s drain", (config.ok() ? made.status() : config.status()).message());
     return 2;
   }
   const std::function<void(const std::string&)> progress = TimedProgress("drain");
   StatusOr<k8s::DrainResult> r =
-      k8s::DrainNode(k8s::ApiClient(*config), args.drain_node, args.move, progress);
+      k8s::DrainNode(k8s::ApiClient(*config), args.drain_node, *made, progress);
   if (!r.ok()) {
     cli::Say("k8s drain", r.status().message());
     return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
@@ -579,6 +591,7 @@ int RunRecover(const NodeArgs& args) {
   o.lost_node = args.lost_node;
   o.lost_after_s = args.lost_after_s;
   o.move = args.move;
+  o.move.placement.policy = args.policy;
   const k8s::ApiClient client(*config);
   if (args.watch_s <= 0) {
     StatusOr<k8s::RecoverResult> r = k8s::RecoverNode(client, o, TimedProgress("recover"));
@@ -655,6 +668,19 @@ int RunGpus(const NodeArgs& args) {
     }
   }
   return 0;
+}
+
+// The replacement's GPU: chosen by the packer with the scheduler's policy on the destination
+// (a GPU pod moving to another node without --gpu), and its team's quotas checked there.
+void AddPlacementOptions(CLI::App* app, NodeArgs* args) {
+  app->add_option("--policy", args->policy,
+                  "Packing policy choosing a GPU pod's GPU on the destination (the scheduler's "
+                  "--policy)");
+  app->add_option("--paladin-server", args->paladin_server,
+                  "Paladin's server, whose teams' quotas the replacement must fit beside the pod "
+                  "it replaces (the scheduler's flag)");
+  app->add_option("--paladin-token-file", args->paladin_token_file,
+                  "File holding an admin token of Paladin's server");
 }
 
 void AddApiOptions(CLI::App* app, NodeArgs* args) {
@@ -792,6 +818,7 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
                    "CUDA driver for the checkpoint API (the emulated one's path on emulated GPUs)");
   move->add_option("--nvml", m.nvml, "NVML library naming the GPUs");
   move->add_option("--timeout", m.timeout_s, "Seconds the new pod has to run");
+  AddPlacementOptions(move, args.get());
   AddApiOptions(move, args.get());
   move->callback([args, exit_code] { *exit_code = RunMove(*args); });
 
@@ -813,6 +840,7 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
   drain->add_option("--driver", m.driver, "CUDA driver for the checkpoint API");
   drain->add_option("--nvml", m.nvml, "NVML library naming the GPUs");
   drain->add_option("--timeout", m.timeout_s, "Seconds each new pod has to run");
+  AddPlacementOptions(drain, args.get());
   AddApiOptions(drain, args.get());
   drain->callback([args, exit_code] { *exit_code = RunDrain(*args); });
 
@@ -864,6 +892,9 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
   recover->add_option("--driver", m.driver, "CUDA driver for the checkpoint API");
   recover->add_option("--nvml", m.nvml, "NVML library naming the GPUs");
   recover->add_option("--timeout", m.timeout_s, "Seconds each new pod has to run");
+  recover->add_option("--policy", args->policy,
+                      "Packing policy choosing each GPU pod's GPU on --to (the scheduler's "
+                      "--policy)");
   recover->add_flag(
       "--host-mounts", args->host_mounts,
       "In a pod (hostPID, privileged): enter the node's mount namespace (its containerd "

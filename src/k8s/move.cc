@@ -19,6 +19,7 @@
 #include "paladin/ckpt/gpu_checkpoint.h"
 #include "paladin/ckpt/subprocess.h"
 #include "paladin/gpu/nvml.h"
+#include "paladin/k8s/placement_pass.h"
 #include "paladin/k8s/scheduler.h"
 
 namespace paladin::k8s {
@@ -316,12 +317,9 @@ Status CheckTarget(const MovablePod& pod, MoveOptions& o) {
     return FailedPrecondition(who + " has no Paladin GPU (annotation " + kGpuAnnotation +
                               "): --gpu moves only pods Paladin placed on a GPU");
   }
-  if (pod.gpu >= 0 && o.gpu < 0) {
-    if (!between_nodes) {
-      return InvalidArgument(who + " is on GPU " + std::to_string(pod.gpu) +
-                             ": give the GPU to move it to (--gpu)");
-    }
-    o.gpu = pod.gpu;  // the same index on the other node
+  if (pod.gpu >= 0 && o.gpu < 0 && !between_nodes) {
+    return InvalidArgument(who + " is on GPU " + std::to_string(pod.gpu) +
+                           ": give the GPU to move it to (--gpu)");
   }
   if (!between_nodes && pod.gpu >= 0 && o.gpu == pod.gpu) {
     return InvalidArgument(who + " is on GPU " + std::to_string(o.gpu) + " already");
@@ -353,6 +351,21 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
       return Status(node.status().code(), "node " + target.node + ": " + node.status().message());
     }
     if (Status s = CheckDestinationNode(*node); !s.ok()) return s;
+  }
+  if (pod->gpu >= 0) {
+    // Where the replacement goes, decided before anything is stopped: the packer's choice of the
+    // destination's GPUs, or the room on the GPU given, and the team's quota for a second copy.
+    StatusOr<std::unique_ptr<ReplacementPlacer>> placer =
+        ReplacementPlacer::Create(client, o.placement);
+    if (!placer.ok()) return placer.status();
+    const PodOutcome where = (*placer)->Place(*body, target.node, target.gpu);
+    if (!where.placed) {
+      return FailedPrecondition(who + " cannot move to node " + target.node + ": " + where.reason +
+                                " (left running as it was)");
+    }
+    if (target.gpu < 0) progress("GPU chosen: " + where.how);
+    target.gpu = where.gpu;
+    result.to_gpu = target.gpu;
   }
   std::vector<std::string> uuids;
   if (target.gpu >= 0) {

@@ -452,4 +452,30 @@ std::string PlacementPass::TeamLine(const std::string& ns) const {
          gpus;
 }
 
+StatusOr<std::unique_ptr<ReplacementPlacer>> ReplacementPlacer::Create(
+    const ApiClient& client, const SchedulerOptions& options) {
+  StatusOr<core::Policy> policy = server::MakeServerPolicy(options.policy);
+  if (!policy.ok()) return policy.status();
+  StatusOr<ClusterState> state = ReadClusterState(client, options);
+  if (!state.ok()) return state.status();
+  std::unique_ptr<ReplacementPlacer> placer(new ReplacementPlacer(std::move(*policy)));
+  StatusOr<std::unique_ptr<PlacementPass>> pass =
+      PlacementPass::Create(*state, &placer->packer_, &placer->rng_);
+  if (!pass.ok()) return pass.status();
+  placer->pass_ = std::move(*pass);
+  return placer;
+}
+
+PodOutcome ReplacementPlacer::Place(const std::string& pod_json, const std::string& node, int gpu) {
+  PodRequest p = ReadPod(pod_json);
+  // As its replacement will be: not yet bound, restoring (a move's own GPU is honoured only then).
+  p.node.clear();
+  p.gpu = -1;
+  p.deleting = false;
+  p.phase = "Pending";
+  p.restores = true;
+  p.move_to = gpu >= 0 ? node + "/" + std::to_string(gpu) : "";
+  return pass_->Place(p, gpu >= 0 ? "" : node);
+}
+
 }  // namespace paladin::k8s

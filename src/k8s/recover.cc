@@ -17,6 +17,7 @@
 
 #include "node_ops.h"
 #include "paladin/ckpt/gpu_checkpoint.h"
+#include "paladin/k8s/placement_pass.h"
 #include "paladin/k8s/scheduler.h"
 
 namespace paladin::k8s {
@@ -430,6 +431,18 @@ std::string ForceDeleteBody(const std::string& uid) {
       .dump();
 }
 
+// Whether the pod at `path` is the replacement a recovery made of the pod whose uid is `uid`
+// (an earlier, interrupted run's): it says so in its paladin.io/moved-from.
+bool ReplacementExists(const ApiClient& client, const std::string& path, const std::string& uid) {
+  StatusOr<std::string> existing = client.Get(path);
+  const Json e = existing.ok() ? Json::parse(*existing, nullptr, false) : Json();
+  if (!e.is_object()) return false;
+  const std::string from =
+      Str(e.value("metadata", Json::object()).value("annotations", Json::object()),
+          kMovedFromAnnotation);
+  return from.find("(" + uid + ")") != std::string::npos;
+}
+
 StatusOr<std::vector<std::string>> FindLostNodes(const ApiClient& client, const std::string& except,
                                                  double lost_after_s) {
   StatusOr<std::string> nodes = client.Get("/api/v1/nodes");
@@ -516,10 +529,37 @@ StatusOr<RecoverResult> RecoverNode(const ApiClient& client, const RecoverOption
   RecoverResult result;
   result.left = plan->left;
   const detail::Runc runc{m, m.runc_root};
+  // The GPU pods' GPUs on the destination, by Paladin's packer over its books as they are now,
+  // each booked for the next; read once, only when a GPU pod comes back.
+  std::unique_ptr<ReplacementPlacer> placer;
   std::error_code ec;
   for (const RecoverItem& item : plan->recover) {
     const std::string who = item.ns + "/" + item.name;
     const std::string image_dir = m.images + "/" + item.image.image;
+    const Json old = Json::parse(item.pod_json, nullptr, false);
+    const bool gpu_pod =
+        !Str(old.value("metadata", Json::object()).value("annotations", Json::object()),
+             kGpuAnnotation)
+             .empty();
+    const std::string pod_path = "/api/v1/namespaces/" + item.ns + "/pods/";
+    int gpu = -1;
+    if (gpu_pod && !ReplacementExists(client, pod_path + item.new_name, item.uid)) {
+      if (placer == nullptr) {
+        StatusOr<std::unique_ptr<ReplacementPlacer>> made =
+            ReplacementPlacer::Create(client, m.placement);
+        if (!made.ok()) return made.status();
+        placer = std::move(*made);
+      }
+      const PodOutcome where = placer->Place(item.pod_json, m.node, -1);
+      if (!where.placed) {
+        // Before the claim and the delete: a later run (with room made) takes it up again.
+        result.left.push_back(who + ": no room on node " + m.node + ": " + where.reason +
+                              " (image " + item.image.image + " kept)");
+        continue;
+      }
+      gpu = where.gpu;
+      progress(who + ": GPU chosen: " + where.how);
+    }
     auto failed = [&](const Status& s) {
       return Status(s.code(), "recovering " + who + " from " + item.image.image + ": " +
                                   s.message() + " (recovered " +
@@ -530,7 +570,6 @@ StatusOr<RecoverResult> RecoverNode(const ApiClient& client, const RecoverOption
     if (Status s = detail::WriteFile(image_dir + "/claimed", o.lost_node + "\n"); !s.ok()) {
       return failed(s);
     }
-    const std::string pod_path = "/api/v1/namespaces/" + item.ns + "/pods/";
     if (item.old_pod_exists) {
       progress("deleting pod " + who + " of lost node " + o.lost_node + " (grace 0)");
       StatusOr<std::string> deleted =
@@ -541,15 +580,12 @@ StatusOr<RecoverResult> RecoverNode(const ApiClient& client, const RecoverOption
         return failed(deleted.status());
       }
     }
-    const Json old = Json::parse(item.pod_json, nullptr, false);
-    const std::string gpu = Str(
-        old.value("metadata", Json::object()).value("annotations", Json::object()), kGpuAnnotation);
     Replacement r;
     r.name = item.new_name;
     r.image = item.image.image;
     r.token = RestoreToken(*key, r.image, item.ns, r.name);
     r.node = m.node;
-    r.gpu = gpu.empty() ? -1 : std::atoi(gpu.c_str());
+    r.gpu = gpu;
     StatusOr<std::string> replacement = ReplacementPod(item.pod_json, r);
     if (!replacement.ok()) return failed(replacement.status());
     progress("creating pod " + item.ns + "/" + r.name + " on " + m.node + " restored from " +
@@ -557,20 +593,18 @@ StatusOr<RecoverResult> RecoverNode(const ApiClient& client, const RecoverOption
     StatusOr<std::string> created = client.Post(pod_path, *replacement);
     if (!created.ok()) {
       // Created by an earlier run: it is this pod's replacement only if it says so.
-      StatusOr<std::string> existing = client.Get(pod_path + r.name);
-      const Json e = existing.ok() ? Json::parse(*existing, nullptr, false) : Json();
-      const std::string from =
-          e.is_object()
-              ? Str(e.value("metadata", Json::object()).value("annotations", Json::object()),
-                    kMovedFromAnnotation)
-              : "";
-      if (from.find("(" + item.uid + ")") == std::string::npos) return failed(created.status());
+      if (!ReplacementExists(client, pod_path + r.name, item.uid)) return failed(created.status());
       progress("pod " + item.ns + "/" + r.name + " exists already (an earlier recovery's)");
     }
     StatusOr<std::string> new_id = detail::WaitRunning(client, pod_path + r.name, m.timeout_s);
     if (!new_id.ok()) return failed(new_id.status());
-    if (r.gpu >= 0) {
-      if (Status s = RestoreGpuState(runc, *new_id, m, item.image.gpu_uuid, r.gpu, progress);
+    if (gpu_pod) {
+      // The GPU its binding gave it: this run's choice, or an earlier run's for its replacement.
+      StatusOr<std::string> bound = client.Get(pod_path + r.name);
+      if (!bound.ok()) return failed(bound.status());
+      const PodRequest running = ReadPod(*bound);
+      if (running.gpu < 0) return failed(Internal("pod " + r.name + " runs with no Paladin GPU"));
+      if (Status s = RestoreGpuState(runc, *new_id, m, item.image.gpu_uuid, running.gpu, progress);
           !s.ok()) {
         return failed(s);
       }

@@ -41,7 +41,8 @@ old_used=$(used_by "$from" "$old_pid")
 echo "move_gpu: pod gpu on GPU $from ($from_uuid), pid $old_pid using $((old_used >> 20)) MiB there"
 
 # Moves refused before anything changes, each saying why: the GPU it is on, a GPU the node lacks,
-# another node, a pod that does not exist.
+# another node, a pod that does not exist, a GPU without room for it (pod `full`, 7Gi, which only
+# the other GPU can hold).
 refused=0
 marks_before=$(find "$CLUSTER_DIR/checkpoints" -maxdepth 2 | wc -l)
 refuse() { # EXPECTED ARGS...
@@ -56,11 +57,18 @@ refuse "is on GPU $from already" gpu --gpu "$from"
 refuse "has no GPU 7" gpu --gpu 7
 refuse "needs node other-node's image folder (--to-images)" gpu --gpu "$to" --node other-node
 refuse "not found" nosuchpod --gpu "$to"
+gpu_pod full 7Gi '' >/dev/null
+for ((i = 0; i < 100; i++)); do
+  [[ $(k get pod full -o jsonpath='{.metadata.annotations.paladin\.io/gpu}') == "$to" ]] && break
+  sleep 0.1
+done
+refuse "the move's target $NODE/$to has 1 GiB free, 2 GiB asked (left running as it was)" gpu --gpu "$to"
+k delete pod full --wait=true --timeout=30s >/dev/null
 marks_after=$(find "$CLUSTER_DIR/checkpoints" -maxdepth 2 | wc -l)
 [[ $(k get pod gpu -o jsonpath='{.status.phase}') == Running && $marks_after == "$marks_before" ]] ||
   fail "a refused move changed something: pod gpu $(k get pod gpu -o jsonpath='{.status.phase}')," \
     "images and marks $marks_before -> $marks_after"
-echo "move_gpu: $refused moves refused before anything changed (same GPU, no such GPU, another node without its image folder, no such pod)"
+echo "move_gpu: $refused moves refused before anything changed (same GPU, no such GPU, another node without its image folder, no such pod, no room)"
 
 sampler_start
 "$KUBECTL" -n "$NS" logs -f gpu >"$work/old.log" 2>/dev/null &

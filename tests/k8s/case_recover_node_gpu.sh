@@ -5,11 +5,14 @@
 # placed by Paladin on the second node's GPU 0 (the first node's GPUs unpublished meanwhile);
 # `paladin k8s checkpoint` on the second node locks and checkpoints its GPU state through the
 # driver, dumps it with CRIU left running, and gives the GPU state back; the second node is lost
-# (cluster.sh lose-node2) and its image folder deleted; `paladin k8s recover` deletes `lgpu`,
-# creates `lgpu-m1` (paladin.io/move-to localhost/0, bound there by Paladin's scheduler), and
-# restores its GPU state once it runs. Checked: it goes on from the checkpoint's generation, its
-# device memory verified on the first node's GPU 0; the sampler never sees two copies; the second
-# node comes back without it. Both nodes' emulated GPUs are this machine's (one state folder).
+# (cluster.sh lose-node2) and its image folder deleted. Meanwhile pod `fill` (7Gi, no toleration
+# of the second node's taint, so on the first node) holds one of the first node's GPUs, so the
+# GPU lgpu had (0) has no room for it there: `paladin k8s recover` asks Paladin's packer, which
+# chooses the other GPU, deletes `lgpu`, creates `lgpu-m1` (paladin.io/move-to localhost/G,
+# bound there by Paladin's scheduler), and restores its GPU state once it runs. Checked: it goes
+# on from the checkpoint's generation, its device memory verified on that GPU's UUID; the
+# sampler never sees two copies; the second node comes back without it. Both nodes' emulated
+# GPUs are this machine's (one state folder).
 # Env (tests/k8s/k8s_test.sh): as case_recover_node, and EMUCUDA.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -24,6 +27,7 @@ cleanup() {
   [[ -z $logs_pid ]] || kill "$logs_pid" 2>/dev/null || true
   [[ $node2_lost == 0 ]] || bash "$here/cluster.sh" return-node2 "$CLUSTER_DIR" >/dev/null 2>&1 || true
   "$KUBECTL" annotate node "$NODE2" paladin.io/gpus- >/dev/null 2>&1 || true
+  "$KUBECTL" -n "$NS" delete pod fill --wait=false >/dev/null 2>&1 || true
   "$PALADIN" k8s node --node "$NODE" --nvml "$EMUCUDA" "${api[@]}" >/dev/null 2>&1 || true
   paladin_stop
 }
@@ -44,8 +48,16 @@ wait_running lgpu
 "$PALADIN" k8s node --node "$NODE" --nvml "$EMUCUDA" "${api[@]}" >/dev/null
 "$KUBECTL" -n "$NS" logs -f lgpu >"$work/lgpu.log" 2>/dev/null &
 logs_pid=$!
+gpu_pod fill 7Gi '' >/dev/null
+for ((i = 0; i < 100; i++)); do
+  fill_at=$(k get pod fill -o jsonpath='{.spec.nodeName}/{.metadata.annotations.paladin\.io/gpu}')
+  [[ $fill_at == */[0-9]* ]] && break
+  sleep 0.1
+done
+[[ $fill_at == "$NODE/"[01] ]] || fail "pod fill is not on a GPU of $NODE: '$fill_at'"
+to_gpu=$((1 - ${fill_at##*/}))
 wait_gen lgpu 4
-to_uuid=$(uuid_of 0)
+to_uuid=$(uuid_of "$to_gpu")
 
 sampler_start
 read -ra ckpt <<<"$NODE2_CHECKPOINT_FLAGS"
@@ -79,8 +91,10 @@ done
 sed 's/^/recover_node_gpu:   /' "$work/recover"
 first=$(first_gen lgpu-m1)
 [[ -n $first ]] || fail "pod lgpu-m1 prints no generation: $(k logs lgpu-m1 | tail -3)"
-[[ $(k get pod lgpu-m1 -o jsonpath='{.spec.nodeName}/{.metadata.annotations.paladin\.io/gpu}') == "$NODE/0" ]] ||
-  fail "pod lgpu-m1 is not on $NODE/0: $(k get pod lgpu-m1 -o jsonpath='{.spec.nodeName} {.metadata.annotations}')"
+[[ $(k get pod lgpu-m1 -o jsonpath='{.spec.nodeName}/{.metadata.annotations.paladin\.io/gpu}') == "$NODE/$to_gpu" ]] ||
+  fail "pod lgpu-m1 is not on $NODE/$to_gpu (pod fill on $fill_at): $(k get pod lgpu-m1 -o jsonpath='{.spec.nodeName} {.metadata.annotations}')"
+grep -q "GPU chosen: $NODE/$to_gpu by Paladin's packer" "$work/recover" ||
+  fail "recover does not say the packer chose $NODE/$to_gpu: $(grep -m1 'GPU chosen' "$work/recover")"
 k get pod lgpu >/dev/null 2>&1 && fail "pod lgpu still exists"
 ! grep -q '^started:' <<<"$(k logs lgpu-m1)" || fail "pod lgpu-m1 started its workload afresh"
 if ((first <= g_before || first > g_after + 1)); then
@@ -97,9 +111,9 @@ k get pod lgpu >/dev/null 2>&1 && fail "pod lgpu is back with its node"
 ! grep -q MISMATCH <<<"$(k logs lgpu-m1)" || fail "pod lgpu-m1: $(k logs lgpu-m1 | grep -m1 MISMATCH)"
 [[ $(last_gen lgpu-m1) -gt $first ]] || fail "pod lgpu-m1 does not advance past generation $first"
 [[ $(k logs lgpu-m1 | tail -1) == *"$to_uuid"* ]] ||
-  fail "pod lgpu-m1 does not run on GPU 0 ($to_uuid): $(k logs lgpu-m1 | tail -1)"
+  fail "pod lgpu-m1 does not run on GPU $to_gpu ($to_uuid): $(k logs lgpu-m1 | tail -1)"
 sampler_stop
 echo "recover_node_gpu: lgpu on $NODE2/0 checkpointed at generation $g_before-$g_after, died at" \
-  "$g_died; lgpu-m1 on $NODE/0 went on at $first, then $(last_gen lgpu-m1), device memory" \
+  "$g_died; lgpu-m1 on $NODE/$to_gpu (the packer's choice, fill on $fill_at) went on at $first, then $(last_gen lgpu-m1), device memory" \
   "verified on $to_uuid; at most 1 copy in $SAMPLES samples"
-k delete pod lgpu-m1 --wait=true --timeout=30s >/dev/null
+k delete pod lgpu-m1 fill --wait=true --timeout=30s >/dev/null

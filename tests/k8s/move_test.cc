@@ -129,7 +129,7 @@ TEST(ReplacementPod, CarriesTheRestoreAndLeavesBindingToTheScheduler) {
   EXPECT_FALSE(plain["metadata"]["annotations"].contains(kMoveToAnnotation));
 }
 
-TEST(CheckTarget, ANodeNeedsItsImageFolderAndAGpuPodKeepsItsIndex) {
+TEST(CheckTarget, ANodeNeedsItsImageFolderAndAGpuPodAGpu) {
   MovablePod gpu_pod;
   gpu_pod.ns = "team-a";
   gpu_pod.name = "demo";
@@ -156,10 +156,13 @@ TEST(CheckTarget, ANodeNeedsItsImageFolderAndAGpuPodKeepsItsIndex) {
   o.to_images = "/n2/images";
   EXPECT_TRUE(CheckTarget(plain, o).ok());
   EXPECT_EQ(o.gpu, -1);
-  // A GPU pod goes to the same index there unless told; the same index is no longer "there".
+  // A GPU pod goes where the packer chooses there unless told (MovePod asks it); the same index
+  // is no longer "there".
   MoveOptions g = o;
   EXPECT_TRUE(CheckTarget(gpu_pod, g).ok());
-  EXPECT_EQ(g.gpu, 0);
+  EXPECT_EQ(g.gpu, -1);
+  g.gpu = 0;
+  EXPECT_TRUE(CheckTarget(gpu_pod, g).ok());
   // --gpu is for pods Paladin placed on a GPU.
   o.gpu = 1;
   EXPECT_EQ(CheckTarget(plain, o).code(), StatusCode::kFailedPrecondition);

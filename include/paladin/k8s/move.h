@@ -16,6 +16,7 @@
 
 #include "paladin/base/status.h"
 #include "paladin/k8s/api.h"
+#include "paladin/k8s/scheduler.h"
 
 namespace paladin::k8s {
 
@@ -62,8 +63,10 @@ struct MoveOptions {
   std::string ns = "default";
   std::string pod;
   std::string new_name;  // empty: NextPodName
-  int gpu = -1;          // -1: the same GPU (only for a pod without a Paladin GPU)
-  std::string node;      // empty: the pod's node
+  // -1: a pod without a Paladin GPU stays without; a GPU pod moving to another node gets the GPU
+  // Paladin's packer chooses there (placement); on its own node it must be given.
+  int gpu = -1;
+  std::string node;  // empty: the pod's node
   // A move to another node: the image is carried into the destination's image folder (on this
   // machine: the other node's own, or a filesystem both nodes mount), and for a GPU pod the
   // restored processes are found in the destination's runc state (empty: runc_root).
@@ -77,6 +80,9 @@ struct MoveOptions {
   std::string driver = "libcuda.so.1";     // the CUDA driver for the checkpoint API
   std::string nvml = "libnvidia-ml.so.1";  // the GPUs' UUIDs
   double timeout_s = 60;                   // for the replacement to run
+  // The packer's policy (the scheduler's --policy) for the replacement's GPU and, when
+  // team_quotas is set, the team's quotas it must fit with the old pod still counted.
+  SchedulerOptions placement;
 };
 
 struct MoveResult {
@@ -90,8 +96,9 @@ struct MoveResult {
 };
 
 // The checks of a move's target that need nothing but the pod and the options: a move between
-// nodes needs the destination's image folder; a GPU pod needs a GPU (between nodes, its own
-// index by default); a pod without a Paladin GPU takes no --gpu. Fills in o.gpu's default.
+// nodes needs the destination's image folder; a GPU pod on its own node needs another GPU (between
+// nodes, none given, the packer chooses one in MovePod); a pod without a Paladin GPU takes no
+// --gpu. Fills in o.node's default.
 Status CheckTarget(const MovablePod& pod, MoveOptions& o);
 
 // Whether a Node (its JSON) may receive a moved pod: Ready and not cordoned; an error says why.

@@ -107,4 +107,25 @@ class PlacementPass {
   core::Rng* rng_;
 };
 
+// The scheduler's pass over the cluster as it is now, for the replacement pods a move, a drain or
+// a recovery creates on the node its operator named: where Paladin's packer puts each among
+// that node's GPUs, or whether the GPU the operator named has room, each booked so that the
+// next sees it. With options.team_quotas the team's quota is checked too, the replaced pod
+// still counted (a move runs two copies until the old pod is gone).
+class ReplacementPlacer {
+ public:
+  // Reads the cluster through `client`; fails on an unknown policy or the API server's error.
+  static StatusOr<std::unique_ptr<ReplacementPlacer>> Create(const ApiClient& client,
+                                                             const SchedulerOptions& options);
+  // `pod_json`: the pod being replaced. gpu >= 0: GPU `gpu` of `node`; else the packer's choice
+  // of `node`'s GPUs. Not placed: the reason.
+  PodOutcome Place(const std::string& pod_json, const std::string& node, int gpu);
+
+ private:
+  explicit ReplacementPlacer(core::Policy policy) : packer_(std::move(policy)) {}
+  core::Packer packer_;
+  core::Rng rng_{1};
+  std::unique_ptr<PlacementPass> pass_;
+};
+
 }  // namespace paladin::k8s
