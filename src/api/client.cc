@@ -70,6 +70,16 @@ Status FromHttp(int status, const std::string& body, const std::string& what) {
 StatusOr<std::string> Client::Call(const std::string& method, const std::string& path,
                                    const std::string* body) const {
   httplib::Client http(Url());
+  // HTTPS: the server's certificate is checked against the system's CAs, or the one
+  // PALADIN_CA_FILE names (a server's own CA, docs/server.md "TLS").
+  const char* ca = std::getenv("PALADIN_CA_FILE");
+  const bool own_ca = endpoint_.tls && ca != nullptr && *ca != '\0';
+  if (own_ca) {
+    if (access(ca, R_OK) != 0) {
+      return InvalidArgument(std::string("PALADIN_CA_FILE '") + ca + "' cannot be read");
+    }
+    http.set_ca_cert_path(ca);
+  }
   const auto seconds = static_cast<time_t>(timeout_s_);
   const auto micros = static_cast<time_t>((timeout_s_ - static_cast<double>(seconds)) * 1e6);
   http.set_connection_timeout(seconds, micros);
@@ -86,8 +96,13 @@ StatusOr<std::string> Client::Call(const std::string& method, const std::string&
                                               : http.Delete(path, headers);
   const std::string what = method + " " + path;
   if (!result) {
-    return Unavailable("cannot reach the Paladin server at " + Url() + " (" + what +
-                       "): " + httplib::to_string(result.error()));
+    std::string why = httplib::to_string(result.error());
+    if (result.error() == httplib::Error::SSLServerVerification) {
+      why += own_ca ? " (its certificate is not signed by PALADIN_CA_FILE's CA, or names another "
+                      "host)"
+                    : " (a server with its own CA: set PALADIN_CA_FILE to the CA's certificate)";
+    }
+    return Unavailable("cannot reach the Paladin server at " + Url() + " (" + what + "): " + why);
   }
   if (result->status < 200 || result->status >= 300) {
     return FromHttp(result->status, result->body, what);

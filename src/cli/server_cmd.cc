@@ -59,6 +59,10 @@ void RegisterServer(CLI::App& app, int* exit_code) {
                   "Take the admin token from FILE (one line: pal_ and 64 hex digits; mode 0600 "
                   "or 0400, e.g. a Kubernetes Secret) instead of making DATA/admin.token; a "
                   "different token there at a later start replaces the old one");
+  cmd->add_option("--tls-cert", options->tls_cert_file,
+                  "Serve HTTPS with this certificate chain (PEM; with --tls-key). Clients trust "
+                  "it through the system's CAs or PALADIN_CA_FILE");
+  cmd->add_option("--tls-key", options->tls_key_file, "The certificate's private key (PEM)");
   cmd->add_option("--lease", options->lease_s, "Seconds without a heartbeat before a node is dead")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -24,6 +24,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tls_session.h"
+
 namespace paladin::server {
 namespace {
 
@@ -77,6 +79,10 @@ struct Connection {
   size_t out_pos = 0;
   bool close_after_write = false;
   size_t lingered = 0;
+
+  // HTTPS: the session, and what it must send that no answer carries yet (its handshake).
+  std::unique_ptr<TlsSession> tls;
+  std::string tls_out;
 };
 
 // A worker's result for a connection.
@@ -103,8 +109,8 @@ class HttpFront::Impl {
   void Stop();
   int port() const { return port_; }
   HttpFrontStats stats() const {
-    return HttpFrontStats{connections_.load(), timed_out_.load(), refused_early_.load(),
-                          too_large_.load(), over_peer_limit_.load()};
+    return HttpFrontStats{connections_.load(), timed_out_.load(),       refused_early_.load(),
+                          too_large_.load(),   over_peer_limit_.load(), tls_refused_.load()};
   }
 
  private:
@@ -124,6 +130,8 @@ class HttpFront::Impl {
   void SetInterest(Connection& c, uint32_t events);
   void Sweep(Clock::time_point now);
   void Compact(Connection& c);
+  // HTTPS: sends what the session has to send outside an answer; false when it closed `c`.
+  bool SendTlsOut(Connection& c);
 
   // --- workers ---
   void Dispatch(Connection& c, bool admission_only);
@@ -132,6 +140,7 @@ class HttpFront::Impl {
 
   const HttpFrontOptions options_;
   const HttpAdmit admit_;
+  std::unique_ptr<TlsContext> tls_;  // HTTPS, when the options name a certificate
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
@@ -162,9 +171,16 @@ class HttpFront::Impl {
   std::atomic<int64_t> over_peer_limit_{0};
   std::atomic<int64_t> refused_early_{0};
   std::atomic<int64_t> too_large_{0};
+  std::atomic<int64_t> tls_refused_{0};
 };
 
 Status HttpFront::Impl::Bind() {
+  if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty()) {
+    StatusOr<std::unique_ptr<TlsContext>> tls =
+        TlsContext::Load(options_.tls_cert_file, options_.tls_key_file);
+    if (!tls.ok()) return tls.status();
+    tls_ = std::move(*tls);
+  }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -318,6 +334,7 @@ void HttpFront::Impl::Accept() {
       continue;
     }
     c->interest = ev.events;
+    if (tls_ != nullptr) c->tls = std::make_unique<TlsSession>(*tls_);
     ++from_peer;
     connections_.fetch_add(1);
     connections_by_id_.emplace(c->id, std::move(c));
@@ -380,7 +397,24 @@ void HttpFront::Impl::ReadSome(Connection& c) {
       if (c.lingered > kMaxLingerBytes) Close(c);
       continue;
     }
-    c.in.append(buf, static_cast<size_t>(n));
+    if (c.tls != nullptr) {
+      // The request's bytes are what the session decrypts; its handshake goes out at once.
+      const size_t before = c.in.size();
+      if (!c.tls->Receive(buf, static_cast<size_t>(n), &c.in, &c.tls_out).ok()) {
+        tls_refused_.fetch_add(1);
+        (void)SendTlsOut(c);  // its alert, if any
+        Close(c);
+        return;
+      }
+      if (!SendTlsOut(c)) return;
+      if (c.tls->closed() && c.in.size() == before) {
+        Close(c);
+        return;
+      }
+      if (c.in.size() == before) continue;
+    } else {
+      c.in.append(buf, static_cast<size_t>(n));
+    }
     Advance(c);
   }
 }
@@ -495,7 +529,14 @@ void HttpFront::Impl::OnDone(Done done) {
   c.body.emplace(c.framing, options_.max_body_bytes);
   if (c.expect_continue && c.in_pos == c.in.size()) {
     static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
-    (void)send(c.fd, kContinue, sizeof kContinue - 1, MSG_NOSIGNAL);
+    if (c.tls != nullptr) {
+      if (!c.tls->Seal(kContinue, false, &c.tls_out).ok() || !SendTlsOut(c)) {
+        Close(c);
+        return;
+      }
+    } else {
+      (void)send(c.fd, kContinue, sizeof kContinue - 1, MSG_NOSIGNAL);
+    }
   }
   SetInterest(c, EPOLLIN | EPOLLRDHUP);
   Advance(c);
@@ -504,6 +545,16 @@ void HttpFront::Impl::OnDone(Done done) {
 void HttpFront::Impl::Answer(Connection& c, const HttpResponse& response, bool keep_alive) {
   c.out = SerializeResponse(response, keep_alive, c.head_request);
   c.out_pos = 0;
+  if (c.tls != nullptr) {
+    // Sealed whole, behind whatever of the session's own bytes could not be sent yet.
+    std::string sealed = std::move(c.tls_out);
+    c.tls_out.clear();
+    if (!c.tls->Seal(c.out, !keep_alive, &sealed).ok()) {
+      Close(c);
+      return;
+    }
+    c.out = std::move(sealed);
+  }
   c.close_after_write = !keep_alive;
   c.phase = Phase::kWriting;
   c.deadline = Clock::now() + Seconds(options_.write_timeout_s);
@@ -515,6 +566,27 @@ void HttpFront::Impl::Answer(Connection& c, const HttpResponse& response, bool k
     c.in_pos = 0;
   }
   Flush(c);
+}
+
+bool HttpFront::Impl::SendTlsOut(Connection& c) {
+  size_t sent = 0;
+  while (sent < c.tls_out.size()) {
+    const ssize_t n = send(c.fd, c.tls_out.data() + sent, c.tls_out.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      // A handshake flight is a few KiB, less than any socket's buffer: a peer that leaves it
+      // there is not reading, and its deadline closes it. The rest goes before the next answer.
+      break;
+    } else {
+      Close(c);
+      return false;
+    }
+  }
+  c.tls_out.erase(0, sent);
+  return true;
 }
 
 void HttpFront::Impl::Flush(Connection& c) {

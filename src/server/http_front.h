@@ -46,6 +46,9 @@ struct HttpFrontOptions {
   // idle for idle_timeout_s); more from it are closed as soon as they are accepted.
   int max_connections_per_peer = 256;
   int max_requests_per_connection = 1000;
+  // HTTPS: the certificate chain and key (PEM files); both empty: plain HTTP.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 // Counters since Start, for tests and /metrics.
@@ -55,6 +58,7 @@ struct HttpFrontStats {
   int64_t refused_early = 0;    // answered before their body was read
   int64_t too_large = 0;        // 413
   int64_t over_peer_limit = 0;  // closed at accept: their peer held max_connections_per_peer
+  int64_t tls_refused = 0;      // closed: their TLS handshake or record was broken or refused
 };
 
 class HttpFront {

@@ -222,9 +222,12 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   http.max_body_bytes = kMaxBodyBytes;
   http.header_timeout_s = options.http_header_timeout_s;
   http.body_timeout_s = options.http_body_timeout_s;
+  http.tls_cert_file = options.tls_cert_file;
+  http.tls_key_file = options.tls_key_file;
   StatusOr<std::unique_ptr<HttpFront>> front =
       HttpFront::Start(http, MakeRoutes(*impl->control, *impl->pods));
   if (!front.ok()) {
+    if (front.status().code() == StatusCode::kInvalidArgument) return front.status();  // TLS files
     return Unavailable("cannot listen on " + options.listen + ": " + front.status().message());
   }
   impl->http = std::move(*front);
@@ -252,7 +255,8 @@ void Server::Stop() {
 int Server::port() const { return impl_->port; }
 
 std::string Server::url() const {
-  return "http://" + impl_->host + ":" + std::to_string(impl_->port);
+  return std::string(impl_->options.tls_cert_file.empty() ? "http://" : "https://") + impl_->host +
+         ":" + std::to_string(impl_->port);
 }
 
 std::string Server::admin_token_path() const {

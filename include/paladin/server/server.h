@@ -49,6 +49,10 @@ struct ServerOptions {
   // may write and others may not read. A different token in the file at a later start replaces
   // the one it held before (that one stops working).
   std::string admin_token_file;
+  // HTTPS (docs/server.md, "TLS"): the server's certificate chain and key, PEM files; both empty:
+  // plain HTTP. Its URL (DATA/server.url) is then https://.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 class Server {
