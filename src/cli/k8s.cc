@@ -74,6 +74,7 @@ struct NodeArgs {
   bool once = false;
   std::string paladin_server;  // empty: teams' quotas not checked, pods not reported
   std::string paladin_token_file;
+  std::string paladin_ca_file;  // the CA of Paladin's server's certificate (HTTPS)
   std::string cluster = "default";
   // The webhook's
   std::string listen = "127.0.0.1:9443";
@@ -258,7 +259,19 @@ int RunNode(const NodeArgs& args) {
 // The scheduler's options from the flags it shares with explain: the policy and, with
 // --paladin-server, the teams' quotas read from Paladin's server as its own scheduler checks them.
 // An error names the flag.
+// --paladin-ca-file: the clients of Paladin's server in this process trust its CA (they read
+// PALADIN_CA_FILE, as the CLI and the agents do). An error names the flag.
+Status UseServerCa(const NodeArgs& args) {
+  if (args.paladin_ca_file.empty()) return Status::Ok();
+  if (access(args.paladin_ca_file.c_str(), R_OK) != 0) {
+    return InvalidArgument("--paladin-ca-file " + args.paladin_ca_file + ": cannot be read");
+  }
+  setenv("PALADIN_CA_FILE", args.paladin_ca_file.c_str(), 1);
+  return Status::Ok();
+}
+
 StatusOr<k8s::SchedulerOptions> SchedulerOptionsOf(const NodeArgs& args) {
+  if (Status s = UseServerCa(args); !s.ok()) return s;
   k8s::SchedulerOptions options;
   options.policy = args.policy;
   if (args.paladin_server.empty()) return options;
@@ -353,6 +366,10 @@ int RunWebhook(const NodeArgs& args) {
       inject.auto_default_bytes < (uint64_t{1} << 20)) {
     cli::Say("k8s webhook", "--auto-default '" + args.auto_default +
                                 "': expected a size of at least 1 MiB such as 4GiB");
+    return 2;
+  }
+  if (Status s = UseServerCa(args); !s.ok()) {
+    cli::Say("k8s webhook", s.message());
     return 2;
   }
   if (!args.paladin_server.empty()) {
@@ -670,6 +687,10 @@ int RunGpus(const NodeArgs& args) {
   return 0;
 }
 
+constexpr char kServerCaHelp[] =
+    "The CA certificate of Paladin's server (an https:// --paladin-server with its own CA: "
+    "deploy/k8s/server-tls.sh's ca.crt); default: the system's CAs";
+
 // The replacement's GPU: chosen by the packer with the scheduler's policy on the destination
 // (a GPU pod moving to another node without --gpu), and its team's quotas checked there.
 void AddPlacementOptions(CLI::App* app, NodeArgs* args) {
@@ -681,6 +702,7 @@ void AddPlacementOptions(CLI::App* app, NodeArgs* args) {
                   "it replaces (the scheduler's flag)");
   app->add_option("--paladin-token-file", args->paladin_token_file,
                   "File holding an admin token of Paladin's server");
+  app->add_option("--paladin-ca-file", args->paladin_ca_file, kServerCaHelp);
 }
 
 void AddApiOptions(CLI::App* app, NodeArgs* args) {
@@ -737,6 +759,7 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
       });
   scheduler->add_option("--paladin-token-file", args->paladin_token_file,
                         "File holding an admin token of Paladin's server");
+  scheduler->add_option("--paladin-ca-file", args->paladin_ca_file, kServerCaHelp);
   AddApiOptions(scheduler, args.get());
   scheduler->callback([args, exit_code] { *exit_code = RunScheduler(*args); });
 
@@ -751,6 +774,7 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
                       "Paladin's server, for the teams' quotas (the scheduler's flag)");
   explain->add_option("--paladin-token-file", args->paladin_token_file,
                       "File holding an admin token of Paladin's server");
+  explain->add_option("--paladin-ca-file", args->paladin_ca_file, kServerCaHelp);
   AddApiOptions(explain, args.get());
   explain->callback([args, exit_code] { *exit_code = RunExplain(*args); });
 
@@ -781,6 +805,7 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
                       "from their class's history (GET /v1/sizing)");
   webhook->add_option("--paladin-token-file", args->paladin_token_file,
                       "File holding an admin token of Paladin's server");
+  webhook->add_option("--paladin-ca-file", args->paladin_ca_file, kServerCaHelp);
   webhook
       ->add_option("--sizing-timeout", args->sizing_timeout_s,
                    "Seconds to wait for the namespace's team and the server's size of an auto "

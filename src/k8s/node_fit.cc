@@ -198,8 +198,14 @@ std::string NodeMismatch(const NodeConstraints& c, const NodeFacts& node) {
   for (const auto& [key, want] : c.selector) {
     const std::string* has = Label(node, key);
     if (has == nullptr || *has != want) {
-      return "nodeSelector " + key + "=" + want + ": " +
-             (has == nullptr ? "no label " + key : "label " + key + " is " + *has);
+      std::string why = "nodeSelector ";
+      why.append(key).append("=").append(want).append(": ");
+      if (has == nullptr) {
+        why.append("no label ").append(key);
+      } else {
+        why.append("label ").append(key).append(" is ").append(*has);
+      }
+      return why;
     }
   }
   if (c.has_terms) {

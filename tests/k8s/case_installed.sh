@@ -79,7 +79,7 @@ api_port=$("$KUBECTL" config view -o jsonpath='{.clusters[0].cluster.server}')
 api_port=${api_port##*:}
 port=19446
 server_port=19460  # no other case listens there (they reuse 19443-19453)
-server_url=http://127.0.0.1:$server_port
+server_url=https://127.0.0.1:$server_port
 overlay=$work/overlay
 
 render=${PALADIN_CHART_RENDER:--}
@@ -169,7 +169,8 @@ patches:
               - name: scheduler
                 command: [/usr/local/bin/paladin, k8s, scheduler, --interval, "0.3",
                           --paladin-server, "$server_url",
-                          --paladin-token-file, /var/run/paladin/server-token/token]
+                          --paladin-token-file, /var/run/paladin/server-token/token,
+                          --paladin-ca-file, /var/run/paladin/server-ca/ca.crt]
                 env: $in_cluster_env
                 resources: $limits
   - target: {kind: DaemonSet, name: paladin-node}
@@ -206,6 +207,7 @@ patches:
                 --paladin-user, "system:serviceaccount:paladin:paladin-recover",
                 --paladin-server, "$server_url",
                 --paladin-token-file, /var/run/paladin/server-token/token,
+                --paladin-ca-file, /var/run/paladin/server-ca/ca.crt,
                 --usage-user, "system:serviceaccount:paladin:paladin-node",
                 --emulated-gpus, $PALADIN_EMU_GPUS_SPEC, --emu-state-dir, $work/emu]
       - {op: add, path: /spec/template/spec/containers/0/env, value: $in_cluster_env}
@@ -226,13 +228,13 @@ patches:
       - {op: replace, path: /spec/template/spec/containers/0/resources, value: $limits}
       - op: replace
         path: /spec/template/spec/containers/0/ports
-        value: [{name: http, containerPort: $server_port}]
+        value: [{name: https, containerPort: $server_port}]
       - op: replace
         path: /spec/template/spec/containers/0/readinessProbe/httpGet
-        value: {host: 127.0.0.1, path: /healthz, port: $server_port}
+        value: {host: 127.0.0.1, path: /healthz, port: $server_port, scheme: HTTPS}
   - target: {kind: Service, name: paladin-server}
     patch: |-
-      - {op: replace, path: /spec/ports/0, value: {name: http, port: $server_port, targetPort: $server_port}}
+      - {op: replace, path: /spec/ports/0, value: {name: https, port: $server_port, targetPort: $server_port}}
   # The checkpointer on the second node only (its runc state and image folder; its images into
   # the first node's folder), every 3 s; the recovery on the first node (its folders), looking
   # every 0.5 s. Both with the cluster's runc, CRIU and key, and the emulated driver and state of
@@ -360,6 +362,11 @@ YAML
   fail "server-token.sh run again did not keep the Secret"
 token=$("$KUBECTL" -n paladin get secret paladin-server-token -o jsonpath='{.data.token}' | base64 -d)
 [[ $token =~ ^pal_[0-9a-f]{64}$ ]] || fail "server-token.sh made '${token:0:8}...', not a Paladin token"
+# Its serving certificate (deploy/k8s/server-tls.sh), also for 127.0.0.1, where the scheduler, the
+# webhook and this host reach it here; its CA is what `paladin` trusts from here.
+"$repo/deploy/k8s/server-tls.sh" -k "$KUBECTL" -a IP:127.0.0.1 | sed 's/^/installed: /'
+"$KUBECTL" -n paladin get secret paladin-server-tls -o jsonpath='{.data.ca\.crt}' | base64 -d >"$work/server-ca.crt"
+export PALADIN_CA_FILE=$work/server-ca.crt
 "$KUBECTL" apply -f "$installed_from" >/dev/null
 for d in deployment/paladin-server deployment/paladin-scheduler deployment/paladin-webhook \
   daemonset/paladin-node daemonset/paladin-checkpoint deployment/paladin-recover; do
@@ -396,7 +403,11 @@ done
 # The installed server, from the host (the Service's address needs kube-proxy, which the test
 # cluster lacks): it answers, with the token of the Secret; and through `kubectl port-forward` of
 # its Service, as a user reaches it.
-curl -sf "$server_url/healthz" >/dev/null || fail "the installed server does not answer at $server_url/healthz"
+curl -sf --cacert "$PALADIN_CA_FILE" "$server_url/healthz" >/dev/null ||
+  fail "the installed server does not answer at $server_url/healthz"
+# HTTPS only: plain HTTP gets no answer.
+! curl -s -m 5 "http://127.0.0.1:$server_port/healthz" >/dev/null 2>&1 ||
+  fail "the installed server answers plain HTTP"
 : >"$work/forward.log"
 "$KUBECTL" -n paladin port-forward service/paladin-server "19461:$server_port" >"$work/forward.log" 2>&1 &
 forward_pid=$!
@@ -404,7 +415,7 @@ for ((i = 0; i < 50; i++)); do
   grep -q '^Forwarding from' "$work/forward.log" && break
   sleep 0.2
 done
-forwarded=$("$PALADIN" pods --json --server http://127.0.0.1:19461 --token "$token" 2>&1) ||
+forwarded=$("$PALADIN" pods --json --server https://127.0.0.1:19461 --token "$token" 2>&1) ||
   fail "paladin pods through kubectl port-forward service/paladin-server: $forwarded ($(cat "$work/forward.log"))"
 kill "$forward_pid" 2>/dev/null || true
 wait "$forward_pid" 2>/dev/null || true
@@ -414,7 +425,9 @@ echo "installed: the server through kubectl port-forward service/paladin-server:
   fail "paladin pods against the installed server: $("$PALADIN" pods --server "$server_url" --token "$token" 2>&1)"
 grep -q "admin from /var/run/paladin/server-token/token" <<<"$("$KUBECTL" -n paladin logs deployment/paladin-server)" ||
   fail "the installed server did not take its admin token from the Secret: $("$KUBECTL" -n paladin logs deployment/paladin-server | tail -3)"
-echo "installed: server: $("$KUBECTL" -n paladin logs deployment/paladin-server | grep -m1 'listening on')"
+listening=$("$KUBECTL" -n paladin logs deployment/paladin-server | grep -m1 'listening on')
+[[ $listening == *"listening on https://"* ]] || fail "the installed server does not serve HTTPS: $listening"
+echo "installed: server: $listening"
 
 # auto_sized: what the installed webhook writes of an `auto` pod (a server-side dry run).
 auto_sized() {
@@ -565,7 +578,7 @@ old_token=$token
 token=$("$KUBECTL" -n paladin get secret paladin-server-token -o jsonpath='{.data.token}' | base64 -d)
 [[ $token != "$old_token" && $token =~ ^pal_[0-9a-f]{64}$ ]] || fail "server-token.sh -r did not make a new token"
 "$PALADIN" pods --server "$server_url" --token "$token" >/dev/null || fail "the new token refused"
-code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $old_token" "$server_url/v1/pods")
+code=$(curl -s --cacert "$PALADIN_CA_FILE" -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $old_token" "$server_url/v1/pods")
 [[ $code == 401 ]] || fail "the replaced token got HTTP $code, not 401"
 gpu_pod e 1Gi "" >/dev/null
 k wait --for=jsonpath='{.status.phase}'=Running pod/e --timeout=60s >/dev/null ||

@@ -98,7 +98,7 @@ images:
 patches:
   - target: {kind: Deployment, name: paladin-webhook}
     patch: |-
-      - {op: replace, path: /spec/template/spec/containers/0/command/22, value: 4x80GiB}
+      - {op: replace, path: /spec/template/spec/containers/0/command/24, value: 4x80GiB}
       - {op: add, path: /spec/template/spec/containers/0/command/15, value: --paladin-user}
       - {op: add, path: /spec/template/spec/containers/0/command/16, value: "system:serviceaccount:paladin:paladin-operator"}
   - target: {kind: DaemonSet, name: paladin-node}
@@ -172,7 +172,7 @@ YAML
 }
 
 # server.enabled=false: deploy/k8s without Paladin's server: none of its objects, the scheduler
-# and the webhook without --paladin-server, its token's Secret, and the webhook without an API
+# and the webhook without --paladin-server, its token's and its CA's Secrets, and the webhook without an API
 # token (it then calls nothing).
 without noserver PersistentVolumeClaim:paladin-server-data Service:paladin-server \
   Deployment:paladin-server ServiceAccount:paladin-server ClusterRole:paladin-webhook \
@@ -180,6 +180,8 @@ without noserver PersistentVolumeClaim:paladin-server-data Service:paladin-serve
 cat >>"$work/noserver/kustomization.yaml" <<'YAML'
   - target: {kind: Deployment, name: paladin-scheduler}
     patch: |-
+      - {op: remove, path: /spec/template/spec/containers/0/command/10}
+      - {op: remove, path: /spec/template/spec/containers/0/command/9}
       - {op: remove, path: /spec/template/spec/containers/0/command/8}
       - {op: remove, path: /spec/template/spec/containers/0/command/7}
       - {op: remove, path: /spec/template/spec/containers/0/command/6}
@@ -188,11 +190,15 @@ cat >>"$work/noserver/kustomization.yaml" <<'YAML'
       - {op: remove, path: /spec/template/spec/volumes}
   - target: {kind: Deployment, name: paladin-webhook}
     patch: |-
+      - {op: remove, path: /spec/template/spec/containers/0/command/20}
+      - {op: remove, path: /spec/template/spec/containers/0/command/19}
       - {op: remove, path: /spec/template/spec/containers/0/command/18}
       - {op: remove, path: /spec/template/spec/containers/0/command/17}
       - {op: remove, path: /spec/template/spec/containers/0/command/16}
       - {op: remove, path: /spec/template/spec/containers/0/command/15}
+      - {op: remove, path: /spec/template/spec/containers/0/volumeMounts/2}
       - {op: remove, path: /spec/template/spec/containers/0/volumeMounts/1}
+      - {op: remove, path: /spec/template/spec/volumes/2}
       - {op: remove, path: /spec/template/spec/volumes/1}
       - {op: add, path: /spec/template/spec/automountServiceAccountToken, value: false}
   - target: {kind: ServiceAccount, name: paladin-webhook}

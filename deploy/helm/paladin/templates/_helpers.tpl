@@ -31,22 +31,28 @@ system:serviceaccount:{{ .Release.Namespace }}:paladin-node
 
 {{/* Where the scheduler and the webhook reach Paladin's server: server.url, else its Service. */}}
 {{- define "paladin.serverURL" -}}
-{{- .Values.server.url | default (printf "http://paladin-server.%s.svc:%v" .Release.Namespace .Values.server.port) -}}
+{{- .Values.server.url | default (printf "https://paladin-server.%s.svc:%v" .Release.Namespace .Values.server.port) -}}
 {{- end }}
 
-{{/* The arguments, volume mount and volume of a component that reaches Paladin's server with
-its admin token (the Secret paladin-server-token): of (dict "ctx" $ "part" "args"|"mount"|"volume"). */}}
+{{/* The arguments, volume mounts and volumes of a component that reaches Paladin's server with
+its admin token (the Secret paladin-server-token), trusting the CA of its certificate (ca.crt of
+the Secret paladin-server-tls): of (dict "ctx" $ "part" "args"|"mount"|"volume"). */}}
 {{- define "paladin.serverClient" -}}
 {{- if eq .part "args" }}
 - --paladin-server
 - {{ include "paladin.serverURL" .ctx | quote }}
 - --paladin-token-file
 - /var/run/paladin/server-token/token
+- --paladin-ca-file
+- /var/run/paladin/server-ca/ca.crt
 {{- else if eq .part "mount" }}
 - {name: server-token, mountPath: /var/run/paladin/server-token, readOnly: true}
+- {name: server-ca, mountPath: /var/run/paladin/server-ca, readOnly: true}
 {{- else }}
 - name: server-token
   secret: {secretName: paladin-server-token, defaultMode: 0400}
+- name: server-ca
+  secret: {secretName: paladin-server-tls, items: [{key: ca.crt, path: ca.crt}]}
 {{- end }}
 {{- end }}
 
