@@ -454,13 +454,19 @@ std::string PlacementPass::TeamLine(const std::string& ns) const {
 
 StatusOr<std::unique_ptr<ReplacementPlacer>> ReplacementPlacer::Create(
     const ApiClient& client, const SchedulerOptions& options) {
-  StatusOr<core::Policy> policy = server::MakeServerPolicy(options.policy);
-  if (!policy.ok()) return policy.status();
+  if (Status s = server::MakeServerPolicy(options.policy).status(); !s.ok()) return s;
   StatusOr<ClusterState> state = ReadClusterState(client, options);
   if (!state.ok()) return state.status();
+  return Create(*state, options);
+}
+
+StatusOr<std::unique_ptr<ReplacementPlacer>> ReplacementPlacer::Create(
+    const ClusterState& state, const SchedulerOptions& options) {
+  StatusOr<core::Policy> policy = server::MakeServerPolicy(options.policy);
+  if (!policy.ok()) return policy.status();
   std::unique_ptr<ReplacementPlacer> placer(new ReplacementPlacer(std::move(*policy)));
   StatusOr<std::unique_ptr<PlacementPass>> pass =
-      PlacementPass::Create(*state, &placer->packer_, &placer->rng_);
+      PlacementPass::Create(state, &placer->packer_, &placer->rng_);
   if (!pass.ok()) return pass.status();
   placer->pass_ = std::move(*pass);
   return placer;

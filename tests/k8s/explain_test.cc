@@ -320,6 +320,43 @@ void ResearchNamespaces(ClusterState& state) {
           .dump();
 }
 
+// A move's or a recovery's replacement, placed before anything is stopped: to another node, the
+// packer's choice of that node's GPUs (each booked for the next); to a GPU the operator named,
+// only with room there; with teams checked, the team's quota counts the pod being replaced, so a
+// second copy past it is refused with the team's reason.
+TEST(ReplacementPlacer, PlacesOnTheNamedNodeWithRoomAndQuota) {
+  Json moving = Pod("a", "moving", 3, 1, /*gpu=*/0);  // bound to localhost/0
+  ClusterState state = State({moving, Pod("a", "other", 6, 2, 1)});
+  Json second = Node("second", 2);
+  state.nodes = Json{{"items", {Node("localhost", 2), second}}}.dump();
+  StatusOr<std::unique_ptr<ReplacementPlacer>> placer =
+      ReplacementPlacer::Create(state, SchedulerOptions());
+  ASSERT_TRUE(placer.ok()) << placer.status().message();
+  // Two recoveries of 3 GiB onto `second`: the packer fills one GPU before the other.
+  const PodOutcome first = (*placer)->Place(moving.dump(), "second", -1);
+  ASSERT_TRUE(first.placed) << first.reason;
+  EXPECT_EQ(first.node, "second");
+  EXPECT_EQ(first.how.rfind("second/" + std::to_string(first.gpu) + " by Paladin's packer", 0), 0u)
+      << first.how;
+  const PodOutcome next = (*placer)->Place(Pod("a", "b", 3, 3, 0).dump(), "second", -1);
+  ASSERT_TRUE(next.placed) << next.reason;
+  EXPECT_EQ(next.gpu, first.gpu);  // tightest fit: 6 GiB booked of 8 is still short of full
+  // The operator's GPU: localhost/1 holds 6 GiB of 8, no room for 3.
+  const PodOutcome full = (*placer)->Place(moving.dump(), "localhost", 1);
+  EXPECT_FALSE(full.placed);
+  EXPECT_EQ(full.reason, "the move's target localhost/1 has 2 GiB free, 3 GiB asked");
+  EXPECT_FALSE((*placer)->Place(moving.dump(), "nowhere", -1).placed);
+
+  // Teams checked: research may hold 4 GiB; `moving` holds 3 of them already.
+  ResearchNamespaces(state);
+  state.quotas = std::map<std::string, TeamQuota>{{"research", {4 * kGiB, 0}}};
+  placer = ReplacementPlacer::Create(state, SchedulerOptions());
+  ASSERT_TRUE(placer.ok());
+  const PodOutcome over = (*placer)->Place(moving.dump(), "second", -1);
+  EXPECT_FALSE(over.placed);
+  EXPECT_EQ(over.reason.rfind("team research: ", 0), 0u) << over.reason;
+}
+
 // Teams checked: the quota's reason, as the scheduler gives it, and the team's line; a server
 // that cannot be reached is said too.
 TEST(ExplainPod, TheTeamsQuotaReason) {

@@ -117,6 +117,9 @@ class ReplacementPlacer {
   // Reads the cluster through `client`; fails on an unknown policy or the API server's error.
   static StatusOr<std::unique_ptr<ReplacementPlacer>> Create(const ApiClient& client,
                                                              const SchedulerOptions& options);
+  // The same over a cluster read already (tests).
+  static StatusOr<std::unique_ptr<ReplacementPlacer>> Create(const ClusterState& state,
+                                                             const SchedulerOptions& options);
   // `pod_json`: the pod being replaced. gpu >= 0: GPU `gpu` of `node`; else the packer's choice
   // of `node`'s GPUs. Not placed: the reason.
   PodOutcome Place(const std::string& pod_json, const std::string& node, int gpu);
