@@ -34,16 +34,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 umask 077
 svc=paladin-server.$ns.svc
-openssl ecparam -name prime256v1 -genkey -noout -out "$work/ca.key" 2>/dev/null
-openssl req -x509 -new -key "$work/ca.key" -subj "/CN=paladin-server-ca" -days 365 \
-  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign" \
-  -out "$work/ca.crt" 2>/dev/null
-openssl ecparam -name prime256v1 -genkey -noout -out "$work/tls.key" 2>/dev/null
-printf 'keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:%s,DNS:%s.cluster.local,DNS:paladin-server%s\n' \
-  "$svc" "$svc" "$extra" >"$work/ext"
-openssl req -new -key "$work/tls.key" -subj "/CN=$svc" 2>/dev/null |
-  openssl x509 -req -CA "$work/ca.crt" -CAkey "$work/ca.key" -set_serial "0x$(openssl rand -hex 8)" \
-    -days 365 -extfile "$work/ext" -out "$work/tls.crt" 2>/dev/null
+# shellcheck source=deploy/k8s/certs.sh
+source "$(dirname "${BASH_SOURCE[0]}")/certs.sh"
+serving_certificate "$work" paladin-server-ca "$svc" "DNS:$svc,DNS:$svc.cluster.local,DNS:paladin-server$extra"
 "$kubectl" -n "$ns" create secret generic paladin-server-tls --from-file=tls.crt="$work/tls.crt" \
   --from-file=tls.key="$work/tls.key" --from-file=ca.crt="$work/ca.crt" \
   --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null

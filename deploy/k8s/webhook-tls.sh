@@ -17,16 +17,9 @@ done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 svc=paladin-webhook.$ns.svc
-openssl ecparam -name prime256v1 -genkey -noout -out "$work/ca.key" 2>/dev/null
-openssl req -x509 -new -key "$work/ca.key" -subj "/CN=paladin-webhook-ca" -days 365 \
-  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign" \
-  -out "$work/ca.crt" 2>/dev/null
-openssl ecparam -name prime256v1 -genkey -noout -out "$work/tls.key" 2>/dev/null
-printf 'keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:%s,DNS:%s.cluster.local\n' \
-  "$svc" "$svc" >"$work/ext"
-openssl req -new -key "$work/tls.key" -subj "/CN=$svc" 2>/dev/null |
-  openssl x509 -req -CA "$work/ca.crt" -CAkey "$work/ca.key" -set_serial "0x$(openssl rand -hex 8)" \
-    -days 365 -extfile "$work/ext" -out "$work/tls.crt" 2>/dev/null
+# shellcheck source=deploy/k8s/certs.sh
+source "$(dirname "${BASH_SOURCE[0]}")/certs.sh"
+serving_certificate "$work" paladin-webhook-ca "$svc" "DNS:$svc,DNS:$svc.cluster.local"
 "$kubectl" -n "$ns" create secret tls paladin-webhook-tls --cert "$work/tls.crt" \
   --key "$work/tls.key" --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
 "$kubectl" patch mutatingwebhookconfiguration paladin --type json -p \

@@ -687,9 +687,16 @@ int RunGpus(const NodeArgs& args) {
   return 0;
 }
 
-constexpr char kServerCaHelp[] =
-    "The CA certificate of Paladin's server (an https:// --paladin-server with its own CA: "
-    "deploy/k8s/server-tls.sh's ca.crt); default: the system's CAs";
+// Paladin's server for a k8s component: its URL (what it is asked, `what`), an admin token and
+// the CA of its certificate.
+void AddServerOptions(CLI::App* app, NodeArgs* args, const std::string& what) {
+  app->add_option("--paladin-server", args->paladin_server, what);
+  app->add_option("--paladin-token-file", args->paladin_token_file,
+                  "File holding an admin token of Paladin's server");
+  app->add_option("--paladin-ca-file", args->paladin_ca_file,
+                  "The CA certificate of Paladin's server (an https:// --paladin-server with its "
+                  "own CA: deploy/k8s/server-tls.sh's ca.crt); default: the system's CAs");
+}
 
 // The replacement's GPU: chosen by the packer with the scheduler's policy on the destination
 // (a GPU pod moving to another node without --gpu), and its team's quotas checked there.
@@ -697,12 +704,9 @@ void AddPlacementOptions(CLI::App* app, NodeArgs* args) {
   app->add_option("--policy", args->policy,
                   "Packing policy choosing a GPU pod's GPU on the destination (the scheduler's "
                   "--policy)");
-  app->add_option("--paladin-server", args->paladin_server,
-                  "Paladin's server, whose teams' quotas the replacement must fit beside the pod "
-                  "it replaces (the scheduler's flag)");
-  app->add_option("--paladin-token-file", args->paladin_token_file,
-                  "File holding an admin token of Paladin's server");
-  app->add_option("--paladin-ca-file", args->paladin_ca_file, kServerCaHelp);
+  AddServerOptions(app, args,
+                   "Paladin's server, whose teams' quotas the replacement must fit beside the "
+                   "pod it replaces (the scheduler's flag)");
 }
 
 void AddApiOptions(CLI::App* app, NodeArgs* args) {
@@ -743,10 +747,10 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
   scheduler->add_option("--policy", args->policy, "Packing policy (as the server's --policy)");
   scheduler->add_option("--interval", args->interval_s, "Seconds between passes");
   scheduler->add_flag("--once", args->once, "One pass, then exit");
-  scheduler->add_option("--paladin-server", args->paladin_server,
-                        "Paladin's server, whose teams' max_gpu_mem quotas the scheduler checks "
-                        "(a namespace's team: its label paladin.io/team, else k8s-NAMESPACE) "
-                        "and to which it reports its pods after each pass (GET /v1/pods)");
+  AddServerOptions(scheduler, args.get(),
+                   "Paladin's server, whose teams' max_gpu_mem quotas the scheduler checks (a "
+                   "namespace's team: its label paladin.io/team, else k8s-NAMESPACE) and to "
+                   "which it reports its pods after each pass (GET /v1/pods)");
   scheduler
       ->add_option("--cluster", args->cluster,
                    "This cluster's name in the pods reported to Paladin's server")
@@ -757,9 +761,6 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
                    ? std::string("expected a name of [a-z0-9.-]")
                    : std::string();
       });
-  scheduler->add_option("--paladin-token-file", args->paladin_token_file,
-                        "File holding an admin token of Paladin's server");
-  scheduler->add_option("--paladin-ca-file", args->paladin_ca_file, kServerCaHelp);
   AddApiOptions(scheduler, args.get());
   scheduler->callback([args, exit_code] { *exit_code = RunScheduler(*args); });
 
@@ -770,11 +771,8 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
   explain->add_option("pod", args->explain_pod, "The pod")->required();
   explain->add_option("-n,--namespace", args->explain_ns, "Its namespace");
   explain->add_option("--policy", args->policy, "Packing policy (the scheduler's --policy)");
-  explain->add_option("--paladin-server", args->paladin_server,
-                      "Paladin's server, for the teams' quotas (the scheduler's flag)");
-  explain->add_option("--paladin-token-file", args->paladin_token_file,
-                      "File holding an admin token of Paladin's server");
-  explain->add_option("--paladin-ca-file", args->paladin_ca_file, kServerCaHelp);
+  AddServerOptions(explain, args.get(),
+                   "Paladin's server, for the teams' quotas (the scheduler's flag)");
   AddApiOptions(explain, args.get());
   explain->callback([args, exit_code] { *exit_code = RunExplain(*args); });
 
@@ -800,12 +798,9 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
                       "node --usage, e.g. system:serviceaccount:paladin:paladin-node): of "
                       "Paladin's own pod annotations it may write paladin.io/gpu-memory-used "
                       "only; repeatable");
-  webhook->add_option("--paladin-server", args->paladin_server,
-                      "Paladin's server, which sizes pods annotated paladin.io/gpu-memory: auto "
-                      "from their class's history (GET /v1/sizing)");
-  webhook->add_option("--paladin-token-file", args->paladin_token_file,
-                      "File holding an admin token of Paladin's server");
-  webhook->add_option("--paladin-ca-file", args->paladin_ca_file, kServerCaHelp);
+  AddServerOptions(webhook, args.get(),
+                   "Paladin's server, which sizes pods annotated paladin.io/gpu-memory: auto "
+                   "from their class's history (GET /v1/sizing)");
   webhook
       ->add_option("--sizing-timeout", args->sizing_timeout_s,
                    "Seconds to wait for the namespace's team and the server's size of an auto "
