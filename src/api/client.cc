@@ -158,6 +158,7 @@ ClientConfig ResolveClientConfig(const std::string& url_flag, const std::string&
       Json j = Json::parse(in);
       config.url = j.value("url", "");
       config.token = j.value("token", "");
+      config.ca_file = j.value("ca_file", "");
     } catch (const std::exception&) {
     }
   }
@@ -167,6 +168,7 @@ ClientConfig ResolveClientConfig(const std::string& url_flag, const std::string&
   if (const char* token = std::getenv("PALADIN_TOKEN"); token != nullptr && *token != '\0') {
     config.token = token;
   }
+  if (!config.ca_file.empty()) setenv("PALADIN_CA_FILE", config.ca_file.c_str(), /*overwrite=*/0);
   if (!url_flag.empty()) config.url = url_flag;
   if (!token_flag.empty()) config.token = token_flag;
   if (config.url.empty()) config.url = "http://127.0.0.1:7070";

@@ -22,6 +22,9 @@ struct UpArgs {
   std::string emulated_gpus;
   std::string node;
   double checkpoint_every_s = 300;
+  // HTTPS: the server's certificate and key, and the CA its clients trust (default: the
+  // certificate itself, a self-signed one).
+  std::string tls_cert, tls_key, tls_ca;
 };
 
 volatile sig_atomic_t g_up_stop = 0;
@@ -34,14 +37,17 @@ std::string Hostname() {
 }
 
 // Lets `paladin ps` and friends find this fleet with no flags.
-Status WriteClientConfig(const std::string& url, const std::string& token) {
+Status WriteClientConfig(const std::string& url, const std::string& token,
+                         const std::string& ca_file) {
   const std::string home = api::PaladinHome();
   std::error_code ec;
   std::filesystem::create_directories(home, ec);
   const std::string path = home + "/client.json";
   std::ofstream out(path, std::ios::trunc);
   if (!out) return IoError("cannot write " + path);
-  out << api::Json{{"url", url}, {"token", token}}.dump(2) << "\n";
+  api::Json config = {{"url", url}, {"token", token}};
+  if (!ca_file.empty()) config["ca_file"] = ca_file;
+  out << config.dump(2) << "\n";
   out.close();
   std::filesystem::permissions(
       path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write, ec);
@@ -59,11 +65,28 @@ int Up(UpArgs args) {
     Say("up", "--checkpoint-every must be 0 (off) or a number of seconds");
     return 2;
   }
-  LocalFleet fleet(args.data);
-  Say("up", "data in " + args.data + "; logs in " + args.data + "/logs");
+  std::vector<std::string> server_flags = {"--checkpoint-every", ""};
   char every[32];
   std::snprintf(every, sizeof every, "%g", args.checkpoint_every_s);
-  if (Status s = fleet.StartServer(args.listen, {"--checkpoint-every", every}); !s.ok()) {
+  server_flags[1] = every;
+  if (!args.tls_cert.empty() || !args.tls_key.empty()) {
+    if (args.tls_cert.empty() || args.tls_key.empty()) {
+      Say("up", "--tls-cert and --tls-key go together");
+      return 2;
+    }
+    std::error_code ec;
+    for (std::string* path : {&args.tls_cert, &args.tls_key, &args.tls_ca}) {
+      if (!path->empty()) *path = std::filesystem::absolute(*path, ec).string();
+    }
+    if (args.tls_ca.empty()) args.tls_ca = args.tls_cert;
+    server_flags.insert(server_flags.end(),
+                        {"--tls-cert", args.tls_cert, "--tls-key", args.tls_key});
+    // The agent, this process's own client and the CLI configured below trust it.
+    setenv("PALADIN_CA_FILE", args.tls_ca.c_str(), 1);
+  }
+  LocalFleet fleet(args.data);
+  Say("up", "data in " + args.data + "; logs in " + args.data + "/logs");
+  if (Status s = fleet.StartServer(args.listen, server_flags); !s.ok()) {
     Say("up", s.message());
     return 1;
   }
@@ -73,7 +96,7 @@ int Up(UpArgs args) {
     Say("up", s.message());
     return 1;
   }
-  if (Status s = WriteClientConfig(fleet.url(), fleet.admin_token()); !s.ok()) {
+  if (Status s = WriteClientConfig(fleet.url(), fleet.admin_token(), args.tls_ca); !s.ok()) {
     Say("up", s.message());
   }
   Say("up", "server " + fleet.url() + ", agent " + args.node + " ready");
@@ -114,6 +137,11 @@ void RegisterUp(CLI::App& app, int* exit_code) {
   up->add_option("--checkpoint-every", args->checkpoint_every_s,
                  "Seconds between periodic checkpoints of each job (0: off)")
       ->capture_default_str();
+  up->add_option("--tls-cert", args->tls_cert,
+                 "Serve the API over HTTPS with this certificate (PEM; with --tls-key)");
+  up->add_option("--tls-key", args->tls_key, "The certificate's key (PEM)");
+  up->add_option("--tls-ca", args->tls_ca,
+                 "The CA the agent and the CLI trust for it (default: --tls-cert, self-signed)");
   up->callback([args, exit_code] { *exit_code = Up(*args); });
 }
 

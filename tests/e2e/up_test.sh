@@ -5,6 +5,8 @@
 # second `paladin up` on the same data re-adopts it; the job moves to the node's other GPU
 # (`paladin job migrate --to NODE/GPU`), and back when an Xid injected into that GPU (through the
 # emulated NVML's events, `paladin fault`) marks it unhealthy, its memory verified throughout.
+# The fleet serves HTTPS (`paladin up --tls-cert --tls-key`, a self-signed certificate made
+# here): the agent and the CLI reach it through TLS, and plain HTTP gets no answer.
 # Stops everything it started.
 #
 #   up_test.sh PALADIN DEMO_WORKLOAD
@@ -33,9 +35,11 @@ trap cleanup EXIT
 job_field() {
   "$PALADIN" show "$1" --json 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin).get('$2'))" 2>/dev/null
 }
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=up-test \
+  -addext subjectAltName=IP:127.0.0.1 -keyout "$work/tls.key" -out "$work/tls.crt" 2>/dev/null
 start_up() {
   "$PALADIN" up --data "$work/up" --listen 127.0.0.1:0 --emulated-gpus 2x4GiB \
-    >>"$work/up.log" 2>&1 &
+    --tls-cert "$work/tls.crt" --tls-key "$work/tls.key" >>"$work/up.log" 2>&1 &
   up_pid=$!
   wait_for 90 "grep -q 'ready' '$work/up.log'"
 }
@@ -48,6 +52,9 @@ else
   exit 1
 fi
 check_sh "[[ -s $PALADIN_HOME/client.json ]]" "it wrote the CLI's configuration"
+url=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['url'])" "$PALADIN_HOME/client.json")
+check_sh "[[ $url == https://127.0.0.1:* ]]" "the fleet serves HTTPS ($url)"
+check_sh "! curl -s -m 5 'http://${url#https://}/healthz' >/dev/null 2>&1" "plain HTTP gets no answer"
 id=$("$PALADIN" submit --team demo --gpu-mem 512MiB --json -- \
   "$WORKLOAD" --tag up-test --mib 64 --every-ms 200 |
   python3 -c "import json,sys; print(json.load(sys.stdin)['id'])")

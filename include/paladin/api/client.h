@@ -50,10 +50,12 @@ class Client {
 
 // The server URL and token the CLI uses: the flags when given, else $PALADIN_SERVER /
 // $PALADIN_TOKEN, else the file written by `paladin up` ($PALADIN_HOME/client.json, default
-// ~/.paladin/client.json).
+// ~/.paladin/client.json), else http://127.0.0.1:7070. The file's CA (an HTTPS server's own) is
+// exported as PALADIN_CA_FILE for this process's clients unless that is set already.
 struct ClientConfig {
   std::string url;
   std::string token;
+  std::string ca_file;  // client.json's "ca_file"
 };
 ClientConfig ResolveClientConfig(const std::string& url_flag, const std::string& token_flag);
 std::string PaladinHome();
