@@ -23,6 +23,9 @@
 #   PALADIN_K8S_IMAGES  the node's checkpoint images (default /var/lib/paladin/k8s/images)
 #   PALADIN_CRIU_CONFIG a CRIU configuration file for this runtime's containers (optional)
 #   PALADIN_K8S_MOVE_KEY the node's move key, hex (default /var/lib/paladin/k8s/move.key)
+#   PALADIN_K8S_PALADIN  Paladin's binary: restores a GPU pod's GPU state right after the pod
+#                        (`paladin k8s gpu-restore`; unset: the mover does it from its node)
+#   PALADIN_K8S_DRIVER, PALADIN_K8S_NVML  the CUDA driver and NVML for it (default the node's)
 set -euo pipefail
 RUNC=${PALADIN_RUNC:-runc}
 IMAGES=${PALADIN_K8S_IMAGES:-/var/lib/paladin/k8s/images}
@@ -176,6 +179,25 @@ if [[ -d $IMAGES/$from/$role.shm && -n $shm && -d $shm ]]; then
   cp -a "$IMAGES/$from/$role.shm/." "$shm/"
 fi
 "$RUNC" "${globals[@]}" restore "${opts[@]}" "${extra[@]}" "$id"
+# A GPU pod's GPU state, checkpointed with it (the image's owner record names the GPU it was
+# taken on), goes back here onto the GPU its binding gave it (paladin.io/gpu) where this runtime
+# is set up for it (PALADIN_K8S_PALADIN): on the node itself, so the mover need not reach the
+# node's processes. Otherwise the mover or the recovery does it once the pod runs.
+from_uuid=$(sed -n 's/^gpu \(GPU-[0-9A-Za-z-]*\)$/\1/p' "$IMAGES/$from/owner" | head -1)
+if [[ -n $from_uuid && -n ${PALADIN_K8S_PALADIN:-} ]]; then
+  undo() { # WHY: the restored container removed, create refused
+    "$RUNC" "${globals[@]}" delete --force "$id" >/dev/null 2>&1 || true
+    fail "$1"
+  }
+  gpu=$(annotation paladin.io/gpu) || undo "annotation paladin.io/gpu unreadable"
+  [[ $gpu =~ ^[0-9]{1,4}$ ]] || undo "annotation paladin.io/gpu '$gpu' is not a GPU index"
+  if ! out=$("$PALADIN_K8S_PALADIN" k8s gpu-restore "$id" --gpu "$gpu" --from-uuid "$from_uuid" \
+    --runc "$RUNC" --runc-root "$root" --driver "${PALADIN_K8S_DRIVER:-libcuda.so.1}" \
+    --nvml "${PALADIN_K8S_NVML:-libnvidia-ml.so.1}" 2>&1); then
+    undo "the GPU state of container $id not restored onto GPU $gpu: ${out##*$'\n'}"
+  fi
+  : >"$IMAGES/$from/$role.gpu-restored"
+fi
 touch "$marker"
 # Restored once: the same annotations on another pod (a replay) find it taken.
 echo "$pod_ns/$pod_name $id" >"$IMAGES/$from/$role.restored"

@@ -75,6 +75,10 @@ struct NodeArgs {
   std::string paladin_server;  // empty: teams' quotas not checked, pods not reported
   std::string paladin_token_file;
   std::string paladin_ca_file;  // the CA of Paladin's server's certificate (HTTPS)
+  // gpu-restore: the restored container, the GPU it was taken on and the one it runs on.
+  std::string restored_container;
+  std::string from_uuid;
+  int restore_gpu = -1;
   std::string cluster = "default";
   // The webhook's
   std::string listen = "127.0.0.1:9443";
@@ -558,6 +562,19 @@ StatusOr<k8s::ApiConfig> NodeConfig(const NodeArgs& args) {
   return config;
 }
 
+int RunGpuRestore(const NodeArgs& args) {
+  const std::function<void(const std::string&)> progress = [](const std::string& line) {
+    std::fprintf(stderr, "paladin k8s gpu-restore: %s\n", line.c_str());
+  };
+  if (Status s = k8s::RestoreGpuState(args.restored_container, args.move, args.from_uuid,
+                                      args.restore_gpu, progress);
+      !s.ok()) {
+    cli::Say("k8s gpu-restore", s.message());
+    return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}
+
 int RunCheckpoint(const NodeArgs& args) {
   StatusOr<k8s::ApiConfig> config = NodeConfig(args);
   if (!config.ok()) {
@@ -863,6 +880,22 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
   AddPlacementOptions(drain, args.get());
   AddApiOptions(drain, args.get());
   drain->callback([args, exit_code] { *exit_code = RunDrain(*args); });
+
+  CLI::App* gpu_restore = k8s->add_subcommand(
+      "gpu-restore",
+      "Put a restored container's GPU state back onto a GPU of this node and unlock it (run by "
+      "the RuntimeClass paladin's runtime right after it restores a moved or recovered pod)");
+  gpu_restore->add_option("container", args->restored_container, "The container's id")->required();
+  gpu_restore->add_option("--gpu", args->restore_gpu, "The GPU it runs on (its paladin.io/gpu)")
+      ->required()
+      ->check(CLI::Range(0, 1023));
+  gpu_restore->add_option("--from-uuid", args->from_uuid,
+                          "The GPU it was checkpointed on (remapped to --gpu's)");
+  gpu_restore->add_option("--runc", m.runc, "runc on this node");
+  gpu_restore->add_option("--runc-root", m.runc_root, "runc's state folder of the container");
+  gpu_restore->add_option("--driver", m.driver, "CUDA driver for the checkpoint API");
+  gpu_restore->add_option("--nvml", m.nvml, "NVML library naming the GPUs");
+  gpu_restore->callback([args, exit_code] { *exit_code = RunGpuRestore(*args); });
 
   CLI::App* checkpoint = k8s->add_subcommand(
       "checkpoint",

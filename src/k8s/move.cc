@@ -20,6 +20,7 @@
 #include "paladin/ckpt/subprocess.h"
 #include "paladin/gpu/nvml.h"
 #include "paladin/k8s/placement_pass.h"
+#include "paladin/k8s/recover.h"
 #include "paladin/k8s/scheduler.h"
 
 namespace paladin::k8s {
@@ -421,12 +422,11 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
   fs::create_directories(dir, ec);
   fs::create_directories(o.images + "/moved", ec);
   if (ec) return Internal("cannot create " + dir + ": " + ec.message());
-  if (Status s =
-          WriteFile(dir + "/owner", "namespace " + o.ns + "\npod " + result.new_name + "\nfrom " +
-                                        o.ns + "/" + o.pod + " " + pod->uid + "\n");
-      !s.ok()) {
-    return s;
-  }
+  // And the GPU it was taken on, which the destination's runtime remaps to the new one.
+  std::string owner = "namespace " + o.ns + "\npod " + result.new_name + "\nfrom " + o.ns + "/" +
+                      o.pod + " " + pod->uid + "\n";
+  if (pod->gpu >= 0) owner += "gpu " + uuids[static_cast<size_t>(pod->gpu)] + "\n";
+  if (Status s = WriteFile(dir + "/owner", owner); !s.ok()) return s;
   // From now on the old pod's container is never started again (paladin-runc refuses it).
   const std::string moved = o.images + "/moved/" + sandbox;
   if (Status s = WriteFile(moved, o.ns + "/" + o.pod + "\n"); !s.ok()) return s;
@@ -498,7 +498,14 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
       WaitRunning(client, "/api/v1/namespaces/" + o.ns + "/pods/" + r.name, o.timeout_s);
   if (!new_id.ok()) return Status(new_id.status().code(), new_id.status().message() + kept);
 
-  if (target.gpu >= 0) {
+  // The destination's runtime restored the GPU state itself where it is set up to (it leaves a
+  // mark beside the image); else it is restored from here, through the destination's runc state.
+  const std::string restored_mark = (between_nodes ? o.to_images : o.images) + "/" + result.image +
+                                    "/" + pod->container + kGpuRestoredSuffix;
+  if (target.gpu >= 0 && fs::exists(restored_mark, ec)) {
+    progress("GPU state of " + o.ns + "/" + r.name + " restored onto GPU " +
+             std::to_string(target.gpu) + " by node " + target.node + "'s runtime");
+  } else if (target.gpu >= 0) {
     StatusOr<std::vector<pid_t>> new_pids = to_runc.Pids(*new_id);
     if (!new_pids.ok()) return Status(new_pids.status().code(), new_pids.status().message() + kept);
     const std::vector<pid_t> restored = driver->CudaProcesses(*new_pids);

@@ -85,9 +85,9 @@ std::vector<CheckpointInfo> ListCheckpoints(const std::string& folder) {
 
 // The GPU state of the restored pod's processes put back (onto `uuid`, from the image's GPU),
 // and unlocked: the image was taken with it checkpointed, as a move's is.
-Status RestoreGpuState(const detail::Runc& runc, const std::string& container_id,
-                       const MoveOptions& o, const std::string& from_uuid, int gpu,
-                       const std::function<void(const std::string&)>& progress) {
+Status RestoreGpuStateWith(const detail::Runc& runc, const std::string& container_id,
+                           const MoveOptions& o, const std::string& from_uuid, int gpu,
+                           const std::function<void(const std::string&)>& progress) {
   StatusOr<Json> state = runc.State(container_id);
   if (!state.ok()) return state.status();
   (void)detail::ReadBundle(Str(*state, "bundle"));
@@ -604,8 +604,15 @@ StatusOr<RecoverResult> RecoverNode(const ApiClient& client, const RecoverOption
       if (!bound.ok()) return failed(bound.status());
       const PodRequest running = ReadPod(*bound);
       if (running.gpu < 0) return failed(Internal("pod " + r.name + " runs with no Paladin GPU"));
-      if (Status s = RestoreGpuState(runc, *new_id, m, item.image.gpu_uuid, running.gpu, progress);
-          !s.ok()) {
+      const Json containers = old.value("spec", Json::object()).value("containers", Json::array());
+      const std::string role =
+          containers.is_array() && !containers.empty() ? Str(containers[0], "name") : "";
+      if (!role.empty() && fs::exists(image_dir + "/" + role + kGpuRestoredSuffix)) {
+        progress("GPU state of " + item.ns + "/" + r.name + " restored by node " + m.node +
+                 "'s runtime");
+      } else if (Status s = RestoreGpuStateWith(runc, *new_id, m, item.image.gpu_uuid, running.gpu,
+                                                progress);
+                 !s.ok()) {
         return failed(s);
       }
     }
@@ -614,6 +621,13 @@ StatusOr<RecoverResult> RecoverNode(const ApiClient& client, const RecoverOption
     result.recovered.push_back(who + " -> " + item.ns + "/" + r.name + " from " + r.image);
   }
   return result;
+}
+
+Status RestoreGpuState(const std::string& container_id, const MoveOptions& o,
+                       const std::string& from_uuid, int gpu,
+                       const std::function<void(const std::string&)>& progress) {
+  return RestoreGpuStateWith(detail::Runc{o, o.runc_root}, container_id, o, from_uuid, gpu,
+                             progress);
 }
 
 }  // namespace paladin::k8s

@@ -5,8 +5,8 @@
 # RuntimeClass paladin, placed by Paladin on the first node's GPU 0) has its GPU state
 # checkpointed through the driver, then CRIU; the image is carried into the second node's folder;
 # Paladin's scheduler binds `ngpu-m1` to NODE2/1 (paladin.io/move-to), the second node's runtime
-# restores it and the mover restores its GPU state onto GPU 1 (the second node's runc state,
-# --to-runc-root). Checked: the workload goes on from the generation it had reached, its device
+# restores it and, on that node itself (`paladin k8s gpu-restore`, as on another machine: the
+# mover is given no --to-runc-root), its GPU state onto GPU 1. Checked: the workload goes on from the generation it had reached, its device
 # memory verified, on GPU 1's UUID; the old pod is gone; the 100 ms sampler never sees two copies.
 # Both nodes' emulated GPUs are this machine's (one state folder): the second node publishes the
 # same two GPUs, and its annotation is removed at the end so later cases see one GPU node.
@@ -45,6 +45,8 @@ sampler_start
 "$PALADIN" k8s move -n "$NS" ngpu --node "$NODE2" --gpu 1 --driver "$EMUCUDA" --nvml "$EMUCUDA" \
   "${move[@]}" "${api[@]}" >"$work/move.log" 2>&1 || fail "paladin k8s move: $(tail -5 "$work/move.log")"
 sed 's/^/move_node_gpu:   /' "$work/move.log"
+grep -q "restored onto GPU 1 by node $NODE2's runtime" "$work/move.log" ||
+  fail "the second node's runtime did not restore the GPU state: $(tail -3 "$work/move.log")"
 first=$(first_gen ngpu-m1)
 gen_before=$(gens "$work/old.log" | tail -1)
 [[ $(k get pod ngpu-m1 -o jsonpath='{.spec.nodeName}/{.metadata.annotations.paladin\.io/gpu}') == "$NODE2/1" ]] ||

@@ -9,7 +9,8 @@
 # of the second node's taint, so on the first node) holds one of the first node's GPUs, so the
 # GPU lgpu had (0) has no room for it there: `paladin k8s recover` asks Paladin's packer, which
 # chooses the other GPU, deletes `lgpu`, creates `lgpu-m1` (paladin.io/move-to localhost/G,
-# bound there by Paladin's scheduler), and restores its GPU state once it runs. Checked: it goes
+# bound there by Paladin's scheduler), whose restore by the first node's runtime puts its GPU
+# state back on that GPU (`paladin k8s gpu-restore`, on the node itself). Checked: it goes
 # on from the checkpoint's generation, its device memory verified on that GPU's UUID; the
 # sampler never sees two copies; the second node comes back without it. Both nodes' emulated
 # GPUs are this machine's (one state folder).
@@ -89,6 +90,8 @@ for ((i = 0; i < 40; i++)); do
 done
 [[ $ok == 1 ]] || fail "node $NODE2 never counted lost: $(tail -1 "$work/recover")"
 sed 's/^/recover_node_gpu:   /' "$work/recover"
+grep -q "GPU state of $NS/lgpu-m1 restored by node $NODE's runtime" "$work/recover" ||
+  fail "the first node's runtime did not restore the GPU state: $(tail -3 "$work/recover")"
 first=$(first_gen lgpu-m1)
 [[ -n $first ]] || fail "pod lgpu-m1 prints no generation: $(k logs lgpu-m1 | tail -3)"
 [[ $(k get pod lgpu-m1 -o jsonpath='{.spec.nodeName}/{.metadata.annotations.paladin\.io/gpu}') == "$NODE/$to_gpu" ]] ||

@@ -159,6 +159,8 @@ write_node_configs() {
 export PALADIN_RUNC=$PREFIX/bin/runc PALADIN_K8S_IMAGES=$nd/checkpoints
 export PALADIN_CRIU_DIR=\${PALADIN_CRIU_DIR:-/opt/paladin/criu} PALADIN_CRIU_CONFIG=$D/conf/criu.conf
 export PALADIN_K8S_MOVE_KEY=$D/conf/move.key
+# What the tests add (tests/k8s/k8s_test.sh): Paladin's binary and driver for GPU state.
+[ ! -r $D/conf/paladin-runc.env ] || . $D/conf/paladin-runc.env
 exec bash $(cd "$here/../.." && pwd)/scripts/paladin-runc.sh "\$@"
 SH
   chmod +x "$nd/bin/paladin-runc"

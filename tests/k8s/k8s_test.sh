@@ -143,6 +143,15 @@ if [[ $own_cluster == 1 ]]; then
     "$PREFIX/bin/ctr" --address "$DIR/node2/containerd/containerd.sock" -n k8s.io images import \
       "$DIR/images/demo.tar" >/dev/null
   fi
+  # The RuntimeClass's runtime restores a moved or recovered GPU pod's GPU state on its node
+  # itself (scripts/paladin-runc.sh): Paladin's binary and the emulated driver, with the cases'
+  # emulated GPUs and their state (tests/k8s/paladin_lib.sh).
+  cat >"$DIR/conf/paladin-runc.env" <<ENV
+export PALADIN_K8S_PALADIN=$paladin_exe PALADIN_K8S_DRIVER=$(readlink -f "$emucuda")
+export PALADIN_K8S_NVML=$(readlink -f "$emucuda")
+export PALADIN_EMU_GPUS=$(sed -n 's/^PALADIN_EMU_GPUS_SPEC=//p' "$here/paladin_lib.sh")
+export PALADIN_EMU_STATE=$DIR/paladin/emu/state
+ENV
   # `paladin k8s node` reaches the API server as the cluster's admin.
   server=$("$KUBECTL" config view -o jsonpath='{.clusters[0].cluster.server}')
   pki=$DIR/pki
@@ -154,7 +163,9 @@ if [[ $own_cluster == 1 ]]; then
     # The second node (cluster.sh): its name, its cgroup root, and where a move to it carries
     # the image and finds the restored container.
     export NODE2=127.0.0.2 NODE2_CGROUP=paladin-node2
-    export NODE2_MOVE_FLAGS="--to-images $DIR/node2/checkpoints --to-runc-root $DIR/node2/containerd/runc/k8s.io"
+    # No --to-runc-root: the second node's runtime restores a GPU pod's GPU state itself, as on
+    # another machine, where the mover cannot reach the node's processes.
+    export NODE2_MOVE_FLAGS="--to-images $DIR/node2/checkpoints"
     # paladin k8s drain run on the second node, its pods moved to the first.
     # paladin k8s checkpoint run on the second node, its images into the first node's folder
     # (where paladin k8s recover, run on the first node, finds them once the second is lost).

@@ -122,4 +122,15 @@ StatusOr<std::vector<std::string>> FindLostNodes(const ApiClient& client, const 
 StatusOr<RecoverResult> RecoverNode(const ApiClient& client, const RecoverOptions& o,
                                     const std::function<void(const std::string&)>& progress);
 
+// The GPU state of a restored container's processes put back onto GPU `gpu` of this node (the
+// driver remapping `from_uuid`, the GPU it was taken on, to it) and unlocked. Run on the node
+// that runs the container (its runc, o.runc and o.runc_root; o.driver; o.nvml): by the
+// RuntimeClass's runtime as soon as it has restored the container (`paladin k8s gpu-restore`,
+// scripts/paladin-runc.sh), which leaves IMAGE_DIR/ROLE.gpu-restored; else by the mover or the
+// recovery once the replacement runs (both nodes on one machine: its --to-runc-root).
+Status RestoreGpuState(const std::string& container_id, const MoveOptions& o,
+                       const std::string& from_uuid, int gpu,
+                       const std::function<void(const std::string&)>& progress);
+inline constexpr char kGpuRestoredSuffix[] = ".gpu-restored";
+
 }  // namespace paladin::k8s
