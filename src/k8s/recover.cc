@@ -607,7 +607,9 @@ StatusOr<RecoverResult> RecoverNode(const ApiClient& client, const RecoverOption
       const Json containers = old.value("spec", Json::object()).value("containers", Json::array());
       const std::string role =
           containers.is_array() && !containers.empty() ? Str(containers[0], "name") : "";
-      if (!role.empty() && fs::exists(image_dir + "/" + role + kGpuRestoredSuffix)) {
+      std::string mark = image_dir;
+      mark.append("/").append(role).append(kGpuRestoredSuffix);
+      if (!role.empty() && fs::exists(mark)) {
         progress("GPU state of " + item.ns + "/" + r.name + " restored by node " + m.node +
                  "'s runtime");
       } else if (Status s = RestoreGpuStateWith(runc, *new_id, m, item.image.gpu_uuid, running.gpu,
