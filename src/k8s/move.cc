@@ -318,10 +318,6 @@ Status CheckTarget(const MovablePod& pod, MoveOptions& o) {
     return FailedPrecondition(who + " has no Paladin GPU (annotation " + kGpuAnnotation +
                               "): --gpu moves only pods Paladin placed on a GPU");
   }
-  if (pod.gpu >= 0 && o.gpu < 0 && !between_nodes) {
-    return InvalidArgument(who + " is on GPU " + std::to_string(pod.gpu) +
-                           ": give the GPU to move it to (--gpu)");
-  }
   if (!between_nodes && pod.gpu >= 0 && o.gpu == pod.gpu) {
     return InvalidArgument(who + " is on GPU " + std::to_string(o.gpu) + " already");
   }
@@ -356,13 +352,19 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
   if (pod->gpu >= 0) {
     // Where the replacement goes, decided before anything is stopped: the packer's choice of the
     // destination's GPUs, or the room on the GPU given, and the team's quota for a second copy.
+    // Within its node the pod's own share is left out of the books: it is leaving it.
     StatusOr<std::unique_ptr<ReplacementPlacer>> placer =
-        ReplacementPlacer::Create(client, o.placement);
+        ReplacementPlacer::Create(client, o.placement, between_nodes ? "" : pod->uid);
     if (!placer.ok()) return placer.status();
     const PodOutcome where = (*placer)->Place(*body, target.node, target.gpu);
     if (!where.placed) {
       return FailedPrecondition(who + " cannot move to node " + target.node + ": " + where.reason +
                                 " (left running as it was)");
+    }
+    if (!between_nodes && where.gpu == pod->gpu) {
+      return FailedPrecondition(who + " is on GPU " + std::to_string(pod->gpu) +
+                                ", where Paladin's packer would place it now: nothing to move "
+                                "(--gpu N moves it anyway; left running as it was)");
     }
     if (target.gpu < 0) progress("GPU chosen: " + where.how);
     target.gpu = where.gpu;

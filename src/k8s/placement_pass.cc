@@ -165,7 +165,7 @@ StatusOr<std::unique_ptr<PlacementPass>> PlacementPass::Create(const ClusterStat
       held.gpus += 1;
     }
     auto at = v.index.find(p.node);
-    if (at == v.index.end() || booked == 0) continue;
+    if (at == v.index.end() || booked == 0 || p.uid == state.moving_uid) continue;
     const auto& map = v.gpu_index[static_cast<size_t>(at->second)];
     auto g = std::find(map.begin(), map.end(), p.gpu);
     if (g == map.end()) continue;
@@ -453,10 +453,11 @@ std::string PlacementPass::TeamLine(const std::string& ns) const {
 }
 
 StatusOr<std::unique_ptr<ReplacementPlacer>> ReplacementPlacer::Create(
-    const ApiClient& client, const SchedulerOptions& options) {
+    const ApiClient& client, const SchedulerOptions& options, const std::string& moving_uid) {
   if (Status s = server::MakeServerPolicy(options.policy).status(); !s.ok()) return s;
   StatusOr<ClusterState> state = ReadClusterState(client, options);
   if (!state.ok()) return state.status();
+  state->moving_uid = moving_uid;
   return Create(*state, options);
 }
 

@@ -42,7 +42,7 @@ echo "move_gpu: pod gpu on GPU $from ($from_uuid), pid $old_pid using $((old_use
 
 # Moves refused before anything changes, each saying why: the GPU it is on, a GPU the node lacks,
 # another node, a pod that does not exist, a GPU without room for it (pod `full`, 7Gi, which only
-# the other GPU can hold).
+# the other GPU can hold), and no GPU given while the packer would keep it where it is.
 refused=0
 marks_before=$(find "$CLUSTER_DIR/checkpoints" -maxdepth 2 | wc -l)
 refuse() { # EXPECTED ARGS...
@@ -63,12 +63,14 @@ for ((i = 0; i < 100; i++)); do
   sleep 0.1
 done
 refuse "the move's target $NODE/$to has 1 GiB free, 2 GiB asked (left running as it was)" gpu --gpu "$to"
+# No GPU given: the packer's choice, with `full` on the other GPU its own: nothing to move.
+refuse "is on GPU $from, where Paladin's packer would place it now: nothing to move" gpu
 k delete pod full --wait=true --timeout=30s >/dev/null
 marks_after=$(find "$CLUSTER_DIR/checkpoints" -maxdepth 2 | wc -l)
 [[ $(k get pod gpu -o jsonpath='{.status.phase}') == Running && $marks_after == "$marks_before" ]] ||
   fail "a refused move changed something: pod gpu $(k get pod gpu -o jsonpath='{.status.phase}')," \
     "images and marks $marks_before -> $marks_after"
-echo "move_gpu: $refused moves refused before anything changed (same GPU, no such GPU, another node without its image folder, no such pod, no room)"
+echo "move_gpu: $refused moves refused before anything changed (same GPU, no such GPU, another node without its image folder, no such pod, no room, already where the packer would put it)"
 
 sampler_start
 "$KUBECTL" -n "$NS" logs -f gpu >"$work/old.log" 2>/dev/null &

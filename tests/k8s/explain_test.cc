@@ -347,6 +347,24 @@ TEST(ReplacementPlacer, PlacesOnTheNamedNodeWithRoomAndQuota) {
   EXPECT_EQ(full.reason, "the move's target localhost/1 has 2 GiB free, 3 GiB asked");
   EXPECT_FALSE((*placer)->Place(moving.dump(), "nowhere", -1).placed);
 
+  // Within its node: its own 3 GiB left out of the books (it is leaving them), so the packer
+  // sees GPU 0 empty and GPU 1 with 2 GiB free, and puts it back where it is (MovePod then
+  // says there is nothing to move).
+  ClusterState within = state;
+  within.moving_uid = "uid-moving";
+  placer = ReplacementPlacer::Create(within, SchedulerOptions());
+  ASSERT_TRUE(placer.ok());
+  const PodOutcome same = (*placer)->Place(moving.dump(), "localhost", -1);
+  ASSERT_TRUE(same.placed) << same.reason;
+  EXPECT_EQ(same.gpu, 0);
+  // Booked as it stands, the pod would leave GPU 0 only 5 GiB: 4 GiB more would not fit there.
+  placer = ReplacementPlacer::Create(state, SchedulerOptions());
+  ASSERT_TRUE(placer.ok());
+  EXPECT_FALSE((*placer)->Place(Pod("a", "four", 6, 4, 0).dump(), "localhost", -1).placed);
+  placer = ReplacementPlacer::Create(within, SchedulerOptions());
+  ASSERT_TRUE(placer.ok());
+  EXPECT_TRUE((*placer)->Place(Pod("a", "four", 6, 4, 0).dump(), "localhost", -1).placed);
+
   // Teams checked: research may hold 4 GiB; `moving` holds 3 of them already.
   ResearchNamespaces(state);
   state.quotas = std::map<std::string, TeamQuota>{{"research", {4 * kGiB, 0}}};

@@ -138,10 +138,12 @@ TEST(CheckTarget, ANodeNeedsItsImageFolderAndAGpuPodAGpu) {
   MovablePod plain = gpu_pod;
   plain.gpu = -1;
 
-  // No node given: the pod's own; a GPU pod must name another GPU.
+  // No node given: the pod's own; a GPU pod given no GPU gets the packer's (MovePod asks it),
+  // one given its own GPU is refused.
   MoveOptions o;
-  EXPECT_EQ(CheckTarget(gpu_pod, o).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CheckTarget(gpu_pod, o).ok());
   EXPECT_EQ(o.node, "n1");
+  EXPECT_EQ(o.gpu, -1);
   o.gpu = 0;
   EXPECT_EQ(CheckTarget(gpu_pod, o).code(), StatusCode::kInvalidArgument);  // already there
   o.gpu = 1;

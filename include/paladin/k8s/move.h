@@ -63,8 +63,8 @@ struct MoveOptions {
   std::string ns = "default";
   std::string pod;
   std::string new_name;  // empty: NextPodName
-  // -1: a pod without a Paladin GPU stays without; a GPU pod moving to another node gets the GPU
-  // Paladin's packer chooses there (placement); on its own node it must be given.
+  // -1: a pod without a Paladin GPU stays without; a GPU pod gets the GPU Paladin's packer
+  // chooses on the destination (placement; on its own node, another than its own, else no move).
   int gpu = -1;
   std::string node;  // empty: the pod's node
   // A move to another node: the image is carried into the destination's image folder (on this
@@ -96,9 +96,9 @@ struct MoveResult {
 };
 
 // The checks of a move's target that need nothing but the pod and the options: a move between
-// nodes needs the destination's image folder; a GPU pod on its own node needs another GPU (between
-// nodes, none given, the packer chooses one in MovePod); a pod without a Paladin GPU takes no
-// --gpu. Fills in o.node's default.
+// nodes needs the destination's image folder; a GPU pod given a GPU needs another than its own
+// (none given, the packer chooses one in MovePod); a pod without a Paladin GPU takes no --gpu.
+// Fills in o.node's default.
 Status CheckTarget(const MovablePod& pod, MoveOptions& o);
 
 // Whether a Node (its JSON) may receive a moved pod: Ready and not cordoned; an error says why.

@@ -29,6 +29,9 @@ struct ClusterState {
   bool teams_checked = false;
   std::string namespaces;  // GET /api/v1/namespaces, when teams are checked
   StatusOr<std::map<std::string, TeamQuota>> quotas = std::map<std::string, TeamQuota>();
+  // The uid of a pod being moved within its node: its GPU share is not booked (it is leaving
+  // it), while its team still counts it (both copies exist until the old one is gone).
+  std::string moving_uid;
 };
 
 // Reads it through `client`, and the teams' quotas through options.team_quotas when it is set
@@ -115,8 +118,10 @@ class PlacementPass {
 class ReplacementPlacer {
  public:
   // Reads the cluster through `client`; fails on an unknown policy or the API server's error.
+  // `moving_uid`: ClusterState::moving_uid, for a move within the pod's node.
   static StatusOr<std::unique_ptr<ReplacementPlacer>> Create(const ApiClient& client,
-                                                             const SchedulerOptions& options);
+                                                             const SchedulerOptions& options,
+                                                             const std::string& moving_uid = "");
   // The same over a cluster read already (tests).
   static StatusOr<std::unique_ptr<ReplacementPlacer>> Create(const ClusterState& state,
                                                              const SchedulerOptions& options);
