@@ -67,16 +67,29 @@ ClusterState State(const std::vector<Json>& pods, int gpus = 2) {
   return s;
 }
 
-// What one pass of the scheduler decides for each pending pod, by name: where, or why not.
-std::map<std::string, PodOutcome> SchedulerPass(const ClusterState& state) {
+core::Policy DefaultPolicy() {
   StatusOr<core::Policy> policy = server::MakeServerPolicy("paladin");
   EXPECT_TRUE(policy.ok());
-  core::Packer packer(std::move(*policy));
-  core::Rng rng(1);
-  StatusOr<std::unique_ptr<PlacementPass>> pass = PlacementPass::Create(state, &packer, &rng);
-  EXPECT_TRUE(pass.ok()) << pass.status().message();
+  return std::move(*policy);
+}
+
+// The scheduler's pass over `state` with its default policy, and the packer it uses.
+struct TestPass {
+  explicit TestPass(const ClusterState& state) : packer(DefaultPolicy()) {
+    StatusOr<std::unique_ptr<PlacementPass>> made = PlacementPass::Create(state, &packer, &rng);
+    EXPECT_TRUE(made.ok()) << made.status().message();
+    if (made.ok()) pass = std::move(*made);
+  }
+  core::Packer packer;
+  core::Rng rng{1};
+  std::unique_ptr<PlacementPass> pass;
+};
+
+// What one pass of the scheduler decides for each pending pod, by name: where, or why not.
+std::map<std::string, PodOutcome> SchedulerPass(const ClusterState& state) {
+  TestPass t(state);
   std::map<std::string, PodOutcome> out;
-  for (const PodRequest& p : (*pass)->pending()) out[p.name] = (*pass)->Place(p);
+  for (const PodRequest& p : t.pass->pending()) out[p.name] = t.pass->Place(p);
   return out;
 }
 
@@ -128,14 +141,10 @@ TEST(PlacementPass, OrderAndReasonsBeforeThePacker) {
   Json bad = Pod("ns", "bad", 1, 3);
   bad["metadata"]["annotations"] = {{kPriorityAnnotation, "high"}};
   const ClusterState state = State({Pod("ns", "old", 1, 0), gone, none, bad, high});
-  StatusOr<core::Policy> policy = server::MakeServerPolicy("paladin");
-  ASSERT_TRUE(policy.ok());
-  core::Packer packer(std::move(*policy));
-  core::Rng rng(1);
-  StatusOr<std::unique_ptr<PlacementPass>> pass = PlacementPass::Create(state, &packer, &rng);
-  ASSERT_TRUE(pass.ok());
+  TestPass t(state);
+  ASSERT_NE(t.pass, nullptr);
   std::vector<std::string> order;
-  for (const PodRequest& p : (*pass)->pending()) order.push_back(p.name);
+  for (const PodRequest& p : t.pass->pending()) order.push_back(p.name);
   EXPECT_EQ(order, (std::vector<std::string>{"high", "old", "none", "bad"}));
   std::map<std::string, PodOutcome> got = SchedulerPass(state);
   EXPECT_NE(got["none"].reason.find("asks for no paladin.io/gpu-memory"), std::string::npos);
@@ -199,25 +208,20 @@ TEST(PlacementPass, APodsOwnConstraintsRuleNodesOut) {
   EXPECT_EQ(got["bad"].reason.rfind("malformed: spec.tolerations[0].operator: 'Maybe'", 0), 0u)
       << got["bad"].reason;
 
-  StatusOr<core::Policy> policy = server::MakeServerPolicy("paladin");
-  ASSERT_TRUE(policy.ok());
-  core::Packer packer(std::move(*policy));
-  core::Rng rng(1);
-  StatusOr<std::unique_ptr<PlacementPass>> pass = PlacementPass::Create(state, &packer, &rng);
-  ASSERT_TRUE(pass.ok());
+  TestPass t(state);
+  ASSERT_NE(t.pass, nullptr);
   const PodRequest plain_pod = ReadPod(plain.dump());
-  const std::vector<std::pair<std::string, std::string>> verdicts =
-      (*pass)->NodeVerdicts(plain_pod);
+  const std::vector<std::pair<std::string, std::string>> verdicts = t.pass->NodeVerdicts(plain_pod);
   ASSERT_EQ(verdicts.size(), 2u);
   EXPECT_EQ(verdicts[0].second,
             "ruled out by the pod: taint dedicated=ml:NoSchedule not tolerated");
   EXPECT_EQ(verdicts[1].second.rfind("fits, GPU ", 0), 0u) << verdicts[1].second;
   // Named by a move: node a, taint or not; the packer picks its GPU.
-  const PodOutcome moved = (*pass)->Place(plain_pod, "a");
+  const PodOutcome moved = t.pass->Place(plain_pod, "a");
   EXPECT_TRUE(moved.placed) << moved.reason;
   EXPECT_EQ(moved.node, "a");
-  EXPECT_FALSE((*pass)->Place(ReadPod(Pod("ns", "huge", 9, 7).dump()), "a").placed);
-  EXPECT_EQ((*pass)->Place(plain_pod, "c").reason,
+  EXPECT_FALSE(t.pass->Place(ReadPod(Pod("ns", "huge", 9, 7).dump()), "a").placed);
+  EXPECT_EQ(t.pass->Place(plain_pod, "c").reason,
             "node c publishes no GPUs (annotation paladin.io/gpus) or takes no pods (cordoned or "
             "not Ready)");
 }
