@@ -67,7 +67,10 @@ void RegisterAgent(CLI::App& app, int* exit_code) {
       "Run the node agent: register with the server, heartbeat, and run, checkpoint, restore "
       "and migrate the workloads it is told to (as an unprivileged user, under GPU-memory "
       "quotas)");
-  cmd->add_option("--server", o.server_url, "The server, http://HOST:PORT")->required();
+  cmd->add_option("--server", o.server_url,
+                  "The server, http://HOST:PORT, or https://HOST:PORT (a server with its own CA: "
+                  "PALADIN_CA_FILE names the CA's certificate)")
+      ->required();
   auto* token = cmd->add_option("--token", o.token, "An agent token (else $PALADIN_TOKEN)");
   cmd->add_option("--token-file", a->token_file, "A file holding the token")->excludes(token);
   cmd->add_option("--name", o.name, "This node's name")->required();
