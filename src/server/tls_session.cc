@@ -3,6 +3,7 @@
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 namespace paladin::server {
 namespace {
@@ -15,6 +16,19 @@ std::string OpenSslError() {
   char text[256];
   ERR_error_string_n(code, text, sizeof text);
   return text;
+}
+
+// A certificate's time as OpenSSL prints it ("Dec  5 07:00:00 2026 GMT").
+std::string TimeText(const ASN1_TIME* when) {
+  std::string out;
+  BIO* text = BIO_new(BIO_s_mem());
+  if (text != nullptr && ASN1_TIME_print(text, when) == 1) {
+    char buf[64];
+    const int n = BIO_read(text, buf, sizeof buf);
+    if (n > 0) out.assign(buf, static_cast<size_t>(n));
+  }
+  BIO_free(text);
+  return out;
 }
 
 }  // namespace
@@ -39,6 +53,18 @@ StatusOr<std::unique_ptr<TlsContext>> TlsContext::Load(const std::string& cert_f
   if (SSL_CTX_use_PrivateKey_file(ctx, key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
     return InvalidArgument("TLS key " + key_file + " (of certificate " + cert_file +
                            "): " + OpenSslError());
+  }
+  // An expired certificate (or one not valid yet) would fail every client's check: said here,
+  // once, rather than as each client's handshake failure.
+  if (const X509* cert = SSL_CTX_get0_certificate(ctx); cert != nullptr) {
+    if (X509_cmp_current_time(X509_get0_notAfter(cert)) < 0) {
+      return InvalidArgument("TLS certificate " + cert_file + " expired on " +
+                             TimeText(X509_get0_notAfter(cert)));
+    }
+    if (X509_cmp_current_time(X509_get0_notBefore(cert)) > 0) {
+      return InvalidArgument("TLS certificate " + cert_file + " is not valid before " +
+                             TimeText(X509_get0_notBefore(cert)));
+    }
   }
   if (SSL_CTX_check_private_key(ctx) != 1) {
     return InvalidArgument("TLS key " + key_file + " is not the key of certificate " + cert_file +

@@ -2,7 +2,8 @@
 // CA (PALADIN_CA_FILE) reads and writes through it, a large body included; one that does not is
 // refused by its own check and told what to set; plain HTTP and bytes that are no TLS at the
 // HTTPS port are closed without an answer, and the server serves on; a certificate with another
-// key, or one of the two files missing, keeps the server from starting, naming the file.
+// key, an expired one, or one of the two files missing, keeps the server from starting, naming
+// the file.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -25,15 +26,15 @@ namespace {
 using testing::Json;
 
 // A self-signed certificate for 127.0.0.1 (its own CA) with a fresh P-256 key, written as
-// DIR/NAME.pem and DIR/NAME.key.
-void MakeCertificate(const std::string& dir, const std::string& name) {
+// DIR/NAME.pem and DIR/NAME.key, valid from two hours ago until `valid_for_s` from now.
+void MakeCertificate(const std::string& dir, const std::string& name, long valid_for_s = 3600) {
   EVP_PKEY* key = EVP_EC_gen("P-256");
   ASSERT_NE(key, nullptr);
   X509* cert = X509_new();
   ASSERT_EQ(X509_set_version(cert, 2), 1);
   ASN1_INTEGER_set(X509_get_serialNumber(cert), 1);
-  X509_gmtime_adj(X509_getm_notBefore(cert), -60);
-  X509_gmtime_adj(X509_getm_notAfter(cert), 3600);
+  X509_gmtime_adj(X509_getm_notBefore(cert), -7200);
+  X509_gmtime_adj(X509_getm_notAfter(cert), valid_for_s);
   X509_set_pubkey(cert, key);
   X509_NAME* subject = X509_get_subject_name(cert);
   X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_ASC,
@@ -86,6 +87,7 @@ class TlsTest : public ::testing::Test {
   TlsTest() : dir_(testing::TempDir("tls")) {
     MakeCertificate(dir_, "server");
     MakeCertificate(dir_, "other");
+    MakeCertificate(dir_, "expired", -60);
   }
   ~TlsTest() override { unsetenv("PALADIN_CA_FILE"); }
 
@@ -164,7 +166,7 @@ TEST_F(TlsTest, TheApiOverHttpsForAClientThatTrustsItsCa) {
   EXPECT_NE(no_ca.status().message().find("none.pem' cannot be read"), std::string::npos);
 }
 
-TEST_F(TlsTest, AKeyOfAnotherCertificateOrAMissingFileKeepsTheServerDown) {
+TEST_F(TlsTest, AKeyOfAnotherCertificateAnExpiredOneOrAMissingFileKeepsTheServerDown) {
   StatusOr<std::unique_ptr<Server>> mismatched =
       Server::Start(Options(dir_ + "/server.pem", dir_ + "/other.key"));
   ASSERT_FALSE(mismatched.ok());
@@ -174,6 +176,12 @@ TEST_F(TlsTest, AKeyOfAnotherCertificateOrAMissingFileKeepsTheServerDown) {
   StatusOr<std::unique_ptr<Server>> no_key = Server::Start(Options(dir_ + "/server.pem", ""));
   ASSERT_FALSE(no_key.ok());
   EXPECT_NE(no_key.status().message().find("--tls-key"), std::string::npos);
+  // Expired: refused at the start, saying when, rather than by every client's check.
+  StatusOr<std::unique_ptr<Server>> expired =
+      Server::Start(Options(dir_ + "/expired.pem", dir_ + "/expired.key"));
+  ASSERT_FALSE(expired.ok());
+  EXPECT_NE(expired.status().message().find("expired.pem expired on "), std::string::npos)
+      << expired.status().message();
   StatusOr<std::unique_ptr<Server>> no_cert =
       Server::Start(Options(dir_ + "/absent.pem", dir_ + "/server.key"));
   ASSERT_FALSE(no_cert.ok());
