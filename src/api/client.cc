@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 #include "paladin/api/http.h"
@@ -44,8 +45,17 @@ StatusOr<Endpoint> ParseUrl(const std::string& url) {
   return e;
 }
 
+struct Client::Kept {
+  std::mutex mu;
+  std::unique_ptr<httplib::Client> connection;
+  std::string ca;  // the CA file it checks the server against ("": the system's)
+};
+
 Client::Client(Endpoint endpoint, std::string token, double timeout_s)
-    : endpoint_(std::move(endpoint)), token_(std::move(token)), timeout_s_(timeout_s) {}
+    : endpoint_(std::move(endpoint)),
+      token_(std::move(token)),
+      timeout_s_(timeout_s),
+      kept_(std::make_shared<Kept>()) {}
 
 std::string Client::Url() const {
   return std::string(endpoint_.tls ? "https://" : "http://") + endpoint_.host + ":" +
@@ -69,17 +79,26 @@ Status FromHttp(int status, const std::string& body, const std::string& what) {
 
 StatusOr<std::string> Client::Call(const std::string& method, const std::string& path,
                                    const std::string* body) const {
-  httplib::Client http(Url());
   // HTTPS: the server's certificate is checked against the system's CAs, or the one
   // PALADIN_CA_FILE names (a server's own CA, docs/server.md "TLS").
-  const char* ca = std::getenv("PALADIN_CA_FILE");
-  const bool own_ca = endpoint_.tls && ca != nullptr && *ca != '\0';
-  if (own_ca) {
-    if (access(ca, R_OK) != 0) {
-      return InvalidArgument(std::string("PALADIN_CA_FILE '") + ca + "' cannot be read");
-    }
-    http.set_ca_cert_path(ca);
+  const char* ca_env = std::getenv("PALADIN_CA_FILE");
+  const bool own_ca = endpoint_.tls && ca_env != nullptr && *ca_env != '\0';
+  const std::string ca = own_ca ? ca_env : "";
+  if (own_ca && access(ca.c_str(), R_OK) != 0) {
+    return InvalidArgument("PALADIN_CA_FILE '" + ca + "' cannot be read");
   }
+  // The kept connection if it checks the server as this call must, else a new one.
+  std::unique_ptr<httplib::Client> connection;
+  {
+    const std::lock_guard<std::mutex> lock(kept_->mu);
+    if (kept_->connection != nullptr && kept_->ca == ca) connection = std::move(kept_->connection);
+  }
+  if (connection == nullptr) {
+    connection = std::make_unique<httplib::Client>(Url());
+    connection->set_keep_alive(true);
+    if (own_ca) connection->set_ca_cert_path(ca);
+  }
+  httplib::Client& http = *connection;
   const auto seconds = static_cast<time_t>(timeout_s_);
   const auto micros = static_cast<time_t>((timeout_s_ - static_cast<double>(seconds)) * 1e6);
   http.set_connection_timeout(seconds, micros);
@@ -95,6 +114,14 @@ StatusOr<std::string> Client::Call(const std::string& method, const std::string&
                            : method == "PUT"  ? http.Put(path, headers, payload, type)
                                               : http.Delete(path, headers);
   const std::string what = method + " " + path;
+  if (result) {
+    // Answered: the connection may serve the next call (one that failed is dropped).
+    const std::lock_guard<std::mutex> lock(kept_->mu);
+    if (kept_->connection == nullptr) {
+      kept_->connection = std::move(connection);
+      kept_->ca = ca;
+    }
+  }
   if (!result) {
     std::string why = httplib::to_string(result.error());
     if (result.error() == httplib::Error::SSLServerVerification) {

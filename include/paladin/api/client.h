@@ -1,9 +1,16 @@
 // A client of Paladin's REST API (docs/formats/api.md), shared by the CLI and the node agent:
 // a base URL, a bearer token, JSON in and out, and errors that say what the server said.
 //
-// Thread safety: one Client per thread (each call opens its own connection).
+// Connections: a call takes the connection the last one left open (kept alive), else opens one;
+// so a client polling the server (an agent's heartbeat) keeps one connection, and over HTTPS
+// shakes hands once, not at every call. A connection the server has closed in between is
+// noticed before it is used, and a new one opened.
+//
+// Thread safety: calls may run on several threads at once (each then on a connection of its
+// own); copies of a Client share its kept connection.
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -46,6 +53,8 @@ class Client {
   Endpoint endpoint_;
   std::string token_;
   double timeout_s_;
+  struct Kept;  // the connection the last call left open
+  std::shared_ptr<Kept> kept_;
 };
 
 // The server URL and token the CLI uses: the flags when given, else $PALADIN_SERVER /
