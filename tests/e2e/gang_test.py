@@ -472,8 +472,9 @@ def ddp_drill(work):
         fleet = Fleet(work, "gang-ddp", hosts=hosts)
         sampler = RankSampler("gang-ddp")
         ranks = submit(fleet, work, "gang-ddp", steps, 0.25, 1, program="ddp_train.py")
-        nodes = {fleet.job(r)["node"] for r in ranks}
         wait_for("step 8", lambda: len(ddp_steps(log(fleet, ranks[0]))[0]) >= 8, 180, 0.3)
+        # Read once it runs: right after the submit the gang may not be placed yet (no node).
+        nodes = {fleet.job(r)["node"] for r in ranks}
         stop_cut(fleet, ranks, 180)
         at = len(ddp_steps(log(fleet, ranks[0]))[0])
         ok(f"ddp: the gang on {sorted(nodes)} checkpointed as one cut at step {at}")
