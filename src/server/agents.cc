@@ -98,12 +98,12 @@ StatusOr<Json> Control::Heartbeat(const Principal& who, const std::string& name,
   for (auto& [id, m] : migrations_) {
     if (m.to_node == n.name && m.step == MigrationStep::kMigrateInSent && m.in_delivered_at > 0 &&
         m.in_delivered_at < now) {
-      AdvanceMigration(m, MigrationEvent{MigrationEvent::Kind::kListening, ""});
+      moves_.Advance(m, MigrationEvent{MigrationEvent::Kind::kListening, ""});
     }
   }
   nodes_.MarkLazy(n);  // the beat's time and GPU use; health changes mark it dirty in UpdateGpus
   api::HeartbeatAnswer answer{options_.lease_s, options_.heartbeat_s, TakeCommands(n),
-                              RankRoutesFor(n)};
+                              gangs_.RoutesFor(n)};
   PALADIN_RETURN_IF_ERROR(Flush());
   return api::ToJson(answer);
 }
@@ -208,7 +208,7 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
   }
   if (state == api::CopyState::kRunning && j.state() == JobState::kMigrating && destination_copy &&
       m->commit_answer.value_or(false)) {
-    FinishMigration(*m);
+    moves_.Finish(*m);
   }
   if (state == api::CopyState::kExited) {
     const std::optional<int> code = r.exit_code;
@@ -297,14 +297,14 @@ void Control::ApplyResult(NodeRecord& n, const api::CommandResult& r) {
           EventOfResult(api::CommandKindName(kind), c.ok, error)) {
     MigrationRecord* m = migrations_.Find(c.command.migration);
     if (m == nullptr) return;
-    if (kind == api::CommandKind::kMigrateOut && c.ok) RecordMoveCost(*m, detail);
-    AdvanceMigration(*m, *event);
+    if (kind == api::CommandKind::kMigrateOut && c.ok) moves_.RecordCost(*m, detail);
+    moves_.Advance(*m, *event);
     return;
   }
   JobRecord* found = jobs_.ById(c.job);
   if (found == nullptr) return;
   JobRecord& j = *found;
-  if (j.gang && ApplyGangResult(j, c, r)) return;
+  if (j.gang && gangs_.ApplyResult(j, c, r)) return;
   if (kind == api::CommandKind::kKill) {
     if (j.cancel_requested && !j.Terminal())
       EndJob(j, JobState::kCancelled, std::nullopt, "cancelled");

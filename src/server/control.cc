@@ -79,7 +79,13 @@ Control::Control(std::unique_ptr<Store> store, ControlOptions options, core::Pol
       predictors_factory_(*core::PredictorFactory::ForName("paladin")),
       tokens_(options_.node_tokens_only),
       nodes_(options_.lease_s),
-      teams_(options_.team_pods) {}
+      teams_(options_.team_pods),
+      moves_(*this, jobs_, nodes_, migrations_, commands_, scheduler_,
+             MoveSettings{.move_mode = options_.move_mode,
+                          .migration_timeout_s = options_.migration_timeout_s}),
+      gangs_(*this, jobs_, nodes_, teams_, moves_, scheduler_, rank_subnet_,
+             GangSettings{.checkpoint_every_s = options_.checkpoint_every_s,
+                          .rank_subnet = options_.rank_subnet}) {}
 
 StatusOr<std::unique_ptr<Control>> Control::Create(std::unique_ptr<Store> store,
                                                    ControlOptions options) {
@@ -131,8 +137,8 @@ Status Control::Load() {
   migrations_.Load(std::move(*migrations));
   for (const auto& [id, m] : migrations_) {  // in the order they were made
     if (m.pause_s && *m.pause_s > 0) {
-      move_costs_.Observe(m.from_node, m.to_node,
-                          {static_cast<double>(m.moved_bytes), 0, *m.pause_s});
+      moves_.costs().Observe(m.from_node, m.to_node,
+                             {static_cast<double>(m.moved_bytes), 0, *m.pause_s});
     }
   }
   StatusOr<std::map<std::string, int64_t>> counters = db_.Counters();
@@ -149,9 +155,9 @@ void Control::Reconcile() {
   for (auto& [id, m] : migrations_) {
     if (m.Finished()) continue;
     if (m.commit_answer.value_or(false)) {
-      FinishMigration(m);
+      moves_.Finish(m);
     } else {
-      FailMigration(m, "the server restarted before the commit");
+      moves_.Fail(m, "the server restarted before the commit");
     }
   }
   for (auto& [seq, j] : jobs_) {
@@ -381,7 +387,7 @@ void Control::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   const double now = Now();
   DetectFailures(now);
-  MigrationTimeouts(now);
+  moves_.Timeouts(now);
   GpuHealthMoves();
   DrainNodes();
   PeriodicCheckpoints(now);

@@ -15,16 +15,23 @@
 //                                      moving job goes, a job's size after an OOM
 //   CommandQueue (command_queue.h)     the agents' commands: queued, handed out, acknowledged
 //   MigrationTable (migration_table.h) the migration rows; migration_steps.h decides their steps
+//   MigrationOrchestrator              the migration transaction carried out: the destination
+//     (orchestrator.h)                 reserved, the agents' commands, the commit decided once,
+//                                      failures, timeouts, what moves cost
 //   Persistence (persistence.h)        all SQL: what is loaded at start and written by Flush
+//   GangCoordinator (gangs.h)          jobs of several ranks: placement all or none, addresses
+//                                      and routes, the coordinated checkpoint, a rank's move,
+//                                      recovery; it asks Control (as its GangHost) for what
+//                                      every job shares
 // Control keeps the rest (counters, events, logs, the predictors) and carries out each
 // operation over the parts.
 //
 // The implementation is split by concern: control.cc (loading, persistence, commands, events,
 // tokens), jobs.cc (the job endpoints), agents.cc (registration and heartbeats, whose bodies and
 // answers are api/wire.h's types), placement.cc (the scheduler's decisions carried out, auto
-// sizing, predictions, accounting), orchestrator.cc (migrations,
-// checkpoints, recovery, drain), gangs.cc (jobs of several ranks: placement, addresses, routes,
-// the coordinated checkpoint, recovery), views.cc (nodes, teams, events, summary, metrics).
+// sizing, predictions, accounting), upkeep.cc (failure detection,
+// recovery, drains, periodic checkpoints, rebalancing), views.cc (nodes, teams, events, summary,
+// metrics).
 //
 // Thread safety: every public method takes the one lock, so calls from the HTTP threads and the
 // scheduling loop are serialised; none blocks on the network. Each state change is written to
@@ -44,10 +51,13 @@
 #include <vector>
 
 #include "command_queue.h"
+#include "control_host.h"
+#include "gangs.h"
 #include "job_table.h"
 #include "migration_table.h"
 #include "model.h"
 #include "node_table.h"
+#include "orchestrator.h"
 #include "paladin/api/wire.h"
 #include "paladin/base/status.h"
 #include "paladin/core/auto_size.h"
@@ -72,10 +82,6 @@ namespace paladin::server {
 // The server's predictor forecasts each job's peak over the next minute; the live check scores
 // it over the same windows.
 inline constexpr int64_t kPredictionWindowS = 60;
-
-// The env keys the server sets for every rank of a gang (MASTER_ADDR, RANK, ...): a gang's own
-// env may not set them.
-Status CheckGangEnv(const std::map<std::string, std::string>& env);
 
 struct ControlOptions {
   double lease_s = 6;
@@ -115,7 +121,7 @@ class LatencyRecorder {
   int64_t count_ = 0;
 };
 
-class Control {
+class Control : private ControlHost {
  public:
   static StatusOr<std::unique_ptr<Control>> Create(std::unique_ptr<Store> store,
                                                    ControlOptions options);
@@ -185,7 +191,7 @@ class Control {
   // accounting, then placement of waiting jobs.
   void Tick();
   // Wakes the loop early (something changed); WaitForWork blocks up to `seconds` for a wake.
-  void Wake();
+  void Wake() override;
   void WaitForWork(double seconds);
 
  private:
@@ -197,40 +203,42 @@ class Control {
   // control.cc
   Status Load();
   void Reconcile();
-  Status Flush();
-  void CrashPoint(const std::string& step);
+  Status Flush() override;
+  void CrashPoint(const std::string& step) override;
   // Every change of a job or a node that reaches the store also counts in Changes() (what
   // Preempt's memo keys on): jobs_.MarkDirty (and SetState, Add), nodes_.MarkDirty (and the
   // lease's marks). Usage, accrual and heartbeat times may wait for the next periodic write
   // (kLazyFlushS: jobs_.MarkLazy, nodes_.MarkLazy); a restarted server re-learns them from the
   // next heartbeats.
   uint64_t Changes() const { return jobs_.changes() + nodes_.changes(); }
-  void Count(const std::string& key, int64_t by = 1);
+  void Count(const std::string& key, int64_t by) override;
+  void Count(const std::string& key) { Count(key, 1); }
   int64_t Counter(const std::string& key) const;
   void Event(const std::string& kind, const JobRecord* job, const std::string& node,
-             const std::string& message);
+             const std::string& message) override;
   // Queues command C for NODE, about JOB (its id, and its epoch unless C names one); returns
   // the command's id.
-  int64_t SendCommand(const std::string& node, api::Command c, const JobRecord* job);
+  int64_t SendCommand(const std::string& node, api::Command c, const JobRecord* job) override;
   StatusOr<JobRecord*> FindJob(const Principal& who, const std::string& id);
   // The job a migration is about, or null.
   JobRecord* JobOf(const MigrationRecord& m) { return jobs_.ById(m.job); }
-  Json JobJson(const JobRecord& j) const;
+  Json JobJson(const JobRecord& j) const override;
   // The migration under way for the API's `migration` field, or null.
   Json MigrationJson(const JobRecord& j) const;
-  double Now() const;  // options_.clock, or the system clock
+  double Now() const override;  // options_.clock, or the system clock
 
   // placement.cc: the scheduler's decisions (scheduler.h) carried out
-  FleetView BuildFleet(bool reserve_running);  // server::BuildFleet over the parts
+  FleetView BuildFleet(bool reserve_running) override;  // server::BuildFleet over the parts
   int64_t LargestGpuMemory() const;
   void PlaceWaiting(FleetView& view);
   bool TryPlace(FleetView& view, JobRecord& j);
   // The job's team quota refusal (TeamBook::Refusal; "" when it fits).
-  void Bind(FleetView& view, JobRecord& j, const core::Placement& p, const std::string& how);
-  void SizeAutoJob(JobRecord& j);
+  void Bind(FleetView& view, JobRecord& j, const core::Placement& p,
+            const std::string& how) override;
+  void SizeAutoJob(JobRecord& j) override;
   core::ClassHistory ClassHistoryOf(const std::string& class_key) const;  // jobs and pods
-  void Accrue(JobRecord& j, double now);
-  void ReleaseJob(JobRecord& j);
+  void Accrue(JobRecord& j, double now) override;
+  void ReleaseJob(JobRecord& j) override;
   void EndJob(JobRecord& j, JobState state, std::optional<int> exit_code, const std::string& why);
   void ObserveUsage(JobRecord& j, double now);
   core::Predictor& PredictorOf(const JobRecord& j);  // made on first use, dropped at release
@@ -254,64 +262,13 @@ class Control {
                         const std::string& text, int64_t from, int64_t to);
   Json TakeCommands(NodeRecord& node);
 
-  // gangs.cc
-  // Every live rank of gang `gang`, by rank.
-  std::vector<JobRecord*> GangMembers(const std::string& gang);
-  // Creates the gang's ranks (Submit checked the body; `shape` holds ranks, ranks_per_node and
-  // port); the answer is rank 0's job with "gang_jobs", every rank's id.
-  StatusOr<Json> SubmitGang(const Principal& who, const JobRecord& base, const GangMember& shape);
-  // Places every rank of the gang at once (core::Packer::ScheduleGang, MaxPerNodePermit), or
-  // none; only when every live rank waits and no copy of one is still being killed.
-  bool TryPlaceGang(FleetView& view, const std::string& gang);
-  // The rank's rendezvous variables and own network, added to its start or restore.
-  void AddGangLaunch(const JobRecord& j, api::Command* launch);
-  // The routes NODE keeps: every rank of its ranks' gangs that runs on another node.
-  std::vector<api::RankRoute> RankRoutesFor(const NodeRecord& n) const;
-  // Why the gang cannot be checkpointed now ("" when it can).
-  std::string GangCutRefusal(const std::vector<JobRecord*>& members) const;
-  // Begins a coordinated checkpoint (freeze all, dump each, thaw all, or stop all when
-  // `then_stop`); returns why not, or "".
-  // MOVER (with TO): the cut moves that rank to node TO instead of thawing it.
-  std::string StartGangCut(const std::string& gang, bool then_stop, const std::string& why,
-                           JobRecord* mover = nullptr, const std::string& to = "");
-  void GiveUpGangCut(const std::string& gang, const std::string& why);
-  void FinishGangCut(const std::string& gang);
-  // A gang rank's command answered: true when it was a step of the gang's cut (handled).
-  bool ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::CommandResult& r);
-  void PeriodicGangCheckpoints(double now);
-  StatusOr<Json> CheckpointGang(JobRecord& j);
-  StatusOr<Json> ResumeGang(JobRecord& j);
-  // A rank's node died: every rank of the gang comes back from the last cut.
-  // WHY, when given, says why instead of "node DEAD_NODE died".
-  void RecoverGangOf(const JobRecord& lost, const std::string& dead_node,
-                     const std::string& why = "");
-  // `paladin job migrate` of a gang's rank: freeze the gang, dump the others, dump the rank
-  // killing it, restore it on TO, switch the routes, thaw the others (docs/server.md, "Gangs").
-  StatusOr<Json> MoveGangRank(const Principal& who, JobRecord& j, const std::string& to, int gpu);
-  bool PlaceMovedRank(JobRecord& j, const std::string& node, const std::string& how);
-  void MoveRankOver(const std::string& gang);
-  void ApplyMovedRankRestore(JobRecord& j, const api::CommandResult& r);
-  void ForgetStoppingOn(const std::string& dead_node);
-
-  // orchestrator.cc
-  Status StartMigration(JobRecord& j, const std::string& to, int to_gpu, const std::string& why,
-                        std::string* refusal);
-  // Carries out NextMigrationAction for the event (migration_steps.h).
-  void AdvanceMigration(MigrationRecord& m, const MigrationEvent& event);
-  void FailMigration(MigrationRecord& m, const std::string& why);
-  void FinishMigration(MigrationRecord& m);
-  // How a move between these nodes carries the job's memory (ControlOptions::move_mode), and why:
-  // post-copy, or pre-copy, which *stream says streams (else it moves by image).
-  api::MoveMode MoveModeFor(const NodeRecord& from, const NodeRecord& to, bool* stream,
-                            std::string* why) const;
-  // The source's report on a move (its migrate_out result): the mode it used and the pause.
-  void RecordMoveCost(MigrationRecord& m, const Json& detail);
+  // upkeep.cc
   void DetectFailures(double now);
   void RecoverNode(NodeRecord& node);
   void DrainNodes();
   void PeriodicCheckpoints(double now);
   void MigrationTimeouts(double now);
-  void RecordCheckpoint(JobRecord& j, const Json& detail, const std::string& dir);
+  void RecordCheckpoint(JobRecord& j, const Json& detail, const std::string& dir) override;
   void Rebalance(FleetView& view, JobRecord& waiting);
   // Higher-priority work that cannot fit otherwise: checkpoints (and stops) the fewest
   // lower-priority running jobs on one node whose room lets `waiting` fit; they resume when room
@@ -319,7 +276,7 @@ class Control {
   bool Preempt(const FleetView& view, JobRecord& waiting);  // memoised PreemptFor
   bool PreemptFor(const FleetView& view, JobRecord& waiting);
   void GpuHealthMoves();
-  std::string CheckpointDir(const JobRecord& j, int seq) const;
+  std::string CheckpointDir(const JobRecord& j, int seq) const override;
 
   std::mutex mu_;
   std::mutex wake_mu_;  // taken after mu_ when both are held
@@ -345,13 +302,13 @@ class Control {
   NodeTable nodes_;        // every node, its lease, and which changed since the last Flush
   TeamBook teams_;         // every team, its quotas' rule, and which changed since the last Flush
   CommandQueue commands_;  // for the agents, not yet acknowledged
-  MigrationTable migrations_;  // every migration, finished ones too
+  MigrationTable migrations_;    // every migration, finished ones too
+  MigrationOrchestrator moves_;  // the migration transaction (orchestrator.h) over the parts
+  GangCoordinator gangs_;        // jobs of several ranks (gangs.h), over the parts above
   std::map<std::string, int64_t> counters_;
   std::map<std::string, int64_t> class_peak_;  // ClassKey -> highest used bytes seen
   std::map<std::string, int64_t> class_jobs_;  // ClassKey -> ended jobs that peak is over
   std::vector<core::Move> admission_moves_;    // the rebalancer's plan being carried out
-  // What moves cost, learned from the measured pauses of finished moves (replayed at start).
-  core::MoveCostModel move_costs_;
 
   // Written by Flush (the jobs' and the nodes' own: in jobs_ and nodes_).
   double last_lazy_flush_ = 0;

@@ -6,10 +6,11 @@
 // as one from that cut, and never runs a rank twice. One rank moves to another node as a cut
 // whose last dump kills it: restored on its new node while the others stay frozen, the routes to
 // its address switched once its restore is reported, then the others thawed.
+#include "gangs.h"
+
 #include <algorithm>
 #include <set>
-
-#include "control.h"
+#include <utility>
 
 namespace paladin::server {
 namespace {
@@ -52,7 +53,26 @@ Status CheckGangEnv(const std::map<std::string, std::string>& env) {
   return Status::Ok();
 }
 
-std::vector<JobRecord*> Control::GangMembers(const std::string& gang) {
+GangCoordinator::GangCoordinator(ControlHost& host, JobTable& jobs, const NodeTable& nodes,
+                                 TeamBook& teams, MigrationOrchestrator& moves,
+                                 Scheduler& scheduler, const RankSubnet& subnet,
+                                 GangSettings settings)
+    : host_(host),
+      jobs_(jobs),
+      nodes_(nodes),
+      teams_(teams),
+      moves_(moves),
+      scheduler_(scheduler),
+      subnet_(subnet),
+      settings_(std::move(settings)) {}
+
+void GangCoordinator::Thaw(JobRecord& m) {
+  api::Command thaw;
+  thaw.kind = api::CommandKind::kThaw;
+  host_.SendCommand(m.node, std::move(thaw), &m);
+}
+
+std::vector<JobRecord*> GangCoordinator::Members(const std::string& gang) {
   std::vector<JobRecord*> out;
   for (auto& [seq, j] : jobs_) {
     if (j.gang && j.gang->gang == gang && Live(j)) out.push_back(&j);
@@ -62,8 +82,8 @@ std::vector<JobRecord*> Control::GangMembers(const std::string& gang) {
   return out;
 }
 
-StatusOr<Json> Control::SubmitGang(const Principal& who, const JobRecord& base,
-                                   const GangMember& shape) {
+StatusOr<Json> GangCoordinator::Submit(const Principal& who, const JobRecord& base,
+                                       const GangMember& shape) {
   // Hostile input until checked: the bounds were checked by Submit; here what depends on state.
   const int64_t gpus = int64_t{shape.ranks} * base.gpus;
   if (std::string never = teams_.NeverFits(
@@ -77,16 +97,16 @@ StatusOr<Json> Control::SubmitGang(const Principal& who, const JobRecord& base,
     if (j.gang && Live(j)) taken.insert(j.gang->address);
   }
   std::vector<std::string> addresses;
-  for (int64_t n = 1; n <= rank_subnet_.Hosts() && std::ssize(addresses) < shape.ranks; ++n) {
-    std::string a = rank_subnet_.Address(n);
+  for (int64_t n = 1; n <= subnet_.Hosts() && std::ssize(addresses) < shape.ranks; ++n) {
+    std::string a = subnet_.Address(n);
     if (taken.count(a) == 0) addresses.push_back(std::move(a));
   }
   if (std::ssize(addresses) < shape.ranks) {
-    return ResourceExhausted("ranks: the rank subnet " + options_.rank_subnet + " has " +
+    return ResourceExhausted("ranks: the rank subnet " + settings_.rank_subnet + " has " +
                              std::to_string(addresses.size()) + " free addresses, the gang needs " +
                              std::to_string(shape.ranks));
   }
-  const double now = Now();
+  const double now = host_.Now();
   const std::string gang = jobs_.NextId();
   Json ids = Json::array();
   Json out;
@@ -97,7 +117,7 @@ StatusOr<Json> Control::SubmitGang(const Principal& who, const JobRecord& base,
     j.pending_since = now;
     j.reason = "waiting for the scheduler (gang " + gang + ")";
     if (j.mem_auto) {
-      SizeAutoJob(j);
+      host_.SizeAutoJob(j);
     } else {
       j.quota_bytes = j.mem_request;
     }
@@ -107,22 +127,22 @@ StatusOr<Json> Control::SubmitGang(const Principal& who, const JobRecord& base,
     m.address = addresses[static_cast<size_t>(r)];
     j.gang = m;
     teams_.NoteSubmitted(j.team);
-    Count("jobs_submitted");
-    Event("submitted", &j, "",
-          "submitted by " + who.Scope() + ": rank " + std::to_string(r) + " of gang " + gang +
-              " (" + std::to_string(shape.ranks) + " ranks, at most " +
-              std::to_string(shape.ranks_per_node) + " per node), address " + m.address);
+    host_.Count("jobs_submitted", 1);
+    host_.Event("submitted", &j, "",
+                "submitted by " + who.Scope() + ": rank " + std::to_string(r) + " of gang " + gang +
+                    " (" + std::to_string(shape.ranks) + " ranks, at most " +
+                    std::to_string(shape.ranks_per_node) + " per node), address " + m.address);
     ids.push_back(j.id);
-    if (r == 0) out = JobJson(j);
+    if (r == 0) out = host_.JobJson(j);
   }
   out["gang_jobs"] = ids;
-  PALADIN_RETURN_IF_ERROR(Flush());
-  Wake();
+  PALADIN_RETURN_IF_ERROR(host_.Flush());
+  host_.Wake();
   return out;
 }
 
-bool Control::TryPlaceGang(FleetView& view, const std::string& gang) {
-  std::vector<JobRecord*> members = GangMembers(gang);
+bool GangCoordinator::TryPlace(FleetView& view, const std::string& gang) {
+  std::vector<JobRecord*> members = Members(gang);
   if (members.empty()) return false;
   auto say = [&](const std::string& why) {
     for (JobRecord* m : members) {
@@ -144,7 +164,7 @@ bool Control::TryPlaceGang(FleetView& view, const std::string& gang) {
   }
   if (std::ssize(members) != members[0]->gang->ranks) return false;
   for (JobRecord* m : members) {
-    if (m->mem_auto && m->state() == JobState::kPending) SizeAutoJob(*m);
+    if (m->mem_auto && m->state() == JobState::kPending) host_.SizeAutoJob(*m);
   }
   const GangDecision d = scheduler_.PlaceGang(view, members, teams_, jobs_);
   if (!d.placed) {
@@ -155,16 +175,16 @@ bool Control::TryPlaceGang(FleetView& view, const std::string& gang) {
   for (size_t i = 0; i < members.size(); ++i) {
     members[i]->node = view.names[static_cast<size_t>(d.placements[i].node)];
   }
-  for (size_t i = 0; i < members.size(); ++i) Bind(view, *members[i], d.placements[i], d.how);
+  for (size_t i = 0; i < members.size(); ++i) host_.Bind(view, *members[i], d.placements[i], d.how);
   return true;
 }
 
-void Control::AddGangLaunch(const JobRecord& j, api::Command* launch) {
+void GangCoordinator::AddLaunch(const JobRecord& j, api::Command* launch) {
   const GangMember& g = *j.gang;
   std::string master;
   int local_rank = 0;
   int local_world = 0;
-  for (const JobRecord* m : GangMembers(g.gang)) {
+  for (const JobRecord* m : Members(g.gang)) {
     if (m->gang->rank == 0) master = m->gang->address;
     if (m->node != j.node) continue;
     ++local_world;
@@ -182,7 +202,7 @@ void Control::AddGangLaunch(const JobRecord& j, api::Command* launch) {
   launch->rank_net = std::move(net);
 }
 
-std::vector<api::RankRoute> Control::RankRoutesFor(const NodeRecord& n) const {
+std::vector<api::RankRoute> GangCoordinator::RoutesFor(const NodeRecord& n) const {
   std::set<std::string> gangs;
   for (const auto& [seq, j] : jobs_) {
     if (j.gang && Live(j) && j.node == n.name) gangs.insert(j.gang->gang);
@@ -203,7 +223,7 @@ std::vector<api::RankRoute> Control::RankRoutesFor(const NodeRecord& n) const {
 
 // --- the coordinated checkpoint ---
 
-std::string Control::GangCutRefusal(const std::vector<JobRecord*>& members) const {
+std::string GangCoordinator::CutRefusal(const std::vector<JobRecord*>& members) const {
   if (members.empty()) return "the gang has no live rank";
   if (std::ssize(members) != members[0]->gang->ranks) return "not every rank of the gang is live";
   for (const JobRecord* m : members) {
@@ -220,10 +240,11 @@ std::string Control::GangCutRefusal(const std::vector<JobRecord*>& members) cons
   return "";
 }
 
-std::string Control::StartGangCut(const std::string& gang, bool then_stop, const std::string& why,
-                                  JobRecord* mover, const std::string& to) {
-  std::vector<JobRecord*> members = GangMembers(gang);
-  if (std::string refusal = GangCutRefusal(members); !refusal.empty()) return refusal;
+std::string GangCoordinator::StartCut(const std::string& gang, bool then_stop,
+                                      const std::string& why, JobRecord* mover,
+                                      const std::string& to) {
+  std::vector<JobRecord*> members = Members(gang);
+  if (std::string refusal = CutRefusal(members); !refusal.empty()) return refusal;
   int generation = 0;
   for (const JobRecord* m : members) generation = std::max(generation, m->gang->generation);
   ++generation;
@@ -237,7 +258,7 @@ std::string Control::StartGangCut(const std::string& gang, bool then_stop, const
     g.move_to = m == mover ? to : "";
     g.move_from.clear();
     m->checkpoint_in_flight = true;
-    m->last_checkpoint_cmd_at = Now();
+    m->last_checkpoint_cmd_at = host_.Now();
     if (then_stop) {
       jobs_.SetState(*m, JobState::kCheckpointing);
       m->reason = "gang " + gang + " checkpoint " + std::to_string(generation) + " (stop): ";
@@ -245,28 +266,28 @@ std::string Control::StartGangCut(const std::string& gang, bool then_stop, const
     }
     api::Command freeze;
     freeze.kind = api::CommandKind::kFreeze;
-    SendCommand(m->node, std::move(freeze), m);
+    host_.SendCommand(m->node, std::move(freeze), m);
     jobs_.MarkDirty(*m);
   }
   if (mover != nullptr) {
     mover->reason = "moving to " + to + " with its gang paused: " + why;
-    Event("gang_move", mover, mover->node,
-          "gang " + gang + ": rank " + std::to_string(mover->gang->rank) + " moves from " +
-              mover->node + " to " + to + " as checkpoint generation " +
-              std::to_string(generation) +
-              " (freeze every rank, dump the others, dump it last killing it, restore it on " + to +
-              ", switch the routes to its address, thaw the others): " + why);
+    host_.Event(
+        "gang_move", mover, mover->node,
+        "gang " + gang + ": rank " + std::to_string(mover->gang->rank) + " moves from " +
+            mover->node + " to " + to + " as checkpoint generation " + std::to_string(generation) +
+            " (freeze every rank, dump the others, dump it last killing it, restore it on " + to +
+            ", switch the routes to its address, thaw the others): " + why);
     return "";
   }
-  Event("gang_checkpoint", members[0], "",
-        "gang " + gang + ": checkpoint generation " + std::to_string(generation) +
-            " begun (freeze every rank, dump each, then " + (then_stop ? "stop" : "thaw") +
-            "): " + why);
+  host_.Event("gang_checkpoint", members[0], "",
+              "gang " + gang + ": checkpoint generation " + std::to_string(generation) +
+                  " begun (freeze every rank, dump each, then " + (then_stop ? "stop" : "thaw") +
+                  "): " + why);
   return "";
 }
 
-void Control::GiveUpGangCut(const std::string& gang, const std::string& why) {
-  std::vector<JobRecord*> members = GangMembers(gang);
+void GangCoordinator::GiveUpCut(const std::string& gang, const std::string& why) {
+  std::vector<JobRecord*> members = Members(gang);
   const JobRecord* mover = MoverOf(members);
   const std::string moving = mover == nullptr ? "" : mover->gang->move_to;
   int generation = 0;
@@ -285,41 +306,39 @@ void Control::GiveUpGangCut(const std::string& gang, const std::string& why) {
       g.cut_phase = CutPhase::kThawPending;  // thawed when that step answers
     } else if (g.cut_phase != CutPhase::kThawing && g.cut_phase != CutPhase::kThawPending) {
       g.cut_phase = CutPhase::kThawing;
-      api::Command thaw;
-      thaw.kind = api::CommandKind::kThaw;
-      if (!m->node.empty()) SendCommand(m->node, std::move(thaw), m);
+      if (!m->node.empty()) Thaw(*m);
     }
     jobs_.MarkDirty(*m);
   }
   if (generation == 0) return;
   if (mover != nullptr) {
-    Count("gang_move_failures");
-    Event("gang_move_failed", mover, mover->node,
-          "gang " + gang + ": rank " + std::to_string(mover->gang->rank) + " stays on " +
-              mover->node + " (not moved to " + moving + "), every rank thawed, generation " +
-              std::to_string(generation - 1) + " kept: " + why);
+    host_.Count("gang_move_failures", 1);
+    host_.Event("gang_move_failed", mover, mover->node,
+                "gang " + gang + ": rank " + std::to_string(mover->gang->rank) + " stays on " +
+                    mover->node + " (not moved to " + moving + "), every rank thawed, generation " +
+                    std::to_string(generation - 1) + " kept: " + why);
     return;
   }
-  Count("gang_checkpoint_failures");
-  Event("gang_checkpoint_failed", members.empty() ? nullptr : members[0], "",
-        "gang " + gang + ": checkpoint generation " + std::to_string(generation) +
-            " failed, every rank thawed, generation " + std::to_string(generation - 1) +
-            " kept: " + why);
+  host_.Count("gang_checkpoint_failures", 1);
+  host_.Event("gang_checkpoint_failed", members.empty() ? nullptr : members[0], "",
+              "gang " + gang + ": checkpoint generation " + std::to_string(generation) +
+                  " failed, every rank thawed, generation " + std::to_string(generation - 1) +
+                  " kept: " + why);
 }
 
-void Control::FinishGangCut(const std::string& gang) {
-  std::vector<JobRecord*> members = GangMembers(gang);
+void GangCoordinator::FinishCut(const std::string& gang) {
+  std::vector<JobRecord*> members = Members(gang);
   const bool stop = members[0]->gang->cut_stop;
   const int generation = members[0]->gang->cut_in_flight;
   for (JobRecord* m : members) {
     GangMember& g = *m->gang;
-    RecordCheckpoint(*m, Json{{"path", g.cut_path}, {"bytes", g.cut_bytes}}, g.cut_path);
+    host_.RecordCheckpoint(*m, Json{{"path", g.cut_path}, {"bytes", g.cut_bytes}}, g.cut_path);
     g.generation = generation;
     if (stop) {
       // The ranks stay frozen until the kill: nothing runs past the cut.
-      SendCommand(m->node, api::KillCommand(m->epoch), m);
-      Accrue(*m, Now());
-      ReleaseJob(*m);
+      host_.SendCommand(m->node, api::KillCommand(m->epoch), m);
+      host_.Accrue(*m, host_.Now());
+      host_.ReleaseJob(*m);
       jobs_.SetState(*m, JobState::kCheckpointed);
       m->reason = "checkpointed with its gang (generation " + std::to_string(generation) +
                   "): `paladin job resume` resumes the whole gang";
@@ -328,20 +347,19 @@ void Control::FinishGangCut(const std::string& gang) {
       m->checkpoint_in_flight = false;
     } else {
       g.cut_phase = CutPhase::kThawing;
-      api::Command thaw;
-      thaw.kind = api::CommandKind::kThaw;
-      SendCommand(m->node, std::move(thaw), m);
+      Thaw(*m);
     }
     jobs_.MarkDirty(*m);
   }
-  Count("gang_checkpoints");
-  Event("gang_checkpointed", members[0], "",
-        "gang " + gang + ": generation " + std::to_string(generation) + " of " +
-            std::to_string(members.size()) + " ranks is one cut" +
-            (stop ? "; the ranks are stopped" : "; every rank thawed"));
+  host_.Count("gang_checkpoints", 1);
+  host_.Event("gang_checkpointed", members[0], "",
+              "gang " + gang + ": generation " + std::to_string(generation) + " of " +
+                  std::to_string(members.size()) + " ranks is one cut" +
+                  (stop ? "; the ranks are stopped" : "; every rank thawed"));
 }
 
-bool Control::ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::CommandResult& r) {
+bool GangCoordinator::ApplyResult(JobRecord& j, const CommandRecord& c,
+                                  const api::CommandResult& r) {
   GangMember& g = *j.gang;
   const api::CommandKind kind = c.command.kind;
   const std::string& gang = g.gang;
@@ -367,15 +385,13 @@ bool Control::ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::C
   if (g.cut_phase == CutPhase::kThawPending && kind != api::CommandKind::kThaw) {
     // The cut was given up while this step ran: the rank may be frozen now; thaw it.
     g.cut_phase = CutPhase::kThawing;
-    api::Command thaw;
-    thaw.kind = api::CommandKind::kThaw;
-    SendCommand(j.node, std::move(thaw), &j);
+    Thaw(j);
     jobs_.MarkDirty(j);
     return true;
   }
   if (kind == api::CommandKind::kThaw) {
     if (!r.ok) {
-      Event("gang_thaw_failed", &j, j.node, "gang " + gang + ": " + rank + ": " + r.error);
+      host_.Event("gang_thaw_failed", &j, j.node, "gang " + gang + ": " + rank + ": " + r.error);
     }
     g.cut_in_flight = 0;
     g.cut_phase = CutPhase::kNone;
@@ -387,10 +403,10 @@ bool Control::ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::C
     // This rank's step has answered: it is thawed with the others now (a rank whose freeze
     // failed runs already; one whose dump failed stays frozen until then).
     g.cut_phase = CutPhase::kFrozen;
-    GiveUpGangCut(gang, rank + ": " + std::string(api::CommandKindName(kind)) + ": " + r.error);
+    GiveUpCut(gang, rank + ": " + std::string(api::CommandKindName(kind)) + ": " + r.error);
     return true;
   }
-  std::vector<JobRecord*> members = GangMembers(gang);
+  std::vector<JobRecord*> members = Members(gang);
   if (kind == api::CommandKind::kFreeze) {
     if (g.cut_phase != CutPhase::kFreezing) return true;
     g.cut_phase = CutPhase::kFrozen;
@@ -406,8 +422,8 @@ bool Control::ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::C
       if (m == mover) continue;
       m->gang->cut_phase = CutPhase::kDumping;
       ++m->checkpoint_seq;
-      SendCommand(m->node, api::CheckpointCommand("frozen", CheckpointDir(*m, m->checkpoint_seq)),
-                  m);
+      host_.SendCommand(
+          m->node, api::CheckpointCommand("frozen", host_.CheckpointDir(*m, m->checkpoint_seq)), m);
       jobs_.MarkDirty(*m);
     }
     return true;
@@ -435,20 +451,20 @@ bool Control::ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::C
     // Every other rank's image is in: the moving rank's dump kills it (and its network here).
     mover->gang->cut_phase = CutPhase::kDumping;
     ++mover->checkpoint_seq;
-    SendCommand(mover->node,
-                api::CheckpointCommand("stop", CheckpointDir(*mover, mover->checkpoint_seq)),
-                mover);
+    host_.SendCommand(
+        mover->node,
+        api::CheckpointCommand("stop", host_.CheckpointDir(*mover, mover->checkpoint_seq)), mover);
     jobs_.MarkDirty(*mover);
     return true;
   }
-  FinishGangCut(gang);
+  FinishCut(gang);
   return true;
 }
 
 // --- moving one rank ---
 
-StatusOr<Json> Control::MoveGangRank(const Principal& who, JobRecord& j, const std::string& to,
-                                     int gpu) {
+StatusOr<Json> GangCoordinator::MoveRank(const Principal& who, JobRecord& j, const std::string& to,
+                                         int gpu) {
   const std::string gang = j.gang->gang;
   const std::string what = "job " + j.id + " is rank " + std::to_string(j.gang->rank) +
                            " of gang " + gang + ": it does not move now: ";
@@ -459,13 +475,13 @@ StatusOr<Json> Control::MoveGangRank(const Principal& who, JobRecord& j, const s
                               "only a CPU rank (gpus 0) moves; a rank holding GPU state "
                               "cannot be frozen with its gang");
   }
-  std::vector<JobRecord*> members = GangMembers(gang);
-  if (std::string refusal = GangCutRefusal(members); !refusal.empty()) {
+  std::vector<JobRecord*> members = Members(gang);
+  if (std::string refusal = CutRefusal(members); !refusal.empty()) {
     return FailedPrecondition(what + refusal);
   }
   if (j.node == to) return FailedPrecondition(what + "it runs on " + to + " already");
   const NodeRecord& target = nodes_.At(to);
-  if (BuildFleet(false).index.count(to) == 0) {
+  if (host_.BuildFleet(false).index.count(to) == 0) {
     return FailedPrecondition(what + "node " + to +
                               " takes no work (not alive, draining, or no healthy GPU)");
   }
@@ -483,34 +499,35 @@ StatusOr<Json> Control::MoveGangRank(const Principal& who, JobRecord& j, const s
                               " of its ranks, at most " + std::to_string(j.gang->ranks_per_node) +
                               " per node");
   }
-  if (std::string refusal = StartGangCut(gang, false, "asked by " + who.Scope(), &j, to);
+  if (std::string refusal = StartCut(gang, false, "asked by " + who.Scope(), &j, to);
       !refusal.empty()) {
     return FailedPrecondition(what + refusal);
   }
-  Json out = JobJson(j);
-  PALADIN_RETURN_IF_ERROR(Flush());
+  Json out = host_.JobJson(j);
+  PALADIN_RETURN_IF_ERROR(host_.Flush());
   return out;
 }
 
-bool Control::PlaceMovedRank(JobRecord& j, const std::string& node, const std::string& how) {
-  FleetView view = BuildFleet(true);
+bool GangCoordinator::PlaceMovedRank(JobRecord& j, const std::string& node,
+                                     const std::string& how) {
+  FleetView view = host_.BuildFleet(true);
   auto at = view.index.find(node);
   if (at == view.index.end()) return false;
   core::Placement p;
   p.node = at->second;  // a CPU rank: no GPU
-  Bind(view, j, p, how);
+  host_.Bind(view, j, p, how);
   return true;
 }
 
-void Control::MoveRankOver(const std::string& gang) {
-  std::vector<JobRecord*> members = GangMembers(gang);
+void GangCoordinator::MoveRankOver(const std::string& gang) {
+  std::vector<JobRecord*> members = Members(gang);
   JobRecord* mover = MoverOf(members);
   if (mover == nullptr) return;
   const int generation = mover->gang->cut_in_flight;
   // Every rank's image is in, the moving rank's last: they are one cut, the gang's generation.
   for (JobRecord* m : members) {
     GangMember& g = *m->gang;
-    RecordCheckpoint(*m, Json{{"path", g.cut_path}, {"bytes", g.cut_bytes}}, g.cut_path);
+    host_.RecordCheckpoint(*m, Json{{"path", g.cut_path}, {"bytes", g.cut_bytes}}, g.cut_path);
     g.generation = generation;
     jobs_.MarkDirty(*m);
   }
@@ -519,13 +536,13 @@ void Control::MoveRankOver(const std::string& gang) {
   GangMember& g = *mover->gang;
   g.move_from = mover->node;
   g.cut_phase = CutPhase::kMoving;
-  Accrue(*mover, Now());
-  ReleaseJob(*mover);
+  host_.Accrue(*mover, host_.Now());
+  host_.ReleaseJob(*mover);
   jobs_.SetState(*mover, JobState::kRestoring);
-  Event("gang_move_dumped", mover, g.move_from,
-        "gang " + gang + ": rank " + std::to_string(g.rank) + " dumped and stopped on " +
-            g.move_from + " (generation " + std::to_string(generation) +
-            " of every rank); restoring it on " + g.move_to);
+  host_.Event("gang_move_dumped", mover, g.move_from,
+              "gang " + gang + ": rank " + std::to_string(g.rank) + " dumped and stopped on " +
+                  g.move_from + " (generation " + std::to_string(generation) +
+                  " of every rank); restoring it on " + g.move_to);
   if (!PlaceMovedRank(*mover, g.move_to, " for its gang's move")) {
     const api::CommandResult gone{.ok = false, .error = "node " + g.move_to + " takes no work"};
     ApplyMovedRankRestore(*mover, gone);
@@ -534,7 +551,7 @@ void Control::MoveRankOver(const std::string& gang) {
   jobs_.MarkDirty(*mover);
 }
 
-void Control::ApplyMovedRankRestore(JobRecord& j, const api::CommandResult& r) {
+void GangCoordinator::ApplyMovedRankRestore(JobRecord& j, const api::CommandResult& r) {
   GangMember& g = *j.gang;
   const std::string gang = g.gang;
   const std::string rank = "rank " + std::to_string(g.rank);
@@ -548,37 +565,35 @@ void Control::ApplyMovedRankRestore(JobRecord& j, const api::CommandResult& r) {
     g.cut_phase = CutPhase::kNone;
     j.checkpoint_in_flight = false;
     jobs_.MarkDirty(j);
-    for (JobRecord* m : GangMembers(gang)) {
+    for (JobRecord* m : Members(gang)) {
       if (m == &j) continue;
       m->gang->cut_phase = CutPhase::kThawing;
-      api::Command thaw;
-      thaw.kind = api::CommandKind::kThaw;
-      SendCommand(m->node, std::move(thaw), m);
+      Thaw(*m);
       jobs_.MarkDirty(*m);
     }
     if (back) {
-      Count("gang_move_failures");
-      Event("gang_move_failed", &j, j.node,
-            "gang " + gang + ": " + rank + " restored again on " + j.node +
-                ", where it was, from generation " + std::to_string(g.generation) +
-                "; every rank thawed");
+      host_.Count("gang_move_failures", 1);
+      host_.Event("gang_move_failed", &j, j.node,
+                  "gang " + gang + ": " + rank + " restored again on " + j.node +
+                      ", where it was, from generation " + std::to_string(g.generation) +
+                      "; every rank thawed");
     } else {
-      Count("gang_rank_moves");
-      Event("gang_rank_moved", &j, j.node,
-            "gang " + gang + ": " + rank + " moved from " + from + " to " + j.node +
-                " (restored from generation " + std::to_string(g.generation) + ", address " +
-                g.address + "); the routes to it switched, every rank thawed");
+      host_.Count("gang_rank_moves", 1);
+      host_.Event("gang_rank_moved", &j, j.node,
+                  "gang " + gang + ": " + rank + " moved from " + from + " to " + j.node +
+                      " (restored from generation " + std::to_string(g.generation) + ", address " +
+                      g.address + "); the routes to it switched, every rank thawed");
     }
     return;
   }
   const std::string failed_on = j.node;
-  Event("restore_failed", &j, failed_on,
-        "gang " + gang + ": " + rank + ": restore on " + failed_on + " failed: " + r.error);
-  Count("restores_failed");
+  host_.Event("restore_failed", &j, failed_on,
+              "gang " + gang + ": " + rank + ": restore on " + failed_on + " failed: " + r.error);
+  host_.Count("restores_failed", 1);
   if (!back) {
     // Back where it was, from the same image: the others are still frozen at that cut.
-    Accrue(j, Now());
-    ReleaseJob(j);
+    host_.Accrue(j, host_.Now());
+    host_.ReleaseJob(j);
     g.move_to = g.move_from;
     if (PlaceMovedRank(j, g.move_to, " again (its move failed)")) {
       jobs_.MarkDirty(j);
@@ -587,46 +602,46 @@ void Control::ApplyMovedRankRestore(JobRecord& j, const api::CommandResult& r) {
   }
   // Nowhere to go: the whole gang comes back from the cut, as after a lost node. No kill goes to
   // FAILED_ON for this rank: nothing of it runs there.
-  for (JobRecord* m : GangMembers(gang)) {
+  for (JobRecord* m : Members(gang)) {
     m->gang->cut_in_flight = 0;
     m->gang->cut_phase = CutPhase::kNone;
     m->gang->move_to.clear();
     m->gang->move_from.clear();
   }
   if (j.node.empty()) j.node = failed_on;
-  RecoverGangOf(j, j.node, rank + " could not be restored after its move");
+  Recover(j, j.node, rank + " could not be restored after its move");
 }
 
-void Control::PeriodicGangCheckpoints(double now) {
-  if (options_.checkpoint_every_s <= 0) return;
+void GangCoordinator::PeriodicCheckpoints(double now) {
+  if (settings_.checkpoint_every_s <= 0) return;
   std::set<std::string> seen;
   for (auto& [seq, j] : jobs_) {
     if (!j.gang || !Live(j) || !seen.insert(j.gang->gang).second) continue;
-    std::vector<JobRecord*> members = GangMembers(j.gang->gang);
-    if (!GangCutRefusal(members).empty()) continue;
+    std::vector<JobRecord*> members = Members(j.gang->gang);
+    if (!CutRefusal(members).empty()) continue;
     double since = 0;
     for (const JobRecord* m : members) {
       since = std::max({since, m->started_at.value_or(0.0), m->last_checkpoint_cmd_at,
                         m->last_checkpoint ? m->last_checkpoint->at : 0.0});
     }
-    if (now - since < options_.checkpoint_every_s) continue;
-    (void)StartGangCut(j.gang->gang, false, "periodic");
+    if (now - since < settings_.checkpoint_every_s) continue;
+    (void)StartCut(j.gang->gang, false, "periodic");
   }
 }
 
-StatusOr<Json> Control::CheckpointGang(JobRecord& j) {
+StatusOr<Json> GangCoordinator::Checkpoint(JobRecord& j) {
   const std::string gang = j.gang->gang;
-  if (std::string refusal = StartGangCut(gang, true, "asked"); !refusal.empty()) {
+  if (std::string refusal = StartCut(gang, true, "asked"); !refusal.empty()) {
     return FailedPrecondition("gang " + gang + ": " + refusal);
   }
-  Json out = JobJson(j);
-  PALADIN_RETURN_IF_ERROR(Flush());
+  Json out = host_.JobJson(j);
+  PALADIN_RETURN_IF_ERROR(host_.Flush());
   return out;
 }
 
-StatusOr<Json> Control::ResumeGang(JobRecord& j) {
+StatusOr<Json> GangCoordinator::Resume(JobRecord& j) {
   const std::string gang = j.gang->gang;
-  std::vector<JobRecord*> members = GangMembers(gang);
+  std::vector<JobRecord*> members = Members(gang);
   for (const JobRecord* m : members) {
     if (m->state() != JobState::kCheckpointed || !m->last_checkpoint) {
       return FailedPrecondition("gang " + gang + ": rank " + std::to_string(m->gang->rank) +
@@ -637,24 +652,24 @@ StatusOr<Json> Control::ResumeGang(JobRecord& j) {
     jobs_.SetState(*m, JobState::kRestoring);
     m->node.clear();
     m->gpu = -1;
-    m->pending_since = Now();
+    m->pending_since = host_.Now();
     m->reason = "waiting for room for the whole gang to restore generation " +
                 std::to_string(m->gang->generation);
     jobs_.MarkDirty(*m);
   }
-  Json out = JobJson(j);
-  PALADIN_RETURN_IF_ERROR(Flush());
-  Wake();
+  Json out = host_.JobJson(j);
+  PALADIN_RETURN_IF_ERROR(host_.Flush());
+  host_.Wake();
   return out;
 }
 
-void Control::RecoverGangOf(const JobRecord& lost, const std::string& dead_node,
-                            const std::string& why) {
+void GangCoordinator::Recover(const JobRecord& lost, const std::string& dead_node,
+                              const std::string& why) {
   const std::string gang = lost.gang->gang;
-  const double now = Now();
+  const double now = host_.Now();
   const std::string cause = why.empty() ? "node " + dead_node + " died" : why;
-  if (lost.gang->cut_in_flight != 0) GiveUpGangCut(gang, cause);
-  for (JobRecord* m : GangMembers(gang)) {
+  if (lost.gang->cut_in_flight != 0) GiveUpCut(gang, cause);
+  for (JobRecord* m : Members(gang)) {
     GangMember& g = *m->gang;
     g.cut_in_flight = 0;
     g.cut_phase = CutPhase::kNone;
@@ -662,16 +677,15 @@ void Control::RecoverGangOf(const JobRecord& lost, const std::string& dead_node,
     g.move_from.clear();
     m->checkpoint_in_flight = false;
     if (!m->HoldsGpu() && m->node.empty()) continue;  // already waiting
-    if (MigrationRecord* mig = migrations_.Active(m->migration_id))
-      FailMigration(*mig, "its gang is recovering");
+    moves_.FailActive(*m, "its gang is recovering");
     if (m->node != dead_node) {
       // A survivor: stopped here and restored from the same cut with the others. The gang waits
       // for this kill's answer before any rank runs again, so no rank ever runs twice.
-      g.stopping_command = SendCommand(m->node, api::KillCommand(m->epoch), m);
+      g.stopping_command = host_.SendCommand(m->node, api::KillCommand(m->epoch), m);
       g.stopping_node = m->node;
     }
-    Accrue(*m, now);
-    ReleaseJob(*m);
+    host_.Accrue(*m, now);
+    host_.ReleaseJob(*m);
     m->pending_since = now;
     m->cancel_requested = false;
     if (g.generation > 0 && m->last_checkpoint) {
@@ -682,16 +696,16 @@ void Control::RecoverGangOf(const JobRecord& lost, const std::string& dead_node,
     } else {
       jobs_.SetState(*m, JobState::kPending);
       ++m->restarts;
-      Count("restarts");
+      host_.Count("restarts", 1);
       m->reason = std::string("gang ").append(gang).append(": ").append(cause);
       m->reason.append(" and the gang had no checkpoint: every rank starts over");
-      Event("restarted", m, dead_node, m->reason);
+      host_.Event("restarted", m, dead_node, m->reason);
     }
     jobs_.MarkDirty(*m);
   }
 }
 
-void Control::ForgetStoppingOn(const std::string& dead_node) {
+void GangCoordinator::ForgetStoppingOn(const std::string& dead_node) {
   // A node declared dead has fenced its copies (its lease ran out): nothing of them runs.
   for (auto& [seq, j] : jobs_) {
     if (j.gang && j.gang->stopping_command != 0 && j.gang->stopping_node == dead_node) {

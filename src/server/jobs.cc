@@ -152,7 +152,7 @@ StatusOr<Json> Control::Submit(const Principal& who, const Json& body) {
   }
 
   std::lock_guard<std::mutex> lock(mu_);
-  if (gang) return SubmitGang(who, j, *gang);
+  if (gang) return gangs_.Submit(who, j, *gang);
   const double now = Now();
   JobRecord& job = jobs_.Add(std::move(j));  // pending
   job.submitted_at = now;
@@ -300,7 +300,7 @@ StatusOr<Json> Control::Cancel(const Principal& who, const std::string& id) {
     SendCommand(j.node, api::KillCommand(), &j);
     if (MigrationRecord* m = migrations_.Active(j.migration_id)) {
       if (!m->commit_answer.has_value()) {
-        FailMigration(*m, "the job was cancelled");
+        moves_.Fail(*m, "the job was cancelled");
       } else {
         SendCommand(m->to_node, api::KillCommand(m->new_epoch), &j);
       }
@@ -339,13 +339,13 @@ StatusOr<Json> Control::Migrate(const Principal& who, const std::string& id, con
   JobRecord& j = **found;
   if (j.gang) {
     // One rank moves as a cut of its gang (gangs.cc), not as a live migration.
-    StatusOr<Json> moved = MoveGangRank(who, j, to, gpu);
+    StatusOr<Json> moved = gangs_.MoveRank(who, j, to, gpu);
     if (moved.ok()) Wake();
     return moved;
   }
   if (nodes_.Find(to) == nullptr) return NotFound("node " + to + " not found");
   std::string refusal;
-  Status s = StartMigration(j, to, gpu, "asked by " + who.Scope(), &refusal);
+  Status s = moves_.Start(j, to, gpu, "asked by " + who.Scope(), &refusal);
   if (!s.ok()) return s;
   Json out = JobJson(j);
   PALADIN_RETURN_IF_ERROR(Flush());
@@ -358,7 +358,7 @@ StatusOr<Json> Control::CheckpointJob(const Principal& who, const std::string& i
   StatusOr<JobRecord*> found = FindJob(who, id);
   if (!found.ok()) return found.status();
   JobRecord& j = **found;
-  if (j.gang) return CheckpointGang(j);
+  if (j.gang) return gangs_.Checkpoint(j);
   if (j.state() != JobState::kRunning) {
     return FailedPrecondition("job " + id + " is " + j.StateName() +
                               "; only a running job can be checkpointed");
@@ -378,7 +378,7 @@ StatusOr<Json> Control::Resume(const Principal& who, const std::string& id) {
   StatusOr<JobRecord*> found = FindJob(who, id);
   if (!found.ok()) return found.status();
   JobRecord& j = **found;
-  if (j.gang) return ResumeGang(j);
+  if (j.gang) return gangs_.Resume(j);
   if (j.state() != JobState::kCheckpointed || !j.last_checkpoint) {
     return FailedPrecondition("job " + id + " is " + j.StateName() + "; only a checkpointed job " +
                               "can be resumed");

@@ -61,7 +61,7 @@ void Control::PlaceWaiting(FleetView& view) {
     if (j->gang) {
       // A gang is placed as one, at its first waiting rank's turn; never rebalanced for or
       // preempting (a rank alone is not worth anything).
-      if (gangs_tried.insert(j->gang->gang).second) TryPlaceGang(view, j->gang->gang);
+      if (gangs_tried.insert(j->gang->gang).second) gangs_.TryPlace(view, j->gang->gang);
       continue;
     }
     if (TryPlace(view, *j)) continue;
@@ -171,7 +171,7 @@ void Control::Bind(FleetView& view, JobRecord& j, const core::Placement& p,
   launch.gpu_uuid = j.gpu_uuid;
   launch.quota_bytes = j.quota_bytes;
   launch.ceiling_bytes = j.ceiling_bytes;
-  if (j.gang) AddGangLaunch(j, &launch);
+  if (j.gang) gangs_.AddLaunch(j, &launch);
   if (j.state() == JobState::kRestoring && j.last_checkpoint) {
     j.reason = "restoring on " + where + how;
     launch.kind = api::CommandKind::kRestore;

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "harness.h"
+#include "paladin/api/wire.h"
 
 namespace paladin::server {
 namespace {
