@@ -104,6 +104,31 @@ std::string DefaultLocalSocket() {
   return env != nullptr && env[0] != '\0' ? env : "/var/lib/paladin/agent/agent.sock";
 }
 
+const char* SlurmLeaveName(SlurmLeave leave) {
+  return leave == SlurmLeave::kRunning ? "running" : "stopped";
+}
+
+std::optional<SlurmLeave> SlurmLeaveNamed(const std::string& name) {
+  for (SlurmLeave leave : {SlurmLeave::kRunning, SlurmLeave::kStopped}) {
+    if (name == SlurmLeaveName(leave)) return leave;
+  }
+  return std::nullopt;
+}
+
+const char* SlurmStepStateName(SlurmStepState state) {
+  switch (state) {
+    case SlurmStepState::kStarting:
+      return "starting";
+    case SlurmStepState::kRunning:
+      return "running";
+    case SlurmStepState::kCheckpointing:
+      return "checkpointing";
+    case SlurmStepState::kStopped:
+      return "stopped";
+  }
+  return "?";
+}
+
 StatusOr<Json> CallLocal(const std::string& socket_path, const Json& request, double timeout_s) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -512,10 +537,9 @@ StatusOr<std::vector<std::string>> Agent::ClaimSlurmJob(int64_t job, uid_t uid) 
 
 Json Agent::SlurmCheckpoint(const Json& r, uid_t uid) {
   const int64_t job = r.at("job").get<int64_t>();
-  const std::string leave = r.value("leave", "running");
-  if (leave != "running" && leave != "stopped") {
-    return Refuse("leave '" + leave + "': expected running or stopped");
-  }
+  const std::string leave_name = r.value("leave", SlurmLeaveName(SlurmLeave::kRunning));
+  const std::optional<SlurmLeave> leave = SlurmLeaveNamed(leave_name);
+  if (!leave) return Refuse("leave '" + leave_name + "': expected running or stopped");
   StatusOr<std::vector<std::string>> keys = [&] {
     std::lock_guard<std::mutex> lock(mu_);
     return ClaimSlurmJob(job, uid);
@@ -551,8 +575,8 @@ Json Agent::SlurmCheckpoint(const Json& r, uid_t uid) {
     std::error_code ec;
     fs::create_directories(dir, ec);
     ckpt::CheckpointOptions options;
-    options.after = leave == "running" ? ckpt::CheckpointOptions::After::kLeaveRunning
-                                       : ckpt::CheckpointOptions::After::kLeaveStopped;
+    options.after = *leave == SlurmLeave::kRunning ? ckpt::CheckpointOptions::After::kLeaveRunning
+                                                   : ckpt::CheckpointOptions::After::kLeaveStopped;
     const auto began = std::chrono::steady_clock::now();
     const std::string who = "SLURM step " + key;
     StatusOr<ckpt::PhaseTimes> times = ckpt::CheckpointJob(
@@ -572,13 +596,13 @@ Json Agent::SlurmCheckpoint(const Json& r, uid_t uid) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     std::string said = who + " checkpointed into ";
     said.append(out).append(" (").append(quota::FormatSize(times->image_bytes)).append(", ");
-    said.append(times->Describe()).append("), left ").append(leave);
+    said.append(times->Describe()).append("), left ").append(SlurmLeaveName(*leave));
     Say(said);
     steps.push_back(
         {{"step", key}, {"image", out}, {"bytes", times->image_bytes}, {"seconds", seconds}});
     std::lock_guard<std::mutex> lock(mu_);
     slurm_[key].record = record;
-    slurm_[key].stopped = leave == "stopped";
+    slurm_[key].stopped = *leave == SlurmLeave::kStopped;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -630,10 +654,10 @@ Json Agent::SlurmSteps(int64_t job, uid_t uid) {
                    {"gpu_index", s.gpu_index},
                    {"gpu_mem", s.gpu_mem},
                    {"pid", s.record.pid},
-                   {"state", s.busy             ? "checkpointing"
-                             : s.stopped        ? "stopped"
-                             : s.record.pid > 0 ? "running"
-                                                : "starting"},
+                   {"state", SlurmStepStateName(s.busy             ? SlurmStepState::kCheckpointing
+                                                : s.stopped        ? SlurmStepState::kStopped
+                                                : s.record.pid > 0 ? SlurmStepState::kRunning
+                                                                   : SlurmStepState::kStarting)},
                    {"image", LatestImage(s.checkpoint_dir)}});
   }
   return {{"ok", true}, {"node", options_.name}, {"steps", out}};

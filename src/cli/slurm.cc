@@ -400,11 +400,12 @@ void PrintSteps(const Json& answer) {
   }
 }
 
-int Checkpoint(const std::string& socket, int64_t job, const std::string& leave) {
+int Checkpoint(const std::string& socket, int64_t job, agent::SlurmLeave leave) {
+  const std::string left = agent::SlurmLeaveName(leave);
   Say("slurm checkpoint",
-      "checkpointing SLURM job " + std::to_string(job) + "'s steps (left " + leave + ")");
+      "checkpointing SLURM job " + std::to_string(job) + "'s steps (left " + left + ")");
   StatusOr<Json> answer =
-      agent::CallLocal(socket, {{"op", "checkpoint"}, {"job", job}, {"leave", leave}}, 3600);
+      agent::CallLocal(socket, {{"op", "checkpoint"}, {"job", job}, {"leave", left}}, 3600);
   if (Failed("slurm checkpoint", answer)) {
     if (answer.ok()) PrintSteps(*answer);
     return 1;
@@ -424,7 +425,7 @@ int Scontrol(const std::vector<std::string>& args) {
 }
 
 int Requeue(const std::string& socket, int64_t job) {
-  if (int code = Checkpoint(socket, job, "stopped"); code != 0) return code;
+  if (int code = Checkpoint(socket, job, agent::SlurmLeave::kStopped); code != 0) return code;
   const int code = Scontrol({"scontrol", "requeue", std::to_string(job)});
   if (code == 0) {
     std::printf("requeued SLURM job %lld: it continues from the checkpoint when it starts again\n",
@@ -506,7 +507,8 @@ void RegisterSlurm(CLI::App& app, int* exit_code) {
   c->add_option("--socket", *socket, socket_help);
   c->add_flag("--leave-stopped", *leave_stopped, "Leave the steps stopped after");
   c->callback([job, socket, leave_stopped, exit_code] {
-    *exit_code = Checkpoint(*socket, *job, *leave_stopped ? "stopped" : "running");
+    *exit_code = Checkpoint(
+        *socket, *job, *leave_stopped ? agent::SlurmLeave::kStopped : agent::SlurmLeave::kRunning);
   });
 
   CLI::App* r = slurm->add_subcommand(

@@ -50,7 +50,7 @@ void AnswerQueries(Listener* listener, const std::string& state_file, const std:
     const double left =
         std::chrono::duration<double>(until - std::chrono::steady_clock::now()).count();
     if (left <= 0) {
-      progress("nobody asked about migration " + st->id + " (" + st->step +
+      progress("nobody asked about migration " + st->id + " (" + MoveStepName(st->step) +
                "); no longer answering");
       return;
     }
@@ -73,9 +73,9 @@ void AnswerQueries(Listener* listener, const std::string& state_file, const std:
         (void)c->Send(verb == "OUTCOME" ? "OK unknown" : "ERR no migration " + id + " here");
         continue;
       }
-      const bool committed = st->step == "committed";
+      const bool committed = st->step == MoveStep::kCommitted;
       if (verb == "OUTCOME") {
-        (void)c->Send("OK " + st->step);
+        (void)c->Send(std::string("OK ") + MoveStepName(st->step));
       } else if (verb == "RESUME") {
         (void)c->Send(committed ? "OK" : "ERR aborted: the destination dropped its copy");
       } else if (verb == "ABORT") {
@@ -108,12 +108,12 @@ struct Destination {
   // Streaming pre-copy: the page server that took the job's memory (owned by the caller).
   PageSink* sink = nullptr;
 
-  Status Save(const std::string& step) { return SaveStep(state_file, &st, step); }
+  Status Save(MoveStep step) { return SaveStep(state_file, &st, step); }
   // The copy dies before the decision is written: a source that reads "aborted" may resume at
   // once.
   void Drop() {
     if (restored) KillTree(job.pid);
-    (void)Save("aborted");
+    (void)Save(MoveStep::kAborted);
   }
   bool Cancelled() const { return options.cancel != nullptr && options.cancel->load(); }
 
@@ -125,7 +125,7 @@ struct Destination {
       for (;;) {
         StatusOr<bool> committed = options.resolve();
         if (committed.ok() && *committed) {
-          (void)Save("committed");
+          (void)Save(MoveStep::kCommitted);
           Status s = ckpt::ResumeJob(&job);
           if (s.ok()) return Status::Ok();
           return s;
@@ -164,7 +164,7 @@ struct Destination {
       std::this_thread::sleep_for(std::chrono::seconds(1));
     }
     if (committed.ok() && *committed) {
-      (void)Save("committed");
+      (void)Save(MoveStep::kCommitted);
       Status s = stop ? ckpt::ResumeJob(&job) : Status::Ok();
       if (!s.ok()) return s;
       progress("the move committed; the job runs here");
@@ -172,7 +172,7 @@ struct Destination {
     }
     KillTree(job.pid);
     puller.End(0);
-    (void)Save("aborted");
+    (void)Save(MoveStep::kAborted);
     return FailedPrecondition(why + "; the move did not commit: the copy here was dropped");
   }
 
@@ -183,7 +183,7 @@ struct Destination {
       StatusOr<ckpt::Manifest> manifest = ckpt::ReadManifest(image);
       const Status ready = manifest.ok() ? options.before_restore(*manifest) : manifest.status();
       if (!ready.ok()) {
-        (void)Save("aborted");
+        (void)Save(MoveStep::kAborted);
         (void)channel->Send("ERR " + ready.message());
         return ready;
       }
@@ -194,19 +194,19 @@ struct Destination {
       from = lazy ? InvalidArgument("a streaming pre-copy move cannot restore lazily")
                   : sink->Finish(image, 60);
       if (!from.ok()) {
-        (void)Save("aborted");
+        (void)Save(MoveStep::kAborted);
         (void)channel->Send("ERR the streamed memory: " + from.status().message());
         return from.status();
       }
       st.image = *from;  // where a restore under way writes its pid (the keeper's)
     }
-    (void)Save("restoring");
+    (void)Save(MoveStep::kRestoring);
     StatusOr<ckpt::Criu> lazy_criu = criu;
     if (lazy) {
       lazy_criu = puller.Start(criu, options.lazy_criu, *channel, command.substr(13), image,
                                options.lazy_plain);
       if (!lazy_criu.ok()) {
-        (void)Save("aborted");
+        (void)Save(MoveStep::kAborted);
         (void)channel->Send("ERR " + lazy_criu.status().message());
         return lazy_criu.status();
       }
@@ -223,7 +223,7 @@ struct Destination {
     if (sink != nullptr) sink->Remove(image);  // the memory is the restored job's now
     if (!got.ok()) {
       puller.Stop();
-      (void)Save("aborted");
+      (void)Save(MoveStep::kAborted);
       (void)channel->Send("ERR " + got.status().message());
       return got.status();
     }
@@ -232,7 +232,7 @@ struct Destination {
     st.pid = job.pid;
     st.run_dir = job.run_dir;
     if (puller.started()) puller.Watch(job.pid);
-    (void)Save("restored");
+    (void)Save(MoveStep::kRestored);
     if (options.restored) options.restored(job);
     if (Status sent = SendOrDrop(channel, "RESTORE-answer", "OK " + std::to_string(job.pid));
         !sent.ok()) {
@@ -246,15 +246,15 @@ struct Destination {
   // RESUME: the commit (the direct form) or, in a fleet post-copy move, the copy here running
   // provisionally. A Status: the move is over here, with it; none: the next command.
   std::optional<Status> Resume(Channel* channel) {
-    if (st.step == "aborted") {
+    if (st.step == MoveStep::kAborted) {
       (void)channel->Send("ERR aborted: the destination dropped its copy");
       return std::nullopt;
     }
     if (puller.started() && options.resolve) {
       // The fleet form, post-copy: the copy runs before the commit, pulling its memory; the
       // owner commits once every page is here (asked by the source).
-      if (st.step == "restored") {
-        PALADIN_RETURN_IF_ERROR(Save("provisional"));
+      if (st.step == MoveStep::kRestored) {
+        PALADIN_RETURN_IF_ERROR(Save(MoveStep::kProvisional));
         Status s = ckpt::ResumeJob(&job);
         if (!s.ok()) {
           Drop();
@@ -266,9 +266,9 @@ struct Destination {
       CrashPoint("dst-during-pages");
       return std::nullopt;
     }
-    if (st.step != "committed") {
+    if (st.step != MoveStep::kCommitted) {
       // The decision: written before the job runs here, so that whoever asks later hears it.
-      PALADIN_RETURN_IF_ERROR(Save("committed"));
+      PALADIN_RETURN_IF_ERROR(Save(MoveStep::kCommitted));
       Status s = ckpt::ResumeJob(&job);
       if (!s.ok()) {
         // Nobody has heard "committed" yet: it can still be taken back.
@@ -299,7 +299,7 @@ struct Destination {
                             : puller.failed() ? puller.error()
                                               : "the restored copy is gone";
     KillTree(job.pid);
-    (void)Save("aborted");
+    (void)Save(MoveStep::kAborted);
     progress(why +
              "; the copy here was dropped and the job resumes at the source (what it "
              "did here since the move is lost)");
@@ -311,7 +311,7 @@ struct Destination {
     for (;;) {
       // A copy that runs here provisionally waits for the source as long as the pages take (the
       // source's dump bounds that), watching for the owner's call-off.
-      const bool provisional = st.step == "provisional";
+      const bool provisional = st.step == MoveStep::kProvisional;
       StatusOr<std::string> command =
           provisional ? ReceiveUnlessCancelled(channel, options.cancel,
                                                std::numeric_limits<double>::infinity(),
@@ -319,31 +319,31 @@ struct Destination {
                       : channel->Receive(options.command_timeout_s);
       if (!command.ok()) {
         if (provisional) return SettleProvisional(command.status().message());
-        if (st.step == "committed") return Status::Ok();  // the answer may have been lost
-        if (st.step == "aborted") return FailedPrecondition("the move was aborted");
+        if (st.step == MoveStep::kCommitted) return Status::Ok();  // the answer may have been lost
+        if (st.step == MoveStep::kAborted) return FailedPrecondition("the move was aborted");
         return SourceGone(command.status());
       }
       const bool lazy = command->rfind("RESTORE LAZY ", 0) == 0;
-      if (command->rfind("PAGE-TLS ", 0) == 0 && !restored && st.step == "received") {
+      if (command->rfind("PAGE-TLS ", 0) == 0 && !restored && st.step == MoveStep::kReceived) {
         Status s = puller.AcceptTls(st.id, command->substr(9));
         (void)channel->Send(s.ok() ? "OK " + puller.tls().certificate() : "ERR " + s.message());
         continue;
       }
-      if ((*command == "RESTORE" || lazy) && !restored && st.step == "received") {
+      if ((*command == "RESTORE" || lazy) && !restored && st.step == MoveStep::kReceived) {
         if (std::optional<Status> over = Restore(channel, *command, lazy)) return *over;
       } else if (*command == "RESUME" && restored) {
         if (std::optional<Status> over = Resume(channel)) return *over;
       } else if (command->rfind("PAGES-", 0) == 0 && puller.started() &&
-                 (st.step == "committed" || st.step == "provisional")) {
+                 (st.step == MoveStep::kCommitted || st.step == MoveStep::kProvisional)) {
         PagesVerdict(channel, *command);
-      } else if (*command == "BYE " + st.id && st.step == "provisional") {
+      } else if (*command == "BYE " + st.id && st.step == MoveStep::kProvisional) {
         // The fleet form: the source is done (released after the owner's commit, or resumed
         // after its "no"); the owner's row says which.
         st.acked = true;
         (void)channel->Send("OK");
         return SettleProvisional("the source is done with the move", false);
       } else if (*command == "ABORT") {
-        if (st.step == "committed") {
+        if (st.step == MoveStep::kCommitted) {
           (void)channel->Send("ERR committed: the job runs here");
           continue;
         }
@@ -355,10 +355,11 @@ struct Destination {
         st.acked = true;
         (void)SaveState(state_file, st);
         (void)channel->Send("OK");
-        if (st.step == "committed") return Status::Ok();
+        if (st.step == MoveStep::kCommitted) return Status::Ok();
         return FailedPrecondition("the move was aborted");
       } else if (command->rfind("OUTCOME ", 0) == 0) {
-        (void)channel->Send(command->substr(8) == st.id ? "OK " + st.step : "OK unknown");
+        (void)channel->Send(command->substr(8) == st.id ? std::string("OK ") + MoveStepName(st.step)
+                                                        : "OK unknown");
       } else {
         (void)channel->Send("ERR unexpected command '" + *command + "'");
       }
@@ -398,12 +399,12 @@ StatusOr<ckpt::JobRecord> ServeOneMigration(const ckpt::Criu& criu,
   if (!arrival.ok()) return arrival.status();
   Channel* channel = &arrival->channel;
   Destination d{criu, options, image, state_file, progress};
-  d.st.role = "destination";
+  d.st.role = MoveRole::kDestination;
   d.st.id = arrival->id;
   d.sink = arrival->sink.get();
   d.st.image = image;
   d.st.wait_s = options.answer_for_s;
-  PALADIN_RETURN_IF_ERROR(d.Save("received"));
+  PALADIN_RETURN_IF_ERROR(d.Save(MoveStep::kReceived));
   // From here a stopped copy may exist: if this process dies, the keeper settles the move.
   Keeper keeper;
   if (!options.keeper_exe.empty()) {
@@ -419,11 +420,11 @@ StatusOr<ckpt::JobRecord> ServeOneMigration(const ckpt::Criu& criu,
   Status obeyed = d.Obey(&*channel);
   // The direct form: the source may have lost the last answer and ask again.
   if (!options.resolve && options.answer_for_s > 0 && d.answered_restore &&
-      (d.st.step == "committed" || d.st.step == "aborted") && !d.st.acked) {
+      (d.st.step == MoveStep::kCommitted || d.st.step == MoveStep::kAborted) && !d.st.acked) {
     AnswerQueries(&*commands, state_file, options.token, options.answer_for_s, progress);
   }
   // A post-copy move whose source went silent: the puller still watches the copy here.
-  d.puller.End(d.st.step == "committed" ? 7 * 24 * 3600.0 : 10);
+  d.puller.End(d.st.step == MoveStep::kCommitted ? 7 * 24 * 3600.0 : 10);
   keeper.Done();
   if (!obeyed.ok()) return obeyed;
   return d.job;

@@ -17,7 +17,7 @@ StatusOr<MigrateReport> FleetPreCopyEnd(const ckpt::Criu& criu, ckpt::JobRecord*
                                         const std::function<void()>& cleanup,
                                         const ckpt::Progress& progress) {
   progress("the destination holds the job, stopped; asking the job's owner to commit");
-  (void)SaveStep(state_file, st, "resume_sent");
+  (void)SaveStep(state_file, st, MoveStep::kResumeSent);
   Status committed = options.commit();
   if (committed.code() == StatusCode::kFailedPrecondition) {
     cleanup();
@@ -26,7 +26,7 @@ StatusOr<MigrateReport> FleetPreCopyEnd(const ckpt::Criu& criu, ckpt::JobRecord*
                    st, state_file, keeper, progress);
   }
   if (!committed.ok()) {
-    (void)SaveStep(state_file, st, "in_doubt");
+    (void)SaveStep(state_file, st, MoveStep::kInDoubt);
     return CommitInDoubt(committed, *job);
   }
   CrashPoint("src-before-resume");
@@ -57,11 +57,11 @@ StatusOr<MigrateReport> FleetPostCopyEnd(
       progress(
           "every page has reached the destination and its copy runs; asking the job's "
           "owner to commit");
-      (void)SaveStep(state_file, st, "resume_sent");
+      (void)SaveStep(state_file, st, MoveStep::kResumeSent);
       Status committed = options.commit();
       if (committed.ok()) return release();
       if (committed.code() != StatusCode::kFailedPrecondition) {
-        (void)SaveStep(state_file, st, "in_doubt");
+        (void)SaveStep(state_file, st, MoveStep::kInDoubt);
         return CommitInDoubt(committed, *job);
       }
       why = "the owner did not commit the move (" + committed.message() + ")";
@@ -84,7 +84,7 @@ StatusOr<MigrateReport> FleetPostCopyEnd(
     StatusOr<bool> committed =
         options.resolve ? options.resolve() : StatusOr<bool>(Unavailable("no owner to ask"));
     if (!committed.ok()) {
-      (void)SaveStep(state_file, st, "in_doubt");
+      (void)SaveStep(state_file, st, MoveStep::kInDoubt);
       return Unavailable(why + "; the owner did not say what became of the move (" +
                          committed.status().message() + "): the job stays stopped here (pid " +
                          std::to_string(job->pid) + ")");

@@ -39,9 +39,9 @@ int RunKeeper(const std::string& state_file) {
     say(st.status().message());
     return 1;
   }
-  say("the " + st->role + "'s process ended at step " + st->step + " of migration " + st->id +
-      "; settling it");
-  if (st->role == "source") {
+  say(std::string("the ") + MoveRoleName(st->role) + "'s process ended at step " +
+      MoveStepName(st->step) + " of migration " + st->id + "; settling it");
+  if (st->role == MoveRole::kSource) {
     StatusOr<ckpt::JobRecord> job = ckpt::ReadJob(st->run_dir);
     if (!job.ok()) {
       say(job.status().message());
@@ -63,8 +63,9 @@ int RunKeeper(const std::string& state_file) {
         return 1;
       }
     }
-    const std::string& step = st->step;
-    if (step == "checkpointing" || step == "sending" || step == "restoring") {
+    const MoveStep step = st->step;
+    if (step == MoveStep::kCheckpointing || step == MoveStep::kSending ||
+        step == MoveStep::kRestoring) {
       // RESUME was never sent: the destination cannot commit; its copy goes when it hears the
       // connection end.
       Status s = Status::Ok();
@@ -78,11 +79,11 @@ int RunKeeper(const std::string& state_file) {
       (void)SaveState(state_file, *st);
       say(s.ok() ? (st->released ? "restored the job here from its image" : "resumed the job here")
                  : "getting the job back here failed: " + s.message());
-    } else if (step == "resume_sent") {
+    } else if (step == MoveStep::kResumeSent) {
       Status s = SettleSource(*criu, &*job, &*st, state_file, token, say);
       say(s.ok() ? "the destination runs the job; the copy here was released" : s.message());
     }
-    if (!st->keep_image && (st->step == "done" || st->step == "resumed")) {
+    if (!st->keep_image && (st->step == MoveStep::kDone || st->step == MoveStep::kResumed)) {
       std::error_code ec;
       fs::remove_all(st->image, ec);
     }
@@ -90,9 +91,10 @@ int RunKeeper(const std::string& state_file) {
   }
   // The destination.
   Listener listener(4);
-  if (st->step == "received" || st->step == "restoring" || st->step == "restored") {
+  if (st->step == MoveStep::kReceived || st->step == MoveStep::kRestoring ||
+      st->step == MoveStep::kRestored) {
     int64_t pid = st->pid;
-    if (pid == 0 && st->step == "restoring") {
+    if (pid == 0 && st->step == MoveStep::kRestoring) {
       // A restore still under way finishes without this side's process: wait for its copy.
       const std::string pidfile = st->image + "/restored.pid";
       for (int i = 0; i < 600 && pid == 0; ++i) {
@@ -102,10 +104,10 @@ int RunKeeper(const std::string& state_file) {
       }
     }
     KillTree(pid);
-    st->step = "aborted";
+    st->step = MoveStep::kAborted;
     (void)SaveState(state_file, *st);
     say("dropped the restored copy" + (pid > 0 ? " (pid " + std::to_string(pid) + ")" : ""));
-  } else if (st->step == "committed") {
+  } else if (st->step == MoveStep::kCommitted) {
     // The decision stands: the copy runs, even if this side died before letting it go. Its pid
     // is this side's own record's: the run directory's may have been rewritten by the job.
     StatusOr<ckpt::JobRecord> job = ckpt::ReadJob(st->run_dir);

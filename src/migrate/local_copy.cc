@@ -121,8 +121,8 @@ std::string BackHereSaid(const ckpt::JobRecord& job, const MoveState& st) {
              : "the job resumed here";
 }
 
-const char* StepAfterBack(const Status& back, const MoveState& st) {
-  return back.ok() || !st.released ? "resumed" : "in_doubt";
+MoveStep StepAfterBack(const Status& back, const MoveState& st) {
+  return back.ok() || !st.released ? MoveStep::kResumed : MoveStep::kInDoubt;
 }
 
 }  // namespace paladin::migrate

@@ -78,8 +78,8 @@ Status BackHere(const ckpt::Criu& criu, ckpt::JobRecord* job, const MoveState& s
 // "the job resumed here", or where the job restored here runs.
 std::string BackHereSaid(const ckpt::JobRecord& job, const MoveState& st);
 // The source's step once BackHere returned `back`: a job that could not be restored here from
-// its image is that image, kept ("in_doubt").
-const char* StepAfterBack(const Status& back, const MoveState& st);
+// its image is that image, kept (in doubt).
+MoveStep StepAfterBack(const Status& back, const MoveState& st);
 
 // --- The source's ways out (source_settle.cc).
 // The way back when the move fails before RESUME was sent: ABORT on `channel` (may be null), then

@@ -72,7 +72,7 @@ StatusOr<MigrateReport> PostCopy(ckpt::JobRecord* job, Channel* channel, MoveSta
                                  const ckpt::Progress& progress) {
   auto resume_here = [&](const std::string& why) -> Status {
     Status s = ResumeHere(job, 0);
-    (void)SaveStep(state_file, st, "resumed");
+    (void)SaveStep(state_file, st, MoveStep::kResumed);
     (void)channel->Send("BYE " + st->id);
     keeper->Done();
     cleanup();
@@ -82,7 +82,7 @@ StatusOr<MigrateReport> PostCopy(ckpt::JobRecord* job, Channel* channel, MoveSta
         why + "; " + (s.ok() ? "the job resumed here" : "resuming it failed: " + s.message()));
   };
   // The keeper leaves a copy in this step stopped: it cannot know whether the pages all went.
-  (void)SaveStep(state_file, st, "serving");
+  (void)SaveStep(state_file, st, MoveStep::kServing);
   job->state = ckpt::RunState::kMoving;
   (void)ckpt::WriteJob(*job);
   StatusOr<std::string> resumed = CallOrDrop(channel, "RESUME", "RESUME", kAnswerTimeoutS);
@@ -108,7 +108,7 @@ StatusOr<MigrateReport> PostCopy(ckpt::JobRecord* job, Channel* channel, MoveSta
   auto release = [&]() -> StatusOr<MigrateReport> {
     report->total_s = Since(paused);
     Release(job);
-    (void)SaveStep(state_file, st, "done");
+    (void)SaveStep(state_file, st, MoveStep::kDone);
     (void)channel->Send("BYE " + st->id);
     keeper->Done();
     RecordMoved(job, options, remote_pid, st->image, report);
@@ -132,7 +132,7 @@ StatusOr<MigrateReport> PostCopy(ckpt::JobRecord* job, Channel* channel, MoveSta
                          there.status().message() +
                          "): what the job did there since the move is lost");
     }
-    (void)SaveStep(state_file, st, "in_doubt");
+    (void)SaveStep(state_file, st, MoveStep::kInDoubt);
     return Unavailable(
         "every page was sent but the destination did not say whether its copy runs (" +
         there.status().message() + "): the job stays stopped here (pid " +
@@ -144,7 +144,7 @@ StatusOr<MigrateReport> PostCopy(ckpt::JobRecord* job, Channel* channel, MoveSta
     job->state = ckpt::RunState::kStopped;
     return resume_here("the page transfer failed; the destination's copy was killed");
   }
-  (void)SaveStep(state_file, st, "in_doubt");
+  (void)SaveStep(state_file, st, MoveStep::kInDoubt);
   return Unavailable("the page transfer failed (" + pages.message() +
                      ") and the destination did not confirm that its copy was killed (" +
                      dropped.status().message() + "): the job stays stopped here (pid " +

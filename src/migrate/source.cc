@@ -111,9 +111,9 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   const std::string image =
       options.work_dir + "/" + job->name + "-" + std::to_string(time(nullptr)) + ".image";
   MoveState st;
-  st.role = "source";
+  st.role = MoveRole::kSource;
   st.id = options.id.empty() ? RandomId() : options.id;
-  st.step = "checkpointing";
+  st.step = MoveStep::kCheckpointing;
   st.run_dir = job->run_dir;
   st.pid = job->pid;
   st.image = image;
@@ -136,7 +136,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     std::error_code ec;
     if (!options.keep_image && !image_is_the_job) fs::remove_all(image, ec);
   };
-  auto save = [&](const std::string& step) { return SaveStep(state_file, &st, step); };
+  auto save = [&](MoveStep step) { return SaveStep(state_file, &st, step); };
 
   ckpt::CheckpointOptions checkpoint;
   checkpoint.after = ckpt::CheckpointOptions::After::kLeaveStopped;
@@ -156,7 +156,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     if (!options.lazy_plain) {
       StatusOr<PageTls> made = PageTls::Create(st.id + " source");
       if (!made.ok()) {
-        (void)save("resumed");  // nothing was stopped yet
+        (void)save(MoveStep::kResumed);  // nothing was stopped yet
         keeper.Done();
         return made.status();
       }
@@ -179,7 +179,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
       progress(report.mode_note);
       streaming = false;
     } else if (!stream.ok()) {
-      (void)save("resumed");  // nothing was stopped yet
+      (void)save(MoveStep::kResumed);  // nothing was stopped yet
       keeper.Done();
       return stream.status();
     }
@@ -213,7 +213,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
       stop_dump();
       (void)ResumeHere(job, 1);
     }
-    (void)save("resumed");  // the job keeps running
+    (void)save(MoveStep::kResumed);  // the job keeps running
     keeper.Done();
     if (streaming) {
       return Status(times.status().code(), "the streaming dump failed (" +
@@ -243,7 +243,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   const bool let_go = *file_locks > 0 && !options.lazy && !streaming && !options.commit;
   MaybeCorrupt(image, progress);
   CrashPoint("src-after-checkpoint");
-  (void)save("sending");
+  (void)save(MoveStep::kSending);
 
   transfer::SendOptions send;
   send.token = options.token;
@@ -293,7 +293,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     }
     image_is_the_job = true;
   }
-  (void)save("restoring");
+  (void)save(MoveStep::kRestoring);
   progress("the destination verified the image; restoring it there, stopped");
   const auto restoring = std::chrono::steady_clock::now();
   StatusOr<std::string> restored = CallOrDrop(
@@ -329,7 +329,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     report.pause_s = Since(paused);
     if (!st.released) Release(job);
     image_is_the_job = false;
-    (void)save("done");
+    (void)save(MoveStep::kDone);
     (void)SendOrDrop(&*channel, "BYE", "BYE " + st.id);
     keeper.Done();
     RecordMoved(job, options, *restored, image, &report);
@@ -346,7 +346,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
 
   // The direct form: the destination owns the commit. From here on the job resumes here only if
   // the destination says it did not take it.
-  PALADIN_RETURN_IF_ERROR(save("resume_sent"));
+  PALADIN_RETURN_IF_ERROR(save(MoveStep::kResumeSent));
   CrashPoint("src-before-resume");
   job->state = ckpt::RunState::kMoving;
   (void)ckpt::WriteJob(*job);
@@ -376,7 +376,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     cleanup();
     return report;
   }
-  if (st.step == "resumed") cleanup();
+  if (st.step == MoveStep::kResumed) cleanup();
   return settled;
 }
 

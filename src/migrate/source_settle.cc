@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -30,10 +31,13 @@ Outcome AskOutcome(const MoveState& st, const std::string& token, Channel* chann
       StatusOr<std::string> hello = c->Call("TOKEN " + token, 5);
       StatusOr<std::string> answer =
           hello.ok() ? c->Call("OUTCOME " + st.id, 5) : StatusOr<std::string>(hello.status());
-      if (answer.ok() && (*answer == "committed" || *answer == "aborted")) {
+      // The answer is the destination's step: only committed and aborted are decided.
+      const std::optional<MoveStep> said =
+          answer.ok() ? MoveStepNamed(*answer) : std::optional<MoveStep>();
+      if (said == MoveStep::kCommitted || said == MoveStep::kAborted) {
         progress("the destination says migration " + st.id + " " + *answer);
         *channel = std::move(*c);
-        return *answer == "committed" ? Outcome::kCommitted : Outcome::kAborted;
+        return said == MoveStep::kCommitted ? Outcome::kCommitted : Outcome::kAborted;
       }
       why = answer.ok() ? "it says " + *answer : answer.status().message();
     } else {
@@ -94,7 +98,7 @@ Status SettleSource(const ckpt::Criu& criu, ckpt::JobRecord* job, MoveState* st,
   Status back = Status::Ok();
   if (outcome == Outcome::kCommitted) {
     if (!st->released) Release(job);
-    st->step = "done";
+    st->step = MoveStep::kDone;
   } else if (outcome == Outcome::kAborted) {
     back = BackHere(criu, job, *st, progress);
     if (!back.ok()) progress("getting the job back here failed: " + back.message());
@@ -102,11 +106,11 @@ Status SettleSource(const ckpt::Criu& criu, ckpt::JobRecord* job, MoveState* st,
   } else if (!ImageHoldsMemory(st->image)) {
     // Streaming pre-copy: the memory went to the destination only, so the image here cannot
     // bring the job back; the stopped copy stays, for whoever sorts it out.
-    st->step = "in_doubt";
+    st->step = MoveStep::kInDoubt;
   } else {
     // Nobody can say: the stopped copy goes, the image stays, for whoever sorts it out.
     if (!st->released) Release(job);
-    st->step = "in_doubt";
+    st->step = MoveStep::kInDoubt;
   }
   (void)SaveState(state_file, *st);
   if (outcome != Outcome::kUnknown) (void)SendOrDrop(&asked, "BYE", "BYE " + st->id);

@@ -14,11 +14,82 @@
 
 namespace paladin::migrate {
 
+namespace {
+
+struct StepEntry {
+  MoveStep step;
+  const char* name;
+  bool source;       // the source records it
+  bool destination;  // the destination records it
+};
+
+// The one table of the steps' names (the state file's and OUTCOME's words).
+constexpr StepEntry kSteps[] = {
+    {MoveStep::kCheckpointing, "checkpointing", true, false},
+    {MoveStep::kSending, "sending", true, false},
+    {MoveStep::kRestoring, "restoring", true, true},
+    {MoveStep::kServing, "serving", true, false},
+    {MoveStep::kResumeSent, "resume_sent", true, false},
+    {MoveStep::kDone, "done", true, false},
+    {MoveStep::kResumed, "resumed", true, false},
+    {MoveStep::kInDoubt, "in_doubt", true, false},
+    {MoveStep::kReceived, "received", false, true},
+    {MoveStep::kRestored, "restored", false, true},
+    {MoveStep::kProvisional, "provisional", false, true},
+    {MoveStep::kCommitted, "committed", false, true},
+    {MoveStep::kAborted, "aborted", false, true},
+};
+
+const StepEntry& EntryOf(MoveStep step) {
+  for (const StepEntry& e : kSteps) {
+    if (e.step == step) return e;
+  }
+  return kSteps[0];  // unreachable: every step has its row
+}
+
+// "checkpointing, sending, ...": the steps `role` records.
+std::string StepsOf(MoveRole role) {
+  std::string names;
+  for (const StepEntry& e : kSteps) {
+    if (!StepOfRole(role, e.step)) continue;
+    if (!names.empty()) names += ", ";
+    names += e.name;
+  }
+  return names;
+}
+
+}  // namespace
+
+const char* MoveRoleName(MoveRole role) {
+  return role == MoveRole::kSource ? "source" : "destination";
+}
+
+std::optional<MoveRole> MoveRoleNamed(const std::string& name) {
+  for (MoveRole role : {MoveRole::kSource, MoveRole::kDestination}) {
+    if (name == MoveRoleName(role)) return role;
+  }
+  return std::nullopt;
+}
+
+const char* MoveStepName(MoveStep step) { return EntryOf(step).name; }
+
+std::optional<MoveStep> MoveStepNamed(const std::string& name) {
+  for (const StepEntry& e : kSteps) {
+    if (name == e.name) return e.step;
+  }
+  return std::nullopt;
+}
+
+bool StepOfRole(MoveRole role, MoveStep step) {
+  const StepEntry& e = EntryOf(step);
+  return role == MoveRole::kSource ? e.source : e.destination;
+}
+
 Status SaveState(const std::string& path, const MoveState& s) {
   std::ostringstream out;
-  out << "role " << s.role << "\nid " << s.id << "\nstep " << s.step << "\nacked "
-      << (s.acked ? 1 : 0) << "\nrun_dir " << s.run_dir << "\nimage " << s.image << "\nhost "
-      << s.host << "\nport " << s.port << "\npid " << s.pid << "\nwait_s " << s.wait_s
+  out << "role " << MoveRoleName(s.role) << "\nid " << s.id << "\nstep " << MoveStepName(s.step)
+      << "\nacked " << (s.acked ? 1 : 0) << "\nrun_dir " << s.run_dir << "\nimage " << s.image
+      << "\nhost " << s.host << "\nport " << s.port << "\npid " << s.pid << "\nwait_s " << s.wait_s
       << "\nkeep_image " << (s.keep_image ? 1 : 0) << "\nreleased " << (s.released ? 1 : 0) << "\n";
   const std::string text = out.str();
   const std::string tmp = path + ".tmp";
@@ -45,7 +116,7 @@ Status SaveState(const std::string& path, const MoveState& s) {
   return Status::Ok();
 }
 
-Status SaveStep(const std::string& path, MoveState* state, const std::string& step) {
+Status SaveStep(const std::string& path, MoveState* state, MoveStep step) {
   state->step = step;
   return SaveState(path, *state);
 }
@@ -54,14 +125,16 @@ StatusOr<MoveState> LoadState(const std::string& path) {
   std::ifstream in(path);
   if (!in) return NotFound("no migration state at " + path);
   MoveState s;
+  std::string role;
+  std::string step;
   std::string line;
   while (std::getline(in, line)) {
     const size_t space = line.find(' ');
     const std::string key = line.substr(0, space);
     const std::string value = space == std::string::npos ? "" : line.substr(space + 1);
-    if (key == "role") s.role = value;
+    if (key == "role") role = value;
     if (key == "id") s.id = value;
-    if (key == "step") s.step = value;
+    if (key == "step") step = value;
     if (key == "acked") s.acked = value == "1";
     if (key == "run_dir") s.run_dir = value;
     if (key == "image") s.image = value;
@@ -72,10 +145,18 @@ StatusOr<MoveState> LoadState(const std::string& path) {
     if (key == "keep_image") s.keep_image = value == "1";
     if (key == "released") s.released = value == "1";
   }
-  if (s.role != "source" && s.role != "destination") {
-    return InvalidArgument(path + ": not a migration state file (role '" + s.role + "')");
+  const std::optional<MoveRole> known_role = MoveRoleNamed(role);
+  if (!known_role) {
+    return InvalidArgument(path + ": not a migration state file (role '" + role + "')");
   }
-  if (s.id.empty() || s.step.empty()) return InvalidArgument(path + ": no id or step");
+  s.role = *known_role;
+  if (s.id.empty() || step.empty()) return InvalidArgument(path + ": no id or step");
+  const std::optional<MoveStep> known_step = MoveStepNamed(step);
+  if (!known_step || !StepOfRole(s.role, *known_step)) {
+    return InvalidArgument(path + ": step '" + step + "' is not a step of the " + role +
+                           " of a move (expected one of " + StepsOf(s.role) + ")");
+  }
+  s.step = *known_step;
   return s;
 }
 

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "paladin/base/status.h"
@@ -13,12 +14,41 @@
 
 namespace paladin::migrate {
 
+// Which side of the move keeps the state file ("source", "destination").
+enum class MoveRole { kSource, kDestination };
+const char* MoveRoleName(MoveRole role);
+std::optional<MoveRole> MoveRoleNamed(const std::string& name);
+
+// Where a side is in the move (docs/formats/migrate.md, "State files"). The file and the
+// destination's OUTCOME answer name them; one table in state.cc holds the names and which side
+// records which step.
+enum class MoveStep {
+  // The source's.
+  kCheckpointing,
+  kSending,
+  kRestoring,  // the destination's too: its restore is under way
+  kServing,    // post-copy
+  kResumeSent,
+  kDone,
+  kResumed,
+  kInDoubt,
+  // The destination's.
+  kReceived,
+  kRestored,
+  kProvisional,  // a fleet post-copy move
+  kCommitted,
+  kAborted,
+};
+// The step's name in the state file ("checkpointing", "resume_sent", ...), and back.
+const char* MoveStepName(MoveStep step);
+std::optional<MoveStep> MoveStepNamed(const std::string& name);
+// Whether the `role` side ever records `step`.
+bool StepOfRole(MoveRole role, MoveStep step);
+
 struct MoveState {
-  std::string role;  // source | destination
+  MoveRole role = MoveRole::kSource;
   std::string id;
-  // source: checkpointing, sending, restoring, resume_sent, done, resumed, in_doubt
-  // destination: received, restoring, restored, committed, aborted
-  std::string step;
+  MoveStep step = MoveStep::kCheckpointing;
   bool acked = false;   // destination: the source has the outcome (it said BYE)
   std::string run_dir;  // the job's run directory on this side
   std::string image;    // source: the image sent; destination: the one received
@@ -34,9 +64,11 @@ struct MoveState {
 
 // Written to a temporary file, synced and renamed into place: a crash leaves the old or the new.
 Status SaveState(const std::string& path, const MoveState& state);
+// The job can write near a state file: one whose role or step is not a move's, or whose step is
+// not its role's, is refused with an error naming the file, the key and the value.
 StatusOr<MoveState> LoadState(const std::string& path);
 // The state at `step`, saved.
-Status SaveStep(const std::string& path, MoveState* state, const std::string& step);
+Status SaveStep(const std::string& path, MoveState* state, MoveStep step);
 
 // True when $PALADIN_MIGRATE_FAULT (a comma-separated list) names `fault`.
 bool FaultSet(const std::string& fault);

@@ -8,11 +8,24 @@
 #define PALADIN_AGENT_LOCAL_H_
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "paladin/base/status.h"
 
 namespace paladin::agent {
+
+// How `checkpoint` leaves a SLURM job's steps (the request's "leave": "running", "stopped").
+enum class SlurmLeave { kRunning, kStopped };
+const char* SlurmLeaveName(SlurmLeave leave);
+std::optional<SlurmLeave> SlurmLeaveNamed(const std::string& name);
+
+// What a SLURM step is doing, as `steps` reports it ("state"): its shim registered it and its
+// workload has not started yet, it runs, a checkpoint of it is under way, or a checkpoint left
+// it stopped.
+enum class SlurmStepState { kStarting, kRunning, kCheckpointing, kStopped };
+// "starting", "running", "checkpointing", "stopped".
+const char* SlurmStepStateName(SlurmStepState state);
 
 // $PALADIN_AGENT_SOCKET, else /var/lib/paladin/agent/agent.sock.
 std::string DefaultLocalSocket();
