@@ -34,7 +34,7 @@ int RunAgent(const AgentOptions& options, const std::atomic<bool>* stop) {
 
 Agent::Agent(AgentOptions options, const std::atomic<bool>* stop)
     : options_(std::move(options)),
-      clock_(options_.clock != nullptr ? *options_.clock : RealClock()),
+      clock_(options_.clock != nullptr ? *options_.clock : base::RealClock()),
       stop_(stop) {}
 
 Agent::~Agent() {

@@ -276,7 +276,7 @@ class Agent {
   static void SignalTree(pid_t root, int signal);
 
   AgentOptions options_;
-  const Clock& clock_;  // options_.clock, or the real one
+  const base::Clock& clock_;  // options_.clock, or the real one
   const std::atomic<bool>* stop_;
   std::string data_dir_;
   std::string runs_dir_;       // the default parent of workloads' run directories

@@ -104,8 +104,7 @@ StatusOr<std::unique_ptr<Control>> Control::Create(std::unique_ptr<Store> store,
 }
 
 double Control::Now() const {
-  if (options_.clock) return options_.clock();
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return (options_.clock != nullptr ? *options_.clock : base::RealClock()).WallSeconds();
 }
 
 Status Control::Load() {

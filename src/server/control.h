@@ -59,6 +59,7 @@
 #include "node_table.h"
 #include "orchestrator.h"
 #include "paladin/api/wire.h"
+#include "paladin/base/clock.h"
 #include "paladin/base/status.h"
 #include "paladin/core/auto_size.h"
 #include "paladin/core/fleet.h"
@@ -103,9 +104,10 @@ struct ControlOptions {
   // The measured peaks of the class's Kubernetes pods (PodBook::ClassPods: peak_bytes, pods);
   // an auto job or pod is sized from its class's jobs and pods together. Empty: none.
   std::function<core::ClassHistory(const std::string& class_key)> class_pods;
-  // Seconds since the epoch; empty: the system clock. Tests inject their own, so the control
-  // plane's decisions in time (leases, periodic checkpoints, timeouts) are tested without sleeps.
-  std::function<double()> clock;
+  // Where the control plane reads the time (WallSeconds); null: base::RealClock(). Tests inject
+  // one they set, so its decisions in time (leases, periodic checkpoints, timeouts) are
+  // tested without sleeps. Not owned; must outlive the Control.
+  const base::Clock* clock = nullptr;
 };
 
 // A bounded record of durations for a Prometheus summary.
@@ -225,7 +227,7 @@ class Control : private ControlHost {
   Json JobJson(const JobRecord& j) const override;
   // The migration under way for the API's `migration` field, or null.
   Json MigrationJson(const JobRecord& j) const;
-  double Now() const override;  // options_.clock, or the system clock
+  double Now() const override;  // options_.clock's WallSeconds, or the host's
 
   // placement.cc: the scheduler's decisions (scheduler.h) carried out
   FleetView BuildFleet(bool reserve_running) override;  // server::BuildFleet over the parts

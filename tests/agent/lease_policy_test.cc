@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "paladin/agent/clock.h"
+#include "paladin/base/clock.h"
 #include "paladin/ckpt/fence.h"
 
 namespace paladin::agent {
@@ -173,7 +173,7 @@ TEST(LeasePolicy, DeadlinesOfOddLeases) {
 
 // The host's clocks, as the agent reads them by default: neither goes backwards.
 TEST(RealClock, NeitherClockGoesBackwards) {
-  const Clock& clock = RealClock();
+  const base::Clock& clock = base::RealClock();
   double steady = clock.SteadySeconds();
   uint64_t boot = clock.BootNs();
   for (int i = 0; i < 1000; ++i) {

@@ -22,7 +22,7 @@ class ControlTest : public ::testing::Test {
   void Open(const std::string& name, ControlOptions options = {}) {
     StatusOr<std::unique_ptr<Store>> store = Store::Open(TempDir(name) + "/paladin.db");
     ASSERT_TRUE(store.ok()) << store.status().ToString();
-    options.clock = [this] { return now_; };
+    options.clock = &clock_;
     StatusOr<std::unique_ptr<Control>> control = Control::Create(std::move(*store), options);
     ASSERT_TRUE(control.ok()) << control.status().ToString();
     control_ = std::move(*control);
@@ -62,6 +62,18 @@ class ControlTest : public ::testing::Test {
   }
 
   double now_ = 1'000'000;
+  // The control plane's clock: what now_ says (the tests set it by hand).
+  class FixtureClock final : public base::Clock {
+   public:
+    explicit FixtureClock(const double* now) : now_(now) {}
+    double WallSeconds() const override { return *now_; }
+    double SteadySeconds() const override { return *now_; }
+    uint64_t BootNs() const override { return static_cast<uint64_t>(*now_ * 1e9); }
+
+   private:
+    const double* now_;
+  };
+  FixtureClock clock_{&now_};
   std::unique_ptr<Control> control_;
   Principal admin_;
 };

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "paladin/agent/clock.h"
+#include "paladin/base/clock.h"
 
 namespace paladin::agent {
 
@@ -45,7 +45,7 @@ struct AgentOptions {
   std::string slurm_checkpoints;  // "" = data_dir/slurm-checkpoints; shared across nodes ideally
   // Where the agent reads time for its lease and its heartbeats' pace; null: RealClock(). Not
   // owned; must outlive the agent and be safe to call from any thread.
-  const Clock* clock = nullptr;
+  const base::Clock* clock = nullptr;
 };
 
 // Runs the agent until *stop becomes true (a signal handler may set it) and returns the process's

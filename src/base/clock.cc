@@ -1,9 +1,9 @@
-// The host's clocks for the node agent (include/paladin/agent/clock.h).
-#include "paladin/agent/clock.h"
+// The host's clocks (include/paladin/base/clock.h).
+#include "paladin/base/clock.h"
 
 #include <time.h>
 
-namespace paladin::agent {
+namespace paladin::base {
 
 namespace {
 
@@ -15,6 +15,7 @@ uint64_t Read(clockid_t id) {
 
 class HostClock final : public Clock {
  public:
+  double WallSeconds() const override { return static_cast<double>(Read(CLOCK_REALTIME)) / 1e9; }
   double SteadySeconds() const override { return static_cast<double>(Read(CLOCK_MONOTONIC)) / 1e9; }
   uint64_t BootNs() const override { return Read(CLOCK_BOOTTIME); }
 };
@@ -26,4 +27,4 @@ const Clock& RealClock() {
   return clock;
 }
 
-}  // namespace paladin::agent
+}  // namespace paladin::base
