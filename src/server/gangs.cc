@@ -12,6 +12,9 @@
 #include "control.h"
 
 namespace paladin::server {
+
+namespace key = api::key;
+
 namespace {
 
 // Variables the server sets for every rank; a gang's own env may not set them.
@@ -115,7 +118,7 @@ StatusOr<Json> Control::SubmitGang(const Principal& who, const JobRecord& base,
     ids.push_back(j.id);
     if (r == 0) out = JobJson(j);
   }
-  out["gang_jobs"] = ids;
+  out[key::kGangJobs] = ids;
   PALADIN_RETURN_IF_ERROR(Flush());
   Wake();
   return out;
@@ -313,7 +316,7 @@ void Control::FinishGangCut(const std::string& gang) {
   const int generation = members[0]->gang->cut_in_flight;
   for (JobRecord* m : members) {
     GangMember& g = *m->gang;
-    RecordCheckpoint(*m, Json{{"path", g.cut_path}, {"bytes", g.cut_bytes}}, g.cut_path);
+    RecordCheckpoint(*m, Json{{key::kPath, g.cut_path}, {key::kBytes, g.cut_bytes}}, g.cut_path);
     g.generation = generation;
     if (stop) {
       // The ranks stay frozen until the kill: nothing runs past the cut.
@@ -415,11 +418,11 @@ bool Control::ApplyGangResult(JobRecord& j, const CommandRecord& c, const api::C
   // The dump of a frozen rank.
   if (g.cut_phase != CutPhase::kDumping) return true;
   g.cut_phase = CutPhase::kDumped;
-  g.cut_path = r.detail.contains("path") && r.detail["path"].is_string()
-                   ? r.detail["path"].get<std::string>()
+  g.cut_path = r.detail.contains(key::kPath) && r.detail[key::kPath].is_string()
+                   ? r.detail[key::kPath].get<std::string>()
                    : c.command.dir;
-  g.cut_bytes = r.detail.contains("bytes") && r.detail["bytes"].is_number_integer()
-                    ? r.detail["bytes"].get<int64_t>()
+  g.cut_bytes = r.detail.contains(key::kBytes) && r.detail[key::kBytes].is_number_integer()
+                    ? r.detail[key::kBytes].get<int64_t>()
                     : 0;
   jobs_.MarkDirty(j);
   JobRecord* mover = MoverOf(members);
@@ -510,7 +513,7 @@ void Control::MoveRankOver(const std::string& gang) {
   // Every rank's image is in, the moving rank's last: they are one cut, the gang's generation.
   for (JobRecord* m : members) {
     GangMember& g = *m->gang;
-    RecordCheckpoint(*m, Json{{"path", g.cut_path}, {"bytes", g.cut_bytes}}, g.cut_path);
+    RecordCheckpoint(*m, Json{{key::kPath, g.cut_path}, {key::kBytes, g.cut_bytes}}, g.cut_path);
     g.generation = generation;
     jobs_.MarkDirty(*m);
   }

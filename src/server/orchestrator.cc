@@ -9,9 +9,12 @@
 #include <filesystem>
 
 #include "control.h"
+#include "paladin/api/wire.h"
 #include "paladin/server/validate.h"
 
 namespace paladin::server {
+
+namespace key = api::key;
 
 namespace {
 
@@ -38,19 +41,19 @@ void Control::RecordMoveCost(MigrationRecord& m, const Json& detail) {
   JobRecord* j = JobOf(m);
   // A node's figure is not trusted to be sane: only a finite pause under a week is kept and
   // learned from (once per move).
-  if (!m.pause_s && detail.contains("pause_s") && detail["pause_s"].is_number()) {
-    const double pause = detail["pause_s"].get<double>();
+  if (!m.pause_s && detail.contains(key::kPauseS) && detail[key::kPauseS].is_number()) {
+    const double pause = detail[key::kPauseS].get<double>();
     if (std::isfinite(pause) && pause > 0 && pause < 7 * 24 * 3600.0) {
       m.pause_s = pause;
       if (j != nullptr) m.moved_bytes = j->used_bytes;
       move_costs_.Observe(m.from_node, m.to_node, {static_cast<double>(m.moved_bytes), 0, pause});
     }
   }
-  if (detail.contains("mode") && detail["mode"].is_string()) {
-    m.mode_used = detail["mode"].get<std::string>().substr(0, 32);
+  if (detail.contains(key::kMode) && detail[key::kMode].is_string()) {
+    m.mode_used = detail[key::kMode].get<std::string>().substr(0, 32);
   }
-  if (detail.contains("mode_why") && detail["mode_why"].is_string()) {
-    m.move_mode_why = detail["mode_why"].get<std::string>().substr(0, 512);
+  if (detail.contains(key::kModeWhy) && detail[key::kModeWhy].is_string()) {
+    m.move_mode_why = detail[key::kModeWhy].get<std::string>().substr(0, 512);
   }
   if (m.mode_used.empty()) m.mode_used = api::MoveModeName(api::MoveMode::kPreCopy);
   migrations_.MarkDirty(m);
@@ -297,7 +300,7 @@ StatusOr<Json> Control::AbortUnlessCommitted(const Principal& who, int64_t migra
     FailMigration(m, "the destination lost the source before the commit");
     PALADIN_RETURN_IF_ERROR(Flush());
   }
-  return Json{{"commit", m.commit_answer.value_or(false)}};
+  return Json{{key::kCommit, m.commit_answer.value_or(false)}};
 }
 
 StatusOr<Json> Control::Commit(const Principal& who, int64_t migration) {
@@ -310,13 +313,13 @@ StatusOr<Json> Control::Commit(const Principal& who, int64_t migration) {
   PALADIN_RETURN_IF_ERROR(CheckSpeaksFor(
       who, m.from_node,
       "commit migration " + std::to_string(m.id) + " (its source is " + m.from_node + ")"));
-  if (m.commit_answer.has_value()) return Json{{"commit", *m.commit_answer}};
-  if (m.Finished()) return Json{{"commit", false}};
+  if (m.commit_answer.has_value()) return Json{{key::kCommit, *m.commit_answer}};
+  if (m.Finished()) return Json{{key::kCommit, false}};
   JobRecord* found = JobOf(m);
   if (found == nullptr || found->Terminal() || found->cancel_requested) {
     FailMigration(m, "the job has ended");
     PALADIN_RETURN_IF_ERROR(Flush());
-    return Json{{"commit", false}};
+    return Json{{key::kCommit, false}};
   }
   CrashPoint("before_commit");
   JobRecord& j = *found;
@@ -337,7 +340,7 @@ StatusOr<Json> Control::Commit(const Principal& who, int64_t migration) {
   PALADIN_RETURN_IF_ERROR(Flush());
   CrashPoint("after_commit");
   Wake();
-  return Json{{"commit", true}};
+  return Json{{key::kCommit, true}};
 }
 
 void Control::FailMigration(MigrationRecord& m, const std::string& why) {
@@ -501,16 +504,16 @@ StatusOr<Json> Control::Drain(const std::string& node) {
 StatusOr<Json> Control::Fault(const std::string& node, int gpu, const Json& body) {
   if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
   std::string kind = "xid";
-  if (body.contains("kind") && !body["kind"].is_null()) {
+  if (body.contains(key::kKind) && !body[key::kKind].is_null()) {
     constexpr const char* kKinds = "kind: expected \"xid\", \"ecc\" or \"ecc-corrected\"";
-    if (!body["kind"].is_string()) return InvalidArgument(kKinds);
-    kind = body["kind"].get<std::string>();
+    if (!body[key::kKind].is_string()) return InvalidArgument(kKinds);
+    kind = body[key::kKind].get<std::string>();
     if (kind != "xid" && kind != "ecc" && kind != "ecc-corrected") return InvalidArgument(kKinds);
   }
   int64_t code = 79;
-  if (body.contains("code") && !body["code"].is_null()) {
-    if (!body["code"].is_number_integer()) return InvalidArgument("code: expected an integer");
-    code = body["code"].get<int64_t>();
+  if (body.contains(key::kCode) && !body[key::kCode].is_null()) {
+    if (!body[key::kCode].is_number_integer()) return InvalidArgument("code: expected an integer");
+    code = body[key::kCode].get<int64_t>();
     if (code < 0 || code > 1000000) return InvalidArgument("code: out of range");
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -524,7 +527,8 @@ StatusOr<Json> Control::Fault(const std::string& node, int gpu, const Json& body
   // "kind" names the command itself: the fault's kind travels as fault_kind.
   SendCommand(node, api::FaultCommand(gpu, kind, code), nullptr);
   PALADIN_RETURN_IF_ERROR(Flush());
-  return Json{{"node", node}, {"gpu", gpu}, {"kind", kind}, {"code", code}, {"sent", true}};
+  return Json{
+      {key::kNode, node}, {key::kGpu, gpu}, {key::kKind, kind}, {key::kCode, code}, {"sent", true}};
 }
 
 void Control::GpuHealthMoves() {
@@ -571,11 +575,11 @@ void Control::PeriodicCheckpoints(double now) {
 
 void Control::RecordCheckpoint(JobRecord& j, const Json& detail, const std::string& dir) {
   CheckpointRef ref;
-  ref.path = detail.contains("path") && detail["path"].is_string()
-                 ? detail["path"].get<std::string>()
+  ref.path = detail.contains(key::kPath) && detail[key::kPath].is_string()
+                 ? detail[key::kPath].get<std::string>()
                  : dir;
-  ref.bytes = detail.contains("bytes") && detail["bytes"].is_number_integer()
-                  ? detail["bytes"].get<int64_t>()
+  ref.bytes = detail.contains(key::kBytes) && detail[key::kBytes].is_number_integer()
+                  ? detail[key::kBytes].get<int64_t>()
                   : 0;
   ref.at = Now();
   j.last_checkpoint = ref;
