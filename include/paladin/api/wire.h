@@ -23,8 +23,9 @@ namespace paladin::api {
 // The keys of the JSON objects Paladin's programs exchange, each spelled here once: the agent's
 // registration, heartbeat, commands and their results (below); the REST API's objects, which the
 // server writes and the CLI, the agents and the Kubernetes scheduler read (docs/formats/api.md:
-// a job, a node, a move, a pod, a team, a token, an event); and the client's config file. A key
-// that several objects share ("id", "name", "state") is one constant. Elsewhere code writes
+// a job, a node, a move, a pod, a team, a token, an event); the client's config file; and the
+// requests and answers on the agent's local socket (SLURM steps, docs/slurm.md). A key that
+// several objects share ("id", "name", "state") is one constant. Elsewhere code writes
 // `j[key::kQuotaBytes]`, `j.value(key::kState, "")`. A format one file keeps to itself (the
 // server's store beyond the API's fields, the agent's job record beyond the job's, a checkpoint
 // image) or another system's (a Kubernetes object) spells its own keys.
@@ -36,6 +37,7 @@ inline constexpr char kByPhase[] = "by_phase";
 inline constexpr char kBytes[] = "bytes";
 inline constexpr char kCaFile[] = "ca_file";
 inline constexpr char kCeilingBytes[] = "ceiling_bytes";
+inline constexpr char kCheckpointDir[] = "checkpoint_dir";
 inline constexpr char kCheckpointStore[] = "checkpoint_store";
 inline constexpr char kCheckpointable[] = "checkpointable";
 inline constexpr char kCheckpoints[] = "checkpoints";
@@ -50,7 +52,9 @@ inline constexpr char kComputeShare[] = "compute_share";
 inline constexpr char kCreatedAt[] = "created_at";
 inline constexpr char kDetail[] = "detail";
 inline constexpr char kDir[] = "dir";
+inline constexpr char kEmuState[] = "emu_state";
 inline constexpr char kEmulated[] = "emulated";
+inline constexpr char kEmulatedGpus[] = "emulated_gpus";
 inline constexpr char kEndedAt[] = "ended_at";
 inline constexpr char kEnv[] = "env";
 inline constexpr char kEpoch[] = "epoch";
@@ -96,11 +100,13 @@ inline constexpr char kJobsLost[] = "jobs_lost";
 inline constexpr char kJobsPending[] = "jobs_pending";
 inline constexpr char kJobsRunning[] = "jobs_running";
 inline constexpr char kJobsSubmitted[] = "jobs_submitted";
+inline constexpr char kKey[] = "key";
 inline constexpr char kKind[] = "kind";
 inline constexpr char kLastCheckpoint[] = "last_checkpoint";
 inline constexpr char kLastHeartbeat[] = "last_heartbeat";
 inline constexpr char kLastMove[] = "last_move";
 inline constexpr char kLeaseS[] = "lease_s";
+inline constexpr char kLeave[] = "leave";
 inline constexpr char kMaxGpuMem[] = "max_gpu_mem";
 inline constexpr char kMaxGpuMemBytes[] = "max_gpu_mem_bytes";
 inline constexpr char kMaxGpus[] = "max_gpus";
@@ -124,6 +130,7 @@ inline constexpr char kNodes[] = "nodes";
 inline constexpr char kNodesAlive[] = "nodes_alive";
 inline constexpr char kOk[] = "ok";
 inline constexpr char kOnRestoreFailure[] = "on_restore_failure";
+inline constexpr char kOp[] = "op";
 inline constexpr char kPath[] = "path";
 inline constexpr char kPauseS[] = "pause_s";
 inline constexpr char kPhase[] = "phase";
@@ -150,9 +157,12 @@ inline constexpr char kReason[] = "reason";
 inline constexpr char kRecoveries[] = "recoveries";
 inline constexpr char kRefusals[] = "refusals";
 inline constexpr char kReportedSAgo[] = "reported_s_ago";
+inline constexpr char kRestartCount[] = "restart_count";
 inline constexpr char kRestarts[] = "restarts";
 inline constexpr char kResults[] = "results";
+inline constexpr char kRunDir[] = "run_dir";
 inline constexpr char kScope[] = "scope";
+inline constexpr char kSeconds[] = "seconds";
 inline constexpr char kStartedAt[] = "started_at";
 inline constexpr char kState[] = "state";
 inline constexpr char kStateVerificationsFailed[] = "state_verifications_failed";
@@ -163,6 +173,7 @@ inline constexpr char kStdout[] = "stdout";
 inline constexpr char kStdoutFrom[] = "stdout_from";
 inline constexpr char kStdoutTo[] = "stdout_to";
 inline constexpr char kStep[] = "step";
+inline constexpr char kSteps[] = "steps";
 inline constexpr char kStream[] = "stream";
 inline constexpr char kSubmittedAt[] = "submitted_at";
 inline constexpr char kT[] = "t";
@@ -177,6 +188,7 @@ inline constexpr char kToGpuUuid[] = "to_gpu_uuid";
 inline constexpr char kToPort[] = "to_port";
 inline constexpr char kToken[] = "token";
 inline constexpr char kTokens[] = "tokens";
+inline constexpr char kUid[] = "uid";
 inline constexpr char kUnder[] = "under";
 inline constexpr char kUnderRate[] = "under_rate";
 inline constexpr char kUrl[] = "url";
