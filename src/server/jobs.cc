@@ -185,7 +185,7 @@ StatusOr<std::string> Control::ListJobs(const Principal& who, const std::string&
                                         const std::string& state, bool all) {
   // Written straight to text under the lock (AppendJobApiText): a few microseconds a job, less
   // than copying the records out and building Json objects after it took.
-  std::string out = "{\"jobs\":[";
+  std::string out = std::string("{\"") + key::kJobs + "\":[";
   std::lock_guard<std::mutex> lock(mu_);
   out.reserve(jobs_.size() * 700);
   bool first = true;
