@@ -8,12 +8,14 @@
 #include <fstream>
 
 #include "agent_impl.h"
+#include "paladin/api/wire.h"
 #include "paladin/base/process.h"
 #include "paladin/ckpt/checkpoint.h"
 
 namespace paladin::agent {
 
 namespace fs = std::filesystem;
+namespace key = api::key;
 
 StatusOr<std::unique_ptr<Workload>> Agent::Track(const std::string& id, int64_t epoch,
                                                  const ckpt::JobRecord& record, int gpu_index,
@@ -45,8 +47,8 @@ void Agent::AdoptUser(const Json& j, Workload* w) const {
   w->uid = j.value("uid", int64_t{-1});
   w->gid = j.value("gid", int64_t{-1});
   w->pooled_uid = j.value("pooled_uid", false) && uid_pool_ != nullptr;
-  w->quota_bytes = j.value("quota_bytes", w->region != nullptr ? w->region->quota() : 0);
-  w->ceiling_bytes = j.value("ceiling_bytes", w->region != nullptr ? w->region->ceiling() : 0);
+  w->quota_bytes = j.value(key::kQuotaBytes, w->region != nullptr ? w->region->quota() : 0);
+  w->ceiling_bytes = j.value(key::kCeilingBytes, w->region != nullptr ? w->region->ceiling() : 0);
 }
 
 void Agent::Adopt() {
@@ -66,11 +68,11 @@ void Agent::Adopt() {
     int64_t out_offset = 0;
     int64_t err_offset = 0;
     try {
-      id = j.at("id").get<std::string>();
-      epoch = j.at("epoch").get<int64_t>();
+      id = j.at(key::kId).get<std::string>();
+      epoch = j.at(key::kEpoch).get<int64_t>();
       start_time = j.at("start_time").get<uint64_t>();
-      gpu_index = j.value("gpu_index", -1);
-      gpu_uuid = j.value("gpu_uuid", std::string());
+      gpu_index = j.value(key::kGpuIndex, -1);
+      gpu_uuid = j.value(key::kGpuUuid, std::string());
       out_offset = j.value("out_offset", int64_t{0});
       err_offset = j.value("err_offset", int64_t{0});
     } catch (const Json::exception& e) {
@@ -92,7 +94,8 @@ void Agent::Adopt() {
                                                               : record->stderr_log;
       field = j[key].get<std::string>();
     }
-    if (j.contains("pid") && j["pid"].is_number_integer()) record->pid = j["pid"].get<int64_t>();
+    if (j.contains(key::kPid) && j[key::kPid].is_number_integer())
+      record->pid = j[key::kPid].get<int64_t>();
     base::ProcessId pid;
     pid.pid = static_cast<uint32_t>(record->pid);
     pid.start_time = start_time;
@@ -110,7 +113,7 @@ void Agent::Adopt() {
       AdoptUser(j, w.get());
       w->incoming_migration = j.value("incoming_migration", int64_t{0});
       w->outgoing_migration = j.value("outgoing_migration", int64_t{0});
-      w->rank_net = j.value("rank_net", "");
+      w->rank_net = j.value(key::kRankNet, "");
       w->rank_address = j.value("rank_address", "");
       // Frozen by the previous agent, or by its init, when the lease ran out: the server's next
       // answer decides.

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "agent_impl.h"
+#include "paladin/api/wire.h"
 #include "paladin/base/cgroup.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/image.h"
@@ -23,6 +24,7 @@
 namespace paladin::agent {
 
 namespace fs = std::filesystem;
+namespace key = api::key;
 
 namespace {
 
@@ -186,13 +188,13 @@ Status Agent::Start(const api::Command& c, Json* detail) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (Workload* w = Find(id, epoch); w != nullptr && w->state != api::CopyState::kExited) {
-      (*detail)["pid"] = w->record.pid;  // already started: the server asked twice
+      (*detail)[key::kPid] = w->record.pid;  // already started: the server asked twice
       return Status::Ok();
     }
   }
   StatusOr<std::unique_ptr<Workload>> w = Launch(c);
   if (!w.ok()) return w.status();
-  (*detail)["pid"] = (*w)->record.pid;
+  (*detail)[key::kPid] = (*w)->record.pid;
   std::string quota = "no GPU-memory quota";
   if ((*w)->region != nullptr) {
     quota = quota::FormatSize((*w)->region->quota()) + " quota";
@@ -333,7 +335,7 @@ void Agent::Checkpoint(const api::Command& c) {
     return;
   }
   const Json detail = {
-      {"path", w->record.image}, {"bytes", times->image_bytes}, {"seconds", Since(began)}};
+      {key::kPath, w->record.image}, {key::kBytes, times->image_bytes}, {"seconds", Since(began)}};
   Say("checkpointed job " + job + " into " + w->record.image + " (" +
       quota::FormatSize(times->image_bytes) + ", " + times->Describe() + ")" +
       (mode == "stop"     ? "; it is stopped and forgotten here"
@@ -383,7 +385,7 @@ void Agent::Restore(const api::Command& c) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (Workload* w = Find(job, epoch); w != nullptr && w->state != api::CopyState::kExited) {
-      AddResult(id, Status::Ok(), {{"pid", w->record.pid}});
+      AddResult(id, Status::Ok(), {{key::kPid, w->record.pid}});
       return;
     }
   }
@@ -486,7 +488,7 @@ void Agent::Restore(const api::Command& c) {
     std::lock_guard<std::mutex> lock(mu_);
     jobs_[{job, epoch}] = std::move(*w);
   }
-  AddResult(id, Status::Ok(), {{"pid", pid}});
+  AddResult(id, Status::Ok(), {{key::kPid, pid}});
 }
 
 }  // namespace paladin::agent

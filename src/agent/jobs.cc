@@ -22,6 +22,7 @@
 namespace paladin::agent {
 
 namespace fs = std::filesystem;
+namespace key = api::key;
 
 namespace {
 
@@ -313,23 +314,23 @@ void Agent::ApplyRankRoutes(const Json& list) {
 // The agent's own copy of the job's record goes next to agent.json: the one in the run directory
 // may be rewritten by another copy of the job (a restore by another agent of this host).
 void Agent::SaveRecord(const Workload& w) const {
-  const Json j = {{"id", w.id},
-                  {"epoch", w.epoch},
+  const Json j = {{key::kId, w.id},
+                  {key::kEpoch, w.epoch},
                   {"run_dir", w.record.run_dir},
-                  {"pid", w.record.pid},
+                  {key::kPid, w.record.pid},
                   {"start_time", w.start_time},
-                  {"gpu_index", w.gpu_index},
-                  {"gpu_uuid", w.gpu_uuid},
+                  {key::kGpuIndex, w.gpu_index},
+                  {key::kGpuUuid, w.gpu_uuid},
                   {"out_offset", w.out_offset},
                   {"err_offset", w.err_offset},
                   {"uid", w.uid},
                   {"gid", w.gid},
                   {"pooled_uid", w.pooled_uid},
-                  {"quota_bytes", w.quota_bytes},
-                  {"ceiling_bytes", w.ceiling_bytes},
+                  {key::kQuotaBytes, w.quota_bytes},
+                  {key::kCeilingBytes, w.ceiling_bytes},
                   {"incoming_migration", w.incoming_migration},
                   {"outgoing_migration", w.outgoing_migration},
-                  {"rank_net", w.rank_net},
+                  {key::kRankNet, w.rank_net},
                   {"rank_address", w.rank_address},
                   // The job can rewrite what is in its run directory (job.json): a restarted
                   // agent believes this copy.

@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "agent_impl.h"
+#include "paladin/api/wire.h"
 #include "paladin/base/process.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/image.h"
@@ -35,10 +36,11 @@
 namespace paladin::agent {
 
 namespace fs = std::filesystem;
+namespace key = api::key;
 
 namespace {
 
-Json Refuse(const std::string& why) { return {{"ok", false}, {"error", why}}; }
+Json Refuse(const std::string& why) { return {{key::kOk, false}, {key::kError, why}}; }
 
 // Local calls in progress at once: those of all uids but root's together, and those of any one
 // uid. Each call holds a thread for up to kReceiveSeconds while it waits for its request, so
@@ -50,7 +52,7 @@ constexpr double kReceiveSeconds = 10;
 
 // Answers a connection that is not served with one line, without waiting on the peer.
 void RefuseAtOnce(int fd, const std::string& why) {
-  const std::string line = Json{{"ok", false}, {"error", why}}.dump() + "\n";
+  const std::string line = Json{{key::kOk, false}, {key::kError, why}}.dump() + "\n";
   (void)send(fd, line.data(), line.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   close(fd);
 }
@@ -303,13 +305,13 @@ Status Agent::CheckSlurmStep(const std::string& key, const SlurmStep& s) {
 
 Json Agent::HandleLocal(const Json& r, uid_t uid, pid_t pid) {
   try {
-    const std::string op = r.value("op", "");
+    const std::string op = r.value(key::kOp, "");
     if (op == "register") return SlurmRegister(r, uid, pid);
     if (op == "started") return SlurmStarted(r, uid, pid);
     if (op == "done") return SlurmDone(r, uid);
     if (op == "checkpoint") return SlurmCheckpoint(r, uid);
     if (op == "resume") return SlurmResume(r, uid);
-    if (op == "steps") return SlurmSteps(r.value("job", int64_t{-1}), uid);
+    if (op == "steps") return SlurmSteps(r.value(key::kJob, int64_t{-1}), uid);
     if (op == "step") return SlurmStepFor(r, uid);
     return Refuse("unknown op '" + op +
                   "' (expected register, started, done, checkpoint, resume, steps or step)");
@@ -335,14 +337,14 @@ uint64_t Agent::CommittedBytes(int gpu_index, int* jobs, int* steps) const {
 }
 
 Json Agent::SlurmRegister(const Json& r, uid_t uid, pid_t pid) {
-  const int64_t job = r.at("job").get<int64_t>();
-  const std::string step = r.at("step").get<std::string>();
+  const int64_t job = r.at(key::kJob).get<int64_t>();
+  const std::string step = r.at(key::kStep).get<std::string>();
   // JSON's -1 would read as 2^64 - 1 through get<uint64_t>().
-  if (!r.at("gpu_mem").is_number_unsigned()) {
-    return Refuse("gpu_mem: expected a whole number of bytes, not " + r.at("gpu_mem").dump());
+  if (!r.at(key::kGpuMem).is_number_unsigned()) {
+    return Refuse("gpu_mem: expected a whole number of bytes, not " + r.at(key::kGpuMem).dump());
   }
-  const uint64_t gpu_mem = r.at("gpu_mem").get<uint64_t>();
-  const int64_t restarts = r.value("restart_count", int64_t{0});
+  const uint64_t gpu_mem = r.at(key::kGpuMem).get<uint64_t>();
+  const int64_t restarts = r.value(key::kRestartCount, int64_t{0});
   if (job <= 0 || step.empty() || step.find('/') != std::string::npos || step[0] == '.') {
     return Refuse("bad SLURM job " + std::to_string(job) + " step '" + step + "'");
   }
@@ -420,15 +422,15 @@ Json Agent::SlurmRegister(const Json& r, uid_t uid, pid_t pid) {
   s.image = image;
   Say("SLURM step " + key + " (uid " + std::to_string(uid) +
       ") registered: " + quota::FormatSize(gpu_mem) + " on GPU " + std::to_string(best));
-  Json answer = {{"ok", true},
-                 {"key", key},
-                 {"node", options_.name},
-                 {"gpu_index", best},
-                 {"gpu_uuid", s.gpu_uuid},
-                 {"emulated_gpus", driver_.emulated ? driver_.emulated_spec : ""},
-                 {"emu_state", driver_.emulated ? EmuStatePath() : ""},
-                 {"checkpoint_dir", dir},
-                 {"image", s.image}};
+  Json answer = {{key::kOk, true},
+                 {key::kKey, key},
+                 {key::kNode, options_.name},
+                 {key::kGpuIndex, best},
+                 {key::kGpuUuid, s.gpu_uuid},
+                 {key::kEmulatedGpus, driver_.emulated ? driver_.emulated_spec : ""},
+                 {key::kEmuState, driver_.emulated ? EmuStatePath() : ""},
+                 {key::kCheckpointDir, dir},
+                 {key::kImage, s.image}};
   return answer;
 }
 
@@ -438,23 +440,23 @@ Json Agent::SlurmRegister(const Json& r, uid_t uid, pid_t pid) {
 Json Agent::SlurmStepFor(const Json& r, uid_t uid) {
   if (uid != 0) return Refuse("op step: for the step's root helper only");
   const std::string key =
-      std::to_string(r.at("job").get<int64_t>()) + "." + r.at("step").get<std::string>();
+      std::to_string(r.at(key::kJob).get<int64_t>()) + "." + r.at(key::kStep).get<std::string>();
   std::lock_guard<std::mutex> lock(mu_);
   auto it = slurm_.find(key);
   if (it == slurm_.end()) return Refuse("SLURM step " + key + " is not registered here");
   const SlurmStep& s = it->second;
-  return {{"ok", true},
-          {"uid", s.uid},
-          {"gpu_mem", s.gpu_mem},
-          {"gpu_uuid", s.gpu_uuid},
-          {"emulated_gpus", driver_.emulated ? driver_.emulated_spec : ""},
-          {"emu_state", driver_.emulated ? EmuStatePath() : ""},
-          {"image", s.image}};
+  return {{key::kOk, true},
+          {key::kUid, s.uid},
+          {key::kGpuMem, s.gpu_mem},
+          {key::kGpuUuid, s.gpu_uuid},
+          {key::kEmulatedGpus, driver_.emulated ? driver_.emulated_spec : ""},
+          {key::kEmuState, driver_.emulated ? EmuStatePath() : ""},
+          {key::kImage, s.image}};
 }
 
 Json Agent::SlurmStarted(const Json& r, uid_t uid, pid_t pid) {
-  const std::string key = r.at("key").get<std::string>();
-  const std::string run_dir = r.at("run_dir").get<std::string>();
+  const std::string key = r.at(key::kKey).get<std::string>();
+  const std::string run_dir = r.at(key::kRunDir).get<std::string>();
   // The agent checkpoints the step as root by this record: a user's step must be one that its
   // root helper started, whose run directory and record only root can write.
   if (uid != 0) {
@@ -494,15 +496,15 @@ Json Agent::SlurmStarted(const Json& r, uid_t uid, pid_t pid) {
   it->second.root_id = root_id;
   it->second.stopped = false;
   Say("SLURM step " + key + " runs as pid " + std::to_string(record->pid));
-  return {{"ok", true}};
+  return {{key::kOk, true}};
 }
 
 Json Agent::SlurmDone(const Json& r, uid_t uid) {
-  const std::string key = r.at("key").get<std::string>();
-  const int code = r.value("exit_code", -1);
+  const std::string key = r.at(key::kKey).get<std::string>();
+  const int code = r.value(key::kExitCode, -1);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = slurm_.find(key);
-  if (it == slurm_.end()) return {{"ok", true}};
+  if (it == slurm_.end()) return {{key::kOk, true}};
   if (uid != 0 && uid != it->second.uid) return Refuse("SLURM step " + key + " is not yours");
   if (it->second.busy) return Refuse("SLURM step " + key + " is being checkpointed");
   if (code == 0) {
@@ -511,7 +513,7 @@ Json Agent::SlurmDone(const Json& r, uid_t uid) {
   }
   Say("SLURM step " + key + " ended with " + std::to_string(code));
   slurm_.erase(it);
-  return {{"ok", true}};
+  return {{key::kOk, true}};
 }
 
 // The registered steps of SLURM job `job` that `uid` may act on; an error names what is wrong.
@@ -536,8 +538,8 @@ StatusOr<std::vector<std::string>> Agent::ClaimSlurmJob(int64_t job, uid_t uid) 
 }
 
 Json Agent::SlurmCheckpoint(const Json& r, uid_t uid) {
-  const int64_t job = r.at("job").get<int64_t>();
-  const std::string leave_name = r.value("leave", SlurmLeaveName(SlurmLeave::kRunning));
+  const int64_t job = r.at(key::kJob).get<int64_t>();
+  const std::string leave_name = r.value(key::kLeave, SlurmLeaveName(SlurmLeave::kRunning));
   const std::optional<SlurmLeave> leave = SlurmLeaveNamed(leave_name);
   if (!leave) return Refuse("leave '" + leave_name + "': expected running or stopped");
   StatusOr<std::vector<std::string>> keys = [&] {
@@ -598,8 +600,10 @@ Json Agent::SlurmCheckpoint(const Json& r, uid_t uid) {
     said.append(out).append(" (").append(quota::FormatSize(times->image_bytes)).append(", ");
     said.append(times->Describe()).append("), left ").append(SlurmLeaveName(*leave));
     Say(said);
-    steps.push_back(
-        {{"step", key}, {"image", out}, {"bytes", times->image_bytes}, {"seconds", seconds}});
+    steps.push_back({{key::kStep, key},
+                     {key::kImage, out},
+                     {key::kBytes, times->image_bytes},
+                     {key::kSeconds, seconds}});
     std::lock_guard<std::mutex> lock(mu_);
     slurm_[key].record = record;
     slurm_[key].stopped = *leave == SlurmLeave::kStopped;
@@ -610,14 +614,14 @@ Json Agent::SlurmCheckpoint(const Json& r, uid_t uid) {
   }
   if (!failed.empty()) {
     Json answer = Refuse(failed);
-    answer["steps"] = steps;
+    answer[key::kSteps] = steps;
     return answer;
   }
-  return {{"ok", true}, {"steps", steps}};
+  return {{key::kOk, true}, {key::kSteps, steps}};
 }
 
 Json Agent::SlurmResume(const Json& r, uid_t uid) {
-  const int64_t job = r.at("job").get<int64_t>();
+  const int64_t job = r.at(key::kJob).get<int64_t>();
   StatusOr<std::vector<std::string>> keys = [&] {
     std::lock_guard<std::mutex> lock(mu_);
     return ClaimSlurmJob(job, uid);
@@ -637,7 +641,7 @@ Json Agent::SlurmResume(const Json& r, uid_t uid) {
     s.busy = false;
   }
   if (!failed.empty()) return Refuse(failed);
-  return {{"ok", true}};
+  return {{key::kOk, true}};
 }
 
 // The steps `uid` may see: its own (root: all of them).
@@ -647,20 +651,21 @@ Json Agent::SlurmSteps(int64_t job, uid_t uid) {
   for (const auto& [key, s] : slurm_) {
     if (job >= 0 && s.job != job) continue;
     if (uid != 0 && s.uid != uid) continue;
-    out.push_back({{"key", key},
-                   {"job", s.job},
-                   {"step", s.step},
-                   {"uid", s.uid},
-                   {"gpu_index", s.gpu_index},
-                   {"gpu_mem", s.gpu_mem},
-                   {"pid", s.record.pid},
-                   {"state", SlurmStepStateName(s.busy             ? SlurmStepState::kCheckpointing
-                                                : s.stopped        ? SlurmStepState::kStopped
-                                                : s.record.pid > 0 ? SlurmStepState::kRunning
-                                                                   : SlurmStepState::kStarting)},
-                   {"image", LatestImage(s.checkpoint_dir)}});
+    out.push_back(
+        {{key::kKey, key},
+         {key::kJob, s.job},
+         {key::kStep, s.step},
+         {key::kUid, s.uid},
+         {key::kGpuIndex, s.gpu_index},
+         {key::kGpuMem, s.gpu_mem},
+         {key::kPid, s.record.pid},
+         {key::kState, SlurmStepStateName(s.busy             ? SlurmStepState::kCheckpointing
+                                          : s.stopped        ? SlurmStepState::kStopped
+                                          : s.record.pid > 0 ? SlurmStepState::kRunning
+                                                             : SlurmStepState::kStarting)},
+         {key::kImage, LatestImage(s.checkpoint_dir)}});
   }
-  return {{"ok", true}, {"node", options_.name}, {"steps", out}};
+  return {{key::kOk, true}, {key::kNode, options_.name}, {key::kSteps, out}};
 }
 
 }  // namespace paladin::agent

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "agent_impl.h"
+#include "paladin/api/wire.h"
 #include "paladin/base/process.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/gpu_checkpoint.h"
@@ -23,6 +24,7 @@
 namespace paladin::agent {
 
 namespace fs = std::filesystem;
+namespace key = api::key;
 
 namespace {
 
@@ -187,7 +189,7 @@ void Agent::MigrateIn(const api::Command& c) {
     std::lock_guard<std::mutex> lock(mu_);
     jobs_[{job, epoch}] = std::move(*w);
   }
-  AddResult(id, Status::Ok(), {{"pid", pid}});
+  AddResult(id, Status::Ok(), {{key::kPid, pid}});
 }
 
 Status Agent::CommitMigration(int64_t migration) {
@@ -201,9 +203,9 @@ Status Agent::CommitMigration(int64_t migration) {
   double backoff = 0.5;
   for (int attempt = 1;; ++attempt) {
     StatusOr<Json> answer = client.Post(path, Json::object());
-    if (answer.ok() && answer->is_object() && answer->contains("commit") &&
-        (*answer)["commit"].is_boolean()) {
-      if ((*answer)["commit"].get<bool>()) return Status::Ok();
+    if (answer.ok() && answer->is_object() && answer->contains(key::kCommit) &&
+        (*answer)[key::kCommit].is_boolean()) {
+      if ((*answer)[key::kCommit].get<bool>()) return Status::Ok();
       return FailedPrecondition("the server did not commit migration " + std::to_string(migration));
     }
     const Status why = answer.ok() ? Internal("an answer without \"commit\"") : answer.status();
@@ -225,10 +227,11 @@ StatusOr<bool> Agent::ResolveMigration(int64_t migration) {
   StatusOr<Json> answer =
       client.Post("/v1/migrations/" + std::to_string(migration) + "/abort", Json::object());
   if (!answer.ok()) return answer.status();
-  if (!answer->is_object() || !answer->contains("commit") || !(*answer)["commit"].is_boolean()) {
+  if (!answer->is_object() || !answer->contains(key::kCommit) ||
+      !(*answer)[key::kCommit].is_boolean()) {
     return Internal("the server's answer has no \"commit\"");
   }
-  return (*answer)["commit"].get<bool>();
+  return (*answer)[key::kCommit].get<bool>();
 }
 
 void Agent::SettleInterruptedMoves() {
@@ -404,12 +407,12 @@ void Agent::MigrateOut(const api::Command& c) {
     Forget(w->id, w->epoch, false);
   }
   AddResult(id, Status::Ok(),
-            {{"pause_s", report->pause_s},
+            {{key::kPauseS, report->pause_s},
              {"total_s", report->total_s},
-             {"mode", report->mode},
-             {"mode_why", mode_why},
+             {key::kMode, report->mode},
+             {key::kModeWhy, mode_why},
              {"phases", phases},
-             {"pid", report->remote_pid}});
+             {key::kPid, report->remote_pid}});
 }
 
 }  // namespace paladin::agent

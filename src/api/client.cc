@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "paladin/api/http.h"
+#include "paladin/api/wire.h"
 
 namespace paladin::api {
 
@@ -68,7 +69,8 @@ Status FromHttp(int status, const std::string& body, const std::string& what) {
   std::string message;
   try {
     Json j = Json::parse(body);
-    if (j.is_object() && j.contains("error") && j["error"].is_string()) message = j["error"];
+    if (j.is_object() && j.contains(key::kError) && j[key::kError].is_string())
+      message = j[key::kError];
   } catch (const std::exception&) {
   }
   if (message.empty()) message = body.empty() ? "HTTP " + std::to_string(status) : body;
@@ -183,9 +185,9 @@ ClientConfig ResolveClientConfig(const std::string& url_flag, const std::string&
   if (in) {
     try {
       Json j = Json::parse(in);
-      config.url = j.value("url", "");
-      config.token = j.value("token", "");
-      config.ca_file = j.value("ca_file", "");
+      config.url = j.value(key::kUrl, "");
+      config.token = j.value(key::kToken, "");
+      config.ca_file = j.value(key::kCaFile, "");
     } catch (const std::exception&) {
     }
   }

@@ -1,6 +1,8 @@
 // A job's state names (paladin/api/job_state.h).
 #include "paladin/api/job_state.h"
 
+#include "paladin/api/wire.h"
+
 namespace paladin::api {
 
 std::string_view JobStateName(JobState state) {
@@ -43,7 +45,7 @@ bool IsTerminal(JobState state) {
 
 std::optional<JobState> JobStateOf(const nlohmann::json& job) {
   if (!job.is_object()) return std::nullopt;
-  auto it = job.find("state");
+  auto it = job.find(key::kState);
   if (it == job.end() || !it->is_string()) return std::nullopt;
   return ParseJobState(it->get_ref<const std::string&>());
 }

@@ -62,35 +62,37 @@ std::string Where(const char* list, size_t i) {
 StatusOr<JobReport> DecodeJob(const Json& r, const std::string& where) {
   if (!r.is_object()) return InvalidArgument(where + "expected an object");
   JobReport j;
-  if (!r.contains("id") || !r["id"].is_string()) return Wrong(where, "id", "expected a string");
-  j.id = r["id"].get<std::string>();
-  PALADIN_RETURN_IF_ERROR(Int(r, "epoch", 0, kMaxCount, where, &j.epoch));
-  if (r.contains("state") && !r["state"].is_null()) {
-    const std::optional<CopyState> state =
-        r["state"].is_string() ? CopyStateNamed(r["state"].get<std::string>()) : std::nullopt;
-    if (!state) return Wrong(where, "state", "expected running, stopped, frozen or exited");
+  if (!r.contains(key::kId) || !r[key::kId].is_string())
+    return Wrong(where, key::kId, "expected a string");
+  j.id = r[key::kId].get<std::string>();
+  PALADIN_RETURN_IF_ERROR(Int(r, key::kEpoch, 0, kMaxCount, where, &j.epoch));
+  if (r.contains(key::kState) && !r[key::kState].is_null()) {
+    const std::optional<CopyState> state = r[key::kState].is_string()
+                                               ? CopyStateNamed(r[key::kState].get<std::string>())
+                                               : std::nullopt;
+    if (!state) return Wrong(where, key::kState, "expected running, stopped, frozen or exited");
     j.state = *state;
   }
-  PALADIN_RETURN_IF_ERROR(Int(r, "pid", -1, kMaxCount, where, &j.pid));
-  if (r.contains("used_bytes") && !r["used_bytes"].is_null()) {
+  PALADIN_RETURN_IF_ERROR(Int(r, key::kPid, -1, kMaxCount, where, &j.pid));
+  if (r.contains(key::kUsedBytes) && !r[key::kUsedBytes].is_null()) {
     int64_t used = 0;
-    PALADIN_RETURN_IF_ERROR(Int(r, "used_bytes", 0, kMaxCount, where, &used));
+    PALADIN_RETURN_IF_ERROR(Int(r, key::kUsedBytes, 0, kMaxCount, where, &used));
     j.used_bytes = used;
   }
-  PALADIN_RETURN_IF_ERROR(Int(r, "quota_bytes", 0, kMaxCount, where, &j.quota_bytes));
-  PALADIN_RETURN_IF_ERROR(Int(r, "quota_grows", 0, kMaxCount, where, &j.quota_grows));
-  PALADIN_RETURN_IF_ERROR(Int(r, "refusals", 0, kMaxCount, where, &j.refusals));
-  if (r.contains("exit_code") && !r["exit_code"].is_null()) {
+  PALADIN_RETURN_IF_ERROR(Int(r, key::kQuotaBytes, 0, kMaxCount, where, &j.quota_bytes));
+  PALADIN_RETURN_IF_ERROR(Int(r, key::kQuotaGrows, 0, kMaxCount, where, &j.quota_grows));
+  PALADIN_RETURN_IF_ERROR(Int(r, key::kRefusals, 0, kMaxCount, where, &j.refusals));
+  if (r.contains(key::kExitCode) && !r[key::kExitCode].is_null()) {
     int64_t code = 0;
-    PALADIN_RETURN_IF_ERROR(Int(r, "exit_code", -1000, 1000, where, &code));
+    PALADIN_RETURN_IF_ERROR(Int(r, key::kExitCode, -1000, 1000, where, &code));
     j.exit_code = static_cast<int>(code);
   }
-  PALADIN_RETURN_IF_ERROR(Str(r, "stdout", where, &j.stdout_text));
-  PALADIN_RETURN_IF_ERROR(Str(r, "stderr", where, &j.stderr_text));
-  PALADIN_RETURN_IF_ERROR(Int(r, "stdout_from", -1, kMaxCount, where, &j.stdout_from));
-  PALADIN_RETURN_IF_ERROR(Int(r, "stdout_to", -1, kMaxCount, where, &j.stdout_to));
-  PALADIN_RETURN_IF_ERROR(Int(r, "stderr_from", -1, kMaxCount, where, &j.stderr_from));
-  PALADIN_RETURN_IF_ERROR(Int(r, "stderr_to", -1, kMaxCount, where, &j.stderr_to));
+  PALADIN_RETURN_IF_ERROR(Str(r, key::kStdout, where, &j.stdout_text));
+  PALADIN_RETURN_IF_ERROR(Str(r, key::kStderr, where, &j.stderr_text));
+  PALADIN_RETURN_IF_ERROR(Int(r, key::kStdoutFrom, -1, kMaxCount, where, &j.stdout_from));
+  PALADIN_RETURN_IF_ERROR(Int(r, key::kStdoutTo, -1, kMaxCount, where, &j.stdout_to));
+  PALADIN_RETURN_IF_ERROR(Int(r, key::kStderrFrom, -1, kMaxCount, where, &j.stderr_from));
+  PALADIN_RETURN_IF_ERROR(Int(r, key::kStderrTo, -1, kMaxCount, where, &j.stderr_to));
   return j;
 }
 
@@ -168,11 +170,11 @@ constexpr std::pair<MoveMode, const char*> kMoveModes[] = {
 // migrate_in, migrate_out: "move_mode", absent for pre-copy (a server that predates post-copy).
 Status DecodeMoveMode(const Json& o, const std::string& where, MoveMode* out) {
   std::string name = "pre-copy";
-  PALADIN_RETURN_IF_ERROR(Str(o, "move_mode", where, &name));
+  PALADIN_RETURN_IF_ERROR(Str(o, key::kMoveMode, where, &name));
   if (name.empty()) name = "pre-copy";
   const std::optional<MoveMode> mode = MoveModeNamed(name);
   if (!mode) {
-    return Wrong(where, "move_mode",
+    return Wrong(where, key::kMoveMode,
                  "expected pre-copy or post-copy, not '" + name.substr(0, 64) + "'");
   }
   *out = *mode;
@@ -181,22 +183,23 @@ Status DecodeMoveMode(const Json& o, const std::string& where, MoveMode* out) {
 
 // A launch's "rank_net": absent or null is none.
 Status DecodeRankNet(const Json& o, const std::string& where, std::optional<RankNet>* out) {
-  if (!o.contains("rank_net") || o["rank_net"].is_null()) return Status::Ok();
-  const Json& v = o["rank_net"];
-  if (!v.is_object()) return Wrong(where, "rank_net", "expected an object");
+  if (!o.contains(key::kRankNet) || o[key::kRankNet].is_null()) return Status::Ok();
+  const Json& v = o[key::kRankNet];
+  if (!v.is_object()) return Wrong(where, key::kRankNet, "expected an object");
   RankNet net;
   const std::string inner = where + "rank_net: ";
-  PALADIN_RETURN_IF_ERROR(Required(v, "address", inner));
-  PALADIN_RETURN_IF_ERROR(Str(v, "address", inner, &net.address));
-  if (!IsDottedIpv4(net.address)) return Wrong(inner, "address", "expected a dotted IPv4 address");
-  PALADIN_RETURN_IF_ERROR(Str(v, "interface", inner, &net.interface));
+  PALADIN_RETURN_IF_ERROR(Required(v, key::kAddress, inner));
+  PALADIN_RETURN_IF_ERROR(Str(v, key::kAddress, inner, &net.address));
+  if (!IsDottedIpv4(net.address))
+    return Wrong(inner, key::kAddress, "expected a dotted IPv4 address");
+  PALADIN_RETURN_IF_ERROR(Str(v, key::kInterface, inner, &net.interface));
   const bool name_ok =
       !net.interface.empty() && net.interface.size() <= 15 &&
       std::all_of(net.interface.begin(), net.interface.end(), [](char ch) {
         return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_';
       });
   if (!name_ok) {
-    return Wrong(inner, "interface", "expected 1-15 characters of a-z, 0-9, '-', '_'");
+    return Wrong(inner, key::kInterface, "expected 1-15 characters of a-z, 0-9, '-', '_'");
   }
   *out = std::move(net);
   return Status::Ok();
@@ -229,7 +232,7 @@ bool IsDottedIpv4(const std::string& text) {
 
 Json ToJson(const std::vector<RankRoute>& routes) {
   Json out = Json::array();
-  for (const RankRoute& r : routes) out.push_back({{"address", r.address}, {"via", r.via}});
+  for (const RankRoute& r : routes) out.push_back({{key::kAddress, r.address}, {key::kVia, r.via}});
   return out;
 }
 
@@ -238,10 +241,10 @@ StatusOr<std::vector<RankRoute>> DecodeRankRoutes(const Json& list) {
   if (list.is_null()) return out;
   if (!list.is_array()) return InvalidArgument("rank_routes: expected a list");
   for (size_t i = 0; i < list.size(); ++i) {
-    const std::string where = Where("rank_routes", i);
+    const std::string where = Where(key::kRankRoutes, i);
     if (!list[i].is_object()) return InvalidArgument(where + "expected an object");
     RankRoute r;
-    for (auto [key, field] : {std::pair{"address", &r.address}, std::pair{"via", &r.via}}) {
+    for (auto [key, field] : {std::pair{key::kAddress, &r.address}, std::pair{key::kVia, &r.via}}) {
       PALADIN_RETURN_IF_ERROR(Required(list[i], key, where));
       PALADIN_RETURN_IF_ERROR(Str(list[i], key, where, field));
       if (!IsDottedIpv4(*field)) return Wrong(where, key, "expected a dotted IPv4 address");
@@ -325,58 +328,59 @@ Command FaultCommand(int gpu_index, const std::string& fault_kind, int64_t code)
 }
 
 Json ToJson(const Command& c) {
-  Json out = {{"id", c.id}, {"kind", CommandKindName(c.kind)}};
-  if (!c.job.empty()) out["job"] = c.job;
-  if (c.epoch) out["epoch"] = *c.epoch;
+  Json out = {{key::kId, c.id}, {key::kKind, CommandKindName(c.kind)}};
+  if (!c.job.empty()) out[key::kJob] = c.job;
+  if (c.epoch) out[key::kEpoch] = *c.epoch;
   if (Launches(c.kind)) {
-    out["name"] = c.name;
-    out["command"] = c.command;
-    out["env"] = c.env;
-    out["gpu_index"] = c.gpu_index;
-    out["gpu_uuid"] = c.gpu_uuid;
-    if (c.kind != CommandKind::kMigrateIn) out["gpu_indices"] = c.gpu_indices;
-    if (c.compute_share != 0) out["compute_share"] = c.compute_share;
-    if (!c.gpu_map.empty()) out["gpu_map"] = MapJson(c.gpu_map);
+    out[key::kName] = c.name;
+    out[key::kCommand] = c.command;
+    out[key::kEnv] = c.env;
+    out[key::kGpuIndex] = c.gpu_index;
+    out[key::kGpuUuid] = c.gpu_uuid;
+    if (c.kind != CommandKind::kMigrateIn) out[key::kGpuIndices] = c.gpu_indices;
+    if (c.compute_share != 0) out[key::kComputeShare] = c.compute_share;
+    if (!c.gpu_map.empty()) out[key::kGpuMap] = MapJson(c.gpu_map);
     if (c.rank_net) {
-      out["rank_net"] = {{"address", c.rank_net->address}, {"interface", c.rank_net->interface}};
+      out[key::kRankNet] = {{key::kAddress, c.rank_net->address},
+                            {key::kInterface, c.rank_net->interface}};
     }
   }
   if (Launches(c.kind) || c.kind == CommandKind::kResize) {
-    if (c.quota_bytes) out["quota_bytes"] = *c.quota_bytes;
-    if (c.ceiling_bytes) out["ceiling_bytes"] = *c.ceiling_bytes;
+    if (c.quota_bytes) out[key::kQuotaBytes] = *c.quota_bytes;
+    if (c.ceiling_bytes) out[key::kCeilingBytes] = *c.ceiling_bytes;
   }
   switch (c.kind) {
     case CommandKind::kRestore:
-      out["image"] = c.image;
+      out[key::kImage] = c.image;
       break;
     case CommandKind::kCheckpoint:
-      out["mode"] = c.mode;
-      out["dir"] = c.dir;
+      out[key::kMode] = c.mode;
+      out[key::kDir] = c.dir;
       break;
     case CommandKind::kFault:
-      out["gpu_index"] = c.gpu_index;
-      out["fault_kind"] = c.fault_kind;
-      out["code"] = c.code;
+      out[key::kGpuIndex] = c.gpu_index;
+      out[key::kFaultKind] = c.fault_kind;
+      out[key::kCode] = c.code;
       break;
     case CommandKind::kMigrateIn:
-      out["migration"] = c.migration;
-      out["port"] = c.port;
-      out["token"] = c.token;
-      out["from"] = c.from_node;
-      out["from_gpu_uuid"] = c.from_gpu_uuid;
-      out["address"] = c.address;
-      out["move_mode"] = MoveModeName(c.move_mode);
+      out[key::kMigration] = c.migration;
+      out[key::kPort] = c.port;
+      out[key::kToken] = c.token;
+      out[key::kFrom] = c.from_node;
+      out[key::kFromGpuUuid] = c.from_gpu_uuid;
+      out[key::kAddress] = c.address;
+      out[key::kMoveMode] = MoveModeName(c.move_mode);
       break;
     case CommandKind::kMigrateOut:
-      out["migration"] = c.migration;
-      out["to_port"] = c.port;
-      out["token"] = c.token;
-      out["to_address"] = c.to_address;
-      out["to"] = c.to_node;
-      out["to_gpu"] = c.to_gpu;
-      out["to_gpu_uuid"] = c.to_gpu_uuid;
-      out["move_mode"] = MoveModeName(c.move_mode);
-      out["stream"] = c.stream;
+      out[key::kMigration] = c.migration;
+      out[key::kToPort] = c.port;
+      out[key::kToken] = c.token;
+      out[key::kToAddress] = c.to_address;
+      out[key::kTo] = c.to_node;
+      out[key::kToGpu] = c.to_gpu;
+      out[key::kToGpuUuid] = c.to_gpu_uuid;
+      out[key::kMoveMode] = MoveModeName(c.move_mode);
+      out[key::kStream] = c.stream;
       break;
     case CommandKind::kStart:
     case CommandKind::kKill:
@@ -389,18 +393,18 @@ Json ToJson(const Command& c) {
 }
 
 int64_t CommandIdOf(const Json& body) {
-  return body.is_object() && body.contains("id") && body["id"].is_number_integer()
-             ? body["id"].get<int64_t>()
+  return body.is_object() && body.contains(key::kId) && body[key::kId].is_number_integer()
+             ? body[key::kId].get<int64_t>()
              : 0;
 }
 
 StatusOr<Command> DecodeCommand(const Json& body) {
   if (!body.is_object()) return InvalidArgument("command: expected a JSON object");
   Command c;
-  PALADIN_RETURN_IF_ERROR(Int(body, "id", 1, kMaxCount, "", &c.id));
+  PALADIN_RETURN_IF_ERROR(Int(body, key::kId, 1, kMaxCount, "", &c.id));
   if (c.id == 0) return InvalidArgument("command: id: missing");
   std::string kind;
-  PALADIN_RETURN_IF_ERROR(Str(body, "kind", "command " + std::to_string(c.id) + ": ", &kind));
+  PALADIN_RETURN_IF_ERROR(Str(body, key::kKind, "command " + std::to_string(c.id) + ": ", &kind));
   const std::optional<CommandKind> named = CommandKindNamed(kind);
   if (!named) {
     return InvalidArgument("command " + std::to_string(c.id) + ": unknown command kind '" +
@@ -408,86 +412,87 @@ StatusOr<Command> DecodeCommand(const Json& body) {
   }
   c.kind = *named;
   const std::string where = "command " + std::to_string(c.id) + " (" + kind + "): ";
-  PALADIN_RETURN_IF_ERROR(Str(body, "job", where, &c.job));
-  if (c.kind != CommandKind::kFault && c.job.empty()) return Wrong(where, "job", "missing");
-  PALADIN_RETURN_IF_ERROR(OptionalInt(body, "epoch", 0, kMaxCount, where, &c.epoch));
+  PALADIN_RETURN_IF_ERROR(Str(body, key::kJob, where, &c.job));
+  if (c.kind != CommandKind::kFault && c.job.empty()) return Wrong(where, key::kJob, "missing");
+  PALADIN_RETURN_IF_ERROR(OptionalInt(body, key::kEpoch, 0, kMaxCount, where, &c.epoch));
   if (Launches(c.kind)) {
-    PALADIN_RETURN_IF_ERROR(Str(body, "name", where, &c.name));
-    PALADIN_RETURN_IF_ERROR(Strings(body, "command", where, &c.command));
+    PALADIN_RETURN_IF_ERROR(Str(body, key::kName, where, &c.name));
+    PALADIN_RETURN_IF_ERROR(Strings(body, key::kCommand, where, &c.command));
     std::vector<std::pair<std::string, std::string>> env;
-    PALADIN_RETURN_IF_ERROR(StringMap(body, "env", where, &env));
+    PALADIN_RETURN_IF_ERROR(StringMap(body, key::kEnv, where, &env));
     c.env.insert(env.begin(), env.end());
-    PALADIN_RETURN_IF_ERROR(SmallInt(body, "gpu_index", -1, 1023, where, &c.gpu_index));
-    PALADIN_RETURN_IF_ERROR(Str(body, "gpu_uuid", where, &c.gpu_uuid));
-    if (body.contains("gpu_indices") && body["gpu_indices"].is_array()) {
-      for (const Json& g : body["gpu_indices"]) {
+    PALADIN_RETURN_IF_ERROR(SmallInt(body, key::kGpuIndex, -1, 1023, where, &c.gpu_index));
+    PALADIN_RETURN_IF_ERROR(Str(body, key::kGpuUuid, where, &c.gpu_uuid));
+    if (body.contains(key::kGpuIndices) && body[key::kGpuIndices].is_array()) {
+      for (const Json& g : body[key::kGpuIndices]) {
         if (!g.is_number_integer() || g.get<int64_t>() < 0 || g.get<int64_t>() > 1023) {
-          return Wrong(where, "gpu_indices", "expected a list of GPU indices");
+          return Wrong(where, key::kGpuIndices, "expected a list of GPU indices");
         }
         c.gpu_indices.push_back(g.get<int>());
       }
     }
-    PALADIN_RETURN_IF_ERROR(SmallInt(body, "compute_share", 0, 100, where, &c.compute_share));
-    PALADIN_RETURN_IF_ERROR(StringMap(body, "gpu_map", where, &c.gpu_map));
+    PALADIN_RETURN_IF_ERROR(SmallInt(body, key::kComputeShare, 0, 100, where, &c.compute_share));
+    PALADIN_RETURN_IF_ERROR(StringMap(body, key::kGpuMap, where, &c.gpu_map));
     PALADIN_RETURN_IF_ERROR(DecodeRankNet(body, where, &c.rank_net));
   }
   if (Launches(c.kind) || c.kind == CommandKind::kResize) {
-    PALADIN_RETURN_IF_ERROR(OptionalInt(body, "quota_bytes", 0, kMaxCount, where, &c.quota_bytes));
     PALADIN_RETURN_IF_ERROR(
-        OptionalInt(body, "ceiling_bytes", 0, kMaxCount, where, &c.ceiling_bytes));
+        OptionalInt(body, key::kQuotaBytes, 0, kMaxCount, where, &c.quota_bytes));
+    PALADIN_RETURN_IF_ERROR(
+        OptionalInt(body, key::kCeilingBytes, 0, kMaxCount, where, &c.ceiling_bytes));
   }
   switch (c.kind) {
     case CommandKind::kStart:
-      PALADIN_RETURN_IF_ERROR(Required(body, "command", where));
+      PALADIN_RETURN_IF_ERROR(Required(body, key::kCommand, where));
       break;
     case CommandKind::kRestore:
-      PALADIN_RETURN_IF_ERROR(Required(body, "image", where));
-      PALADIN_RETURN_IF_ERROR(Str(body, "image", where, &c.image));
+      PALADIN_RETURN_IF_ERROR(Required(body, key::kImage, where));
+      PALADIN_RETURN_IF_ERROR(Str(body, key::kImage, where, &c.image));
       break;
     case CommandKind::kCheckpoint:
-      PALADIN_RETURN_IF_ERROR(Str(body, "mode", where, &c.mode));
+      PALADIN_RETURN_IF_ERROR(Str(body, key::kMode, where, &c.mode));
       if (c.mode != "keep" && c.mode != "stop" && c.mode != "frozen") {
-        return Wrong(where, "mode",
+        return Wrong(where, key::kMode,
                      "expected keep, stop or frozen, not '" + c.mode.substr(0, 64) + "'");
       }
-      PALADIN_RETURN_IF_ERROR(Required(body, "dir", where));
-      PALADIN_RETURN_IF_ERROR(Str(body, "dir", where, &c.dir));
+      PALADIN_RETURN_IF_ERROR(Required(body, key::kDir, where));
+      PALADIN_RETURN_IF_ERROR(Str(body, key::kDir, where, &c.dir));
       break;
     case CommandKind::kFault:
-      PALADIN_RETURN_IF_ERROR(Required(body, "gpu_index", where));
-      PALADIN_RETURN_IF_ERROR(SmallInt(body, "gpu_index", 0, 1023, where, &c.gpu_index));
-      PALADIN_RETURN_IF_ERROR(Str(body, "fault_kind", where, &c.fault_kind));
+      PALADIN_RETURN_IF_ERROR(Required(body, key::kGpuIndex, where));
+      PALADIN_RETURN_IF_ERROR(SmallInt(body, key::kGpuIndex, 0, 1023, where, &c.gpu_index));
+      PALADIN_RETURN_IF_ERROR(Str(body, key::kFaultKind, where, &c.fault_kind));
       if (c.fault_kind != "xid" && c.fault_kind != "ecc" && c.fault_kind != "ecc-corrected") {
         return Wrong(
-            where, "fault_kind",
+            where, key::kFaultKind,
             "expected xid, ecc or ecc-corrected, not '" + c.fault_kind.substr(0, 64) + "'");
       }
-      PALADIN_RETURN_IF_ERROR(Int(body, "code", 0, kMaxCount, where, &c.code));
+      PALADIN_RETURN_IF_ERROR(Int(body, key::kCode, 0, kMaxCount, where, &c.code));
       break;
     case CommandKind::kMigrateIn:
-      PALADIN_RETURN_IF_ERROR(Required(body, "port", where));
-      PALADIN_RETURN_IF_ERROR(SmallInt(body, "port", 1, 65534, where, &c.port));
-      PALADIN_RETURN_IF_ERROR(Required(body, "token", where));
-      PALADIN_RETURN_IF_ERROR(Str(body, "token", where, &c.token));
-      PALADIN_RETURN_IF_ERROR(Int(body, "migration", 0, kMaxCount, where, &c.migration));
-      PALADIN_RETURN_IF_ERROR(Str(body, "from", where, &c.from_node));
-      PALADIN_RETURN_IF_ERROR(Str(body, "from_gpu_uuid", where, &c.from_gpu_uuid));
-      PALADIN_RETURN_IF_ERROR(Str(body, "address", where, &c.address));
+      PALADIN_RETURN_IF_ERROR(Required(body, key::kPort, where));
+      PALADIN_RETURN_IF_ERROR(SmallInt(body, key::kPort, 1, 65534, where, &c.port));
+      PALADIN_RETURN_IF_ERROR(Required(body, key::kToken, where));
+      PALADIN_RETURN_IF_ERROR(Str(body, key::kToken, where, &c.token));
+      PALADIN_RETURN_IF_ERROR(Int(body, key::kMigration, 0, kMaxCount, where, &c.migration));
+      PALADIN_RETURN_IF_ERROR(Str(body, key::kFrom, where, &c.from_node));
+      PALADIN_RETURN_IF_ERROR(Str(body, key::kFromGpuUuid, where, &c.from_gpu_uuid));
+      PALADIN_RETURN_IF_ERROR(Str(body, key::kAddress, where, &c.address));
       PALADIN_RETURN_IF_ERROR(DecodeMoveMode(body, where, &c.move_mode));
       break;
     case CommandKind::kMigrateOut:
-      for (const char* key : {"to_address", "to_port", "token", "migration"}) {
+      for (const char* key : {key::kToAddress, key::kToPort, key::kToken, key::kMigration}) {
         PALADIN_RETURN_IF_ERROR(Required(body, key, where));
       }
-      PALADIN_RETURN_IF_ERROR(Str(body, "to_address", where, &c.to_address));
-      PALADIN_RETURN_IF_ERROR(SmallInt(body, "to_port", 1, 65534, where, &c.port));
-      PALADIN_RETURN_IF_ERROR(Str(body, "token", where, &c.token));
-      PALADIN_RETURN_IF_ERROR(Int(body, "migration", 0, kMaxCount, where, &c.migration));
-      PALADIN_RETURN_IF_ERROR(Str(body, "to", where, &c.to_node));
-      PALADIN_RETURN_IF_ERROR(SmallInt(body, "to_gpu", 0, 1023, where, &c.to_gpu));
-      PALADIN_RETURN_IF_ERROR(Str(body, "to_gpu_uuid", where, &c.to_gpu_uuid));
+      PALADIN_RETURN_IF_ERROR(Str(body, key::kToAddress, where, &c.to_address));
+      PALADIN_RETURN_IF_ERROR(SmallInt(body, key::kToPort, 1, 65534, where, &c.port));
+      PALADIN_RETURN_IF_ERROR(Str(body, key::kToken, where, &c.token));
+      PALADIN_RETURN_IF_ERROR(Int(body, key::kMigration, 0, kMaxCount, where, &c.migration));
+      PALADIN_RETURN_IF_ERROR(Str(body, key::kTo, where, &c.to_node));
+      PALADIN_RETURN_IF_ERROR(SmallInt(body, key::kToGpu, 0, 1023, where, &c.to_gpu));
+      PALADIN_RETURN_IF_ERROR(Str(body, key::kToGpuUuid, where, &c.to_gpu_uuid));
       PALADIN_RETURN_IF_ERROR(DecodeMoveMode(body, where, &c.move_mode));
-      PALADIN_RETURN_IF_ERROR(Bool(body, "stream", where, &c.stream));
+      PALADIN_RETURN_IF_ERROR(Bool(body, key::kStream, where, &c.stream));
       break;
     case CommandKind::kKill:
     case CommandKind::kResize:
@@ -499,31 +504,34 @@ StatusOr<Command> DecodeCommand(const Json& body) {
 }
 
 Json ToJson(const JobReport& r) {
-  return Json{{"id", r.id},
-              {"epoch", r.epoch},
-              {"state", CopyStateName(r.state)},
-              {"pid", r.pid},
-              {"used_bytes", r.used_bytes ? Json(*r.used_bytes) : Json(nullptr)},
-              {"quota_bytes", r.quota_bytes},
-              {"quota_grows", r.quota_grows},
-              {"refusals", r.refusals},
-              {"exit_code", r.exit_code ? Json(*r.exit_code) : Json(nullptr)},
-              {"stdout", r.stdout_text},
-              {"stderr", r.stderr_text},
-              {"stdout_from", r.stdout_from},
-              {"stdout_to", r.stdout_to},
-              {"stderr_from", r.stderr_from},
-              {"stderr_to", r.stderr_to}};
+  return Json{{key::kId, r.id},
+              {key::kEpoch, r.epoch},
+              {key::kState, CopyStateName(r.state)},
+              {key::kPid, r.pid},
+              {key::kUsedBytes, r.used_bytes ? Json(*r.used_bytes) : Json(nullptr)},
+              {key::kQuotaBytes, r.quota_bytes},
+              {key::kQuotaGrows, r.quota_grows},
+              {key::kRefusals, r.refusals},
+              {key::kExitCode, r.exit_code ? Json(*r.exit_code) : Json(nullptr)},
+              {key::kStdout, r.stdout_text},
+              {key::kStderr, r.stderr_text},
+              {key::kStdoutFrom, r.stdout_from},
+              {key::kStdoutTo, r.stdout_to},
+              {key::kStderrFrom, r.stderr_from},
+              {key::kStderrTo, r.stderr_to}};
 }
 
 Json ToJson(const GpuReport& g) {
-  Json out = {{"index", g.index}, {"used_bytes", g.used_bytes}, {"healthy", g.healthy}};
-  if (!g.fault.empty()) out["fault"] = g.fault;
+  Json out = {{key::kIndex, g.index}, {key::kUsedBytes, g.used_bytes}, {key::kHealthy, g.healthy}};
+  if (!g.fault.empty()) out[key::kFault] = g.fault;
   return out;
 }
 
 Json ToJson(const CommandResult& c) {
-  return Json{{"command", c.command}, {"ok", c.ok}, {"error", c.error}, {"detail", c.detail}};
+  return Json{{key::kCommand, c.command},
+              {key::kOk, c.ok},
+              {key::kError, c.error},
+              {key::kDetail, c.detail}};
 }
 
 StatusOr<std::vector<JobReport>> DecodeJobReports(const Json& list) {
@@ -531,7 +539,7 @@ StatusOr<std::vector<JobReport>> DecodeJobReports(const Json& list) {
   if (list.is_null()) return out;
   if (!list.is_array()) return InvalidArgument("jobs: expected a list");
   for (size_t i = 0; i < list.size(); ++i) {
-    StatusOr<JobReport> r = DecodeJob(list[i], Where("jobs", i));
+    StatusOr<JobReport> r = DecodeJob(list[i], Where(key::kJobs, i));
     if (!r.ok()) return r.status();
     out.push_back(std::move(*r));
   }
@@ -541,39 +549,39 @@ StatusOr<std::vector<JobReport>> DecodeJobReports(const Json& list) {
 StatusOr<Heartbeat> DecodeHeartbeat(const Json& body) {
   if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
   Heartbeat beat;
-  StatusOr<const Json*> gpus = List(body, "gpus");
+  StatusOr<const Json*> gpus = List(body, key::kGpus);
   if (!gpus.ok()) return gpus.status();
   for (size_t i = 0; *gpus != nullptr && i < (*gpus)->size(); ++i) {
     const Json& g = (**gpus)[i];
-    const std::string where = Where("gpus", i);
+    const std::string where = Where(key::kGpus, i);
     if (!g.is_object()) return InvalidArgument(where + "expected an object");
     GpuReport r;
     int64_t index = 0;
-    PALADIN_RETURN_IF_ERROR(Int(g, "index", 0, 1023, where, &index));
+    PALADIN_RETURN_IF_ERROR(Int(g, key::kIndex, 0, 1023, where, &index));
     r.index = static_cast<int>(index);
-    PALADIN_RETURN_IF_ERROR(Int(g, "used_bytes", 0, kMaxCount, where, &r.used_bytes));
-    PALADIN_RETURN_IF_ERROR(Bool(g, "healthy", where, &r.healthy));
-    PALADIN_RETURN_IF_ERROR(Str(g, "fault", where, &r.fault));
+    PALADIN_RETURN_IF_ERROR(Int(g, key::kUsedBytes, 0, kMaxCount, where, &r.used_bytes));
+    PALADIN_RETURN_IF_ERROR(Bool(g, key::kHealthy, where, &r.healthy));
+    PALADIN_RETURN_IF_ERROR(Str(g, key::kFault, where, &r.fault));
     beat.gpus.push_back(std::move(r));
   }
-  if (body.contains("jobs")) {
-    StatusOr<std::vector<JobReport>> jobs = DecodeJobReports(body["jobs"]);
+  if (body.contains(key::kJobs)) {
+    StatusOr<std::vector<JobReport>> jobs = DecodeJobReports(body[key::kJobs]);
     if (!jobs.ok()) return jobs.status();
     beat.jobs = std::move(*jobs);
   }
-  StatusOr<const Json*> results = List(body, "results");
+  StatusOr<const Json*> results = List(body, key::kResults);
   if (!results.ok()) return results.status();
   for (size_t i = 0; *results != nullptr && i < (*results)->size(); ++i) {
     const Json& r = (**results)[i];
-    const std::string where = Where("results", i);
+    const std::string where = Where(key::kResults, i);
     if (!r.is_object()) return InvalidArgument(where + "expected an object");
     CommandResult c;
-    PALADIN_RETURN_IF_ERROR(Int(r, "command", 0, kMaxCount, where, &c.command));
-    PALADIN_RETURN_IF_ERROR(Bool(r, "ok", where, &c.ok));
-    PALADIN_RETURN_IF_ERROR(Str(r, "error", where, &c.error));
-    if (r.contains("detail") && !r["detail"].is_null()) {
-      if (!r["detail"].is_object()) return Wrong(where, "detail", "expected an object");
-      c.detail = r["detail"];
+    PALADIN_RETURN_IF_ERROR(Int(r, key::kCommand, 0, kMaxCount, where, &c.command));
+    PALADIN_RETURN_IF_ERROR(Bool(r, key::kOk, where, &c.ok));
+    PALADIN_RETURN_IF_ERROR(Str(r, key::kError, where, &c.error));
+    if (r.contains(key::kDetail) && !r[key::kDetail].is_null()) {
+      if (!r[key::kDetail].is_object()) return Wrong(where, key::kDetail, "expected an object");
+      c.detail = r[key::kDetail];
     }
     beat.results.push_back(std::move(c));
   }
@@ -587,43 +595,44 @@ Json ToJson(const Heartbeat& beat) {
   for (const JobReport& r : beat.jobs) jobs.push_back(ToJson(r));
   Json results = Json::array();
   for (const CommandResult& c : beat.results) results.push_back(ToJson(c));
-  return Json{
-      {"gpus", std::move(gpus)}, {"jobs", std::move(jobs)}, {"results", std::move(results)}};
+  return Json{{key::kGpus, std::move(gpus)},
+              {key::kJobs, std::move(jobs)},
+              {key::kResults, std::move(results)}};
 }
 
 Json ToJson(const Registration& r) {
   Json gpus = Json::array();
   for (const RegisteredGpu& g : r.gpus) {
-    gpus.push_back({{"index", g.index},
-                    {"uuid", g.uuid},
-                    {"model", g.model},
-                    {"memory_bytes", g.memory_bytes},
-                    {"emulated", g.emulated},
-                    {"healthy", g.healthy}});
+    gpus.push_back({{key::kIndex, g.index},
+                    {key::kUuid, g.uuid},
+                    {key::kModel, g.model},
+                    {key::kMemoryBytes, g.memory_bytes},
+                    {key::kEmulated, g.emulated},
+                    {key::kHealthy, g.healthy}});
   }
   Json jobs = Json::array();
   for (const JobReport& j : r.jobs) jobs.push_back(ToJson(j));
-  return Json{{"name", r.name},
-              {"address", r.address},
-              {"migrate_port", r.migrate_port},
-              {"checkpointable", r.checkpointable},
-              {"post_copy", r.post_copy},
-              {"stream", r.stream},
-              {"gpus", std::move(gpus)},
-              {"jobs", std::move(jobs)}};
+  return Json{{key::kName, r.name},
+              {key::kAddress, r.address},
+              {key::kMigratePort, r.migrate_port},
+              {key::kCheckpointable, r.checkpointable},
+              {key::kPostCopy, r.post_copy},
+              {key::kStream, r.stream},
+              {key::kGpus, std::move(gpus)},
+              {key::kJobs, std::move(jobs)}};
 }
 
 Json ToJson(const RegisterAnswer& a) {
-  return Json{{"lease_s", a.lease_s},
-              {"heartbeat_s", a.heartbeat_s},
-              {"checkpoint_store", a.checkpoint_store}};
+  return Json{{key::kLeaseS, a.lease_s},
+              {key::kHeartbeatS, a.heartbeat_s},
+              {key::kCheckpointStore, a.checkpoint_store}};
 }
 
 Json ToJson(const HeartbeatAnswer& a) {
-  return Json{{"lease_s", a.lease_s},
-              {"heartbeat_s", a.heartbeat_s},
-              {"commands", a.commands},
-              {"rank_routes", ToJson(a.rank_routes)}};
+  return Json{{key::kLeaseS, a.lease_s},
+              {key::kHeartbeatS, a.heartbeat_s},
+              {key::kCommands, a.commands},
+              {key::kRankRoutes, ToJson(a.rank_routes)}};
 }
 
 namespace {
@@ -659,18 +668,18 @@ StatusOr<RegisteredGpu> DecodeRegisteredGpu(const Json& g) {
   const std::string where = "gpus[]: ";
   if (!g.is_object()) return InvalidArgument("gpus[]: expected objects");
   RegisteredGpu r;
-  StatusOr<int64_t> index = RegisteredInt(g, "index", 0, core::kMaxGpusPerNode - 1, -1, where);
+  StatusOr<int64_t> index = RegisteredInt(g, key::kIndex, 0, core::kMaxGpusPerNode - 1, -1, where);
   if (!index.ok()) return index.status();
   if (*index < 0) return InvalidArgument("gpus[]: index: required");
-  StatusOr<int64_t> memory = RegisteredInt(g, "memory_bytes", 0, kMaxCount, 0, where);
+  StatusOr<int64_t> memory = RegisteredInt(g, key::kMemoryBytes, 0, kMaxCount, 0, where);
   if (!memory.ok()) return memory.status();
-  StatusOr<std::string> uuid = RegisteredString(g, "uuid", where);
+  StatusOr<std::string> uuid = RegisteredString(g, key::kUuid, where);
   if (!uuid.ok()) return uuid.status();
-  StatusOr<std::string> model = RegisteredString(g, "model", where);
+  StatusOr<std::string> model = RegisteredString(g, key::kModel, where);
   if (!model.ok()) return model.status();
-  StatusOr<bool> emulated = RegisteredBool(g, "emulated", false, where);
+  StatusOr<bool> emulated = RegisteredBool(g, key::kEmulated, false, where);
   if (!emulated.ok()) return emulated.status();
-  StatusOr<bool> healthy = RegisteredBool(g, "healthy", true, where);
+  StatusOr<bool> healthy = RegisteredBool(g, key::kHealthy, true, where);
   if (!healthy.ok()) return healthy.status();
   r.index = static_cast<int>(*index);
   r.memory_bytes = *memory;
@@ -691,7 +700,7 @@ StatusOr<std::optional<double>> Seconds(const Json& o, const char* key) {
 
 StatusOr<std::string> RegistrationName(const Json& body) {
   if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
-  return RegisteredString(body, "name", "");
+  return RegisteredString(body, key::kName, "");
 }
 
 StatusOr<Registration> DecodeRegistration(const Json& body) {
@@ -699,25 +708,25 @@ StatusOr<Registration> DecodeRegistration(const Json& body) {
   StatusOr<std::string> name = RegistrationName(body);
   if (!name.ok()) return name.status();
   r.name = *name;
-  StatusOr<std::string> address = RegisteredString(body, "address", "");
+  StatusOr<std::string> address = RegisteredString(body, key::kAddress, "");
   if (!address.ok()) return address.status();
   r.address = *address;
-  StatusOr<int64_t> port = RegisteredInt(body, "migrate_port", 0, 65535, 0, "");
+  StatusOr<int64_t> port = RegisteredInt(body, key::kMigratePort, 0, 65535, 0, "");
   if (!port.ok()) return port.status();
   r.migrate_port = static_cast<int>(*port);
-  if (body.contains("checkpointable") && !body["checkpointable"].is_boolean()) {
+  if (body.contains(key::kCheckpointable) && !body[key::kCheckpointable].is_boolean()) {
     return InvalidArgument("checkpointable: expected true or false");
   }
-  r.checkpointable = body.value("checkpointable", true);
-  StatusOr<bool> post_copy = RegisteredBool(body, "post_copy", false, "");
+  r.checkpointable = body.value(key::kCheckpointable, true);
+  StatusOr<bool> post_copy = RegisteredBool(body, key::kPostCopy, false, "");
   if (!post_copy.ok()) return post_copy.status();
   r.post_copy = *post_copy;
-  StatusOr<bool> stream = RegisteredBool(body, "stream", false, "");
+  StatusOr<bool> stream = RegisteredBool(body, key::kStream, false, "");
   if (!stream.ok()) return stream.status();
   r.stream = *stream;
-  if (body.contains("gpus") && !body["gpus"].is_null()) {
-    if (!body["gpus"].is_array()) return InvalidArgument("gpus: expected a list");
-    for (const Json& g : body["gpus"]) {
+  if (body.contains(key::kGpus) && !body[key::kGpus].is_null()) {
+    if (!body[key::kGpus].is_array()) return InvalidArgument("gpus: expected a list");
+    for (const Json& g : body[key::kGpus]) {
       StatusOr<RegisteredGpu> gpu = DecodeRegisteredGpu(g);
       if (!gpu.ok()) return gpu.status();
       if (std::any_of(r.gpus.begin(), r.gpus.end(),
@@ -727,8 +736,8 @@ StatusOr<Registration> DecodeRegistration(const Json& body) {
       r.gpus.push_back(std::move(*gpu));
     }
   }
-  if (body.contains("jobs")) {
-    StatusOr<std::vector<JobReport>> jobs = DecodeJobReports(body["jobs"]);
+  if (body.contains(key::kJobs)) {
+    StatusOr<std::vector<JobReport>> jobs = DecodeJobReports(body[key::kJobs]);
     if (!jobs.ok()) return jobs.status();
     r.jobs = std::move(*jobs);
   }
@@ -738,16 +747,16 @@ StatusOr<Registration> DecodeRegistration(const Json& body) {
 StatusOr<AgentAnswer> ReadAgentAnswer(const Json& answer) {
   AgentAnswer out;
   if (!answer.is_object()) return out;
-  StatusOr<std::optional<double>> lease = Seconds(answer, "lease_s");
+  StatusOr<std::optional<double>> lease = Seconds(answer, key::kLeaseS);
   if (!lease.ok()) return lease.status();
   out.lease_s = *lease;
-  StatusOr<std::optional<double>> beat = Seconds(answer, "heartbeat_s");
+  StatusOr<std::optional<double>> beat = Seconds(answer, key::kHeartbeatS);
   if (!beat.ok()) return beat.status();
   out.heartbeat_s = *beat;
-  StatusOr<const Json*> commands = List(answer, "commands");
+  StatusOr<const Json*> commands = List(answer, key::kCommands);
   if (!commands.ok()) return commands.status();
   out.commands = *commands;
-  if (answer.contains("rank_routes")) out.rank_routes = &answer["rank_routes"];
+  if (answer.contains(key::kRankRoutes)) out.rank_routes = &answer[key::kRankRoutes];
   return out;
 }
 
@@ -777,68 +786,70 @@ bool Printable(const std::string& s, size_t max) {
 nlohmann::json ToJson(const PodList& list) {
   Json pods = Json::array();
   for (const PodReport& p : list.pods) {
-    pods.push_back({{"namespace", p.ns},
-                    {"name", p.name},
-                    {"team", p.team},
-                    {"phase", p.phase},
-                    {"node", p.node},
-                    {"gpu", p.gpu},
-                    {"gpu_mem_bytes", p.gpu_mem_bytes},
-                    {"used_bytes", p.used_bytes >= 0 ? Json(p.used_bytes) : Json(nullptr)},
-                    {"reason", p.reason},
-                    {"placement", p.placement},
-                    {"command", p.command}});
+    pods.push_back({{key::kNamespace, p.ns},
+                    {key::kName, p.name},
+                    {key::kTeam, p.team},
+                    {key::kPhase, p.phase},
+                    {key::kNode, p.node},
+                    {key::kGpu, p.gpu},
+                    {key::kGpuMemBytes, p.gpu_mem_bytes},
+                    {key::kUsedBytes, p.used_bytes >= 0 ? Json(p.used_bytes) : Json(nullptr)},
+                    {key::kReason, p.reason},
+                    {key::kPlacement, p.placement},
+                    {key::kCommand, p.command}});
   }
-  return {{"cluster", list.cluster}, {"pods", pods}};
+  return {{key::kCluster, list.cluster}, {key::kPods, pods}};
 }
 
 StatusOr<PodList> DecodePodList(const nlohmann::json& body) {
   if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
   PodList list;
-  PALADIN_RETURN_IF_ERROR(Str(body, "cluster", "", &list.cluster));
-  if (!KubeName(list.cluster)) return Wrong("", "cluster", "expected a name ([a-z0-9.-], 1-253)");
-  StatusOr<const Json*> pods = List(body, "pods");
+  PALADIN_RETURN_IF_ERROR(Str(body, key::kCluster, "", &list.cluster));
+  if (!KubeName(list.cluster))
+    return Wrong("", key::kCluster, "expected a name ([a-z0-9.-], 1-253)");
+  StatusOr<const Json*> pods = List(body, key::kPods);
   if (!pods.ok()) return pods.status();
   if (*pods != nullptr && (*pods)->size() > kMaxPods) {
     return InvalidArgument("pods: more than " + std::to_string(kMaxPods));
   }
   for (size_t i = 0; *pods != nullptr && i < (*pods)->size(); ++i) {
     const Json& o = (**pods)[i];
-    const std::string where = Where("pods", i);
+    const std::string where = Where(key::kPods, i);
     if (!o.is_object()) return InvalidArgument(where + "expected an object");
     PodReport p;
-    PALADIN_RETURN_IF_ERROR(Str(o, "namespace", where, &p.ns));
+    PALADIN_RETURN_IF_ERROR(Str(o, key::kNamespace, where, &p.ns));
     if (!KubeName(p.ns) || p.ns.size() > 63) {
-      return Wrong(where, "namespace", "expected a Kubernetes namespace name");
+      return Wrong(where, key::kNamespace, "expected a Kubernetes namespace name");
     }
-    PALADIN_RETURN_IF_ERROR(Str(o, "name", where, &p.name));
-    if (!KubeName(p.name)) return Wrong(where, "name", "expected a Kubernetes pod name");
-    PALADIN_RETURN_IF_ERROR(Str(o, "team", where, &p.team));
+    PALADIN_RETURN_IF_ERROR(Str(o, key::kName, where, &p.name));
+    if (!KubeName(p.name)) return Wrong(where, key::kName, "expected a Kubernetes pod name");
+    PALADIN_RETURN_IF_ERROR(Str(o, key::kTeam, where, &p.team));
     if (p.team.empty() || !Printable(p.team, 63)) {
-      return Wrong(where, "team", "expected a team name");  // the server checks it as one
+      return Wrong(where, key::kTeam, "expected a team name");  // the server checks it as one
     }
-    PALADIN_RETURN_IF_ERROR(Str(o, "phase", where, &p.phase));
+    PALADIN_RETURN_IF_ERROR(Str(o, key::kPhase, where, &p.phase));
     if (p.phase.empty() || !Printable(p.phase, 32)) {
-      return Wrong(where, "phase", "expected a pod phase (printable, up to 32 bytes)");
+      return Wrong(where, key::kPhase, "expected a pod phase (printable, up to 32 bytes)");
     }
-    PALADIN_RETURN_IF_ERROR(Str(o, "node", where, &p.node));
-    if (!p.node.empty() && !KubeName(p.node)) return Wrong(where, "node", "expected a node name");
+    PALADIN_RETURN_IF_ERROR(Str(o, key::kNode, where, &p.node));
+    if (!p.node.empty() && !KubeName(p.node))
+      return Wrong(where, key::kNode, "expected a node name");
     int64_t gpu = -1;
-    PALADIN_RETURN_IF_ERROR(Int(o, "gpu", -1, 1023, where, &gpu));
+    PALADIN_RETURN_IF_ERROR(Int(o, key::kGpu, -1, 1023, where, &gpu));
     p.gpu = static_cast<int>(gpu);
-    PALADIN_RETURN_IF_ERROR(Int(o, "gpu_mem_bytes", 0, kMaxCount, where, &p.gpu_mem_bytes));
-    PALADIN_RETURN_IF_ERROR(Int(o, "used_bytes", 0, kMaxCount, where, &p.used_bytes));
-    PALADIN_RETURN_IF_ERROR(Str(o, "reason", where, &p.reason));
+    PALADIN_RETURN_IF_ERROR(Int(o, key::kGpuMemBytes, 0, kMaxCount, where, &p.gpu_mem_bytes));
+    PALADIN_RETURN_IF_ERROR(Int(o, key::kUsedBytes, 0, kMaxCount, where, &p.used_bytes));
+    PALADIN_RETURN_IF_ERROR(Str(o, key::kReason, where, &p.reason));
     if (!Printable(p.reason, 1024)) {
-      return Wrong(where, "reason", "expected printable text of up to 1024 bytes");
+      return Wrong(where, key::kReason, "expected printable text of up to 1024 bytes");
     }
-    PALADIN_RETURN_IF_ERROR(Str(o, "placement", where, &p.placement));
+    PALADIN_RETURN_IF_ERROR(Str(o, key::kPlacement, where, &p.placement));
     if (!Printable(p.placement, 1024)) {
-      return Wrong(where, "placement", "expected printable text of up to 1024 bytes");
+      return Wrong(where, key::kPlacement, "expected printable text of up to 1024 bytes");
     }
-    PALADIN_RETURN_IF_ERROR(Str(o, "command", where, &p.command));
+    PALADIN_RETURN_IF_ERROR(Str(o, key::kCommand, where, &p.command));
     if (!Printable(p.command, 255) || p.command.find_first_of(" /") != std::string::npos) {
-      return Wrong(where, "command", "expected a command's or image's name (no blanks or '/')");
+      return Wrong(where, key::kCommand, "expected a command's or image's name (no blanks or '/')");
     }
     list.pods.push_back(std::move(p));
   }

@@ -24,12 +24,16 @@
 #include "paladin/api/client.h"
 #include "paladin/api/job_state.h"
 #include "paladin/api/port.h"
+#include "paladin/api/wire.h"
 #include "paladin/ckpt/criu.h"
 #include "paladin/ckpt/workload.h"
 #include "paladin/gpu/nvml.h"
 #include "paladin/quota/launch.h"
 
 namespace paladin::cli {
+
+namespace key = api::key;
+
 namespace {
 namespace fs = std::filesystem;
 using api::Json;
@@ -120,7 +124,7 @@ class Demo {
 StatusOr<std::string> Demo::Logs(const std::string& id) {
   StatusOr<Json> logs = admin_.Get("/v1/jobs/" + id + "/logs?stream=stdout");
   if (!logs.ok()) return logs.status();
-  return Str(*logs, "text");
+  return Str(*logs, key::kText);
 }
 
 Status Demo::WaitFor(const std::string& what, const std::function<StatusOr<bool>()>& done) {
@@ -201,10 +205,14 @@ Status Demo::StartFleet() {
 
 Status Demo::SubmitMix() {
   PALADIN_RETURN_IF_ERROR(
-      admin_.Put("/v1/teams/vision", {{"max_gpus", 4}, {"max_gpu_mem", "24GiB"}, {"priority", 1}})
+      admin_
+          .Put("/v1/teams/vision",
+               {{key::kMaxGpus, 4}, {key::kMaxGpuMem, "24GiB"}, {key::kPriority, 1}})
           .status());
   PALADIN_RETURN_IF_ERROR(
-      admin_.Put("/v1/teams/nlp", {{"max_gpus", 4}, {"max_gpu_mem", "24GiB"}, {"priority", 0}})
+      admin_
+          .Put("/v1/teams/nlp",
+               {{key::kMaxGpus, 4}, {key::kMaxGpuMem, "24GiB"}, {key::kPriority, 0}})
           .status());
   struct Spec {
     const char* name;
@@ -229,19 +237,19 @@ Status Demo::SubmitMix() {
   for (const Spec& s : mix) {
     Json command = Json::array({workload_});
     for (const std::string& a : s.args) command.push_back(a);
-    Json body = {{"name", s.name},
-                 {"team", s.team},
-                 {"command", command},
-                 {"gpu_mem", s.gpu_mem},
-                 {"gpus", 1}};
-    if (!s.gpu_mem_max.is_null()) body["gpu_mem_max"] = s.gpu_mem_max;
+    Json body = {{key::kName, s.name},
+                 {key::kTeam, s.team},
+                 {key::kCommand, command},
+                 {key::kGpuMem, s.gpu_mem},
+                 {key::kGpus, 1}};
+    if (!s.gpu_mem_max.is_null()) body[key::kGpuMemMax] = s.gpu_mem_max;
     StatusOr<Json> job = admin_.Post("/v1/jobs", body);
     if (!job.ok()) return job.status();
-    jobs_.push_back({Str(*job, "id"), s.name, s.expect_oom});
-    DemoSay("submitted " + Str(*job, "id") + " " + s.name + " (team " + s.team + ", GPU memory " +
-            (s.gpu_mem.is_string() ? s.gpu_mem.get<std::string>() : std::string("?")) +
-            (s.gpu_mem_max.is_null() ? "" : ", may grow to " + s.gpu_mem_max.get<std::string>()) +
-            ")");
+    jobs_.push_back({Str(*job, key::kId), s.name, s.expect_oom});
+    DemoSay(
+        "submitted " + Str(*job, key::kId) + " " + s.name + " (team " + s.team + ", GPU memory " +
+        (s.gpu_mem.is_string() ? s.gpu_mem.get<std::string>() : std::string("?")) +
+        (s.gpu_mem_max.is_null() ? "" : ", may grow to " + s.gpu_mem_max.get<std::string>()) + ")");
   }
   return Status::Ok();
 }
@@ -261,11 +269,11 @@ Status Demo::ShowPlacement() {
   for (const Submitted& j : jobs_) {
     StatusOr<Json> job = Job(j.id);
     if (!job.ok()) continue;
-    std::string line = "  " + j.id + " " + j.name + " -> " + Str(*job, "node") + "/" +
-                       std::to_string(Int(*job, "gpu")) + ", quota " +
-                       Gib(Int(*job, "quota_bytes")) + ", " + Str(*job, "state");
-    if (Int(*job, "predicted_bytes") > 0)
-      line += ", predicted " + Gib(Int(*job, "predicted_bytes"));
+    std::string line = "  " + j.id + " " + j.name + " -> " + Str(*job, key::kNode) + "/" +
+                       std::to_string(Int(*job, key::kGpu)) + ", quota " +
+                       Gib(Int(*job, key::kQuotaBytes)) + ", " + Str(*job, key::kState);
+    if (Int(*job, key::kPredictedBytes) > 0)
+      line += ", predicted " + Gib(Int(*job, key::kPredictedBytes));
     DemoSay(line);
   }
   for (const Submitted& j : jobs_) {
@@ -288,9 +296,9 @@ Status Demo::ShowQuotaGrowth() {
   Status s = WaitFor("the quota of " + grow.name + " to grow in place", [&]() -> StatusOr<bool> {
     StatusOr<Json> events = admin_.Get("/v1/events?job=" + grow.id);
     if (!events.ok()) return events.status();
-    for (const Json& e : (*events)["events"]) {
-      if (Str(e, "kind") == "quota_grown") {
-        DemoSay("quota grown in place: " + Str(e, "message"));
+    for (const Json& e : (*events)[key::kEvents]) {
+      if (Str(e, key::kKind) == "quota_grown") {
+        DemoSay("quota grown in place: " + Str(e, key::kMessage));
         return true;
       }
     }
@@ -303,40 +311,42 @@ Status Demo::Migrate() {
   const Submitted& moving = jobs_[0];
   StatusOr<Json> job = Job(moving.id);
   if (!job.ok()) return job.status();
-  const std::string from = Str(*job, "node");
+  const std::string from = Str(*job, key::kNode);
   const std::string to = from == "node-a" ? "node-b" : "node-a";
   DemoSay("migrating " + moving.id + " " + moving.name + " from " + from + " to " + to +
           " (CPU and GPU state moved, nothing restarted)");
-  PALADIN_RETURN_IF_ERROR(admin_.Post("/v1/jobs/" + moving.id + "/migrate", {{"to", to}}).status());
+  PALADIN_RETURN_IF_ERROR(
+      admin_.Post("/v1/jobs/" + moving.id + "/migrate", {{key::kTo, to}}).status());
   std::string last_step;
   std::chrono::steady_clock::time_point arrived{};  // when first seen running at `to`
   return WaitFor("the migration of " + moving.name, [&]() -> StatusOr<bool> {
     StatusOr<Json> now = Job(moving.id);
     if (!now.ok()) return now.status();
-    if ((*now)["migration"].is_object()) {
-      const std::string step = Str((*now)["migration"], "step");
+    if ((*now)[key::kMigration].is_object()) {
+      const std::string step = Str((*now)[key::kMigration], key::kStep);
       if (step != last_step) DemoSay("  step: " + step);
       last_step = step;
       return false;
     }
-    if (Str(*now, "node") == to && api::JobIs(*now, api::JobState::kRunning)) {
+    if (Str(*now, key::kNode) == to && api::JobIs(*now, api::JobState::kRunning)) {
       // The source's report of the pause may come a heartbeat after the destination's.
-      const Json& move = (*now).contains("last_move") ? (*now)["last_move"] : Json();
-      if (!move.is_object() || !move["pause_s"].is_number()) {
+      const Json& move = (*now).contains(key::kLastMove) ? (*now)[key::kLastMove] : Json();
+      if (!move.is_object() || !move[key::kPauseS].is_number()) {
         if (arrived.time_since_epoch().count() == 0) arrived = std::chrono::steady_clock::now();
         if (std::chrono::steady_clock::now() - arrived < std::chrono::seconds(15)) return false;
         DemoSay(moving.name + " now runs on " + to + " (its source never reported the pause)");
         return true;
       }
       char pause[64];
-      std::snprintf(pause, sizeof pause, "%.2f s", move["pause_s"].get<double>());
-      migration_pause_ = std::string(pause) + ", " + Str(move, "mode") +
-                         (Str(move, "why").empty() ? "" : " (" + Str(move, "why") + ")");
-      DemoSay(moving.name + " now runs on " + to + "/" + std::to_string(Int(*now, "gpu")) +
+      std::snprintf(pause, sizeof pause, "%.2f s", move[key::kPauseS].get<double>());
+      migration_pause_ = std::string(pause) + ", " + Str(move, key::kMode) +
+                         (Str(move, key::kWhy).empty() ? "" : " (" + Str(move, key::kWhy) + ")");
+      DemoSay(moving.name + " now runs on " + to + "/" + std::to_string(Int(*now, key::kGpu)) +
               "; paused " + migration_pause_);
       return true;
     }
-    if (Int(*now, "migrations") == 0 && Str(*now, "node") == from && last_step.empty() == false) {
+    if (Int(*now, key::kMigrations) == 0 && Str(*now, key::kNode) == from &&
+        last_step.empty() == false) {
       return FailedPrecondition("the migration failed; the job kept running on " + from);
     }
     return false;
@@ -351,8 +361,8 @@ Status Demo::LoseNode() {
     for (const Submitted& j : jobs_) {
       StatusOr<Json> job = Job(j.id);
       if (!job.ok()) return job.status();
-      if (Str(*job, "node") != lost || !api::JobIs(*job, api::JobState::kRunning)) continue;
-      if (!(*job)["last_checkpoint"].is_object()) return false;
+      if (Str(*job, key::kNode) != lost || !api::JobIs(*job, api::JobState::kRunning)) continue;
+      if (!(*job)[key::kLastCheckpoint].is_object()) return false;
       on_lost.push_back(j.id);
     }
     return true;
@@ -370,13 +380,13 @@ Status Demo::LoseNode() {
     for (const std::string& id : on_lost) {
       StatusOr<Json> job = Job(id);
       if (!job.ok()) return job.status();
-      if (Str(*job, "node") == lost || !api::JobIs(*job, api::JobState::kRunning)) return false;
+      if (Str(*job, key::kNode) == lost || !api::JobIs(*job, api::JobState::kRunning)) return false;
     }
     for (const std::string& id : on_lost) {
       StatusOr<Json> job = Job(id);
       if (job.ok()) {
-        DemoSay("recovered " + id + " " + Str(*job, "name") + " on " + Str(*job, "node") + "/" +
-                std::to_string(Int(*job, "gpu")) + " from its last checkpoint");
+        DemoSay("recovered " + id + " " + Str(*job, key::kName) + " on " + Str(*job, key::kNode) +
+                "/" + std::to_string(Int(*job, key::kGpu)) + " from its last checkpoint");
       }
     }
     return true;
@@ -455,14 +465,14 @@ Status Demo::Verify() {
       if (logs->find("OOM") == std::string::npos) {
         verdict = "was never refused";
       } else if (!api::JobIs(*job, api::JobState::kFailed)) {
-        verdict = "refused, but " + Str(*job, "state") + " instead of failed";
+        verdict = "refused, but " + Str(*job, key::kState) + " instead of failed";
       } else {
         verdict = "refused past its quota and failed, as it should";
       }
-    } else if (starts != 1 + static_cast<size_t>(Int(*job, "restarts"))) {
+    } else if (starts != 1 + static_cast<size_t>(Int(*job, key::kRestarts))) {
       verdict = "started " + std::to_string(starts) + " times (lost progress)";
     } else if (!api::JobIs(*job, api::JobState::kRunning)) {
-      verdict = "not running (" + Str(*job, "state") + ")";
+      verdict = "not running (" + Str(*job, key::kState) + ")";
     } else if (gen <= gen_before[j.id]) {
       verdict = "not making progress (gen " + std::to_string(gen) + ")";
     } else {
@@ -491,17 +501,19 @@ Status Demo::CheckAccounting() {
   for (const Submitted& j : jobs_) {
     StatusOr<Json> job = Job(j.id);
     if (!job.ok()) return job.status();
-    const double end = (*job)["ended_at"].is_number() ? (*job)["ended_at"].get<double>() : now;
-    const double submitted = (*job).value("submitted_at", now);
-    lifetime_s[Str(*job, "team")] += (end - submitted + 2) * static_cast<double>(Int(*job, "gpus"));
+    const double end =
+        (*job)[key::kEndedAt].is_number() ? (*job)[key::kEndedAt].get<double>() : now;
+    const double submitted = (*job).value(key::kSubmittedAt, now);
+    lifetime_s[Str(*job, key::kTeam)] +=
+        (end - submitted + 2) * static_cast<double>(Int(*job, key::kGpus));
   }
-  for (const Json& team : (*teams)["teams"]) {
-    const std::string name = Str(team, "name");
+  for (const Json& team : (*teams)[key::kTeams]) {
+    const std::string name = Str(team, key::kName);
     if (lifetime_s.count(name) == 0) continue;
-    const Json usage = team.value("usage", Json::object());
-    const double gpu_s = usage.value("gpu_hours", 0.0) * 3600;
-    const double allocated = usage.value("gpu_mem_hours_allocated", 0.0);
-    const double used = usage.value("gpu_mem_hours_used", 0.0);
+    const Json usage = team.value(key::kUsage, Json::object());
+    const double gpu_s = usage.value(key::kGpuHours, 0.0) * 3600;
+    const double allocated = usage.value(key::kGpuMemHoursAllocated, 0.0);
+    const double used = usage.value(key::kGpuMemHoursUsed, 0.0);
     std::string problem;
     if (gpu_s <= 0) problem = "no GPU time recorded";
     if (gpu_s > lifetime_s[name]) {
@@ -523,30 +535,32 @@ void Demo::Summarise() {
   Json jobs = Json::array();
   for (const Submitted& j : jobs_) {
     StatusOr<Json> job = Job(j.id);
-    Json row = {{"id", j.id}, {"name", j.name}, {"verdict", verdicts_[j.id]}};
+    Json row = {{key::kId, j.id}, {key::kName, j.name}, {"verdict", verdicts_[j.id]}};
     if (job.ok()) {
-      for (const char* key : {"state", "node", "gpu", "quota_bytes", "predicted_bytes",
-                              "migrations", "recoveries", "restarts", "checkpoints"}) {
+      for (const char* key :
+           {key::kState, key::kNode, key::kGpu, key::kQuotaBytes, key::kPredictedBytes,
+            key::kMigrations, key::kRecoveries, key::kRestarts, key::kCheckpoints}) {
         if (job->contains(key)) row[key] = (*job)[key];
       }
     }
     jobs.push_back(row);
   }
-  summary_ = {{"jobs_submitted", jobs_.size()},
-              {"jobs_lost", s.value("jobs_lost", 0)},
-              {"migrations", s.value("migrations", 0)},
-              {"recoveries", s.value("recoveries", 0)},
-              {"quota_grows", s.value("quota_grows", 0)},
-              {"checkpoints", s.value("checkpoints", 0)},
-              {"state_verifications_failed", verification_failures_},
-              {"migration_pause", migration_pause_},
-              {"accounting", accounting_},
-              {"steps_failed", failed_steps_},
-              {"ok", steps_ok_ && verification_failures_ == 0 && s.value("jobs_lost", 0) == 0},
-              {"dashboard", fleet_->url()},
-              {"gpus", gpus_},
-              {"workload_uids", workload_uids_},
-              {"jobs", jobs}};
+  summary_ = {
+      {key::kJobsSubmitted, jobs_.size()},
+      {key::kJobsLost, s.value(key::kJobsLost, 0)},
+      {key::kMigrations, s.value(key::kMigrations, 0)},
+      {key::kRecoveries, s.value(key::kRecoveries, 0)},
+      {key::kQuotaGrows, s.value(key::kQuotaGrows, 0)},
+      {key::kCheckpoints, s.value(key::kCheckpoints, 0)},
+      {key::kStateVerificationsFailed, verification_failures_},
+      {"migration_pause", migration_pause_},
+      {"accounting", accounting_},
+      {"steps_failed", failed_steps_},
+      {key::kOk, steps_ok_ && verification_failures_ == 0 && s.value(key::kJobsLost, 0) == 0},
+      {"dashboard", fleet_->url()},
+      {key::kGpus, gpus_},
+      {"workload_uids", workload_uids_},
+      {key::kJobs, jobs}};
   if (args_.json) {
     std::printf("%s\n", summary_.dump(2).c_str());
     return;
@@ -555,18 +569,19 @@ void Demo::Summarise() {
   std::printf("  %-26s %s\n", "jobs submitted", std::to_string(jobs_.size()).c_str());
   if (!migration_pause_.empty())
     std::printf("  %-26s %s\n", "migration pause", migration_pause_.c_str());
-  for (const char* key : {"jobs_lost", "migrations", "recoveries", "quota_grows", "checkpoints",
-                          "state_verifications_failed", "workload_uids"}) {
+  for (const char* key : {key::kJobsLost, key::kMigrations, key::kRecoveries, key::kQuotaGrows,
+                          key::kCheckpoints, key::kStateVerificationsFailed, "workload_uids"}) {
     std::printf("  %-26s %s\n", key, summary_[key].dump().c_str());
   }
   std::printf("\n  %-10s %-14s %-8s %-9s %s\n", "JOB", "NAME", "NODE", "STATE", "STATE CHECK");
   for (const Json& row : jobs) {
-    std::printf("  %-10s %-14s %-8s %-9s %s\n", Str(row, "id").c_str(), Str(row, "name").c_str(),
-                Str(row, "node").c_str(), Str(row, "state").c_str(), Str(row, "verdict").c_str());
+    std::printf("  %-10s %-14s %-8s %-9s %s\n", Str(row, key::kId).c_str(),
+                Str(row, key::kName).c_str(), Str(row, key::kNode).c_str(),
+                Str(row, key::kState).c_str(), Str(row, "verdict").c_str());
   }
   for (const std::string& step : failed_steps_) std::printf("  step failed: %s\n", step.c_str());
-  std::printf("\n%s\n", summary_["ok"].get<bool>() ? "demo: every check passed"
-                                                   : "demo: some checks FAILED (see above)");
+  std::printf("\n%s\n", summary_[key::kOk].get<bool>() ? "demo: every check passed"
+                                                       : "demo: some checks FAILED (see above)");
 }
 
 void Demo::Cleanup() {
@@ -675,7 +690,7 @@ int Demo::Run() {
   }
   Cleanup();
   fleet_->StopAll();
-  return summary_.value("ok", false) ? 0 : 1;
+  return summary_.value(key::kOk, false) ? 0 : 1;
 }
 
 int RunDemo(DemoArgs args) {

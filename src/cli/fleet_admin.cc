@@ -6,8 +6,12 @@
 
 #include "fleet.h"
 #include "fleet_format.h"
+#include "paladin/api/wire.h"
 
 namespace paladin::cli {
+
+namespace key = api::key;
+
 namespace {
 
 using api::Json;
@@ -36,23 +40,24 @@ int RunNodes(const Args& a) {
   const double now = FleetNow();
   fleet::Table table(
       {"NAME", "STATE", "ADDRESS", "HEARTBEAT", "GPUS", "ALLOCATED", "USED", "MEMORY", "JOBS"});
-  for (const Json& node : Array(*answer, "nodes")) {
-    const Json& gpus = Array(node, "gpus");
+  for (const Json& node : Array(*answer, key::kNodes)) {
+    const Json& gpus = Array(node, key::kGpus);
     size_t jobs = 0;
     size_t unhealthy = 0;
     for (const Json& g : gpus) {
-      jobs += Array(g, "jobs").size();
-      if (g.contains("healthy") && g["healthy"].is_boolean() && !g["healthy"].get<bool>()) {
+      jobs += Array(g, key::kJobs).size();
+      if (g.contains(key::kHealthy) && g[key::kHealthy].is_boolean() &&
+          !g[key::kHealthy].get<bool>()) {
         ++unhealthy;
       }
     }
     std::string gpu_cell = std::to_string(gpus.size());
     if (unhealthy > 0) gpu_cell += " (" + std::to_string(unhealthy) + " unhealthy)";
-    table.AddRow({Str(node, "name"), Str(node, "state"), Str(node, "address"),
-                  fleet::FormatAgo(fleet::Num(node, "last_heartbeat"), now), gpu_cell,
-                  fleet::FormatBytes(Sum(gpus, "allocated_bytes")),
-                  fleet::FormatBytes(Sum(gpus, "used_bytes")),
-                  fleet::FormatBytes(Sum(gpus, "memory_bytes")), std::to_string(jobs)});
+    table.AddRow({Str(node, key::kName), Str(node, key::kState), Str(node, key::kAddress),
+                  fleet::FormatAgo(fleet::Num(node, key::kLastHeartbeat), now), gpu_cell,
+                  fleet::FormatBytes(Sum(gpus, key::kAllocatedBytes)),
+                  fleet::FormatBytes(Sum(gpus, key::kUsedBytes)),
+                  fleet::FormatBytes(Sum(gpus, key::kMemoryBytes)), std::to_string(jobs)});
   }
   if (table.rows() == 0) {
     std::printf("no nodes (start one with paladin agent)\n");
@@ -81,14 +86,14 @@ void PrintTeams(const std::vector<Json>& teams) {
   fleet::Table table({"TEAM", "PRIORITY", "MAX-GPUS", "MAX-GPU-MEM", "JOBS", "GPU-HOURS",
                       "MEM-GiB-H-ALLOC", "MEM-GiB-H-USED", "QUEUED"});
   for (const Json& t : teams) {
-    const Json& usage = t.contains("usage") ? t["usage"] : Json();
-    const std::optional<int64_t> priority = fleet::Int(t, "priority");
-    const std::optional<int64_t> jobs = fleet::Int(usage, "jobs");
-    table.AddRow({Str(t, "name"), priority.has_value() ? std::to_string(*priority) : "-",
-                  LimitCell(t, "max_gpus", false), LimitCell(t, "max_gpu_mem_bytes", true),
-                  jobs.has_value() ? std::to_string(*jobs) : "-", Hours(usage, "gpu_hours"),
-                  Hours(usage, "gpu_mem_hours_allocated"), Hours(usage, "gpu_mem_hours_used"),
-                  fleet::FormatDuration(fleet::Num(usage, "queue_seconds").value_or(0))});
+    const Json& usage = t.contains(key::kUsage) ? t[key::kUsage] : Json();
+    const std::optional<int64_t> priority = fleet::Int(t, key::kPriority);
+    const std::optional<int64_t> jobs = fleet::Int(usage, key::kJobs);
+    table.AddRow({Str(t, key::kName), priority.has_value() ? std::to_string(*priority) : "-",
+                  LimitCell(t, key::kMaxGpus, false), LimitCell(t, key::kMaxGpuMemBytes, true),
+                  jobs.has_value() ? std::to_string(*jobs) : "-", Hours(usage, key::kGpuHours),
+                  Hours(usage, key::kGpuMemHoursAllocated), Hours(usage, key::kGpuMemHoursUsed),
+                  fleet::FormatDuration(fleet::Num(usage, key::kQueueSeconds).value_or(0))});
   }
   std::fputs(table.Render().c_str(), stdout);
 }
@@ -101,7 +106,7 @@ int RunTeams(const Args& a) {
     FleetApi::PrintJson(*answer);
     return 0;
   }
-  const Json& teams = Array(*answer, "teams");
+  const Json& teams = Array(*answer, key::kTeams);
   if (teams.empty()) {
     std::printf("no teams (an admin makes one with paladin quota TEAM --gpus N)\n");
     return 0;
@@ -122,21 +127,21 @@ int RunQuota(const QuotaArgs& a) {
   FleetApi api("quota", a.flags);
   const bool update = a.gpus.has_value() || !a.gpu_mem.empty() || a.priority.has_value();
   Json body = Json::object();
-  if (a.gpus.has_value()) body["max_gpus"] = *a.gpus;
+  if (a.gpus.has_value()) body[key::kMaxGpus] = *a.gpus;
   if (!a.gpu_mem.empty()) {
     StatusOr<uint64_t> bytes = fleet::ParseSizeFlag("--gpu-mem", a.gpu_mem, /*allow_zero=*/true);
     if (!bytes.ok()) return api.Fail(bytes.status());
-    body["max_gpu_mem"] = *bytes;
+    body[key::kMaxGpuMem] = *bytes;
   }
-  if (a.priority.has_value()) body["priority"] = *a.priority;
+  if (a.priority.has_value()) body[key::kPriority] = *a.priority;
 
   // The current settings: an update sends them back with the changed fields, so a flag left
   // out keeps its value whatever the server does with absent fields.
   StatusOr<Json> answer = api.Get("/v1/teams");
   if (!answer.ok()) return api.Fail(answer.status());
   Json current;
-  for (const Json& t : Array(*answer, "teams")) {
-    if (Str(t, "name") == a.team) current = t;
+  for (const Json& t : Array(*answer, key::kTeams)) {
+    if (Str(t, key::kName) == a.team) current = t;
   }
   if (!update) {
     if (current.is_null()) return api.Fail(NotFound("no team '" + Printable(a.team) + "'"));
@@ -148,14 +153,15 @@ int RunQuota(const QuotaArgs& a) {
     return 0;
   }
   if (!current.is_null()) {
-    if (!body.contains("max_gpus") && fleet::Int(current, "max_gpus").has_value()) {
-      body["max_gpus"] = *fleet::Int(current, "max_gpus");
+    if (!body.contains(key::kMaxGpus) && fleet::Int(current, key::kMaxGpus).has_value()) {
+      body[key::kMaxGpus] = *fleet::Int(current, key::kMaxGpus);
     }
-    if (!body.contains("max_gpu_mem") && fleet::Bytes(current, "max_gpu_mem_bytes").has_value()) {
-      body["max_gpu_mem"] = *fleet::Bytes(current, "max_gpu_mem_bytes");
+    if (!body.contains(key::kMaxGpuMem) &&
+        fleet::Bytes(current, key::kMaxGpuMemBytes).has_value()) {
+      body[key::kMaxGpuMem] = *fleet::Bytes(current, key::kMaxGpuMemBytes);
     }
-    if (!body.contains("priority") && fleet::Int(current, "priority").has_value()) {
-      body["priority"] = *fleet::Int(current, "priority");
+    if (!body.contains(key::kPriority) && fleet::Int(current, key::kPriority).has_value()) {
+      body[key::kPriority] = *fleet::Int(current, key::kPriority);
     }
   }
   StatusOr<Json> team = api.Put("/v1/teams/" + fleet::Escape(a.team), body);
@@ -187,9 +193,9 @@ int RunTokensList(const TokenArgs& a) {
   }
   const double now = FleetNow();
   fleet::Table table({"ID", "NAME", "SCOPE", "CREATED"});
-  for (const Json& t : Array(*answer, "tokens")) {
-    table.AddRow({Str(t, "id"), Str(t, "name"), Str(t, "scope"),
-                  fleet::FormatAgo(fleet::Num(t, "created_at"), now)});
+  for (const Json& t : Array(*answer, key::kTokens)) {
+    table.AddRow({Str(t, key::kId), Str(t, key::kName), Str(t, key::kScope),
+                  fleet::FormatAgo(fleet::Num(t, key::kCreatedAt), now)});
   }
   std::fputs(table.Render().c_str(), stdout);
   return 0;
@@ -207,8 +213,8 @@ int RunTokensCreate(const TokenArgs& a) {
   FleetApi api("tokens", a.flags);
   const Status scope = CheckScope(a.scope);
   if (!scope.ok()) return api.Fail(scope);
-  Json body = {{"scope", a.scope}};
-  if (!a.name.empty()) body["name"] = a.name;
+  Json body = {{key::kScope, a.scope}};
+  if (!a.name.empty()) body[key::kName] = a.name;
   StatusOr<Json> answer = api.Post("/v1/tokens", body);
   if (!answer.ok()) return api.Fail(answer.status());
   if (api.json()) {
@@ -216,9 +222,9 @@ int RunTokensCreate(const TokenArgs& a) {
     return 0;
   }
   // The secret alone on stdout (TOKEN=$(paladin tokens create ...)); the rest on stderr.
-  std::printf("%s\n", Printable(Str(*answer, "token")).c_str());
-  api.Say(Printable("created token " + Str(*answer, "id") + " (scope " +
-                    Str(*answer, "scope", a.scope) + "); its secret is shown only this once"));
+  std::printf("%s\n", Printable(Str(*answer, key::kToken)).c_str());
+  api.Say(Printable("created token " + Str(*answer, key::kId) + " (scope " +
+                    Str(*answer, key::kScope, a.scope) + "); its secret is shown only this once"));
   return 0;
 }
 

@@ -6,10 +6,13 @@
 #include <limits>
 
 #include "paladin/api/job_state.h"
+#include "paladin/api/wire.h"
 #include "paladin/base/size.h"
 #include "paladin/quota/region.h"
 
 namespace paladin::cli::fleet {
+
+namespace key = api::key;
 
 namespace {}  // namespace
 
@@ -274,9 +277,9 @@ std::string BytesCell(const api::Json& j, const char* key) {
 }
 
 std::string PlacementCell(const api::Json& job) {
-  const std::string node = Str(job, "node");
+  const std::string node = Str(job, key::kNode);
   if (node.empty()) return "-";
-  const std::optional<int64_t> gpu = Int(job, "gpu");
+  const std::optional<int64_t> gpu = Int(job, key::kGpu);
   return gpu.has_value() ? node + "/" + std::to_string(*gpu) : node;
 }
 

@@ -11,8 +11,12 @@
 #include "fleet.h"
 #include "fleet_format.h"
 #include "paladin/api/job_state.h"
+#include "paladin/api/wire.h"
 
 namespace paladin::cli {
+
+namespace key = api::key;
+
 namespace {
 
 using api::Json;
@@ -49,12 +53,12 @@ StatusOr<Json> SubmitBody(const SubmitArgs& a) {
   Json body = Json::object();
   std::string name = a.name;
   if (name.empty()) name = std::filesystem::path(a.command.front()).filename().string();
-  body["name"] = name;
-  if (!a.team.empty()) body["team"] = a.team;
-  body["command"] = a.command;
+  body[key::kName] = name;
+  if (!a.team.empty()) body[key::kTeam] = a.team;
+  body[key::kCommand] = a.command;
   StatusOr<Json> gpu_mem = fleet::ParseGpuMemFlag("--gpu-mem", a.gpu_mem);
   if (!gpu_mem.ok()) return gpu_mem.status();
-  body["gpu_mem"] = *gpu_mem;
+  body[key::kGpuMem] = *gpu_mem;
   if (!a.gpu_mem_max.empty()) {
     StatusOr<uint64_t> max = fleet::ParseSizeFlag("--gpu-mem-max", a.gpu_mem_max);
     if (!max.ok()) return max.status();
@@ -62,18 +66,18 @@ StatusOr<Json> SubmitBody(const SubmitArgs& a) {
       return InvalidArgument("--gpu-mem-max " + fleet::FormatBytes(*max) + " is below --gpu-mem " +
                              fleet::FormatBytes(gpu_mem->get<uint64_t>()));
     }
-    body["gpu_mem_max"] = *max;
+    body[key::kGpuMemMax] = *max;
   }
-  body["gpus"] = a.gpus;
-  body["priority"] = a.priority;
+  body[key::kGpus] = a.gpus;
+  body[key::kPriority] = a.priority;
   StatusOr<std::map<std::string, std::string>> env = fleet::ParseEnv(a.env);
   if (!env.ok()) return env.status();
-  if (!env->empty()) body["env"] = *env;
-  if (!a.on_restore_failure.empty()) body["on_restore_failure"] = a.on_restore_failure;
+  if (!env->empty()) body[key::kEnv] = *env;
+  if (!a.on_restore_failure.empty()) body[key::kOnRestoreFailure] = a.on_restore_failure;
   if (a.ranks > 0) {
-    body["ranks"] = a.ranks;
-    if (a.ranks_per_node > 0) body["ranks_per_node"] = a.ranks_per_node;
-    if (a.rank_port > 0) body["rank_port"] = a.rank_port;
+    body[key::kRanks] = a.ranks;
+    if (a.ranks_per_node > 0) body[key::kRanksPerNode] = a.ranks_per_node;
+    if (a.rank_port > 0) body[key::kRankPort] = a.rank_port;
   } else if (a.ranks_per_node > 0 || a.rank_port > 0) {
     return InvalidArgument("--ranks-per-node and --rank-port go with --ranks (a gang)");
   }
@@ -87,14 +91,14 @@ int WaitForStart(const FleetApi& api, const std::string& id, double timeout_s) {
   while (true) {
     StatusOr<Json> job = api.Get(JobPath(id));
     if (!job.ok()) return api.Fail(job.status());
-    const std::string state = Str(*job, "state");
+    const std::string state = Str(*job, key::kState);
     const bool running = api::JobIs(*job, api::JobState::kRunning);
-    const std::string said = state + " " + Str(*job, "reason");
+    const std::string said = state + " " + Str(*job, key::kReason);
     if (said != last) {
       std::string line = id;
       line += " " + state;
       if (running) line += " on " + fleet::PlacementCell(*job);
-      const std::string reason = Str(*job, "reason");
+      const std::string reason = Str(*job, key::kReason);
       if (!reason.empty() && !running) line += ": " + reason;
       api.Say(Printable(line));
       last = said;
@@ -118,11 +122,11 @@ int RunSubmit(const SubmitArgs& a) {
   if (!body.ok()) return api.Fail(body.status());
   StatusOr<Json> job = api.Post("/v1/jobs", *body);
   if (!job.ok()) return api.Fail(job.status());
-  const std::string id = Str(*job, "id");
+  const std::string id = Str(*job, key::kId);
   // A gang answers with rank 0's job (whose id names the gang) and every rank's id.
   std::vector<std::string> ranks;
-  if (job->contains("gang_jobs") && (*job)["gang_jobs"].is_array()) {
-    for (const Json& r : (*job)["gang_jobs"]) {
+  if (job->contains(key::kGangJobs) && (*job)[key::kGangJobs].is_array()) {
+    for (const Json& r : (*job)[key::kGangJobs]) {
       if (r.is_string()) ranks.push_back(r.get<std::string>());
     }
   }
@@ -167,11 +171,12 @@ int RunPs(const PsArgs& a) {
   const double now = FleetNow();
   fleet::Table table(
       {"ID", "NAME", "TEAM", "STATE", "NODE/GPU", "QUOTA", "USED", "PREDICTED", "AGE"});
-  for (const Json& job : Array(*answer, "jobs")) {
-    table.AddRow({Str(job, "id"), Str(job, "name"), Str(job, "team"), Str(job, "state"),
-                  fleet::PlacementCell(job), BytesCell(job, "quota_bytes"),
-                  BytesCell(job, "used_bytes"), BytesCell(job, "predicted_bytes"),
-                  fleet::FormatDuration(now - Num(job, "submitted_at").value_or(now))});
+  for (const Json& job : Array(*answer, key::kJobs)) {
+    table.AddRow({Str(job, key::kId), Str(job, key::kName), Str(job, key::kTeam),
+                  Str(job, key::kState), fleet::PlacementCell(job),
+                  BytesCell(job, key::kQuotaBytes), BytesCell(job, key::kUsedBytes),
+                  BytesCell(job, key::kPredictedBytes),
+                  fleet::FormatDuration(now - Num(job, key::kSubmittedAt).value_or(now))});
   }
   if (table.rows() == 0) {
     std::printf(a.all ? "no jobs\n" : "no jobs (ended ones show with --all)\n");
@@ -199,15 +204,15 @@ int RunPods(const PodsArgs& a) {
   }
   fleet::Table table(
       {"NAMESPACE", "NAME", "TEAM", "PHASE", "NODE/GPU", "GPU MEMORY", "USED", "WHY"});
-  for (const Json& pod : Array(*answer, "pods")) {
-    table.AddRow({Str(pod, "namespace"), Str(pod, "name"), Str(pod, "team"), Str(pod, "phase"),
-                  fleet::PlacementCell(pod), BytesCell(pod, "gpu_mem_bytes"),
-                  BytesCell(pod, "used_bytes"),
-                  Str(pod, "reason").empty() ? "-" : Str(pod, "reason")});
+  for (const Json& pod : Array(*answer, key::kPods)) {
+    table.AddRow({Str(pod, key::kNamespace), Str(pod, key::kName), Str(pod, key::kTeam),
+                  Str(pod, key::kPhase), fleet::PlacementCell(pod),
+                  BytesCell(pod, key::kGpuMemBytes), BytesCell(pod, key::kUsedBytes),
+                  Str(pod, key::kReason).empty() ? "-" : Str(pod, key::kReason)});
   }
-  for (const Json& c : Array(*answer, "clusters")) {
-    std::printf("cluster %s: reported %s ago by Paladin's scheduler\n", Str(c, "name").c_str(),
-                fleet::FormatDuration(Num(c, "reported_s_ago").value_or(0)).c_str());
+  for (const Json& c : Array(*answer, key::kClusters)) {
+    std::printf("cluster %s: reported %s ago by Paladin's scheduler\n", Str(c, key::kName).c_str(),
+                fleet::FormatDuration(Num(c, key::kReportedSAgo).value_or(0)).c_str());
   }
   if (table.rows() == 0) {
     std::printf("no pods\n");
@@ -232,59 +237,59 @@ void PrintJob(const Json& job) {
   const double now = FleetNow();
   std::vector<std::pair<std::string, std::string>> rows;
   std::string command;
-  for (const Json& word : Array(job, "command")) {
+  for (const Json& word : Array(job, key::kCommand)) {
     if (!command.empty()) command += ' ';
     command += word.is_string() ? word.get<std::string>() : word.dump();
   }
-  rows.emplace_back("id", Str(job, "id"));
-  rows.emplace_back("name", Str(job, "name"));
-  rows.emplace_back("team", Str(job, "team"));
-  rows.emplace_back("state", Str(job, "state"));
-  rows.emplace_back("reason", Or(Str(job, "reason"), "-"));
+  rows.emplace_back("id", Str(job, key::kId));
+  rows.emplace_back("name", Str(job, key::kName));
+  rows.emplace_back("team", Str(job, key::kTeam));
+  rows.emplace_back("state", Str(job, key::kState));
+  rows.emplace_back("reason", Or(Str(job, key::kReason), "-"));
   rows.emplace_back("command", command);
   rows.emplace_back("placed on", fleet::PlacementCell(job));
-  rows.emplace_back("gpus", CountCell(job, "gpus"));
-  rows.emplace_back("priority", CountCell(job, "priority"));
+  rows.emplace_back("gpus", CountCell(job, key::kGpus));
+  rows.emplace_back("priority", CountCell(job, key::kPriority));
   // "auto" or bytes.
-  std::string request = BytesCell(job, "gpu_mem_request");
-  if (request == "-") request = Str(job, "gpu_mem_request", "-");
+  std::string request = BytesCell(job, key::kGpuMemRequest);
+  if (request == "-") request = Str(job, key::kGpuMemRequest, "-");
   rows.emplace_back("gpu memory", "requested " + request + ", quota " +
-                                      BytesCell(job, "quota_bytes") + ", ceiling " +
-                                      BytesCell(job, "ceiling_bytes") + ", predicted " +
-                                      BytesCell(job, "predicted_bytes") + ", used " +
-                                      BytesCell(job, "used_bytes"));
-  rows.emplace_back("submitted", FormatAgo(Num(job, "submitted_at"), now));
-  rows.emplace_back("started", FormatAgo(Num(job, "started_at"), now));
-  if (Num(job, "ended_at").has_value()) {
-    rows.emplace_back("ended", FormatAgo(Num(job, "ended_at"), now) + ", exit code " +
-                                   CountCell(job, "exit_code"));
+                                      BytesCell(job, key::kQuotaBytes) + ", ceiling " +
+                                      BytesCell(job, key::kCeilingBytes) + ", predicted " +
+                                      BytesCell(job, key::kPredictedBytes) + ", used " +
+                                      BytesCell(job, key::kUsedBytes));
+  rows.emplace_back("submitted", FormatAgo(Num(job, key::kSubmittedAt), now));
+  rows.emplace_back("started", FormatAgo(Num(job, key::kStartedAt), now));
+  if (Num(job, key::kEndedAt).has_value()) {
+    rows.emplace_back("ended", FormatAgo(Num(job, key::kEndedAt), now) + ", exit code " +
+                                   CountCell(job, key::kExitCode));
   }
-  rows.emplace_back("history", CountCell(job, "restarts") + " restarts, " +
-                                   CountCell(job, "migrations") + " migrations, " +
-                                   CountCell(job, "recoveries") + " recoveries, " +
-                                   CountCell(job, "checkpoints") + " checkpoints");
-  const Json& ckpt = job.contains("last_checkpoint") ? job["last_checkpoint"] : Json();
+  rows.emplace_back("history", CountCell(job, key::kRestarts) + " restarts, " +
+                                   CountCell(job, key::kMigrations) + " migrations, " +
+                                   CountCell(job, key::kRecoveries) + " recoveries, " +
+                                   CountCell(job, key::kCheckpoints) + " checkpoints");
+  const Json& ckpt = job.contains(key::kLastCheckpoint) ? job[key::kLastCheckpoint] : Json();
   if (ckpt.is_object()) {
-    rows.emplace_back("checkpoint", Str(ckpt, "path") + " (" + BytesCell(ckpt, "bytes") + ", " +
-                                        FormatAgo(Num(ckpt, "at"), now) + ")");
+    rows.emplace_back("checkpoint", Str(ckpt, key::kPath) + " (" + BytesCell(ckpt, key::kBytes) +
+                                        ", " + FormatAgo(Num(ckpt, key::kAt), now) + ")");
   }
-  const Json& move = job.contains("migration") ? job["migration"] : Json();
+  const Json& move = job.contains(key::kMigration) ? job[key::kMigration] : Json();
   if (move.is_object()) {
-    std::string to = Str(move, "to");
-    if (Int(move, "to_gpu").has_value()) to += "/" + std::to_string(*Int(move, "to_gpu"));
-    rows.emplace_back("migration", "#" + CountCell(move, "id") + " to " + to + ", step " +
-                                       Or(Str(move, "step"), "-") + ", " +
-                                       Or(Str(move, "mode"), "pre-copy"));
+    std::string to = Str(move, key::kTo);
+    if (Int(move, key::kToGpu).has_value()) to += "/" + std::to_string(*Int(move, key::kToGpu));
+    rows.emplace_back("migration", "#" + CountCell(move, key::kId) + " to " + to + ", step " +
+                                       Or(Str(move, key::kStep), "-") + ", " +
+                                       Or(Str(move, key::kMode), "pre-copy"));
   }
-  const Json& last = job.contains("last_move") ? job["last_move"] : Json();
+  const Json& last = job.contains(key::kLastMove) ? job[key::kLastMove] : Json();
   if (last.is_object()) {
     char pause[32] = "-";
-    if (Num(last, "pause_s").has_value()) {
-      std::snprintf(pause, sizeof pause, "%.2f s", *Num(last, "pause_s"));
+    if (Num(last, key::kPauseS).has_value()) {
+      std::snprintf(pause, sizeof pause, "%.2f s", *Num(last, key::kPauseS));
     }
-    rows.emplace_back("last move", "#" + CountCell(last, "id") + " " + Str(last, "from") + " -> " +
-                                       Str(last, "to") + ", " + Str(last, "mode") + " (" +
-                                       Str(last, "why") + "), paused " + pause);
+    rows.emplace_back("last move", "#" + CountCell(last, key::kId) + " " + Str(last, key::kFrom) +
+                                       " -> " + Str(last, key::kTo) + ", " + Str(last, key::kMode) +
+                                       " (" + Str(last, key::kWhy) + "), paused " + pause);
   }
   for (const auto& [key, value] : rows) {
     std::printf("%-11s %s\n", (key + ":").c_str(), Printable(value).c_str());
@@ -315,10 +320,10 @@ int RunCancel(const JobArgs& a) {
   if (api.json()) {
     FleetApi::PrintJson(*job);
   } else {
-    std::printf(
-        "%s %s\n", Printable(Or(Str(*job, "id"), a.job)).c_str(),
-        Printable(Or(Str(*job, "state"), std::string(api::JobStateName(api::JobState::kCancelled))))
-            .c_str());
+    std::printf("%s %s\n", Printable(Or(Str(*job, key::kId), a.job)).c_str(),
+                Printable(Or(Str(*job, key::kState),
+                             std::string(api::JobStateName(api::JobState::kCancelled))))
+                    .c_str());
   }
   return 0;
 }
@@ -346,19 +351,19 @@ int ExplainPod(FleetApi& api, const std::string& pod) {
                ? fleet::FormatBytes(p[key].get<uint64_t>())
                : std::string("-");
   };
-  std::string where = Or(Str(p, "node"), "-");
-  if (p.contains("gpu") && p["gpu"].is_number_integer()) {
-    where += " GPU " + std::to_string(p["gpu"].get<int>());
+  std::string where = Or(Str(p, key::kNode), "-");
+  if (p.contains(key::kGpu) && p[key::kGpu].is_number_integer()) {
+    where += " GPU " + std::to_string(p[key::kGpu].get<int>());
   }
   const std::vector<std::pair<std::string, std::string>> rows = {
-      {"pod", Str(p, "namespace") + "/" + Str(p, "name")},
-      {"cluster", Str(p, "cluster")},
-      {"team", Str(p, "team")},
-      {"phase", Str(p, "phase")},
+      {"pod", Str(p, key::kNamespace) + "/" + Str(p, key::kName)},
+      {"cluster", Str(p, key::kCluster)},
+      {"team", Str(p, key::kTeam)},
+      {"phase", Str(p, key::kPhase)},
       {"node", where},
-      {"placement", Or(Str(p, "placement"), "-")},
-      {"reason", Or(Str(p, "reason"), "-")},
-      {"gpu memory", bytes("gpu_mem_bytes") + " booked, " + bytes("used_bytes") + " used"}};
+      {"placement", Or(Str(p, key::kPlacement), "-")},
+      {"reason", Or(Str(p, key::kReason), "-")},
+      {"gpu memory", bytes(key::kGpuMemBytes) + " booked, " + bytes(key::kUsedBytes) + " used"}};
   for (const auto& [key, value] : rows) {
     std::printf("%-11s %s\n", (key + ":").c_str(), Printable(value).c_str());
   }
@@ -376,17 +381,17 @@ int RunExplain(const JobArgs& a) {
   }
   const Json& e = *answer;
   std::string migratable = "-";
-  if (e.contains("migratable") && e["migratable"].is_boolean()) {
-    migratable = e["migratable"].get<bool>() ? "yes" : "no";
-    const std::string why = Str(e, "why_not_migratable");
-    if (!e["migratable"].get<bool>() && !why.empty()) migratable += ": " + why;
+  if (e.contains(key::kMigratable) && e[key::kMigratable].is_boolean()) {
+    migratable = e[key::kMigratable].get<bool>() ? "yes" : "no";
+    const std::string why = Str(e, key::kWhyNotMigratable);
+    if (!e[key::kMigratable].get<bool>() && !why.empty()) migratable += ": " + why;
   }
   // The live check of the predictor's forecasts against this job's measured peaks, in all and
   // by the phase the forecast was made in (the phases it has windows of).
   std::string checked = "-";
   std::string by_phase;
-  if (e.contains("prediction_check") && e["prediction_check"].is_object()) {
-    const Json& c = e["prediction_check"];
+  if (e.contains(key::kPredictionCheck) && e[key::kPredictionCheck].is_object()) {
+    const Json& c = e[key::kPredictionCheck];
     const auto num = [](const Json& o, const char* key) {
       return o.contains(key) && o[key].is_number() ? o[key].get<double>() : 0.0;
     };
@@ -394,27 +399,27 @@ int RunExplain(const JobArgs& a) {
     std::snprintf(line, sizeof line,
                   "%.0f windows of %.0f s: %.0f under-predicted (%.1f%%, target %.1f%%), mean "
                   "slack %.3f",
-                  num(c, "windows"), num(c, "window_s"), num(c, "under"),
-                  100 * num(c, "under_rate"), 100 * num(c, "target_under_rate"),
-                  num(c, "mean_slack"));
+                  num(c, key::kWindows), num(c, key::kWindowS), num(c, key::kUnder),
+                  100 * num(c, key::kUnderRate), 100 * num(c, key::kTargetUnderRate),
+                  num(c, key::kMeanSlack));
     checked = line;
-    if (c.contains("by_phase") && c["by_phase"].is_object()) {
-      for (const auto& [phase, p] : c["by_phase"].items()) {
-        if (!p.is_object() || num(p, "windows") <= 0) continue;
+    if (c.contains(key::kByPhase) && c[key::kByPhase].is_object()) {
+      for (const auto& [phase, p] : c[key::kByPhase].items()) {
+        if (!p.is_object() || num(p, key::kWindows) <= 0) continue;
         std::snprintf(line, sizeof line, "%s%s %.0f, %.0f under (%.1f%%), slack %.3f",
-                      by_phase.empty() ? "" : "; ", phase.c_str(), num(p, "windows"),
-                      num(p, "under"), 100 * num(p, "under_rate"), num(p, "mean_slack"));
+                      by_phase.empty() ? "" : "; ", phase.c_str(), num(p, key::kWindows),
+                      num(p, key::kUnder), 100 * num(p, key::kUnderRate), num(p, key::kMeanSlack));
         by_phase += line;
       }
     }
   }
   const std::vector<std::pair<std::string, std::string>> rows = {
       {"job", a.job},
-      {"state", Str(e, "state")},
-      {"reason", Or(Str(e, "reason"), "-")},
-      {"placement", Or(Str(e, "placement"), "-")},
+      {"state", Str(e, key::kState)},
+      {"reason", Or(Str(e, key::kReason), "-")},
+      {"placement", Or(Str(e, key::kPlacement), "-")},
       {"migratable", migratable},
-      {"prediction", Or(Str(e, "prediction"), "-")},
+      {"prediction", Or(Str(e, key::kPrediction), "-")},
       {"checked", checked},
       {"by phase", Or(by_phase, "-")}};
   for (const auto& [key, value] : rows) {
@@ -453,7 +458,7 @@ int RunLogs(const LogsArgs& a) {
     FleetApi::PrintJson(*answer);
     return 0;
   }
-  std::string shown = Str(*answer, "text");
+  std::string shown = Str(*answer, key::kText);
   Emit(a.follow ? fleet::TailLines(shown, a.tail) : shown);
   if (!a.follow) return 0;
   // Polls until the job has ended, then once more for the last of its output.
@@ -465,7 +470,7 @@ int RunLogs(const LogsArgs& a) {
     ended = fleet::IsEnded(*job);
     answer = api.Get(path);
     if (!answer.ok()) return api.Fail(answer.status());
-    const std::string text = Str(*answer, "text");
+    const std::string text = Str(*answer, key::kText);
     Emit(fleet::NewLogText(shown, text));
     shown = text;
   }
@@ -491,9 +496,9 @@ int RunEvents(const EventsArgs& a) {
   }
   const double now = FleetNow();
   fleet::Table table({"ID", "WHEN", "JOB", "NODE", "KIND", "MESSAGE"});
-  for (const Json& e : Array(*answer, "events")) {
-    table.AddRow({Str(e, "id"), FormatAgo(Num(e, "t"), now), Or(Str(e, "job"), "-"),
-                  Or(Str(e, "node"), "-"), Str(e, "kind"), Str(e, "message")});
+  for (const Json& e : Array(*answer, key::kEvents)) {
+    table.AddRow({Str(e, key::kId), FormatAgo(Num(e, key::kT), now), Or(Str(e, key::kJob), "-"),
+                  Or(Str(e, key::kNode), "-"), Str(e, key::kKind), Str(e, key::kMessage)});
   }
   if (table.rows() == 0) {
     std::printf("no events\n");

@@ -12,8 +12,12 @@
 #include "fleet.h"
 #include "fleet_format.h"
 #include "paladin/api/job_state.h"
+#include "paladin/api/wire.h"
 
 namespace paladin::cli {
+
+namespace key = api::key;
+
 namespace {
 
 using api::Json;
@@ -31,24 +35,24 @@ struct Watch {
 
 // The node a gang's rank is being moved to ("" when it is not moving).
 std::string MovingTo(const Json& job) {
-  const Json& gang = job.contains("gang") ? job["gang"] : Json();
-  return gang.is_object() ? Str(gang, "moving_to") : "";
+  const Json& gang = job.contains(key::kGang) ? job[key::kGang] : Json();
+  return gang.is_object() ? Str(gang, key::kMovingTo) : "";
 }
 
 // "migrating: step transfer to node-b/1", "pending: no room on ...".
 std::string Progress(const Json& job) {
-  std::string line = Str(job, "state");
-  const Json& move = job.contains("migration") ? job["migration"] : Json();
+  std::string line = Str(job, key::kState);
+  const Json& move = job.contains(key::kMigration) ? job[key::kMigration] : Json();
   if (move.is_object()) {
-    std::string to = Str(move, "to");
-    if (fleet::Int(move, "to_gpu").has_value())
-      to += "/" + std::to_string(*fleet::Int(move, "to_gpu"));
-    line += ": step " + Str(move, "step", "?") + " (to " + to + ")";
+    std::string to = Str(move, key::kTo);
+    if (fleet::Int(move, key::kToGpu).has_value())
+      to += "/" + std::to_string(*fleet::Int(move, key::kToGpu));
+    line += ": step " + Str(move, key::kStep, "?") + " (to " + to + ")";
   } else if (api::JobIs(job, api::JobState::kRunning)) {
     line += " on " + fleet::PlacementCell(job);
     if (!MovingTo(job).empty()) line += ", moving to " + MovingTo(job) + " with its gang paused";
-  } else if (!Str(job, "reason").empty()) {
-    line += ": " + Str(job, "reason");
+  } else if (!Str(job, key::kReason).empty()) {
+    line += ": " + Str(job, key::kReason);
   }
   return line;
 }
@@ -59,12 +63,12 @@ std::string LastEvent(const FleetApi& api, const std::string& job, const std::st
   if (!answer.ok()) return "";
   std::string found;
   double newest = -1;
-  for (const Json& e : fleet::Array(*answer, "events")) {
-    if (!kind.empty() && Str(e, "kind") != kind) continue;
-    const double t = fleet::Num(e, "t").value_or(0);
+  for (const Json& e : fleet::Array(*answer, key::kEvents)) {
+    if (!kind.empty() && Str(e, key::kKind) != kind) continue;
+    const double t = fleet::Num(e, key::kT).value_or(0);
     if (t >= newest) {
       newest = t;
-      found = Str(e, "message");
+      found = Str(e, key::kMessage);
     }
   }
   return found;
@@ -93,7 +97,7 @@ int Follow(const FleetApi& api, const std::string& id, const Watch& watch, Json 
     seen_busy = seen_busy || busy;
     if (!busy && watch.succeeded(job)) break;
     if (!busy && (seen_busy || elapsed() > 5)) {
-      const bool rank = job.contains("gang") && job["gang"].is_object();
+      const bool rank = job.contains(key::kGang) && job[key::kGang].is_object();
       std::string why =
           LastEvent(api, id,
                     rank && watch.gang_failure_kind != nullptr ? watch.gang_failure_kind
@@ -157,10 +161,11 @@ int RunDrain(const MoveArgs& a) {
     return 0;
   }
   size_t jobs = 0;
-  for (const Json& gpu : fleet::Array(*node, "gpus")) jobs += fleet::Array(gpu, "jobs").size();
+  for (const Json& gpu : fleet::Array(*node, key::kGpus))
+    jobs += fleet::Array(gpu, key::kJobs).size();
   std::printf("%s %s: nothing new is placed on it; %zu job%s being migrated off\n",
-              Printable(Str(*node, "name", a.job)).c_str(),
-              Printable(Str(*node, "state", "draining")).c_str(), jobs,
+              Printable(Str(*node, key::kName, a.job)).c_str(),
+              Printable(Str(*node, key::kState, "draining")).c_str(), jobs,
               jobs == 1 ? " is" : "s are");
   return 0;
 }
@@ -181,7 +186,7 @@ int RunFault(const FaultArgs& a) {
   if (!target.ok()) return api.Fail(target.status());
   StatusOr<Json> sent = api.Post("/v1/nodes/" + fleet::Escape(target->node) + "/gpus/" +
                                      std::to_string(*target->gpu) + "/fault",
-                                 Json{{"kind", a.kind}, {"code", a.code}});
+                                 Json{{key::kKind, a.kind}, {key::kCode, a.code}});
   if (!sent.ok()) return api.Fail(sent.status());
   if (api.json()) {
     FleetApi::PrintJson(*sent);
@@ -220,8 +225,8 @@ int FleetMigrate(const std::string& job, const std::string& to, const FleetFlags
     FleetApi api("job migrate", flags);
     StatusOr<fleet::NodeGpu> target = fleet::ParseNodeGpu("--to", to);
     if (!target.ok()) return api.Fail(target.status());
-    Json body = {{"to", target->node}};
-    if (target->gpu.has_value()) body["gpu"] = *target->gpu;
+    Json body = {{key::kTo, target->node}};
+    if (target->gpu.has_value()) body[key::kGpu] = *target->gpu;
     const fleet::NodeGpu want = *target;
     Watch watch;
     // A gang's rank moves as a step of its gang (docs/server.md, "Gangs"): running where it was,
@@ -230,11 +235,12 @@ int FleetMigrate(const std::string& job, const std::string& to, const FleetFlags
       return api::JobIs(j, api::JobState::kMigrating) || !MovingTo(j).empty();
     };
     watch.succeeded = [want](const Json& j) {
-      return api::JobIs(j, api::JobState::kRunning) && Str(j, "node") == want.node &&
-             (!want.gpu.has_value() || fleet::Int(j, "gpu") == std::optional<int64_t>(*want.gpu));
+      return api::JobIs(j, api::JobState::kRunning) && Str(j, key::kNode) == want.node &&
+             (!want.gpu.has_value() ||
+              fleet::Int(j, key::kGpu) == std::optional<int64_t>(*want.gpu));
     };
     watch.done_line = [](const Json& j) {
-      return Str(j, "id") + " moved to " + fleet::PlacementCell(j) + ", running";
+      return Str(j, key::kId) + " moved to " + fleet::PlacementCell(j) + ", running";
     };
     watch.failure_kind = "migration_failed";
     watch.gang_failure_kind = "gang_move_failed";
@@ -249,12 +255,12 @@ int FleetCheckpoint(const std::string& job, const FleetFlags& flags, bool wait, 
     watch.busy = [](const Json& j) { return api::JobIs(j, api::JobState::kCheckpointing); };
     watch.succeeded = [](const Json& j) { return api::JobIs(j, api::JobState::kCheckpointed); };
     watch.done_line = [](const Json& j) {
-      std::string line = Str(j, "id") + " checkpointed";
-      const Json& c = j.contains("last_checkpoint") ? j["last_checkpoint"] : Json();
+      std::string line = Str(j, key::kId) + " checkpointed";
+      const Json& c = j.contains(key::kLastCheckpoint) ? j[key::kLastCheckpoint] : Json();
       if (c.is_object()) {
-        line += " to " + Str(c, "path") + " (" + fleet::BytesCell(c, "bytes") + ")";
+        line += " to " + Str(c, key::kPath) + " (" + fleet::BytesCell(c, key::kBytes) + ")";
       }
-      return line + "; paladin job resume " + Str(j, "id") + " restarts it";
+      return line + "; paladin job resume " + Str(j, key::kId) + " restarts it";
     };
     watch.failure_kind = "";
     return Start(api, job, "checkpoint", Json::object(), watch, wait, timeout_s);
@@ -270,7 +276,7 @@ int FleetResume(const std::string& job, const FleetFlags& flags, bool wait, doub
     watch.busy = [](const Json& j) { return api::JobIs(j, api::JobState::kRestoring); };
     watch.succeeded = [](const Json& j) { return api::JobIs(j, api::JobState::kRunning); };
     watch.done_line = [](const Json& j) {
-      return Str(j, "id") + " resumed on " + fleet::PlacementCell(j);
+      return Str(j, key::kId) + " resumed on " + fleet::PlacementCell(j);
     };
     watch.failure_kind = "restore_failed";
     return Start(api, job, "resume", Json::object(), watch, wait, timeout_s);

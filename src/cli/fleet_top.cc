@@ -13,8 +13,12 @@
 #include "fleet.h"
 #include "fleet_format.h"
 #include "paladin/api/job_state.h"
+#include "paladin/api/wire.h"
 
 namespace paladin::cli {
+
+namespace key = api::key;
+
 namespace {
 
 using api::Json;
@@ -44,54 +48,55 @@ StatusOr<std::string> Frame(const FleetApi& api, Json* everything) {
   if (!jobs.ok()) return jobs.status();
   StatusOr<Json> summary = api.Get("/v1/summary");
   if (!summary.ok()) return summary.status();
-  *everything = {{"nodes", *nodes}, {"jobs", *jobs}, {"summary", *summary}};
+  *everything = {{key::kNodes, *nodes}, {key::kJobs, *jobs}, {"summary", *summary}};
 
   std::map<std::string, const Json*> by_id;
-  for (const Json& job : Array(*jobs, "jobs")) by_id[Str(job, "id")] = &job;
+  for (const Json& job : Array(*jobs, key::kJobs)) by_id[Str(job, key::kId)] = &job;
   const double now = FleetNow();
   const Json& s = *summary;
-  std::string out = "paladin top  " + api.url() + "  nodes alive " + Count(s, "nodes_alive") +
-                    ", gpus " + Count(s, "gpus") + " | jobs running " + Count(s, "jobs_running") +
-                    ", pending " + Count(s, "jobs_pending") + " | migrations " +
-                    Count(s, "migrations") + " (" + Count(s, "migrations_failed") +
-                    " failed), recoveries " + Count(s, "recoveries") + ", quota grows " +
-                    Count(s, "quota_grows") + "\n\n";
-  for (const Json& node : Array(*nodes, "nodes")) {
-    out += Str(node, "name") + "  " + Str(node, "state") + "  " + Str(node, "address") +
-           "  heartbeat " + fleet::FormatAgo(fleet::Num(node, "last_heartbeat"), now) + "\n";
-    for (const Json& gpu : Array(node, "gpus")) {
-      const uint64_t total = fleet::Bytes(gpu, "memory_bytes").value_or(0);
-      const uint64_t allocated = fleet::Bytes(gpu, "allocated_bytes").value_or(0);
-      const uint64_t used = fleet::Bytes(gpu, "used_bytes").value_or(0);
-      std::string line = "  " + Count(gpu, "index") + " " + Str(gpu, "model") + " " +
+  std::string out =
+      "paladin top  " + api.url() + "  nodes alive " + Count(s, key::kNodesAlive) + ", gpus " +
+      Count(s, key::kGpus) + " | jobs running " + Count(s, key::kJobsRunning) + ", pending " +
+      Count(s, key::kJobsPending) + " | migrations " + Count(s, key::kMigrations) + " (" +
+      Count(s, key::kMigrationsFailed) + " failed), recoveries " + Count(s, key::kRecoveries) +
+      ", quota grows " + Count(s, key::kQuotaGrows) + "\n\n";
+  for (const Json& node : Array(*nodes, key::kNodes)) {
+    out += Str(node, key::kName) + "  " + Str(node, key::kState) + "  " + Str(node, key::kAddress) +
+           "  heartbeat " + fleet::FormatAgo(fleet::Num(node, key::kLastHeartbeat), now) + "\n";
+    for (const Json& gpu : Array(node, key::kGpus)) {
+      const uint64_t total = fleet::Bytes(gpu, key::kMemoryBytes).value_or(0);
+      const uint64_t allocated = fleet::Bytes(gpu, key::kAllocatedBytes).value_or(0);
+      const uint64_t used = fleet::Bytes(gpu, key::kUsedBytes).value_or(0);
+      std::string line = "  " + Count(gpu, key::kIndex) + " " + Str(gpu, key::kModel) + " " +
                          fleet::MemoryBar(used, allocated, total, 30) + " alloc " +
                          fleet::FormatBytes(allocated) + ", used " + fleet::FormatBytes(used) +
                          " of " + fleet::FormatBytes(total);
-      if (gpu.contains("healthy") && gpu["healthy"].is_boolean() && !gpu["healthy"].get<bool>()) {
+      if (gpu.contains(key::kHealthy) && gpu[key::kHealthy].is_boolean() &&
+          !gpu[key::kHealthy].get<bool>()) {
         line += "  UNHEALTHY";
       }
       out += line + "\n";
-      for (const Json& id : Array(gpu, "jobs")) {
+      for (const Json& id : Array(gpu, key::kJobs)) {
         if (!id.is_string()) continue;
         const auto it = by_id.find(id.get<std::string>());
         std::string row = "      " + id.get<std::string>();
         if (it != by_id.end()) {
           const Json& job = *it->second;
-          row += "  " + Str(job, "name") + "  " + Str(job, "team") + "  " + Str(job, "state") +
-                 "  quota " + fleet::BytesCell(job, "quota_bytes") + ", used " +
-                 fleet::BytesCell(job, "used_bytes");
+          row += "  " + Str(job, key::kName) + "  " + Str(job, key::kTeam) + "  " +
+                 Str(job, key::kState) + "  quota " + fleet::BytesCell(job, key::kQuotaBytes) +
+                 ", used " + fleet::BytesCell(job, key::kUsedBytes);
         }
         out += row + "\n";
       }
     }
   }
   std::string queue;
-  for (const Json& job : Array(*jobs, "jobs")) {
+  for (const Json& job : Array(*jobs, key::kJobs)) {
     if (!api::JobIs(job, api::JobState::kPending)) continue;
-    queue += "  " + Str(job, "id") + "  " + Str(job, "name") + "  " + Str(job, "team") +
+    queue += "  " + Str(job, key::kId) + "  " + Str(job, key::kName) + "  " + Str(job, key::kTeam) +
              "  waiting " +
-             fleet::FormatDuration(now - fleet::Num(job, "submitted_at").value_or(now)) + "  " +
-             Str(job, "reason") + "\n";
+             fleet::FormatDuration(now - fleet::Num(job, key::kSubmittedAt).value_or(now)) + "  " +
+             Str(job, key::kReason) + "\n";
   }
   if (!queue.empty()) out += "\npending:\n" + queue;
   out += "\n[# used  = allocated, unused  . free  ! used past its allocation]\n";

@@ -15,12 +15,15 @@
 #include <sstream>
 #include <thread>
 
+#include "paladin/api/wire.h"
 #include "paladin/base/process.h"
 
 extern char** environ;
 
 namespace paladin::cli {
+
 namespace fs = std::filesystem;
+namespace key = api::key;
 
 namespace {
 
@@ -113,9 +116,9 @@ StatusOr<std::string> LocalFleet::NodeTokenFile(const std::string& name, const s
   const std::string path = dir + "/agent.token";
   if (!ReadTrimmed(path).empty()) return path;
   StatusOr<api::Json> made = Admin().Post(
-      "/v1/tokens", api::Json{{"scope", "agent:" + name}, {"name", "agent of " + name}});
+      "/v1/tokens", api::Json{{key::kScope, "agent:" + name}, {key::kName, "agent of " + name}});
   if (!made.ok()) return made.status();
-  const std::string token = made->value("token", "");
+  const std::string token = made->value(key::kToken, "");
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return IoError("cannot write " + path + ": " + std::strerror(errno));
   const std::string line = token + "\n";
@@ -147,9 +150,10 @@ Status LocalFleet::StartAgent(const std::string& name,
                                 LogPath("agent-" + name));
     }
     StatusOr<api::Json> nodes = admin.Get("/v1/nodes");
-    if (nodes.ok() && nodes->contains("nodes")) {
-      for (const api::Json& n : (*nodes)["nodes"]) {
-        if (n.value("name", "") == name && n.value("state", "") == "alive") return Status::Ok();
+    if (nodes.ok() && nodes->contains(key::kNodes)) {
+      for (const api::Json& n : (*nodes)[key::kNodes]) {
+        if (n.value(key::kName, "") == name && n.value(key::kState, "") == "alive")
+          return Status::Ok();
       }
     }
     Sleep(0.1);

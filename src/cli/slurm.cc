@@ -27,6 +27,7 @@
 
 #include "commands.h"
 #include "paladin/agent/local.h"
+#include "paladin/api/wire.h"
 #include "paladin/ckpt/image.h"
 #include "paladin/migrate/control.h"
 #include "paladin/quota/launch.h"
@@ -36,6 +37,9 @@
 extern char** environ;
 
 namespace paladin::cli {
+
+namespace key = api::key;
+
 namespace {
 
 using Json = nlohmann::json;
@@ -144,25 +148,25 @@ int RunHelper(const HelperArgs& a) {
   // its environment and its working directory are taken from it, and they reach only the
   // workload, after the switch of user. The quota, the GPU, the emulated driver and the image to
   // restore from are what the agent decided for this step (SLURM's job and step, from the plugin).
-  StatusOr<Json> decided =
-      agent::CallLocal(a.socket, {{"op", "step"}, {"job", a.job}, {"step", a.step}}, 30);
-  if (decided.ok() && !decided->value("ok", false)) {
-    decided = PermissionDenied(decided->value("error", "refused"));
+  StatusOr<Json> decided = agent::CallLocal(
+      a.socket, {{key::kOp, "step"}, {key::kJob, a.job}, {key::kStep, a.step}}, 30);
+  if (decided.ok() && !decided->value(key::kOk, false)) {
+    decided = PermissionDenied(decided->value(key::kError, "refused"));
   }
-  if (decided.ok() && decided->value("uid", int64_t{-1}) != a.uid) {
+  if (decided.ok() && decided->value(key::kUid, int64_t{-1}) != a.uid) {
     decided = PermissionDenied("the step was registered by uid " +
-                               std::to_string(decided->value("uid", int64_t{-1})) + ", not " +
+                               std::to_string(decided->value(key::kUid, int64_t{-1})) + ", not " +
                                std::to_string(a.uid));
   }
   if (!decided.ok()) {
     Note("slurm helper: the agent does not vouch for step " + std::to_string(a.job) + "." + a.step +
          ": " + decided.status().message());
-    (void)channel.Send(Json{{"event", "failed"}, {"code", 1}}.dump());
+    (void)channel.Send(Json{{"event", "failed"}, {key::kCode, 1}}.dump());
     return 1;
   }
   RunArgs run;
   run.inherit_env = false;
-  for (const Json& kv : r.value("env", Json::array())) {
+  for (const Json& kv : r.value(key::kEnv, Json::array())) {
     if (!kv.is_string()) continue;
     const std::string entry = kv.get<std::string>();
     const size_t eq = entry.find('=');
@@ -171,21 +175,21 @@ int RunHelper(const HelperArgs& a) {
   }
   run.cwd = r.value("cwd", "/");
   if (run.cwd.empty() || run.cwd[0] != '/') run.cwd = "/";
-  run.name = r.value("name", "slurm-step");
-  run.gpu_mem = std::to_string(decided->value("gpu_mem", uint64_t{0}));
-  run.emulated_gpus = decided->value("emulated_gpus", "");
-  run.gpus = decided->value("gpu_uuid", "");
+  run.name = r.value(key::kName, "slurm-step");
+  run.gpu_mem = std::to_string(decided->value(key::kGpuMem, uint64_t{0}));
+  run.emulated_gpus = decided->value(key::kEmulatedGpus, "");
+  run.gpus = decided->value(key::kGpuUuid, "");
   if (!run.emulated_gpus.empty()) {
     setenv("PALADIN_EMU_GPUS", run.emulated_gpus.c_str(), 1);
-    setenv("PALADIN_EMU_STATE", decided->value("emu_state", "").c_str(), 1);
+    setenv("PALADIN_EMU_STATE", decided->value(key::kEmuState, "").c_str(), 1);
   }
-  run.command = r.value("command", std::vector<std::string>{});
+  run.command = r.value(key::kCommand, std::vector<std::string>{});
   if (!r.value("restore_from", "").empty()) {
-    run.restore_from = decided->value("image", "");
+    run.restore_from = decided->value(key::kImage, "");
     if (run.restore_from.empty()) {
       Note("slurm helper: the shim asks for a restore, but the agent has no checkpoint of step " +
            std::to_string(a.job) + "." + a.step);
-      (void)channel.Send(Json{{"event", "failed"}, {"code", 1}}.dump());
+      (void)channel.Send(Json{{"event", "failed"}, {key::kCode, 1}}.dump());
       return 1;
     }
     StatusOr<ckpt::Manifest> m = ckpt::ReadManifest(run.restore_from);
@@ -212,10 +216,10 @@ int RunHelper(const HelperArgs& a) {
     started = true;
     root.store(static_cast<pid_t>(record.pid));
     (void)channel.Send(
-        Json{{"event", "started"}, {"pid", record.pid}, {"run_dir", record.run_dir}}.dump());
+        Json{{"event", "started"}, {key::kPid, record.pid}, {key::kRunDir, record.run_dir}}.dump());
   };
   const int code = RunWorkload(run);
-  (void)channel.Send(Json{{"event", started ? "exited" : "failed"}, {"code", code}}.dump());
+  (void)channel.Send(Json{{"event", started ? "exited" : "failed"}, {key::kCode, code}}.dump());
   return code;
 }
 
@@ -250,14 +254,14 @@ int RunThroughHelper(int fd, const RunArgs& run) {
   for (const auto& [from, to] : run.gpu_map) map[from] = to;
   char cwd[4096] = "/";
   if (getcwd(cwd, sizeof cwd) == nullptr) std::strcpy(cwd, "/");
-  const Json request = {{"name", run.name},
-                        {"gpu_mem", run.gpu_mem},
-                        {"emulated_gpus", run.emulated_gpus},
-                        {"gpus", run.gpus},
-                        {"command", run.command},
+  const Json request = {{key::kName, run.name},
+                        {key::kGpuMem, run.gpu_mem},
+                        {key::kEmulatedGpus, run.emulated_gpus},
+                        {key::kGpus, run.gpus},
+                        {key::kCommand, run.command},
                         {"restore_from", run.restore_from},
-                        {"gpu_map", map},
-                        {"env", env},
+                        {key::kGpuMap, map},
+                        {key::kEnv, env},
                         {"cwd", cwd}};
   std::fflush(stdout);
   std::fflush(stderr);
@@ -282,11 +286,11 @@ int RunThroughHelper(int fd, const RunArgs& run) {
     const std::string kind = event->value("event", "");
     if (kind == "started") {
       ckpt::JobRecord record;
-      record.pid = event->value("pid", int64_t{0});
-      record.run_dir = event->value("run_dir", "");
+      record.pid = event->value(key::kPid, int64_t{0});
+      record.run_dir = event->value(key::kRunDir, "");
       if (run.on_started) run.on_started(record);
     } else if (kind == "exited" || kind == "failed") {
-      return event->value("code", 1);
+      return event->value(key::kCode, 1);
     }
   }
 }
@@ -309,11 +313,11 @@ int RunTask(const TaskArgs& a) {
   const std::string step = !a.step.empty() ? a.step : "batch";
   const int64_t restarts = EnvInt("SLURM_RESTART_COUNT");
   StatusOr<Json> reg = agent::CallLocal(a.socket,
-                                        {{"op", "register"},
-                                         {"job", job},
-                                         {"step", step},
-                                         {"gpu_mem", gpu_mem},
-                                         {"restart_count", restarts}},
+                                        {{key::kOp, "register"},
+                                         {key::kJob, job},
+                                         {key::kStep, step},
+                                         {key::kGpuMem, gpu_mem},
+                                         {key::kRestartCount, restarts}},
                                         30);
   if (!reg.ok()) {
     if (a.on_agent_down == "fail") {
@@ -328,33 +332,33 @@ int RunTask(const TaskArgs& a) {
          "(--paladin-on-agent-down=run)");
     return RunPlain(a.command);
   }
-  if (!reg->value("ok", false)) {
-    Note("error: the node's Paladin agent refused this step: " + reg->value("error", "?"));
+  if (!reg->value(key::kOk, false)) {
+    Note("error: the node's Paladin agent refused this step: " + reg->value(key::kError, "?"));
     return 1;
   }
-  const std::string key = reg->value("key", "");
-  const std::string emu_gpus = reg->value("emulated_gpus", "");
+  const std::string key = reg->value(key::kKey, "");
+  const std::string emu_gpus = reg->value(key::kEmulatedGpus, "");
   if (!emu_gpus.empty()) {
     setenv("PALADIN_EMU_GPUS", emu_gpus.c_str(), 1);
-    setenv("PALADIN_EMU_STATE", reg->value("emu_state", "").c_str(), 1);
+    setenv("PALADIN_EMU_STATE", reg->value(key::kEmuState, "").c_str(), 1);
   }
   RunArgs run;
   run.name = "slurm-" + key;
   run.gpu_mem = a.gpu_mem;
   run.emulated_gpus = emu_gpus;
-  run.gpus = reg->value("gpu_uuid", "");
+  run.gpus = reg->value(key::kGpuUuid, "");
   run.command = a.command;
   run.say_as = "paladin";
   run.on_started = [&](const ckpt::JobRecord& record) {
     StatusOr<Json> told = agent::CallLocal(
-        a.socket, {{"op", "started"}, {"key", key}, {"run_dir", record.run_dir}}, 30);
-    if (!told.ok() || !told->value("ok", false)) {
+        a.socket, {{key::kOp, "started"}, {key::kKey, key}, {key::kRunDir, record.run_dir}}, 30);
+    if (!told.ok() || !told->value(key::kOk, false)) {
       Note("warning: the agent did not take the step's record (" +
-           (told.ok() ? told->value("error", "?") : told.status().message()) +
+           (told.ok() ? told->value(key::kError, "?") : told.status().message()) +
            "); it cannot be checkpointed");
     }
   };
-  const std::string image = reg->value("image", "");
+  const std::string image = reg->value(key::kImage, "");
   if (restarts > 0 && !image.empty()) {
     // The job was requeued after a checkpoint: continue from it, on this node's GPU.
     StatusOr<ckpt::Manifest> m = ckpt::ReadManifest(image);
@@ -371,11 +375,12 @@ int RunTask(const TaskArgs& a) {
       Note("SLURM restart " + std::to_string(restarts) + " of job " + std::to_string(job) +
            ": no checkpoint of step " + step + "; it starts from the beginning");
     }
-    Note("step " + key + " on node " + reg->value("node", "?") + ", GPU " +
-         std::to_string(reg->value("gpu_index", -1)) + ", quota " + quota::FormatSize(gpu_mem));
+    Note("step " + key + " on node " + reg->value(key::kNode, "?") + ", GPU " +
+         std::to_string(reg->value(key::kGpuIndex, -1)) + ", quota " + quota::FormatSize(gpu_mem));
   }
   const int code = a.helper_fd >= 0 ? RunThroughHelper(a.helper_fd, run) : RunWorkload(run);
-  (void)agent::CallLocal(a.socket, {{"op", "done"}, {"key", key}, {"exit_code", code}}, 30);
+  (void)agent::CallLocal(a.socket, {{key::kOp, "done"}, {key::kKey, key}, {key::kExitCode, code}},
+                         30);
   return code;
 }
 
@@ -385,18 +390,19 @@ bool Failed(const char* what, const StatusOr<Json>& answer) {
     Say(what, answer.status().message());
     return true;
   }
-  if (!answer->value("ok", false)) {
-    Say(what, answer->value("error", "refused"));
+  if (!answer->value(key::kOk, false)) {
+    Say(what, answer->value(key::kError, "refused"));
     return true;
   }
   return false;
 }
 
 void PrintSteps(const Json& answer) {
-  for (const Json& s : answer.value("steps", Json::array())) {
-    std::printf("checkpointed %s into %s (%s, %.1f s)\n", s.value("step", "?").c_str(),
-                s.value("image", "?").c_str(),
-                quota::FormatSize(s.value("bytes", uint64_t{0})).c_str(), s.value("seconds", 0.0));
+  for (const Json& s : answer.value(key::kSteps, Json::array())) {
+    std::printf("checkpointed %s into %s (%s, %.1f s)\n", s.value(key::kStep, "?").c_str(),
+                s.value(key::kImage, "?").c_str(),
+                quota::FormatSize(s.value(key::kBytes, uint64_t{0})).c_str(),
+                s.value(key::kSeconds, 0.0));
   }
 }
 
@@ -404,8 +410,8 @@ int Checkpoint(const std::string& socket, int64_t job, agent::SlurmLeave leave) 
   const std::string left = agent::SlurmLeaveName(leave);
   Say("slurm checkpoint",
       "checkpointing SLURM job " + std::to_string(job) + "'s steps (left " + left + ")");
-  StatusOr<Json> answer =
-      agent::CallLocal(socket, {{"op", "checkpoint"}, {"job", job}, {"leave", left}}, 3600);
+  StatusOr<Json> answer = agent::CallLocal(
+      socket, {{key::kOp, "checkpoint"}, {key::kJob, job}, {key::kLeave, left}}, 3600);
   if (Failed("slurm checkpoint", answer)) {
     if (answer.ok()) PrintSteps(*answer);
     return 1;
@@ -434,13 +440,13 @@ int Requeue(const std::string& socket, int64_t job) {
   }
   Say("slurm requeue", "scontrol requeue " + std::to_string(job) + " failed (exit " +
                            std::to_string(code) + "); letting the job run on");
-  StatusOr<Json> resumed = agent::CallLocal(socket, {{"op", "resume"}, {"job", job}}, 120);
+  StatusOr<Json> resumed = agent::CallLocal(socket, {{key::kOp, "resume"}, {key::kJob, job}}, 120);
   (void)Failed("slurm requeue", resumed);
   return 1;
 }
 
 int Steps(const std::string& socket, bool json) {
-  StatusOr<Json> answer = agent::CallLocal(socket, {{"op", "steps"}}, 30);
+  StatusOr<Json> answer = agent::CallLocal(socket, {{key::kOp, "steps"}}, 30);
   if (Failed("slurm steps", answer)) return 1;
   if (json) {
     std::printf("%s\n", answer->dump(2).c_str());
@@ -448,13 +454,13 @@ int Steps(const std::string& socket, bool json) {
   }
   std::printf("%-14s %-8s %-6s %-4s %-10s %-14s %s\n", "STEP", "UID", "PID", "GPU", "QUOTA",
               "STATE", "LAST CHECKPOINT");
-  for (const Json& s : answer->value("steps", Json::array())) {
-    const std::string image = s.value("image", "");
-    std::printf("%-14s %-8lld %-6lld %-4d %-10s %-14s %s\n", s.value("key", "?").c_str(),
-                static_cast<long long>(s.value("uid", int64_t{0})),
-                static_cast<long long>(s.value("pid", int64_t{0})), s.value("gpu_index", -1),
-                quota::FormatSize(s.value("gpu_mem", uint64_t{0})).c_str(),
-                s.value("state", "?").c_str(), image.empty() ? "-" : image.c_str());
+  for (const Json& s : answer->value(key::kSteps, Json::array())) {
+    const std::string image = s.value(key::kImage, "");
+    std::printf("%-14s %-8lld %-6lld %-4d %-10s %-14s %s\n", s.value(key::kKey, "?").c_str(),
+                static_cast<long long>(s.value(key::kUid, int64_t{0})),
+                static_cast<long long>(s.value(key::kPid, int64_t{0})), s.value(key::kGpuIndex, -1),
+                quota::FormatSize(s.value(key::kGpuMem, uint64_t{0})).c_str(),
+                s.value(key::kState, "?").c_str(), image.empty() ? "-" : image.c_str());
   }
   return 0;
 }

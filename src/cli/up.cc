@@ -12,8 +12,12 @@
 #include "commands.h"
 #include "local_fleet.h"
 #include "paladin/api/client.h"
+#include "paladin/api/wire.h"
 
 namespace paladin::cli {
+
+namespace key = api::key;
+
 namespace {
 
 struct UpArgs {
@@ -45,8 +49,8 @@ Status WriteClientConfig(const std::string& url, const std::string& token,
   const std::string path = home + "/client.json";
   std::ofstream out(path, std::ios::trunc);
   if (!out) return IoError("cannot write " + path);
-  api::Json config = {{"url", url}, {"token", token}};
-  if (!ca_file.empty()) config["ca_file"] = ca_file;
+  api::Json config = {{key::kUrl, url}, {key::kToken, token}};
+  if (!ca_file.empty()) config[key::kCaFile] = ca_file;
   out << config.dump(2) << "\n";
   out.close();
   std::filesystem::permissions(

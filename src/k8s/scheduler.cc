@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "json_fields.h"
+#include "paladin/api/wire.h"
 #include "paladin/base/size.h"
 #include "paladin/k8s/move.h"
 #include "paladin/k8s/placement_pass.h"
@@ -21,6 +22,9 @@
 #include "paladin/server/validate.h"
 
 namespace paladin::k8s {
+
+namespace key = api::key;
+
 namespace {
 
 using Json = nlohmann::json;
@@ -235,7 +239,7 @@ std::string TeamGpuQuotaReason(const std::string& team, uint64_t max_gpus, uint6
 
 StatusOr<std::map<std::string, TeamQuota>> TeamQuotasOf(const Json& teams,
                                                         const std::string& cluster) {
-  if (!teams.is_object() || !teams.contains("teams") || !teams["teams"].is_array()) {
+  if (!teams.is_object() || !teams.contains(key::kTeams) || !teams[key::kTeams].is_array()) {
     return InvalidArgument("Paladin's server's /v1/teams: expected an object with a teams list");
   }
   const auto bytes = [](const Json& v) -> std::optional<uint64_t> {
@@ -243,18 +247,18 @@ StatusOr<std::map<std::string, TeamQuota>> TeamQuotasOf(const Json& teams,
     return static_cast<uint64_t>(v.get<int64_t>());
   };
   std::map<std::string, TeamQuota> quotas;
-  for (const Json& t : teams["teams"]) {
-    if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) continue;
-    const std::optional<uint64_t> max = bytes(t.value("max_gpu_mem_bytes", Json()));
+  for (const Json& t : teams[key::kTeams]) {
+    if (!t.is_object() || !t.contains(key::kName) || !t[key::kName].is_string()) continue;
+    const std::optional<uint64_t> max = bytes(t.value(key::kMaxGpuMemBytes, Json()));
     if (!max) continue;
     TeamQuota q;
     q.max_bytes = *max;
-    const Json in_use = t.value("gpu_mem_in_use", Json::object());
+    const Json in_use = t.value(key::kGpuMemInUse, Json::object());
     if (in_use.is_object()) {
-      const std::optional<uint64_t> jobs = bytes(in_use.value("jobs_bytes", Json(0)));
+      const std::optional<uint64_t> jobs = bytes(in_use.value(key::kJobsBytes, Json(0)));
       if (!jobs) continue;
       q.elsewhere_bytes = *jobs;
-      const Json pods = in_use.value("pods_bytes", Json::object());
+      const Json pods = in_use.value(key::kPodsBytes, Json::object());
       if (!pods.is_object()) continue;
       bool valid = true;
       for (const auto& [name, held] : pods.items()) {
@@ -264,13 +268,13 @@ StatusOr<std::map<std::string, TeamQuota>> TeamQuotasOf(const Json& teams,
       }
       if (!valid) continue;
     }
-    const std::optional<uint64_t> max_gpus = bytes(t.value("max_gpus", Json(0)));
+    const std::optional<uint64_t> max_gpus = bytes(t.value(key::kMaxGpus, Json(0)));
     if (!max_gpus) continue;
     q.max_gpus = *max_gpus;
-    const Json gpus_in_use = t.value("gpus_in_use", Json::object());
+    const Json gpus_in_use = t.value(key::kGpusInUse, Json::object());
     if (!gpus_in_use.is_object()) continue;
-    const std::optional<uint64_t> job_gpus = bytes(gpus_in_use.value("jobs", Json(0)));
-    const Json pod_gpus = gpus_in_use.value("pods", Json::object());
+    const std::optional<uint64_t> job_gpus = bytes(gpus_in_use.value(key::kJobs, Json(0)));
+    const Json pod_gpus = gpus_in_use.value(key::kPods, Json::object());
     if (!job_gpus || !pod_gpus.is_object()) continue;
     q.elsewhere_gpus = *job_gpus;
     bool valid = true;
@@ -280,7 +284,7 @@ StatusOr<std::map<std::string, TeamQuota>> TeamQuotasOf(const Json& teams,
       if (n && name != cluster) q.elsewhere_gpus += *n;
     }
     if (!valid) continue;
-    quotas[t["name"].get<std::string>()] = q;
+    quotas[t[key::kName].get<std::string>()] = q;
   }
   return quotas;
 }

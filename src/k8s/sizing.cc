@@ -5,10 +5,14 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "paladin/api/wire.h"
 #include "paladin/k8s/scheduler.h"
 #include "paladin/k8s/webhook.h"
 
 namespace paladin::k8s {
+
+namespace key = api::key;
+
 namespace {
 
 using Json = nlohmann::json;
@@ -55,17 +59,17 @@ AutoSizer ServerSizer(std::shared_ptr<const ApiClient> kube, const api::Endpoint
       return Unavailable("Paladin's server " + client->Url() + ": " + answer.status().message());
     }
     const Json& a = *answer;
-    if (!a.is_object() || !a.contains("bytes") || !a["bytes"].is_number_integer() ||
-        a["bytes"].get<int64_t>() <= 0) {
+    if (!a.is_object() || !a.contains(key::kBytes) || !a[key::kBytes].is_number_integer() ||
+        a[key::kBytes].get<int64_t>() <= 0) {
       return Unavailable("Paladin's server " + client->Url() + ": no size in its answer");
     }
     AutoSizing s;
-    s.bytes = a["bytes"].get<uint64_t>();
+    s.bytes = a[key::kBytes].get<uint64_t>();
     auto text = [&a](const char* key, const std::string& otherwise) {
       return a.contains(key) && a[key].is_string() ? a[key].get<std::string>() : otherwise;
     };
-    s.why = "Paladin's server, class " + text("class", *team + "/" + command) + ": " +
-            text("why", "(no reason given)");
+    s.why = "Paladin's server, class " + text(key::kClass, *team + "/" + command) + ": " +
+            text(key::kWhy, "(no reason given)");
     return s;
   };
 }

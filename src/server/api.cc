@@ -7,10 +7,14 @@
 #include <string_view>
 #include <vector>
 
+#include "paladin/api/wire.h"
 #include "paladin/server/server.h"
 #include "paladin/server/validate.h"
 
 namespace paladin::server {
+
+namespace key = api::key;
+
 namespace {
 
 // The one Authorization header, whole (the front keeps every byte of it). Two headers, or
@@ -64,7 +68,9 @@ int HttpStatus(const Status& s) {
   }
 }
 
-Reply Error(const Status& s) { return Reply{HttpStatus(s), Json{{"error", s.message()}}, "", ""}; }
+Reply Error(const Status& s) {
+  return Reply{HttpStatus(s), Json{{key::kError, s.message()}}, "", ""};
+}
 
 Reply FromResult(const StatusOr<Json>& r, int ok_status = 200) {
   if (!r.ok()) return Error(r.status());
@@ -223,7 +229,7 @@ HttpAdmit MakeRoutes(Control& control, PodBook& pods) {
   r.Get("/", Access::kPublic, page);
   r.Get("/dashboard.html", Access::kPublic, page);
   r.Get("/healthz", Access::kPublic, [](const HttpRequest&, const Principal&) {
-    return Reply{200, Json{{"ok", true}}, "", ""};
+    return Reply{200, Json{{key::kOk, true}}, "", ""};
   });
 
   // --- jobs ---
@@ -327,16 +333,17 @@ HttpAdmit MakeRoutes(Control& control, PodBook& pods) {
   r.Post("/v1/tokens", Access::kAdmin, [c](const HttpRequest& req, const Principal&) {
     StatusOr<Json> body = ParseBody(req);
     if (!body.ok()) return Error(body.status());
-    if (!body->contains("scope") || !(*body)["scope"].is_string()) {
+    if (!body->contains(key::kScope) || !(*body)[key::kScope].is_string()) {
       return Error(InvalidArgument("scope: required, one of admin, agent, agent:NODE, team:NAME"));
     }
     std::string name;
-    if (body->contains("name") && !(*body)["name"].is_null()) {
-      if (!(*body)["name"].is_string()) return Error(InvalidArgument("name: expected a string"));
-      name = (*body)["name"].get<std::string>();
+    if (body->contains(key::kName) && !(*body)[key::kName].is_null()) {
+      if (!(*body)[key::kName].is_string())
+        return Error(InvalidArgument("name: expected a string"));
+      name = (*body)[key::kName].get<std::string>();
       if (name.size() > 200) return Error(InvalidArgument("name: longer than 200 characters"));
     }
-    return FromResult(c->CreateToken((*body)["scope"].get<std::string>(), name), 201);
+    return FromResult(c->CreateToken((*body)[key::kScope].get<std::string>(), name), 201);
   });
   r.Get("/v1/tokens", Access::kAdmin,
         [c](const HttpRequest&, const Principal&) { return FromResult(c->ListTokens()); });
@@ -361,7 +368,7 @@ HttpAdmit MakeRoutes(Control& control, PodBook& pods) {
     if (!list.ok()) return Error(list.status());
     Status s = book->Replace(*list);
     if (!s.ok()) return Error(s);
-    return Reply{200, Json{{"pods", list->pods.size()}}, "", ""};
+    return Reply{200, Json{{key::kPods, list->pods.size()}}, "", ""};
   });
   r.Get("/v1/pods", Access::kUser, [book](const HttpRequest& req, const Principal& who) {
     const std::string team = Param(req, "team");

@@ -5,6 +5,8 @@
 
 namespace paladin::server {
 
+namespace key = api::key;
+
 void CommandQueue::Load(std::vector<CommandRecord> unacked, int64_t max_id) {
   next_id_ = std::max(next_id_, max_id + 1);
   for (CommandRecord& c : unacked) {
@@ -75,7 +77,7 @@ bool CommandQueue::Withdraw(int64_t id, const std::string& why) {
   CommandRecord& c = it->second;
   c.acked = true;
   c.ok = false;
-  c.result = Json{{"error", why}};
+  c.result = Json{{key::kError, why}};
   writes_.Mark(id);
   return true;
 }

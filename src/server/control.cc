@@ -9,11 +9,15 @@
 #include <filesystem>
 #include <utility>
 
+#include "paladin/api/wire.h"
 #include "paladin/core/policies.h"
 #include "paladin/server/placement.h"
 #include "paladin/server/validate.h"
 
 namespace paladin::server {
+
+namespace key = api::key;
+
 namespace {
 
 inline constexpr size_t kLogKeepBytes = 1 << 20;
@@ -208,29 +212,29 @@ Json Control::MigrationJson(const JobRecord& j) const {
   const MigrationRecord* active = migrations_.Active(j.migration_id);
   if (active == nullptr) return nullptr;
   const MigrationRecord& m = *active;
-  return {{"id", m.id},
-          {"to", m.to_node},
-          {"to_gpu", m.to_gpu},
-          {"step", m.StepName()},
-          {"expected_pause_s", m.expected_pause_s},
-          {"expected_basis", m.expected_basis},
-          {"mode", m.AskedModeName()}};
+  return {{key::kId, m.id},
+          {key::kTo, m.to_node},
+          {key::kToGpu, m.to_gpu},
+          {key::kStep, m.StepName()},
+          {key::kExpectedPauseS, m.expected_pause_s},
+          {key::kExpectedBasis, m.expected_basis},
+          {key::kMode, m.AskedModeName()}};
 }
 
 Json Control::JobJson(const JobRecord& j) const {
   Json out = JobToApi(j);
   Json migration = MigrationJson(j);
-  if (!migration.is_null()) out["migration"] = std::move(migration);
+  if (!migration.is_null()) out[key::kMigration] = std::move(migration);
   // The job's last move that its source reported on: how its memory moved, why, the pause.
   if (const MigrationRecord* last = migrations_.LastReported(j.id)) {
     const MigrationRecord& m = *last;
-    out["last_move"] = {{"id", m.id},
-                        {"from", m.from_node},
-                        {"to", m.to_node},
-                        {"step", m.StepName()},
-                        {"mode", m.mode_used},
-                        {"why", m.move_mode_why},
-                        {"pause_s", m.pause_s ? Json(*m.pause_s) : Json(nullptr)}};
+    out[key::kLastMove] = {{key::kId, m.id},
+                           {key::kFrom, m.from_node},
+                           {key::kTo, m.to_node},
+                           {key::kStep, m.StepName()},
+                           {key::kMode, m.mode_used},
+                           {key::kWhy, m.move_mode_why},
+                           {key::kPauseS, m.pause_s ? Json(*m.pause_s) : Json(nullptr)}};
   }
   return out;
 }
@@ -314,7 +318,8 @@ StatusOr<Json> Control::CreateToken(const std::string& scope, const std::string&
   std::lock_guard<std::mutex> lock(mu_);
   StatusOr<TokenRecord> t = StoreToken(Sha256Hex(*secret), scope, name, *parsed);
   if (!t.ok()) return t.status();
-  return Json{{"id", t->id}, {"token", *secret}, {"scope", t->scope}, {"name", t->name}};
+  return Json{
+      {key::kId, t->id}, {key::kToken, *secret}, {key::kScope, t->scope}, {key::kName, t->name}};
 }
 
 Status Control::AdoptToken(const std::string& secret, const std::string& scope,
@@ -347,10 +352,12 @@ StatusOr<Json> Control::ListTokens() {
   std::lock_guard<std::mutex> lock(mu_);
   Json out = Json::array();
   for (const TokenRecord* t : tokens_.Sorted()) {
-    out.push_back(
-        {{"id", t->id}, {"name", t->name}, {"scope", t->scope}, {"created_at", t->created_at}});
+    out.push_back({{key::kId, t->id},
+                   {key::kName, t->name},
+                   {key::kScope, t->scope},
+                   {key::kCreatedAt, t->created_at}});
   }
-  return Json{{"tokens", out}};
+  return Json{{key::kTokens, out}};
 }
 
 Status Control::DeleteToken(int64_t id) {

@@ -13,6 +13,8 @@
 #include <utility>
 
 namespace paladin::server {
+
+namespace key = api::key;
 namespace {
 
 // Variables the server sets for every rank; a gang's own env may not set them.
@@ -135,7 +137,7 @@ StatusOr<Json> GangCoordinator::Submit(const Principal& who, const JobRecord& ba
     ids.push_back(j.id);
     if (r == 0) out = host_.JobJson(j);
   }
-  out["gang_jobs"] = ids;
+  out[key::kGangJobs] = ids;
   PALADIN_RETURN_IF_ERROR(host_.Flush());
   host_.Wake();
   return out;
@@ -332,7 +334,8 @@ void GangCoordinator::FinishCut(const std::string& gang) {
   const int generation = members[0]->gang->cut_in_flight;
   for (JobRecord* m : members) {
     GangMember& g = *m->gang;
-    host_.RecordCheckpoint(*m, Json{{"path", g.cut_path}, {"bytes", g.cut_bytes}}, g.cut_path);
+    host_.RecordCheckpoint(*m, Json{{key::kPath, g.cut_path}, {key::kBytes, g.cut_bytes}},
+                           g.cut_path);
     g.generation = generation;
     if (stop) {
       // The ranks stay frozen until the kill: nothing runs past the cut.
@@ -431,11 +434,11 @@ bool GangCoordinator::ApplyResult(JobRecord& j, const CommandRecord& c,
   // The dump of a frozen rank.
   if (g.cut_phase != CutPhase::kDumping) return true;
   g.cut_phase = CutPhase::kDumped;
-  g.cut_path = r.detail.contains("path") && r.detail["path"].is_string()
-                   ? r.detail["path"].get<std::string>()
+  g.cut_path = r.detail.contains(key::kPath) && r.detail[key::kPath].is_string()
+                   ? r.detail[key::kPath].get<std::string>()
                    : c.command.dir;
-  g.cut_bytes = r.detail.contains("bytes") && r.detail["bytes"].is_number_integer()
-                    ? r.detail["bytes"].get<int64_t>()
+  g.cut_bytes = r.detail.contains(key::kBytes) && r.detail[key::kBytes].is_number_integer()
+                    ? r.detail[key::kBytes].get<int64_t>()
                     : 0;
   jobs_.MarkDirty(j);
   JobRecord* mover = MoverOf(members);
@@ -527,7 +530,8 @@ void GangCoordinator::MoveRankOver(const std::string& gang) {
   // Every rank's image is in, the moving rank's last: they are one cut, the gang's generation.
   for (JobRecord* m : members) {
     GangMember& g = *m->gang;
-    host_.RecordCheckpoint(*m, Json{{"path", g.cut_path}, {"bytes", g.cut_bytes}}, g.cut_path);
+    host_.RecordCheckpoint(*m, Json{{key::kPath, g.cut_path}, {key::kBytes, g.cut_bytes}},
+                           g.cut_path);
     g.generation = generation;
     jobs_.MarkDirty(*m);
   }

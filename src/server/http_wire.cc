@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cstdio>
 
+#include "paladin/api/wire.h"
+
 namespace paladin::server {
 namespace {
 
@@ -109,7 +111,7 @@ std::vector<std::string> HttpRequest::HeaderValues(std::string_view name) const 
 }
 
 HttpResponse HttpError(int status, std::string_view message) {
-  std::string json = "{\"error\": \"";
+  std::string json = std::string("{\"") + api::key::kError + "\": \"";
   for (const char c : message) {
     if (c == '"' || c == '\\') {
       json += '\\';

@@ -3,10 +3,14 @@
 #include <algorithm>
 
 #include "control.h"
+#include "paladin/api/wire.h"
 #include "paladin/core/job_env.h"
 #include "paladin/server/validate.h"
 
 namespace paladin::server {
+
+namespace key = api::key;
+
 namespace {
 
 // The most ranks one gang may have.
@@ -39,20 +43,21 @@ StatusOr<Json> Control::Submit(const Principal& who, const Json& body) {
   if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
   JobRecord j;
   // command
-  if (!Present(body, "command")) return InvalidArgument("command: required (a list of strings)");
-  if (!body["command"].is_array() || body["command"].empty()) {
+  if (!Present(body, key::kCommand))
+    return InvalidArgument("command: required (a list of strings)");
+  if (!body[key::kCommand].is_array() || body[key::kCommand].empty()) {
     return InvalidArgument("command: expected a non-empty list of strings");
   }
-  for (const Json& arg : body["command"]) {
+  for (const Json& arg : body[key::kCommand]) {
     if (!arg.is_string()) return InvalidArgument("command: every item must be a string");
     j.command.push_back(arg.get<std::string>());
   }
   if (j.command[0].empty()) return InvalidArgument("command: the program name is empty");
   // team
   std::string team = who.team_scoped() ? who.team : "default";
-  if (Present(body, "team")) {
-    if (!body["team"].is_string()) return InvalidArgument("team: expected a string");
-    const std::string asked = body["team"].get<std::string>();
+  if (Present(body, key::kTeam)) {
+    if (!body[key::kTeam].is_string()) return InvalidArgument("team: expected a string");
+    const std::string asked = body[key::kTeam].get<std::string>();
     if (!ValidName(asked)) {
       return InvalidArgument("team: '" + asked.substr(0, 64) +
                              "' must be 1-63 characters of letters, digits, '.', '_', '-'");
@@ -64,9 +69,9 @@ StatusOr<Json> Control::Submit(const Principal& who, const Json& body) {
   }
   j.team = team;
   // name
-  if (Present(body, "name")) {
-    if (!body["name"].is_string()) return InvalidArgument("name: expected a string");
-    j.name = body["name"].get<std::string>();
+  if (Present(body, key::kName)) {
+    if (!body[key::kName].is_string()) return InvalidArgument("name: expected a string");
+    j.name = body[key::kName].get<std::string>();
     if (!j.name.empty() && !ValidName(j.name)) {
       return InvalidArgument("name: '" + j.name.substr(0, 64) +
                              "' must be 1-63 characters of letters, digits, '.', '_', '-'");
@@ -86,15 +91,16 @@ StatusOr<Json> Control::Submit(const Principal& who, const Json& body) {
   }
   // sizes
   j.mem_auto = true;
-  if (Present(body, "gpu_mem") && !(body["gpu_mem"].is_string() && body["gpu_mem"] == "auto")) {
-    StatusOr<int64_t> mem = SizeField(body["gpu_mem"], "gpu_mem");
+  if (Present(body, key::kGpuMem) &&
+      !(body[key::kGpuMem].is_string() && body[key::kGpuMem] == "auto")) {
+    StatusOr<int64_t> mem = SizeField(body[key::kGpuMem], key::kGpuMem);
     if (!mem.ok()) return mem.status();
     if (*mem <= 0) return InvalidArgument("gpu_mem: must be more than 0 bytes (or \"auto\")");
     j.mem_auto = false;
     j.mem_request = *mem;
   }
-  if (Present(body, "gpu_mem_max")) {
-    StatusOr<int64_t> mem = SizeField(body["gpu_mem_max"], "gpu_mem_max");
+  if (Present(body, key::kGpuMemMax)) {
+    StatusOr<int64_t> mem = SizeField(body[key::kGpuMemMax], key::kGpuMemMax);
     if (!mem.ok()) return mem.status();
     if (*mem <= 0) return InvalidArgument("gpu_mem_max: must be more than 0 bytes");
     if (!j.mem_auto && *mem < j.mem_request) {
@@ -103,23 +109,23 @@ StatusOr<Json> Control::Submit(const Principal& who, const Json& body) {
     j.mem_max = *mem;
   }
   // 0 only for a gang's ranks (CPU ranks, gloo), checked below.
-  StatusOr<int64_t> gpus = IntField(body, "gpus", 0, core::kMaxGpusPerNode, 1);
+  StatusOr<int64_t> gpus = IntField(body, key::kGpus, 0, core::kMaxGpusPerNode, 1);
   if (!gpus.ok()) return gpus.status();
-  StatusOr<int64_t> priority = IntField(body, "priority", -1000000, 1000000, 0);
+  StatusOr<int64_t> priority = IntField(body, key::kPriority, -1000000, 1000000, 0);
   if (!priority.ok()) return priority.status();
   j.gpus = static_cast<int>(*gpus);
   j.priority = static_cast<int>(*priority);
-  if (Present(body, "on_restore_failure")) {
-    const Json& policy = body["on_restore_failure"];
+  if (Present(body, key::kOnRestoreFailure)) {
+    const Json& policy = body[key::kOnRestoreFailure];
     if (!policy.is_string() || (policy != "stop" && policy != "restart")) {
       return InvalidArgument("on_restore_failure: expected \"stop\" or \"restart\"");
     }
     j.on_restore_failure = policy.get<std::string>();
   }
-  if (Present(body, "env")) {
-    if (!body["env"].is_object()) return InvalidArgument("env: expected an object of strings");
+  if (Present(body, key::kEnv)) {
+    if (!body[key::kEnv].is_object()) return InvalidArgument("env: expected an object of strings");
     std::vector<std::pair<std::string, std::string>> env;
-    for (const auto& [k, v] : body["env"].items()) {
+    for (const auto& [k, v] : body[key::kEnv].items()) {
       if (!v.is_string()) return InvalidArgument("env: " + k.substr(0, 64) + ": expected a string");
       env.emplace_back(k, v.get<std::string>());
     }
@@ -128,19 +134,19 @@ StatusOr<Json> Control::Submit(const Principal& who, const Json& body) {
   }
   // A gang: "ranks" jobs placed together (docs/server.md, "Gangs").
   std::optional<GangMember> gang;
-  if (Present(body, "ranks")) {
-    StatusOr<int64_t> ranks = IntField(body, "ranks", 2, kMaxGangRanks, 2);
+  if (Present(body, key::kRanks)) {
+    StatusOr<int64_t> ranks = IntField(body, key::kRanks, 2, kMaxGangRanks, 2);
     if (!ranks.ok()) return ranks.status();
-    StatusOr<int64_t> per_node = IntField(body, "ranks_per_node", 1, *ranks, 1);
+    StatusOr<int64_t> per_node = IntField(body, key::kRanksPerNode, 1, *ranks, 1);
     if (!per_node.ok()) return per_node.status();
-    StatusOr<int64_t> port = IntField(body, "rank_port", 1024, 65535, 29500);
+    StatusOr<int64_t> port = IntField(body, key::kRankPort, 1024, 65535, 29500);
     if (!port.ok()) return port.status();
     PALADIN_RETURN_IF_ERROR(CheckGangEnv(j.env));
     gang.emplace();
     gang->ranks = static_cast<int>(*ranks);
     gang->ranks_per_node = static_cast<int>(*per_node);
     gang->port = static_cast<int>(*port);
-  } else if (Present(body, "ranks_per_node") || Present(body, "rank_port")) {
+  } else if (Present(body, key::kRanksPerNode) || Present(body, key::kRankPort)) {
     return InvalidArgument("ranks_per_node, rank_port: only with ranks (a gang)");
   }
   if (j.gpus == 0) {
@@ -179,7 +185,7 @@ StatusOr<std::string> Control::ListJobs(const Principal& who, const std::string&
                                         const std::string& state, bool all) {
   // Written straight to text under the lock (AppendJobApiText): a few microseconds a job, less
   // than copying the records out and building Json objects after it took.
-  std::string out = "{\"jobs\":[";
+  std::string out = std::string("{\"") + key::kJobs + "\":[";
   std::lock_guard<std::mutex> lock(mu_);
   out.reserve(jobs_.size() * 700);
   bool first = true;
@@ -226,7 +232,7 @@ StatusOr<Json> Control::Logs(const Principal& who, const std::string& id, const 
     if (pos > 0) text = text.substr(pos + 1);
   }
   // Logs are the workload's bytes: the HTTP layer replaces invalid UTF-8 when it writes JSON.
-  return Json{{"text", text}};
+  return Json{{key::kText, text}};
 }
 
 StatusOr<Json> Control::Usage(const Principal& who, const std::string& id) {
@@ -237,10 +243,10 @@ StatusOr<Json> Control::Usage(const Principal& who, const std::string& id) {
   if (!rows.ok()) return rows.status();
   Json samples = Json::array();
   for (const UsageSampleRecord& r : *rows) {
-    samples.push_back({{"t", r.t},
-                       {"used_bytes", r.used},
-                       {"quota_bytes", r.quota},
-                       {"predicted_bytes", r.predicted}});
+    samples.push_back({{key::kT, r.t},
+                       {key::kUsedBytes, r.used},
+                       {key::kQuotaBytes, r.quota},
+                       {key::kPredictedBytes, r.predicted}});
   }
   return Json{{"samples", samples}};
 }
@@ -270,17 +276,17 @@ StatusOr<Json> Control::Explain(const Principal& who, const std::string& id) {
   const auto c = checks_.find(j.seq);
   const core::ForecastCheck& checked = c != checks_.end() ? c->second : unchecked;
   Json check = CheckToApi(checked.totals());
-  check["window_s"] = kPredictionWindowS;
-  check["target_under_rate"] = TargetUnderRate();
-  Json& by_phase = check["by_phase"] = Json::object();
+  check[key::kWindowS] = kPredictionWindowS;
+  check[key::kTargetUnderRate] = TargetUnderRate();
+  Json& by_phase = check[key::kByPhase] = Json::object();
   for (int p = 0; p < core::kPhaseCount; ++p) {
     const auto phase = static_cast<core::Phase>(p);
     by_phase[std::string(core::PhaseName(phase))] = CheckToApi(checked.by_phase(phase));
   }
-  return Json{{"state", j.StateName()},        {"reason", j.reason},
-              {"placement", placement},        {"migratable", why_not.empty()},
-              {"why_not_migratable", why_not}, {"prediction", j.prediction},
-              {"prediction_check", check}};
+  return Json{{key::kState, j.StateName()},      {key::kReason, j.reason},
+              {key::kPlacement, placement},      {key::kMigratable, why_not.empty()},
+              {key::kWhyNotMigratable, why_not}, {key::kPrediction, j.prediction},
+              {key::kPredictionCheck, check}};
 }
 
 StatusOr<Json> Control::Cancel(const Principal& who, const std::string& id) {
@@ -315,10 +321,10 @@ StatusOr<Json> Control::Cancel(const Principal& who, const std::string& id) {
 
 StatusOr<Json> Control::Migrate(const Principal& who, const std::string& id, const Json& body) {
   if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
-  if (!Present(body, "to") || !body["to"].is_string()) {
+  if (!Present(body, key::kTo) || !body[key::kTo].is_string()) {
     return InvalidArgument("to: required, the destination node's name");
   }
-  std::string to = body["to"].get<std::string>();
+  std::string to = body[key::kTo].get<std::string>();
   int gpu = -1;
   const size_t slash = to.find('/');
   if (slash != std::string::npos) {
@@ -328,8 +334,8 @@ StatusOr<Json> Control::Migrate(const Principal& who, const std::string& id, con
     to = to.substr(0, slash);
   }
   if (!ValidName(to)) return InvalidArgument("to: '" + to.substr(0, 64) + "' is not a node name");
-  if (Present(body, "gpu")) {
-    StatusOr<int64_t> g = IntField(body, "gpu", 0, core::kMaxGpusPerNode, -1);
+  if (Present(body, key::kGpu)) {
+    StatusOr<int64_t> g = IntField(body, key::kGpu, 0, core::kMaxGpusPerNode, -1);
     if (!g.ok()) return g.status();
     gpu = static_cast<int>(*g);
   }

@@ -7,6 +7,9 @@
 #include <string_view>
 
 namespace paladin::server {
+
+namespace key = api::key;
+
 namespace {
 
 Json Optional(const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); }
@@ -99,106 +102,106 @@ void Key(const char* key, bool first, std::string* out) {
 Json GangToApi(const JobRecord& j) {
   if (!j.gang) return nullptr;
   const GangMember& g = *j.gang;
-  return {{"id", g.gang},
-          {"rank", g.rank},
-          {"ranks", g.ranks},
-          {"ranks_per_node", g.ranks_per_node},
-          {"port", g.port},
-          {"address", g.address},
-          {"generation", g.generation},
-          {"moving_to", g.move_to.empty() ? Json(nullptr) : Json(g.move_to)}};
+  return {{key::kId, g.gang},
+          {key::kRank, g.rank},
+          {key::kRanks, g.ranks},
+          {key::kRanksPerNode, g.ranks_per_node},
+          {key::kPort, g.port},
+          {key::kAddress, g.address},
+          {key::kGeneration, g.generation},
+          {key::kMovingTo, g.move_to.empty() ? Json(nullptr) : Json(g.move_to)}};
 }
 
 void AppendJobApiText(const JobRecord& j, const Json& migration, std::string* out) {
   // Json objects keep their keys sorted: so does this.
   out->push_back('{');
-  Key("ceiling_bytes", true, out);
+  Key(key::kCeilingBytes, true, out);
   AppendInt(j.ceiling_bytes, out);
-  Key("checkpoints", false, out);
+  Key(key::kCheckpoints, false, out);
   AppendInt(j.checkpoints, out);
-  Key("command", false, out);
+  Key(key::kCommand, false, out);
   out->push_back('[');
   for (size_t i = 0; i < j.command.size(); ++i) {
     if (i > 0) out->push_back(',');
     AppendString(j.command[i], out);
   }
   out->push_back(']');
-  Key("ended_at", false, out);
+  Key(key::kEndedAt, false, out);
   AppendOptionalReal(j.ended_at, out);
-  Key("epoch", false, out);
+  Key(key::kEpoch, false, out);
   AppendInt(j.epoch, out);
-  Key("exit_code", false, out);
+  Key(key::kExitCode, false, out);
   if (j.exit_code) {
     AppendInt(*j.exit_code, out);
   } else {
     *out += "null";
   }
-  Key("gang", false, out);
+  Key(key::kGang, false, out);
   *out += GangToApi(j).dump(-1, ' ', false, Json::error_handler_t::replace);
-  Key("gpu", false, out);
+  Key(key::kGpu, false, out);
   if (j.gpu < 0) {
     *out += "null";
   } else {
     AppendInt(j.gpu, out);
   }
-  Key("gpu_mem_request", false, out);
+  Key(key::kGpuMemRequest, false, out);
   if (j.mem_auto) {
     *out += "\"auto\"";
   } else {
     AppendInt(j.mem_request, out);
   }
-  Key("gpu_uuid", false, out);
+  Key(key::kGpuUuid, false, out);
   AppendOptionalString(j.gpu_uuid, out);
-  Key("gpus", false, out);
+  Key(key::kGpus, false, out);
   AppendInt(j.gpus, out);
-  Key("id", false, out);
+  Key(key::kId, false, out);
   AppendString(j.id, out);
-  Key("last_checkpoint", false, out);
+  Key(key::kLastCheckpoint, false, out);
   if (j.last_checkpoint) {
     out->push_back('{');
-    Key("at", true, out);
+    Key(key::kAt, true, out);
     AppendReal(j.last_checkpoint->at, out);
-    Key("bytes", false, out);
+    Key(key::kBytes, false, out);
     AppendInt(j.last_checkpoint->bytes, out);
-    Key("path", false, out);
+    Key(key::kPath, false, out);
     AppendString(j.last_checkpoint->path, out);
     out->push_back('}');
   } else {
     *out += "null";
   }
-  Key("migration", false, out);
+  Key(key::kMigration, false, out);
   *out += migration.dump(-1, ' ', false, Json::error_handler_t::replace);
-  Key("migrations", false, out);
+  Key(key::kMigrations, false, out);
   AppendInt(j.migrations, out);
-  Key("name", false, out);
+  Key(key::kName, false, out);
   AppendString(j.name, out);
-  Key("node", false, out);
+  Key(key::kNode, false, out);
   AppendOptionalString(j.node, out);
-  Key("on_restore_failure", false, out);
+  Key(key::kOnRestoreFailure, false, out);
   AppendString(j.on_restore_failure, out);
-  Key("predicted_bytes", false, out);
+  Key(key::kPredictedBytes, false, out);
   AppendInt(j.predicted_bytes, out);
-  Key("priority", false, out);
+  Key(key::kPriority, false, out);
   AppendInt(j.priority, out);
-  Key("quota_bytes", false, out);
+  Key(key::kQuotaBytes, false, out);
   AppendInt(j.quota_bytes, out);
-  Key("quota_grows", false, out);
+  Key(key::kQuotaGrows, false, out);
   AppendInt(j.quota_grows, out);
-  Key("reason", false, out);
+  Key(key::kReason, false, out);
   AppendString(j.reason, out);
-  Key("recoveries", false, out);
+  Key(key::kRecoveries, false, out);
   AppendInt(j.recoveries, out);
-  Key("restarts", false, out);
+  Key(key::kRestarts, false, out);
   AppendInt(j.restarts, out);
-  Key("started_at", false, out);
+  Key(key::kStartedAt, false, out);
   AppendOptionalReal(j.started_at, out);
-  Key("state", false, out);
+  Key(key::kState, false, out);
   AppendString(j.StateName(), out);
-  Key("submitted_at", false, out);
+  Key(key::kSubmittedAt, false, out);
   AppendReal(j.submitted_at, out);
-  Key("team", false, out);
+  Key(key::kTeam, false, out);
   AppendString(j.team, out);
-  Key("used_bytes", false, out);
+  Key(key::kUsedBytes, false, out);
   AppendInt(j.used_bytes, out);
   out->push_back('}');
 }
@@ -222,40 +225,40 @@ bool JobRecord::MoveTo(JobState to) {
 }
 
 Json JobToApi(const JobRecord& j) {
-  Json out = {{"id", j.id},
-              {"name", j.name},
-              {"team", j.team},
-              {"command", j.command},
-              {"priority", j.priority},
-              {"gpus", j.gpus},
-              {"gpu_mem_request", j.mem_auto ? Json("auto") : Json(j.mem_request)},
-              {"quota_bytes", j.quota_bytes},
-              {"ceiling_bytes", j.ceiling_bytes},
-              {"predicted_bytes", j.predicted_bytes},
-              {"used_bytes", j.used_bytes},
-              {"state", j.StateName()},
-              {"reason", j.reason},
-              {"node", j.node.empty() ? Json(nullptr) : Json(j.node)},
-              {"gpu", j.gpu < 0 ? Json(nullptr) : Json(j.gpu)},
-              {"gpu_uuid", j.gpu_uuid.empty() ? Json(nullptr) : Json(j.gpu_uuid)},
-              {"epoch", j.epoch},
-              {"submitted_at", j.submitted_at},
-              {"started_at", Optional(j.started_at)},
-              {"ended_at", Optional(j.ended_at)},
-              {"exit_code", j.exit_code ? Json(*j.exit_code) : Json(nullptr)},
-              {"restarts", j.restarts},
-              {"on_restore_failure", j.on_restore_failure},
-              {"migrations", j.migrations},
-              {"recoveries", j.recoveries},
-              {"checkpoints", j.checkpoints},
-              {"last_checkpoint", nullptr},
-              {"migration", nullptr},
-              {"quota_grows", j.quota_grows},
-              {"gang", GangToApi(j)}};
+  Json out = {{key::kId, j.id},
+              {key::kName, j.name},
+              {key::kTeam, j.team},
+              {key::kCommand, j.command},
+              {key::kPriority, j.priority},
+              {key::kGpus, j.gpus},
+              {key::kGpuMemRequest, j.mem_auto ? Json("auto") : Json(j.mem_request)},
+              {key::kQuotaBytes, j.quota_bytes},
+              {key::kCeilingBytes, j.ceiling_bytes},
+              {key::kPredictedBytes, j.predicted_bytes},
+              {key::kUsedBytes, j.used_bytes},
+              {key::kState, j.StateName()},
+              {key::kReason, j.reason},
+              {key::kNode, j.node.empty() ? Json(nullptr) : Json(j.node)},
+              {key::kGpu, j.gpu < 0 ? Json(nullptr) : Json(j.gpu)},
+              {key::kGpuUuid, j.gpu_uuid.empty() ? Json(nullptr) : Json(j.gpu_uuid)},
+              {key::kEpoch, j.epoch},
+              {key::kSubmittedAt, j.submitted_at},
+              {key::kStartedAt, Optional(j.started_at)},
+              {key::kEndedAt, Optional(j.ended_at)},
+              {key::kExitCode, j.exit_code ? Json(*j.exit_code) : Json(nullptr)},
+              {key::kRestarts, j.restarts},
+              {key::kOnRestoreFailure, j.on_restore_failure},
+              {key::kMigrations, j.migrations},
+              {key::kRecoveries, j.recoveries},
+              {key::kCheckpoints, j.checkpoints},
+              {key::kLastCheckpoint, nullptr},
+              {key::kMigration, nullptr},
+              {key::kQuotaGrows, j.quota_grows},
+              {key::kGang, GangToApi(j)}};
   if (j.last_checkpoint) {
-    out["last_checkpoint"] = {{"path", j.last_checkpoint->path},
-                              {"at", j.last_checkpoint->at},
-                              {"bytes", j.last_checkpoint->bytes}};
+    out[key::kLastCheckpoint] = {{key::kPath, j.last_checkpoint->path},
+                                 {key::kAt, j.last_checkpoint->at},
+                                 {key::kBytes, j.last_checkpoint->bytes}};
   }
   return out;
 }
@@ -263,16 +266,16 @@ Json JobToApi(const JobRecord& j) {
 Json JobToDoc(const JobRecord& j) {
   Json doc = JobToApi(j);
   doc["seq"] = j.seq;
-  doc["env"] = j.env;
+  doc[key::kEnv] = j.env;
   doc["mem_auto"] = j.mem_auto;
   doc["mem_request"] = j.mem_request;
   doc["mem_max"] = j.mem_max;
   doc["peak_used_bytes"] = j.peak_used_bytes;
-  doc["gpu_indices"] = j.gpu_indices;
+  doc[key::kGpuIndices] = j.gpu_indices;
   doc["checkpoint_seq"] = j.checkpoint_seq;
   doc["migration_id"] = j.migration_id;
-  doc["refusals"] = j.refusals;
-  doc["prediction"] = j.prediction;
+  doc[key::kRefusals] = j.refusals;
+  doc[key::kPrediction] = j.prediction;
   doc["cancel_requested"] = j.cancel_requested;
   doc["recovering"] = j.recovering;
   doc["preempted"] = j.preempted;
@@ -284,7 +287,7 @@ Json JobToDoc(const JobRecord& j) {
   doc["last_sample_at"] = j.last_sample_at;
   doc["last_checkpoint_cmd_at"] = j.last_checkpoint_cmd_at;
   if (j.gang) {
-    Json& g = doc["gang"];
+    Json& g = doc[key::kGang];
     g["cut_in_flight"] = j.gang->cut_in_flight;
     g["cut_phase"] = static_cast<int>(j.gang->cut_phase);
     g["cut_stop"] = j.gang->cut_stop;
@@ -301,52 +304,54 @@ Json JobToDoc(const JobRecord& j) {
 JobRecord JobFromDoc(const Json& d) {
   JobRecord j;
   j.seq = d.value("seq", int64_t{0});
-  j.id = d.value("id", "");
-  j.name = d.value("name", "");
-  j.team = d.value("team", "");
-  j.command = d.value("command", std::vector<std::string>{});
-  j.env = d.value("env", std::map<std::string, std::string>{});
-  j.priority = d.value("priority", 0);
-  j.gpus = d.value("gpus", 1);
+  j.id = d.value(key::kId, "");
+  j.name = d.value(key::kName, "");
+  j.team = d.value(key::kTeam, "");
+  j.command = d.value(key::kCommand, std::vector<std::string>{});
+  j.env = d.value(key::kEnv, std::map<std::string, std::string>{});
+  j.priority = d.value(key::kPriority, 0);
+  j.gpus = d.value(key::kGpus, 1);
   j.mem_auto = d.value("mem_auto", false);
   j.mem_request = d.value("mem_request", int64_t{0});
   j.mem_max = d.value("mem_max", int64_t{0});
-  j.quota_bytes = d.value("quota_bytes", int64_t{0});
-  j.ceiling_bytes = d.value("ceiling_bytes", int64_t{0});
-  j.predicted_bytes = d.value("predicted_bytes", int64_t{0});
-  j.used_bytes = d.value("used_bytes", int64_t{0});
+  j.quota_bytes = d.value(key::kQuotaBytes, int64_t{0});
+  j.ceiling_bytes = d.value(key::kCeilingBytes, int64_t{0});
+  j.predicted_bytes = d.value(key::kPredictedBytes, int64_t{0});
+  j.used_bytes = d.value(key::kUsedBytes, int64_t{0});
   j.peak_used_bytes = d.value("peak_used_bytes", int64_t{0});
-  const std::string state = d.value("state", std::string(JobStateName(JobState::kPending)));
+  const std::string state = d.value(key::kState, std::string(JobStateName(JobState::kPending)));
   const std::optional<JobState> known = ParseJobState(state);
   j.LoadState(known.value_or(JobState::kFailed));
   if (!known) j.reason = "the store had it in an unknown state '" + state.substr(0, 40) + "'";
-  if (known) j.reason = d.value("reason", "");
-  j.node = d.contains("node") && d["node"].is_string() ? d["node"].get<std::string>() : "";
-  j.gpu = d.contains("gpu") && d["gpu"].is_number() ? d["gpu"].get<int>() : -1;
-  j.gpu_indices = d.value("gpu_indices", std::vector<int>{});
-  j.gpu_uuid =
-      d.contains("gpu_uuid") && d["gpu_uuid"].is_string() ? d["gpu_uuid"].get<std::string>() : "";
-  j.epoch = d.value("epoch", int64_t{0});
-  j.submitted_at = d.value("submitted_at", 0.0);
-  j.started_at = OptionalReal(d, "started_at");
-  j.ended_at = OptionalReal(d, "ended_at");
-  if (d.contains("exit_code") && d["exit_code"].is_number())
-    j.exit_code = d["exit_code"].get<int>();
-  j.restarts = d.value("restarts", 0);
-  j.on_restore_failure = d.value("on_restore_failure", "stop");
-  j.migrations = d.value("migrations", 0);
-  j.recoveries = d.value("recoveries", 0);
-  j.checkpoints = d.value("checkpoints", 0);
+  if (known) j.reason = d.value(key::kReason, "");
+  j.node =
+      d.contains(key::kNode) && d[key::kNode].is_string() ? d[key::kNode].get<std::string>() : "";
+  j.gpu = d.contains(key::kGpu) && d[key::kGpu].is_number() ? d[key::kGpu].get<int>() : -1;
+  j.gpu_indices = d.value(key::kGpuIndices, std::vector<int>{});
+  j.gpu_uuid = d.contains(key::kGpuUuid) && d[key::kGpuUuid].is_string()
+                   ? d[key::kGpuUuid].get<std::string>()
+                   : "";
+  j.epoch = d.value(key::kEpoch, int64_t{0});
+  j.submitted_at = d.value(key::kSubmittedAt, 0.0);
+  j.started_at = OptionalReal(d, key::kStartedAt);
+  j.ended_at = OptionalReal(d, key::kEndedAt);
+  if (d.contains(key::kExitCode) && d[key::kExitCode].is_number())
+    j.exit_code = d[key::kExitCode].get<int>();
+  j.restarts = d.value(key::kRestarts, 0);
+  j.on_restore_failure = d.value(key::kOnRestoreFailure, "stop");
+  j.migrations = d.value(key::kMigrations, 0);
+  j.recoveries = d.value(key::kRecoveries, 0);
+  j.checkpoints = d.value(key::kCheckpoints, 0);
   j.checkpoint_seq = d.value("checkpoint_seq", 0);
-  if (d.contains("last_checkpoint") && d["last_checkpoint"].is_object()) {
-    const Json& c = d["last_checkpoint"];
-    j.last_checkpoint =
-        CheckpointRef{c.value("path", ""), c.value("at", 0.0), c.value("bytes", int64_t{0})};
+  if (d.contains(key::kLastCheckpoint) && d[key::kLastCheckpoint].is_object()) {
+    const Json& c = d[key::kLastCheckpoint];
+    j.last_checkpoint = CheckpointRef{c.value(key::kPath, ""), c.value(key::kAt, 0.0),
+                                      c.value(key::kBytes, int64_t{0})};
   }
   j.migration_id = d.value("migration_id", int64_t{0});
-  j.quota_grows = d.value("quota_grows", int64_t{0});
-  j.refusals = d.value("refusals", int64_t{0});
-  j.prediction = d.value("prediction", "");
+  j.quota_grows = d.value(key::kQuotaGrows, int64_t{0});
+  j.refusals = d.value(key::kRefusals, int64_t{0});
+  j.prediction = d.value(key::kPrediction, "");
   j.cancel_requested = d.value("cancel_requested", false);
   j.recovering = d.value("recovering", false);
   j.preempted = d.value("preempted", false);
@@ -356,16 +361,16 @@ JobRecord JobFromDoc(const Json& d) {
   j.accounted_at = d.value("accounted_at", 0.0);
   j.gpu_seconds = d.value("gpu_seconds", 0.0);
   j.last_sample_at = d.value("last_sample_at", 0.0);
-  if (d.contains("gang") && d["gang"].is_object()) {
-    const Json& g = d["gang"];
+  if (d.contains(key::kGang) && d[key::kGang].is_object()) {
+    const Json& g = d[key::kGang];
     GangMember m;
-    m.gang = g.value("id", "");
-    m.rank = g.value("rank", 0);
-    m.ranks = g.value("ranks", 0);
-    m.ranks_per_node = g.value("ranks_per_node", 1);
-    m.port = g.value("port", 0);
-    m.address = g.value("address", "");
-    m.generation = g.value("generation", 0);
+    m.gang = g.value(key::kId, "");
+    m.rank = g.value(key::kRank, 0);
+    m.ranks = g.value(key::kRanks, 0);
+    m.ranks_per_node = g.value(key::kRanksPerNode, 1);
+    m.port = g.value(key::kPort, 0);
+    m.address = g.value(key::kAddress, "");
+    m.generation = g.value(key::kGeneration, 0);
     m.cut_in_flight = g.value("cut_in_flight", 0);
     const int phase = g.value("cut_phase", 0);
     m.cut_phase = phase >= 0 && phase <= static_cast<int>(CutPhase::kMoving)
@@ -406,53 +411,53 @@ NodeState ParseNodeState(std::string_view name) {
 Json NodeDoc(const NodeRecord& n) {
   Json gpus = Json::array();
   for (const auto& g : n.gpus) {
-    gpus.push_back({{"index", g.index},
-                    {"uuid", g.uuid},
-                    {"model", g.model},
-                    {"memory_bytes", g.memory_bytes},
-                    {"emulated", g.emulated},
-                    {"healthy", g.healthy},
-                    {"fault", g.fault},
-                    {"used_bytes", g.used_bytes}});
+    gpus.push_back({{key::kIndex, g.index},
+                    {key::kUuid, g.uuid},
+                    {key::kModel, g.model},
+                    {key::kMemoryBytes, g.memory_bytes},
+                    {key::kEmulated, g.emulated},
+                    {key::kHealthy, g.healthy},
+                    {key::kFault, g.fault},
+                    {key::kUsedBytes, g.used_bytes}});
   }
-  return {{"name", n.name},
-          {"state", NodeStateName(n.state)},
-          {"address", n.address},
-          {"migrate_port", n.migrate_port},
-          {"last_heartbeat", n.last_heartbeat},
+  return {{key::kName, n.name},
+          {key::kState, NodeStateName(n.state)},
+          {key::kAddress, n.address},
+          {key::kMigratePort, n.migrate_port},
+          {key::kLastHeartbeat, n.last_heartbeat},
           {"dead_since", n.dead_since},
           {"draining", n.draining},
           {"recovered", n.recovered},
-          {"checkpointable", n.checkpointable},
-          {"post_copy", n.post_copy},
-          {"stream", n.stream},
-          {"gpus", gpus}};
+          {key::kCheckpointable, n.checkpointable},
+          {key::kPostCopy, n.post_copy},
+          {key::kStream, n.stream},
+          {key::kGpus, gpus}};
 }
 
 NodeRecord NodeFromDoc(const Json& d) {
   NodeRecord n;
-  n.name = d.value("name", "");
-  n.state = ParseNodeState(d.value("state", std::string()));
-  n.address = d.value("address", "");
-  n.migrate_port = d.value("migrate_port", 0);
-  n.last_heartbeat = d.value("last_heartbeat", 0.0);
+  n.name = d.value(key::kName, "");
+  n.state = ParseNodeState(d.value(key::kState, std::string()));
+  n.address = d.value(key::kAddress, "");
+  n.migrate_port = d.value(key::kMigratePort, 0);
+  n.last_heartbeat = d.value(key::kLastHeartbeat, 0.0);
   n.dead_since = d.value("dead_since", 0.0);
   n.draining = d.value("draining", false);
   n.recovered = d.value("recovered", false);
-  n.checkpointable = d.value("checkpointable", true);
-  n.post_copy = d.value("post_copy", false);
-  n.stream = d.value("stream", false);
-  if (d.contains("gpus") && d["gpus"].is_array()) {
-    for (const Json& g : d["gpus"]) {
+  n.checkpointable = d.value(key::kCheckpointable, true);
+  n.post_copy = d.value(key::kPostCopy, false);
+  n.stream = d.value(key::kStream, false);
+  if (d.contains(key::kGpus) && d[key::kGpus].is_array()) {
+    for (const Json& g : d[key::kGpus]) {
       GpuRecord r;
-      r.index = g.value("index", 0);
-      r.uuid = g.value("uuid", "");
-      r.model = g.value("model", "");
-      r.memory_bytes = g.value("memory_bytes", int64_t{0});
-      r.emulated = g.value("emulated", false);
-      r.healthy = g.value("healthy", true);
-      r.fault = g.value("fault", "");
-      r.used_bytes = g.value("used_bytes", int64_t{0});
+      r.index = g.value(key::kIndex, 0);
+      r.uuid = g.value(key::kUuid, "");
+      r.model = g.value(key::kModel, "");
+      r.memory_bytes = g.value(key::kMemoryBytes, int64_t{0});
+      r.emulated = g.value(key::kEmulated, false);
+      r.healthy = g.value(key::kHealthy, true);
+      r.fault = g.value(key::kFault, "");
+      r.used_bytes = g.value(key::kUsedBytes, int64_t{0});
       n.gpus.push_back(r);
     }
   }
@@ -460,84 +465,85 @@ NodeRecord NodeFromDoc(const Json& d) {
 }
 
 Json MigrationDoc(const MigrationRecord& m) {
-  return {{"id", m.id},
-          {"job", m.job},
+  return {{key::kId, m.id},
+          {key::kJob, m.job},
           {"from_node", m.from_node},
           {"from_gpu", m.from_gpu},
           {"to_node", m.to_node},
-          {"to_gpu", m.to_gpu},
+          {key::kToGpu, m.to_gpu},
           {"to_uuid", m.to_uuid},
-          {"step", m.StepName()},
+          {key::kStep, m.StepName()},
           {"commit_answer", m.commit_answer ? Json(*m.commit_answer) : Json(nullptr)},
-          {"token", m.token},
-          {"port", m.port},
+          {key::kToken, m.token},
+          {key::kPort, m.port},
           {"in_command", m.in_command},
           {"out_command", m.out_command},
           {"new_epoch", m.new_epoch},
-          {"created_at", m.created_at},
-          {"ended_at", m.ended_at},
-          {"error", m.error},
-          {"why", m.why},
-          {"expected_pause_s", m.expected_pause_s},
-          {"expected_basis", m.expected_basis},
+          {key::kCreatedAt, m.created_at},
+          {key::kEndedAt, m.ended_at},
+          {key::kError, m.error},
+          {key::kWhy, m.why},
+          {key::kExpectedPauseS, m.expected_pause_s},
+          {key::kExpectedBasis, m.expected_basis},
           {"moved_bytes", m.moved_bytes},
-          {"move_mode", api::MoveModeName(m.move_mode)},
-          {"stream", m.stream},
+          {key::kMoveMode, api::MoveModeName(m.move_mode)},
+          {key::kStream, m.stream},
           {"move_mode_why", m.move_mode_why},
           {"mode_used", m.mode_used},
-          {"pause_s", m.pause_s ? Json(*m.pause_s) : Json(nullptr)}};
+          {key::kPauseS, m.pause_s ? Json(*m.pause_s) : Json(nullptr)}};
 }
 
 MigrationRecord MigrationFromDoc(const Json& d) {
   MigrationRecord m;
-  m.id = d.value("id", int64_t{0});
-  m.job = d.value("job", "");
+  m.id = d.value(key::kId, int64_t{0});
+  m.job = d.value(key::kJob, "");
   m.from_node = d.value("from_node", "");
   m.from_gpu = d.value("from_gpu", 0);
   m.to_node = d.value("to_node", "");
-  m.to_gpu = d.value("to_gpu", 0);
+  m.to_gpu = d.value(key::kToGpu, 0);
   m.to_uuid = d.value("to_uuid", "");
   // A step this build does not know: the move is taken as failed (its source resumes).
-  m.step = ParseMigrationStep(d.value("step", "reserved")).value_or(MigrationStep::kFailed);
+  m.step = ParseMigrationStep(d.value(key::kStep, "reserved")).value_or(MigrationStep::kFailed);
   if (d.contains("commit_answer") && d["commit_answer"].is_boolean()) {
     m.commit_answer = d["commit_answer"].get<bool>();
   }
-  m.token = d.value("token", "");
-  m.port = d.value("port", 0);
+  m.token = d.value(key::kToken, "");
+  m.port = d.value(key::kPort, 0);
   m.in_command = d.value("in_command", int64_t{0});
   m.out_command = d.value("out_command", int64_t{0});
   m.new_epoch = d.value("new_epoch", int64_t{0});
-  m.created_at = d.value("created_at", 0.0);
-  m.ended_at = d.value("ended_at", 0.0);
-  m.error = d.value("error", "");
-  m.why = d.value("why", "");
-  m.expected_pause_s = d.value("expected_pause_s", 0.0);
-  m.expected_basis = d.value("expected_basis", "");
+  m.created_at = d.value(key::kCreatedAt, 0.0);
+  m.ended_at = d.value(key::kEndedAt, 0.0);
+  m.error = d.value(key::kError, "");
+  m.why = d.value(key::kWhy, "");
+  m.expected_pause_s = d.value(key::kExpectedPauseS, 0.0);
+  m.expected_basis = d.value(key::kExpectedBasis, "");
   m.moved_bytes = d.value("moved_bytes", int64_t{0});
   m.move_mode =
-      api::MoveModeNamed(d.value("move_mode", "pre-copy")).value_or(api::MoveMode::kPreCopy);
-  m.stream = d.value("stream", false);
+      api::MoveModeNamed(d.value(key::kMoveMode, "pre-copy")).value_or(api::MoveMode::kPreCopy);
+  m.stream = d.value(key::kStream, false);
   m.move_mode_why = d.value("move_mode_why", "");
   m.mode_used = d.value("mode_used", "");
-  if (d.contains("pause_s") && d["pause_s"].is_number()) m.pause_s = d["pause_s"].get<double>();
+  if (d.contains(key::kPauseS) && d[key::kPauseS].is_number())
+    m.pause_s = d[key::kPauseS].get<double>();
   return m;
 }
 
 Json TeamUsageToApi(const TeamUsage& u) {
   const double gib = static_cast<double>(kGiB);
-  return {{"gpu_hours", u.gpu_seconds / 3600.0},
-          {"gpu_mem_hours_allocated", u.mem_alloc_byte_seconds / 3600.0 / gib},
-          {"gpu_mem_hours_used", u.mem_used_byte_seconds / 3600.0 / gib},
-          {"queue_seconds", u.queue_seconds},
-          {"jobs", u.jobs}};
+  return {{key::kGpuHours, u.gpu_seconds / 3600.0},
+          {key::kGpuMemHoursAllocated, u.mem_alloc_byte_seconds / 3600.0 / gib},
+          {key::kGpuMemHoursUsed, u.mem_used_byte_seconds / 3600.0 / gib},
+          {key::kQueueSeconds, u.queue_seconds},
+          {key::kJobs, u.jobs}};
 }
 
 Json TeamUsageDoc(const TeamUsage& u) {
   return {{"gpu_seconds", u.gpu_seconds},
           {"mem_alloc_byte_seconds", u.mem_alloc_byte_seconds},
           {"mem_used_byte_seconds", u.mem_used_byte_seconds},
-          {"queue_seconds", u.queue_seconds},
-          {"jobs", u.jobs}};
+          {key::kQueueSeconds, u.queue_seconds},
+          {key::kJobs, u.jobs}};
 }
 
 TeamUsage TeamUsageFromDoc(const Json& d) {
@@ -546,8 +552,8 @@ TeamUsage TeamUsageFromDoc(const Json& d) {
   u.gpu_seconds = d.value("gpu_seconds", 0.0);
   u.mem_alloc_byte_seconds = d.value("mem_alloc_byte_seconds", 0.0);
   u.mem_used_byte_seconds = d.value("mem_used_byte_seconds", 0.0);
-  u.queue_seconds = d.value("queue_seconds", 0.0);
-  u.jobs = d.value("jobs", int64_t{0});
+  u.queue_seconds = d.value(key::kQueueSeconds, 0.0);
+  u.jobs = d.value(key::kJobs, int64_t{0});
   return u;
 }
 

@@ -11,6 +11,8 @@
 
 namespace paladin::server {
 
+namespace key = api::key;
+
 namespace {
 
 std::string FormatSeconds(double s) {
@@ -48,19 +50,19 @@ void MigrationOrchestrator::RecordCost(MigrationRecord& m, const Json& detail) {
   JobRecord* j = JobOf(m);
   // A node's figure is not trusted to be sane: only a finite pause under a week is kept and
   // learned from (once per move).
-  if (!m.pause_s && detail.contains("pause_s") && detail["pause_s"].is_number()) {
-    const double pause = detail["pause_s"].get<double>();
+  if (!m.pause_s && detail.contains(key::kPauseS) && detail[key::kPauseS].is_number()) {
+    const double pause = detail[key::kPauseS].get<double>();
     if (std::isfinite(pause) && pause > 0 && pause < 7 * 24 * 3600.0) {
       m.pause_s = pause;
       if (j != nullptr) m.moved_bytes = j->used_bytes;
       costs_.Observe(m.from_node, m.to_node, {static_cast<double>(m.moved_bytes), 0, pause});
     }
   }
-  if (detail.contains("mode") && detail["mode"].is_string()) {
-    m.mode_used = detail["mode"].get<std::string>().substr(0, 32);
+  if (detail.contains(key::kMode) && detail[key::kMode].is_string()) {
+    m.mode_used = detail[key::kMode].get<std::string>().substr(0, 32);
   }
-  if (detail.contains("mode_why") && detail["mode_why"].is_string()) {
-    m.move_mode_why = detail["mode_why"].get<std::string>().substr(0, 512);
+  if (detail.contains(key::kModeWhy) && detail[key::kModeWhy].is_string()) {
+    m.move_mode_why = detail[key::kModeWhy].get<std::string>().substr(0, 512);
   }
   if (m.mode_used.empty()) m.mode_used = api::MoveModeName(api::MoveMode::kPreCopy);
   migrations_.MarkDirty(m);
@@ -274,13 +276,13 @@ void MigrationOrchestrator::Advance(MigrationRecord& m, const MigrationEvent& ev
 }
 
 StatusOr<Json> MigrationOrchestrator::Commit(MigrationRecord& m) {
-  if (m.commit_answer.has_value()) return Json{{"commit", *m.commit_answer}};
-  if (m.Finished()) return Json{{"commit", false}};
+  if (m.commit_answer.has_value()) return Json{{key::kCommit, *m.commit_answer}};
+  if (m.Finished()) return Json{{key::kCommit, false}};
   JobRecord* found = JobOf(m);
   if (found == nullptr || found->Terminal() || found->cancel_requested) {
     Fail(m, "the job has ended");
     PALADIN_RETURN_IF_ERROR(host_.Flush());
-    return Json{{"commit", false}};
+    return Json{{key::kCommit, false}};
   }
   host_.CrashPoint("before_commit");
   JobRecord& j = *found;
@@ -301,7 +303,7 @@ StatusOr<Json> MigrationOrchestrator::Commit(MigrationRecord& m) {
   PALADIN_RETURN_IF_ERROR(host_.Flush());
   host_.CrashPoint("after_commit");
   host_.Wake();
-  return Json{{"commit", true}};
+  return Json{{key::kCommit, true}};
 }
 
 StatusOr<Json> MigrationOrchestrator::AbortUnlessCommitted(MigrationRecord& m) {
@@ -310,7 +312,7 @@ StatusOr<Json> MigrationOrchestrator::AbortUnlessCommitted(MigrationRecord& m) {
     Fail(m, "the destination lost the source before the commit");
     PALADIN_RETURN_IF_ERROR(host_.Flush());
   }
-  return Json{{"commit", m.commit_answer.value_or(false)}};
+  return Json{{key::kCommit, m.commit_answer.value_or(false)}};
 }
 
 void MigrationOrchestrator::Fail(MigrationRecord& m, const std::string& why) {

@@ -6,9 +6,12 @@
 #include <utility>
 
 #include "metrics_text.h"
+#include "paladin/api/wire.h"
 #include "paladin/server/validate.h"
 
 namespace paladin::server {
+
+namespace key = api::key;
 
 using Json = nlohmann::json;
 
@@ -57,17 +60,17 @@ core::ClassHistory PodBook::ClassPods(const std::string& class_key) const {
 }
 
 Json PodBook::View(const std::string& cluster, const api::PodReport& p) {
-  Json v = {{"cluster", cluster},
-            {"namespace", p.ns},
-            {"name", p.name},
-            {"team", p.team},
-            {"phase", p.phase},
-            {"node", p.node},
-            {"gpu_mem_bytes", p.gpu_mem_bytes}};
-  v["gpu"] = p.gpu >= 0 ? Json(p.gpu) : Json(nullptr);
-  v["used_bytes"] = p.used_bytes >= 0 ? Json(p.used_bytes) : Json(nullptr);
-  v["reason"] = p.reason.empty() ? Json(nullptr) : Json(p.reason);
-  v["placement"] = p.placement.empty() ? Json(nullptr) : Json(p.placement);
+  Json v = {{key::kCluster, cluster},
+            {key::kNamespace, p.ns},
+            {key::kName, p.name},
+            {key::kTeam, p.team},
+            {key::kPhase, p.phase},
+            {key::kNode, p.node},
+            {key::kGpuMemBytes, p.gpu_mem_bytes}};
+  v[key::kGpu] = p.gpu >= 0 ? Json(p.gpu) : Json(nullptr);
+  v[key::kUsedBytes] = p.used_bytes >= 0 ? Json(p.used_bytes) : Json(nullptr);
+  v[key::kReason] = p.reason.empty() ? Json(nullptr) : Json(p.reason);
+  v[key::kPlacement] = p.placement.empty() ? Json(nullptr) : Json(p.placement);
   return v;
 }
 
@@ -84,9 +87,9 @@ Json PodBook::List(const Principal& who, const std::string& team) const {
       ++shown;
     }
     clusters.push_back(
-        {{"name", name}, {"reported_s_ago", now - cluster.reported_at}, {"pods", shown}});
+        {{key::kName, name}, {key::kReportedSAgo, now - cluster.reported_at}, {key::kPods, shown}});
   }
-  return {{"pods", pods}, {"clusters", clusters}};
+  return {{key::kPods, pods}, {key::kClusters, clusters}};
 }
 
 std::map<std::string, PodsHeld> PodBook::TeamHeld(const std::string& team) const {

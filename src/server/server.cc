@@ -17,10 +17,13 @@
 
 #include "api.h"
 #include "control.h"
+#include "paladin/api/wire.h"
 #include "paladin/server/validate.h"
 #include "pods.h"
 
 namespace paladin::server {
+
+namespace key = api::key;
 
 struct Server::Impl {
   ServerOptions options;
@@ -75,7 +78,7 @@ StatusOr<std::string> EnsureToken(Control& control, const std::string& path,
   }
   StatusOr<Json> token = control.CreateToken(scope, name);
   if (!token.ok()) return token.status();
-  const std::string secret = (*token)["token"].get<std::string>();
+  const std::string secret = (*token)[key::kToken].get<std::string>();
   PALADIN_RETURN_IF_ERROR(WritePrivate(path, secret));
   *created = true;
   return secret;

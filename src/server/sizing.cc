@@ -4,9 +4,13 @@
 #include <algorithm>
 
 #include "control.h"
+#include "paladin/api/wire.h"
 #include "paladin/server/validate.h"
 
 namespace paladin::server {
+
+namespace key = api::key;
+
 namespace {
 
 // A class's command as JobRecord::ClassKey takes it: the basename of command[0].
@@ -52,14 +56,14 @@ StatusOr<Json> Control::Sizing(const Principal& who, const std::string& team,
   const core::ClassHistory history = ClassHistoryOf(team + "/" + base);
   // No cap at the largest GPU: a pod's GPUs are its cluster's, which the server does not know.
   const core::AutoSize size = core::SizeAuto(history, {});
-  return Json{{"team", team},
-              {"class", history.name},
-              {"bytes", size.bytes},
-              {"from", size.from_history ? "history" : "default"},
-              {"jobs", history.jobs},
-              {"pods", history.pods},
+  return Json{{key::kTeam, team},
+              {key::kClass, history.name},
+              {key::kBytes, size.bytes},
+              {key::kFrom, size.from_history ? "history" : "default"},
+              {key::kJobs, history.jobs},
+              {key::kPods, history.pods},
               {"peak_bytes", history.peak_bytes},
-              {"why", size.why}};
+              {key::kWhy, size.why}};
 }
 
 }  // namespace paladin::server

@@ -9,6 +9,8 @@
 
 namespace paladin::server {
 
+namespace key = api::key;
+
 namespace {
 
 // Whether `who` may learn that migration `m` exists: a node's own token (agent:NODE) only when
@@ -144,16 +146,16 @@ StatusOr<Json> Control::Drain(const std::string& node) {
 StatusOr<Json> Control::Fault(const std::string& node, int gpu, const Json& body) {
   if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
   std::string kind = "xid";
-  if (body.contains("kind") && !body["kind"].is_null()) {
+  if (body.contains(key::kKind) && !body[key::kKind].is_null()) {
     constexpr const char* kKinds = "kind: expected \"xid\", \"ecc\" or \"ecc-corrected\"";
-    if (!body["kind"].is_string()) return InvalidArgument(kKinds);
-    kind = body["kind"].get<std::string>();
+    if (!body[key::kKind].is_string()) return InvalidArgument(kKinds);
+    kind = body[key::kKind].get<std::string>();
     if (kind != "xid" && kind != "ecc" && kind != "ecc-corrected") return InvalidArgument(kKinds);
   }
   int64_t code = 79;
-  if (body.contains("code") && !body["code"].is_null()) {
-    if (!body["code"].is_number_integer()) return InvalidArgument("code: expected an integer");
-    code = body["code"].get<int64_t>();
+  if (body.contains(key::kCode) && !body[key::kCode].is_null()) {
+    if (!body[key::kCode].is_number_integer()) return InvalidArgument("code: expected an integer");
+    code = body[key::kCode].get<int64_t>();
     if (code < 0 || code > 1000000) return InvalidArgument("code: out of range");
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -167,7 +169,8 @@ StatusOr<Json> Control::Fault(const std::string& node, int gpu, const Json& body
   // "kind" names the command itself: the fault's kind travels as fault_kind.
   SendCommand(node, api::FaultCommand(gpu, kind, code), nullptr);
   PALADIN_RETURN_IF_ERROR(Flush());
-  return Json{{"node", node}, {"gpu", gpu}, {"kind", kind}, {"code", code}, {"sent", true}};
+  return Json{
+      {key::kNode, node}, {key::kGpu, gpu}, {key::kKind, kind}, {key::kCode, code}, {"sent", true}};
 }
 
 void Control::GpuHealthMoves() {
@@ -214,11 +217,11 @@ void Control::PeriodicCheckpoints(double now) {
 
 void Control::RecordCheckpoint(JobRecord& j, const Json& detail, const std::string& dir) {
   CheckpointRef ref;
-  ref.path = detail.contains("path") && detail["path"].is_string()
-                 ? detail["path"].get<std::string>()
+  ref.path = detail.contains(key::kPath) && detail[key::kPath].is_string()
+                 ? detail[key::kPath].get<std::string>()
                  : dir;
-  ref.bytes = detail.contains("bytes") && detail["bytes"].is_number_integer()
-                  ? detail["bytes"].get<int64_t>()
+  ref.bytes = detail.contains(key::kBytes) && detail[key::kBytes].is_number_integer()
+                  ? detail[key::kBytes].get<int64_t>()
                   : 0;
   ref.at = Now();
   j.last_checkpoint = ref;

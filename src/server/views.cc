@@ -8,9 +8,12 @@
 
 #include "control.h"
 #include "metrics_text.h"
+#include "paladin/api/wire.h"
 #include "paladin/server/validate.h"
 
 namespace paladin::server {
+
+namespace key = api::key;
 
 namespace {
 
@@ -19,13 +22,13 @@ namespace {
 Json GpuMemInUse(const TeamUse& use) {
   Json pods = Json::object();
   for (const auto& [cluster, held] : use.pods) pods[cluster] = held.bytes;
-  return {{"jobs_bytes", use.job_bytes}, {"pods_bytes", pods}};
+  return {{key::kJobsBytes, use.job_bytes}, {key::kPodsBytes, pods}};
 }
 
 Json GpusInUse(const TeamUse& use) {
   Json pods = Json::object();
   for (const auto& [cluster, held] : use.pods) pods[cluster] = held.gpus;
-  return {{"jobs", use.job_gpus}, {"pods", pods}};
+  return {{key::kJobs, use.job_gpus}, {key::kPods, pods}};
 }
 
 }  // namespace
@@ -61,27 +64,27 @@ StatusOr<Json> Control::Nodes(const Principal& who) {
       const int64_t allocated = h.allocated;
       const int64_t used = who.admin() ? g.used_bytes : h.used;
       Json jobs = std::move(h.jobs);
-      gpus.push_back({{"index", g.index},
-                      {"uuid", g.uuid},
-                      {"model", g.model},
-                      {"memory_bytes", g.memory_bytes},
-                      {"emulated", g.emulated},
-                      {"healthy", g.healthy},
-                      {"fault", g.fault},
-                      {"allocated_bytes", allocated},
-                      {"used_bytes", used},
-                      {"jobs", jobs}});
+      gpus.push_back({{key::kIndex, g.index},
+                      {key::kUuid, g.uuid},
+                      {key::kModel, g.model},
+                      {key::kMemoryBytes, g.memory_bytes},
+                      {key::kEmulated, g.emulated},
+                      {key::kHealthy, g.healthy},
+                      {key::kFault, g.fault},
+                      {key::kAllocatedBytes, allocated},
+                      {key::kUsedBytes, used},
+                      {key::kJobs, jobs}});
     }
-    out.push_back({{"name", n.name},
-                   {"state", NodeStateName(n.state)},
-                   {"address", n.address},
-                   {"migrate_port", n.migrate_port},
-                   {"post_copy", n.post_copy},
-                   {"stream", n.stream},
-                   {"last_heartbeat", n.last_heartbeat},
-                   {"gpus", gpus}});
+    out.push_back({{key::kName, n.name},
+                   {key::kState, NodeStateName(n.state)},
+                   {key::kAddress, n.address},
+                   {key::kMigratePort, n.migrate_port},
+                   {key::kPostCopy, n.post_copy},
+                   {key::kStream, n.stream},
+                   {key::kLastHeartbeat, n.last_heartbeat},
+                   {key::kGpus, gpus}});
   }
-  return Json{{"nodes", out}};
+  return Json{{key::kNodes, out}};
 }
 
 StatusOr<Json> Control::Events(const Principal& who, const std::string& job, double since) {
@@ -103,14 +106,14 @@ StatusOr<Json> Control::Events(const Principal& who, const std::string& job, dou
   if (!events.ok()) return events.status();
   Json out = Json::array();
   for (const EventRecord& e : *events) {
-    out.push_back({{"id", e.id},
-                   {"t", e.t},
-                   {"job", e.job.empty() ? Json(nullptr) : Json(e.job)},
-                   {"node", e.node.empty() ? Json(nullptr) : Json(e.node)},
-                   {"kind", e.kind},
-                   {"message", e.message}});
+    out.push_back({{key::kId, e.id},
+                   {key::kT, e.t},
+                   {key::kJob, e.job.empty() ? Json(nullptr) : Json(e.job)},
+                   {key::kNode, e.node.empty() ? Json(nullptr) : Json(e.node)},
+                   {key::kKind, e.kind},
+                   {key::kMessage, e.message}});
   }
-  return Json{{"events", out}};
+  return Json{{key::kEvents, out}};
 }
 
 StatusOr<Json> Control::Teams(const Principal& who) {
@@ -129,27 +132,27 @@ StatusOr<Json> Control::Teams(const Principal& who) {
     const auto found = team_checks_.find(name);
     const core::CheckTotals check =
         found != team_checks_.end() ? found->second : core::CheckTotals{};
-    out.push_back({{"name", name},
-                   {"max_gpus", t.max_gpus},
-                   {"max_gpu_mem_bytes", t.max_gpu_mem},
-                   {"gpu_mem_in_use", GpuMemInUse(use)},
-                   {"gpus_in_use", GpusInUse(use)},
-                   {"priority", t.priority},
-                   {"usage", TeamUsageToApi(usage)},
-                   {"prediction_check", CheckToApi(check)}});
+    out.push_back({{key::kName, name},
+                   {key::kMaxGpus, t.max_gpus},
+                   {key::kMaxGpuMemBytes, t.max_gpu_mem},
+                   {key::kGpuMemInUse, GpuMemInUse(use)},
+                   {key::kGpusInUse, GpusInUse(use)},
+                   {key::kPriority, t.priority},
+                   {key::kUsage, TeamUsageToApi(usage)},
+                   {key::kPredictionCheck, CheckToApi(check)}});
   }
   if (who.team_scoped() && out.empty()) {
     const TeamUse use = teams_.InUse(who.team, jobs_);
-    out.push_back({{"name", who.team},
-                   {"max_gpus", 0},
-                   {"max_gpu_mem_bytes", 0},
-                   {"gpu_mem_in_use", GpuMemInUse(use)},
-                   {"gpus_in_use", GpusInUse(use)},
-                   {"priority", 0},
-                   {"usage", TeamUsageToApi(TeamUsage{})},
-                   {"prediction_check", CheckToApi(core::CheckTotals{})}});
+    out.push_back({{key::kName, who.team},
+                   {key::kMaxGpus, 0},
+                   {key::kMaxGpuMemBytes, 0},
+                   {key::kGpuMemInUse, GpuMemInUse(use)},
+                   {key::kGpusInUse, GpusInUse(use)},
+                   {key::kPriority, 0},
+                   {key::kUsage, TeamUsageToApi(TeamUsage{})},
+                   {key::kPredictionCheck, CheckToApi(core::CheckTotals{})}});
   }
-  return Json{{"teams", out}};
+  return Json{{key::kTeams, out}};
 }
 
 StatusOr<Json> Control::PutTeam(const std::string& name, const Json& body) {
@@ -157,22 +160,22 @@ StatusOr<Json> Control::PutTeam(const std::string& name, const Json& body) {
   std::optional<int64_t> max_gpus;
   std::optional<int64_t> max_mem;
   std::optional<int64_t> priority;
-  if (body.contains("max_gpus") && !body["max_gpus"].is_null()) {
-    const Json& v = body["max_gpus"];
+  if (body.contains(key::kMaxGpus) && !body[key::kMaxGpus].is_null()) {
+    const Json& v = body[key::kMaxGpus];
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1000000) {
       return InvalidArgument("max_gpus: expected a non-negative integer (0 = no limit)");
     }
     max_gpus = v.get<int64_t>();
   }
-  for (const char* key : {"max_gpu_mem", "max_gpu_mem_bytes"}) {
+  for (const char* key : {key::kMaxGpuMem, key::kMaxGpuMemBytes}) {
     if (body.contains(key) && !body[key].is_null()) {
       StatusOr<int64_t> mem = SizeField(body[key], key);
       if (!mem.ok()) return mem.status();
       max_mem = *mem;
     }
   }
-  if (body.contains("priority") && !body["priority"].is_null()) {
-    const Json& v = body["priority"];
+  if (body.contains(key::kPriority) && !body[key::kPriority].is_null()) {
+    const Json& v = body[key::kPriority];
     if (!v.is_number_integer() || v.get<int64_t>() < -1000000 || v.get<int64_t>() > 1000000) {
       return InvalidArgument("priority: expected an integer");
     }
@@ -186,11 +189,11 @@ StatusOr<Json> Control::PutTeam(const std::string& name, const Json& body) {
   teams_.MarkDirty(name);
   PALADIN_RETURN_IF_ERROR(Flush());
   Wake();
-  return Json{{"name", t.name},
-              {"max_gpus", t.max_gpus},
-              {"max_gpu_mem_bytes", t.max_gpu_mem},
-              {"priority", t.priority},
-              {"usage", TeamUsageToApi(t.usage)}};
+  return Json{{key::kName, t.name},
+              {key::kMaxGpus, t.max_gpus},
+              {key::kMaxGpuMemBytes, t.max_gpu_mem},
+              {key::kPriority, t.priority},
+              {key::kUsage, TeamUsageToApi(t.usage)}};
 }
 
 StatusOr<Json> Control::Summary(const Principal& who) {
@@ -227,23 +230,23 @@ StatusOr<Json> Control::Summary(const Principal& who) {
     gpus += static_cast<int64_t>(n.gpus.size());
     for (const GpuRecord& g : n.gpus) gpu_memory += g.memory_bytes;
   }
-  return Json{{"jobs_submitted", submitted},
-              {"jobs_running", running},
-              {"jobs_pending", pending},
-              {"jobs_ended", ended},
-              {"jobs_lost", lost},
-              {"migrations", migrations},
-              {"migrations_failed", migrations_failed},
-              {"recoveries", recoveries},
-              {"restarts", restarts},
-              {"quota_grows", grows},
-              {"checkpoints", checkpoints},
-              {"state_verifications_failed", mismatches},
-              {"nodes_alive", alive},
-              {"nodes", static_cast<int64_t>(nodes_.size())},
-              {"gpus", gpus},
-              {"gpu_memory_bytes", gpu_memory},
-              {"prediction_check", FleetCheckToApi(who)}};
+  return Json{{key::kJobsSubmitted, submitted},
+              {key::kJobsRunning, running},
+              {key::kJobsPending, pending},
+              {key::kJobsEnded, ended},
+              {key::kJobsLost, lost},
+              {key::kMigrations, migrations},
+              {key::kMigrationsFailed, migrations_failed},
+              {key::kRecoveries, recoveries},
+              {key::kRestarts, restarts},
+              {key::kQuotaGrows, grows},
+              {key::kCheckpoints, checkpoints},
+              {key::kStateVerificationsFailed, mismatches},
+              {key::kNodesAlive, alive},
+              {key::kNodes, static_cast<int64_t>(nodes_.size())},
+              {key::kGpus, gpus},
+              {key::kGpuMemoryBytes, gpu_memory},
+              {key::kPredictionCheck, FleetCheckToApi(who)}};
 }
 
 void Control::RecordRequest(double seconds) {
@@ -252,10 +255,10 @@ void Control::RecordRequest(double seconds) {
 }
 
 Json Control::CheckToApi(const core::CheckTotals& t) {
-  return Json{{"windows", t.windows},
-              {"under", t.under},
-              {"under_rate", t.UnderRate()},
-              {"mean_slack", t.MeanSlack()}};
+  return Json{{key::kWindows, t.windows},
+              {key::kUnder, t.under},
+              {key::kUnderRate, t.UnderRate()},
+              {key::kMeanSlack, t.MeanSlack()}};
 }
 
 Json Control::FleetCheckToApi(const Principal& who) const {
@@ -264,8 +267,8 @@ Json Control::FleetCheckToApi(const Principal& who) const {
     if (who.SeesTeam(team)) fleet.Add(t);
   }
   Json out = CheckToApi(fleet);
-  out["window_s"] = kPredictionWindowS;
-  out["target_under_rate"] = TargetUnderRate();
+  out[key::kWindowS] = kPredictionWindowS;
+  out[key::kTargetUnderRate] = TargetUnderRate();
   return out;
 }
 

@@ -20,6 +20,188 @@
 
 namespace paladin::api {
 
+// The keys of the JSON objects Paladin's programs exchange, each spelled here once: the agent's
+// registration, heartbeat, commands and their results (below); the REST API's objects, which the
+// server writes and the CLI, the agents and the Kubernetes scheduler read (docs/formats/api.md:
+// a job, a node, a move, a pod, a team, a token, an event); the client's config file; and the
+// requests and answers on the agent's local socket (SLURM steps, docs/slurm.md). A key that
+// several objects share ("id", "name", "state") is one constant. Elsewhere code writes
+// `j[key::kQuotaBytes]`, `j.value(key::kState, "")`. A format one file keeps to itself (the
+// server's store beyond the API's fields, the agent's job record beyond the job's, a checkpoint
+// image) or another system's (a Kubernetes object) spells its own keys.
+namespace key {
+inline constexpr char kAddress[] = "address";
+inline constexpr char kAllocatedBytes[] = "allocated_bytes";
+inline constexpr char kAt[] = "at";
+inline constexpr char kByPhase[] = "by_phase";
+inline constexpr char kBytes[] = "bytes";
+inline constexpr char kCaFile[] = "ca_file";
+inline constexpr char kCeilingBytes[] = "ceiling_bytes";
+inline constexpr char kCheckpointDir[] = "checkpoint_dir";
+inline constexpr char kCheckpointStore[] = "checkpoint_store";
+inline constexpr char kCheckpointable[] = "checkpointable";
+inline constexpr char kCheckpoints[] = "checkpoints";
+inline constexpr char kClass[] = "class";
+inline constexpr char kCluster[] = "cluster";
+inline constexpr char kClusters[] = "clusters";
+inline constexpr char kCode[] = "code";
+inline constexpr char kCommand[] = "command";
+inline constexpr char kCommands[] = "commands";
+inline constexpr char kCommit[] = "commit";
+inline constexpr char kComputeShare[] = "compute_share";
+inline constexpr char kCreatedAt[] = "created_at";
+inline constexpr char kDetail[] = "detail";
+inline constexpr char kDir[] = "dir";
+inline constexpr char kEmuState[] = "emu_state";
+inline constexpr char kEmulated[] = "emulated";
+inline constexpr char kEmulatedGpus[] = "emulated_gpus";
+inline constexpr char kEndedAt[] = "ended_at";
+inline constexpr char kEnv[] = "env";
+inline constexpr char kEpoch[] = "epoch";
+inline constexpr char kError[] = "error";
+inline constexpr char kEvents[] = "events";
+inline constexpr char kExitCode[] = "exit_code";
+inline constexpr char kExpectedBasis[] = "expected_basis";
+inline constexpr char kExpectedPauseS[] = "expected_pause_s";
+inline constexpr char kFault[] = "fault";
+inline constexpr char kFaultKind[] = "fault_kind";
+inline constexpr char kFrom[] = "from";
+inline constexpr char kFromGpuUuid[] = "from_gpu_uuid";
+inline constexpr char kGang[] = "gang";
+inline constexpr char kGangJobs[] = "gang_jobs";
+inline constexpr char kGeneration[] = "generation";
+inline constexpr char kGpu[] = "gpu";
+inline constexpr char kGpuHours[] = "gpu_hours";
+inline constexpr char kGpuIndex[] = "gpu_index";
+inline constexpr char kGpuIndices[] = "gpu_indices";
+inline constexpr char kGpuMap[] = "gpu_map";
+inline constexpr char kGpuMem[] = "gpu_mem";
+inline constexpr char kGpuMemBytes[] = "gpu_mem_bytes";
+inline constexpr char kGpuMemHoursAllocated[] = "gpu_mem_hours_allocated";
+inline constexpr char kGpuMemHoursUsed[] = "gpu_mem_hours_used";
+inline constexpr char kGpuMemInUse[] = "gpu_mem_in_use";
+inline constexpr char kGpuMemMax[] = "gpu_mem_max";
+inline constexpr char kGpuMemRequest[] = "gpu_mem_request";
+inline constexpr char kGpuMemoryBytes[] = "gpu_memory_bytes";
+inline constexpr char kGpuUuid[] = "gpu_uuid";
+inline constexpr char kGpus[] = "gpus";
+inline constexpr char kGpusInUse[] = "gpus_in_use";
+inline constexpr char kHealthy[] = "healthy";
+inline constexpr char kHeartbeatS[] = "heartbeat_s";
+inline constexpr char kId[] = "id";
+inline constexpr char kImage[] = "image";
+inline constexpr char kIndex[] = "index";
+inline constexpr char kInterface[] = "interface";
+inline constexpr char kJob[] = "job";
+inline constexpr char kJobs[] = "jobs";
+inline constexpr char kJobsBytes[] = "jobs_bytes";
+inline constexpr char kJobsEnded[] = "jobs_ended";
+inline constexpr char kJobsLost[] = "jobs_lost";
+inline constexpr char kJobsPending[] = "jobs_pending";
+inline constexpr char kJobsRunning[] = "jobs_running";
+inline constexpr char kJobsSubmitted[] = "jobs_submitted";
+inline constexpr char kKey[] = "key";
+inline constexpr char kKind[] = "kind";
+inline constexpr char kLastCheckpoint[] = "last_checkpoint";
+inline constexpr char kLastHeartbeat[] = "last_heartbeat";
+inline constexpr char kLastMove[] = "last_move";
+inline constexpr char kLeaseS[] = "lease_s";
+inline constexpr char kLeave[] = "leave";
+inline constexpr char kMaxGpuMem[] = "max_gpu_mem";
+inline constexpr char kMaxGpuMemBytes[] = "max_gpu_mem_bytes";
+inline constexpr char kMaxGpus[] = "max_gpus";
+inline constexpr char kMeanSlack[] = "mean_slack";
+inline constexpr char kMemoryBytes[] = "memory_bytes";
+inline constexpr char kMessage[] = "message";
+inline constexpr char kMigratable[] = "migratable";
+inline constexpr char kMigratePort[] = "migrate_port";
+inline constexpr char kMigration[] = "migration";
+inline constexpr char kMigrations[] = "migrations";
+inline constexpr char kMigrationsFailed[] = "migrations_failed";
+inline constexpr char kMode[] = "mode";
+inline constexpr char kModeWhy[] = "mode_why";
+inline constexpr char kModel[] = "model";
+inline constexpr char kMoveMode[] = "move_mode";
+inline constexpr char kMovingTo[] = "moving_to";
+inline constexpr char kName[] = "name";
+inline constexpr char kNamespace[] = "namespace";
+inline constexpr char kNode[] = "node";
+inline constexpr char kNodes[] = "nodes";
+inline constexpr char kNodesAlive[] = "nodes_alive";
+inline constexpr char kOk[] = "ok";
+inline constexpr char kOnRestoreFailure[] = "on_restore_failure";
+inline constexpr char kOp[] = "op";
+inline constexpr char kPath[] = "path";
+inline constexpr char kPauseS[] = "pause_s";
+inline constexpr char kPhase[] = "phase";
+inline constexpr char kPid[] = "pid";
+inline constexpr char kPlacement[] = "placement";
+inline constexpr char kPods[] = "pods";
+inline constexpr char kPodsBytes[] = "pods_bytes";
+inline constexpr char kPort[] = "port";
+inline constexpr char kPostCopy[] = "post_copy";
+inline constexpr char kPredictedBytes[] = "predicted_bytes";
+inline constexpr char kPrediction[] = "prediction";
+inline constexpr char kPredictionCheck[] = "prediction_check";
+inline constexpr char kPriority[] = "priority";
+inline constexpr char kQueueSeconds[] = "queue_seconds";
+inline constexpr char kQuotaBytes[] = "quota_bytes";
+inline constexpr char kQuotaGrows[] = "quota_grows";
+inline constexpr char kRank[] = "rank";
+inline constexpr char kRankNet[] = "rank_net";
+inline constexpr char kRankPort[] = "rank_port";
+inline constexpr char kRankRoutes[] = "rank_routes";
+inline constexpr char kRanks[] = "ranks";
+inline constexpr char kRanksPerNode[] = "ranks_per_node";
+inline constexpr char kReason[] = "reason";
+inline constexpr char kRecoveries[] = "recoveries";
+inline constexpr char kRefusals[] = "refusals";
+inline constexpr char kReportedSAgo[] = "reported_s_ago";
+inline constexpr char kRestartCount[] = "restart_count";
+inline constexpr char kRestarts[] = "restarts";
+inline constexpr char kResults[] = "results";
+inline constexpr char kRunDir[] = "run_dir";
+inline constexpr char kScope[] = "scope";
+inline constexpr char kSeconds[] = "seconds";
+inline constexpr char kStartedAt[] = "started_at";
+inline constexpr char kState[] = "state";
+inline constexpr char kStateVerificationsFailed[] = "state_verifications_failed";
+inline constexpr char kStderr[] = "stderr";
+inline constexpr char kStderrFrom[] = "stderr_from";
+inline constexpr char kStderrTo[] = "stderr_to";
+inline constexpr char kStdout[] = "stdout";
+inline constexpr char kStdoutFrom[] = "stdout_from";
+inline constexpr char kStdoutTo[] = "stdout_to";
+inline constexpr char kStep[] = "step";
+inline constexpr char kSteps[] = "steps";
+inline constexpr char kStream[] = "stream";
+inline constexpr char kSubmittedAt[] = "submitted_at";
+inline constexpr char kT[] = "t";
+inline constexpr char kTargetUnderRate[] = "target_under_rate";
+inline constexpr char kTeam[] = "team";
+inline constexpr char kTeams[] = "teams";
+inline constexpr char kText[] = "text";
+inline constexpr char kTo[] = "to";
+inline constexpr char kToAddress[] = "to_address";
+inline constexpr char kToGpu[] = "to_gpu";
+inline constexpr char kToGpuUuid[] = "to_gpu_uuid";
+inline constexpr char kToPort[] = "to_port";
+inline constexpr char kToken[] = "token";
+inline constexpr char kTokens[] = "tokens";
+inline constexpr char kUid[] = "uid";
+inline constexpr char kUnder[] = "under";
+inline constexpr char kUnderRate[] = "under_rate";
+inline constexpr char kUrl[] = "url";
+inline constexpr char kUsage[] = "usage";
+inline constexpr char kUsedBytes[] = "used_bytes";
+inline constexpr char kUuid[] = "uuid";
+inline constexpr char kVia[] = "via";
+inline constexpr char kWhy[] = "why";
+inline constexpr char kWhyNotMigratable[] = "why_not_migratable";
+inline constexpr char kWindowS[] = "window_s";
+inline constexpr char kWindows[] = "windows";
+}  // namespace key
+
 // What a job copy on a node is doing, as its agent sees it: its processes run, are stopped
 // (SIGSTOP, or under CRIU), are frozen (fenced: the agent lost its lease), or have ended.
 enum class CopyState { kRunning, kStopped, kFrozen, kExited };
