@@ -316,7 +316,7 @@ void Agent::ApplyRankRoutes(const Json& list) {
 void Agent::SaveRecord(const Workload& w) const {
   const Json j = {{key::kId, w.id},
                   {key::kEpoch, w.epoch},
-                  {"run_dir", w.record.run_dir},
+                  {key::kRunDir, w.record.run_dir},
                   {key::kPid, w.record.pid},
                   {"start_time", w.start_time},
                   {key::kGpuIndex, w.gpu_index},

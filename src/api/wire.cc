@@ -856,4 +856,6 @@ StatusOr<PodList> DecodePodList(const nlohmann::json& body) {
   return list;
 }
 
+bool PodPhaseEnded(std::string_view phase) { return phase == "Succeeded" || phase == "Failed"; }
+
 }  // namespace paladin::api

@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "json_fields.h"
+#include "paladin/api/wire.h"
 #include "paladin/base/size.h"
 #include "paladin/core/packer.h"
 #include "paladin/core/rng.h"
@@ -92,7 +93,7 @@ StatusOr<PodExplanation> ExplainPod(const ClusterState& state, const std::string
     e.reason = "its spec.schedulerName is '" + scheduler + "': that scheduler places it, not " +
                "Paladin's ('" + options.scheduler_name + "', which Paladin's webhook sets on " +
                "pods asking for " + kGpuMemoryResource + ")";
-  } else if (p.phase == "Succeeded" || p.phase == "Failed") {
+  } else if (api::PodPhaseEnded(p.phase)) {
     e.state = "ended (" + p.phase + ")";
     e.placement = placement;
   } else if (!p.node.empty() && p.gpu >= 0) {

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "node_ops.h"
+#include "paladin/api/wire.h"
 #include "paladin/base/size.h"
 #include "paladin/ckpt/gpu_checkpoint.h"
 #include "paladin/ckpt/subprocess.h"
@@ -120,7 +121,7 @@ StatusOr<std::string> WaitRunning(const ApiClient& client, const std::string& pa
           last = "not scheduled: " + Str(c, "message");
         }
       }
-      if (phase == "Failed" || phase == "Succeeded") break;
+      if (api::PodPhaseEnded(phase)) break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -544,7 +545,7 @@ StatusOr<DrainPlan> PlanDrain(const std::string& pod_list_json) {
     const Json meta = pod.value("metadata", Json::object());
     const std::string who = Str(meta, "namespace") + "/" + Str(meta, "name");
     const std::string phase = Str(pod.value("status", Json::object()), "phase");
-    if (phase == "Succeeded" || phase == "Failed") continue;  // nothing runs
+    if (api::PodPhaseEnded(phase)) continue;  // nothing runs
     StatusOr<MovablePod> p = ReadMovablePod(pod.dump());
     if (p.ok()) {
       plan.move.push_back(*p);

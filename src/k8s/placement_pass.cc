@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "json_fields.h"
+#include "paladin/api/wire.h"
 #include "paladin/base/size.h"
 #include "paladin/server/placement.h"
 
@@ -153,7 +154,7 @@ StatusOr<std::unique_ptr<PlacementPass>> PlacementPass::Create(const ClusterStat
   // What runs already holds its GPU share, and what its team holds.
   for (const Json& item : pods.value("items", Json::array())) {
     PodRequest p = ReadPod(item.dump());
-    if (p.phase == "Succeeded" || p.phase == "Failed") continue;
+    if (api::PodPhaseEnded(p.phase)) continue;
     if (p.node.empty()) {
       if (!p.deleting) v.pending.push_back(std::move(p));
       continue;

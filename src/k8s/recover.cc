@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "node_ops.h"
+#include "paladin/api/wire.h"
 #include "paladin/ckpt/gpu_checkpoint.h"
 #include "paladin/k8s/placement_pass.h"
 #include "paladin/k8s/scheduler.h"
@@ -377,7 +378,7 @@ StatusOr<RecoverPlan> PlanRecovery(const std::string& node, const std::string& p
     listed[Str(meta, "uid")] = true;
     if (Str(spec, "nodeName") != node) continue;
     const std::string phase = Str(pod.value("status", Json::object()), "phase");
-    if (phase == "Succeeded" || phase == "Failed") continue;  // nothing ran
+    if (api::PodPhaseEnded(phase)) continue;  // nothing ran
     if (Str(spec, "runtimeClassName") != kRuntimeClass) {
       plan.left.push_back(who + ": not of the RuntimeClass '" + std::string(kRuntimeClass) +
                           "' (left to Kubernetes)");

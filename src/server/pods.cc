@@ -97,7 +97,7 @@ std::map<std::string, PodsHeld> PodBook::TeamHeld(const std::string& team) const
   std::map<std::string, PodsHeld> held;
   for (const auto& [name, cluster] : clusters_) {
     for (const api::PodReport& p : cluster.pods) {
-      if (p.team != team || p.node.empty() || p.phase == "Succeeded" || p.phase == "Failed") {
+      if (p.team != team || p.node.empty() || api::PodPhaseEnded(p.phase)) {
         continue;
       }
       held[name].bytes += p.gpu_mem_bytes;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -434,6 +435,10 @@ StatusOr<AgentAnswer> ReadAgentAnswer(const nlohmann::json& answer);
 // A list of job reports ("jobs"): null or absent is none.
 StatusOr<std::vector<JobReport>> DecodeJobReports(const nlohmann::json& list);
 StatusOr<Heartbeat> DecodeHeartbeat(const nlohmann::json& body);
+
+// Whether a pod in PHASE (Kubernetes' own word, its status.phase) has ended: Succeeded or
+// Failed, nothing of it runs any more. Every reader of a pod's phase asks this.
+bool PodPhaseEnded(std::string_view phase);
 
 // A Kubernetes pod that Paladin's scheduler places (docs/kubernetes.md), as the scheduler reports
 // it to the server after each pass (PUT /v1/pods, docs/formats/api.md, "Pods"): where it runs and
