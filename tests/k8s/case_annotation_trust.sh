@@ -14,11 +14,9 @@
 # CLUSTER_DIR.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-k() { "$KUBECTL" -n "$NS" "$@"; }
-fail() {
-  echo "annotation_trust: FAIL: $*"
-  exit 1
-}
+CASE=annotation_trust
+# shellcheck source=tests/k8s/caselib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/caselib.sh"
 if [[ -z ${K8S_NODE_FLAGS:-} || -z ${CLUSTER_DIR:-} ]]; then
   echo "annotation_trust: SKIP: runs Paladin's webhook on this machine, for the test cluster only"
   exit 77

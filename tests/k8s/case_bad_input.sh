@@ -16,11 +16,9 @@
 # CLUSTER_DIR.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-k() { "$KUBECTL" -n "$NS" "$@"; }
-fail() {
-  echo "bad_input: FAIL: $*" >&2
-  exit 1
-}
+CASE=bad_input
+# shellcheck source=tests/k8s/caselib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/caselib.sh"
 if [[ -z ${K8S_NODE_FLAGS:-} || -z ${CLUSTER_DIR:-} ]]; then
   echo "bad_input: SKIP: runs Paladin's webhook on this machine, for the test cluster only"
   exit 77

@@ -9,11 +9,9 @@
 # CLUSTER_DIR.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-k() { "$KUBECTL" -n "$NS" "$@"; }
-fail() {
-  echo "gpu_auto: FAIL: $*"
-  exit 1
-}
+CASE=gpu_auto
+# shellcheck source=tests/k8s/caselib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/caselib.sh"
 if [[ -z ${K8S_NODE_FLAGS:-} || -z ${CLUSTER_DIR:-} ]]; then
   echo "gpu_auto: SKIP: runs Paladin's server and webhook on this machine, for the test cluster only"
   exit 77

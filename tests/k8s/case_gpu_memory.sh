@@ -5,11 +5,9 @@
 # refuses a pod past it; a bad node name is refused naming it.
 # Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, PALADIN, EMUCUDA, NODE, K8S_NODE_FLAGS.
 set -euo pipefail
-k() { "$KUBECTL" -n "$NS" "$@"; }
-fail() {
-  echo "gpu_memory: FAIL: $*"
-  exit 1
-}
+CASE=gpu_memory
+# shellcheck source=tests/k8s/caselib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/caselib.sh"
 if [[ -z ${K8S_NODE_FLAGS:-} ]]; then
   echo "gpu_memory: SKIP: needs the test cluster's credentials to patch a Node's status"
   exit 77

@@ -11,10 +11,9 @@
 # Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, CLUSTER_DIR, PALADIN, EMUCUDA, NODE,
 # K8S_NODE_FLAGS.
 set -euo pipefail
-fail() {
-  echo "team_quota: FAIL: $*"
-  exit 1
-}
+CASE=team_quota
+# shellcheck source=tests/k8s/caselib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/caselib.sh"
 if [[ -z ${CLUSTER_DIR:-} ]]; then
   echo "team_quota: SKIP: runs Paladin's server and scheduler on the test cluster's machine"
   exit 77

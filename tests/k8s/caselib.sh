@@ -1,6 +1,7 @@
-# Sourced by the cases that move or recover a running pod of the demo workload (case_move*.sh,
-# case_recover_node*.sh): what they share. A case sets CASE (the name its lines start with)
-# before sourcing, then calls need_cluster, workload (which sets ARGS and MARK) and keeps its
+# Sourced by every case: `k` (kubectl in the case's namespace) and `fail`; and what the cases that
+# move or recover a running pod of the demo workload (case_move*.sh, case_recover_node*.sh)
+# share. A case sets CASE (the name its lines start with) before sourcing; those cases then call
+# need_cluster, workload (which sets ARGS and MARK) and keep their
 # scratch files in $work, which need_cluster makes and the EXIT trap removes; a case with more to
 # undo sets `on_exit` to a function of its own, which the trap runs first.
 # Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, CLUSTER_DIR, PALADIN, EMUCUDA, NODE2.
