@@ -25,6 +25,7 @@
 #include "paladin/api/job_state.h"
 #include "paladin/api/port.h"
 #include "paladin/api/wire.h"
+#include "paladin/base/size.h"
 #include "paladin/ckpt/criu.h"
 #include "paladin/ckpt/workload.h"
 #include "paladin/gpu/nvml.h"
@@ -51,16 +52,6 @@ volatile sig_atomic_t g_interrupted = 0;
 void OnInterrupt(int /*signal*/) { g_interrupted = 1; }
 
 void DemoSay(const std::string& line) { cli::Say("demo", line); }
-
-std::string Gib(int64_t bytes) {
-  char text[32];
-  if (bytes >= (int64_t{1} << 30)) {
-    std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
-  } else {
-    std::snprintf(text, sizeof text, "%lld MiB", static_cast<long long>(bytes >> 20));
-  }
-  return text;
-}
 
 int64_t Int(const Json& j, const char* key) {
   if (!j.contains(key) || !j[key].is_number()) return 0;
@@ -271,9 +262,11 @@ Status Demo::ShowPlacement() {
     if (!job.ok()) continue;
     std::string line = "  " + j.id + " " + j.name + " -> " + Str(*job, key::kNode) + "/" +
                        std::to_string(Int(*job, key::kGpu)) + ", quota " +
-                       Gib(Int(*job, key::kQuotaBytes)) + ", " + Str(*job, key::kState);
+                       base::FormatSize(static_cast<uint64_t>(Int(*job, key::kQuotaBytes))) + ", " +
+                       Str(*job, key::kState);
     if (Int(*job, key::kPredictedBytes) > 0)
-      line += ", predicted " + Gib(Int(*job, key::kPredictedBytes));
+      line +=
+          ", predicted " + base::FormatSize(static_cast<uint64_t>(Int(*job, key::kPredictedBytes)));
     DemoSay(line);
   }
   for (const Submitted& j : jobs_) {
