@@ -219,7 +219,7 @@ void Control::ApplyReport(NodeRecord& n, const api::JobReport& r) {
       // with the size core's predictor gives it after an OOM.
       const double t = now;
       Accrue(j, t);
-      const OomRestart restart = Scheduler::SizeAfterOom(PredictorOf(j), j.quota_bytes, t);
+      const OomRestart restart = Scheduler::SizeAfterOom(forecasts_.Of(j), j.quota_bytes, t);
       const int64_t bigger = restart.quota_bytes;
       j.prediction = restart.why;
       ReleaseJob(j);

@@ -80,7 +80,6 @@ Control::Control(std::unique_ptr<Store> store, ControlOptions options, core::Pol
       db_(store_.get()),
       options_(std::move(options)),
       scheduler_(std::move(policy)),
-      predictors_factory_(*core::PredictorFactory::ForName("paladin")),
       tokens_(options_.node_tokens_only),
       nodes_(options_.lease_s),
       teams_(options_.team_pods),
@@ -123,13 +122,7 @@ Status Control::Load() {
   nodes_.Load(std::move(*nodes));
   StatusOr<std::vector<JobRecord>> jobs = db_.Jobs();
   if (!jobs.ok()) return jobs.status();
-  for (const JobRecord& j : *jobs) {
-    if (j.peak_used_bytes > 0) {
-      int64_t& peak = class_peak_[j.ClassKey()];
-      peak = std::max(peak, j.peak_used_bytes);
-      ++class_jobs_[j.ClassKey()];
-    }
-  }
+  for (const JobRecord& j : *jobs) forecasts_.LearnPeak(j);
   jobs_.Load(std::move(*jobs));
   int64_t last_command = 0;
   StatusOr<std::vector<CommandRecord>> commands = db_.UnackedCommands(&last_command);

@@ -19,6 +19,8 @@
 //     (orchestrator.h)                 reserved, the agents' commands, the commit decided once,
 //                                      failures, timeouts, what moves cost
 //   Persistence (persistence.h)        all SQL: what is loaded at start and written by Flush
+//   JobForecasts (forecasts.h)         each job's predictor, the live check of its forecasts
+//                                      per job and team, the classes' history for auto sizing
 //   GangCoordinator (gangs.h)          jobs of several ranks: placement all or none, addresses
 //                                      and routes, the coordinated checkpoint, a rank's move,
 //                                      recovery; it asks Control (as its GangHost) for what
@@ -52,6 +54,7 @@
 
 #include "command_queue.h"
 #include "control_host.h"
+#include "forecasts.h"
 #include "gangs.h"
 #include "job_table.h"
 #include "migration_table.h"
@@ -79,10 +82,6 @@
 #include "token_book.h"
 
 namespace paladin::server {
-
-// The server's predictor forecasts each job's peak over the next minute; the live check scores
-// it over the same windows.
-inline constexpr int64_t kPredictionWindowS = 60;
 
 struct ControlOptions {
   double lease_s = 6;
@@ -243,13 +242,11 @@ class Control : private ControlHost {
   void ReleaseJob(JobRecord& j) override;
   void EndJob(JobRecord& j, JobState state, std::optional<int> exit_code, const std::string& why);
   void ObserveUsage(JobRecord& j, double now);
-  core::Predictor& PredictorOf(const JobRecord& j);  // made on first use, dropped at release
   void PredictionCheckMetrics(const Principal& who, std::string* out) const;
   // The live check's figures as the API gives them: windows, under, under_rate, mean_slack.
   static Json CheckToApi(const core::CheckTotals& t);
   // The sum of the checks of the teams `who` sees, with the window and the target.
   Json FleetCheckToApi(const Principal& who) const;
-  double TargetUnderRate() const { return 1 - predictors_factory_.paladin.quantile; }
 
   // agents.cc
   void ApplyReport(NodeRecord& node, const api::JobReport& report);
@@ -290,13 +287,7 @@ class Control : private ControlHost {
   ControlOptions options_;
   Scheduler scheduler_;  // the decisions: placement, preemption, admission plans, OOM restarts
   RankSubnet rank_subnet_;
-  core::PredictorFactory predictors_factory_;
-  std::map<int64_t, std::unique_ptr<core::Predictor>> predictors_;
-  std::map<int64_t, int64_t> announced_prediction_;
-  // The live check of the predictor: per job (kept after it ends, for explain) and per team, each
-  // window's forecast against its measured peak. In memory: a restarted server starts over.
-  std::map<int64_t, core::ForecastCheck> checks_;
-  std::map<std::string, core::CheckTotals> team_checks_;
+  JobForecasts forecasts_;  // the jobs' predictors, their live check, the classes' history
 
   TokenBook tokens_;  // every API token, by the digest of its secret
 
@@ -308,9 +299,7 @@ class Control : private ControlHost {
   MigrationOrchestrator moves_;  // the migration transaction (orchestrator.h) over the parts
   GangCoordinator gangs_;        // jobs of several ranks (gangs.h), over the parts above
   std::map<std::string, int64_t> counters_;
-  std::map<std::string, int64_t> class_peak_;  // ClassKey -> highest used bytes seen
-  std::map<std::string, int64_t> class_jobs_;  // ClassKey -> ended jobs that peak is over
-  std::vector<core::Move> admission_moves_;    // the rebalancer's plan being carried out
+  std::vector<core::Move> admission_moves_;  // the rebalancer's plan being carried out
 
   // Written by Flush (the jobs' and the nodes' own: in jobs_ and nodes_).
   double last_lazy_flush_ = 0;

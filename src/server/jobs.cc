@@ -273,11 +273,11 @@ StatusOr<Json> Control::Explain(const Principal& who, const std::string& id) {
   }
   // The job's forecasts against its measured peaks, all windows and by the forecast's phase.
   const core::ForecastCheck unchecked(kPredictionWindowS);
-  const auto c = checks_.find(j.seq);
-  const core::ForecastCheck& checked = c != checks_.end() ? c->second : unchecked;
+  const core::ForecastCheck* seen = forecasts_.Check(j.seq);
+  const core::ForecastCheck& checked = seen != nullptr ? *seen : unchecked;
   Json check = CheckToApi(checked.totals());
   check[key::kWindowS] = kPredictionWindowS;
-  check[key::kTargetUnderRate] = TargetUnderRate();
+  check[key::kTargetUnderRate] = forecasts_.target_under_rate();
   Json& by_phase = check[key::kByPhase] = Json::object();
   for (int p = 0; p < core::kPhaseCount; ++p) {
     const auto phase = static_cast<core::Phase>(p);

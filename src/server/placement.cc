@@ -1,24 +1,15 @@
 // Placement carried out: the scheduler's decisions (scheduler.h) for the waiting jobs applied in
-// a pass (bound, preemptions sent), the initial size of "auto" jobs, predictions and accounting.
+// a pass (bound, preemptions sent), the initial size of "auto" jobs, usage samples (the
+// predictions themselves are JobForecasts', forecasts.h) and accounting.
 #include "paladin/server/placement.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <set>
 
 #include "control.h"
-#include "paladin/base/size.h"
 
 namespace paladin::server {
-namespace {
-
-// Sizes in reasons and events: the project's one formatter (negative ones never occur).
-std::string Bytes(int64_t b) {
-  return base::FormatSize(static_cast<uint64_t>(std::max<int64_t>(b, 0)));
-}
-
-}  // namespace
 
 int64_t Control::LargestGpuMemory() const {
   int64_t most = 0;
@@ -189,9 +180,8 @@ void Control::Bind(FleetView& view, JobRecord& j, const core::Placement& p,
   if (j.mem_auto) {
     Event("predicted", &j, j.node,
           "quota " + std::to_string(j.quota_bytes) + " bytes: " + j.prediction);
-    announced_prediction_[j.seq] = j.quota_bytes;
   }
-  predictors_.erase(j.seq);
+  forecasts_.Placed(j);
   jobs_.MarkDirty(j);
 }
 
@@ -205,8 +195,7 @@ void Control::Accrue(JobRecord& j, double now) {
 }
 
 void Control::ReleaseJob(JobRecord& j) {
-  predictors_.erase(j.seq);
-  announced_prediction_.erase(j.seq);
+  forecasts_.Released(j);
   j.node.clear();
   j.gpu = -1;
   j.gpu_indices.clear();
@@ -218,11 +207,7 @@ void Control::EndJob(JobRecord& j, JobState state, std::optional<int> exit_code,
                      const std::string& why) {
   const double now = Now();
   if (j.HoldsGpu()) Accrue(j, now);
-  if (j.peak_used_bytes > 0) {
-    int64_t& peak = class_peak_[j.ClassKey()];
-    peak = std::max(peak, j.peak_used_bytes);
-    ++class_jobs_[j.ClassKey()];
-  }
+  forecasts_.LearnPeak(j);
   const std::string node = j.node;
   ReleaseJob(j);
   jobs_.SetState(j, state);
@@ -234,45 +219,10 @@ void Control::EndJob(JobRecord& j, JobState state, std::optional<int> exit_code,
   jobs_.MarkDirty(j);
 }
 
-core::Predictor& Control::PredictorOf(const JobRecord& j) {
-  std::unique_ptr<core::Predictor>& predictor = predictors_[j.seq];
-  if (!predictor) {
-    core::ResourceSpec spec;
-    // What the user asked for: the ceiling they declared, else the quota.
-    spec.request = static_cast<double>(j.mem_max > 0 ? std::max(j.ceiling_bytes, j.quota_bytes)
-                                                     : j.quota_bytes);
-    // What the job may grow to, above which no forecast goes: gpu_mem_max, the GPU for an
-    // "auto" job, the quota for a fixed size (Bind sets the ceiling so).
-    spec.ceiling = static_cast<double>(std::max(j.ceiling_bytes, j.quota_bytes));
-    spec.window_s = kPredictionWindowS;
-    predictor = predictors_factory_.Make(spec);
-  }
-  return *predictor;
-}
-
 void Control::ObserveUsage(JobRecord& j, double now) {
   j.peak_used_bytes = std::max(j.peak_used_bytes, j.used_bytes);
-  {
-    core::Predictor& predictor = PredictorOf(j);
-    const auto t = static_cast<int64_t>(now);
-    predictor.Observe(t, static_cast<double>(j.used_bytes));
-    const core::Forecast f = predictor.Predict(t);
-    auto check = checks_.try_emplace(j.seq, kPredictionWindowS).first;
-    if (auto w = check->second.Sample(t, static_cast<double>(j.used_bytes), f))
-      team_checks_[j.team].Add(w->totals);
-    j.predicted_bytes = static_cast<int64_t>(f.value);
-    char why[200];
-    std::snprintf(why, sizeof why, "paladin predictor: next-minute peak %s (+/- %s), phase %s",
-                  Bytes(j.predicted_bytes).c_str(), Bytes(static_cast<int64_t>(f.sigma)).c_str(),
-                  std::string(core::PhaseName(f.phase)).c_str());
-    j.prediction = why;
-    int64_t& announced = announced_prediction_[j.seq];
-    if (j.mem_auto &&
-        (announced <= 0 || std::abs(static_cast<double>(j.predicted_bytes - announced)) >
-                               0.2 * static_cast<double>(announced))) {
-      announced = j.predicted_bytes;
-      Event("predicted", &j, j.node, std::to_string(j.predicted_bytes) + " bytes: " + why);
-    }
+  if (forecasts_.Observe(j, now)) {
+    Event("predicted", &j, j.node, std::to_string(j.predicted_bytes) + " bytes: " + j.prediction);
   }
   if (now - j.last_sample_at >= 2.0) {
     j.last_sample_at = now;

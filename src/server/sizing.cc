@@ -32,10 +32,9 @@ core::ClassHistory Control::ClassHistoryOf(const std::string& class_key) const {
   core::ClassHistory h;
   if (options_.class_pods) h = options_.class_pods(class_key);
   h.name = class_key;
-  if (auto peak = class_peak_.find(class_key); peak != class_peak_.end()) {
-    h.peak_bytes = std::max(h.peak_bytes, peak->second);
-  }
-  if (auto jobs = class_jobs_.find(class_key); jobs != class_jobs_.end()) h.jobs = jobs->second;
+  const core::ClassHistory jobs = forecasts_.ClassHistory(class_key);
+  h.peak_bytes = std::max(h.peak_bytes, jobs.peak_bytes);
+  if (jobs.jobs > 0) h.jobs = jobs.jobs;
   return h;
 }
 

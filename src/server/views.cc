@@ -129,9 +129,9 @@ StatusOr<Json> Control::Teams(const Principal& who) {
       TeamBook::AddHeld(&usage, j, std::max(0.0, now - j.accounted_at));
     }
     const TeamUse use = teams_.InUse(name, jobs_);
-    const auto found = team_checks_.find(name);
+    const auto found = forecasts_.team_checks().find(name);
     const core::CheckTotals check =
-        found != team_checks_.end() ? found->second : core::CheckTotals{};
+        found != forecasts_.team_checks().end() ? found->second : core::CheckTotals{};
     out.push_back({{key::kName, name},
                    {key::kMaxGpus, t.max_gpus},
                    {key::kMaxGpuMemBytes, t.max_gpu_mem},
@@ -263,12 +263,12 @@ Json Control::CheckToApi(const core::CheckTotals& t) {
 
 Json Control::FleetCheckToApi(const Principal& who) const {
   core::CheckTotals fleet;
-  for (const auto& [team, t] : team_checks_) {
+  for (const auto& [team, t] : forecasts_.team_checks()) {
     if (who.SeesTeam(team)) fleet.Add(t);
   }
   Json out = CheckToApi(fleet);
   out[key::kWindowS] = kPredictionWindowS;
-  out[key::kTargetUnderRate] = TargetUnderRate();
+  out[key::kTargetUnderRate] = forecasts_.target_under_rate();
   return out;
 }
 
@@ -276,14 +276,14 @@ Json Control::FleetCheckToApi(const Principal& who) const {
 // below the measured peak of its window, and how much it left idle, against the target.
 void Control::PredictionCheckMetrics(const Principal& who, std::string* out) const {
   core::CheckTotals fleet;
-  for (const auto& [team, t] : team_checks_) {
+  for (const auto& [team, t] : forecasts_.team_checks()) {
     if (who.SeesTeam(team)) fleet.Add(t);
   }
   const auto lines = [&](const char* name, const char* type, const char* help,
                          double (*value)(const core::CheckTotals&)) {
     *out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
     MetricLine(out, name, "scope=\"fleet\"", value(fleet));
-    for (const auto& [team, t] : team_checks_) {
+    for (const auto& [team, t] : forecasts_.team_checks()) {
       if (who.SeesTeam(team))
         MetricLine(out, name, "scope=\"team\",team=\"" + MetricLabel(team) + "\"", value(t));
     }
@@ -300,7 +300,7 @@ void Control::PredictionCheckMetrics(const Principal& who, std::string* out) con
   *out +=
       "# HELP paladin_prediction_target_under_rate The predictor's configured under-rate.\n"
       "# TYPE paladin_prediction_target_under_rate gauge\n";
-  MetricLine(out, "paladin_prediction_target_under_rate", "", TargetUnderRate());
+  MetricLine(out, "paladin_prediction_target_under_rate", "", forecasts_.target_under_rate());
 }
 
 std::string Control::Metrics(const Principal& who) {
