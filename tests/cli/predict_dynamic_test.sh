@@ -127,12 +127,9 @@ expect_error "a target of 0" "--target-gpu must be in (0, 1)" -- \
 expect_error "negative young windows" "--paladin-young-windows must be 0 to 1000" -- \
   predict eval --usage "$USAGE" --folds 2 --paladin-young-windows -1 --out "$WORK/bad"
 
-# --- sim dynamic, on the first 500 pods of the default list ---
-# (Enough for every configuration to complete jobs and for the rebalancing one to move some at
-# both loads; the checks are of the files, their rows and their sameness across runs, not of the
-# figures, which docs/dynamic.md reports from full runs. 34 s a run under the sanitizers.)
+# --- sim dynamic, on the first 1,500 pods of the default list ---
 
-head -n 501 "$DATA/alibaba-gpu-2023/openb_pod_list_default.csv" >"$WORK/pods.csv"
+head -n 1501 "$DATA/alibaba-gpu-2023/openb_pod_list_default.csv" >"$WORK/pods.csv"
 run_dyn() {
   local rc=0 out
   out=$("$PALADIN" sim dynamic --nodes "$NODES" --pods "$WORK/pods.csv" --usage "$USAGE" \
