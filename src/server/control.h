@@ -23,15 +23,16 @@
 //                                      per job and team, the classes' history for auto sizing
 //   GangCoordinator (gangs.h)          jobs of several ranks: placement all or none, addresses
 //                                      and routes, the coordinated checkpoint, a rank's move,
-//                                      recovery; it asks Control (as its GangHost) for what
-//                                      every job shares
-// Control keeps the rest (counters, events, logs, the predictors) and carries out each
-// operation over the parts.
+//                                      recovery
+// The orchestrator and the gangs ask Control for what every job shares through ControlHost
+// (control_host.h), which Control implements.
+// Control keeps the rest (counters, events, logs, usage samples) and carries out each operation
+// over the parts.
 //
 // The implementation is split by concern: control.cc (loading, persistence, commands, events,
 // tokens), jobs.cc (the job endpoints), agents.cc (registration and heartbeats, whose bodies and
 // answers are api/wire.h's types), placement.cc (the scheduler's decisions carried out, auto
-// sizing, predictions, accounting), upkeep.cc (failure detection,
+// sizing, usage samples, accounting), upkeep.cc (failure detection,
 // recovery, drains, periodic checkpoints, rebalancing), views.cc (nodes, teams, events, summary,
 // metrics).
 //

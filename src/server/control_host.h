@@ -2,8 +2,8 @@
 // records of what happened (events, counters), the agents' command queue, the store, and the
 // operations every job shares (accounting, binding, checkpoint records). Control implements it;
 // GangCoordinator (gangs.h) and MigrationOrchestrator (orchestrator.h) are given it, so each
-// names exactly what it needs and is tested with a fake (tests/server/*_coordinator_test.cc,
-// orchestrator_test.cc). Every call is made under Control's lock.
+// names what it needs and is tested with a fake (tests/server/fake_host.h, used by
+// gang_coordinator_test.cc and orchestrator_test.cc). Every call is made under Control's lock.
 #pragma once
 
 #include <cstdint>
