@@ -14,6 +14,7 @@
 #include "agent_impl.h"
 #include "paladin/api/wire.h"
 #include "paladin/base/cgroup.h"
+#include "paladin/base/size.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/image.h"
 #include "paladin/ckpt/rank_net.h"
@@ -197,9 +198,9 @@ Status Agent::Start(const api::Command& c, Json* detail) {
   (*detail)[key::kPid] = (*w)->record.pid;
   std::string quota = "no GPU-memory quota";
   if ((*w)->region != nullptr) {
-    quota = quota::FormatSize((*w)->region->quota()) + " quota";
+    quota = base::FormatSize((*w)->region->quota()) + " quota";
     if ((*w)->region->ceiling() > (*w)->region->quota()) {
-      quota += " (grows up to " + quota::FormatSize((*w)->region->ceiling()) + ")";
+      quota += " (grows up to " + base::FormatSize((*w)->region->ceiling()) + ")";
     }
   }
   Say("started job " + id + " (epoch " + std::to_string(epoch) + ") as pid " +
@@ -268,9 +269,8 @@ Status Agent::Resize(const api::Command& c) {
     w->region->SetCeiling(w->ceiling_bytes);
   }
   StartGrower(w);
-  Say("job " + id + ": quota " + quota::FormatSize(before) + " -> " +
-      quota::FormatSize(w->region->quota()) + ", ceiling " +
-      quota::FormatSize(w->region->ceiling()));
+  Say("job " + id + ": quota " + base::FormatSize(before) + " -> " +
+      base::FormatSize(w->region->quota()) + ", ceiling " + base::FormatSize(w->region->ceiling()));
   return Status::Ok();
 }
 
@@ -337,7 +337,7 @@ void Agent::Checkpoint(const api::Command& c) {
   const Json detail = {
       {key::kPath, w->record.image}, {key::kBytes, times->image_bytes}, {"seconds", Since(began)}};
   Say("checkpointed job " + job + " into " + w->record.image + " (" +
-      quota::FormatSize(times->image_bytes) + ", " + times->Describe() + ")" +
+      base::FormatSize(times->image_bytes) + ", " + times->Describe() + ")" +
       (mode == "stop"     ? "; it is stopped and forgotten here"
        : mode == "frozen" ? "; it stays frozen until its gang's thaw"
                           : "; it runs on"));

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "agent_impl.h"
+#include "paladin/base/size.h"
 #include "paladin/supervise/supervisor.h"
 
 namespace paladin::agent {
@@ -56,7 +57,7 @@ Status Agent::DiscoverGpus() {
   if (driver_.emulated) ShareEmulatedState();
   for (const gpu::GpuInfo& g : gpus_) {
     Say("GPU " + std::to_string(g.index) + ": " + g.name + " " + g.uuid + ", " +
-        quota::FormatSize(g.total_bytes) + (driver_.emulated ? " (emulated)" : ""));
+        base::FormatSize(g.total_bytes) + (driver_.emulated ? " (emulated)" : ""));
   }
   if (gpus_.empty()) Say("warning: no GPU found; workloads run without one");
   return Status::Ok();

@@ -11,6 +11,7 @@
 
 #include "agent_impl.h"
 #include "paladin/base/process.h"
+#include "paladin/base/size.h"
 #include "paladin/ckpt/criu.h"
 #include "paladin/ckpt/rank_net.h"
 #include "paladin/supervise/supervisor.h"
@@ -125,9 +126,9 @@ void Agent::CheckRegion(Workload* w) const {
   if (ceiling == w->ceiling_bytes && quota <= most) return;
   w->region->SetCeiling(w->ceiling_bytes);
   if (quota > most) w->region->SetQuota(w->quota_bytes);
-  Say("job " + w->id + " wrote its own quota region (quota " + quota::FormatSize(quota) +
-      ", ceiling " + quota::FormatSize(ceiling) + "): set back to " +
-      quota::FormatSize(w->region->quota()) + ", ceiling " + quota::FormatSize(w->ceiling_bytes));
+  Say("job " + w->id + " wrote its own quota region (quota " + base::FormatSize(quota) +
+      ", ceiling " + base::FormatSize(ceiling) + "): set back to " +
+      base::FormatSize(w->region->quota()) + ", ceiling " + base::FormatSize(w->ceiling_bytes));
 }
 
 void Agent::DecideCheckpointable() {

@@ -28,6 +28,7 @@
 #include "agent_impl.h"
 #include "paladin/api/wire.h"
 #include "paladin/base/process.h"
+#include "paladin/base/size.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/image.h"
 #include "paladin/migrate/control.h"
@@ -380,14 +381,14 @@ Json Agent::SlurmRegister(const Json& r, uid_t uid, pid_t pid) {
         best = g.index;
         best_free = free;
       }
-      why += "; GPU " + std::to_string(g.index) + " (" + quota::FormatSize(g.total_bytes) +
-             ") has " + quota::FormatSize(free) + " uncommitted (" + std::to_string(jobs) +
+      why += "; GPU " + std::to_string(g.index) + " (" + base::FormatSize(g.total_bytes) +
+             ") has " + base::FormatSize(free) + " uncommitted (" + std::to_string(jobs) +
              " Paladin job(s), " + std::to_string(steps) + " SLURM step(s))";
     }
     if (gpus_.empty()) why = "; this node has no GPU";
   }
   if (best < 0) {
-    return Refuse("no GPU on node " + options_.name + " has " + quota::FormatSize(gpu_mem) +
+    return Refuse("no GPU on node " + options_.name + " has " + base::FormatSize(gpu_mem) +
                   " of memory uncommitted" + why);
   }
   const std::string dir = slurm_dir_ + "/" + std::to_string(job) + "/" + step;
@@ -421,7 +422,7 @@ Json Agent::SlurmRegister(const Json& r, uid_t uid, pid_t pid) {
   s.checkpoint_dir = dir;
   s.image = image;
   Say("SLURM step " + key + " (uid " + std::to_string(uid) +
-      ") registered: " + quota::FormatSize(gpu_mem) + " on GPU " + std::to_string(best));
+      ") registered: " + base::FormatSize(gpu_mem) + " on GPU " + std::to_string(best));
   Json answer = {{key::kOk, true},
                  {key::kKey, key},
                  {key::kNode, options_.name},
@@ -597,7 +598,7 @@ Json Agent::SlurmCheckpoint(const Json& r, uid_t uid) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     std::string said = who + " checkpointed into ";
-    said.append(out).append(" (").append(quota::FormatSize(times->image_bytes)).append(", ");
+    said.append(out).append(" (").append(base::FormatSize(times->image_bytes)).append(", ");
     said.append(times->Describe()).append("), left ").append(SlurmLeaveName(*leave));
     Say(said);
     steps.push_back({{key::kStep, key},

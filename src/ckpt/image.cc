@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "chunk_hasher.h"
+#include "paladin/base/size.h"
 #include "paladin/ckpt/beneath.h"
 #include "paladin/ckpt/rank_net.h"
-#include "paladin/quota/region.h"
 #include "sha256_hex.h"
 
 namespace paladin::ckpt {
@@ -629,18 +629,18 @@ std::string DescribeManifest(const Manifest& m) {
       << "\n"
       << "gpu:       " << (m.gpu_driver.empty() ? "none" : m.gpu_driver) << "\n";
   for (const ImageGpu& g : m.gpus) {
-    out << "           " << g.uuid << " " << g.name << ", held "
-        << quota::FormatSize(g.memory_bytes) << "\n";
+    out << "           " << g.uuid << " " << g.name << ", held " << base::FormatSize(g.memory_bytes)
+        << "\n";
   }
   if (!m.net_ns.empty()) {
     out << "network:   its own, " << m.net_ns
         << (m.net_address.empty() ? "" : " (address " + m.net_address + ")")
         << ", not in the image\n";
   }
-  out << "files:     " << m.files.size() << ", " << quota::FormatSize(bytes) << "\n"
+  out << "files:     " << m.files.size() << ", " << base::FormatSize(bytes) << "\n"
       << "format:    version " << m.version
       << (m.version == 1 ? " (SHA-256 per file)"
-                         : " (XXH3-128 per " + quota::FormatSize(m.chunk_bytes) + " chunk)")
+                         : " (XXH3-128 per " + base::FormatSize(m.chunk_bytes) + " chunk)")
       << "\n";
   return out.str();
 }

@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "fleet.h"
 #include "paladin/base/cgroup.h"
+#include "paladin/base/size.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/criu.h"
 #include "paladin/ckpt/image.h"
@@ -105,7 +106,7 @@ int RunCheckpoint(const CheckpointArgs& a) {
                                         : "stopped";
   std::printf("checkpointed %s (pid %lld) to %s: %s, %s; job %s\n", job->name.c_str(),
               static_cast<long long>(job->pid), job->image.c_str(),
-              quota::FormatSize(times->image_bytes).c_str(), times->Describe().c_str(), after);
+              base::FormatSize(times->image_bytes).c_str(), times->Describe().c_str(), after);
   return 0;
 }
 
@@ -208,7 +209,7 @@ int RunVerify(const std::string& dir) {
     return 1;
   }
   std::printf("%s: OK, %d files, %s verified\n", dir.c_str(), report->files_checked,
-              quota::FormatSize(report->bytes_checked).c_str());
+              base::FormatSize(report->bytes_checked).c_str());
   return 0;
 }
 

@@ -8,7 +8,6 @@
 #include "paladin/api/job_state.h"
 #include "paladin/api/wire.h"
 #include "paladin/base/size.h"
-#include "paladin/quota/region.h"
 
 namespace paladin::cli::fleet {
 
@@ -43,7 +42,7 @@ std::string FormatAgo(std::optional<double> t, double now) {
 StatusOr<uint64_t> ParseSizeFlag(const std::string& flag, const std::string& text,
                                  bool allow_zero) {
   uint64_t bytes = 0;
-  if (!quota::ParseSize(text, &bytes)) {
+  if (!base::ParseSize(text, &bytes)) {
     return InvalidArgument(flag + " '" + Printable(text) +
                            "': not a size (expected e.g. 8GiB, 512MiB, 1.5GiB or a number of "
                            "bytes)");

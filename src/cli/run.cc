@@ -24,6 +24,7 @@
 
 #include "commands.h"
 #include "paladin/base/cgroup.h"
+#include "paladin/base/size.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/rank_net.h"
 #include "paladin/ckpt/workload.h"
@@ -159,18 +160,18 @@ class UsageLog {
 // Parses the size flags into region settings; an error names the flag and the value.
 StatusOr<quota::RegionSettings> QuotaSettings(const RunArgs& a) {
   quota::RegionSettings s;
-  if (!quota::ParseSize(a.gpu_mem, &s.quota_bytes) || s.quota_bytes == 0) {
+  if (!base::ParseSize(a.gpu_mem, &s.quota_bytes) || s.quota_bytes == 0) {
     return InvalidArgument("--gpu-mem '" + a.gpu_mem +
                            "': not a size (expected e.g. 10GiB, 512MiB or a number of bytes)");
   }
   if (!a.gpu_mem_max.empty()) {
-    if (!quota::ParseSize(a.gpu_mem_max, &s.ceiling_bytes)) {
+    if (!base::ParseSize(a.gpu_mem_max, &s.ceiling_bytes)) {
       return InvalidArgument("--gpu-mem-max '" + a.gpu_mem_max +
                              "': not a size (expected e.g. 20GiB)");
     }
     if (s.ceiling_bytes < s.quota_bytes) {
-      return InvalidArgument("--gpu-mem-max " + quota::FormatSize(s.ceiling_bytes) +
-                             " is below --gpu-mem " + quota::FormatSize(s.quota_bytes));
+      return InvalidArgument("--gpu-mem-max " + base::FormatSize(s.ceiling_bytes) +
+                             " is below --gpu-mem " + base::FormatSize(s.quota_bytes));
     }
   }
   return s;
@@ -192,8 +193,8 @@ void Summarise(const quota::Region& region, const std::string& name, int code) {
   for (int slot = 0; slot < region.device_count(); ++slot) {
     char uuid[16];
     region.DeviceUuid(slot, uuid);
-    line += "; " + gpu::FormatGpuUuid(uuid) + " peak " + quota::FormatSize(region.peak(slot)) +
-            " of " + quota::FormatSize(region.quota());
+    line += "; " + gpu::FormatGpuUuid(uuid) + " peak " + base::FormatSize(region.peak(slot)) +
+            " of " + base::FormatSize(region.quota());
   }
   line += "; " + std::to_string(region.refusals()) + " allocation(s) refused past the quota";
   if (region.grows() > 0) line += "; quota grown " + std::to_string(region.grows()) + " time(s)";
@@ -436,11 +437,11 @@ int ResizeJob(const ResizeArgs& a) {
   }
   uint64_t quota_bytes = 0;
   uint64_t ceiling = 0;
-  if (!quota::ParseSize(a.gpu_mem, &quota_bytes) || quota_bytes == 0) {
+  if (!base::ParseSize(a.gpu_mem, &quota_bytes) || quota_bytes == 0) {
     say("--gpu-mem '" + a.gpu_mem + "': not a size (expected e.g. 10GiB)");
     return 2;
   }
-  if (!a.gpu_mem_max.empty() && !quota::ParseSize(a.gpu_mem_max, &ceiling)) {
+  if (!a.gpu_mem_max.empty() && !base::ParseSize(a.gpu_mem_max, &ceiling)) {
     say("--gpu-mem-max '" + a.gpu_mem_max + "': not a size (expected e.g. 20GiB)");
     return 2;
   }
@@ -455,10 +456,10 @@ int ResizeJob(const ResizeArgs& a) {
   if (!a.gpu_mem_max.empty()) region->SetCeiling(ceiling);
   std::string use;
   for (int slot = 0; slot < region->device_count(); ++slot) {
-    use += (use.empty() ? "" : ", ") + quota::FormatSize(region->used(slot));
+    use += (use.empty() ? "" : ", ") + base::FormatSize(region->used(slot));
   }
   std::printf("%s: GPU-memory quota %s -> %s (in use: %s)\n", job->name.c_str(),
-              quota::FormatSize(before).c_str(), quota::FormatSize(quota_bytes).c_str(),
+              base::FormatSize(before).c_str(), base::FormatSize(quota_bytes).c_str(),
               use.empty() ? "nothing yet" : use.c_str());
   return 0;
 }

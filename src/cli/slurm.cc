@@ -28,6 +28,7 @@
 #include "commands.h"
 #include "paladin/agent/local.h"
 #include "paladin/api/wire.h"
+#include "paladin/base/size.h"
 #include "paladin/ckpt/image.h"
 #include "paladin/migrate/control.h"
 #include "paladin/quota/launch.h"
@@ -305,7 +306,7 @@ int RunTask(const TaskArgs& a) {
     return 2;
   }
   uint64_t gpu_mem = 0;
-  if (!quota::ParseSize(a.gpu_mem, &gpu_mem) || gpu_mem == 0) {
+  if (!base::ParseSize(a.gpu_mem, &gpu_mem) || gpu_mem == 0) {
     Note("--paladin-gpu-mem '" + a.gpu_mem + "': not a size (expected e.g. 4GiB or 512MiB)");
     return 2;
   }
@@ -376,7 +377,7 @@ int RunTask(const TaskArgs& a) {
            ": no checkpoint of step " + step + "; it starts from the beginning");
     }
     Note("step " + key + " on node " + reg->value(key::kNode, "?") + ", GPU " +
-         std::to_string(reg->value(key::kGpuIndex, -1)) + ", quota " + quota::FormatSize(gpu_mem));
+         std::to_string(reg->value(key::kGpuIndex, -1)) + ", quota " + base::FormatSize(gpu_mem));
   }
   const int code = a.helper_fd >= 0 ? RunThroughHelper(a.helper_fd, run) : RunWorkload(run);
   (void)agent::CallLocal(a.socket, {{key::kOp, "done"}, {key::kKey, key}, {key::kExitCode, code}},
@@ -401,7 +402,7 @@ void PrintSteps(const Json& answer) {
   for (const Json& s : answer.value(key::kSteps, Json::array())) {
     std::printf("checkpointed %s into %s (%s, %.1f s)\n", s.value(key::kStep, "?").c_str(),
                 s.value(key::kImage, "?").c_str(),
-                quota::FormatSize(s.value(key::kBytes, uint64_t{0})).c_str(),
+                base::FormatSize(s.value(key::kBytes, uint64_t{0})).c_str(),
                 s.value(key::kSeconds, 0.0));
   }
 }
@@ -459,7 +460,7 @@ int Steps(const std::string& socket, bool json) {
     std::printf("%-14s %-8lld %-6lld %-4d %-10s %-14s %s\n", s.value(key::kKey, "?").c_str(),
                 static_cast<long long>(s.value(key::kUid, int64_t{0})),
                 static_cast<long long>(s.value(key::kPid, int64_t{0})), s.value(key::kGpuIndex, -1),
-                quota::FormatSize(s.value(key::kGpuMem, uint64_t{0})).c_str(),
+                base::FormatSize(s.value(key::kGpuMem, uint64_t{0})).c_str(),
                 s.value(key::kState, "?").c_str(), image.empty() ? "-" : image.c_str());
   }
   return 0;

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "commands.h"
-#include "paladin/quota/region.h"
+#include "paladin/base/size.h"
 
 namespace paladin::cli {
 namespace {
@@ -41,7 +41,7 @@ class ProgressLine {
     last_sent_ = p.bytes_sent;
     const int percent =
         p.bytes_total == 0 ? 100 : static_cast<int>(100 * p.bytes_done / p.bytes_total);
-    SayImage("send", quota::FormatSize(p.bytes_done) + " / " + quota::FormatSize(p.bytes_total) +
+    SayImage("send", base::FormatSize(p.bytes_done) + " / " + base::FormatSize(p.bytes_total) +
                          " (" + std::to_string(percent) + "%), " + Rate(sent, interval));
   }
 
@@ -54,7 +54,7 @@ void SaySent(const std::string& dir, const transfer::SendReport& r) {
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%.2f s", r.seconds);
   const int again = r.chunks_sent - (r.chunks_total - r.chunks_present_at_start);
-  SayImage("send", "sent " + dir + " (" + quota::FormatSize(r.bytes_total) + ") in " + seconds +
+  SayImage("send", "sent " + dir + " (" + base::FormatSize(r.bytes_total) + ") in " + seconds +
                        ", " + Rate(r.bytes_total, r.seconds) + "; " +
                        std::to_string(r.chunks_total) + " chunks, " +
                        std::to_string(r.chunks_present_at_start) + " already there, " +
@@ -102,7 +102,7 @@ void SayReceived(const transfer::ReceiveReport& r) {
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%.2f s", r.seconds);
   SayImage("receive", (r.already_present ? "already had " : "received ") + r.dir + ": " +
-                          std::to_string(r.files) + " files, " + quota::FormatSize(r.bytes) +
+                          std::to_string(r.files) + " files, " + base::FormatSize(r.bytes) +
                           ", verified, in " + seconds + " (" + std::to_string(r.chunks_received) +
                           " of " + std::to_string(r.chunks_total) + " chunks received, " +
                           std::to_string(r.chunks_rejected) + " rejected, " +

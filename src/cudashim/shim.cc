@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "paladin/base/process.h"
+#include "paladin/base/size.h"
 #include "paladin/gpu/nvml_api.h"
 #include "paladin/gpu/uuid.h"
 
@@ -60,12 +61,12 @@ void Shim::Init() {
   for (auto& slot : ordinal_slot_) slot.store(-2);
   if (const char* text = getenv("PALADIN_CTX_OVERHEAD")) {
     uint64_t bytes = 0;
-    if (quota::ParseSize(text, &bytes)) {
+    if (base::ParseSize(text, &bytes)) {
       context_overhead_default_ = bytes;
     } else {
       WriteLine(std::string("PALADIN_CTX_OVERHEAD='") + text +
                 "' is not a size; using the default " +
-                quota::FormatSize(context_overhead_default_));
+                base::FormatSize(context_overhead_default_));
     }
   }
   LoadNext();
@@ -154,7 +155,7 @@ void Shim::OpenRegion() {
     }
   } else if (size != nullptr && size[0] != '\0') {
     quota::RegionSettings settings;
-    if (!quota::ParseSize(size, &settings.quota_bytes)) {
+    if (!base::ParseSize(size, &settings.quota_bytes)) {
       WriteLine(std::string("PALADIN_GPU_MEM='") + size +
                 "' is not a size (expected e.g. 10GiB); refusing GPU allocations");
       settings = closed;
@@ -250,9 +251,9 @@ CUresult Shim::Admit(int device, uint64_t bytes, const char* function) {
   const uint64_t now = NowMs();
   uint64_t last = last_refusal_note_ms_.load();
   if (now - last >= 1000 && last_refusal_note_ms_.compare_exchange_strong(last, now)) {
-    WriteLine(std::string(function) + " of " + quota::FormatSize(bytes) +
-              " refused: the workload uses " + quota::FormatSize(r.used(device)) + " of its " +
-              quota::FormatSize(r.quota()) + " GPU-memory quota (CUDA_ERROR_OUT_OF_MEMORY)");
+    WriteLine(std::string(function) + " of " + base::FormatSize(bytes) +
+              " refused: the workload uses " + base::FormatSize(r.used(device)) + " of its " +
+              base::FormatSize(r.quota()) + " GPU-memory quota (CUDA_ERROR_OUT_OF_MEMORY)");
   }
   return CUDA_ERROR_OUT_OF_MEMORY;
 }

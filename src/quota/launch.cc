@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "paladin/base/size.h"
 #include "paladin/gpu/cuda_api.h"
 
 namespace paladin::quota {
@@ -264,13 +265,13 @@ void QuotaGrower::Answer(uint64_t shortfall, uint32_t ticket) {
   const uint64_t grown = GrownQuota(quota, region_->ceiling(), shortfall, gpu_free, kStep);
   if (grown > quota) {
     region_->SetQuota(grown);
-    log_("GPU-memory quota grown from " + FormatSize(quota) + " to " + FormatSize(grown) +
-         " (the workload needed " + FormatSize(shortfall) + " more; the GPU had " +
-         FormatSize(gpu_free) + " free)");
+    log_("GPU-memory quota grown from " + base::FormatSize(quota) + " to " +
+         base::FormatSize(grown) + " (the workload needed " + base::FormatSize(shortfall) +
+         " more; the GPU had " + base::FormatSize(gpu_free) + " free)");
   } else {
-    log_("GPU-memory quota not grown: the workload needed " + FormatSize(shortfall) +
-         " more; ceiling " + FormatSize(region_->ceiling()) + ", quota " + FormatSize(quota) +
-         ", the GPU has " + FormatSize(gpu_free) + " free");
+    log_("GPU-memory quota not grown: the workload needed " + base::FormatSize(shortfall) +
+         " more; ceiling " + base::FormatSize(region_->ceiling()) + ", quota " +
+         base::FormatSize(quota) + ", the GPU has " + base::FormatSize(gpu_free) + " free");
   }
   region_->AnswerGrowth(ticket, grown > quota);
 }

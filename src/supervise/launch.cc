@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "paladin/base/cgroup.h"
+#include "paladin/base/size.h"
 #include "paladin/core/job_env.h"
 #include "paladin/quota/region.h"
 #include "paladin/supervise/supervisor.h"
@@ -180,9 +181,9 @@ std::string DescribeGpu(const GpuSpec& gpu) {
   if (!gpu.enabled) return "no GPU";
   std::string limit = "no GPU-memory quota";
   if (gpu.quota.quota_bytes > 0) {
-    limit = quota::FormatSize(gpu.quota.quota_bytes) + " GPU-memory quota";
+    limit = base::FormatSize(gpu.quota.quota_bytes) + " GPU-memory quota";
     if (gpu.quota.ceiling_bytes > gpu.quota.quota_bytes) {
-      limit += " (grows on demand up to " + quota::FormatSize(gpu.quota.ceiling_bytes) + ")";
+      limit += " (grows on demand up to " + base::FormatSize(gpu.quota.ceiling_bytes) + ")";
     }
   }
   std::string share = "compute is shared without a cap (no MPS control daemon)";

@@ -13,7 +13,7 @@
 #include <set>
 #include <thread>
 
-#include "paladin/quota/region.h"
+#include "paladin/base/size.h"
 #include "paladin/transfer/transfer.h"
 #include "partial.h"
 #include "wire.h"
@@ -295,7 +295,7 @@ Status Connection::OnCommit(const wire::Frame& frame) {
     return report.status();
   }
   const std::string summary = "verified " + std::to_string(report->files_checked) + " files, " +
-                              quota::FormatSize(report->bytes_checked) + ", in " +
+                              base::FormatSize(report->bytes_checked) + ", in " +
                               r_->options.out_dir;
   (void)s_.Write(wire::Type::kOk, summary);
   r_->Finish(Status::Ok(), *image_);

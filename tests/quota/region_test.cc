@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "paladin/base/size.h"
 #include "paladin/quota/launch.h"
 
 namespace paladin::quota {
@@ -494,7 +495,7 @@ TEST(ParseSize, AcceptsSizesWithUnits) {
   };
   for (const Case& c : cases) {
     uint64_t bytes = 12345;
-    EXPECT_TRUE(ParseSize(c.text, &bytes)) << "'" << c.text << "'";
+    EXPECT_TRUE(base::ParseSize(c.text, &bytes)) << "'" << c.text << "'";
     EXPECT_EQ(bytes, c.bytes) << "'" << c.text << "'";
   }
 }
@@ -504,7 +505,7 @@ TEST(ParseSize, RefusesAnythingElse) {
                        "10 G B", " ",   "nan", "inf",   "1e30", "99999999TiB", "1GiBx"};
   for (const char* text : bad) {
     uint64_t bytes = 12345;
-    EXPECT_FALSE(ParseSize(text, &bytes)) << "'" << text << "' parsed as " << bytes;
+    EXPECT_FALSE(base::ParseSize(text, &bytes)) << "'" << text << "' parsed as " << bytes;
   }
 }
 
@@ -512,7 +513,7 @@ TEST(ParseSize, RefusesAnythingElse) {
 TEST(ParseSize, RefusesHexadecimal) {
   for (const char* text : {"0x10", "0x10MiB", "0x1p4"}) {
     uint64_t bytes = 12345;
-    EXPECT_FALSE(ParseSize(text, &bytes)) << "'" << text << "' parsed as " << bytes;
+    EXPECT_FALSE(base::ParseSize(text, &bytes)) << "'" << text << "' parsed as " << bytes;
   }
 }
 
@@ -533,14 +534,14 @@ TEST(FormatSize, WholeUnitsAndTwoDecimals) {
       {3 * kGiB / 2, "1.50 GiB"},
       {kGiB + 1, "1.00 GiB"},
   };
-  for (const Case& c : cases) EXPECT_EQ(FormatSize(c.bytes), c.text) << c.bytes;
+  for (const Case& c : cases) EXPECT_EQ(base::FormatSize(c.bytes), c.text) << c.bytes;
 }
 
 TEST(FormatSize, ParsesBack) {
   for (uint64_t bytes : {uint64_t{4096}, 2 * kMiB, 512 * kMiB, 10 * kGiB}) {
-    std::string text = FormatSize(bytes);
+    std::string text = base::FormatSize(bytes);
     uint64_t parsed = 0;
-    ASSERT_TRUE(ParseSize(text, &parsed)) << text;
+    ASSERT_TRUE(base::ParseSize(text, &parsed)) << text;
     EXPECT_EQ(parsed, bytes) << text;
   }
 }

@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "paladin/base/process.h"
-#include "paladin/base/size.h"
 
 namespace paladin::quota {
 
@@ -46,10 +45,6 @@ using base::ProcessDying;
 using base::ProcessId;
 using base::ProcessIdOf;
 using base::SelfProcessId;
-
-// Sizes: the project's one parser and formatter (paladin/base/size.h).
-using base::FormatSize;
-using base::ParseSize;
 
 class Region {
  public:
