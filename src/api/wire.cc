@@ -858,4 +858,137 @@ StatusOr<PodList> DecodePodList(const nlohmann::json& body) {
 
 bool PodPhaseEnded(std::string_view phase) { return phase == "Succeeded" || phase == "Failed"; }
 
+bool PodPhaseRunning(std::string_view phase) { return phase == "Running"; }
+
+constexpr std::pair<PodMoveState, const char*> kPodMoveStates[] = {
+    {PodMoveState::kRequested, "requested"},
+    {PodMoveState::kTaken, "taken"},
+    {PodMoveState::kDone, "done"},
+    {PodMoveState::kFailed, "failed"},
+};
+
+const char* PodMoveStateName(PodMoveState state) {
+  for (const auto& [s, name] : kPodMoveStates) {
+    if (s == state) return name;
+  }
+  return "unknown";
+}
+
+std::optional<PodMoveState> PodMoveStateNamed(const std::string& name) {
+  for (const auto& [s, n] : kPodMoveStates) {
+    if (name == n) return s;
+  }
+  return std::nullopt;
+}
+
+nlohmann::json ToJson(const PodMoveAsk& ask) {
+  return {{key::kNode, ask.node.empty() ? Json(nullptr) : Json(ask.node)},
+          {key::kGpu, ask.gpu >= 0 ? Json(ask.gpu) : Json(nullptr)}};
+}
+
+StatusOr<PodMoveAsk> DecodePodMoveAsk(const nlohmann::json& body) {
+  if (body.is_null()) return PodMoveAsk{};
+  if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
+  PodMoveAsk ask;
+  PALADIN_RETURN_IF_ERROR(Str(body, key::kNode, "", &ask.node));
+  if (!ask.node.empty() && !KubeName(ask.node)) {
+    return Wrong("", key::kNode, "expected a Kubernetes node name");
+  }
+  PALADIN_RETURN_IF_ERROR(SmallInt(body, key::kGpu, -1, 1023, "", &ask.gpu));
+  return ask;
+}
+
+nlohmann::json ToJson(const PodMoveOutcome& o) {
+  return {{key::kOk, o.ok},
+          {key::kMessage, o.message},
+          {key::kNewName, o.new_name.empty() ? Json(nullptr) : Json(o.new_name)},
+          {key::kToNode, o.node.empty() ? Json(nullptr) : Json(o.node)},
+          {key::kToGpu, o.gpu >= 0 ? Json(o.gpu) : Json(nullptr)},
+          {key::kPausedMs, o.paused_ms >= 0 ? Json(o.paused_ms) : Json(nullptr)}};
+}
+
+namespace {
+
+// The outcome's fields of `o` (a finish's body, or a move's view), `where` naming its place.
+Status DecodeOutcomeFields(const Json& o, const std::string& where, PodMoveOutcome* out) {
+  PALADIN_RETURN_IF_ERROR(Bool(o, key::kOk, where, &out->ok));
+  PALADIN_RETURN_IF_ERROR(Str(o, key::kMessage, where, &out->message));
+  if (!Printable(out->message, 2048)) {
+    return Wrong(where, key::kMessage, "expected printable text of up to 2048 bytes");
+  }
+  PALADIN_RETURN_IF_ERROR(Str(o, key::kNewName, where, &out->new_name));
+  if (!out->new_name.empty() && !KubeName(out->new_name)) {
+    return Wrong(where, key::kNewName, "expected a Kubernetes pod name");
+  }
+  PALADIN_RETURN_IF_ERROR(Str(o, key::kToNode, where, &out->node));
+  if (!out->node.empty() && !KubeName(out->node)) {
+    return Wrong(where, key::kToNode, "expected a Kubernetes node name");
+  }
+  PALADIN_RETURN_IF_ERROR(SmallInt(o, key::kToGpu, -1, 1023, where, &out->gpu));
+  return Int(o, key::kPausedMs, -1, kMaxCount, where, &out->paused_ms);
+}
+
+}  // namespace
+
+StatusOr<PodMoveOutcome> DecodePodMoveOutcome(const nlohmann::json& body) {
+  if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
+  PALADIN_RETURN_IF_ERROR(Required(body, key::kOk, ""));
+  PodMoveOutcome out;
+  PALADIN_RETURN_IF_ERROR(DecodeOutcomeFields(body, "", &out));
+  return out;
+}
+
+nlohmann::json ToJson(const PodMove& m) {
+  Json v = ToJson(m.outcome);
+  const auto time = [](double t) { return t > 0 ? Json(t) : Json(nullptr); };
+  v.update({{key::kId, m.id},
+            {key::kCluster, m.cluster},
+            {key::kNamespace, m.ns},
+            {key::kName, m.name},
+            {key::kTeam, m.team},
+            {key::kFromNode, m.from_node},
+            {key::kFromGpu, m.from_gpu >= 0 ? Json(m.from_gpu) : Json(nullptr)},
+            {key::kTo, ToJson(m.to)},
+            {key::kState, PodMoveStateName(m.state)},
+            {key::kAskedBy, m.asked_by},
+            {key::kMover, m.mover.empty() ? Json(nullptr) : Json(m.mover)},
+            {key::kRequestedAt, time(m.requested_at)},
+            {key::kTakenAt, time(m.taken_at)},
+            {key::kEndedAt, time(m.ended_at)}});
+  if (!PodMoveEnded(m.state)) v[key::kOk] = nullptr;
+  return v;
+}
+
+StatusOr<PodMove> DecodePodMove(const nlohmann::json& body) {
+  if (!body.is_object()) return InvalidArgument("move: expected a JSON object");
+  PodMove m;
+  PALADIN_RETURN_IF_ERROR(Required(body, key::kId, ""));
+  PALADIN_RETURN_IF_ERROR(Int(body, key::kId, 1, kMaxCount, "", &m.id));
+  PALADIN_RETURN_IF_ERROR(Str(body, key::kCluster, "", &m.cluster));
+  PALADIN_RETURN_IF_ERROR(Str(body, key::kNamespace, "", &m.ns));
+  if (!KubeName(m.ns) || m.ns.size() > 63) {
+    return Wrong("", key::kNamespace, "expected a Kubernetes namespace name");
+  }
+  PALADIN_RETURN_IF_ERROR(Str(body, key::kName, "", &m.name));
+  if (!KubeName(m.name)) return Wrong("", key::kName, "expected a Kubernetes pod name");
+  PALADIN_RETURN_IF_ERROR(Str(body, key::kTeam, "", &m.team));
+  PALADIN_RETURN_IF_ERROR(Str(body, key::kFromNode, "", &m.from_node));
+  if (!KubeName(m.from_node)) return Wrong("", key::kFromNode, "expected a Kubernetes node name");
+  PALADIN_RETURN_IF_ERROR(SmallInt(body, key::kFromGpu, -1, 1023, "", &m.from_gpu));
+  if (body.contains(key::kTo) && !body[key::kTo].is_null()) {
+    StatusOr<PodMoveAsk> to = DecodePodMoveAsk(body[key::kTo]);
+    if (!to.ok()) return InvalidArgument(std::string(key::kTo) + ": " + to.status().message());
+    m.to = *to;
+  }
+  std::string state;
+  PALADIN_RETURN_IF_ERROR(Str(body, key::kState, "", &state));
+  const std::optional<PodMoveState> named = PodMoveStateNamed(state);
+  if (!named) return Wrong("", key::kState, "expected requested, taken, done or failed");
+  m.state = *named;
+  PALADIN_RETURN_IF_ERROR(Str(body, key::kAskedBy, "", &m.asked_by));
+  PALADIN_RETURN_IF_ERROR(Str(body, key::kMover, "", &m.mover));
+  if (PodMoveEnded(m.state)) PALADIN_RETURN_IF_ERROR(DecodeOutcomeFields(body, "", &m.outcome));
+  return m;
+}
+
 }  // namespace paladin::api

@@ -49,7 +49,7 @@ struct DemoArgs {
 };
 
 volatile sig_atomic_t g_interrupted = 0;
-void OnInterrupt(int /*signal*/) { g_interrupted = 1; }
+void OnDemoInterrupt(int /*signal*/) { g_interrupted = 1; }
 
 void DemoSay(const std::string& line) { cli::Say("demo", line); }
 
@@ -57,7 +57,7 @@ int64_t Int(const Json& j, const char* key) {
   if (!j.contains(key) || !j[key].is_number()) return 0;
   return j[key].get<int64_t>();
 }
-std::string Str(const Json& j, const char* key) {
+std::string DemoStr(const Json& j, const char* key) {
   if (!j.contains(key) || !j[key].is_string()) return "";
   return j[key].get<std::string>();
 }
@@ -115,7 +115,7 @@ class Demo {
 StatusOr<std::string> Demo::Logs(const std::string& id) {
   StatusOr<Json> logs = admin_.Get("/v1/jobs/" + id + "/logs?stream=stdout");
   if (!logs.ok()) return logs.status();
-  return Str(*logs, key::kText);
+  return DemoStr(*logs, key::kText);
 }
 
 Status Demo::WaitFor(const std::string& what, const std::function<StatusOr<bool>()>& done) {
@@ -236,11 +236,12 @@ Status Demo::SubmitMix() {
     if (!s.gpu_mem_max.is_null()) body[key::kGpuMemMax] = s.gpu_mem_max;
     StatusOr<Json> job = admin_.Post("/v1/jobs", body);
     if (!job.ok()) return job.status();
-    jobs_.push_back({Str(*job, key::kId), s.name, s.expect_oom});
-    DemoSay(
-        "submitted " + Str(*job, key::kId) + " " + s.name + " (team " + s.team + ", GPU memory " +
-        (s.gpu_mem.is_string() ? s.gpu_mem.get<std::string>() : std::string("?")) +
-        (s.gpu_mem_max.is_null() ? "" : ", may grow to " + s.gpu_mem_max.get<std::string>()) + ")");
+    jobs_.push_back({DemoStr(*job, key::kId), s.name, s.expect_oom});
+    DemoSay("submitted " + DemoStr(*job, key::kId) + " " + s.name + " (team " + s.team +
+            ", GPU memory " +
+            (s.gpu_mem.is_string() ? s.gpu_mem.get<std::string>() : std::string("?")) +
+            (s.gpu_mem_max.is_null() ? "" : ", may grow to " + s.gpu_mem_max.get<std::string>()) +
+            ")");
   }
   return Status::Ok();
 }
@@ -260,10 +261,10 @@ Status Demo::ShowPlacement() {
   for (const Submitted& j : jobs_) {
     StatusOr<Json> job = Job(j.id);
     if (!job.ok()) continue;
-    std::string line = "  " + j.id + " " + j.name + " -> " + Str(*job, key::kNode) + "/" +
+    std::string line = "  " + j.id + " " + j.name + " -> " + DemoStr(*job, key::kNode) + "/" +
                        std::to_string(Int(*job, key::kGpu)) + ", quota " +
                        base::FormatSize(static_cast<uint64_t>(Int(*job, key::kQuotaBytes))) + ", " +
-                       Str(*job, key::kState);
+                       DemoStr(*job, key::kState);
     if (Int(*job, key::kPredictedBytes) > 0)
       line +=
           ", predicted " + base::FormatSize(static_cast<uint64_t>(Int(*job, key::kPredictedBytes)));
@@ -290,8 +291,8 @@ Status Demo::ShowQuotaGrowth() {
     StatusOr<Json> events = admin_.Get("/v1/events?job=" + grow.id);
     if (!events.ok()) return events.status();
     for (const Json& e : (*events)[key::kEvents]) {
-      if (Str(e, key::kKind) == "quota_grown") {
-        DemoSay("quota grown in place: " + Str(e, key::kMessage));
+      if (DemoStr(e, key::kKind) == "quota_grown") {
+        DemoSay("quota grown in place: " + DemoStr(e, key::kMessage));
         return true;
       }
     }
@@ -304,7 +305,7 @@ Status Demo::Migrate() {
   const Submitted& moving = jobs_[0];
   StatusOr<Json> job = Job(moving.id);
   if (!job.ok()) return job.status();
-  const std::string from = Str(*job, key::kNode);
+  const std::string from = DemoStr(*job, key::kNode);
   const std::string to = from == "node-a" ? "node-b" : "node-a";
   DemoSay("migrating " + moving.id + " " + moving.name + " from " + from + " to " + to +
           " (CPU and GPU state moved, nothing restarted)");
@@ -316,12 +317,12 @@ Status Demo::Migrate() {
     StatusOr<Json> now = Job(moving.id);
     if (!now.ok()) return now.status();
     if ((*now)[key::kMigration].is_object()) {
-      const std::string step = Str((*now)[key::kMigration], key::kStep);
+      const std::string step = DemoStr((*now)[key::kMigration], key::kStep);
       if (step != last_step) DemoSay("  step: " + step);
       last_step = step;
       return false;
     }
-    if (Str(*now, key::kNode) == to && api::JobIs(*now, api::JobState::kRunning)) {
+    if (DemoStr(*now, key::kNode) == to && api::JobIs(*now, api::JobState::kRunning)) {
       // The source's report of the pause may come a heartbeat after the destination's.
       const Json& move = (*now).contains(key::kLastMove) ? (*now)[key::kLastMove] : Json();
       if (!move.is_object() || !move[key::kPauseS].is_number()) {
@@ -332,13 +333,14 @@ Status Demo::Migrate() {
       }
       char pause[64];
       std::snprintf(pause, sizeof pause, "%.2f s", move[key::kPauseS].get<double>());
-      migration_pause_ = std::string(pause) + ", " + Str(move, key::kMode) +
-                         (Str(move, key::kWhy).empty() ? "" : " (" + Str(move, key::kWhy) + ")");
+      migration_pause_ =
+          std::string(pause) + ", " + DemoStr(move, key::kMode) +
+          (DemoStr(move, key::kWhy).empty() ? "" : " (" + DemoStr(move, key::kWhy) + ")");
       DemoSay(moving.name + " now runs on " + to + "/" + std::to_string(Int(*now, key::kGpu)) +
               "; paused " + migration_pause_);
       return true;
     }
-    if (Int(*now, key::kMigrations) == 0 && Str(*now, key::kNode) == from &&
+    if (Int(*now, key::kMigrations) == 0 && DemoStr(*now, key::kNode) == from &&
         last_step.empty() == false) {
       return FailedPrecondition("the migration failed; the job kept running on " + from);
     }
@@ -354,7 +356,7 @@ Status Demo::LoseNode() {
     for (const Submitted& j : jobs_) {
       StatusOr<Json> job = Job(j.id);
       if (!job.ok()) return job.status();
-      if (Str(*job, key::kNode) != lost || !api::JobIs(*job, api::JobState::kRunning)) continue;
+      if (DemoStr(*job, key::kNode) != lost || !api::JobIs(*job, api::JobState::kRunning)) continue;
       if (!(*job)[key::kLastCheckpoint].is_object()) return false;
       on_lost.push_back(j.id);
     }
@@ -373,13 +375,15 @@ Status Demo::LoseNode() {
     for (const std::string& id : on_lost) {
       StatusOr<Json> job = Job(id);
       if (!job.ok()) return job.status();
-      if (Str(*job, key::kNode) == lost || !api::JobIs(*job, api::JobState::kRunning)) return false;
+      if (DemoStr(*job, key::kNode) == lost || !api::JobIs(*job, api::JobState::kRunning))
+        return false;
     }
     for (const std::string& id : on_lost) {
       StatusOr<Json> job = Job(id);
       if (job.ok()) {
-        DemoSay("recovered " + id + " " + Str(*job, key::kName) + " on " + Str(*job, key::kNode) +
-                "/" + std::to_string(Int(*job, key::kGpu)) + " from its last checkpoint");
+        DemoSay("recovered " + id + " " + DemoStr(*job, key::kName) + " on " +
+                DemoStr(*job, key::kNode) + "/" + std::to_string(Int(*job, key::kGpu)) +
+                " from its last checkpoint");
       }
     }
     return true;
@@ -458,14 +462,14 @@ Status Demo::Verify() {
       if (logs->find("OOM") == std::string::npos) {
         verdict = "was never refused";
       } else if (!api::JobIs(*job, api::JobState::kFailed)) {
-        verdict = "refused, but " + Str(*job, key::kState) + " instead of failed";
+        verdict = "refused, but " + DemoStr(*job, key::kState) + " instead of failed";
       } else {
         verdict = "refused past its quota and failed, as it should";
       }
     } else if (starts != 1 + static_cast<size_t>(Int(*job, key::kRestarts))) {
       verdict = "started " + std::to_string(starts) + " times (lost progress)";
     } else if (!api::JobIs(*job, api::JobState::kRunning)) {
-      verdict = "not running (" + Str(*job, key::kState) + ")";
+      verdict = "not running (" + DemoStr(*job, key::kState) + ")";
     } else if (gen <= gen_before[j.id]) {
       verdict = "not making progress (gen " + std::to_string(gen) + ")";
     } else {
@@ -497,11 +501,11 @@ Status Demo::CheckAccounting() {
     const double end =
         (*job)[key::kEndedAt].is_number() ? (*job)[key::kEndedAt].get<double>() : now;
     const double submitted = (*job).value(key::kSubmittedAt, now);
-    lifetime_s[Str(*job, key::kTeam)] +=
+    lifetime_s[DemoStr(*job, key::kTeam)] +=
         (end - submitted + 2) * static_cast<double>(Int(*job, key::kGpus));
   }
   for (const Json& team : (*teams)[key::kTeams]) {
-    const std::string name = Str(team, key::kName);
+    const std::string name = DemoStr(team, key::kName);
     if (lifetime_s.count(name) == 0) continue;
     const Json usage = team.value(key::kUsage, Json::object());
     const double gpu_s = usage.value(key::kGpuHours, 0.0) * 3600;
@@ -568,9 +572,9 @@ void Demo::Summarise() {
   }
   std::printf("\n  %-10s %-14s %-8s %-9s %s\n", "JOB", "NAME", "NODE", "STATE", "STATE CHECK");
   for (const Json& row : jobs) {
-    std::printf("  %-10s %-14s %-8s %-9s %s\n", Str(row, key::kId).c_str(),
-                Str(row, key::kName).c_str(), Str(row, key::kNode).c_str(),
-                Str(row, key::kState).c_str(), Str(row, "verdict").c_str());
+    std::printf("  %-10s %-14s %-8s %-9s %s\n", DemoStr(row, key::kId).c_str(),
+                DemoStr(row, key::kName).c_str(), DemoStr(row, key::kNode).c_str(),
+                DemoStr(row, key::kState).c_str(), DemoStr(row, "verdict").c_str());
   }
   for (const std::string& step : failed_steps_) std::printf("  step failed: %s\n", step.c_str());
   std::printf("\n%s\n", summary_[key::kOk].get<bool>() ? "demo: every check passed"
@@ -711,7 +715,7 @@ int RunDemo(DemoArgs args) {
                     ec);
   }
   struct sigaction stop {};
-  stop.sa_handler = OnInterrupt;
+  stop.sa_handler = OnDemoInterrupt;
   sigaction(SIGINT, &stop, nullptr);
   sigaction(SIGTERM, &stop, nullptr);
   int code = 0;

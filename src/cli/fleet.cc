@@ -148,6 +148,7 @@ int Guarded(const std::string& command, const std::function<int()>& body) {
 void RegisterFleet(CLI::App& app, int* exit_code) {
   RegisterFleetJobs(app, exit_code);
   RegisterFleetMoves(app, exit_code);
+  RegisterFleetPods(app, exit_code);
   RegisterFleetAdmin(app, exit_code);
   RegisterFleetTop(app, exit_code);
 }

@@ -186,42 +186,6 @@ int RunPs(const PsArgs& a) {
   return 0;
 }
 
-// --- pods ---
-
-struct PodsArgs {
-  FleetFlags flags;
-  std::string team;
-};
-
-// The Kubernetes pods Paladin's scheduler places, as it last reported them to the server.
-int RunPods(const PodsArgs& a) {
-  FleetApi api("pods", a.flags);
-  StatusOr<Json> answer = api.Get("/v1/pods" + fleet::Query({{"team", a.team}}));
-  if (!answer.ok()) return api.Fail(answer.status());
-  if (api.json()) {
-    FleetApi::PrintJson(*answer);
-    return 0;
-  }
-  fleet::Table table(
-      {"NAMESPACE", "NAME", "TEAM", "PHASE", "NODE/GPU", "GPU MEMORY", "USED", "WHY"});
-  for (const Json& pod : Array(*answer, key::kPods)) {
-    table.AddRow({Str(pod, key::kNamespace), Str(pod, key::kName), Str(pod, key::kTeam),
-                  Str(pod, key::kPhase), fleet::PlacementCell(pod),
-                  BytesCell(pod, key::kGpuMemBytes), BytesCell(pod, key::kUsedBytes),
-                  Str(pod, key::kReason).empty() ? "-" : Str(pod, key::kReason)});
-  }
-  for (const Json& c : Array(*answer, key::kClusters)) {
-    std::printf("cluster %s: reported %s ago by Paladin's scheduler\n", Str(c, key::kName).c_str(),
-                fleet::FormatDuration(Num(c, key::kReportedSAgo).value_or(0)).c_str());
-  }
-  if (table.rows() == 0) {
-    std::printf("no pods\n");
-    return 0;
-  }
-  std::fputs(table.Render().c_str(), stdout);
-  return 0;
-}
-
 // --- show ---
 
 std::string Or(const std::string& s, const std::string& fallback) {
@@ -576,16 +540,6 @@ void RegisterFleetJobs(CLI::App& app, int* exit_code) {
   ps->add_option("--state", p->state, "Only jobs in this state (pending, running, ...)");
   AddFleetFlags(ps, &p->flags);
   ps->callback([p, exit_code] { *exit_code = Guarded("ps", [&] { return RunPs(*p); }); });
-
-  auto pods = std::make_shared<PodsArgs>();
-  CLI::App* pods_cmd = app.add_subcommand(
-      "pods",
-      "List the Kubernetes pods Paladin's scheduler places, as it reports them to the server: "
-      "NAMESPACE NAME TEAM PHASE NODE/GPU GPU MEMORY USED WHY (a team token: its own pods)");
-  pods_cmd->add_option("--team", pods->team, "Only this team's pods (admin tokens)");
-  AddFleetFlags(pods_cmd, &pods->flags);
-  pods_cmd->callback(
-      [pods, exit_code] { *exit_code = Guarded("pods", [&] { return RunPods(*pods); }); });
 
   auto show = std::make_shared<JobArgs>();
   JobCommand(app, "show", "Show one job: state, placement, memory, history", show)

@@ -17,6 +17,7 @@
 //   checkpoint checkpoints this node's pods of the RuntimeClass paladin, left running, into a
 //              folder that outlives the node (once, or every --every seconds)
 //   recover    brings a lost node's pods back on another node from their last checkpoint
+//   mover      carries out the moves of this node's pods that users ask of Paladin's server
 //   gpus       this node's GPUs as NVML reports them, with their memory in use
 #include <fcntl.h>
 #include <sched.h>
@@ -49,6 +50,7 @@
 #include "paladin/k8s/move.h"
 #include "paladin/k8s/recover.h"
 #include "paladin/k8s/scheduler.h"
+#include "paladin/k8s/server_moves.h"
 #include "paladin/k8s/usage.h"
 #include "paladin/k8s/webhook.h"
 #include "paladin/quota/launch.h"
@@ -90,6 +92,9 @@ struct NodeArgs {
   // The mover's (and the drain's: its moves)
   k8s::MoveOptions move;
   std::string drain_node;
+  // The server's mover's (node: `node`, every: `every_s`)
+  std::vector<std::string> node_images;  // NODE=DIR
+  std::string mover_name;
   // The periodic checkpoint's (node: `node`, every: `every_s`) and the recovery's
   std::string lost_node;
   double lost_after_s = 40;
@@ -274,11 +279,8 @@ Status UseServerCa(const NodeArgs& args) {
   return Status::Ok();
 }
 
-StatusOr<k8s::SchedulerOptions> SchedulerOptionsOf(const NodeArgs& args) {
-  if (Status s = UseServerCa(args); !s.ok()) return s;
-  k8s::SchedulerOptions options;
-  options.policy = args.policy;
-  if (args.paladin_server.empty()) return options;
+// Paladin's server as --paladin-server and --paladin-token-file name it; an error names the flags.
+StatusOr<std::shared_ptr<api::Client>> PaladinServer(const NodeArgs& args) {
   StatusOr<api::Endpoint> endpoint = api::ParseUrl(args.paladin_server);
   std::string token;
   std::ifstream in(args.paladin_token_file);
@@ -287,7 +289,17 @@ StatusOr<k8s::SchedulerOptions> SchedulerOptionsOf(const NodeArgs& args) {
                            (endpoint.ok() ? "token unreadable" : endpoint.status().message()) +
                            ")");
   }
-  auto server = std::make_shared<api::Client>(*endpoint, token, 5);
+  return std::make_shared<api::Client>(*endpoint, token, 5);
+}
+
+StatusOr<k8s::SchedulerOptions> SchedulerOptionsOf(const NodeArgs& args) {
+  if (Status s = UseServerCa(args); !s.ok()) return s;
+  k8s::SchedulerOptions options;
+  options.policy = args.policy;
+  if (args.paladin_server.empty()) return options;
+  StatusOr<std::shared_ptr<api::Client>> made = PaladinServer(args);
+  if (!made.ok()) return made.status();
+  std::shared_ptr<api::Client> server = *made;
   const std::string cluster = args.cluster;
   options.team_quotas = [server, cluster]() -> StatusOr<std::map<std::string, k8s::TeamQuota>> {
     StatusOr<api::Json> teams = server->Get("/v1/teams");
@@ -680,6 +692,73 @@ int RunRecover(const NodeArgs& args) {
   }
 }
 
+// `paladin k8s mover`: the moves of this node's pods asked of Paladin's server, carried out.
+int RunMover(const NodeArgs& args) {
+  if (Status s = k8s::CheckNodeName(args.node); !s.ok()) {
+    cli::Say("k8s mover", "--node: " + s.message());
+    return 2;
+  }
+  if (args.paladin_server.empty()) {
+    cli::Say("k8s mover",
+             "--paladin-server and --paladin-token-file are required: the moves "
+             "come from Paladin's server");
+    return 2;
+  }
+  StatusOr<k8s::ApiConfig> config = NodeConfig(args);
+  StatusOr<k8s::MoveOptions> made = config.ok() ? MoveOptionsOf(args) : config.status();
+  StatusOr<std::shared_ptr<api::Client>> server =
+      made.ok() ? PaladinServer(args) : StatusOr<std::shared_ptr<api::Client>>(made.status());
+  if (!server.ok()) {
+    cli::Say("k8s mover", server.status().message());
+    return 2;
+  }
+  k8s::MoverOptions o;
+  o.node = args.node;
+  o.mover = args.mover_name;
+  o.move = *made;
+  for (const std::string& pair : args.node_images) {
+    const size_t eq = pair.find('=');
+    const std::string node = pair.substr(0, eq);
+    if (eq == std::string::npos || !k8s::CheckNodeName(node).ok() || eq + 1 == pair.size()) {
+      cli::Say("k8s mover", "--node-images '" + pair + "': expected NODE=DIR");
+      return 2;
+    }
+    o.node_images[node] = pair.substr(eq + 1);
+  }
+  const k8s::ApiClient client(*config);
+  if (args.every_s > 0) {
+    StopOnSignals();
+    std::fprintf(stderr,
+                 "paladin k8s mover: carrying out the moves of node %s's pods asked of %s, "
+                 "every %g s\n",
+                 o.node.c_str(), args.paladin_server.c_str(), args.every_s);
+  }
+  std::string last_error;
+  for (;;) {
+    StatusOr<int> taken = k8s::RunServerMoves(client, **server, o, TimedProgress("mover"));
+    if (!taken.ok()) {
+      if (args.every_s <= 0) {
+        cli::Say("k8s mover", taken.status().message());
+        return 1;
+      }
+      if (taken.status().message() != last_error) {
+        last_error = taken.status().message();
+        cli::Say("k8s mover", last_error + " (retrying)");
+      }
+    } else {
+      last_error.clear();
+      if (args.every_s <= 0) {
+        std::printf("mover of %s: %d move(s) taken\n", o.node.c_str(), *taken);
+        return 0;
+      }
+    }
+    if (SleepUnlessStopped(args.every_s)) {
+      std::fprintf(stderr, "paladin k8s mover: stopped by a signal after a whole pass\n");
+      return 0;
+    }
+  }
+}
+
 int RunGpus(const NodeArgs& args) {
   StatusOr<std::unique_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(args.nvml);
   if (!nvml.ok()) {
@@ -954,6 +1033,34 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
       "shim's), so that runc, CRIU and every folder are the node's, at the node's paths");
   AddApiOptions(recover, args.get());
   recover->callback([args, exit_code] { *exit_code = RunRecover(*args); });
+
+  CLI::App* mover = k8s->add_subcommand(
+      "mover",
+      "Carry out the moves of this node's pods that users ask of Paladin's server (`paladin pods "
+      "move`): each taken once, moved as `k8s move` moves it (on the node, as root)");
+  mover->add_option("--node", args->node, "This node's name")->required();
+  mover->add_option("--every", args->every_s,
+                    "Ask the server again every so many seconds, never exiting; default 0: once");
+  mover->add_option("--node-images", args->node_images,
+                    "NODE=DIR: another node's image folder, reachable from here, for moves there "
+                    "(repeatable)");
+  mover->add_option("--mover-name", args->mover_name,
+                    "The name the server's ledger gives this mover (default: the node's)");
+  mover->add_option("--runc", m.runc, "runc on this node");
+  mover->add_option("--runc-root", m.runc_root, "runc's state folder of containerd's k8s.io pods");
+  mover->add_option("--criu-dir", m.criu_dir, "Folder of Paladin's criu, first on runc's PATH");
+  mover->add_option("--images", m.images, "This node's checkpoint images");
+  mover->add_option("--key", m.key_file, "The cluster's move key");
+  mover->add_option("--driver", m.driver, "CUDA driver for the checkpoint API");
+  mover->add_option("--nvml", m.nvml, "NVML library naming the GPUs");
+  mover->add_option("--timeout", m.timeout_s, "Seconds each new pod has to run");
+  mover->add_flag(
+      "--host-mounts", args->host_mounts,
+      "In a pod (hostPID, privileged): enter the node's mount namespace (its containerd "
+      "shim's), so that runc, CRIU and every folder are the node's, at the node's paths");
+  AddPlacementOptions(mover, args.get());
+  AddApiOptions(mover, args.get());
+  mover->callback([args, exit_code] { *exit_code = RunMover(*args); });
 
   CLI::App* gpus = k8s->add_subcommand("gpus", "This node's GPUs and their memory in use");
   gpus->add_option("--nvml", args->nvml, "NVML library to read the GPUs from");

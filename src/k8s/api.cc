@@ -2,6 +2,9 @@
 
 #include <httplib.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
@@ -171,6 +174,42 @@ StatusOr<std::string> ApiClient::PatchNodeStatus(const std::string& node,
   if (Status s = CheckNodeName(node); !s.ok()) return s;
   return Call("PATCH", "/api/v1/nodes/" + node + "/status", merge_patch,
               "application/merge-patch+json");
+}
+
+std::string ApiTimeNow() {
+  char out[32];
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(out, sizeof out, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return out;
+}
+
+Status PostPodEvent(const ApiClient& client, const std::string& ns, const std::string& name,
+                    const std::string& uid, const std::string& type, const std::string& reason,
+                    const std::string& message, const std::string& component) {
+  static std::atomic<uint64_t> seq{0};
+  char suffix[96];
+  std::snprintf(
+      suffix, sizeof suffix, ".paladin.%llx.%llu",
+      static_cast<unsigned long long>(std::chrono::system_clock::now().time_since_epoch().count()),
+      static_cast<unsigned long long>(++seq));
+  const std::string now = ApiTimeNow();
+  const nlohmann::json event = {
+      {"apiVersion", "v1"},
+      {"kind", "Event"},
+      {"metadata", {{"name", name + suffix}, {"namespace", ns}}},
+      {"involvedObject",
+       {{"apiVersion", "v1"}, {"kind", "Pod"}, {"namespace", ns}, {"name", name}, {"uid", uid}}},
+      {"type", type},
+      {"reason", reason},
+      {"message", message},
+      {"source", {{"component", component}}},
+      {"reportingComponent", component},
+      {"firstTimestamp", now},
+      {"lastTimestamp", now},
+      {"count", 1}};
+  return client.Post("/api/v1/namespaces/" + ns + "/events", event.dump()).status();
 }
 
 }  // namespace paladin::k8s

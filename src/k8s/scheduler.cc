@@ -29,15 +29,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-std::string Now() {
-  char out[32];
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  std::strftime(out, sizeof out, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return out;
-}
-
 }  // namespace
 
 StatusOr<uint64_t> ParseQuantity(std::string_view text) {
@@ -318,30 +309,8 @@ Scheduler::Scheduler(ApiClient client, SchedulerOptions options, core::Policy po
 
 Status Scheduler::Event(const PodRequest& pod, const std::string& type, const std::string& reason,
                         const std::string& message) {
-  char name[96];
-  std::snprintf(
-      name, sizeof name, ".paladin.%llx.%llu",
-      static_cast<unsigned long long>(std::chrono::system_clock::now().time_since_epoch().count()),
-      static_cast<unsigned long long>(++event_seq_));
-  const std::string now = Now();
-  Json event = {{"apiVersion", "v1"},
-                {"kind", "Event"},
-                {"metadata", {{"name", pod.name + name}, {"namespace", pod.ns}}},
-                {"involvedObject",
-                 {{"apiVersion", "v1"},
-                  {"kind", "Pod"},
-                  {"namespace", pod.ns},
-                  {"name", pod.name},
-                  {"uid", pod.uid}}},
-                {"type", type},
-                {"reason", reason},
-                {"message", message},
-                {"source", {{"component", options_.scheduler_name}}},
-                {"reportingComponent", options_.scheduler_name},
-                {"firstTimestamp", now},
-                {"lastTimestamp", now},
-                {"count", 1}};
-  return client_.Post("/api/v1/namespaces/" + pod.ns + "/events", event.dump()).status();
+  return PostPodEvent(client_, pod.ns, pod.name, pod.uid, type, reason, message,
+                      options_.scheduler_name);
 }
 
 void Scheduler::Unschedulable(const PodRequest& pod, const std::string& message) {
@@ -355,7 +324,7 @@ void Scheduler::Unschedulable(const PodRequest& pod, const std::string& message)
                           {"status", "False"},
                           {"reason", "Unschedulable"},
                           {"message", message},
-                          {"lastTransitionTime", Now()}};
+                          {"lastTransitionTime", ApiTimeNow()}};
   const Json patch = {{"status", {{"conditions", Json::array({condition})}}}};
   (void)client_.Patch("/api/v1/namespaces/" + pod.ns + "/pods/" + pod.name + "/status",
                       patch.dump(), "application/strategic-merge-patch+json");

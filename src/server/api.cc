@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -382,6 +383,52 @@ HttpAdmit MakeRoutes(Control& control, PodBook& pods) {
   r.Get("/v1/pods/*/*", Access::kUser, [book](const HttpRequest& req, const Principal& who) {
     return FromResult(book->Get(who, req.matches[1], req.matches[2]));
   });
+  // Moves of pods asked through the server, carried out by the mover of the pod's node
+  // (`paladin k8s mover`, docs/kubernetes.md "Moves through Paladin's server").
+  r.Post("/v1/pods/*/*/move", Access::kUser, [book](const HttpRequest& req, const Principal& who) {
+    StatusOr<Json> body = ParseBody(req);  // none: the packer's choice on the pod's node
+    if (!body.ok()) return Error(body.status());
+    StatusOr<api::PodMoveAsk> ask = api::DecodePodMoveAsk(*body);
+    if (!ask.ok()) return Error(ask.status());
+    return FromResult(book->AskMove(who, req.matches[1], req.matches[2], *ask), 202);
+  });
+  r.Get("/v1/pod-moves", Access::kAny, [book](const HttpRequest& req, const Principal& who) {
+    const std::string node = Param(req, "node");
+    if (!node.empty() && !ValidName(node)) return Error(InvalidArgument("node: not a node name"));
+    std::optional<api::PodMoveState> state;
+    if (const std::string s = Param(req, "state"); !s.empty()) {
+      state = api::PodMoveStateNamed(s);
+      if (!state) return Error(InvalidArgument("state: expected requested, taken, done or failed"));
+    }
+    return Reply{200, book->Moves(who, node, state), "", ""};
+  });
+  r.Get("/v1/pod-moves/*", Access::kAny, [book](const HttpRequest& req, const Principal& who) {
+    StatusOr<int64_t> id = ParseIntParam(req.matches[1], 1, int64_t{1} << 53, "move id");
+    if (!id.ok()) return Error(id.status());
+    return FromResult(book->Move(who, *id));
+  });
+  r.Post("/v1/pod-moves/*/take", Access::kAgent,
+         [book](const HttpRequest& req, const Principal& who) {
+           StatusOr<int64_t> id = ParseIntParam(req.matches[1], 1, int64_t{1} << 53, "move id");
+           if (!id.ok()) return Error(id.status());
+           StatusOr<Json> body = ParseBody(req);
+           if (!body.ok()) return Error(body.status());
+           const Json mover = body->value(key::kMover, Json());
+           if (!mover.is_string() || !ValidName(mover.get<std::string>())) {
+             return Error(InvalidArgument("mover: expected the mover's name (its node's)"));
+           }
+           return FromResult(book->TakeMove(who, *id, mover.get<std::string>()));
+         });
+  r.Post("/v1/pod-moves/*/finish", Access::kAgent,
+         [book](const HttpRequest& req, const Principal& who) {
+           StatusOr<int64_t> id = ParseIntParam(req.matches[1], 1, int64_t{1} << 53, "move id");
+           if (!id.ok()) return Error(id.status());
+           StatusOr<Json> body = ParseBody(req);
+           if (!body.ok()) return Error(body.status());
+           StatusOr<api::PodMoveOutcome> outcome = api::DecodePodMoveOutcome(*body);
+           if (!outcome.ok()) return Error(outcome.status());
+           return FromResult(book->FinishMove(who, *id, *outcome));
+         });
 
   // --- agents ---
   // A node's token (agent:NODE) speaks for its node only: the name it registers, the node whose

@@ -467,9 +467,9 @@ NodeRecord NodeFromDoc(const Json& d) {
 Json MigrationDoc(const MigrationRecord& m) {
   return {{key::kId, m.id},
           {key::kJob, m.job},
-          {"from_node", m.from_node},
-          {"from_gpu", m.from_gpu},
-          {"to_node", m.to_node},
+          {key::kFromNode, m.from_node},
+          {key::kFromGpu, m.from_gpu},
+          {key::kToNode, m.to_node},
           {key::kToGpu, m.to_gpu},
           {"to_uuid", m.to_uuid},
           {key::kStep, m.StepName()},
@@ -497,9 +497,9 @@ MigrationRecord MigrationFromDoc(const Json& d) {
   MigrationRecord m;
   m.id = d.value(key::kId, int64_t{0});
   m.job = d.value(key::kJob, "");
-  m.from_node = d.value("from_node", "");
-  m.from_gpu = d.value("from_gpu", 0);
-  m.to_node = d.value("to_node", "");
+  m.from_node = d.value(key::kFromNode, "");
+  m.from_gpu = d.value(key::kFromGpu, 0);
+  m.to_node = d.value(key::kToNode, "");
   m.to_gpu = d.value(key::kToGpu, 0);
   m.to_uuid = d.value("to_uuid", "");
   // A step this build does not know: the move is taken as failed (its source resumes).

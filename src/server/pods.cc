@@ -30,6 +30,7 @@ Status PodBook::Replace(const api::PodList& list) {
   std::lock_guard<std::mutex> lock(mu_);
   clusters_[list.cluster] = Cluster{clock_(), list.pods};
   Learn(list.cluster, list.pods);
+  SettleMoves(list.cluster);
   return Status::Ok();
 }
 
@@ -151,6 +152,161 @@ StatusOr<Json> PodBook::Get(const Principal& who, const std::string& ns,
     }
   }
   return NotFound("no pod " + ns + "/" + name);
+}
+
+// --- moves asked through the server ---
+
+namespace {
+
+constexpr size_t kEndedMovesKept = 1000;
+
+std::string PodPlace(const std::string& node, int gpu) {
+  return gpu >= 0 ? node + "/" + std::to_string(gpu) : node;
+}
+
+}  // namespace
+
+api::PodMove* PodBook::FindMove(int64_t id) {
+  for (api::PodMove& m : moves_) {
+    if (m.id == id) return &m;
+  }
+  return nullptr;
+}
+
+void PodBook::SettleMoves(const std::string& cluster) {
+  const std::vector<api::PodReport>& pods = clusters_[cluster].pods;
+  for (api::PodMove& m : moves_) {
+    if (m.cluster != cluster || m.state != api::PodMoveState::kRequested) continue;
+    const bool reported = std::any_of(pods.begin(), pods.end(), [&m](const api::PodReport& p) {
+      return p.ns == m.ns && p.name == m.name && p.node == m.from_node &&
+             !api::PodPhaseEnded(p.phase);
+    });
+    if (reported) continue;
+    m.state = api::PodMoveState::kFailed;
+    m.ended_at = clock_();
+    m.outcome.ok = false;
+    m.outcome.message = "pod " + m.ns + "/" + m.name + " no longer runs on " + m.from_node +
+                        " (its cluster's scheduler reports it gone, ended or elsewhere) before "
+                        "its mover took the move: nothing moved";
+  }
+  size_t ended = static_cast<size_t>(std::count_if(
+      moves_.begin(), moves_.end(), [](const api::PodMove& m) { return PodMoveEnded(m.state); }));
+  for (auto it = moves_.begin(); ended > kEndedMovesKept && it != moves_.end();) {
+    if (PodMoveEnded(it->state)) {
+      it = moves_.erase(it);
+      --ended;
+    } else {
+      ++it;
+    }
+  }
+}
+
+StatusOr<Json> PodBook::AskMove(const Principal& who, const std::string& ns,
+                                const std::string& name, const api::PodMoveAsk& ask) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string pod = "pod " + ns + "/" + name;
+  for (const auto& [cluster_name, cluster] : clusters_) {
+    for (const api::PodReport& p : cluster.pods) {
+      if (p.ns != ns || p.name != name || !Sees(who, p)) continue;
+      if (p.node.empty() || !api::PodPhaseRunning(p.phase)) {
+        return FailedPrecondition(pod + " is " + p.phase +
+                                  (p.node.empty() ? ", on no node" : " on " + p.node) +
+                                  ": only a running pod moves");
+      }
+      for (const api::PodMove& m : moves_) {
+        if (m.cluster != cluster_name || m.ns != ns || m.name != name || PodMoveEnded(m.state)) {
+          continue;
+        }
+        return FailedPrecondition(
+            pod + " has move " + std::to_string(m.id) + " " + api::PodMoveStateName(m.state) +
+            (m.mover.empty() ? "" : " by " + m.mover) + " already: one move of a pod at a time");
+      }
+      if (ask.gpu >= 0 && p.gpu < 0) {
+        return FailedPrecondition(pod +
+                                  " has no Paladin GPU: a GPU is given only for pods "
+                                  "Paladin placed on one");
+      }
+      if ((ask.node.empty() || ask.node == p.node) &&
+          (ask.gpu < 0 ? p.gpu < 0 : ask.gpu == p.gpu)) {
+        return InvalidArgument(pod + " is on " + PodPlace(p.node, p.gpu) +
+                               " already: give another node or GPU");
+      }
+      api::PodMove m;
+      m.id = next_move_id_++;
+      m.cluster = cluster_name;
+      m.ns = ns;
+      m.name = name;
+      m.team = p.team;
+      m.from_node = p.node;
+      m.from_gpu = p.gpu;
+      m.to = ask;
+      m.asked_by = who.Scope();
+      m.requested_at = clock_();
+      moves_.push_back(m);
+      return api::ToJson(m);
+    }
+  }
+  return NotFound("no " + pod);
+}
+
+Json PodBook::Moves(const Principal& who, const std::string& node,
+                    std::optional<api::PodMoveState> state) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Json list = Json::array();
+  for (auto it = moves_.rbegin(); it != moves_.rend(); ++it) {
+    if (!SeesMove(who, *it) || (!node.empty() && it->from_node != node) ||
+        (state && it->state != *state)) {
+      continue;
+    }
+    list.push_back(api::ToJson(*it));
+  }
+  return {{key::kMoves, list}};
+}
+
+StatusOr<Json> PodBook::Move(const Principal& who, int64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const api::PodMove& m : moves_) {
+    if (m.id == id && SeesMove(who, m)) return api::ToJson(m);
+  }
+  return NotFound("no pod move " + std::to_string(id));
+}
+
+StatusOr<Json> PodBook::TakeMove(const Principal& who, int64_t id, const std::string& mover) {
+  std::lock_guard<std::mutex> lock(mu_);
+  api::PodMove* m = FindMove(id);
+  if (m == nullptr || !SeesMove(who, *m)) return NotFound("no pod move " + std::to_string(id));
+  if (Status s = CheckSpeaksFor(who, m->from_node, "take the move of a pod on " + m->from_node);
+      !s.ok()) {
+    return s;
+  }
+  if (m->state != api::PodMoveState::kRequested) {
+    return FailedPrecondition("pod move " + std::to_string(id) + " is " +
+                              api::PodMoveStateName(m->state) +
+                              (m->mover.empty() ? "" : " by " + m->mover) + ": taken once only");
+  }
+  m->state = api::PodMoveState::kTaken;
+  m->mover = mover;
+  m->taken_at = clock_();
+  return api::ToJson(*m);
+}
+
+StatusOr<Json> PodBook::FinishMove(const Principal& who, int64_t id,
+                                   const api::PodMoveOutcome& outcome) {
+  std::lock_guard<std::mutex> lock(mu_);
+  api::PodMove* m = FindMove(id);
+  if (m == nullptr || !SeesMove(who, *m)) return NotFound("no pod move " + std::to_string(id));
+  if (Status s = CheckSpeaksFor(who, m->from_node, "finish the move of a pod on " + m->from_node);
+      !s.ok()) {
+    return s;
+  }
+  if (m->state != api::PodMoveState::kTaken) {
+    return FailedPrecondition("pod move " + std::to_string(id) + " is " +
+                              api::PodMoveStateName(m->state) + ": only a taken move ends");
+  }
+  m->state = outcome.ok ? api::PodMoveState::kDone : api::PodMoveState::kFailed;
+  m->outcome = outcome;
+  m->ended_at = clock_();
+  return api::ToJson(*m);
 }
 
 }  // namespace paladin::server

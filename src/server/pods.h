@@ -7,9 +7,11 @@
 // Thread safety: every method takes the book's own lock (not Control's).
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -63,6 +65,31 @@ class PodBook {
   // pods it is then told of). The `auto` pods' and jobs' history (core::SizeAuto).
   core::ClassHistory ClassPods(const std::string& class_key) const;
 
+  // --- Moves asked through the server (docs/kubernetes.md, "Moves through Paladin's server").
+  // The server keeps the ledger; the mover of the pod's node (`paladin k8s mover`) carries each
+  // move out with `paladin k8s move`'s code. In memory, as the pods are; the newest 1,000 ended
+  // moves are kept.
+
+  // POST /v1/pods/NAMESPACE/NAME/move: a move of a pod `who` sees (NotFound otherwise, as for
+  // GET), bound to a node and Running, with no other move of it under way (FailedPrecondition,
+  // naming the move), to somewhere it is not (InvalidArgument). The move's view, "requested".
+  StatusOr<nlohmann::json> AskMove(const Principal& who, const std::string& ns,
+                                   const std::string& name, const api::PodMoveAsk& ask);
+  // GET /v1/pod-moves: the moves `who` sees, newest first: an admin all, a team its pods', a
+  // node's agent token those of its node's pods. `node` (the pod's node when asked) and `state`
+  // narrow the list.
+  nlohmann::json Moves(const Principal& who, const std::string& node,
+                       std::optional<api::PodMoveState> state) const;
+  // GET /v1/pod-moves/ID: NotFound when `who` does not see it.
+  StatusOr<nlohmann::json> Move(const Principal& who, int64_t id) const;
+  // POST /v1/pod-moves/ID/take: "requested" -> "taken" by `mover`, once: a second take, by
+  // anyone, is refused naming who has it. Only who speaks for the pod's node may take it (an
+  // admin, the fleet's agent token, or the node's own).
+  StatusOr<nlohmann::json> TakeMove(const Principal& who, int64_t id, const std::string& mover);
+  // POST /v1/pod-moves/ID/finish: a taken move "done" or "failed" with its outcome, once.
+  StatusOr<nlohmann::json> FinishMove(const Principal& who, int64_t id,
+                                      const api::PodMoveOutcome& outcome);
+
  private:
   struct Cluster {
     double reported_at = 0;
@@ -84,6 +111,16 @@ class PodBook {
   // The pods already counted in class_peaks_ ("CLUSTER/NAMESPACE/NAME"), while they are reported.
   std::map<std::string, std::set<std::string>> counted_;  // by cluster
   void Learn(const std::string& cluster, const std::vector<api::PodReport>& pods);
+
+  bool SeesMove(const Principal& who, const api::PodMove& m) const {
+    return who.agent() ? who.SpeaksFor(m.from_node) : who.SeesTeam(m.team);
+  }
+  api::PodMove* FindMove(int64_t id);
+  // Requested moves of pods their cluster no longer reports fail; the oldest ended are dropped.
+  void SettleMoves(const std::string& cluster);
+
+  std::deque<api::PodMove> moves_;  // oldest first
+  int64_t next_move_id_ = 1;
 };
 
 }  // namespace paladin::server

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "paladin/k8s/scheduler.h"
+#include "paladin/k8s/server_moves.h"
 
 namespace paladin::k8s {
 namespace {
@@ -206,6 +207,53 @@ TEST(PlanDrain, MovesThePodsOfTheRuntimeClassAndSaysWhyOthersStay) {
   EXPECT_NE(plan->left[0].find("RuntimeClass"), std::string::npos) << plan->left[0];
   EXPECT_FALSE(PlanDrain("[]").ok());
   EXPECT_FALSE(PlanDrain(R"({"items": 3})").ok());
+}
+
+TEST(ServerMoveOptions, AMoveFromTheServerBecomesTheMoversOwnOptions) {
+  MoverOptions o;
+  o.node = "node-1";
+  o.move.runc = "/opt/runc";
+  o.move.images = "/var/lib/paladin/k8s/images";
+  o.move.ns = "left-over";
+  o.move.new_name = "left-over";
+  o.move.to_images = "/left/over";
+  o.node_images["node-2"] = "/mnt/node-2/images";
+  api::PodMove m;
+  m.id = 7;
+  m.ns = "ml";
+  m.name = "train";
+  m.from_node = "node-1";
+  m.from_gpu = 0;
+
+  // Within the node: to the GPU asked, or the packer's; nothing carried between nodes.
+  m.to.gpu = 1;
+  StatusOr<MoveOptions> within = ServerMoveOptions(m, o);
+  ASSERT_TRUE(within.ok()) << within.status().ToString();
+  EXPECT_EQ(within->ns, "ml");
+  EXPECT_EQ(within->pod, "train");
+  EXPECT_EQ(within->new_name, "");  // train-m1
+  EXPECT_EQ(within->node, "node-1");
+  EXPECT_EQ(within->gpu, 1);
+  EXPECT_EQ(within->to_images, "");
+  EXPECT_EQ(within->runc, "/opt/runc");
+  EXPECT_EQ(within->images, "/var/lib/paladin/k8s/images");
+
+  // To a node whose image folder the mover knows: carried there.
+  m.to = {"node-2", -1};
+  StatusOr<MoveOptions> there = ServerMoveOptions(m, o);
+  ASSERT_TRUE(there.ok()) << there.status().ToString();
+  EXPECT_EQ(there->node, "node-2");
+  EXPECT_EQ(there->gpu, -1);
+  EXPECT_EQ(there->to_images, "/mnt/node-2/images");
+
+  // To one it does not: the move fails naming the flag, before anything is touched.
+  m.to = {"node-3", 0};
+  StatusOr<MoveOptions> unknown = ServerMoveOptions(m, o);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("knows no image folder of node node-3 "
+                                            "(paladin k8s mover --node-images node-3=DIR)"),
+            std::string::npos)
+      << unknown.status().message();
 }
 
 }  // namespace

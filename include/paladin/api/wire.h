@@ -33,6 +33,7 @@ namespace paladin::api {
 namespace key {
 inline constexpr char kAddress[] = "address";
 inline constexpr char kAllocatedBytes[] = "allocated_bytes";
+inline constexpr char kAskedBy[] = "asked_by";
 inline constexpr char kAt[] = "at";
 inline constexpr char kByPhase[] = "by_phase";
 inline constexpr char kBytes[] = "bytes";
@@ -67,7 +68,9 @@ inline constexpr char kExpectedPauseS[] = "expected_pause_s";
 inline constexpr char kFault[] = "fault";
 inline constexpr char kFaultKind[] = "fault_kind";
 inline constexpr char kFrom[] = "from";
+inline constexpr char kFromGpu[] = "from_gpu";
 inline constexpr char kFromGpuUuid[] = "from_gpu_uuid";
+inline constexpr char kFromNode[] = "from_node";
 inline constexpr char kGang[] = "gang";
 inline constexpr char kGangJobs[] = "gang_jobs";
 inline constexpr char kGeneration[] = "generation";
@@ -122,10 +125,14 @@ inline constexpr char kMigrationsFailed[] = "migrations_failed";
 inline constexpr char kMode[] = "mode";
 inline constexpr char kModeWhy[] = "mode_why";
 inline constexpr char kModel[] = "model";
+inline constexpr char kMove[] = "move";
 inline constexpr char kMoveMode[] = "move_mode";
+inline constexpr char kMover[] = "mover";
+inline constexpr char kMoves[] = "moves";
 inline constexpr char kMovingTo[] = "moving_to";
 inline constexpr char kName[] = "name";
 inline constexpr char kNamespace[] = "namespace";
+inline constexpr char kNewName[] = "new_name";
 inline constexpr char kNode[] = "node";
 inline constexpr char kNodes[] = "nodes";
 inline constexpr char kNodesAlive[] = "nodes_alive";
@@ -134,6 +141,7 @@ inline constexpr char kOnRestoreFailure[] = "on_restore_failure";
 inline constexpr char kOp[] = "op";
 inline constexpr char kPath[] = "path";
 inline constexpr char kPauseS[] = "pause_s";
+inline constexpr char kPausedMs[] = "paused_ms";
 inline constexpr char kPhase[] = "phase";
 inline constexpr char kPid[] = "pid";
 inline constexpr char kPlacement[] = "placement";
@@ -158,6 +166,7 @@ inline constexpr char kReason[] = "reason";
 inline constexpr char kRecoveries[] = "recoveries";
 inline constexpr char kRefusals[] = "refusals";
 inline constexpr char kReportedSAgo[] = "reported_s_ago";
+inline constexpr char kRequestedAt[] = "requested_at";
 inline constexpr char kRestartCount[] = "restart_count";
 inline constexpr char kRestarts[] = "restarts";
 inline constexpr char kResults[] = "results";
@@ -178,6 +187,7 @@ inline constexpr char kSteps[] = "steps";
 inline constexpr char kStream[] = "stream";
 inline constexpr char kSubmittedAt[] = "submitted_at";
 inline constexpr char kT[] = "t";
+inline constexpr char kTakenAt[] = "taken_at";
 inline constexpr char kTargetUnderRate[] = "target_under_rate";
 inline constexpr char kTeam[] = "team";
 inline constexpr char kTeams[] = "teams";
@@ -186,6 +196,7 @@ inline constexpr char kTo[] = "to";
 inline constexpr char kToAddress[] = "to_address";
 inline constexpr char kToGpu[] = "to_gpu";
 inline constexpr char kToGpuUuid[] = "to_gpu_uuid";
+inline constexpr char kToNode[] = "to_node";
 inline constexpr char kToPort[] = "to_port";
 inline constexpr char kToken[] = "token";
 inline constexpr char kTokens[] = "tokens";
@@ -439,6 +450,8 @@ StatusOr<Heartbeat> DecodeHeartbeat(const nlohmann::json& body);
 // Whether a pod in PHASE (Kubernetes' own word, its status.phase) has ended: Succeeded or
 // Failed, nothing of it runs any more. Every reader of a pod's phase asks this.
 bool PodPhaseEnded(std::string_view phase);
+// Whether it is Running: bound, its containers started.
+bool PodPhaseRunning(std::string_view phase);
 
 // A Kubernetes pod that Paladin's scheduler places (docs/kubernetes.md), as the scheduler reports
 // it to the server after each pass (PUT /v1/pods, docs/formats/api.md, "Pods"): where it runs and
@@ -468,5 +481,55 @@ nlohmann::json ToJson(const PodList& list);
 // checked as Kubernetes checks them; phases, reasons and teams are printable and bounded (the
 // server checks a team as one of its team names).
 StatusOr<PodList> DecodePodList(const nlohmann::json& body);
+
+// --- Moves of pods asked through Paladin's server (docs/kubernetes.md, "Moves through Paladin's
+// server"): a user asks the server (POST /v1/pods/NAMESPACE/NAME/move), the mover of the pod's
+// node takes the move once (POST /v1/pod-moves/ID/take), carries it out with `paladin k8s move`'s
+// code and says how it ended (POST /v1/pod-moves/ID/finish).
+
+enum class PodMoveState { kRequested, kTaken, kDone, kFailed };
+const char* PodMoveStateName(PodMoveState state);  // "requested", "taken", "done", "failed"
+std::optional<PodMoveState> PodMoveStateNamed(const std::string& name);
+inline bool PodMoveEnded(PodMoveState s) {
+  return s == PodMoveState::kDone || s == PodMoveState::kFailed;
+}
+
+// Where to: `node` empty is the pod's own node; `gpu` -1 is the GPU Paladin's packer chooses there.
+struct PodMoveAsk {
+  std::string node;
+  int gpu = -1;
+};
+nlohmann::json ToJson(const PodMoveAsk& ask);
+// Errors name the field ("gpu: expected an integer from -1 to 1023").
+StatusOr<PodMoveAsk> DecodePodMoveAsk(const nlohmann::json& body);
+
+// How a taken move ended, as its mover reports it.
+struct PodMoveOutcome {
+  bool ok = false;
+  std::string message;   // what happened, or why it failed (printable, up to 2048 bytes)
+  std::string new_name;  // the replacement pod (ok only)
+  std::string node;      // where it runs now (ok only)
+  int gpu = -1;
+  int64_t paused_ms = -1;
+};
+nlohmann::json ToJson(const PodMoveOutcome& outcome);
+StatusOr<PodMoveOutcome> DecodePodMoveOutcome(const nlohmann::json& body);
+
+// A move as the server keeps and serves it (GET /v1/pod-moves, the answer to a take).
+struct PodMove {
+  int64_t id = 0;
+  std::string cluster, ns, name, team;
+  std::string from_node;  // the pod's node when the move was asked: its mover carries it out
+  int from_gpu = -1;
+  PodMoveAsk to;
+  PodMoveState state = PodMoveState::kRequested;
+  std::string asked_by;    // the scope of the token that asked ("team:research", "admin")
+  std::string mover;       // who took it ("" until taken)
+  PodMoveOutcome outcome;  // once ended
+  double requested_at = 0, taken_at = 0, ended_at = 0;  // seconds since the epoch; 0: not yet
+};
+nlohmann::json ToJson(const PodMove& move);
+// The mover's reading of the server's answer; errors name the field.
+StatusOr<PodMove> DecodePodMove(const nlohmann::json& body);
 
 }  // namespace paladin::api

@@ -72,4 +72,13 @@ class ApiClient {
   ApiConfig config_;
 };
 
+// The API server's time format: RFC 3339 in UTC, whole seconds ("2026-12-05T22:40:00Z").
+std::string ApiTimeNow();
+
+// Posts an Event about pod NS/NAME (its `uid`, so that `kubectl describe pod` lists it): `type`
+// Normal or Warning, `reason` one CamelCase word, `component` the Paladin part that reports it.
+Status PostPodEvent(const ApiClient& client, const std::string& ns, const std::string& name,
+                    const std::string& uid, const std::string& type, const std::string& reason,
+                    const std::string& message, const std::string& component);
+
 }  // namespace paladin::k8s

@@ -177,7 +177,6 @@ class Scheduler {
   std::map<std::string, BoundNow> bound_now_;  // uid -> where this pass bound it
   std::string report_error_;                   // the last report's error, printed once
   std::set<std::string> notes_;                // namespaces' label notes already printed
-  uint64_t event_seq_ = 0;
 };
 
 }  // namespace paladin::k8s

@@ -1,0 +1,46 @@
+// `paladin k8s mover`: the node's side of the moves users ask of Paladin's server
+// (docs/kubernetes.md, "Moves through Paladin's server"). A team asks the server to move one of
+// its pods (`paladin pods move NAMESPACE/NAME`, POST /v1/pods/NAMESPACE/NAME/move); the server
+// checks that the token's team owns the pod and keeps the move in its ledger; the mover of the
+// pod's node takes it (once: a second taker is refused), carries it out with `paladin k8s move`'s
+// code (MovePod: the packer's choice of GPU, the team's quota, checkpoint, replacement, the old
+// pod deleted, never two copies), posts the pod's events and tells the server how it ended.
+//
+// Thread safety: RunServerMoves is one blocking call.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "paladin/api/client.h"
+#include "paladin/api/wire.h"
+#include "paladin/base/status.h"
+#include "paladin/k8s/api.h"
+#include "paladin/k8s/move.h"
+
+namespace paladin::k8s {
+
+struct MoverOptions {
+  std::string node;   // this node: the mover takes the moves of pods that run here
+  std::string mover;  // its name in the server's ledger (default: the node's)
+  MoveOptions move;   // runc, CRIU, images, key, driver, placement: every move's
+  // Other nodes' image folders, reachable from this node (a filesystem both mount), for moves
+  // there: the image is carried into them. A move to a node not named here fails, saying so.
+  std::map<std::string, std::string> node_images;
+};
+
+// The options of one taken move: the pod, its namespace, the node and GPU asked (none: the pod's
+// node, the packer's GPU), that node's image folder when it is another. An error (a node whose
+// image folder is not known) names what is missing; the move then fails with it.
+StatusOr<MoveOptions> ServerMoveOptions(const api::PodMove& move, const MoverOptions& options);
+
+// One pass: each move the server has "requested" for a pod on options.node is taken, carried
+// out and finished, oldest first. Returns how many were taken; an error only when the server
+// cannot be asked for the list (a move whose take is refused, taken by another mover, is
+// skipped). `progress` gets one line per step.
+StatusOr<int> RunServerMoves(const ApiClient& kube, const api::Client& server,
+                             const MoverOptions& options,
+                             const std::function<void(const std::string&)>& progress);
+
+}  // namespace paladin::k8s

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# A pod moved through Paladin's server (docs/kubernetes.md, "Moves through Paladin's server"):
+# team research's token asks the server to move its GPU pod `gpu` (the demo workload, 2Gi,
+# RuntimeClass paladin, placed by Paladin's scheduler, which reports it to the server) to the
+# node's other GPU; another team's token is told the pod does not exist and asks nothing; the
+# node's mover (`paladin k8s mover`, one pass) takes the move once and carries it out as
+# `paladin k8s move` does. Checked: the move is requested, then done in the server's ledger with
+# the replacement's name and GPU; the workload goes on from the generation it had reached, its
+# memory verified, on the target GPU; the old pod is gone; a sampler never sees two copies; the
+# pods' events say who asked (Moving) and where it went (Moved); a second pass takes nothing.
+# Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, CLUSTER_DIR, PALADIN, EMUCUDA, NODE,
+# K8S_NODE_FLAGS, MOVE_FLAGS.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CASE=move_server
+source "$here/caselib.sh"
+need_cluster 1 "moves a pod with runc and CRIU on the node itself (the test cluster only)"
+# shellcheck source=tests/k8s/paladin_lib.sh
+source "$here/paladin_lib.sh"
+on_exit=paladin_stop
+read -ra api <<<"$K8S_NODE_FLAGS"
+read -ra move <<<"$MOVE_FLAGS"
+export PALADIN_EMU_GPUS=$PALADIN_EMU_GPUS_SPEC PALADIN_EMU_STATE=$CLUSTER_DIR/paladin/emu/state
+
+start_server "$work/server" || fail "no server"
+url=$SERVER_URL admin=$(cat "$SERVER_TOKEN_FILE")
+"$KUBECTL" label namespace "$NS" paladin.io/team=research >/dev/null
+PALADIN_SCHEDULER_FLAGS="--paladin-server $url --paladin-token-file $SERVER_TOKEN_FILE" \
+  paladin_start 19446
+token() { "$PALADIN" tokens create --scope "team:$1" --server "$url" --token "$admin"; }
+research=$(token research) || fail "paladin tokens create --scope team:research"
+other=$(token other) || fail "paladin tokens create --scope team:other"
+as() { # TOKEN ARGS...: paladin ARGS against the case's server with TOKEN
+  local t=$1
+  shift
+  "$PALADIN" "$@" --server "$url" --token "$t"
+}
+
+runtime_class
+workload '--mib 64 --host-mib 3 --every-ms 90'
+demo_pod gpu '' 'paladin.io/gpu-memory: 2Gi'
+wait_running gpu
+wait_gen gpu 5
+from=$(k get pod gpu -o jsonpath='{.metadata.annotations.paladin\.io/gpu}')
+to=$((1 - from))
+to_uuid=$(uuid_of "$to")
+# The server has the pod Running once the scheduler's next pass reports it.
+for ((i = 0; i < 50; i++)); do
+  [[ $(as "$research" pods --json | jq -r --arg ns "$NS" \
+    '.pods[] | select(.namespace == $ns and .name == "gpu") | .phase') == Running ]] && break
+  sleep 0.2
+done
+
+# Another team: the pod does not exist for it, and nothing is asked.
+out=$(as "$other" pods move "$NS/gpu" --gpu "$to" --no-wait 2>&1) &&
+  fail "team other's token moved research's pod: $out"
+[[ $out == *"no pod $NS/gpu"* ]] || fail "team other's move: '$out' (expected 'no pod $NS/gpu')"
+[[ $(as "$admin" pods moves --json | jq '.moves | length') == 0 ]] ||
+  fail "a move was recorded for team other: $(as "$admin" pods moves)"
+echo "move_server: team other's token: $out"
+
+# research asks; no mover runs yet, so the move waits in the ledger, and a second ask is refused.
+out=$(as "$research" pods move "$NS/gpu" --gpu "$to" --no-wait) || fail "pods move: $out"
+echo "move_server: $out"
+[[ $out == *requested* ]] || fail "research's move is not requested: $out"
+id=$(as "$research" pods moves --json | jq -r '.moves[0].id')
+out=$(as "$research" pods move "$NS/gpu" --to "$NODE/$to" --no-wait 2>&1) &&
+  fail "a second move of gpu was taken: $out"
+[[ $out == *"has move $id requested already"* ]] || fail "second ask: '$out'"
+[[ $(as "$other" pods moves --json | jq '.moves | length') == 0 ]] ||
+  fail "team other sees research's move: $(as "$other" pods moves)"
+
+sampler_start
+"$KUBECTL" -n "$NS" logs -f gpu >"$work/old.log" 2>/dev/null &
+# --- the node's mover, one pass ----------------------------------------------------------------
+"$PALADIN" k8s mover --node "$NODE" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${move[@]}" \
+  --paladin-server "$url" --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" \
+  >"$work/mover.log" 2>&1 || fail "paladin k8s mover: $(tail -5 "$work/mover.log")"
+sed 's/^/move_server:   /' "$work/mover.log"
+grep -q "1 move(s) taken" "$work/mover.log" || fail "the mover took no move"
+first=$(first_gen gpu-m1)
+gen_before=$(gens "$work/old.log" | tail -1)
+went_on gpu-m1 "$first" "$gen_before" $((gen_before + 2))
+[[ $(k get pod gpu-m1 -o jsonpath='{.metadata.annotations.paladin\.io/gpu}') == "$to" ]] ||
+  fail "pod gpu-m1 is not on GPU $to"
+[[ $(k logs gpu-m1 | tail -1) == *"$to_uuid"* ]] ||
+  fail "pod gpu-m1 does not run on GPU $to ($to_uuid): $(k logs gpu-m1 | tail -1)"
+k wait --for=delete pod/gpu --timeout=30s >/dev/null 2>&1 || fail "pod gpu still exists"
+sampler_stop
+
+# The ledger: done, with the replacement and where it went, as research reads it.
+got=$(as "$research" pods moves --json |
+  jq -r --argjson id "$id" '.moves[] | select(.id == $id) | "\(.state) \(.new_name) \(.to_node)/\(.to_gpu) \(.asked_by) \(.mover)"')
+[[ $got == "done gpu-m1 $NODE/$to team:research $NODE" ]] || fail "the ledger says '$got'"
+as "$research" pods moves | sed 's/^/move_server:   /'
+# The events: who asked, on the old pod; where it came from, on the new one.
+events() { k get events --field-selector "involvedObject.name=$1,reason=$2" -o jsonpath='{.items[*].message}'; }
+[[ $(events gpu Moving) == *"asked through Paladin's server by team:research"* ]] ||
+  fail "no Moving event on gpu: $(events gpu Moving)"
+[[ $(events gpu-m1 Moved) == *"restored from pod $NS/gpu"* ]] ||
+  fail "no Moved event on gpu-m1: $(events gpu-m1 Moved)"
+echo "move_server: events: gpu: $(events gpu Moving); gpu-m1: $(events gpu-m1 Moved)"
+
+# Taken once: a second pass finds nothing to do.
+"$PALADIN" k8s mover --node "$NODE" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${move[@]}" \
+  --paladin-server "$url" --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" \
+  >"$work/mover2.log" 2>&1 || fail "paladin k8s mover (2): $(tail -3 "$work/mover2.log")"
+grep -q "0 move(s) taken" "$work/mover2.log" || fail "second pass: $(cat "$work/mover2.log")"
+echo "move_server: gpu -> gpu-m1 (move $id asked by team:research), GPU $from -> $to, generation" \
+  "$gen_before -> $first, then $(last_gen gpu-m1), memory verified on $to_uuid; at most 1 copy" \
+  "in $SAMPLES samples; pod gpu deleted; a second pass took nothing"
+k delete pod gpu-m1 --wait=true --timeout=30s >/dev/null

@@ -1,0 +1,212 @@
+// Moves of Kubernetes pods asked through Paladin's server (docs/kubernetes.md, "Moves through
+// Paladin's server"): a team asks for a move of its own pod and of no other team's (404, as for
+// reading it); the mover of the pod's node takes each move once and says how it ended; no token
+// but one speaking for that node takes it; a pod that is not running, already moving or asked to
+// stay where it is is refused naming why; a requested move whose pod disappears fails.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "harness.h"
+
+namespace paladin::server {
+namespace {
+
+using testing::Json;
+
+Json MovePod(const std::string& ns, const std::string& name, const std::string& team,
+             const std::string& node, int gpu, const std::string& phase = "Running") {
+  return {{"namespace", ns},
+          {"name", name},
+          {"team", team},
+          {"phase", phase},
+          {"node", node},
+          {"gpu", gpu},
+          {"gpu_mem_bytes", int64_t{2} << 30}};
+}
+
+class PodMovesTest : public ::testing::Test {
+ protected:
+  PodMovesTest() : h_("pod-moves") {
+    research_ = h_.Token("team:research");
+    other_ = h_.Token("team:k8s-other");
+    Report({MovePod("ml", "a", "research", "node-1", 0),
+            MovePod("ml", "p", "research", "", -1, "Pending"),
+            MovePod("ml", "cpu", "research", "node-1", -1),
+            MovePod("other", "c", "k8s-other", "node-1", 1)});
+  }
+  void Report(const Json& pods) {
+    StatusOr<Json> put = h_.Admin().Put("/v1/pods", {{"cluster", "prod"}, {"pods", pods}});
+    ASSERT_TRUE(put.ok()) << put.status().ToString();
+  }
+  StatusOr<Json> Ask(const std::string& token, const std::string& pod, const Json& to) {
+    return h_.Client(token).Post("/v1/pods/" + pod + "/move", to);
+  }
+  testing::ServerHarness h_;
+  std::string research_;
+  std::string other_;
+};
+
+TEST_F(PodMovesTest, ATeamMovesItsOwnPodAndTheNodesMoverCarriesItOutOnce) {
+  StatusOr<Json> asked = Ask(research_, "ml/a", {{"gpu", 1}});
+  ASSERT_TRUE(asked.ok()) << asked.status().ToString();
+  const int64_t id = (*asked)["id"];
+  EXPECT_EQ((*asked)["state"], "requested");
+  EXPECT_EQ((*asked)["from_node"], "node-1");
+  EXPECT_EQ((*asked)["from_gpu"], 0);
+  EXPECT_EQ((*asked)["to"]["gpu"], 1);
+  EXPECT_TRUE((*asked)["to"]["node"].is_null());
+  EXPECT_EQ((*asked)["asked_by"], "team:research");
+  StatusOr<api::PodMove> decoded = api::DecodePodMove(*asked);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->id, id);
+  EXPECT_EQ(decoded->to.gpu, 1);
+
+  // The mover of node-1 (its own agent token) finds it; node-2's does not.
+  const std::string node1 = h_.Token("agent:node-1");
+  const std::string node2 = h_.Token("agent:node-2");
+  StatusOr<Json> mine = h_.Client(node1).Get("/v1/pod-moves?node=node-1&state=requested");
+  ASSERT_TRUE(mine.ok()) << mine.status().ToString();
+  ASSERT_EQ((*mine)["moves"].size(), 1U);
+  EXPECT_EQ((*mine)["moves"][0]["id"], id);
+  StatusOr<Json> theirs = h_.Client(node2).Get("/v1/pod-moves");
+  ASSERT_TRUE(theirs.ok());
+  EXPECT_TRUE((*theirs)["moves"].empty());
+
+  // Neither the team, nor another node's token, nor another team takes it.
+  const std::string take = "/v1/pod-moves/" + std::to_string(id) + "/take";
+  EXPECT_EQ(h_.Client(research_).Post(take, {{"mover", "node-1"}}).status().code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_EQ(h_.Client(node2).Post(take, {{"mover", "node-2"}}).status().code(),
+            StatusCode::kNotFound);
+  StatusOr<Json> taken = h_.Client(node1).Post(take, {{"mover", "node-1"}});
+  ASSERT_TRUE(taken.ok()) << taken.status().ToString();
+  EXPECT_EQ((*taken)["state"], "taken");
+  EXPECT_EQ((*taken)["mover"], "node-1");
+  // Taken once: a second take, by anyone, is refused naming who has it.
+  for (const std::string& token : {node1, h_.server().admin_token()}) {
+    StatusOr<Json> again = h_.Client(token).Post(take, {{"mover", "node-1"}});
+    ASSERT_FALSE(again.ok());
+    EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(again.status().message().find("taken by node-1"), std::string::npos)
+        << again.status().message();
+  }
+  // One move of a pod at a time.
+  StatusOr<Json> second = Ask(research_, "ml/a", {{"node", "node-2"}});
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("has move " + std::to_string(id) + " taken by node-1"),
+            std::string::npos)
+      << second.status().message();
+
+  const std::string finish = "/v1/pod-moves/" + std::to_string(id) + "/finish";
+  const Json outcome = {{"ok", true},         {"message", "moved ml/a -> ml/a-m1, GPU 0 -> 1"},
+                        {"new_name", "a-m1"}, {"to_node", "node-1"},
+                        {"to_gpu", 1},        {"paused_ms", 840}};
+  StatusOr<Json> done = h_.Client(node1).Post(finish, outcome);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ((*done)["state"], "done");
+  EXPECT_EQ(h_.Client(node1).Post(finish, outcome).status().code(),
+            StatusCode::kFailedPrecondition);
+
+  // The team reads how it ended; another team does not see it at all.
+  StatusOr<Json> seen = h_.Client(research_).Get("/v1/pod-moves/" + std::to_string(id));
+  ASSERT_TRUE(seen.ok()) << seen.status().ToString();
+  EXPECT_EQ((*seen)["state"], "done");
+  EXPECT_EQ((*seen)["ok"], true);
+  EXPECT_EQ((*seen)["new_name"], "a-m1");
+  EXPECT_EQ((*seen)["to_gpu"], 1);
+  EXPECT_EQ((*seen)["paused_ms"], 840);
+  EXPECT_EQ(h_.Client(other_).Get("/v1/pod-moves/" + std::to_string(id)).status().code(),
+            StatusCode::kNotFound);
+  StatusOr<Json> others = h_.Client(other_).Get("/v1/pod-moves");
+  ASSERT_TRUE(others.ok());
+  EXPECT_TRUE((*others)["moves"].empty());
+}
+
+TEST_F(PodMovesTest, AnotherTeamsPodCannotBeMovedAndBadAsksAreRefusedNamingWhy) {
+  // Another team's pod does not exist for research, and a node's token asks no move.
+  StatusOr<Json> theirs = Ask(research_, "other/c", {{"gpu", 0}});
+  ASSERT_FALSE(theirs.ok());
+  EXPECT_EQ(theirs.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(Ask(h_.Token("agent:node-1"), "ml/a", {{"gpu", 1}}).status().code(),
+            StatusCode::kPermissionDenied);
+
+  struct Case {
+    const char* pod;
+    Json to;
+    StatusCode code;
+    const char* expected;
+  } cases[] = {
+      {"ml/p", Json::object(), StatusCode::kFailedPrecondition, "is Pending, on no node"},
+      {"ml/a", {{"gpu", 0}}, StatusCode::kInvalidArgument, "is on node-1/0 already"},
+      {"ml/a",
+       {{"node", "node-1"}, {"gpu", 0}},
+       StatusCode::kInvalidArgument,
+       "is on node-1/0 already"},
+      {"ml/cpu", Json::object(), StatusCode::kInvalidArgument, "is on node-1 already"},
+      {"ml/cpu", {{"gpu", 1}}, StatusCode::kFailedPrecondition, "has no Paladin GPU"},
+      {"ml/a",
+       {{"gpu", -2}},
+       StatusCode::kInvalidArgument,
+       "gpu: expected an integer from -1 to 1023"},
+      {"ml/a", {{"gpu", "one"}}, StatusCode::kInvalidArgument, "gpu: expected an integer"},
+      {"ml/a",
+       {{"node", "Node_1"}},
+       StatusCode::kInvalidArgument,
+       "node: expected a Kubernetes node name"},
+  };
+  for (const Case& c : cases) {
+    StatusOr<Json> r = Ask(research_, c.pod, c.to);
+    ASSERT_FALSE(r.ok()) << c.pod << " " << c.to.dump();
+    EXPECT_EQ(r.status().code(), c.code) << r.status().ToString();
+    EXPECT_NE(r.status().message().find(c.expected), std::string::npos)
+        << c.pod << " " << c.to.dump() << ": " << r.status().message();
+  }
+  StatusOr<Json> listed = h_.Admin().Get("/v1/pod-moves");
+  ASSERT_TRUE(listed.ok());
+  EXPECT_TRUE((*listed)["moves"].empty());
+
+  // A mover's hostile finish is refused naming the field, and the move stays taken.
+  StatusOr<Json> asked = Ask(research_, "ml/cpu", {{"node", "node-2"}});
+  ASSERT_TRUE(asked.ok()) << asked.status().ToString();
+  const std::string id = std::to_string((*asked)["id"].get<int64_t>());
+  ASSERT_TRUE(h_.Admin().Post("/v1/pod-moves/" + id + "/take", {{"mover", "node-1"}}).ok());
+  StatusOr<Json> bad = h_.Admin().Post("/v1/pod-moves/" + id + "/finish",
+                                       {{"ok", true}, {"message", "line\nbreak"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("message: expected printable text"), std::string::npos)
+      << bad.status().message();
+  EXPECT_EQ(h_.Admin()
+                    .Post("/v1/pod-moves/" + id + "/finish", {{"message", "no ok"}})
+                    .status()
+                    .message()
+                    .find("ok: missing") != std::string::npos,
+            true);
+  EXPECT_EQ((*h_.Admin().Get("/v1/pod-moves/" + id))["state"], "taken");
+}
+
+TEST_F(PodMovesTest, ARequestedMoveOfAPodThatIsGoneFailsAndATakenOneWaitsForItsMover) {
+  StatusOr<Json> a = Ask(research_, "ml/a", {{"gpu", 1}});
+  StatusOr<Json> cpu = Ask(research_, "ml/cpu", {{"node", "node-2"}});
+  ASSERT_TRUE(a.ok() && cpu.ok());
+  const std::string a_id = std::to_string((*a)["id"].get<int64_t>());
+  const std::string cpu_id = std::to_string((*cpu)["id"].get<int64_t>());
+  ASSERT_TRUE(h_.Admin().Post("/v1/pod-moves/" + cpu_id + "/take", {{"mover", "node-1"}}).ok());
+  // The next report has neither pod (deleted, or moved by the mover that took it).
+  Report(Json::array({MovePod("other", "c", "k8s-other", "node-1", 1)}));
+  StatusOr<Json> gone = h_.Client(research_).Get("/v1/pod-moves/" + a_id);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_EQ((*gone)["state"], "failed");
+  EXPECT_EQ((*gone)["ok"], false);
+  EXPECT_NE((*gone)["message"].get<std::string>().find("no longer runs on node-1"),
+            std::string::npos)
+      << (*gone)["message"];
+  EXPECT_EQ((*h_.Client(research_).Get("/v1/pod-moves/" + cpu_id))["state"], "taken");
+  // Failed: it is taken by nobody.
+  EXPECT_EQ(
+      h_.Admin().Post("/v1/pod-moves/" + a_id + "/take", {{"mover", "node-1"}}).status().code(),
+      StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace paladin::server
