@@ -704,12 +704,24 @@ int RunMover(const NodeArgs& args) {
              "come from Paladin's server");
     return 2;
   }
-  StatusOr<k8s::ApiConfig> config = NodeConfig(args);
-  StatusOr<k8s::MoveOptions> made = config.ok() ? MoveOptionsOf(args) : config.status();
+  // Paladin's server's token and CA are the pod's files: read, or kept open and named through
+  // /proc/self/fd, before --host-mounts leaves the pod's mounts for the node's.
+  NodeArgs own = args;
+  if (args.host_mounts && !args.paladin_ca_file.empty()) {
+    const int fd = open(args.paladin_ca_file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      cli::Say("k8s mover", "--paladin-ca-file " + args.paladin_ca_file + ": cannot be read");
+      return 2;
+    }
+    own.paladin_ca_file = "/proc/self/fd/" + std::to_string(fd);  // open for the process's life
+  }
+  StatusOr<k8s::MoveOptions> made = MoveOptionsOf(own);
   StatusOr<std::shared_ptr<api::Client>> server =
-      made.ok() ? PaladinServer(args) : StatusOr<std::shared_ptr<api::Client>>(made.status());
-  if (!server.ok()) {
-    cli::Say("k8s mover", server.status().message());
+      made.ok() ? PaladinServer(own) : StatusOr<std::shared_ptr<api::Client>>(made.status());
+  StatusOr<k8s::ApiConfig> config =
+      server.ok() ? NodeConfig(own) : StatusOr<k8s::ApiConfig>(server.status());
+  if (!config.ok()) {
+    cli::Say("k8s mover", config.status().message());
     return 2;
   }
   k8s::MoverOptions o;

@@ -11,11 +11,12 @@
 #   makes that); with namespace.create=true: deploy/k8s, Namespace too;
 # - emulatedGPUs.enabled=true: deploy/k8s/emulated;
 # - values given with -f and --set: the same objects as an overlay making the same changes;
-# - server.enabled=false: deploy/k8s less the server, its flags and its token; the server's
-#   storage, token and arguments as values;
-# - checkpoint.enabled=false, recover.enabled=false: deploy/k8s less the checkpointer's DaemonSet,
-#   the recovery's Deployment, their identities and the recovery's --paladin-user; their
-#   settings (period, folders, the node's runc) as values in the overlay above;
+# - server.enabled=false: deploy/k8s less the server, the mover, their flags and the token; the
+#   server's storage, token and arguments as values;
+# - checkpoint.enabled=false, recover.enabled=false, mover.enabled=false: deploy/k8s less the
+#   checkpointer's and the mover's DaemonSets, the recovery's Deployment, their identities and the
+#   recovery's and mover's --paladin-user; their settings (period, folders, the node's runc) as
+#   values in the overlay above;
 # - another release namespace: the same objects with every reference to the namespace following
 #   it (the ServiceAccounts' bindings, the webhook's Service and excluded namespaces, its
 #   --paladin-user, the server's URL) and none left naming `paladin`;
@@ -98,9 +99,9 @@ images:
 patches:
   - target: {kind: Deployment, name: paladin-webhook}
     patch: |-
-      - {op: replace, path: /spec/template/spec/containers/0/command/24, value: 4x80GiB}
-      - {op: add, path: /spec/template/spec/containers/0/command/15, value: --paladin-user}
-      - {op: add, path: /spec/template/spec/containers/0/command/16, value: "system:serviceaccount:paladin:paladin-operator"}
+      - {op: replace, path: /spec/template/spec/containers/0/command/26, value: 4x80GiB}
+      - {op: add, path: /spec/template/spec/containers/0/command/17, value: --paladin-user}
+      - {op: add, path: /spec/template/spec/containers/0/command/18, value: "system:serviceaccount:paladin:paladin-operator"}
   - target: {kind: DaemonSet, name: paladin-node}
     patch: |-
       - {op: replace, path: /spec/template/spec/nodeSelector, value: {gpu: "yes"}}
@@ -120,6 +121,11 @@ patches:
       - {op: replace, path: /spec/template/spec/containers/0/command/8, value: "60"}
       - {op: replace, path: /spec/template/spec/containers/0/command/13, value: /mnt/shared/paladin}
       - {op: replace, path: /spec/template/spec/containers/0/command/15, value: /usr/local/sbin/runc}
+      - {op: replace, path: /spec/template/spec/containers/0/env/2/value, value: 4x80GiB}
+  - target: {kind: DaemonSet, name: paladin-mover}
+    patch: |-
+      - {op: replace, path: /spec/template/spec/nodeSelector, value: {gpu: "yes"}}
+      - {op: replace, path: /spec/template/spec/containers/0/command/19, value: /usr/local/sbin/runc}
       - {op: replace, path: /spec/template/spec/containers/0/env/2/value, value: 4x80GiB}
   - target: {kind: RuntimeClass, name: paladin}
     patch: |-
@@ -171,12 +177,14 @@ YAML
   done
 }
 
-# server.enabled=false: deploy/k8s without Paladin's server: none of its objects, the scheduler
-# and the webhook without --paladin-server, its token's and its CA's Secrets, and the webhook without an API
+# server.enabled=false: deploy/k8s without Paladin's server: none of its objects, nor the mover's
+# (its moves come from the server), the scheduler and the webhook without --paladin-server and the
+# mover's --paladin-user, its token's and its CA's Secrets, and the webhook without an API
 # token (it then calls nothing).
 without noserver PersistentVolumeClaim:paladin-server-data Service:paladin-server \
   Deployment:paladin-server ServiceAccount:paladin-server ClusterRole:paladin-webhook \
-  ClusterRoleBinding:paladin-webhook
+  ClusterRoleBinding:paladin-webhook DaemonSet:paladin-mover ServiceAccount:paladin-mover \
+  ClusterRole:paladin-mover ClusterRoleBinding:paladin-mover
 cat >>"$work/noserver/kustomization.yaml" <<'YAML'
   - target: {kind: Deployment, name: paladin-scheduler}
     patch: |-
@@ -190,6 +198,8 @@ cat >>"$work/noserver/kustomization.yaml" <<'YAML'
       - {op: remove, path: /spec/template/spec/volumes}
   - target: {kind: Deployment, name: paladin-webhook}
     patch: |-
+      - {op: remove, path: /spec/template/spec/containers/0/command/22}
+      - {op: remove, path: /spec/template/spec/containers/0/command/21}
       - {op: remove, path: /spec/template/spec/containers/0/command/20}
       - {op: remove, path: /spec/template/spec/containers/0/command/19}
       - {op: remove, path: /spec/template/spec/containers/0/command/18}
@@ -215,25 +225,30 @@ if grep -n 'paladin-server' "$work/noserver-render.yaml"; then
   failed=1
 fi
 
-# checkpoint.enabled=false, recover.enabled=false: deploy/k8s without the checkpointer's
-# DaemonSet and the recovery's Deployment, their identities, and the recovery's --paladin-user.
+# checkpoint.enabled=false, recover.enabled=false, mover.enabled=false: deploy/k8s without the
+# checkpointer's DaemonSet, the recovery's Deployment and the mover's DaemonSet, their identities,
+# and the recovery's and the mover's --paladin-user.
 without norecover DaemonSet:paladin-checkpoint Deployment:paladin-recover \
   ServiceAccount:paladin-checkpoint ServiceAccount:paladin-recover ClusterRole:paladin-checkpoint \
   ClusterRole:paladin-recover ClusterRoleBinding:paladin-checkpoint \
-  ClusterRoleBinding:paladin-recover
+  ClusterRoleBinding:paladin-recover DaemonSet:paladin-mover ServiceAccount:paladin-mover \
+  ClusterRole:paladin-mover ClusterRoleBinding:paladin-mover
 cat >>"$work/norecover/kustomization.yaml" <<'YAML'
   - target: {kind: Deployment, name: paladin-webhook}
     patch: |-
+      - {op: remove, path: /spec/template/spec/containers/0/command/16}
+      - {op: remove, path: /spec/template/spec/containers/0/command/15}
       - {op: remove, path: /spec/template/spec/containers/0/command/14}
       - {op: remove, path: /spec/template/spec/containers/0/command/13}
 YAML
 "$kubectl" kustomize "$work/norecover" >"$work/norecover.yaml"
 "$render" template paladin "$chart" -n paladin --set namespace.create=true \
-  --set checkpoint.enabled=false,recover.enabled=false >"$work/norecover-render.yaml"
-check "checkpoint.enabled=false, recover.enabled=false = deploy/k8s without them" \
+  --set checkpoint.enabled=false,recover.enabled=false,mover.enabled=false \
+  >"$work/norecover-render.yaml"
+check "checkpoint, recover and mover disabled = deploy/k8s without them" \
   "$work/norecover.yaml" "$work/norecover-render.yaml"
-if grep -nE 'paladin-(checkpoint|recover)|--host-mounts' "$work/norecover-render.yaml"; then
-  echo "chart: FAIL: checkpoint and recover disabled: the render still names them"
+if grep -nE 'paladin-(checkpoint|recover|mover)|--host-mounts' "$work/norecover-render.yaml"; then
+  echo "chart: FAIL: checkpoint, recover and mover disabled: the render still names them"
   failed=1
 fi
 
