@@ -2,10 +2,10 @@
 # The serving certificate of Paladin's server in the cluster: a CA made for it alone signs a
 # certificate for the Service paladin-server.NAMESPACE.svc (and any more names given with -a);
 # the certificate, its key and the CA's certificate become the Secret paladin-server-tls, which
-# the server serves HTTPS with (--tls-cert, --tls-key) and whose ca.crt the scheduler and the
-# webhook trust (--paladin-ca-file). The CA's key is thrown away. An existing Secret is kept
-# unless -r (replace) is given: then the server, scheduler and webhook are restarted to take the
-# new one. Valid 365 days: renew with -r before then.
+# the server serves HTTPS with (--tls-cert, --tls-key) and whose ca.crt the scheduler, the
+# webhook and the mover trust (--paladin-ca-file). The CA's key is thrown away. An existing Secret
+# is kept unless -r (replace) is given: then the server, scheduler, webhook and mover are
+# restarted to take the new one. Valid 365 days: renew with -r before then.
 #
 #   deploy/k8s/server-tls.sh [-n NAMESPACE] [-k KUBECTL] [-a SAN]... [-r]
 #
@@ -42,9 +42,10 @@ serving_certificate "$work" paladin-server-ca "$svc" "DNS:$svc,DNS:$svc.cluster.
   --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
 echo "server-tls: Secret $ns/paladin-server-tls for $svc${extra:+ (and ${extra#,})}, valid 365 days"
 if [[ $replace == 1 ]]; then
-  for d in paladin-server paladin-scheduler paladin-webhook; do
-    "$kubectl" -n "$ns" rollout restart "deployment/$d" >/dev/null 2>&1 ||
-      echo "server-tls: deployment/$d not restarted (not installed?)"
+  for d in deployment/paladin-server deployment/paladin-scheduler deployment/paladin-webhook \
+    daemonset/paladin-mover; do
+    "$kubectl" -n "$ns" rollout restart "$d" >/dev/null 2>&1 ||
+      echo "server-tls: $d not restarted (not installed?)"
   done
-  echo "server-tls: server, scheduler and webhook restarted to take the new certificate"
+  echo "server-tls: server, scheduler, webhook and mover restarted to take the new certificate"
 fi

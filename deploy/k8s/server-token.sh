@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The admin token of Paladin's server in the cluster: a new random token (pal_ and 64 hex digits,
 # the form the server makes) as the Secret paladin-server-token, which the server takes as its
-# admin token (--admin-token-file) and the scheduler and webhook use to reach it. An existing
-# Secret is kept unless -r (replace) is given: then the server, scheduler and webhook are
-# restarted to take the new one, and the old token stops working once the server has.
+# admin token (--admin-token-file) and the scheduler, webhook and mover use to reach it. An existing
+# Secret is kept unless -r (replace) is given: then the server, scheduler, webhook and mover
+# are restarted to take the new one, and the old token stops working once the server has.
 #
 #   deploy/k8s/server-token.sh [-n NAMESPACE] [-k KUBECTL] [-r]
 #
@@ -31,9 +31,10 @@ printf 'pal_%s' "$(openssl rand -hex 32)" >"$work/token"
   --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
 echo "server-token: Secret $ns/paladin-server-token made"
 if [[ $replace == 1 ]]; then
-  for d in paladin-server paladin-scheduler paladin-webhook; do
-    "$kubectl" -n "$ns" rollout restart "deployment/$d" >/dev/null 2>&1 ||
-      echo "server-token: deployment/$d not restarted (not installed?)"
+  for d in deployment/paladin-server deployment/paladin-scheduler deployment/paladin-webhook \
+    daemonset/paladin-mover; do
+    "$kubectl" -n "$ns" rollout restart "$d" >/dev/null 2>&1 ||
+      echo "server-token: $d not restarted (not installed?)"
   done
-  echo "server-token: server, scheduler and webhook restarted to take the new token"
+  echo "server-token: server, scheduler, webhook and mover restarted to take the new token"
 fi

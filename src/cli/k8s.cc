@@ -44,6 +44,7 @@
 #include "fleet_format.h"
 #include "paladin/api/client.h"
 #include "paladin/base/size.h"
+#include "paladin/ckpt/workload.h"
 #include "paladin/gpu/nvml.h"
 #include "paladin/k8s/api.h"
 #include "paladin/k8s/explain.h"
@@ -516,7 +517,8 @@ void StopOnSignals() {
 // process enters it (setns, before it has any thread), and with it the node's root and the
 // mounts the node makes later (a new pod's /dev/shm). The pod's own API credentials are read
 // first: its token is in memory already, and each certificate file is kept open and named
-// through /proc/self/fd, which the node's /proc (the same pid namespace) resolves.
+// through /proc/self/fd, which the node's /proc (the same pid namespace) resolves; so is the
+// image's paladin-gpu-call (below).
 Status EnterHostMounts(k8s::ApiConfig* config) {
   const pid_t parent = getppid();
   if (parent <= 0) {
@@ -532,6 +534,15 @@ Status EnterHostMounts(k8s::ApiConfig* config) {
       return FailedPrecondition("--host-mounts: cannot open " + *file + ": " +
                                 std::strerror(errno));
     *file = "/proc/self/fd/" + std::to_string(fd);  // kept open for the process's life
+  }
+  // The driver's checkpoint calls run in a helper program of this image (paladin-gpu-call), which
+  // the node's mounts do not have: kept open, without close-on-exec, so that the helper started
+  // later (posix_spawn) executes it through its own /proc/self/fd.
+  if (StatusOr<std::string> helper =
+          ckpt::FindHelperProgram("paladin-gpu-call", "PALADIN_GPU_CALL");
+      helper.ok() && helper->rfind("/proc/self/fd/", 0) != 0) {
+    const int fd = open(helper->c_str(), O_RDONLY);  // NOLINT(android-cloexec-open): inherited
+    if (fd >= 0) setenv("PALADIN_GPU_CALL", ("/proc/self/fd/" + std::to_string(fd)).c_str(), 1);
   }
   const std::string ns_path = "/proc/" + std::to_string(parent) + "/ns/mnt";
   const int ns = open(ns_path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -16,7 +16,9 @@
 # the server, from those measurements. With the server stopped, an `auto` pod is admitted at the webhook's default and a
 # GPU pod waits with the documented reason; the server back (its data and token kept), it is
 # placed. The token replaced by server-token.sh -r: the old one refused, a pod placed with the
-# new one. Then (with the test cluster's second node) a node lost and its pod recovered by the
+# new one. A GPU pod moved to the node's other GPU through the installed server (`paladin pods
+# move`) by the installed mover DaemonSet (paladin-mover, in the node's mount namespace): it goes
+# on from its generation, its memory verified. Then (with the test cluster's second node) a node lost and its pod recovered by the
 # installed objects alone: the checkpointer DaemonSet (paladin-checkpoint, `paladin k8s
 # checkpoint --every 3 --host-mounts` in a privileged hostPID pod on the second node, running the
 # node's runc and CRIU in the node's mount namespace) checkpoints pod `lost` periodically, left
@@ -68,7 +70,10 @@ fail() {
 }
 t0=$SECONDS
 work=$CLUSTER_DIR/installed
-mkdir -p "$work/overlay" "$work/lib" "$work/emu" "$work/server-data"
+# The emulated GPUs' state: the node runtime's (k8s_test.sh), which restores a moved pod's GPU
+# state on the node.
+emu=$CLUSTER_DIR/paladin/emu
+mkdir -p "$work/overlay" "$work/lib" "$emu" "$work/server-data"
 # The cluster's node runtime (cluster.sh): runc beside kubectl, Paladin's CRIU, the move key.
 runc=$(dirname "$KUBECTL")/runc
 criu_dir=${PALADIN_CRIU_DIR:-/opt/paladin/criu}
@@ -187,7 +192,7 @@ patches:
                 resources: $limits
             volumes:
               - {name: lib, hostPath: {path: $work/lib, type: Directory}}
-              - {name: emu, hostPath: {path: $work/emu, type: Directory}}
+              - {name: emu, hostPath: {path: $emu, type: Directory}}
   # After the node's own variables (as the chart's node.extraEnv), not before them; a pass
   # every 2 s (the pods' measurements are checked while they run).
   - target: {kind: DaemonSet, name: paladin-node}
@@ -205,11 +210,12 @@ patches:
                 --cert, /tls/tls.crt, --key, /tls/tls.key, --lib-dir, $work/lib,
                 --paladin-user, "system:serviceaccount:paladin:paladin-scheduler",
                 --paladin-user, "system:serviceaccount:paladin:paladin-recover",
+                --paladin-user, "system:serviceaccount:paladin:paladin-mover",
                 --paladin-server, "$server_url",
                 --paladin-token-file, /var/run/paladin/server-token/token,
                 --paladin-ca-file, /var/run/paladin/server-ca/ca.crt,
                 --usage-user, "system:serviceaccount:paladin:paladin-node",
-                --emulated-gpus, $PALADIN_EMU_GPUS_SPEC, --emu-state-dir, $work/emu]
+                --emulated-gpus, $PALADIN_EMU_GPUS_SPEC, --emu-state-dir, $emu]
       - {op: add, path: /spec/template/spec/containers/0/env, value: $in_cluster_env}
       - {op: replace, path: /spec/template/spec/containers/0/resources, value: $limits}
       - op: replace
@@ -250,7 +256,7 @@ patches:
                 --images, $CLUSTER_DIR/node2/checkpoints, --runc, $runc,
                 --runc-root, $CLUSTER_DIR/node2/containerd/runc/k8s.io, --criu-dir, $criu_dir,
                 --driver, $work/lib/libpaladin-emucuda.so, --nvml, $work/lib/libpaladin-emucuda.so]
-      - {op: replace, path: /spec/template/spec/containers/0/env/3/value, value: $work/emu/state}
+      - {op: replace, path: /spec/template/spec/containers/0/env/3/value, value: $emu/state}
       - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_HOST, value: 127.0.0.1}}
       - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_PORT, value: "$api_port"}}
       - {op: replace, path: /spec/template/spec/containers/0/resources, value: $limits}
@@ -265,7 +271,27 @@ patches:
                 --images, $CLUSTER_DIR/checkpoints, --runc, $runc,
                 --runc-root, $CLUSTER_DIR/containerd/runc/k8s.io, --criu-dir, $criu_dir,
                 --driver, $work/lib/libpaladin-emucuda.so, --nvml, $work/lib/libpaladin-emucuda.so]
-      - {op: replace, path: /spec/template/spec/containers/0/env/3/value, value: $work/emu/state}
+      - {op: replace, path: /spec/template/spec/containers/0/env/3/value, value: $emu/state}
+      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_HOST, value: 127.0.0.1}}
+      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_PORT, value: "$api_port"}}
+      - {op: replace, path: /spec/template/spec/containers/0/resources, value: $limits}
+  # The mover on the first node (its runc state and image folder), asking the server every
+  # second.
+  - target: {kind: DaemonSet, name: paladin-mover}
+    patch: |-
+      - {op: replace, path: /spec/template/spec/nodeSelector, value: {kubernetes.io/hostname: "$NODE"}}
+      - {op: add, path: /spec/template/spec/hostNetwork, value: true}
+      - op: replace
+        path: /spec/template/spec/containers/0/command
+        value: [/usr/local/bin/paladin, k8s, mover, --node, \$(NODE_NAME), --every, "1",
+                --paladin-server, "$server_url",
+                --paladin-token-file, /var/run/paladin/server-token/token,
+                --paladin-ca-file, /var/run/paladin/server-ca/ca.crt,
+                --host-mounts, --key, $key,
+                --images, $CLUSTER_DIR/checkpoints, --runc, $runc,
+                --runc-root, $CLUSTER_DIR/containerd/runc/k8s.io, --criu-dir, $criu_dir,
+                --driver, $work/lib/libpaladin-emucuda.so, --nvml, $work/lib/libpaladin-emucuda.so]
+      - {op: replace, path: /spec/template/spec/containers/0/env/3/value, value: $emu/state}
       - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_HOST, value: 127.0.0.1}}
       - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: KUBERNETES_SERVICE_PORT, value: "$api_port"}}
       - {op: replace, path: /spec/template/spec/containers/0/resources, value: $limits}
@@ -287,7 +313,7 @@ if [[ -n $render ]]; then
 namespace: {create: true}
 image: {tag: test}
 emulatedGPUs: {enabled: true, gpus: $PALADIN_EMU_GPUS_SPEC}
-hostPaths: {lib: $work/lib, emu: $work/emu, type: Directory}
+hostPaths: {lib: $work/lib, emu: $emu, type: Directory}
 scheduler: {interval: "0.3", hostNetwork: true, extraEnv: $in_cluster_env, resources: $limits}
 node: {every: "2", hostNetwork: true, extraEnv: $in_cluster_env, resources: $limits}
 server:
@@ -324,6 +350,12 @@ checkpoint:
 recover:
   watch: "0.5"
   lostAfter: "4"
+  nodeSelector: {kubernetes.io/hostname: "$NODE"}
+  hostNetwork: true
+  extraEnv: $in_cluster_env
+  resources: $limits
+mover:
+  every: "1"
   nodeSelector: {kubernetes.io/hostname: "$NODE"}
   hostNetwork: true
   extraEnv: $in_cluster_env
@@ -369,7 +401,8 @@ token=$("$KUBECTL" -n paladin get secret paladin-server-token -o jsonpath='{.dat
 export PALADIN_CA_FILE=$work/server-ca.crt
 "$KUBECTL" apply -f "$installed_from" >/dev/null
 for d in deployment/paladin-server deployment/paladin-scheduler deployment/paladin-webhook \
-  daemonset/paladin-node daemonset/paladin-checkpoint deployment/paladin-recover; do
+  daemonset/paladin-node daemonset/paladin-checkpoint deployment/paladin-recover \
+  daemonset/paladin-mover; do
   "$KUBECTL" -n paladin rollout status "$d" --timeout=90s >/dev/null ||
     fail "$d not ready: $("$KUBECTL" -n paladin get pods -o wide 2>&1 | tail -5)"
 done
@@ -588,6 +621,39 @@ echo "installed: server-token.sh -r: the new token taken by the server, schedule
 # The placement was the installed scheduler's: its log names the pods.
 grep -q "placing pods" <<<"$("$KUBECTL" -n paladin logs deployment/paladin-scheduler)" ||
   fail "the installed scheduler's log: $("$KUBECTL" -n paladin logs deployment/paladin-scheduler | tail -3)"
+
+# --- a pod moved through the installed server by the installed mover --------------------------
+# The admin token asks the server to move GPU pod `mv` (RuntimeClass paladin) to the node's other
+# GPU; the mover DaemonSet (paladin-mover, on the first node, restarted with the new token by
+# server-token.sh -r) takes the move and carries it out in the node's mount namespace.
+if [[ -x $criu_dir/criu ]]; then
+  "$KUBECTL" -n paladin rollout status daemonset/paladin-mover --timeout=90s >/dev/null ||
+    fail "the mover did not come back after server-token.sh -r"
+  workload '--mib 24 --host-mib 3 --every-ms 90'
+  demo_pod mv '' 'paladin.io/gpu-memory: 1Gi'
+  wait_running mv
+  wait_gen mv 5
+  from=$(k get pod mv -o jsonpath='{.metadata.annotations.paladin\.io/gpu}')
+  for ((i = 0; i < 50; i++)); do
+    [[ $("$PALADIN" pods --json --server "$server_url" --token "$token" | jq -r --arg ns "$NS" \
+      '.pods[] | select(.namespace == $ns and .name == "mv") | .phase') == Running ]] && break
+    sleep 0.2
+  done
+  "$KUBECTL" -n "$NS" logs -f mv >"$work/mv.log" 2>/dev/null &
+  out=$("$PALADIN" pods move "$NS/mv" --gpu $((1 - from)) --timeout 90 --server "$server_url" \
+    --token "$token" 2>&1) || fail "pods move through the installed mover: $out
+$("$KUBECTL" -n paladin logs daemonset/paladin-mover 2>&1 | tail -5)"
+  first=$(first_gen mv-m1)
+  gen_before=$(gens "$work/mv.log" | tail -1)
+  went_on mv-m1 "$first" "$gen_before" $((gen_before + 2))
+  [[ $(k get pod mv-m1 -o jsonpath='{.metadata.annotations.paladin\.io/gpu}') == $((1 - from)) ]] ||
+    fail "pod mv-m1 is not on GPU $((1 - from))"
+  k wait --for=delete pod/mv --timeout=30s >/dev/null 2>&1 || fail "pod mv still exists"
+  echo "installed: $(tail -1 <<<"$out")"
+  echo "installed: the installed mover moved mv -> mv-m1, GPU $from -> $((1 - from)), generation" \
+    "$gen_before -> $first, then $(last_gen mv-m1), memory verified"
+  k delete pod mv-m1 --wait=true --timeout=30s >/dev/null
+fi
 
 # --- a node lost, its pod recovered by the installed checkpointer and recovery ----------------
 if [[ $recovery == 0 ]]; then
