@@ -85,8 +85,8 @@ int FleetResume(const std::string& job, const FleetFlags& flags, bool wait = tru
 
 // The command groups (src/cli/fleet_*.cc), added by RegisterFleet.
 void RegisterFleetJobs(CLI::App& app, int* exit_code);  // submit ps show logs cancel explain events
-void RegisterFleetMoves(CLI::App& app, int* exit_code);
-void RegisterFleetPods(CLI::App& app, int* exit_code);  // pods, pods move, pods moves  // job migrate|checkpoint|resume, drain
+void RegisterFleetMoves(CLI::App& app, int* exit_code);  // job migrate|checkpoint|resume, drain
+void RegisterFleetPods(CLI::App& app, int* exit_code);   // pods, pods move, pods moves
 void RegisterFleetAdmin(CLI::App& app, int* exit_code);  // nodes teams quota tokens
 void RegisterFleetTop(CLI::App& app, int* exit_code);    // top
 

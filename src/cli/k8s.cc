@@ -96,6 +96,7 @@ struct NodeArgs {
   // The server's mover's (node: `node`, every: `every_s`)
   std::vector<std::string> node_images;  // NODE=DIR
   std::string mover_name;
+  double settle_after_s = 300;
   // The periodic checkpoint's (node: `node`, every: `every_s`) and the recovery's
   std::string lost_node;
   double lost_after_s = 40;
@@ -738,6 +739,7 @@ int RunMover(const NodeArgs& args) {
   k8s::MoverOptions o;
   o.node = args.node;
   o.mover = args.mover_name;
+  o.settle_after_s = args.settle_after_s;
   o.move = *made;
   for (const std::string& pair : args.node_images) {
     const size_t eq = pair.find('=');
@@ -1069,6 +1071,11 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
                     "(repeatable)");
   mover->add_option("--mover-name", args->mover_name,
                     "The name the server's ledger gives this mover (default: the node's)");
+  mover
+      ->add_option("--settle-after", args->settle_after_s,
+                   "Seconds after which a move this mover's name took and did not finish (a "
+                   "mover stopped in the middle of it) is settled by the next pass")
+      ->check(CLI::NonNegativeNumber);
   mover->add_option("--runc", m.runc, "runc on this node");
   mover->add_option("--runc-root", m.runc_root, "runc's state folder of containerd's k8s.io pods");
   mover->add_option("--criu-dir", m.criu_dir, "Folder of Paladin's criu, first on runc's PATH");

@@ -3,8 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <vector>
+
+#include "json_fields.h"
 
 namespace paladin::k8s {
 namespace {
@@ -82,7 +85,110 @@ api::PodMoveOutcome CarryOut(const ApiClient& kube, const api::PodMove& m,
   return outcome;
 }
 
+// Tells the server how move ID ended, a few times: the server may be restarting.
+void Finish(const api::Client& server, const std::string& id, api::PodMoveOutcome outcome,
+            const std::function<void(const std::string&)>& progress) {
+  outcome.message = ForTheServer(outcome.message);
+  Status told = Status::Ok();
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    if (attempt > 0) sleep(1);
+    told = server.Post("/v1/pod-moves/" + id + "/finish", api::ToJson(outcome)).status();
+    if (told.ok() || told.code() != StatusCode::kUnavailable) break;
+  }
+  if (!told.ok()) progress("move " + id + ": the server did not take its end: " + told.message());
+}
+
+// The pod NS/NAME's JSON, "" when the API server has none (or cannot say).
+std::string PodJson(const ApiClient& kube, const std::string& ns, const std::string& name) {
+  StatusOr<std::string> body = kube.Get("/api/v1/namespaces/" + ns + "/pods/" + name);
+  return body.ok() ? *body : "";
+}
+
+// Settles the leftovers of this mover's name: moves it took and did not finish.
+void SettleLeftovers(const ApiClient& kube, const api::Client& server, const MoverOptions& options,
+                     const std::string& mover,
+                     const std::function<void(const std::string&)>& progress) {
+  StatusOr<Json> list = server.Get("/v1/pod-moves?node=" + options.node + "&state=taken");
+  if (!list.ok()) return;  // the requested moves' list says why, just after
+  const Json moves = list->value(api::key::kMoves, Json::array());
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  for (const Json& j : moves.is_array() ? moves : Json::array()) {
+    StatusOr<api::PodMove> m = api::DecodePodMove(j);
+    if (!m.ok() || m->mover != mover || m->from_node != options.node) continue;
+    const double taken_at = j.value(api::key::kTakenAt, now);
+    if (now - taken_at < options.settle_after_s) continue;  // may be in flight elsewhere
+    const std::string id = std::to_string(m->id);
+    const std::string new_name = NextPodName(m->name);
+    const Leftover l =
+        SettleLeftover(*m, PodJson(kube, m->ns, m->name), PodJson(kube, m->ns, new_name));
+    if (l.action == Leftover::Action::kWait) continue;
+    if (l.action == Leftover::Action::kDeleteOldThenDone) {
+      StatusOr<std::string> deleted =
+          kube.Delete("/api/v1/namespaces/" + m->ns + "/pods/" + m->name);
+      if (!deleted.ok() && deleted.status().code() != StatusCode::kNotFound) {
+        progress("move " + id + ": deleting pod " + m->ns + "/" + m->name + ": " +
+                 deleted.status().message() + " (next pass)");
+        continue;
+      }
+    }
+    api::PodMoveOutcome outcome;
+    outcome.ok = l.action != Leftover::Action::kFail;
+    outcome.message = l.message;
+    outcome.new_name = l.new_name;
+    progress("move " + id + " (left by a mover stopped in the middle of it): " +
+             (outcome.ok ? "done, " : "failed, ") + l.message);
+    Finish(server, id, outcome, progress);
+  }
+}
+
 }  // namespace
+
+Leftover SettleLeftover(const api::PodMove& move, const std::string& old_pod,
+                        const std::string& new_pod) {
+  const std::string pod = move.ns + "/" + move.name;
+  const auto read = [](const std::string& text) {
+    return text.empty() ? Json() : Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  };
+  const Json old_json = read(old_pod);
+  Json new_json = read(new_pod);
+  // A pod of the replacement's name that is not this pod's replacement is not one.
+  if (new_json.is_object()) {
+    const Json meta = new_json.value("metadata", Json::object());
+    const std::string from = Str(meta.value("annotations", Json::object()), kMovedFromAnnotation);
+    if (from.rfind(pod + " (", 0) != 0) new_json = Json();
+  }
+  const std::string old_phase =
+      old_json.is_object() ? Str(old_json.value("status", Json::object()), "phase") : "";
+  Leftover l;
+  if (new_json.is_object()) {
+    const std::string name = Str(new_json.value("metadata", Json::object()), "name");
+    const std::string phase = Str(new_json.value("status", Json::object()), "phase");
+    if (api::PodPhaseRunning(phase)) {
+      l.action =
+          old_json.is_object() ? Leftover::Action::kDeleteOldThenDone : Leftover::Action::kDone;
+      l.new_name = name;
+      l.message = "finished by the next pass of its mover: the replacement " + move.ns + "/" +
+                  name + " runs" + (old_json.is_object() ? ", pod " + pod + " deleted" : "");
+    } else if (api::PodPhaseEnded(phase)) {
+      l.action = Leftover::Action::kFail;
+      l.message = "the replacement " + move.ns + "/" + name + " ended (" + phase +
+                  ") without running on; the checkpoint image stays in the node's image folder";
+    }
+    return l;  // kWait while it starts
+  }
+  l.action = Leftover::Action::kFail;
+  if (api::PodPhaseRunning(old_phase)) {
+    l.message = "its mover was stopped before the replacement was made: pod " + pod +
+                " runs where it was and nothing moved (ask again)";
+  } else {
+    l.message = "its mover was stopped after the checkpoint and before the replacement: pod " +
+                pod + (old_json.is_object() ? " is " + old_phase : " is gone") +
+                "; its checkpoint image stays in the node's image folder (its owner file names "
+                "the pod)";
+  }
+  return l;
+}
 
 StatusOr<MoveOptions> ServerMoveOptions(const api::PodMove& move, const MoverOptions& options) {
   MoveOptions out = options.move;
@@ -112,6 +218,7 @@ StatusOr<int> RunServerMoves(const ApiClient& kube, const api::Client& server,
   const Json moves = list->value(api::key::kMoves, Json::array());
   if (!moves.is_array()) return InvalidArgument("the server's moves: expected a list");
   const std::string mover = options.mover.empty() ? options.node : options.mover;
+  SettleLeftovers(kube, server, options, mover, progress);
   int taken = 0;
   // The server lists the newest first; the oldest is carried out first.
   for (auto j = moves.rbegin(); j != moves.rend(); ++j) {
@@ -146,16 +253,7 @@ StatusOr<int> RunServerMoves(const ApiClient& kube, const api::Client& server,
             "move " + id + " asked by " + m->asked_by + ": " + outcome.message, progress);
     }
     progress("move " + id + ": " + (outcome.ok ? "done, " : "failed, ") + outcome.message);
-    api::PodMoveOutcome said = outcome;
-    said.message = ForTheServer(said.message);
-    // The ledger must hear how it ended: a few tries, the server may be restarting.
-    Status told = Status::Ok();
-    for (int attempt = 0; attempt < 5; ++attempt) {
-      if (attempt > 0) sleep(1);
-      told = server.Post("/v1/pod-moves/" + id + "/finish", api::ToJson(said)).status();
-      if (told.ok() || told.code() != StatusCode::kUnavailable) break;
-    }
-    if (!told.ok()) progress("move " + id + ": the server did not take its end: " + told.message());
+    Finish(server, id, outcome, progress);
   }
   return taken;
 }

@@ -7,7 +7,9 @@
 # `paladin k8s move` does. Checked: the move is requested, then done in the server's ledger with
 # the replacement's name and GPU; the workload goes on from the generation it had reached, its
 # memory verified, on the target GPU; the old pod is gone; a sampler never sees two copies; the
-# pods' events say who asked (Moving) and where it went (Moved); a second pass takes nothing.
+# pods' events say who asked (Moving) and where it went (Moved); a second pass takes nothing; a
+# move left taken by a mover stopped before it made the replacement is failed by the next pass,
+# the pod running on where it was.
 # Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, CLUSTER_DIR, PALADIN, EMUCUDA, NODE,
 # K8S_NODE_FLAGS, MOVE_FLAGS.
 set -euo pipefail
@@ -109,4 +111,25 @@ grep -q "0 move(s) taken" "$work/mover2.log" || fail "second pass: $(cat "$work/
 echo "move_server: gpu -> gpu-m1 (move $id asked by team:research), GPU $from -> $to, generation" \
   "$gen_before -> $first, then $(last_gen gpu-m1), memory verified on $to_uuid; at most 1 copy" \
   "in $SAMPLES samples; pod gpu deleted; a second pass took nothing"
+
+# A mover stopped in the middle of a move: move 2 (gpu-m1 back to GPU $from) is taken in the
+# node's name (as a mover does) and never finished; the next pass settles it: no replacement
+# was made and gpu-m1 runs where it was, so the move fails saying so, and nothing changes.
+out=$(as "$research" pods move "$NS/gpu-m1" --gpu "$from" --no-wait) || fail "pods move gpu-m1: $out"
+id2=$(as "$research" pods moves --json | jq -r '.moves[0].id')
+curl -sf -X POST -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' \
+  -d "{\"mover\": \"$NODE\"}" "$url/v1/pod-moves/$id2/take" >/dev/null || fail "take move $id2"
+g1=$(last_gen gpu-m1)
+"$PALADIN" k8s mover --node "$NODE" --settle-after 0 --driver "$EMUCUDA" --nvml "$EMUCUDA" \
+  "${move[@]}" --paladin-server "$url" --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" \
+  >"$work/mover3.log" 2>&1 || fail "paladin k8s mover (3): $(tail -3 "$work/mover3.log")"
+sed 's/^/move_server:   /' "$work/mover3.log"
+got=$(as "$research" pods moves --json | jq -r --argjson id "$id2" '.moves[] | select(.id == $id) | "\(.state): \(.message)"')
+[[ $got == "failed: its mover was stopped before the replacement was made: pod $NS/gpu-m1 runs where it was and nothing moved (ask again)" ]] ||
+  fail "the leftover move $id2: '$got'"
+sleep 0.5
+[[ $(k get pod gpu-m1 -o jsonpath='{.status.phase}') == Running && $(last_gen gpu-m1) -gt $g1 ]] ||
+  fail "pod gpu-m1 does not run on after the leftover was settled"
+k get pod gpu-m2 >/dev/null 2>&1 && fail "a pod gpu-m2 was made"
+echo "move_server: a leftover move (taken, never finished) settled by the next pass: $got"
 k delete pod gpu-m1 --wait=true --timeout=30s >/dev/null

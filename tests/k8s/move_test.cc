@@ -256,5 +256,54 @@ TEST(ServerMoveOptions, AMoveFromTheServerBecomesTheMoversOwnOptions) {
       << unknown.status().message();
 }
 
+std::string LeftoverPod(const std::string& name, const std::string& phase,
+                        const std::string& moved_from) {
+  nlohmann::json pod = {{"metadata", {{"name", name}, {"namespace", "ml"}}},
+                        {"status", {{"phase", phase}}}};
+  if (!moved_from.empty()) pod["metadata"]["annotations"][kMovedFromAnnotation] = moved_from;
+  return pod.dump();
+}
+
+TEST(SettleLeftover, FinishesWhatRanWaitsForWhatStartsAndFailsTheRestSayingWhy) {
+  api::PodMove m;
+  m.id = 3;
+  m.ns = "ml";
+  m.name = "train";
+  const std::string mine = "ml/train (8d2f0c1e)";
+  const std::string running_old = LeftoverPod("train", "Running", "");
+
+  // The replacement runs: done, the old pod deleted first when it is still there.
+  Leftover l = SettleLeftover(m, running_old, LeftoverPod("train-m1", "Running", mine));
+  EXPECT_EQ(l.action, Leftover::Action::kDeleteOldThenDone);
+  EXPECT_EQ(l.new_name, "train-m1");
+  l = SettleLeftover(m, "", LeftoverPod("train-m1", "Running", mine));
+  EXPECT_EQ(l.action, Leftover::Action::kDone);
+  EXPECT_EQ(l.message, "finished by the next pass of its mover: the replacement ml/train-m1 runs");
+  // Still starting: wait; ended: failed.
+  EXPECT_EQ(SettleLeftover(m, "", LeftoverPod("train-m1", "Pending", mine)).action,
+            Leftover::Action::kWait);
+  l = SettleLeftover(m, "", LeftoverPod("train-m1", "Failed", mine));
+  EXPECT_EQ(l.action, Leftover::Action::kFail);
+  EXPECT_NE(l.message.find("ended (Failed)"), std::string::npos) << l.message;
+
+  // A pod of that name that is not this pod's replacement is none.
+  l = SettleLeftover(m, running_old, LeftoverPod("train-m1", "Running", "ml/other (1)"));
+  EXPECT_EQ(l.action, Leftover::Action::kFail);
+  EXPECT_EQ(l.message,
+            "its mover was stopped before the replacement was made: pod ml/train runs where it "
+            "was and nothing moved (ask again)");
+  l = SettleLeftover(m, running_old, LeftoverPod("train-m1", "Running", "ml/train-x (1)"));
+  EXPECT_EQ(l.action, Leftover::Action::kFail);
+
+  // No replacement and the pod no longer runs: its image is what is left.
+  l = SettleLeftover(m, LeftoverPod("train", "Succeeded", ""), "");
+  EXPECT_EQ(l.action, Leftover::Action::kFail);
+  EXPECT_NE(l.message.find("pod ml/train is Succeeded; its checkpoint image stays"),
+            std::string::npos)
+      << l.message;
+  l = SettleLeftover(m, "", "");
+  EXPECT_NE(l.message.find("pod ml/train is gone"), std::string::npos) << l.message;
+}
+
 }  // namespace
 }  // namespace paladin::k8s

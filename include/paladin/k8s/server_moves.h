@@ -28,15 +28,34 @@ struct MoverOptions {
   // Other nodes' image folders, reachable from this node (a filesystem both mount), for moves
   // there: the image is carried into them. A move to a node not named here fails, saying so.
   std::map<std::string, std::string> node_images;
+  // A move this mover's name has had taken for at least this long is a leftover of a mover that
+  // was stopped in the middle of it (no move takes this long): the pass settles it.
+  double settle_after_s = 300;
 };
+
+// What a pass does with a leftover move (taken by this mover's name, not finished), from the pod
+// and its replacement (NextPodName, carrying paladin.io/moved-from naming the pod) as the API
+// server has them now: the replacement Running: the move is done (the old pod deleted first
+// when it is still there); the replacement not yet running: wait; ended: failed; no
+// replacement: failed, saying whether the pod still runs where it was or what is left of it.
+struct Leftover {
+  enum class Action { kWait, kDone, kDeleteOldThenDone, kFail };
+  Action action = Action::kWait;
+  std::string message;
+  std::string new_name;
+};
+// OLD_POD, NEW_POD: the objects' JSON, "" when the API server has none.
+Leftover SettleLeftover(const api::PodMove& move, const std::string& old_pod,
+                        const std::string& new_pod);
 
 // The options of one taken move: the pod, its namespace, the node and GPU asked (none: the pod's
 // node, the packer's GPU), that node's image folder when it is another. An error (a node whose
 // image folder is not known) names what is missing; the move then fails with it.
 StatusOr<MoveOptions> ServerMoveOptions(const api::PodMove& move, const MoverOptions& options);
 
-// One pass: each move the server has "requested" for a pod on options.node is taken, carried
-// out and finished, oldest first. Returns how many were taken; an error only when the server
+// One pass: first each leftover of this mover's name is settled (SettleLeftover); then each move
+// the server has "requested" for a pod on options.node is taken, carried out and finished,
+// oldest first. Returns how many were taken; an error only when the server
 // cannot be asked for the list (a move whose take is refused, taken by another mover, is
 // skipped). `progress` gets one line per step.
 StatusOr<int> RunServerMoves(const ApiClient& kube, const api::Client& server,
