@@ -88,6 +88,14 @@ void PrintMoveLine(const Json& m) {
       Str(m, key::kMessage).empty() ? "" : ": ", fleet::Printable(Str(m, key::kMessage)).c_str());
 }
 
+// A move not ended by the deadline.
+Status StillWaiting(const std::string& id, const std::string& state, double timeout_s) {
+  return Unavailable("pod move " + id + " still " + state + " after " +
+                     fleet::FormatDuration(timeout_s) +
+                     " (paladin pods moves shows it; is the node's mover, paladin k8s mover, "
+                     "running?)");
+}
+
 int RunPodMove(const PodMoveArgs& a) {
   FleetApi api("pods move", a.flags);
   const size_t slash = a.pod.find('/');
@@ -150,10 +158,7 @@ int RunPodMove(const PodMoveArgs& a) {
       std::fflush(stdout);
     }
     if (std::chrono::steady_clock::now() > deadline) {
-      return api.Fail(Unavailable("pod move " + id + " still " + state + " after " +
-                                  fleet::FormatDuration(a.timeout_s) +
-                                  " (paladin pods moves shows it; is the node's mover, "
-                                  "paladin k8s mover, running?)"));
+      return api.Fail(StillWaiting(id, state, a.timeout_s));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }

@@ -105,6 +105,32 @@ std::string PodJson(const ApiClient& kube, const std::string& ns, const std::str
 }
 
 // Settles the leftovers of this mover's name: moves it took and did not finish.
+// Settles one leftover move `m` (SettleLeftover) from the API server's pods.
+void SettleOne(const ApiClient& kube, const api::Client& server, const api::PodMove& m,
+               const std::function<void(const std::string&)>& progress) {
+  const std::string id = std::to_string(m.id);
+  const Leftover l =
+      SettleLeftover(m, PodJson(kube, m.ns, m.name), PodJson(kube, m.ns, NextPodName(m.name)));
+  if (l.action == Leftover::Action::kWait) return;
+  if (l.action == Leftover::Action::kDeleteOldThenDone) {
+    StatusOr<std::string> deleted = kube.Delete("/api/v1/namespaces/" + m.ns + "/pods/" + m.name);
+    if (!deleted.ok() && deleted.status().code() != StatusCode::kNotFound) {
+      progress("move " + id + ": deleting pod " + m.ns + "/" + m.name + ": " +
+               deleted.status().message() + " (next pass)");
+      return;
+    }
+  }
+  api::PodMoveOutcome outcome;
+  outcome.ok = l.action != Leftover::Action::kFail;
+  outcome.message = l.message;
+  outcome.new_name = l.new_name;
+  progress("move " + id + " (left by a mover stopped in the middle of it): " +
+           (outcome.ok ? "done, " : "failed, ") + l.message);
+  Finish(server, id, outcome, progress);
+}
+
+// Settles the leftovers of this mover's name: moves it took and did not finish, taken at least
+// options.settle_after_s ago.
 void SettleLeftovers(const ApiClient& kube, const api::Client& server, const MoverOptions& options,
                      const std::string& mover,
                      const std::function<void(const std::string&)>& progress) {
@@ -118,28 +144,40 @@ void SettleLeftovers(const ApiClient& kube, const api::Client& server, const Mov
     if (!m.ok() || m->mover != mover || m->from_node != options.node) continue;
     const double taken_at = j.value(api::key::kTakenAt, now);
     if (now - taken_at < options.settle_after_s) continue;  // may be in flight elsewhere
-    const std::string id = std::to_string(m->id);
-    const std::string new_name = NextPodName(m->name);
-    const Leftover l =
-        SettleLeftover(*m, PodJson(kube, m->ns, m->name), PodJson(kube, m->ns, new_name));
-    if (l.action == Leftover::Action::kWait) continue;
-    if (l.action == Leftover::Action::kDeleteOldThenDone) {
-      StatusOr<std::string> deleted =
-          kube.Delete("/api/v1/namespaces/" + m->ns + "/pods/" + m->name);
-      if (!deleted.ok() && deleted.status().code() != StatusCode::kNotFound) {
-        progress("move " + id + ": deleting pod " + m->ns + "/" + m->name + ": " +
-                 deleted.status().message() + " (next pass)");
-        continue;
-      }
-    }
-    api::PodMoveOutcome outcome;
-    outcome.ok = l.action != Leftover::Action::kFail;
-    outcome.message = l.message;
-    outcome.new_name = l.new_name;
-    progress("move " + id + " (left by a mover stopped in the middle of it): " +
-             (outcome.ok ? "done, " : "failed, ") + l.message);
-    Finish(server, id, outcome, progress);
+    SettleOne(kube, server, *m, progress);
   }
+}
+
+// Takes move `m` in `mover`'s name and carries it out; whether it was taken.
+bool TakeAndCarryOut(const ApiClient& kube, const api::Client& server, const MoverOptions& options,
+                     const std::string& mover, const api::PodMove& m,
+                     const std::function<void(const std::string&)>& progress) {
+  const std::string id = std::to_string(m.id);
+  const std::string pod = m.ns + "/" + m.name;
+  StatusOr<Json> took = server.Post("/v1/pod-moves/" + id + "/take", {{api::key::kMover, mover}});
+  if (!took.ok()) {
+    progress("move " + id + " of pod " + pod + ": " + took.status().message() + " (skipped)");
+    return false;
+  }
+  progress("move " + id + ": pod " + pod + " to " + Target(m) + ", asked by " + m.asked_by +
+           ", taken by " + mover);
+  Event(kube, m.ns, m.name, "Normal", "Moving",
+        "Paladin moves this pod to " + Target(m) + " (move " + id +
+            ", asked through Paladin's server by " + m.asked_by + ")",
+        progress);
+  const api::PodMoveOutcome outcome = CarryOut(kube, m, options, progress);
+  if (outcome.ok) {
+    Event(kube, m.ns, outcome.new_name, "Normal", "Moved",
+          "restored from pod " + pod + " with its process state (move " + id + ", asked by " +
+              m.asked_by + "): " + outcome.message,
+          progress);
+  } else {
+    Event(kube, m.ns, m.name, "Warning", "MoveFailed",
+          "move " + id + " asked by " + m.asked_by + ": " + outcome.message, progress);
+  }
+  progress("move " + id + ": " + (outcome.ok ? "done, " : "failed, ") + outcome.message);
+  Finish(server, id, outcome, progress);
+  return true;
 }
 
 }  // namespace
@@ -228,32 +266,7 @@ StatusOr<int> RunServerMoves(const ApiClient& kube, const api::Client& server,
       continue;
     }
     if (m->from_node != options.node || m->state != api::PodMoveState::kRequested) continue;
-    const std::string id = std::to_string(m->id);
-    const std::string pod = m->ns + "/" + m->name;
-    StatusOr<Json> took = server.Post("/v1/pod-moves/" + id + "/take", {{api::key::kMover, mover}});
-    if (!took.ok()) {
-      progress("move " + id + " of pod " + pod + ": " + took.status().message() + " (skipped)");
-      continue;
-    }
-    ++taken;
-    progress("move " + id + ": pod " + pod + " to " + Target(*m) + ", asked by " + m->asked_by +
-             ", taken by " + mover);
-    Event(kube, m->ns, m->name, "Normal", "Moving",
-          "Paladin moves this pod to " + Target(*m) + " (move " + id +
-              ", asked through Paladin's server by " + m->asked_by + ")",
-          progress);
-    const api::PodMoveOutcome outcome = CarryOut(kube, *m, options, progress);
-    if (outcome.ok) {
-      Event(kube, m->ns, outcome.new_name, "Normal", "Moved",
-            "restored from pod " + pod + " with its process state (move " + id + ", asked by " +
-                m->asked_by + "): " + outcome.message,
-            progress);
-    } else {
-      Event(kube, m->ns, m->name, "Warning", "MoveFailed",
-            "move " + id + " asked by " + m->asked_by + ": " + outcome.message, progress);
-    }
-    progress("move " + id + ": " + (outcome.ok ? "done, " : "failed, ") + outcome.message);
-    Finish(server, id, outcome, progress);
+    if (TakeAndCarryOut(kube, server, options, mover, *m, progress)) ++taken;
   }
   return taken;
 }
