@@ -95,7 +95,15 @@ class HostProcess:
 
     def __init__(self, popen):
         self.popen = popen
-        self.pid = wait_for("the agent on its host", lambda: children(popen.pid), 10, 0.02)[0]
+        # nsenter's child, or nsenter's end: one that failed (its host gone) is said, not waited
+        # out; a loaded machine may take seconds to fork.
+        wait_for("the agent on its host",
+                 lambda: children(popen.pid) or popen.poll() is not None, 30, 0.02)
+        started = children(popen.pid)
+        if not started:
+            raise TimeoutError(f"nsenter exited with {popen.returncode} before the agent started "
+                               "on its host")
+        self.pid = started[0]
 
     def poll(self):
         return self.popen.poll()
