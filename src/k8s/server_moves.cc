@@ -38,14 +38,16 @@ std::string ForTheServer(std::string text) {
   return text;
 }
 
+// The pod NS/NAME's JSON, "" when the API server has none (or cannot say).
+std::string PodJson(const ApiClient& kube, const std::string& ns, const std::string& name) {
+  StatusOr<std::string> body = kube.Get("/api/v1/namespaces/" + ns + "/pods/" + name);
+  return body.ok() ? *body : "";
+}
+
 // The uid of pod NS/NAME, or "" when it cannot be read (its events then go without it).
 std::string PodUid(const ApiClient& kube, const std::string& ns, const std::string& name) {
-  StatusOr<std::string> body = kube.Get("/api/v1/namespaces/" + ns + "/pods/" + name);
-  if (!body.ok()) return "";
-  const Json pod = Json::parse(*body, nullptr, /*allow_exceptions=*/false);
-  if (!pod.is_object() || !pod.contains("metadata") || !pod["metadata"].is_object()) return "";
-  const Json& uid = pod["metadata"].value("uid", Json());
-  return uid.is_string() ? uid.get<std::string>() : "";
+  const Json pod = Json::parse(PodJson(kube, ns, name), nullptr, /*allow_exceptions=*/false);
+  return pod.is_object() ? Str(pod.value("metadata", Json::object()), "uid") : "";
 }
 
 void Event(const ApiClient& kube, const std::string& ns, const std::string& name,
@@ -98,13 +100,6 @@ void Finish(const api::Client& server, const std::string& id, api::PodMoveOutcom
   if (!told.ok()) progress("move " + id + ": the server did not take its end: " + told.message());
 }
 
-// The pod NS/NAME's JSON, "" when the API server has none (or cannot say).
-std::string PodJson(const ApiClient& kube, const std::string& ns, const std::string& name) {
-  StatusOr<std::string> body = kube.Get("/api/v1/namespaces/" + ns + "/pods/" + name);
-  return body.ok() ? *body : "";
-}
-
-// Settles the leftovers of this mover's name: moves it took and did not finish.
 // Settles one leftover move `m` (SettleLeftover) from the API server's pods.
 void SettleOne(const ApiClient& kube, const api::Client& server, const api::PodMove& m,
                const std::function<void(const std::string&)>& progress) {

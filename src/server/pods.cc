@@ -166,11 +166,15 @@ std::string PodPlace(const std::string& node, int gpu) {
 
 }  // namespace
 
-api::PodMove* PodBook::FindMove(int64_t id) {
+StatusOr<api::PodMove*> PodBook::MoverMove(const Principal& who, int64_t id,
+                                           const std::string& act) {
   for (api::PodMove& m : moves_) {
-    if (m.id == id) return &m;
+    if (m.id != id || !SeesMove(who, m)) continue;
+    PALADIN_RETURN_IF_ERROR(
+        CheckSpeaksFor(who, m.from_node, act + " the move of a pod on " + m.from_node));
+    return &m;
   }
-  return nullptr;
+  return NotFound("no pod move " + std::to_string(id));
 }
 
 void PodBook::SettleMoves(const std::string& cluster) {
@@ -273,12 +277,9 @@ StatusOr<Json> PodBook::Move(const Principal& who, int64_t id) const {
 
 StatusOr<Json> PodBook::TakeMove(const Principal& who, int64_t id, const std::string& mover) {
   std::lock_guard<std::mutex> lock(mu_);
-  api::PodMove* m = FindMove(id);
-  if (m == nullptr || !SeesMove(who, *m)) return NotFound("no pod move " + std::to_string(id));
-  if (Status s = CheckSpeaksFor(who, m->from_node, "take the move of a pod on " + m->from_node);
-      !s.ok()) {
-    return s;
-  }
+  StatusOr<api::PodMove*> found = MoverMove(who, id, "take");
+  if (!found.ok()) return found.status();
+  api::PodMove* m = *found;
   if (m->state != api::PodMoveState::kRequested) {
     return FailedPrecondition("pod move " + std::to_string(id) + " is " +
                               api::PodMoveStateName(m->state) +
@@ -293,12 +294,9 @@ StatusOr<Json> PodBook::TakeMove(const Principal& who, int64_t id, const std::st
 StatusOr<Json> PodBook::FinishMove(const Principal& who, int64_t id,
                                    const api::PodMoveOutcome& outcome) {
   std::lock_guard<std::mutex> lock(mu_);
-  api::PodMove* m = FindMove(id);
-  if (m == nullptr || !SeesMove(who, *m)) return NotFound("no pod move " + std::to_string(id));
-  if (Status s = CheckSpeaksFor(who, m->from_node, "finish the move of a pod on " + m->from_node);
-      !s.ok()) {
-    return s;
-  }
+  StatusOr<api::PodMove*> found = MoverMove(who, id, "finish");
+  if (!found.ok()) return found.status();
+  api::PodMove* m = *found;
   if (m->state != api::PodMoveState::kTaken) {
     return FailedPrecondition("pod move " + std::to_string(id) + " is " +
                               api::PodMoveStateName(m->state) + ": only a taken move ends");

@@ -115,7 +115,9 @@ class PodBook {
   bool SeesMove(const Principal& who, const api::PodMove& m) const {
     return who.agent() ? who.SpeaksFor(m.from_node) : who.SeesTeam(m.team);
   }
-  api::PodMove* FindMove(int64_t id);
+  // Move ID for a mover's `act` ("take", "finish"): NotFound when `who` does not see it,
+  // PermissionDenied unless `who` speaks for the pod's node. Under mu_.
+  StatusOr<api::PodMove*> MoverMove(const Principal& who, int64_t id, const std::string& act);
   // Requested moves of pods their cluster no longer reports fail; the oldest ended are dropped.
   void SettleMoves(const std::string& cluster);
 
