@@ -36,11 +36,13 @@ make_image() {
 JSON
 }
 
-# Starts a receiver (extra arguments passed on) and sets PORT from its first line.
+# Starts a receiver (extra arguments passed on) and sets PORT from its first line. The log is
+# made before the receiver starts: its background redirection may open it after the first read.
 start_receiver() {
   local log="$1"
   shift
-  "$PALADIN" image receive --listen 0 "$@" 2>"$log" &
+  : >"$log"
+  "$PALADIN" image receive --listen 0 "$@" 2>>"$log" &
   RECEIVER_PID=$!
   for _ in $(seq 100); do
     PORT=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\),.*/\1/p' "$log")
