@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -57,7 +58,35 @@ std::string ReadValue(const std::string& path) {
   return value;
 }
 
+// The directory that holds Paladin's groups, the one CgroupsLock locks: under the memory
+// controller on a v1 host.
+std::string GroupsDir() { return std::string(kRoot) + (IsV2() ? "/paladin" : "/memory/paladin"); }
+
+// Opens and locks `dir` (LOCK_SH or LOCK_EX), waiting as long as it takes; -1 where it cannot
+// be opened. System calls only: the detached watcher of RemoveWhenGone calls it after a fork.
+int LockDir(const char* dir, int operation) {
+  const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  while (flock(fd, operation) != 0) {
+    if (errno != EINTR) {
+      close(fd);
+      return -1;
+    }
+  }
+  return fd;
+}
+
 }  // namespace
+
+CgroupsLock::CgroupsLock(int operation) : fd_(LockDir(GroupsDir().c_str(), operation)) {}
+
+CgroupsLock CgroupsLock::Shared() { return CgroupsLock(LOCK_SH); }
+
+CgroupsLock CgroupsLock::Exclusive() { return CgroupsLock(LOCK_EX); }
+
+CgroupsLock::~CgroupsLock() {
+  if (fd_ >= 0) close(fd_);
+}
 
 std::string Cgroup::Version() {
   if (IsV2()) return "v2";
@@ -137,6 +166,7 @@ double Cgroup::CpuSeconds() const {
 }
 
 Status Cgroup::Remove() const {
+  const CgroupsLock lock = CgroupsLock::Exclusive();
   for (const std::string& dir : dirs_) {
     if (rmdir(dir.c_str()) != 0 && errno != ENOENT) {
       return IoError("cannot remove cgroup " + dir + ": " + strerror(errno));
@@ -175,6 +205,7 @@ Status Cgroup::RemoveWhenGone(pid_t root) const {
   // Everything the watcher needs, prepared here: after the fork it makes system calls only.
   std::vector<const char*> dirs;
   for (const std::string& dir : dirs_) dirs.push_back(dir.c_str());
+  const std::string groups = GroupsDir();
   const pid_t first = fork();
   if (first < 0) {
     const std::string why = strerror(errno);
@@ -198,7 +229,9 @@ Status Cgroup::RemoveWhenGone(pid_t root) const {
     const timespec pause = {0, 100L * 1000 * 1000};
     for (int attempt = 0; attempt < 100; ++attempt) {
       bool left = false;
+      const int lock = LockDir(groups.c_str(), LOCK_EX);
       for (const char* dir : dirs) left |= rmdir(dir) != 0 && errno != ENOENT;
+      if (lock >= 0) close(lock);
       if (!left) break;
       nanosleep(&pause, nullptr);
     }

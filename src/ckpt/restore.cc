@@ -150,7 +150,11 @@ StatusOr<pid_t> RunCriuRestore(const Criu& criu, const std::string& dir, const M
     restore.inherit_fds.emplace_back(options.lease_fd >= 0 ? options.lease_fd : no_lease, m.lease);
   }
   progress("restoring with CRIU");
-  StatusOr<pid_t> pid = Restore(criu, dir, restore);
+  StatusOr<pid_t> pid = [&] {
+    // No group is removed while CRIU makes the job's, or takes it, and fills it.
+    const base::CgroupsLock groups = base::CgroupsLock::Shared();
+    return Restore(criu, dir, restore);
+  }();
   if (no_lease >= 0) close(no_lease);
   if (*net >= 0) close(*net);
   return pid;

@@ -1,6 +1,6 @@
 // Reading which control groups a process is in (include/paladin/base/cgroup.h): the lines of
 // /proc/PID/cgroup, and the group under paladin/ a job's process was put in (root only: making a
-// group needs write access to the hierarchy).
+// group needs write access to the hierarchy); a removal never takes a group from under a restore.
 #include "paladin/base/cgroup.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,57 @@ TEST(CgroupsOfTest, NamesTheGroupAJobsProcessWasPutIn) {
   EXPECT_EQ(Cgroup::Of(getpid()), "") << "this test's own process is in no group of Paladin's";
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
+  EXPECT_TRUE(group->Remove().ok());
+}
+
+// A child that waits to be killed, holding none of this process's descriptors (a lock among them).
+pid_t Sleeper() {
+  const pid_t child = fork();
+  if (child == 0) {
+    close_range(3, ~0U, 0);
+    pause();
+    _exit(0);
+  }
+  return child;
+}
+
+// What a supervisor cleaning up after a checkpoint meets when a restore of the same job has begun:
+// the restore holds the groups' lock while CRIU takes the (empty) group and moves the job in, so
+// the removal waits, then finds the group in use and leaves it.
+TEST(CgroupsLockTest, ARemovalWaitsForARestoreAndLeavesTheGroupItFilled) {
+  if (geteuid() != 0 || Cgroup::Version() == "none") GTEST_SKIP() << "needs root and cgroups";
+  const std::string name = "cgroup-lock-test-" + std::to_string(getpid());
+  StatusOr<Cgroup> group = Cgroup::Create(name);
+  ASSERT_TRUE(group.ok()) << group.status().message();
+  const pid_t restored = Sleeper();
+  ASSERT_GE(restored, 0);
+  std::future<Status> removal;
+  {
+    const CgroupsLock restore = CgroupsLock::Shared();
+    removal = std::async(std::launch::async, [&] { return group->Remove(); });
+    EXPECT_EQ(removal.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+        << "the removal did not wait for the restore";
+    EXPECT_TRUE(group->Add(restored).ok()) << "the group went while the restore held the lock";
+  }
+  const Status removed = removal.get();
+  EXPECT_FALSE(removed.ok()) << "a group with the restored job in it was removed";
+  EXPECT_EQ(Cgroup::Of(restored), name);
+  kill(restored, SIGKILL);
+  waitpid(restored, nullptr, 0);
+  EXPECT_TRUE(group->Remove().ok());
+}
+
+TEST(CgroupsLockTest, RestoresShareTheLock) {
+  if (geteuid() != 0 || Cgroup::Version() == "none") GTEST_SKIP() << "needs root and cgroups";
+  StatusOr<Cgroup> group = Cgroup::Create("cgroup-lock-shared-" + std::to_string(getpid()));
+  ASSERT_TRUE(group.ok()) << group.status().message();
+  {
+    const CgroupsLock first = CgroupsLock::Shared();
+    std::future<void> second =
+        std::async(std::launch::async, [] { const CgroupsLock lock = CgroupsLock::Shared(); });
+    EXPECT_EQ(second.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+        << "a second restore waited for the first";
+  }
   EXPECT_TRUE(group->Remove().ok());
 }
 

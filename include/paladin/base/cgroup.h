@@ -38,14 +38,14 @@ class Cgroup {
   uint64_t MemoryLimit() const;  // 0 when none
   uint64_t MemoryBytes() const;
   double CpuSeconds() const;
-  // Removes the (empty) group.
+  // Removes the (empty) group, holding CgroupsLock exclusively.
   Status Remove() const;
   // Removes the group once the process `root` has ended (and its namespace with it), from a
   // detached watcher process, for a caller that returns while the job runs on (`paladin
   // restore`: CRIU recreates a restored job's group, and nothing else would remove it). The
   // watcher holds a pidfd, not the pid, so a reused pid cannot fool it; it retries the removal
   // for up to 10 s while the namespace's last processes exit, and holds no descriptor of the
-  // caller's.
+  // caller's. It takes CgroupsLock exclusively for each try, as Remove does.
   Status RemoveWhenGone(pid_t root) const;
   // The name of the group under paladin/ that process `pid` is in ("" for none), from
   // /proc/PID/cgroup.
@@ -56,6 +56,29 @@ class Cgroup {
   std::string name_;
   bool v2_ = false;
   std::vector<std::string> dirs_;  // v2: one; v1: memory, cpuacct, pids
+};
+
+// A lock on the groups under paladin/, on the directory that holds them: shared while a restore
+// puts processes back into their groups (CRIU makes a missing group, or takes the one it finds,
+// and moves the processes in later), exclusive while a group is removed. A supervisor that
+// cleans up after a checkpoint therefore never takes a group from under a restore of the same
+// job that began in the meantime: it waits, then finds the group in use and leaves it. Holds
+// nothing where there is no paladin/ directory yet (then there is no group to remove either).
+// The descriptor is close-on-exec; a child forked while it is held and that does not exec
+// holds the lock with it, so such a child closes its inherited descriptors.
+class CgroupsLock {
+ public:
+  static CgroupsLock Shared();
+  static CgroupsLock Exclusive();
+  CgroupsLock(CgroupsLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  CgroupsLock& operator=(CgroupsLock&&) = delete;
+  CgroupsLock(const CgroupsLock&) = delete;
+  CgroupsLock& operator=(const CgroupsLock&) = delete;
+  ~CgroupsLock();
+
+ private:
+  explicit CgroupsLock(int operation);
+  int fd_ = -1;
 };
 
 }  // namespace paladin::base
