@@ -263,6 +263,10 @@ bool SayEnding(const ckpt::JobRecord& job) {
       RunSay(job.name + " was checkpointed to " + ending.image +
              "; resume it with: paladin restore " + ending.image);
       return true;
+    case supervise::Ending::Kind::kTakenOver:
+      RunSay(job.name + " runs on as pid " + std::to_string(ending.pid) +
+             ", restored into its run directory, which stays for it");
+      return true;
     case supervise::Ending::Kind::kExited:
       return false;
   }

@@ -138,7 +138,10 @@ void RecordMoved(ckpt::JobRecord* job, const MigrateOptions& options, const std:
                  const std::string& image, MigrateReport* report) {
   job->state = ckpt::RunState::kMoved;
   job->image = options.host + ":" + std::to_string(options.port) + " pid " + remote_pid;
-  (void)ckpt::WriteJob(*job);
+  // A destination on this machine under the same run base restored the job into this same run
+  // directory: the record there is the running copy's, and stays.
+  StatusOr<ckpt::JobRecord> there = ckpt::ReadJob(job->run_dir);
+  if (!there.ok() || there->pid == job->pid) (void)ckpt::WriteJob(*job);
   if (options.keep_image) report->image = image;
 }
 

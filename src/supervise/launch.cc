@@ -199,11 +199,23 @@ std::string DescribeGpu(const GpuSpec& gpu) {
          share;
 }
 
+namespace {
+
+// Whether `latest`, read from the job's run directory, is another copy's record: one restored
+// there after this copy ended wrote its own pid.
+bool TakenOver(const ckpt::JobRecord& job, const ckpt::JobRecord& latest) {
+  return latest.pid > 0 && latest.pid != job.pid;
+}
+
+}  // namespace
+
 Ending Finish(const ckpt::JobRecord& job) {
   StatusOr<ckpt::JobRecord> latest = ckpt::ReadJob(job.run_dir);
   // A copy a move let go (file locks) is the mover's to clean up: on this machine the destination
-  // may already be restoring the job into a group of the same name, which must not go.
-  const bool let_go = latest.ok() && latest->state == ckpt::RunState::kMoving;
+  // may already be restoring the job into a group of the same name, which must not go; one
+  // restored already has it.
+  const bool let_go =
+      latest.ok() && (latest->state == ckpt::RunState::kMoving || TakenOver(job, *latest));
   if (!job.cgroup.empty() && !let_go) (void)base::Cgroup::Existing(job.cgroup).Remove();
   for (int i = 0; i < 600 && latest.ok() && latest->state == ckpt::RunState::kCheckpointing; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the image is being finished
@@ -212,7 +224,10 @@ Ending Finish(const ckpt::JobRecord& job) {
   Ending ending;
   if (!latest.ok()) return ending;
   ending.image = latest->image;
-  if (latest->state == ckpt::RunState::kMoving || latest->state == ckpt::RunState::kMoved) {
+  if (TakenOver(job, *latest)) {
+    ending.kind = Ending::Kind::kTakenOver;
+    ending.pid = latest->pid;
+  } else if (latest->state == ckpt::RunState::kMoving || latest->state == ckpt::RunState::kMoved) {
     ending.kind = Ending::Kind::kMoved;
   } else if (latest->state == ckpt::RunState::kCheckpointed) {
     ending.kind = Ending::Kind::kCheckpointed;

@@ -159,6 +159,16 @@ move() {
     if [[ ! -d $kept ]] || ls "$kept" | grep -q '^pages-'; then
       fail "$case: the source's image is missing or holds the job's memory: ${kept:-none}"
     fi
+    # One machine, one run base: the job was restored into its own run directory, whose record
+    # is the running copy's, and the source's supervisor left the directory to it.
+    local there record
+    there=$(sed -n 's/^moved .* (pid \([0-9]*\) there).*/\1/p' <<<"$out")
+    record=$(sed -n 's/^ *"pid": \([0-9]*\),*$/\1/p' "$(dirname "$kept")/job.json" 2>/dev/null)
+    [[ -n $there && $record == "$there" ]] ||
+      fail "$case: the run directory's record names pid '${record}', not the running copy's '$there'"
+    for _ in $(seq 100); do grep -q 'runs on as pid' "$d/run.out" && break; sleep 0.1; done
+    grep -q "runs on as pid $there, restored into its run directory" "$d/run.out" ||
+      fail "$case: the source's paladin run did not leave the run directory to the copy: $(cat "$d/run.out")"
   else
     if ((rc == 0)) || [[ $survivor != "$src" ]] || ! grep -q 'resumed here\|keeps running' <<<"$out"; then
       fail "$case: expected the job to resume at the source (exit $rc): $out"

@@ -163,6 +163,29 @@ TEST_F(SupervisorTest, FinishTellsACheckpointAndAMoveFromAnExit) {
   }
 }
 
+// A copy restored into the same run directory (a move or a restore on this machine, one run
+// base) wrote its own record there, whatever its state: the directory is that copy's, not an
+// exited job's to clean up.
+TEST_F(SupervisorTest, FinishLeavesTheRunDirectoryToACopyRestoredIntoIt) {
+  ckpt::JobRecord job;
+  job.name = "taken";
+  job.pid = 4000;
+  job.run_dir = scratch_ + "/taken";
+  fs::create_directory(job.run_dir);
+  ckpt::JobRecord copy = job;
+  copy.pid = 4100;
+  for (const ckpt::RunState state : {ckpt::RunState::kRunning, ckpt::RunState::kStopped}) {
+    copy.state = state;
+    ASSERT_TRUE(ckpt::WriteJob(copy).ok());
+    const Ending ending = Finish(job);
+    EXPECT_EQ(ending.kind, Ending::Kind::kTakenOver) << ckpt::RunStateName(state);
+    EXPECT_EQ(ending.pid, 4100);
+  }
+  job.state = ckpt::RunState::kRunning;
+  ASSERT_TRUE(ckpt::WriteJob(job).ok());
+  EXPECT_EQ(Finish(job).kind, Ending::Kind::kExited) << "its own record: it exited";
+}
+
 // An image's manifest is untrusted: its emulated state file is linked only where it names a
 // *.state file by an absolute, normal path.
 TEST_F(SupervisorTest, PrepareForLinksOnlyWhatLooksLikeAStateFile) {

@@ -150,14 +150,18 @@ void ShareUsageDir(const std::string& state_path);
 
 // What became of a workload whose root is gone.
 struct Ending {
-  enum class Kind { kExited, kCheckpointed, kMoved };
+  // kTakenOver: a copy of the job restored into this same run directory (a move or a restore on
+  // this machine, under the same run base) wrote its record there: the directory, its logs and
+  // the job's group are that copy's now.
+  enum class Kind { kExited, kCheckpointed, kMoved, kTakenOver };
   Kind kind = Kind::kExited;
   std::string image;  // the image it was checkpointed or moved to
+  int64_t pid = 0;    // kTakenOver: the copy's pid
 };
 
-// Removes the job's cgroup and reads its record: a checkpoint that stopped the job, or a move,
-// is not its end (the run directory stays for the restore). Waits up to 30 s for an image still
-// being written.
+// Removes the job's cgroup and reads its record: a checkpoint that stopped the job, a move, or a
+// copy that runs from the run directory now is not its end (the directory stays for the restore,
+// or for that copy). Waits up to 30 s for an image still being written.
 Ending Finish(const ckpt::JobRecord& job);
 
 }  // namespace paladin::supervise
