@@ -2,6 +2,7 @@
 #include "paladin/api/wire.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "paladin/core/fleet.h"
 
@@ -988,6 +989,17 @@ StatusOr<PodMove> DecodePodMove(const nlohmann::json& body) {
   PALADIN_RETURN_IF_ERROR(Str(body, key::kAskedBy, "", &m.asked_by));
   PALADIN_RETURN_IF_ERROR(Str(body, key::kMover, "", &m.mover));
   if (PodMoveEnded(m.state)) PALADIN_RETURN_IF_ERROR(DecodeOutcomeFields(body, "", &m.outcome));
+  for (const auto& [name, out] :
+       {std::pair{key::kRequestedAt, &m.requested_at}, std::pair{key::kTakenAt, &m.taken_at},
+        std::pair{key::kEndedAt, &m.ended_at}}) {
+    StatusOr<std::optional<double>> at = Seconds(body, name);
+    if (!at.ok()) return at.status();
+    if (!*at) continue;
+    if (!std::isfinite(**at) || **at < 0) {
+      return Wrong("", name, "expected seconds since the epoch");
+    }
+    *out = **at;
+  }
   return m;
 }
 

@@ -184,6 +184,36 @@ Status Persistence::SaveMigration(const MigrationRecord& m) {
        m.ended_at > 0 ? DbValue(m.ended_at) : DbValue(nullptr), MigrationDoc(m).dump()});
 }
 
+StatusOr<std::vector<api::PodMove>> Persistence::PodMoves() {
+  auto rows = store_->Query("SELECT id, doc FROM pod_moves ORDER BY id");
+  if (!rows.ok()) return rows.status();
+  std::vector<api::PodMove> out;
+  for (const DbRow& r : *rows) {
+    const std::string row = "pod_moves row " + std::to_string(DbInt(r[0])) + ": ";
+    const Json doc = Json::parse(DbText(r[1]), nullptr, false);
+    StatusOr<api::PodMove> m = api::DecodePodMove(doc);
+    if (!m.ok()) return Internal(row + m.status().message());
+    if (m->id != DbInt(r[0])) return Internal(row + "its doc has another id");
+    out.push_back(std::move(*m));
+  }
+  return out;
+}
+
+Status Persistence::SavePodMove(const api::PodMove& m) {
+  return store_->Run(
+      "INSERT INTO pod_moves (id, cluster, namespace, name, state, doc) VALUES (?, ?, ?, ?, ?, ?) "
+      "ON CONFLICT(id) DO UPDATE SET state = excluded.state, doc = excluded.doc",
+      {m.id, m.cluster, m.ns, m.name, std::string(api::PodMoveStateName(m.state)),
+       api::ToJson(m).dump()});
+}
+
+Status Persistence::KeepNewestEndedPodMoves(int64_t keep) {
+  return store_->Run(
+      "DELETE FROM pod_moves WHERE state IN ('done', 'failed') AND id NOT IN (SELECT id FROM "
+      "pod_moves WHERE state IN ('done', 'failed') ORDER BY id DESC LIMIT ?)",
+      {keep});
+}
+
 Status Persistence::SaveCounter(const std::string& key, int64_t value) {
   return store_->Run(
       "INSERT INTO counters (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = "

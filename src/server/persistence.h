@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model.h"
+#include "paladin/api/wire.h"
 #include "paladin/base/status.h"
 #include "paladin/server/store.h"
 
@@ -61,6 +62,9 @@ class Persistence {
   StatusOr<std::vector<CommandRecord>> UnackedCommands(int64_t* max_id);
   StatusOr<std::vector<MigrationRecord>> Migrations();
   StatusOr<std::map<std::string, int64_t>> Counters();
+  // The ledger of pod moves (PodBook), in id order. A row that does not read back is an error
+  // naming it: the server does not start on a ledger it cannot trust.
+  StatusOr<std::vector<api::PodMove>> PodMoves();
 
   // --- writes ---
   Status SaveJob(const JobRecord& j);
@@ -69,6 +73,9 @@ class Persistence {
   Status SaveCommand(const CommandRecord& c);
   Status SaveMigration(const MigrationRecord& m);
   Status SaveCounter(const std::string& key, int64_t value);
+  Status SavePodMove(const api::PodMove& m);
+  // Drops all but the newest `keep` ended (done or failed) pod moves.
+  Status KeepNewestEndedPodMoves(int64_t keep);
   Status AddEvent(const EventRecord& e);
   Status AddUsageSample(const UsageSampleRecord& s);
   // Drops all but the newest `keep` samples of the job.

@@ -177,6 +177,33 @@ StatusOr<api::PodMove*> PodBook::MoverMove(const Principal& who, int64_t id,
   return NotFound("no pod move " + std::to_string(id));
 }
 
+Status PodBook::KeepMovesIn(std::unique_ptr<Store> store) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto db = std::make_unique<Persistence>(store.get());
+  StatusOr<std::vector<api::PodMove>> kept = db->PodMoves();
+  if (!kept.ok())
+    return Status(kept.status().code(), "the ledger of pod moves: " + kept.status().message());
+  moves_.assign(kept->begin(), kept->end());
+  for (const api::PodMove& m : moves_) next_move_id_ = std::max(next_move_id_, m.id + 1);
+  store_ = std::move(store);
+  db_ = std::move(db);
+  return Status::Ok();
+}
+
+Status PodBook::Save(const api::PodMove& m) {
+  if (db_ == nullptr) return Status::Ok();
+  Status saved = db_->SavePodMove(m);
+  if (saved.ok()) return saved;
+  return Unavailable("cannot record pod move " + std::to_string(m.id) +
+                     " in the server's database (" + saved.message() + "): nothing changed");
+}
+
+StatusOr<Json> PodBook::Commit(api::PodMove* m, const api::PodMove& changed) {
+  PALADIN_RETURN_IF_ERROR(Save(changed));
+  *m = changed;
+  return api::ToJson(*m);
+}
+
 void PodBook::SettleMoves(const std::string& cluster) {
   const std::vector<api::PodReport>& pods = clusters_[cluster].pods;
   for (api::PodMove& m : moves_) {
@@ -186,23 +213,29 @@ void PodBook::SettleMoves(const std::string& cluster) {
              !api::PodPhaseEnded(p.phase);
     });
     if (reported) continue;
-    m.state = api::PodMoveState::kFailed;
-    m.ended_at = clock_();
-    m.outcome.ok = false;
-    m.outcome.message = "pod " + m.ns + "/" + m.name + " no longer runs on " + m.from_node +
-                        " (its cluster's scheduler reports it gone, ended or elsewhere) before "
-                        "its mover took the move: nothing moved";
+    api::PodMove failed = m;
+    failed.state = api::PodMoveState::kFailed;
+    failed.ended_at = clock_();
+    failed.outcome.ok = false;
+    failed.outcome.message = "pod " + m.ns + "/" + m.name + " no longer runs on " + m.from_node +
+                             " (its cluster's scheduler reports it gone, ended or elsewhere) "
+                             "before its mover took the move: nothing moved";
+    (void)Commit(&m, failed);  // one that cannot be written stays requested until the next report
   }
   size_t ended = static_cast<size_t>(std::count_if(
       moves_.begin(), moves_.end(), [](const api::PodMove& m) { return PodMoveEnded(m.state); }));
+  bool dropped = false;
   for (auto it = moves_.begin(); ended > kEndedMovesKept && it != moves_.end();) {
     if (PodMoveEnded(it->state)) {
       it = moves_.erase(it);
       --ended;
+      dropped = true;
     } else {
       ++it;
     }
   }
+  if (dropped && db_ != nullptr)
+    (void)db_->KeepNewestEndedPodMoves(static_cast<int64_t>(kEndedMovesKept));
 }
 
 StatusOr<Json> PodBook::AskMove(const Principal& who, const std::string& ns,
@@ -236,7 +269,7 @@ StatusOr<Json> PodBook::AskMove(const Principal& who, const std::string& ns,
                                " already: give another node or GPU");
       }
       api::PodMove m;
-      m.id = next_move_id_++;
+      m.id = next_move_id_;
       m.cluster = cluster_name;
       m.ns = ns;
       m.name = name;
@@ -246,6 +279,8 @@ StatusOr<Json> PodBook::AskMove(const Principal& who, const std::string& ns,
       m.to = ask;
       m.asked_by = who.Scope();
       m.requested_at = clock_();
+      PALADIN_RETURN_IF_ERROR(Save(m));
+      ++next_move_id_;
       moves_.push_back(m);
       return api::ToJson(m);
     }
@@ -285,10 +320,11 @@ StatusOr<Json> PodBook::TakeMove(const Principal& who, int64_t id, const std::st
                               api::PodMoveStateName(m->state) +
                               (m->mover.empty() ? "" : " by " + m->mover) + ": taken once only");
   }
-  m->state = api::PodMoveState::kTaken;
-  m->mover = mover;
-  m->taken_at = clock_();
-  return api::ToJson(*m);
+  api::PodMove taken = *m;
+  taken.state = api::PodMoveState::kTaken;
+  taken.mover = mover;
+  taken.taken_at = clock_();
+  return Commit(m, taken);
 }
 
 StatusOr<Json> PodBook::FinishMove(const Principal& who, int64_t id,
@@ -301,10 +337,11 @@ StatusOr<Json> PodBook::FinishMove(const Principal& who, int64_t id,
     return FailedPrecondition("pod move " + std::to_string(id) + " is " +
                               api::PodMoveStateName(m->state) + ": only a taken move ends");
   }
-  m->state = outcome.ok ? api::PodMoveState::kDone : api::PodMoveState::kFailed;
-  m->outcome = outcome;
-  m->ended_at = clock_();
-  return api::ToJson(*m);
+  api::PodMove ended = *m;
+  ended.state = outcome.ok ? api::PodMoveState::kDone : api::PodMoveState::kFailed;
+  ended.outcome = outcome;
+  ended.ended_at = clock_();
+  return Commit(m, ended);
 }
 
 }  // namespace paladin::server

@@ -20,6 +20,8 @@
 #include "paladin/base/status.h"
 #include "paladin/core/auto_size.h"
 #include "paladin/server/auth.h"
+#include "paladin/server/store.h"
+#include "persistence.h"
 
 namespace paladin::server {
 
@@ -67,8 +69,14 @@ class PodBook {
 
   // --- Moves asked through the server (docs/kubernetes.md, "Moves through Paladin's server").
   // The server keeps the ledger; the mover of the pod's node (`paladin k8s mover`) carries each
-  // move out with `paladin k8s move`'s code. In memory, as the pods are; the newest 1,000 ended
-  // moves are kept.
+  // move out with `paladin k8s move`'s code. The newest 1,000 ended moves are kept.
+
+  // Keeps the ledger in `store` (the server's database, through a connection of the book's own:
+  // the book never takes Control's lock) and loads the moves it holds. Each change is written
+  // there before it is answered, and a change that cannot be written is refused, so that a
+  // restarted server knows every move it accepted and who took it: a move is taken once, also
+  // across a restart. Without a store (tests) the ledger is in memory only.
+  Status KeepMovesIn(std::unique_ptr<Store> store);
 
   // POST /v1/pods/NAMESPACE/NAME/move: a move of a pod `who` sees (NotFound otherwise, as for
   // GET), bound to a node and Running, with no other move of it under way (FailedPrecondition,
@@ -120,7 +128,13 @@ class PodBook {
   StatusOr<api::PodMove*> MoverMove(const Principal& who, int64_t id, const std::string& act);
   // Requested moves of pods their cluster no longer reports fail; the oldest ended are dropped.
   void SettleMoves(const std::string& cluster);
+  // Writes `m` to the store, when there is one. Under mu_.
+  Status Save(const api::PodMove& m);
+  // Saves `changed`, then makes it the ledger's `*m`; a failure changes nothing. Under mu_.
+  StatusOr<nlohmann::json> Commit(api::PodMove* m, const api::PodMove& changed);
 
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Persistence> db_;
   std::deque<api::PodMove> moves_;  // oldest first
   int64_t next_move_id_ = 1;
 };

@@ -198,6 +198,10 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
       Control::Create(std::move(*store), std::move(control_options));
   if (!control.ok()) return control.status();
   impl->control = std::move(*control);
+  // The pods' ledger of moves writes to the same database through a connection of its own.
+  StatusOr<std::unique_ptr<Store>> ledger = Store::Open(data + "/paladin.db");
+  if (!ledger.ok()) return ledger.status();
+  PALADIN_RETURN_IF_ERROR(pods->KeepMovesIn(std::move(*ledger)));
   if (options.admin_token_file.empty()) {
     StatusOr<std::string> admin = EnsureToken(*impl->control, data + "/admin.token", "admin",
                                               "admin (first start)", &impl->created_tokens);

@@ -80,6 +80,12 @@ CREATE TABLE checkpoints (id INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NUL
                           bytes INTEGER NOT NULL DEFAULT 0, deleted INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE counters (key TEXT PRIMARY KEY, value INTEGER NOT NULL DEFAULT 0);
 )sql";
+    case 4:  // the ledger of Kubernetes pod moves asked through the server
+      return R"sql(
+CREATE TABLE pod_moves (id INTEGER PRIMARY KEY, cluster TEXT NOT NULL, namespace TEXT NOT NULL,
+                        name TEXT NOT NULL, state TEXT NOT NULL, doc TEXT NOT NULL);
+CREATE INDEX pod_moves_state ON pod_moves (state);
+)sql";
     default:
       return "";
   }

@@ -2,12 +2,15 @@
 // Paladin's server"): a team asks for a move of its own pod and of no other team's (404, as for
 // reading it); the mover of the pod's node takes each move once and says how it ended; no token
 // but one speaking for that node takes it; a pod that is not running, already moving or asked to
-// stay where it is is refused naming why; a requested move whose pod disappears fails.
+// stay where it is is refused naming why; a requested move whose pod disappears fails. The ledger
+// is in the server's database: a restarted server knows every move and who took it, a change it
+// cannot write is refused with nothing changed, and a ledger it cannot read keeps it down.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "harness.h"
+#include "paladin/server/store.h"
 
 namespace paladin::server {
 namespace {
@@ -206,6 +209,86 @@ TEST_F(PodMovesTest, ARequestedMoveOfAPodThatIsGoneFailsAndATakenOneWaitsForItsM
   EXPECT_EQ(
       h_.Admin().Post("/v1/pod-moves/" + a_id + "/take", {{"mover", "node-1"}}).status().code(),
       StatusCode::kFailedPrecondition);
+}
+
+TEST_F(PodMovesTest, TheLedgerOutlivesARestartAndATakenMoveIsNotTakenAgain) {
+  StatusOr<Json> a = Ask(research_, "ml/a", {{"gpu", 1}});
+  StatusOr<Json> cpu = Ask(research_, "ml/cpu", {{"node", "node-2"}});
+  ASSERT_TRUE(a.ok() && cpu.ok());
+  const int64_t a_id = (*a)["id"];
+  const int64_t cpu_id = (*cpu)["id"];
+  const std::string a_path = "/v1/pod-moves/" + std::to_string(a_id);
+  StatusOr<Json> taken = h_.Admin().Post(a_path + "/take", {{"mover", "mover-node-1"}});
+  ASSERT_TRUE(taken.ok()) << taken.status().ToString();
+
+  h_.Restart();
+  StatusOr<Json> after = h_.Client(research_).Get(a_path);
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(*after, *taken) << "the taken move comes back as it was, its times and mover too";
+  StatusOr<Json> again = h_.Admin().Post(a_path + "/take", {{"mover", "mover-node-1b"}});
+  EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(again.status().message().find("by mover-node-1"), std::string::npos)
+      << again.status().ToString();
+  StatusOr<Json> requested = h_.Admin().Get("/v1/pod-moves?state=requested");
+  ASSERT_TRUE(requested.ok());
+  ASSERT_EQ((*requested)["moves"].size(), 1U);
+  EXPECT_EQ((*requested)["moves"][0]["id"], cpu_id);
+  // Another team sees neither after the restart either.
+  EXPECT_TRUE((*h_.Client(other_).Get("/v1/pod-moves"))["moves"].empty());
+
+  StatusOr<Json> done =
+      h_.Admin().Post(a_path + "/finish", {{"ok", true}, {"message", "moved to node-1/1"}});
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  h_.Restart();
+  StatusOr<Json> ended = h_.Client(research_).Get(a_path);
+  ASSERT_TRUE(ended.ok());
+  EXPECT_EQ((*ended)["state"], "done");
+  EXPECT_EQ((*ended)["message"], "moved to node-1/1");
+  // The pods come back with their scheduler's next report; the ids go on after the last one.
+  Report(Json::array({MovePod("ml", "a", "research", "node-1", 1)}));
+  StatusOr<Json> next = Ask(research_, "ml/a", {{"gpu", 0}});
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ((*next)["id"], std::max(a_id, cpu_id) + 1);
+}
+
+TEST_F(PodMovesTest, AChangeTheDatabaseRefusesChangesNothing) {
+  StatusOr<Json> a = Ask(research_, "ml/a", {{"gpu", 1}});
+  ASSERT_TRUE(a.ok());
+  const std::string path = "/v1/pod-moves/" + std::to_string((*a)["id"].get<int64_t>());
+  StatusOr<std::unique_ptr<Store>> db = Store::Open(h_.dir() + "/paladin.db");
+  ASSERT_TRUE(db.ok()) << db.status().ToString();
+  ASSERT_TRUE((*db)
+                  ->ExecScript("CREATE TRIGGER full BEFORE UPDATE ON pod_moves BEGIN "
+                               "SELECT RAISE(ABORT, 'database or disk is full'); END;")
+                  .ok());
+  StatusOr<Json> take = h_.Admin().Post(path + "/take", {{"mover", "node-1"}});
+  EXPECT_FALSE(take.ok());
+  EXPECT_NE(take.status().message().find("disk is full"), std::string::npos)
+      << take.status().ToString();
+  EXPECT_EQ((*h_.Admin().Get(path))["state"], "requested") << "nothing changed";
+  ASSERT_TRUE((*db)->ExecScript("DROP TRIGGER full;").ok());
+  EXPECT_TRUE(h_.Admin().Post(path + "/take", {{"mover", "node-1"}}).ok());
+}
+
+TEST(PodMovesLedgerTest, AServerDoesNotStartOnALedgerItCannotRead) {
+  const std::string dir = testing::TempDir("pod-moves-ledger");
+  {
+    StatusOr<std::unique_ptr<Store>> db = Store::Open(dir + "/paladin.db");
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    ASSERT_TRUE((*db)
+                    ->Run("INSERT INTO pod_moves (id, cluster, namespace, name, state, doc) "
+                          "VALUES (7, 'prod', 'ml', 'a', 'taken', ?)",
+                          {std::string(R"({"id": 7, "namespace": "ml", "name": "a", )"
+                                       R"("from_node": "node-1", "state": "gone"})")})
+                    .ok());
+  }
+  ServerOptions options;
+  options.data_dir = dir;
+  options.listen = "127.0.0.1:0";
+  StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
+  ASSERT_FALSE(server.ok());
+  EXPECT_NE(server.status().message().find("pod_moves row 7: state"), std::string::npos)
+      << server.status().ToString();
 }
 
 }  // namespace

@@ -529,7 +529,8 @@ struct PodMove {
   double requested_at = 0, taken_at = 0, ended_at = 0;  // seconds since the epoch; 0: not yet
 };
 nlohmann::json ToJson(const PodMove& move);
-// The mover's reading of the server's answer; errors name the field.
+// The mover's reading of the server's answer, and the server's of its ledger; errors name the
+// field.
 StatusOr<PodMove> DecodePodMove(const nlohmann::json& body);
 
 }  // namespace paladin::api

@@ -32,7 +32,7 @@ bool DbIsNull(const DbValue& v);
 class Store {
  public:
   // The schema version this build writes. Older files are upgraded on Open.
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
 
   // Opens (creating when absent) and upgrades the database at `path`. Fails when the file is
   // not a database or was written by a newer Paladin.
