@@ -1,4 +1,5 @@
-// `paladin k8s`: Paladin's side of a Kubernetes cluster (docs/kubernetes.md).
+// `paladin k8s`: Paladin's side of a Kubernetes cluster (docs/kubernetes.md). The commands that
+// run on a node are here; the cluster-wide scheduler, explain and webhook in k8s_cluster.cc.
 //
 //   node   advertises this node's GPU memory to the API server as the node-level extended
 //          resource paladin.io/gpu-memory (bytes, the sum over its GPUs as NVML reports them, or
@@ -6,10 +7,6 @@
 //          ResourceQuota on it caps a namespace; publishes each GPU's size in the node's
 //          paladin.io/gpus annotation and, with --lib-dir, prepares the folder of Paladin's
 //          libraries that the webhook mounts into GPU pods
-//   scheduler  places the pods whose schedulerName is paladin with the core packer
-//   explain    why the scheduler placed a pod where it is, or leaves it Pending (its pass,
-//              binding nothing)
-//   webhook    the mutating admission webhook: Paladin's scheduler and interposer for GPU pods
 //   move       moves a running pod, with its process and GPU state, into a new pod on another
 //              GPU of its node or on another node (run on the pod's node, as root)
 //   drain      cordons a node and moves each of its pods of the RuntimeClass paladin to another
@@ -42,12 +39,12 @@
 
 #include "commands.h"
 #include "fleet_format.h"
+#include "k8s_args.h"
 #include "paladin/api/client.h"
 #include "paladin/base/size.h"
 #include "paladin/ckpt/workload.h"
 #include "paladin/gpu/nvml.h"
 #include "paladin/k8s/api.h"
-#include "paladin/k8s/explain.h"
 #include "paladin/k8s/move.h"
 #include "paladin/k8s/recover.h"
 #include "paladin/k8s/scheduler.h"
@@ -57,86 +54,10 @@
 #include "paladin/quota/launch.h"
 
 namespace paladin::cli {
-namespace {
 
-struct NodeArgs {
-  std::string node;
-  std::string gpu_memory;  // empty: from NVML
-  std::string nvml = "libnvidia-ml.so.1";
-  std::string server;  // empty: in-cluster
-  std::string ca_cert;
-  std::string client_cert;
-  std::string client_key;
-  std::string token_file;
-  std::string lib_dir;  // empty: no library folder
-  double every_s = 0;   // the node's: 0, publish once; else every so many seconds
-  bool usage = false;   // the node's: measure each pod's GPU memory into its annotation
-  // The scheduler's
-  std::string policy = "paladin";
-  double interval_s = 0.5;
-  bool once = false;
-  std::string paladin_server;  // empty: teams' quotas not checked, pods not reported
-  std::string paladin_token_file;
-  std::string paladin_ca_file;  // the CA of Paladin's server's certificate (HTTPS)
-  // gpu-restore: the restored container, the GPU it was taken on and the one it runs on.
-  std::string restored_container;
-  std::string from_uuid;
-  int restore_gpu = -1;
-  std::string cluster = "default";
-  // The webhook's
-  std::string listen = "127.0.0.1:9443";
-  std::string cert;
-  std::string key;
-  k8s::InjectOptions inject;
-  double sizing_timeout_s = 2;        // `auto` pods: the deadline of the server's answer
-  std::string auto_default = "4GiB";  // `auto` pods: the size without the server's answer
-  // The mover's (and the drain's: its moves)
-  k8s::MoveOptions move;
-  std::string drain_node;
-  // The server's mover's (node: `node`, every: `every_s`)
-  std::vector<std::string> node_images;  // NODE=DIR
-  std::string mover_name;
-  double settle_after_s = 300;
-  // The periodic checkpoint's (node: `node`, every: `every_s`) and the recovery's
-  std::string lost_node;
-  double lost_after_s = 40;
-  double watch_s = 0;        // recover --watch: every so many seconds, every lost node
-  bool host_mounts = false;  // checkpoint, recover: in the node's mount namespace (a pod's)
-  // The explainer's (and the scheduler's flags above)
-  std::string explain_pod;
-  std::string explain_ns = "default";
-};
+namespace kube {
 
-void NodeSay(const std::string& line) { cli::Say("k8s node", line); }
-
-// The node's GPU memory in bytes, with where it came from.
-StatusOr<uint64_t> GpuMemory(const NodeArgs& args, std::string* source,
-                             std::vector<gpu::GpuInfo>* list) {
-  if (!args.gpu_memory.empty()) {
-    uint64_t bytes = 0;
-    if (!base::ParseSize(args.gpu_memory, &bytes) || bytes == 0) {
-      return InvalidArgument("--gpu-memory '" + args.gpu_memory +
-                             "': expected a size such as 80GiB");
-    }
-    *source = "--gpu-memory";
-    return bytes;
-  }
-  StatusOr<std::unique_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(args.nvml);
-  if (!nvml.ok()) {
-    return FailedPrecondition("no GPU memory to advertise: " + nvml.status().message() +
-                              " (give --gpu-memory on a node without NVML)");
-  }
-  StatusOr<std::vector<gpu::GpuInfo>> gpus = (*nvml)->Gpus();
-  if (!gpus.ok()) return gpus.status();
-  if (gpus->empty()) return FailedPrecondition("NVML reports no GPU on this node");
-  uint64_t total = 0;
-  for (const gpu::GpuInfo& g : *gpus) total += g.total_bytes;
-  *list = *gpus;
-  *source = std::to_string(gpus->size()) + " GPU(s) as NVML reports them";
-  return total;
-}
-
-StatusOr<k8s::ApiConfig> Config(const NodeArgs& args) {
+StatusOr<k8s::ApiConfig> Config(const K8sArgs& args) {
   if (args.server.empty()) return k8s::InClusterConfig();
   k8s::ApiConfig config;
   if (Status s = k8s::SetServer(args.server, &config); !s.ok()) return s;
@@ -162,12 +83,95 @@ StatusOr<k8s::ApiConfig> Config(const NodeArgs& args) {
   return config;
 }
 
+// --paladin-ca-file: the clients of Paladin's server in this process trust its CA (they read
+// PALADIN_CA_FILE, as the CLI and the agents do). An error names the flag.
+Status UseServerCa(const K8sArgs& args) {
+  if (args.paladin_ca_file.empty()) return Status::Ok();
+  if (access(args.paladin_ca_file.c_str(), R_OK) != 0) {
+    return InvalidArgument("--paladin-ca-file " + args.paladin_ca_file + ": cannot be read");
+  }
+  setenv("PALADIN_CA_FILE", args.paladin_ca_file.c_str(), 1);
+  return Status::Ok();
+}
+
+// Paladin's server as --paladin-server and --paladin-token-file name it; an error names the flags.
+StatusOr<std::shared_ptr<api::Client>> PaladinServer(const K8sArgs& args) {
+  StatusOr<api::Endpoint> endpoint = api::ParseUrl(args.paladin_server);
+  std::string token;
+  std::ifstream in(args.paladin_token_file);
+  if (!endpoint.ok() || !(in >> token)) {
+    return InvalidArgument("--paladin-server needs a URL and --paladin-token-file a token (" +
+                           (endpoint.ok() ? "token unreadable" : endpoint.status().message()) +
+                           ")");
+  }
+  return std::make_shared<api::Client>(*endpoint, token, 5);
+}
+
+// Paladin's server for a k8s component: its URL (what it is asked, `what`), an admin token and
+// the CA of its certificate.
+void AddServerOptions(CLI::App* app, K8sArgs* args, const std::string& what) {
+  app->add_option("--paladin-server", args->paladin_server, what);
+  app->add_option("--paladin-token-file", args->paladin_token_file,
+                  "File holding an admin token of Paladin's server");
+  app->add_option("--paladin-ca-file", args->paladin_ca_file,
+                  "The CA certificate of Paladin's server (an https:// --paladin-server with its "
+                  "own CA: deploy/k8s/server-tls.sh's ca.crt); default: the system's CAs");
+}
+
+void AddApiOptions(CLI::App* app, K8sArgs* args) {
+  app->add_option("--server", args->server,
+                  "API server, https://HOST:PORT; default: the pod's (in-cluster)");
+  app->add_option("--ca-cert", args->ca_cert, "PEM CA file verifying the API server");
+  app->add_option("--client-cert", args->client_cert, "PEM client certificate");
+  app->add_option("--client-key", args->client_key, "PEM client key");
+  app->add_option("--token-file", args->token_file, "File holding a bearer token");
+}
+
+}  // namespace kube
+
+namespace {
+
+using kube::AddApiOptions;
+using kube::AddServerOptions;
+using kube::Config;
+using kube::K8sArgs;
+using kube::PaladinServer;
+using kube::SchedulerOptionsOf;
+
+void NodeSay(const std::string& line) { cli::Say("k8s node", line); }
+
+// The node's GPU memory in bytes, with where it came from.
+StatusOr<uint64_t> GpuMemory(const K8sArgs& args, std::string* source,
+                             std::vector<gpu::GpuInfo>* list) {
+  if (!args.gpu_memory.empty()) {
+    uint64_t bytes = 0;
+    if (!base::ParseSize(args.gpu_memory, &bytes) || bytes == 0) {
+      return InvalidArgument("--gpu-memory '" + args.gpu_memory +
+                             "': expected a size such as 80GiB");
+    }
+    *source = "--gpu-memory";
+    return bytes;
+  }
+  StatusOr<std::unique_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(args.nvml);
+  if (!nvml.ok()) {
+    return FailedPrecondition("no GPU memory to advertise: " + nvml.status().message() +
+                              " (give --gpu-memory on a node without NVML)");
+  }
+  StatusOr<std::vector<gpu::GpuInfo>> gpus = (*nvml)->Gpus();
+  if (!gpus.ok()) return gpus.status();
+  if (gpus->empty()) return FailedPrecondition("NVML reports no GPU on this node");
+  uint64_t total = 0;
+  for (const gpu::GpuInfo& g : *gpus) total += g.total_bytes;
+  *list = *gpus;
+  *source = std::to_string(gpus->size()) + " GPU(s) as NVML reports them";
+  return total;
+}
+
 // One publication of the node's GPUs (and, `with_libs`, its library folder): 0, 1 on an error
 // worth retrying, 2 on bad input.
 // Each pod's GPU memory as NVML counts its processes (host pids, their pods from their
 // cgroups), written into the pods' annotation paladin.io/gpu-memory-used.
-StatusOr<std::vector<std::string>> PublishUsage(const NodeArgs& args,
-                                                const k8s::ApiClient& client) {
+StatusOr<std::vector<std::string>> PublishUsage(const K8sArgs& args, const k8s::ApiClient& client) {
   StatusOr<std::unique_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(args.nvml);
   if (!nvml.ok()) return nvml.status();
   StatusOr<std::vector<gpu::GpuInfo>> gpus = (*nvml)->Gpus();
@@ -185,7 +189,7 @@ StatusOr<std::vector<std::string>> PublishUsage(const NodeArgs& args,
   return k8s::PublishPodUsage(client, args.node, used);
 }
 
-int PublishNode(const NodeArgs& args, const k8s::ApiConfig& api, bool with_libs) {
+int PublishNode(const K8sArgs& args, const k8s::ApiConfig& api, bool with_libs) {
   std::string source;
   std::vector<gpu::GpuInfo> gpus;
   StatusOr<uint64_t> bytes = GpuMemory(args, &source, &gpus);
@@ -243,7 +247,7 @@ int PublishNode(const NodeArgs& args, const k8s::ApiConfig& api, bool with_libs)
   return 0;
 }
 
-int RunNode(const NodeArgs& args) {
+int RunNode(const K8sArgs& args) {
   if (Status s = k8s::CheckNodeName(args.node); !s.ok()) {
     NodeSay(s.message());
     return 2;
@@ -267,155 +271,6 @@ int RunNode(const NodeArgs& args) {
   }
 }
 
-// The scheduler's options from the flags it shares with explain: the policy and, with
-// --paladin-server, the teams' quotas read from Paladin's server as its own scheduler checks them.
-// An error names the flag.
-// --paladin-ca-file: the clients of Paladin's server in this process trust its CA (they read
-// PALADIN_CA_FILE, as the CLI and the agents do). An error names the flag.
-Status UseServerCa(const NodeArgs& args) {
-  if (args.paladin_ca_file.empty()) return Status::Ok();
-  if (access(args.paladin_ca_file.c_str(), R_OK) != 0) {
-    return InvalidArgument("--paladin-ca-file " + args.paladin_ca_file + ": cannot be read");
-  }
-  setenv("PALADIN_CA_FILE", args.paladin_ca_file.c_str(), 1);
-  return Status::Ok();
-}
-
-// Paladin's server as --paladin-server and --paladin-token-file name it; an error names the flags.
-StatusOr<std::shared_ptr<api::Client>> PaladinServer(const NodeArgs& args) {
-  StatusOr<api::Endpoint> endpoint = api::ParseUrl(args.paladin_server);
-  std::string token;
-  std::ifstream in(args.paladin_token_file);
-  if (!endpoint.ok() || !(in >> token)) {
-    return InvalidArgument("--paladin-server needs a URL and --paladin-token-file a token (" +
-                           (endpoint.ok() ? "token unreadable" : endpoint.status().message()) +
-                           ")");
-  }
-  return std::make_shared<api::Client>(*endpoint, token, 5);
-}
-
-StatusOr<k8s::SchedulerOptions> SchedulerOptionsOf(const NodeArgs& args) {
-  if (Status s = UseServerCa(args); !s.ok()) return s;
-  k8s::SchedulerOptions options;
-  options.policy = args.policy;
-  if (args.paladin_server.empty()) return options;
-  StatusOr<std::shared_ptr<api::Client>> made = PaladinServer(args);
-  if (!made.ok()) return made.status();
-  std::shared_ptr<api::Client> server = *made;
-  const std::string cluster = args.cluster;
-  options.team_quotas = [server, cluster]() -> StatusOr<std::map<std::string, k8s::TeamQuota>> {
-    StatusOr<api::Json> teams = server->Get("/v1/teams");
-    if (!teams.ok()) return teams.status();
-    return k8s::TeamQuotasOf(*teams, cluster);
-  };
-  // Its pods, to the server's API, dashboard and team tokens (an admin token: PUT /v1/pods).
-  options.report_pods = [server](const api::PodList& list) {
-    return server->Put("/v1/pods", api::ToJson(list)).status();
-  };
-  options.cluster = args.cluster;
-  return options;
-}
-
-int RunScheduler(const NodeArgs& args) {
-  StatusOr<k8s::ApiConfig> config = Config(args);
-  if (!config.ok()) {
-    cli::Say("k8s scheduler", config.status().message());
-    return 2;
-  }
-  StatusOr<k8s::SchedulerOptions> made = SchedulerOptionsOf(args);
-  if (!made.ok()) {
-    cli::Say("k8s scheduler", made.status().message());
-    return 2;
-  }
-  const k8s::SchedulerOptions& options = *made;
-  StatusOr<std::unique_ptr<k8s::Scheduler>> scheduler =
-      k8s::Scheduler::Create(k8s::ApiClient(*config), options);
-  if (!scheduler.ok()) {
-    cli::Say("k8s scheduler", scheduler.status().message());
-    return 2;
-  }
-  std::fprintf(stderr, "paladin k8s scheduler: placing pods of schedulerName %s (policy %s)\n",
-               options.scheduler_name.c_str(), options.policy.c_str());
-  std::string last_error;
-  for (;;) {
-    StatusOr<int> bound = (*scheduler)->RunOnce();
-    if (!bound.ok() && bound.status().message() != last_error) {
-      last_error = bound.status().message();
-      cli::Say("k8s scheduler", last_error + " (retrying)");
-    } else if (bound.ok()) {
-      last_error.clear();
-    }
-    if (args.once) return bound.ok() ? 0 : 1;
-    usleep(static_cast<useconds_t>(args.interval_s * 1e6));
-  }
-}
-
-// `paladin k8s explain POD`: the scheduler's pass over the cluster as it is, binding nothing.
-int RunExplain(const NodeArgs& args) {
-  StatusOr<k8s::ApiConfig> config = Config(args);
-  StatusOr<k8s::SchedulerOptions> options = SchedulerOptionsOf(args);
-  if (!config.ok() || !options.ok()) {
-    cli::Say("k8s explain", config.ok() ? options.status().message() : config.status().message());
-    return 2;
-  }
-  StatusOr<k8s::PodExplanation> e =
-      k8s::ExplainPod(k8s::ApiClient(*config), *options, args.explain_ns, args.explain_pod);
-  if (!e.ok()) {
-    cli::Say("k8s explain", e.status().message());
-    return e.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
-  }
-  for (const auto& [key, value] : k8s::ExplanationRows(*e)) {
-    std::printf("%-11s %s\n", (key + ":").c_str(), fleet::Printable(value).c_str());
-  }
-  return 0;
-}
-
-int RunWebhook(const NodeArgs& args) {
-  if (args.cert.empty() || args.key.empty() || args.inject.lib_dir.empty()) {
-    cli::Say("k8s webhook", "--cert, --key and --lib-dir are required");
-    return 2;
-  }
-  if (!args.inject.emulated_gpus.empty() && args.inject.emu_state_dir.empty()) {
-    cli::Say("k8s webhook", "--emulated-gpus needs --emu-state-dir");
-    return 2;
-  }
-  k8s::InjectOptions inject = args.inject;
-  if (!base::ParseSize(args.auto_default, &inject.auto_default_bytes) ||
-      inject.auto_default_bytes < (uint64_t{1} << 20)) {
-    cli::Say("k8s webhook", "--auto-default '" + args.auto_default +
-                                "': expected a size of at least 1 MiB such as 4GiB");
-    return 2;
-  }
-  if (Status s = UseServerCa(args); !s.ok()) {
-    cli::Say("k8s webhook", s.message());
-    return 2;
-  }
-  if (!args.paladin_server.empty()) {
-    StatusOr<api::Endpoint> endpoint = api::ParseUrl(args.paladin_server);
-    std::string token;
-    std::ifstream in(args.paladin_token_file);
-    if (!endpoint.ok() || !(in >> token)) {
-      cli::Say("k8s webhook",
-               "--paladin-server needs a URL and --paladin-token-file a token (" +
-                   (endpoint.ok() ? "token unreadable" : endpoint.status().message()) + ")");
-      return 2;
-    }
-    // The namespaces' teams (their label paladin.io/team) are read from the API server.
-    StatusOr<k8s::ApiConfig> config = Config(args);
-    if (!config.ok()) {
-      const std::string why = config.status().message();
-      cli::Say("k8s webhook", "--paladin-server: namespaces' teams are read from the API: " + why);
-      return 2;
-    }
-    config->timeout_s = args.sizing_timeout_s;
-    inject.size_auto = k8s::ServerSizer(std::make_shared<const k8s::ApiClient>(*config), *endpoint,
-                                        token, args.sizing_timeout_s);
-  }
-  Status s = k8s::ServeWebhook(args.listen, args.cert, args.key, inject);
-  cli::Say("k8s webhook", s.message());
-  return s.ok() ? 0 : 1;
-}
-
 // Progress lines "WHAT: SECONDS  LINE", the seconds counted from this call.
 std::function<void(const std::string&)> TimedProgress(const std::string& what) {
   const auto start = std::chrono::steady_clock::now();
@@ -430,7 +285,7 @@ std::function<void(const std::string&)> TimedProgress(const std::string& what) {
 
 // A move's options with the packer's policy and, with --paladin-server, the teams' quotas that
 // place its replacement (the scheduler's flags).
-StatusOr<k8s::MoveOptions> MoveOptionsOf(const NodeArgs& args) {
+StatusOr<k8s::MoveOptions> MoveOptionsOf(const K8sArgs& args) {
   StatusOr<k8s::SchedulerOptions> placement = SchedulerOptionsOf(args);
   if (!placement.ok()) return placement.status();
   k8s::MoveOptions o = args.move;
@@ -438,7 +293,7 @@ StatusOr<k8s::MoveOptions> MoveOptionsOf(const NodeArgs& args) {
   return o;
 }
 
-int RunMove(const NodeArgs& args) {
+int RunMove(const K8sArgs& args) {
   StatusOr<k8s::ApiConfig> config = Config(args);
   StatusOr<k8s::MoveOptions> made = MoveOptionsOf(args);
   if (!config.ok() || !made.ok()) {
@@ -468,7 +323,7 @@ int RunMove(const NodeArgs& args) {
   return 0;
 }
 
-int RunDrain(const NodeArgs& args) {
+int RunDrain(const K8sArgs& args) {
   StatusOr<k8s::ApiConfig> config = Config(args);
   StatusOr<k8s::MoveOptions> made = MoveOptionsOf(args);
   if (!config.ok() || !made.ok()) {
@@ -579,14 +434,14 @@ Status EnterHostMounts(k8s::ApiConfig* config) {
 }
 
 // The API configuration of a command run on the node: --host-mounts entered after it is read.
-StatusOr<k8s::ApiConfig> NodeConfig(const NodeArgs& args) {
+StatusOr<k8s::ApiConfig> NodeConfig(const K8sArgs& args) {
   StatusOr<k8s::ApiConfig> config = Config(args);
   if (!config.ok() || !args.host_mounts) return config;
   if (Status s = EnterHostMounts(&*config); !s.ok()) return s;
   return config;
 }
 
-int RunGpuRestore(const NodeArgs& args) {
+int RunGpuRestore(const K8sArgs& args) {
   const std::function<void(const std::string&)> progress = [](const std::string& line) {
     std::fprintf(stderr, "paladin k8s gpu-restore: %s\n", line.c_str());
   };
@@ -599,7 +454,7 @@ int RunGpuRestore(const NodeArgs& args) {
   return 0;
 }
 
-int RunCheckpoint(const NodeArgs& args) {
+int RunCheckpoint(const K8sArgs& args) {
   StatusOr<k8s::ApiConfig> config = NodeConfig(args);
   if (!config.ok()) {
     cli::Say("k8s checkpoint", config.status().message());
@@ -635,7 +490,7 @@ int RunCheckpoint(const NodeArgs& args) {
   }
 }
 
-int RunRecover(const NodeArgs& args) {
+int RunRecover(const K8sArgs& args) {
   StatusOr<k8s::ApiConfig> config = NodeConfig(args);
   if (!config.ok()) {
     cli::Say("k8s recover", config.status().message());
@@ -705,7 +560,7 @@ int RunRecover(const NodeArgs& args) {
 }
 
 // `paladin k8s mover`: the moves of this node's pods asked of Paladin's server, carried out.
-int RunMover(const NodeArgs& args) {
+int RunMover(const K8sArgs& args) {
   if (Status s = k8s::CheckNodeName(args.node); !s.ok()) {
     cli::Say("k8s mover", "--node: " + s.message());
     return 2;
@@ -718,7 +573,7 @@ int RunMover(const NodeArgs& args) {
   }
   // Paladin's server's token and CA are the pod's files: read, or kept open and named through
   // /proc/self/fd, before --host-mounts leaves the pod's mounts for the node's.
-  NodeArgs own = args;
+  K8sArgs own = args;
   if (args.host_mounts && !args.paladin_ca_file.empty()) {
     const int fd = open(args.paladin_ca_file.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -784,7 +639,7 @@ int RunMover(const NodeArgs& args) {
   }
 }
 
-int RunGpus(const NodeArgs& args) {
+int RunGpus(const K8sArgs& args) {
   StatusOr<std::unique_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(args.nvml);
   if (!nvml.ok()) {
     cli::Say("k8s gpus", nvml.status().message());
@@ -808,20 +663,9 @@ int RunGpus(const NodeArgs& args) {
   return 0;
 }
 
-// Paladin's server for a k8s component: its URL (what it is asked, `what`), an admin token and
-// the CA of its certificate.
-void AddServerOptions(CLI::App* app, NodeArgs* args, const std::string& what) {
-  app->add_option("--paladin-server", args->paladin_server, what);
-  app->add_option("--paladin-token-file", args->paladin_token_file,
-                  "File holding an admin token of Paladin's server");
-  app->add_option("--paladin-ca-file", args->paladin_ca_file,
-                  "The CA certificate of Paladin's server (an https:// --paladin-server with its "
-                  "own CA: deploy/k8s/server-tls.sh's ca.crt); default: the system's CAs");
-}
-
 // The replacement's GPU: chosen by the packer with the scheduler's policy on the destination
 // (a GPU pod moving to another node without --gpu), and its team's quotas checked there.
-void AddPlacementOptions(CLI::App* app, NodeArgs* args) {
+void AddPlacementOptions(CLI::App* app, K8sArgs* args) {
   app->add_option("--policy", args->policy,
                   "Packing policy choosing a GPU pod's GPU on the destination (the scheduler's "
                   "--policy)");
@@ -830,21 +674,12 @@ void AddPlacementOptions(CLI::App* app, NodeArgs* args) {
                    "pod it replaces (the scheduler's flag)");
 }
 
-void AddApiOptions(CLI::App* app, NodeArgs* args) {
-  app->add_option("--server", args->server,
-                  "API server, https://HOST:PORT; default: the pod's (in-cluster)");
-  app->add_option("--ca-cert", args->ca_cert, "PEM CA file verifying the API server");
-  app->add_option("--client-cert", args->client_cert, "PEM client certificate");
-  app->add_option("--client-key", args->client_key, "PEM client key");
-  app->add_option("--token-file", args->token_file, "File holding a bearer token");
-}
-
 }  // namespace
 
 void RegisterK8s(CLI::App& app, int* exit_code) {
   CLI::App* k8s = app.add_subcommand("k8s", "Paladin's side of a Kubernetes cluster");
   k8s->require_subcommand(1);
-  auto args = std::make_shared<NodeArgs>();
+  auto args = std::make_shared<K8sArgs>();
   CLI::App* node = k8s->add_subcommand(
       "node", "Advertise this node's GPU memory as the extended resource paladin.io/gpu-memory");
   node->add_option("--node", args->node, "The Node's name in the cluster")->required();
@@ -863,75 +698,7 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
   AddApiOptions(node, args.get());
   node->callback([args, exit_code] { *exit_code = RunNode(*args); });
 
-  CLI::App* scheduler = k8s->add_subcommand(
-      "scheduler", "Place the pods whose schedulerName is paladin with Paladin's packer");
-  scheduler->add_option("--policy", args->policy, "Packing policy (as the server's --policy)");
-  scheduler->add_option("--interval", args->interval_s, "Seconds between passes");
-  scheduler->add_flag("--once", args->once, "One pass, then exit");
-  AddServerOptions(scheduler, args.get(),
-                   "Paladin's server, whose teams' max_gpu_mem quotas the scheduler checks (a "
-                   "namespace's team: its label paladin.io/team, else k8s-NAMESPACE) and to "
-                   "which it reports its pods after each pass (GET /v1/pods)");
-  scheduler
-      ->add_option("--cluster", args->cluster,
-                   "This cluster's name in the pods reported to Paladin's server")
-      ->check([](const std::string& v) {
-        return v.empty() || v.size() > 253 ||
-                       v.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789.-") !=
-                           std::string::npos
-                   ? std::string("expected a name of [a-z0-9.-]")
-                   : std::string();
-      });
-  AddApiOptions(scheduler, args.get());
-  scheduler->callback([args, exit_code] { *exit_code = RunScheduler(*args); });
-
-  CLI::App* explain = k8s->add_subcommand(
-      "explain",
-      "Why Paladin's scheduler placed a pod where it is, or leaves it Pending: its pass over "
-      "the cluster as it is now, binding nothing");
-  explain->add_option("pod", args->explain_pod, "The pod")->required();
-  explain->add_option("-n,--namespace", args->explain_ns, "Its namespace");
-  explain->add_option("--policy", args->policy, "Packing policy (the scheduler's --policy)");
-  AddServerOptions(explain, args.get(),
-                   "Paladin's server, for the teams' quotas (the scheduler's flag)");
-  AddApiOptions(explain, args.get());
-  explain->callback([args, exit_code] { *exit_code = RunExplain(*args); });
-
-  CLI::App* webhook = k8s->add_subcommand(
-      "webhook",
-      "Serve the mutating admission webhook that gives GPU pods Paladin's scheduler "
-      "and interposer");
-  webhook->add_option("--listen", args->listen, "HOST:PORT to serve HTTPS on");
-  webhook->add_option("--cert", args->cert, "PEM server certificate");
-  webhook->add_option("--key", args->key, "PEM server key");
-  webhook->add_option("--lib-dir", args->inject.lib_dir,
-                      "The nodes' folder of Paladin's libraries (paladin k8s node --lib-dir)");
-  webhook->add_option("--emulated-gpus", args->inject.emulated_gpus,
-                      "Give pods the emulated driver with these GPUs (e.g. 2x8GiB)");
-  webhook->add_option("--emu-state-dir", args->inject.emu_state_dir,
-                      "The nodes' folder of the emulated GPUs' shared state");
-  webhook->add_option("--paladin-user", args->inject.paladin_users,
-                      "The API server's user name of Paladin's scheduler and mover (e.g. "
-                      "system:serviceaccount:paladin:paladin), the only one that may set "
-                      "Paladin's own pod annotations; repeatable");
-  webhook->add_option("--usage-user", args->inject.usage_users,
-                      "The API server's user name of the nodes' measuring component (paladin k8s "
-                      "node --usage, e.g. system:serviceaccount:paladin:paladin-node): of "
-                      "Paladin's own pod annotations it may write paladin.io/gpu-memory-used "
-                      "only; repeatable");
-  AddServerOptions(webhook, args.get(),
-                   "Paladin's server, which sizes pods annotated paladin.io/gpu-memory: auto "
-                   "from their class's history (GET /v1/sizing)");
-  webhook
-      ->add_option("--sizing-timeout", args->sizing_timeout_s,
-                   "Seconds to wait for the namespace's team and the server's size of an auto "
-                   "pod before using --auto-default")
-      ->check(CLI::Range(0.1, 8.0));
-  webhook->add_option("--auto-default", args->auto_default,
-                      "The size of an auto pod when Paladin's server cannot be asked (said in "
-                      "its paladin.io/gpu-memory-sized annotation)");
-  AddApiOptions(webhook, args.get());
-  webhook->callback([args, exit_code] { *exit_code = RunWebhook(*args); });
+  kube::RegisterClusterCommands(k8s, args, exit_code);
 
   CLI::App* move = k8s->add_subcommand(
       "move",
