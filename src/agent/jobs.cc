@@ -232,13 +232,11 @@ void Agent::Forget(const std::string& id, int64_t epoch, bool remove_run_dir) {
   fs::remove_all(w->agent_dir, ec);
   // Only directories of this agent's: a restored job's run directory may be another's path.
   // And not one that another copy now runs from (another agent of this host restored the job
-  // there while this one was away: its record names that copy's pid).
-  StatusOr<ckpt::JobRecord> there = ckpt::ReadJob(w->record.run_dir);
-  if (there.ok() && there->pid != w->record.pid) remove_run_dir = false;
+  // there while this one was away, or is restoring it now: its record names that copy's pid).
   if (remove_run_dir && !w->record.run_dir.empty() &&
       (w->record.run_dir.rfind(runs_dir_ + "/", 0) == 0 ||
        w->record.run_dir.rfind(workloads_dir_ + "/", 0) == 0)) {
-    fs::remove_all(w->record.run_dir, ec);
+    (void)ckpt::RemoveRunDirUnlessTaken(w->record);
   }
   const std::string rank_net = w->rank_net;
   jobs_.erase(it);

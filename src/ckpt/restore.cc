@@ -150,11 +150,7 @@ StatusOr<pid_t> RunCriuRestore(const Criu& criu, const std::string& dir, const M
     restore.inherit_fds.emplace_back(options.lease_fd >= 0 ? options.lease_fd : no_lease, m.lease);
   }
   progress("restoring with CRIU");
-  StatusOr<pid_t> pid = [&] {
-    // No group is removed while CRIU makes the job's, or takes it, and fills it.
-    const base::CgroupsLock groups = base::CgroupsLock::Shared();
-    return Restore(criu, dir, restore);
-  }();
+  StatusOr<pid_t> pid = Restore(criu, dir, restore);
   if (no_lease >= 0) close(no_lease);
   if (*net >= 0) close(*net);
   return pid;
@@ -247,6 +243,9 @@ StatusOr<JobRecord> RestoreJob(const Criu& criu, const std::string& dir,
   PALADIN_RETURN_IF_ERROR(CheckImage(image->get(), criu, dir, options, progress, times, &watch));
   StatusOr<Manifest> m = ReadManifest(dir);
   if (!m.ok()) return m.status();
+  // Neither the job's group nor its run directory is removed by whoever cleans up after an old
+  // copy of it while this restore makes them its own, until its record names the restored copy.
+  const base::CgroupsLock places = base::CgroupsLock::Shared();
   StatusOr<Placement> place = Place(*m, options.placement);
   if (!place.ok()) return Refuse(place.status());
   JobRecord job = RecordFor(*m, *place);

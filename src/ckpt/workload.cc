@@ -61,6 +61,16 @@ StatusOr<JobRecord> ReadJob(const std::string& run_dir) {
   return ReadJobFile(run_dir + "/job.json");
 }
 
+bool RemoveRunDirUnlessTaken(const JobRecord& job) {
+  if (job.run_dir.empty()) return false;
+  const base::CgroupsLock places = base::CgroupsLock::Exclusive();
+  StatusOr<JobRecord> there = ReadJob(job.run_dir);
+  if (there.ok() && there->pid > 0 && there->pid != job.pid) return false;
+  std::error_code ec;
+  std::filesystem::remove_all(job.run_dir, ec);
+  return !ec;
+}
+
 Status WriteJobFile(const JobRecord& job, const std::string& path) {
   json j = {{"name", job.name},
             {"command", job.command},

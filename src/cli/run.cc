@@ -316,10 +316,7 @@ int RestoreAndWait(const RunArgs& args) {
   follower.Stop();
   if (SayEnding(*job)) return 0;
   RunSay(job->name + " exited with " + std::to_string(code));
-  if (!args.keep_run_dir) {
-    std::error_code ec;
-    std::filesystem::remove_all(job->run_dir, ec);
-  }
+  if (!args.keep_run_dir) (void)ckpt::RemoveRunDirUnlessTaken(*job);
   return code;
 }
 
@@ -409,10 +406,7 @@ int RunWorkload(RunArgs args) {
     RunSay(args.name + " exited with " + std::to_string(code));
   }
   launched->region.reset();
-  if (!args.keep_run_dir) {
-    std::error_code ec;
-    std::filesystem::remove_all(job.run_dir, ec);
-  }
+  if (!args.keep_run_dir) (void)ckpt::RemoveRunDirUnlessTaken(job);
   return code;
 }
 

@@ -9,12 +9,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <sstream>
 #include <string>
+
+#include "paladin/base/cgroup.h"
 
 namespace paladin::supervise {
 namespace {
@@ -184,6 +188,42 @@ TEST_F(SupervisorTest, FinishLeavesTheRunDirectoryToACopyRestoredIntoIt) {
   job.state = ckpt::RunState::kRunning;
   ASSERT_TRUE(ckpt::WriteJob(job).ok());
   EXPECT_EQ(Finish(job).kind, Ending::Kind::kExited) << "its own record: it exited";
+}
+
+// Whoever cleans up after an old copy of a job removes its run directory only while no other
+// copy runs from it, and waits for a restore in flight to say so by its record.
+TEST_F(SupervisorTest, ARunDirectoryGoesOnlyWhileNoOtherCopyRunsFromIt) {
+  ckpt::JobRecord job;
+  job.name = "left";
+  job.pid = 5000;
+  job.run_dir = scratch_ + "/left";
+  fs::create_directory(job.run_dir);
+  ckpt::JobRecord copy = job;
+  copy.pid = 5100;
+  ASSERT_TRUE(ckpt::WriteJob(copy).ok());
+  EXPECT_FALSE(ckpt::RemoveRunDirUnlessTaken(job));
+  EXPECT_TRUE(fs::exists(job.run_dir)) << "another copy's directory stays";
+  ASSERT_TRUE(ckpt::WriteJob(job).ok());
+  EXPECT_TRUE(ckpt::RemoveRunDirUnlessTaken(job));
+  EXPECT_FALSE(fs::exists(job.run_dir));
+
+  // A restore in flight holds the lock until the record names its copy.
+  if (geteuid() != 0 || base::Cgroup::Version() == "none") GTEST_SKIP() << "needs root and cgroups";
+  StatusOr<base::Cgroup> group = base::Cgroup::Create("supervise-lock-" + std::to_string(getpid()));
+  ASSERT_TRUE(group.ok()) << group.status().message();
+  fs::create_directory(job.run_dir);
+  ASSERT_TRUE(ckpt::WriteJob(job).ok());
+  std::future<bool> removal;
+  {
+    const base::CgroupsLock restore = base::CgroupsLock::Shared();
+    removal = std::async(std::launch::async, [&job] { return ckpt::RemoveRunDirUnlessTaken(job); });
+    EXPECT_EQ(removal.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+        << "the removal did not wait for the restore";
+    EXPECT_TRUE(ckpt::WriteJob(copy).ok()) << "the run directory went under the restore";
+  }
+  EXPECT_FALSE(removal.get());
+  EXPECT_TRUE(fs::exists(job.run_dir + "/job.json"));
+  EXPECT_TRUE(group->Remove().ok());
 }
 
 // An image's manifest is untrusted: its emulated state file is linked only where it names a

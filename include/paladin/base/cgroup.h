@@ -58,12 +58,15 @@ class Cgroup {
   std::vector<std::string> dirs_;  // v2: one; v1: memory, cpuacct, pids
 };
 
-// A lock on the groups under paladin/, on the directory that holds them: shared while a restore
-// puts processes back into their groups (CRIU makes a missing group, or takes the one it finds,
-// and moves the processes in later), exclusive while a group is removed. A supervisor that
-// cleans up after a checkpoint therefore never takes a group from under a restore of the same
-// job that began in the meantime: it waits, then finds the group in use and leaves it. Holds
-// nothing where there is no paladin/ directory yet (then there is no group to remove either).
+// A lock on the places a job has on this machine that a copy restored here takes over by name
+// (its group under paladin/, its run directory), on the directory that holds the groups: shared
+// by a restore from before it makes them its own until the job's record names the restored copy
+// (CRIU makes a missing group, or takes the one it finds, and moves the processes in later),
+// exclusive while a group or a run directory is removed. Whoever cleans up after an old copy of
+// the job (its supervisor after a checkpoint, an agent forgetting a copy) therefore never takes
+// a place from under a restore of the same job that began in the meantime: it waits, then finds
+// the group in use and the record another copy's, and leaves them. Holds nothing where there is
+// no paladin/ directory yet (no group to remove; run directories go unguarded then).
 // The descriptor is close-on-exec; a child forked while it is held and that does not exec
 // holds the lock with it, so such a child closes its inherited descriptors.
 class CgroupsLock {

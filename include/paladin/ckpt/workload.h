@@ -71,6 +71,10 @@ struct JobRecord {
 
 Status WriteJob(const JobRecord& job);  // run_dir/job.json
 StatusOr<JobRecord> ReadJob(const std::string& run_dir);
+// Removes `job`'s run directory unless another copy of the job runs from it now (a copy restored
+// there on this machine: the record there names another pid), after a restore in flight has
+// written its record (base::CgroupsLock, exclusive). Whether it removed it.
+bool RemoveRunDirUnlessTaken(const JobRecord& job);
 // The same record at another path (the node agent keeps its own copy where jobs cannot write).
 Status WriteJobFile(const JobRecord& job, const std::string& path);
 StatusOr<JobRecord> ReadJobFile(const std::string& path);
