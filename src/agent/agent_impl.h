@@ -58,6 +58,13 @@ using Json = nlohmann::json;
 // "paladin agent: LINE" on stderr.
 void Say(const std::string& line);
 
+// Removes what an old copy of a job leaves on this machine (`group`: its cgroup; `run_dir`: its
+// run directory, unless another copy runs from it now) without waiting under the agent's lock:
+// at once when no restore on this machine holds the places lock (base::CgroupsLock), else from
+// a thread of its own once the restore is done. The agent's loop never waits for a restore
+// (its heartbeats keep its lease).
+void RemoveLeftPlaces(const ckpt::JobRecord& record, bool group, bool run_dir);
+
 // The state letter of a process ('R', 'S', 'T', 'Z', ...; '\0' when there is none) and, when
 // `parent` is not null, its parent's pid, from /proc/PID/stat.
 char ProcState(pid_t pid, pid_t* parent);

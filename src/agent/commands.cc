@@ -343,7 +343,7 @@ void Agent::Checkpoint(const api::Command& c) {
                           : "; it runs on"));
   if (mode == "stop") {
     Reap(static_cast<pid_t>(w->record.pid));
-    if (!w->record.cgroup.empty()) (void)base::Cgroup::Existing(w->record.cgroup).Remove();
+    RemoveLeftPlaces(w->record, true, false);
     std::lock_guard<std::mutex> lock(mu_);
     Forget(w->id, w->epoch, true);
   } else {

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "agent_impl.h"
 #include "paladin/api/wire.h"
@@ -192,6 +193,21 @@ void Agent::Delivered() {
   for (const auto& [id, epoch] : ended) Forget(id, epoch, true);
 }
 
+void RemoveLeftPlaces(const ckpt::JobRecord& record, bool group, bool run_dir) {
+  if ((!group || record.cgroup.empty()) && (!run_dir || record.run_dir.empty())) return;
+  auto remove = [record, group, run_dir](const base::CgroupsLock& held) {
+    if (group && !record.cgroup.empty()) {
+      (void)base::Cgroup::Existing(record.cgroup).RemoveHolding(held);
+    }
+    if (run_dir) (void)ckpt::RemoveRunDirUnlessTaken(record, held);
+  };
+  if (std::optional<base::CgroupsLock> now = base::CgroupsLock::TryExclusive()) {
+    remove(*now);
+    return;
+  }
+  std::thread([remove] { remove(base::CgroupsLock::Exclusive()); }).detach();
+}
+
 void Agent::PollExits() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [key, w] : jobs_) {
@@ -216,7 +232,7 @@ void Agent::PollExits() {
     Say("job " + w->id + " (pid " + std::to_string(pid) + ") exited" +
         (w->exit_code ? " with code " + std::to_string(*w->exit_code) : " (exit code unknown)"));
     if (w->grower) w->grower->Stop();
-    if (!w->record.cgroup.empty()) (void)base::Cgroup::Existing(w->record.cgroup).Remove();
+    RemoveLeftPlaces(w->record, true, false);
   }
 }
 
@@ -236,7 +252,7 @@ void Agent::Forget(const std::string& id, int64_t epoch, bool remove_run_dir) {
   if (remove_run_dir && !w->record.run_dir.empty() &&
       (w->record.run_dir.rfind(runs_dir_ + "/", 0) == 0 ||
        w->record.run_dir.rfind(workloads_dir_ + "/", 0) == 0)) {
-    (void)ckpt::RemoveRunDirUnlessTaken(w->record);
+    RemoveLeftPlaces(w->record, false, true);
   }
   const std::string rank_net = w->rank_net;
   jobs_.erase(it);
@@ -374,7 +390,7 @@ Status Agent::KillTree(Workload* w) {
     }
   }
   if (w->grower) w->grower->Stop();
-  if (!w->record.cgroup.empty()) (void)base::Cgroup::Existing(w->record.cgroup).Remove();
+  RemoveLeftPlaces(w->record, true, false);
   return Status::Ok();
 }
 

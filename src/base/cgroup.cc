@@ -84,6 +84,17 @@ CgroupsLock CgroupsLock::Shared() { return CgroupsLock(LOCK_SH); }
 
 CgroupsLock CgroupsLock::Exclusive() { return CgroupsLock(LOCK_EX); }
 
+std::optional<CgroupsLock> CgroupsLock::TryExclusive() {
+  CgroupsLock lock;
+  lock.fd_ = open(GroupsDir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (lock.fd_ < 0) return lock;  // no paladin/ directory: nothing to wait for
+  while (flock(lock.fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) return std::nullopt;
+    if (errno != EINTR) break;  // unlockable: as where there is no directory
+  }
+  return lock;
+}
+
 CgroupsLock::~CgroupsLock() {
   if (fd_ >= 0) close(fd_);
 }
@@ -165,8 +176,9 @@ double Cgroup::CpuSeconds() const {
   return static_cast<double>(Number(v)) / 1e9;
 }
 
-Status Cgroup::Remove() const {
-  const CgroupsLock lock = CgroupsLock::Exclusive();
+Status Cgroup::Remove() const { return RemoveHolding(CgroupsLock::Exclusive()); }
+
+Status Cgroup::RemoveHolding(const CgroupsLock& /*held*/) const {
   for (const std::string& dir : dirs_) {
     if (rmdir(dir.c_str()) != 0 && errno != ENOENT) {
       return IoError("cannot remove cgroup " + dir + ": " + strerror(errno));

@@ -62,8 +62,11 @@ StatusOr<JobRecord> ReadJob(const std::string& run_dir) {
 }
 
 bool RemoveRunDirUnlessTaken(const JobRecord& job) {
+  return !job.run_dir.empty() && RemoveRunDirUnlessTaken(job, base::CgroupsLock::Exclusive());
+}
+
+bool RemoveRunDirUnlessTaken(const JobRecord& job, const base::CgroupsLock& /*held*/) {
   if (job.run_dir.empty()) return false;
-  const base::CgroupsLock places = base::CgroupsLock::Exclusive();
   StatusOr<JobRecord> there = ReadJob(job.run_dir);
   if (there.ok() && there->pid > 0 && there->pid != job.pid) return false;
   std::error_code ec;

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <future>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,22 @@ TEST(CgroupsLockTest, ARemovalWaitsForARestoreAndLeavesTheGroupItFilled) {
   kill(restored, SIGKILL);
   waitpid(restored, nullptr, 0);
   EXPECT_TRUE(group->Remove().ok());
+}
+
+// An agent's loop never waits: TryExclusive says at once that a restore holds the lock.
+TEST(CgroupsLockTest, TryExclusiveGivesNothingWhileARestoreHoldsTheLock) {
+  if (geteuid() != 0 || Cgroup::Version() == "none") GTEST_SKIP() << "needs root and cgroups";
+  StatusOr<Cgroup> group = Cgroup::Create("cgroup-lock-try-" + std::to_string(getpid()));
+  ASSERT_TRUE(group.ok()) << group.status().message();
+  {
+    const CgroupsLock restore = CgroupsLock::Shared();
+    EXPECT_FALSE(std::async(std::launch::async, [] {
+                   return CgroupsLock::TryExclusive().has_value();
+                 }).get());
+  }
+  std::optional<CgroupsLock> now = CgroupsLock::TryExclusive();
+  ASSERT_TRUE(now.has_value());
+  EXPECT_TRUE(group->RemoveHolding(*now).ok());
 }
 
 TEST(CgroupsLockTest, RestoresShareTheLock) {

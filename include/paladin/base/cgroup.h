@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,8 @@ struct CgroupLine {
 // The lines of /proc/PID/cgroup; none where it cannot be read. Malformed lines are skipped.
 std::vector<CgroupLine> CgroupsOf(pid_t pid);
 
+class CgroupsLock;
+
 class Cgroup {
  public:
   // "v2", "v1", or "none".
@@ -38,8 +41,10 @@ class Cgroup {
   uint64_t MemoryLimit() const;  // 0 when none
   uint64_t MemoryBytes() const;
   double CpuSeconds() const;
-  // Removes the (empty) group, holding CgroupsLock exclusively.
+  // Removes the (empty) group, holding CgroupsLock exclusively (waiting for it).
   Status Remove() const;
+  // The same, for a caller that holds it already.
+  Status RemoveHolding(const CgroupsLock& held) const;
   // Removes the group once the process `root` has ended (and its namespace with it), from a
   // detached watcher process, for a caller that returns while the job runs on (`paladin
   // restore`: CRIU recreates a restored job's group, and nothing else would remove it). The
@@ -73,6 +78,9 @@ class CgroupsLock {
  public:
   static CgroupsLock Shared();
   static CgroupsLock Exclusive();
+  // Exclusive when nobody holds the lock now, nothing while a restore does: for a caller that
+  // must not wait (an agent's loop, whose heartbeats keep its lease).
+  static std::optional<CgroupsLock> TryExclusive();
   CgroupsLock(CgroupsLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
   CgroupsLock& operator=(CgroupsLock&&) = delete;
   CgroupsLock(const CgroupsLock&) = delete;
@@ -81,6 +89,7 @@ class CgroupsLock {
 
  private:
   explicit CgroupsLock(int operation);
+  CgroupsLock() = default;
   int fd_ = -1;
 };
 

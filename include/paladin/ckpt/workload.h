@@ -22,6 +22,10 @@
 
 #include "paladin/base/status.h"
 
+namespace paladin::base {
+class CgroupsLock;
+}  // namespace paladin::base
+
 namespace paladin::ckpt {
 
 // Where a job's processes are, as its record (job.json's "state") says.
@@ -75,6 +79,8 @@ StatusOr<JobRecord> ReadJob(const std::string& run_dir);
 // there on this machine: the record there names another pid), after a restore in flight has
 // written its record (base::CgroupsLock, exclusive). Whether it removed it.
 bool RemoveRunDirUnlessTaken(const JobRecord& job);
+// The same, for a caller that holds the lock already.
+bool RemoveRunDirUnlessTaken(const JobRecord& job, const base::CgroupsLock& held);
 // The same record at another path (the node agent keeps its own copy where jobs cannot write).
 Status WriteJobFile(const JobRecord& job, const std::string& path);
 StatusOr<JobRecord> ReadJobFile(const std::string& path);
