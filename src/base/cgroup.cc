@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -58,14 +59,31 @@ std::string ReadValue(const std::string& path) {
   return value;
 }
 
-// The directory that holds Paladin's groups, the one CgroupsLock locks: under the memory
-// controller on a v1 host.
-std::string GroupsDir() { return std::string(kRoot) + (IsV2() ? "/paladin" : "/memory/paladin"); }
+// CgroupsLock's file. Not the groups' directory: any user may open that one and hold a lock on
+// it, and a workload could then stop every restore and clean-up of the machine.
+constexpr const char* kLockDir = "/run/paladin";
+constexpr const char* kLockFile = "/run/paladin/places.lock";
 
-// Opens and locks `dir` (LOCK_SH or LOCK_EX), waiting as long as it takes; -1 where it cannot
-// be opened. System calls only: the detached watcher of RemoveWhenGone calls it after a fork.
-int LockDir(const char* dir, int operation) {
-  const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+// Opens the lock's file, made where missing (mode 0600), never through a link; -1 where it
+// cannot be, or is not a file of this user's (not root: then there is nothing to lock). System
+// calls only: the detached watcher of RemoveWhenGone calls it after a fork.
+int OpenLockFile() {
+  (void)mkdir(kLockDir, 0755);
+  const int fd = open(kLockFile, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      (st.st_mode & 077) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Opens and locks the lock's file (LOCK_SH or LOCK_EX), waiting as long as it takes; -1 where
+// it cannot be opened. System calls only, as OpenLockFile.
+int LockFile(int operation) {
+  const int fd = OpenLockFile();
   if (fd < 0) return -1;
   while (flock(fd, operation) != 0) {
     if (errno != EINTR) {
@@ -78,7 +96,7 @@ int LockDir(const char* dir, int operation) {
 
 }  // namespace
 
-CgroupsLock::CgroupsLock(int operation) : fd_(LockDir(GroupsDir().c_str(), operation)) {}
+CgroupsLock::CgroupsLock(int operation) : fd_(LockFile(operation)) {}
 
 CgroupsLock CgroupsLock::Shared() { return CgroupsLock(LOCK_SH); }
 
@@ -86,8 +104,8 @@ CgroupsLock CgroupsLock::Exclusive() { return CgroupsLock(LOCK_EX); }
 
 std::optional<CgroupsLock> CgroupsLock::TryExclusive() {
   CgroupsLock lock;
-  lock.fd_ = open(GroupsDir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (lock.fd_ < 0) return lock;  // no paladin/ directory: nothing to wait for
+  lock.fd_ = OpenLockFile();
+  if (lock.fd_ < 0) return lock;  // nothing to lock: nothing to wait for
   while (flock(lock.fd_, LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK) return std::nullopt;
     if (errno != EINTR) break;  // unlockable: as where there is no directory
@@ -217,7 +235,6 @@ Status Cgroup::RemoveWhenGone(pid_t root) const {
   // Everything the watcher needs, prepared here: after the fork it makes system calls only.
   std::vector<const char*> dirs;
   for (const std::string& dir : dirs_) dirs.push_back(dir.c_str());
-  const std::string groups = GroupsDir();
   const pid_t first = fork();
   if (first < 0) {
     const std::string why = strerror(errno);
@@ -241,7 +258,7 @@ Status Cgroup::RemoveWhenGone(pid_t root) const {
     const timespec pause = {0, 100L * 1000 * 1000};
     for (int attempt = 0; attempt < 100; ++attempt) {
       bool left = false;
-      const int lock = LockDir(groups.c_str(), LOCK_EX);
+      const int lock = LockFile(LOCK_EX);
       for (const char* dir : dirs) left |= rmdir(dir) != 0 && errno != ENOENT;
       if (lock >= 0) close(lock);
       if (!left) break;

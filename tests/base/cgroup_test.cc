@@ -3,11 +3,13 @@
 // group needs write access to the hierarchy); a removal never takes a group from under a restore.
 #include "paladin/base/cgroup.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <future>
 #include <optional>
@@ -105,6 +107,24 @@ TEST(CgroupsLockTest, TryExclusiveGivesNothingWhileARestoreHoldsTheLock) {
   std::optional<CgroupsLock> now = CgroupsLock::TryExclusive();
   ASSERT_TRUE(now.has_value());
   EXPECT_TRUE(group->RemoveHolding(*now).ok());
+}
+
+// A workload holding the lock would stop every restore and clean-up of the machine: the lock is
+// a file only root opens.
+TEST(CgroupsLockTest, NoOtherUserCanOpenTheLock) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root";
+  { const CgroupsLock made = CgroupsLock::Shared(); }
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) _exit(2);
+    const int fd = open("/run/paladin/places.lock", O_RDONLY | O_CLOEXEC);
+    _exit(fd < 0 && errno == EACCES ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "another user opened the lock's file";
 }
 
 TEST(CgroupsLockTest, RestoresShareTheLock) {

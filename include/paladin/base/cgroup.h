@@ -64,16 +64,17 @@ class Cgroup {
 };
 
 // A lock on the places a job has on this machine that a copy restored here takes over by name
-// (its group under paladin/, its run directory), on the directory that holds the groups: shared
-// by a restore from before it makes them its own until the job's record names the restored copy
-// (CRIU makes a missing group, or takes the one it finds, and moves the processes in later),
-// exclusive while a group or a run directory is removed. Whoever cleans up after an old copy of
-// the job (its supervisor after a checkpoint, an agent forgetting a copy) therefore never takes
-// a place from under a restore of the same job that began in the meantime: it waits, then finds
-// the group in use and the record another copy's, and leaves them. Holds nothing where there is
-// no paladin/ directory yet (no group to remove; run directories go unguarded then).
-// The descriptor is close-on-exec; a child forked while it is held and that does not exec
-// holds the lock with it, so such a child closes its inherited descriptors.
+// (its group under paladin/, its run directory): shared by a restore from before it makes them
+// its own until the job's record names the restored copy (CRIU makes a missing group, or takes
+// the one it finds, and moves the processes in later), exclusive while a group or a run
+// directory is removed. Whoever cleans up after an old copy of the job (its supervisor after a
+// checkpoint, an agent forgetting a copy) therefore never takes a place from under a restore of
+// the same job that began in the meantime: it waits, then finds the group in use and the record
+// another copy's, and leaves them. The lock is a file of root's, /run/paladin/places.lock (mode
+// 0600), which no workload can open; a process that cannot make or open it (not root: it makes
+// no groups either) holds nothing. The descriptor is close-on-exec; a child forked while it is
+// held and that does not exec holds the lock with it, so such a child closes its inherited
+// descriptors.
 class CgroupsLock {
  public:
   static CgroupsLock Shared();
