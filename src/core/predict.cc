@@ -517,109 +517,93 @@ void PaladinClassModel::Add(Phase phase, int stratum, const Ratios& log_ratios,
   for (size_t i = 0; i < n; ++i) {
     Group& g = groups_[into[i]];
     for (size_t b = 0; b < kBaseCount; ++b) {
-      ++g.hist[b][bins[b]];
-      if (scaled_diffs != nullptr) ++g.scaled[b][scaled_bins[b]];
+      g.hist[b].Add(static_cast<int>(bins[b]), ExpBinCentres()[bins[b]]);
+      if (scaled_diffs != nullptr) {
+        g.scaled[b].Add(static_cast<int>(scaled_bins[b]),
+                        ScaledBinCentre(static_cast<int>(scaled_bins[b])));
+      }
     }
     ++g.count;
     if (scaled_diffs != nullptr) ++g.scaled_count;
   }
-  ++version_;
 }
 
 namespace {
-// The upper edges of the bins holding the ceil(q * n)-th smallest values, for each level of
-// `qs`, in one pass; `top` where the counts fall short, 0 for an empty histogram. The tolerance
-// keeps a level of k / n from reading the (k + 1)-th value through rounding.
-template <size_t kN, typename Upper>
-std::array<double, 3> HistQuantiles(const std::array<int32_t, kN>& h, int64_t n,
-                                    const std::array<double, 3>& qs, Upper upper, double top) {
-  std::array<double, 3> out{};
+// The bins holding the ceil(q * n)-th smallest values, for each level of `qs`: kN where the
+// counts fall short (a level above 1), -1 for an empty histogram. The tolerance keeps a level of
+// k / n from reading the (k + 1)-th value through rounding.
+template <typename Hist>
+std::array<int, 3> QuantileBins(const Hist& h, int64_t n, const std::array<double, 3>& qs) {
+  std::array<int, 3> out{-1, -1, -1};
   if (n == 0) return out;
-  std::array<int64_t, 3> want{};
-  int64_t most = 0;
   for (size_t k = 0; k < qs.size(); ++k) {
-    want[k] = std::max<int64_t>(
+    const auto want = std::max<int64_t>(
         1, static_cast<int64_t>(std::ceil(qs[k] * static_cast<double>(n) - 1e-9)));
-    out[k] = top;
-    most = std::max(most, want[k]);
-  }
-  int64_t acc = 0;
-  for (size_t i = 0; i < kN && acc < most; ++i) {
-    const int64_t before = acc;
-    acc += h[i];
-    for (size_t k = 0; k < qs.size(); ++k) {
-      if (before < want[k] && acc >= want[k]) out[k] = upper(static_cast<int>(i));
-    }
+    out[k] = h.Find(want);
   }
   return out;
 }
 }  // namespace
 
-const PaladinClassModel::Cached& PaladinClassModel::Lookup(const Group& g, Phase phase, double q,
-                                                           bool pooled) const {
-  Cached& c = g.cache;
-  if (c.version == version_ && c.q == q) return c;
+PaladinClassModel::Scores PaladinClassModel::Score(const Group& g, Phase phase, double q,
+                                                   bool pooled, bool with_scaled) const {
+  Scores out;
   const int64_t n = g.count;
-  Choice best;
   bool have = false;
+  // A quantile's value is its bin's upper edge (the range's top past the last bin, 0 when there
+  // is nothing); the windows below the forecast are those of the bins up to its own.
+  const auto edge = [](int bin, int bins, auto upper, double top) {
+    return bin < 0 ? 0.0 : bin >= bins ? top : upper(bin);
+  };
   for (size_t b = 0; b < kBaseCount; ++b) {
     // Loading has one base only: the request.
     if (phase == Phase::kLoading && !pooled && b != 0) break;
-    const Hist& h = g.hist[b];
+    const PrefixHist<kBins>& h = g.hist[b];
     Choice ch;
     ch.base = static_cast<PaladinBase>(b);
-    const std::array<double, 3> qs = HistQuantiles(h, n, {q, 0.16, 0.84}, BinUpper, kLogRange);
-    ch.log_q = qs[0];
-    ch.log_lo = qs[1];
-    ch.log_hi = qs[2];
-    // Only windows below the forecast leave slack: the bins under its quantile.
+    const std::array<int, 3> at = QuantileBins(h, n, {q, 0.16, 0.84});
+    ch.log_q = edge(at[0], kBins, BinUpper, kLogRange);
+    ch.log_lo = edge(at[1], kBins, BinUpper, kLogRange);
+    ch.log_hi = edge(at[2], kBins, BinUpper, kLogRange);
+    // Only windows below the forecast leave slack: sum of k (1 - exp(centre) / m) over them.
+    const int below = std::min(at[0] + 1, kBins);
     const double m = std::exp(ch.log_q);
-    const auto& exp_centre = ExpBinCentres();
-    double slack = 0;
-    for (int i = 0; i < kBins && BinCentre(i) < ch.log_q; ++i) {
-      const int32_t k = h[static_cast<size_t>(i)];
-      if (k > 0) slack += k * (1 - exp_centre[static_cast<size_t>(i)] / m);
-    }
+    const double slack = static_cast<double>(h.Count(below)) - h.Weight(below) / m;
     ch.exp_slack = n > 0 ? slack / static_cast<double>(n) : 0;
-    if (!have || ch.exp_slack < best.exp_slack) best = ch, have = true;
+    if (!have || ch.exp_slack < out.choice.exp_slack) out.choice = ch, have = true;
   }
-  c.choice = best;
   const int64_t ns = g.scaled_count;
-  for (size_t b = 0; b < kBaseCount && ns > 0; ++b) {
-    const ScaledHist& h = g.scaled[b];
-    Choice& ch = c.scaled[b];
+  for (size_t b = 0; b < kBaseCount && with_scaled && ns > 0; ++b) {
+    const PrefixHist<kScaledBins>& h = g.scaled[b];
+    Choice& ch = out.scaled[b];
     ch.base = static_cast<PaladinBase>(b);
     ch.scaled = true;
-    const std::array<double, 3> qs =
-        HistQuantiles(h, ns, {q, 0.16, 0.84}, ScaledBinUpper, kScaledHigh);
-    ch.log_q = qs[0];
-    ch.log_lo = qs[1];
-    ch.log_hi = qs[2];
-    double shortfall = 0;
-    for (int i = 0; i < kScaledBins && ScaledBinCentre(i) < ch.log_q; ++i) {
-      const int32_t k = h[static_cast<size_t>(i)];
-      if (k > 0) shortfall += k * (ch.log_q - ScaledBinCentre(i));
-    }
-    c.shortfall[b] = shortfall / static_cast<double>(ns);
+    const std::array<int, 3> at = QuantileBins(h, ns, {q, 0.16, 0.84});
+    ch.log_q = edge(at[0], kScaledBins, ScaledBinUpper, kScaledHigh);
+    ch.log_lo = edge(at[1], kScaledBins, ScaledBinUpper, kScaledHigh);
+    ch.log_hi = edge(at[2], kScaledBins, ScaledBinUpper, kScaledHigh);
+    // Sum of k (q - centre) over the bins below the forecast.
+    const int below = std::min(at[0] + 1, kScaledBins);
+    const double shortfall = ch.log_q * static_cast<double>(h.Count(below)) - h.Weight(below);
+    out.shortfall[b] = shortfall / static_cast<double>(ns);
   }
-  c.version = version_;
-  c.q = q;
-  return c;
+  return out;
 }
 
 PaladinClassModel::Choice PaladinClassModel::Choose(Phase phase, double q, bool pooled,
                                                     int stratum) const {
-  return Lookup(Slot(phase, pooled, stratum), phase, q, pooled).choice;
+  return Score(Slot(phase, pooled, stratum), phase, q, pooled, false).choice;
 }
 
 PaladinClassModel::Choice PaladinClassModel::Choose(Phase phase, double q, bool pooled,
                                                     const Ratios& bases, double scale,
                                                     int stratum) const {
   const Group& g = Slot(phase, pooled, stratum);
-  const Cached& c = Lookup(g, phase, q, pooled);
-  Choice best = c.choice;
   const bool complete = g.scaled_count == g.count && g.count > 0;
-  if (!complete || scale <= 0 || (phase == Phase::kLoading && !pooled)) return best;
+  const bool with_scaled = complete && scale > 0 && !(phase == Phase::kLoading && !pooled);
+  const Scores c = Score(g, phase, q, pooled, with_scaled);
+  Choice best = c.choice;
+  if (!with_scaled) return best;
   for (size_t b = 0; b < kBaseCount; ++b) {
     // A forecast base + x scale over a peak base + y scale leaves (x - y) scale / (base + x
     // scale) when y < x: the mean shortfall, over the forecast.

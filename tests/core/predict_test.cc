@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "fleet_testing.h"
+#include "paladin/core/rng.h"
 
 namespace paladin::core {
 namespace {
@@ -412,10 +414,10 @@ TEST(PaladinClassModelTest, CountsPerPhaseAndPooledWithoutLoading) {
 }
 
 TEST(PaladinClassModelTest, ChoosesTheBaseWithTheLeastSlack) {
-  // Against base "recent" the next peak varies (log ratios 0 .. 0.99); against "last" it is
-  // always the same (0.2): "last" leaves less slack at any quantile.
+  // Against base "recent" the next peak varies (log ratios 0 .. 0.99), against "highest" half as
+  // much; against "last" it is always the same (0.2): "last" leaves less slack at any quantile.
   PaladinClassModel m;
-  for (int i = 0; i < 100; ++i) m.Add(Phase::kActive, {0.01 * i, 0.2, 0.5});
+  for (int i = 0; i < 100; ++i) m.Add(Phase::kActive, {0.01 * i, 0.2, 0.5 + 0.005 * i});
   const auto c = m.Choose(Phase::kActive, 0.9, false);
   EXPECT_EQ(c.base, PaladinBase::kLast);
   EXPECT_NEAR(c.log_q, 0.2, 0.006);  // the upper edge of a 0.005-wide bin
@@ -428,6 +430,43 @@ TEST(PaladinClassModelTest, ChoosesTheBaseWithTheLeastSlack) {
   const auto r = recent_only.Choose(Phase::kActive, 0.9, false);
   EXPECT_EQ(r.base, PaladinBase::kRecent);
   EXPECT_NEAR(r.log_q, 0.89, 0.006);
+}
+
+TEST(PaladinClassModelTest, QuantilesAndSlackAreThoseOfTheWindowsForAnyLevel) {
+  // The model reads a quantile and the sums below it from prefix sums; a scan of the windows
+  // themselves (binned as the model bins them: 0.005 wide over [-3, 3)) must agree at every
+  // level, the levels above 1 (a class with few windows) reading the range's top.
+  Rng rng(7);
+  PaladinClassModel m;
+  std::array<std::vector<int>, 3> bins;
+  const auto bin = [](double x) {
+    return static_cast<int>((std::clamp(x, -3.0, 3.0 - 1e-9) + 3.0) / 6.0 * 1200);
+  };
+  for (int i = 0; i < 500; ++i) {
+    const double r = -0.8 + 1.6 * rng.UniformDouble();
+    const PaladinClassModel::Ratios ratios = {r, 2 * r, 0.4 + 0.1 * r};
+    m.Add(Phase::kActive, ratios);
+    for (size_t b = 0; b < 3; ++b) bins[b].push_back(bin(ratios[b]));
+  }
+  for (auto& v : bins) std::sort(v.begin(), v.end());
+  for (const double q : {0.02, 0.5, 0.9, 0.99, 1.0, 1.3}) {
+    const auto want = static_cast<size_t>(std::max(1.0, std::ceil(q * 500 - 1e-9)));
+    // Each base's quantile and mean slack; the model picks the least slack.
+    size_t best = 0;
+    std::array<double, 3> log_q{}, slack{};
+    for (size_t b = 0; b < 3; ++b) {
+      const int top = want > bins[b].size() ? 1199 : bins[b][want - 1];
+      log_q[b] = want > bins[b].size() ? 3.0 : -3.0 + 6.0 * (top + 1) / 1200;
+      for (const int k : bins[b]) {
+        if (k <= top) slack[b] += (1 - std::exp(-3.0 + 6.0 * (k + 0.5) / 1200 - log_q[b])) / 500;
+      }
+      if (slack[b] < slack[best]) best = b;
+    }
+    const auto c = m.Choose(Phase::kActive, q, false);
+    EXPECT_EQ(c.base, static_cast<PaladinBase>(best)) << q;
+    EXPECT_NEAR(c.log_q, log_q[best], 1e-9) << q;
+    EXPECT_NEAR(c.exp_slack, slack[best], 1e-9) << q;
+  }
 }
 
 // --- every predictor ---

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -200,21 +201,52 @@ class PaladinClassModel {
                 int stratum = kAnyStratum) const;
 
  private:
-  using Hist = std::array<int32_t, kBins>;
-  using ScaledHist = std::array<int32_t, kScaledBins>;
-  struct Cached {
-    uint64_t version = ~uint64_t{0};
-    double q = -1;
-    Choice choice;                               // the best log-ratio score
-    std::array<Choice, kBaseCount> scaled{};     // each base's scaled score ...
-    std::array<double, kBaseCount> shortfall{};  // ... and its mean max(0, q - score)
+  // A histogram over bins 0..kN-1 whose prefix sums cost O(log kN) (a Fenwick tree): the counts,
+  // and the counts weighted by a fixed value per bin. Choose() reads a quantile and the sums
+  // below it for a level each workload sets, so neither a scan nor a cache would do.
+  template <int kN>
+  class PrefixHist {
+   public:
+    void Add(int bin, double weight) {
+      for (int i = bin + 1; i <= kN; i += i & -i) {
+        ++count_[static_cast<size_t>(i)];
+        weight_[static_cast<size_t>(i)] += weight;
+      }
+    }
+    // Counts and weights in bins [0, end).
+    int64_t Count(int end) const {
+      int64_t s = 0;
+      for (int i = end; i > 0; i -= i & -i) s += count_[static_cast<size_t>(i)];
+      return s;
+    }
+    double Weight(int end) const {
+      double s = 0;
+      for (int i = end; i > 0; i -= i & -i) s += weight_[static_cast<size_t>(i)];
+      return s;
+    }
+    // The bin holding the want-th smallest count (want >= 1); kN when there are fewer.
+    int Find(int64_t want) const {
+      int pos = 0;
+      for (int step = std::bit_floor(static_cast<unsigned>(kN)); step > 0; step >>= 1) {
+        const int next = pos + step;
+        if (next <= kN && count_[static_cast<size_t>(next)] < want) {
+          pos = next;
+          want -= count_[static_cast<size_t>(next)];
+        }
+      }
+      return pos;
+    }
+
+   private:
+    std::array<int32_t, kN + 1> count_{};
+    std::array<double, kN + 1> weight_{};
   };
-  // One group of windows: a phase (or every phase but loading) in a stratum (or any).
+  // One group of windows: a phase (or every phase but loading) in a stratum (or any). Each log
+  // ratio's count is weighted by exp(its bin's centre), each scaled difference's by the centre.
   struct Group {
-    std::array<Hist, kBaseCount> hist{};
-    std::array<ScaledHist, kBaseCount> scaled{};
+    std::array<PrefixHist<kBins>, kBaseCount> hist{};
+    std::array<PrefixHist<kScaledBins>, kBaseCount> scaled{};
     int64_t count = 0, scaled_count = 0;
-    mutable Cached cache;
   };
   // (kPhaseCount phases + pooled) x (kStrata strata + any).
   static constexpr int kGroups = (kPhaseCount + 1) * (kStrata + 1);
@@ -226,12 +258,17 @@ class PaladinClassModel {
   const Group& Slot(Phase phase, bool pooled, int stratum) const {
     return groups_[Index(phase, pooled, stratum)];
   }
-  // On the heap: a model is about 0.9 MB (copied whole when a model is copied).
+  // On the heap: a model is about 2.8 MB (copied whole when a model is copied).
   std::vector<Group> groups_ = std::vector<Group>(kGroups);
   bool frozen_ = false;
-  // Choose() is asked the same question many times between two Add()s.
-  uint64_t version_ = 0;
-  const Cached& Lookup(const Group& g, Phase phase, double q, bool pooled) const;
+  // The best log-ratio choice of group `g`, and each base's scaled choice with its mean
+  // shortfall max(0, q - score).
+  struct Scores {
+    Choice choice;
+    std::array<Choice, kBaseCount> scaled{};
+    std::array<double, kBaseCount> shortfall{};
+  };
+  Scores Score(const Group& g, Phase phase, double q, bool pooled, bool with_scaled) const;
 };
 
 std::unique_ptr<Predictor> MakeRequestPredictor(const ResourceSpec& spec);
