@@ -216,7 +216,8 @@ nlohmann::json ToJson(const PodMove& m) {
             {key::kMover, m.mover.empty() ? Json(nullptr) : Json(m.mover)},
             {key::kRequestedAt, time(m.requested_at)},
             {key::kTakenAt, time(m.taken_at)},
-            {key::kEndedAt, time(m.ended_at)}});
+            {key::kEndedAt, time(m.ended_at)},
+            {key::kDrain, m.drain}});
   if (!PodMoveEnded(m.state)) v[key::kOk] = nullptr;
   return v;
 }
@@ -249,6 +250,7 @@ StatusOr<PodMove> DecodePodMove(const nlohmann::json& body) {
   m.state = *named;
   PALADIN_RETURN_IF_ERROR(Str(body, key::kAskedBy, "", &m.asked_by));
   PALADIN_RETURN_IF_ERROR(Str(body, key::kMover, "", &m.mover));
+  PALADIN_RETURN_IF_ERROR(Bool(body, key::kDrain, "", &m.drain));
   if (PodMoveEnded(m.state)) PALADIN_RETURN_IF_ERROR(DecodeOutcomeFields(body, "", &m.outcome));
   for (const auto& [name, out] :
        {std::pair{key::kRequestedAt, &m.requested_at}, std::pair{key::kTakenAt, &m.taken_at},
@@ -262,6 +264,24 @@ StatusOr<PodMove> DecodePodMove(const nlohmann::json& body) {
     *out = **at;
   }
   return m;
+}
+
+nlohmann::json ToJson(const PodDrainAsk& ask) {
+  return {{key::kNode, ask.node}, {key::kTo, ask.to}};
+}
+
+StatusOr<PodDrainAsk> DecodePodDrainAsk(const nlohmann::json& body) {
+  if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
+  PodDrainAsk ask;
+  for (const auto& [name, out] : {std::pair{key::kNode, &ask.node}, std::pair{key::kTo, &ask.to}}) {
+    PALADIN_RETURN_IF_ERROR(Required(body, name, ""));
+    PALADIN_RETURN_IF_ERROR(Str(body, name, "", out));
+    if (!KubeName(*out)) return Wrong("", name, "expected a Kubernetes node name");
+  }
+  if (ask.to == ask.node) {
+    return Wrong("", key::kTo, "expected another node than the one drained");
+  }
+  return ask;
 }
 
 }  // namespace paladin::api

@@ -1,12 +1,15 @@
 // `paladin pods`, `pods move` and `pods moves`: the Kubernetes pods Paladin's scheduler places,
 // as the server shows them to each team, and their moves asked through the server
 // (docs/kubernetes.md, "Pods in Paladin's server" and "Moves through Paladin's server").
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "fleet.h"
 #include "fleet_format.h"
@@ -164,6 +167,89 @@ int RunPodMove(const PodMoveArgs& a) {
   }
 }
 
+// --- pods drain ---
+
+struct PodDrainArgs {
+  FleetFlags flags;
+  std::string node, to;
+  bool no_wait = false;
+  double timeout_s = 900;
+};
+
+int RunPodDrain(const PodDrainArgs& a) {
+  FleetApi api("pods drain", a.flags);
+  StatusOr<Json> asked =
+      api.Post("/v1/pods/drain", api::ToJson(api::PodDrainAsk{.node = a.node, .to = a.to}));
+  if (!asked.ok()) return api.Fail(asked.status());
+  std::vector<std::string> ids;
+  for (const Json& m : Array(*asked, key::kMoves)) {
+    ids.push_back(std::to_string(Int(m, key::kId).value_or(0)));
+  }
+  const Json& left = Array(*asked, key::kLeft);
+  if (!api.json()) {
+    std::printf("drain of %s: %zu pod move(s) to %s requested, %zu pod(s) left\n", a.node.c_str(),
+                ids.size(), a.to.c_str(), left.size());
+    for (const Json& m : Array(*asked, key::kMoves)) {
+      std::printf("  pod move %lld of %s/%s (its node's mover cordons the node, then moves it)\n",
+                  static_cast<long long>(Int(m, key::kId).value_or(0)),
+                  Str(m, key::kNamespace).c_str(), Str(m, key::kName).c_str());
+    }
+    for (const Json& l : left) {
+      std::printf("  left: %s/%s %s\n", Str(l, key::kNamespace).c_str(), Str(l, key::kName).c_str(),
+                  fleet::Printable(Str(l, key::kWhy)).c_str());
+    }
+    std::fflush(stdout);
+  }
+  if (a.no_wait || ids.empty()) {
+    if (api.json()) FleetApi::PrintJson(*asked);
+    return left.empty() ? 0 : 1;
+  }
+  // Each move to its end, as `pods move` waits for one.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(a.timeout_s);
+  std::map<std::string, std::string> said;
+  Json ended = Json::array();
+  size_t done = 0;
+  for (;;) {
+    for (const std::string& id : ids) {
+      const std::optional<api::PodMoveState> before = api::PodMoveStateNamed(said[id]);
+      if (before && api::PodMoveEnded(*before)) continue;
+      StatusOr<Json> m = api.Get("/v1/pod-moves/" + id);
+      if (!m.ok()) return api.Fail(m.status());
+      const std::string state = Str(*m, key::kState);
+      if (state == said[id]) continue;
+      said[id] = state;
+      const std::optional<api::PodMoveState> named = api::PodMoveStateNamed(state);
+      if (named && api::PodMoveEnded(*named)) {
+        ended.push_back(*m);
+        if (*named == api::PodMoveState::kDone) ++done;
+        if (!api.json()) PrintMoveLine(*m);
+      } else if (!api.json() && named != api::PodMoveState::kRequested) {
+        std::printf("pod move %s: %s by %s\n", id.c_str(), state.c_str(),
+                    Str(*m, key::kMover).c_str());
+      }
+      std::fflush(stdout);
+    }
+    if (ended.size() == ids.size()) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (const std::string& id : ids) {
+        const std::optional<api::PodMoveState> n = api::PodMoveStateNamed(said[id]);
+        if (!n || !api::PodMoveEnded(*n)) return api.Fail(StillWaiting(id, said[id], a.timeout_s));
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  if (api.json()) {
+    Json out = *asked;
+    out[key::kMoves] = ended;
+    FleetApi::PrintJson(out);
+  } else {
+    std::printf("drained %s: %zu of %zu pod(s) moved to %s, %zu failed, %zu left\n", a.node.c_str(),
+                done, ids.size(), a.to.c_str(), ids.size() - done, left.size());
+  }
+  return done == ids.size() && left.empty() ? 0 : 1;
+}
+
 struct PodMovesArgs {
   FleetFlags flags;
   std::string state;
@@ -227,6 +313,22 @@ void RegisterFleetPods(CLI::App& app, int* exit_code) {
   AddFleetFlags(move_cmd, &move->flags);
   move_cmd->callback(
       [move, exit_code] { *exit_code = Guarded("pods move", [&] { return RunPodMove(*move); }); });
+
+  auto drain = std::make_shared<PodDrainArgs>();
+  CLI::App* drain_cmd = pods_cmd->add_subcommand(
+      "drain",
+      "Move every running pod Paladin placed on a node, with its process state, to another node "
+      "(admin tokens): the node's mover (paladin k8s mover) cordons the node and carries out "
+      "each move");
+  drain_cmd->add_option("node", drain->node, "The node to drain")->required();
+  drain_cmd->add_option("--to", drain->to, "The node its pods move to")->required();
+  drain_cmd->add_flag("--no-wait", drain->no_wait, "Return once the server has the moves");
+  drain_cmd->add_option("--timeout", drain->timeout_s, "Seconds to wait for every move's end")
+      ->check(CLI::NonNegativeNumber);
+  AddFleetFlags(drain_cmd, &drain->flags);
+  drain_cmd->callback([drain, exit_code] {
+    *exit_code = Guarded("pods drain", [&] { return RunPodDrain(*drain); });
+  });
 
   auto moves = std::make_shared<PodMovesArgs>();
   CLI::App* moves_cmd = pods_cmd->add_subcommand(

@@ -535,6 +535,13 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
   return result;
 }
 
+Status CordonNode(const ApiClient& client, const std::string& node) {
+  return client
+      .Patch("/api/v1/nodes/" + node, R"({"spec":{"unschedulable":true}})",
+             "application/merge-patch+json")
+      .status();
+}
+
 StatusOr<DrainPlan> PlanDrain(const std::string& pod_list_json) {
   const Json list = Json::parse(pod_list_json, nullptr, false);
   if (!list.is_object() || !list.value("items", Json()).is_array()) {
@@ -564,10 +571,7 @@ StatusOr<DrainResult> DrainNode(const ApiClient& client, const std::string& node
     return InvalidArgument("drain " + node + ": give another node to move its pods to (--to)");
   }
   progress("cordoning node " + node);
-  StatusOr<std::string> cordoned =
-      client.Patch("/api/v1/nodes/" + node, R"({"spec":{"unschedulable":true}})",
-                   "application/merge-patch+json");
-  if (!cordoned.ok()) return cordoned.status();
+  if (Status cordoned = CordonNode(client, node); !cordoned.ok()) return cordoned;
   StatusOr<std::string> pods = client.Get("/api/v1/pods?fieldSelector=spec.nodeName%3D" + node);
   if (!pods.ok()) return pods.status();
   StatusOr<DrainPlan> plan = PlanDrain(*pods);

@@ -253,6 +253,7 @@ StatusOr<int> RunServerMoves(const ApiClient& kube, const api::Client& server,
   const std::string mover = options.mover.empty() ? options.node : options.mover;
   SettleLeftovers(kube, server, options, mover, progress);
   int taken = 0;
+  bool cordoned = false;
   // The server lists the newest first; the oldest is carried out first.
   for (auto j = moves.rbegin(); j != moves.rend(); ++j) {
     StatusOr<api::PodMove> m = api::DecodePodMove(*j);
@@ -261,6 +262,16 @@ StatusOr<int> RunServerMoves(const ApiClient& kube, const api::Client& server,
       continue;
     }
     if (m->from_node != options.node || m->state != api::PodMoveState::kRequested) continue;
+    // A drain's move: nothing new is to be placed on the node while its pods leave it.
+    if (m->drain && !cordoned) {
+      progress("move " + std::to_string(m->id) + " drains node " + options.node + ": cordoning it");
+      if (Status c = CordonNode(kube, options.node); !c.ok()) {
+        progress("cannot cordon node " + options.node + " (" + c.message() +
+                 "): its drain's moves wait for the next pass");
+        continue;
+      }
+      cordoned = true;
+    }
     if (TakeAndCarryOut(kube, server, options, mover, *m, progress)) ++taken;
   }
   return taken;

@@ -392,6 +392,15 @@ HttpAdmit MakeRoutes(Control& control, PodBook& pods) {
     if (!ask.ok()) return Error(ask.status());
     return FromResult(book->AskMove(who, req.matches[1], req.matches[2], *ask), 202);
   });
+  // A node drained through the server: each of its running pods asked to move to another node,
+  // carried out by the node's mover, which cordons the node first.
+  r.Post("/v1/pods/drain", Access::kAdmin, [book](const HttpRequest& req, const Principal& who) {
+    StatusOr<Json> body = ParseBody(req);
+    if (!body.ok()) return Error(body.status());
+    StatusOr<api::PodDrainAsk> ask = api::DecodePodDrainAsk(*body);
+    if (!ask.ok()) return Error(ask.status());
+    return FromResult(book->Drain(who, *ask), 202);
+  });
   r.Get("/v1/pod-moves", Access::kAny, [book](const HttpRequest& req, const Principal& who) {
     const std::string node = Param(req, "node");
     if (!node.empty() && !ValidName(node)) return Error(InvalidArgument("node: not a node name"));

@@ -164,6 +164,12 @@ std::string PodPlace(const std::string& node, int gpu) {
   return gpu >= 0 ? node + "/" + std::to_string(gpu) : node;
 }
 
+// "move 4 taken by node-1"
+std::string UnderWay(const api::PodMove& m) {
+  return "move " + std::to_string(m.id) + " " + api::PodMoveStateName(m.state) +
+         (m.mover.empty() ? "" : " by " + m.mover);
+}
+
 }  // namespace
 
 StatusOr<api::PodMove*> PodBook::MoverMove(const Principal& who, int64_t id,
@@ -238,6 +244,57 @@ void PodBook::SettleMoves(const std::string& cluster) {
     (void)db_->KeepNewestEndedPodMoves(static_cast<int64_t>(kEndedMovesKept));
 }
 
+const api::PodMove* PodBook::MoveUnderWay(const std::string& cluster,
+                                          const api::PodReport& p) const {
+  for (const api::PodMove& m : moves_) {
+    if (m.cluster == cluster && m.ns == p.ns && m.name == p.name && !PodMoveEnded(m.state)) {
+      return &m;
+    }
+  }
+  return nullptr;
+}
+
+StatusOr<Json> PodBook::Drain(const Principal& who, const api::PodDrainAsk& ask) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Json moves = Json::array(), left = Json::array();
+  for (const auto& [cluster_name, cluster] : clusters_) {
+    for (const api::PodReport& p : cluster.pods) {
+      if (p.node != ask.node || !Sees(who, p) || api::PodPhaseEnded(p.phase)) continue;
+      std::string why;
+      if (!api::PodPhaseRunning(p.phase)) {
+        why = "is " + p.phase + ": only a running pod moves";
+      } else if (const api::PodMove* m = MoveUnderWay(cluster_name, p)) {
+        why = "has " + UnderWay(*m);
+      }
+      if (!why.empty()) {
+        left.push_back({{key::kNamespace, p.ns}, {key::kName, p.name}, {key::kWhy, why}});
+        continue;
+      }
+      api::PodMove m;
+      m.id = next_move_id_;
+      m.cluster = cluster_name;
+      m.ns = p.ns;
+      m.name = p.name;
+      m.team = p.team;
+      m.from_node = p.node;
+      m.from_gpu = p.gpu;
+      m.to.node = ask.to;
+      m.asked_by = who.Scope();
+      m.requested_at = clock_();
+      m.drain = true;
+      if (Status saved = Save(m); !saved.ok()) {
+        return Status(saved.code(), "drain of " + ask.node + ": " + saved.message() + " (" +
+                                        std::to_string(moves.size()) +
+                                        " move(s) asked before it stand)");
+      }
+      ++next_move_id_;
+      moves_.push_back(m);
+      moves.push_back(api::ToJson(m));
+    }
+  }
+  return Json{{key::kNode, ask.node}, {key::kTo, ask.to}, {key::kMoves, moves}, {key::kLeft, left}};
+}
+
 StatusOr<Json> PodBook::AskMove(const Principal& who, const std::string& ns,
                                 const std::string& name, const api::PodMoveAsk& ask) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -250,13 +307,9 @@ StatusOr<Json> PodBook::AskMove(const Principal& who, const std::string& ns,
                                   (p.node.empty() ? ", on no node" : " on " + p.node) +
                                   ": only a running pod moves");
       }
-      for (const api::PodMove& m : moves_) {
-        if (m.cluster != cluster_name || m.ns != ns || m.name != name || PodMoveEnded(m.state)) {
-          continue;
-        }
-        return FailedPrecondition(
-            pod + " has move " + std::to_string(m.id) + " " + api::PodMoveStateName(m.state) +
-            (m.mover.empty() ? "" : " by " + m.mover) + " already: one move of a pod at a time");
+      if (const api::PodMove* m = MoveUnderWay(cluster_name, p)) {
+        return FailedPrecondition(pod + " has " + UnderWay(*m) +
+                                  " already: one move of a pod at a time");
       }
       if (ask.gpu >= 0 && p.gpu < 0) {
         return FailedPrecondition(pod +

@@ -83,6 +83,13 @@ class PodBook {
   // naming the move), to somewhere it is not (InvalidArgument). The move's view, "requested".
   StatusOr<nlohmann::json> AskMove(const Principal& who, const std::string& ns,
                                    const std::string& name, const api::PodMoveAsk& ask);
+  // POST /v1/pods/drain (admins only, as the route says): a move to node `ask.to` of each pod
+  // bound to node `ask.node` and Running, in every cluster, marked as a drain's (its mover
+  // cordons the node before it takes the first); pods not Running there, or with a move under
+  // way, are left, each with why. {"node", "to", "moves": [...], "left": [{"namespace", "name",
+  // "why"}]}. A move the database refuses ends the drain there, with an error naming how many
+  // were asked before it (those stand: each is in the ledger).
+  StatusOr<nlohmann::json> Drain(const Principal& who, const api::PodDrainAsk& ask);
   // GET /v1/pod-moves: the moves `who` sees, newest first: an admin all, a team its pods', a
   // node's agent token those of its node's pods. `node` (the pod's node when asked) and `state`
   // narrow the list.
@@ -126,6 +133,8 @@ class PodBook {
   // Move ID for a mover's `act` ("take", "finish"): NotFound when `who` does not see it,
   // PermissionDenied unless `who` speaks for the pod's node. Under mu_.
   StatusOr<api::PodMove*> MoverMove(const Principal& who, int64_t id, const std::string& act);
+  // The move of pod `p` of `cluster` that is under way (not ended), or null. Under mu_.
+  const api::PodMove* MoveUnderWay(const std::string& cluster, const api::PodReport& p) const;
   // Requested moves of pods their cluster no longer reports fail; the oldest ended are dropped.
   void SettleMoves(const std::string& cluster);
   // Writes `m` to the store, when there is one. Under mu_.

@@ -8,9 +8,13 @@
 # restores it and, on that node itself (`paladin k8s gpu-restore`, as on another machine: the
 # mover is given no --to-runc-root), its GPU state onto GPU 1. Checked: the workload goes on from the generation it had reached, its device
 # memory verified, on GPU 1's UUID; the old pod is gone; the 100 ms sampler never sees two copies.
+# Then the second node is drained through Paladin's server (`paladin pods drain NODE2 --to NODE`,
+# the admin's token; a team's is refused): the server asks a move of ngpu-m1, and one pass of
+# the second node's mover (`paladin k8s mover`) cordons the node and moves it back to the first
+# node as ngpu-m2, again with its GPU state, exactly once; the ledger says done, a drain's move.
 # Both nodes' emulated GPUs are this machine's (one state folder): the second node publishes the
 # same two GPUs, and its annotation is removed at the end so later cases see one GPU node.
-# Env (tests/k8s/k8s_test.sh): as case_move_gpu, and NODE2, NODE2_MOVE_FLAGS.
+# Env (tests/k8s/k8s_test.sh): as case_move_gpu, and NODE2, NODE2_MOVE_FLAGS, NODE2_MOVER_FLAGS.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CASE=move_node_gpu
@@ -20,10 +24,16 @@ need_cluster 2 "moves a pod between the test cluster's two nodes (cluster.sh --n
 source "$here/paladin_lib.sh"
 cleanup() {
   "$KUBECTL" annotate node "$NODE2" paladin.io/gpus- >/dev/null 2>&1 || true
+  "$KUBECTL" uncordon "$NODE2" >/dev/null 2>&1 || true
   paladin_stop
 }
 on_exit=cleanup
-paladin_start 19447
+# Paladin's server, to which the scheduler reports the pods it places (the drain below).
+start_server "$work/server" || fail "no server"
+url=$SERVER_URL admin=$(cat "$SERVER_TOKEN_FILE")
+"$KUBECTL" label namespace "$NS" paladin.io/team=research >/dev/null
+PALADIN_SCHEDULER_FLAGS="--paladin-server $url --paladin-token-file $SERVER_TOKEN_FILE" \
+  paladin_start 19447
 read -ra api <<<"$K8S_NODE_FLAGS"
 read -ra move <<<"$MOVE_FLAGS $NODE2_MOVE_FLAGS"
 export PALADIN_EMU_GPUS=$PALADIN_EMU_GPUS_SPEC PALADIN_EMU_STATE=$CLUSTER_DIR/paladin/emu/state
@@ -59,4 +69,51 @@ sampler_stop
 echo "move_node_gpu: ngpu on $NODE/0 -> ngpu-m1 on $NODE2/1, generation $gen_before -> $first," \
   "then $(last_gen ngpu-m1), device memory verified on $to_uuid; $(tail -1 "$work/move.log");" \
   "at most 1 copy in $SAMPLES samples; pod ngpu deleted"
-k delete pod ngpu-m1 --wait=true --timeout=30s >/dev/null
+
+# --- the second node drained through Paladin's server -------------------------------------------
+as() { # TOKEN ARGS...: paladin ARGS against the case's server with TOKEN
+  local t=$1
+  shift
+  "$PALADIN" "$@" --server "$url" --token "$t"
+}
+for ((i = 0; i < 50; i++)); do
+  [[ $(as "$admin" pods --json | jq -r --arg ns "$NS" \
+    '.pods[] | select(.namespace == $ns and .name == "ngpu-m1") | "\(.phase) \(.node)"') == "Running $NODE2" ]] && break
+  sleep 0.2
+done
+research=$(as "$admin" tokens create --scope team:research) || fail "paladin tokens create"
+out=$(as "$research" pods drain "$NODE2" --to "$NODE" --no-wait 2>&1) &&
+  fail "a team's token drained a node: $out"
+[[ $out == *"token may not POST /v1/pods/drain"* ]] || fail "a team's drain: '$out'"
+out=$(as "$admin" pods drain "$NODE2" --to "$NODE" --no-wait) || fail "pods drain: $out"
+echo "$out" | sed 's/^/move_node_gpu:   /'
+[[ $out == *"1 pod move(s) to $NODE requested, 0 pod(s) left"* ]] || fail "pods drain: $out"
+id=$(as "$admin" pods moves --json | jq -r '.moves[0].id')
+uuid_before=$(k logs ngpu-m1 | tail -1)
+sampler_start
+"$KUBECTL" -n "$NS" logs -f ngpu-m1 >"$work/m1.log" 2>/dev/null &
+read -ra mover <<<"$NODE2_MOVER_FLAGS"
+"$PALADIN" k8s mover --node "$NODE2" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${mover[@]}" \
+  --paladin-server "$url" --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" \
+  >"$work/mover.log" 2>&1 || fail "paladin k8s mover: $(tail -5 "$work/mover.log")"
+sed 's/^/move_node_gpu:   /' "$work/mover.log"
+grep -q "drains node $NODE2: cordoning it" "$work/mover.log" || fail "the mover did not cordon $NODE2"
+[[ $(k get node "$NODE2" -o jsonpath='{.spec.unschedulable}') == true ]] || fail "$NODE2 is not cordoned"
+grep -q "1 move(s) taken" "$work/mover.log" || fail "the mover took no move"
+first=$(first_gen ngpu-m2)
+gen_before=$(gens "$work/m1.log" | tail -1)
+[[ $(k get pod ngpu-m2 -o jsonpath='{.spec.nodeName}') == "$NODE" ]] ||
+  fail "pod ngpu-m2 is on '$(k get pod ngpu-m2 -o jsonpath='{.spec.nodeName}')', not $NODE"
+went_on ngpu-m2 "$first" "$gen_before" $((gen_before + 2))
+k wait --for=delete pod/ngpu-m1 --timeout=30s >/dev/null 2>&1 || fail "pod ngpu-m1 still exists"
+sampler_stop drain
+got=$(as "$admin" pods moves --json |
+  jq -r --argjson id "$id" '.moves[] | select(.id == $id) | "\(.state) \(.new_name) \(.to_node) \(.drain) \(.asked_by)"')
+[[ $got == "done ngpu-m2 $NODE true admin" ]] || fail "the ledger says '$got'"
+"$KUBECTL" uncordon "$NODE2" >/dev/null
+to_gpu=$(k get pod ngpu-m2 -o jsonpath='{.metadata.annotations.paladin\.io/gpu}')
+echo "move_node_gpu: $NODE2 drained through Paladin's server: ngpu-m1 -> ngpu-m2 on $NODE/$to_gpu," \
+  "generation" \
+  "$gen_before -> $first, then $(last_gen ngpu-m2), device memory verified (was: $uuid_before," \
+  "now: $(k logs ngpu-m2 | tail -1)); at most 1 copy in $SAMPLES samples; ledger: $got"
+k delete pod ngpu-m2 --wait=true --timeout=30s >/dev/null

@@ -184,7 +184,9 @@ YAML
 without noserver PersistentVolumeClaim:paladin-server-data Service:paladin-server \
   Deployment:paladin-server ServiceAccount:paladin-server ClusterRole:paladin-webhook \
   ClusterRoleBinding:paladin-webhook DaemonSet:paladin-mover ServiceAccount:paladin-mover \
-  ClusterRole:paladin-mover ClusterRoleBinding:paladin-mover
+  ClusterRole:paladin-mover ClusterRoleBinding:paladin-mover \
+  ValidatingAdmissionPolicy:paladin-mover-cordons-only \
+  ValidatingAdmissionPolicyBinding:paladin-mover-cordons-only
 cat >>"$work/noserver/kustomization.yaml" <<'YAML'
   - target: {kind: Deployment, name: paladin-scheduler}
     patch: |-
@@ -232,7 +234,9 @@ without norecover DaemonSet:paladin-checkpoint Deployment:paladin-recover \
   ServiceAccount:paladin-checkpoint ServiceAccount:paladin-recover ClusterRole:paladin-checkpoint \
   ClusterRole:paladin-recover ClusterRoleBinding:paladin-checkpoint \
   ClusterRoleBinding:paladin-recover DaemonSet:paladin-mover ServiceAccount:paladin-mover \
-  ClusterRole:paladin-mover ClusterRoleBinding:paladin-mover
+  ClusterRole:paladin-mover ClusterRoleBinding:paladin-mover \
+  ValidatingAdmissionPolicy:paladin-mover-cordons-only \
+  ValidatingAdmissionPolicyBinding:paladin-mover-cordons-only
 cat >>"$work/norecover/kustomization.yaml" <<'YAML'
   - target: {kind: Deployment, name: paladin-webhook}
     patch: |-

@@ -171,6 +171,9 @@ ENV
     # (where paladin k8s recover, run on the first node, finds them once the second is lost).
     export NODE2_CHECKPOINT_FLAGS="--runc $PREFIX/bin/runc --runc-root $DIR/node2/containerd/runc/k8s.io --criu-dir ${PALADIN_CRIU_DIR:-/opt/paladin/criu} --images $DIR/node2/checkpoints --to-images $DIR/checkpoints"
     export NODE2_DRAIN_FLAGS="--runc $PREFIX/bin/runc --runc-root $DIR/node2/containerd/runc/k8s.io --criu-dir ${PALADIN_CRIU_DIR:-/opt/paladin/criu} --images $DIR/node2/checkpoints --key $DIR/conf/move.key --to-images $DIR/checkpoints --to-runc-root $DIR/containerd/runc/k8s.io"
+    # paladin k8s mover run on the second node: moves asked through Paladin's server (a drain)
+    # carry their images into the first node's folder.
+    export NODE2_MOVER_FLAGS="--runc $PREFIX/bin/runc --runc-root $DIR/node2/containerd/runc/k8s.io --criu-dir ${PALADIN_CRIU_DIR:-/opt/paladin/criu} --images $DIR/node2/checkpoints --key $DIR/conf/move.key --node-images $NODE=$DIR/checkpoints"
   fi
 else
   KUBECTL=$(command -v kubectl)

@@ -7,6 +7,8 @@
 // cannot write is refused with nothing changed, and a ledger it cannot read keeps it down.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
 #include <string>
 
 #include "harness.h"
@@ -268,6 +270,81 @@ TEST_F(PodMovesTest, AChangeTheDatabaseRefusesChangesNothing) {
   EXPECT_EQ((*h_.Admin().Get(path))["state"], "requested") << "nothing changed";
   ASSERT_TRUE((*db)->ExecScript("DROP TRIGGER full;").ok());
   EXPECT_TRUE(h_.Admin().Post(path + "/take", {{"mover", "node-1"}}).ok());
+}
+
+TEST_F(PodMovesTest, ADrainAsksAMoveOfEachRunningPodOfTheNodeAndOnlyAnAdminDrains) {
+  // node-1 runs ml/a (GPU 0), ml/cpu and other/c (GPU 1); ml/p is Pending on no node. node-2 runs
+  // ml/b, which stays out of it.
+  Report({MovePod("ml", "a", "research", "node-1", 0),
+          MovePod("ml", "p", "research", "", -1, "Pending"),
+          MovePod("ml", "cpu", "research", "node-1", -1),
+          MovePod("ml", "starting", "research", "node-1", 0, "Pending"),
+          MovePod("ml", "old", "research", "node-1", 0, "Succeeded"),
+          MovePod("other", "c", "k8s-other", "node-1", 1),
+          MovePod("ml", "b", "research", "node-2", 0)});
+  // ml/cpu has a move under way already: it is left, naming that move.
+  StatusOr<Json> before = Ask(research_, "ml/cpu", {{"node", "node-3"}});
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  const Json drain = {{"node", "node-1"}, {"to", "node-2"}};
+  // A team (even one whose pods are there) and a node's token do not drain a node.
+  for (const std::string& token : {research_, h_.Token("agent:node-1")}) {
+    StatusOr<Json> refused = h_.Client(token).Post("/v1/pods/drain", drain);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied)
+        << refused.status().ToString();
+  }
+  StatusOr<Json> drained = h_.Admin().Post("/v1/pods/drain", drain);
+  ASSERT_TRUE(drained.ok()) << drained.status().ToString();
+  EXPECT_EQ((*drained)["node"], "node-1");
+  EXPECT_EQ((*drained)["to"], "node-2");
+  std::set<std::string> moved;
+  for (const Json& m : (*drained)["moves"]) {
+    moved.insert(m["namespace"].get<std::string>() + "/" + m["name"].get<std::string>());
+    EXPECT_EQ(m["state"], "requested");
+    EXPECT_EQ(m["from_node"], "node-1");
+    EXPECT_EQ(m["to"]["node"], "node-2");
+    EXPECT_TRUE(m["to"]["gpu"].is_null());
+    EXPECT_EQ(m["drain"], true);
+    EXPECT_EQ(m["asked_by"], "admin");
+  }
+  EXPECT_EQ(moved, (std::set<std::string>{"ml/a", "other/c"}));
+  std::map<std::string, std::string> left;
+  for (const Json& l : (*drained)["left"]) {
+    left[l["namespace"].get<std::string>() + "/" + l["name"].get<std::string>()] = l["why"];
+  }
+  ASSERT_EQ(left.size(), 2U) << drained->dump();
+  EXPECT_EQ(left["ml/cpu"],
+            "has move " + std::to_string((*before)["id"].get<int64_t>()) + " requested");
+  EXPECT_EQ(left["ml/starting"], "is Pending: only a running pod moves");
+
+  // Node-1's mover finds both; each team sees its own pod's, marked as a drain's.
+  StatusOr<Json> mine =
+      h_.Client(h_.Token("agent:node-1")).Get("/v1/pod-moves?node=node-1&state=requested");
+  ASSERT_TRUE(mine.ok());
+  EXPECT_EQ((*mine)["moves"].size(), 3U);  // the two drain moves and ml/cpu's own
+  StatusOr<Json> theirs = h_.Client(other_).Get("/v1/pod-moves");
+  ASSERT_TRUE(theirs.ok());
+  ASSERT_EQ((*theirs)["moves"].size(), 1U);
+  EXPECT_EQ((*theirs)["moves"][0]["name"], "c");
+  StatusOr<api::PodMove> decoded = api::DecodePodMove((*theirs)["moves"][0]);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_TRUE(decoded->drain);
+  // A second drain asks nothing more: every pod has its move under way.
+  StatusOr<Json> again = h_.Admin().Post("/v1/pods/drain", drain);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE((*again)["moves"].empty());
+  EXPECT_EQ((*again)["left"].size(), 4U);
+
+  // Bad asks name the field.
+  for (const auto& [body, want] :
+       {std::pair{Json{{"node", "node-1"}}, "to: missing"},
+        std::pair{Json{{"node", "node-1"}, {"to", "node-1"}}, "to: expected another node"},
+        std::pair{Json{{"node", "Node_1"}, {"to", "node-2"}}, "node: expected a Kubernetes"}}) {
+    StatusOr<Json> bad = h_.Admin().Post("/v1/pods/drain", body);
+    ASSERT_FALSE(bad.ok()) << body.dump();
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.status().message().find(want), std::string::npos) << bad.status().message();
+  }
 }
 
 TEST(PodMovesLedgerTest, AServerDoesNotStartOnALedgerItCannotRead) {

@@ -54,6 +54,7 @@ inline constexpr char kComputeShare[] = "compute_share";
 inline constexpr char kCreatedAt[] = "created_at";
 inline constexpr char kDetail[] = "detail";
 inline constexpr char kDir[] = "dir";
+inline constexpr char kDrain[] = "drain";
 inline constexpr char kEmuState[] = "emu_state";
 inline constexpr char kEmulated[] = "emulated";
 inline constexpr char kEmulatedGpus[] = "emulated_gpus";
@@ -111,6 +112,7 @@ inline constexpr char kLastHeartbeat[] = "last_heartbeat";
 inline constexpr char kLastMove[] = "last_move";
 inline constexpr char kLeaseS[] = "lease_s";
 inline constexpr char kLeave[] = "leave";
+inline constexpr char kLeft[] = "left";
 inline constexpr char kMaxGpuMem[] = "max_gpu_mem";
 inline constexpr char kMaxGpuMemBytes[] = "max_gpu_mem_bytes";
 inline constexpr char kMaxGpus[] = "max_gpus";
@@ -527,10 +529,19 @@ struct PodMove {
   std::string mover;       // who took it ("" until taken)
   PodMoveOutcome outcome;  // once ended
   double requested_at = 0, taken_at = 0, ended_at = 0;  // seconds since the epoch; 0: not yet
+  bool drain = false;  // asked by a drain of its node: the mover cordons the node first
 };
 nlohmann::json ToJson(const PodMove& move);
 // The mover's reading of the server's answer, and the server's of its ledger; errors name the
 // field.
 StatusOr<PodMove> DecodePodMove(const nlohmann::json& body);
+
+// POST /v1/pods/drain: every running pod Paladin placed on `node` moved to node `to`.
+struct PodDrainAsk {
+  std::string node, to;
+};
+nlohmann::json ToJson(const PodDrainAsk& ask);
+// Both required, Kubernetes node names, not the same; errors name the field.
+StatusOr<PodDrainAsk> DecodePodDrainAsk(const nlohmann::json& body);
 
 }  // namespace paladin::api

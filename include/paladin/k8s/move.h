@@ -117,6 +117,8 @@ struct DrainPlan {
   std::vector<MovablePod> move;   // in the order of the list
   std::vector<std::string> left;  // "NAMESPACE/NAME: why it is not moved"
 };
+// Marks `node` unschedulable (spec.unschedulable: true), as `kubectl cordon` does.
+Status CordonNode(const ApiClient& client, const std::string& node);
 // The plan from a PodList of the node's pods (GET /api/v1/pods?fieldSelector=spec.nodeName=N).
 StatusOr<DrainPlan> PlanDrain(const std::string& pod_list_json);
 

@@ -29,6 +29,10 @@ system:serviceaccount:{{ .Release.Namespace }}:paladin-scheduler
 system:serviceaccount:{{ .Release.Namespace }}:paladin-node
 {{- end }}
 
+{{- define "paladin.moverUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:paladin-mover
+{{- end }}
+
 {{/* Where the scheduler and the webhook reach Paladin's server: server.url, else its Service. */}}
 {{- define "paladin.serverURL" -}}
 {{- .Values.server.url | default (printf "https://paladin-server.%s.svc:%v" .Release.Namespace .Values.server.port) -}}
