@@ -496,6 +496,7 @@ gpu_share_more() {
   [[ $(explain_row a node) == "$NODE GPU 0" ]] || fail "paladin explain pod/$NS/a: node '$(explain_row a node)'"
   echo "installed: the installed server lists a on $NODE/0 as the scheduler reported it; explain pod/$NS/a: $(explain_row a placement)"
   node_measures
+  mover_cordons
   # What the installed node measured reaches the server with the pods (the scheduler reports
   # them), and an `auto` pod of their class is sized from it.
   for ((i = 0; i < 50; i++)); do
@@ -569,6 +570,46 @@ YAML
   k delete pod elsewhere --wait=false >/dev/null
   echo "installed: the node's identity wrote pod a's measurement; refused: a label, paladin.io/gpu," \
     "a pod not on its node, a token naming no node"
+}
+# The installed mover's identity may cordon its own node (a drain asked through Paladin's server)
+# and change nothing else of it (node-policy.yaml): tried with a token of its ServiceAccount bound
+# to its pod (which names its node), as a stolen one would be, and with one that names no node.
+mover_cordons() {
+  local mover_pod server bound unbound out cordoned
+  mover_pod=$("$KUBECTL" -n paladin get pods -l app.kubernetes.io/name=paladin-mover \
+    --field-selector "spec.nodeName=$NODE" -o jsonpath='{.items[0].metadata.name}')
+  [[ -n $mover_pod ]] || fail "no paladin-mover pod on $NODE"
+  server=$("$KUBECTL" config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+  # as_mover TOKEN PATCH: the merge patch PATCH of node NODE by the holder of TOKEN; fails with
+  # the API server's answer unless it is taken.
+  as_mover() {
+    local answer
+    answer=$(curl -sS --cacert "$CLUSTER_DIR/pki/ca.crt" -H "Authorization: Bearer $1" \
+      -H 'Content-Type: application/merge-patch+json' -X PATCH -d "$2" -w '\n%{http_code}' \
+      "$server/api/v1/nodes/$NODE" 2>&1)
+    echo "$answer"
+    [[ ${answer##*$'\n'} == 200 ]]
+  }
+  bound=$("$KUBECTL" -n paladin create token paladin-mover --bound-object-kind Pod \
+    --bound-object-name "$mover_pod" --duration 10m)
+  unbound=$("$KUBECTL" -n paladin create token paladin-mover --duration 10m)
+  out=$(as_mover "$bound" '{"metadata": {"labels": {"stolen": "yes"}}}') &&
+    fail "the mover's identity labelled node $NODE: $out"
+  [[ $out == *"changes nothing else"* ]] || fail "the mover labelling $NODE refused for another reason: $out"
+  out=$(as_mover "$bound" '{"spec": {"unschedulable": true, "taints": [{"key": "x", "effect": "NoSchedule"}]}}') &&
+    fail "the mover's identity tainted node $NODE: $out"
+  out=$(as_mover "$unbound" '{"spec": {"unschedulable": true}}') &&
+    fail "a token of the mover's ServiceAccount that names no node cordoned $NODE: $out"
+  [[ $out == *"cordons its own node only"* ]] || fail "a token naming no node refused for another reason: $out"
+  cordoned=0
+  out=$(as_mover "$bound" '{"spec": {"unschedulable": true}}') && cordoned=1
+  if ((cordoned)); then
+    out=$(as_mover "$bound" '{"spec": {"unschedulable": false}}') && cordoned=2
+  fi
+  "$KUBECTL" uncordon "$NODE" >/dev/null
+  ((cordoned == 1)) || fail "the mover's identity: cordon of its own node $( ((cordoned == 0)) && echo refused || echo "taken, and so was an uncordon"): $out"
+  echo "installed: the mover's identity cordoned its own node; refused: a label, a taint, an" \
+    "uncordon, a token naming no node"
 }
 gpu_share_checks installed
 
