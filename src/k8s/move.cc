@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -201,7 +202,7 @@ std::string NextPodName(const std::string& name) {
   return name + "-m1";
 }
 
-StatusOr<MovablePod> ReadMovablePod(const std::string& pod_json) {
+StatusOr<MovablePod> ReadMovablePod(const std::string& pod_json, bool running) {
   const Json pod = Json::parse(pod_json, nullptr, false);
   if (!pod.is_object()) return InvalidArgument("the pod is not a JSON object");
   const Json meta = pod.value("metadata", Json::object());
@@ -214,7 +215,7 @@ StatusOr<MovablePod> ReadMovablePod(const std::string& pod_json) {
   p.node = Str(spec, "nodeName");
   const std::string who = "pod " + p.ns + "/" + p.name;
   if (meta.contains("deletionTimestamp")) return FailedPrecondition(who + " is being deleted");
-  if (Str(status, "phase") != "Running") {
+  if (running && Str(status, "phase") != "Running") {
     return FailedPrecondition(who + " is not Running (phase '" + Str(status, "phase") + "')");
   }
   if (Str(spec, "runtimeClassName") != kRuntimeClass) {
@@ -232,12 +233,19 @@ StatusOr<MovablePod> ReadMovablePod(const std::string& pod_json) {
   p.container = Str(containers[0], "name");
   for (const Json& c : status.value("containerStatuses", Json::array())) {
     if (Str(c, "name") != p.container) continue;
-    if (!c.value("state", Json::object()).contains("running")) break;
-    const std::string id = Str(c, "containerID");
+    const Json state = c.value("state", Json::object());
+    if (running && !state.contains("running")) break;
+    // A container that has exited (and is not started again: a move's) keeps its id in its
+    // state or, once the kubelet tried again, in its last state.
+    std::string id = Str(c, "containerID");
+    if (id.empty()) {
+      id = Str(c.value("lastState", Json::object()).value("terminated", Json::object()),
+               "containerID");
+    }
     const size_t at = id.find("://");
     p.container_id = at == std::string::npos ? id : id.substr(at + 3);
   }
-  if (p.container_id.empty()) {
+  if (running && p.container_id.empty()) {
     return FailedPrecondition(who + ": its container '" + p.container + "' is not running");
   }
   const std::string gpu = Str(meta.value("annotations", Json::object()), kGpuAnnotation);
@@ -325,6 +333,106 @@ Status CheckTarget(const MovablePod& pod, MoveOptions& o) {
   return Status::Ok();
 }
 
+namespace {
+
+// In an image's folder once the checkpoint in it is whole (and its /dev/shm copied).
+constexpr char kCheckpointedMark[] = "checkpointed";
+
+// A fault for tests (PALADIN_K8S_MOVE_FAULT=crash:POINT): the mover killed at POINT, as a node's
+// mover can be at any instant.
+void CrashPoint(const std::string& point) {
+  const char* fault = std::getenv("PALADIN_K8S_MOVE_FAULT");
+  if (fault != nullptr && fault == "crash:" + point) raise(SIGKILL);
+}
+
+// The second half of a move, from its whole image `result->image` in this node's folder (or in
+// the destination's, carried already): the image carried to the destination when it is not
+// there yet, the replacement created and run, the GPU state restored where the destination's
+// runtime did not, the old pod deleted. `driver` may be null (loaded when needed). Errors say
+// where the image is kept.
+Status FinishFromImage(const ApiClient& client, const MoveOptions& o, const std::string& body,
+                       const MovablePod& pod, const MoveOptions& target, const std::string& key,
+                       const std::vector<std::string>& uuids, ckpt::GpuCheckpointer* driver,
+                       Clock::time_point t0, MoveResult* result,
+                       const std::function<void(const std::string&)>& progress) {
+  const std::string who = "pod " + o.ns + "/" + o.pod;
+  const bool between_nodes = target.node != pod.node;
+  const std::string dir = o.images + "/" + result->image;
+  const Runc to_runc{o, o.to_runc_root.empty() ? o.runc_root : o.to_runc_root};
+  std::error_code ec;
+  std::string kept =
+      " (the checkpoint image " + dir + " is kept; " + who + "'s container has exited)";
+  if (between_nodes) {
+    const std::string to_dir = o.to_images + "/" + result->image;
+    if (!fs::exists(to_dir, ec)) {
+      progress("carrying the image to node " + target.node + "'s folder " + to_dir);
+      const Clock::time_point c0 = Clock::now();
+      if (Status s = CarryImage(dir, to_dir); !s.ok()) return Status(s.code(), s.message() + kept);
+      result->carry_ms = MsSince(c0);
+    }
+    fs::remove_all(dir, ec);
+    kept = " (the checkpoint image " + to_dir + " is kept; " + who + "'s container has exited)";
+  }
+
+  Replacement r;
+  r.name = result->new_name;
+  r.image = result->image;
+  r.token = RestoreToken(key, r.image, o.ns, r.name);
+  r.node = target.node;
+  r.gpu = target.gpu;
+  StatusOr<std::string> replacement = ReplacementPod(body, r);
+  if (!replacement.ok()) return replacement.status();
+  progress("creating pod " + o.ns + "/" + r.name + " restored from " + r.image + " on " + r.node +
+           (r.gpu >= 0 ? "/" + std::to_string(r.gpu) : ""));
+  StatusOr<std::string> created = client.Post("/api/v1/namespaces/" + o.ns + "/pods", *replacement);
+  if (!created.ok()) return Status(created.status().code(), created.status().message() + kept);
+  StatusOr<std::string> new_id =
+      WaitRunning(client, "/api/v1/namespaces/" + o.ns + "/pods/" + r.name, o.timeout_s);
+  if (!new_id.ok()) return Status(new_id.status().code(), new_id.status().message() + kept);
+
+  // The destination's runtime restored the GPU state itself where it is set up to (it leaves a
+  // mark beside the image); else it is restored from here, through the destination's runc state.
+  const std::string restored_mark = (between_nodes ? o.to_images : o.images) + "/" + result->image +
+                                    "/" + pod.container + kGpuRestoredSuffix;
+  if (target.gpu >= 0 && fs::exists(restored_mark, ec)) {
+    progress("GPU state of " + o.ns + "/" + r.name + " restored onto GPU " +
+             std::to_string(target.gpu) + " by node " + target.node + "'s runtime");
+  } else if (target.gpu >= 0) {
+    std::unique_ptr<ckpt::GpuCheckpointer> loaded;
+    if (driver == nullptr) {
+      StatusOr<std::unique_ptr<ckpt::GpuCheckpointer>> l = ckpt::GpuCheckpointer::Load(o.driver);
+      if (!l.ok()) return Status(l.status().code(), l.status().message() + kept);
+      loaded = std::move(*l);
+      driver = loaded.get();
+    }
+    StatusOr<std::vector<pid_t>> new_pids = to_runc.Pids(*new_id);
+    if (!new_pids.ok()) return Status(new_pids.status().code(), new_pids.status().message() + kept);
+    const std::vector<pid_t> restored = driver->CudaProcesses(*new_pids);
+    if (restored.empty()) {
+      return Internal("the replacement's processes answer no GPU checkpoint call" + kept);
+    }
+    const std::vector<std::pair<std::string, std::string>> remap = {
+        {uuids[static_cast<size_t>(pod.gpu)], uuids[static_cast<size_t>(target.gpu)]}};
+    for (pid_t p : restored) {
+      progress("restoring the GPU state of pid " + std::to_string(p) + " onto GPU " +
+               std::to_string(target.gpu) + " (" + remap[0].second + ")");
+      Status s = driver->Restore(p, remap);
+      if (s.ok()) s = driver->Unlock(p);
+      if (!s.ok()) return Status(s.code(), s.message() + kept);
+    }
+  }
+  result->paused_ms = MsSince(t0);
+  progress("deleting pod " + o.ns + "/" + o.pod);
+  StatusOr<std::string> deleted = client.Delete("/api/v1/namespaces/" + o.ns + "/pods/" + o.pod);
+  if (!deleted.ok()) {
+    return Status(deleted.status().code(),
+                  "the replacement runs, but deleting " + who + ": " + deleted.status().message());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
                              const std::function<void(const std::string&)>& progress) {
   const std::string pod_path = "/api/v1/namespaces/" + o.ns + "/pods/" + o.pod;
@@ -389,7 +497,6 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
 
   // The container must be this machine's: runc knows it here.
   const Runc runc{o, o.runc_root};
-  const Runc to_runc{o, o.to_runc_root.empty() ? o.runc_root : o.to_runc_root};
   StatusOr<Json> state = runc.State(pod->container_id);
   if (!state.ok()) {
     return FailedPrecondition(who + ": its container is not on this machine (" +
@@ -473,66 +580,152 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
     progress("warning: no /dev/shm folder for the container ('" + shm + "')");
   }
   result.checkpoint_ms = MsSince(t0);
-  std::string kept =
-      " (the checkpoint image " + dir + " is kept; " + who + "'s container has exited)";
-  if (between_nodes) {
-    const std::string to_dir = o.to_images + "/" + result.image;
-    progress("carrying the image to node " + target.node + "'s folder " + to_dir);
-    const Clock::time_point c0 = Clock::now();
-    if (Status s = CarryImage(dir, to_dir); !s.ok()) return Status(s.code(), s.message() + kept);
-    result.carry_ms = MsSince(c0);
-    fs::remove_all(dir, ec);
-    kept = " (the checkpoint image " + to_dir + " is kept; " + who + "'s container has exited)";
-  }
-
-  Replacement r;
-  r.name = result.new_name;
-  r.image = result.image;
-  r.token = RestoreToken(*key, r.image, o.ns, r.name);
-  r.node = target.node;
-  r.gpu = target.gpu;
-  StatusOr<std::string> replacement = ReplacementPod(*body, r);
-  if (!replacement.ok()) return replacement.status();
-  progress("creating pod " + o.ns + "/" + r.name + " restored from " + r.image + " on " + r.node +
-           (r.gpu >= 0 ? "/" + std::to_string(r.gpu) : ""));
-  StatusOr<std::string> created = client.Post("/api/v1/namespaces/" + o.ns + "/pods", *replacement);
-  if (!created.ok()) return Status(created.status().code(), created.status().message() + kept);
-  StatusOr<std::string> new_id =
-      WaitRunning(client, "/api/v1/namespaces/" + o.ns + "/pods/" + r.name, o.timeout_s);
-  if (!new_id.ok()) return Status(new_id.status().code(), new_id.status().message() + kept);
-
-  // The destination's runtime restored the GPU state itself where it is set up to (it leaves a
-  // mark beside the image); else it is restored from here, through the destination's runc state.
-  const std::string restored_mark = (between_nodes ? o.to_images : o.images) + "/" + result.image +
-                                    "/" + pod->container + kGpuRestoredSuffix;
-  if (target.gpu >= 0 && fs::exists(restored_mark, ec)) {
-    progress("GPU state of " + o.ns + "/" + r.name + " restored onto GPU " +
-             std::to_string(target.gpu) + " by node " + target.node + "'s runtime");
-  } else if (target.gpu >= 0) {
-    StatusOr<std::vector<pid_t>> new_pids = to_runc.Pids(*new_id);
-    if (!new_pids.ok()) return Status(new_pids.status().code(), new_pids.status().message() + kept);
-    const std::vector<pid_t> restored = driver->CudaProcesses(*new_pids);
-    if (restored.empty()) {
-      return Internal("the replacement's processes answer no GPU checkpoint call" + kept);
-    }
-    const std::vector<std::pair<std::string, std::string>> remap = {
-        {uuids[static_cast<size_t>(pod->gpu)], uuids[static_cast<size_t>(target.gpu)]}};
-    for (pid_t p : restored) {
-      progress("restoring the GPU state of pid " + std::to_string(p) + " onto GPU " +
-               std::to_string(target.gpu) + " (" + remap[0].second + ")");
-      Status s = driver->Restore(p, remap);
-      if (s.ok()) s = driver->Unlock(p);
-      if (!s.ok()) return Status(s.code(), s.message() + kept);
-    }
-  }
-  result.paused_ms = MsSince(t0);
-  progress("deleting pod " + o.ns + "/" + o.pod);
-  StatusOr<std::string> deleted = client.Delete(pod_path);
-  if (!deleted.ok()) {
-    return Status(deleted.status().code(),
-                  "the replacement runs, but deleting " + who + ": " + deleted.status().message());
+  // The image is whole: a mover stopped from here on is finished from it by its next pass
+  // (ResumeMove), as no copy of the pod runs any more.
+  if (Status st = WriteFile(dir + "/" + kCheckpointedMark, ""); !st.ok()) return undo(st);
+  CrashPoint("after-checkpoint");
+  if (Status st = FinishFromImage(client, o, *body, *pod, target, *key, uuids, driver.get(), t0,
+                                  &result, progress);
+      !st.ok()) {
+    return st;
   }
   return result;
+}
+
+StatusOr<Resumed> ResumeMove(const ApiClient& client, const MoveOptions& o,
+                             const std::function<void(const std::string&)>& progress) {
+  const std::string who = "pod " + o.ns + "/" + o.pod;
+  StatusOr<std::string> body = client.Get("/api/v1/namespaces/" + o.ns + "/pods/" + o.pod);
+  if (!body.ok()) return body.status();
+  StatusOr<MovablePod> pod = ReadMovablePod(*body, /*running=*/false);
+  if (!pod.ok()) return pod.status();
+  Resumed out;
+  MoveResult& result = out.result;
+  result.new_name = o.new_name.empty() ? NextPodName(o.pod) : o.new_name;
+  result.from_node = pod->node;
+  result.from_gpu = pod->gpu;
+  MoveOptions target = o;
+  if (target.node.empty()) target.node = pod->node;
+  const bool between_nodes = target.node != pod->node;
+  if (!between_nodes) target.to_images.clear();
+  result.to_node = target.node;
+
+  // The move's image folders (the owner file names the replacement and the pod, by uid): in
+  // this node's folder, or carried whole into the destination's.
+  const std::string owner_of_move = "namespace " + o.ns + "\npod " + result.new_name + "\nfrom " +
+                                    o.ns + "/" + o.pod + " " + pod->uid + "\n";
+  struct Found {
+    std::string folder, name;
+    bool whole = false;
+  };
+  std::vector<Found> found;
+  std::error_code ec;
+  for (const std::string& folder : {o.images, target.to_images}) {
+    if (folder.empty()) continue;
+    for (const fs::directory_entry& e : fs::directory_iterator(folder, ec)) {
+      const std::string name = e.path().filename().string();
+      if (!e.is_directory(ec) || name.rfind("move-", 0) != 0 ||
+          name.find(".partial") != std::string::npos) {
+        continue;
+      }
+      std::ifstream in(e.path() / "owner");
+      const std::string owner((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
+      if (owner.rfind(owner_of_move, 0) != 0) continue;
+      found.push_back({folder, name, fs::exists(e.path() / kCheckpointedMark, ec)});
+    }
+  }
+
+  // Whether the pod's container runs: runc, on this node, says.
+  const Runc runc{o, o.runc_root};
+  bool runs = false;
+  std::string sandbox;
+  if (!pod->container_id.empty()) {
+    StatusOr<Json> state = runc.State(pod->container_id);
+    if (state.ok()) {
+      runs = Str(*state, "status") == "running";
+      sandbox = Str(state->value("annotations", Json::object()), "io.kubernetes.cri.sandbox-id");
+    }
+  }
+  if (runs) {
+    // Stopped before the checkpoint was whole: the pod goes on where it was. What the move had
+    // done is undone: a GPU state locked or checkpointed is given back, the mark that keeps the
+    // container from starting again and the move's image are removed.
+    if (pod->gpu >= 0) {
+      StatusOr<std::unique_ptr<ckpt::GpuCheckpointer>> driver =
+          ckpt::GpuCheckpointer::Load(o.driver);
+      StatusOr<std::vector<pid_t>> pids = runc.Pids(pod->container_id);
+      if (driver.ok() && pids.ok()) {
+        for (pid_t p : (*driver)->CudaProcesses(*pids)) {
+          StatusOr<CUprocessState> st = (*driver)->State(p);
+          if (!st.ok() || *st == CU_PROCESS_STATE_RUNNING) continue;
+          progress("giving back the GPU state of pid " + std::to_string(p));
+          if (*st == CU_PROCESS_STATE_CHECKPOINTED) (void)(*driver)->Restore(p, {});
+          (void)(*driver)->Unlock(p);
+        }
+      }
+    }
+    if (!sandbox.empty()) fs::remove(o.images + "/moved/" + sandbox, ec);
+    for (const Found& f : found) fs::remove_all(f.folder + "/" + f.name, ec);
+    out.kind = Resumed::Kind::kUndone;
+    out.message = "its mover was stopped before the replacement was made: " + who +
+                  " runs where it was and nothing moved (ask again)";
+    return out;
+  }
+  const Found* whole = nullptr;
+  for (const Found& f : found) {
+    if (f.whole && (whole == nullptr || f.folder == target.to_images)) whole = &f;
+  }
+  if (whole == nullptr) {
+    return FailedPrecondition(
+        who + "'s container does not run and no whole checkpoint image of the move is in " +
+        o.images + (target.to_images.empty() ? "" : " or " + target.to_images) +
+        " (its mover was stopped during the checkpoint): nothing to finish the move from");
+  }
+  result.image = whole->name;
+  progress("finishing the move of " + who + " from its checkpoint image " + whole->folder + "/" +
+           whole->name + " (its mover was stopped after the checkpoint)");
+  std::vector<std::string> uuids;
+  if (pod->gpu >= 0) {
+    if (target.gpu < 0) {
+      StatusOr<std::unique_ptr<ReplacementPlacer>> placer =
+          ReplacementPlacer::Create(client, o.placement, between_nodes ? "" : pod->uid);
+      if (!placer.ok()) return placer.status();
+      const PodOutcome where = (*placer)->Place(*body, target.node, -1);
+      if (!where.placed) {
+        return FailedPrecondition(who + "'s replacement has no place on node " + target.node +
+                                  ": " + where.reason + " (the checkpoint image is kept)");
+      }
+      progress("GPU chosen: " + where.how);
+      target.gpu = where.gpu;
+    }
+    StatusOr<std::vector<std::string>> got = GpuUuids(o.nvml);
+    if (!got.ok()) return got.status();
+    uuids = *got;
+    for (int g : {pod->gpu, target.gpu}) {
+      if (static_cast<size_t>(g) >= uuids.size() || uuids[static_cast<size_t>(g)].empty()) {
+        return InvalidArgument("node " + pod->node + " has no GPU " + std::to_string(g));
+      }
+    }
+  }
+  result.to_gpu = target.gpu;
+  StatusOr<std::string> key = ReadKey(o.key_file);
+  if (!key.ok()) return key.status();
+  // The pod has been paused since its checkpoint ended.
+  Clock::time_point t0 = Clock::now();
+  const auto written =
+      fs::last_write_time(fs::path(whole->folder) / whole->name / kCheckpointedMark, ec);
+  if (!ec) {
+    t0 -= std::chrono::duration_cast<Clock::duration>(fs::file_time_type::clock::now() - written);
+  }
+  if (Status s = FinishFromImage(client, o, *body, *pod, target, *key, uuids, nullptr, t0, &result,
+                                 progress);
+      !s.ok()) {
+    return s;
+  }
+  out.kind = Resumed::Kind::kFinished;
+  out.message = "finished from its checkpoint image " + result.image;
+  return out;
 }
 
 Status CordonNode(const ApiClient& client, const std::string& node) {

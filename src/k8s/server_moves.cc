@@ -100,13 +100,44 @@ void Finish(const api::Client& server, const std::string& id, api::PodMoveOutcom
   if (!told.ok()) progress("move " + id + ": the server did not take its end: " + told.message());
 }
 
-// Settles one leftover move `m` (SettleLeftover) from the API server's pods.
-void SettleOne(const ApiClient& kube, const api::Client& server, const api::PodMove& m,
-               const std::function<void(const std::string&)>& progress) {
+// Settles one leftover move `m` (SettleLeftover) from the API server's pods and, when the pod is
+// still there without a replacement, on the node (ResumeMove).
+void SettleOne(const ApiClient& kube, const api::Client& server, const MoverOptions& options,
+               const api::PodMove& m, const std::function<void(const std::string&)>& progress) {
   const std::string id = std::to_string(m.id);
   const Leftover l =
       SettleLeftover(m, PodJson(kube, m.ns, m.name), PodJson(kube, m.ns, NextPodName(m.name)));
   if (l.action == Leftover::Action::kWait) return;
+  if (l.action == Leftover::Action::kResume) {
+    api::PodMoveOutcome outcome;
+    StatusOr<MoveOptions> move = ServerMoveOptions(m, options);
+    StatusOr<Resumed> r = move.ok() ? ResumeMove(kube, *move, progress) : move.status();
+    if (!r.ok()) {
+      outcome.message = "its mover was stopped in the middle of it: " + r.status().message();
+    } else if (r->kind == Resumed::Kind::kUndone) {
+      outcome.message = r->message;
+    } else {
+      const MoveResult& mr = r->result;
+      outcome.ok = true;
+      outcome.new_name = mr.new_name;
+      outcome.node = mr.to_node;
+      outcome.gpu = mr.to_gpu;
+      outcome.paused_ms = mr.paused_ms;
+      outcome.message = "finished by the next pass of its mover from the checkpoint image " +
+                        mr.image + ": moved " + m.ns + "/" + m.name + " -> " + m.ns + "/" +
+                        mr.new_name + ", " + Place(mr.from_node, mr.from_gpu) + " -> " +
+                        Place(mr.to_node, mr.to_gpu) + ", paused " + std::to_string(mr.paused_ms) +
+                        " ms";
+      Event(kube, m.ns, mr.new_name, "Normal", "Moved",
+            "restored from pod " + m.ns + "/" + m.name + " with its process state (move " + id +
+                ", asked by " + m.asked_by + "): " + outcome.message,
+            progress);
+    }
+    progress("move " + id + " (left by a mover stopped in the middle of it): " +
+             (outcome.ok ? "done, " : "failed, ") + outcome.message);
+    Finish(server, id, outcome, progress);
+    return;
+  }
   if (l.action == Leftover::Action::kDeleteOldThenDone) {
     StatusOr<std::string> deleted = kube.Delete("/api/v1/namespaces/" + m.ns + "/pods/" + m.name);
     if (!deleted.ok() && deleted.status().code() != StatusCode::kNotFound) {
@@ -139,7 +170,7 @@ void SettleLeftovers(const ApiClient& kube, const api::Client& server, const Mov
     if (!m.ok() || m->mover != mover || m->from_node != options.node) continue;
     const double taken_at = j.value(api::key::kTakenAt, now);
     if (now - taken_at < options.settle_after_s) continue;  // may be in flight elsewhere
-    SettleOne(kube, server, *m, progress);
+    SettleOne(kube, server, options, *m, progress);
   }
 }
 
@@ -210,16 +241,16 @@ Leftover SettleLeftover(const api::PodMove& move, const std::string& old_pod,
     }
     return l;  // kWait while it starts
   }
-  l.action = Leftover::Action::kFail;
-  if (api::PodPhaseRunning(old_phase)) {
-    l.message = "its mover was stopped before the replacement was made: pod " + pod +
-                " runs where it was and nothing moved (ask again)";
-  } else {
-    l.message = "its mover was stopped after the checkpoint and before the replacement: pod " +
-                pod + (old_json.is_object() ? " is " + old_phase : " is gone") +
-                "; its checkpoint image stays in the node's image folder (its owner file names "
-                "the pod)";
+  if (old_json.is_object() && !api::PodPhaseEnded(old_phase)) {
+    // On the node: undone if its container runs on, else finished from the image (ResumeMove).
+    l.action = Leftover::Action::kResume;
+    return l;
   }
+  l.action = Leftover::Action::kFail;
+  l.message = "its mover was stopped before the replacement ran, and pod " + pod +
+              (old_json.is_object() ? " is " + old_phase : " is gone") +
+              ": nothing to finish the move with; its checkpoint image, if the checkpoint "
+              "ended, stays in the node's image folder (its owner file names the pod)";
   return l;
 }
 

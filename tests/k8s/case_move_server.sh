@@ -9,7 +9,8 @@
 # memory verified, on the target GPU; the old pod is gone; a sampler never sees two copies; the
 # pods' events say who asked (Moving) and where it went (Moved); a second pass takes nothing; a
 # move left taken by a mover stopped before it made the replacement is failed by the next pass,
-# the pod running on where it was.
+# the pod running on where it was; a move whose mover was killed just after the checkpoint is
+# finished from its image by the next pass, the workload going on from its generation.
 # Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, CLUSTER_DIR, PALADIN, EMUCUDA, NODE,
 # K8S_NODE_FLAGS, MOVE_FLAGS.
 set -euo pipefail
@@ -132,4 +133,41 @@ sleep 0.5
   fail "pod gpu-m1 does not run on after the leftover was settled"
 k get pod gpu-m2 >/dev/null 2>&1 && fail "a pod gpu-m2 was made"
 echo "move_server: a leftover move (taken, never finished) settled by the next pass: $got"
-k delete pod gpu-m1 --wait=true --timeout=30s >/dev/null
+
+# A mover killed just after the checkpoint (PALADIN_K8S_MOVE_FAULT): gpu-m1's process is in the
+# image and nothing runs it (its container may not start again); the move stays taken. The next
+# pass finishes it from the image: gpu-m2 on GPU $from goes on from the generation gpu-m1 had
+# reached, the old pod is deleted, never two copies.
+out=$(as "$research" pods move "$NS/gpu-m1" --gpu "$from" --no-wait) || fail "pods move gpu-m1: $out"
+id3=$(as "$research" pods moves --json | jq -r '.moves[0].id')
+sampler_start
+"$KUBECTL" -n "$NS" logs -f gpu-m1 >"$work/m1.log" 2>/dev/null &
+PALADIN_K8S_MOVE_FAULT=crash:after-checkpoint "$PALADIN" k8s mover --node "$NODE" --driver "$EMUCUDA" \
+  --nvml "$EMUCUDA" "${move[@]}" --paladin-server "$url" --paladin-token-file "$SERVER_TOKEN_FILE" \
+  "${api[@]}" >"$work/mover4.log" 2>&1 && fail "the mover went on past its fault: $(tail -3 "$work/mover4.log")"
+sed 's/^/move_server:   /' "$work/mover4.log"
+grep -q "checkpointing container" "$work/mover4.log" || fail "the mover stopped before the checkpoint"
+[[ $(as "$research" pods moves --json | jq -r --argjson id "$id3" '.moves[] | select(.id == $id) | .state') == taken ]] ||
+  fail "move $id3 is not left taken by the stopped mover"
+for ((i = 0; i < 100; i++)); do
+  [[ -z $(k get pod gpu-m1 -o jsonpath='{.status.containerStatuses[0].state.running}') ]] && break
+  sleep 0.1
+done
+"$PALADIN" k8s mover --node "$NODE" --settle-after 0 --driver "$EMUCUDA" --nvml "$EMUCUDA" \
+  "${move[@]}" --paladin-server "$url" --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" \
+  >"$work/mover5.log" 2>&1 || fail "paladin k8s mover (5): $(tail -3 "$work/mover5.log")"
+sed 's/^/move_server:   /' "$work/mover5.log"
+got=$(as "$research" pods moves --json | jq -r --argjson id "$id3" '.moves[] | select(.id == $id) | "\(.state) \(.new_name) \(.to_gpu): \(.message)"')
+[[ $got == "done gpu-m2 $from: finished by the next pass of its mover from the checkpoint image "* ]] ||
+  fail "the move left after its checkpoint: '$got'"
+first=$(first_gen gpu-m2)
+gen_before=$(gens "$work/m1.log" | tail -1)
+went_on gpu-m2 "$first" "$gen_before" $((gen_before + 2))
+[[ $(k logs gpu-m2 | tail -1) == *"$(uuid_of "$from")"* ]] ||
+  fail "pod gpu-m2 does not run on GPU $from: $(k logs gpu-m2 | tail -1)"
+k wait --for=delete pod/gpu-m1 --timeout=30s >/dev/null 2>&1 || fail "pod gpu-m1 still exists"
+sampler_stop
+echo "move_server: a mover killed after the checkpoint: the next pass finished move $id3 from" \
+  "its image: gpu-m1 -> gpu-m2 on GPU $from, generation $gen_before -> $first, then" \
+  "$(last_gen gpu-m2), memory verified; at most 1 copy in $SAMPLES samples; ${got#*: }"
+k delete pod gpu-m2 --wait=true --timeout=30s >/dev/null

@@ -264,7 +264,7 @@ std::string LeftoverPod(const std::string& name, const std::string& phase,
   return pod.dump();
 }
 
-TEST(SettleLeftover, FinishesWhatRanWaitsForWhatStartsAndFailsTheRestSayingWhy) {
+TEST(SettleLeftover, FinishesWhatRanWaitsForWhatStartsResumesOnTheNodeAndFailsTheRest) {
   api::PodMove m;
   m.id = 3;
   m.ns = "ml";
@@ -286,19 +286,19 @@ TEST(SettleLeftover, FinishesWhatRanWaitsForWhatStartsAndFailsTheRestSayingWhy) 
   EXPECT_EQ(l.action, Leftover::Action::kFail);
   EXPECT_NE(l.message.find("ended (Failed)"), std::string::npos) << l.message;
 
-  // A pod of that name that is not this pod's replacement is none.
+  // A pod of that name that is not this pod's replacement is none: the pod, still there
+  // (Running, whether its container runs or has exited after the checkpoint), is settled on the
+  // node (ResumeMove).
   l = SettleLeftover(m, running_old, LeftoverPod("train-m1", "Running", "ml/other (1)"));
-  EXPECT_EQ(l.action, Leftover::Action::kFail);
-  EXPECT_EQ(l.message,
-            "its mover was stopped before the replacement was made: pod ml/train runs where it "
-            "was and nothing moved (ask again)");
+  EXPECT_EQ(l.action, Leftover::Action::kResume);
   l = SettleLeftover(m, running_old, LeftoverPod("train-m1", "Running", "ml/train-x (1)"));
-  EXPECT_EQ(l.action, Leftover::Action::kFail);
+  EXPECT_EQ(l.action, Leftover::Action::kResume);
+  EXPECT_EQ(SettleLeftover(m, running_old, "").action, Leftover::Action::kResume);
 
-  // No replacement and the pod no longer runs: its image is what is left.
+  // No replacement and the pod ended or gone: nothing to finish the move with.
   l = SettleLeftover(m, LeftoverPod("train", "Succeeded", ""), "");
   EXPECT_EQ(l.action, Leftover::Action::kFail);
-  EXPECT_NE(l.message.find("pod ml/train is Succeeded; its checkpoint image stays"),
+  EXPECT_NE(l.message.find("pod ml/train is Succeeded: nothing to finish the move with"),
             std::string::npos)
       << l.message;
   l = SettleLeftover(m, "", "");

@@ -44,7 +44,9 @@ struct MovablePod {
   std::string container_id;  // containerd's id of it
   int gpu = -1;              // paladin.io/gpu, or -1 for a pod without a Paladin GPU
 };
-StatusOr<MovablePod> ReadMovablePod(const std::string& pod_json);
+// `running`: the pod must be Running with its container running (a pod to move); false: a pod
+// whose move stopped after its checkpoint, its container exited (its id from its last state).
+StatusOr<MovablePod> ReadMovablePod(const std::string& pod_json, bool running = true);
 
 // The replacement pod to POST: the old one's spec (less what the API server, the scheduler and
 // the webhook fill in, which they fill in again) and labels, with the restore annotations, and
@@ -117,6 +119,25 @@ struct DrainPlan {
   std::vector<MovablePod> move;   // in the order of the list
   std::vector<std::string> left;  // "NAMESPACE/NAME: why it is not moved"
 };
+// A move whose mover was stopped before the replacement ran (a move taken from Paladin's server
+// and never finished: SettleLeftover's kResume), settled on the pod's node, as root, with the
+// move's options. The pod's container runs on (the mover stopped before the checkpoint was
+// whole): the move is undone (a GPU state locked or checkpointed given back, the mark that keeps
+// the container from starting again and the move's image removed): kUndone. It does not, and
+// the move's image is whole (the checkpoint ended; carried whole into the destination's folder,
+// or still in this node's): the move is finished from it as MovePod would have (the image
+// carried, the replacement created on the GPU asked or the packer's, the GPU state restored, the
+// old pod deleted): kFinished, paused_ms counted from the checkpoint's end. Else an error saying
+// what is left (no whole image: the pod's state is in none).
+struct Resumed {
+  enum class Kind { kUndone, kFinished };
+  Kind kind = Kind::kUndone;
+  MoveResult result;    // kFinished
+  std::string message;  // what was done
+};
+StatusOr<Resumed> ResumeMove(const ApiClient& client, const MoveOptions& options,
+                             const std::function<void(const std::string&)>& progress);
+
 // Marks `node` unschedulable (spec.unschedulable: true), as `kubectl cordon` does.
 Status CordonNode(const ApiClient& client, const std::string& node);
 // The plan from a PodList of the node's pods (GET /api/v1/pods?fieldSelector=spec.nodeName=N).

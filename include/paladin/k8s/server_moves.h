@@ -37,9 +37,11 @@ struct MoverOptions {
 // and its replacement (NextPodName, carrying paladin.io/moved-from naming the pod) as the API
 // server has them now: the replacement Running: the move is done (the old pod deleted first
 // when it is still there); the replacement not yet running: wait; ended: failed; no
-// replacement: failed, saying whether the pod still runs where it was or what is left of it.
+// replacement and the pod still there: resume it on the node (ResumeMove: undone when the pod's
+// container runs on, finished from the checkpoint image when it does not); no replacement and
+// the pod gone or ended: failed, saying so.
 struct Leftover {
-  enum class Action { kWait, kDone, kDeleteOldThenDone, kFail };
+  enum class Action { kWait, kDone, kDeleteOldThenDone, kResume, kFail };
   Action action = Action::kWait;
   std::string message;
   std::string new_name;
