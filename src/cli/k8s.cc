@@ -840,8 +840,9 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
                     "The name the server's ledger gives this mover (default: the node's)");
   mover
       ->add_option("--settle-after", args->settle_after_s,
-                   "Seconds after which a move this mover's name took and did not finish (a "
-                   "mover stopped in the middle of it) is settled by the next pass")
+                   "Seconds a move this mover's name took and did not finish (a mover stopped "
+                   "in the middle of it) waits before a pass settles it (default 0: a pass "
+                   "holds the node's lock, so none is in flight)")
       ->check(CLI::NonNegativeNumber);
   mover->add_option("--runc", m.runc, "runc on this node");
   mover->add_option("--runc-root", m.runc_root, "runc's state folder of containerd's k8s.io pods");

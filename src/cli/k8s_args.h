@@ -55,7 +55,7 @@ struct K8sArgs {
   // The server's mover's (node: `node`, every: `every_s`)
   std::vector<std::string> node_images;  // NODE=DIR
   std::string mover_name;
-  double settle_after_s = 300;
+  double settle_after_s = 0;
   // The periodic checkpoint's (node: `node`, every: `every_s`) and the recovery's
   std::string lost_node;
   double lost_after_s = 40;

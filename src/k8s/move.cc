@@ -582,7 +582,10 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
   result.checkpoint_ms = MsSince(t0);
   // The image is whole: a mover stopped from here on is finished from it by its next pass
   // (ResumeMove), as no copy of the pod runs any more.
-  if (Status st = WriteFile(dir + "/" + kCheckpointedMark, ""); !st.ok()) return undo(st);
+  if (Status st = WriteFile(dir + "/" + kCheckpointedMark, ""); !st.ok()) {
+    return Status(st.code(), st.message() + " (the checkpoint image " + dir + " is kept; " + who +
+                                 "'s container has exited)");
+  }
   CrashPoint("after-checkpoint");
   if (Status st = FinishFromImage(client, o, *body, *pod, target, *key, uuids, driver.get(), t0,
                                   &result, progress);

@@ -1,10 +1,17 @@
 #include "paladin/k8s/server_moves.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <utility>
 #include <vector>
 
 #include "json_fields.h"
@@ -87,6 +94,45 @@ api::PodMoveOutcome CarryOut(const ApiClient& kube, const api::PodMove& m,
   return outcome;
 }
 
+// One pass at a time on a node: an exclusive lock on IMAGES/mover.lock (made 0600, never through
+// a link, refused unless it is this user's and no one else's), held by the pass. Holding it, a
+// mover knows that no other mover of the node is in the middle of a move, so what its name left
+// taken was left by a mover that stopped. The lock goes with the process, however it ends.
+class PassLock {
+ public:
+  // Busy: Unavailable; a file that cannot be made or is not the mover's own: the error.
+  static StatusOr<PassLock> Take(const std::string& images) {
+    std::error_code ec;
+    std::filesystem::create_directories(images, ec);
+    const std::string path = images + "/mover.lock";
+    const int fd = open(path.c_str(), O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return Internal("cannot open " + path + ": " + std::strerror(errno));
+    PassLock lock(fd);
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+        (st.st_mode & 077) != 0) {
+      return PermissionDenied(path + " is not a file of this user's alone (mode 0600): refused");
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      return errno == EWOULDBLOCK
+                 ? Unavailable("another mover of this node is in a pass (" + path + ")")
+                 : Internal("cannot lock " + path + ": " + std::strerror(errno));
+    }
+    return lock;
+  }
+  PassLock(PassLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  PassLock& operator=(PassLock&&) = delete;
+  PassLock(const PassLock&) = delete;
+  PassLock& operator=(const PassLock&) = delete;
+  ~PassLock() {
+    if (fd_ >= 0) close(fd_);
+  }
+
+ private:
+  explicit PassLock(int fd) : fd_(fd) {}
+  int fd_;
+};
+
 // Tells the server how move ID ended, a few times: the server may be restarting.
 void Finish(const api::Client& server, const std::string& id, api::PodMoveOutcome outcome,
             const std::function<void(const std::string&)>& progress) {
@@ -156,7 +202,7 @@ void SettleOne(const ApiClient& kube, const api::Client& server, const MoverOpti
 }
 
 // Settles the leftovers of this mover's name: moves it took and did not finish, taken at least
-// options.settle_after_s ago.
+// options.settle_after_s ago. The caller holds the node's pass lock: none is in flight.
 void SettleLeftovers(const ApiClient& kube, const api::Client& server, const MoverOptions& options,
                      const std::string& mover,
                      const std::function<void(const std::string&)>& progress) {
@@ -169,7 +215,7 @@ void SettleLeftovers(const ApiClient& kube, const api::Client& server, const Mov
     StatusOr<api::PodMove> m = api::DecodePodMove(j);
     if (!m.ok() || m->mover != mover || m->from_node != options.node) continue;
     const double taken_at = j.value(api::key::kTakenAt, now);
-    if (now - taken_at < options.settle_after_s) continue;  // may be in flight elsewhere
+    if (now - taken_at < options.settle_after_s) continue;
     SettleOne(kube, server, options, *m, progress);
   }
 }
@@ -282,6 +328,12 @@ StatusOr<int> RunServerMoves(const ApiClient& kube, const api::Client& server,
   const Json moves = list->value(api::key::kMoves, Json::array());
   if (!moves.is_array()) return InvalidArgument("the server's moves: expected a list");
   const std::string mover = options.mover.empty() ? options.node : options.mover;
+  StatusOr<PassLock> lock = PassLock::Take(options.move.images);
+  if (!lock.ok() && lock.status().code() == StatusCode::kUnavailable) {
+    progress(lock.status().message() + ": this pass does nothing");
+    return 0;
+  }
+  if (!lock.ok()) return lock.status();
   SettleLeftovers(kube, server, options, mover, progress);
   int taken = 0;
   bool cordoned = false;

@@ -73,6 +73,24 @@ out=$(as "$research" pods move "$NS/gpu" --to "$NODE/$to" --no-wait 2>&1) &&
 [[ $(as "$other" pods moves --json | jq '.moves | length') == 0 ]] ||
   fail "team other sees research's move: $(as "$other" pods moves)"
 
+# One pass at a time on a node: while another holds the node's pass lock (in its image folder),
+# a pass does nothing.
+images=$(sed -n 's/.*--images \([^ ]*\).*/\1/p' <<<"$MOVE_FLAGS")
+mkdir -p "$images"
+: >"$images/mover.lock"
+chmod 600 "$images/mover.lock"
+exec {lockfd}<"$images/mover.lock"
+flock -x "$lockfd"
+"$PALADIN" k8s mover --node "$NODE" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${move[@]}" \
+  --paladin-server "$url" --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" \
+  >"$work/mover0.log" 2>&1 || fail "paladin k8s mover (locked out): $(tail -3 "$work/mover0.log")"
+exec {lockfd}<&-
+grep -q "another mover of this node is in a pass" "$work/mover0.log" && grep -q "0 move(s) taken" "$work/mover0.log" ||
+  fail "a pass ran while another held the node's lock: $(cat "$work/mover0.log")"
+[[ $(as "$research" pods moves --json | jq -r '.moves[0].state') == requested ]] ||
+  fail "the locked-out pass touched the move"
+echo "move_server: a pass while another holds the node's lock: $(grep -o 'another mover.*' "$work/mover0.log")"
+
 sampler_start
 "$KUBECTL" -n "$NS" logs -f gpu >"$work/old.log" 2>/dev/null &
 # --- the node's mover, one pass ----------------------------------------------------------------
@@ -114,14 +132,15 @@ echo "move_server: gpu -> gpu-m1 (move $id asked by team:research), GPU $from ->
   "in $SAMPLES samples; pod gpu deleted; a second pass took nothing"
 
 # A mover stopped in the middle of a move: move 2 (gpu-m1 back to GPU $from) is taken in the
-# node's name (as a mover does) and never finished; the next pass settles it: no replacement
+# node's name (as a mover does) and never finished; the next pass, holding the node's lock (so
+# no other pass is in flight), settles it at once: no replacement
 # was made and gpu-m1 runs where it was, so the move fails saying so, and nothing changes.
 out=$(as "$research" pods move "$NS/gpu-m1" --gpu "$from" --no-wait) || fail "pods move gpu-m1: $out"
 id2=$(as "$research" pods moves --json | jq -r '.moves[0].id')
 curl -sf -X POST -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' \
   -d "{\"mover\": \"$NODE\"}" "$url/v1/pod-moves/$id2/take" >/dev/null || fail "take move $id2"
 g1=$(last_gen gpu-m1)
-"$PALADIN" k8s mover --node "$NODE" --settle-after 0 --driver "$EMUCUDA" --nvml "$EMUCUDA" \
+"$PALADIN" k8s mover --node "$NODE" --driver "$EMUCUDA" --nvml "$EMUCUDA" \
   "${move[@]}" --paladin-server "$url" --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" \
   >"$work/mover3.log" 2>&1 || fail "paladin k8s mover (3): $(tail -3 "$work/mover3.log")"
 sed 's/^/move_server:   /' "$work/mover3.log"
@@ -153,7 +172,7 @@ for ((i = 0; i < 100; i++)); do
   [[ -z $(k get pod gpu-m1 -o jsonpath='{.status.containerStatuses[0].state.running}') ]] && break
   sleep 0.1
 done
-"$PALADIN" k8s mover --node "$NODE" --settle-after 0 --driver "$EMUCUDA" --nvml "$EMUCUDA" \
+"$PALADIN" k8s mover --node "$NODE" --driver "$EMUCUDA" --nvml "$EMUCUDA" \
   "${move[@]}" --paladin-server "$url" --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" \
   >"$work/mover5.log" 2>&1 || fail "paladin k8s mover (5): $(tail -3 "$work/mover5.log")"
 sed 's/^/move_server:   /' "$work/mover5.log"

@@ -28,9 +28,10 @@ struct MoverOptions {
   // Other nodes' image folders, reachable from this node (a filesystem both mount), for moves
   // there: the image is carried into them. A move to a node not named here fails, saying so.
   std::map<std::string, std::string> node_images;
-  // A move this mover's name has had taken for at least this long is a leftover of a mover that
-  // was stopped in the middle of it (no move takes this long): the pass settles it.
-  double settle_after_s = 300;
+  // A move this mover's name took and did not finish is a leftover of a mover that was stopped
+  // in the middle of it: a pass holds the node's pass lock (move.images/mover.lock), so no other
+  // pass of the node is in flight, and settles it once it has been taken this long.
+  double settle_after_s = 0;
 };
 
 // What a pass does with a leftover move (taken by this mover's name, not finished), from the pod
@@ -55,7 +56,9 @@ Leftover SettleLeftover(const api::PodMove& move, const std::string& old_pod,
 // image folder is not known) names what is missing; the move then fails with it.
 StatusOr<MoveOptions> ServerMoveOptions(const api::PodMove& move, const MoverOptions& options);
 
-// One pass: first each leftover of this mover's name is settled (SettleLeftover); then each move
+// One pass, holding the node's pass lock (another pass of the node in flight: this one does
+// nothing and returns 0; a lock file that is not root's alone: an error): first each leftover of
+// this mover's name is settled (SettleLeftover); then each move
 // the server has "requested" for a pod on options.node is taken, carried out and finished,
 // oldest first. Returns how many were taken; an error only when the server
 // cannot be asked for the list (a move whose take is refused, taken by another mover, is
