@@ -509,6 +509,18 @@ gpu_share_more() {
   echo "installed: an auto pod sized by the installed webhook through the installed server, from what the installed node measured: $sized"
 }
 
+# patch_as TOKEN PATH PATCH: the merge patch PATCH of the API server's object PATH by the holder
+# of TOKEN; prints the answer and its HTTP status, and fails unless it is taken (200).
+patch_as() {
+  local server answer
+  server=$("$KUBECTL" config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+  answer=$(curl -sS --cacert "$CLUSTER_DIR/pki/ca.crt" -H "Authorization: Bearer $1" \
+    -H 'Content-Type: application/merge-patch+json' -X PATCH -d "$3" -w '\n%{http_code}' \
+    "$server/$2" 2>&1)
+  echo "$answer"
+  [[ ${answer##*$'\n'} == 200 ]]
+}
+
 # The installed node DaemonSet measures each pod's GPU memory into its annotation: a and b at
 # their 512 MiB (and the context), under their 2Gi. Its identity may write that annotation of its
 # own node's pods and nothing else (node-policy.yaml, the webhook's --usage-user): tried with a
@@ -527,18 +539,9 @@ node_measures() {
   echo "installed: measured by the installed node: $("$KUBECTL" -n paladin logs daemonset/paladin-node | grep -o "$NS/a uses .*" | tail -1)"
   node_pod=$("$KUBECTL" -n paladin get pods -l app.kubernetes.io/name=paladin-node \
     --field-selector "spec.nodeName=$NODE" -o jsonpath='{.items[0].metadata.name}')
-  server=$("$KUBECTL" config view --minify -o jsonpath='{.clusters[0].cluster.server}')
-  # as_node TOKEN POD PATCH: the merge patch PATCH of POD by the holder of TOKEN, as the node
-  # sends it (kubectl would first get the pod, which its role does not allow); fails with the
-  # API server's answer unless it is taken.
-  as_node() {
-    local answer
-    answer=$(curl -sS --cacert "$CLUSTER_DIR/pki/ca.crt" -H "Authorization: Bearer $1" \
-      -H 'Content-Type: application/merge-patch+json' -X PATCH -d "$3" -w '\n%{http_code}' \
-      "$server/api/v1/namespaces/$NS/pods/$2" 2>&1)
-    echo "$answer"
-    [[ ${answer##*$'\n'} == 200 ]]
-  }
+  # as_node TOKEN POD PATCH: the patch of POD by the holder of TOKEN, as the node sends it
+  # (kubectl would first get the pod, which its role does not allow).
+  as_node() { patch_as "$1" "api/v1/namespaces/$NS/pods/$2" "$3"; }
   # measure N: the patch writing N into paladin.io/gpu-memory-used.
   measure() { echo '{"metadata": {"annotations": {"paladin.io/gpu-memory-used": "'"$1"'"}}}'; }
   local bound unbound
@@ -575,21 +578,12 @@ YAML
 # and change nothing else of it (node-policy.yaml): tried with a token of its ServiceAccount bound
 # to its pod (which names its node), as a stolen one would be, and with one that names no node.
 mover_cordons() {
-  local mover_pod server bound unbound out cordoned
+  local mover_pod bound unbound out cordoned
   mover_pod=$("$KUBECTL" -n paladin get pods -l app.kubernetes.io/name=paladin-mover \
     --field-selector "spec.nodeName=$NODE" -o jsonpath='{.items[0].metadata.name}')
   [[ -n $mover_pod ]] || fail "no paladin-mover pod on $NODE"
-  server=$("$KUBECTL" config view --minify -o jsonpath='{.clusters[0].cluster.server}')
-  # as_mover TOKEN PATCH: the merge patch PATCH of node NODE by the holder of TOKEN; fails with
-  # the API server's answer unless it is taken.
-  as_mover() {
-    local answer
-    answer=$(curl -sS --cacert "$CLUSTER_DIR/pki/ca.crt" -H "Authorization: Bearer $1" \
-      -H 'Content-Type: application/merge-patch+json' -X PATCH -d "$2" -w '\n%{http_code}' \
-      "$server/api/v1/nodes/$NODE" 2>&1)
-    echo "$answer"
-    [[ ${answer##*$'\n'} == 200 ]]
-  }
+  # as_mover TOKEN PATCH: the patch of node NODE by the holder of TOKEN.
+  as_mover() { patch_as "$1" "api/v1/nodes/$NODE" "$2"; }
   bound=$("$KUBECTL" -n paladin create token paladin-mover --bound-object-kind Pod \
     --bound-object-name "$mover_pod" --duration 10m)
   unbound=$("$KUBECTL" -n paladin create token paladin-mover --duration 10m)
