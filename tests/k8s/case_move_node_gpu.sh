@@ -12,6 +12,8 @@
 # the admin's token; a team's is refused): the server asks a move of ngpu-m1, and one pass of
 # the second node's mover (`paladin k8s mover`) cordons the node and moves it back to the first
 # node as ngpu-m2, again with its GPU state, exactly once; the ledger says done, a drain's move.
+# Last, research moves ngpu-m2 back to the second node through the server, and the first node's
+# mover is killed just after the checkpoint: its next pass carries the image and finishes it.
 # Both nodes' emulated GPUs are this machine's (one state folder): the second node publishes the
 # same two GPUs, and its annotation is removed at the end so later cases see one GPU node.
 # Env (tests/k8s/k8s_test.sh): as case_move_gpu, and NODE2, NODE2_MOVE_FLAGS, NODE2_MOVER_FLAGS.
@@ -116,4 +118,42 @@ echo "move_node_gpu: $NODE2 drained through Paladin's server: ngpu-m1 -> ngpu-m2
   "generation" \
   "$gen_before -> $first, then $(last_gen ngpu-m2), device memory verified (was: $uuid_before," \
   "now: $(k logs ngpu-m2 | tail -1)); at most 1 copy in $SAMPLES samples; ledger: $got"
-k delete pod ngpu-m2 --wait=true --timeout=30s >/dev/null
+
+# --- a move to the other node whose mover is killed after the checkpoint -------------------------
+# research moves ngpu-m2 to the second node through the server; the first node's mover is killed
+# just after the checkpoint (PALADIN_K8S_MOVE_FAULT), the image still in the first node's folder;
+# its next pass carries it and finishes the move: ngpu-m3 on the second node, from the same
+# generation, its device memory verified, never two copies.
+out=$(as "$research" pods move "$NS/ngpu-m2" --to "$NODE2" --no-wait) || fail "pods move ngpu-m2: $out"
+id=$(as "$admin" pods moves --json | jq -r '.moves[0].id')
+read -ra mover <<<"$MOVE_FLAGS --node-images $NODE2=${NODE2_MOVE_FLAGS#--to-images }"
+sampler_start
+"$KUBECTL" -n "$NS" logs -f ngpu-m2 >"$work/m2.log" 2>/dev/null &
+PALADIN_K8S_MOVE_FAULT=crash:after-checkpoint "$PALADIN" k8s mover --node "$NODE" \
+  --driver "$EMUCUDA" --nvml "$EMUCUDA" "${mover[@]}" --paladin-server "$url" \
+  --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" >"$work/mover2.log" 2>&1 &&
+  fail "the mover went on past its fault: $(tail -3 "$work/mover2.log")"
+sed 's/^/move_node_gpu:   /' "$work/mover2.log"
+for ((i = 0; i < 100; i++)); do
+  [[ -z $(k get pod ngpu-m2 -o jsonpath='{.status.containerStatuses[0].state.running}') ]] && break
+  sleep 0.1
+done
+"$PALADIN" k8s mover --node "$NODE" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${mover[@]}" \
+  --paladin-server "$url" --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" \
+  >"$work/mover3.log" 2>&1 || fail "paladin k8s mover (3): $(tail -5 "$work/mover3.log")"
+sed 's/^/move_node_gpu:   /' "$work/mover3.log"
+grep -q "carrying the image to node $NODE2" "$work/mover3.log" || fail "the next pass did not carry the image"
+got=$(as "$admin" pods moves --json |
+  jq -r --argjson id "$id" '.moves[] | select(.id == $id) | "\(.state) \(.new_name) \(.to_node): \(.message)"')
+[[ $got == "done ngpu-m3 $NODE2: finished by the next pass of its mover from the checkpoint image "* ]] ||
+  fail "the move left after its checkpoint: '$got'"
+first=$(first_gen ngpu-m3)
+gen_before=$(gens "$work/m2.log" | tail -1)
+[[ $(k get pod ngpu-m3 -o jsonpath='{.spec.nodeName}') == "$NODE2" ]] || fail "pod ngpu-m3 is not on $NODE2"
+went_on ngpu-m3 "$first" "$gen_before" $((gen_before + 2))
+k wait --for=delete pod/ngpu-m2 --timeout=30s >/dev/null 2>&1 || fail "pod ngpu-m2 still exists"
+sampler_stop "the finished move"
+echo "move_node_gpu: a mover killed after the checkpoint of a move to $NODE2: its next pass carried" \
+  "the image and finished it: ngpu-m2 -> ngpu-m3 on $NODE2, generation $gen_before -> $first," \
+  "then $(last_gen ngpu-m3), device memory verified; at most 1 copy in $SAMPLES samples"
+k delete pod ngpu-m3 --wait=true --timeout=30s >/dev/null
