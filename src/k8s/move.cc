@@ -561,6 +561,7 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
     progress("checkpointing the GPU state of pid " + std::to_string(p));
     if (Status s = driver->Checkpoint(p); !s.ok()) return undo(s);
   }
+  CrashPoint("after-gpu-checkpoint");
   progress("checkpointing container " + pod->container + " with runc and CRIU into " + dir);
   const std::string image = dir + "/" + pod->container;
   StatusOr<std::string> dumped = runc.Call(
@@ -642,12 +643,13 @@ StatusOr<Resumed> ResumeMove(const ApiClient& client, const MoveOptions& o,
   // Whether the pod's container runs: runc, on this node, says.
   const Runc runc{o, o.runc_root};
   bool runs = false;
-  std::string sandbox;
+  std::string sandbox, bundle;
   if (!pod->container_id.empty()) {
     StatusOr<Json> state = runc.State(pod->container_id);
     if (state.ok()) {
       runs = Str(*state, "status") == "running";
       sandbox = Str(state->value("annotations", Json::object()), "io.kubernetes.cri.sandbox-id");
+      bundle = Str(*state, "bundle");
     }
   }
   if (runs) {
@@ -655,6 +657,8 @@ StatusOr<Resumed> ResumeMove(const ApiClient& client, const MoveOptions& o,
     // done is undone: a GPU state locked or checkpointed is given back, the mark that keeps the
     // container from starting again and the move's image are removed.
     if (pod->gpu >= 0) {
+      if (!bundle.empty())
+        (void)detail::ReadBundle(bundle);  // a GPU state given back joins the pod's
       StatusOr<std::unique_ptr<ckpt::GpuCheckpointer>> driver =
           ckpt::GpuCheckpointer::Load(o.driver);
       StatusOr<std::vector<pid_t>> pids = runc.Pids(pod->container_id);

@@ -153,6 +153,34 @@ sleep 0.5
 k get pod gpu-m2 >/dev/null 2>&1 && fail "a pod gpu-m2 was made"
 echo "move_server: a leftover move (taken, never finished) settled by the next pass: $got"
 
+# A mover killed after it checkpointed gpu-m1's GPU state, before the dump: the workload's GPU
+# calls wait on the locked state. The next pass finds the container running and undoes the move:
+# the GPU state is given back (restored and unlocked) and the workload goes on where it was,
+# its device memory verified.
+out=$(as "$research" pods move "$NS/gpu-m1" --gpu "$from" --no-wait) || fail "pods move gpu-m1: $out"
+id4=$(as "$research" pods moves --json | jq -r '.moves[0].id')
+PALADIN_K8S_MOVE_FAULT=crash:after-gpu-checkpoint "$PALADIN" k8s mover --node "$NODE" \
+  --driver "$EMUCUDA" --nvml "$EMUCUDA" "${move[@]}" --paladin-server "$url" \
+  --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" >"$work/mover6.log" 2>&1 &&
+  fail "the mover went on past its fault: $(tail -3 "$work/mover6.log")"
+grep -q "checkpointing the GPU state" "$work/mover6.log" || fail "the mover stopped before the GPU checkpoint"
+g_locked=$(last_gen gpu-m1)
+sleep 1
+g_still=$(last_gen gpu-m1)
+"$PALADIN" k8s mover --node "$NODE" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${move[@]}" \
+  --paladin-server "$url" --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" \
+  >"$work/mover7.log" 2>&1 || fail "paladin k8s mover (7): $(tail -3 "$work/mover7.log")"
+sed 's/^/move_server:   /' "$work/mover7.log"
+grep -q "giving back the GPU state of pid" "$work/mover7.log" || fail "the next pass gave no GPU state back"
+got=$(as "$research" pods moves --json | jq -r --argjson id "$id4" '.moves[] | select(.id == $id) | "\(.state): \(.message)"')
+[[ $got == "failed: its mover was stopped before the replacement was made: pod $NS/gpu-m1 runs where it was and nothing moved (ask again)" ]] ||
+  fail "the move stopped after the GPU checkpoint: '$got'"
+went_on gpu-m1 "$((g_still + 1))" "$g_still" $((g_still + 3))
+k get pod gpu-m2 >/dev/null 2>&1 && fail "a pod gpu-m2 was made"
+echo "move_server: a mover killed after the GPU checkpoint: generation $g_locked then $g_still a" \
+  "second later (its GPU calls waiting); the next pass gave the GPU state back: gpu-m1 went on" \
+  "to $(last_gen gpu-m1), memory verified; $got"
+
 # A mover killed just after the checkpoint (PALADIN_K8S_MOVE_FAULT): gpu-m1's process is in the
 # image and nothing runs it (its container may not start again); the move stays taken. The next
 # pass finishes it from the image: gpu-m2 on GPU $from goes on from the generation gpu-m1 had
