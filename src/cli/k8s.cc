@@ -302,6 +302,25 @@ int RunMove(const K8sArgs& args) {
   }
   const std::function<void(const std::string&)> progress = TimedProgress("move");
   const k8s::MoveOptions& o = *made;
+  if (args.resume) {
+    // A move of this pod stopped midway (its command killed): undone or finished from its image.
+    StatusOr<k8s::Resumed> resumed = k8s::ResumeMove(k8s::ApiClient(*config), o, progress);
+    if (!resumed.ok()) {
+      cli::Say("k8s move", resumed.status().message());
+      return 1;
+    }
+    if (resumed->kind == k8s::Resumed::Kind::kUndone) {
+      std::printf("undone: %s\n", resumed->message.c_str());
+      return 0;
+    }
+    const k8s::MoveResult& m = resumed->result;
+    std::printf("moved %s/%s -> %s/%s, %s -> %s: %s, paused %lld ms\n", o.ns.c_str(), o.pod.c_str(),
+                o.ns.c_str(), m.new_name.c_str(),
+                (m.from_node + (m.from_gpu >= 0 ? "/" + std::to_string(m.from_gpu) : "")).c_str(),
+                (m.to_node + (m.to_gpu >= 0 ? "/" + std::to_string(m.to_gpu) : "")).c_str(),
+                resumed->message.c_str(), static_cast<long long>(m.paused_ms));
+    return 0;
+  }
   StatusOr<k8s::MoveResult> r = k8s::MovePod(k8s::ApiClient(*config), o, progress);
   if (!r.ok()) {
     cli::Say("k8s move", r.status().message());
@@ -726,6 +745,10 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
                    "CUDA driver for the checkpoint API (the emulated one's path on emulated GPUs)");
   move->add_option("--nvml", m.nvml, "NVML library naming the GPUs");
   move->add_option("--timeout", m.timeout_s, "Seconds the new pod has to run");
+  move->add_flag("--resume", args->resume,
+                 "Settle a move of the pod that was stopped midway (this command killed): undone "
+                 "when its container runs on, else finished from the move's whole checkpoint "
+                 "image (give the move's --node, --gpu and --name again)");
   AddPlacementOptions(move, args.get());
   AddApiOptions(move, args.get());
   move->callback([args, exit_code] { *exit_code = RunMove(*args); });

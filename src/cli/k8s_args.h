@@ -29,6 +29,7 @@ struct K8sArgs {
   std::string token_file;
   std::string lib_dir;  // empty: no library folder
   double every_s = 0;   // the node's: 0, publish once; else every so many seconds
+  bool resume = false;  // move: finish or undo a move of the pod stopped midway
   bool usage = false;   // the node's: measure each pod's GPU memory into its annotation
   // The scheduler's
   std::string policy = "paladin";

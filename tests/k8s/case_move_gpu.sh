@@ -6,7 +6,8 @@
 # `gpu-m1` is bound there by Paladin's scheduler. Checked: the workload goes on from the
 # generation it had reached, its device memory verified, on the target GPU's UUID; NVML counts
 # its memory on the target GPU and none of it on the old one; the old pod is gone; a sampler
-# (every 100 ms, the host's /proc) never sees two copies.
+# (every 100 ms, the host's /proc) never sees two copies. Then `paladin k8s move` is killed just
+# after the checkpoint of a move back, and `paladin k8s move --resume` finishes it from the image.
 # Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, CLUSTER_DIR, PALADIN, EMUCUDA, NODE,
 # K8S_NODE_FLAGS, MOVE_FLAGS.
 set -euo pipefail
@@ -101,4 +102,30 @@ echo "move_gpu: gpu -> gpu-m1, GPU $from -> $to, generation $gen_before -> $firs
   "$(last_gen gpu-m1), memory verified on $to_uuid; NVML: pid $new_pid $((new_used >> 20)) MiB on" \
   "GPU $to, nothing on GPU $from; paused $(((t2 - t0) / 1000000)) ms until the first generation" \
   "(with the mover's own start); at most 1 copy in $SAMPLES samples; pod gpu deleted"
-k delete pod gpu-m1 --wait=true --timeout=30s >/dev/null
+
+# `paladin k8s move` killed just after the checkpoint (PALADIN_K8S_MOVE_FAULT): gpu-m1 is in its
+# image, nothing runs it. The same command with --resume finishes the move from the image:
+# gpu-m2 on GPU $from, from the same generation, never two copies.
+sampler_start
+"$KUBECTL" -n "$NS" logs -f gpu-m1 >"$work/m1.log" 2>/dev/null &
+back=(-n "$NS" gpu-m1 --gpu "$from" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${move[@]}" "${api[@]}")
+PALADIN_K8S_MOVE_FAULT=crash:after-checkpoint "$PALADIN" k8s move "${back[@]}" >"$work/killed.log" 2>&1 &&
+  fail "paladin k8s move went on past its fault: $(tail -3 "$work/killed.log")"
+for ((i = 0; i < 100; i++)); do
+  [[ -z $(k get pod gpu-m1 -o jsonpath='{.status.containerStatuses[0].state.running}') ]] && break
+  sleep 0.1
+done
+"$PALADIN" k8s move --resume "${back[@]}" >"$work/resume.log" 2>&1 ||
+  fail "paladin k8s move --resume: $(tail -5 "$work/resume.log")"
+sed 's/^/move_gpu:   /' "$work/resume.log"
+grep -q "^moved $NS/gpu-m1 -> $NS/gpu-m2, $NODE/$to -> $NODE/$from: finished from its checkpoint image" "$work/resume.log" ||
+  fail "paladin k8s move --resume: $(tail -1 "$work/resume.log")"
+first=$(first_gen gpu-m2)
+gen_before=$(gens "$work/m1.log" | tail -1)
+went_on gpu-m2 "$first" "$gen_before" $((gen_before + 2))
+k wait --for=delete pod/gpu-m1 --timeout=30s >/dev/null 2>&1 || fail "pod gpu-m1 still exists"
+sampler_stop "the resumed move"
+echo "move_gpu: paladin k8s move killed after the checkpoint, then --resume: gpu-m1 -> gpu-m2," \
+  "GPU $to -> $from, generation $gen_before -> $first, then $(last_gen gpu-m2), memory verified;" \
+  "at most 1 copy in $SAMPLES samples"
+k delete pod gpu-m2 --wait=true --timeout=30s >/dev/null
