@@ -97,7 +97,10 @@ api::PodMoveOutcome CarryOut(const ApiClient& kube, const api::PodMove& m,
 // One pass at a time on a node: an exclusive lock on IMAGES/mover.lock (made 0600, never through
 // a link, refused unless it is this user's and no one else's), held by the pass. Holding it, a
 // mover knows that no other mover of the node is in the middle of a move, so what its name left
-// taken was left by a mover that stopped. The lock goes with the process, however it ends.
+// taken was left by a mover that stopped. The lock goes with the process, however it ends, and
+// with the children it started: the descriptor is inherited (no O_CLOEXEC), so a runc checkpoint
+// left running by a mover killed during it holds the lock until it ends, and the next pass
+// waits for it rather than undoing a move whose dump is still being written.
 class PassLock {
  public:
   // Busy: Unavailable; a file that cannot be made or is not the mover's own: the error.
@@ -105,7 +108,7 @@ class PassLock {
     std::error_code ec;
     std::filesystem::create_directories(images, ec);
     const std::string path = images + "/mover.lock";
-    const int fd = open(path.c_str(), O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    const int fd = open(path.c_str(), O_RDONLY | O_CREAT | O_NOFOLLOW, 0600);  // inherited
     if (fd < 0) return Internal("cannot open " + path + ": " + std::strerror(errno));
     PassLock lock(fd);
     struct stat st {};
