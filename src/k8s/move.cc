@@ -215,6 +215,15 @@ StatusOr<MovablePod> ReadMovablePod(const std::string& pod_json, bool running) {
   p.node = Str(spec, "nodeName");
   const std::string who = "pod " + p.ns + "/" + p.name;
   if (meta.contains("deletionTimestamp")) return FailedPrecondition(who + " is being deleted");
+  // A controller (ReplicaSet, Job, StatefulSet, ...) would start a pod afresh when the old one is
+  // deleted, beside the restored one: two copies. Such pods are not moved.
+  for (const Json& ref : meta.value("ownerReferences", Json::array())) {
+    if (!ref.is_object() || !ref.value("controller", false)) continue;
+    return FailedPrecondition(who + " is managed by " + Str(ref, "kind") + " " + Str(ref, "name") +
+                              " (metadata.ownerReferences), which would start it afresh once the "
+                              "old pod is deleted, a second copy beside the moved one: moves of "
+                              "a controller's pods are not built");
+  }
   if (running && Str(status, "phase") != "Running") {
     return FailedPrecondition(who + " is not Running (phase '" + Str(status, "phase") + "')");
   }

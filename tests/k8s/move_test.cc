@@ -86,6 +86,13 @@ TEST(ReadMovablePod, RefusesWhatCannotBeMovedNamingWhy) {
        "not running"},
       {"bad gpu", [](Json* p) { (*p)["metadata"]["annotations"]["paladin.io/gpu"] = "zero"; },
        "not a GPU index"},
+      // Its ReplicaSet would start it afresh beside the moved copy.
+      {"controlled",
+       [](Json* p) {
+         (*p)["metadata"]["ownerReferences"] =
+             Json::array({{{"kind", "ReplicaSet"}, {"name", "train-7d9"}, {"controller", true}}});
+       },
+       "managed by ReplicaSet train-7d9"},
   };
   for (const Case& c : cases) {
     Json pod = RunningPod();
@@ -195,16 +202,24 @@ TEST(PlanDrain, MovesThePodsOfTheRuntimeClassAndSaysWhyOthersStay) {
   done["status"]["phase"] = "Succeeded";
   Json second = RunningPod();
   second["metadata"]["name"] = "demo-2";
-  const Json list = {{"kind", "PodList"}, {"items", {RunningPod(), plain, done, second}}};
+  Json owned = RunningPod();
+  owned["metadata"]["name"] = "train-7d9-x2";
+  owned["metadata"]["ownerReferences"] =
+      Json::array({{{"kind", "ReplicaSet"}, {"name", "train-7d9"}, {"controller", true}}});
+  const Json list = {{"kind", "PodList"}, {"items", {RunningPod(), plain, done, second, owned}}};
   StatusOr<DrainPlan> plan = PlanDrain(list.dump());
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   ASSERT_EQ(plan->move.size(), 2u);
   EXPECT_EQ(plan->move[0].name, "demo");
   EXPECT_EQ(plan->move[1].name, "demo-2");
-  // A finished pod runs nothing: neither moved nor reported.
-  ASSERT_EQ(plan->left.size(), 1u);
+  // A finished pod runs nothing: neither moved nor reported. A controller's pod is left: its
+  // controller would start it afresh beside the moved copy.
+  ASSERT_EQ(plan->left.size(), 2u);
   EXPECT_EQ(plan->left[0].rfind("team-a/web: ", 0), 0u) << plan->left[0];
   EXPECT_NE(plan->left[0].find("RuntimeClass"), std::string::npos) << plan->left[0];
+  EXPECT_EQ(plan->left[1].rfind("team-a/train-7d9-x2: ", 0), 0u) << plan->left[1];
+  EXPECT_NE(plan->left[1].find("managed by ReplicaSet train-7d9"), std::string::npos)
+      << plan->left[1];
   EXPECT_FALSE(PlanDrain("[]").ok());
   EXPECT_FALSE(PlanDrain(R"({"items": 3})").ok());
 }
