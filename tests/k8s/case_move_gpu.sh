@@ -120,12 +120,9 @@ done
 sed 's/^/move_gpu:   /' "$work/resume.log"
 grep -q "^moved $NS/gpu-m1 -> $NS/gpu-m2, $NODE/$to -> $NODE/$from: finished from its checkpoint image" "$work/resume.log" ||
   fail "paladin k8s move --resume: $(tail -1 "$work/resume.log")"
-first=$(first_gen gpu-m2)
-gen_before=$(gens "$work/m1.log" | tail -1)
-went_on gpu-m2 "$first" "$gen_before" $((gen_before + 2))
-k wait --for=delete pod/gpu-m1 --timeout=30s >/dev/null 2>&1 || fail "pod gpu-m1 still exists"
+went_on_from gpu-m2 gpu-m1 "$work/m1.log"
 sampler_stop "the resumed move"
 echo "move_gpu: paladin k8s move killed after the checkpoint, then --resume: gpu-m1 -> gpu-m2," \
-  "GPU $to -> $from, generation $gen_before -> $first, then $(last_gen gpu-m2), memory verified;" \
+  "GPU $to -> $from, generation $BEFORE -> $FIRST, then $(last_gen gpu-m2), memory verified;" \
   "at most 1 copy in $SAMPLES samples"
 k delete pod gpu-m2 --wait=true --timeout=30s >/dev/null

@@ -147,13 +147,10 @@ got=$(as "$admin" pods moves --json |
   jq -r --argjson id "$id" '.moves[] | select(.id == $id) | "\(.state) \(.new_name) \(.to_node): \(.message)"')
 [[ $got == "done ngpu-m3 $NODE2: finished by the next pass of its mover from the checkpoint image "* ]] ||
   fail "the move left after its checkpoint: '$got'"
-first=$(first_gen ngpu-m3)
-gen_before=$(gens "$work/m2.log" | tail -1)
 [[ $(k get pod ngpu-m3 -o jsonpath='{.spec.nodeName}') == "$NODE2" ]] || fail "pod ngpu-m3 is not on $NODE2"
-went_on ngpu-m3 "$first" "$gen_before" $((gen_before + 2))
-k wait --for=delete pod/ngpu-m2 --timeout=30s >/dev/null 2>&1 || fail "pod ngpu-m2 still exists"
+went_on_from ngpu-m3 ngpu-m2 "$work/m2.log"
 sampler_stop "the finished move"
 echo "move_node_gpu: a mover killed after the checkpoint of a move to $NODE2: its next pass carried" \
-  "the image and finished it: ngpu-m2 -> ngpu-m3 on $NODE2, generation $gen_before -> $first," \
+  "the image and finished it: ngpu-m2 -> ngpu-m3 on $NODE2, generation $BEFORE -> $FIRST," \
   "then $(last_gen ngpu-m3), device memory verified; at most 1 copy in $SAMPLES samples"
 k delete pod ngpu-m3 --wait=true --timeout=30s >/dev/null

@@ -207,14 +207,11 @@ sed 's/^/move_server:   /' "$work/mover5.log"
 got=$(as "$research" pods moves --json | jq -r --argjson id "$id3" '.moves[] | select(.id == $id) | "\(.state) \(.new_name) \(.to_gpu): \(.message)"')
 [[ $got == "done gpu-m2 $from: finished by the next pass of its mover from the checkpoint image "* ]] ||
   fail "the move left after its checkpoint: '$got'"
-first=$(first_gen gpu-m2)
-gen_before=$(gens "$work/m1.log" | tail -1)
-went_on gpu-m2 "$first" "$gen_before" $((gen_before + 2))
+went_on_from gpu-m2 gpu-m1 "$work/m1.log"
 [[ $(k logs gpu-m2 | tail -1) == *"$(uuid_of "$from")"* ]] ||
   fail "pod gpu-m2 does not run on GPU $from: $(k logs gpu-m2 | tail -1)"
-k wait --for=delete pod/gpu-m1 --timeout=30s >/dev/null 2>&1 || fail "pod gpu-m1 still exists"
 sampler_stop
 echo "move_server: a mover killed after the checkpoint: the next pass finished move $id3 from" \
-  "its image: gpu-m1 -> gpu-m2 on GPU $from, generation $gen_before -> $first, then" \
+  "its image: gpu-m1 -> gpu-m2 on GPU $from, generation $BEFORE -> $FIRST, then" \
   "$(last_gen gpu-m2), memory verified; at most 1 copy in $SAMPLES samples; ${got#*: }"
 k delete pod gpu-m2 --wait=true --timeout=30s >/dev/null

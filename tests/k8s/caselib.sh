@@ -165,6 +165,16 @@ went_on() {
   [[ $(last_gen "$pod") -gt $first ]] || fail "pod $pod does not advance past generation $first"
 }
 
+# went_on_from NEW OLD OLD_LOG: pod NEW goes on from the last generation OLD logged (OLD_LOG, its
+# `kubectl logs -f`), as went_on checks, and pod OLD is gone; sets FIRST and BEFORE (those two
+# generations) for the case's summary.
+went_on_from() {
+  FIRST=$(first_gen "$1")
+  BEFORE=$(gens "$3" | tail -1)
+  went_on "$1" "$FIRST" "$BEFORE" $((BEFORE + 2))
+  k wait --for=delete "pod/$2" --timeout=30s >/dev/null 2>&1 || fail "pod $2 still exists"
+}
+
 # uuid_of G: the UUID of the emulated node's GPU G (PALADIN_EMU_GPUS and _STATE exported).
 uuid_of() { "$PALADIN" k8s gpus --nvml "$EMUCUDA" | awk -v g="$1" '$1 == "gpu" && $2 == g && $4 == "used" { print $3 }'; }
 
