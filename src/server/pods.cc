@@ -254,6 +254,26 @@ const api::PodMove* PodBook::MoveUnderWay(const std::string& cluster,
   return nullptr;
 }
 
+StatusOr<Json> PodBook::Ask(const std::string& cluster, const api::PodReport& p,
+                            const api::PodMoveAsk& to, const Principal& who, bool drain) {
+  api::PodMove m;
+  m.id = next_move_id_;
+  m.cluster = cluster;
+  m.ns = p.ns;
+  m.name = p.name;
+  m.team = p.team;
+  m.from_node = p.node;
+  m.from_gpu = p.gpu;
+  m.to = to;
+  m.asked_by = who.Scope();
+  m.requested_at = clock_();
+  m.drain = drain;
+  PALADIN_RETURN_IF_ERROR(Save(m));
+  ++next_move_id_;
+  moves_.push_back(m);
+  return api::ToJson(m);
+}
+
 StatusOr<Json> PodBook::Drain(const Principal& who, const api::PodDrainAsk& ask) {
   std::lock_guard<std::mutex> lock(mu_);
   Json moves = Json::array(), left = Json::array();
@@ -270,26 +290,14 @@ StatusOr<Json> PodBook::Drain(const Principal& who, const api::PodDrainAsk& ask)
         left.push_back({{key::kNamespace, p.ns}, {key::kName, p.name}, {key::kWhy, why}});
         continue;
       }
-      api::PodMove m;
-      m.id = next_move_id_;
-      m.cluster = cluster_name;
-      m.ns = p.ns;
-      m.name = p.name;
-      m.team = p.team;
-      m.from_node = p.node;
-      m.from_gpu = p.gpu;
-      m.to.node = ask.to;
-      m.asked_by = who.Scope();
-      m.requested_at = clock_();
-      m.drain = true;
-      if (Status saved = Save(m); !saved.ok()) {
-        return Status(saved.code(), "drain of " + ask.node + ": " + saved.message() + " (" +
-                                        std::to_string(moves.size()) +
-                                        " move(s) asked before it stand)");
+      StatusOr<Json> asked =
+          Ask(cluster_name, p, api::PodMoveAsk{.node = ask.to}, who, /*drain=*/true);
+      if (!asked.ok()) {
+        return Status(asked.status().code(),
+                      "drain of " + ask.node + ": " + asked.status().message() + " (" +
+                          std::to_string(moves.size()) + " move(s) asked before it stand)");
       }
-      ++next_move_id_;
-      moves_.push_back(m);
-      moves.push_back(api::ToJson(m));
+      moves.push_back(*asked);
     }
   }
   return Json{{key::kNode, ask.node}, {key::kTo, ask.to}, {key::kMoves, moves}, {key::kLeft, left}};
@@ -321,21 +329,7 @@ StatusOr<Json> PodBook::AskMove(const Principal& who, const std::string& ns,
         return InvalidArgument(pod + " is on " + PodPlace(p.node, p.gpu) +
                                " already: give another node or GPU");
       }
-      api::PodMove m;
-      m.id = next_move_id_;
-      m.cluster = cluster_name;
-      m.ns = ns;
-      m.name = name;
-      m.team = p.team;
-      m.from_node = p.node;
-      m.from_gpu = p.gpu;
-      m.to = ask;
-      m.asked_by = who.Scope();
-      m.requested_at = clock_();
-      PALADIN_RETURN_IF_ERROR(Save(m));
-      ++next_move_id_;
-      moves_.push_back(m);
-      return api::ToJson(m);
+      return Ask(cluster_name, p, ask, who, /*drain=*/false);
     }
   }
   return NotFound("no " + pod);

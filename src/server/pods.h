@@ -133,6 +133,10 @@ class PodBook {
   // Move ID for a mover's `act` ("take", "finish"): NotFound when `who` does not see it,
   // PermissionDenied unless `who` speaks for the pod's node. Under mu_.
   StatusOr<api::PodMove*> MoverMove(const Principal& who, int64_t id, const std::string& act);
+  // Records a new requested move of pod `p` of `cluster` to `to`, asked by `who` (as a drain's
+  // when `drain`): saved first, then in the ledger; its view. Under mu_.
+  StatusOr<nlohmann::json> Ask(const std::string& cluster, const api::PodReport& p,
+                               const api::PodMoveAsk& to, const Principal& who, bool drain);
   // The move of pod `p` of `cluster` that is under way (not ended), or null. Under mu_.
   const api::PodMove* MoveUnderWay(const std::string& cluster, const api::PodReport& p) const;
   // Requested moves of pods their cluster no longer reports fail; the oldest ended are dropped.
