@@ -45,6 +45,7 @@
 #include "paladin/ckpt/workload.h"
 #include "paladin/gpu/nvml.h"
 #include "paladin/k8s/api.h"
+#include "paladin/k8s/carry.h"
 #include "paladin/k8s/move.h"
 #include "paladin/k8s/recover.h"
 #include "paladin/k8s/scheduler.h"
@@ -52,6 +53,7 @@
 #include "paladin/k8s/usage.h"
 #include "paladin/k8s/webhook.h"
 #include "paladin/quota/launch.h"
+#include "paladin/transfer/transfer.h"
 
 namespace paladin::cli {
 
@@ -624,6 +626,43 @@ int RunMover(const K8sArgs& args) {
     }
     o.node_images[node] = pair.substr(eq + 1);
   }
+  for (const std::string& pair : args.node_movers) {
+    const size_t eq = pair.find('=');
+    const std::string node = pair.substr(0, eq);
+    if (eq == std::string::npos || !k8s::CheckNodeName(node).ok() ||
+        !transfer::ParseHostPort(pair.substr(eq + 1)).ok()) {
+      cli::Say("k8s mover", "--node-movers '" + pair + "': expected NODE=HOST:PORT");
+      return 2;
+    }
+    o.node_movers[node] = pair.substr(eq + 1);
+  }
+  // Images other nodes' movers carry here, for moves to this node between machines.
+  std::unique_ptr<k8s::CarryServer> carry;
+  if (!args.carry_listen.empty()) {
+    StatusOr<std::pair<std::string, int>> at = transfer::ParseHostPort(args.carry_listen);
+    StatusOr<std::string> key =
+        at.ok() ? k8s::ReadMoveKey(o.move.key_file) : StatusOr<std::string>(at.status());
+    if (!key.ok()) {
+      cli::Say("k8s mover", "--carry-listen '" + args.carry_listen + "': " + key.status().message());
+      return 2;
+    }
+    k8s::CarryServerOptions co;
+    co.images = o.move.images;
+    co.key = *key;
+    co.bind_address = at->first;
+    co.port = at->second;
+    co.log = [](const std::string& line) {
+      std::fprintf(stderr, "paladin k8s mover: %s\n", line.c_str());
+    };
+    StatusOr<std::unique_ptr<k8s::CarryServer>> started = k8s::CarryServer::Listen(co);
+    if (!started.ok()) {
+      cli::Say("k8s mover", "--carry-listen: " + started.status().message());
+      return 1;
+    }
+    carry = std::move(*started);
+    std::fprintf(stderr, "paladin k8s mover: taking other nodes' images into %s on %s:%d\n",
+                 co.images.c_str(), co.bind_address.c_str(), carry->port());
+  }
   const k8s::ApiClient client(*config);
   if (args.every_s > 0) {
     StopOnSignals();
@@ -731,6 +770,9 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
   move->add_option("--to-images", m.to_images,
                    "Another node's image folder, reachable from here (its RuntimeClass "
                    "paladin's PALADIN_K8S_IMAGES): where --node's image is carried");
+  move->add_option("--to-mover", m.to_mover,
+                   "HOST:PORT: another machine's node's mover (`k8s mover --carry-listen`), to "
+                   "which --node's image is sent over the network (instead of --to-images)");
   move->add_option("--to-runc-root", m.to_runc_root,
                    "Another node's runc state folder on this machine, for a GPU pod's restore");
   move->add_option("--name", m.new_name, "The new pod's name (default: POD-m1, POD-m2, ...)");
@@ -759,8 +801,10 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
       "process state, to another node (on the drained node, as root)");
   drain->add_option("node", args->drain_node, "The node to drain")->required();
   drain->add_option("--to", m.node, "The node its pods move to")->required();
-  drain->add_option("--to-images", m.to_images, "That node's image folder, reachable from here")
-      ->required();
+  drain->add_option("--to-images", m.to_images, "That node's image folder, reachable from here");
+  drain->add_option("--to-mover", m.to_mover,
+                    "HOST:PORT: that node's mover (`k8s mover --carry-listen`), to which the "
+                    "images are sent over the network (instead of --to-images)");
   drain->add_option("--to-runc-root", m.to_runc_root,
                     "That node's runc state folder on this machine, for GPU pods' restore");
   drain->add_option("--runc", m.runc, "runc on this node");
@@ -859,6 +903,12 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
   mover->add_option("--node-images", args->node_images,
                     "NODE=DIR: another node's image folder, reachable from here, for moves there "
                     "(repeatable)");
+  mover->add_option("--node-movers", args->node_movers,
+                    "NODE=HOST:PORT: another node's mover (its --carry-listen), to which the "
+                    "images of moves there are sent over the network (repeatable)");
+  mover->add_option("--carry-listen", args->carry_listen,
+                    "ADDR:PORT: take other nodes' movers' images into this node's folder (--images) "
+                    "here, and each image's transfer on PORT+1; authenticated by the move key");
   mover->add_option("--mover-name", args->mover_name,
                     "The name the server's ledger gives this mover (default: the node's)");
   mover

@@ -55,6 +55,8 @@ struct K8sArgs {
   std::string drain_node;
   // The server's mover's (node: `node`, every: `every_s`)
   std::vector<std::string> node_images;  // NODE=DIR
+  std::vector<std::string> node_movers;  // NODE=HOST:PORT
+  std::string carry_listen;              // ADDR:PORT
   std::string mover_name;
   double settle_after_s = 0;
   // The periodic checkpoint's (node: `node`, every: `every_s`) and the recovery's

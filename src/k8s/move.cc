@@ -21,9 +21,11 @@
 #include "paladin/ckpt/gpu_checkpoint.h"
 #include "paladin/ckpt/subprocess.h"
 #include "paladin/gpu/nvml.h"
+#include "paladin/k8s/carry.h"
 #include "paladin/k8s/placement_pass.h"
 #include "paladin/k8s/recover.h"
 #include "paladin/k8s/scheduler.h"
+#include "paladin/transfer/transfer.h"
 
 namespace paladin::k8s {
 namespace detail {
@@ -328,9 +330,18 @@ Status CheckTarget(const MovablePod& pod, MoveOptions& o) {
   const std::string who = "pod " + pod.ns + "/" + pod.name;
   if (o.node.empty()) o.node = pod.node;
   const bool between_nodes = o.node != pod.node;
-  if (between_nodes && o.to_images.empty()) {
+  if (between_nodes && o.to_images.empty() && o.to_mover.empty()) {
     return InvalidArgument("a move to node " + o.node + " needs node " + o.node +
-                           "'s image folder (--to-images), where the image is carried");
+                           "'s image folder (--to-images) or its mover's address (--to-mover), "
+                           "where the image is carried");
+  }
+  if (!o.to_images.empty() && !o.to_mover.empty()) {
+    return InvalidArgument("--to-images and --to-mover both name where the image goes: give one");
+  }
+  if (!o.to_mover.empty()) {
+    if (StatusOr<std::pair<std::string, int>> hp = transfer::ParseHostPort(o.to_mover); !hp.ok()) {
+      return InvalidArgument("--to-mover '" + o.to_mover + "': " + hp.status().message());
+    }
   }
   if (pod.gpu < 0 && o.gpu >= 0) {
     return FailedPrecondition(who + " has no Paladin GPU (annotation " + kGpuAnnotation +
@@ -371,7 +382,22 @@ Status FinishFromImage(const ApiClient& client, const MoveOptions& o, const std:
   std::error_code ec;
   std::string kept =
       " (the checkpoint image " + dir + " is kept; " + who + "'s container has exited)";
-  if (between_nodes) {
+  const bool by_network = between_nodes && !o.to_mover.empty();
+  if (by_network) {
+    // Sent to the destination's mover; this node's copy stays until the replacement runs, so
+    // that a pass resuming this move finds it (the destination then says it has it).
+    StatusOr<std::pair<std::string, int>> hp = transfer::ParseHostPort(o.to_mover);
+    if (!hp.ok()) return hp.status();
+    progress("carrying the image to node " + target.node + "'s mover at " + o.to_mover);
+    const Clock::time_point c0 = Clock::now();
+    StatusOr<CarryReport> carried = CarryImageTo(dir, hp->first, hp->second, key, progress);
+    if (!carried.ok()) {
+      return Status(carried.status().code(), carried.status().message() + kept);
+    }
+    result->carry_ms = MsSince(c0);
+    kept = " (the checkpoint image " + dir + " is kept, and node " + target.node + " has it; " +
+           who + "'s container has exited)";
+  } else if (between_nodes) {
     const std::string to_dir = o.to_images + "/" + result->image;
     if (!fs::exists(to_dir, ec)) {
       progress("carrying the image to node " + target.node + "'s folder " + to_dir);
@@ -403,7 +429,26 @@ Status FinishFromImage(const ApiClient& client, const MoveOptions& o, const std:
   // mark beside the image); else it is restored from here, through the destination's runc state.
   const std::string restored_mark = (between_nodes ? o.to_images : o.images) + "/" + result->image +
                                     "/" + pod.container + kGpuRestoredSuffix;
-  if (target.gpu >= 0 && fs::exists(restored_mark, ec)) {
+  bool restored_there = false;
+  if (target.gpu >= 0 && by_network) {
+    StatusOr<std::pair<std::string, int>> hp = transfer::ParseHostPort(o.to_mover);
+    StatusOr<bool> has =
+        hp.ok() ? CarriedImageHas(hp->first, hp->second, key, result->image,
+                                  pod.container + kGpuRestoredSuffix)
+                : StatusOr<bool>(hp.status());
+    if (!has.ok()) return Status(has.status().code(), has.status().message() + kept);
+    // Another machine's processes are out of this node's reach: its runtime must have done it.
+    if (!*has) {
+      return FailedPrecondition(
+          "node " + target.node + "'s runtime did not restore the GPU state of " + o.ns + "/" +
+          r.name + " (its RuntimeClass paladin needs PALADIN_K8S_PALADIN: docs/kubernetes.md, "
+          "\"Moving to another node\")" + kept);
+    }
+    restored_there = true;
+  } else if (target.gpu >= 0) {
+    restored_there = fs::exists(restored_mark, ec);
+  }
+  if (restored_there) {
     progress("GPU state of " + o.ns + "/" + r.name + " restored onto GPU " +
              std::to_string(target.gpu) + " by node " + target.node + "'s runtime");
   } else if (target.gpu >= 0) {
@@ -431,6 +476,7 @@ Status FinishFromImage(const ApiClient& client, const MoveOptions& o, const std:
     }
   }
   result->paused_ms = MsSince(t0);
+  if (by_network) fs::remove_all(dir, ec);  // the replacement runs from the destination's copy
   progress("deleting pod " + o.ns + "/" + o.pod);
   StatusOr<std::string> deleted = client.Delete("/api/v1/namespaces/" + o.ns + "/pods/" + o.pod);
   if (!deleted.ok()) {
@@ -503,6 +549,15 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
   }
   StatusOr<std::string> key = ReadKey(o.key_file);
   if (!key.ok()) return key.status();
+  if (between_nodes && !o.to_mover.empty()) {
+    // The destination's mover must take this node's images before the pod is checkpointed.
+    StatusOr<std::pair<std::string, int>> hp = transfer::ParseHostPort(o.to_mover);
+    if (!hp.ok()) return hp.status();
+    if (StatusOr<bool> up = CarriedImageHas(hp->first, hp->second, *key, "move-probe", "owner");
+        !up.ok()) {
+      return Status(up.status().code(), up.status().message() + " (" + who + " left running)");
+    }
+  }
 
   // The container must be this machine's: runc knows it here.
   const Runc runc{o, o.runc_root};

@@ -311,14 +311,19 @@ StatusOr<MoveOptions> ServerMoveOptions(const api::PodMove& move, const MoverOpt
   out.node = move.to.node.empty() ? move.from_node : move.to.node;
   out.gpu = move.to.gpu;
   out.to_images.clear();
+  out.to_mover.clear();
   if (out.node != move.from_node) {
-    auto it = options.node_images.find(out.node);
-    if (it == options.node_images.end()) {
-      return FailedPrecondition(
-          "the mover of node " + options.node + " knows no image folder of node " + out.node +
-          " (paladin k8s mover --node-images " + out.node + "=DIR): nothing moved");
+    if (auto it = options.node_images.find(out.node); it != options.node_images.end()) {
+      out.to_images = it->second;
+    } else if (auto m = options.node_movers.find(out.node); m != options.node_movers.end()) {
+      out.to_mover = m->second;
+    } else {
+      return FailedPrecondition("the mover of node " + options.node +
+                                " knows neither the image folder nor the mover of node " +
+                                out.node + " (paladin k8s mover --node-images " + out.node +
+                                "=DIR, or --node-movers " + out.node +
+                                "=HOST:PORT): nothing moved");
     }
-    out.to_images = it->second;
   }
   return out;
 }

@@ -24,7 +24,9 @@ source "$here/caselib.sh"
 need_cluster 2 "moves a pod between the test cluster's two nodes (cluster.sh --nodes 2)"
 # shellcheck source=tests/k8s/paladin_lib.sh
 source "$here/paladin_lib.sh"
+carrier=
 cleanup() {
+  if [[ -n $carrier ]]; then kill "$carrier" 2>/dev/null || true; fi
   "$KUBECTL" annotate node "$NODE2" paladin.io/gpus- >/dev/null 2>&1 || true
   "$KUBECTL" uncordon "$NODE2" >/dev/null 2>&1 || true
   paladin_stop
@@ -123,10 +125,24 @@ echo "move_node_gpu: $NODE2 drained through Paladin's server: ngpu-m1 -> ngpu-m2
 # research moves ngpu-m2 to the second node through the server; the first node's mover is killed
 # just after the checkpoint (PALADIN_K8S_MOVE_FAULT), the image still in the first node's folder;
 # its next pass carries it and finishes the move: ngpu-m3 on the second node, from the same
-# generation, its device memory verified, never two copies.
+# generation, its device memory verified, never two copies. The image goes over the network, as
+# between machines: the second node's mover takes it on 127.0.0.2 (--carry-listen), the first
+# node's knows it by address only (--node-movers), not by folder.
+carry_at=127.0.0.2:19461
+read -ra mover <<<"$NODE2_MOVER_FLAGS"
+"$PALADIN" k8s mover --node "$NODE2" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${mover[@]}" \
+  --carry-listen "$carry_at" --every 600 --paladin-server "$url" \
+  --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" >"$work/carrier.log" 2>&1 &
+carrier=$!
+for ((i = 0; i < 100; i++)); do
+  grep -q "taking other nodes' images" "$work/carrier.log" && break
+  sleep 0.1
+done
+grep -q "taking other nodes' images" "$work/carrier.log" ||
+  fail "the second node's mover does not take images: $(tail -3 "$work/carrier.log")"
 out=$(as "$research" pods move "$NS/ngpu-m2" --to "$NODE2" --no-wait) || fail "pods move ngpu-m2: $out"
 id=$(as "$admin" pods moves --json | jq -r '.moves[0].id')
-read -ra mover <<<"$MOVE_FLAGS --node-images $NODE2=${NODE2_MOVE_FLAGS#--to-images }"
+read -ra mover <<<"$MOVE_FLAGS --node-movers $NODE2=$carry_at"
 sampler_start
 "$KUBECTL" -n "$NS" logs -f ngpu-m2 >"$work/m2.log" 2>/dev/null &
 PALADIN_K8S_MOVE_FAULT=crash:after-checkpoint "$PALADIN" k8s mover --node "$NODE" \
@@ -142,7 +158,13 @@ done
   --paladin-server "$url" --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" \
   >"$work/mover3.log" 2>&1 || fail "paladin k8s mover (3): $(tail -5 "$work/mover3.log")"
 sed 's/^/move_node_gpu:   /' "$work/mover3.log"
-grep -q "carrying the image to node $NODE2" "$work/mover3.log" || fail "the next pass did not carry the image"
+grep -q "carrying the image to node $NODE2's mover at $carry_at" "$work/mover3.log" ||
+  fail "the next pass did not carry the image"
+kill "$carrier" 2>/dev/null
+wait "$carrier" 2>/dev/null || true
+sed 's/^/move_node_gpu:   /' "$work/carrier.log"
+grep -q "carry: move-.* received into $CLUSTER_DIR/node2/checkpoints/move-" "$work/carrier.log" ||
+  fail "the second node's mover did not receive the image: $(tail -3 "$work/carrier.log")"
 got=$(as "$admin" pods moves --json |
   jq -r --argjson id "$id" '.moves[] | select(.id == $id) | "\(.state) \(.new_name) \(.to_node): \(.message)"')
 [[ $got == "done ngpu-m3 $NODE2: finished by the next pass of its mover from the checkpoint image "* ]] ||
@@ -151,6 +173,6 @@ got=$(as "$admin" pods moves --json |
 went_on_from ngpu-m3 ngpu-m2 "$work/m2.log"
 sampler_stop "the finished move"
 echo "move_node_gpu: a mover killed after the checkpoint of a move to $NODE2: its next pass carried" \
-  "the image and finished it: ngpu-m2 -> ngpu-m3 on $NODE2, generation $BEFORE -> $FIRST," \
+  "the image over the network to $NODE2's mover and finished it: ngpu-m2 -> ngpu-m3 on $NODE2, generation $BEFORE -> $FIRST," \
   "then $(last_gen ngpu-m3), device memory verified; at most 1 copy in $SAMPLES samples"
 k delete pod ngpu-m3 --wait=true --timeout=30s >/dev/null

@@ -137,7 +137,7 @@ TEST(ReplacementPod, CarriesTheRestoreAndLeavesBindingToTheScheduler) {
   EXPECT_FALSE(plain["metadata"]["annotations"].contains(kMoveToAnnotation));
 }
 
-TEST(CheckTarget, ANodeNeedsItsImageFolderAndAGpuPodAGpu) {
+TEST(CheckTarget, ANodeNeedsItsImageFolderOrMoverAndAGpuPodAGpu) {
   MovablePod gpu_pod;
   gpu_pod.ns = "team-a";
   gpu_pod.name = "demo";
@@ -163,6 +163,18 @@ TEST(CheckTarget, ANodeNeedsItsImageFolderAndAGpuPodAGpu) {
   const Status no_folder = CheckTarget(plain, o);
   EXPECT_EQ(no_folder.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(no_folder.message().find("--to-images"), std::string::npos) << no_folder.message();
+  EXPECT_NE(no_folder.message().find("--to-mover"), std::string::npos) << no_folder.message();
+  // Or its mover's address (between machines); both at once, or an address without a port, are
+  // refused.
+  MoveOptions remote = o;
+  remote.to_mover = "10.0.0.2:7446";
+  EXPECT_TRUE(CheckTarget(plain, remote).ok());
+  remote.to_mover = "10.0.0.2";
+  EXPECT_EQ(CheckTarget(plain, remote).code(), StatusCode::kInvalidArgument);
+  remote.to_mover = "10.0.0.2:7446";
+  remote.to_images = "/n2/images";
+  const Status both = CheckTarget(plain, remote);
+  EXPECT_NE(both.message().find("give one"), std::string::npos) << both.message();
   o.to_images = "/n2/images";
   EXPECT_TRUE(CheckTarget(plain, o).ok());
   EXPECT_EQ(o.gpu, -1);
@@ -261,12 +273,23 @@ TEST(ServerMoveOptions, AMoveFromTheServerBecomesTheMoversOwnOptions) {
   EXPECT_EQ(there->gpu, -1);
   EXPECT_EQ(there->to_images, "/mnt/node-2/images");
 
-  // To one it does not: the move fails naming the flag, before anything is touched.
+  EXPECT_EQ(there->to_mover, "");
+
+  // To a node on another machine whose mover it knows: sent there over the network.
+  o.node_movers["node-4"] = "10.0.0.4:7446";
+  m.to = {"node-4", 1};
+  StatusOr<MoveOptions> remote = ServerMoveOptions(m, o);
+  ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+  EXPECT_EQ(remote->to_images, "");
+  EXPECT_EQ(remote->to_mover, "10.0.0.4:7446");
+
+  // To one it does not: the move fails naming the flags, before anything is touched.
   m.to = {"node-3", 0};
   StatusOr<MoveOptions> unknown = ServerMoveOptions(m, o);
   ASSERT_FALSE(unknown.ok());
-  EXPECT_NE(unknown.status().message().find("knows no image folder of node node-3 "
-                                            "(paladin k8s mover --node-images node-3=DIR)"),
+  EXPECT_NE(unknown.status().message().find(
+                "knows neither the image folder nor the mover of node node-3 (paladin k8s mover "
+                "--node-images node-3=DIR, or --node-movers node-3=HOST:PORT)"),
             std::string::npos)
       << unknown.status().message();
 }

@@ -73,6 +73,9 @@ struct MoveOptions {
   // machine: the other node's own, or a filesystem both nodes mount), and for a GPU pod the
   // restored processes are found in the destination's runc state (empty: runc_root).
   std::string to_images;
+  // Or, between machines: the destination node's mover (`paladin k8s mover --carry-listen`),
+  // HOST:PORT, to which the image is sent over the network (paladin/k8s/carry.h).
+  std::string to_mover;
   std::string to_runc_root;
   std::string runc = "runc";
   std::string runc_root = "/run/containerd/runc/k8s.io";
@@ -98,7 +101,7 @@ struct MoveResult {
 };
 
 // The checks of a move's target that need nothing but the pod and the options: a move between
-// nodes needs the destination's image folder; a GPU pod given a GPU needs another than its own
+// nodes needs the destination's image folder or its mover's address, not both; a GPU pod given a GPU needs another than its own
 // (none given, the packer chooses one in MovePod); a pod without a Paladin GPU takes no --gpu.
 // Fills in o.node's default.
 Status CheckTarget(const MovablePod& pod, MoveOptions& o);

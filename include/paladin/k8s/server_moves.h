@@ -28,6 +28,9 @@ struct MoverOptions {
   // Other nodes' image folders, reachable from this node (a filesystem both mount), for moves
   // there: the image is carried into them. A move to a node not named here fails, saying so.
   std::map<std::string, std::string> node_images;
+  // Other nodes' movers (HOST:PORT of their --carry-listen), for moves there between machines:
+  // the image is sent to them over the network (paladin/k8s/carry.h).
+  std::map<std::string, std::string> node_movers;
   // A move this mover's name took and did not finish is a leftover of a mover that was stopped
   // in the middle of it: a pass holds the node's pass lock (move.images/mover.lock), so no other
   // pass of the node is in flight, and settles it once it has been taken this long.
@@ -52,8 +55,8 @@ Leftover SettleLeftover(const api::PodMove& move, const std::string& old_pod,
                         const std::string& new_pod);
 
 // The options of one taken move: the pod, its namespace, the node and GPU asked (none: the pod's
-// node, the packer's GPU), that node's image folder when it is another. An error (a node whose
-// image folder is not known) names what is missing; the move then fails with it.
+// node, the packer's GPU), that node's image folder or mover when it is another. An error (a
+// node whose folder and mover are both unknown) names what is missing; the move then fails.
 StatusOr<MoveOptions> ServerMoveOptions(const api::PodMove& move, const MoverOptions& options);
 
 // One pass, holding the node's pass lock (another pass of the node in flight: this one does
