@@ -324,8 +324,10 @@ void CarryServer::Stop() {
 
 namespace {
 
-StatusOr<migrate::Channel> Open(const std::string& host, int port, const std::string& key) {
-  StatusOr<migrate::Channel> ch = migrate::Channel::Connect(host, port, 10);
+// Connected and authenticated. A mover restarting takes a few seconds to listen again.
+StatusOr<migrate::Channel> Open(const std::string& host, int port, const std::string& key,
+                                double connect_s) {
+  StatusOr<migrate::Channel> ch = migrate::Channel::Connect(host, port, connect_s);
   if (!ch.ok()) {
     return Unavailable("the destination node's mover does not answer at " + host + ":" +
                        std::to_string(port) + " (" + ch.status().message() + ")");
@@ -361,7 +363,7 @@ StatusOr<CarryReport> CarryImageTo(const std::string& dir, const std::string& ho
     if (Status s = ckpt::WriteManifest(dir, m); !s.ok()) return s;
   }
   const uint64_t bytes = FolderBytes(dir);
-  StatusOr<migrate::Channel> ch = Open(host, port, key);
+  StatusOr<migrate::Channel> ch = Open(host, port, key, 10);
   if (!ch.ok()) return ch.status();
   StatusOr<std::string> answer =
       ch->Call("CARRY " + name + " " + std::to_string(bytes), kCarryAnswerS);
@@ -405,7 +407,7 @@ StatusOr<CarryReport> CarryImageTo(const std::string& dir, const std::string& ho
 
 StatusOr<bool> CarriedImageHas(const std::string& host, int port, const std::string& key,
                                const std::string& image, const std::string& file) {
-  StatusOr<migrate::Channel> ch = Open(host, port, key);
+  StatusOr<migrate::Channel> ch = Open(host, port, key, 3);
   if (!ch.ok()) return ch.status();
   StatusOr<std::string> answer = ch->Call("MARK " + image + " " + file, 30);
   if (!answer.ok()) return answer.status();

@@ -3,7 +3,9 @@
 # A GPU pod moved to the second node's other GPU by `paladin k8s move POD --node NODE2 --gpu 1`:
 # pod `ngpu` (the demo workload, 2Gi of paladin.io/gpu-memory, 64 MiB of device memory,
 # RuntimeClass paladin, placed by Paladin on the first node's GPU 0) has its GPU state
-# checkpointed through the driver, then CRIU; the image is carried into the second node's folder;
+# checkpointed through the driver, then CRIU; the image is sent over the network to the second
+# node's mover (`--carry-listen` on 127.0.0.2; a move to an address where none listens is refused
+# before the checkpoint), which puts it in that node's folder;
 # Paladin's scheduler binds `ngpu-m1` to NODE2/1 (paladin.io/move-to), the second node's runtime
 # restores it and, on that node itself (`paladin k8s gpu-restore`, as on another machine: the
 # mover is given no --to-runc-root), its GPU state onto GPU 1. Checked: the workload goes on from the generation it had reached, its device
@@ -13,7 +15,8 @@
 # the second node's mover (`paladin k8s mover`) cordons the node and moves it back to the first
 # node as ngpu-m2, again with its GPU state, exactly once; the ledger says done, a drain's move.
 # Last, research moves ngpu-m2 back to the second node through the server, and the first node's
-# mover is killed just after the checkpoint: its next pass carries the image and finishes it.
+# mover is killed just after the checkpoint: its next pass sends the image to the second node's
+# mover and finishes it.
 # Both nodes' emulated GPUs are this machine's (one state folder): the second node publishes the
 # same two GPUs, and its annotation is removed at the end so later cases see one GPU node.
 # Env (tests/k8s/k8s_test.sh): as case_move_gpu, and NODE2, NODE2_MOVE_FLAGS, NODE2_MOVER_FLAGS.
@@ -39,7 +42,22 @@ url=$SERVER_URL admin=$(cat "$SERVER_TOKEN_FILE")
 PALADIN_SCHEDULER_FLAGS="--paladin-server $url --paladin-token-file $SERVER_TOKEN_FILE" \
   paladin_start 19447
 read -ra api <<<"$K8S_NODE_FLAGS"
-read -ra move <<<"$MOVE_FLAGS $NODE2_MOVE_FLAGS"
+# The second node's mover takes images on 127.0.0.2 (--carry-listen), as another machine's would:
+# the first move and the last one send theirs to it over the network; the drain carries into the
+# first node's folder (NODE2_MOVER_FLAGS' --node-images), the other way there is.
+carry_at=127.0.0.2:19461
+read -ra mover <<<"$NODE2_MOVER_FLAGS"
+"$PALADIN" k8s mover --node "$NODE2" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${mover[@]}" \
+  --carry-listen "$carry_at" --every 600 --paladin-server "$url" \
+  --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" >"$work/carrier.log" 2>&1 &
+carrier=$!
+for ((i = 0; i < 100; i++)); do
+  grep -q "taking other nodes' images" "$work/carrier.log" && break
+  sleep 0.1
+done
+grep -q "taking other nodes' images" "$work/carrier.log" ||
+  fail "the second node's mover does not take images: $(tail -3 "$work/carrier.log")"
+read -ra move <<<"$MOVE_FLAGS --to-mover $carry_at"
 export PALADIN_EMU_GPUS=$PALADIN_EMU_GPUS_SPEC PALADIN_EMU_STATE=$CLUSTER_DIR/paladin/emu/state
 
 runtime_class
@@ -53,12 +71,22 @@ wait_running ngpu
 wait_gen ngpu 5
 to_uuid=$(uuid_of 1)
 
+# No mover at the address given: refused before anything is checkpointed.
+out=$("$PALADIN" k8s move -n "$NS" ngpu --node "$NODE2" --gpu 1 --driver "$EMUCUDA" --nvml "$EMUCUDA" \
+  $MOVE_FLAGS --to-mover 127.0.0.2:19463 "${api[@]}" 2>&1) && fail "a move to no mover went on: $out"
+[[ $out == *"the destination node's mover does not answer at 127.0.0.2:19463"*"(pod $NS/ngpu left running)"* ]] ||
+  fail "a move to no mover: $out"
+[[ -n $(k get pod ngpu -o jsonpath='{.status.containerStatuses[0].state.running}') ]] ||
+  fail "pod ngpu stopped after a refused move"
+
 sampler_start
 "$KUBECTL" -n "$NS" logs -f ngpu >"$work/old.log" 2>/dev/null &
 
 "$PALADIN" k8s move -n "$NS" ngpu --node "$NODE2" --gpu 1 --driver "$EMUCUDA" --nvml "$EMUCUDA" \
   "${move[@]}" "${api[@]}" >"$work/move.log" 2>&1 || fail "paladin k8s move: $(tail -5 "$work/move.log")"
 sed 's/^/move_node_gpu:   /' "$work/move.log"
+grep -q "carrying the image to node $NODE2's mover at $carry_at" "$work/move.log" ||
+  fail "the image did not go to the second node's mover: $(tail -3 "$work/move.log")"
 grep -q "restored onto GPU 1 by node $NODE2's runtime" "$work/move.log" ||
   fail "the second node's runtime did not restore the GPU state: $(tail -3 "$work/move.log")"
 first=$(first_gen ngpu-m1)
@@ -128,18 +156,6 @@ echo "move_node_gpu: $NODE2 drained through Paladin's server: ngpu-m1 -> ngpu-m2
 # generation, its device memory verified, never two copies. The image goes over the network, as
 # between machines: the second node's mover takes it on 127.0.0.2 (--carry-listen), the first
 # node's knows it by address only (--node-movers), not by folder.
-carry_at=127.0.0.2:19461
-read -ra mover <<<"$NODE2_MOVER_FLAGS"
-"$PALADIN" k8s mover --node "$NODE2" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${mover[@]}" \
-  --carry-listen "$carry_at" --every 600 --paladin-server "$url" \
-  --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" >"$work/carrier.log" 2>&1 &
-carrier=$!
-for ((i = 0; i < 100; i++)); do
-  grep -q "taking other nodes' images" "$work/carrier.log" && break
-  sleep 0.1
-done
-grep -q "taking other nodes' images" "$work/carrier.log" ||
-  fail "the second node's mover does not take images: $(tail -3 "$work/carrier.log")"
 out=$(as "$research" pods move "$NS/ngpu-m2" --to "$NODE2" --no-wait) || fail "pods move ngpu-m2: $out"
 id=$(as "$admin" pods moves --json | jq -r '.moves[0].id')
 read -ra mover <<<"$MOVE_FLAGS --node-movers $NODE2=$carry_at"
@@ -163,8 +179,8 @@ grep -q "carrying the image to node $NODE2's mover at $carry_at" "$work/mover3.l
 kill "$carrier" 2>/dev/null
 wait "$carrier" 2>/dev/null || true
 sed 's/^/move_node_gpu:   /' "$work/carrier.log"
-grep -q "carry: move-.* received into $CLUSTER_DIR/node2/checkpoints/move-" "$work/carrier.log" ||
-  fail "the second node's mover did not receive the image: $(tail -3 "$work/carrier.log")"
+[[ $(grep -c "carry: move-.* received into $CLUSTER_DIR/node2/checkpoints/move-" "$work/carrier.log") == 2 ]] ||
+  fail "the second node's mover did not receive both images: $(tail -3 "$work/carrier.log")"
 got=$(as "$admin" pods moves --json |
   jq -r --argjson id "$id" '.moves[] | select(.id == $id) | "\(.state) \(.new_name) \(.to_node): \(.message)"')
 [[ $got == "done ngpu-m3 $NODE2: finished by the next pass of its mover from the checkpoint image "* ]] ||

@@ -80,7 +80,8 @@ StatusOr<CarryReport> CarryImageTo(const std::string& dir, const std::string& ho
                                    const std::string& key,
                                    const std::function<void(const std::string&)>& progress);
 
-// Whether the destination's image `image` holds `file` (MARK).
+// Whether the destination's image `image` holds `file` (MARK); also how a move asks, before it
+// checkpoints anything, whether the destination's mover is there and takes this node's key.
 StatusOr<bool> CarriedImageHas(const std::string& host, int port, const std::string& key,
                                const std::string& image, const std::string& file);
 
