@@ -636,6 +636,8 @@ int RunMover(const K8sArgs& args) {
     }
     o.node_movers[node] = pair.substr(eq + 1);
   }
+  o.carry_port = args.carry_port;
+  o.mover_pods = args.mover_pods;
   // Images other nodes' movers carry here, for moves to this node between machines.
   std::unique_ptr<k8s::CarryServer> carry;
   if (!args.carry_listen.empty()) {
@@ -909,6 +911,15 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
   mover->add_option("--carry-listen", args->carry_listen,
                     "ADDR:PORT: take other nodes' movers' images into this node's folder (--images) "
                     "here, and each image's transfer on PORT+1; authenticated by the move key");
+  mover
+      ->add_option("--carry-port", args->carry_port,
+                   "A move to a node that --node-images and --node-movers do not name sends its "
+                   "image to the mover pod on that node (--mover-pods) at its pod IP and this "
+                   "port (its --carry-listen port); default 0: no such lookup")
+      ->check(CLI::Range(0, 65535));
+  mover->add_option("--mover-pods", args->mover_pods,
+                    "NAMESPACE/KEY=VALUE: the movers' pods, for --carry-port (default "
+                    "paladin/app.kubernetes.io/name=paladin-mover)");
   mover->add_option("--mover-name", args->mover_name,
                     "The name the server's ledger gives this mover (default: the node's)");
   mover

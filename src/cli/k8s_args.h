@@ -57,6 +57,8 @@ struct K8sArgs {
   std::vector<std::string> node_images;  // NODE=DIR
   std::vector<std::string> node_movers;  // NODE=HOST:PORT
   std::string carry_listen;              // ADDR:PORT
+  int carry_port = 0;
+  std::string mover_pods = "paladin/app.kubernetes.io/name=paladin-mover";
   std::string mover_name;
   double settle_after_s = 0;
   // The periodic checkpoint's (node: `node`, every: `every_s`) and the recovery's

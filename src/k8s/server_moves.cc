@@ -72,7 +72,8 @@ api::PodMoveOutcome CarryOut(const ApiClient& kube, const api::PodMove& m,
                              const std::function<void(const std::string&)>& progress) {
   api::PodMoveOutcome outcome;
   const std::string pod = m.ns + "/" + m.name;
-  StatusOr<MoveOptions> move = ServerMoveOptions(m, options);
+  StatusOr<MoveOptions> move = ServerMoveOptions(
+      m, options, [&](const std::string& node) { return FindMover(kube, options, node); });
   if (!move.ok()) {
     outcome.message = move.status().message();
     return outcome;
@@ -159,7 +160,8 @@ void SettleOne(const ApiClient& kube, const api::Client& server, const MoverOpti
   if (l.action == Leftover::Action::kWait) return;
   if (l.action == Leftover::Action::kResume) {
     api::PodMoveOutcome outcome;
-    StatusOr<MoveOptions> move = ServerMoveOptions(m, options);
+    StatusOr<MoveOptions> move = ServerMoveOptions(
+        m, options, [&](const std::string& node) { return FindMover(kube, options, node); });
     StatusOr<Resumed> r = move.ok() ? ResumeMove(kube, *move, progress) : move.status();
     if (!r.ok()) {
       outcome.message = "its mover was stopped in the middle of it: " + r.status().message();
@@ -303,7 +305,56 @@ Leftover SettleLeftover(const api::PodMove& move, const std::string& old_pod,
   return l;
 }
 
-StatusOr<MoveOptions> ServerMoveOptions(const api::PodMove& move, const MoverOptions& options) {
+StatusOr<std::string> MoverAddress(const std::string& pod_list, const std::string& node,
+                                   int port) {
+  const Json list = Json::parse(pod_list, nullptr, false);
+  if (!list.is_object() || !list.value("items", Json()).is_array()) {
+    return InvalidArgument("the movers' pods are not a PodList");
+  }
+  std::string seen;
+  for (const Json& pod : list["items"]) {
+    if (!pod.is_object()) continue;
+    const Json spec = pod.value("spec", Json::object());
+    const Json status = pod.value("status", Json::object());
+    if (!spec.is_object() || !status.is_object() || Str(spec, "nodeName") != node) continue;
+    const std::string name = Str(pod.value("metadata", Json::object()), "name");
+    if (Str(status, "phase") != "Running") {
+      seen = "its mover pod " + name + " is " + Str(status, "phase");
+      continue;
+    }
+    const std::string ip = Str(status, "podIP");
+    if (ip.empty()) {
+      seen = "its mover pod " + name + " has no IP yet";
+      continue;
+    }
+    return (ip.find(':') != std::string::npos ? "[" + ip + "]" : ip) + ":" + std::to_string(port);
+  }
+  return Unavailable("node " + node + " has no running mover to send the image to" +
+                     (seen.empty() ? "" : " (" + seen + ")"));
+}
+
+StatusOr<std::string> FindMover(const ApiClient& kube, const MoverOptions& options,
+                                const std::string& node) {
+  const size_t slash = options.mover_pods.find('/');
+  const size_t eq = options.mover_pods.find('=');
+  if (slash == std::string::npos || eq == std::string::npos || eq < slash) {
+    return InvalidArgument("--mover-pods '" + options.mover_pods + "': expected NAMESPACE/KEY=VALUE");
+  }
+  const std::string ns = options.mover_pods.substr(0, slash);
+  const std::string key = options.mover_pods.substr(slash + 1, eq - slash - 1);
+  const std::string value = options.mover_pods.substr(eq + 1);
+  StatusOr<std::string> pods = kube.Get("/api/v1/namespaces/" + ns + "/pods?labelSelector=" + key +
+                                        "%3D" + value);
+  if (!pods.ok()) {
+    return Status(pods.status().code(), "the movers' pods (" + options.mover_pods +
+                                            "): " + pods.status().message());
+  }
+  return MoverAddress(*pods, node, options.carry_port);
+}
+
+StatusOr<MoveOptions> ServerMoveOptions(
+    const api::PodMove& move, const MoverOptions& options,
+    const std::function<StatusOr<std::string>(const std::string& node)>& find_mover) {
   MoveOptions out = options.move;
   out.ns = move.ns;
   out.pod = move.name;
@@ -317,6 +368,10 @@ StatusOr<MoveOptions> ServerMoveOptions(const api::PodMove& move, const MoverOpt
       out.to_images = it->second;
     } else if (auto m = options.node_movers.find(out.node); m != options.node_movers.end()) {
       out.to_mover = m->second;
+    } else if (options.carry_port > 0 && find_mover) {
+      StatusOr<std::string> at = find_mover(out.node);
+      if (!at.ok()) return Status(at.status().code(), at.status().message() + ": nothing moved");
+      out.to_mover = *at;
     } else {
       return FailedPrecondition("the mover of node " + options.node +
                                 " knows neither the image folder nor the mover of node " +

@@ -125,7 +125,7 @@ patches:
   - target: {kind: DaemonSet, name: paladin-mover}
     patch: |-
       - {op: replace, path: /spec/template/spec/nodeSelector, value: {gpu: "yes"}}
-      - {op: replace, path: /spec/template/spec/containers/0/command/19, value: /usr/local/sbin/runc}
+      - {op: replace, path: /spec/template/spec/containers/0/command/25, value: /usr/local/sbin/runc}
       - {op: replace, path: /spec/template/spec/containers/0/env/2/value, value: 4x80GiB}
   - target: {kind: RuntimeClass, name: paladin}
     patch: |-

@@ -294,6 +294,69 @@ TEST(ServerMoveOptions, AMoveFromTheServerBecomesTheMoversOwnOptions) {
       << unknown.status().message();
 }
 
+// A move to a node that no flag names: its image goes to the mover pod found on that node.
+TEST(ServerMoveOptions, ANodeNamedByNoFlagHasItsMoverFoundByItsPod) {
+  MoverOptions o;
+  o.node = "node-1";
+  api::PodMove m;
+  m.ns = "ml";
+  m.name = "train";
+  m.from_node = "node-1";
+  m.to = {"node-5", -1};
+  int asked = 0;
+  auto find = [&](const std::string& node) -> StatusOr<std::string> {
+    ++asked;
+    EXPECT_EQ(node, "node-5");
+    return std::string("10.0.0.5:7446");
+  };
+  // Without --carry-port, no lookup: the move fails naming the flags.
+  EXPECT_FALSE(ServerMoveOptions(m, o, find).ok());
+  EXPECT_EQ(asked, 0);
+  o.carry_port = 7446;
+  StatusOr<MoveOptions> found = ServerMoveOptions(m, o, find);
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_EQ(found->to_mover, "10.0.0.5:7446");
+  EXPECT_EQ(asked, 1);
+  // A lookup that fails fails the move with its reason.
+  StatusOr<MoveOptions> none = ServerMoveOptions(
+      m, o, [](const std::string&) -> StatusOr<std::string> { return Unavailable("no mover"); });
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().message(), "no mover: nothing moved");
+}
+
+TEST(MoverAddress, TheRunningMoverPodOnTheNodeAtItsIp) {
+  auto pod = [](const std::string& name, const std::string& node, const std::string& phase,
+                const std::string& ip) {
+    Json p = {{"metadata", {{"name", name}}},
+              {"spec", {{"nodeName", node}}},
+              {"status", {{"phase", phase}}}};
+    if (!ip.empty()) p["status"]["podIP"] = ip;
+    return p;
+  };
+  Json list = {{"items",
+                {pod("mover-a", "node-1", "Running", "10.0.0.1"),
+                 pod("mover-old", "node-2", "Failed", "10.0.0.9"),
+                 pod("mover-b", "node-2", "Running", "10.0.0.2"),
+                 pod("mover-c", "node-3", "Pending", ""),
+                 pod("mover-d", "node-6", "Running", "fd00::6")}}};
+  StatusOr<std::string> at = MoverAddress(list.dump(), "node-2", 7446);
+  ASSERT_TRUE(at.ok()) << at.status().ToString();
+  EXPECT_EQ(*at, "10.0.0.2:7446");
+  at = MoverAddress(list.dump(), "node-6", 7446);
+  ASSERT_TRUE(at.ok());
+  EXPECT_EQ(*at, "[fd00::6]:7446");
+  at = MoverAddress(list.dump(), "node-3", 7446);
+  ASSERT_FALSE(at.ok());
+  EXPECT_EQ(at.status().message(),
+            "node node-3 has no running mover to send the image to (its mover pod mover-c is "
+            "Pending)");
+  at = MoverAddress(list.dump(), "node-4", 7446);
+  ASSERT_FALSE(at.ok());
+  EXPECT_EQ(at.status().message(), "node node-4 has no running mover to send the image to");
+  EXPECT_FALSE(MoverAddress("[]", "node-1", 7446).ok());
+  EXPECT_FALSE(MoverAddress(R"({"items": [1, "x", {"spec": 3}]})", "node-1", 7446).ok());
+}
+
 std::string LeftoverPod(const std::string& name, const std::string& phase,
                         const std::string& moved_from) {
   nlohmann::json pod = {{"metadata", {{"name", name}, {"namespace", "ml"}}},

@@ -31,6 +31,11 @@ struct MoverOptions {
   // Other nodes' movers (HOST:PORT of their --carry-listen), for moves there between machines:
   // the image is sent to them over the network (paladin/k8s/carry.h).
   std::map<std::string, std::string> node_movers;
+  // A node named by neither map: its image goes to the mover running there, found as the pod
+  // of `mover_pods` (NAMESPACE/KEY=VALUE, the DaemonSet's label) on that node, at its pod IP and
+  // this port (its --carry-listen). 0: no such lookup (the move then fails, saying so).
+  int carry_port = 0;
+  std::string mover_pods = "paladin/app.kubernetes.io/name=paladin-mover";
   // A move this mover's name took and did not finish is a leftover of a mover that was stopped
   // in the middle of it: a pass holds the node's pass lock (move.images/mover.lock), so no other
   // pass of the node is in flight, and settles it once it has been taken this long.
@@ -57,7 +62,18 @@ Leftover SettleLeftover(const api::PodMove& move, const std::string& old_pod,
 // The options of one taken move: the pod, its namespace, the node and GPU asked (none: the pod's
 // node, the packer's GPU), that node's image folder or mover when it is another. An error (a
 // node whose folder and mover are both unknown) names what is missing; the move then fails.
-StatusOr<MoveOptions> ServerMoveOptions(const api::PodMove& move, const MoverOptions& options);
+// `find_mover` (may be empty) gives a node's mover's HOST:PORT where neither map names the node.
+StatusOr<MoveOptions> ServerMoveOptions(
+    const api::PodMove& move, const MoverOptions& options,
+    const std::function<StatusOr<std::string>(const std::string& node)>& find_mover = nullptr);
+
+// The address of the mover on `node` among `pod_list` (a PodList of the movers' pods): the
+// running one's pod IP, with `port`. An error says what is missing (no mover there, not running,
+// no IP yet).
+StatusOr<std::string> MoverAddress(const std::string& pod_list, const std::string& node, int port);
+// MoverAddress over the pods of options.mover_pods as the API server lists them now.
+StatusOr<std::string> FindMover(const ApiClient& kube, const MoverOptions& options,
+                                const std::string& node);
 
 // One pass, holding the node's pass lock (another pass of the node in flight: this one does
 // nothing and returns 0; a lock file that is not root's alone: an error): first each leftover of
