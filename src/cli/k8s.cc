@@ -645,7 +645,8 @@ int RunMover(const K8sArgs& args) {
     StatusOr<std::string> key =
         at.ok() ? k8s::ReadMoveKey(o.move.key_file) : StatusOr<std::string>(at.status());
     if (!key.ok()) {
-      cli::Say("k8s mover", "--carry-listen '" + args.carry_listen + "': " + key.status().message());
+      cli::Say("k8s mover",
+               "--carry-listen '" + args.carry_listen + "': " + key.status().message());
       return 2;
     }
     k8s::CarryServerOptions co;
@@ -908,9 +909,10 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
   mover->add_option("--node-movers", args->node_movers,
                     "NODE=HOST:PORT: another node's mover (its --carry-listen), to which the "
                     "images of moves there are sent over the network (repeatable)");
-  mover->add_option("--carry-listen", args->carry_listen,
-                    "ADDR:PORT: take other nodes' movers' images into this node's folder (--images) "
-                    "here, and each image's transfer on PORT+1; authenticated by the move key");
+  mover->add_option(
+      "--carry-listen", args->carry_listen,
+      "ADDR:PORT: take other nodes' movers' images into this node's folder (--images) "
+      "here, and each image's transfer on PORT+1; authenticated by the move key");
   mover
       ->add_option("--carry-port", args->carry_port,
                    "A move to a node that --node-images and --node-movers do not name sends its "

@@ -169,8 +169,7 @@ struct CarryServer::Impl {
         return;
       }
       std::error_code ec;
-      const fs::file_status st =
-          fs::symlink_status(fs::path(options.images) / w[1] / w[2], ec);
+      const fs::file_status st = fs::symlink_status(fs::path(options.images) / w[1] / w[2], ec);
       (void)ch.Send(fs::is_regular_file(st) ? "OK yes" : "OK no");
       return;
     }
@@ -334,9 +333,9 @@ StatusOr<migrate::Channel> Open(const std::string& host, int port, const std::st
   }
   StatusOr<std::string> ok = ch->Call("TOKEN " + CarryToken(key), 30);
   if (!ok.ok()) {
-    return PermissionDenied("the destination node's mover at " + host + ":" +
-                            std::to_string(port) + " refused this node: " +
-                            ok.status().message() + " (the nodes' move keys differ?)");
+    return PermissionDenied("the destination node's mover at " + host + ":" + std::to_string(port) +
+                            " refused this node: " + ok.status().message() +
+                            " (the nodes' move keys differ?)");
   }
   return ch;
 }
@@ -387,15 +386,17 @@ StatusOr<CarryReport> CarryImageTo(const std::string& dir, const std::string& ho
   }
   transfer::SendOptions so;
   so.token = CarryToken(key);
-  StatusOr<transfer::SendReport> sent = transfer::SendImage(
-      dir, host, tport, so, [&](const transfer::SendProgress& p) {
+  StatusOr<transfer::SendReport> sent =
+      transfer::SendImage(dir, host, tport, so, [&](const transfer::SendProgress& p) {
         if (!progress || p.final) return;
         progress("carried " + std::to_string(p.bytes_done >> 20) + " of " +
                  std::to_string(p.bytes_total >> 20) + " MiB");
       });
-  if (!sent.ok()) return Status(sent.status().code(), "carrying the image: " + sent.status().message());
+  if (!sent.ok())
+    return Status(sent.status().code(), "carrying the image: " + sent.status().message());
   StatusOr<std::string> verdict = ch->Receive(kCarryAnswerS);
-  if (!verdict.ok()) return Unavailable("the destination said nothing of the image: " + verdict.status().message());
+  if (!verdict.ok())
+    return Unavailable("the destination said nothing of the image: " + verdict.status().message());
   if (verdict->rfind("OK carried", 0) != 0) {
     return Internal("the destination did not take the image: " + verdict->substr(0, 300));
   }

@@ -432,17 +432,18 @@ Status FinishFromImage(const ApiClient& client, const MoveOptions& o, const std:
   bool restored_there = false;
   if (target.gpu >= 0 && by_network) {
     StatusOr<std::pair<std::string, int>> hp = transfer::ParseHostPort(o.to_mover);
-    StatusOr<bool> has =
-        hp.ok() ? CarriedImageHas(hp->first, hp->second, key, result->image,
-                                  pod.container + kGpuRestoredSuffix)
-                : StatusOr<bool>(hp.status());
+    StatusOr<bool> has = hp.ok() ? CarriedImageHas(hp->first, hp->second, key, result->image,
+                                                   pod.container + kGpuRestoredSuffix)
+                                 : StatusOr<bool>(hp.status());
     if (!has.ok()) return Status(has.status().code(), has.status().message() + kept);
     // Another machine's processes are out of this node's reach: its runtime must have done it.
     if (!*has) {
       return FailedPrecondition(
           "node " + target.node + "'s runtime did not restore the GPU state of " + o.ns + "/" +
-          r.name + " (its RuntimeClass paladin needs PALADIN_K8S_PALADIN: docs/kubernetes.md, "
-          "\"Moving to another node\")" + kept);
+          r.name +
+          " (its RuntimeClass paladin needs PALADIN_K8S_PALADIN: docs/kubernetes.md, "
+          "\"Moving to another node\")" +
+          kept);
     }
     restored_there = true;
   } else if (target.gpu >= 0) {

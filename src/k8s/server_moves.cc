@@ -305,8 +305,7 @@ Leftover SettleLeftover(const api::PodMove& move, const std::string& old_pod,
   return l;
 }
 
-StatusOr<std::string> MoverAddress(const std::string& pod_list, const std::string& node,
-                                   int port) {
+StatusOr<std::string> MoverAddress(const std::string& pod_list, const std::string& node, int port) {
   const Json list = Json::parse(pod_list, nullptr, false);
   if (!list.is_object() || !list.value("items", Json()).is_array()) {
     return InvalidArgument("the movers' pods are not a PodList");
@@ -338,16 +337,17 @@ StatusOr<std::string> FindMover(const ApiClient& kube, const MoverOptions& optio
   const size_t slash = options.mover_pods.find('/');
   const size_t eq = options.mover_pods.find('=');
   if (slash == std::string::npos || eq == std::string::npos || eq < slash) {
-    return InvalidArgument("--mover-pods '" + options.mover_pods + "': expected NAMESPACE/KEY=VALUE");
+    return InvalidArgument("--mover-pods '" + options.mover_pods +
+                           "': expected NAMESPACE/KEY=VALUE");
   }
   const std::string ns = options.mover_pods.substr(0, slash);
   const std::string key = options.mover_pods.substr(slash + 1, eq - slash - 1);
   const std::string value = options.mover_pods.substr(eq + 1);
-  StatusOr<std::string> pods = kube.Get("/api/v1/namespaces/" + ns + "/pods?labelSelector=" + key +
-                                        "%3D" + value);
+  StatusOr<std::string> pods =
+      kube.Get("/api/v1/namespaces/" + ns + "/pods?labelSelector=" + key + "%3D" + value);
   if (!pods.ok()) {
-    return Status(pods.status().code(), "the movers' pods (" + options.mover_pods +
-                                            "): " + pods.status().message());
+    return Status(pods.status().code(),
+                  "the movers' pods (" + options.mover_pods + "): " + pods.status().message());
   }
   return MoverAddress(*pods, node, options.carry_port);
 }

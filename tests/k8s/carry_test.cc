@@ -136,8 +136,8 @@ TEST_F(CarryTest, NamesThatAreNoMoveImagesAndBadCountsAreRefused) {
     StatusOr<std::string> a = ch->Call(line, 5);
     return a.ok() ? "OK " + *a : a.status().message();
   };
-  for (const char* name : {"../escape", "move-../x", "checkpoint-1", ".carry-move-1",
-                                  "move-", "move-A"}) {
+  for (const char* name :
+       {"../escape", "move-../x", "checkpoint-1", ".carry-move-1", "move-", "move-A"}) {
     const std::string a = call(std::string("CARRY ") + name + " 10");
     EXPECT_NE(a.find("is not a move's image name"), std::string::npos) << name << ": " << a;
   }

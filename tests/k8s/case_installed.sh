@@ -284,7 +284,8 @@ patches:
       - op: replace
         path: /spec/template/spec/containers/0/command
         value: [/usr/local/bin/paladin, k8s, mover, --node, \$(NODE_NAME), --every, "1",
-                --carry-listen, "127.0.0.1:19471",
+                --carry-listen, "0.0.0.0:19471", --carry-port, "19471",
+                --mover-pods, "paladin/app.kubernetes.io/name=paladin-mover",
                 --paladin-server, "$server_url",
                 --paladin-token-file, /var/run/paladin/server-token/token,
                 --paladin-ca-file, /var/run/paladin/server-ca/ca.crt,
@@ -357,6 +358,7 @@ recover:
   resources: $limits
 mover:
   every: "1"
+  carryPort: 19471
   nodeSelector: {kubernetes.io/hostname: "$NODE"}
   hostNetwork: true
   extraEnv: $in_cluster_env
@@ -585,7 +587,7 @@ mover_cordons() {
   [[ -n $mover_pod ]] || fail "no paladin-mover pod on $NODE"
   # It takes other nodes' images in the node's folder, its listener started once it is in the
   # node's mounts (a process with threads cannot enter them).
-  "$KUBECTL" -n paladin logs "$mover_pod" | grep -q "taking other nodes' images into $CLUSTER_DIR/checkpoints on 127.0.0.1:19471" ||
+  "$KUBECTL" -n paladin logs "$mover_pod" | grep -q "taking other nodes' images into $CLUSTER_DIR/checkpoints on 0.0.0.0:19471" ||
     fail "the installed mover takes no images: $("$KUBECTL" -n paladin logs "$mover_pod" | tail -3)"
   # as_mover TOKEN PATCH: the patch of node NODE by the holder of TOKEN.
   as_mover() { patch_as "$1" "api/v1/nodes/$NODE" "$2"; }

@@ -333,12 +333,12 @@ TEST(MoverAddress, TheRunningMoverPodOnTheNodeAtItsIp) {
     if (!ip.empty()) p["status"]["podIP"] = ip;
     return p;
   };
-  Json list = {{"items",
-                {pod("mover-a", "node-1", "Running", "10.0.0.1"),
-                 pod("mover-old", "node-2", "Failed", "10.0.0.9"),
-                 pod("mover-b", "node-2", "Running", "10.0.0.2"),
-                 pod("mover-c", "node-3", "Pending", ""),
-                 pod("mover-d", "node-6", "Running", "fd00::6")}}};
+  Json list = {
+      {"items",
+       {pod("mover-a", "node-1", "Running", "10.0.0.1"),
+        pod("mover-old", "node-2", "Failed", "10.0.0.9"),
+        pod("mover-b", "node-2", "Running", "10.0.0.2"), pod("mover-c", "node-3", "Pending", ""),
+        pod("mover-d", "node-6", "Running", "fd00::6")}}};
   StatusOr<std::string> at = MoverAddress(list.dump(), "node-2", 7446);
   ASSERT_TRUE(at.ok()) << at.status().ToString();
   EXPECT_EQ(*at, "10.0.0.2:7446");

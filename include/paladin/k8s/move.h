@@ -101,9 +101,9 @@ struct MoveResult {
 };
 
 // The checks of a move's target that need nothing but the pod and the options: a move between
-// nodes needs the destination's image folder or its mover's address, not both; a GPU pod given a GPU needs another than its own
-// (none given, the packer chooses one in MovePod); a pod without a Paladin GPU takes no --gpu.
-// Fills in o.node's default.
+// nodes needs the destination's image folder or its mover's address, not both; a GPU pod given a
+// GPU needs another than its own (none given, the packer chooses one in MovePod); a pod without a
+// Paladin GPU takes no --gpu. Fills in o.node's default.
 Status CheckTarget(const MovablePod& pod, MoveOptions& o);
 
 // Whether a Node (its JSON) may receive a moved pod: Ready and not cordoned; an error says why.
