@@ -636,6 +636,11 @@ int RunMover(const K8sArgs& args) {
     }
     o.node_movers[node] = pair.substr(eq + 1);
   }
+  if (Status s = k8s::CheckNodeName(args.cluster); !s.ok()) {
+    cli::Say("k8s mover", "--cluster: " + s.message());
+    return 2;
+  }
+  o.cluster = args.cluster;
   o.carry_port = args.carry_port;
   o.mover_pods = args.mover_pods;
   // Images other nodes' movers carry here, for moves to this node between machines.
@@ -922,6 +927,9 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
   mover->add_option("--mover-pods", args->mover_pods,
                     "NAMESPACE/KEY=VALUE: the movers' pods, for --carry-port (default "
                     "paladin/app.kubernetes.io/name=paladin-mover)");
+  mover->add_option("--cluster", args->cluster,
+                    "This cluster's name, as its scheduler's --cluster gives it (default "
+                    "\"default\"): the moves taken are this cluster's only");
   mover->add_option("--mover-name", args->mover_name,
                     "The name the server's ledger gives this mover (default: the node's)");
   mover

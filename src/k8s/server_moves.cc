@@ -211,7 +211,8 @@ void SettleOne(const ApiClient& kube, const api::Client& server, const MoverOpti
 void SettleLeftovers(const ApiClient& kube, const api::Client& server, const MoverOptions& options,
                      const std::string& mover,
                      const std::function<void(const std::string&)>& progress) {
-  StatusOr<Json> list = server.Get("/v1/pod-moves?node=" + options.node + "&state=taken");
+  StatusOr<Json> list =
+      server.Get("/v1/pod-moves?node=" + options.node + "&state=taken&cluster=" + options.cluster);
   if (!list.ok()) return;  // the requested moves' list says why, just after
   const Json moves = list->value(api::key::kMoves, Json::array());
   const double now =
@@ -386,7 +387,8 @@ StatusOr<MoveOptions> ServerMoveOptions(
 StatusOr<int> RunServerMoves(const ApiClient& kube, const api::Client& server,
                              const MoverOptions& options,
                              const std::function<void(const std::string&)>& progress) {
-  StatusOr<Json> list = server.Get("/v1/pod-moves?node=" + options.node + "&state=requested");
+  StatusOr<Json> list = server.Get("/v1/pod-moves?node=" + options.node +
+                                   "&state=requested&cluster=" + options.cluster);
   if (!list.ok()) return list.status();
   const Json moves = list->value(api::key::kMoves, Json::array());
   if (!moves.is_array()) return InvalidArgument("the server's moves: expected a list");

@@ -404,12 +404,16 @@ HttpAdmit MakeRoutes(Control& control, PodBook& pods) {
   r.Get("/v1/pod-moves", Access::kAny, [book](const HttpRequest& req, const Principal& who) {
     const std::string node = Param(req, "node");
     if (!node.empty() && !ValidName(node)) return Error(InvalidArgument("node: not a node name"));
+    const std::string cluster = Param(req, "cluster");
+    if (!cluster.empty() && !ValidName(cluster)) {
+      return Error(InvalidArgument("cluster: not a cluster name"));
+    }
     std::optional<api::PodMoveState> state;
     if (const std::string s = Param(req, "state"); !s.empty()) {
       state = api::PodMoveStateNamed(s);
       if (!state) return Error(InvalidArgument("state: expected requested, taken, done or failed"));
     }
-    return Reply{200, book->Moves(who, node, state), "", ""};
+    return Reply{200, book->Moves(who, node, state, cluster), "", ""};
   });
   r.Get("/v1/pod-moves/*", Access::kAny, [book](const HttpRequest& req, const Principal& who) {
     StatusOr<int64_t> id = ParseIntParam(req.matches[1], 1, int64_t{1} << 53, "move id");

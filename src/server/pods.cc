@@ -336,12 +336,12 @@ StatusOr<Json> PodBook::AskMove(const Principal& who, const std::string& ns,
 }
 
 Json PodBook::Moves(const Principal& who, const std::string& node,
-                    std::optional<api::PodMoveState> state) const {
+                    std::optional<api::PodMoveState> state, const std::string& cluster) const {
   std::lock_guard<std::mutex> lock(mu_);
   Json list = Json::array();
   for (auto it = moves_.rbegin(); it != moves_.rend(); ++it) {
     if (!SeesMove(who, *it) || (!node.empty() && it->from_node != node) ||
-        (state && it->state != *state)) {
+        (state && it->state != *state) || (!cluster.empty() && it->cluster != cluster)) {
       continue;
     }
     list.push_back(api::ToJson(*it));

@@ -91,10 +91,12 @@ class PodBook {
   // were asked before it (those stand: each is in the ledger).
   StatusOr<nlohmann::json> Drain(const Principal& who, const api::PodDrainAsk& ask);
   // GET /v1/pod-moves: the moves `who` sees, newest first: an admin all, a team its pods', a
-  // node's agent token those of its node's pods. `node` (the pod's node when asked) and `state`
-  // narrow the list.
+  // node's agent token those of its node's pods. `node` (the pod's node when asked), `state` and
+  // `cluster` (the reporting cluster's name; nodes of two clusters may share names) narrow the
+  // list.
   nlohmann::json Moves(const Principal& who, const std::string& node,
-                       std::optional<api::PodMoveState> state) const;
+                       std::optional<api::PodMoveState> state,
+                       const std::string& cluster = "") const;
   // GET /v1/pod-moves/ID: NotFound when `who` does not see it.
   StatusOr<nlohmann::json> Move(const Principal& who, int64_t id) const;
   // POST /v1/pod-moves/ID/take: "requested" -> "taken" by `mover`, once: a second take, by

@@ -213,6 +213,32 @@ TEST_F(PodMovesTest, ARequestedMoveOfAPodThatIsGoneFailsAndATakenOneWaitsForItsM
       StatusCode::kFailedPrecondition);
 }
 
+// Two clusters whose nodes share names: a mover lists its own cluster's moves only.
+TEST_F(PodMovesTest, AMoverListsItsOwnClustersMovesWhereNodeNamesRepeat) {
+  StatusOr<Json> put = h_.Admin().Put(
+      "/v1/pods",
+      {{"cluster", "lab"}, {"pods", Json::array({MovePod("ml", "b", "research", "node-1", 0)})}});
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  StatusOr<Json> prod = Ask(research_, "ml/a", {{"gpu", 1}});
+  StatusOr<Json> lab = Ask(research_, "ml/b", {{"gpu", 1}});
+  ASSERT_TRUE(prod.ok() && lab.ok()) << prod.status().ToString() << lab.status().ToString();
+  EXPECT_EQ((*prod)["cluster"], "prod");
+  EXPECT_EQ((*lab)["cluster"], "lab");
+  auto listed = [&](const std::string& query) {
+    StatusOr<Json> got = h_.Admin().Get("/v1/pod-moves?" + query);
+    EXPECT_TRUE(got.ok()) << got.status().ToString();
+    std::set<std::string> names;
+    for (const Json& m : (*got)["moves"]) names.insert(m["name"].get<std::string>());
+    return names;
+  };
+  EXPECT_EQ(listed("node=node-1&state=requested"), (std::set<std::string>{"a", "b"}));
+  EXPECT_EQ(listed("node=node-1&state=requested&cluster=prod"), std::set<std::string>{"a"});
+  EXPECT_EQ(listed("node=node-1&state=requested&cluster=lab"), std::set<std::string>{"b"});
+  EXPECT_TRUE(listed("cluster=default").empty());
+  EXPECT_EQ(h_.Admin().Get("/v1/pod-moves?cluster=a%26b").status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_F(PodMovesTest, TheLedgerOutlivesARestartAndATakenMoveIsNotTakenAgain) {
   StatusOr<Json> a = Ask(research_, "ml/a", {{"gpu", 1}});
   StatusOr<Json> cpu = Ask(research_, "ml/cpu", {{"node", "node-2"}});

@@ -24,7 +24,10 @@ namespace paladin::k8s {
 struct MoverOptions {
   std::string node;   // this node: the mover takes the moves of pods that run here
   std::string mover;  // its name in the server's ledger (default: the node's)
-  MoveOptions move;   // runc, CRIU, images, key, driver, placement: every move's
+  // Its cluster's name, as its scheduler reports the cluster's pods (`--cluster`): the moves it
+  // lists are that cluster's only, nodes of two clusters sharing names.
+  std::string cluster = "default";
+  MoveOptions move;  // runc, CRIU, images, key, driver, placement: every move's
   // Other nodes' image folders, reachable from this node (a filesystem both mount), for moves
   // there: the image is carried into them. A move to a node not named here fails, saying so.
   std::map<std::string, std::string> node_images;
