@@ -9,6 +9,7 @@
 
 #include "json_fields.h"
 #include "paladin/api/client.h"
+#include "paladin/api/serving_cert.h"
 #include "paladin/base/size.h"
 #include "paladin/k8s/api.h"
 #include "paladin/k8s/move.h"
@@ -353,11 +354,19 @@ Status ServeWebhook(const std::string& listen, const std::string& cert_file,
                     const std::string& key_file, const InjectOptions& options) {
   StatusOr<api::Endpoint> endpoint = api::ParseUrl("https://" + listen);
   if (!endpoint.ok()) return InvalidArgument("--listen '" + listen + "': expected HOST:PORT");
+  // Checked (the reason named) and then served from the files as they are at each handshake:
+  // a renewed Secret's certificate is served without a restart.
+  StatusOr<std::shared_ptr<api::ServingCertificate>> cert =
+      api::ServingCertificate::Load(cert_file, key_file, [](const std::string& line) {
+        std::fprintf(stderr, "paladin k8s webhook: %s\n", line.c_str());
+      });
+  if (!cert.ok()) return cert.status();
   httplib::SSLServer server(cert_file.c_str(), key_file.c_str());
   if (!server.is_valid()) {
     return InvalidArgument("certificate '" + cert_file + "' or key '" + key_file +
                            "' cannot be loaded");
   }
+  (*cert)->Install(server.ssl_context());
   server.set_payload_max_length(4 << 20);  // the API server sends whole pods; 4 MiB is plenty
   server.Post("/mutate", [&options](const httplib::Request& req, httplib::Response& res) {
     res.set_content(Review(req.body, options), "application/json");

@@ -5,6 +5,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <cstdio>
+
 namespace paladin::server {
 namespace {
 
@@ -16,19 +18,6 @@ std::string OpenSslError() {
   char text[256];
   ERR_error_string_n(code, text, sizeof text);
   return text;
-}
-
-// A certificate's time as OpenSSL prints it ("Dec  5 07:00:00 2026 GMT").
-std::string TimeText(const ASN1_TIME* when) {
-  std::string out;
-  BIO* text = BIO_new(BIO_s_mem());
-  if (text != nullptr && ASN1_TIME_print(text, when) == 1) {
-    char buf[64];
-    const int n = BIO_read(text, buf, sizeof buf);
-    if (n > 0) out.assign(buf, static_cast<size_t>(n));
-  }
-  BIO_free(text);
-  return out;
 }
 
 }  // namespace
@@ -47,29 +36,14 @@ StatusOr<std::unique_ptr<TlsContext>> TlsContext::Load(const std::string& cert_f
   // No tickets: nothing is written after the handshake but answers.
   SSL_CTX_set_num_tickets(ctx, 0);
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
-  if (SSL_CTX_use_certificate_chain_file(ctx, cert_file.c_str()) != 1) {
-    return InvalidArgument("TLS certificate " + cert_file + ": " + OpenSslError());
-  }
-  if (SSL_CTX_use_PrivateKey_file(ctx, key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
-    return InvalidArgument("TLS key " + key_file + " (of certificate " + cert_file +
-                           "): " + OpenSslError());
-  }
-  // An expired certificate (or one not valid yet) would fail every client's check: said here,
-  // once, rather than as each client's handshake failure.
-  if (const X509* cert = SSL_CTX_get0_certificate(ctx); cert != nullptr) {
-    if (X509_cmp_current_time(X509_get0_notAfter(cert)) < 0) {
-      return InvalidArgument("TLS certificate " + cert_file + " expired on " +
-                             TimeText(X509_get0_notAfter(cert)));
-    }
-    if (X509_cmp_current_time(X509_get0_notBefore(cert)) > 0) {
-      return InvalidArgument("TLS certificate " + cert_file + " is not valid before " +
-                             TimeText(X509_get0_notBefore(cert)));
-    }
-  }
-  if (SSL_CTX_check_private_key(ctx) != 1) {
-    return InvalidArgument("TLS key " + key_file + " is not the key of certificate " + cert_file +
-                           ": " + OpenSslError());
-  }
+  // The pair is read again when its files change (a renewed certificate served without a
+  // restart); the checks of a bad pair are ServingCertificate's.
+  StatusOr<std::shared_ptr<api::ServingCertificate>> cert = api::ServingCertificate::Load(
+      cert_file, key_file,
+      [](const std::string& line) { std::fprintf(stderr, "paladin server: %s\n", line.c_str()); });
+  if (!cert.ok()) return cert.status();
+  out->cert_ = std::move(*cert);
+  out->cert_->Install(ctx);
   return out;
 }
 

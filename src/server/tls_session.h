@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "paladin/api/serving_cert.h"
 #include "paladin/base/status.h"
 
 typedef struct ssl_ctx_st SSL_CTX;
@@ -20,8 +21,9 @@ namespace paladin::server {
 
 class TlsContext {
  public:
-  // The server's certificate chain and key (PEM files); TLS 1.2 and later, no renegotiation, no
-  // session tickets. An error names the file and OpenSSL's reason.
+  // The server's certificate chain and key (PEM files), read again when the files change
+  // (api::ServingCertificate); TLS 1.2 and later, no renegotiation, no session tickets. An error
+  // names the file and OpenSSL's reason.
   static StatusOr<std::unique_ptr<TlsContext>> Load(const std::string& cert_file,
                                                     const std::string& key_file);
   ~TlsContext();
@@ -32,6 +34,7 @@ class TlsContext {
  private:
   explicit TlsContext(SSL_CTX* ctx) : ctx_(ctx) {}
   SSL_CTX* ctx_;
+  std::shared_ptr<api::ServingCertificate> cert_;  // serves ctx_'s handshakes
 };
 
 class TlsSession {
