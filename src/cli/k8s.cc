@@ -484,6 +484,7 @@ int RunCheckpoint(const K8sArgs& args) {
   k8s::CheckpointOptions o;
   o.node = args.node;
   o.to_images = args.move.to_images;
+  o.to_mover = args.move.to_mover;
   o.move = args.move;
   const k8s::ApiClient client(*config);
   if (args.every_s > 0) StopOnSignals();
@@ -499,8 +500,9 @@ int RunCheckpoint(const K8sArgs& args) {
       for (const std::string& l : r->left) {
         if (said_left.insert(l).second) std::printf("left %s\n", l.c_str());
       }
+      const std::string where = o.to_mover.empty() ? o.to_images : "the mover at " + o.to_mover;
       std::printf("checkpointed %zu pod(s) of %s into %s, %zu left, %d older image(s) removed\n",
-                  r->taken.size(), o.node.c_str(), o.to_images.c_str(), r->left.size(), r->removed);
+                  r->taken.size(), o.node.c_str(), where.c_str(), r->left.size(), r->removed);
       std::fflush(stdout);
       if (args.every_s <= 0) return 0;
     }
@@ -580,16 +582,68 @@ int RunRecover(const K8sArgs& args) {
   }
 }
 
+// `paladin k8s mover --carry-listen`: other nodes' images taken into this node's folder, on a
+// thread of its own (after --host-mounts: a process with threads cannot enter the node's mounts).
+// 0, or the exit code after saying what is wrong.
+int StartCarry(const K8sArgs& args, const k8s::MoveOptions& move,
+               std::unique_ptr<k8s::CarryServer>* carry) {
+  if (args.carry_listen.empty()) return 0;
+  StatusOr<std::pair<std::string, int>> at = transfer::ParseHostPort(args.carry_listen);
+  StatusOr<std::string> key =
+      at.ok() ? k8s::ReadMoveKey(move.key_file) : StatusOr<std::string>(at.status());
+  if (!key.ok()) {
+    cli::Say("k8s mover", "--carry-listen '" + args.carry_listen + "': " + key.status().message());
+    return 2;
+  }
+  k8s::CarryServerOptions co;
+  co.images = move.images;
+  co.key = *key;
+  co.bind_address = at->first;
+  co.port = at->second;
+  co.log = [](const std::string& line) {
+    std::fprintf(stderr, "paladin k8s mover: %s\n", line.c_str());
+  };
+  StatusOr<std::unique_ptr<k8s::CarryServer>> started = k8s::CarryServer::Listen(co);
+  if (!started.ok()) {
+    cli::Say("k8s mover", "--carry-listen: " + started.status().message());
+    return 1;
+  }
+  *carry = std::move(*started);
+  std::fprintf(stderr, "paladin k8s mover: taking other nodes' images into %s on %s:%d\n",
+               co.images.c_str(), co.bind_address.c_str(), (*carry)->port());
+  return 0;
+}
+
 // `paladin k8s mover`: the moves of this node's pods asked of Paladin's server, carried out.
 int RunMover(const K8sArgs& args) {
   if (Status s = k8s::CheckNodeName(args.node); !s.ok()) {
     cli::Say("k8s mover", "--node: " + s.message());
     return 2;
   }
+  if (args.paladin_server.empty() && !args.carry_listen.empty()) {
+    // Only other nodes' images taken (a node that receives moves and checkpoints, no server).
+    StatusOr<k8s::MoveOptions> made = MoveOptionsOf(args);
+    if (args.host_mounts && made.ok()) {
+      StatusOr<k8s::ApiConfig> entered = NodeConfig(args);
+      if (!entered.ok()) made = entered.status();
+    }
+    if (!made.ok()) {
+      cli::Say("k8s mover", made.status().message());
+      return 2;
+    }
+    std::unique_ptr<k8s::CarryServer> carry;
+    StopOnSignals();
+    if (int rc = StartCarry(args, *made, &carry); rc != 0) return rc;
+    while (!SleepUnlessStopped(3600)) {
+    }
+    std::fprintf(stderr, "paladin k8s mover: stopped by a signal\n");
+    return 0;
+  }
   if (args.paladin_server.empty()) {
     cli::Say("k8s mover",
              "--paladin-server and --paladin-token-file are required: the moves "
-             "come from Paladin's server");
+             "come from Paladin's server (or --carry-listen alone, to take other nodes' images "
+             "only)");
     return 2;
   }
   // Paladin's server's token and CA are the pod's files: read, or kept open and named through
@@ -645,32 +699,7 @@ int RunMover(const K8sArgs& args) {
   o.mover_pods = args.mover_pods;
   // Images other nodes' movers carry here, for moves to this node between machines.
   std::unique_ptr<k8s::CarryServer> carry;
-  if (!args.carry_listen.empty()) {
-    StatusOr<std::pair<std::string, int>> at = transfer::ParseHostPort(args.carry_listen);
-    StatusOr<std::string> key =
-        at.ok() ? k8s::ReadMoveKey(o.move.key_file) : StatusOr<std::string>(at.status());
-    if (!key.ok()) {
-      cli::Say("k8s mover",
-               "--carry-listen '" + args.carry_listen + "': " + key.status().message());
-      return 2;
-    }
-    k8s::CarryServerOptions co;
-    co.images = o.move.images;
-    co.key = *key;
-    co.bind_address = at->first;
-    co.port = at->second;
-    co.log = [](const std::string& line) {
-      std::fprintf(stderr, "paladin k8s mover: %s\n", line.c_str());
-    };
-    StatusOr<std::unique_ptr<k8s::CarryServer>> started = k8s::CarryServer::Listen(co);
-    if (!started.ok()) {
-      cli::Say("k8s mover", "--carry-listen: " + started.status().message());
-      return 1;
-    }
-    carry = std::move(*started);
-    std::fprintf(stderr, "paladin k8s mover: taking other nodes' images into %s on %s:%d\n",
-                 co.images.c_str(), co.bind_address.c_str(), carry->port());
-  }
+  if (int rc = StartCarry(args, o.move, &carry); rc != 0) return rc;
   const k8s::ApiClient client(*config);
   if (args.every_s > 0) {
     StopOnSignals();
@@ -848,11 +877,13 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
       "Checkpoint each running pod of the RuntimeClass paladin on this node, leaving it running, "
       "into a folder that outlives the node (on the node, as root)");
   checkpoint->add_option("--node", args->node, "This node's name")->required();
-  checkpoint
-      ->add_option("--to-images", m.to_images,
-                   "Where the images go: the recovery node's image folder, or a shared "
-                   "one every node mounts as its own")
-      ->required();
+  checkpoint->add_option("--to-images", m.to_images,
+                         "Where the images go: the recovery node's image folder, or a shared "
+                         "one every node mounts as its own");
+  checkpoint->add_option("--to-mover", m.to_mover,
+                         "HOST:PORT: or the recovery node's mover (`k8s mover --carry-listen`), "
+                         "to which each image is sent over the network, older ones removed there");
+  checkpoint->add_option("--key", m.key_file, "The cluster's move key (with --to-mover)");
   checkpoint->add_option("--every", args->every_s,
                          "Checkpoint again every so many seconds, never exiting; default 0: once");
   checkpoint->add_option("--runc", m.runc, "runc on this node");

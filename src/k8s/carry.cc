@@ -14,12 +14,15 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <utility>
 
 #include "node_ops.h"
 #include "paladin/ckpt/image.h"
+#include "paladin/k8s/api.h"
+#include "paladin/k8s/recover.h"
 #include "paladin/migrate/control.h"
 #include "paladin/transfer/transfer.h"
 
@@ -38,6 +41,8 @@ constexpr double kSenderStartS = 60;
 // for its verdict on the image.
 constexpr double kCarryAnswerS = 900;
 constexpr size_t kMaxConnections = 16;
+// What a pod's uid is made of (and a periodic checkpoint's name after "recover-").
+constexpr char kUidChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-";
 // Room kept free in the destination's folder beyond the image.
 constexpr uint64_t kSpareBytes = uint64_t{64} << 20;
 
@@ -89,11 +94,15 @@ std::string CarryToken(const std::string& key) {
 StatusOr<std::string> ReadMoveKey(const std::string& path) { return detail::ReadKey(path); }
 
 bool CarriableImageName(const std::string& name) {
-  if (name.rfind("move-", 0) != 0 || name.size() <= 5 || name.size() > 120) return false;
-  for (char c : name.substr(5)) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+  if (name.size() > 120) return false;
+  if (name.rfind("move-", 0) == 0 && name.size() > 5) {
+    return name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-", 5) == std::string::npos;
   }
-  return true;
+  // A periodic checkpoint's: recover-UID-MS (CheckpointImageName).
+  if (name.rfind("recover-", 0) == 0 && name.size() > 8) {
+    return name.find_first_not_of(kUidChars, 8) == std::string::npos;
+  }
+  return false;
 }
 
 struct CarryServer::Impl {
@@ -177,12 +186,42 @@ struct CarryServer::Impl {
       Carry(ch, w[1], w[2]);
       return;
     }
-    (void)ch.Send("ERR expected CARRY IMAGE BYTES or MARK IMAGE FILE");
+    if ((w.size() == 2 || w.size() == 3) && w[0] == "PRUNE") {
+      Prune(ch, w[1], w.size() == 3 ? w[2] : "");
+      return;
+    }
+    (void)ch.Send("ERR expected CARRY IMAGE BYTES, MARK IMAGE FILE or PRUNE NODE UIDS");
+  }
+
+  // The periodic checkpoints of `node` that are no longer of use here: of pods not in `uids`
+  // (comma-separated), all; of the others, all but the newest (PruneCheckpoints).
+  void Prune(migrate::Channel& ch, const std::string& node, const std::string& uids) {
+    if (!CheckNodeName(node).ok()) {
+      (void)ch.Send("ERR PRUNE: '" + node.substr(0, 64) + "' is not a node name");
+      return;
+    }
+    std::set<std::string> present;
+    std::istringstream in(uids);
+    for (std::string uid; std::getline(in, uid, ',');) {
+      if (uid.empty() || uid.size() > 64 || uid.find_first_not_of(kUidChars) != std::string::npos) {
+        (void)ch.Send("ERR PRUNE: '" + uid.substr(0, 64) + "' is not a pod uid");
+        return;
+      }
+      present.insert(uid);
+    }
+    std::lock_guard<std::mutex> one(carry_mu);
+    const int removed = PruneCheckpoints(options.images, node, present);
+    (void)ch.Send("OK " + std::to_string(removed));
+    if (removed > 0) {
+      Log("carry: " + std::to_string(removed) + " older checkpoint image(s) of node " + node +
+          " removed");
+    }
   }
 
   void Carry(migrate::Channel& ch, const std::string& name, const std::string& bytes_text) {
     if (!CarriableImageName(name)) {
-      (void)ch.Send("ERR CARRY: '" + name.substr(0, 64) + "' is not a move's image name");
+      (void)ch.Send("ERR CARRY: '" + name.substr(0, 64) +
+                    "' is not a move's or a checkpoint's image name");
       Log("carry: refused the image name '" + name.substr(0, 64) + "'");
       return;
     }
@@ -221,7 +260,7 @@ struct CarryServer::Impl {
     ro.out_dir = options.images + "/" + kIncomingPrefix + name;
     ro.token = token;
     ro.bind_address = options.bind_address;
-    ro.port = port == 0 ? 0 : port + 1;
+    ro.port = options.port == 0 ? 0 : options.port + 1;  // 0: ephemeral, as the command port
     ro.io_timeout_s = options.io_timeout_s;
     ro.idle_timeout_s = kSenderStartS;
     // The image is restored at once, while the source keeps its own copy until the replacement
@@ -347,7 +386,9 @@ StatusOr<CarryReport> CarryImageTo(const std::string& dir, const std::string& ho
                                    const std::function<void(const std::string&)>& progress) {
   const Clock::time_point t0 = Clock::now();
   const std::string name = fs::path(dir).filename().string();
-  if (!CarriableImageName(name)) return InvalidArgument("'" + name + "' is not a move's image");
+  if (!CarriableImageName(name)) {
+    return InvalidArgument("'" + name + "' is not a move's or a checkpoint's image");
+  }
   std::error_code ec;
   if (!fs::exists(dir + "/manifest.json", ec)) {
     ckpt::Manifest m;
@@ -404,6 +445,22 @@ StatusOr<CarryReport> CarryImageTo(const std::string& dir, const std::string& ho
   report.bytes = sent->bytes_total;
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return report;
+}
+
+StatusOr<int> PruneCarried(const std::string& host, int port, const std::string& key,
+                           const std::string& node, const std::set<std::string>& present_uids) {
+  StatusOr<migrate::Channel> ch = Open(host, port, key, 10);
+  if (!ch.ok()) return ch.status();
+  std::string uids;
+  for (const std::string& u : present_uids) uids += (uids.empty() ? "" : ",") + u;
+  StatusOr<std::string> answer =
+      ch->Call("PRUNE " + node + (uids.empty() ? "" : " " + uids), kCarryAnswerS);
+  if (!answer.ok()) return answer.status();
+  try {
+    return std::stoi(*answer);
+  } catch (const std::exception&) {
+    return Internal("the destination answered PRUNE with '" + answer->substr(0, 64) + "'");
+  }
 }
 
 StatusOr<bool> CarriedImageHas(const std::string& host, int port, const std::string& key,

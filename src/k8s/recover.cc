@@ -18,8 +18,10 @@
 #include "node_ops.h"
 #include "paladin/api/wire.h"
 #include "paladin/ckpt/gpu_checkpoint.h"
+#include "paladin/k8s/carry.h"
 #include "paladin/k8s/placement_pass.h"
 #include "paladin/k8s/scheduler.h"
+#include "paladin/transfer/transfer.h"
 
 namespace paladin::k8s {
 namespace {
@@ -149,7 +151,9 @@ StatusOr<std::string> CheckpointPod(const CheckpointOptions& o, const std::strin
       info.gpu_uuid = (*uuids)[static_cast<size_t>(pod.gpu)];
     }
   }
-  const std::string final_dir = o.to_images + "/" + info.image;
+  // Sent to another node's mover: made in this node's folder first, then carried.
+  const bool by_network = !o.to_mover.empty();
+  const std::string final_dir = (by_network ? m.images : o.to_images) + "/" + info.image;
   const std::string dir = final_dir + ".partial";
   const std::string work = m.images + "/" + info.image + ".work";
   std::error_code ec;
@@ -221,6 +225,17 @@ StatusOr<std::string> CheckpointPod(const CheckpointOptions& o, const std::strin
     return Internal("cannot rename " + dir + " to " + final_dir + ": " + why);
   }
   fs::remove_all(work, ec);
+  if (by_network) {
+    StatusOr<std::pair<std::string, int>> hp = transfer::ParseHostPort(o.to_mover);
+    StatusOr<std::string> key =
+        hp.ok() ? detail::ReadKey(m.key_file) : StatusOr<std::string>(hp.status());
+    StatusOr<CarryReport> carried =
+        key.ok() ? CarryImageTo(final_dir, hp->first, hp->second, *key, nullptr)
+                 : StatusOr<CarryReport>(key.status());
+    // This node's copy is of no use to a recovery elsewhere: the next pass takes another.
+    fs::remove_all(final_dir, ec);
+    if (!carried.ok()) return carried.status();
+  }
   return info.image;
 }
 
@@ -457,7 +472,16 @@ StatusOr<std::vector<std::string>> FindLostNodes(const ApiClient& client, const 
 StatusOr<CheckpointResult> CheckpointNode(const ApiClient& client, const CheckpointOptions& o,
                                           const std::function<void(const std::string&)>& progress) {
   if (Status s = CheckNodeName(o.node); !s.ok()) return s;
-  if (o.to_images.empty()) return InvalidArgument("give the folder the images go to (--to-images)");
+  if (o.to_images.empty() == o.to_mover.empty()) {
+    return InvalidArgument(
+        "give where the images go: a folder (--to-images) or another node's mover (--to-mover), "
+        "one of them");
+  }
+  if (!o.to_mover.empty()) {
+    if (StatusOr<std::pair<std::string, int>> hp = transfer::ParseHostPort(o.to_mover); !hp.ok()) {
+      return InvalidArgument("--to-mover '" + o.to_mover + "': " + hp.status().message());
+    }
+  }
   StatusOr<std::string> pods = client.Get("/api/v1/pods?fieldSelector=spec.nodeName%3D" + o.node);
   if (!pods.ok()) return pods.status();
   StatusOr<DrainPlan> plan = PlanDrain(*pods);  // the node's running pods of the RuntimeClass
@@ -478,23 +502,45 @@ StatusOr<CheckpointResult> CheckpointNode(const ApiClient& client, const Checkpo
     result.taken.push_back(pod.ns + "/" + pod.name + " " + *image);
   }
   // Older images: of a pod checkpointed now, all but the newest; of this node's pods that are no
-  // longer bound here, all (moved, deleted). A claimed one belongs to a recovery.
+  // longer bound here, all (moved, deleted). Present: any pod still bound here, running or not
+  // (a container restarting keeps its images).
+  std::set<std::string> present;
+  for (const auto& [uid, json] : pod_json) present.insert(uid);
+  if (o.to_mover.empty()) {
+    result.removed = PruneCheckpoints(o.to_images, o.node, present);
+    return result;
+  }
+  StatusOr<std::pair<std::string, int>> hp = transfer::ParseHostPort(o.to_mover);
+  StatusOr<std::string> key =
+      hp.ok() ? detail::ReadKey(o.move.key_file) : StatusOr<std::string>(hp.status());
+  StatusOr<int> removed = key.ok() ? PruneCarried(hp->first, hp->second, *key, o.node, present)
+                                   : StatusOr<int>(key.status());
+  if (!removed.ok()) {
+    result.left.push_back("older images at " + o.to_mover + ": " + removed.status().message());
+  } else {
+    result.removed = *removed;
+  }
+  return result;
+}
+
+int PruneCheckpoints(const std::string& folder, const std::string& node,
+                     const std::set<std::string>& present_uids) {
+  // A claimed image belongs to a recovery.
   std::map<std::string, int64_t> newest;
-  // Present: any pod still bound here, running or not (a container restarting keeps its images).
-  const std::map<std::string, std::string>& present = pod_json;
-  const std::vector<CheckpointInfo> images = ListCheckpoints(o.to_images);
+  const std::vector<CheckpointInfo> images = ListCheckpoints(folder);
   for (const CheckpointInfo& c : images) {
     if (c.ms > newest[c.from_uid]) newest[c.from_uid] = c.ms;
   }
+  int removed = 0;
   std::error_code ec;
   for (const CheckpointInfo& c : images) {
-    if (c.node != o.node || c.claimed) continue;
-    if (present.count(c.from_uid) == 0 || c.ms < newest[c.from_uid]) {
-      fs::remove_all(o.to_images + "/" + c.image, ec);
-      if (!ec) ++result.removed;
+    if (c.node != node || c.claimed) continue;
+    if (present_uids.count(c.from_uid) == 0 || c.ms < newest[c.from_uid]) {
+      fs::remove_all(folder + "/" + c.image, ec);
+      if (!ec) ++removed;
     }
   }
-  return result;
+  return removed;
 }
 
 StatusOr<RecoverResult> RecoverNode(const ApiClient& client, const RecoverOptions& o,

@@ -1,7 +1,8 @@
 // A move's image carried to another node's mover over loopback (no cluster): the bytes arrive
 // whole under the image's name, a second carry finds it there, the runtime's mark is reported; a
 // wrong key, a name that is not a move's image, a manifest naming another image and a folder
-// without room are refused, and nothing half-carried is left under the image's name.
+// without room are refused, and nothing half-carried is left under the image's name. Periodic
+// checkpoints sent the same way, and the older ones removed there (PRUNE).
 #include "paladin/k8s/carry.h"
 
 #include <gtest/gtest.h>
@@ -11,10 +12,12 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "paladin/ckpt/image.h"
+#include "paladin/k8s/recover.h"
 #include "paladin/migrate/control.h"
 
 namespace paladin::k8s {
@@ -139,7 +142,8 @@ TEST_F(CarryTest, NamesThatAreNoMoveImagesAndBadCountsAreRefused) {
   for (const char* name :
        {"../escape", "move-../x", "checkpoint-1", ".carry-move-1", "move-", "move-A"}) {
     const std::string a = call(std::string("CARRY ") + name + " 10");
-    EXPECT_NE(a.find("is not a move's image name"), std::string::npos) << name << ": " << a;
+    EXPECT_NE(a.find("is not a move's or a checkpoint's image name"), std::string::npos)
+        << name << ": " << a;
   }
   EXPECT_NE(call("CARRY move-1 -5").find("is not a byte count"), std::string::npos);
   EXPECT_NE(call("CARRY move-1 12x").find("is not a byte count"), std::string::npos);
@@ -167,6 +171,55 @@ TEST_F(CarryTest, AManifestNamingAnotherImageIsRefused) {
             std::string::npos)
       << r.status().message();
   EXPECT_TRUE(fs::is_empty(root_ / "dst"));
+}
+
+// A periodic checkpoint sent to the recovery node's mover, and the older ones it removes there
+// when the checkpointer asks (PRUNE): of a pod still on the node all but the newest, of a pod
+// gone all; another node's and a claimed one untouched.
+TEST_F(CarryTest, CheckpointsArriveAndTheOlderOnesArePrunedThere) {
+  std::unique_ptr<CarryServer> server = Serve();
+  auto checkpoint = [&](const std::string& node, const std::string& uid, int64_t ms) {
+    CheckpointInfo info;
+    info.image = CheckpointImageName(uid, ms);
+    info.ns = "team-a";
+    info.pod = "demo-m1";
+    info.from_pod = "demo";
+    info.from_uid = uid;
+    info.node = node;
+    const fs::path dir = root_ / "src" / info.image;
+    fs::create_directories(dir / "demo");
+    std::ofstream(dir / "owner") << OwnerFile(info);
+    std::ofstream(dir / "pod.json") << "{}";
+    std::ofstream(dir / "demo" / "pages-1.img") << std::string(4096, 'x');
+    StatusOr<CarryReport> r =
+        CarryImageTo(dir.string(), "127.0.0.1", server->port(), key_, nullptr);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return info.image;
+  };
+  const std::string a1 = checkpoint("node-2", "uid-a", 1000);
+  const std::string a2 = checkpoint("node-2", "uid-a", 2000);
+  const std::string b1 = checkpoint("node-2", "uid-b", 1000);
+  const std::string c1 = checkpoint("node-3", "uid-c", 1000);  // another node's
+  const std::string d1 = checkpoint("node-2", "uid-d", 1000);
+  std::ofstream(root_ / "dst" / d1 / "claimed") << "";  // a recovery's
+  // Pod b is gone from node-2; a is still there.
+  StatusOr<int> removed = PruneCarried("127.0.0.1", server->port(), key_, "node-2", {"uid-a"});
+  ASSERT_TRUE(removed.ok()) << removed.status().message();
+  EXPECT_EQ(*removed, 2);
+  std::set<std::string> left;
+  for (const fs::directory_entry& e : fs::directory_iterator(root_ / "dst")) {
+    left.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(left, (std::set<std::string>{a2, c1, d1}));
+  EXPECT_FALSE(fs::exists(root_ / "dst" / a1));
+  EXPECT_FALSE(fs::exists(root_ / "dst" / b1));
+  // Refused: a node name or a uid that is none.
+  EXPECT_FALSE(PruneCarried("127.0.0.1", server->port(), key_, "../x", {}).ok());
+  StatusOr<int> bad = PruneCarried("127.0.0.1", server->port(), key_, "node-2", {"a b"});
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(left.size(), 3U);
+  EXPECT_TRUE(CarriableImageName(CheckpointImageName("0b5c1f3e-aa", 1733)));
+  EXPECT_FALSE(CarriableImageName("recover-../x"));
 }
 
 }  // namespace

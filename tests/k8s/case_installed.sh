@@ -587,8 +587,9 @@ mover_cordons() {
   [[ -n $mover_pod ]] || fail "no paladin-mover pod on $NODE"
   # It takes other nodes' images in the node's folder, its listener started once it is in the
   # node's mounts (a process with threads cannot enter them).
-  "$KUBECTL" -n paladin logs "$mover_pod" | grep -q "taking other nodes' images into $CLUSTER_DIR/checkpoints on 0.0.0.0:19471" ||
-    fail "the installed mover takes no images: $("$KUBECTL" -n paladin logs "$mover_pod" | tail -3)"
+  out=$("$KUBECTL" -n paladin logs "$mover_pod")
+  [[ $out == *"taking other nodes' images into $CLUSTER_DIR/checkpoints on 0.0.0.0:19471"* ]] ||
+    fail "the installed mover takes no images: $(tail -3 <<<"$out")"
   # as_mover TOKEN PATCH: the patch of node NODE by the holder of TOKEN.
   as_mover() { patch_as "$1" "api/v1/nodes/$NODE" "$2"; }
   bound=$("$KUBECTL" -n paladin create token paladin-mover --bound-object-kind Pod \

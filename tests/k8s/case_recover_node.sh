@@ -2,8 +2,9 @@
 # k8s: nodes 2
 # A node lost, its pods back on the other node from their last checkpoint: pod `lost` (the demo
 # workload verifying its memory, RuntimeClass paladin) runs on the second node; `paladin k8s
-# checkpoint` (the node's periodic checkpoint, one pass) checkpoints it there, left running, into
-# the first node's image folder. `paladin k8s recover NODE2 --to NODE` is refused while the second
+# checkpoint` (the node's periodic checkpoint, two passes) checkpoints it there, left running, and
+# sends each image over the network to the first node's mover (`--to-mover`), which puts it in the
+# first node's image folder and, after the second pass, removes the first. `paladin k8s recover NODE2 --to NODE` is refused while the second
 # node is alive. Then the second node dies (cluster.sh lose-node2: its kubelet, containerd, shims
 # and the workload SIGKILLed) and its Paladin data (its image folder) is deleted; `paladin k8s
 # recover --watch` (the automatic mode, running on the first node since before the loss) counts
@@ -21,8 +22,9 @@ CASE=recover_node
 source "$here/caselib.sh"
 need_cluster 2 "loses the test cluster's second node (cluster.sh --nodes 2)"
 workload '--mib 20 --host-mib 3 --every-ms 97'
-logs_pid='' watch_pid='' node2_lost=0
+logs_pid='' watch_pid='' node2_lost=0 carrier_pid=''
 cleanup() {
+  [[ -z $carrier_pid ]] || kill "$carrier_pid" 2>/dev/null || true
   [[ -z $watch_pid ]] || kill "$watch_pid" 2>/dev/null || true
   [[ -z $logs_pid ]] || kill "$logs_pid" 2>/dev/null || true
   # The second node back for what follows, whatever happened here.
@@ -33,18 +35,42 @@ on_exit=cleanup
 runtime_class
 lost_pod_on_node2
 
-# --- the periodic checkpoint (one pass), on the second node ------------------------------------
+# --- the periodic checkpoint (two passes), on the second node -----------------------------------
+# Its images go over the network, as between machines: the first node's mover takes them on
+# 127.0.0.1 (--carry-listen, nothing else: no Paladin server), the checkpointer knows it by
+# address only (--to-mover), not by folder; after the second pass the first image is removed
+# there.
 read -ra api <<<"$K8S_NODE_FLAGS"
-read -ra ckpt <<<"$NODE2_CHECKPOINT_FLAGS"
+carry_at=127.0.0.1:19462
+read -ra mv <<<"$MOVE_FLAGS"
+"$PALADIN" k8s mover --node "$NODE" "${mv[@]}" --carry-listen "$carry_at" >"$work/carrier.log" 2>&1 &
+carrier_pid=$!
+for ((i = 0; i < 100; i++)); do
+  grep -q "taking other nodes' images" "$work/carrier.log" && break
+  sleep 0.1
+done
+read -ra ckpt <<<"${NODE2_CHECKPOINT_FLAGS% --to-images *} --to-mover $carry_at --key $CLUSTER_DIR/conf/move.key"
 sampler_start
-g_before=$(last_gen lost)
-"$PALADIN" k8s checkpoint --node "$NODE2" "${api[@]}" "${ckpt[@]}" >"$work/ckpt" 2>&1 ||
-  fail "paladin k8s checkpoint: $(tail -5 "$work/ckpt")"
+for pass in 1 2; do
+  g_before=$(last_gen lost)  # the second pass's image is the one recovered
+  "$PALADIN" k8s checkpoint --node "$NODE2" "${api[@]}" "${ckpt[@]}" >"$work/ckpt" 2>&1 ||
+    fail "paladin k8s checkpoint: $(tail -5 "$work/ckpt")"
+  sed 's/^/recover_node:   /' "$work/ckpt"
+  grep -q "^checkpointed 1 pod(s) of $NODE2 into the mover at $carry_at, 0 left, $((pass - 1)) older image(s) removed" "$work/ckpt" ||
+    fail "checkpoint (pass $pass): $(tail -1 "$work/ckpt")"
+  older=${image:-}
+  image=$(sed -n 's/^taken [^ ]* \(recover-[^ ]*\).*/\1/p' "$work/ckpt")
+done
 g_after=$(last_gen lost)
-sed 's/^/recover_node:   /' "$work/ckpt"
-grep -q "^checkpointed 1 pod(s) of $NODE2" "$work/ckpt" || fail "checkpoint: $(tail -1 "$work/ckpt")"
-image=$(sed -n 's/^taken [^ ]* \(recover-[^ ]*\).*/\1/p' "$work/ckpt")
 [[ -f $CLUSTER_DIR/checkpoints/$image/owner ]] || fail "no image $image in the first node's folder"
+[[ ! -e $CLUSTER_DIR/checkpoints/$older ]] || fail "the older image $older is still in the first node's folder"
+[[ ! -e $CLUSTER_DIR/node2/checkpoints/$image ]] || fail "the image was left in the second node's folder"
+kill "$carrier_pid" 2>/dev/null || true
+wait "$carrier_pid" 2>/dev/null || true
+carrier_pid=''
+sed 's/^/recover_node:   /' "$work/carrier.log"
+[[ $(grep -c "carry: recover-.* received into $CLUSTER_DIR/checkpoints/recover-" "$work/carrier.log") == 2 ]] ||
+  fail "the first node's mover did not receive both images: $(tail -3 "$work/carrier.log")"
 # Left running: it goes on past the checkpoint.
 for ((i = 0; i < 50; i++)); do
   [[ $(last_gen lost) -ge $((g_after + 8)) ]] 2>/dev/null && break

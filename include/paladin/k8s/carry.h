@@ -13,12 +13,16 @@
 //   MARK <image> <file>      -> OK yes | OK no: whether the image's folder holds that file (the
 //                               mark the destination's runtime leaves once it restored a
 //                               container's GPU state)
+//   PRUNE <node> [<uid>,...] -> OK <removed>: the periodic checkpoints node <node> sent that are
+//                               no longer of use (PruneCheckpoints: those of pods not listed, and
+//                               all but the newest of each listed one; a claimed one is kept)
 #ifndef PALADIN_K8S_CARRY_H_
 #define PALADIN_K8S_CARRY_H_
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "paladin/base/status.h"
@@ -32,7 +36,8 @@ std::string CarryToken(const std::string& key);
 // The node's move key file (`--key`), as moves read it.
 StatusOr<std::string> ReadMoveKey(const std::string& path);
 
-// A name the carry takes: a move's image ("move-" then letters, digits and dashes).
+// A name the carry takes: a move's image ("move-" then lowercase letters, digits and dashes) or a
+// periodic checkpoint's ("recover-" then a pod's uid and the time: CheckpointImageName).
 bool CarriableImageName(const std::string& name);
 
 struct CarryServerOptions {
@@ -79,6 +84,10 @@ struct CarryReport {
 StatusOr<CarryReport> CarryImageTo(const std::string& dir, const std::string& host, int port,
                                    const std::string& key,
                                    const std::function<void(const std::string&)>& progress);
+
+// PRUNE at the destination: how many older checkpoint images of `node` it removed.
+StatusOr<int> PruneCarried(const std::string& host, int port, const std::string& key,
+                           const std::string& node, const std::set<std::string>& present_uids);
 
 // Whether the destination's image `image` holds `file` (MARK); also how a move asks, before it
 // checkpoints anything, whether the destination's mover is there and takes this node's key.

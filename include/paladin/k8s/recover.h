@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,10 @@ std::string ForceDeleteBody(const std::string& uid);
 struct CheckpointOptions {
   std::string node;       // this node's name
   std::string to_images;  // where images go: the recovery node's folder, or a shared one
+  // Or, between machines: the recovery node's mover (`paladin k8s mover --carry-listen`),
+  // HOST:PORT, to which each image is sent (made in move.images first), and which removes the
+  // older ones there (paladin/k8s/carry.h, PRUNE).
+  std::string to_mover;
   MoveOptions move;  // runc, runc_root, criu_dir, images (this node's, for CRIU's logs), driver
 };
 struct CheckpointResult {
@@ -101,6 +106,12 @@ struct CheckpointResult {
   std::vector<std::string> left;   // "NS/NAME: why"
   int removed = 0;                 // older images removed
 };
+// Of the images in `folder` that node `node` checkpointed and no recovery claimed: all of a pod
+// not in `present_uids` (moved, deleted) and all but the newest of each other pod, removed. How
+// many were.
+int PruneCheckpoints(const std::string& folder, const std::string& node,
+                     const std::set<std::string>& present_uids);
+
 // One pass over the node's pods.
 StatusOr<CheckpointResult> CheckpointNode(const ApiClient& client, const CheckpointOptions& o,
                                           const std::function<void(const std::string&)>& progress);
