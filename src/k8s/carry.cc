@@ -2,6 +2,7 @@
 
 #include <netinet/in.h>
 #include <openssl/hmac.h>
+#include <openssl/rand.h>
 #include <sys/socket.h>
 #include <sys/statvfs.h>
 #include <sys/utsname.h>
@@ -14,6 +15,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -76,19 +78,44 @@ uint64_t FolderBytes(const std::string& dir) {
 
 }  // namespace
 
-std::string CarryToken(const std::string& key) {
-  static constexpr char kLabel[] = "paladin-k8s-image-carry-v1";
-  unsigned char digest[32];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(kLabel), sizeof kLabel - 1, digest, &len);
+namespace {
+
+std::string Hex(const unsigned char* data, size_t n) {
   std::string hex;
   char byte[3];
-  for (unsigned int i = 0; i < len; ++i) {
-    std::snprintf(byte, sizeof byte, "%02x", digest[i]);
+  for (size_t i = 0; i < n; ++i) {
+    std::snprintf(byte, sizeof byte, "%02x", data[i]);
     hex += byte;
   }
   return hex;
+}
+
+std::string HmacHex(const std::string& key, const std::string& message) {
+  unsigned char digest[32];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest, &len);
+  return Hex(digest, len);
+}
+
+// 32 random bytes in hex: a connection's challenge, a carry's transfer token.
+std::string RandomHex() {
+  unsigned char bytes[32];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) {
+    std::random_device rd;
+    for (unsigned char& b : bytes) b = static_cast<unsigned char>(rd());
+  }
+  return Hex(bytes, sizeof bytes);
+}
+
+}  // namespace
+
+std::string CarryToken(const std::string& key) {
+  return HmacHex(key, "paladin-k8s-image-carry-v1");
+}
+
+std::string CarryProof(const std::string& key, const std::string& challenge) {
+  return HmacHex(CarryToken(key), "paladin-k8s-carry-auth\n" + challenge);
 }
 
 StatusOr<std::string> ReadMoveKey(const std::string& path) { return detail::ReadKey(path); }
@@ -160,12 +187,17 @@ struct CarryServer::Impl {
   }
 
   void Serve(migrate::Channel& ch) {
+    // A challenge of this connection's own: what crosses the network proves the key without
+    // being of use to one who records it.
+    const std::string challenge = RandomHex();
+    if (!ch.Send("CHALLENGE " + challenge).ok()) return;
     StatusOr<std::string> first = ch.Receive(options.io_timeout_s);
     if (!first.ok()) return;
     const std::vector<std::string> hello = Words(*first);
-    if (hello.size() != 2 || hello[0] != "TOKEN" || !migrate::SameSecret(hello[1], token)) {
-      (void)ch.Send("ERR authentication failed");
+    if (hello.size() != 2 || hello[0] != "PROOF" ||
+        !migrate::SameSecret(hello[1], HmacHex(token, "paladin-k8s-carry-auth\n" + challenge))) {
       Log("carry: a connection refused: authentication failed");
+      (void)ch.Send("ERR authentication failed");
       return;
     }
     if (!ch.Send("OK").ok()) return;
@@ -258,7 +290,7 @@ struct CarryServer::Impl {
     }
     transfer::ReceiverOptions ro;
     ro.out_dir = options.images + "/" + kIncomingPrefix + name;
-    ro.token = token;
+    ro.token = RandomHex();  // this image's only: of no use once it has arrived
     ro.bind_address = options.bind_address;
     ro.port = options.port == 0 ? 0 : options.port + 1;  // 0: ephemeral, as the command port
     ro.io_timeout_s = options.io_timeout_s;
@@ -271,7 +303,7 @@ struct CarryServer::Impl {
       (void)ch.Send("ERR " + receiver.status().message());
       return;
     }
-    if (!ch.Send("OK " + std::to_string((*receiver)->port())).ok()) return;
+    if (!ch.Send("OK " + std::to_string((*receiver)->port()) + " " + ro.token).ok()) return;
     const Clock::time_point t0 = Clock::now();
     {
       std::lock_guard<std::mutex> lock(threads_mu);
@@ -370,7 +402,15 @@ StatusOr<migrate::Channel> Open(const std::string& host, int port, const std::st
     return Unavailable("the destination node's mover does not answer at " + host + ":" +
                        std::to_string(port) + " (" + ch.status().message() + ")");
   }
-  StatusOr<std::string> ok = ch->Call("TOKEN " + CarryToken(key), 30);
+  StatusOr<std::string> challenge = ch->Receive(30);
+  const std::vector<std::string> c =
+      challenge.ok() ? Words(*challenge) : std::vector<std::string>{};
+  if (c.size() != 2 || c[0] != "CHALLENGE" || c[1].size() != 64) {
+    return Unavailable("the destination node's mover at " + host + ":" + std::to_string(port) +
+                       " did not speak the carry's protocol" +
+                       (challenge.ok() ? "" : ": " + challenge.status().message()));
+  }
+  StatusOr<std::string> ok = ch->Call("PROOF " + CarryProof(key, c[1]), 30);
   if (!ok.ok()) {
     return PermissionDenied("the destination node's mover at " + host + ":" + std::to_string(port) +
                             " refused this node: " + ok.status().message() +
@@ -417,16 +457,17 @@ StatusOr<CarryReport> CarryImageTo(const std::string& dir, const std::string& ho
     report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     return report;
   }
+  const std::vector<std::string> where = Words(*answer);
   int tport = 0;
   try {
-    tport = std::stoi(*answer);
+    if (where.size() == 2) tport = std::stoi(where[0]);
   } catch (const std::exception&) {
   }
-  if (tport <= 0 || tport > 65535) {
+  if (tport <= 0 || tport > 65535 || where[1].size() != 64) {
     return Internal("the destination answered CARRY with '" + answer->substr(0, 64) + "'");
   }
   transfer::SendOptions so;
-  so.token = CarryToken(key);
+  so.token = where[1];
   StatusOr<transfer::SendReport> sent =
       transfer::SendImage(dir, host, tport, so, [&](const transfer::SendProgress& p) {
         if (!progress || p.final) return;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -135,7 +136,9 @@ TEST_F(CarryTest, NamesThatAreNoMoveImagesAndBadCountsAreRefused) {
   auto call = [&](const std::string& line) {
     StatusOr<migrate::Channel> ch = migrate::Channel::Connect("127.0.0.1", server->port(), 5);
     EXPECT_TRUE(ch.ok());
-    EXPECT_TRUE(ch->Call("TOKEN " + CarryToken(key_), 5).ok());
+    StatusOr<std::string> challenge = ch->Receive(5);
+    EXPECT_TRUE(challenge.ok() && challenge->rfind("CHALLENGE ", 0) == 0);
+    EXPECT_TRUE(ch->Call("PROOF " + CarryProof(key_, challenge->substr(10)), 5).ok());
     StatusOr<std::string> a = ch->Call(line, 5);
     return a.ok() ? "OK " + *a : a.status().message();
   };
@@ -154,6 +157,36 @@ TEST_F(CarryTest, NamesThatAreNoMoveImagesAndBadCountsAreRefused) {
   EXPECT_TRUE(fs::is_empty(root_ / "dst"));
   EXPECT_FALSE(CarriableImageName("move-1/../../x"));
   EXPECT_TRUE(CarriableImageName("move-1733000000000-0a1f"));
+}
+
+// What one who records a connection has is of no use: the proof answers that connection's
+// challenge only, and the channel's secret itself is never sent (nor accepted as a proof).
+TEST_F(CarryTest, ARecordedProofOpensNoOtherConnection) {
+  std::vector<std::string> log;
+  std::unique_ptr<CarryServer> server = Serve(&log);
+  StatusOr<migrate::Channel> first = migrate::Channel::Connect("127.0.0.1", server->port(), 5);
+  ASSERT_TRUE(first.ok());
+  StatusOr<std::string> c1 = first->Receive(5);
+  ASSERT_TRUE(c1.ok());
+  ASSERT_EQ(c1->size(), 10U + 64U) << *c1;
+  const std::string recorded = "PROOF " + CarryProof(key_, c1->substr(10));
+  ASSERT_TRUE(first->Call(recorded, 5).ok());
+  for (const std::string& line :
+       {recorded, "PROOF " + CarryToken(key_), "TOKEN " + CarryToken(key_)}) {
+    StatusOr<migrate::Channel> again = migrate::Channel::Connect("127.0.0.1", server->port(), 5);
+    ASSERT_TRUE(again.ok());
+    StatusOr<std::string> c2 = again->Receive(5);
+    ASSERT_TRUE(c2.ok());
+    EXPECT_NE(*c2, *c1);
+    StatusOr<std::string> a = again->Call(line, 5);
+    ASSERT_FALSE(a.ok()) << line;
+    EXPECT_EQ(a.status().message(), "authentication failed");
+  }
+  server->Stop();  // its connections' threads joined: their log lines are in
+  EXPECT_EQ(
+      std::count_if(log.begin(), log.end(),
+                    [](const std::string& l) { return l.find("refused") != std::string::npos; }),
+      3);
 }
 
 // A sender with the key whose manifest names another image than the one it asked to carry: the

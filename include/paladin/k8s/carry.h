@@ -2,14 +2,17 @@
 // (`paladin k8s mover --carry-listen ADDR:PORT`) and takes images into its node's image folder;
 // the source's mover (or `paladin k8s move --to-mover HOST:PORT`) sends them with Paladin's
 // transfer (src/transfer: chunks checked as they arrive, resumable, the image verified before it
-// appears). Both ends hold the cluster's move key, from which the channel's token is derived. The
-// line protocol (docs/kubernetes.md, "Moving to another node"):
+// appears). Both ends hold the cluster's move key, from which the channel's secret is derived; it
+// never crosses the network. The line protocol (docs/kubernetes.md, "Carrying an image between
+// machines"):
 //
-//   TOKEN <token>            -> OK | ERR authentication failed (the connection ends)
+//   (the server first)          CHALLENGE <64 hex>: random, this connection's
+//   PROOF <CarryProof(key, c)>  -> OK | ERR authentication failed (the connection ends)
 //   CARRY <image> <bytes>    -> OK present (the image is here already, whole)
-//                             | OK <port>: the transfer's receiver listens there; once the sender
-//                               has sent the image, a second answer: OK carried <files> <bytes>
-//                               (verified and renamed into the folder) | ERR <why>
+//                             | OK <port> <token>: the transfer's receiver listens there, taking
+//                               this image only, with this token (random, made for it); once the
+//                               sender has sent the image, a second answer: OK carried <files>
+//                               <bytes> (verified and renamed into the folder) | ERR <why>
 //   MARK <image> <file>      -> OK yes | OK no: whether the image's folder holds that file (the
 //                               mark the destination's runtime leaves once it restored a
 //                               container's GPU state)
@@ -29,9 +32,12 @@
 
 namespace paladin::k8s {
 
-// The channel's token: HMAC-SHA256 of a fixed label under the cluster's move key, in hex. Who
+// The channel's secret: HMAC-SHA256 of a fixed label under the cluster's move key, in hex. Who
 // holds the key can make restore tokens already; the carry asks nothing more of it.
 std::string CarryToken(const std::string& key);
+// The answer to a connection's challenge: HMAC-SHA256 of it under CarryToken(key), in hex. One
+// who records a connection learns nothing that opens another.
+std::string CarryProof(const std::string& key, const std::string& challenge);
 
 // The node's move key file (`--key`), as moves read it.
 StatusOr<std::string> ReadMoveKey(const std::string& path);
