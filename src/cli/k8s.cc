@@ -670,6 +670,7 @@ int RunMover(const K8sArgs& args) {
   o.node = args.node;
   o.mover = args.mover_name;
   o.settle_after_s = args.settle_after_s;
+  o.finish_within_s = args.finish_within_s;
   o.move = *made;
   for (const std::string& pair : args.node_images) {
     const size_t eq = pair.find('=');
@@ -968,6 +969,12 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
                    "Seconds a move this mover's name took and did not finish (a mover stopped "
                    "in the middle of it) waits before a pass settles it (default 0: a pass "
                    "holds the node's lock, so none is in flight)")
+      ->check(CLI::NonNegativeNumber);
+  mover
+      ->add_option("--finish-within", args->finish_within_s,
+                   "Seconds after it was taken that a move stopped after its checkpoint (the "
+                   "destination unreachable) is tried again each pass; then its pod is restored "
+                   "on this node from the image instead (default 300)")
       ->check(CLI::NonNegativeNumber);
   mover->add_option("--runc", m.runc, "runc on this node");
   mover->add_option("--runc-root", m.runc_root, "runc's state folder of containerd's k8s.io pods");

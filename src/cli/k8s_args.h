@@ -58,6 +58,7 @@ struct K8sArgs {
   std::vector<std::string> node_movers;  // NODE=HOST:PORT
   std::string carry_listen;              // ADDR:PORT
   int carry_port = 0;
+  double finish_within_s = 300;
   std::string mover_pods = "paladin/app.kubernetes.io/name=paladin-mover";
   std::string mover_name;
   double settle_after_s = 0;

@@ -394,7 +394,8 @@ void CarryServer::Stop() {
 
 namespace {
 
-// Connected and authenticated. A mover restarting takes a few seconds to listen again.
+// Connected and authenticated, trying for `connect_s` (a move that finds no mover is tried again
+// by the next pass of its own mover: see MoverOptions::finish_within_s).
 StatusOr<migrate::Channel> Open(const std::string& host, int port, const std::string& key,
                                 double connect_s) {
   StatusOr<migrate::Channel> ch = migrate::Channel::Connect(host, port, connect_s);
@@ -443,7 +444,7 @@ StatusOr<CarryReport> CarryImageTo(const std::string& dir, const std::string& ho
     if (Status s = ckpt::WriteManifest(dir, m); !s.ok()) return s;
   }
   const uint64_t bytes = FolderBytes(dir);
-  StatusOr<migrate::Channel> ch = Open(host, port, key, 10);
+  StatusOr<migrate::Channel> ch = Open(host, port, key, 2);
   if (!ch.ok()) return ch.status();
   StatusOr<std::string> answer =
       ch->Call("CARRY " + name + " " + std::to_string(bytes), kCarryAnswerS);
@@ -490,7 +491,7 @@ StatusOr<CarryReport> CarryImageTo(const std::string& dir, const std::string& ho
 
 StatusOr<int> PruneCarried(const std::string& host, int port, const std::string& key,
                            const std::string& node, const std::set<std::string>& present_uids) {
-  StatusOr<migrate::Channel> ch = Open(host, port, key, 10);
+  StatusOr<migrate::Channel> ch = Open(host, port, key, 2);
   if (!ch.ok()) return ch.status();
   std::string uids;
   for (const std::string& u : present_uids) uids += (uids.empty() ? "" : ",") + u;
@@ -506,7 +507,7 @@ StatusOr<int> PruneCarried(const std::string& host, int port, const std::string&
 
 StatusOr<bool> CarriedImageHas(const std::string& host, int port, const std::string& key,
                                const std::string& image, const std::string& file) {
-  StatusOr<migrate::Channel> ch = Open(host, port, key, 3);
+  StatusOr<migrate::Channel> ch = Open(host, port, key, 1);
   if (!ch.ok()) return ch.status();
   StatusOr<std::string> answer = ch->Call("MARK " + image + " " + file, 30);
   if (!answer.ok()) return answer.status();

@@ -490,7 +490,9 @@ Status FinishFromImage(const ApiClient& client, const MoveOptions& o, const std:
 }  // namespace
 
 StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
-                             const std::function<void(const std::string&)>& progress) {
+                             const std::function<void(const std::string&)>& progress,
+                             bool* whole_image) {
+  if (whole_image != nullptr) *whole_image = false;
   const std::string pod_path = "/api/v1/namespaces/" + o.ns + "/pods/" + o.pod;
   StatusOr<std::string> body = client.Get(pod_path);
   if (!body.ok()) return body.status();
@@ -652,6 +654,7 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
     return Status(st.code(), st.message() + " (the checkpoint image " + dir + " is kept; " + who +
                                  "'s container has exited)");
   }
+  if (whole_image != nullptr) *whole_image = true;
   CrashPoint("after-checkpoint");
   if (Status st = FinishFromImage(client, o, *body, *pod, target, *key, uuids, driver.get(), t0,
                                   &result, progress);
@@ -662,7 +665,9 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
 }
 
 StatusOr<Resumed> ResumeMove(const ApiClient& client, const MoveOptions& o,
-                             const std::function<void(const std::string&)>& progress) {
+                             const std::function<void(const std::string&)>& progress,
+                             bool* whole_image) {
+  if (whole_image != nullptr) *whole_image = false;
   const std::string who = "pod " + o.ns + "/" + o.pod;
   StatusOr<std::string> body = client.Get("/api/v1/namespaces/" + o.ns + "/pods/" + o.pod);
   if (!body.ok()) return body.status();
@@ -755,6 +760,7 @@ StatusOr<Resumed> ResumeMove(const ApiClient& client, const MoveOptions& o,
         " (its mover was stopped during the checkpoint): nothing to finish the move from");
   }
   result.image = whole->name;
+  if (whole_image != nullptr) *whole_image = true;
   progress("finishing the move of " + who + " from its checkpoint image " + whole->folder + "/" +
            whole->name + " (its mover was stopped after the checkpoint)");
   std::vector<std::string> uuids;

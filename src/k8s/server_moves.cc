@@ -66,23 +66,32 @@ void Event(const ApiClient& kube, const std::string& ns, const std::string& name
   if (!s.ok()) progress("event " + reason + " on pod " + ns + "/" + name + ": " + s.message());
 }
 
-// Carries out one taken move; how it ended.
-api::PodMoveOutcome CarryOut(const ApiClient& kube, const api::PodMove& m,
-                             const MoverOptions& options,
-                             const std::function<void(const std::string&)>& progress) {
+// How a taken move ended; `unfinished`: it failed after the pod's checkpoint was whole (its
+// process is only in the image), so it stays taken and the next pass finishes it from the image
+// (SettleLeftovers, ResumeMove) rather than leave the pod stopped.
+struct CarriedOut {
   api::PodMoveOutcome outcome;
+  bool unfinished = false;
+};
+
+// Carries out one taken move.
+CarriedOut CarryOut(const ApiClient& kube, const api::PodMove& m, const MoverOptions& options,
+                    const std::function<void(const std::string&)>& progress) {
+  CarriedOut out;
+  api::PodMoveOutcome& outcome = out.outcome;
   const std::string pod = m.ns + "/" + m.name;
   StatusOr<MoveOptions> move = ServerMoveOptions(
       m, options, [&](const std::string& node) { return FindMover(kube, options, node); });
   if (!move.ok()) {
     outcome.message = move.status().message();
-    return outcome;
+    return out;
   }
-  StatusOr<MoveResult> r = MovePod(kube, *move, progress);
+  StatusOr<MoveResult> r = MovePod(kube, *move, progress, &out.unfinished);
   if (!r.ok()) {
     outcome.message = r.status().message();
-    return outcome;
+    return out;
   }
+  out.unfinished = false;
   outcome.ok = true;
   outcome.new_name = r->new_name;
   outcome.node = r->to_node;
@@ -92,7 +101,7 @@ api::PodMoveOutcome CarryOut(const ApiClient& kube, const api::PodMove& m,
                     Place(r->from_node, r->from_gpu) + " -> " + Place(r->to_node, r->to_gpu) +
                     ": checkpoint " + std::to_string(r->checkpoint_ms) + " ms, paused " +
                     std::to_string(r->paused_ms) + " ms";
-  return outcome;
+  return out;
 }
 
 // One pass at a time on a node: an exclusive lock on IMAGES/mover.lock (made 0600, never through
@@ -162,7 +171,51 @@ void SettleOne(const ApiClient& kube, const api::Client& server, const MoverOpti
     api::PodMoveOutcome outcome;
     StatusOr<MoveOptions> move = ServerMoveOptions(
         m, options, [&](const std::string& node) { return FindMover(kube, options, node); });
-    StatusOr<Resumed> r = move.ok() ? ResumeMove(kube, *move, progress) : move.status();
+    bool whole = false;
+    StatusOr<Resumed> r = move.ok() ? ResumeMove(kube, *move, progress, &whole) : move.status();
+    if (!r.ok() && whole) {
+      // The pod's process is in the image only: tried again next pass, then restored where it
+      // was rather than left stopped.
+      const double taken_for =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+              .count() -
+          m.taken_at;
+      if (taken_for < options.finish_within_s) {
+        progress("move " + id + ": finishing it failed (" + r.status().message() +
+                 "); the next pass tries again (after " +
+                 std::to_string(static_cast<int>(options.finish_within_s)) +
+                 " s taken, the pod is restored where it was)");
+        return;  // stays taken
+      }
+      MoveOptions home = *move;
+      home.node = m.from_node;
+      home.gpu = -1;  // the packer's choice there, the old pod not counted
+      home.to_images.clear();
+      home.to_mover.clear();
+      progress("move " + id + ": not finished within " +
+               std::to_string(static_cast<int>(options.finish_within_s)) + " s (" +
+               r.status().message() + "): restoring the pod on its own node " + m.from_node);
+      StatusOr<Resumed> back = ResumeMove(kube, home, progress);
+      if (back.ok() && back->kind == Resumed::Kind::kFinished) {
+        const MoveResult& mr = back->result;
+        outcome.message = "could not be finished on " + Target(m) + " (" + r.status().message() +
+                          "): the pod was restored where it was instead, as " + m.ns + "/" +
+                          mr.new_name + " on " + Place(mr.to_node, mr.to_gpu) +
+                          " from its checkpoint image " + mr.image;
+        Event(kube, m.ns, mr.new_name, "Warning", "MoveFailed",
+              "restored from pod " + m.ns + "/" + m.name + " with its process state on its own " +
+                  "node (move " + id + ", asked by " + m.asked_by + "): " + outcome.message,
+              progress);
+      } else {
+        outcome.message = "could not be finished on " + Target(m) + " (" + r.status().message() +
+                          "), nor the pod restored where it was (" +
+                          (back.ok() ? back->message : back.status().message()) +
+                          "): its checkpoint image stays in the node's image folder";
+      }
+      progress("move " + id + ": failed, " + outcome.message);
+      Finish(server, id, outcome, progress);
+      return;
+    }
     if (!r.ok()) {
       outcome.message = "its mover was stopped in the middle of it: " + r.status().message();
     } else if (r->kind == Resumed::Kind::kUndone) {
@@ -243,7 +296,17 @@ bool TakeAndCarryOut(const ApiClient& kube, const api::Client& server, const Mov
         "Paladin moves this pod to " + Target(m) + " (move " + id +
             ", asked through Paladin's server by " + m.asked_by + ")",
         progress);
-  const api::PodMoveOutcome outcome = CarryOut(kube, m, options, progress);
+  const CarriedOut carried = CarryOut(kube, m, options, progress);
+  const api::PodMoveOutcome& outcome = carried.outcome;
+  if (carried.unfinished) {
+    Event(kube, m.ns, m.name, "Warning", "MoveInterrupted",
+          "move " + id + " stopped after this pod's checkpoint: " + outcome.message +
+              "; the mover's next pass finishes it from the checkpoint image",
+          progress);
+    progress("move " + id +
+             ": stopped after the checkpoint, left taken for the next pass: " + outcome.message);
+    return true;
+  }
   if (outcome.ok) {
     Event(kube, m.ns, outcome.new_name, "Normal", "Moved",
           "restored from pod " + pod + " with its process state (move " + id + ", asked by " +
@@ -293,16 +356,17 @@ Leftover SettleLeftover(const api::PodMove& move, const std::string& old_pod,
     }
     return l;  // kWait while it starts
   }
-  if (old_json.is_object() && !api::PodPhaseEnded(old_phase)) {
+  if (old_json.is_object()) {
     // On the node: undone if its container runs on, else finished from the image (ResumeMove).
+    // Its phase says little: once the checkpoint has ended its container, the pod shows Failed
+    // (or Succeeded) while its process is whole in the image.
     l.action = Leftover::Action::kResume;
     return l;
   }
   l.action = Leftover::Action::kFail;
   l.message = "its mover was stopped before the replacement ran, and pod " + pod +
-              (old_json.is_object() ? " is " + old_phase : " is gone") +
-              ": nothing to finish the move with; its checkpoint image, if the checkpoint "
-              "ended, stays in the node's image folder (its owner file names the pod)";
+              " is gone: nothing to finish the move with; its checkpoint image, if the "
+              "checkpoint ended, stays in the node's image folder (its owner file names the pod)";
   return l;
 }
 

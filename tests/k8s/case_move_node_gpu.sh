@@ -58,6 +58,7 @@ done
 grep -q "taking other nodes' images" "$work/carrier.log" ||
   fail "the second node's mover does not take images: $(tail -3 "$work/carrier.log")"
 read -ra move <<<"$MOVE_FLAGS --to-mover $carry_at"
+read -ra move_flags <<<"$MOVE_FLAGS"
 export PALADIN_EMU_GPUS=$PALADIN_EMU_GPUS_SPEC PALADIN_EMU_STATE=$CLUSTER_DIR/paladin/emu/state
 
 runtime_class
@@ -73,7 +74,7 @@ to_uuid=$(uuid_of 1)
 
 # No mover at the address given: refused before anything is checkpointed.
 out=$("$PALADIN" k8s move -n "$NS" ngpu --node "$NODE2" --gpu 1 --driver "$EMUCUDA" --nvml "$EMUCUDA" \
-  $MOVE_FLAGS --to-mover 127.0.0.2:19463 "${api[@]}" 2>&1) && fail "a move to no mover went on: $out"
+  "${move_flags[@]}" --to-mover 127.0.0.2:19463 "${api[@]}" 2>&1) && fail "a move to no mover went on: $out"
 [[ $out == *"the destination node's mover does not answer at 127.0.0.2:19463"*"(pod $NS/ngpu left running)"* ]] ||
   fail "a move to no mover: $out"
 [[ -n $(k get pod ngpu -o jsonpath='{.status.containerStatuses[0].state.running}') ]] ||
@@ -170,6 +171,17 @@ for ((i = 0; i < 100; i++)); do
   [[ -z $(k get pod ngpu-m2 -o jsonpath='{.status.containerStatuses[0].state.running}') ]] && break
   sleep 0.1
 done
+# A pass that cannot reach the second node's mover (another address): the move stays taken, for
+# the pass after it.
+"$PALADIN" k8s mover --node "$NODE" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${move_flags[@]}" \
+  --node-movers "$NODE2=127.0.0.2:19463" --paladin-server "$url" \
+  --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" >"$work/mover2b.log" 2>&1 ||
+  fail "paladin k8s mover (2b): $(tail -5 "$work/mover2b.log")"
+sed 's/^/move_node_gpu:   /' "$work/mover2b.log"
+grep -q "move $id: finishing it failed (.*does not answer at 127.0.0.2:19463.*); the next pass tries again" \
+  "$work/mover2b.log" || fail "an unreachable destination: $(tail -2 "$work/mover2b.log")"
+got=$(as "$admin" pods moves --json | jq -r --argjson id "$id" '.moves[] | select(.id == $id) | .state')
+[[ $got == taken ]] || fail "the move is $got after a pass that could not reach its destination"
 "$PALADIN" k8s mover --node "$NODE" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${mover[@]}" \
   --paladin-server "$url" --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" \
   >"$work/mover3.log" 2>&1 || fail "paladin k8s mover (3): $(tail -5 "$work/mover3.log")"
@@ -191,4 +203,43 @@ sampler_stop "the finished move"
 echo "move_node_gpu: a mover killed after the checkpoint of a move to $NODE2: its next pass carried" \
   "the image over the network to $NODE2's mover and finished it: ngpu-m2 -> ngpu-m3 on $NODE2, generation $BEFORE -> $FIRST," \
   "then $(last_gen ngpu-m3), device memory verified; at most 1 copy in $SAMPLES samples"
-k delete pod ngpu-m3 --wait=true --timeout=30s >/dev/null
+
+# --- a move whose destination stays unreachable: the pod restored where it was ----------------
+# research moves ngpu-m3 back to the first node; the second node's mover is killed after the
+# checkpoint, and the first node's mover is gone by its next pass, which is past
+# --finish-within 0: ngpu-m4 is restored on the second node from the image, the move failed
+# saying so; the workload goes on from the same generation, never two copies.
+carry1=127.0.0.1:19464
+"$PALADIN" k8s mover --node "$NODE" "${move_flags[@]}" --carry-listen "$carry1" >"$work/carrier1.log" 2>&1 &
+carrier=$!
+for ((i = 0; i < 100; i++)); do
+  grep -q "taking other nodes' images" "$work/carrier1.log" && break
+  sleep 0.1
+done
+out=$(as "$research" pods move "$NS/ngpu-m3" --to "$NODE" --no-wait) || fail "pods move ngpu-m3: $out"
+id=$(as "$admin" pods moves --json | jq -r '.moves[0].id')
+read -ra mover <<<"${NODE2_MOVER_FLAGS% --node-images *} --node-movers $NODE=$carry1"
+sampler_start
+"$KUBECTL" -n "$NS" logs -f ngpu-m3 >"$work/m3.log" 2>/dev/null &
+PALADIN_K8S_MOVE_FAULT=crash:after-checkpoint "$PALADIN" k8s mover --node "$NODE2" \
+  --driver "$EMUCUDA" --nvml "$EMUCUDA" "${mover[@]}" --paladin-server "$url" \
+  --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" >"$work/mover4.log" 2>&1 &&
+  fail "the mover went on past its fault: $(tail -3 "$work/mover4.log")"
+kill "$carrier" 2>/dev/null
+wait "$carrier" 2>/dev/null || true
+carrier=
+"$PALADIN" k8s mover --node "$NODE2" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${mover[@]}" \
+  --finish-within 0 --paladin-server "$url" --paladin-token-file "$SERVER_TOKEN_FILE" \
+  "${api[@]}" >"$work/mover5.log" 2>&1 || fail "paladin k8s mover (5): $(tail -5 "$work/mover5.log")"
+sed 's/^/move_node_gpu:   /' "$work/mover5.log"
+got=$(as "$admin" pods moves --json |
+  jq -r --argjson id "$id" '.moves[] | select(.id == $id) | "\(.state): \(.message)"')
+[[ $got == "failed: could not be finished on "*"the pod was restored where it was instead, as $NS/ngpu-m4 on $NODE2/"* ]] ||
+  fail "an unreachable destination, given up: '$got'"
+[[ $(k get pod ngpu-m4 -o jsonpath='{.spec.nodeName}') == "$NODE2" ]] || fail "pod ngpu-m4 is not on $NODE2"
+went_on_from ngpu-m4 ngpu-m3 "$work/m3.log"
+sampler_stop "the pod restored where it was"
+echo "move_node_gpu: a move to $NODE whose destination stayed unreachable after the checkpoint:" \
+  "ngpu-m3 restored where it was as ngpu-m4 on $NODE2, generation $BEFORE -> $FIRST, then" \
+  "$(last_gen ngpu-m4), device memory verified; at most 1 copy in $SAMPLES samples; ledger: ${got%%:*}"
+k delete pod ngpu-m4 --wait=true --timeout=30s >/dev/null

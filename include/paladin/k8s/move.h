@@ -110,9 +110,12 @@ Status CheckTarget(const MovablePod& pod, MoveOptions& o);
 Status CheckDestinationNode(const std::string& node_json);
 
 // Moves the pod; `progress` gets one line per step. On an error before the checkpoint the pod is
-// left running as it was; after it, the error says where the image is.
+// left running as it was; after it, the error says where the image is, and `*whole_image` (when
+// given) is set: the image is whole and the pod's process gone, so ResumeMove can finish the move
+// from it.
 StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& options,
-                             const std::function<void(const std::string&)>& progress);
+                             const std::function<void(const std::string&)>& progress,
+                             bool* whole_image = nullptr);
 
 // `paladin k8s drain NODE`: the node cordoned (spec.unschedulable, so the stock scheduler places
 // nothing more there), then each running pod of the RuntimeClass `paladin` on it moved to
@@ -138,8 +141,11 @@ struct Resumed {
   MoveResult result;    // kFinished
   std::string message;  // what was done
 };
+// `*whole_image` (when given) is set once a whole image was found and the finishing began: an
+// error after that leaves the pod's process in the image only.
 StatusOr<Resumed> ResumeMove(const ApiClient& client, const MoveOptions& options,
-                             const std::function<void(const std::string&)>& progress);
+                             const std::function<void(const std::string&)>& progress,
+                             bool* whole_image = nullptr);
 
 // Marks `node` unschedulable (spec.unschedulable: true), as `kubectl cordon` does.
 Status CordonNode(const ApiClient& client, const std::string& node);

@@ -43,15 +43,20 @@ struct MoverOptions {
   // in the middle of it: a pass holds the node's pass lock (move.images/mover.lock), so no other
   // pass of the node is in flight, and settles it once it has been taken this long.
   double settle_after_s = 0;
+  // A move stopped after its checkpoint (its pod's process only in the image) whose finishing
+  // keeps failing (the destination unreachable) is tried again each pass for this long after it
+  // was taken; then the pod is restored on its own node from the image instead, and the move
+  // fails saying so: never left stopped.
+  double finish_within_s = 300;
 };
 
 // What a pass does with a leftover move (taken by this mover's name, not finished), from the pod
 // and its replacement (NextPodName, carrying paladin.io/moved-from naming the pod) as the API
 // server has them now: the replacement Running: the move is done (the old pod deleted first
 // when it is still there); the replacement not yet running: wait; ended: failed; no
-// replacement and the pod still there: resume it on the node (ResumeMove: undone when the pod's
-// container runs on, finished from the checkpoint image when it does not); no replacement and
-// the pod gone or ended: failed, saying so.
+// replacement and the pod still there, whatever its phase (a checkpoint ends its container):
+// resume it on the node (ResumeMove: undone when the pod's container runs on, finished from the
+// checkpoint image when it does not); no replacement and the pod gone: failed, saying so.
 struct Leftover {
   enum class Action { kWait, kDone, kDeleteOldThenDone, kResume, kFail };
   Action action = Action::kWait;
