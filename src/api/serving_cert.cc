@@ -21,16 +21,6 @@ using Clock = std::chrono::steady_clock;
 // A refused change is tried again at most this often while the files stay as they are.
 constexpr auto kRetryEvery = std::chrono::seconds(1);
 
-// OpenSSL's first queued error as text, and the queue emptied.
-std::string OpenSslError() {
-  const unsigned long code = ERR_get_error();
-  ERR_clear_error();
-  if (code == 0) return "unknown error";
-  char text[256];
-  ERR_error_string_n(code, text, sizeof text);
-  return text;
-}
-
 // A certificate's time as OpenSSL prints it ("Dec  5 07:00:00 2026 GMT").
 std::string TimeText(const ASN1_TIME* when) {
   std::string out;
@@ -45,6 +35,15 @@ std::string TimeText(const ASN1_TIME* when) {
 }
 
 }  // namespace
+
+std::string OpenSslError() {
+  const unsigned long code = ERR_get_error();
+  ERR_clear_error();
+  if (code == 0) return "unknown error";
+  char text[256];
+  ERR_error_string_n(code, text, sizeof text);
+  return text;
+}
 
 // Named, not anonymous: ServingCertificate::Impl holds them (a unity build includes this file
 // in a batch).

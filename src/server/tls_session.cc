@@ -8,19 +8,8 @@
 #include <cstdio>
 
 namespace paladin::server {
-namespace {
 
-// OpenSSL's first queued error as text, and the queue emptied.
-std::string OpenSslError() {
-  const unsigned long code = ERR_get_error();
-  ERR_clear_error();
-  if (code == 0) return "unknown error";
-  char text[256];
-  ERR_error_string_n(code, text, sizeof text);
-  return text;
-}
-
-}  // namespace
+using api::OpenSslError;
 
 StatusOr<std::unique_ptr<TlsContext>> TlsContext::Load(const std::string& cert_file,
                                                        const std::string& key_file) {

@@ -47,16 +47,10 @@ read -ra api <<<"$K8S_NODE_FLAGS"
 # first node's folder (NODE2_MOVER_FLAGS' --node-images), the other way there is.
 carry_at=127.0.0.2:19461
 read -ra mover <<<"$NODE2_MOVER_FLAGS"
-"$PALADIN" k8s mover --node "$NODE2" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${mover[@]}" \
-  --carry-listen "$carry_at" --every 600 --paladin-server "$url" \
-  --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" >"$work/carrier.log" 2>&1 &
-carrier=$!
-for ((i = 0; i < 100; i++)); do
-  grep -q "taking other nodes' images" "$work/carrier.log" && break
-  sleep 0.1
-done
-grep -q "taking other nodes' images" "$work/carrier.log" ||
-  fail "the second node's mover does not take images: $(tail -3 "$work/carrier.log")"
+carrier_start "$work/carrier.log" --node "$NODE2" --driver "$EMUCUDA" --nvml "$EMUCUDA" \
+  "${mover[@]}" --carry-listen "$carry_at" --every 600 --paladin-server "$url" \
+  --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}"
+carrier=$CARRIER
 read -ra move <<<"$MOVE_FLAGS --to-mover $carry_at"
 read -ra move_flags <<<"$MOVE_FLAGS"
 export PALADIN_EMU_GPUS=$PALADIN_EMU_GPUS_SPEC PALADIN_EMU_STATE=$CLUSTER_DIR/paladin/emu/state
@@ -210,12 +204,8 @@ echo "move_node_gpu: a mover killed after the checkpoint of a move to $NODE2: it
 # --finish-within 0: ngpu-m4 is restored on the second node from the image, the move failed
 # saying so; the workload goes on from the same generation, never two copies.
 carry1=127.0.0.1:19464
-"$PALADIN" k8s mover --node "$NODE" "${move_flags[@]}" --carry-listen "$carry1" >"$work/carrier1.log" 2>&1 &
-carrier=$!
-for ((i = 0; i < 100; i++)); do
-  grep -q "taking other nodes' images" "$work/carrier1.log" && break
-  sleep 0.1
-done
+carrier_start "$work/carrier1.log" --node "$NODE" "${move_flags[@]}" --carry-listen "$carry1"
+carrier=$CARRIER
 out=$(as "$research" pods move "$NS/ngpu-m3" --to "$NODE" --no-wait) || fail "pods move ngpu-m3: $out"
 id=$(as "$admin" pods moves --json | jq -r '.moves[0].id')
 read -ra mover <<<"${NODE2_MOVER_FLAGS% --node-images *} --node-movers $NODE=$carry1"

@@ -43,12 +43,8 @@ lost_pod_on_node2
 read -ra api <<<"$K8S_NODE_FLAGS"
 carry_at=127.0.0.1:19462
 read -ra mv <<<"$MOVE_FLAGS"
-"$PALADIN" k8s mover --node "$NODE" "${mv[@]}" --carry-listen "$carry_at" >"$work/carrier.log" 2>&1 &
-carrier_pid=$!
-for ((i = 0; i < 100; i++)); do
-  grep -q "taking other nodes' images" "$work/carrier.log" && break
-  sleep 0.1
-done
+carrier_start "$work/carrier.log" --node "$NODE" "${mv[@]}" --carry-listen "$carry_at"
+carrier_pid=$CARRIER
 read -ra ckpt <<<"${NODE2_CHECKPOINT_FLAGS% --to-images *} --to-mover $carry_at --key $CLUSTER_DIR/conf/move.key"
 sampler_start
 for pass in 1 2; do

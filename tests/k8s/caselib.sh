@@ -165,6 +165,21 @@ went_on() {
   [[ $(last_gen "$pod") -gt $first ]] || fail "pod $pod does not advance past generation $first"
 }
 
+# carrier_start LOG ARGS...: `paladin k8s mover ARGS...` (with --carry-listen) in the background,
+# its output in LOG, once it takes other nodes' images; sets CARRIER to its pid.
+carrier_start() {
+  local log=$1 i
+  shift
+  "$PALADIN" k8s mover "$@" >"$log" 2>&1 &
+  CARRIER=$!
+  for ((i = 0; i < 100; i++)); do
+    grep -q "taking other nodes' images" "$log" && return 0
+    sleep 0.1
+  done
+  kill "$CARRIER" 2>/dev/null || true
+  fail "the mover does not take images: $(tail -3 "$log")"
+}
+
 # went_on_from NEW OLD OLD_LOG: pod NEW goes on from the last generation OLD logged (OLD_LOG, its
 # `kubectl logs -f`), as went_on checks, and pod OLD is gone; sets FIRST and BEFORE (those two
 # generations) for the case's summary.

@@ -19,6 +19,9 @@ typedef struct ssl_ctx_st SSL_CTX;
 
 namespace paladin::api {
 
+// OpenSSL's first queued error as text ("unknown error" when none), and the queue emptied.
+std::string OpenSslError();
+
 class ServingCertificate {
  public:
   // Loads the pair once: an error names the file and what is wrong (unreadable, not PEM, a key
