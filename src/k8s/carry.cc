@@ -43,6 +43,7 @@ constexpr double kSenderStartS = 60;
 // for its verdict on the image.
 constexpr double kCarryAnswerS = 900;
 constexpr size_t kMaxConnections = 16;
+constexpr double kProofWithinS = 5;
 // What a pod's uid is made of (and a periodic checkpoint's name after "recover-").
 constexpr char kUidChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-";
 // Room kept free in the destination's folder beyond the image.
@@ -191,7 +192,8 @@ struct CarryServer::Impl {
     // being of use to one who records it.
     const std::string challenge = RandomHex();
     if (!ch.Send("CHALLENGE " + challenge).ok()) return;
-    StatusOr<std::string> first = ch.Receive(options.io_timeout_s);
+    // A sender answers at once; one that does not holds one of the few connections served.
+    StatusOr<std::string> first = ch.Receive(kProofWithinS);
     if (!first.ok()) return;
     const std::vector<std::string> hello = Words(*first);
     if (hello.size() != 2 || hello[0] != "PROOF" ||
