@@ -365,6 +365,27 @@ void CrashPoint(const std::string& point) {
   if (fault != nullptr && fault == "crash:" + point) raise(SIGKILL);
 }
 
+// This node's GPUs' UUIDs by index (NVML), checked to hold the pod's GPU and, where the target
+// is on this machine (this node, or a node of it reached through a folder: the test cluster's),
+// the target's. A target on another machine (--to-mover) is that machine's index: its runtime
+// maps the pod's GPU there.
+StatusOr<std::vector<std::string>> MoveGpuUuids(const MoveOptions& o, const MovablePod& pod,
+                                                const MoveOptions& target) {
+  StatusOr<std::vector<std::string>> uuids = GpuUuids(o.nvml);
+  if (!uuids.ok()) return uuids.status();
+  const bool target_here = target.node == pod.node || o.to_mover.empty();
+  std::vector<int> checked = {pod.gpu};
+  if (target_here) checked.push_back(target.gpu);
+  for (int g : checked) {
+    if (g < 0 || static_cast<size_t>(g) >= uuids->size() ||
+        (*uuids)[static_cast<size_t>(g)].empty()) {
+      return InvalidArgument("node " + pod.node + " has no GPU " + std::to_string(g) + " (" +
+                             std::to_string(uuids->size()) + " GPUs)");
+    }
+  }
+  return uuids;
+}
+
 // The second half of a move, from its whole image `result->image` in this node's folder (or in
 // the destination's, carried already): the image carried to the destination when it is not
 // there yet, the replacement created and run, the GPU state restored where the destination's
@@ -539,16 +560,9 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
   }
   std::vector<std::string> uuids;
   if (target.gpu >= 0) {
-    // Between nodes of one machine (the test cluster) both nodes' GPUs are this machine's.
-    StatusOr<std::vector<std::string>> got = GpuUuids(o.nvml);
+    StatusOr<std::vector<std::string>> got = MoveGpuUuids(o, *pod, target);
     if (!got.ok()) return got.status();
     uuids = *got;
-    for (int g : {pod->gpu, target.gpu}) {
-      if (static_cast<size_t>(g) >= uuids.size() || uuids[static_cast<size_t>(g)].empty()) {
-        return InvalidArgument("node " + pod->node + " has no GPU " + std::to_string(g) + " (" +
-                               std::to_string(uuids.size()) + " GPUs)");
-      }
-    }
   }
   StatusOr<std::string> key = ReadKey(o.key_file);
   if (!key.ok()) return key.status();
@@ -777,14 +791,9 @@ StatusOr<Resumed> ResumeMove(const ApiClient& client, const MoveOptions& o,
       progress("GPU chosen: " + where.how);
       target.gpu = where.gpu;
     }
-    StatusOr<std::vector<std::string>> got = GpuUuids(o.nvml);
+    StatusOr<std::vector<std::string>> got = MoveGpuUuids(o, *pod, target);
     if (!got.ok()) return got.status();
     uuids = *got;
-    for (int g : {pod->gpu, target.gpu}) {
-      if (static_cast<size_t>(g) >= uuids.size() || uuids[static_cast<size_t>(g)].empty()) {
-        return InvalidArgument("node " + pod->node + " has no GPU " + std::to_string(g));
-      }
-    }
   }
   result.to_gpu = target.gpu;
   StatusOr<std::string> key = ReadKey(o.key_file);
