@@ -815,6 +815,25 @@ StatusOr<Resumed> ResumeMove(const ApiClient& client, const MoveOptions& o,
   return out;
 }
 
+int RemoveMoveImages(const std::string& images, const std::string& ns, const std::string& pod,
+                     const std::string& new_name) {
+  const std::string owner_of_move =
+      "namespace " + ns + "\npod " + new_name + "\nfrom " + ns + "/" + pod + " ";
+  int removed = 0;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(images, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory(ec) || name.rfind("move-", 0) != 0) continue;
+    std::ifstream in(e.path() / "owner");
+    const std::string owner((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (owner.rfind(owner_of_move, 0) != 0) continue;
+    std::error_code rm;
+    fs::remove_all(e.path(), rm);
+    if (!rm) ++removed;
+  }
+  return removed;
+}
+
 Status CordonNode(const ApiClient& client, const std::string& node) {
   return client
       .Patch("/api/v1/nodes/" + node, R"({"spec":{"unschedulable":true}})",

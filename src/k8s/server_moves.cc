@@ -250,6 +250,12 @@ void SettleOne(const ApiClient& kube, const api::Client& server, const MoverOpti
       return;
     }
   }
+  if (l.action != Leftover::Action::kFail && !m.to.node.empty() && m.to.node != m.from_node) {
+    // The replacement runs on the other node from its own copy: this node's is of no more use.
+    if (int n = RemoveMoveImages(options.move.images, m.ns, m.name, l.new_name); n > 0) {
+      progress("move " + id + ": this node's copy of its image removed");
+    }
+  }
   api::PodMoveOutcome outcome;
   outcome.ok = l.action != Leftover::Action::kFail;
   outcome.message = l.message;

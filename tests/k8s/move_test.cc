@@ -4,7 +4,10 @@
 #include "paladin/k8s/move.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -355,6 +358,31 @@ TEST(MoverAddress, TheRunningMoverPodOnTheNodeAtItsIp) {
   EXPECT_EQ(at.status().message(), "node node-4 has no running mover to send the image to");
   EXPECT_FALSE(MoverAddress("[]", "node-1", 7446).ok());
   EXPECT_FALSE(MoverAddress(R"({"items": [1, "x", {"spec": 3}]})", "node-1", 7446).ok());
+}
+
+// A move's leftover copies of its image on the source node: those whose owner file names the
+// replacement and the pod, and nothing else.
+TEST(RemoveMoveImages, OnlyThoseOfTheMove) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("move_images." + std::to_string(getpid()));
+  fs::remove_all(dir);
+  auto image = [&](const std::string& name, const std::string& owner) {
+    fs::create_directories(dir / name / "demo");
+    std::ofstream(dir / name / "owner") << owner;
+  };
+  image("move-1-aaaa", "namespace ml\npod train-m1\nfrom ml/train uid-1\n");
+  image("move-2-bbbb", "namespace ml\npod train-m1\nfrom ml/train uid-1\n");  // a second try
+  image("move-3-cccc", "namespace ml\npod train-m2\nfrom ml/train-m1 uid-2\n");
+  image("move-4-dddd", "namespace other\npod train-m1\nfrom other/train uid-3\n");
+  image("recover-uid-1-5", "namespace ml\npod train-m1\nfrom ml/train uid-1\n");
+  EXPECT_EQ(RemoveMoveImages(dir.string(), "ml", "train", "train-m1"), 2);
+  EXPECT_FALSE(fs::exists(dir / "move-1-aaaa"));
+  EXPECT_FALSE(fs::exists(dir / "move-2-bbbb"));
+  EXPECT_TRUE(fs::exists(dir / "move-3-cccc"));
+  EXPECT_TRUE(fs::exists(dir / "move-4-dddd"));
+  EXPECT_TRUE(fs::exists(dir / "recover-uid-1-5"));
+  EXPECT_EQ(RemoveMoveImages((dir / "none").string(), "ml", "train", "train-m1"), 0);
+  fs::remove_all(dir);
 }
 
 std::string LeftoverPod(const std::string& name, const std::string& phase,

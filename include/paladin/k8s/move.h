@@ -117,6 +117,12 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& options
                              const std::function<void(const std::string&)>& progress,
                              bool* whole_image = nullptr);
 
+// This node's copies of a move's image (in `images`: folders whose owner file names the
+// replacement `new_name` and the pod `ns/pod`), removed once the replacement runs on another
+// node. How many were.
+int RemoveMoveImages(const std::string& images, const std::string& ns, const std::string& pod,
+                     const std::string& new_name);
+
 // `paladin k8s drain NODE`: the node cordoned (spec.unschedulable, so the stock scheduler places
 // nothing more there), then each running pod of the RuntimeClass `paladin` on it moved to
 // another node, one after another, as MovePod does. Pods of other RuntimeClasses (and the
