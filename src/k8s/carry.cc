@@ -44,6 +44,9 @@ constexpr double kSenderStartS = 60;
 constexpr double kCarryAnswerS = 900;
 constexpr size_t kMaxConnections = 16;
 constexpr double kProofWithinS = 5;
+// How long a sender tries to connect: a mover that is not listening is asked again by the next
+// pass of the sender's own mover (MoverOptions::finish_within_s), not waited for here.
+constexpr double kConnectS = 0.5;
 // What a pod's uid is made of (and a periodic checkpoint's name after "recover-").
 constexpr char kUidChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-";
 // Room kept free in the destination's folder beyond the image.
@@ -446,7 +449,7 @@ StatusOr<CarryReport> CarryImageTo(const std::string& dir, const std::string& ho
     if (Status s = ckpt::WriteManifest(dir, m); !s.ok()) return s;
   }
   const uint64_t bytes = FolderBytes(dir);
-  StatusOr<migrate::Channel> ch = Open(host, port, key, 2);
+  StatusOr<migrate::Channel> ch = Open(host, port, key, kConnectS);
   if (!ch.ok()) return ch.status();
   StatusOr<std::string> answer =
       ch->Call("CARRY " + name + " " + std::to_string(bytes), kCarryAnswerS);
@@ -493,7 +496,7 @@ StatusOr<CarryReport> CarryImageTo(const std::string& dir, const std::string& ho
 
 StatusOr<int> PruneCarried(const std::string& host, int port, const std::string& key,
                            const std::string& node, const std::set<std::string>& present_uids) {
-  StatusOr<migrate::Channel> ch = Open(host, port, key, 2);
+  StatusOr<migrate::Channel> ch = Open(host, port, key, kConnectS);
   if (!ch.ok()) return ch.status();
   std::string uids;
   for (const std::string& u : present_uids) uids += (uids.empty() ? "" : ",") + u;
@@ -509,7 +512,7 @@ StatusOr<int> PruneCarried(const std::string& host, int port, const std::string&
 
 StatusOr<bool> CarriedImageHas(const std::string& host, int port, const std::string& key,
                                const std::string& image, const std::string& file) {
-  StatusOr<migrate::Channel> ch = Open(host, port, key, 1);
+  StatusOr<migrate::Channel> ch = Open(host, port, key, kConnectS);
   if (!ch.ok()) return ch.status();
   StatusOr<std::string> answer = ch->Call("MARK " + image + " " + file, 30);
   if (!answer.ok()) return answer.status();

@@ -165,17 +165,6 @@ for ((i = 0; i < 100; i++)); do
   [[ -z $(k get pod ngpu-m2 -o jsonpath='{.status.containerStatuses[0].state.running}') ]] && break
   sleep 0.1
 done
-# A pass that cannot reach the second node's mover (another address): the move stays taken, for
-# the pass after it.
-"$PALADIN" k8s mover --node "$NODE" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${move_flags[@]}" \
-  --node-movers "$NODE2=127.0.0.2:19463" --paladin-server "$url" \
-  --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" >"$work/mover2b.log" 2>&1 ||
-  fail "paladin k8s mover (2b): $(tail -5 "$work/mover2b.log")"
-sed 's/^/move_node_gpu:   /' "$work/mover2b.log"
-grep -q "move $id: finishing it failed (.*does not answer at 127.0.0.2:19463.*); the next pass tries again" \
-  "$work/mover2b.log" || fail "an unreachable destination: $(tail -2 "$work/mover2b.log")"
-got=$(as "$admin" pods moves --json | jq -r --argjson id "$id" '.moves[] | select(.id == $id) | .state')
-[[ $got == taken ]] || fail "the move is $got after a pass that could not reach its destination"
 "$PALADIN" k8s mover --node "$NODE" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${mover[@]}" \
   --paladin-server "$url" --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" \
   >"$work/mover3.log" 2>&1 || fail "paladin k8s mover (3): $(tail -5 "$work/mover3.log")"
@@ -200,9 +189,10 @@ echo "move_node_gpu: a mover killed after the checkpoint of a move to $NODE2: it
 
 # --- a move whose destination stays unreachable: the pod restored where it was ----------------
 # research moves ngpu-m3 back to the first node; the second node's mover is killed after the
-# checkpoint, and the first node's mover is gone by its next pass, which is past
-# --finish-within 0: ngpu-m4 is restored on the second node from the image, the move failed
-# saying so; the workload goes on from the same generation, never two copies.
+# checkpoint, and the first node's mover is gone by its next passes: the first leaves the move
+# taken (to be tried again), the second, past --finish-within 0, restores ngpu-m4 on the second
+# node from the image, the move failed saying so; the workload goes on from the same generation,
+# never two copies.
 carry1=127.0.0.1:19464
 carrier_start "$work/carrier1.log" --node "$NODE" "${move_flags[@]}" --carry-listen "$carry1"
 carrier=$CARRIER
@@ -218,6 +208,16 @@ PALADIN_K8S_MOVE_FAULT=crash:after-checkpoint "$PALADIN" k8s mover --node "$NODE
 kill "$carrier" 2>/dev/null
 wait "$carrier" 2>/dev/null || true
 carrier=
+# A pass within --finish-within (300 s by default): the move stays taken, for the next pass.
+"$PALADIN" k8s mover --node "$NODE2" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${mover[@]}" \
+  --paladin-server "$url" --paladin-token-file "$SERVER_TOKEN_FILE" "${api[@]}" \
+  >"$work/mover4b.log" 2>&1 || fail "paladin k8s mover (4b): $(tail -5 "$work/mover4b.log")"
+sed 's/^/move_node_gpu:   /' "$work/mover4b.log"
+grep -q "move $id: finishing it failed (.*does not answer at $carry1.*); the next pass tries again" \
+  "$work/mover4b.log" || fail "an unreachable destination: $(tail -2 "$work/mover4b.log")"
+got=$(as "$admin" pods moves --json | jq -r --argjson id "$id" '.moves[] | select(.id == $id) | .state')
+[[ $got == taken ]] || fail "the move is $got after a pass that could not reach its destination"
+# Past it: restored where it was.
 "$PALADIN" k8s mover --node "$NODE2" --driver "$EMUCUDA" --nvml "$EMUCUDA" "${mover[@]}" \
   --finish-within 0 --paladin-server "$url" --paladin-token-file "$SERVER_TOKEN_FILE" \
   "${api[@]}" >"$work/mover5.log" 2>&1 || fail "paladin k8s mover (5): $(tail -5 "$work/mover5.log")"
