@@ -948,8 +948,9 @@ void RegisterK8s(CLI::App& app, int* exit_code) {
                     "images of moves there are sent over the network (repeatable)");
   mover->add_option(
       "--carry-listen", args->carry_listen,
-      "ADDR:PORT: take other nodes' movers' images into this node's folder (--images) "
-      "here, and each image's transfer on PORT+1; authenticated by the move key");
+      "ADDR:PORT: listen there for the images other nodes' movers and checkpointers send "
+      "(each image's transfer on PORT+1, authenticated by the move key) and put them in this "
+      "node's folder (--images)");
   mover
       ->add_option("--carry-port", args->carry_port,
                    "A move to a node that --node-images and --node-movers do not name sends its "
