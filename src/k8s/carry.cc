@@ -1,7 +1,6 @@
 #include "paladin/k8s/carry.h"
 
 #include <netinet/in.h>
-#include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <sys/socket.h>
 #include <sys/statvfs.h>
@@ -94,14 +93,6 @@ std::string Hex(const unsigned char* data, size_t n) {
   return hex;
 }
 
-std::string HmacHex(const std::string& key, const std::string& message) {
-  unsigned char digest[32];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest, &len);
-  return Hex(digest, len);
-}
-
 // 32 random bytes in hex: a connection's challenge, a carry's transfer token.
 std::string RandomHex() {
   unsigned char bytes[32];
@@ -112,14 +103,19 @@ std::string RandomHex() {
   return Hex(bytes, sizeof bytes);
 }
 
+// The answer to `challenge` under the channel's secret `token` (CarryToken).
+std::string ProofUnder(const std::string& token, const std::string& challenge) {
+  return detail::HmacSha256Hex(token, "paladin-k8s-carry-auth\n" + challenge);
+}
+
 }  // namespace
 
 std::string CarryToken(const std::string& key) {
-  return HmacHex(key, "paladin-k8s-image-carry-v1");
+  return detail::HmacSha256Hex(key, "paladin-k8s-image-carry-v1");
 }
 
 std::string CarryProof(const std::string& key, const std::string& challenge) {
-  return HmacHex(CarryToken(key), "paladin-k8s-carry-auth\n" + challenge);
+  return ProofUnder(CarryToken(key), challenge);
 }
 
 StatusOr<std::string> ReadMoveKey(const std::string& path) { return detail::ReadKey(path); }
@@ -200,7 +196,7 @@ struct CarryServer::Impl {
     if (!first.ok()) return;
     const std::vector<std::string> hello = Words(*first);
     if (hello.size() != 2 || hello[0] != "PROOF" ||
-        !migrate::SameSecret(hello[1], HmacHex(token, "paladin-k8s-carry-auth\n" + challenge))) {
+        !migrate::SameSecret(hello[1], ProofUnder(token, challenge))) {
       Log("carry: a connection refused: authentication failed");
       (void)ch.Send("ERR authentication failed");
       return;

@@ -148,6 +148,20 @@ Status CarryImage(const std::string& from, const std::string& to) {
   return Status::Ok();
 }
 
+std::string HmacSha256Hex(const std::string& key, const std::string& message) {
+  unsigned char digest[32];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest, &len);
+  std::string hex;
+  char byte[3];
+  for (unsigned int i = 0; i < len; ++i) {
+    std::snprintf(byte, sizeof byte, "%02x", digest[i]);
+    hex += byte;
+  }
+  return hex;
+}
+
 std::string ReadBundle(const std::string& bundle) {
   std::ifstream in(bundle + "/config.json");
   const Json config = Json::parse(in, nullptr, false);
@@ -181,18 +195,7 @@ using Clock = std::chrono::steady_clock;
 
 std::string RestoreToken(const std::string& key, const std::string& image, const std::string& ns,
                          const std::string& pod) {
-  const std::string message = "paladin-restore-v1\n" + image + "\n" + ns + "\n" + pod + "\n";
-  unsigned char digest[32];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest, &len);
-  std::string hex;
-  char byte[3];
-  for (unsigned int i = 0; i < len; ++i) {
-    std::snprintf(byte, sizeof byte, "%02x", digest[i]);
-    hex += byte;
-  }
-  return hex;
+  return detail::HmacSha256Hex(key, "paladin-restore-v1\n" + image + "\n" + ns + "\n" + pod + "\n");
 }
 
 std::string NextPodName(const std::string& name) {
