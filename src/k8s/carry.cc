@@ -93,7 +93,7 @@ std::string Hex(const unsigned char* data, size_t n) {
   return hex;
 }
 
-// 32 random bytes in hex: a connection's challenge, a carry's transfer token.
+// 32 random bytes in hex: a carry's salt.
 std::string RandomHex() {
   unsigned char bytes[32];
   if (RAND_bytes(bytes, sizeof bytes) != 1) {
@@ -103,9 +103,10 @@ std::string RandomHex() {
   return Hex(bytes, sizeof bytes);
 }
 
-// The answer to `challenge` under the channel's secret `token` (CarryToken).
-std::string ProofUnder(const std::string& token, const std::string& challenge) {
-  return detail::HmacSha256Hex(token, "paladin-k8s-carry-auth\n" + challenge);
+// A carry's transfer token, from the channel's secret and the salt the server sends in the clear
+// (random, one per carry): who records the line learns the salt only.
+std::string TransferTokenUnder(const std::string& token, const std::string& salt) {
+  return detail::HmacSha256Hex(token, "paladin-k8s-carry-transfer\n" + salt);
 }
 
 }  // namespace
@@ -115,7 +116,7 @@ std::string CarryToken(const std::string& key) {
 }
 
 std::string CarryProof(const std::string& key, const std::string& challenge) {
-  return ProofUnder(CarryToken(key), challenge);
+  return migrate::ChannelProof(CarryToken(key), challenge);
 }
 
 StatusOr<std::string> ReadMoveKey(const std::string& path) { return detail::ReadKey(path); }
@@ -188,20 +189,13 @@ struct CarryServer::Impl {
 
   void Serve(migrate::Channel& ch) {
     // A challenge of this connection's own: what crosses the network proves the key without
-    // being of use to one who records it.
-    const std::string challenge = RandomHex();
-    if (!ch.Send("CHALLENGE " + challenge).ok()) return;
-    // A sender answers at once; one that does not holds one of the few connections served.
-    StatusOr<std::string> first = ch.Receive(kProofWithinS);
-    if (!first.ok()) return;
-    const std::vector<std::string> hello = Words(*first);
-    if (hello.size() != 2 || hello[0] != "PROOF" ||
-        !migrate::SameSecret(hello[1], ProofUnder(token, challenge))) {
+    // being of use to one who records it. A sender answers at once; one that does not holds
+    // one of the few connections served.
+    const Status proved = migrate::CheckProof(&ch, token, kProofWithinS);
+    if (proved.code() == StatusCode::kPermissionDenied) {
       Log("carry: a connection refused: authentication failed");
-      (void)ch.Send("ERR authentication failed");
-      return;
     }
-    if (!ch.Send("OK").ok()) return;
+    if (!proved.ok()) return;
     StatusOr<std::string> line = ch.Receive(options.io_timeout_s);
     if (!line.ok()) return;
     const std::vector<std::string> w = Words(*line);
@@ -291,7 +285,10 @@ struct CarryServer::Impl {
     }
     transfer::ReceiverOptions ro;
     ro.out_dir = options.images + "/" + kIncomingPrefix + name;
-    ro.token = RandomHex();  // this image's only: of no use once it has arrived
+    // This image's token only (of no use once it has arrived), never on the line: the sender
+    // makes the same one from the salt.
+    const std::string salt = RandomHex();
+    ro.token = TransferTokenUnder(token, salt);
     ro.bind_address = options.bind_address;
     ro.port = options.port == 0 ? 0 : options.port + 1;  // 0: ephemeral, as the command port
     ro.io_timeout_s = options.io_timeout_s;
@@ -304,7 +301,7 @@ struct CarryServer::Impl {
       (void)ch.Send("ERR " + receiver.status().message());
       return;
     }
-    if (!ch.Send("OK " + std::to_string((*receiver)->port()) + " " + ro.token).ok()) return;
+    if (!ch.Send("OK " + std::to_string((*receiver)->port()) + " " + salt).ok()) return;
     const Clock::time_point t0 = Clock::now();
     {
       std::lock_guard<std::mutex> lock(threads_mu);
@@ -404,19 +401,15 @@ StatusOr<migrate::Channel> Open(const std::string& host, int port, const std::st
     return Unavailable("the destination node's mover does not answer at " + host + ":" +
                        std::to_string(port) + " (" + ch.status().message() + ")");
   }
-  StatusOr<std::string> challenge = ch->Receive(30);
-  const std::vector<std::string> c =
-      challenge.ok() ? Words(*challenge) : std::vector<std::string>{};
-  if (c.size() != 2 || c[0] != "CHALLENGE" || c[1].size() != 64) {
-    return Unavailable("the destination node's mover at " + host + ":" + std::to_string(port) +
-                       " did not speak the carry's protocol" +
-                       (challenge.ok() ? "" : ": " + challenge.status().message()));
+  const Status proved = migrate::ProveToken(&*ch, CarryToken(key), 30);
+  const std::string where = host + ":" + std::to_string(port);
+  if (proved.code() == StatusCode::kPermissionDenied) {
+    return PermissionDenied("the destination node's mover at " + where + " refused this node: " +
+                            proved.message() + " (the nodes' move keys differ?)");
   }
-  StatusOr<std::string> ok = ch->Call("PROOF " + CarryProof(key, c[1]), 30);
-  if (!ok.ok()) {
-    return PermissionDenied("the destination node's mover at " + host + ":" + std::to_string(port) +
-                            " refused this node: " + ok.status().message() +
-                            " (the nodes' move keys differ?)");
+  if (!proved.ok()) {
+    return Unavailable("the destination node's mover at " + where +
+                       " did not speak the carry's protocol: " + proved.message());
   }
   return ch;
 }
@@ -469,7 +462,7 @@ StatusOr<CarryReport> CarryImageTo(const std::string& dir, const std::string& ho
     return Internal("the destination answered CARRY with '" + answer->substr(0, 64) + "'");
   }
   transfer::SendOptions so;
-  so.token = where[1];
+  so.token = TransferTokenUnder(CarryToken(key), where[1]);
   StatusOr<transfer::SendReport> sent =
       transfer::SendImage(dir, host, tport, so, [&](const transfer::SendProgress& p) {
         if (!progress || p.final) return;

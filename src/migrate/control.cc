@@ -4,6 +4,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -149,6 +151,65 @@ bool SameSecret(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i % b.size()];
   return diff == 0;
+}
+
+namespace {
+
+std::string Hex(const unsigned char* data, size_t size) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(2 * size);
+  for (size_t i = 0; i < size; ++i) {
+    hex += kDigits[data[i] >> 4];
+    hex += kDigits[data[i] & 15];
+  }
+  return hex;
+}
+
+constexpr size_t kChallengeHex = 64;
+
+}  // namespace
+
+std::string ChannelProof(const std::string& token, const std::string& challenge) {
+  const std::string message = "paladin-channel-auth\n" + challenge;
+  unsigned char mac[32];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &len);
+  return Hex(mac, len);
+}
+
+Status ProveToken(Channel* channel, const std::string& token, double timeout_s) {
+  StatusOr<std::string> first = channel->Receive(timeout_s);
+  if (!first.ok()) {
+    return Unavailable("the peer asked for no proof of the token (" + first.status().message() +
+                       ")");
+  }
+  if (first->rfind("CHALLENGE ", 0) != 0 || first->size() != 10 + kChallengeHex) {
+    return Unavailable("the peer did not ask for proof of the token (it said '" +
+                       first->substr(0, 64) + "': another version of Paladin?)");
+  }
+  StatusOr<std::string> ok =
+      channel->Call("PROOF " + ChannelProof(token, first->substr(10)), timeout_s);
+  if (ok.ok()) return Status::Ok();
+  // ERR (Call's kInternal) is a refusal; anything else the connection's failure.
+  if (ok.status().code() != StatusCode::kInternal) return ok.status();
+  return PermissionDenied(ok.status().message());
+}
+
+Status CheckProof(Channel* channel, const std::string& token, double timeout_s) {
+  unsigned char random[kChallengeHex / 2];
+  if (RAND_bytes(random, sizeof random) != 1) return Internal("no random bytes (RAND_bytes)");
+  const std::string challenge = Hex(random, sizeof random);
+  PALADIN_RETURN_IF_ERROR(channel->Send("CHALLENGE " + challenge));
+  StatusOr<std::string> proof = channel->Receive(timeout_s);
+  if (!proof.ok()) return proof.status();
+  if (proof->rfind("PROOF ", 0) != 0 ||
+      !SameSecret(proof->substr(6), ChannelProof(token, challenge))) {
+    (void)channel->Send("ERR authentication failed");
+    return PermissionDenied("authentication failed");
+  }
+  return channel->Send("OK");
 }
 
 }  // namespace paladin::migrate

@@ -56,13 +56,7 @@ void AnswerQueries(Listener* listener, const std::string& state_file, const std:
     }
     StatusOr<Channel> c = listener->Accept(std::min(left, 1.0));
     if (!c.ok()) continue;
-    StatusOr<std::string> hello = c->Receive(5);
-    if (!hello.ok()) continue;
-    if (hello->rfind("TOKEN ", 0) != 0 || !SameSecret(hello->substr(6), token)) {
-      (void)c->Send("ERR authentication failed");
-      continue;
-    }
-    (void)c->Send("OK");
+    if (!CheckProof(&*c, token, 5).ok()) continue;
     for (;;) {
       StatusOr<std::string> line = c->Receive(5);
       if (!line.ok()) break;

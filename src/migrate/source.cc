@@ -269,8 +269,11 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     cleanup();
     return Abandon(criu, job, nullptr, channel.status(), &st, state_file, &keeper, progress);
   }
-  StatusOr<std::string> hello =
-      streaming ? std::string() : channel->Call("TOKEN " + options.token, 30);
+  StatusOr<std::string> hello = std::string();
+  if (!streaming) {
+    const Status proved = ProveToken(&*channel, options.token, 30);
+    if (!proved.ok()) hello = proved;
+  }
   if (hello.ok()) hello = channel->Call("BEGIN " + st.id, 30);
   if (hello.ok() && options.lazy && !options.lazy_plain) {
     // Before RESTORE LAZY, after which the puller connects: the page server, which reads the

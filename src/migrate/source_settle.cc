@@ -28,9 +28,9 @@ Outcome AskOutcome(const MoveState& st, const std::string& token, Channel* chann
     StatusOr<Channel> c = Channel::Connect(st.host, st.port, 2);
     std::string why;
     if (c.ok()) {
-      StatusOr<std::string> hello = c->Call("TOKEN " + token, 5);
+      const Status hello = ProveToken(&*c, token, 5);
       StatusOr<std::string> answer =
-          hello.ok() ? c->Call("OUTCOME " + st.id, 5) : StatusOr<std::string>(hello.status());
+          hello.ok() ? c->Call("OUTCOME " + st.id, 5) : StatusOr<std::string>(hello);
       // The answer is the destination's step: only committed and aborted are decided.
       const std::optional<MoveStep> said =
           answer.ok() ? MoveStepNamed(*answer) : std::optional<MoveStep>();

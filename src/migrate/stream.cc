@@ -118,12 +118,11 @@ StatusOr<PageStream> OpenPageStream(const std::string& host, int command_port,
   StatusOr<Channel> channel = Channel::Connect(host, command_port, 60);
   if (!channel.ok()) return channel.status();
   stream.channel = std::move(*channel);
-  StatusOr<std::string> said = stream.channel.Call("TOKEN " + token, 30);
-  if (!said.ok()) return said.status();
+  PALADIN_RETURN_IF_ERROR(ProveToken(&stream.channel, token, 30));
   StatusOr<PageTls> tls = PageTls::Create(id + " source");
   if (!tls.ok()) return tls.status();
   stream.tls = std::move(*tls);
-  said = stream.channel.Call(
+  StatusOr<std::string> said = stream.channel.Call(
       kPageServerCommand + id + " " + std::to_string(bytes) + " " + stream.tls.certificate(), 60);
   if (!said.ok()) {
     // An ERR answer (Channel::Call's kInternal) is a refusal: the destination waits for another
@@ -149,8 +148,9 @@ StatusOr<std::vector<std::string>> PeerMoveModes(const std::string& host, int po
                                                  const std::string& token) {
   StatusOr<Channel> channel = Channel::Connect(host, port + 1, 60);
   if (!channel.ok()) return channel.status();
-  StatusOr<std::string> said = channel->Call("TOKEN " + token, 30);
-  if (said.ok()) said = channel->Call(kFeaturesCommand, 30);
+  const Status proved = ProveToken(&*channel, token, 30);
+  StatusOr<std::string> said =
+      proved.ok() ? channel->Call(kFeaturesCommand, 30) : StatusOr<std::string>(proved);
   if (!said.ok()) {
     return Status(said.status().code(),
                   "the destination did not say which moves it takes: " + said.status().message());
@@ -331,13 +331,11 @@ StatusOr<Arrival> AwaitSource(const ckpt::Criu& criu, const DestinationOptions& 
     }
     channel = commands->Accept(0.2);
     if (!channel.ok()) continue;
-    StatusOr<std::string> hello = channel->Receive(30);
-    if (!hello.ok()) return hello.status();
-    if (hello->rfind("TOKEN ", 0) != 0 || !SameSecret(hello->substr(6), options.token)) {
-      (void)channel->Send("ERR authentication failed");
+    const Status proved = CheckProof(&*channel, options.token, 30);
+    if (proved.code() == StatusCode::kPermissionDenied) {
       return FailedPrecondition("a command connection failed authentication");
     }
-    PALADIN_RETURN_IF_ERROR(channel->Send("OK"));
+    PALADIN_RETURN_IF_ERROR(proved);
     begin = channel->Receive(30);
     if (!begin.ok()) return begin.status();
     if (*begin == kFeaturesCommand) {

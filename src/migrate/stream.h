@@ -34,7 +34,7 @@ inline constexpr const char* kPageServerCommand = "PAGE-SERVER ";
 // The command line that asks the destination which moves it takes (PeerMoveModes).
 inline constexpr const char* kFeaturesCommand = "FEATURES";
 
-// The source's side: the command channel, authenticated (TOKEN said, BEGIN not yet), and the
+// The source's side: the command channel, authenticated (the token proved, BEGIN not yet), and the
 // page server the destination started for this move.
 struct PageStream {
   Channel channel;
@@ -121,9 +121,9 @@ struct Arrival {
 
 // Waits for a source: receives the image on its own thread while the command port takes the
 // source's connection, so that a streaming source can ask for its page server (PAGE-SERVER,
-// after TOKEN) before it dumps and sends the image; other sources connect once the image is
-// here. Honours options.cancel until the image is here and BEGIN said; stops the receiver and
-// its thread on every way out.
+// after the token's proof) before it dumps and sends the image; other sources connect once the
+// image is here. Honours options.cancel until the image is here and BEGIN said; stops the receiver
+// and its thread on every way out.
 StatusOr<Arrival> AwaitSource(const ckpt::Criu& criu, const DestinationOptions& options,
                               Listener* commands, transfer::Receiver* receiver,
                               const ckpt::Progress& progress);

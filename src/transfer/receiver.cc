@@ -119,15 +119,25 @@ bool Connection::Authenticate() {
             " closed before authenticating (a sender of another protocol version leaves here; " +
             "this receiver speaks version " + std::to_string(wire::kProtocolVersion) + ")");
   }
-  const wire::Digest expected = wire::HmacSha256(r_->options.token, nonce_.data(), nonce_.size());
-  const bool good = read.ok() && f.type == wire::Type::kAuth &&
-                    f.payload.size() == wire::kDigestBytes &&
-                    wire::SameDigest(f.payload.data(), expected.data());
+  // AUTH: the sender's nonce, then its proof of the token over both nonces.
+  wire::Nonce theirs{};
+  bool good = read.ok() && f.type == wire::Type::kAuth &&
+              f.payload.size() == wire::kNonceBytes + wire::kDigestBytes;
+  if (good) {
+    std::copy_n(f.payload.begin(), wire::kNonceBytes, theirs.begin());
+    const wire::Digest expected = wire::AuthMac(r_->options.token, nonce_, theirs);
+    good = wire::SameDigest(f.payload.data() + wire::kNonceBytes, expected.data());
+  }
   if (!good) {
     (void)Fail(FailedPrecondition("authentication failed"));
     return false;
   }
-  return s_.Write(wire::Type::kReady, std::vector<uint8_t>()).ok();
+  const wire::Digest ready = wire::ReadyMac(r_->options.token, nonce_, theirs);
+  if (!s_.Write(wire::Type::kReady, std::vector<uint8_t>(ready.begin(), ready.end())).ok()) {
+    return false;
+  }
+  const wire::SealKeys keys = wire::DeriveSealKeys(r_->options.token, nonce_, theirs);
+  return s_.Seal(keys.to_sender, keys.to_receiver).ok();
 }
 
 Status Connection::Hello() {

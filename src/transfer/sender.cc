@@ -351,15 +351,30 @@ StatusOr<wire::Socket> OpenSession(SendState* st, int connection, bool commit,
                               ", this sender " + std::to_string(wire::kProtocolVersion) +
                               " (both ends need the same transfer protocol)");
   }
-  if (session_nonce != nullptr) std::copy_n(nonce, wire::kNonceBytes, session_nonce->begin());
-  std::vector<uint8_t> auth;
+  wire::Nonce theirs{};
+  std::copy_n(nonce, wire::kNonceBytes, theirs.begin());
+  if (session_nonce != nullptr) *session_nonce = theirs;
+  // AUTH: this end's nonce and the proof of the token over both (a sender without a token sends
+  // only its nonce and is refused).
+  wire::Nonce ours{};
+  PALADIN_RETURN_IF_ERROR(wire::RandomBytes(ours.data(), ours.size()));
+  std::vector<uint8_t> auth(ours.begin(), ours.end());
   if (!st->options.token.empty()) {
-    const wire::Digest mac = wire::HmacSha256(st->options.token, nonce, wire::kNonceBytes);
-    auth.assign(mac.begin(), mac.end());
+    const wire::Digest mac = wire::AuthMac(st->options.token, theirs, ours);
+    auth.insert(auth.end(), mac.begin(), mac.end());
   }
   PALADIN_RETURN_IF_ERROR(s->Write(wire::Type::kAuth, auth));
   PALADIN_RETURN_IF_ERROR(s->Read(kMaxAnswerPayload, &f));
   if (f.type != wire::Type::kReady) return ReceiverError(f, "READY");
+  // READY proves the receiver holds the token too: nothing of the image (not even the
+  // manifest's file names) goes to one that does not.
+  const wire::Digest ready = wire::ReadyMac(st->options.token, theirs, ours);
+  if (f.payload.size() != wire::kDigestBytes || !wire::SameDigest(f.payload.data(), ready.data())) {
+    return FailedPrecondition("the receiver at " + s->peer() +
+                              " did not prove it holds the token (READY); nothing was sent");
+  }
+  const wire::SealKeys keys = wire::DeriveSealKeys(st->options.token, theirs, ours);
+  PALADIN_RETURN_IF_ERROR(s->Seal(keys.to_receiver, keys.to_sender));
   std::vector<uint8_t> hello;
   wire::PutU64(&hello, st->layout.chunk_bytes());
   wire::PutU32(&hello, static_cast<uint32_t>(connection));

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -77,7 +78,58 @@ void TuneSocket(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+uint32_t BigEndian32(const uint8_t* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
+}
+
 }  // namespace
+
+struct Sealing {
+  struct CipherFree {
+    void operator()(EVP_CIPHER_CTX* c) const { EVP_CIPHER_CTX_free(c); }
+  };
+  std::unique_ptr<EVP_CIPHER_CTX, CipherFree> ctx;
+  uint64_t frames = 0;  // the IV of the next frame: 4 zero bytes, then this, big-endian
+
+  // Sets up the next frame's IV with the 4 length bytes as its associated data.
+  bool Start(bool encrypt, const uint8_t* length) {
+    uint8_t iv[12] = {};
+    for (int i = 0; i < 8; ++i) iv[4 + i] = static_cast<uint8_t>(frames >> (56 - 8 * i));
+    ++frames;
+    int n = 0;
+    return encrypt ? EVP_EncryptInit_ex(ctx.get(), nullptr, nullptr, nullptr, iv) == 1 &&
+                         EVP_EncryptUpdate(ctx.get(), nullptr, &n, length, 4) == 1
+                   : EVP_DecryptInit_ex(ctx.get(), nullptr, nullptr, nullptr, iv) == 1 &&
+                         EVP_DecryptUpdate(ctx.get(), nullptr, &n, length, 4) == 1;
+  }
+  // `len` bytes from `in` to `out` (they may be the same).
+  bool Encrypt(const uint8_t* in, size_t len, uint8_t* out) {
+    int n = 0;
+    return len == 0 || EVP_EncryptUpdate(ctx.get(), out, &n, in, static_cast<int>(len)) == 1;
+  }
+  bool Decrypt(const uint8_t* in, size_t len, uint8_t* out) {
+    int n = 0;
+    return len == 0 || EVP_DecryptUpdate(ctx.get(), out, &n, in, static_cast<int>(len)) == 1;
+  }
+};
+
+namespace {
+
+StatusOr<std::unique_ptr<Sealing>> NewSealing(const SealKey& key, bool encrypt) {
+  auto s = std::make_unique<Sealing>();
+  s->ctx.reset(EVP_CIPHER_CTX_new());
+  const bool ready =
+      s->ctx != nullptr &&
+      (encrypt ? EVP_EncryptInit_ex(s->ctx.get(), EVP_aes_128_gcm(), nullptr, key.data(), nullptr)
+               : EVP_DecryptInit_ex(s->ctx.get(), EVP_aes_128_gcm(), nullptr, key.data(),
+                                    nullptr)) == 1;
+  if (!ready) return Internal("cannot set up AES-128-GCM (OpenSSL)");
+  return s;
+}
+
+}  // namespace
+
+Socket::Socket() = default;
 
 Socket::Socket(int fd, int timeout_ms) : fd_(fd), timeout_ms_(timeout_ms) {
   sockaddr_storage addr{};
@@ -90,7 +142,11 @@ Socket::Socket(int fd, int timeout_ms) : fd_(fd), timeout_ms_(timeout_ms) {
 Socket::~Socket() { Close(); }
 
 Socket::Socket(Socket&& other) noexcept
-    : fd_(other.fd_), timeout_ms_(other.timeout_ms_), peer_(std::move(other.peer_)) {
+    : fd_(other.fd_),
+      timeout_ms_(other.timeout_ms_),
+      peer_(std::move(other.peer_)),
+      write_seal_(std::move(other.write_seal_)),
+      read_seal_(std::move(other.read_seal_)) {
   other.fd_ = -1;
 }
 
@@ -100,9 +156,21 @@ Socket& Socket::operator=(Socket&& other) noexcept {
     fd_ = other.fd_;
     timeout_ms_ = other.timeout_ms_;
     peer_ = std::move(other.peer_);
+    write_seal_ = std::move(other.write_seal_);
+    read_seal_ = std::move(other.read_seal_);
     other.fd_ = -1;
   }
   return *this;
+}
+
+Status Socket::Seal(const SealKey& write_key, const SealKey& read_key) {
+  StatusOr<std::unique_ptr<Sealing>> w = NewSealing(write_key, true);
+  if (!w.ok()) return w.status();
+  StatusOr<std::unique_ptr<Sealing>> r = NewSealing(read_key, false);
+  if (!r.ok()) return r.status();
+  write_seal_ = std::move(*w);
+  read_seal_ = std::move(*r);
+  return Status::Ok();
 }
 
 void Socket::Close() {
@@ -130,6 +198,7 @@ Status Socket::Wait(short events) const {
 
 Status Socket::Write(Type type, const std::vector<uint8_t>& head, const uint8_t* data, size_t len) {
   if (fd_ < 0) return IoError("not connected");
+  if (write_seal_ != nullptr) return WriteSealed(type, head, data, len);
   const size_t body = 1 + head.size() + len;
   uint8_t header[5] = {static_cast<uint8_t>(body >> 24), static_cast<uint8_t>(body >> 16),
                        static_cast<uint8_t>(body >> 8), static_cast<uint8_t>(body),
@@ -155,6 +224,40 @@ Status Socket::Write(Type type, const std::vector<uint8_t>& head, const uint8_t*
       iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + done;
       iov[first].iov_len -= done;
     }
+  }
+  return Status::Ok();
+}
+
+Status Socket::WriteSealed(Type type, const std::vector<uint8_t>& head, const uint8_t* data,
+                           size_t len) {
+  const size_t body = 1 + head.size() + len + kSealTagBytes;
+  sealed_.resize(4 + body);
+  uint8_t* out = sealed_.data();
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<uint8_t>(body >> (24 - 8 * i));
+  const auto kind = static_cast<uint8_t>(type);
+  Sealing& seal = *write_seal_;
+  int n = 0;
+  const bool sealed = seal.Start(true, out) && seal.Encrypt(&kind, 1, out + 4) &&
+                      seal.Encrypt(head.data(), head.size(), out + 5) &&
+                      seal.Encrypt(data, len, out + 5 + head.size()) &&
+                      EVP_EncryptFinal_ex(seal.ctx.get(), out + 4 + body, &n) == 1 &&
+                      EVP_CIPHER_CTX_ctrl(seal.ctx.get(), EVP_CTRL_GCM_GET_TAG, kSealTagBytes,
+                                          out + 4 + body - kSealTagBytes) == 1;
+  if (!sealed) return Internal("cannot seal a frame (OpenSSL AES-128-GCM)");
+  return SendAll(sealed_.data(), sealed_.size());
+}
+
+Status Socket::SendAll(const uint8_t* p, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t w = send(fd_, p + done, n - done, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return IoError(Errno("send"));
+      PALADIN_RETURN_IF_ERROR(Wait(POLLOUT));
+      continue;
+    }
+    done += static_cast<size_t>(w);
   }
   return Status::Ok();
 }
@@ -187,8 +290,8 @@ Status Socket::Read(size_t max_payload, Frame* frame) {
   const Status head = ReadAll(header, sizeof header, &got);
   closed_between_frames_ = !head.ok() && got == 0;
   PALADIN_RETURN_IF_ERROR(head);
-  const uint32_t body = (uint32_t{header[0]} << 24) | (uint32_t{header[1]} << 16) |
-                        (uint32_t{header[2]} << 8) | header[3];
+  const uint32_t body = BigEndian32(header);
+  if (read_seal_ != nullptr) return ReadSealed(body, header[4], max_payload, frame);
   if (body == 0 || body - 1 > max_payload) {
     return InvalidArgument("protocol error: a frame of " + std::to_string(body) +
                            " bytes (at most " + std::to_string(max_payload + 1) + " expected)");
@@ -196,6 +299,40 @@ Status Socket::Read(size_t max_payload, Frame* frame) {
   frame->type = static_cast<Type>(header[4]);
   frame->payload.resize(body - 1);
   return ReadAll(frame->payload.data(), frame->payload.size(), &got);
+}
+
+// The rest of a sealed frame whose length `body` and first encrypted byte `first` were read.
+Status Socket::ReadSealed(uint32_t body, uint8_t first, size_t max_payload, Frame* frame) {
+  if (body < 1 + kSealTagBytes || body - 1 - kSealTagBytes > max_payload) {
+    return InvalidArgument("protocol error: a sealed frame of " + std::to_string(body) +
+                           " bytes (at most " + std::to_string(max_payload + 1 + kSealTagBytes) +
+                           " expected)");
+  }
+  frame->payload.resize(body - 1 - kSealTagBytes);
+  uint8_t tag[kSealTagBytes];
+  size_t got = 0;
+  PALADIN_RETURN_IF_ERROR(ReadAll(frame->payload.data(), frame->payload.size(), &got));
+  PALADIN_RETURN_IF_ERROR(ReadAll(tag, sizeof tag, &got));
+  uint8_t length[4];
+  for (int i = 0; i < 4; ++i) length[i] = static_cast<uint8_t>(body >> (24 - 8 * i));
+  Sealing& seal = *read_seal_;
+  uint8_t kind = 0;
+  int n = 0;
+  const bool opened =
+      seal.Start(false, length) && seal.Decrypt(&first, 1, &kind) &&
+      seal.Decrypt(frame->payload.data(), frame->payload.size(), frame->payload.data()) &&
+      EVP_CIPHER_CTX_ctrl(seal.ctx.get(), EVP_CTRL_GCM_SET_TAG, kSealTagBytes, tag) == 1 &&
+      EVP_DecryptFinal_ex(seal.ctx.get(), nullptr, &n) == 1;
+  if (!opened) {
+    // Nothing of it is used; the connection cannot go on (its IVs are out of step). A dropped
+    // connection's error: the sender resumes on a new one.
+    frame->payload.clear();
+    return IoError("a frame from " + peer_ +
+                   " did not open under this connection's key (altered on the way, or not from "
+                   "the token's holder)");
+  }
+  frame->type = static_cast<Type>(kind);
+  return Status::Ok();
 }
 
 StatusOr<Socket> Connect(const std::string& host, int port, int timeout_ms) {
@@ -311,6 +448,40 @@ Digest HmacSha256(const std::string& key, const uint8_t* data, size_t size) {
   unsigned int len = 0;
   HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), data, size, d.data(), &len);
   return d;
+}
+
+namespace {
+
+// HMAC-SHA256 under `token` over `label`, the protocol version and both nonces.
+Digest NonceMac(const std::string& token, const char* label, const Nonce& receiver_nonce,
+                const Nonce& sender_nonce) {
+  std::vector<uint8_t> text(label, label + std::strlen(label));
+  PutU32(&text, kProtocolVersion);
+  text.insert(text.end(), receiver_nonce.begin(), receiver_nonce.end());
+  text.insert(text.end(), sender_nonce.begin(), sender_nonce.end());
+  return HmacSha256(token, text.data(), text.size());
+}
+
+}  // namespace
+
+Digest AuthMac(const std::string& token, const Nonce& receiver_nonce, const Nonce& sender_nonce) {
+  return NonceMac(token, "paladin-transfer-auth\n", receiver_nonce, sender_nonce);
+}
+
+Digest ReadyMac(const std::string& token, const Nonce& receiver_nonce, const Nonce& sender_nonce) {
+  return NonceMac(token, "paladin-transfer-ready\n", receiver_nonce, sender_nonce);
+}
+
+SealKeys DeriveSealKeys(const std::string& token, const Nonce& receiver_nonce,
+                        const Nonce& sender_nonce) {
+  const Digest to_receiver =
+      NonceMac(token, "paladin-transfer-seal sender->receiver\n", receiver_nonce, sender_nonce);
+  const Digest to_sender =
+      NonceMac(token, "paladin-transfer-seal receiver->sender\n", receiver_nonce, sender_nonce);
+  SealKeys keys{};
+  std::copy_n(to_receiver.begin(), kSealKeyBytes, keys.to_receiver.begin());
+  std::copy_n(to_sender.begin(), kSealKeyBytes, keys.to_sender.begin());
+  return keys;
 }
 
 Digest CommitMac(const std::string& token, const Nonce& nonce, const Digest& manifest_sha,

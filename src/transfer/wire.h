@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,13 +16,17 @@
 
 namespace paladin::transfer::wire {
 
-// 2: XXH3-128 chunk digests, COMMIT carries the keyed chunk list (1: SHA-256 per chunk).
-inline constexpr uint32_t kProtocolVersion = 2;
+// 3: both ends prove the token (AUTH, READY) and every frame after READY is sealed
+// (AES-128-GCM); 2: XXH3-128 chunk digests, COMMIT carries the keyed chunk list, nothing
+// encrypted; 1: SHA-256 per chunk.
+inline constexpr uint32_t kProtocolVersion = 3;
 inline constexpr size_t kNonceBytes = 16;
 inline constexpr size_t kDigestBytes = 32;                            // SHA-256, HMAC-SHA256
 inline constexpr size_t kChunkDigestBytes = ckpt::kChunkDigestBytes;  // XXH3-128
 // file index (u32), offset (u64), length (u32), XXH3-128 of the chunk.
 inline constexpr size_t kDataHeaderBytes = 4 + 8 + 4 + kChunkDigestBytes;
+inline constexpr size_t kSealKeyBytes = 16;  // AES-128
+inline constexpr size_t kSealTagBytes = 16;  // GCM's tag after each sealed frame
 inline constexpr size_t kMaxPreAuthPayload = 64;
 inline constexpr size_t kMaxErrorText = 2048;  // ERROR and NACK reasons are cut there
 inline constexpr size_t kMaxHelloPayload = size_t{16} << 20;
@@ -30,8 +35,8 @@ inline constexpr uint64_t kMaxChunkBytes = uint64_t{64} << 20;
 
 enum class Type : uint8_t {
   kNonce = 1,   // S->C: u32 protocol version, 16-byte nonce
-  kAuth = 2,    // C->S: HMAC-SHA256(token, nonce)
-  kReady = 3,   // S->C: authenticated
+  kAuth = 2,    // C->S: the sender's 16-byte nonce, AuthMac
+  kReady = 3,   // S->C: ReadyMac; from here on every frame both ways is sealed
   kHello = 4,   // C->S: u64 chunk bytes, u32 attempt, manifest.json
   kHave = 5,    // S->C: u32 chunk count, bitmap of chunks already here
   kData = 6,    // C->S: data header, chunk bytes
@@ -52,12 +57,23 @@ struct Frame {
 using Digest = std::array<uint8_t, kDigestBytes>;
 using ChunkDigest = ckpt::ChunkDigest;
 using Nonce = std::array<uint8_t, kNonceBytes>;
+using SealKey = std::array<uint8_t, kSealKeyBytes>;
+
+// A connection's two keys, each end's nonce mixed with the token (SealKeys).
+struct SealKeys {
+  SealKey to_receiver;
+  SealKey to_sender;
+};
+
+// One direction's sealing: AES-128-GCM under one key, a frame counter as the IV (defined in
+// wire.cc).
+struct Sealing;
 
 // A connected TCP socket. Owns its descriptor; movable, not copyable; used by one thread (see
 // ShutdownFd for the one exception).
 class Socket {
  public:
-  Socket() = default;
+  Socket();
   Socket(int fd, int timeout_ms);
   ~Socket();
   Socket(Socket&& other) noexcept;
@@ -70,6 +86,12 @@ class Socket {
   // The peer closed the connection between two frames (an orderly end, not a cut).
   bool closed_between_frames() const { return closed_between_frames_; }
   void set_timeout_ms(int ms) { timeout_ms_ = ms; }
+  // From now on every frame this socket writes is sealed under `write_key` and every frame it
+  // reads must open under `read_key`: 4 bytes of length in the clear (also authenticated), then
+  // the type and payload encrypted, then GCM's 16-byte tag. A frame that does not open (altered
+  // on the way, or not from the token's holder) fails its Read as a dropped connection would.
+  Status Seal(const SealKey& write_key, const SealKey& read_key);
+  bool sealed() const { return write_seal_ != nullptr; }
 
   // One frame: its type, `head`, then `len` bytes at `data`.
   Status Write(Type type, const std::vector<uint8_t>& head, const uint8_t* data = nullptr,
@@ -84,12 +106,18 @@ class Socket {
   Status Wait(short events) const;
   // `got`: how many bytes arrived (some may have before an error).
   Status ReadAll(uint8_t* p, size_t n, size_t* got) const;
+  Status SendAll(const uint8_t* p, size_t n);
+  Status WriteSealed(Type type, const std::vector<uint8_t>& head, const uint8_t* data, size_t len);
+  Status ReadSealed(uint32_t body, uint8_t first, size_t max_payload, Frame* frame);
   void Close();
 
   int fd_ = -1;
   int timeout_ms_ = 30000;
   std::string peer_;
   bool closed_between_frames_ = false;
+  std::unique_ptr<Sealing> write_seal_;
+  std::unique_ptr<Sealing> read_seal_;
+  std::vector<uint8_t> sealed_;  // a sealed frame being written
 };
 
 StatusOr<Socket> Connect(const std::string& host, int port, int timeout_ms);
@@ -136,6 +164,15 @@ class Reader {
 Digest Sha256(const uint8_t* data, size_t size);
 inline ChunkDigest Xxh3(const uint8_t* data, size_t size) { return ckpt::Xxh3Chunk(data, size); }
 Digest HmacSha256(const std::string& key, const uint8_t* data, size_t size);
+// AUTH's proof that the sender holds the token, and READY's that the receiver does: HMAC-SHA256
+// under the token over a label naming the direction, the protocol version and both nonces.
+Digest AuthMac(const std::string& token, const Nonce& receiver_nonce, const Nonce& sender_nonce);
+Digest ReadyMac(const std::string& token, const Nonce& receiver_nonce, const Nonce& sender_nonce);
+// The connection's sealing keys: HMAC-SHA256 under the token over a label naming the direction
+// and both nonces, cut to 16 bytes. Both nonces are random per connection, so no key is used on
+// two connections (the IVs restart at 0 on each).
+SealKeys DeriveSealKeys(const std::string& token, const Nonce& receiver_nonce,
+                        const Nonce& sender_nonce);
 // The COMMIT's keyed digest: HMAC-SHA256 under the token over the protocol version, the commit
 // connection's nonce, the SHA-256 of the manifest text, the chunk size and every chunk's
 // XXH3-128 in order. It binds the chunk list and the manifest to the token and this connection.

@@ -20,6 +20,7 @@
 #include "paladin/ckpt/image.h"
 #include "paladin/k8s/recover.h"
 #include "paladin/migrate/control.h"
+#include "paladin/transfer/transfer.h"
 
 namespace paladin::k8s {
 namespace {
@@ -187,6 +188,38 @@ TEST_F(CarryTest, ARecordedProofOpensNoOtherConnection) {
       std::count_if(log.begin(), log.end(),
                     [](const std::string& l) { return l.find("refused") != std::string::npos; }),
       3);
+}
+
+// What the line says of a carry's transfer (its port and a salt) is no token: one who read it
+// cannot send an image with it, and the image's own bytes travel sealed (transfer_test).
+TEST_F(CarryTest, TheLineCarriesNoTransferToken) {
+  std::vector<std::string> log;
+  std::unique_ptr<CarryServer> server = Serve(&log);
+  const std::string dir = MakeImage("move-4-dddd", 1);
+  ckpt::Manifest m;
+  m.name = "move-4-dddd";
+  m.arch = "x86_64";
+  ASSERT_TRUE(ckpt::WriteManifest(dir, m).ok());
+  StatusOr<migrate::Channel> ch = migrate::Channel::Connect("127.0.0.1", server->port(), 5);
+  ASSERT_TRUE(ch.ok());
+  StatusOr<std::string> challenge = ch->Receive(5);
+  ASSERT_TRUE(challenge.ok());
+  ASSERT_TRUE(ch->Call("PROOF " + CarryProof(key_, challenge->substr(10)), 5).ok());
+  StatusOr<std::string> where = ch->Call("CARRY move-4-dddd 1049000", 5);
+  ASSERT_TRUE(where.ok()) << where.status().message();
+  const size_t space = where->find(' ');
+  ASSERT_NE(space, std::string::npos) << *where;
+  const int port = std::stoi(where->substr(0, space));
+  transfer::SendOptions so;
+  so.token = where->substr(space + 1);
+  so.retries = 0;
+  so.streams = 1;
+  StatusOr<transfer::SendReport> sent = transfer::SendImage(dir, "127.0.0.1", port, so, {});
+  ASSERT_FALSE(sent.ok());
+  EXPECT_NE(sent.status().message().find("authentication failed"), std::string::npos)
+      << sent.status().message();
+  server->Stop();
+  EXPECT_FALSE(fs::exists(root_ / "dst" / "move-4-dddd"));
 }
 
 // A sender with the key whose manifest names another image than the one it asked to carry: the

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <openssl/evp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -365,7 +367,7 @@ TEST_F(TransferTest, ReceiverOfAnotherProtocolVersionIsRefusedNamingBoth) {
   old_receiver.join();
   close(fd);
   ASSERT_FALSE(sent.ok());
-  EXPECT_NE(sent.status().message().find("the receiver speaks protocol version 1, this sender 2"),
+  EXPECT_NE(sent.status().message().find("the receiver speaks protocol version 1, this sender 3"),
             std::string::npos)
       << sent.status().ToString();
 }
@@ -511,6 +513,206 @@ TEST_F(TransferTest, SenderRefusesUnfinishedOrInconsistentImages) {
   ASSERT_FALSE(sent.ok());
   EXPECT_NE(sent.status().message().find("pages-1.img is 100 bytes"), std::string::npos)
       << sent.status().ToString();
+}
+
+// A TCP relay between the sender and the receiver that records every byte both ways, as one on
+// the network would, and can flip one byte the sender sent (`flip_at`: its offset in all that
+// the sender sent through the relay, counted over connections).
+class Relay {
+ public:
+  Relay(int to_port, uint64_t flip_at = UINT64_MAX) : to_port_(to_port), flip_at_(flip_at) {
+    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    EXPECT_EQ(listen(listen_fd_, 16), 0);
+    socklen_t len = sizeof addr;
+    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    acceptor_ = std::thread([this] { Accept(); });
+  }
+  ~Relay() {
+    stop_ = true;
+    acceptor_.join();
+    for (std::thread& t : pumps_) t.join();
+    close(listen_fd_);
+  }
+  int port() const { return port_; }
+  // Everything that crossed the relay, both ways.
+  std::string seen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return seen_;
+  }
+  bool flipped() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return flipped_;
+  }
+
+ private:
+  void Accept() {
+    while (!stop_) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (poll(&p, 1, 50) != 1) continue;
+      const int from = accept(listen_fd_, nullptr, nullptr);
+      if (from < 0) continue;
+      const int to = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(static_cast<uint16_t>(to_port_));
+      if (connect(to, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+        close(from);
+        close(to);
+        continue;
+      }
+      pumps_.emplace_back([this, from, to] { Pump(from, to); });
+    }
+  }
+  // Copies both ways until either side closes.
+  void Pump(int sender, int receiver) {
+    std::vector<char> buf(1 << 16);
+    pollfd p[2] = {{sender, POLLIN, 0}, {receiver, POLLIN, 0}};
+    while (!stop_) {
+      if (poll(p, 2, 50) <= 0) continue;
+      bool done = false;
+      for (int i = 0; i < 2; ++i) {
+        if ((p[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+        const ssize_t n = read(p[i].fd, buf.data(), buf.size());
+        if (n <= 0) {
+          done = true;
+          break;
+        }
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (i == 0) {
+            if (!flipped_ && flip_at_ >= from_sender_ && flip_at_ < from_sender_ + n) {
+              buf[flip_at_ - from_sender_] ^= 0x01;
+              flipped_ = true;
+            }
+            from_sender_ += static_cast<uint64_t>(n);
+          }
+          seen_.append(buf.data(), static_cast<size_t>(n));
+        }
+        const int out = i == 0 ? receiver : sender;
+        for (ssize_t off = 0; off < n;) {
+          const ssize_t w = write(out, buf.data() + off, static_cast<size_t>(n - off));
+          if (w <= 0) {
+            done = true;
+            break;
+          }
+          off += w;
+        }
+      }
+      if (done) break;
+    }
+    close(sender);
+    close(receiver);
+  }
+
+  int to_port_;
+  uint64_t flip_at_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread acceptor_;
+  std::vector<std::thread> pumps_;
+  std::mutex mu_;
+  std::string seen_;
+  uint64_t from_sender_ = 0;
+  bool flipped_ = false;
+};
+
+// Nothing of the image crosses the network readable: not a file's bytes, not the manifest's
+// text (its file names, the job's command), not the token; and the image arrives whole.
+TEST_F(TransferTest, OneOnTheNetworkReadsNothingOfTheImage) {
+  MakeImage(src_, 4u << 20);
+  std::string text;
+  for (int i = 0; text.size() < (1u << 20); ++i) {
+    text += "api_key=paladin-secret-" + std::to_string(i) + "\n";
+  }
+  WriteBytes(src_ + "/pages-2.img", text);
+  ckpt::Manifest m;
+  m.name = "train";
+  m.command = {"python3", "train-with-secret-args.py"};
+  m.arch = "x86_64";
+  m.criu_version = "4.1.1";
+  ASSERT_TRUE(ckpt::WriteManifest(src_, m).ok());
+  ReceiverThread receiver(out_);
+  Relay relay(receiver.port());
+  StatusOr<SendReport> sent = Send(relay.port(), Options());
+  ASSERT_TRUE(sent.ok()) << sent.status().ToString();
+  ASSERT_TRUE(receiver.Wait().ok());
+  ExpectSameImage(src_, out_);
+  const std::string seen = relay.seen();
+  EXPECT_GT(seen.size(), size_t{5} << 20);
+  for (const std::string plain :
+       {"paladin-secret-", "train-with-secret-args", "pages-2.img", "manifest", kToken}) {
+    EXPECT_EQ(seen.find(plain), std::string::npos) << plain << " crossed the network readable";
+  }
+  // The random pages file's bytes do not appear either (a 64-byte run of them).
+  EXPECT_EQ(seen.find(ReadAll(src_ + "/pages-1.img").substr(1 << 20, 64)), std::string::npos);
+}
+
+// One byte altered on the way, inside a chunk: the frame does not open, nothing of it is
+// written, the connection ends and the sender resumes on another; the image arrives whole.
+TEST_F(TransferTest, AFrameAlteredOnTheWayIsDroppedAndItsChunkResent) {
+  MakeImage(src_, 20u << 20);
+  ReceiverThread receiver(out_);
+  Relay relay(receiver.port(), /*flip_at=*/(3u << 20) + 77);
+  SendOptions options = Options();
+  options.streams = 1;
+  StatusOr<SendReport> sent = Send(relay.port(), options);
+  ASSERT_TRUE(sent.ok()) << sent.status().ToString();
+  ASSERT_TRUE(receiver.Wait().ok());
+  EXPECT_TRUE(relay.flipped());
+  EXPECT_GE(sent->reconnects, 1);
+  EXPECT_NE(receiver.log().find("did not open under this connection's key"), std::string::npos)
+      << receiver.log();
+  ExpectSameImage(src_, out_);
+}
+
+// A receiver that does not hold the token (one listening in the receiver's place) cannot answer
+// READY: the sender stops there, having sent nothing but its proof, and does not try again.
+TEST_F(TransferTest, AReceiverWithoutTheTokenGetsNothingOfTheImage) {
+  MakeImage(src_, 1u << 20);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(fd, 8), 0);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::string got;
+  int connections = 0;
+  std::thread impostor([fd, &got, &connections] {
+    pollfd p{fd, POLLIN, 0};
+    while (poll(&p, 1, 1500) == 1) {
+      const int conn = accept(fd, nullptr, nullptr);
+      ++connections;
+      // NONCE of this protocol version, then READY with a made-up proof.
+      unsigned char nonce[4 + 1 + 4 + 16] = {0, 0, 0, 21, 1, 0, 0, 0, 3};
+      (void)!write(conn, nonce, sizeof nonce);
+      unsigned char ready[4 + 1 + 32] = {0, 0, 0, 33, 3};
+      (void)!write(conn, ready, sizeof ready);
+      char buf[4096];
+      ssize_t n = 0;
+      while ((n = read(conn, buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
+      close(conn);
+    }
+  });
+  SendOptions options = Options();
+  options.streams = 1;
+  StatusOr<SendReport> sent = Send(ntohs(addr.sin_port), options);
+  impostor.join();
+  close(fd);
+  ASSERT_FALSE(sent.ok());
+  EXPECT_NE(sent.status().message().find("did not prove it holds the token"), std::string::npos)
+      << sent.status().ToString();
+  EXPECT_EQ(connections, 1);
+  // AUTH only: its header, the sender's nonce and its proof.
+  EXPECT_EQ(got.size(), 4u + 1 + 16 + 32);
 }
 
 TEST_F(TransferTest, UnreachableOrSilentReceiverFailsInBoundedTime) {

@@ -9,8 +9,9 @@
 //   (the server first)          CHALLENGE <64 hex>: random, this connection's
 //   PROOF <CarryProof(key, c)>  -> OK | ERR authentication failed (the connection ends)
 //   CARRY <image> <bytes>    -> OK present (the image is here already, whole)
-//                             | OK <port> <token>: the transfer's receiver listens there, taking
-//                               this image only, with this token (random, made for it); once the
+//                             | OK <port> <salt>: the transfer's receiver listens there, taking
+//                               this image only, with a token both ends derive from the salt
+//                               (random, made for it) and the channel's secret; once the
 //                               sender has sent the image, a second answer: OK carried <files>
 //                               <bytes> (verified and renamed into the folder) | ERR <why>
 //   MARK <image> <file>      -> OK yes | OK no: whether the image's folder holds that file (the

@@ -1,5 +1,6 @@
 // The migration's command channel: one TCP connection, one text line per command and per
-// answer, authenticated by the shared token on its first line. Every read has a time limit.
+// answer, authenticated by the shared token (ProveToken, CheckProof) before anything else. Every
+// read has a time limit.
 // Channel is also the line protocol of the node agent's local socket and of the SLURM shim and
 // its root helper (a Channel adopts any connected stream socket).
 #ifndef PALADIN_MIGRATE_CONTROL_H_
@@ -51,6 +52,18 @@ class Listener {
 
 // True when a and b are equal, in time independent of where they differ.
 bool SameSecret(const std::string& a, const std::string& b);
+
+// A connection's authentication without the token on the network: the listening side sends
+// `CHALLENGE <64 hex>` (random, this connection's own), the connecting side answers
+// `PROOF <ChannelProof(token, challenge)>`, and hears `OK` or `ERR authentication failed`. One who
+// records a connection learns nothing that opens another.
+std::string ChannelProof(const std::string& token, const std::string& challenge);
+// The connecting side. Unavailable when the peer asks for no proof within `timeout_s` (or the
+// connection fails), PermissionDenied when it refuses the proof.
+Status ProveToken(Channel* channel, const std::string& token, double timeout_s);
+// The listening side: OK once the peer proved `token` (and was told so); PermissionDenied
+// ("authentication failed", the peer told the same) when it did not; else the connection's error.
+Status CheckProof(Channel* channel, const std::string& token, double timeout_s);
 
 }  // namespace paladin::migrate
 
