@@ -6,9 +6,11 @@
 #            protocol 1 (SHA-256 per chunk at both ends, the whole image hashed again at commit);
 #   after  : an image of format 2 (XXH3-128 per 8 MiB chunk) written and sent by this Paladin
 #            (the manifest's digests sent as they are, each chunk hashed once on arrival, nothing
-#            read again at commit).
+#            read again at commit; protocol 3: every frame sealed with AES-128-GCM).
 # Each row: the manifest pass (what a checkpoint does after its dump), `image send` to a receiver
 # on loopback, and the two together; best of ROUNDS, the contenders interleaved.
+# BEFORE_FORMAT=2 gives the older Paladin a format 2 image too: the two protocols on the same
+# image (e.g. protocol 2, unsealed, against protocol 3, sealed).
 #
 #   bench/transfer_integrity.sh OLD_PALADIN NEW_PALADIN IMAGE_MANIFEST [MiB=1024] [ROUNDS=3]
 #                               [STREAMS=2] [DIR=/dev/shm/paladin-xfer-integrity]
@@ -22,6 +24,9 @@ MIB=${4:-1024}
 ROUNDS=${5:-3}
 STREAMS=${6:-2}
 DIR=${7:-/dev/shm/paladin-xfer-integrity}
+BF=${BEFORE_FORMAT:-1}
+if [[ $BF == 1 ]]; then before="before: SHA-256 (format 1, proto 1)"; else
+  before="before: format $BF, OLD_PALADIN's proto"; fi
 export PALADIN_TOKEN=bench-token
 rm -rf "$DIR"
 mkdir -p "$DIR/src"
@@ -93,20 +98,20 @@ send() {
 plain=1e9 m1=1e9 m2=1e9 s1=1e9 s2=1e9
 for _ in $(seq "$ROUNDS"); do
   plain=$(min "$plain" "$(plain_copy)")
-  m1=$(min "$m1" "$(image 1)")
-  s1=$(min "$s1" "$(send "$OLD" 1)")
+  m1=$(min "$m1" "$(image "$BF")")
+  s1=$(min "$s1" "$(send "$OLD" "$BF")")
   m2=$(min "$m2" "$(image 2)")
   s2=$(min "$s2" "$(send "$NEW" 2)")
 done
 
 echo "image of $MIB MiB + 4 KiB on $(df --output=fstype "$DIR" | tail -1) ($DIR), loopback," \
      "--streams $STREAMS, $(nproc) CPUs, best of $ROUNDS"
-awk -v mib="$MIB" -v p="$plain" -v m1="$m1" -v s1="$s1" -v m2="$m2" -v s2="$s2" 'BEGIN {
+awk -v before="$before" -v mib="$MIB" -v p="$plain" -v m1="$m1" -v s1="$s1" -v m2="$m2" -v s2="$s2" 'BEGIN {
   printf "%-34s %9s %9s %9s %11s %9s\n", "", "manifest", "send", "both", "send MiB/s", "vs plain"
   printf "%-34s %9s %8.2fs %9s %11.0f %8.2fx\n", "plain copy (no hash)", "-", p, "-", mib / p, 1
-  printf "%-34s %8.2fs %8.2fs %8.2fs %11.0f %8.2fx\n", "before: SHA-256 (format 1, proto 1)",
+  printf "%-34s %8.2fs %8.2fs %8.2fs %11.0f %8.2fx\n", before,
          m1, s1, m1 + s1, mib / s1, p / s1
-  printf "%-34s %8.2fs %8.2fs %8.2fs %11.0f %8.2fx\n", "after: XXH3-128 (format 2, proto 2)",
+  printf "%-34s %8.2fs %8.2fs %8.2fs %11.0f %8.2fx\n", "after: format 2, proto 3 (sealed)",
          m2, s2, m2 + s2, mib / s2, p / s2
   printf "after / before: manifest %.2fx faster, send %.2fx faster, both %.2fx faster\n",
          m1 / m2, s1 / s2, (m1 + s1) / (m2 + s2)
