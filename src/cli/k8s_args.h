@@ -1,8 +1,10 @@
-// What the `paladin k8s` commands share (src/cli/k8s.cc: the node's commands; k8s_cluster.cc:
-// the cluster-wide scheduler, explain and webhook): their flags, the API server's and Paladin's
+// What the `paladin k8s` commands share (src/cli/k8s.cc: the node's one-shot commands;
+// k8s_services.cc: its long-running ones; k8s_cluster.cc: the cluster-wide scheduler, explain and
+// webhook): their flags, the API server's and Paladin's
 // server's clients made from them, and the options every command of the two files takes.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,7 +92,17 @@ void AddServerOptions(CLI::App* app, K8sArgs* args, const std::string& what);
 // The API server and the credentials to reach it.
 void AddApiOptions(CLI::App* app, K8sArgs* args);
 
+// Progress lines "WHAT: SECONDS  LINE" on stdout, the seconds counted from this call.
+std::function<void(const std::string&)> TimedProgress(const std::string& what);
+// A move's options with the packer's policy and, with --paladin-server, the teams' quotas that
+// place its replacement (the scheduler's flags).
+StatusOr<k8s::MoveOptions> MoveOptionsOf(const K8sArgs& args);
+// --policy and Paladin's server, for the replacement's GPU (a move's, a drain's, the mover's).
+void AddPlacementOptions(CLI::App* app, K8sArgs* args);
+
 // `paladin k8s scheduler`, `explain` and `webhook` (k8s_cluster.cc).
 void RegisterClusterCommands(CLI::App* k8s, const std::shared_ptr<K8sArgs>& args, int* exit_code);
+// `paladin k8s checkpoint`, `recover` and `mover` (k8s_services.cc).
+void RegisterServiceCommands(CLI::App* k8s, const std::shared_ptr<K8sArgs>& args, int* exit_code);
 
 }  // namespace paladin::cli::kube

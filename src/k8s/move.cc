@@ -1,6 +1,5 @@
 #include "paladin/k8s/move.h"
 
-#include <openssl/hmac.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -10,9 +9,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
-#include <sstream>
-#include <thread>
 #include <utility>
 
 #include "node_ops.h"
@@ -28,166 +24,11 @@
 #include "paladin/transfer/transfer.h"
 
 namespace paladin::k8s {
-namespace detail {
 
-namespace fs = std::filesystem;
-using Json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
-int64_t MsSince(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
-}
-
-// The node's key: 32 bytes or more, written as hex (the RuntimeClass's script reads it so).
-StatusOr<std::string> ReadKey(const std::string& path) {
-  std::ifstream in(path);
-  std::string hex;
-  if (!in || !(in >> hex)) {
-    return FailedPrecondition("the node's move key '" + path +
-                              "' is unreadable (the node's installation writes it; "
-                              "docs/kubernetes.md)");
-  }
-  if (hex.size() < 64 || hex.size() > 128 || hex.size() % 2 != 0 ||
-      hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) {
-    return FailedPrecondition("the node's move key '" + path +
-                              "': expected 32 to 64 bytes in hex on one line");
-  }
-  std::string key;
-  for (size_t i = 0; i < hex.size(); i += 2) {
-    key.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  }
-  return key;
-}
-
-// The GPUs' UUIDs by index, as NVML names them on this node.
-StatusOr<std::vector<std::string>> GpuUuids(const std::string& nvml_library) {
-  StatusOr<std::unique_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(nvml_library);
-  if (!nvml.ok()) return nvml.status();
-  StatusOr<std::vector<gpu::GpuInfo>> gpus = (*nvml)->Gpus();
-  if (!gpus.ok()) return gpus.status();
-  std::vector<std::string> uuids;
-  for (const gpu::GpuInfo& g : *gpus) {
-    if (g.index >= 0 && static_cast<size_t>(g.index) >= uuids.size()) {
-      uuids.resize(static_cast<size_t>(g.index) + 1);
-    }
-    if (g.index >= 0) uuids[static_cast<size_t>(g.index)] = g.uuid;
-  }
-  return uuids;
-}
-
-Status WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return Internal("cannot write " + path);
-  return Status::Ok();
-}
-
-std::string ImageName() {
-  std::random_device rd;
-  char name[64];
-  std::snprintf(name, sizeof name, "move-%lld-%04x",
-                static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                           std::chrono::system_clock::now().time_since_epoch())
-                                           .count()),
-                rd() & 0xffffu);
-  return name;
-}
-
-// Waits for the pod to run its container; its container id.
-StatusOr<std::string> WaitRunning(const ApiClient& client, const std::string& path,
-                                  double timeout_s) {
-  const Clock::time_point start = Clock::now();
-  std::string last = "not created";
-  while (MsSince(start) < static_cast<int64_t>(timeout_s * 1000)) {
-    StatusOr<std::string> body = client.Get(path);
-    if (body.ok()) {
-      const Json pod = Json::parse(*body, nullptr, false);
-      const Json status = pod.is_object() ? pod.value("status", Json::object()) : Json::object();
-      const std::string phase = Str(status, "phase");
-      last = "phase " + phase;
-      for (const Json& c : status.value("containerStatuses", Json::array())) {
-        const Json state = c.value("state", Json::object());
-        if (state.contains("running")) {
-          const std::string id = Str(c, "containerID");
-          const size_t at = id.find("://");
-          return at == std::string::npos ? id : id.substr(at + 3);
-        }
-        for (const char* s : {"waiting", "terminated"}) {
-          if (state.contains(s)) {
-            last = std::string(s) + ": " + Str(state[s], "reason") + " " + Str(state[s], "message");
-          }
-        }
-      }
-      for (const Json& c : status.value("conditions", Json::array())) {
-        if (Str(c, "type") == "PodScheduled" && Str(c, "status") == "False") {
-          last = "not scheduled: " + Str(c, "message");
-        }
-      }
-      if (api::PodPhaseEnded(phase)) break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return Unavailable("the replacement pod does not run (" + last + ")");
-}
-
-// Carries a checkpoint image into the destination node's folder: a copy on this machine (the
-// other node's folder, or a filesystem both nodes mount), written under a temporary name and
-// renamed, so the destination's runtime never sees half an image.
-Status CarryImage(const std::string& from, const std::string& to) {
-  std::error_code ec;
-  const std::string partial = to + ".partial";
-  fs::remove_all(partial, ec);
-  fs::create_directories(fs::path(to).parent_path(), ec);
-  fs::copy(from, partial, fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
-  if (!ec) fs::rename(partial, to, ec);
-  if (ec) {
-    fs::remove_all(partial, ec);
-    return Internal("cannot carry the image " + from + " to " + to + ": " + ec.message());
-  }
-  return Status::Ok();
-}
-
-std::string HmacSha256Hex(const std::string& key, const std::string& message) {
-  unsigned char digest[32];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest, &len);
-  std::string hex;
-  char byte[3];
-  for (unsigned int i = 0; i < len; ++i) {
-    std::snprintf(byte, sizeof byte, "%02x", digest[i]);
-    hex += byte;
-  }
-  return hex;
-}
-
-std::string ReadBundle(const std::string& bundle) {
-  std::ifstream in(bundle + "/config.json");
-  const Json config = Json::parse(in, nullptr, false);
-  if (!config.is_object()) return "";
-  std::string shm;
-  for (const Json& m : config.value("mounts", Json::array())) {
-    if (Str(m, "destination") == "/dev/shm") shm = Str(m, "source");
-  }
-  for (const Json& e : config.value("process", Json::object()).value("env", Json::array())) {
-    const std::string kv = e.is_string() ? e.get<std::string>() : "";
-    if (kv.rfind("PALADIN_EMU_STATE=", 0) == 0) {
-      setenv("PALADIN_EMU_TARGET_STATE", kv.substr(18).c_str(), 1);
-    }
-  }
-  return shm;
-}
-
-}  // namespace detail
-
-using detail::CarryImage;
-using detail::GpuUuids;
 using detail::ImageName;
 using detail::MsSince;
 using detail::ReadKey;
 using detail::Runc;
-using detail::WaitRunning;
 using detail::WriteFile;
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
@@ -356,10 +197,7 @@ Status CheckTarget(const MovablePod& pod, MoveOptions& o) {
   return Status::Ok();
 }
 
-namespace {
-
-// In an image's folder once the checkpoint in it is whole (and its /dev/shm copied).
-constexpr char kCheckpointedMark[] = "checkpointed";
+namespace detail {
 
 // A fault for tests (PALADIN_K8S_MOVE_FAULT=crash:POINT): the mover killed at POINT, as a node's
 // mover can be at any instant.
@@ -511,7 +349,12 @@ Status FinishFromImage(const ApiClient& client, const MoveOptions& o, const std:
   return Status::Ok();
 }
 
-}  // namespace
+}  // namespace detail
+
+using detail::CrashPoint;
+using detail::FinishFromImage;
+using detail::kCheckpointedMark;
+using detail::MoveGpuUuids;
 
 StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
                              const std::function<void(const std::string&)>& progress,
@@ -679,162 +522,6 @@ StatusOr<MoveResult> MovePod(const ApiClient& client, const MoveOptions& o,
     return st;
   }
   return result;
-}
-
-StatusOr<Resumed> ResumeMove(const ApiClient& client, const MoveOptions& o,
-                             const std::function<void(const std::string&)>& progress,
-                             bool* whole_image) {
-  if (whole_image != nullptr) *whole_image = false;
-  const std::string who = "pod " + o.ns + "/" + o.pod;
-  StatusOr<std::string> body = client.Get("/api/v1/namespaces/" + o.ns + "/pods/" + o.pod);
-  if (!body.ok()) return body.status();
-  StatusOr<MovablePod> pod = ReadMovablePod(*body, /*running=*/false);
-  if (!pod.ok()) return pod.status();
-  Resumed out;
-  MoveResult& result = out.result;
-  result.new_name = o.new_name.empty() ? NextPodName(o.pod) : o.new_name;
-  result.from_node = pod->node;
-  result.from_gpu = pod->gpu;
-  MoveOptions target = o;
-  if (target.node.empty()) target.node = pod->node;
-  const bool between_nodes = target.node != pod->node;
-  if (!between_nodes) target.to_images.clear();
-  result.to_node = target.node;
-
-  // The move's image folders (the owner file names the replacement and the pod, by uid): in
-  // this node's folder, or carried whole into the destination's.
-  const std::string owner_of_move = "namespace " + o.ns + "\npod " + result.new_name + "\nfrom " +
-                                    o.ns + "/" + o.pod + " " + pod->uid + "\n";
-  struct Found {
-    std::string folder, name;
-    bool whole = false;
-  };
-  std::vector<Found> found;
-  std::error_code ec;
-  for (const std::string& folder : {o.images, target.to_images}) {
-    if (folder.empty()) continue;
-    for (const fs::directory_entry& e : fs::directory_iterator(folder, ec)) {
-      const std::string name = e.path().filename().string();
-      if (!e.is_directory(ec) || name.rfind("move-", 0) != 0 ||
-          name.find(".partial") != std::string::npos) {
-        continue;
-      }
-      std::ifstream in(e.path() / "owner");
-      const std::string owner((std::istreambuf_iterator<char>(in)),
-                              std::istreambuf_iterator<char>());
-      if (owner.rfind(owner_of_move, 0) != 0) continue;
-      found.push_back({folder, name, fs::exists(e.path() / kCheckpointedMark, ec)});
-    }
-  }
-
-  // Whether the pod's container runs: runc, on this node, says.
-  const Runc runc{o, o.runc_root};
-  bool runs = false;
-  std::string sandbox, bundle;
-  if (!pod->container_id.empty()) {
-    StatusOr<Json> state = runc.State(pod->container_id);
-    if (state.ok()) {
-      runs = Str(*state, "status") == "running";
-      sandbox = Str(state->value("annotations", Json::object()), "io.kubernetes.cri.sandbox-id");
-      bundle = Str(*state, "bundle");
-    }
-  }
-  if (runs) {
-    // Stopped before the checkpoint was whole: the pod goes on where it was. What the move had
-    // done is undone: a GPU state locked or checkpointed is given back, the mark that keeps the
-    // container from starting again and the move's image are removed.
-    if (pod->gpu >= 0) {
-      if (!bundle.empty())
-        (void)detail::ReadBundle(bundle);  // a GPU state given back joins the pod's
-      StatusOr<std::unique_ptr<ckpt::GpuCheckpointer>> driver =
-          ckpt::GpuCheckpointer::Load(o.driver);
-      StatusOr<std::vector<pid_t>> pids = runc.Pids(pod->container_id);
-      if (driver.ok() && pids.ok()) {
-        for (pid_t p : (*driver)->CudaProcesses(*pids)) {
-          StatusOr<CUprocessState> st = (*driver)->State(p);
-          if (!st.ok() || *st == CU_PROCESS_STATE_RUNNING) continue;
-          progress("giving back the GPU state of pid " + std::to_string(p));
-          if (*st == CU_PROCESS_STATE_CHECKPOINTED) (void)(*driver)->Restore(p, {});
-          (void)(*driver)->Unlock(p);
-        }
-      }
-    }
-    if (!sandbox.empty()) fs::remove(o.images + "/moved/" + sandbox, ec);
-    for (const Found& f : found) fs::remove_all(f.folder + "/" + f.name, ec);
-    out.kind = Resumed::Kind::kUndone;
-    out.message = "its mover was stopped before the replacement was made: " + who +
-                  " runs where it was and nothing moved (ask again)";
-    return out;
-  }
-  const Found* whole = nullptr;
-  for (const Found& f : found) {
-    if (f.whole && (whole == nullptr || f.folder == target.to_images)) whole = &f;
-  }
-  if (whole == nullptr) {
-    return FailedPrecondition(
-        who + "'s container does not run and no whole checkpoint image of the move is in " +
-        o.images + (target.to_images.empty() ? "" : " or " + target.to_images) +
-        " (its mover was stopped during the checkpoint): nothing to finish the move from");
-  }
-  result.image = whole->name;
-  if (whole_image != nullptr) *whole_image = true;
-  progress("finishing the move of " + who + " from its checkpoint image " + whole->folder + "/" +
-           whole->name + " (its mover was stopped after the checkpoint)");
-  std::vector<std::string> uuids;
-  if (pod->gpu >= 0) {
-    if (target.gpu < 0) {
-      StatusOr<std::unique_ptr<ReplacementPlacer>> placer =
-          ReplacementPlacer::Create(client, o.placement, between_nodes ? "" : pod->uid);
-      if (!placer.ok()) return placer.status();
-      const PodOutcome where = (*placer)->Place(*body, target.node, -1);
-      if (!where.placed) {
-        return FailedPrecondition(who + "'s replacement has no place on node " + target.node +
-                                  ": " + where.reason + " (the checkpoint image is kept)");
-      }
-      progress("GPU chosen: " + where.how);
-      target.gpu = where.gpu;
-    }
-    StatusOr<std::vector<std::string>> got = MoveGpuUuids(o, *pod, target);
-    if (!got.ok()) return got.status();
-    uuids = *got;
-  }
-  result.to_gpu = target.gpu;
-  StatusOr<std::string> key = ReadKey(o.key_file);
-  if (!key.ok()) return key.status();
-  // The pod has been paused since its checkpoint ended.
-  Clock::time_point t0 = Clock::now();
-  const auto written =
-      fs::last_write_time(fs::path(whole->folder) / whole->name / kCheckpointedMark, ec);
-  if (!ec) {
-    t0 -= std::chrono::duration_cast<Clock::duration>(fs::file_time_type::clock::now() - written);
-  }
-  if (Status s = FinishFromImage(client, o, *body, *pod, target, *key, uuids, nullptr, t0, &result,
-                                 progress);
-      !s.ok()) {
-    return s;
-  }
-  out.kind = Resumed::Kind::kFinished;
-  out.message = "finished from its checkpoint image " + result.image;
-  return out;
-}
-
-int RemoveMoveImages(const std::string& images, const std::string& ns, const std::string& pod,
-                     const std::string& new_name) {
-  const std::string owner_of_move =
-      "namespace " + ns + "\npod " + new_name + "\nfrom " + ns + "/" + pod + " ";
-  int removed = 0;
-  std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(images, ec)) {
-    const std::string name = e.path().filename().string();
-    if (!e.is_directory(ec) || name.rfind("move-", 0) != 0) continue;
-    std::ifstream in(e.path() / "owner");
-    const std::string owner((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (owner.rfind(owner_of_move, 0) != 0) continue;
-    std::error_code rm;
-    fs::remove_all(e.path(), rm);
-    if (!rm) ++removed;
-  }
-  return removed;
 }
 
 Status CordonNode(const ApiClient& client, const std::string& node) {

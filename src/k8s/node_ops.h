@@ -1,6 +1,6 @@
 // What `paladin k8s move`, `checkpoint` and `recover` share on a node: runc bounded in time, the
-// node's key, the GPUs' UUIDs, files, and waiting for a pod's container to run. Internal to
-// paladin_k8s (src/k8s/move.cc defines them).
+// node's key, the GPUs' UUIDs, files, and waiting for a pod's container to run (node_ops.cc); and
+// the second half of a move, shared by MovePod and ResumeMove (move.cc). Internal to paladin_k8s.
 #pragma once
 
 #include <sys/types.h>
@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -15,6 +16,7 @@
 
 #include "json_fields.h"
 #include "paladin/base/status.h"
+#include "paladin/ckpt/gpu_checkpoint.h"
 #include "paladin/ckpt/subprocess.h"
 #include "paladin/k8s/api.h"
 #include "paladin/k8s/move.h"
@@ -42,6 +44,24 @@ Status CarryImage(const std::string& from, const std::string& to);
 // PALADIN_EMU_TARGET_STATE, so that a GPU state restored or given back from here joins the
 // container's (the driver sends the caller's own path otherwise, which is the node's).
 std::string ReadBundle(const std::string& bundle);
+
+// In a move image's folder once the checkpoint in it is whole (and its /dev/shm copied).
+inline constexpr char kCheckpointedMark[] = "checkpointed";
+// A fault for tests (PALADIN_K8S_MOVE_FAULT=crash:POINT): the mover killed at POINT, as a node's
+// mover can be at any instant.
+void CrashPoint(const std::string& point);
+// This node's GPUs' UUIDs by index (NVML), checked to hold the pod's GPU and, where the target
+// is on this machine, the target's.
+StatusOr<std::vector<std::string>> MoveGpuUuids(const MoveOptions& o, const MovablePod& pod,
+                                                const MoveOptions& target);
+// The second half of a move, from its whole image `result->image`: carried to the destination
+// when it is not there yet, the replacement created and run, the GPU state restored where the
+// destination's runtime did not, the old pod deleted. `driver` may be null (loaded when needed).
+Status FinishFromImage(const ApiClient& client, const MoveOptions& o, const std::string& body,
+                       const MovablePod& pod, const MoveOptions& target, const std::string& key,
+                       const std::vector<std::string>& uuids, ckpt::GpuCheckpointer* driver,
+                       std::chrono::steady_clock::time_point t0, MoveResult* result,
+                       const std::function<void(const std::string&)>& progress);
 
 // runc on this node, bounded in time; its output on success.
 struct Runc {
