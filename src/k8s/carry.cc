@@ -115,10 +115,6 @@ std::string CarryToken(const std::string& key) {
   return detail::HmacSha256Hex(key, "paladin-k8s-image-carry-v1");
 }
 
-std::string CarryProof(const std::string& key, const std::string& challenge) {
-  return migrate::ChannelProof(CarryToken(key), challenge);
-}
-
 StatusOr<std::string> ReadMoveKey(const std::string& path) { return detail::ReadKey(path); }
 
 bool CarriableImageName(const std::string& name) {

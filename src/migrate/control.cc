@@ -19,6 +19,34 @@ namespace paladin::migrate {
 
 namespace {
 constexpr size_t kMaxLine = size_t{1} << 20;
+constexpr size_t kLineMacHex = 32;
+
+std::string Hex(const unsigned char* data, size_t size) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(2 * size);
+  for (size_t i = 0; i < size; ++i) {
+    hex += kDigits[data[i] >> 4];
+    hex += kDigits[data[i] & 15];
+  }
+  return hex;
+}
+
+std::string HmacHex(const std::string& key, const std::string& message) {
+  unsigned char mac[32];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &len);
+  return Hex(mac, len);
+}
+
+// A sealed line's MAC: the sending side, the line's number in its direction, the line.
+std::string LineMac(const std::string& key, bool from_listener, uint64_t number,
+                    const std::string& line) {
+  return HmacHex(key, std::string(from_listener ? "listener" : "connector") + "\n" +
+                          std::to_string(number) + "\n" + line)
+      .substr(0, kLineMacHex);
+}
 
 // For poll(); a wait of days is as good as forever.
 int Millis(double seconds) { return static_cast<int>(std::min(seconds * 1000, 2e9)); }
@@ -28,14 +56,35 @@ Channel::~Channel() {
   if (fd_ >= 0) close(fd_);
 }
 
+Channel::Channel(Channel&& other) noexcept
+    : fd_(other.fd_),
+      buffer_(std::move(other.buffer_)),
+      session_key_(std::move(other.session_key_)),
+      listening_(other.listening_),
+      sent_(other.sent_),
+      received_(other.received_) {
+  other.fd_ = -1;
+}
+
 Channel& Channel::operator=(Channel&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) close(fd_);
     fd_ = other.fd_;
     other.fd_ = -1;
     buffer_ = std::move(other.buffer_);
+    session_key_ = std::move(other.session_key_);
+    listening_ = other.listening_;
+    sent_ = other.sent_;
+    received_ = other.received_;
   }
   return *this;
+}
+
+void Channel::Seal(const std::string& session_key, bool listening) {
+  session_key_ = session_key;
+  listening_ = listening;
+  sent_ = 0;
+  received_ = 0;
 }
 
 StatusOr<Channel> Channel::Connect(const std::string& host, int port, double timeout_s) {
@@ -69,7 +118,13 @@ StatusOr<Channel> Channel::Connect(const std::string& host, int port, double tim
 }
 
 Status Channel::Send(const std::string& line) {
-  const std::string data = line + "\n";
+  // One line whatever it holds: a message of several lines (a tool's error output) would
+  // otherwise be read as several, the later ones as commands or answers of their own.
+  std::string data = line;
+  std::replace(data.begin(), data.end(), '\n', ' ');
+  std::replace(data.begin(), data.end(), '\r', ' ');
+  if (!session_key_.empty()) data += " " + LineMac(session_key_, listening_, sent_++, data);
+  data += "\n";
   size_t sent = 0;
   while (sent < data.size()) {
     const ssize_t n = send(fd_, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
@@ -87,7 +142,20 @@ StatusOr<std::string> Channel::Receive(double timeout_s) {
     if (newline != std::string::npos) {
       std::string line = buffer_.substr(0, newline);
       buffer_.erase(0, newline + 1);
-      return line;
+      if (session_key_.empty()) return line;
+      // The other side's MAC over this line and its number: anything else ends the channel.
+      const bool sized = line.size() > kLineMacHex && line[line.size() - kLineMacHex - 1] == ' ';
+      const std::string text = sized ? line.substr(0, line.size() - kLineMacHex - 1) : "";
+      if (!sized || !SameSecret(line.substr(line.size() - kLineMacHex),
+                                LineMac(session_key_, !listening_, received_, text))) {
+        // Nothing more is taken from this connection: no MAC is made under this key.
+        session_key_ = "-";
+        return IoError(
+            "a line from the other side failed its check (altered on the way, "
+            "replayed, or not from the token's holder): the connection is dropped");
+      }
+      ++received_;
+      return text;
     }
     const double left =
         std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
@@ -155,28 +223,33 @@ bool SameSecret(const std::string& a, const std::string& b) {
 
 namespace {
 
-std::string Hex(const unsigned char* data, size_t size) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string hex;
-  hex.reserve(2 * size);
-  for (size_t i = 0; i < size; ++i) {
-    hex += kDigits[data[i] >> 4];
-    hex += kDigits[data[i] & 15];
-  }
-  return hex;
+constexpr size_t kRandomHex = 64;
+
+std::string RandomHex(Status* status) {
+  unsigned char random[kRandomHex / 2];
+  if (RAND_bytes(random, sizeof random) != 1) *status = Internal("no random bytes (RAND_bytes)");
+  return Hex(random, sizeof random);
 }
 
-constexpr size_t kChallengeHex = 64;
+bool IsHex(const std::string& s, size_t size) {
+  return s.size() == size && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+// The listening side's answer to a proof, and the key both sides then seal the channel with.
+std::string ReadyProof(const std::string& token, const std::string& challenge,
+                       const std::string& nonce) {
+  return HmacHex(token, "paladin-channel-ready\n" + challenge + "\n" + nonce);
+}
+std::string SessionKey(const std::string& token, const std::string& challenge,
+                       const std::string& nonce) {
+  return HmacHex(token, "paladin-channel-session\n" + challenge + "\n" + nonce);
+}
 
 }  // namespace
 
-std::string ChannelProof(const std::string& token, const std::string& challenge) {
-  const std::string message = "paladin-channel-auth\n" + challenge;
-  unsigned char mac[32];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &len);
-  return Hex(mac, len);
+std::string ChannelProof(const std::string& token, const std::string& challenge,
+                         const std::string& nonce) {
+  return HmacHex(token, "paladin-channel-auth\n" + challenge + "\n" + nonce);
 }
 
 Status ProveToken(Channel* channel, const std::string& token, double timeout_s) {
@@ -185,31 +258,45 @@ Status ProveToken(Channel* channel, const std::string& token, double timeout_s) 
     return Unavailable("the peer asked for no proof of the token (" + first.status().message() +
                        ")");
   }
-  if (first->rfind("CHALLENGE ", 0) != 0 || first->size() != 10 + kChallengeHex) {
+  if (first->rfind("CHALLENGE ", 0) != 0 || !IsHex(first->substr(10), kRandomHex)) {
     return Unavailable("the peer did not ask for proof of the token (it said '" +
                        first->substr(0, 64) + "': another version of Paladin?)");
   }
+  const std::string challenge = first->substr(10);
+  Status random = Status::Ok();
+  const std::string nonce = RandomHex(&random);
+  PALADIN_RETURN_IF_ERROR(random);
   StatusOr<std::string> ok =
-      channel->Call("PROOF " + ChannelProof(token, first->substr(10)), timeout_s);
-  if (ok.ok()) return Status::Ok();
-  // ERR (Call's kInternal) is a refusal; anything else the connection's failure.
-  if (ok.status().code() != StatusCode::kInternal) return ok.status();
-  return PermissionDenied(ok.status().message());
+      channel->Call("PROOF " + nonce + " " + ChannelProof(token, challenge, nonce), timeout_s);
+  if (!ok.ok()) {
+    // ERR (Call's kInternal) is a refusal; anything else the connection's failure.
+    if (ok.status().code() != StatusCode::kInternal) return ok.status();
+    return PermissionDenied(ok.status().message());
+  }
+  if (!SameSecret(*ok, ReadyProof(token, challenge, nonce))) {
+    return PermissionDenied("the peer did not prove it holds the token");
+  }
+  channel->Seal(SessionKey(token, challenge, nonce), /*listening=*/false);
+  return Status::Ok();
 }
 
 Status CheckProof(Channel* channel, const std::string& token, double timeout_s) {
-  unsigned char random[kChallengeHex / 2];
-  if (RAND_bytes(random, sizeof random) != 1) return Internal("no random bytes (RAND_bytes)");
-  const std::string challenge = Hex(random, sizeof random);
+  Status random = Status::Ok();
+  const std::string challenge = RandomHex(&random);
+  PALADIN_RETURN_IF_ERROR(random);
   PALADIN_RETURN_IF_ERROR(channel->Send("CHALLENGE " + challenge));
   StatusOr<std::string> proof = channel->Receive(timeout_s);
   if (!proof.ok()) return proof.status();
-  if (proof->rfind("PROOF ", 0) != 0 ||
-      !SameSecret(proof->substr(6), ChannelProof(token, challenge))) {
+  const std::string nonce = proof->size() > 6 ? proof->substr(6, kRandomHex) : "";
+  if (proof->rfind("PROOF ", 0) != 0 || !IsHex(nonce, kRandomHex) ||
+      proof->size() != 6 + kRandomHex + 1 + kRandomHex || (*proof)[6 + kRandomHex] != ' ' ||
+      !SameSecret(proof->substr(6 + kRandomHex + 1), ChannelProof(token, challenge, nonce))) {
     (void)channel->Send("ERR authentication failed");
     return PermissionDenied("authentication failed");
   }
-  return channel->Send("OK");
+  PALADIN_RETURN_IF_ERROR(channel->Send("OK " + ReadyProof(token, challenge, nonce)));
+  channel->Seal(SessionKey(token, challenge, nonce), /*listening=*/true);
+  return Status::Ok();
 }
 
 }  // namespace paladin::migrate

@@ -137,9 +137,7 @@ TEST_F(CarryTest, NamesThatAreNoMoveImagesAndBadCountsAreRefused) {
   auto call = [&](const std::string& line) {
     StatusOr<migrate::Channel> ch = migrate::Channel::Connect("127.0.0.1", server->port(), 5);
     EXPECT_TRUE(ch.ok());
-    StatusOr<std::string> challenge = ch->Receive(5);
-    EXPECT_TRUE(challenge.ok() && challenge->rfind("CHALLENGE ", 0) == 0);
-    EXPECT_TRUE(ch->Call("PROOF " + CarryProof(key_, challenge->substr(10)), 5).ok());
+    EXPECT_TRUE(migrate::ProveToken(&*ch, CarryToken(key_), 5).ok());
     StatusOr<std::string> a = ch->Call(line, 5);
     return a.ok() ? "OK " + *a : a.status().message();
   };
@@ -170,10 +168,12 @@ TEST_F(CarryTest, ARecordedProofOpensNoOtherConnection) {
   StatusOr<std::string> c1 = first->Receive(5);
   ASSERT_TRUE(c1.ok());
   ASSERT_EQ(c1->size(), 10U + 64U) << *c1;
-  const std::string recorded = "PROOF " + CarryProof(key_, c1->substr(10));
+  const std::string nonce(64, '7');
+  const std::string recorded =
+      "PROOF " + nonce + " " + migrate::ChannelProof(CarryToken(key_), c1->substr(10), nonce);
   ASSERT_TRUE(first->Call(recorded, 5).ok());
   for (const std::string& line :
-       {recorded, "PROOF " + CarryToken(key_), "TOKEN " + CarryToken(key_)}) {
+       {recorded, "PROOF " + nonce + " " + CarryToken(key_), "TOKEN " + CarryToken(key_)}) {
     StatusOr<migrate::Channel> again = migrate::Channel::Connect("127.0.0.1", server->port(), 5);
     ASSERT_TRUE(again.ok());
     StatusOr<std::string> c2 = again->Receive(5);
@@ -202,9 +202,7 @@ TEST_F(CarryTest, TheLineCarriesNoTransferToken) {
   ASSERT_TRUE(ckpt::WriteManifest(dir, m).ok());
   StatusOr<migrate::Channel> ch = migrate::Channel::Connect("127.0.0.1", server->port(), 5);
   ASSERT_TRUE(ch.ok());
-  StatusOr<std::string> challenge = ch->Receive(5);
-  ASSERT_TRUE(challenge.ok());
-  ASSERT_TRUE(ch->Call("PROOF " + CarryProof(key_, challenge->substr(10)), 5).ok());
+  ASSERT_TRUE(migrate::ProveToken(&*ch, CarryToken(key_), 5).ok());
   StatusOr<std::string> where = ch->Call("CARRY move-4-dddd 1049000", 5);
   ASSERT_TRUE(where.ok()) << where.status().message();
   const size_t space = where->find(' ');

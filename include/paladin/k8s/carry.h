@@ -6,8 +6,9 @@
 // never crosses the network. The line protocol (docs/kubernetes.md, "Carrying an image between
 // machines"):
 //
-//   (the server first)          CHALLENGE <64 hex>: random, this connection's
-//   PROOF <CarryProof(key, c)>  -> OK | ERR authentication failed (the connection ends)
+//   (the server first)       CHALLENGE <c> and the answers of migrate::CheckProof: both sides
+//                            prove CarryToken(key), and every line after carries a MAC
+//                            (include/paladin/migrate/control.h)
 //   CARRY <image> <bytes>    -> OK present (the image is here already, whole)
 //                             | OK <port> <salt>: the transfer's receiver listens there, taking
 //                               this image only, with a token both ends derive from the salt
@@ -36,9 +37,6 @@ namespace paladin::k8s {
 // The channel's secret: HMAC-SHA256 of a fixed label under the cluster's move key, in hex. Who
 // holds the key can make restore tokens already; the carry asks nothing more of it.
 std::string CarryToken(const std::string& key);
-// The answer to a connection's challenge: HMAC-SHA256 of it under CarryToken(key), in hex. One
-// who records a connection learns nothing that opens another.
-std::string CarryProof(const std::string& key, const std::string& challenge);
 
 // The node's move key file (`--key`), as moves read it.
 StatusOr<std::string> ReadMoveKey(const std::string& path);

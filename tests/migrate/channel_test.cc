@@ -1,0 +1,177 @@
+// The command channel's authentication and sealing (include/paladin/migrate/control.h): both
+// sides prove the token without sending it, and after that every line is checked: one altered,
+// replayed, reflected or sent without its MAC ends the channel. Over loopback and socket pairs,
+// no migration.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+#include <thread>
+
+#include "paladin/migrate/control.h"
+
+namespace paladin::migrate {
+namespace {
+
+constexpr char kToken[] = "channel-test-token";
+
+// A listener on loopback serving one connection with `serve` in a thread.
+class OneConnection {
+ public:
+  template <typename Serve>
+  explicit OneConnection(Serve serve) {
+    StatusOr<Listener> l = Listener::Listen("127.0.0.1", 0);
+    EXPECT_TRUE(l.ok()) << l.status().message();
+    sockaddr_in addr{};
+    socklen_t len = sizeof addr;
+    getsockname(l->fd(), reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([listener = std::move(*l), serve]() mutable {
+      StatusOr<Channel> c = listener.Accept(5);
+      if (c.ok()) serve(&*c);
+    });
+  }
+  ~OneConnection() { thread_.join(); }
+  int port() const { return port_; }
+
+ private:
+  int port_ = 0;
+  std::thread thread_;
+};
+
+TEST(ChannelTest, BothSidesProveTheTokenThenEveryLineIsChecked) {
+  std::string heard;
+  Status proved_there;
+  {
+    OneConnection server([&](Channel* c) {
+      proved_there = CheckProof(c, kToken, 5);
+      StatusOr<std::string> line = c->Receive(5);
+      if (line.ok()) heard = *line;
+      (void)c->Send("OK committed");
+    });
+    StatusOr<Channel> c = Channel::Connect("127.0.0.1", server.port(), 5);
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE(ProveToken(&*c, kToken, 5).ok());
+    StatusOr<std::string> answer = c->Call("RESUME m-1", 5);
+    ASSERT_TRUE(answer.ok()) << answer.status().message();
+    EXPECT_EQ(*answer, "committed");
+  }
+  EXPECT_TRUE(proved_there.ok()) << proved_there.message();
+  EXPECT_EQ(heard, "RESUME m-1");
+}
+
+TEST(ChannelTest, AnotherTokenIsRefusedAtTheListener) {
+  Status proved_there;
+  {
+    OneConnection server([&](Channel* c) { proved_there = CheckProof(c, kToken, 5); });
+    StatusOr<Channel> c = Channel::Connect("127.0.0.1", server.port(), 5);
+    ASSERT_TRUE(c.ok());
+    const Status proved = ProveToken(&*c, "another-token", 5);
+    EXPECT_EQ(proved.code(), StatusCode::kPermissionDenied);
+    EXPECT_EQ(proved.message(), "authentication failed");
+  }
+  EXPECT_EQ(proved_there.code(), StatusCode::kPermissionDenied);
+}
+
+// One listening in the destination's place, without the token: it cannot answer the proof, so
+// the connecting side says nothing more to it (and believes none of its answers, e.g. a commit).
+TEST(ChannelTest, AListenerWithoutTheTokenIsNotBelieved) {
+  OneConnection impostor([](Channel* c) {
+    (void)c->Send("CHALLENGE " + std::string(64, 'a'));
+    (void)c->Receive(5);
+    (void)c->Send("OK " + std::string(64, 'b'));
+    (void)c->Receive(2);
+  });
+  StatusOr<Channel> c = Channel::Connect("127.0.0.1", impostor.port(), 5);
+  ASSERT_TRUE(c.ok());
+  const Status proved = ProveToken(&*c, kToken, 5);
+  EXPECT_EQ(proved.code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(proved.message(), "the peer did not prove it holds the token");
+}
+
+// Two sealed ends of a socket pair; `raw` reads what one sent as bytes, to be written again.
+class SealedPairTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int fds[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    connector_ = Channel(fds[0]);
+    listener_ = Channel(fds[1]);
+    connector_.Seal(std::string(64, 'k'), /*listening=*/false);
+    listener_.Seal(std::string(64, 'k'), /*listening=*/true);
+  }
+  static std::string Raw(const Channel& at) {
+    char buf[512];
+    const ssize_t n = recv(at.fd(), buf, sizeof buf, 0);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+  }
+  static void Inject(const Channel& from, const std::string& bytes) {
+    ASSERT_EQ(write(from.fd(), bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  }
+  Channel connector_;
+  Channel listener_;
+};
+
+TEST_F(SealedPairTest, AReplayedLineIsRefused) {
+  ASSERT_TRUE(connector_.Send("ABORT m-1").ok());
+  const std::string sealed = Raw(listener_);
+  ASSERT_EQ(sealed.rfind("ABORT m-1 ", 0), 0u) << sealed;
+  Inject(connector_, sealed + sealed);
+  StatusOr<std::string> first = listener_.Receive(1);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  EXPECT_EQ(*first, "ABORT m-1");
+  StatusOr<std::string> again = listener_.Receive(1);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kIoError);
+  EXPECT_NE(again.status().message().find("failed its check"), std::string::npos);
+}
+
+TEST_F(SealedPairTest, AnAlteredLineIsRefusedAndNothingMoreIsTaken) {
+  ASSERT_TRUE(connector_.Send("PAGES-FAILED m-1").ok());
+  std::string sealed = Raw(listener_);
+  sealed.replace(0, 12, "PAGES-DONE  ");  // another command, the MAC kept
+  Inject(connector_, sealed);
+  EXPECT_FALSE(listener_.Receive(1).ok());
+  ASSERT_TRUE(connector_.Send("OUTCOME m-1").ok());  // a good line after it: not taken either
+  EXPECT_FALSE(listener_.Receive(1).ok());
+}
+
+TEST_F(SealedPairTest, ALineWithoutItsMacOrFromTheOtherDirectionIsRefused) {
+  Inject(connector_, "RESUME\n");
+  EXPECT_FALSE(listener_.Receive(1).ok());
+  // The listener's own line sent back to it: made for the other direction.
+  ASSERT_TRUE(connector_.Send("FEATURES").ok());  // the connector's side works
+  ASSERT_TRUE(listener_.Send("OK committed").ok());
+  const std::string reflected = Raw(connector_);
+  Inject(connector_, reflected);
+  EXPECT_FALSE(listener_.Receive(1).ok());
+}
+
+TEST_F(SealedPairTest, LinesGoBothWaysInOrder) {
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(connector_.Send("OUTCOME m-" + std::to_string(i)).ok());
+    StatusOr<std::string> got = listener_.Receive(1);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    EXPECT_EQ(*got, "OUTCOME m-" + std::to_string(i));
+    ASSERT_TRUE(listener_.Send("OK unknown").ok());
+    StatusOr<std::string> back = connector_.Receive(1);
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_EQ(*back, "OK unknown");
+  }
+  // A message of several lines goes as one (its later lines are no commands of their own).
+  ASSERT_TRUE(listener_.Send("ERR page server failed\nOK committed").ok());
+  StatusOr<std::string> one = connector_.Receive(1);
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_EQ(*one, "ERR page server failed OK committed");
+  EXPECT_FALSE(connector_.Receive(0.2).ok());  // nothing more
+  ASSERT_TRUE(connector_.Send("").ok());       // an empty line too
+  StatusOr<std::string> empty = listener_.Receive(1);
+  ASSERT_TRUE(empty.ok()) << empty.status().message();
+  EXPECT_EQ(*empty, "");
+}
+
+}  // namespace
+}  // namespace paladin::migrate
