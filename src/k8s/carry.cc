@@ -352,11 +352,7 @@ StatusOr<std::unique_ptr<CarryServer>> CarryServer::Listen(CarryServerOptions op
   StatusOr<migrate::Listener> l = migrate::Listener::Listen(options.bind_address, options.port);
   if (!l.ok()) return l.status();
   auto impl = std::make_unique<Impl>(std::move(*l));
-  sockaddr_in addr{};
-  socklen_t len = sizeof addr;
-  if (getsockname(impl->listener.fd(), reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    impl->port = ntohs(addr.sin_port);
-  }
+  impl->port = impl->listener.port();
   impl->token = CarryToken(options.key);
   impl->options = std::move(options);
   Impl* raw = impl.get();

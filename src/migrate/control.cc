@@ -185,23 +185,38 @@ Listener::~Listener() {
 }
 
 StatusOr<Listener> Listener::Listen(const std::string& bind_address, int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return IoError(std::string("socket: ") + strerror(errno));
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST;
+  addrinfo* found = nullptr;
+  const int rc = getaddrinfo(bind_address.c_str(), std::to_string(port).c_str(), &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    return InvalidArgument("--bind '" + bind_address + "': not an IPv4 or IPv6 address (" +
+                           gai_strerror(rc) + ")");
+  }
+  const int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    freeaddrinfo(found);
+    return IoError(std::string("socket: ") + strerror(errno));
+  }
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (inet_pton(AF_INET, bind_address.c_str(), &addr.sin_addr) != 1) {
-    close(fd);
-    return InvalidArgument("--bind '" + bind_address + "': not an IPv4 address");
-  }
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, 4) != 0) {
+  const bool bound = bind(fd, found->ai_addr, found->ai_addrlen) == 0 && listen(fd, 4) == 0;
+  freeaddrinfo(found);
+  if (!bound) {
     const std::string why = strerror(errno);
     close(fd);
     return IoError("cannot listen on " + bind_address + ":" + std::to_string(port) + ": " + why);
   }
   return Listener(fd);
+}
+
+int Listener::port() const {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return 0;
+  return ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                          : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
 }
 
 StatusOr<Channel> Listener::Accept(double timeout_s) {

@@ -62,8 +62,10 @@ class CarryTest : public ::testing::Test {
     return dir.string();
   }
 
-  std::unique_ptr<CarryServer> Serve(std::vector<std::string>* log = nullptr) {
+  std::unique_ptr<CarryServer> Serve(std::vector<std::string>* log = nullptr,
+                                     const std::string& bind_address = "127.0.0.1") {
     CarryServerOptions o;
+    o.bind_address = bind_address;
     o.images = (root_ / "dst").string();
     o.key = key_;
     o.log = [log](const std::string& l) {
@@ -113,6 +115,17 @@ TEST_F(CarryTest, AnImageArrivesWholeUnderItsNameAndOnlyOnce) {
   // A path is no file name.
   has = CarriedImageHas("127.0.0.1", server->port(), key_, "move-1733-ab12", "../../etc/passwd");
   EXPECT_FALSE(has.ok());
+}
+
+// An IPv6 pod network: the mover listens on an IPv6 address (`--carry-listen [::]:7446`) and the
+// image arrives the same way.
+TEST_F(CarryTest, AnImageArrivesOverIpv6) {
+  std::unique_ptr<CarryServer> server = Serve(nullptr, "::1");
+  const std::string dir = MakeImage("move-6-eeee", 2);
+  StatusOr<CarryReport> r = CarryImageTo(dir, "::1", server->port(), key_, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(Slurp(root_ / "dst" / "move-6-eeee" / "pages-1.img"),
+            Slurp(fs::path(dir) / "pages-1.img"));
 }
 
 TEST_F(CarryTest, AnotherKeyIsRefusedAndNothingArrives) {

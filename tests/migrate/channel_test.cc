@@ -2,9 +2,7 @@
 // sides prove the token without sending it, and after that every line is checked: one altered,
 // replayed, reflected or sent without its MAC ends the channel. Over loopback and socket pairs,
 // no migration.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -22,13 +20,10 @@ constexpr char kToken[] = "channel-test-token";
 class OneConnection {
  public:
   template <typename Serve>
-  explicit OneConnection(Serve serve) {
-    StatusOr<Listener> l = Listener::Listen("127.0.0.1", 0);
+  explicit OneConnection(Serve serve, const std::string& address = "127.0.0.1") {
+    StatusOr<Listener> l = Listener::Listen(address, 0);
     EXPECT_TRUE(l.ok()) << l.status().message();
-    sockaddr_in addr{};
-    socklen_t len = sizeof addr;
-    getsockname(l->fd(), reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    port_ = l->port();
     thread_ = std::thread([listener = std::move(*l), serve]() mutable {
       StatusOr<Channel> c = listener.Accept(5);
       if (c.ok()) serve(&*c);
@@ -61,6 +56,24 @@ TEST(ChannelTest, BothSidesProveTheTokenThenEveryLineIsChecked) {
   }
   EXPECT_TRUE(proved_there.ok()) << proved_there.message();
   EXPECT_EQ(heard, "RESUME m-1");
+}
+
+// The same over IPv6 (a cluster's pod network may be IPv6 only); an address that is none is
+// refused naming it.
+TEST(ChannelTest, ListensAndProvesOverIpv6) {
+  Status proved_there;
+  {
+    OneConnection server([&](Channel* c) { proved_there = CheckProof(c, kToken, 5); }, "::1");
+    StatusOr<Channel> c = Channel::Connect("::1", server.port(), 5);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    EXPECT_TRUE(ProveToken(&*c, kToken, 5).ok());
+  }
+  EXPECT_TRUE(proved_there.ok()) << proved_there.message();
+  StatusOr<Listener> bad = Listener::Listen("node-7", 0);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--bind 'node-7': not an IPv4 or IPv6 address"),
+            std::string::npos)
+      << bad.status().message();
 }
 
 TEST(ChannelTest, AnotherTokenIsRefusedAtTheListener) {

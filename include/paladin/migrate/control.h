@@ -55,7 +55,10 @@ class Listener {
   Listener& operator=(const Listener&) = delete;
   // Takes over a listening socket (a keeper's, inherited from its side).
   explicit Listener(int fd) : fd_(fd) {}
+  // On `bind_address`, an IPv4 or IPv6 address ("::" takes both where the host allows), `port`
+  // (0: one the system picks, port()).
   static StatusOr<Listener> Listen(const std::string& bind_address, int port);
+  int port() const;  // the port it listens on
   StatusOr<Channel> Accept(double timeout_s);
   int fd() const { return fd_; }  // still owned by the listener
 
