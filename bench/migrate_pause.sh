@@ -115,7 +115,8 @@ move() {  # move PALADIN
   dir=$(mktemp -d /var/tmp/paladin-migrate-bench.XXXXXX)
   PALADIN_RUN_DIR=$dir/run "$1" run --name moving -- "$WRITER" "$SIZE" 0 >"$dir/job.out" 2>&1 &
   for _ in $(seq 300); do grep -q ready "$dir/job.out" 2>/dev/null && break; sleep 0.2; done
-  PALADIN_RUN_DIR=$dir/dest "$1" receive --listen 7411 >"$dir/receive.log" 2>&1 &
+  # One run base for both ends (one machine), the destination's images in a folder of its own.
+  PALADIN_RUN_DIR=$dir/run "$1" receive --listen 7411 --dir "$dir/in" >"$dir/receive.log" 2>&1 &
   local receiver=$!
   sleep 1
   PALADIN_RUN_DIR=$dir/run "$1" migrate moving --peer 127.0.0.1:7411 >"$dir/migrate.log" 2>&1
