@@ -92,6 +92,22 @@ void ExpectSameImage(const std::string& sent, const std::string& received) {
   EXPECT_FALSE(fs::exists(received + "/.partial"));
 }
 
+// A TCP socket listening on 127.0.0.1 at a port the system picks (*port); -1 on failure.
+int ListenOnLoopback(int* port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      listen(fd, 16) != 0 || getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
 // A Receiver serving one image in a thread.
 class ReceiverThread {
  public:
@@ -342,14 +358,9 @@ TEST_F(TransferTest, VersionOneImageTransfersAndIsVerifiedAtCommit) {
 // A receiver of protocol version 1 (SHA-256 chunks, an empty COMMIT): refused by name.
 TEST_F(TransferTest, ReceiverOfAnotherProtocolVersionIsRefusedNamingBoth) {
   MakeImage(src_, 4096);
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(listen(fd, 8), 0);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = 0;
+  const int fd = ListenOnLoopback(&port);
+  ASSERT_GE(fd, 0);
   std::thread old_receiver([fd] {
     const int conn = accept(fd, nullptr, nullptr);
     // NONCE: length 1 + 4 + 16, type 1, version 1, a nonce.
@@ -363,7 +374,7 @@ TEST_F(TransferTest, ReceiverOfAnotherProtocolVersionIsRefusedNamingBoth) {
   SendOptions options = Options();
   options.retries = 0;
   options.streams = 1;
-  StatusOr<SendReport> sent = Send(ntohs(addr.sin_port), options);
+  StatusOr<SendReport> sent = Send(port, options);
   old_receiver.join();
   close(fd);
   ASSERT_FALSE(sent.ok());
@@ -521,15 +532,8 @@ TEST_F(TransferTest, SenderRefusesUnfinishedOrInconsistentImages) {
 class Relay {
  public:
   Relay(int to_port, uint64_t flip_at = UINT64_MAX) : to_port_(to_port), flip_at_(flip_at) {
-    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    EXPECT_EQ(listen(listen_fd_, 16), 0);
-    socklen_t len = sizeof addr;
-    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    listen_fd_ = ListenOnLoopback(&port_);
+    EXPECT_GE(listen_fd_, 0);
     acceptor_ = std::thread([this] { Accept(); });
   }
   ~Relay() {
@@ -676,14 +680,9 @@ TEST_F(TransferTest, AFrameAlteredOnTheWayIsDroppedAndItsChunkResent) {
 // READY: the sender stops there, having sent nothing but its proof, and does not try again.
 TEST_F(TransferTest, AReceiverWithoutTheTokenGetsNothingOfTheImage) {
   MakeImage(src_, 1u << 20);
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(listen(fd, 8), 0);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = 0;
+  const int fd = ListenOnLoopback(&port);
+  ASSERT_GE(fd, 0);
   std::string got;
   int connections = 0;
   std::thread impostor([fd, &got, &connections] {
@@ -704,7 +703,7 @@ TEST_F(TransferTest, AReceiverWithoutTheTokenGetsNothingOfTheImage) {
   });
   SendOptions options = Options();
   options.streams = 1;
-  StatusOr<SendReport> sent = Send(ntohs(addr.sin_port), options);
+  StatusOr<SendReport> sent = Send(port, options);
   impostor.join();
   close(fd);
   ASSERT_FALSE(sent.ok());
@@ -718,26 +717,21 @@ TEST_F(TransferTest, AReceiverWithoutTheTokenGetsNothingOfTheImage) {
 TEST_F(TransferTest, UnreachableOrSilentReceiverFailsInBoundedTime) {
   MakeImage(src_, 4096);
   // A listening socket that never answers.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(listen(fd, 8), 0);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = 0;
+  const int fd = ListenOnLoopback(&port);
+  ASSERT_GE(fd, 0);
   SendOptions options = Options();
   options.io_timeout_s = 0.5;
   options.retries = 1;
   const auto start = std::chrono::steady_clock::now();
-  StatusOr<SendReport> sent = Send(ntohs(addr.sin_port), options);
+  StatusOr<SendReport> sent = Send(port, options);
   ASSERT_FALSE(sent.ok());
   EXPECT_NE(sent.status().message().find("timed out"), std::string::npos)
       << sent.status().ToString();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   close(fd);
   // Nothing listens there any more: connection refused, retried, then an error.
-  sent = Send(ntohs(addr.sin_port), options);
+  sent = Send(port, options);
   ASSERT_FALSE(sent.ok());
   EXPECT_EQ(sent.status().code(), StatusCode::kIoError);
 }
