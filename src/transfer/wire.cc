@@ -237,12 +237,14 @@ Status Socket::WriteSealed(Type type, const std::vector<uint8_t>& head, const ui
   const auto kind = static_cast<uint8_t>(type);
   Sealing& seal = *write_seal_;
   int n = 0;
-  const bool sealed = seal.Start(true, out) && seal.Encrypt(&kind, 1, out + 4) &&
-                      seal.Encrypt(head.data(), head.size(), out + 5) &&
-                      seal.Encrypt(data, len, out + 5 + head.size()) &&
-                      EVP_EncryptFinal_ex(seal.ctx.get(), out + 4 + body, &n) == 1 &&
-                      EVP_CIPHER_CTX_ctrl(seal.ctx.get(), EVP_CTRL_GCM_GET_TAG, kSealTagBytes,
-                                          out + 4 + body - kSealTagBytes) == 1;
+  const bool sealed =
+      seal.Start(true, out) && seal.Encrypt(&kind, 1, out + 4) &&
+      seal.Encrypt(head.data(), head.size(), out + 5) &&
+      seal.Encrypt(data, len, out + 5 + head.size()) &&
+      // GCM's final step writes nothing; its place is the tag's, next.
+      EVP_EncryptFinal_ex(seal.ctx.get(), out + 4 + body - kSealTagBytes, &n) == 1 &&
+      EVP_CIPHER_CTX_ctrl(seal.ctx.get(), EVP_CTRL_GCM_GET_TAG, kSealTagBytes,
+                          out + 4 + body - kSealTagBytes) == 1;
   if (!sealed) return Internal("cannot seal a frame (OpenSSL AES-128-GCM)");
   return SendAll(sealed_.data(), sealed_.size());
 }
@@ -322,7 +324,7 @@ Status Socket::ReadSealed(uint32_t body, uint8_t first, size_t max_payload, Fram
       seal.Start(false, length) && seal.Decrypt(&first, 1, &kind) &&
       seal.Decrypt(frame->payload.data(), frame->payload.size(), frame->payload.data()) &&
       EVP_CIPHER_CTX_ctrl(seal.ctx.get(), EVP_CTRL_GCM_SET_TAG, kSealTagBytes, tag) == 1 &&
-      EVP_DecryptFinal_ex(seal.ctx.get(), nullptr, &n) == 1;
+      EVP_DecryptFinal_ex(seal.ctx.get(), tag, &n) == 1;  // writes nothing for GCM
   if (!opened) {
     // Nothing of it is used; the connection cannot go on (its IVs are out of step). A dropped
     // connection's error: the sender resumes on a new one.
