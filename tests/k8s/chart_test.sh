@@ -125,6 +125,7 @@ patches:
   - target: {kind: DaemonSet, name: paladin-mover}
     patch: |-
       - {op: replace, path: /spec/template/spec/nodeSelector, value: {gpu: "yes"}}
+      - {op: replace, path: /spec/template/spec/containers/0/command/8, value: "[::]:7446"}
       - {op: replace, path: /spec/template/spec/containers/0/command/25, value: /usr/local/sbin/runc}
       - {op: replace, path: /spec/template/spec/containers/0/env/2/value, value: 4x80GiB}
   - target: {kind: RuntimeClass, name: paladin}
@@ -144,6 +145,7 @@ webhook: {excludedNamespaces: [kube-system, monitoring]}
 nodeRuntime: {runc: /usr/local/sbin/runc}
 checkpoint: {every: "30", toImages: /mnt/shared/paladin}
 recover: {lostAfter: "60", images: /mnt/shared/paladin}
+mover: {carryAddress: "[::]"}
 YAML
 "$kubectl" kustomize "$work/overlay" >"$work/overlay.yaml"
 "$render" template paladin "$chart" -n paladin -f "$work/values.yaml" --set namespace.create=true \
