@@ -1,7 +1,6 @@
 #include "paladin/k8s/carry.h"
 
 #include <netinet/in.h>
-#include <openssl/rand.h>
 #include <sys/socket.h>
 #include <sys/statvfs.h>
 #include <sys/utsname.h>
@@ -14,7 +13,6 @@
 #include <list>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -83,36 +81,16 @@ uint64_t FolderBytes(const std::string& dir) {
 
 namespace {
 
-std::string Hex(const unsigned char* data, size_t n) {
-  std::string hex;
-  char byte[3];
-  for (size_t i = 0; i < n; ++i) {
-    std::snprintf(byte, sizeof byte, "%02x", data[i]);
-    hex += byte;
-  }
-  return hex;
-}
-
-// 32 random bytes in hex: a carry's salt.
-std::string RandomHex() {
-  unsigned char bytes[32];
-  if (RAND_bytes(bytes, sizeof bytes) != 1) {
-    std::random_device rd;
-    for (unsigned char& b : bytes) b = static_cast<unsigned char>(rd());
-  }
-  return Hex(bytes, sizeof bytes);
-}
-
 // A carry's transfer token, from the channel's secret and the salt the server sends in the clear
 // (random, one per carry): who records the line learns the salt only.
 std::string TransferTokenUnder(const std::string& token, const std::string& salt) {
-  return detail::HmacSha256Hex(token, "paladin-k8s-carry-transfer\n" + salt);
+  return migrate::HmacSha256Hex(token, "paladin-k8s-carry-transfer\n" + salt);
 }
 
 }  // namespace
 
 std::string CarryToken(const std::string& key) {
-  return detail::HmacSha256Hex(key, "paladin-k8s-image-carry-v1");
+  return migrate::HmacSha256Hex(key, "paladin-k8s-image-carry-v1");
 }
 
 StatusOr<std::string> ReadMoveKey(const std::string& path) { return detail::ReadKey(path); }
@@ -283,8 +261,12 @@ struct CarryServer::Impl {
     ro.out_dir = options.images + "/" + kIncomingPrefix + name;
     // This image's token only (of no use once it has arrived), never on the line: the sender
     // makes the same one from the salt.
-    const std::string salt = RandomHex();
-    ro.token = TransferTokenUnder(token, salt);
+    StatusOr<std::string> salt = migrate::RandomHex(32);
+    if (!salt.ok()) {
+      (void)ch.Send("ERR " + salt.status().message());
+      return;
+    }
+    ro.token = TransferTokenUnder(token, *salt);
     ro.bind_address = options.bind_address;
     ro.port = options.port == 0 ? 0 : options.port + 1;  // 0: ephemeral, as the command port
     ro.io_timeout_s = options.io_timeout_s;
@@ -297,7 +279,7 @@ struct CarryServer::Impl {
       (void)ch.Send("ERR " + receiver.status().message());
       return;
     }
-    if (!ch.Send("OK " + std::to_string((*receiver)->port()) + " " + salt).ok()) return;
+    if (!ch.Send("OK " + std::to_string((*receiver)->port()) + " " + *salt).ok()) return;
     const Clock::time_point t0 = Clock::now();
     {
       std::lock_guard<std::mutex> lock(threads_mu);

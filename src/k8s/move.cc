@@ -21,6 +21,7 @@
 #include "paladin/k8s/placement_pass.h"
 #include "paladin/k8s/recover.h"
 #include "paladin/k8s/scheduler.h"
+#include "paladin/migrate/control.h"
 #include "paladin/transfer/transfer.h"
 
 namespace paladin::k8s {
@@ -36,7 +37,8 @@ using Clock = std::chrono::steady_clock;
 
 std::string RestoreToken(const std::string& key, const std::string& image, const std::string& ns,
                          const std::string& pod) {
-  return detail::HmacSha256Hex(key, "paladin-restore-v1\n" + image + "\n" + ns + "\n" + pod + "\n");
+  return migrate::HmacSha256Hex(key,
+                                "paladin-restore-v1\n" + image + "\n" + ns + "\n" + pod + "\n");
 }
 
 std::string NextPodName(const std::string& name) {

@@ -1,9 +1,6 @@
 // What `paladin k8s move`, `checkpoint` and `recover` share on a node (node_ops.h).
 #include "node_ops.h"
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -137,20 +134,6 @@ Status CarryImage(const std::string& from, const std::string& to) {
     return Internal("cannot carry the image " + from + " to " + to + ": " + ec.message());
   }
   return Status::Ok();
-}
-
-std::string HmacSha256Hex(const std::string& key, const std::string& message) {
-  unsigned char digest[32];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest, &len);
-  std::string hex;
-  char byte[3];
-  for (unsigned int i = 0; i < len; ++i) {
-    std::snprintf(byte, sizeof byte, "%02x", digest[i]);
-    hex += byte;
-  }
-  return hex;
 }
 
 std::string ReadBundle(const std::string& bundle) {

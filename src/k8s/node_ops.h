@@ -32,8 +32,6 @@ StatusOr<std::string> ReadKey(const std::string& path);
 StatusOr<std::vector<std::string>> GpuUuids(const std::string& nvml_library);
 Status WriteFile(const std::string& path, const std::string& text);
 std::string ImageName();
-// HMAC-SHA256 of `message` under `key`, lowercase hex (restore tokens, the carry's secrets).
-std::string HmacSha256Hex(const std::string& key, const std::string& message);
 // Waits for the pod to run its container; its container id.
 StatusOr<std::string> WaitRunning(const ApiClient& client, const std::string& path,
                                   double timeout_s);

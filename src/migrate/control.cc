@@ -14,6 +14,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <vector>
+
+#include "paladin/ckpt/image.h"
 
 namespace paladin::migrate {
 
@@ -21,30 +24,11 @@ namespace {
 constexpr size_t kMaxLine = size_t{1} << 20;
 constexpr size_t kLineMacHex = 32;
 
-std::string Hex(const unsigned char* data, size_t size) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string hex;
-  hex.reserve(2 * size);
-  for (size_t i = 0; i < size; ++i) {
-    hex += kDigits[data[i] >> 4];
-    hex += kDigits[data[i] & 15];
-  }
-  return hex;
-}
-
-std::string HmacHex(const std::string& key, const std::string& message) {
-  unsigned char mac[32];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &len);
-  return Hex(mac, len);
-}
-
 // A sealed line's MAC: the sending side, the line's number in its direction, the line.
 std::string LineMac(const std::string& key, bool from_listener, uint64_t number,
                     const std::string& line) {
-  return HmacHex(key, std::string(from_listener ? "listener" : "connector") + "\n" +
-                          std::to_string(number) + "\n" + line)
+  return HmacSha256Hex(key, std::string(from_listener ? "listener" : "connector") + "\n" +
+                                std::to_string(number) + "\n" + line)
       .substr(0, kLineMacHex);
 }
 
@@ -229,6 +213,22 @@ StatusOr<Channel> Listener::Accept(double timeout_s) {
   return Channel(fd);
 }
 
+std::string HmacSha256Hex(const std::string& key, const std::string& message) {
+  unsigned char mac[32];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &len);
+  return ckpt::DigestHex(mac, len);
+}
+
+StatusOr<std::string> RandomHex(size_t bytes) {
+  std::vector<unsigned char> random(bytes);
+  if (RAND_bytes(random.data(), static_cast<int>(bytes)) != 1) {
+    return Internal("no random bytes (RAND_bytes)");
+  }
+  return ckpt::DigestHex(random.data(), bytes);
+}
+
 bool SameSecret(const std::string& a, const std::string& b) {
   if (b.empty()) return false;
   unsigned char diff = a.size() == b.size() ? 0 : 1;
@@ -240,12 +240,6 @@ namespace {
 
 constexpr size_t kRandomHex = 64;
 
-std::string RandomHex(Status* status) {
-  unsigned char random[kRandomHex / 2];
-  if (RAND_bytes(random, sizeof random) != 1) *status = Internal("no random bytes (RAND_bytes)");
-  return Hex(random, sizeof random);
-}
-
 bool IsHex(const std::string& s, size_t size) {
   return s.size() == size && s.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
@@ -253,18 +247,18 @@ bool IsHex(const std::string& s, size_t size) {
 // The listening side's answer to a proof, and the key both sides then seal the channel with.
 std::string ReadyProof(const std::string& token, const std::string& challenge,
                        const std::string& nonce) {
-  return HmacHex(token, "paladin-channel-ready\n" + challenge + "\n" + nonce);
+  return HmacSha256Hex(token, "paladin-channel-ready\n" + challenge + "\n" + nonce);
 }
 std::string SessionKey(const std::string& token, const std::string& challenge,
                        const std::string& nonce) {
-  return HmacHex(token, "paladin-channel-session\n" + challenge + "\n" + nonce);
+  return HmacSha256Hex(token, "paladin-channel-session\n" + challenge + "\n" + nonce);
 }
 
 }  // namespace
 
 std::string ChannelProof(const std::string& token, const std::string& challenge,
                          const std::string& nonce) {
-  return HmacHex(token, "paladin-channel-auth\n" + challenge + "\n" + nonce);
+  return HmacSha256Hex(token, "paladin-channel-auth\n" + challenge + "\n" + nonce);
 }
 
 Status ProveToken(Channel* channel, const std::string& token, double timeout_s) {
@@ -278,9 +272,9 @@ Status ProveToken(Channel* channel, const std::string& token, double timeout_s) 
                        first->substr(0, 64) + "': another version of Paladin?)");
   }
   const std::string challenge = first->substr(10);
-  Status random = Status::Ok();
-  const std::string nonce = RandomHex(&random);
-  PALADIN_RETURN_IF_ERROR(random);
+  StatusOr<std::string> nonce_made = RandomHex(kRandomHex / 2);
+  if (!nonce_made.ok()) return nonce_made.status();
+  const std::string& nonce = *nonce_made;
   StatusOr<std::string> ok =
       channel->Call("PROOF " + nonce + " " + ChannelProof(token, challenge, nonce), timeout_s);
   if (!ok.ok()) {
@@ -296,9 +290,9 @@ Status ProveToken(Channel* channel, const std::string& token, double timeout_s) 
 }
 
 Status CheckProof(Channel* channel, const std::string& token, double timeout_s) {
-  Status random = Status::Ok();
-  const std::string challenge = RandomHex(&random);
-  PALADIN_RETURN_IF_ERROR(random);
+  StatusOr<std::string> made = RandomHex(kRandomHex / 2);
+  if (!made.ok()) return made.status();
+  const std::string& challenge = *made;
   PALADIN_RETURN_IF_ERROR(channel->Send("CHALLENGE " + challenge));
   StatusOr<std::string> proof = channel->Receive(timeout_s);
   if (!proof.ok()) return proof.status();

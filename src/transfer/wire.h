@@ -91,7 +91,6 @@ class Socket {
   // the type and payload encrypted, then GCM's 16-byte tag. A frame that does not open (altered
   // on the way, or not from the token's holder) fails its Read as a dropped connection would.
   Status Seal(const SealKey& write_key, const SealKey& read_key);
-  bool sealed() const { return write_seal_ != nullptr; }
 
   // One frame: its type, `head`, then `len` bytes at `data`.
   Status Write(Type type, const std::vector<uint8_t>& head, const uint8_t* data = nullptr,

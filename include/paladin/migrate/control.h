@@ -68,6 +68,11 @@ class Listener {
 
 // True when a and b are equal, in time independent of where they differ.
 bool SameSecret(const std::string& a, const std::string& b);
+// HMAC-SHA256 of `message` under `key`, lowercase hex (channel proofs, restore tokens, the
+// carry's secrets).
+std::string HmacSha256Hex(const std::string& key, const std::string& message);
+// `bytes` random bytes (RAND_bytes) in lowercase hex.
+StatusOr<std::string> RandomHex(size_t bytes);
 
 // A connection's authentication, both ways, without the token on the network: the listening side
 // sends `CHALLENGE <c>` (32 random bytes in hex, this connection's own), the connecting side
