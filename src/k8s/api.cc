@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -106,35 +108,71 @@ std::string ExtendedResourcePatch(const std::string& resource, uint64_t bytes) {
   return patch.dump();
 }
 
-ApiClient::ApiClient(ApiConfig config) : config_(std::move(config)) {}
+// The connection a client and its copies keep open, one request at a time on it.
+struct ApiClient::Connection {
+  std::mutex mutex;
+  std::unique_ptr<httplib::SSLClient> http;  // null until the first call, or after a failure
+};
+
+ApiClient::ApiClient(ApiConfig config)
+    : config_(std::move(config)), connection_(std::make_shared<Connection>()) {}
+
+namespace {
+
+// A client with the configuration's trust, identity and timeouts, its connection kept between
+// requests.
+StatusOr<std::unique_ptr<httplib::SSLClient>> OpenClient(const ApiConfig& config) {
+  auto http = std::make_unique<httplib::SSLClient>(config.host, config.port,
+                                                   config.client_cert_file, config.client_key_file);
+  if (!config.client_cert_file.empty() && !http->is_valid()) {
+    return InvalidArgument("client certificate '" + config.client_cert_file + "' or key '" +
+                           config.client_key_file + "' cannot be loaded");
+  }
+  if (!config.ca_cert_file.empty()) http->set_ca_cert_path(config.ca_cert_file.c_str());
+  http->enable_server_certificate_verification(true);
+  http->set_keep_alive(true);
+  const auto seconds = static_cast<time_t>(config.timeout_s);
+  const auto micros = static_cast<time_t>((config.timeout_s - static_cast<double>(seconds)) * 1e6);
+  http->set_connection_timeout(seconds, micros);
+  http->set_read_timeout(seconds, micros);
+  http->set_write_timeout(seconds, micros);
+  return http;
+}
+
+}  // namespace
 
 StatusOr<std::string> ApiClient::Call(const std::string& method, const std::string& path,
                                       const std::string& body,
                                       const std::string& content_type) const {
-  httplib::SSLClient http(config_.host, config_.port, config_.client_cert_file,
-                          config_.client_key_file);
-  if (!config_.client_cert_file.empty() && !http.is_valid()) {
-    return InvalidArgument("client certificate '" + config_.client_cert_file + "' or key '" +
-                           config_.client_key_file + "' cannot be loaded");
-  }
-  if (!config_.ca_cert_file.empty()) http.set_ca_cert_path(config_.ca_cert_file.c_str());
-  http.enable_server_certificate_verification(true);
-  const auto seconds = static_cast<time_t>(config_.timeout_s);
-  const auto micros = static_cast<time_t>((config_.timeout_s - static_cast<double>(seconds)) * 1e6);
-  http.set_connection_timeout(seconds, micros);
-  http.set_read_timeout(seconds, micros);
-  http.set_write_timeout(seconds, micros);
+  const std::lock_guard<std::mutex> lock(connection_->mutex);
+  std::unique_ptr<httplib::SSLClient>& http = connection_->http;
   httplib::Headers headers{{"Accept", "application/json"}};
   if (!config_.token.empty()) headers.emplace("Authorization", "Bearer " + config_.token);
   const api::SigpipeBlock no_sigpipe;
-  httplib::Result result = method == "PATCH"  ? http.Patch(path, headers, body, content_type)
-                           : method == "POST" ? http.Post(path, headers, body, content_type)
-                           : method == "DELETE" && !body.empty()
-                               ? http.Delete(path, headers, body, content_type)
-                           : method == "DELETE" ? http.Delete(path, headers)
-                                                : http.Get(path, headers);
   const std::string what = method + " " + path;
-  if (!result) {
+  for (int attempt = 0;; ++attempt) {
+    const bool reused = http != nullptr;
+    if (!reused) {
+      StatusOr<std::unique_ptr<httplib::SSLClient>> opened = OpenClient(config_);
+      if (!opened.ok()) return opened.status();
+      http = std::move(*opened);
+    }
+    httplib::Result result = method == "PATCH"  ? http->Patch(path, headers, body, content_type)
+                             : method == "POST" ? http->Post(path, headers, body, content_type)
+                             : method == "DELETE" && !body.empty()
+                                 ? http->Delete(path, headers, body, content_type)
+                             : method == "DELETE" ? http->Delete(path, headers)
+                                                  : http->Get(path, headers);
+    if (result) {
+      if (result->status < 200 || result->status >= 300) {
+        return FromHttp(result->status, result->body, what);
+      }
+      return result->body;
+    }
+    http.reset();  // the next request connects afresh
+    // A kept connection that the server closed since the last request fails the next one on it:
+    // a GET is asked again, once, on a new connection (a write is not: it may have been done).
+    if (reused && method == "GET" && attempt == 0) continue;
     std::string detail = httplib::to_string(result.error());
     if (result.error() == httplib::Error::SSLServerVerification) {
       detail += " (the server's certificate is not signed by '" + config_.ca_cert_file + "')";
@@ -142,10 +180,6 @@ StatusOr<std::string> ApiClient::Call(const std::string& method, const std::stri
     return Unavailable("cannot reach the API server at " + config_.host + ":" +
                        std::to_string(config_.port) + " (" + what + "): " + detail);
   }
-  if (result->status < 200 || result->status >= 300) {
-    return FromHttp(result->status, result->body, what);
-  }
-  return result->body;
 }
 
 StatusOr<std::string> ApiClient::Get(const std::string& path) const {

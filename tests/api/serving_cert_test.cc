@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "testing/certificates.h"
+
 namespace paladin::api {
 namespace {
 
@@ -27,27 +29,9 @@ namespace fs = std::filesystem;
 // written as PEM into DIR/tls.crt and DIR/tls.key.
 void WritePair(const fs::path& dir, const std::string& cn, long from_days = -1, long to_days = 30) {
   fs::create_directories(dir);
-  EVP_PKEY* key = EVP_EC_gen("P-256");
-  ASSERT_NE(key, nullptr);
-  X509* cert = X509_new();
-  X509_set_version(cert, 2);
-  ASN1_INTEGER_set(X509_get_serialNumber(cert), 1);
-  X509_gmtime_adj(X509_getm_notBefore(cert), from_days * 86400);
-  X509_gmtime_adj(X509_getm_notAfter(cert), to_days * 86400);
-  X509_set_pubkey(cert, key);
-  X509_NAME* name = X509_get_subject_name(cert);
-  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
-                             reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1, 0);
-  X509_set_issuer_name(cert, name);
-  ASSERT_GT(X509_sign(cert, key, EVP_sha256()), 0);
-  FILE* f = std::fopen((dir / "tls.crt").c_str(), "w");
-  PEM_write_X509(f, cert);
-  std::fclose(f);
-  f = std::fopen((dir / "tls.key").c_str(), "w");
-  PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr);
-  std::fclose(f);
-  EVP_PKEY_free(key);
-  X509_free(cert);
+  testcert::WriteSelfSigned(
+      dir / "tls.crt", dir / "tls.key",
+      {.cn = cn, .not_before_s = from_days * 86400, .not_after_s = to_days * 86400});
 }
 
 // The common name of the certificate a server with `ctx` presents to a client, by a handshake

@@ -20,6 +20,7 @@
 
 #include "harness.h"
 #include "paladin/api/wire.h"
+#include "testing/certificates.h"
 
 namespace paladin::server {
 namespace {
@@ -29,38 +30,8 @@ using testing::Json;
 // A self-signed certificate for 127.0.0.1 (its own CA) with a fresh P-256 key, written as
 // DIR/NAME.pem and DIR/NAME.key, valid from two hours ago until `valid_for_s` from now.
 void MakeCertificate(const std::string& dir, const std::string& name, long valid_for_s = 3600) {
-  EVP_PKEY* key = EVP_EC_gen("P-256");
-  ASSERT_NE(key, nullptr);
-  X509* cert = X509_new();
-  ASSERT_EQ(X509_set_version(cert, 2), 1);
-  ASN1_INTEGER_set(X509_get_serialNumber(cert), 1);
-  X509_gmtime_adj(X509_getm_notBefore(cert), -7200);
-  X509_gmtime_adj(X509_getm_notAfter(cert), valid_for_s);
-  X509_set_pubkey(cert, key);
-  X509_NAME* subject = X509_get_subject_name(cert);
-  X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_ASC,
-                             reinterpret_cast<const unsigned char*>("paladin-test"), -1, -1, 0);
-  X509_set_issuer_name(cert, subject);
-  X509V3_CTX ctx;
-  X509V3_set_ctx_nodb(&ctx);
-  X509V3_set_ctx(&ctx, cert, cert, nullptr, nullptr, 0);
-  for (const auto& [nid, value] : {std::pair{NID_subject_alt_name, "IP:127.0.0.1"},
-                                   std::pair{NID_basic_constraints, "critical,CA:TRUE"}}) {
-    X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value);
-    ASSERT_NE(ext, nullptr);
-    X509_add_ext(cert, ext, -1);
-    X509_EXTENSION_free(ext);
-  }
-  ASSERT_GT(X509_sign(cert, key, EVP_sha256()), 0);
-  FILE* c = std::fopen((dir + "/" + name + ".pem").c_str(), "w");
-  FILE* k = std::fopen((dir + "/" + name + ".key").c_str(), "w");
-  ASSERT_TRUE(c != nullptr && k != nullptr);
-  PEM_write_X509(c, cert);
-  PEM_write_PrivateKey(k, key, nullptr, nullptr, 0, nullptr, nullptr);
-  std::fclose(c);
-  std::fclose(k);
-  X509_free(cert);
-  EVP_PKEY_free(key);
+  testcert::WriteSelfSigned(dir + "/" + name + ".pem", dir + "/" + name + ".key",
+                            {.san = "IP:127.0.0.1", .ca = true, .not_after_s = valid_for_s});
 }
 
 // Sends `bytes` to 127.0.0.1:PORT and returns what comes back before the server closes.

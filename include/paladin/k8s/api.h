@@ -3,11 +3,15 @@
 // Speaks HTTPS with the packaged HTTP library (built with OpenSSL), authenticated by a client
 // certificate or a bearer token (a ServiceAccount's, in a pod).
 //
-// Thread safety: an ApiClient holds only its configuration; each call opens its own connection,
-// so calls may run from any thread. Every call blocks up to the configured timeout.
+// Thread safety: calls may run from any thread. An ApiClient and its copies keep one connection
+// to the API server open between calls (one TLS handshake, not one per call: the scheduler asks
+// several times a second) and take turns on it; a connection the server closed is opened again
+// on the next call. Every call blocks up to the configured timeout (longer while another call
+// holds the connection).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "paladin/base/status.h"
@@ -66,10 +70,13 @@ class ApiClient {
                                         const std::string& merge_patch) const;
 
  private:
+  struct Connection;
+
   StatusOr<std::string> Call(const std::string& method, const std::string& path,
                              const std::string& body, const std::string& content_type) const;
 
   ApiConfig config_;
+  std::shared_ptr<Connection> connection_;  // shared by the copies
 };
 
 // The API server's time format: RFC 3339 in UTC, whole seconds ("2026-12-05T22:40:00Z").
