@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -132,6 +133,17 @@ bool Allocate(const Driver& d, uint64_t id, uint64_t mib, uint64_t gen,
   return true;
 }
 
+// As a container's first process (pid 1 of its namespace) it would ignore SIGTERM and SIGINT:
+// the kernel drops a signal to a namespace's init that has no handler, and a pod's deletion would
+// wait out its grace period before SIGKILL. There, it ends on them, as it does elsewhere.
+void EndOnTermAsInit() {
+  if (getpid() != 1) return;
+  struct sigaction action = {};
+  action.sa_handler = [](int signal) { _exit(128 + signal); };
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -143,6 +155,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   setvbuf(stdout, nullptr, _IOLBF, 0);
+  EndOnTermAsInit();
   paladin::workload::LoadDriver();
   auto init = Resolve<FnCuInit>("cuInit");
   auto device_get = Resolve<FnCuDeviceGet>("cuDeviceGet");
