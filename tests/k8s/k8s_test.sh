@@ -3,8 +3,7 @@
 # against it in a namespace of its own, the cluster brought down, and the host checked to be as
 # it was (sysctls, folders, cgroups, network link, processes, mounts), also when a case failed.
 #
-#   k8s_test.sh DEMO_WORKLOAD EMUCUDA_LIB PALADIN [CASE...]   (default: every case_*.sh here
-#                                                              but those in $PALADIN_K8S_EXCEPT)
+#   k8s_test.sh DEMO_WORKLOAD EMUCUDA_LIB PALADIN [CASE...]   (default: every case_*.sh here)
 #
 # Where the toolkit (../shared/k8s, or PALADIN_K8S_TOOLKIT) is absent and KUBECONFIG names a
 # cluster, the cases run there instead, from the image PALADIN_K8S_TEST_IMAGE (docs/kubernetes.md
@@ -19,15 +18,7 @@ paladin_exe=$(readlink -f "$paladin")
 shift 3
 cases=("$@")
 if [[ ${#cases[@]} -eq 0 ]]; then
-  # PALADIN_K8S_EXCEPT: cases that ctest runs as tests of their own, on clusters of their own.
-  for c in "$here"/case_*.sh; do
-    c=$(basename "$c" .sh)
-    if [[ " ${PALADIN_K8S_EXCEPT:-} " == *" $c "* ]]; then
-      echo "k8s: $c runs as a test of its own"
-    else
-      cases+=("$c")
-    fi
-  done
+  for c in "$here"/case_*.sh; do cases+=("$(basename "$c" .sh)"); done
 fi
 PREFIX=${PALADIN_K8S_PREFIX:-/opt/paladin/k8s}
 TOOLKIT=${PALADIN_K8S_TOOLKIT:-$(dirname "$repo")/shared/k8s}
