@@ -65,6 +65,7 @@ struct K8sArgs {
   std::string mover_name;
   double settle_after_s = 0;
   // The periodic checkpoint's (node: `node`, every: `every_s`) and the recovery's
+  std::string to_mover_node;  // checkpoint: the recovery node, its mover found by --mover-pods
   std::string lost_node;
   double lost_after_s = 40;
   double watch_s = 0;        // recover --watch: every so many seconds, every lost node

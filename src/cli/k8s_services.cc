@@ -139,12 +139,40 @@ int RunCheckpoint(const K8sArgs& args) {
   o.to_images = args.move.to_images;
   o.to_mover = args.move.to_mover;
   o.move = args.move;
+  // --to-mover-node: the recovery node's mover, looked up at each pass (its pod IP changes when
+  // it is started again).
+  k8s::MoverOptions find;
+  find.mover_pods = args.mover_pods;
+  find.carry_port = args.carry_port;
+  if (!args.to_mover_node.empty()) {
+    Status bad = !o.to_images.empty() || !o.to_mover.empty()
+                     ? InvalidArgument("give one of --to-images, --to-mover and --to-mover-node")
+                 : args.carry_port <= 0
+                     ? InvalidArgument(
+                           "--to-mover-node needs --carry-port: the port of the movers' "
+                           "--carry-listen")
+                     : k8s::CheckNodeName(args.to_mover_node);
+    if (!bad.ok()) {
+      cli::Say("k8s checkpoint", bad.message());
+      return 2;
+    }
+  }
   const k8s::ApiClient client(*config);
   if (args.every_s > 0) StopOnSignals();
   std::set<std::string> said_left;  // a pod left, and why, is said once, not every pass
   for (;;) {
     const std::function<void(const std::string&)> progress = TimedProgress("checkpoint");
-    StatusOr<k8s::CheckpointResult> r = k8s::CheckpointNode(client, o, progress);
+    StatusOr<k8s::CheckpointResult> r = [&]() -> StatusOr<k8s::CheckpointResult> {
+      if (!args.to_mover_node.empty()) {
+        StatusOr<std::string> at = k8s::FindMover(client, find, args.to_mover_node);
+        if (!at.ok()) {
+          return Status(at.status().code(), "the recovery node's mover: " + at.status().message() +
+                                                ": nothing checkpointed in this pass");
+        }
+        o.to_mover = *at;
+      }
+      return k8s::CheckpointNode(client, o, progress);
+    }();
     if (!r.ok()) {
       cli::Say("k8s checkpoint", r.status().message());
       if (args.every_s <= 0) return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
@@ -409,7 +437,18 @@ void RegisterServiceCommands(CLI::App* k8s, const std::shared_ptr<K8sArgs>& args
   checkpoint->add_option("--to-mover", m.to_mover,
                          "HOST:PORT: or the recovery node's mover (`k8s mover --carry-listen`), "
                          "to which each image is sent over the network, older ones removed there");
-  checkpoint->add_option("--key", m.key_file, "The cluster's move key (with --to-mover)");
+  checkpoint->add_option("--to-mover-node", args->to_mover_node,
+                         "NODE: or the recovery node by name: the mover pod on it (--mover-pods) "
+                         "at its pod IP and --carry-port, looked up at each pass");
+  checkpoint
+      ->add_option("--carry-port", args->carry_port,
+                   "With --to-mover-node: the port of the movers' --carry-listen")
+      ->check(CLI::Range(0, 65535));
+  checkpoint->add_option("--mover-pods", args->mover_pods,
+                         "NAMESPACE/KEY=VALUE: the movers' pods, for --to-mover-node (default "
+                         "paladin/app.kubernetes.io/name=paladin-mover)");
+  checkpoint->add_option("--key", m.key_file,
+                         "The cluster's move key (with --to-mover or --to-mover-node)");
   checkpoint->add_option("--every", args->every_s,
                          "Checkpoint again every so many seconds, never exiting; default 0: once");
   checkpoint->add_option("--runc", m.runc, "runc on this node");

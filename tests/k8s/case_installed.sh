@@ -22,7 +22,9 @@
 # installed objects alone: the checkpointer DaemonSet (paladin-checkpoint, `paladin k8s
 # checkpoint --every 3 --host-mounts` in a privileged hostPID pod on the second node, running the
 # node's runc and CRIU in the node's mount namespace) checkpoints pod `lost` periodically, left
-# running (two passes seen, the older image removed); the second node dies (cluster.sh lose-node2,
+# running, and sends each image over the network to the first node's mover (checkpoint.toNode:
+# no folder shared between the nodes; two passes seen, the older image removed there by the
+# checkpointer's PRUNE); the second node dies (cluster.sh lose-node2,
 # the checkpointer with it) and its image folder is deleted; the recovery Deployment
 # (paladin-recover, `paladin k8s recover --watch` on the first node) brings `lost` back there as
 # `lost-m1` from its last checkpoint: not afresh, not from where it died, its memory verified,
@@ -37,8 +39,8 @@
 # comes from the cluster's CA; the node's folders are in the cluster's directory, not
 # /var/lib/paladin; and the webhook is registered for the case's namespace only. Its two nodes
 # are on one machine, each with its own runc state and image folder: the checkpointer runs on the
-# second node only (its folders; its images into the first node's folder, which the first
-# node's runtime restores from), the recovery on the first (its folders), and the runtime's
+# second node only (its folders; its images sent to the first node's mover, which puts them in
+# the first node's folder, which the first node's runtime restores from), the recovery on the first (its folders), and the runtime's
 # runc, CRIU and key are the cluster's (cluster.sh).
 # Env (tests/k8s/k8s_test.sh): KUBECTL, NS, IMAGE, PALADIN, EMUCUDA, NODE, CLUSTER_DIR, NODE2;
 # PALADIN_CHART_RENDER (ctest sets it where chart_render is built).
@@ -252,7 +254,8 @@ patches:
       - op: replace
         path: /spec/template/spec/containers/0/command
         value: [/usr/local/bin/paladin, k8s, checkpoint, --node, \$(NODE_NAME), --every, "3",
-                --host-mounts, --to-images, $CLUSTER_DIR/checkpoints,
+                --host-mounts, --to-mover-node, $NODE, --carry-port, "19471",
+                --mover-pods, "paladin/app.kubernetes.io/name=paladin-mover", --key, $key,
                 --images, $CLUSTER_DIR/node2/checkpoints, --runc, $runc,
                 --runc-root, $CLUSTER_DIR/node2/containerd/runc/k8s.io, --criu-dir, $criu_dir,
                 --driver, $work/lib/libpaladin-emucuda.so, --nvml, $work/lib/libpaladin-emucuda.so]
@@ -342,7 +345,7 @@ nodeRuntime:
   key: $key
 checkpoint:
   every: "3"
-  toImages: $CLUSTER_DIR/checkpoints
+  toNode: "$NODE"
   images: $CLUSTER_DIR/node2/checkpoints
   runcRoot: $CLUSTER_DIR/node2/containerd/runc/k8s.io
   nodeSelector: {kubernetes.io/hostname: "$node2"}
@@ -729,7 +732,7 @@ done
   fail "the installed checkpointer did not take pod lost twice in 30 s: $("$KUBECTL" -n paladin logs daemonset/paladin-checkpoint 2>&1 | tail -5)"
 g_seen2=$(last_gen lost)
 last=${images[-1]}
-"$KUBECTL" -n paladin logs daemonset/paladin-checkpoint | grep -qE "^checkpointed 1 pod\(s\) of $NODE2 into $CLUSTER_DIR/checkpoints, [0-9]+ left, 1 older image\(s\) removed" ||
+"$KUBECTL" -n paladin logs daemonset/paladin-checkpoint | grep -qE "^checkpointed 1 pod\(s\) of $NODE2 into the mover at [^ ]+:19471, [0-9]+ left, 1 older image\(s\) removed" ||
   fail "the checkpointer's second pass did not remove the older image: $("$KUBECTL" -n paladin logs daemonset/paladin-checkpoint | grep '^checkpointed 1' | tail -2)"
 [[ -f $CLUSTER_DIR/checkpoints/$last/owner && ! -e $CLUSTER_DIR/checkpoints/${images[0]} ]] ||
   fail "the first node's folder holds $(cd "$CLUSTER_DIR/checkpoints" && echo *), not $last alone"

@@ -258,6 +258,39 @@ if grep -nE 'paladin-(checkpoint|recover|mover)|--host-mounts' "$work/norecover-
   failed=1
 fi
 
+# checkpoint.toNode: each node's checkpointer sends its images to the mover of that node (found
+# among the movers' pods, at the carry port, with the move key) instead of into a shared folder,
+# and the recovery runs there.
+without tonode
+cat >>"$work/tonode/kustomization.yaml" <<'YAML'
+  - target: {kind: DaemonSet, name: paladin-checkpoint}
+    patch: |-
+      - {op: replace, path: /spec/template/spec/containers/0/command/8, value: --to-mover-node}
+      - {op: replace, path: /spec/template/spec/containers/0/command/9, value: gpu-3}
+      - {op: add, path: /spec/template/spec/containers/0/command/10, value: --carry-port}
+      - {op: add, path: /spec/template/spec/containers/0/command/11, value: "7446"}
+      - {op: add, path: /spec/template/spec/containers/0/command/12, value: --mover-pods}
+      - {op: add, path: /spec/template/spec/containers/0/command/13, value: paladin/app.kubernetes.io/name=paladin-mover}
+      - {op: add, path: /spec/template/spec/containers/0/command/14, value: --key}
+      - {op: add, path: /spec/template/spec/containers/0/command/15, value: /var/lib/paladin/k8s/move.key}
+  - target: {kind: Deployment, name: paladin-recover}
+    patch: |-
+      - {op: replace, path: /spec/template/spec/nodeSelector, value: {kubernetes.io/hostname: gpu-3}}
+YAML
+"$kubectl" kustomize "$work/tonode" >"$work/tonode.yaml"
+"$render" template paladin "$chart" -n paladin --set namespace.create=true \
+  --set checkpoint.toNode=gpu-3 >"$work/tonode-render.yaml"
+check "checkpoint.toNode = deploy/k8s checkpointing to that node's mover, the recovery there" \
+  "$work/tonode.yaml" "$work/tonode-render.yaml"
+if out=$("$render" template paladin "$chart" -n paladin --set checkpoint.toNode=gpu-3 \
+  --set mover.carryPort=0 2>&1); then
+  echo "chart: FAIL: checkpoint.toNode without the movers' carry port rendered"
+  failed=1
+elif [[ $out != *"checkpoint.toNode: the recovery node's mover takes the images"* ]]; then
+  echo "chart: FAIL: checkpoint.toNode without the movers' carry port: $out"
+  failed=1
+fi
+
 # The server's storage and token as values: a node's folder instead of a claim, an existing
 # claim, a StorageClass, the token's Secret from a file (trimmed, base64).
 printf 'pal_%064d\n' 0 >"$work/token"
