@@ -173,12 +173,13 @@ StatusOr<std::string> ApiClient::Call(const std::string& method, const std::stri
     // A kept connection that the server closed since the last request fails the next one on it:
     // a GET is asked again, once, on a new connection (a write is not: it may have been done).
     if (reused && method == "GET" && attempt == 0) continue;
-    std::string detail = httplib::to_string(result.error());
+    std::string message = "cannot reach the API server at " + config_.host + ":";
+    message += std::to_string(config_.port) + " (" + what + "): ";
+    message += httplib::to_string(result.error());
     if (result.error() == httplib::Error::SSLServerVerification) {
-      detail += " (the server's certificate is not signed by '" + config_.ca_cert_file + "')";
+      message += " (the server's certificate is not signed by '" + config_.ca_cert_file + "')";
     }
-    return Unavailable("cannot reach the API server at " + config_.host + ":" +
-                       std::to_string(config_.port) + " (" + what + "): " + detail);
+    return Unavailable(message);
   }
 }
 
