@@ -46,6 +46,22 @@ read -ra mv <<<"$MOVE_FLAGS"
 carrier_start "$work/carrier.log" --node "$NODE" "${mv[@]}" --carry-listen "$carry_at"
 carrier_pid=$CARRIER
 read -ra ckpt <<<"${NODE2_CHECKPOINT_FLAGS% --to-images *} --to-mover $carry_at --key $CLUSTER_DIR/conf/move.key"
+# Where the images go, said wrongly: two places, a node without the movers' port, a node whose
+# mover is not found (no mover pods here): refused or a pass that takes nothing, saying why.
+read -ra ckpt_base <<<"${NODE2_CHECKPOINT_FLAGS% --to-images *} --key $CLUSTER_DIR/conf/move.key"
+refused_ckpt() { # EXPECTED EXIT FLAGS...: the checkpointer exits EXIT saying EXPECTED
+  local expected=$1 want=$2 out rc=0
+  shift 2
+  out=$("$PALADIN" k8s checkpoint --node "$NODE2" "${api[@]}" "${ckpt_base[@]}" "$@" 2>&1) || rc=$?
+  [[ $rc == "$want" && $out == *"$expected"* ]] || fail "checkpoint $*: exit $rc, not $want saying '$expected': $out"
+  [[ $out != *"taken "* ]] || fail "checkpoint $*: took an image: $out"
+}
+refused_ckpt "give one of --to-images, --to-mover and --to-mover-node" 2 \
+  --to-images "$CLUSTER_DIR/checkpoints" --to-mover-node "$NODE"
+refused_ckpt "--to-mover-node needs --carry-port" 2 --to-mover-node "$NODE"
+refused_ckpt "the recovery node's mover: node $NODE has no running mover to send the image to" 1 \
+  --to-mover-node "$NODE" --carry-port 19462 --mover-pods "$NS/app=no-such-mover"
+echo "recover_node: the checkpointer's destination given twice, by node without a port, by a node without a mover: refused"
 sampler_start
 for pass in 1 2; do
   g_before=$(last_gen lost)  # the second pass's image is the one recovered
