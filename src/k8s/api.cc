@@ -112,6 +112,7 @@ std::string ExtendedResourcePatch(const std::string& resource, uint64_t bytes) {
 struct ApiClient::Connection {
   std::mutex mutex;
   std::unique_ptr<httplib::SSLClient> http;  // null until the first call, or after a failure
+  std::chrono::steady_clock::time_point last_used;
 };
 
 ApiClient::ApiClient(ApiConfig config)
@@ -150,6 +151,12 @@ StatusOr<std::string> ApiClient::Call(const std::string& method, const std::stri
   if (!config_.token.empty()) headers.emplace("Authorization", "Bearer " + config_.token);
   const api::SigpipeBlock no_sigpipe;
   const std::string what = method + " " + path;
+  const auto now = std::chrono::steady_clock::now();
+  if (http != nullptr && std::chrono::duration<double>(now - connection_->last_used).count() >
+                             config_.idle_reconnect_s) {
+    http.reset();
+  }
+  connection_->last_used = now;
   for (int attempt = 0;; ++attempt) {
     const bool reused = http != nullptr;
     if (!reused) {

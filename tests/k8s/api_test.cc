@@ -180,6 +180,20 @@ TEST(ApiClient, AConnectionTheServerClosedIsOpenedAgain) {
   EXPECT_EQ(server.connections(), 2u);
 }
 
+TEST(ApiClient, AConnectionIdleTooLongIsNotUsedAgain) {
+  const StandInApiServer server;  // it would keep an idle connection 5 s
+  ApiConfig config = server.Config();
+  config.idle_reconnect_s = 0.5;
+  const ApiClient client(config);
+  ASSERT_TRUE(client.Get("/api/v1/nodes").ok());
+  ASSERT_TRUE(client.Get("/api/v1/nodes").ok());
+  EXPECT_EQ(server.connections(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  ASSERT_TRUE(client.Get("/api/v1/nodes").ok());
+  EXPECT_EQ(server.requests(), 3);
+  EXPECT_EQ(server.connections(), 2u);
+}
+
 TEST(ApiClient, AServerItDoesNotTrustIsRefusedOnEveryCall) {
   const StandInApiServer server;
   const StandInApiServer other;

@@ -1,13 +1,13 @@
-// A small client of the Kubernetes API server, for what Paladin's node component does there:
-// advertise the node's GPU memory as a node-level extended resource (docs/kubernetes.md).
+// A small client of the Kubernetes API server, for what Paladin's components do there (the node's
+// GPU memory advertised, pods placed, moved, checkpointed and recovered: docs/kubernetes.md).
 // Speaks HTTPS with the packaged HTTP library (built with OpenSSL), authenticated by a client
 // certificate or a bearer token (a ServiceAccount's, in a pod).
 //
 // Thread safety: calls may run from any thread. An ApiClient and its copies keep one connection
 // to the API server open between calls (one TLS handshake, not one per call: the scheduler asks
-// several times a second) and take turns on it; a connection the server closed is opened again
-// on the next call. Every call blocks up to the configured timeout (longer while another call
-// holds the connection).
+// several times a second) and take turns on it; a connection the server closed, or one idle
+// longer than ApiConfig::idle_reconnect_s, is opened again on the next call. Every call blocks up
+// to the configured timeout (longer while another call holds the connection).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +33,10 @@ struct ApiConfig {
   std::string client_key_file;
   std::string token;  // a bearer token, or empty
   double timeout_s = 10;
+  // A kept connection idle this long is not used again but opened afresh: a load balancer in
+  // front of the API server may have dropped it without a word, and the next call would wait
+  // out the timeout on it.
+  double idle_reconnect_s = 30;
 };
 
 // "https://HOST[:PORT]" into config's host and port; an error says what is wrong.
