@@ -157,6 +157,21 @@ int RunCheckpoint(const K8sArgs& args) {
       return 2;
     }
   }
+  // On the recovery node itself (the chart runs a checkpointer on every GPU node): its pods'
+  // images would be lost with it, and nobody would recover them, so none is taken (no pause).
+  if (args.to_mover_node == args.node) {
+    std::printf(
+        "node %s is the recovery node (--to-mover-node): its pods' images would be lost "
+        "with it; none taken\n",
+        args.node.c_str());
+    std::fflush(stdout);
+    if (args.every_s > 0) {
+      StopOnSignals();
+      while (!SleepUnlessStopped(args.every_s)) {
+      }
+    }
+    return 0;
+  }
   const k8s::ApiClient client(*config);
   if (args.every_s > 0) StopOnSignals();
   std::set<std::string> said_left;  // a pod left, and why, is said once, not every pass

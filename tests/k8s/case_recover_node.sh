@@ -47,7 +47,8 @@ carrier_start "$work/carrier.log" --node "$NODE" "${mv[@]}" --carry-listen "$car
 carrier_pid=$CARRIER
 read -ra ckpt <<<"${NODE2_CHECKPOINT_FLAGS% --to-images *} --to-mover $carry_at --key $CLUSTER_DIR/conf/move.key"
 # Where the images go, said wrongly: two places, a node without the movers' port, a node whose
-# mover is not found (no mover pods here): refused or a pass that takes nothing, saying why.
+# mover is not found (no mover pods here): refused or a pass that takes nothing, saying why; and
+# the checkpointer's own node as the recovery node: nothing taken.
 read -ra ckpt_base <<<"${NODE2_CHECKPOINT_FLAGS% --to-images *} --key $CLUSTER_DIR/conf/move.key"
 refused_ckpt() { # EXPECTED EXIT FLAGS...: the checkpointer exits EXIT saying EXPECTED
   local expected=$1 want=$2 out rc=0
@@ -61,7 +62,10 @@ refused_ckpt "give one of --to-images, --to-mover and --to-mover-node" 2 \
 refused_ckpt "--to-mover-node needs --carry-port" 2 --to-mover-node "$NODE"
 refused_ckpt "the recovery node's mover: node $NODE has no running mover to send the image to" 1 \
   --to-mover-node "$NODE" --carry-port 19462 --mover-pods "$NS/app=no-such-mover"
-echo "recover_node: the checkpointer's destination given twice, by node without a port, by a node without a mover: refused"
+# On the recovery node itself: nothing taken (its images would be lost with it), and no error.
+refused_ckpt "node $NODE2 is the recovery node (--to-mover-node): its pods' images would be lost with it; none taken" 0 \
+  --to-mover-node "$NODE2" --carry-port 19462
+echo "recover_node: the checkpointer's destination given twice, by node without a port, by a node without a mover: refused; on the recovery node itself: nothing taken"
 sampler_start
 for pass in 1 2; do
   g_before=$(last_gen lost)  # the second pass's image is the one recovered
