@@ -111,7 +111,7 @@ std::string ExtendedResourcePatch(const std::string& resource, uint64_t bytes) {
 // The connection a client and its copies keep open, one request at a time on it.
 struct ApiClient::Connection {
   std::mutex mutex;
-  std::unique_ptr<httplib::SSLClient> http;  // null until the first call, or after a failure
+  std::unique_ptr<httplib::SSLClient> http;  // null until the first call, after a failure or idle
   std::chrono::steady_clock::time_point last_used;
 };
 
