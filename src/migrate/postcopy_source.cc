@@ -22,10 +22,15 @@ namespace fs = std::filesystem;
 // port.
 Status WaitPageHandshake(pid_t dump, const std::string& log, double timeout_s) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  // The dump's end, if it has ended (left to be reaped by its caller): 0 when it has not, 1
+  // when it exited 0, -1 otherwise.
   auto ended = [dump] {
     siginfo_t info{};
-    return waitid(P_PID, static_cast<id_t>(dump), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
-           info.si_pid == dump;
+    if (waitid(P_PID, static_cast<id_t>(dump), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+        info.si_pid != dump) {
+      return 0;
+    }
+    return info.si_code == CLD_EXITED && info.si_status == 0 ? 1 : -1;
   };
   // CRIU logs the handshake before it verifies the client's certificate, and an error if that
   // fails; the verification follows within microseconds.
@@ -40,11 +45,13 @@ Status WaitPageHandshake(pid_t dump, const std::string& log, double timeout_s) {
   for (;;) {
     if (said("TLS handshake completed")) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      if (!said("Error (criu/tls.c") && !ended()) return Status::Ok();
+      // A dump that already ended well served every page: a small job's memory can reach the
+      // destination's puller before RESUME (with --leave-stopped, patch 0002, exit 0 says so).
+      if (!said("Error (criu/tls.c") && ended() >= 0) return Status::Ok();
       return Unavailable("the page server refused the client that connected first (see " + log +
                          ")");
     }
-    if (ended()) {
+    if (ended() != 0) {
       return Unavailable("the page server ended before any TLS handshake (see " + log + ")");
     }
     if (std::chrono::steady_clock::now() >= until) {
