@@ -379,17 +379,27 @@ def verify_once(fleet, job_id, tag, what):
         return
     logs = fleet.get(f"/v1/jobs/{job_id}/logs?stream=stdout")["text"]
     job = fleet.job(job_id)
+    # A move that went through took a fast path: the job (GPU state) streamed its memory, or,
+    # where the destination refused a stream, the move says so and went by image.
+    move = job.get("last_move") or {}
+    fast = move.get("mode") in ("stream", "post-copy") or \
+        "streaming refused" in (move.get("why") or "")
     starts = logs.count("started:")
     uids = {uid_of(pid) for pid in tagged_processes(tag)} - {None}
     if 0 in uids or not uids:
         fail(f"{what}: the workload runs as uid {sorted(uids)}, not as an unprivileged user")
     elif "MISMATCH" in logs:
         fail(f"{what}: state MISMATCH in the job's log")
+    elif move.get("step") == "done" and not fast:
+        fail(f"{what}: its last move went {move.get('mode')!r} ({move.get('why')}), "
+             f"neither streamed nor post-copy")
     elif starts != 1 + job.get("restarts", 0):
         fail(f"{what}: the workload started {starts} times")
         print_job_story(fleet, job_id, logs)
     else:
-        ok(f"{what}: one copy on {job['node']} as uid {min(uids)}, state verified, started once")
+        how = f", last move {move.get('mode')}" if move.get("step") == "done" else ""
+        ok(f"{what}: one copy on {job['node']} as uid {min(uids)}, state verified, started once"
+           f"{how}")
 
 
 def print_job_story(fleet, job_id, logs):

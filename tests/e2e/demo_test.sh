@@ -53,7 +53,7 @@ if crashed "$(cat "$work/demo.log" "$work"/fleet/logs/*.log 2>/dev/null)"; then
 fi
 
 check() {  # check PYTHON-EXPRESSION WHAT
-  if python3 -c "import json,sys; s=json.load(open('$work/summary.json')); sys.exit(0 if ($1) else 1)" \
+  if python3 -c "import json,re,sys; s=json.load(open('$work/summary.json')); sys.exit(0 if ($1) else 1)" \
     2>/dev/null; then
     pass "$2"
   else
@@ -64,6 +64,10 @@ check "s['jobs_submitted'] == 5" "five workloads submitted"
 check "s['jobs_lost'] == 0" "no job lost"
 check "s['state_verifications_failed'] == 0" "every workload's state verified"
 check "s['migrations'] >= 1" "a migration happened"
+# The move took a fast path (the GPU job streams its memory; post-copy where no GPU state is
+# held) and the summary shows the pause its source measured.
+check "re.match(r'[0-9]+[.][0-9]+ s, (stream|post-copy)\\b', s['migration_pause'])" \
+  "the migration streamed or moved post-copy, its pause in the summary"
 check "s['recoveries'] >= 1" "jobs recovered from checkpoints after the node loss"
 check "s['quota_grows'] >= 1" "a quota grew in place"
 check "all(v == 'consistent' for v in s['accounting'].values()) and len(s['accounting']) == 2" \
