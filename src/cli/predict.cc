@@ -40,6 +40,12 @@ struct EvalArgs {
   double volatile_share = core::PaladinPredictorParams{}.volatile_share;
   bool by_phase = core::PaladinPredictorParams{}.by_phase;
   int young_windows = core::PaladinPredictorParams{}.young_windows;
+  double history_decay = core::PaladinPredictorParams{}.history_decay;
+  double steady_range = core::PaladinPredictorParams{}.steady_range;
+  double growth_ratio = core::PaladinPredictorParams{}.growth_ratio;
+  int min_class_windows = core::PaladinPredictorParams{}.min_class_windows;
+  // Only pods whose id begins with one of these characters ("": every pod).
+  std::string pods_from;
 };
 
 struct Resource {
@@ -102,6 +108,10 @@ core::PaladinPredictorParams PaladinParams(const EvalArgs& a, const Resource& r)
   p.volatile_share = a.volatile_share;
   p.by_phase = a.by_phase;
   p.young_windows = a.young_windows;
+  p.history_decay = a.history_decay;
+  p.steady_range = a.steady_range;
+  p.growth_ratio = a.growth_ratio;
+  p.min_class_windows = a.min_class_windows;
   return p;
 }
 
@@ -385,6 +395,18 @@ int RunEval(const EvalArgs& a) {
   if (!(a.scale_floor > 0 && a.scale_floor <= 1)) {
     return EvalFail(InvalidArgument("--paladin-scale-floor must be in (0, 1]"));
   }
+  if (!(a.history_decay >= 0 && a.history_decay < 1)) {
+    return EvalFail(InvalidArgument("--paladin-history-decay must be in [0, 1)"));
+  }
+  if (!(a.steady_range >= 0 && a.steady_range <= 1)) {
+    return EvalFail(InvalidArgument("--paladin-steady-range must be in [0, 1]"));
+  }
+  if (!(a.growth_ratio >= 1 && a.growth_ratio <= 10)) {
+    return EvalFail(InvalidArgument("--paladin-growth-ratio must be in [1, 10]"));
+  }
+  if (a.min_class_windows < 1 || a.min_class_windows > 100000) {
+    return EvalFail(InvalidArgument("--paladin-min-class-windows must be 1 to 100000"));
+  }
   if (a.young_windows < 0 || a.young_windows > 1000) {
     return EvalFail(InvalidArgument("--paladin-young-windows must be 0 to 1000"));
   }
@@ -419,6 +441,16 @@ int RunEval(const EvalArgs& a) {
     if (skipped > 0) {
       std::fprintf(stderr, "paladin predict eval: %s: skipped %lld rows with no pod id\n",
                    trace::GenAiFileName(r.metric), static_cast<long long>(skipped));
+    }
+    if (!a.pods_from.empty()) {
+      std::erase_if(*series, [&a](const core::UsageSeries& s) {
+        return s.id.empty() || a.pods_from.find(s.id.front()) == std::string::npos;
+      });
+      if (series->empty()) {
+        return EvalFail(InvalidArgument("--pods-from " + a.pods_from + ": no pod of " +
+                                        trace::GenAiFileName(r.metric) +
+                                        " has an id that begins with one of these characters"));
+      }
     }
     size_t samples = 0;
     for (const auto& s : *series) samples += s.samples.size();
@@ -514,6 +546,24 @@ void RegisterPredict(CLI::App& app, int* exit_code) {
                    "paladin: calibrate workloads whose variability is at least this share of "
                    "their level apart from the others (0: one calibration per phase)")
       ->capture_default_str();
+  eval->add_option("--paladin-history-decay", args->history_decay,
+                   "paladin: weight of each older window peak in the recent base (the last: 1)")
+      ->capture_default_str();
+  eval->add_option("--paladin-steady-range", args->steady_range,
+                   "paladin: a window whose range is at most this share of its peak is steady")
+      ->capture_default_str();
+  eval->add_option("--paladin-growth-ratio", args->growth_ratio,
+                   "paladin: a window whose peak is above this multiple of every earlier one is "
+                   "growth")
+      ->capture_default_str();
+  eval->add_option("--paladin-min-class-windows", args->min_class_windows,
+                   "paladin: the fewest windows of a phase calibrated on its own (else the pooled "
+                   "phases)")
+      ->capture_default_str();
+  eval->add_option("--pods-from", args->pods_from,
+                   "Only pods whose id begins with one of these characters (the trace's ids are "
+                   "hex: 01234 is the half the defaults were tuned on, 56789a the held-out half; "
+                   "docs/predictors.md)");
   eval->callback([args, exit_code] { *exit_code = RunEval(*args); });
 }
 

@@ -108,7 +108,7 @@ struct PaladinPredictorParams {
   double history_decay = 0.5;
   // Phase thresholds, as shares of the last window's peak (steady, growth) or of the request.
   double steady_range = 0.05;
-  double growth_ratio = 1.1;
+  double growth_ratio = 1.2;
   double idle_share = 0.02;
   // Until the class model holds this many resolved windows of a phase, fall back to the pooled
   // phases (all but loading), and before that to `cold_margin` x base (0: the request).
