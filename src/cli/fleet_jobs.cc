@@ -354,6 +354,8 @@ int RunExplain(const JobArgs& a) {
   // by the phase the forecast was made in (the phases it has windows of).
   std::string checked = "-";
   std::string by_phase;
+  std::string team_checked = "-";
+  std::string fleet_checked = "-";
   if (e.contains(key::kPredictionCheck) && e[key::kPredictionCheck].is_object()) {
     const Json& c = e[key::kPredictionCheck];
     const auto num = [](const Json& o, const char* key) {
@@ -367,6 +369,19 @@ int RunExplain(const JobArgs& a) {
                   100 * num(c, key::kUnderRate), 100 * num(c, key::kTargetUnderRate),
                   num(c, key::kMeanSlack));
     checked = line;
+    // The job's team's and the fleet's figures (the teams the caller sees), to compare with.
+    const auto totals = [&num, &line](const Json& o) {
+      std::snprintf(line, sizeof line,
+                    "%.0f windows: %.0f under-predicted (%.1f%%), mean slack %.3f",
+                    num(o, key::kWindows), num(o, key::kUnder), 100 * num(o, key::kUnderRate),
+                    num(o, key::kMeanSlack));
+      return std::string(line);
+    };
+    if (c.contains(key::kTeam) && c[key::kTeam].is_object()) {
+      team_checked = Str(c[key::kTeam], key::kName) + ": " + totals(c[key::kTeam]);
+    }
+    if (c.contains(key::kFleet) && c[key::kFleet].is_object())
+      fleet_checked = totals(c[key::kFleet]);
     if (c.contains(key::kByPhase) && c[key::kByPhase].is_object()) {
       for (const auto& [phase, p] : c[key::kByPhase].items()) {
         if (!p.is_object() || num(p, key::kWindows) <= 0) continue;
@@ -385,7 +400,9 @@ int RunExplain(const JobArgs& a) {
       {"migratable", migratable},
       {"prediction", Or(Str(e, key::kPrediction), "-")},
       {"checked", checked},
-      {"by phase", Or(by_phase, "-")}};
+      {"by phase", Or(by_phase, "-")},
+      {"team", team_checked},
+      {"fleet", fleet_checked}};
   for (const auto& [key, value] : rows) {
     std::printf("%-11s %s\n", (key + ":").c_str(), Printable(value).c_str());
   }

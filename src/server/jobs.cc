@@ -283,6 +283,13 @@ StatusOr<Json> Control::Explain(const Principal& who, const std::string& id) {
     const auto phase = static_cast<core::Phase>(p);
     by_phase[std::string(core::PhaseName(phase))] = CheckToApi(checked.by_phase(phase));
   }
+  // The same check for the job's team and for the fleet the caller sees, to set the job's
+  // figures against.
+  const auto team = forecasts_.team_checks().find(j.team);
+  check[key::kTeam] =
+      CheckToApi(team != forecasts_.team_checks().end() ? team->second : core::CheckTotals{});
+  check[key::kTeam][key::kName] = j.team;
+  check[key::kFleet] = FleetCheckToApi(who);
   return Json{{key::kState, j.StateName()},      {key::kReason, j.reason},
               {key::kPlacement, placement},      {key::kMigratable, why_not.empty()},
               {key::kWhyNotMigratable, why_not}, {key::kPrediction, j.prediction},

@@ -141,6 +141,23 @@ TEST_F(PredictionCheckTest, UnderRateAndSlackPerJobTeamAndFleet) {
   EXPECT_EQ(j["by_phase"]["growth"]["windows"], 1) << j.dump();
   EXPECT_EQ(f["by_phase"]["growth"]["windows"], 0) << f.dump();
 
+  // explain sets the job's figures beside its team's and the fleet's; a team sees its own
+  // team's as the fleet's.
+  EXPECT_EQ(j["team"]["name"], "train");
+  EXPECT_EQ(j["team"]["windows"], 20);
+  EXPECT_EQ(j["team"]["under"], 1);
+  EXPECT_EQ(f["team"]["name"], "serve");
+  EXPECT_EQ(f["team"]["under"], 0);
+  EXPECT_EQ(j["fleet"]["windows"], 40);
+  EXPECT_EQ(j["fleet"]["under"], 1);
+  EXPECT_DOUBLE_EQ(j["fleet"]["under_rate"].get<double>(), 1.0 / 40);
+  StatusOr<Principal> serve_scope = ParseScope("team:serve");
+  ASSERT_TRUE(serve_scope.ok());
+  StatusOr<Json> seen_by_team = control_->Explain(*serve_scope, flat);
+  ASSERT_TRUE(seen_by_team.ok()) << seen_by_team.status().message();
+  EXPECT_EQ((*seen_by_team)["prediction_check"]["fleet"]["windows"], 20);
+  EXPECT_EQ((*seen_by_team)["prediction_check"]["fleet"]["under"], 0);
+
   // The fleet's figures in /v1/summary and each team's in /v1/teams (the dashboard's panel).
   StatusOr<Json> summary = control_->Summary(admin_);
   ASSERT_TRUE(summary.ok());

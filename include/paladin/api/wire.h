@@ -68,6 +68,7 @@ inline constexpr char kExpectedBasis[] = "expected_basis";
 inline constexpr char kExpectedPauseS[] = "expected_pause_s";
 inline constexpr char kFault[] = "fault";
 inline constexpr char kFaultKind[] = "fault_kind";
+inline constexpr char kFleet[] = "fleet";
 inline constexpr char kFrom[] = "from";
 inline constexpr char kFromGpu[] = "from_gpu";
 inline constexpr char kFromGpuUuid[] = "from_gpu_uuid";
