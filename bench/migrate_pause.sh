@@ -119,7 +119,7 @@ move() {  # move PALADIN
   PALADIN_RUN_DIR=$dir/run "$1" receive --listen 7411 --dir "$dir/in" >"$dir/receive.log" 2>&1 &
   local receiver=$!
   sleep 1
-  PALADIN_RUN_DIR=$dir/run "$1" migrate moving --peer 127.0.0.1:7411 >"$dir/migrate.log" 2>&1
+  PALADIN_RUN_DIR=$dir/run "$1" migrate moving --peer 127.0.0.1:7411 --mode image >"$dir/migrate.log" 2>&1
   grep -E "pause|error|refus" "$dir/migrate.log" | tail -n 1
   sleep 1
   pkill -f "$WRITER $SIZE 0" 2>/dev/null

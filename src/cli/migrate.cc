@@ -29,7 +29,8 @@ struct MigrateArgs {
   bool no_wait = false;
   double outcome_timeout_s = 600;
   bool lazy = false;  // --lazy, the old spelling of --mode post-copy
-  std::string mode = "image";
+  // image, stream, post-copy or auto; "" (not given): post-copy with --lazy, else auto.
+  std::string mode;
   std::string lazy_address;
   int lazy_port = 0;
   bool lazy_plain = false;
@@ -216,9 +217,8 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
                    "pulls its memory from its stopped copy here, released once every page "
                    "arrived; needs the CRIU of scripts/criu_lazy.sh on both sides), auto "
                    "(post-copy where both sides can and the job has no GPU, else stream where "
-                   "the receiver takes it, else image; asks the receiver first). "
+                   "the receiver takes it, else image; asks the receiver first; the default). "
                    "docs/lazy_migration.md")
-      ->capture_default_str()
       ->check(CLI::IsMember({"image", "stream", "post-copy", "auto"}));
   migrate->add_flag("--lazy", m->lazy, "The same as --mode post-copy");
   migrate->add_option("--lazy-address", m->lazy_address,
@@ -235,14 +235,17 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
   migrate->add_option("--work-dir", m->work_dir,
                       "Where the image is written (default: the "
                       "job's run directory)");
-  migrate->callback([m, exit_code] {
+  migrate->callback([m, exit_code, migrate] {
+    if (m->mode.empty()) m->mode = m->lazy ? "post-copy" : "auto";
     if (m->lazy && m->mode != "image" && m->mode != "post-copy") {
       Say("migrate", "--lazy is --mode post-copy; it cannot be --mode " + m->mode);
       *exit_code = 2;
       return;
     }
     if (m->mode == "post-copy") m->lazy = true;
-    if ((m->mode == "stream" || m->mode == "auto") && m->peer.empty()) {
+    if (m->peer.empty() && m->mode == "auto" && !migrate->count("--mode")) {
+      m->mode.clear();  // a server's job: the server's --move-mode decides
+    } else if ((m->mode == "stream" || m->mode == "auto") && m->peer.empty()) {
       Say("migrate", "--mode " + m->mode +
                          " moves a job of this machine directly: give --peer HOST:PORT (a "
                          "server's job moves by the server's --move-mode)");

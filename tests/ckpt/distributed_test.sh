@@ -248,7 +248,7 @@ scenario_ddp() {
     return
   fi
   export PALADIN_TOKEN=dist-test-$$
-  ddp_move "ddp migrate" dist-move || return
+  ddp_move "ddp migrate" dist-move --mode image || return
   if grep -qs 'criu-patches' "${PALADIN_CRIU_LAZY:-/opt/paladin/criu-lazy/criu}"; then
     ddp_move "ddp migrate --lazy" dist-lazy --lazy
   else

@@ -121,7 +121,7 @@ scenario() {
   local rc=0
   # One node: a restore writes only into the node's run directory, so both sides share it.
   env PALADIN_MIGRATE_FAULT="$mfault" PALADIN_RUN_DIR="$dir/src" timeout 300 "$PALADIN" migrate \
-    "$name" --peer 127.0.0.1:$port --outcome-timeout 60 >"$dir/migrate.out" 2>&1 || rc=$?
+    "$name" --peer 127.0.0.1:$port --mode image --outcome-timeout 60 >"$dir/migrate.out" 2>&1 || rc=$?
   # Settled: one copy running and none stopped, for 2 s in a row (up to 150 s: a destination
   # that lost its source waits --command-timeout, a source that cannot reach a dead destination
   # retries for a minute).

@@ -129,7 +129,7 @@ scenario() {
   started+=("$receiver")
   wait_until 10 eval "ss -Hltn 'sport = :$port' | grep -q ."
   local out rc=0
-  out=$(env "${menv[@]}" timeout 90 "$PALADIN" migrate "$name" --peer "127.0.0.1:$port" \
+  out=$(env "${menv[@]}" timeout 90 "$PALADIN" migrate "$name" --peer "127.0.0.1:$port" --mode image \
     --outcome-timeout 30 2>&1) || rc=$?
   # A source that died: its keeper restores the job here.
   if [[ $name == src_dies ]]; then

@@ -12,9 +12,10 @@
 #           destination's page-server port again and again from before the move to its end: the
 #           page server takes one client and refuses any without the source's key, so the move
 #           either completes or fails with the job still running at the source
-#   auto    `--mode auto`: the source asks the receiver which moves it takes (FEATURES) and,
-#           both having the patched CRIU (scripts/criu_lazy.sh) and the job no GPU, moves
-#           post-copy, saying so; the receiver, asked first, takes the move that follows
+#   auto    no --mode (the default, auto): the source asks the receiver which moves it takes
+#           (FEATURES) and, both having the patched CRIU (scripts/criu_lazy.sh) and the job no
+#           GPU, moves post-copy, saying so; the receiver, asked first, takes the move that
+#           follows
 # After each, exactly one copy runs and its memory and every generation are verified
 # (lazy_mem.py check: no generation repeated or skipped, every window's sum and a CRC of all
 # memory right).
@@ -104,11 +105,11 @@ move() {
       "$work/stranger.key" >"$d/attacker.out" 2>&1 &
     attackers+=($!)
   fi
-  local keep=() mode=stream
+  local keep=() mode=(--mode stream)
   [[ $case == moved ]] && keep=(--keep-image)
-  [[ $case == auto ]] && mode=auto
+  [[ $case == auto ]] && mode=() # the default: --mode auto
   TMPDIR=$d/tmp PALADIN_RUN_DIR=$d/base timeout 300 "$PALADIN" migrate "$case" \
-    --peer 127.0.0.1:$port --mode $mode "${keep[@]}" >"$d/migrate.out" 2>&1
+    --peer 127.0.0.1:$port "${mode[@]}" "${keep[@]}" >"$d/migrate.out" 2>&1
   local rc=$?
   if [[ $case == attack ]]; then
     touch "$d/stop"

@@ -71,7 +71,7 @@ scenario() {
   wait_listening $port || echo "the receiver does not listen on $port: $(cat "$dir/recv.out")" >&2
   local out rc=0
   out=$(env "${menv[@]}" PALADIN_RUN_DIR="$dir/src" timeout 120 "$PALADIN" migrate "$name" \
-    --peer 127.0.0.1:$port 2>&1) || rc=$?
+    --peer 127.0.0.1:$port --mode image 2>&1) || rc=$?
   # A receiver whose sender gave up (a refused token, say) would wait for another: stop it.
   [[ $expect == moved ]] || kill $receiver 2>/dev/null
   wait $receiver 2>/dev/null

@@ -234,7 +234,7 @@ migrate_job() {
     wait "$launcher" 2>/dev/null
     return 1
   fi
-  out=$(timeout "$LIMIT" "$PALADIN" migrate "$name" --peer "$peer:$port" 2>&1) || rc=$?
+  out=$(timeout "$LIMIT" "$PALADIN" migrate "$name" --peer "$peer:$port" --mode image 2>&1) || rc=$?
   # Both say first that CRIU's resource limits are read through a preloaded helper: not an error.
   local notice='lacks CAP_SYS_RESOURCE'
   out=$(grep -v "$notice" <<<"$out")

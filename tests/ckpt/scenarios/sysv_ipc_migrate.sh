@@ -58,7 +58,7 @@ scenario_sysv_ipc_migrate() {
   local cut
   cut=$(last_ipc)
   local out rc=0
-  out=$(timeout "$LIMIT" "$PALADIN" migrate "$job_name" --peer "127.0.0.1:$port" 2>&1) || rc=$?
+  out=$(timeout "$LIMIT" "$PALADIN" migrate "$job_name" --peer "127.0.0.1:$port" --mode image 2>&1) || rc=$?
   local there
   there=$(sed -n 's/^moved .* (pid \([0-9]*\) there).*/\1/p' <<<"$out")
   if ((rc != 0)) || [[ -z $there ]] || crashed "$out"; then
