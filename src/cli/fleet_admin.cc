@@ -1,4 +1,5 @@
-// `paladin nodes`, `teams`, `quota` and `tokens`: the fleet's nodes and its tenants.
+// `paladin nodes`, `teams`, `quota`, `tokens` and `move-costs`: the fleet's nodes, its tenants
+// and what its moves took.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -7,6 +8,7 @@
 #include "fleet.h"
 #include "fleet_format.h"
 #include "paladin/api/wire.h"
+#include "paladin/trace/move_costs.h"
 
 namespace paladin::cli {
 
@@ -112,6 +114,46 @@ int RunTeams(const Args& a) {
     return 0;
   }
   PrintTeams(std::vector<Json>(teams.begin(), teams.end()));
+  return 0;
+}
+
+struct MoveCostsArgs {
+  FleetFlags flags;
+  std::string out;  // "": standard output
+};
+
+// The fleet's measured moves as the CSV `paladin sim dynamic --move-costs` reads
+// (docs/formats/move_costs.md); every row checked as that reader checks it.
+int RunMoveCosts(const MoveCostsArgs& a) {
+  FleetApi api("move-costs", a.flags);
+  StatusOr<Json> answer = api.Get("/v1/move-costs");
+  if (!answer.ok()) return api.Fail(answer.status());
+  if (api.json()) {
+    FleetApi::PrintJson(*answer);
+    return 0;
+  }
+  std::vector<trace::MeasuredMove> moves;
+  for (const Json& m : Array(*answer, key::kMoves)) {
+    moves.push_back(
+        {Str(m, key::kFrom),
+         Str(m, key::kTo),
+         {fleet::Num(m, key::kGpuBytes).value_or(-1), fleet::Num(m, key::kHostBytes).value_or(-1),
+          fleet::Num(m, key::kPauseS).value_or(-1)}});
+  }
+  const std::string csv = trace::MoveCostsCsv(moves);
+  StatusOr<std::vector<trace::MeasuredMove>> back =
+      trace::ParseMoveCosts(csv, "the server's answer");
+  if (!back.ok()) return api.Fail(back.status());
+  if (a.out.empty()) {
+    std::fputs(csv.c_str(), stdout);
+    return 0;
+  }
+  std::FILE* f = std::fopen(a.out.c_str(), "w");
+  if (f == nullptr || std::fputs(csv.c_str(), f) < 0 || std::fclose(f) != 0) {
+    return api.Fail(IoError("cannot write " + a.out));
+  }
+  std::fprintf(stderr, "paladin move-costs: %zu measured moves written to %s\n", moves.size(),
+               a.out.c_str());
   return 0;
 }
 
@@ -254,6 +296,16 @@ void RegisterFleetAdmin(CLI::App& app, int* exit_code) {
       "teams", "Teams with their quotas and usage (GPU hours, memory hours, queue time)");
   AddFleetFlags(teams, &t->flags);
   teams->callback([t, exit_code] { *exit_code = Guarded("teams", [&] { return RunTeams(*t); }); });
+
+  auto mc = std::make_shared<MoveCostsArgs>();
+  CLI::App* move_costs = app.add_subcommand(
+      "move-costs",
+      "The fleet's finished moves with their measured pauses, as CSV for paladin sim dynamic "
+      "--move-costs (admin)");
+  AddFleetFlags(move_costs, &mc->flags);
+  move_costs->add_option("--out", mc->out, "Write the CSV to this file (default: standard output)");
+  move_costs->callback(
+      [mc, exit_code] { *exit_code = Guarded("move-costs", [&] { return RunMoveCosts(*mc); }); });
 
   auto q = std::make_shared<QuotaArgs>();
   CLI::App* quota = app.add_subcommand(

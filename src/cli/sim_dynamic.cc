@@ -23,12 +23,14 @@
 #include "paladin/trace/alibaba_csv.h"
 #include "paladin/trace/genai_usage.h"
 #include "paladin/trace/lucid.h"
+#include "paladin/trace/move_costs.h"
 
 namespace paladin::cli {
 namespace {
 
 struct DynArgs {
   std::string nodes, pods, usage, lucid;
+  std::string move_costs;  // a fleet's measured moves (paladin move-costs), for the moves' cost
   std::string times_from;  // a pod list with times, for variants without them
   std::string loads = "1.0,1.5";
   std::string seeds = "42-44";
@@ -203,6 +205,20 @@ int RunDynamic(DynArgs a) {
                         std::to_string(a.folds)));
   }
 
+  core::DynamicParams params = a.params;
+  std::string costs_note = "MigrationCost's rates";
+  if (!a.move_costs.empty()) {
+    auto measured = trace::ReadMoveCosts(a.move_costs);
+    if (!measured.ok()) return DynamicFail(measured.status());
+    if (measured->empty()) {
+      return DynamicFail(InvalidArgument("--move-costs " + a.move_costs + ": no moves in it"));
+    }
+    auto model = std::make_shared<core::MoveCostModel>(params.migration);
+    for (const auto& m : *measured) model->Observe(m.from, m.to, m.observed);
+    params.measured_costs = std::move(model);
+    costs_note = std::to_string(measured->size()) + " measured moves (" + a.move_costs + ")";
+  }
+
   auto full = trace::ReadNodeCsv(a.nodes);
   if (!full.ok()) return DynamicFail(full.status());
   auto pods = trace::ReadPodCsv(a.pods, full->models());
@@ -285,14 +301,15 @@ int RunDynamic(DynArgs a) {
       stderr,
       "paladin sim dynamic: %zu jobs%s (%lld never scheduled, %lld of zero length left "
       "out); fleet %zu nodes, %lld GPUs; %zu usage curves; interference %s; paladin "
-      "sizes %s\n",
+      "sizes %s; moves cost by %s\n",
       trace_jobs.size(), times_note.c_str(), static_cast<long long>(never_scheduled),
       static_cast<long long>(zero_length), fleet.size(),
       static_cast<long long>(fleet.GpuMilliCapacity() / core::kMilliPerGpu), curves->size(),
       a.lucid.empty() ? "from GPU busy shares"
                       : ("from " + std::to_string(lucid.pairs) + " Lucid pairs").c_str(),
       a.folds > 0 ? ("out of sample (" + std::to_string(a.folds) + " folds by pod)").c_str()
-                  : "with one class model learning online from every job");
+                  : "with one class model learning online from every job",
+      costs_note.c_str());
   std::error_code ec;
   std::filesystem::create_directories(a.out, ec);
   if (ec)
@@ -338,7 +355,7 @@ int RunDynamic(DynArgs a) {
         in.curve_fold = fold_models.curve_fold;
         in.gpu_class_models = fold_models.gpu;
         in.host_class_models = fold_models.host;
-        results[i] = core::RunDynamicSim(in, (*configs)[t.config], a.params, (*loads)[t.load],
+        results[i] = core::RunDynamicSim(in, (*configs)[t.config], params, (*loads)[t.load],
                                          (*seeds)[t.seed]);
         const size_t done = ++finished;
         if (!a.quiet) {
@@ -494,6 +511,10 @@ void AddSimDynamic(CLI::App* sim, int* exit_code) {
   dyn->add_option("--gpu-in-gbps", args->params.migration.gpu_in_gbps,
                   "GPU state restore rate, GB/s")
       ->capture_default_str();
+  dyn->add_option("--move-costs", args->move_costs,
+                  "A fleet's measured moves (CSV, as paladin move-costs writes it): the moves' "
+                  "cost is fitted to them, the rates above its prior "
+                  "(docs/formats/move_costs.md)");
   dyn->add_option("--disk-gbps", args->params.migration.disk_gbps, "Host state rate, GB/s")
       ->capture_default_str();
   dyn->add_option("--paladin-quantile", args->params.paladin_quantile,

@@ -447,7 +447,10 @@ class Sim {
     m.placement = s.placement;
     const double gpu_bytes =
         s.gpu_use * GpuGib(s.placement.node) * s.shape.gpu_count * 1024.0 * 1024 * 1024;
-    m.downtime_s = p_.migration.DowntimeS(gpu_bytes, s.host_use * 1024 * 1024);
+    const double host_bytes = s.host_use * 1024 * 1024;
+    m.downtime_s = p_.measured_costs != nullptr
+                       ? p_.measured_costs->Estimate("", "", gpu_bytes, host_bytes).pause_s
+                       : p_.migration.DowntimeS(gpu_bytes, host_bytes);
     m.movable = t >= s.pinned_until;
     return m;
   }

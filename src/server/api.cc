@@ -357,6 +357,9 @@ HttpAdmit MakeRoutes(Control& control, PodBook& pods) {
   });
   r.Get("/v1/summary", Access::kUser,
         [c](const HttpRequest&, const Principal& who) { return FromResult(c->Summary(who)); });
+  r.Get("/v1/move-costs", Access::kAdmin, [c](const HttpRequest&, const Principal&) {
+    return Reply{200, c->MoveCosts(), "", ""};
+  });
   r.Get("/metrics", Access::kAny, [c, book](const HttpRequest&, const Principal& who) {
     return Reply{200, Json(), c->Metrics(who) + book->Metrics(who), "text/plain; version=0.0.4"};
   });

@@ -169,6 +169,10 @@ class Control : private ControlHost {
   StatusOr<Json> Teams(const Principal& who);
   StatusOr<Json> PutTeam(const std::string& name, const Json& body);
   StatusOr<Json> Summary(const Principal& who);
+  // GET /v1/move-costs (admin): every finished move's measured pause with its node pair and the
+  // bytes it moved, oldest first: what the move cost model learned from (`paladin move-costs`
+  // writes it as the CSV `sim dynamic --move-costs` reads).
+  Json MoveCosts();
   // GET /v1/sizing: the size an `auto` workload of class TEAM/COMMAND would get now, from what
   // and why (core::SizeAuto over the class's ended jobs and measured pods; sizing.cc). A team
   // token reads its own team's only (PermissionDenied).

@@ -77,7 +77,7 @@ bool Control::Preempt(const FleetView& view, JobRecord& waiting) {
 
 bool Control::PreemptFor(const FleetView& view, JobRecord& waiting) {
   std::optional<PreemptDecision> plan =
-      scheduler_.PlanPreemption(view, waiting, teams_, jobs_, nodes_);
+      scheduler_.PlanPreemption(view, waiting, teams_, jobs_, nodes_, moves_.costs());
   if (!plan || plan->victims.empty()) return false;
   for (int64_t victim : plan->victims) {
     JobRecord& j = *jobs_.BySeq(victim);

@@ -188,11 +188,9 @@ bool Scheduler::MayPreempt(const JobRecord& waiting, const TeamBook& teams, cons
          teams.Refusal(waiting.team, AskOf(waiting), "this job", jobs).empty();
 }
 
-std::optional<PreemptDecision> Scheduler::PlanPreemption(const FleetView& view,
-                                                         const JobRecord& waiting,
-                                                         const TeamBook& teams,
-                                                         const JobTable& jobs,
-                                                         const NodeTable& nodes) {
+std::optional<PreemptDecision> Scheduler::PlanPreemption(
+    const FleetView& view, const JobRecord& waiting, const TeamBook& teams, const JobTable& jobs,
+    const NodeTable& nodes, const core::MoveCostModel& costs) {
   if (!MayPreempt(waiting, teams, jobs)) return std::nullopt;
   // One wave at a time: what is being preempted now may already make room.
   for (const auto& [seq, j] : jobs) {
@@ -220,7 +218,6 @@ std::optional<PreemptDecision> Scheduler::PlanPreemption(const FleetView& view,
   // takes the candidates in this order until the job fits, leaves in place those the job turns
   // out not to need, and prefers the node where the least running GPU share is disturbed.
   std::vector<core::MovableJob> movable;
-  core::MigrationCost cost;
   for (const JobRecord* j : candidates) {
     std::optional<core::Fleet::Holding> held = view.fleet.HoldingOf(static_cast<uint64_t>(j->seq));
     if (!held) continue;
@@ -228,7 +225,8 @@ std::optional<PreemptDecision> Scheduler::PlanPreemption(const FleetView& view,
     m.id = static_cast<uint64_t>(j->seq);
     m.shape = held->workload;
     m.placement = held->placement;
-    m.downtime_s = cost.DowntimeS(static_cast<double>(j->used_bytes), 0);
+    // Checkpointed now, restored wherever it runs next: what moves off its node have taken.
+    m.downtime_s = costs.Estimate(j->node, "", static_cast<double>(j->used_bytes), 0).pause_s;
     movable.push_back(std::move(m));
   }
   core::Fleet trial = view.fleet;

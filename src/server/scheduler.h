@@ -118,10 +118,11 @@ class Scheduler {
   // allows preempts; one wave at a time (nothing while a preempted job still checkpoints);
   // candidates run on a checkpointable node, move nowhere,
   // checkpoint nothing, are no gang's rank; the lowest priority first, then the most recently
-  // started.
+  // started. A victim's cost is the pause its node's measured moves predict (COSTS).
   std::optional<PreemptDecision> PlanPreemption(const FleetView& view, const JobRecord& waiting,
                                                 const TeamBook& teams, const JobTable& jobs,
-                                                const NodeTable& nodes);
+                                                const NodeTable& nodes,
+                                                const core::MoveCostModel& costs);
   // Whether `waiting` may preempt at all: pending (a restoring job waits for room), and allowed
   // by its team's quota (the room made would not run it otherwise).
   static bool MayPreempt(const JobRecord& waiting, const TeamBook& teams, const JobTable& jobs);

@@ -254,6 +254,20 @@ void Control::RecordRequest(double seconds) {
   request_seconds_.Add(seconds);
 }
 
+Json Control::MoveCosts() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Json moves = Json::array();
+  for (const auto& [id, m] : migrations_) {  // in the order they were made, as at Load
+    if (!m.pause_s || *m.pause_s <= 0) continue;
+    moves.push_back({{key::kFrom, m.from_node},
+                     {key::kTo, m.to_node},
+                     {key::kGpuBytes, m.moved_bytes},
+                     {key::kHostBytes, 0},
+                     {key::kPauseS, *m.pause_s}});
+  }
+  return Json{{key::kMoves, moves}};
+}
+
 Json Control::CheckToApi(const core::CheckTotals& t) {
   return Json{{key::kWindows, t.windows},
               {key::kUnder, t.under},

@@ -140,7 +140,7 @@ echo "team alpha: job $JA; team beta: job $JB"
 
 # --- 1. authentication ---
 for path in /v1/jobs "/v1/jobs/$JA" "/v1/jobs/$JB/logs" /v1/nodes /v1/teams /v1/tokens \
-  /v1/events /v1/summary /metrics; do
+  /v1/events /v1/summary /v1/move-costs /metrics; do
   expect_http "no token" 401 GET "$path" ""
   expect_http "unknown token" 401 GET "$path" "pal_0000000000000000000000000000000000000000"
 done
@@ -230,6 +230,7 @@ if [[ $code == 200 && $body != *"$JB"* ]]; then pass "team A: summary"
 else fail "team A's GET /v1/summary ($code): ${body:0:300}"; fi
 # Admin-only and agent-only endpoints.
 expect_http "team A: list tokens" 403 GET /v1/tokens "$TA"
+expect_http "team A: the fleet's measured moves" 403 GET /v1/move-costs "$TA"
 expect_http "team A: make an admin token" 403 POST /v1/tokens "$TA" '{"scope": "admin"}'
 expect_http "team A: make a token for B" 403 POST /v1/tokens "$TA" '{"scope": "team:beta"}'
 expect_http "team A: revoke a token" "403|404" DELETE /v1/tokens/1 "$TA"

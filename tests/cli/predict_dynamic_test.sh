@@ -173,6 +173,26 @@ if awk -F, '$1 ~ /\+request$/ && $12 != "0.000"{bad=1} END{exit bad}' "$WORK/d1/
 else
   fail "OOM under request sizing: $(cat "$WORK/d1/dynamic.csv")"
 fi
+# --move-costs: a fleet's measured moves (paladin move-costs) set what the simulated moves cost.
+cat >"$WORK/moves.csv" <<'CSV'
+from,to,gpu_bytes,host_bytes,pause_s
+node-a,node-b,42949672960,0,95.5
+node-b,node-a,21474836480,0,48.25
+"rack 1, node-c",node-a,64424509440,1073741824,140
+CSV
+rc=0
+out=$("$PALADIN" sim dynamic --nodes "$NODES" --pods "$WORK/pods.csv" --usage "$USAGE" \
+  --configs paladin+paladin+rebalance --loads 1.0 --seeds 42 --quiet --move-costs "$WORK/moves.csv" \
+  --out "$WORK/measured" 2>&1) || rc=$?
+if ((rc == 0)) && grep -q "moves cost by 3 measured moves ($WORK/moves.csv)" <<<"$out" &&
+  [[ -s $WORK/measured/dynamic.csv ]]; then
+  pass "sim dynamic --move-costs: the moves costed by the 3 measured moves"
+else
+  fail "sim dynamic --move-costs: exit $rc: $out"
+fi
+printf 'from,to,gpu_bytes,host_bytes,pause_s\nnode-a,node-b,1,0,-2\n' >"$WORK/badmoves.csv"
+expect_error "a measured move with a negative pause" "badmoves.csv:2: field 'pause_s'" -- \
+  sim dynamic --move-costs "$WORK/badmoves.csv" --out "$WORK/bad"
 expect_error "load out of range" "--loads: '3'" -- sim dynamic --loads 1,3 --out "$WORK/bad"
 expect_error "sim dynamic with one fold" "--folds must be 0 (one model learning online) or 2 to 100" -- \
   sim dynamic --folds 1 --out "$WORK/bad"

@@ -609,6 +609,33 @@ TEST(DynamicPreemptionTest, AStarvedWideJobRunsAndThePreemptedKeepTheirProgress)
   EXPECT_NEAR(r.queue_p99_s, 101 * h, 1);
 }
 
+// The moves' cost from a fleet's measured moves (sim dynamic --move-costs): the same scenario,
+// its two preemptions now costed by a model whose measured moves took five times the prior's
+// estimate at their size. The same moves happen; each costs about five times as much.
+TEST(DynamicPreemptionTest, MeasuredMovesSetWhatAMoveCosts) {
+  Case c;
+  c.fleet = H200Fleet(1, 2);
+  c.curves = {Flat(0.5f)};
+  const int64_t h = 3600;
+  c.jobs = {Job("s1", 1, 1000, 0, 100 * h), Job("w", 2, 1000, h, 10 * h),
+            Job("s2", 1, 1000, 2 * h, 100 * h)};
+  DynamicConfig cycle{"cycle", "paladin", "request", /*rebalance=*/true};
+  DynamicParams p = Params(120 * h);
+  p.preemption_min_wait_s = 24 * h;
+  const DynamicResult prior = Simulate(c, cycle, p);
+  ASSERT_EQ(prior.migrations, 2);
+  auto model = std::make_shared<MoveCostModel>(p.migration);
+  for (const double gib : {40.0, 70.0, 100.0}) {
+    const double bytes = gib * 1024 * 1024 * 1024;
+    model->Observe("node-a", "node-b", {bytes, 0, 5 * p.migration.DowntimeS(bytes, 0)});
+  }
+  p.measured_costs = model;
+  const DynamicResult measured = Simulate(c, cycle, p);
+  EXPECT_EQ(measured.migrations, 2);
+  EXPECT_EQ(measured.jobs_completed, 3);
+  EXPECT_NEAR(measured.migration_downtime_s / prior.migration_downtime_s, 5, 0.5);
+}
+
 // Only jobs that have waited less than the starved job in all are taken. "c" (CPU only, so it
 // takes no one) waits 29 h for the blocker's CPU and starts at 30 h; "w" arrives at 31 h and
 // needs c's CPU. It has waited a day at 55 h, but c waited longer: w takes it only once its own

@@ -158,6 +158,22 @@ TEST_F(MigrationTest, TheExpectedPauseIsLearnedFromMeasuredMoves) {
   StatusOr<Json> events = h_.Admin().Get("/v1/events?job=" + id);
   ASSERT_TRUE(events.ok());
   EXPECT_NE(events->dump().find("paused 1.20 s, expected"), std::string::npos) << events->dump();
+
+  // GET /v1/move-costs (admin; `paladin move-costs`, `sim dynamic --move-costs`): every
+  // measured move, oldest first, with its pair, its bytes and its pause; a team cannot read it.
+  StatusOr<Json> costs = h_.Admin().Get("/v1/move-costs");
+  ASSERT_TRUE(costs.ok()) << costs.status().ToString();
+  const Json& moves = (*costs)["moves"];
+  const double want[] = {1.1, ba[0], ab[0], ba[1], ab[1], ba[2], 1.2};
+  ASSERT_EQ(moves.size(), std::size(want)) << costs->dump();
+  for (size_t i = 0; i < moves.size(); ++i) {
+    EXPECT_EQ(moves[i]["from"], i % 2 == 0 ? "node-a" : "node-b") << i;
+    EXPECT_EQ(moves[i]["to"], i % 2 == 0 ? "node-b" : "node-a") << i;
+    EXPECT_NEAR(moves[i]["pause_s"].get<double>(), want[i], 1e-9) << i;
+    EXPECT_GE(moves[i]["gpu_bytes"].get<double>(), 0) << i;
+  }
+  StatusOr<Json> as_team = h_.Client(h_.Token("team:ml")).Get("/v1/move-costs");
+  EXPECT_FALSE(as_team.ok());
 }
 
 // The move's mode: post-copy when both agents registered the patched CRIU (the commands carry

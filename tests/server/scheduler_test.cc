@@ -143,23 +143,27 @@ TEST_F(SchedulerTest, AHigherPriorityJobPreemptsTheLeastRunningShareThatMakesRoo
   // j-3 (50 GiB) fits on node-a without j-1 (750 milli of a GPU) and on node-b without j-2 (500
   // milli): the planner disturbs the least share, j-2 on node-b.
   std::optional<PreemptDecision> plan =
-      scheduler_->PlanPreemption(View(), J(3), teams_, jobs_, nodes_);
+      scheduler_->PlanPreemption(View(), J(3), teams_, jobs_, nodes_, core::MoveCostModel{});
   ASSERT_TRUE(plan.has_value());
   EXPECT_EQ(plan->node, "node-b");
   EXPECT_EQ(plan->victims, std::vector<int64_t>{2});
   // node-b cannot checkpoint: j-1 on node-a is the only victim there is.
   nodes_.Find("node-b")->checkpointable = false;
-  plan = scheduler_->PlanPreemption(View(), J(3), teams_, jobs_, nodes_);
+  plan = scheduler_->PlanPreemption(View(), J(3), teams_, jobs_, nodes_, core::MoveCostModel{});
   ASSERT_TRUE(plan.has_value());
   EXPECT_EQ(plan->node, "node-a");
   EXPECT_EQ(plan->victims, std::vector<int64_t>{1});
 }
 
 TEST_F(SchedulerTest, NoPreemptionAtEqualPriorityNorDuringAWave) {
-  EXPECT_FALSE(scheduler_->PlanPreemption(View(), J(4), teams_, jobs_, nodes_).has_value());
+  EXPECT_FALSE(
+      scheduler_->PlanPreemption(View(), J(4), teams_, jobs_, nodes_, core::MoveCostModel{})
+          .has_value());
   J(1).preempted = true;  // still checkpointing to stop: one wave at a time
   J(1).LoadState(JobState::kCheckpointing);
-  EXPECT_FALSE(scheduler_->PlanPreemption(View(), J(3), teams_, jobs_, nodes_).has_value());
+  EXPECT_FALSE(
+      scheduler_->PlanPreemption(View(), J(3), teams_, jobs_, nodes_, core::MoveCostModel{})
+          .has_value());
 }
 
 TEST_F(SchedulerTest, OnlyAPendingJobItsTeamAllowsPreempts) {
@@ -169,13 +173,18 @@ TEST_F(SchedulerTest, OnlyAPendingJobItsTeamAllowsPreempts) {
   research.name = "research";
   research.max_gpu_mem = 40 * kGiB;
   teams_.Load({research});
-  EXPECT_FALSE(scheduler_->PlanPreemption(View(), J(3), teams_, jobs_, nodes_).has_value());
+  EXPECT_FALSE(
+      scheduler_->PlanPreemption(View(), J(3), teams_, jobs_, nodes_, core::MoveCostModel{})
+          .has_value());
   research.max_gpu_mem = 50 * kGiB;  // exactly its ask: it fits
   teams_.Load({research});
-  EXPECT_TRUE(scheduler_->PlanPreemption(View(), J(3), teams_, jobs_, nodes_).has_value());
+  EXPECT_TRUE(scheduler_->PlanPreemption(View(), J(3), teams_, jobs_, nodes_, core::MoveCostModel{})
+                  .has_value());
   // A job restoring from its checkpoint waits for room; it does not preempt.
   J(3).LoadState(JobState::kRestoring);
-  EXPECT_FALSE(scheduler_->PlanPreemption(View(), J(3), teams_, jobs_, nodes_).has_value());
+  EXPECT_FALSE(
+      scheduler_->PlanPreemption(View(), J(3), teams_, jobs_, nodes_, core::MoveCostModel{})
+          .has_value());
 }
 
 TEST_F(SchedulerTest, AnAdmissionPlanMovesARunningJobToMakeRoom) {

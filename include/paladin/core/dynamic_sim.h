@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "paladin/core/fleet.h"
+#include "paladin/core/move_cost.h"
 #include "paladin/core/predict.h"
 #include "paladin/core/rebalance.h"
 
@@ -95,6 +96,11 @@ struct DynamicParams {
   int64_t horizon_s = -1;             // -1: the last arrival
   double gpu_mem_gib_default = 32;    // GPU memory for models whose memory is unknown
   MigrationCost migration;
+  // What a fleet's moves measured (`sim dynamic --move-costs`, a model with `migration` as its
+  // prior, fed a server's finished moves): when set, a simulated move costs the model's
+  // fleet-wide estimate for the job's bytes (the simulated nodes are not the measured ones),
+  // else `migration`'s rates. Read-only, shared by the runs.
+  std::shared_ptr<const MoveCostModel> measured_costs;
   RebalanceParams rebalance;
   int max_admission_plans_per_tick = 4;
   // A job that got a plan (admission or preemption) and still waits gets the next one this much
