@@ -21,7 +21,8 @@
 # loopback TCP connection (python sockets, no hashing, no disk). Prints each move's pause
 # (paladin's: from stopping the job to its resuming there) and total (until the source is
 # released: the end of the migrate command), the plain copy's time, and the ratios: stream
-# pause / plain copy, post-copy total / plain copy, image pause / plain copy.
+# pause / plain copy, post-copy total / plain copy, image pause / plain copy, and each larger
+# size's post-copy pause against the first size's.
 #
 #   bench/migrate_pause.sh --both PALADIN [SIZE_MIB...]     (default sizes: 256 1024)
 set -uo pipefail
@@ -97,6 +98,15 @@ if [[ ${1:-} == --both ]]; then
     ratio "image pause / plain copy" "${pause[image]:-}" "$copy"
     ratio "stream pause / image pause" "${pause[stream]:-}" "${pause[image]:-}"
     ratio "post-copy pause: TLS / plain" "${pause[post-copy]:-}" "${pause[plain-post-copy]:-}"
+    # The aim that the pause not grow with memory: each size's post-copy pause against the
+    # first (smallest) size's of this run.
+    if [[ -n ${pause[post-copy]:-} ]]; then
+      if [[ -z ${first_mib:-} ]]; then
+        first_mib=$mib first_pause=${pause[post-copy]}
+      else
+        ratio "post-copy pause / its ${first_mib} MiB pause" "${pause[post-copy]}" "$first_pause"
+      fi
+    fi
     unset pause total
     [[ -n ${KEEP:-} ]] && echo "kept $dir" || rm -rf "$dir"
   done

@@ -115,8 +115,9 @@ std::optional<AdmissionPlan> Rebalancer::PlanAdmission(Fleet& fleet, const Workl
           break;
         }
         placed.push_back(v->id);
-        plan->moves.push_back({v->id, v->placement, dv.placement, v->downtime_s});
-        plan->cost += cost_of(v);
+        const double downtime = v->DowntimeTo(dv.placement.node);
+        plan->moves.push_back({v->id, v->placement, dv.placement, downtime});
+        plan->cost += downtime * GpuShare(v->shape);
       }
     }
     for (uint64_t id : placed) fleet.Unreserve(id);
@@ -240,7 +241,7 @@ std::optional<Move> Rebalancer::PlanGrowth(Fleet& fleet, const MovableJob& job,
   if (d.placement.node == job.placement.node && d.placement.gpus == job.placement.gpus) {
     return std::nullopt;  // in place: the caller's business, not a move
   }
-  return Move{job.id, job.placement, d.placement, job.downtime_s};
+  return Move{job.id, job.placement, d.placement, job.DowntimeTo(d.placement.node)};
 }
 
 std::vector<Move> Rebalancer::PlanDefrag(Fleet& fleet, std::span<const MovableJob> jobs,
@@ -300,7 +301,7 @@ std::vector<Move> Rebalancer::PlanDefrag(Fleet& fleet, std::span<const MovableJo
     if (best.valid() && fleet.Reserve(j->id, j->shape, best).ok()) {
       frag[static_cast<size_t>(from)] = FragAmount(ViewOf(fleet.node(from)), typical);
       frag[static_cast<size_t>(best.node)] = FragAmount(ViewOf(fleet.node(best.node)), typical);
-      moves.push_back({j->id, j->placement, best, j->downtime_s});
+      moves.push_back({j->id, j->placement, best, j->DowntimeTo(best.node)});
       applied.emplace_back(j, best);
     } else {
       (void)fleet.Reserve(j->id, j->shape, j->placement);

@@ -258,8 +258,14 @@ std::vector<core::Move> Scheduler::PlanAdmission(FleetView& view, const JobRecor
     m.shape = JobShape(j, view.gpu_memory[static_cast<size_t>(at->second)]);
     m.placement.node = at->second;
     m.placement.gpus = {static_cast<int16_t>(g - map.begin())};
-    // Where to is not known yet: what moves off this node have taken.
-    m.downtime_s = costs.Estimate(j.node, "", static_cast<double>(j.used_bytes), 0).pause_s;
+    // Where to is not known yet: what moves off this node have taken ranks the jobs; once a
+    // destination is tried, what this node pair's moves took.
+    const auto bytes = static_cast<double>(j.used_bytes);
+    m.downtime_s = costs.Estimate(j.node, "", bytes, 0).pause_s;
+    m.downtime_to = [&costs, &names = view.names, from = j.node, bytes](int32_t to) {
+      const auto at = static_cast<size_t>(to);
+      return costs.Estimate(from, at < names.size() ? names[at] : "", bytes, 0).pause_s;
+    };
     m.movable = nodes.At(j.node).migrate_port > 0 && !j.gang;  // a gang rank never moves alone
     movable.push_back(std::move(m));
   }

@@ -173,6 +173,30 @@ TEST_F(AdmissionScenarioTest, MaxCostBelowTheCheapestMoveGivesNoPlan) {
   EXPECT_EQ(StateOf(fleet_), before);
 }
 
+// Where a move's cost depends on the node pair (the server's measured moves), a plan is costed
+// by the pair's figure for the destination tried; the source's (downtime_s) only ranks the jobs
+// before one is known. Job 2's move to node a is slow here (40 s): moving job 1 to node b
+// instead (10 s x 0.5) is now the cheaper plan.
+TEST_F(AdmissionScenarioTest, ThePairsCostDecidesThePlan) {
+  jobs_[1].downtime_to = [this](int32_t to) { return to == a_ ? 40.0 : 10.0; };
+  auto plan = Plan();
+  ASSERT_TRUE(plan.has_value());
+  ASSERT_EQ(plan->moves.size(), 1u);
+  EXPECT_EQ(plan->moves[0].job, 1u);
+  EXPECT_EQ(plan->moves[0].to.node, b_);
+  EXPECT_DOUBLE_EQ(plan->moves[0].downtime_s, 10);
+  EXPECT_DOUBLE_EQ(plan->cost, 10 * 0.5);
+  // Job 1's move to node b as slow: job 2's pair (12) and job 1's (20) both exceed a bound of
+  // 10 that the source's figures (3 and 5) would pass.
+  jobs_[0].downtime_to = [this](int32_t to) { return to == b_ ? 40.0 : 10.0; };
+  EXPECT_FALSE(Plan(10.0).has_value());
+  plan = Plan();
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(plan->moves[0].job, 2u);
+  EXPECT_DOUBLE_EQ(plan->moves[0].downtime_s, 40);
+  EXPECT_DOUBLE_EQ(plan->cost, 40 * 0.3);
+}
+
 TEST_F(AdmissionScenarioTest, APinnedJobIsNeverMoved) {
   jobs_[1].movable = false;  // job 2 stays on b: job 1 must go there instead
   auto plan = Plan();

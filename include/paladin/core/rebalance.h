@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -46,6 +47,11 @@ struct MovableJob {
   Placement placement;
   double downtime_s = 0;  // what moving it would cost it, from MigrationCost
   bool movable = true;    // false: pinned (not checkpointable, or moved recently)
+  // What a move to node `to` costs it where that depends on the pair (the server's measured
+  // moves); empty: downtime_s wherever it goes. downtime_s still ranks the jobs to move before
+  // their destinations are known.
+  std::function<double(int32_t to)> downtime_to;
+  double DowntimeTo(int32_t to) const { return downtime_to ? downtime_to(to) : downtime_s; }
 };
 
 struct Move {
