@@ -107,9 +107,7 @@ scenario() {
   port=$(free_port 2)
   PALADIN_RUN_DIR=$dir/src timeout 300 "$PALADIN" run --name "$name" -- \
     python3 "$work/count.py" "$counts" >"$dir/run.out" 2>&1 &
-  # Up to a minute: on a loaded machine the job's start (namespaces, cgroup, Python) can take
-  # longer than the few seconds it takes alone, and a move asked before it runs finds no job.
-  for _ in $(seq 600); do (($(last "$counts") > 20)) && break; sleep 0.1; done
+  for _ in $(seq 100); do (($(last "$counts") > 20)) && break; sleep 0.1; done
   local pid_before
   pid_before=$(job_procs "$counts" | awk '{print $1}')
   # The sampler: "running stopped" every 100 ms until told to stop (one process: a shell loop
