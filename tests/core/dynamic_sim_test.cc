@@ -574,22 +574,32 @@ TEST(DynamicHorizonTest, AJobFinishingBeforeAnUnalignedHorizonIsCounted) {
 }
 
 // Backfilling starves a wide job: "w" needs both GPUs of the node, and "s2" takes the free one
-// first. The full cycle's rebalancer, once "w" has waited a day and no move can help (there is
-// one node), checkpoints the jobs that waited less, runs "w", and queues them again with their
-// progress kept.
-TEST(DynamicPreemptionTest, AStarvedWideJobRunsAndThePreemptedKeepTheirProgress) {
+// first; the full cycle preempts after a day's wait, up to a 120 h horizon.
+constexpr int64_t kHour = 3600;
+Case StarvedWideJob() {
   Case c;
   c.fleet = H200Fleet(1, 2);
   c.curves = {Flat(0.5f)};
-  const int64_t h = 3600;
-  c.jobs = {Job("s1", 1, 1000, 0, 100 * h), Job("w", 2, 1000, h, 10 * h),
-            Job("s2", 1, 1000, 2 * h, 100 * h)};
+  c.jobs = {Job("s1", 1, 1000, 0, 100 * kHour), Job("w", 2, 1000, kHour, 10 * kHour),
+            Job("s2", 1, 1000, 2 * kHour, 100 * kHour)};
+  return c;
+}
+DynamicParams PreemptAfterADay() {
+  DynamicParams p = Params(120 * kHour);
+  p.preemption_min_wait_s = 24 * kHour;
+  return p;
+}
+
+// The full cycle's rebalancer, once "w" has waited a day and no move can help (there is one
+// node), checkpoints the jobs that waited less, runs "w", and queues them again with their
+// progress kept.
+TEST(DynamicPreemptionTest, AStarvedWideJobRunsAndThePreemptedKeepTheirProgress) {
+  Case c = StarvedWideJob();
+  const int64_t h = kHour;
   // s1 and s2 are taken at 25 h and resume at 35 h: they finish near 110 h and 112 h. Had they
   // restarted from zero they would finish after 135 h.
-  const int64_t horizon = 120 * h;
   DynamicConfig cycle{"cycle", "paladin", "request", /*rebalance=*/true};
-  DynamicParams p = Params(horizon);
-  p.preemption_min_wait_s = 24 * h;
+  DynamicParams p = PreemptAfterADay();
   DynamicResult r = Simulate(c, cycle, p);
   EXPECT_EQ(r.preemptions, 2);
   EXPECT_EQ(r.migrations, 2);
@@ -613,15 +623,9 @@ TEST(DynamicPreemptionTest, AStarvedWideJobRunsAndThePreemptedKeepTheirProgress)
 // its two preemptions now costed by a model whose measured moves took five times the prior's
 // estimate at their size. The same moves happen; each costs about five times as much.
 TEST(DynamicPreemptionTest, MeasuredMovesSetWhatAMoveCosts) {
-  Case c;
-  c.fleet = H200Fleet(1, 2);
-  c.curves = {Flat(0.5f)};
-  const int64_t h = 3600;
-  c.jobs = {Job("s1", 1, 1000, 0, 100 * h), Job("w", 2, 1000, h, 10 * h),
-            Job("s2", 1, 1000, 2 * h, 100 * h)};
+  Case c = StarvedWideJob();
   DynamicConfig cycle{"cycle", "paladin", "request", /*rebalance=*/true};
-  DynamicParams p = Params(120 * h);
-  p.preemption_min_wait_s = 24 * h;
+  DynamicParams p = PreemptAfterADay();
   const DynamicResult prior = Simulate(c, cycle, p);
   ASSERT_EQ(prior.migrations, 2);
   auto model = std::make_shared<MoveCostModel>(p.migration);
