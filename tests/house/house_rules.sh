@@ -50,9 +50,10 @@ fi
 # Other formats may use the same words for their own fields, each decoded in one place: the
 # checkpoint image's manifest and job record (src/ckpt/image.cc, workload.cc;
 # docs/formats/image.md), a direct move's state file (src/migrate/state.cc, KEY=VALUE lines) and
-# the prediction reports' CSV columns (src/cli/predict.cc); the server's counters are named in its
+# the prediction reports' CSV columns (src/cli/predict.cc), the measured moves' CSV columns
+# (src/trace/move_costs.cc; docs/formats/move_costs.md); the server's counters are named in its
 # store (Count("NAME")), not on the wire. A comment may name a key.
-readonly OTHER_FORMATS='^(src/ckpt/image\.cc|src/ckpt/workload\.cc|src/migrate/state\.cc|src/cli/predict\.cc):'
+readonly OTHER_FORMATS='^(src/ckpt/image\.cc|src/ckpt/workload\.cc|src/migrate/state\.cc|src/cli/predict\.cc|src/trace/move_costs\.cc):'
 for key in "${keys[@]}"; do
   report "3 (wire key \"$key\" spelled outside $WIRE)" < <(
     grep -rnF "\"$key\"" src include | grep -v "^$WIRE:" | grep -vE "$OTHER_FORMATS" |
