@@ -231,6 +231,11 @@ else fail "team A's GET /v1/summary ($code): ${body:0:300}"; fi
 # Admin-only and agent-only endpoints.
 expect_http "team A: list tokens" 403 GET /v1/tokens "$TA"
 expect_http "team A: the fleet's measured moves" 403 GET /v1/move-costs "$TA"
+if cli "admin: paladin move-costs" 0 "$ADMIN" move-costs &&
+  [[ $out != "from,to,gpu_bytes,host_bytes,pause_s" ]]; then
+  fail "paladin move-costs with no move yet printed more than the CSV header: ${out:0:300}"
+fi
+cli "team A: paladin move-costs refused" "[1-9]" "$TA" move-costs
 expect_http "team A: make an admin token" 403 POST /v1/tokens "$TA" '{"scope": "admin"}'
 expect_http "team A: make a token for B" 403 POST /v1/tokens "$TA" '{"scope": "team:beta"}'
 expect_http "team A: revoke a token" "403|404" DELETE /v1/tokens/1 "$TA"
