@@ -63,7 +63,8 @@ std::string MoveCostsCsv(std::span<const MeasuredMove> moves) {
   std::string out = "from,to,gpu_bytes,host_bytes,pause_s\n";
   char line[128];
   for (const MeasuredMove& m : moves) {
-    std::snprintf(line, sizeof line, ",%.0f,%.0f,%.6f\n", m.observed.gpu_bytes,
+    // %.9g: a pause of any size the server keeps (above 0) reads back above 0.
+    std::snprintf(line, sizeof line, ",%.0f,%.0f,%.9g\n", m.observed.gpu_bytes,
                   m.observed.host_bytes, m.observed.pause_s);
     out += Field(m.from) + "," + Field(m.to) + line;
   }

@@ -16,6 +16,7 @@ TEST(MoveCostsTest, WhatIsWrittenReadsBackTheSame) {
       {"node-a", "node-b", {2147483648.0, 0, 1.25}},
       {"node-b", "node-a", {0, 536870912.0, 0.5}},
       {"rack 1, node \"c\"", "node-a", {1024, 2048, 3.000001}},  // quoted as RFC 4180 says
+      {"node-a", "node-c", {1, 0, 2.5e-7}},  // a pause far under a millisecond stays above 0
   };
   const std::string csv = MoveCostsCsv(moves);
   EXPECT_EQ(csv.substr(0, csv.find('\n')), "from,to,gpu_bytes,host_bytes,pause_s");
@@ -27,7 +28,8 @@ TEST(MoveCostsTest, WhatIsWrittenReadsBackTheSame) {
     EXPECT_EQ((*back)[i].to, moves[i].to);
     EXPECT_EQ((*back)[i].observed.gpu_bytes, moves[i].observed.gpu_bytes);
     EXPECT_EQ((*back)[i].observed.host_bytes, moves[i].observed.host_bytes);
-    EXPECT_NEAR((*back)[i].observed.pause_s, moves[i].observed.pause_s, 1e-6);
+    EXPECT_NEAR((*back)[i].observed.pause_s, moves[i].observed.pause_s,
+                1e-8 * moves[i].observed.pause_s);
   }
   StatusOr<std::vector<MeasuredMove>> none = ParseMoveCosts(MoveCostsCsv({}), "empty.csv");
   ASSERT_TRUE(none.ok());
