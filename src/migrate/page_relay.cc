@@ -1,0 +1,648 @@
+// The page relay (page_relay.h): one thread per side moves CRIU's bytes between its loopback
+// connection and the link to the other relay, keeps what it sent until it is acknowledged, and
+// makes the link again when it is cut. The link's frames and handshake: docs/formats/migrate.md,
+// "The page relay".
+#include "page_relay.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace paladin::migrate {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kFrameMax = size_t{64} << 10;    // a data frame's payload, at most
+constexpr size_t kHeader = 5;                     // type, then the payload's length (4 bytes)
+constexpr size_t kReadChunk = size_t{256} << 10;  // one read from a socket, at most
+constexpr size_t kQueued = size_t{1} << 20;       // frames queued for the link, at most
+constexpr size_t kToLocalMax = size_t{8} << 20;   // received, not yet taken by CRIU, at most
+constexpr char kData = 'D';
+constexpr char kAck = 'A';
+constexpr char kFin = 'F';
+constexpr char kAbort = 'X';
+constexpr const char* kGreeting = "PALADIN-PAGE-RELAY 1 ";
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+Clock::time_point After(double seconds) {
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+int MillisUntil(Clock::time_point t) {
+  const double left = Seconds(t - Clock::now());
+  return left <= 0 ? 0 : static_cast<int>(std::min(left * 1000 + 1, 1e9));
+}
+
+void SetNonBlocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+// A link that goes silent without closing is found within about 15 s, not TCP's hours.
+void WatchLink(int fd) {
+  int one = 1;
+  int idle = 5;
+  int interval = 2;
+  int count = 3;
+  unsigned int user_timeout_ms = 15000;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+// Closes `fd` so that its peer sees a reset, not an orderly end: a CRIU whose stream was given
+// up must fail, not take a short stream for a whole one.
+void Reset(int* fd) {
+  if (*fd < 0) return;
+  linger hard{1, 0};
+  setsockopt(*fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+  close(*fd);
+  *fd = -1;
+}
+
+void Close(int* fd) {
+  if (*fd < 0) return;
+  close(*fd);
+  *fd = -1;
+}
+
+// A dup of a new connection's descriptor (the Channel closes its own).
+StatusOr<int> Dial(const std::string& host, int port, double timeout_s) {
+  StatusOr<Channel> made = Channel::Connect(host, port, timeout_s);
+  if (!made.ok()) return made.status();
+  const int fd = fcntl(made->fd(), F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return IoError(std::string("dup: ") + strerror(errno));
+  return fd;
+}
+
+Status SendAll(int fd, const std::string& bytes, Clock::time_point until) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    pollfd p{fd, POLLOUT, 0};
+    if (poll(&p, 1, MillisUntil(until)) <= 0) return Unavailable("timed out writing");
+    const ssize_t n = send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno != EAGAIN && errno != EINTR) return IoError(strerror(errno));
+    if (n > 0) done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+// One line of at most 200 bytes, without its newline.
+StatusOr<std::string> ReceiveLine(int fd, Clock::time_point until) {
+  std::string line;
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, MillisUntil(until)) <= 0) return Unavailable("no answer in time");
+    char c = 0;
+    const ssize_t n = recv(fd, &c, 1, 0);
+    if (n == 0) return Unavailable("the connection closed");
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      return IoError(strerror(errno));
+    }
+    if (c == '\n') return line;
+    if (line.size() >= 200) return InvalidArgument("a line over 200 bytes");
+    line.push_back(c);
+  }
+}
+
+// "<64 hex digits> <decimal count>": a proof and what its sender received.
+bool ParseProof(const std::string& line, std::string* proof, uint64_t* received) {
+  if (line.size() < 66 || line[64] != ' ') return false;
+  *proof = line.substr(0, 64);
+  const std::string count = line.substr(65);
+  if (count.empty() || count.size() > 19 ||
+      count.find_first_not_of("0123456789") != std::string::npos) {
+    return false;
+  }
+  *received = std::stoull(count);
+  return true;
+}
+
+void PutU32(std::string* out, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<char>(v >> shift));
+}
+
+uint64_t GetU64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+bool IsLowerHex(const std::string& s, size_t size) {
+  return s.size() == size && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+uint32_t GetU32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+}  // namespace
+
+struct PageRelay::State {
+  bool serving = false;
+  PageRelayOptions options;
+  std::function<void(const std::string&)> progress;
+  std::string secret;
+  std::string peer;  // the other relay, for messages
+  // Serve: the links' listener and CRIU's page server.
+  int link_listener = -1;
+  std::string server_host;
+  int server_port = 0;
+  // Reach: where this side's CRIU connects, and the other relay.
+  int local_listener = -1;
+  int local_port = 0;
+  std::string host;
+  int port = 0;
+
+  int local = -1;  // this side's CRIU
+  int link = -1;   // the other relay; -1 while cut
+  bool ever_linked = false;
+  Clock::time_point cut_since;
+
+  // What this side's CRIU sent: bytes [acked_data, read) are kept in `replay` from
+  // `replay_head`; its end (FIN) is one more in the numbering.
+  std::string replay;
+  size_t replay_head = 0;
+  uint64_t read = 0;
+  uint64_t acked = 0;  // what the other relay acknowledged, FIN included
+  bool local_eof = false;
+  uint64_t sent = 0;  // what the current link was given, in the same numbering
+  std::string out;    // frames queued for the link
+  size_t out_head = 0;
+
+  // What the other side's CRIU sent.
+  std::string in;  // the link's bytes not yet a whole frame
+  uint64_t received = 0;
+  uint64_t ack_sent = 0;
+  bool peer_fin = false;
+  bool local_shut = false;
+  std::string to_local;
+  size_t to_local_head = 0;
+  bool cut_done = false;
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> resumes{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool over = false;
+  Status result = Unavailable("the page relay still runs");
+  std::thread thread;
+
+  void Say(const std::string& what) const {
+    if (progress) progress("page relay: " + what);
+  }
+  uint64_t AckedData() const { return std::min(acked, read); }
+  uint64_t Total() const { return read + (local_eof ? 1 : 0); }
+  size_t Pending() const { return to_local.size() - to_local_head; }
+
+  void Finish(Status s) {
+    Close(&link_listener);
+    Close(&local_listener);
+    if (s.ok()) {
+      Close(&local);
+    } else {
+      Reset(&local);
+    }
+    Close(&link);
+    std::lock_guard<std::mutex> lock(mu);
+    result = std::move(s);
+    over = true;
+    cv.notify_all();
+  }
+
+  // Gives up: the other relay is told (best effort) and this side's CRIU sees a reset.
+  Status Fail(const std::string& why) {
+    if (link >= 0) {
+      std::string frame(1, kAbort);
+      const std::string text = why.substr(0, 512);
+      PutU32(&frame, static_cast<uint32_t>(text.size()));
+      (void)SendAll(link, frame + text, After(1));
+    }
+    return Unavailable(why);
+  }
+
+  // The handshake on a new link (docs/formats/migrate.md); on success the stream goes on from
+  // what the other side says it received.
+  Status Handshake(int fd) {
+    const Clock::time_point until = After(options.handshake_timeout_s);
+    std::string proof;
+    uint64_t their_received = 0;
+    if (serving) {
+      StatusOr<std::string> challenge = RandomHex(16);
+      if (!challenge.ok()) return challenge.status();
+      PALADIN_RETURN_IF_ERROR(SendAll(fd, kGreeting + *challenge + "\n", until));
+      StatusOr<std::string> line = ReceiveLine(fd, until);
+      if (!line.ok()) return line.status();
+      if (!ParseProof(*line, &proof, &their_received)) {
+        return PermissionDenied("not a page relay's answer");
+      }
+      if (!SameSecret(proof, HmacSha256Hex(secret, "reach " + *challenge))) {
+        return PermissionDenied("it does not hold this move's relay secret");
+      }
+      PALADIN_RETURN_IF_ERROR(SendAll(
+          fd, HmacSha256Hex(secret, "serve " + *challenge) + " " + std::to_string(received) + "\n",
+          until));
+    } else {
+      StatusOr<std::string> line = ReceiveLine(fd, until);
+      if (!line.ok()) return line.status();
+      const std::string greeting = kGreeting;
+      if (line->rfind(greeting, 0) != 0 || !IsLowerHex(line->substr(greeting.size()), 32)) {
+        return PermissionDenied("not a page relay's greeting");
+      }
+      const std::string challenge = line->substr(greeting.size());
+      PALADIN_RETURN_IF_ERROR(SendAll(
+          fd, HmacSha256Hex(secret, "reach " + challenge) + " " + std::to_string(received) + "\n",
+          until));
+      StatusOr<std::string> answer = ReceiveLine(fd, until);
+      if (!answer.ok()) return answer.status();
+      if (!ParseProof(*answer, &proof, &their_received) ||
+          !SameSecret(proof, HmacSha256Hex(secret, "serve " + challenge))) {
+        return PermissionDenied("the other relay did not prove this move's relay secret");
+      }
+    }
+    if (their_received < acked || their_received > Total()) {
+      return InvalidArgument("the other relay says it received " + std::to_string(their_received) +
+                             " bytes, but " + std::to_string(acked) + " were acknowledged and " +
+                             std::to_string(Total()) + " sent");
+    }
+    Acknowledge(their_received);
+    sent = their_received;
+    ack_sent = received;
+    return Status::Ok();
+  }
+
+  void Acknowledge(uint64_t upto) {
+    const uint64_t before = AckedData();
+    acked = upto;
+    replay_head += static_cast<size_t>(AckedData() - before);
+    if (replay_head > (size_t{4} << 20) && replay_head * 2 > replay.size()) {
+      replay.erase(0, replay_head);
+      replay_head = 0;
+    }
+  }
+
+  // A new link replaces the old one (if any) and the stream goes on.
+  void Adopt(int fd) {
+    const bool again = ever_linked;
+    Close(&link);
+    out.clear();
+    out_head = 0;
+    in.clear();
+    link = fd;
+    SetNonBlocking(link);
+    if (again) {
+      resumes.fetch_add(1);
+      char took[32];
+      snprintf(took, sizeof took, "%.2f", Seconds(Clock::now() - cut_since));
+      Say("the link to " + peer + " was made again after " + took + " s; going on from byte " +
+          std::to_string(sent) + " (" + std::to_string(Total() - sent) +
+          " sent before and not acknowledged, sent again)");
+    }
+    ever_linked = true;
+  }
+
+  void Cut(const std::string& why) {
+    Close(&link);
+    out.clear();
+    out_head = 0;
+    in.clear();
+    cut_since = Clock::now();
+    Say("the link to " + peer + " was cut (" + why + "); " +
+        (serving ? "waiting " : "connecting again for ") +
+        std::to_string(static_cast<int>(options.resume_timeout_s)) + " s");
+  }
+
+  void Queue(char type, const char* data, size_t len) {
+    out.push_back(type);
+    PutU32(&out, static_cast<uint32_t>(len));
+    out.append(data, len);
+  }
+
+  void Fill() {
+    if (link < 0) return;
+    if (received > ack_sent) {
+      char v[8];
+      for (int i = 0; i < 8; ++i) v[i] = static_cast<char>(received >> (56 - 8 * i));
+      Queue(kAck, v, 8);
+      ack_sent = received;
+    }
+    while (out.size() - out_head < kQueued && sent < read) {
+      const size_t len = static_cast<size_t>(std::min<uint64_t>(kFrameMax, read - sent));
+      Queue(kData, replay.data() + replay_head + (sent - AckedData()), len);
+      sent += len;
+    }
+    if (local_eof && sent == read) {
+      Queue(kFin, nullptr, 0);
+      sent = read + 1;
+    }
+  }
+
+  // The link's whole frames; an error ends the relay.
+  Status Parse() {
+    size_t at = 0;
+    while (in.size() - at >= kHeader) {
+      const char type = in[at];
+      const size_t len = GetU32(in.data() + at + 1);
+      if (len > kFrameMax + 512)
+        return InvalidArgument("a frame of " + std::to_string(len) + " bytes");
+      if (in.size() - at < kHeader + len) break;
+      const char* payload = in.data() + at + kHeader;
+      if (type == kData) {
+        if (peer_fin) return InvalidArgument("data after the end of the stream");
+        to_local.append(payload, len);
+        received += len;
+      } else if (type == kAck && len == 8) {
+        const uint64_t upto = GetU64(payload);
+        if (upto < acked || upto > Total()) {
+          return InvalidArgument("an acknowledgement of byte " + std::to_string(upto) + " of " +
+                                 std::to_string(Total()));
+        }
+        Acknowledge(upto);
+      } else if (type == kFin && len == 0) {
+        if (peer_fin) return InvalidArgument("a second end of the stream");
+        peer_fin = true;
+        received += 1;
+      } else if (type == kAbort) {
+        return Unavailable("the other relay gave up: " + std::string(payload, len));
+      } else {
+        return InvalidArgument("an unknown frame");
+      }
+      at += kHeader + len;
+    }
+    in.erase(0, at);
+    return Status::Ok();
+  }
+
+  // One new link on the listener: adopted if it proves the secret, dropped otherwise.
+  Status AcceptLink() {
+    const int fd = accept4(link_listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return Status::Ok();
+    WatchLink(fd);
+    Status shook = Handshake(fd);
+    if (!shook.ok()) {
+      close(fd);
+      if (shook.code() == StatusCode::kInvalidArgument) return shook;
+      Say("refused a link: " + shook.message());
+      return Status::Ok();
+    }
+    const bool first = !ever_linked;
+    Adopt(fd);
+    if (first) {
+      StatusOr<int> server = Dial(server_host, server_port, 10);
+      if (!server.ok())
+        return Unavailable("cannot reach the page server: " + server.status().message());
+      local = *server;
+      SetNonBlocking(local);
+    }
+    return Status::Ok();
+  }
+
+  Status Reconnect() {
+    StatusOr<int> fd = Dial(host, port, 1);
+    if (!fd.ok()) return Status::Ok();
+    WatchLink(*fd);
+    Status shook = Handshake(*fd);
+    if (!shook.ok()) {
+      close(*fd);
+      if (shook.code() == StatusCode::kInvalidArgument ||
+          shook.code() == StatusCode::kPermissionDenied) {
+        return shook;
+      }
+      return Status::Ok();
+    }
+    Adopt(*fd);
+    return Status::Ok();
+  }
+
+  bool Done() const {
+    return local_eof && acked == read + 1 && peer_fin && local_shut && link >= 0 &&
+           ack_sent == received && out.size() == out_head;
+  }
+
+  Status Loop() {
+    std::vector<char> buffer(kReadChunk);
+    for (;;) {
+      if (stop.load()) return Unavailable("the page relay was stopped");
+      if (link < 0 && ever_linked) {
+        if (!serving) PALADIN_RETURN_IF_ERROR(Reconnect());
+        if (link < 0 && Seconds(Clock::now() - cut_since) > options.resume_timeout_s) {
+          return Unavailable("the link to " + peer + " was cut and not made again within " +
+                             std::to_string(static_cast<int>(options.resume_timeout_s)) + " s");
+        }
+      }
+      if (peer_fin && Pending() == 0 && !local_shut && local >= 0) {
+        shutdown(local, SHUT_WR);
+        local_shut = true;
+      }
+      Fill();
+      if (Done()) {
+        shutdown(link, SHUT_WR);
+        pollfd p{link, POLLIN, 0};
+        const Clock::time_point until = After(2);
+        while (poll(&p, 1, MillisUntil(until)) > 0 &&
+               recv(link, buffer.data(), buffer.size(), 0) > 0) {
+        }
+        return Status::Ok();
+      }
+      std::vector<pollfd> fds;
+      auto watch = [&fds](int fd, short events) {
+        if (fd < 0 || events == 0) return -1;
+        fds.push_back(pollfd{fd, events, 0});
+        return static_cast<int>(fds.size()) - 1;
+      };
+      const bool room = read - AckedData() < options.replay_limit;
+      const int l = watch(local, static_cast<short>((!local_eof && room ? POLLIN : 0) |
+                                                    (Pending() > 0 ? POLLOUT : 0)));
+      const int n = watch(link, static_cast<short>((Pending() < kToLocalMax ? POLLIN : 0) |
+                                                   (out.size() > out_head ? POLLOUT : 0)));
+      const int ll = watch(link_listener, POLLIN);
+      const int cl = local < 0 ? watch(local_listener, POLLIN) : -1;
+      if (poll(fds.data(), fds.size(), 200) < 0 && errno != EINTR) {
+        return IoError(std::string("poll: ") + strerror(errno));
+      }
+      auto has = [&fds](int i, short what) {
+        return i >= 0 && (fds[static_cast<size_t>(i)].revents & (what | POLLERR | POLLHUP)) != 0;
+      };
+      if (has(cl, POLLIN)) {
+        local = accept4(local_listener, nullptr, nullptr, SOCK_CLOEXEC);
+        if (local >= 0) {
+          SetNonBlocking(local);
+          Close(&local_listener);  // one client
+        }
+      }
+      if (has(l, POLLIN) && !local_eof && room) {
+        const size_t want =
+            std::min<size_t>(kReadChunk, options.replay_limit - (read - AckedData()));
+        const size_t at = replay.size();
+        replay.resize(at + want);
+        const ssize_t got = recv(local, replay.data() + at, want, 0);
+        replay.resize(at + static_cast<size_t>(std::max<ssize_t>(got, 0)));
+        if (got > 0) {
+          read += static_cast<uint64_t>(got);
+        } else if (got == 0) {
+          local_eof = true;
+        } else if (errno != EAGAIN && errno != EINTR) {
+          return Fail("its CRIU's connection failed: " + std::string(strerror(errno)));
+        }
+      }
+      if (has(l, POLLOUT) && Pending() > 0) {
+        const ssize_t put = send(local, to_local.data() + to_local_head, Pending(), MSG_NOSIGNAL);
+        if (put > 0) {
+          to_local_head += static_cast<size_t>(put);
+          if (to_local_head == to_local.size() || to_local_head > (size_t{4} << 20)) {
+            to_local.erase(0, to_local_head);
+            to_local_head = 0;
+          }
+        } else if (put < 0 && errno != EAGAIN && errno != EINTR) {
+          return Fail("its CRIU's connection failed: " + std::string(strerror(errno)));
+        }
+      }
+      if (has(n, POLLOUT) && link >= 0 && out.size() > out_head) {
+        const ssize_t put = send(link, out.data() + out_head, out.size() - out_head, MSG_NOSIGNAL);
+        if (put > 0) {
+          out_head += static_cast<size_t>(put);
+          if (out_head == out.size()) {
+            out.clear();
+            out_head = 0;
+          }
+        } else if (put < 0 && errno != EAGAIN && errno != EINTR) {
+          Cut(strerror(errno));
+        }
+      }
+      if (has(n, POLLIN) && link >= 0) {
+        const ssize_t got = recv(link, buffer.data(), buffer.size(), 0);
+        if (got > 0) {
+          in.append(buffer.data(), static_cast<size_t>(got));
+          Status parsed = Parse();
+          if (!parsed.ok())
+            return parsed.code() == StatusCode::kInvalidArgument ? Fail(parsed.message()) : parsed;
+        } else if (got == 0) {
+          Cut("closed by the other end");
+        } else if (errno != EAGAIN && errno != EINTR) {
+          Cut(strerror(errno));
+        }
+      }
+      if (options.cut_after > 0 && !cut_done && link >= 0 && received >= options.cut_after) {
+        cut_done = true;
+        Say("fault for the tests: cutting the link after " + std::to_string(received) +
+            " bytes received");
+        shutdown(link, SHUT_RDWR);
+      }
+      if (has(ll, POLLIN)) PALADIN_RETURN_IF_ERROR(AcceptLink());
+    }
+  }
+
+  void Run() { Finish(Loop()); }
+};
+
+PageRelay::PageRelay() = default;
+PageRelay::~PageRelay() { Stop(); }
+PageRelay::PageRelay(PageRelay&& other) noexcept = default;
+PageRelay& PageRelay::operator=(PageRelay&& other) noexcept {
+  if (this != &other) {
+    Stop();
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+StatusOr<PageRelay> PageRelay::Serve(Listener listener, const std::string& server_host,
+                                     int server_port, const std::string& secret,
+                                     const PageRelayOptions& options,
+                                     std::function<void(const std::string&)> progress) {
+  if (secret.size() < 32) return InvalidArgument("a page relay's secret needs 32 characters");
+  auto state = std::make_unique<State>();
+  state->serving = true;
+  state->options = options;
+  state->progress = std::move(progress);
+  state->secret = secret;
+  state->peer = "the destination's relay";
+  state->link_listener = fcntl(listener.fd(), F_DUPFD_CLOEXEC, 0);
+  if (state->link_listener < 0) return IoError(std::string("dup: ") + strerror(errno));
+  SetNonBlocking(state->link_listener);
+  state->server_host = server_host;
+  state->server_port = server_port;
+  PageRelay relay;
+  relay.state_ = std::move(state);
+  State* s = relay.state_.get();
+  s->thread = std::thread([s] { s->Run(); });
+  return relay;
+}
+
+StatusOr<PageRelay> PageRelay::Reach(const std::string& host, int port, const std::string& secret,
+                                     const PageRelayOptions& options,
+                                     std::function<void(const std::string&)> progress) {
+  if (secret.size() < 32) return InvalidArgument("a page relay's secret needs 32 characters");
+  auto state = std::make_unique<State>();
+  state->options = options;
+  state->progress = std::move(progress);
+  state->secret = secret;
+  state->peer = "the source's relay at " + host + ":" + std::to_string(port);
+  state->host = host;
+  state->port = port;
+  StatusOr<Listener> local = Listener::Listen("127.0.0.1", 0);
+  if (!local.ok()) return local.status();
+  state->local_port = local->port();
+  state->local_listener = fcntl(local->fd(), F_DUPFD_CLOEXEC, 0);
+  if (state->local_listener < 0) return IoError(std::string("dup: ") + strerror(errno));
+  StatusOr<int> first = Dial(host, port, 10);
+  if (!first.ok()) {
+    Close(&state->local_listener);
+    return Unavailable("cannot reach " + state->peer + ": " + first.status().message());
+  }
+  WatchLink(*first);
+  Status shook = state->Handshake(*first);
+  if (!shook.ok()) {
+    close(*first);
+    Close(&state->local_listener);
+    return Status(shook.code(), state->peer + " refused: " + shook.message());
+  }
+  state->Adopt(*first);
+  PageRelay relay;
+  relay.state_ = std::move(state);
+  State* s = relay.state_.get();
+  s->thread = std::thread([s] { s->Run(); });
+  return relay;
+}
+
+int PageRelay::local_port() const { return state_ ? state_->local_port : 0; }
+
+int PageRelay::resumes() const { return state_ ? state_->resumes.load() : 0; }
+
+Status PageRelay::Wait(double timeout_s) {
+  if (!state_) return FailedPrecondition("no page relay");
+  std::unique_lock<std::mutex> lock(state_->mu);
+  state_->cv.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                      [this] { return state_->over; });
+  return state_->result;
+}
+
+void PageRelay::Stop() {
+  if (!state_) return;
+  state_->stop.store(true);
+  if (state_->thread.joinable()) state_->thread.join();
+}
+
+}  // namespace paladin::migrate

@@ -1,0 +1,84 @@
+// The page relay: a post-copy move's page stream (CRIU's page server at the source, `criu
+// lazy-pages` at the destination) crosses the network between two relays of Paladin's, one
+// beside each CRIU on its own host's loopback, so that a cut connection is made again and the
+// stream goes on where it stopped instead of failing the move (docs/lazy_migration.md, "A cut
+// page stream").
+//
+// The relays carry CRIU's bytes as they are (TLS end to end between the two CRIUs, untouched)
+// in frames of their own, number what each direction carried, and keep what they sent until the
+// other relay acknowledges it. When the link is cut the destination's relay connects again
+// (until `resume_timeout_s`), each side says how much it received, and each sends again what the
+// other lacks; neither CRIU sees the cut. A link that does not come back within the timeout is
+// given up: both relays reset their CRIU's connection, which fails the move as a cut stream did
+// before (the job resumes at the source). Each link, the first and every later one, is
+// authenticated both ways by HMAC-SHA256 under a secret made for the move and sent on the
+// move's sealed command channel: a stranger who connects is refused and does not take the
+// page server (docs/formats/migrate.md, "The page relay").
+#ifndef PALADIN_MIGRATE_PAGE_RELAY_H_
+#define PALADIN_MIGRATE_PAGE_RELAY_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "paladin/base/status.h"
+#include "paladin/migrate/control.h"
+
+namespace paladin::migrate {
+
+struct PageRelayOptions {
+  // How long a cut link is waited for (at the source) and tried again (at the destination).
+  double resume_timeout_s = 30;
+  // What one side keeps of what it sent and the other has not acknowledged: at most this much;
+  // reading from its CRIU waits while it is full.
+  size_t replay_limit = size_t{64} << 20;
+  // For the tests: the link is cut once (shut down both ways) after this side has received this
+  // many bytes; 0 never.
+  uint64_t cut_after = 0;
+  // How long one new link may take to authenticate before it is dropped.
+  double handshake_timeout_s = 5;
+};
+
+class PageRelay {
+ public:
+  PageRelay();
+  ~PageRelay();  // Stop()
+  PageRelay(PageRelay&& other) noexcept;
+  PageRelay& operator=(PageRelay&& other) noexcept;
+  PageRelay(const PageRelay&) = delete;
+  PageRelay& operator=(const PageRelay&) = delete;
+
+  // The side beside CRIU's page server: takes the other relay's links on `listener` (the first
+  // and any later one that proves `secret`) and, once the first has, connects to the page server
+  // at `server_host`:`server_port`.
+  static StatusOr<PageRelay> Serve(Listener listener, const std::string& server_host,
+                                   int server_port, const std::string& secret,
+                                   const PageRelayOptions& options,
+                                   std::function<void(const std::string&)> progress);
+  // The side beside CRIU's client: listens on 127.0.0.1 (local_port()) for it, and connects to
+  // the other relay at `host`:`port`, proving `secret`.
+  static StatusOr<PageRelay> Reach(const std::string& host, int port, const std::string& secret,
+                                   const PageRelayOptions& options,
+                                   std::function<void(const std::string&)> progress);
+
+  // Where this side's CRIU connects (Reach), 0 for Serve.
+  int local_port() const;
+  // Waits up to `timeout_s` for the relay to end: Ok once both directions were closed by their
+  // CRIU and everything was acknowledged; the reason otherwise. Unavailable while it still runs.
+  Status Wait(double timeout_s);
+  // How many times the link was made again.
+  int resumes() const;
+  // Ends it now (its CRIU's connection is reset if it was not over).
+  void Stop();
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace paladin::migrate
+
+#endif  // PALADIN_MIGRATE_PAGE_RELAY_H_
