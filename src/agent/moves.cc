@@ -395,6 +395,10 @@ void Agent::MigrateOut(const api::Command& c) {
   }
   fs::remove_all(folder->path(), ec);  // moved: nothing of the job is left here
   if (!report->mode_note.empty()) mode_why = asked_why + "; " + report->mode_note;
+  if (report->page_stream_resumes > 0) {
+    mode_why += "; its page stream's link was cut " + std::to_string(report->page_stream_resumes) +
+                " time(s) and made again";
+  }
   Json phases = Json::object();
   for (const auto& [name, seconds] : report->times.seconds) phases[name] = seconds;
   Say("moved job " + job + " to " + options.host + ":" + std::to_string(options.port) + " (pid " +

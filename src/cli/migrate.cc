@@ -108,6 +108,11 @@ int RunMigrate(MigrateArgs a) {
     Say("migrate", report.status().message());
     return 1;
   }
+  if (report->page_stream_resumes > 0) {
+    Say("migrate",
+        "the page stream's link was cut " + std::to_string(report->page_stream_resumes) +
+            " time(s) and made again; the stream went on from the byte where it stopped");
+  }
   if (a.lazy) {
     std::printf(
         "moved %s to %s (pid %lld there) post-copy: pause %.2f s, total %.2f s until "

@@ -29,6 +29,7 @@
 #include <string>
 #include <thread>
 
+#include "page_relay.h"
 #include "page_tls.h"
 #include "paladin/base/status.h"
 #include "paladin/ckpt/checkpoint.h"
@@ -152,13 +153,15 @@ class PagePuller {
   bool has_tls() const { return tls_.has_peer(); }
   const PageTls& tls() const { return tls_; }
 
-  // Starts the puller for the source's page server on `port_text`, at the command connection's
-  // peer address, pulling into `image`; returns the CRIU to restore with. Plain TCP only when
+  // Starts the puller for the source's page server, reached through the page relays
+  // (page_relay.h): `relay_text` is RESTORE LAZY's "<port> <secret>", the source's relay at the
+  // command connection's peer address; the puller connects to this side's relay on loopback and
+  // pulls into `image`. Returns the CRIU to restore with. Plain TCP (inside the relays) only when
   // allow_plain and no PAGE-TLS came.
   // `known`: the post-copy CRIU when already found (DestinationOptions::lazy_criu).
   StatusOr<ckpt::Criu> Start(const ckpt::Criu& criu,
                              const std::optional<StatusOr<ckpt::Criu>>& known,
-                             const Channel& channel, const std::string& port_text,
+                             const Channel& channel, const std::string& relay_text,
                              const std::string& image, bool allow_plain);
   bool started() const { return pid_ > 0; }
   // The restore failed: the puller goes.
@@ -179,6 +182,7 @@ class PagePuller {
   std::atomic<bool> failed_{false};
   std::string error_;  // read once over_
   PageTls tls_;        // the page stream's keys, made at PAGE-TLS; removed with this object
+  PageRelay relay_;    // this side's end of the page stream's link
 };
 
 }  // namespace paladin::migrate

@@ -39,6 +39,7 @@ constexpr char kAck = 'A';
 constexpr char kFin = 'F';
 constexpr char kAbort = 'X';
 constexpr const char* kGreeting = "PALADIN-PAGE-RELAY 1 ";
+constexpr size_t kMaxGreeting = 8;  // links waiting to prove the secret, at most
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -176,6 +177,15 @@ struct PageRelay::State {
   std::string host;
   int port = 0;
 
+  // Serve: the links greeted that have not yet proved the secret.
+  struct Greeted {
+    int fd = -1;
+    std::string challenge;
+    std::string line;
+    Clock::time_point until;
+  };
+  std::vector<Greeted> greeting;
+
   int local = -1;  // this side's CRIU
   int link = -1;   // the other relay; -1 while cut
   bool ever_linked = false;
@@ -201,6 +211,7 @@ struct PageRelay::State {
   std::string to_local;
   size_t to_local_head = 0;
   bool cut_done = false;
+  bool closing = false;  // Done, and the link shut for writing: the other side's end awaited
 
   std::atomic<bool> stop{false};
   std::atomic<int> resumes{0};
@@ -218,6 +229,7 @@ struct PageRelay::State {
   size_t Pending() const { return to_local.size() - to_local_head; }
 
   void Finish(Status s) {
+    for (Greeted& g : greeting) Close(&g.fd);
     Close(&link_listener);
     Close(&local_listener);
     if (s.ok()) {
@@ -243,45 +255,111 @@ struct PageRelay::State {
     return Unavailable(why);
   }
 
-  // The handshake on a new link (docs/formats/migrate.md); on success the stream goes on from
-  // what the other side says it received.
+  // The reaching side's handshake on a new link (docs/formats/migrate.md), blocking: it has
+  // nothing else to do while its link is down.
   Status Handshake(int fd) {
     const Clock::time_point until = After(options.handshake_timeout_s);
+    StatusOr<std::string> line = ReceiveLine(fd, until);
+    if (!line.ok()) return line.status();
+    const std::string hello = kGreeting;
+    if (line->rfind(hello, 0) != 0 || !IsLowerHex(line->substr(hello.size()), 32)) {
+      return PermissionDenied("not a page relay's greeting");
+    }
+    const std::string challenge = line->substr(hello.size());
+    PALADIN_RETURN_IF_ERROR(SendAll(
+        fd, HmacSha256Hex(secret, "reach " + challenge) + " " + std::to_string(received) + "\n",
+        until));
+    StatusOr<std::string> answer = ReceiveLine(fd, until);
+    if (!answer.ok()) return answer.status();
     std::string proof;
     uint64_t their_received = 0;
-    if (serving) {
-      StatusOr<std::string> challenge = RandomHex(16);
-      if (!challenge.ok()) return challenge.status();
-      PALADIN_RETURN_IF_ERROR(SendAll(fd, kGreeting + *challenge + "\n", until));
-      StatusOr<std::string> line = ReceiveLine(fd, until);
-      if (!line.ok()) return line.status();
-      if (!ParseProof(*line, &proof, &their_received)) {
-        return PermissionDenied("not a page relay's answer");
-      }
-      if (!SameSecret(proof, HmacSha256Hex(secret, "reach " + *challenge))) {
-        return PermissionDenied("it does not hold this move's relay secret");
-      }
-      PALADIN_RETURN_IF_ERROR(SendAll(
-          fd, HmacSha256Hex(secret, "serve " + *challenge) + " " + std::to_string(received) + "\n",
-          until));
-    } else {
-      StatusOr<std::string> line = ReceiveLine(fd, until);
-      if (!line.ok()) return line.status();
-      const std::string greeting = kGreeting;
-      if (line->rfind(greeting, 0) != 0 || !IsLowerHex(line->substr(greeting.size()), 32)) {
-        return PermissionDenied("not a page relay's greeting");
-      }
-      const std::string challenge = line->substr(greeting.size());
-      PALADIN_RETURN_IF_ERROR(SendAll(
-          fd, HmacSha256Hex(secret, "reach " + challenge) + " " + std::to_string(received) + "\n",
-          until));
-      StatusOr<std::string> answer = ReceiveLine(fd, until);
-      if (!answer.ok()) return answer.status();
-      if (!ParseProof(*answer, &proof, &their_received) ||
-          !SameSecret(proof, HmacSha256Hex(secret, "serve " + challenge))) {
-        return PermissionDenied("the other relay did not prove this move's relay secret");
-      }
+    if (!ParseProof(*answer, &proof, &their_received) ||
+        !SameSecret(proof, HmacSha256Hex(secret, "serve " + challenge))) {
+      return PermissionDenied("the other relay did not prove this move's relay secret");
     }
+    return GoOnFrom(their_received);
+  }
+
+  // The serving side's handshake is a step of its loop, one per new link, so that a stranger
+  // who connects and says nothing holds up neither the stream nor the move's own relay: a
+  // greeting with a challenge at once, then the answer whenever it comes (AnswerCame).
+  void Greet(int fd) {
+    StatusOr<std::string> challenge = RandomHex(16);
+    if (!challenge.ok() ||
+        !SendAll(fd, kGreeting + *challenge + "\n", After(options.handshake_timeout_s)).ok()) {
+      close(fd);
+      return;
+    }
+    if (greeting.size() >= kMaxGreeting) {  // the oldest goes
+      Refuse(&greeting.front(), "too many links waiting to prove the secret");
+      greeting.erase(greeting.begin());
+    }
+    greeting.push_back(Greeted{fd, *challenge, "", After(options.handshake_timeout_s)});
+  }
+
+  void Refuse(Greeted* g, const std::string& why) {
+    Close(&g->fd);
+    Say("refused a link: " + why);
+  }
+
+  // A greeted link's answer, whole: Ok and adopted, or refused (its fd closed); an error only
+  // when the move's own relay says something impossible.
+  Status AnswerCame(Greeted* g) {
+    std::string line = g->line.substr(0, g->line.find('\n'));
+    std::string proof;
+    uint64_t their_received = 0;
+    if (!ParseProof(line, &proof, &their_received)) {
+      Refuse(g, "not a page relay's answer");
+      return Status::Ok();
+    }
+    if (!SameSecret(proof, HmacSha256Hex(secret, "reach " + g->challenge))) {
+      Refuse(g, "it does not hold this move's relay secret");
+      return Status::Ok();
+    }
+    if (!SendAll(
+             g->fd,
+             HmacSha256Hex(secret, "serve " + g->challenge) + " " + std::to_string(received) + "\n",
+             After(options.handshake_timeout_s))
+             .ok()) {
+      Refuse(g, "it went before the answer");
+      return Status::Ok();
+    }
+    const int fd = g->fd;
+    g->fd = -1;
+    Status going = GoOnFrom(their_received);
+    if (!going.ok()) {
+      close(fd);
+      return going;
+    }
+    const bool first = !ever_linked;
+    Adopt(fd);
+    if (first) {
+      StatusOr<int> server = Dial(server_host, server_port, 10);
+      if (!server.ok()) {
+        return Unavailable("cannot reach the page server: " + server.status().message());
+      }
+      local = *server;
+      SetNonBlocking(local);
+    }
+    return Status::Ok();
+  }
+
+  // Reads what a greeted link sent; answers, refuses or keeps waiting.
+  Status Hear(Greeted* g) {
+    char buffer[256];
+    const ssize_t n = recv(g->fd, buffer, sizeof buffer, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+      Refuse(g, "it closed before proving the secret");
+      return Status::Ok();
+    }
+    if (n > 0) g->line.append(buffer, static_cast<size_t>(n));
+    if (g->line.find('\n') != std::string::npos) return AnswerCame(g);
+    if (g->line.size() > 200) Refuse(g, "not a page relay's answer");
+    return Status::Ok();
+  }
+
+  // What the other relay says it received: the stream goes on from there.
+  Status GoOnFrom(uint64_t their_received) {
     if (their_received < acked || their_received > Total()) {
       return InvalidArgument("the other relay says it received " + std::to_string(their_received) +
                              " bytes, but " + std::to_string(acked) + " were acknowledged and " +
@@ -306,6 +384,7 @@ struct PageRelay::State {
   // A new link replaces the old one (if any) and the stream goes on.
   void Adopt(int fd) {
     const bool again = ever_linked;
+    closing = false;
     Close(&link);
     out.clear();
     out_head = 0;
@@ -325,6 +404,7 @@ struct PageRelay::State {
 
   void Cut(const std::string& why) {
     Close(&link);
+    closing = false;
     out.clear();
     out_head = 0;
     in.clear();
@@ -395,28 +475,12 @@ struct PageRelay::State {
     return Status::Ok();
   }
 
-  // One new link on the listener: adopted if it proves the secret, dropped otherwise.
-  Status AcceptLink() {
+  // One new link on the listener: greeted, then adopted once it proves the secret.
+  void AcceptLink() {
     const int fd = accept4(link_listener, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) return Status::Ok();
+    if (fd < 0) return;
     WatchLink(fd);
-    Status shook = Handshake(fd);
-    if (!shook.ok()) {
-      close(fd);
-      if (shook.code() == StatusCode::kInvalidArgument) return shook;
-      Say("refused a link: " + shook.message());
-      return Status::Ok();
-    }
-    const bool first = !ever_linked;
-    Adopt(fd);
-    if (first) {
-      StatusOr<int> server = Dial(server_host, server_port, 10);
-      if (!server.ok())
-        return Unavailable("cannot reach the page server: " + server.status().message());
-      local = *server;
-      SetNonBlocking(local);
-    }
-    return Status::Ok();
+    Greet(fd);
   }
 
   Status Reconnect() {
@@ -436,6 +500,10 @@ struct PageRelay::State {
     return Status::Ok();
   }
 
+  // Both CRIUs closed their sides and this side's CRIU has everything the other sent: only
+  // the acknowledgement of this side's end may be missing.
+  bool Ended() const { return local_eof && peer_fin && local_shut; }
+
   bool Done() const {
     return local_eof && acked == read + 1 && peer_fin && local_shut && link >= 0 &&
            ack_sent == received && out.size() == out_head;
@@ -446,8 +514,14 @@ struct PageRelay::State {
     for (;;) {
       if (stop.load()) return Unavailable("the page relay was stopped");
       if (link < 0 && ever_linked) {
+        // The link went as the stream ended: the destination's relay has nothing more to ask.
+        if (!serving && Ended() && acked == read + 1) return Status::Ok();
         if (!serving) PALADIN_RETURN_IF_ERROR(Reconnect());
         if (link < 0 && Seconds(Clock::now() - cut_since) > options.resume_timeout_s) {
+          if (Ended()) {
+            Say("the stream had ended; " + peer + " did not come back to acknowledge its end");
+            return Status::Ok();
+          }
           return Unavailable("the link to " + peer + " was cut and not made again within " +
                              std::to_string(static_cast<int>(options.resume_timeout_s)) + " s");
         }
@@ -457,14 +531,20 @@ struct PageRelay::State {
         local_shut = true;
       }
       Fill();
-      if (Done()) {
+      if (Done() && !closing) {
         shutdown(link, SHUT_WR);
-        pollfd p{link, POLLIN, 0};
-        const Clock::time_point until = After(2);
-        while (poll(&p, 1, MillisUntil(until)) > 0 &&
-               recv(link, buffer.data(), buffer.size(), 0) > 0) {
+        closing = true;
+        if (!serving) {
+          // Everything this side sent was acknowledged and everything the other sent arrived:
+          // its own last acknowledgement, if a cut loses it, the source's relay does without
+          // (Ended).
+          pollfd p{link, POLLIN, 0};
+          const Clock::time_point until = After(2);
+          while (poll(&p, 1, MillisUntil(until)) > 0 &&
+                 recv(link, buffer.data(), buffer.size(), 0) > 0) {
+          }
+          return Status::Ok();
         }
-        return Status::Ok();
       }
       std::vector<pollfd> fds;
       auto watch = [&fds](int fd, short events) {
@@ -479,6 +559,8 @@ struct PageRelay::State {
                                                    (out.size() > out_head ? POLLOUT : 0)));
       const int ll = watch(link_listener, POLLIN);
       const int cl = local < 0 ? watch(local_listener, POLLIN) : -1;
+      const size_t first_greeted = fds.size();
+      for (const Greeted& g : greeting) watch(g.fd, POLLIN);
       if (poll(fds.data(), fds.size(), 200) < 0 && errno != EINTR) {
         return IoError(std::string("poll: ") + strerror(errno));
       }
@@ -538,6 +620,8 @@ struct PageRelay::State {
           Status parsed = Parse();
           if (!parsed.ok())
             return parsed.code() == StatusCode::kInvalidArgument ? Fail(parsed.message()) : parsed;
+        } else if (got == 0 && closing) {
+          return Status::Ok();  // the other relay's end, after this one's
         } else if (got == 0) {
           Cut("closed by the other end");
         } else if (errno != EAGAIN && errno != EINTR) {
@@ -550,7 +634,19 @@ struct PageRelay::State {
             " bytes received");
         shutdown(link, SHUT_RDWR);
       }
-      if (has(ll, POLLIN)) PALADIN_RETURN_IF_ERROR(AcceptLink());
+      for (size_t i = 0; i < greeting.size(); ++i) {
+        Greeted& g = greeting[i];
+        if (has(static_cast<int>(first_greeted + i), POLLIN)) {
+          PALADIN_RETURN_IF_ERROR(Hear(&g));
+        } else if (Clock::now() > g.until) {
+          Refuse(&g, "it did not prove the secret within " +
+                         std::to_string(static_cast<int>(options.handshake_timeout_s)) + " s");
+        }
+      }
+      greeting.erase(std::remove_if(greeting.begin(), greeting.end(),
+                                    [](const Greeted& g) { return g.fd < 0; }),
+                     greeting.end());
+      if (has(ll, POLLIN)) AcceptLink();
     }
   }
 

@@ -27,12 +27,19 @@ Status PagePuller::AcceptTls(const std::string& id, const std::string& certifica
 
 StatusOr<ckpt::Criu> PagePuller::Start(const ckpt::Criu& criu,
                                        const std::optional<StatusOr<ckpt::Criu>>& known,
-                                       const Channel& channel, const std::string& port_text,
+                                       const Channel& channel, const std::string& relay_text,
                                        const std::string& image, bool allow_plain) {
+  const size_t space = relay_text.find(' ');
+  const std::string port_text = relay_text.substr(0, space);
+  const std::string secret = space == std::string::npos ? "" : relay_text.substr(space + 1);
   char* end = nullptr;
   const long port = std::strtol(port_text.c_str(), &end, 10);
-  if (end == port_text.c_str() || *end != '\0' || port <= 0 || port > 65535) {
-    return InvalidArgument("RESTORE LAZY needs a port, got '" + port_text + "'");
+  if (end == port_text.c_str() || *end != '\0' || port <= 0 || port > 65535 ||
+      secret.size() != 64 || secret.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return InvalidArgument(
+        "RESTORE LAZY needs the source's page relay port and the move's relay secret (64 hex "
+        "digits), got '" +
+        relay_text.substr(0, 24) + "'");
   }
   StatusOr<ckpt::Criu> lazy = known ? *known : ckpt::LazyCriu(criu);
   if (!lazy.ok()) return lazy.status();
@@ -50,13 +57,21 @@ StatusOr<ckpt::Criu> PagePuller::Start(const ckpt::Criu& criu,
         "takes plain page streams only with paladin receive --lazy-plain");
   }
   log_ = image + "/lazy-pages.log";
+  PageRelayOptions relay_options;
+  // For the tests: the link is cut once, a few MiB into the pages (docs/lazy_migration.md).
+  if (FaultSet("cut:page-relay")) relay_options.cut_after = uint64_t{24} << 20;
+  StatusOr<PageRelay> relay =
+      PageRelay::Reach(host, static_cast<int>(port), secret, relay_options, progress_);
+  if (!relay.ok()) return relay.status();
+  relay_ = std::move(*relay);
   progress_("post-copy: pulling the job's memory from " + std::string(host) + ":" +
             std::to_string(port) + (tls_.has_peer() ? " over TLS" : " over plain TCP") +
-            " (CRIU patches " + lazy->lazy_patches + ")");
+            " through the page relay (CRIU patches " + lazy->lazy_patches + ")");
   StatusOr<pid_t> puller =
-      ckpt::StartLazyPages(*lazy, image, host, static_cast<int>(port),
+      ckpt::StartLazyPages(*lazy, image, "127.0.0.1", relay_.local_port(),
                            tls_.has_peer() ? tls_.CriuArgs() : std::vector<std::string>{});
   if (!puller.ok()) {
+    relay_.Stop();
     return Status(puller.status().code(), "criu lazy-pages: " + puller.status().message());
   }
   pid_ = *puller;
@@ -65,6 +80,7 @@ StatusOr<ckpt::Criu> PagePuller::Start(const ckpt::Criu& criu,
 
 void PagePuller::Stop() {
   if (pid_ > 0) StopServing(pid_, "criu lazy-pages", log_, 10);
+  relay_.Stop();
 }
 
 void PagePuller::Watch(int64_t copy) {

@@ -12,6 +12,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "migrate_internal.h"
@@ -23,6 +24,15 @@ namespace paladin::migrate {
 namespace fs = std::filesystem;
 
 namespace {
+
+// A loopback port free now, for the post-copy dump's page server behind the page relay (picked
+// by the system, then let go for CRIU to take; only this host can reach it, and CRIU's TLS
+// refuses a local client without the move's keys).
+StatusOr<int> FreeLoopbackPort() {
+  StatusOr<Listener> probe = Listener::Listen("127.0.0.1", 0);
+  if (!probe.ok()) return probe.status();
+  return probe->port();
+}
 
 // The address this host sends from to reach HOST:PORT (a UDP socket's connect sends nothing):
 // the post-copy page server listens there only, not on every interface.
@@ -147,9 +157,29 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   // The page stream's keys: made before the dump, which starts the page server; removed when
   // this call returns, once the dump (which reads them when the puller connects) has ended.
   PageTls page_tls;
+  // The page stream crosses the network between two page relays (page_relay.h): the dump's page
+  // server listens on this host's loopback, this side's relay on lazy_address:lazy_port, and a
+  // secret made for the move (sent with RESTORE LAZY on the sealed command channel)
+  // authenticates every link between them.
+  std::optional<Listener> relay_listener;
+  std::string relay_secret;
+  PageRelay relay;
   if (options.lazy) {
-    checkpoint.lazy_port = lazy_port;
-    checkpoint.lazy_address = lazy_address;
+    StatusOr<int> loopback = FreeLoopbackPort();
+    StatusOr<Listener> listening = Listener::Listen(lazy_address, lazy_port);
+    StatusOr<std::string> secret = RandomHex(32);
+    Status ready = !loopback.ok()    ? loopback.status()
+                   : !listening.ok() ? listening.status()
+                                     : secret.status();
+    if (!ready.ok()) {
+      (void)save(MoveStep::kResumed);  // nothing was stopped yet
+      keeper.Done();
+      return Status(ready.code(), "the page relay: " + ready.message());
+    }
+    relay_listener.emplace(std::move(*listening));
+    relay_secret = *secret;
+    checkpoint.lazy_port = *loopback;
+    checkpoint.lazy_address = "127.0.0.1";
     checkpoint.lazy_log = lazy_log;
     checkpoint.lazy_dump = &lazy_dump;
     report.mode = "post-copy";
@@ -223,6 +253,20 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     return times.status();
   }
   report.times = *times;
+  if (options.lazy) {
+    PageRelayOptions relay_options;
+    StatusOr<PageRelay> serving =
+        PageRelay::Serve(std::move(*relay_listener), "127.0.0.1", checkpoint.lazy_port,
+                         relay_secret, relay_options, progress);
+    if (!serving.ok()) {
+      stop_dump();
+      (void)ResumeHere(job, 1);
+      (void)save(MoveStep::kResumed);
+      keeper.Done();
+      return Status(serving.status().code(), "the page relay: " + serving.status().message());
+    }
+    relay = std::move(*serving);
+  }
   // The file locks the image holds: a direct pre-copy move lets its stopped copy here go before
   // the destination restores (LetGoForLocks). A post-copy move's copy serves the job's memory, a
   // streaming move's image holds none, and a fleet move's job is its agent's: they keep theirs.
@@ -299,10 +343,11 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   (void)save(MoveStep::kRestoring);
   progress("the destination verified the image; restoring it there, stopped");
   const auto restoring = std::chrono::steady_clock::now();
-  StatusOr<std::string> restored = CallOrDrop(
-      &*channel, "RESTORE",
-      options.lazy ? "RESTORE LAZY " + std::to_string(lazy_port) : std::string("RESTORE"),
-      kAnswerTimeoutS);
+  StatusOr<std::string> restored =
+      CallOrDrop(&*channel, "RESTORE",
+                 options.lazy ? "RESTORE LAZY " + std::to_string(lazy_port) + " " + relay_secret
+                              : std::string("RESTORE"),
+                 kAnswerTimeoutS);
   if (!restored.ok()) {
     stop_dump();
     cleanup();
@@ -324,8 +369,11 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   }
   if (options.lazy) {
     report.total_s = 0;
-    return PostCopy(job, &*channel, &st, state_file, &keeper, lazy_dump, lazy_log, options, paused,
-                    &report, *restored, cleanup, progress);
+    StatusOr<MigrateReport> moved =
+        PostCopy(job, &*channel, &st, state_file, &keeper, lazy_dump, lazy_log, options, paused,
+                 &report, *restored, cleanup, progress);
+    if (moved.ok()) moved->page_stream_resumes = relay.resumes();
+    return moved;
   }
 
   auto released = [&]() -> StatusOr<MigrateReport> {

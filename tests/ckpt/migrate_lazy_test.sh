@@ -7,12 +7,16 @@
 #                source (what it did there is lost); one copy, here
 #   puller       the destination's `criu lazy-pages` killed (the page stream cut): the
 #                destination's copy is killed first, then the job resumes at the source
+#   relay-cut    the link between the two page relays cut once while pages are in flight
+#                (PALADIN_MIGRATE_FAULT=cut:page-relay at the receiver): the destination's relay
+#                connects again, the stream goes on where it stopped, and the move completes
 #   attack-plain, attack-stranger, attack-nocert, attack-idle
-#                a client without the move's keys (page_attacker.py: a page request in clear, TLS
-#                with a certificate of its own, TLS without one, a connection that says nothing)
-#                connects to the page server again and again from before the dump until the move
-#                ends: it gets none of the job's memory; the move completes or fails safely (the
-#                job resumes at the source). `attack` names all four
+#                a client without the move's relay secret (page_attacker.py: a page request in
+#                clear, TLS with a certificate of its own, TLS without one, a connection that says
+#                nothing) connects to the source's page relay again and again from before the
+#                dump until the move ends: it gets none of the job's memory, and the move
+#                completes (the relay refuses it without giving it the page server). `attack`
+#                names all four
 #   plain        the source serves its pages in clear (--lazy-plain) to a receiver that does not
 #                allow it: refused, the job resumes at the source
 # Every move but `plain` runs its page stream over TLS (keys made for the move); in `moved` an
@@ -20,12 +24,12 @@
 # runs and its memory and generations are verified (lazy_mem.py check; after a resume at the
 # source, from the point it resumed).
 #
-#   migrate_lazy_test.sh PALADIN [CASE...]      (default: all eight)
+#   migrate_lazy_test.sh PALADIN [CASE...]      (default: all nine)
 set -u
 PALADIN=$(realpath "$1")
 shift
 CASES=("$@")
-((${#CASES[@]} > 0)) || CASES=(moved destination puller attack plain)
+((${#CASES[@]} > 0)) || CASES=(moved destination puller relay-cut attack plain)
 expanded=()
 for c in "${CASES[@]}"; do
   if [[ $c == attack ]]; then
@@ -122,8 +126,10 @@ move() {
   src=$(job_pids "$d/out")
   # The destination has the source's run base, as in migrate_test.sh: a restore writes only into
   # its own node's run base, and the job keeps its paths.
-  TMPDIR=$d/tmp PALADIN_RUN_DIR=$d/base timeout 300 "$PALADIN" receive --listen $port --dir "$d/in" \
-    >"$d/recv.out" 2>&1 &
+  local fault=()
+  [[ $case == relay-cut ]] && fault=(PALADIN_MIGRATE_FAULT=cut:page-relay)
+  env "${fault[@]}" TMPDIR=$d/tmp PALADIN_RUN_DIR=$d/base timeout 300 "$PALADIN" receive \
+    --listen $port --dir "$d/in" >"$d/recv.out" 2>&1 &
   local receiver=$!
   receivers+=("$receiver")
   wait_listening $port || fail "$case: the receiver does not listen on $port: $(cat "$d/recv.out")"
@@ -139,7 +145,7 @@ move() {
     # The rest of the pages takes about half a second: the source's page server (its lazy dump)
     # is stopped, so that the fault lands while pages are still owed, then let go once it has.
     local server
-    server=$(pgrep -f -- "dump .*--lazy-pages --address 127.0.0.1 --port $((port + 2))")
+    server=$(pgrep -f -- "dump .*$d/.*--lazy-pages --address 127.0.0.1 --port ")
     [[ -n $server ]] || fail "$case: the source's page server (its lazy dump) is not running"
     [[ -n $server ]] && kill -STOP $server
     sleep 0.2
@@ -149,7 +155,7 @@ move() {
     local victim
     case $case in
       destination) victim=$(running "$d/out" | grep -vx "$src") ;;
-      puller) victim=$(pgrep -f "lazy-pages --page-server --address 127.0.0.1 --port $((port + 2))") ;;
+      puller) victim=$(pgrep -f "lazy-pages --page-server --address 127.0.0.1 --port [0-9]+ -D $d/") ;;
     esac
     [[ -n $victim ]] || fail "$case: nothing to kill (the destination's copy or its page puller)"
     kill -9 $victim 2>/dev/null
@@ -170,16 +176,19 @@ move() {
     return
   fi
   local how=()
-  if [[ $case == attack-* ]]; then
-    # The first client to connect is the one CRIU's page server takes: when the attacker was
-    # first, the move fails and the job resumes here; when the puller was, the move completes.
-    if ((rc == 0)) && grep -q '^moved .* post-copy: pause' <<<"$out"; then
-      [[ $survivor != "$src" ]] || fail "$case: reported moved but the source's copy runs"
-    elif ((rc != 0)) && [[ $survivor == "$src" ]] && grep -q 'the job resumed here' <<<"$out"; then
-      how=(--after-rewind)
-    else
-      fail "$case: neither moved nor resumed at the source (exit $rc): $out"
+  if [[ $case == attack-* || $case == relay-cut ]]; then
+    # The page server is reached only through the relay, which takes a link only from the
+    # holder of the move's secret: a stranger no longer fails the move; a cut link is made again.
+    if ((rc != 0)) || [[ $survivor == "$src" ]] || ! grep -q '^moved .* post-copy: pause' <<<"$out"; then
+      fail "$case: expected the job to move (exit $rc): $out; receive: $(tail -5 "$d/recv.out")"
       return
+    fi
+    if [[ $case == relay-cut ]]; then
+      grep -q 'cutting the link after' "$d/recv.out" || fail "$case: the fault was not injected"
+      grep -q "link was cut 1 time(s) and made again" <<<"$out" ||
+        fail "$case: the source does not say the page stream was cut and made again: $out"
+      grep -q 'was made again after' "$d/recv.out" ||
+        fail "$case: the receiver does not say the link was made again: $(cat "$d/recv.out")"
     fi
   elif [[ $case == plain ]]; then
     if ((rc == 0)) || [[ $survivor != "$src" ]] || ! grep -q 'lazy-plain' <<<"$out"; then

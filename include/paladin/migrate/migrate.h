@@ -50,11 +50,11 @@ struct MigrateOptions {
   std::string keeper_exe;
   // Post-copy (`paladin migrate --lazy`, or a fleet move with commit and resolve set; `criu`
   // must come from ckpt::LazyCriu): the job resumes at the destination as soon as it is restored
-  // without its memory, which it pulls from this side's stopped copy, served by the dump on
-  // lazy_address:lazy_port. This copy is released only once the dump says every page went and
-  // the destination's copy still runs (the fleet form: and the owner committed, asked only
-  // then); else the destination's copy is killed and the job resumes here
-  // (docs/lazy_migration.md).
+  // without its memory, which it pulls from this side's stopped copy, served by the dump through
+  // the page relay on lazy_address:lazy_port (a cut link is made again). This copy is released only
+  // once the dump says every page went and the destination's copy still runs (the fleet form: and
+  // the owner committed, asked only then); else the destination's copy is killed and the job
+  // resumes here (docs/lazy_migration.md).
   bool lazy = false;
   std::string lazy_address;      // empty: the address this host uses to reach the peer
   int lazy_port = 0;             // 0: the destination's port + 2
@@ -90,6 +90,7 @@ struct MigrateReport {
   double total_s = 0;             // from stopping the job here to its release here
   std::string mode = "pre-copy";  // by image; or "stream" (streaming pre-copy), "post-copy"
   std::string mode_note;          // why the mode differs from the one asked for ("" when not)
+  int page_stream_resumes = 0;    // post-copy: times its page stream's link was cut and made again
   long long remote_pid = 0;
   std::string image;  // kept only with keep_image
 };
