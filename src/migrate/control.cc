@@ -71,6 +71,12 @@ void Channel::Seal(const std::string& session_key, bool listening) {
   received_ = 0;
 }
 
+std::string Channel::DerivedSecret(const std::string& label) const {
+  // "-": a channel whose seal broke (Receive).
+  if (session_key_.empty() || session_key_ == "-") return "";
+  return HmacSha256Hex(session_key_, "paladin-derived-secret\n" + label);
+}
+
 StatusOr<Channel> Channel::Connect(const std::string& host, int port, double timeout_s) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;

@@ -11,9 +11,10 @@
 // other lacks; neither CRIU sees the cut. A link that does not come back within the timeout is
 // given up: both relays reset their CRIU's connection, which fails the move as a cut stream did
 // before (the job resumes at the source). Each link, the first and every later one, is
-// authenticated both ways by HMAC-SHA256 under a secret made for the move and sent on the
-// move's sealed command channel: a stranger who connects is refused and does not take the
-// page server (docs/formats/migrate.md, "The page relay").
+// authenticated both ways by HMAC-SHA256 under a secret of the move's, which both sides derive
+// from their command channel's session key and a nonce (kPageRelayLabel) and never send: a
+// stranger who connects is refused and does not take the page server (docs/formats/migrate.md,
+// "The page relay").
 #ifndef PALADIN_MIGRATE_PAGE_RELAY_H_
 #define PALADIN_MIGRATE_PAGE_RELAY_H_
 
@@ -27,6 +28,9 @@
 #include "paladin/migrate/control.h"
 
 namespace paladin::migrate {
+
+// The relay secret of a move: Channel::DerivedSecret(kPageRelayLabel + RESTORE LAZY's nonce).
+inline constexpr char kPageRelayLabel[] = "page-relay ";
 
 struct PageRelayOptions {
   // How long a cut link is waited for (at the source) and tried again (at the destination).

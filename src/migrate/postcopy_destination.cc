@@ -31,15 +31,18 @@ StatusOr<ckpt::Criu> PagePuller::Start(const ckpt::Criu& criu,
                                        const std::string& image, bool allow_plain) {
   const size_t space = relay_text.find(' ');
   const std::string port_text = relay_text.substr(0, space);
-  const std::string secret = space == std::string::npos ? "" : relay_text.substr(space + 1);
+  const std::string nonce = space == std::string::npos ? "" : relay_text.substr(space + 1);
   char* end = nullptr;
   const long port = std::strtol(port_text.c_str(), &end, 10);
-  if (end == port_text.c_str() || *end != '\0' || port <= 0 || port > 65535 ||
-      secret.size() != 64 || secret.find_first_not_of("0123456789abcdef") != std::string::npos) {
+  if (end == port_text.c_str() || *end != '\0' || port <= 0 || port > 65535 || nonce.size() != 64 ||
+      nonce.find_first_not_of("0123456789abcdef") != std::string::npos) {
     return InvalidArgument(
-        "RESTORE LAZY needs the source's page relay port and the move's relay secret (64 hex "
-        "digits), got '" +
+        "RESTORE LAZY needs the source's page relay port and a nonce (64 hex digits), got '" +
         relay_text.substr(0, 24) + "'");
+  }
+  const std::string secret = channel.DerivedSecret(kPageRelayLabel + nonce);
+  if (secret.empty()) {
+    return FailedPrecondition("the command channel is not sealed (no token): no page relay secret");
   }
   StatusOr<ckpt::Criu> lazy = known ? *known : ckpt::LazyCriu(criu);
   if (!lazy.ok()) return lazy.status();

@@ -158,26 +158,21 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   // this call returns, once the dump (which reads them when the puller connects) has ended.
   PageTls page_tls;
   // The page stream crosses the network between two page relays (page_relay.h): the dump's page
-  // server listens on this host's loopback, this side's relay on lazy_address:lazy_port, and a
-  // secret made for the move (sent with RESTORE LAZY on the sealed command channel)
-  // authenticates every link between them.
+  // server listens on this host's loopback, this side's relay on lazy_address:lazy_port. A
+  // secret both sides derive from the command channel's session key and a nonce sent with
+  // RESTORE LAZY authenticates every link between them.
   std::optional<Listener> relay_listener;
-  std::string relay_secret;
   PageRelay relay;
   if (options.lazy) {
     StatusOr<int> loopback = FreeLoopbackPort();
     StatusOr<Listener> listening = Listener::Listen(lazy_address, lazy_port);
-    StatusOr<std::string> secret = RandomHex(32);
-    Status ready = !loopback.ok()    ? loopback.status()
-                   : !listening.ok() ? listening.status()
-                                     : secret.status();
+    Status ready = !loopback.ok() ? loopback.status() : listening.status();
     if (!ready.ok()) {
       (void)save(MoveStep::kResumed);  // nothing was stopped yet
       keeper.Done();
       return Status(ready.code(), "the page relay: " + ready.message());
     }
     relay_listener.emplace(std::move(*listening));
-    relay_secret = *secret;
     checkpoint.lazy_port = *loopback;
     checkpoint.lazy_address = "127.0.0.1";
     checkpoint.lazy_log = lazy_log;
@@ -253,20 +248,6 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     return times.status();
   }
   report.times = *times;
-  if (options.lazy) {
-    PageRelayOptions relay_options;
-    StatusOr<PageRelay> serving =
-        PageRelay::Serve(std::move(*relay_listener), "127.0.0.1", checkpoint.lazy_port,
-                         relay_secret, relay_options, progress);
-    if (!serving.ok()) {
-      stop_dump();
-      (void)ResumeHere(job, 1);
-      (void)save(MoveStep::kResumed);
-      keeper.Done();
-      return Status(serving.status().code(), "the page relay: " + serving.status().message());
-    }
-    relay = std::move(*serving);
-  }
   // The file locks the image holds: a direct pre-copy move lets its stopped copy here go before
   // the destination restores (LetGoForLocks). A post-copy move's copy serves the job's memory, a
   // streaming move's image holds none, and a fleet move's job is its agent's: they keep theirs.
@@ -340,12 +321,37 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     }
     image_is_the_job = true;
   }
+  // The source's page relay, now that the channel it derives its secret from is there; the
+  // destination's connects once it has RESTORE LAZY's nonce.
+  std::string relay_nonce;
+  if (options.lazy) {
+    StatusOr<std::string> nonce = RandomHex(32);
+    Status started = nonce.status();
+    if (nonce.ok()) {
+      relay_nonce = *nonce;
+      const std::string secret = channel->DerivedSecret(kPageRelayLabel + relay_nonce);
+      StatusOr<PageRelay> serving =
+          secret.empty() ? StatusOr<PageRelay>(FailedPrecondition(
+                               "the command channel is not sealed (no token): no relay secret"))
+                         : PageRelay::Serve(std::move(*relay_listener), "127.0.0.1",
+                                            checkpoint.lazy_port, secret, {}, progress);
+      if (serving.ok()) relay = std::move(*serving);
+      started = serving.status();
+    }
+    if (!started.ok()) {
+      stop_dump();
+      cleanup();
+      return Abandon(criu, job, &*channel,
+                     Status(started.code(), "the page relay: " + started.message()), &st,
+                     state_file, &keeper, progress);
+    }
+  }
   (void)save(MoveStep::kRestoring);
   progress("the destination verified the image; restoring it there, stopped");
   const auto restoring = std::chrono::steady_clock::now();
   StatusOr<std::string> restored =
       CallOrDrop(&*channel, "RESTORE",
-                 options.lazy ? "RESTORE LAZY " + std::to_string(lazy_port) + " " + relay_secret
+                 options.lazy ? "RESTORE LAZY " + std::to_string(lazy_port) + " " + relay_nonce
                               : std::string("RESTORE"),
                  kAnswerTimeoutS);
   if (!restored.ok()) {

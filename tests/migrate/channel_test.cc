@@ -58,6 +58,44 @@ TEST(ChannelTest, BothSidesProveTheTokenThenEveryLineIsChecked) {
   EXPECT_EQ(heard, "RESUME m-1");
 }
 
+// Both ends of a proved channel derive the same secret from a label without sending it (the
+// page relays' secret); another label, another connection or an unsealed channel gives another.
+TEST(ChannelTest, BothEndsDeriveTheSameSecretAndNoOneElseDoes) {
+  std::string there;
+  std::string there_other;
+  std::string here;
+  {
+    OneConnection server([&](Channel* c) {
+      if (!CheckProof(c, kToken, 5).ok()) return;
+      there = c->DerivedSecret("page-relay 01");
+      there_other = c->DerivedSecret("page-relay 02");
+      (void)c->Receive(5);
+    });
+    StatusOr<Channel> c = Channel::Connect("127.0.0.1", server.port(), 5);
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE(ProveToken(&*c, kToken, 5).ok());
+    here = c->DerivedSecret("page-relay 01");
+    ASSERT_TRUE(c->Send("BYE").ok());
+  }
+  EXPECT_EQ(here.size(), 64u);
+  EXPECT_EQ(here, there);
+  EXPECT_NE(there, there_other);
+  std::string second;
+  {
+    OneConnection server([&](Channel* c) { (void)CheckProof(c, kToken, 5); });
+    StatusOr<Channel> c = Channel::Connect("127.0.0.1", server.port(), 5);
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE(ProveToken(&*c, kToken, 5).ok());
+    second = c->DerivedSecret("page-relay 01");
+  }
+  EXPECT_NE(second, here) << "each connection's session key is its own";
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  Channel unsealed(fds[0]);
+  close(fds[1]);
+  EXPECT_EQ(unsealed.DerivedSecret("page-relay 01"), "");
+}
+
 // The same over IPv6 (a cluster's pod network may be IPv6 only); an address that is none is
 // refused naming it.
 TEST(ChannelTest, ListensAndProvesOverIpv6) {

@@ -37,6 +37,10 @@ class Channel {
   // line without it, altered, replayed, dropped or out of order is refused as a broken connection
   // (IoError). `listening`: this is the side that accepted the connection.
   void Seal(const std::string& session_key, bool listening);
+  // A secret that both ends of this sealed channel can compute and nobody else can, never sent:
+  // HMAC-SHA256 of `label` under the session key, in hex ("" when the channel is not sealed).
+  // The page relays' (docs/formats/migrate.md).
+  std::string DerivedSecret(const std::string& label) const;
 
  private:
   int fd_ = -1;
