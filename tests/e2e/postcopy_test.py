@@ -32,10 +32,16 @@ The drills, each on a fresh server and two agents:
      paladin_recoveries_total), one copy, the file verified from the recovery's rewind on. The
      restarted agent's stale stopped copy is killed, and its move's keys are gone.
 
+  4. relay-cut: the link between the two agents' page relays cut once while the pages are
+     coming (PALADIN_MIGRATE_FAULT=cut:page-relay at the destination's agent): the destination's
+     relay connects again, the stream goes on where it stopped, and the move completes; its
+     event says post-copy and that the link was cut once and made again; one copy, the file
+     verified.
+
 Each agent has a temporary directory of its own (TMPDIR), so that the leftovers checked are its.
 
 Usage: postcopy_test.py PALADIN
-Environment: PALADIN_POSTCOPY_ONLY=move|dst-killed|src-killed runs one drill.
+Environment: PALADIN_POSTCOPY_ONLY=move|dst-killed|src-killed|relay-cut runs one drill.
 """
 import os
 import re
@@ -230,6 +236,44 @@ def move_drill(work):
         fleet.stop()
 
 
+def relay_cut_drill(work):
+    what = "post-copy, the page relays' link cut once"
+    tag = "pccut"
+    out = os.path.join(work, "out", tag + ".log")
+    fleet, _ = fleet_with_own_tmp(work, "pc-cut", {"node-b": "cut:page-relay"})
+    sampler = None
+    job_id = None
+    try:
+        job_id = cpu_job_on_node_a(fleet, tag, out)
+        time.sleep(2)
+        sampler = fence_test.Sampler(tag)
+        fleet.post(f"/v1/jobs/{job_id}/migrate", {"to": "node-b"})
+        wait_for(f"{what}: the job on node-b",
+                 lambda: fence_test.job_on(fleet, job_id, "node-b"), 180, 0.2)
+        wait_for(f"{what}: the move's cost reported",
+                 lambda: any("paused" in m and "page stream" in m
+                             for m in move_events(fleet, job_id)), 30, 0.2)
+        one_copy_left(tag, what)
+        time.sleep(2)
+        sampler.finish()
+        said = [m for m in move_events(fleet, job_id) if "paused" in m and "page stream" in m]
+        if "; post-copy (" not in said[-1] or \
+                "page stream's link was cut 1 time(s) and made again" not in said[-1]:
+            fail(f"{what}: the event does not say post-copy with the link made again: {said}")
+        else:
+            ok(f"{what}: {said[-1]}")
+        crash_test.check_one_copy(sampler, what)
+        check_file(out, False, what)
+        crash_test.cancel_and_check_gone(fleet, job_id, tag)
+    except (TimeoutError, urllib.error.URLError, subprocess.TimeoutExpired) as e:
+        fail(f"{what}: {e}; copies {tagged_processes(tag)}")
+        fleet.print_logs([job_id] if job_id else [])
+    finally:
+        if sampler is not None and not sampler.stop:
+            sampler.finish()
+        fleet.stop()
+
+
 def dst_killed_drill(work):
     what = "post-copy, destination agent killed before the commit"
     tag = "pckill"
@@ -394,8 +438,10 @@ def main():
             dst_killed_drill(work)
         if only in ("", "src-killed"):
             src_killed_drill(work)
+        if only in ("", "relay-cut"):
+            relay_cut_drill(work)
     finally:
-        crash_test.kill_tagged("pcmove", "pcgpu", "pckill", "pcsrc")
+        crash_test.kill_tagged("pcmove", "pcgpu", "pckill", "pcsrc", "pccut")
         crash_test.remove_work(work, "postcopy_test")
     return crash_test.summary("postcopy_test")
 
