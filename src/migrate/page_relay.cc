@@ -440,18 +440,22 @@ struct PageRelay::State {
   }
 
   // The link's whole frames; an error ends the relay.
-  Status Parse() {
+  // The whole frames of `data` (the link's bytes, from a frame's start); `used` says how many
+  // bytes they took, the rest being the start of the next frame.
+  Status Parse(const char* data, size_t size, size_t* used) {
     size_t at = 0;
-    while (in.size() - at >= kHeader) {
-      const char type = in[at];
-      const size_t len = GetU32(in.data() + at + 1);
-      if (len > kFrameMax + 512)
+    *used = 0;
+    while (size - at >= kHeader) {
+      const char type = data[at];
+      const size_t len = GetU32(data + at + 1);
+      if (len > kFrameMax + 512) {
         return InvalidArgument("a frame of " + std::to_string(len) + " bytes");
-      if (in.size() - at < kHeader + len) break;
-      const char* payload = in.data() + at + kHeader;
+      }
+      if (size - at < kHeader + len) break;
+      const char* payload = data + at + kHeader;
       if (type == kData) {
         if (peer_fin) return InvalidArgument("data after the end of the stream");
-        to_local.append(payload, len);
+        PALADIN_RETURN_IF_ERROR(Deliver(payload, len));
         received += len;
       } else if (type == kAck && len == 8) {
         const uint64_t upto = GetU64(payload);
@@ -470,8 +474,24 @@ struct PageRelay::State {
         return InvalidArgument("an unknown frame");
       }
       at += kHeader + len;
+      *used = at;
     }
-    in.erase(0, at);
+    return Status::Ok();
+  }
+
+  // The other side's bytes to this side's CRIU: straight to its socket when nothing waits
+  // before them (no copy), the rest kept in order.
+  Status Deliver(const char* bytes, size_t len) {
+    size_t put = 0;
+    if (Pending() == 0 && local >= 0) {
+      const ssize_t n = send(local, bytes, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        put = static_cast<size_t>(n);
+      } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        return Fail("its CRIU's connection failed: " + std::string(strerror(errno)));
+      }
+    }
+    to_local.append(bytes + put, len - put);
     return Status::Ok();
   }
 
@@ -570,6 +590,9 @@ struct PageRelay::State {
       if (has(cl, POLLIN)) {
         local = accept4(local_listener, nullptr, nullptr, SOCK_CLOEXEC);
         if (local >= 0) {
+          // A page request or the tail of a page must not wait for Nagle.
+          int one = 1;
+          setsockopt(local, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
           SetNonBlocking(local);
           Close(&local_listener);  // one client
         }
@@ -616,8 +639,18 @@ struct PageRelay::State {
       if (has(n, POLLIN) && link >= 0) {
         const ssize_t got = recv(link, buffer.data(), buffer.size(), 0);
         if (got > 0) {
-          in.append(buffer.data(), static_cast<size_t>(got));
-          Status parsed = Parse();
+          // Parsed where it landed unless a frame's start waits in `in` (no copy).
+          const bool whole = in.empty();
+          if (!whole) in.append(buffer.data(), static_cast<size_t>(got));
+          const char* data = whole ? buffer.data() : in.data();
+          const size_t size = whole ? static_cast<size_t>(got) : in.size();
+          size_t used = 0;
+          Status parsed = Parse(data, size, &used);
+          if (whole) {
+            in.assign(data + used, size - used);
+          } else {
+            in.erase(0, used);
+          }
           if (!parsed.ok())
             return parsed.code() == StatusCode::kInvalidArgument ? Fail(parsed.message()) : parsed;
         } else if (got == 0 && closing) {
