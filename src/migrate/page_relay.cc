@@ -244,13 +244,15 @@ struct PageRelay::State {
     cv.notify_all();
   }
 
-  // Gives up: the other relay is told (best effort) and this side's CRIU sees a reset.
+  // Gives up: the other relay is told (best effort, after the frames already queued, so that a
+  // frame cut short does not garble it) and this side's CRIU sees a reset.
   Status Fail(const std::string& why) {
     if (link >= 0) {
-      std::string frame(1, kAbort);
+      std::string frames = out.substr(out_head);
       const std::string text = why.substr(0, 512);
-      PutU32(&frame, static_cast<uint32_t>(text.size()));
-      (void)SendAll(link, frame + text, After(1));
+      frames.push_back(kAbort);
+      PutU32(&frames, static_cast<uint32_t>(text.size()));
+      (void)SendAll(link, frames + text, After(1));
     }
     return Unavailable(why);
   }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <random>
 #include <string>
@@ -275,6 +276,44 @@ TEST(PageRelayTest, ALinkThatStaysAwayResetsBothEnds) {
       << reached.message();
   EXPECT_FALSE(serve->Wait(20).ok());
   EXPECT_EQ(proxy.cuts(), 1);
+}
+
+// A CRIU whose connection fails (here the page server's, reset mid-stream) makes the other
+// side's CRIU fail too: its relay hears why and resets its connection, rather than let the
+// puller take a short stream for a whole one.
+TEST(PageRelayTest, ACriuThatFailsFailsTheOtherSide) {
+  StatusOr<Listener> pages = Listener::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(pages.ok());
+  const int server_port = pages->port();
+  std::thread server([listener = std::move(*pages)]() mutable {
+    StatusOr<Channel> c = listener.Accept(30);
+    if (!c.ok()) return;
+    const std::string some = Bytes(1 << 20, 5);
+    (void)send(c->fd(), some.data(), some.size(), MSG_NOSIGNAL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    linger hard{1, 0};
+    setsockopt(c->fd(), SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+  });
+  StatusOr<Listener> links = Listener::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(links.ok());
+  const int link_port = links->port();
+  StatusOr<PageRelay> serve = PageRelay::Serve(std::move(*links), "127.0.0.1", server_port, kSecret,
+                                               PageRelayOptions{}, nullptr);
+  ASSERT_TRUE(serve.ok());
+  StatusOr<PageRelay> reach =
+      PageRelay::Reach("127.0.0.1", link_port, kSecret, PageRelayOptions{}, nullptr);
+  ASSERT_TRUE(reach.ok());
+  StatusOr<Channel> puller = Channel::Connect("127.0.0.1", reach->local_port(), 5);
+  ASSERT_TRUE(puller.ok());
+  const Heard pulled = Exchange(puller->fd(), "request", /*hold_open=*/true);
+  server.join();
+  EXPECT_FALSE(pulled.clean_end);
+  EXPECT_EQ(pulled.bytes.size(), size_t{1} << 20) << "what came before the failure arrives";
+  const Status reached = reach->Wait(20);
+  EXPECT_NE(reached.message().find("the other relay gave up: its CRIU's connection failed"),
+            std::string::npos)
+      << reached.message();
+  EXPECT_FALSE(serve->Wait(20).ok());
 }
 
 }  // namespace
