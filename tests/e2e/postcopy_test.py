@@ -106,6 +106,16 @@ def move_events(fleet, job_id):
                              "migration_started")]
 
 
+def move_to_node_b(fleet, job_id, what, reported=lambda m: "paused" in m):
+    """Asks the server to move the job to node-b and waits until it runs there and the move's
+    event matching `reported` is in."""
+    fleet.post(f"/v1/jobs/{job_id}/migrate", {"to": "node-b"})
+    wait_for(f"{what}: the job on node-b",
+             lambda: fence_test.job_on(fleet, job_id, "node-b"), 180, 0.2)
+    wait_for(f"{what}: the move's cost reported",
+             lambda: any(reported(m) for m in move_events(fleet, job_id)), 30, 0.2)
+
+
 def check_file(out, after_rewind, what):
     args = ["python3", LAZY_MEM, "check", str(MIB), out] + (["--after-rewind"] if after_rewind
                                                             else [])
@@ -247,12 +257,7 @@ def relay_cut_drill(work):
         job_id = cpu_job_on_node_a(fleet, tag, out)
         time.sleep(2)
         sampler = fence_test.Sampler(tag)
-        fleet.post(f"/v1/jobs/{job_id}/migrate", {"to": "node-b"})
-        wait_for(f"{what}: the job on node-b",
-                 lambda: fence_test.job_on(fleet, job_id, "node-b"), 180, 0.2)
-        wait_for(f"{what}: the move's cost reported",
-                 lambda: any("paused" in m and "page stream" in m
-                             for m in move_events(fleet, job_id)), 30, 0.2)
+        move_to_node_b(fleet, job_id, what, lambda m: "paused" in m and "page stream" in m)
         one_copy_left(tag, what)
         time.sleep(2)
         sampler.finish()

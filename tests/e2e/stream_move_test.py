@@ -193,11 +193,7 @@ def refused_drill(work):
         squatter.listen(1)
         time.sleep(2)
         sampler = fence_test.Sampler(tag)
-        fleet.post(f"/v1/jobs/{job_id}/migrate", {"to": "node-b"})
-        wait_for(f"{what}: the job on node-b",
-                 lambda: fence_test.job_on(fleet, job_id, "node-b"), 180, 0.2)
-        wait_for(f"{what}: the move's cost reported",
-                 lambda: any("paused" in m for m in pc.move_events(fleet, job_id)), 30, 0.2)
+        pc.move_to_node_b(fleet, job_id, what)
         pc.one_copy_left(tag, what)
         time.sleep(2)
         sampler.finish()
