@@ -9,6 +9,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -29,11 +31,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr size_t kFrameMax = size_t{64} << 10;    // a data frame's payload, at most
-constexpr size_t kHeader = 5;                     // type, then the payload's length (4 bytes)
-constexpr size_t kReadChunk = size_t{256} << 10;  // one read from a socket, at most
-constexpr size_t kQueued = size_t{1} << 20;       // frames queued for the link, at most
-constexpr size_t kToLocalMax = size_t{8} << 20;   // received, not yet taken by CRIU, at most
+constexpr size_t kFrameMax = size_t{256} << 10;  // a data frame's payload, at most
+constexpr size_t kHeader = 5;                    // type, then the payload's length (4 bytes)
+constexpr size_t kReadChunk = size_t{1} << 20;   // one read from a socket, at most
+constexpr size_t kAckEvery = size_t{1} << 20;    // received, acknowledged at least this often
+constexpr size_t kControlMax = 512;              // an acknowledgement's or abort's payload
+constexpr size_t kToLocalMax = size_t{8} << 20;  // received, not yet taken by CRIU, at most
 constexpr char kData = 'D';
 constexpr char kAck = 'A';
 constexpr char kFin = 'F';
@@ -191,19 +194,35 @@ struct PageRelay::State {
   bool ever_linked = false;
   Clock::time_point cut_since;
 
-  // What this side's CRIU sent: bytes [acked_data, read) are kept in `replay` from
-  // `replay_head`; its end (FIN) is one more in the numbering.
-  std::string replay;
-  size_t replay_head = 0;
+  // What this side's CRIU sent: bytes [AckedData(), read) are kept in `replay`, from
+  // `replay_begin` to `replay_end` (allocated once, not zeroed); its end (FIN) is one more in
+  // the numbering.
+  std::unique_ptr<char[]> replay;
+  size_t replay_cap = 0;
+  size_t replay_begin = 0;
+  size_t replay_end = 0;
   uint64_t read = 0;
   uint64_t acked = 0;  // what the other relay acknowledged, FIN included
   bool local_eof = false;
   uint64_t sent = 0;  // what the current link was given, in the same numbering
-  std::string out;    // frames queued for the link
+  // The data frame being written to the link: its header and payload straight from `replay`
+  // (no copy), `frame_done` bytes of them written.
+  bool framing = false;
+  uint64_t frame_from = 0;
+  size_t frame_len = 0;
+  size_t frame_done = 0;
+  std::string out;  // control frames queued for the link, written between data frames
   size_t out_head = 0;
 
-  // What the other side's CRIU sent.
-  std::string in;  // the link's bytes not yet a whole frame
+  // What the other side's CRIU sent. The link's frames are read as they come: a data frame's
+  // bytes go on to this side's CRIU before the frame has all arrived.
+  char head[kHeader] = {};
+  size_t head_got = 0;
+  bool in_frame = false;
+  char frame_type = 0;
+  size_t frame_left = 0;
+  std::string control;  // an acknowledgement's or abort's payload, as it arrives
+  bool link_quiet = false;
   uint64_t received = 0;
   uint64_t ack_sent = 0;
   bool peer_fin = false;
@@ -248,8 +267,17 @@ struct PageRelay::State {
   // frame cut short does not garble it) and this side's CRIU sees a reset.
   Status Fail(const std::string& why) {
     if (link >= 0) {
-      std::string frames = out.substr(out_head);
-      const std::string text = why.substr(0, 512);
+      std::string frames;
+      if (framing) {  // the data frame under way is finished first
+        char header[kHeader];
+        header[0] = kData;
+        for (int i = 0; i < 4; ++i) header[1 + i] = static_cast<char>(frame_len >> (24 - 8 * i));
+        const std::string whole =
+            std::string(header, kHeader) + std::string(ReplayAt(frame_from), frame_len);
+        frames = whole.substr(frame_done);
+      }
+      frames += out.substr(out_head);
+      const std::string text = why.substr(0, kControlMax);
       frames.push_back(kAbort);
       PutU32(&frames, static_cast<uint32_t>(text.size()));
       (void)SendAll(link, frames + text, After(1));
@@ -376,11 +404,35 @@ struct PageRelay::State {
   void Acknowledge(uint64_t upto) {
     const uint64_t before = AckedData();
     acked = upto;
-    replay_head += static_cast<size_t>(AckedData() - before);
-    if (replay_head > (size_t{4} << 20) && replay_head * 2 > replay.size()) {
-      replay.erase(0, replay_head);
-      replay_head = 0;
+    replay_begin += static_cast<size_t>(AckedData() - before);
+  }
+
+  // Room for `want` more bytes at replay_end: what is kept moves to the start once little is.
+  void MakeRoom(size_t want) {
+    if (!replay) {
+      replay_cap = options.replay_limit + kReadChunk;
+      replay = std::make_unique_for_overwrite<char[]>(replay_cap);
     }
+    const size_t kept = replay_end - replay_begin;
+    if (kept == 0 || (replay_begin > (size_t{8} << 20) && kept < replay_begin) ||
+        replay_end + want > replay_cap) {
+      std::memmove(replay.get(), replay.get() + replay_begin, kept);
+      replay_begin = 0;
+      replay_end = kept;
+    }
+  }
+
+  const char* ReplayAt(uint64_t offset) const {
+    return replay.get() + replay_begin + (offset - AckedData());
+  }
+
+  void ResetLink() {
+    out.clear();
+    out_head = 0;
+    framing = false;
+    head_got = 0;
+    in_frame = false;
+    control.clear();
   }
 
   // A new link replaces the old one (if any) and the stream goes on.
@@ -388,9 +440,7 @@ struct PageRelay::State {
     const bool again = ever_linked;
     closing = false;
     Close(&link);
-    out.clear();
-    out_head = 0;
-    in.clear();
+    ResetLink();
     link = fd;
     SetNonBlocking(link);
     if (again) {
@@ -407,9 +457,7 @@ struct PageRelay::State {
   void Cut(const std::string& why) {
     Close(&link);
     closing = false;
-    out.clear();
-    out_head = 0;
-    in.clear();
+    ResetLink();
     cut_since = Clock::now();
     Say("the link to " + peer + " was cut (" + why + "); " +
         (serving ? "waiting " : "connecting again for ") +
@@ -422,61 +470,140 @@ struct PageRelay::State {
     out.append(data, len);
   }
 
+  // Queues an acknowledgement when enough arrived, when the link has fallen quiet, or at the
+  // stream's end; and the end of this side's stream once all its data is framed.
   void Fill() {
     if (link < 0) return;
-    if (received > ack_sent) {
+    if (received > ack_sent && (received - ack_sent >= kAckEvery || link_quiet || peer_fin)) {
       char v[8];
       for (int i = 0; i < 8; ++i) v[i] = static_cast<char>(received >> (56 - 8 * i));
       Queue(kAck, v, 8);
       ack_sent = received;
     }
-    while (out.size() - out_head < kQueued && sent < read) {
-      const size_t len = static_cast<size_t>(std::min<uint64_t>(kFrameMax, read - sent));
-      Queue(kData, replay.data() + replay_head + (sent - AckedData()), len);
-      sent += len;
-    }
-    if (local_eof && sent == read) {
+    if (local_eof && sent == read && !framing) {
       Queue(kFin, nullptr, 0);
       sent = read + 1;
     }
   }
 
-  // The link's whole frames; an error ends the relay.
-  // The whole frames of `data` (the link's bytes, from a frame's start); `used` says how many
-  // bytes they took, the rest being the start of the next frame.
-  Status Parse(const char* data, size_t size, size_t* used) {
-    size_t at = 0;
-    *used = 0;
-    while (size - at >= kHeader) {
-      const char type = data[at];
-      const size_t len = GetU32(data + at + 1);
-      if (len > kFrameMax + 512) {
-        return InvalidArgument("a frame of " + std::to_string(len) + " bytes");
-      }
-      if (size - at < kHeader + len) break;
-      const char* payload = data + at + kHeader;
-      if (type == kData) {
-        if (peer_fin) return InvalidArgument("data after the end of the stream");
-        PALADIN_RETURN_IF_ERROR(Deliver(payload, len));
-        received += len;
-      } else if (type == kAck && len == 8) {
-        const uint64_t upto = GetU64(payload);
-        if (upto < acked || upto > Total()) {
-          return InvalidArgument("an acknowledgement of byte " + std::to_string(upto) + " of " +
-                                 std::to_string(Total()));
+  bool HasToWrite() const { return framing || out.size() > out_head || sent < read; }
+
+  // Writes to the link until it would block: the data frame under way, then the control frames
+  // queued, then the next data frame. A failed write cuts the link.
+  void Flush() {
+    while (link >= 0) {
+      ssize_t put = 0;
+      if (framing) {
+        char header[kHeader];
+        header[0] = kData;
+        for (int i = 0; i < 4; ++i) header[1 + i] = static_cast<char>(frame_len >> (24 - 8 * i));
+        iovec parts[2];
+        int count = 0;
+        if (frame_done < kHeader) {
+          parts[count++] = {header + frame_done, kHeader - frame_done};
         }
-        Acknowledge(upto);
-      } else if (type == kFin && len == 0) {
-        if (peer_fin) return InvalidArgument("a second end of the stream");
-        peer_fin = true;
-        received += 1;
-      } else if (type == kAbort) {
-        return Unavailable("the other relay gave up: " + std::string(payload, len));
+        const size_t payload_done = frame_done > kHeader ? frame_done - kHeader : 0;
+        parts[count++] = {const_cast<char*>(ReplayAt(frame_from) + payload_done),
+                          frame_len - payload_done};
+        msghdr message{};
+        message.msg_iov = parts;
+        message.msg_iovlen = static_cast<size_t>(count);
+        put = sendmsg(link, &message, MSG_NOSIGNAL);
+        if (put > 0) {
+          frame_done += static_cast<size_t>(put);
+          if (frame_done == kHeader + frame_len) framing = false;
+        }
+      } else if (out.size() > out_head) {
+        put = send(link, out.data() + out_head, out.size() - out_head, MSG_NOSIGNAL);
+        if (put > 0) {
+          out_head += static_cast<size_t>(put);
+          if (out_head == out.size()) {
+            out.clear();
+            out_head = 0;
+          }
+        }
+      } else if (sent < read) {
+        framing = true;
+        frame_from = sent;
+        frame_len = static_cast<size_t>(std::min<uint64_t>(kFrameMax, read - sent));
+        frame_done = 0;
+        sent += frame_len;
+        continue;
       } else {
-        return InvalidArgument("an unknown frame");
+        return;
       }
-      at += kHeader + len;
-      *used = at;
+      if (put < 0) {
+        if (errno != EAGAIN && errno != EINTR) Cut(strerror(errno));
+        return;
+      }
+    }
+  }
+
+  // One whole control frame, or a data frame's header (its bytes follow in Take).
+  Status Frame(char type, const char* payload, size_t len) {
+    if (type == kAck) {
+      if (len != 8)
+        return InvalidArgument("an acknowledgement of " + std::to_string(len) + " bytes");
+      const uint64_t upto = GetU64(payload);
+      if (upto < acked || upto > Total()) {
+        return InvalidArgument("an acknowledgement of byte " + std::to_string(upto) + " of " +
+                               std::to_string(Total()));
+      }
+      Acknowledge(upto);
+    } else if (type == kFin) {
+      if (len != 0) return InvalidArgument("an end of the stream with a payload");
+      if (peer_fin) return InvalidArgument("a second end of the stream");
+      peer_fin = true;
+      received += 1;
+    } else if (type == kAbort) {
+      return Unavailable("the other relay gave up: " + std::string(payload, len));
+    } else {
+      return InvalidArgument("an unknown frame");
+    }
+    return Status::Ok();
+  }
+
+  // The link's bytes as they come (any cut of them): headers, control payloads, and data that
+  // goes on to this side's CRIU at once.
+  Status Take(const char* data, size_t size) {
+    while (size > 0) {
+      if (!in_frame) {
+        const size_t n = std::min(kHeader - head_got, size);
+        std::memcpy(head + head_got, data, n);
+        head_got += n;
+        data += n;
+        size -= n;
+        if (head_got < kHeader) break;
+        head_got = 0;
+        frame_type = head[0];
+        frame_left = GetU32(head + 1);
+        if (frame_type == kData) {
+          if (frame_left == 0 || frame_left > kFrameMax) {
+            return InvalidArgument("a data frame of " + std::to_string(frame_left) + " bytes");
+          }
+          if (peer_fin) return InvalidArgument("data after the end of the stream");
+        } else if (frame_left > kControlMax) {
+          return InvalidArgument("a control frame of " + std::to_string(frame_left) + " bytes");
+        }
+        in_frame = true;
+        control.clear();
+      }
+      const size_t n = std::min(frame_left, size);
+      if (frame_type == kData) {
+        PALADIN_RETURN_IF_ERROR(Deliver(data, n));
+        received += n;
+      } else {
+        control.append(data, n);
+      }
+      data += n;
+      size -= n;
+      frame_left -= n;
+      if (frame_left == 0) {
+        in_frame = false;
+        if (frame_type != kData) {
+          PALADIN_RETURN_IF_ERROR(Frame(frame_type, control.data(), control.size()));
+        }
+      }
     }
     return Status::Ok();
   }
@@ -506,7 +633,7 @@ struct PageRelay::State {
   }
 
   Status Reconnect() {
-    StatusOr<int> fd = Dial(host, port, 1);
+    StatusOr<int> fd = Dial(host, port, 0.5);
     if (!fd.ok()) return Status::Ok();
     WatchLink(*fd);
     Status shook = Handshake(*fd);
@@ -528,16 +655,18 @@ struct PageRelay::State {
 
   bool Done() const {
     return local_eof && acked == read + 1 && peer_fin && local_shut && link >= 0 &&
-           ack_sent == received && out.size() == out_head;
+           ack_sent == received && out.size() == out_head && !framing;
   }
 
   Status Loop() {
     std::vector<char> buffer(kReadChunk);
     for (;;) {
       if (stop.load()) return Unavailable("the page relay was stopped");
-      if (link < 0 && ever_linked) {
-        // The link went as the stream ended: the destination's relay has nothing more to ask.
-        if (!serving && Ended() && acked == read + 1) return Status::Ok();
+      // Nothing more to send or to hear: a link gone now is not made again (what the other side
+      // sent still goes on to this side's CRIU).
+      const bool settled = local_eof && acked == read + 1 && peer_fin;
+      if (link < 0 && ever_linked && settled && !serving && local_shut) return Status::Ok();
+      if (link < 0 && ever_linked && !(settled && !serving)) {
         if (!serving) PALADIN_RETURN_IF_ERROR(Reconnect());
         if (link < 0 && Seconds(Clock::now() - cut_since) > options.resume_timeout_s) {
           if (Ended()) {
@@ -578,7 +707,7 @@ struct PageRelay::State {
       const int l = watch(local, static_cast<short>((!local_eof && room ? POLLIN : 0) |
                                                     (Pending() > 0 ? POLLOUT : 0)));
       const int n = watch(link, static_cast<short>((Pending() < kToLocalMax ? POLLIN : 0) |
-                                                   (out.size() > out_head ? POLLOUT : 0)));
+                                                   (HasToWrite() ? POLLOUT : 0)));
       const int ll = watch(link_listener, POLLIN);
       const int cl = local < 0 ? watch(local_listener, POLLIN) : -1;
       const size_t first_greeted = fds.size();
@@ -602,11 +731,10 @@ struct PageRelay::State {
       if (has(l, POLLIN) && !local_eof && room) {
         const size_t want =
             std::min<size_t>(kReadChunk, options.replay_limit - (read - AckedData()));
-        const size_t at = replay.size();
-        replay.resize(at + want);
-        const ssize_t got = recv(local, replay.data() + at, want, 0);
-        replay.resize(at + static_cast<size_t>(std::max<ssize_t>(got, 0)));
+        MakeRoom(want);
+        const ssize_t got = recv(local, replay.get() + replay_end, want, 0);
         if (got > 0) {
+          replay_end += static_cast<size_t>(got);
           read += static_cast<uint64_t>(got);
         } else if (got == 0) {
           local_eof = true;
@@ -626,35 +754,15 @@ struct PageRelay::State {
           return Fail("its CRIU's connection failed: " + std::string(strerror(errno)));
         }
       }
-      if (has(n, POLLOUT) && link >= 0 && out.size() > out_head) {
-        const ssize_t put = send(link, out.data() + out_head, out.size() - out_head, MSG_NOSIGNAL);
-        if (put > 0) {
-          out_head += static_cast<size_t>(put);
-          if (out_head == out.size()) {
-            out.clear();
-            out_head = 0;
-          }
-        } else if (put < 0 && errno != EAGAIN && errno != EINTR) {
-          Cut(strerror(errno));
-        }
-      }
+      if (has(n, POLLOUT)) Flush();
+      link_quiet = !has(n, POLLIN);
       if (has(n, POLLIN) && link >= 0) {
         const ssize_t got = recv(link, buffer.data(), buffer.size(), 0);
         if (got > 0) {
-          // Parsed where it landed unless a frame's start waits in `in` (no copy).
-          const bool whole = in.empty();
-          if (!whole) in.append(buffer.data(), static_cast<size_t>(got));
-          const char* data = whole ? buffer.data() : in.data();
-          const size_t size = whole ? static_cast<size_t>(got) : in.size();
-          size_t used = 0;
-          Status parsed = Parse(data, size, &used);
-          if (whole) {
-            in.assign(data + used, size - used);
-          } else {
-            in.erase(0, used);
+          Status taken = Take(buffer.data(), static_cast<size_t>(got));
+          if (!taken.ok()) {
+            return taken.code() == StatusCode::kInvalidArgument ? Fail(taken.message()) : taken;
           }
-          if (!parsed.ok())
-            return parsed.code() == StatusCode::kInvalidArgument ? Fail(parsed.message()) : parsed;
         } else if (got == 0 && closing) {
           return Status::Ok();  // the other relay's end, after this one's
         } else if (got == 0) {
