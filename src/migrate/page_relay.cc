@@ -660,6 +660,7 @@ struct PageRelay::State {
 
   Status Loop() {
     std::vector<char> buffer(kReadChunk);
+    std::vector<pollfd> fds;  // what each turn of the loop waits on
     for (;;) {
       if (stop.load()) return Unavailable("the page relay was stopped");
       // Nothing more to send or to hear: a link gone now is not made again (what the other side
@@ -697,7 +698,7 @@ struct PageRelay::State {
           return Status::Ok();
         }
       }
-      std::vector<pollfd> fds;
+      fds.clear();
       auto watch = [&fds](int fd, short events) {
         if (fd < 0 || events == 0) return -1;
         fds.push_back(pollfd{fd, events, 0});
@@ -795,6 +796,14 @@ struct PageRelay::State {
 
   void Run() { Finish(Loop()); }
 };
+
+StatusOr<std::string> PageRelaySecret(const Channel& channel, const std::string& nonce) {
+  std::string secret = channel.DerivedSecret("page-relay " + nonce);
+  if (secret.empty()) {
+    return FailedPrecondition("the command channel is not sealed (no token): no page relay secret");
+  }
+  return secret;
+}
 
 PageRelay::PageRelay() = default;
 PageRelay::~PageRelay() { Stop(); }

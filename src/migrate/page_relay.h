@@ -12,7 +12,7 @@
 // given up: both relays reset their CRIU's connection, which fails the move as a cut stream did
 // before (the job resumes at the source). Each link, the first and every later one, is
 // authenticated both ways by HMAC-SHA256 under a secret of the move's, which both sides derive
-// from their command channel's session key and a nonce (kPageRelayLabel) and never send: a
+// from their command channel's session key and a nonce (PageRelaySecret) and never send: a
 // stranger who connects is refused and does not take the page server (docs/formats/migrate.md,
 // "The page relay").
 #ifndef PALADIN_MIGRATE_PAGE_RELAY_H_
@@ -29,8 +29,9 @@
 
 namespace paladin::migrate {
 
-// The relay secret of a move: Channel::DerivedSecret(kPageRelayLabel + RESTORE LAZY's nonce).
-inline constexpr char kPageRelayLabel[] = "page-relay ";
+// The relay secret of a move, as both sides derive it from their command channel and RESTORE
+// LAZY's nonce (Channel::DerivedSecret); refused on a channel that is not sealed.
+StatusOr<std::string> PageRelaySecret(const Channel& channel, const std::string& nonce);
 
 struct PageRelayOptions {
   // How long a cut link is waited for (at the source) and tried again (at the destination).

@@ -40,10 +40,8 @@ StatusOr<ckpt::Criu> PagePuller::Start(const ckpt::Criu& criu,
         "RESTORE LAZY needs the source's page relay port and a nonce (64 hex digits), got '" +
         relay_text.substr(0, 24) + "'");
   }
-  const std::string secret = channel.DerivedSecret(kPageRelayLabel + nonce);
-  if (secret.empty()) {
-    return FailedPrecondition("the command channel is not sealed (no token): no page relay secret");
-  }
+  StatusOr<std::string> secret = PageRelaySecret(channel, nonce);
+  if (!secret.ok()) return secret.status();
   StatusOr<ckpt::Criu> lazy = known ? *known : ckpt::LazyCriu(criu);
   if (!lazy.ok()) return lazy.status();
   sockaddr_storage peer{};
@@ -64,7 +62,7 @@ StatusOr<ckpt::Criu> PagePuller::Start(const ckpt::Criu& criu,
   // For the tests: the link is cut once, a few MiB into the pages (docs/lazy_migration.md).
   if (FaultSet("cut:page-relay")) relay_options.cut_after = uint64_t{24} << 20;
   StatusOr<PageRelay> relay =
-      PageRelay::Reach(host, static_cast<int>(port), secret, relay_options, progress_);
+      PageRelay::Reach(host, static_cast<int>(port), *secret, relay_options, progress_);
   if (!relay.ok()) return relay.status();
   relay_ = std::move(*relay);
   progress_("post-copy: pulling the job's memory from " + std::string(host) + ":" +

@@ -35,7 +35,7 @@ StatusOr<int> FreeLoopbackPort() {
 }
 
 // The address this host sends from to reach HOST:PORT (a UDP socket's connect sends nothing):
-// the post-copy page server listens there only, not on every interface.
+// the post-copy page relay listens there only, not on every interface.
 StatusOr<std::string> LocalAddressTowards(const std::string& host, int port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -326,19 +326,17 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   std::string relay_nonce;
   if (options.lazy) {
     StatusOr<std::string> nonce = RandomHex(32);
-    Status started = nonce.status();
-    if (nonce.ok()) {
+    StatusOr<std::string> secret =
+        nonce.ok() ? PageRelaySecret(*channel, *nonce) : StatusOr<std::string>(nonce.status());
+    StatusOr<PageRelay> serving =
+        secret.ok() ? PageRelay::Serve(std::move(*relay_listener), "127.0.0.1",
+                                       checkpoint.lazy_port, *secret, {}, progress)
+                    : StatusOr<PageRelay>(secret.status());
+    const Status started = serving.status();
+    if (started.ok()) {
       relay_nonce = *nonce;
-      const std::string secret = channel->DerivedSecret(kPageRelayLabel + relay_nonce);
-      StatusOr<PageRelay> serving =
-          secret.empty() ? StatusOr<PageRelay>(FailedPrecondition(
-                               "the command channel is not sealed (no token): no relay secret"))
-                         : PageRelay::Serve(std::move(*relay_listener), "127.0.0.1",
-                                            checkpoint.lazy_port, secret, {}, progress);
-      if (serving.ok()) relay = std::move(*serving);
-      started = serving.status();
-    }
-    if (!started.ok()) {
+      relay = std::move(*serving);
+    } else {
       stop_dump();
       cleanup();
       return Abandon(criu, job, &*channel,
