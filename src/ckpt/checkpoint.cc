@@ -323,9 +323,7 @@ DumpOptions CheckpointRun::FinalDumpOptions(const std::string& parent) const {
   dump.lazy_log = options_.lazy_log;
   dump.lazy_dump = options_.lazy_dump;
   dump.lazy_tls_args = options_.lazy_tls_args;
-  dump.page_server_port = options_.page_server_port;
-  dump.page_server_address = options_.page_server_address;
-  dump.page_server_tls_args = options_.page_server_tls_args;
+  dump.page_server_socket = options_.page_server_socket;
   dump.net_ns = job_->net_ns;
   return dump;
 }

@@ -506,11 +506,10 @@ Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOpti
   }
   if (options.leave_running && !options.pre_dump) argv.emplace_back("--leave-running");
   if (options.leave_stopped) argv.emplace_back("--leave-stopped");
-  if (options.page_server_port > 0 && options.lazy_port == 0 && !options.pre_dump) {
-    argv.insert(argv.end(), {"--page-server", "--address", options.page_server_address, "--port",
-                             std::to_string(options.page_server_port)});
-    argv.insert(argv.end(), options.page_server_tls_args.begin(),
-                options.page_server_tls_args.end());
+  const bool streaming =
+      options.page_server_socket >= 0 && options.lazy_port == 0 && !options.pre_dump;
+  if (streaming) {
+    argv.insert(argv.end(), {"--page-server", "--ps-socket", std::to_string(kPassedFd)});
   }
   if (options.lazy_port > 0 && !options.pre_dump) {
     // The log goes outside the image: the image is sent while the dump still writes it.
@@ -528,7 +527,8 @@ Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOpti
     if (options.lazy_dump != nullptr) *options.lazy_dump = *dump;
     return Status::Ok();
   }
-  SubprocessResult r = RunBounded(argv, criu.Env(), options.timeout_s);
+  SubprocessResult r = RunBounded(argv, criu.Env(), options.timeout_s, "",
+                                  streaming ? options.page_server_socket : -1);
   std::string log = dir + (options.pre_dump ? "/pre-dump.log" : "/dump.log");
   if ((r.timed_out || r.exit_code != 0) && !options.failed_log.empty()) {
     std::error_code ec;
@@ -677,7 +677,7 @@ Criu StreamCriu(const Criu& criu, const std::optional<StatusOr<Criu>>& lazy) {
 }
 
 StatusOr<pid_t> StartServing(const Criu& criu, std::vector<std::string> argv,
-                             const std::string& log, double ready_s) {
+                             const std::string& log, double ready_s, int pass_fd) {
   int status[2];
   if (pipe2(status, O_CLOEXEC) != 0) return IoError(std::string("pipe: ") + strerror(errno));
   argv.insert(argv.end(), {"--status-fd", "3"});
@@ -692,7 +692,11 @@ StatusOr<pid_t> StartServing(const Criu& criu, std::vector<std::string> argv,
     setpgid(0, 0);
     const int null = open("/dev/null", O_RDWR);
     for (int fd = 0; fd < 3 && null >= 0; ++fd) dup2(null, fd);
-    dup2(status[1], 3);  // dup2 clears close-on-exec
+    // Out of the way of 3 and kPassedFd first: either may be the other's number now.
+    const int status_fd = fcntl(status[1], F_DUPFD_CLOEXEC, 10);
+    const int passed = pass_fd >= 0 ? fcntl(pass_fd, F_DUPFD_CLOEXEC, 10) : -1;
+    dup2(status_fd, 3);  // dup2 clears close-on-exec
+    PassFd(passed);
     exec.Exec();
     _exit(127);
   }

@@ -43,9 +43,18 @@ void ExecArgs::Exec() const {
   if (argv_.size() > 1) execvpe(argv_[0], argv_.data(), envp_.data());
 }
 
+void PassFd(int fd) {
+  if (fd < 0) return;
+  if (fd == kPassedFd) {
+    fcntl(fd, F_SETFD, 0);  // dup2 onto itself would keep close-on-exec
+  } else {
+    dup2(fd, kPassedFd);  // dup2 clears close-on-exec
+  }
+}
+
 SubprocessResult RunBounded(const std::vector<std::string>& argv,
                             const std::vector<std::pair<std::string, std::string>>& env,
-                            double timeout_s, const std::string& root_at) {
+                            double timeout_s, const std::string& root_at, int pass_fd) {
   SubprocessResult result;
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
@@ -72,6 +81,7 @@ SubprocessResult RunBounded(const std::vector<std::string>& argv,
     dup2(fds[1], STDERR_FILENO);
     const int null = open("/dev/null", O_RDONLY);
     if (null >= 0) dup2(null, STDIN_FILENO);
+    PassFd(pass_fd);
     if (!root_at.empty() && (unshare(CLONE_NEWNS) != 0 ||
                              mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0 ||
                              mount("/", root_at.c_str(), nullptr, MS_BIND, nullptr) != 0)) {

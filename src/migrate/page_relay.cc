@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/evp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -43,6 +44,7 @@ constexpr char kFin = 'F';
 constexpr char kAbort = 'X';
 constexpr const char* kGreeting = "PALADIN-PAGE-RELAY 1 ";
 constexpr size_t kMaxGreeting = 8;  // links waiting to prove the secret, at most
+constexpr size_t kTag = 16;         // GCM's tag after a sealed frame's payload
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -164,6 +166,85 @@ uint32_t GetU32(const char* p) {
 
 }  // namespace
 
+// One direction of a sealed link (PageRelayOptions::seal): AES-128-GCM under that direction's key
+// of the link, the frame's number on the link as its IV, its header as associated data. A key
+// serves one link only (LinkKey), so an IV is never used twice under one key, however often the
+// same bytes are sent again on later links.
+class FrameSeal {
+ public:
+  // `hex_key`: at least 32 hex digits, the first 32 taken.
+  FrameSeal(const std::string& hex_key, bool encrypt) : encrypt_(encrypt) {
+    unsigned char key[16];
+    for (size_t i = 0; i < sizeof key; ++i) {
+      key[i] = static_cast<unsigned char>(std::stoi(hex_key.substr(2 * i, 2), nullptr, 16));
+    }
+    ok_ = ctx_ != nullptr &&
+          (encrypt ? EVP_EncryptInit_ex(ctx_, EVP_aes_128_gcm(), nullptr, key, nullptr)
+                   : EVP_DecryptInit_ex(ctx_, EVP_aes_128_gcm(), nullptr, key, nullptr)) == 1;
+  }
+  ~FrameSeal() { EVP_CIPHER_CTX_free(ctx_); }
+  FrameSeal(const FrameSeal&) = delete;
+  FrameSeal& operator=(const FrameSeal&) = delete;
+
+  // Appends the frame to `out`: `header` in clear, `len` bytes of `in` sealed, the tag.
+  bool Seal(const char* header, const char* in, size_t len, std::string* out) {
+    const size_t at = out->size();
+    out->resize(at + kHeader + len + kTag);
+    auto* p = reinterpret_cast<unsigned char*>(out->data() + at);
+    std::memcpy(p, header, kHeader);
+    int n = 0;
+    return Start(p) &&
+           (len == 0 ||
+            EVP_EncryptUpdate(ctx_, p + kHeader, &n, reinterpret_cast<const unsigned char*>(in),
+                              static_cast<int>(len)) == 1) &&
+           EVP_EncryptFinal_ex(ctx_, p + kHeader + len, &n) == 1 &&
+           EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_GCM_GET_TAG, kTag, p + kHeader + len) == 1;
+  }
+  // Opens `len` bytes at `data` in place, the tag after them: false when they were not sealed
+  // under this key as this link's next frame with this header.
+  bool Open(const char* header, char* data, size_t len) {
+    auto* p = reinterpret_cast<unsigned char*>(data);
+    int n = 0;
+    return Start(reinterpret_cast<const unsigned char*>(header)) &&
+           (len == 0 || EVP_DecryptUpdate(ctx_, p, &n, p, static_cast<int>(len)) == 1) &&
+           EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_GCM_SET_TAG, kTag, p + len) == 1 &&
+           EVP_DecryptFinal_ex(ctx_, p + len, &n) == 1;
+  }
+
+ private:
+  bool Start(const unsigned char* header) {
+    unsigned char iv[12] = {};
+    for (int i = 0; i < 8; ++i) iv[4 + i] = static_cast<unsigned char>(frames_ >> (56 - 8 * i));
+    ++frames_;
+    int n = 0;
+    return ok_ && (encrypt_ ? EVP_EncryptInit_ex(ctx_, nullptr, nullptr, nullptr, iv) == 1 &&
+                                  EVP_EncryptUpdate(ctx_, nullptr, &n, header, kHeader) == 1
+                            : EVP_DecryptInit_ex(ctx_, nullptr, nullptr, nullptr, iv) == 1 &&
+                                  EVP_DecryptUpdate(ctx_, nullptr, &n, header, kHeader) == 1);
+  }
+
+  EVP_CIPHER_CTX* ctx_ = EVP_CIPHER_CTX_new();
+  bool encrypt_;
+  bool ok_ = false;
+  uint64_t frames_ = 0;
+};
+
+namespace {
+
+// A link's key for one direction ("to-serve": written by the relay that connected; "to-reach":
+// by the one that listens), from the move's secret and the challenge of that link's handshake.
+std::string LinkKey(const std::string& secret, const char* direction,
+                    const std::string& challenge) {
+  return HmacSha256Hex(secret, std::string("seal ") + direction + " " + challenge);
+}
+
+void PutHeader(char* header, char type, size_t len) {
+  header[0] = type;
+  for (int i = 0; i < 4; ++i) header[1 + i] = static_cast<char>(len >> (24 - 8 * i));
+}
+
+}  // namespace
+
 struct PageRelay::State {
   bool serving = false;
   PageRelayOptions options;
@@ -213,6 +294,11 @@ struct PageRelay::State {
   size_t frame_done = 0;
   std::string out;  // control frames queued for the link, written between data frames
   size_t out_head = 0;
+  // Sealed links: this link's two directions, and the sealed frames being written.
+  std::unique_ptr<FrameSeal> seal_out;
+  std::unique_ptr<FrameSeal> seal_in;
+  std::string wire;
+  size_t wire_head = 0;
 
   // What the other side's CRIU sent. The link's frames are read as they come: a data frame's
   // bytes go on to this side's CRIU before the frame has all arrived.
@@ -222,6 +308,7 @@ struct PageRelay::State {
   char frame_type = 0;
   size_t frame_left = 0;
   std::string control;  // an acknowledgement's or abort's payload, as it arrives
+  std::string sealed;   // a sealed frame's payload and tag, as they arrive
   bool link_quiet = false;
   uint64_t received = 0;
   uint64_t ack_sent = 0;
@@ -232,6 +319,7 @@ struct PageRelay::State {
   bool cut_done = false;
   bool closing = false;  // Done, and the link shut for writing: the other side's end awaited
 
+  Status broken = Status::Ok();  // a frame that could not be sealed
   std::atomic<bool> stop{false};
   std::atomic<int> resumes{0};
   std::mutex mu;
@@ -267,27 +355,30 @@ struct PageRelay::State {
   // frame cut short does not garble it) and this side's CRIU sees a reset.
   Status Fail(const std::string& why) {
     if (link >= 0) {
-      std::string frames;
-      if (framing) {  // the data frame under way is finished first
-        char header[kHeader];
-        header[0] = kData;
-        for (int i = 0; i < 4; ++i) header[1 + i] = static_cast<char>(frame_len >> (24 - 8 * i));
-        const std::string whole =
-            std::string(header, kHeader) + std::string(ReplayAt(frame_from), frame_len);
-        frames = whole.substr(frame_done);
-      }
-      frames += out.substr(out_head);
       const std::string text = why.substr(0, kControlMax);
-      frames.push_back(kAbort);
-      PutU32(&frames, static_cast<uint32_t>(text.size()));
-      (void)SendAll(link, frames + text, After(1));
+      Queue(kAbort, text.data(), text.size());
+      std::string frames;
+      if (options.seal) {
+        SealQueued();
+        frames = wire.substr(wire_head);
+      } else {
+        if (framing) {  // the data frame under way is finished first
+          char header[kHeader];
+          PutHeader(header, kData, frame_len);
+          const std::string whole =
+              std::string(header, kHeader) + std::string(ReplayAt(frame_from), frame_len);
+          frames = whole.substr(frame_done);
+        }
+        frames += out.substr(out_head);
+      }
+      (void)SendAll(link, frames, After(1));
     }
     return Unavailable(why);
   }
 
   // The reaching side's handshake on a new link (docs/formats/migrate.md), blocking: it has
   // nothing else to do while its link is down.
-  Status Handshake(int fd) {
+  Status Handshake(int fd, std::string* challenge_out) {
     const Clock::time_point until = After(options.handshake_timeout_s);
     StatusOr<std::string> line = ReceiveLine(fd, until);
     if (!line.ok()) return line.status();
@@ -307,6 +398,7 @@ struct PageRelay::State {
         !SameSecret(proof, HmacSha256Hex(secret, "serve " + challenge))) {
       return PermissionDenied("the other relay did not prove this move's relay secret");
     }
+    *challenge_out = challenge;
     return GoOnFrom(their_received);
   }
 
@@ -362,8 +454,8 @@ struct PageRelay::State {
       return going;
     }
     const bool first = !ever_linked;
-    Adopt(fd);
-    if (first) {
+    Adopt(fd, g->challenge);
+    if (first && local < 0) {
       StatusOr<int> server = Dial(server_host, server_port, 10);
       if (!server.ok()) {
         return Unavailable("cannot reach the page server: " + server.status().message());
@@ -433,14 +525,26 @@ struct PageRelay::State {
     head_got = 0;
     in_frame = false;
     control.clear();
+    sealed.clear();
+    wire.clear();
+    wire_head = 0;
+    seal_out.reset();
+    seal_in.reset();
   }
 
-  // A new link replaces the old one (if any) and the stream goes on.
-  void Adopt(int fd) {
+  // A new link replaces the old one (if any) and the stream goes on; `challenge`: its
+  // handshake's, from which a sealed link's keys are derived.
+  void Adopt(int fd, const std::string& challenge) {
     const bool again = ever_linked;
     closing = false;
     Close(&link);
     ResetLink();
+    if (options.seal) {
+      seal_out = std::make_unique<FrameSeal>(
+          LinkKey(secret, serving ? "to-reach" : "to-serve", challenge), true);
+      seal_in = std::make_unique<FrameSeal>(
+          LinkKey(secret, serving ? "to-serve" : "to-reach", challenge), false);
+    }
     link = fd;
     SetNonBlocking(link);
     if (again) {
@@ -486,17 +590,68 @@ struct PageRelay::State {
     }
   }
 
-  bool HasToWrite() const { return framing || out.size() > out_head || sent < read; }
+  bool HasToWrite() const {
+    return framing || out.size() > out_head || sent < read || wire_head < wire.size();
+  }
+
+  // Sealed links: the control frames queued go into `wire`, in order.
+  void SealQueued() {
+    while (out_head < out.size()) {
+      const size_t len = GetU32(out.data() + out_head + 1);
+      if (!seal_out->Seal(out.data() + out_head, out.data() + out_head + kHeader, len, &wire)) {
+        broken = Internal("cannot seal a frame (OpenSSL)");
+      }
+      out_head += kHeader + len;
+    }
+    out.clear();
+    out_head = 0;
+  }
+
+  // Flush for a sealed link: each frame is sealed into `wire` when its turn comes (the control
+  // frames queued, then the next data frame), then written.
+  void FlushSealed() {
+    while (link >= 0) {
+      if (wire_head == wire.size()) {
+        wire.clear();
+        wire_head = 0;
+        if (out.size() > out_head) {
+          SealQueued();
+        } else if (sent < read) {
+          const size_t len = static_cast<size_t>(std::min<uint64_t>(kFrameMax, read - sent));
+          char header[kHeader];
+          PutHeader(header, kData, len);
+          if (!seal_out->Seal(header, ReplayAt(sent), len, &wire)) {
+            broken = Internal("cannot seal a frame (OpenSSL)");
+            return;
+          }
+          sent += len;
+        } else {
+          return;
+        }
+      }
+      const ssize_t put =
+          send(link, wire.data() + wire_head, wire.size() - wire_head, MSG_NOSIGNAL);
+      if (put > 0) {
+        wire_head += static_cast<size_t>(put);
+        continue;
+      }
+      if (put < 0 && errno != EAGAIN && errno != EINTR) Cut(strerror(errno));
+      return;
+    }
+  }
 
   // Writes to the link until it would block: the data frame under way, then the control frames
   // queued, then the next data frame. A failed write cuts the link.
   void Flush() {
+    if (options.seal) {
+      FlushSealed();
+      return;
+    }
     while (link >= 0) {
       ssize_t put = 0;
       if (framing) {
         char header[kHeader];
-        header[0] = kData;
-        for (int i = 0; i < 4; ++i) header[1 + i] = static_cast<char>(frame_len >> (24 - 8 * i));
+        PutHeader(header, kData, frame_len);
         iovec parts[2];
         int count = 0;
         if (frame_done < kHeader) {
@@ -563,30 +718,73 @@ struct PageRelay::State {
     return Status::Ok();
   }
 
+  // A frame header's bytes from the front of `data`: true once it is whole and its length
+  // checked (the frame then begins).
+  StatusOr<bool> TakeHeader(const char** data, size_t* size) {
+    const size_t n = std::min(kHeader - head_got, *size);
+    std::memcpy(head + head_got, *data, n);
+    head_got += n;
+    *data += n;
+    *size -= n;
+    if (head_got < kHeader) return false;
+    head_got = 0;
+    frame_type = head[0];
+    frame_left = GetU32(head + 1);
+    if (frame_type == kData) {
+      if (frame_left == 0 || frame_left > kFrameMax) {
+        return InvalidArgument("a data frame of " + std::to_string(frame_left) + " bytes");
+      }
+      if (peer_fin) return InvalidArgument("data after the end of the stream");
+    } else if (frame_left > kControlMax) {
+      return InvalidArgument("a control frame of " + std::to_string(frame_left) + " bytes");
+    }
+    in_frame = true;
+    control.clear();
+    sealed.clear();
+    return true;
+  }
+
+  // A sealed link's bytes: each frame is kept until it is whole and opens, then taken.
+  Status TakeSealed(const char* data, size_t size) {
+    while (size > 0) {
+      if (!in_frame) {
+        StatusOr<bool> whole = TakeHeader(&data, &size);
+        if (!whole.ok()) return whole.status();
+        if (!*whole) break;
+        frame_left += kTag;
+      }
+      const size_t n = std::min(frame_left, size);
+      sealed.append(data, n);
+      data += n;
+      size -= n;
+      frame_left -= n;
+      if (frame_left > 0) break;
+      in_frame = false;
+      const size_t len = sealed.size() - kTag;
+      if (!seal_in->Open(head, sealed.data(), len)) {
+        return InvalidArgument(
+            "a frame that does not open under this link's key (altered on the way, or not from "
+            "this move's relay)");
+      }
+      if (frame_type == kData) {
+        PALADIN_RETURN_IF_ERROR(Deliver(sealed.data(), len));
+        received += len;
+      } else {
+        PALADIN_RETURN_IF_ERROR(Frame(frame_type, sealed.data(), len));
+      }
+    }
+    return Status::Ok();
+  }
+
   // The link's bytes as they come (any cut of them): headers, control payloads, and data that
   // goes on to this side's CRIU at once.
   Status Take(const char* data, size_t size) {
+    if (options.seal) return TakeSealed(data, size);
     while (size > 0) {
       if (!in_frame) {
-        const size_t n = std::min(kHeader - head_got, size);
-        std::memcpy(head + head_got, data, n);
-        head_got += n;
-        data += n;
-        size -= n;
-        if (head_got < kHeader) break;
-        head_got = 0;
-        frame_type = head[0];
-        frame_left = GetU32(head + 1);
-        if (frame_type == kData) {
-          if (frame_left == 0 || frame_left > kFrameMax) {
-            return InvalidArgument("a data frame of " + std::to_string(frame_left) + " bytes");
-          }
-          if (peer_fin) return InvalidArgument("data after the end of the stream");
-        } else if (frame_left > kControlMax) {
-          return InvalidArgument("a control frame of " + std::to_string(frame_left) + " bytes");
-        }
-        in_frame = true;
-        control.clear();
+        StatusOr<bool> whole = TakeHeader(&data, &size);
+        if (!whole.ok()) return whole.status();
+        if (!*whole) break;
       }
       const size_t n = std::min(frame_left, size);
       if (frame_type == kData) {
@@ -636,7 +834,8 @@ struct PageRelay::State {
     StatusOr<int> fd = Dial(host, port, 0.5);
     if (!fd.ok()) return Status::Ok();
     WatchLink(*fd);
-    Status shook = Handshake(*fd);
+    std::string challenge;
+    Status shook = Handshake(*fd, &challenge);
     if (!shook.ok()) {
       close(*fd);
       if (shook.code() == StatusCode::kInvalidArgument ||
@@ -645,7 +844,7 @@ struct PageRelay::State {
       }
       return Status::Ok();
     }
-    Adopt(*fd);
+    Adopt(*fd, challenge);
     return Status::Ok();
   }
 
@@ -655,7 +854,7 @@ struct PageRelay::State {
 
   bool Done() const {
     return local_eof && acked == read + 1 && peer_fin && local_shut && link >= 0 &&
-           ack_sent == received && out.size() == out_head && !framing;
+           ack_sent == received && out.size() == out_head && !framing && wire_head == wire.size();
   }
 
   Status Loop() {
@@ -663,6 +862,7 @@ struct PageRelay::State {
     std::vector<pollfd> fds;  // what each turn of the loop waits on
     for (;;) {
       if (stop.load()) return Unavailable("the page relay was stopped");
+      if (!broken.ok()) return broken;
       // Nothing more to send or to hear: a link gone now is not made again (what the other side
       // sent still goes on to this side's CRIU).
       const bool settled = local_eof && acked == read + 1 && peer_fin;
@@ -820,15 +1020,24 @@ StatusOr<PageRelay> PageRelay::Serve(Listener listener, const std::string& serve
                                      int server_port, const std::string& secret,
                                      const PageRelayOptions& options,
                                      std::function<void(const std::string&)> progress) {
-  if (secret.size() < 32) return InvalidArgument("a page relay's secret needs 32 characters");
+  int criu = options.criu_socket;
+  if (secret.size() < 32) {
+    Close(&criu);
+    return InvalidArgument("a page relay's secret needs 32 characters");
+  }
   auto state = std::make_unique<State>();
   state->serving = true;
   state->options = options;
+  state->local = criu;
+  if (criu >= 0) SetNonBlocking(criu);
   state->progress = std::move(progress);
   state->secret = secret;
-  state->peer = "the destination's relay";
+  state->peer = "the other relay";
   state->link_listener = fcntl(listener.fd(), F_DUPFD_CLOEXEC, 0);
-  if (state->link_listener < 0) return IoError(std::string("dup: ") + strerror(errno));
+  if (state->link_listener < 0) {
+    Close(&state->local);
+    return IoError(std::string("dup: ") + strerror(errno));
+  }
   SetNonBlocking(state->link_listener);
   state->server_host = server_host;
   state->server_port = server_port;
@@ -842,32 +1051,44 @@ StatusOr<PageRelay> PageRelay::Serve(Listener listener, const std::string& serve
 StatusOr<PageRelay> PageRelay::Reach(const std::string& host, int port, const std::string& secret,
                                      const PageRelayOptions& options,
                                      std::function<void(const std::string&)> progress) {
-  if (secret.size() < 32) return InvalidArgument("a page relay's secret needs 32 characters");
+  int criu = options.criu_socket;
+  if (secret.size() < 32) {
+    Close(&criu);
+    return InvalidArgument("a page relay's secret needs 32 characters");
+  }
   auto state = std::make_unique<State>();
   state->options = options;
+  state->local = criu;
   state->progress = std::move(progress);
   state->secret = secret;
-  state->peer = "the source's relay at " + host + ":" + std::to_string(port);
+  state->peer = "the relay at " + host + ":" + std::to_string(port);
   state->host = host;
   state->port = port;
-  StatusOr<Listener> local = Listener::Listen("127.0.0.1", 0);
-  if (!local.ok()) return local.status();
-  state->local_port = local->port();
-  state->local_listener = fcntl(local->fd(), F_DUPFD_CLOEXEC, 0);
-  if (state->local_listener < 0) return IoError(std::string("dup: ") + strerror(errno));
+  if (criu >= 0) {
+    SetNonBlocking(criu);
+  } else {
+    StatusOr<Listener> local = Listener::Listen("127.0.0.1", 0);
+    if (!local.ok()) return local.status();
+    state->local_port = local->port();
+    state->local_listener = fcntl(local->fd(), F_DUPFD_CLOEXEC, 0);
+    if (state->local_listener < 0) return IoError(std::string("dup: ") + strerror(errno));
+  }
   StatusOr<int> first = Dial(host, port, 10);
   if (!first.ok()) {
     Close(&state->local_listener);
+    Close(&state->local);
     return Unavailable("cannot reach " + state->peer + ": " + first.status().message());
   }
   WatchLink(*first);
-  Status shook = state->Handshake(*first);
+  std::string challenge;
+  Status shook = state->Handshake(*first, &challenge);
   if (!shook.ok()) {
     close(*first);
     Close(&state->local_listener);
+    Close(&state->local);
     return Status(shook.code(), state->peer + " refused: " + shook.message());
   }
-  state->Adopt(*first);
+  state->Adopt(*first, challenge);
   PageRelay relay;
   relay.state_ = std::move(state);
   State* s = relay.state_.get();

@@ -1,20 +1,21 @@
-// The page relay: a post-copy move's page stream (CRIU's page server at the source, `criu
-// lazy-pages` at the destination) crosses the network between two relays of Paladin's, one
-// beside each CRIU on its own host's loopback, so that a cut connection is made again and the
-// stream goes on where it stopped instead of failing the move (docs/lazy_migration.md, "A cut
-// page stream").
+// The page relay: a move's page stream crosses the network between two relays of Paladin's, one
+// beside each CRIU, so that a cut connection is made again and the stream goes on where it
+// stopped instead of failing the move (docs/lazy_migration.md, "A cut page stream"). Post-copy:
+// CRIU's page server at the source, `criu lazy-pages` at the destination, each on its host's
+// loopback, TLS end to end between the two CRIUs (the relays carry its bytes untouched).
+// Streaming pre-copy: the dump at the source, `criu page-server` at the destination, each on a
+// socket pair with its relay, in clear; the relays seal every frame (PageRelayOptions::seal).
 //
-// The relays carry CRIU's bytes as they are (TLS end to end between the two CRIUs, untouched)
-// in frames of their own, number what each direction carried, and keep what they sent until the
-// other relay acknowledges it. When the link is cut the destination's relay connects again
-// (until `resume_timeout_s`), each side says how much it received, and each sends again what the
-// other lacks; neither CRIU sees the cut. A link that does not come back within the timeout is
-// given up: both relays reset their CRIU's connection, which fails the move as a cut stream did
-// before (the job resumes at the source). Each link, the first and every later one, is
-// authenticated both ways by HMAC-SHA256 under a secret of the move's, which both sides derive
-// from their command channel's session key and a nonce (PageRelaySecret) and never send: a
-// stranger who connects is refused and does not take the page server (docs/formats/migrate.md,
-// "The page relay").
+// The relays carry CRIU's bytes in frames of their own, number what each direction carried, and
+// keep what they sent until the other relay acknowledges it. When the link is cut the relay that
+// connected (Reach) connects again (until `resume_timeout_s`), each side says how much it
+// received, and each sends again what the other lacks; neither CRIU sees the cut. A link that
+// does not come back within the timeout is given up: both relays reset their CRIU's connection,
+// which fails the move as a cut stream did before (the job resumes at the source). Each link, the
+// first and every later one, is authenticated both ways by HMAC-SHA256 under a secret of the
+// move's, which both sides derive from their command channel's session key and a nonce
+// (PageRelaySecret) and never send: a stranger who connects is refused and does not take the page
+// server (docs/formats/migrate.md, "The page relay").
 #ifndef PALADIN_MIGRATE_PAGE_RELAY_H_
 #define PALADIN_MIGRATE_PAGE_RELAY_H_
 
@@ -44,6 +45,14 @@ struct PageRelayOptions {
   uint64_t cut_after = 0;
   // How long one new link may take to authenticate before it is dropped.
   double handshake_timeout_s = 5;
+  // Every frame on the link sealed (AES-128-GCM under keys of that link, derived from the
+  // secret and the link's challenge): for a stream CRIU does not protect itself (streaming
+  // pre-copy's, over a socket pair). Without it the frames go as they are (post-copy's, which
+  // CRIU's TLS protects end to end). Both sides must agree.
+  bool seal = false;
+  // This side's CRIU's end of a connected socket pair (CRIU's --ps-socket), taken by the relay:
+  // Serve then connects to no page server, Reach listens for no client. -1: over loopback TCP.
+  int criu_socket = -1;
 };
 
 class PageRelay {
@@ -55,15 +64,15 @@ class PageRelay {
   PageRelay(const PageRelay&) = delete;
   PageRelay& operator=(const PageRelay&) = delete;
 
-  // The side beside CRIU's page server: takes the other relay's links on `listener` (the first
-  // and any later one that proves `secret`) and, once the first has, connects to the page server
-  // at `server_host`:`server_port`.
+  // The side that listens: takes the other relay's links on `listener` (the first and any later
+  // one that proves `secret`) and, once the first has, connects to its CRIU at
+  // `server_host`:`server_port` (unless options.criu_socket gives it).
   static StatusOr<PageRelay> Serve(Listener listener, const std::string& server_host,
                                    int server_port, const std::string& secret,
                                    const PageRelayOptions& options,
                                    std::function<void(const std::string&)> progress);
-  // The side beside CRIU's client: listens on 127.0.0.1 (local_port()) for it, and connects to
-  // the other relay at `host`:`port`, proving `secret`.
+  // The side that connects: to the other relay at `host`:`port`, proving `secret`; and listens on
+  // 127.0.0.1 (local_port()) for its CRIU (unless options.criu_socket gives it).
   static StatusOr<PageRelay> Reach(const std::string& host, int port, const std::string& secret,
                                    const PageRelayOptions& options,
                                    std::function<void(const std::string&)> progress);

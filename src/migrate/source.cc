@@ -248,6 +248,18 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     return times.status();
   }
   report.times = *times;
+  if (streaming) {
+    // The dump's end of the socket pair goes; both relays settle the stream (the dump's exit
+    // already says the page server has every page).
+    const Status settled = stream->Finish(30);
+    report.page_stream_resumes = stream->relay.resumes();
+    if (!settled.ok()) {
+      cleanup();
+      return Abandon(criu, job, nullptr,
+                     Status(settled.code(), "the page relay: " + settled.message()), &st,
+                     state_file, &keeper, progress);
+    }
+  }
   // The file locks the image holds: a direct pre-copy move lets its stopped copy here go before
   // the destination restores (LetGoForLocks). A post-copy move's copy serves the job's memory, a
   // streaming move's image holds none, and a fleet move's job is its agent's: they keep theirs.

@@ -1,7 +1,10 @@
 #include "stream.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +18,7 @@
 
 #include "migrate_internal.h"
 #include "paladin/base/process.h"
+#include "paladin/ckpt/subprocess.h"
 #include "paladin/quota/region.h"
 
 namespace paladin::migrate {
@@ -82,10 +86,37 @@ uint64_t PageBytes(const std::string& dir) {
 
 }  // namespace
 
+SocketEnd& SocketEnd::operator=(SocketEnd&& other) noexcept {
+  if (this != &other) {
+    Close();
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+void SocketEnd::Close() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
+StatusOr<std::pair<SocketEnd, SocketEnd>> CriuSocketPair() {
+  int ends[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0) {
+    return IoError(std::string("socketpair: ") + strerror(errno));
+  }
+  return std::make_pair(SocketEnd(ends[0]), SocketEnd(ends[1]));
+}
+
 void PageStream::Apply(ckpt::CheckpointOptions* checkpoint) const {
-  checkpoint->page_server_port = port;
-  checkpoint->page_server_address = host;
-  checkpoint->page_server_tls_args = tls.CriuArgs();
+  checkpoint->page_server_socket = criu.fd();
+}
+
+Status PageStream::Finish(double timeout_s) {
+  criu.Close();
+  Status ended = relay.Wait(timeout_s);
+  relay.Stop();
+  return ended;
 }
 
 uint64_t JobMemoryBytes(const ckpt::JobRecord& job) {
@@ -119,11 +150,12 @@ StatusOr<PageStream> OpenPageStream(const std::string& host, int command_port,
   if (!channel.ok()) return channel.status();
   stream.channel = std::move(*channel);
   PALADIN_RETURN_IF_ERROR(ProveToken(&stream.channel, token, 30));
-  StatusOr<PageTls> tls = PageTls::Create(id + " source");
-  if (!tls.ok()) return tls.status();
-  stream.tls = std::move(*tls);
-  StatusOr<std::string> said = stream.channel.Call(
-      kPageServerCommand + id + " " + std::to_string(bytes) + " " + stream.tls.certificate(), 60);
+  StatusOr<std::string> nonce = RandomHex(32);
+  if (!nonce.ok()) return nonce.status();
+  StatusOr<std::string> secret = PageRelaySecret(stream.channel, *nonce);
+  if (!secret.ok()) return secret.status();
+  StatusOr<std::string> said =
+      stream.channel.Call(kPageServerCommand + id + " " + std::to_string(bytes) + " " + *nonce, 60);
   if (!said.ok()) {
     // An ERR answer (Channel::Call's kInternal) is a refusal: the destination waits for another
     // connection, so the move may go by image.
@@ -132,15 +164,27 @@ StatusOr<PageStream> OpenPageStream(const std::string& host, int command_port,
                   "the destination started no page server: " + said.status().message());
   }
   std::istringstream answer(*said);
-  std::string certificate;
-  if (!(answer >> stream.port >> stream.kept_in >> certificate) || stream.port <= 0 ||
+  std::string extra;
+  if (!(answer >> stream.port >> stream.kept_in) || (answer >> extra) || stream.port <= 0 ||
       stream.port > 65535 || (stream.kept_in != "memory" && stream.kept_in != "disk")) {
-    return InvalidArgument("PAGE-SERVER answer: expected '<port> <memory|disk> <certificate>'");
+    return InvalidArgument("PAGE-SERVER answer: expected '<port> <memory|disk>'");
   }
-  Status trusted = stream.tls.TrustPeer(certificate);
-  if (!trusted.ok()) return Status(trusted.code(), "PAGE-SERVER answer: " + trusted.message());
-  progress("streaming the job's memory to the destination's page server on " + host + ":" +
-           std::to_string(stream.port) + " over TLS (kept in " + stream.kept_in + " there)");
+  StatusOr<std::pair<SocketEnd, SocketEnd>> ends = CriuSocketPair();
+  if (!ends.ok()) return ends.status();
+  PageRelayOptions relay_options;
+  relay_options.seal = true;
+  relay_options.criu_socket = fcntl(ends->second.fd(), F_DUPFD_CLOEXEC, 0);
+  StatusOr<PageRelay> relay = PageRelay::Reach(host, stream.port, *secret, relay_options, progress);
+  if (!relay.ok()) {
+    return Status(relay.status().code(),
+                  "the destination's page relay: " + relay.status().message());
+  }
+  stream.relay = std::move(*relay);
+  stream.criu = std::move(ends->first);
+  progress(
+      "streaming the job's memory to the destination's page server through the page relay "
+      "on " +
+      host + ":" + std::to_string(stream.port) + ", sealed (kept in " + stream.kept_in + " there)");
   return stream;
 }
 
@@ -161,27 +205,33 @@ StatusOr<std::vector<std::string>> PeerMoveModes(const std::string& host, int po
   return modes;
 }
 
-StatusOr<std::unique_ptr<PageSink>> PageSink::Start(const ckpt::Criu& criu, const std::string& args,
+StatusOr<std::unique_ptr<PageSink>> PageSink::Start(const ckpt::Criu& criu, const Channel& channel,
+                                                    const std::string& args,
                                                     const std::string& bind_address, int port,
                                                     const std::string& disk_parent,
                                                     const ckpt::Progress& progress) {
   std::istringstream in(args);
   std::string id;
   std::string bytes_text;
-  std::string certificate;
+  std::string nonce;
   std::string extra;
-  if (!(in >> id >> bytes_text >> certificate) || (in >> extra) || id.size() > 200 ||
+  if (!(in >> id >> bytes_text >> nonce) || (in >> extra) || id.size() > 200 ||
       bytes_text.empty() || bytes_text.size() > 16 ||
-      bytes_text.find_first_not_of("0123456789") != std::string::npos) {
-    return InvalidArgument("PAGE-SERVER needs '<migration id> <bytes> <certificate>'");
+      bytes_text.find_first_not_of("0123456789") != std::string::npos || nonce.size() != 64 ||
+      nonce.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return InvalidArgument("PAGE-SERVER needs '<migration id> <bytes> <nonce: 64 hex digits>'");
   }
   std::unique_ptr<PageSink> sink(new PageSink());
   sink->bytes_ = std::strtoull(bytes_text.c_str(), nullptr, 10);
   if (sink->bytes_ > kMaxAnnouncedBytes) return InvalidArgument("PAGE-SERVER: too many bytes");
-  StatusOr<PageTls> tls = PageTls::Create(id + " destination");
-  if (!tls.ok()) return tls.status();
-  PALADIN_RETURN_IF_ERROR(tls->TrustPeer(certificate));
-  sink->tls_ = std::move(*tls);
+  StatusOr<std::string> secret = PageRelaySecret(channel, nonce);
+  if (!secret.ok()) return secret.status();
+  StatusOr<Listener> links = Listener::Listen(bind_address, port);
+  if (!links.ok()) {
+    return Status(links.status().code(), "the page relay: " + links.status().message());
+  }
+  StatusOr<std::pair<SocketEnd, SocketEnd>> ends = CriuSocketPair();
+  if (!ends.ok()) return ends.status();
   const bool memory = RoomInMemory(sink->bytes_);
   StatusOr<OwnedDir> dir = PrivateDir(memory ? std::string(kTmpfs) : disk_parent);
   if (!dir.ok()) return dir.status();
@@ -190,19 +240,27 @@ StatusOr<std::unique_ptr<PageSink>> PageSink::Start(const ckpt::Criu& criu, cons
   sink->kept_in_ = memory ? "memory" : "disk";
   sink->port_ = port;
   sink->log_ = disk_parent + "/page-server.log";
-  std::vector<std::string> argv = {criu.path,   "page-server", "-D",     sink->dir_,
-                                   "--address", bind_address,  "--port", std::to_string(port),
-                                   "-o",        sink->log_,    "-v2"};
-  const std::vector<std::string> tls_args = sink->tls_.CriuArgs();
-  argv.insert(argv.end(), tls_args.begin(), tls_args.end());
-  StatusOr<pid_t> server = ckpt::StartServing(criu, argv, sink->log_, 30);
+  const std::vector<std::string> argv = {criu.path,  "page-server", "-D",
+                                         sink->dir_, "--ps-socket", std::to_string(ckpt::kPassedFd),
+                                         "-o",       sink->log_,    "-v2"};
+  StatusOr<pid_t> server = ckpt::StartServing(criu, argv, sink->log_, 30, ends->first.fd());
+  ends->first.Close();  // the page server's now
   if (!server.ok()) {
     return Status(server.status().code(), "criu page-server: " + server.status().message());
   }
   sink->server_ = *server;
-  progress("page server for migration " + id + " on " + bind_address + ":" + std::to_string(port) +
-           " over TLS, " + std::to_string(sink->bytes_ / kMiB) + " MiB announced, kept in " +
-           sink->kept_in_ + " (" + sink->dir_ + ")");
+  PageRelayOptions relay_options;
+  relay_options.seal = true;
+  relay_options.criu_socket = fcntl(ends->second.fd(), F_DUPFD_CLOEXEC, 0);
+  // For the tests: the link is cut once, a few MiB into the pages (docs/lazy_migration.md).
+  if (FaultSet("cut:page-relay")) relay_options.cut_after = uint64_t{24} << 20;
+  StatusOr<PageRelay> relay =
+      PageRelay::Serve(std::move(*links), "", 0, *secret, relay_options, progress);
+  if (!relay.ok()) return relay.status();
+  sink->relay_ = std::move(*relay);
+  progress("page server for migration " + id + ", its relay on " + bind_address + ":" +
+           std::to_string(port) + " (sealed), " + std::to_string(sink->bytes_ / kMiB) +
+           " MiB announced, kept in " + sink->kept_in_ + " (" + sink->dir_ + ")");
   if (FaultSet("drop:page-stream") || FaultSet("crash:dst-during-stream")) {
     // For the tests, once half the memory has arrived: the page stream cut, or this process
     // killed (a fleet agent dying while the dump streams).
@@ -228,9 +286,7 @@ StatusOr<std::unique_ptr<PageSink>> PageSink::Start(const ckpt::Criu& criu, cons
 
 PageSink::~PageSink() { Remove(); }
 
-std::string PageSink::Answer() const {
-  return std::to_string(port_) + " " + kept_in_ + " " + tls_.certificate();
-}
+std::string PageSink::Answer() const { return std::to_string(port_) + " " + kept_in_; }
 
 void PageSink::Stop() {
   over_.store(true);
@@ -240,6 +296,7 @@ void PageSink::Stop() {
     (void)ckpt::ServingResult(server_, "criu page-server", log_, 5);
     server_ = 0;
   }
+  relay_.Stop();
 }
 
 void PageSink::Remove(const std::string& keep_logs_in) {
@@ -344,9 +401,8 @@ StatusOr<Arrival> AwaitSource(const ckpt::Criu& criu, const DestinationOptions& 
     }
     if (begin->rfind(page_server, 0) != 0) break;
     StatusOr<std::unique_ptr<PageSink>> sink =
-        // The patched CRIU where it is installed: it writes the pages it decrypts straight into
-        // the image.
-        PageSink::Start(ckpt::StreamCriu(criu, options.lazy_criu),
+        // The same CRIU as the source's dump where it is installed (ckpt::StreamCriu).
+        PageSink::Start(ckpt::StreamCriu(criu, options.lazy_criu), *channel,
                         begin->substr(page_server.size()), options.bind_address, options.port + 2,
                         options.dir, progress);
     if (!sink.ok()) {

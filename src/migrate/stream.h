@@ -1,10 +1,12 @@
 // Streaming pre-copy (`paladin migrate --mode stream`): the dump sends the job's memory straight
 // to the destination's `criu page-server`, which keeps it on tmpfs when the destination has room
-// (else on its disk); the memory is never written to a file at the source. The page stream is
-// TLS with keys made for the move (PageTls, as post-copy's), set up on the command channel
-// before the dump (PAGE-SERVER, docs/formats/migrate.md); the rest of the image, a few MiB, goes
-// through the transfer as a plain move's whole image does. TLS authenticates every byte of the
-// page stream as it arrives (AEAD under this move's keys); nothing hashes it again.
+// (else on its disk); the memory is never written to a file at the source. Each CRIU speaks to a
+// page relay of Paladin's over a socket pair (--ps-socket); the relays carry the stream between
+// the hosts, every frame sealed (AES-128-GCM) under keys of the link derived from a secret both
+// sides take from the command channel, and make a cut link again (page_relay.h). The page server
+// is asked for on the command channel before the dump (PAGE-SERVER, docs/formats/migrate.md);
+// the rest of the image, a few MiB, goes through the transfer as a plain move's whole image does.
+// The seal authenticates every byte of the page stream as it arrives; nothing hashes it again.
 // docs/lazy_migration.md, "Streaming pre-copy".
 #ifndef PALADIN_MIGRATE_STREAM_H_
 #define PALADIN_MIGRATE_STREAM_H_
@@ -16,8 +18,9 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
-#include "page_tls.h"
+#include "page_relay.h"
 #include "paladin/base/status.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/criu.h"
@@ -34,17 +37,42 @@ inline constexpr const char* kPageServerCommand = "PAGE-SERVER ";
 // The command line that asks the destination which moves it takes (PeerMoveModes).
 inline constexpr const char* kFeaturesCommand = "FEATURES";
 
-// The source's side: the command channel, authenticated (the token proved, BEGIN not yet), and the
-// page server the destination started for this move.
+// One end of a socket pair, closed with its owner.
+class SocketEnd {
+ public:
+  SocketEnd() = default;
+  explicit SocketEnd(int fd) : fd_(fd) {}
+  ~SocketEnd() { Close(); }
+  SocketEnd(SocketEnd&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  SocketEnd& operator=(SocketEnd&& other) noexcept;
+  SocketEnd(const SocketEnd&) = delete;
+  SocketEnd& operator=(const SocketEnd&) = delete;
+  int fd() const { return fd_; }
+  void Close();
+
+ private:
+  int fd_ = -1;
+};
+
+// A connected socket pair (close-on-exec both): [0] for CRIU, [1] for its relay.
+StatusOr<std::pair<SocketEnd, SocketEnd>> CriuSocketPair();
+
+// The source's side: the command channel, authenticated (the token proved, BEGIN not yet), the
+// page server the destination started for this move, and this side's relay, linked to the
+// destination's.
 struct PageStream {
   Channel channel;
-  PageTls tls;
   std::string host;
   int port = 0;
   std::string kept_in;  // where the destination keeps the pages: "memory" or "disk"
+  PageRelay relay;
+  SocketEnd criu;  // the dump's end of the socket pair to the relay
 
   // The dump's options for this stream.
   void Apply(ckpt::CheckpointOptions* checkpoint) const;
+  // Once the dump has ended: its end of the socket pair goes, and the relay ends (at most
+  // timeout_s): Ok once both relays settled the stream.
+  Status Finish(double timeout_s);
 };
 
 // What the job's memory takes: the resident set of its processes, and the device memory its
@@ -56,9 +84,10 @@ uint64_t JobMemoryBytes(const ckpt::JobRecord& job);
 // count taken as at most 1 TiB (the job's processes write that file).
 uint64_t JobDeviceBytes(const ckpt::JobRecord& job);
 
-// Connects to the destination's command port host:command_port, authenticates with `token` and
-// asks for a page server for migration `id`, announcing `bytes` of memory. Blocks for at most a
-// minute. FailedPrecondition: the destination refused (ERR) and waits for another connection.
+// Connects to the destination's command port host:command_port, authenticates with `token`,
+// asks for a page server for migration `id`, announcing `bytes` of memory, and links this side's
+// relay to the destination's. Blocks for at most a minute. FailedPrecondition: the destination
+// refused (ERR) and waits for another connection.
 StatusOr<PageStream> OpenPageStream(const std::string& host, int command_port,
                                     const std::string& token, const std::string& id, uint64_t bytes,
                                     const ckpt::Progress& progress);
@@ -66,14 +95,16 @@ StatusOr<PageStream> OpenPageStream(const std::string& host, int command_port,
 // The destination's side: `criu page-server` (this process's child, in a process group of its
 // own) writing the pages into a private directory, on tmpfs (/dev/shm) when it and the host's
 // available memory have room for the announced bytes twice over (the tmpfs copy and the restored
-// job), else under `disk_parent`. Not copyable; the destructor stops the server and removes the
-// directory.
+// job), else under `disk_parent`; its relay listens for the source's. Not copyable; the
+// destructor stops the server and the relay and removes the directory.
 class PageSink {
  public:
-  // Handles PAGE-SERVER's arguments ("<id> <bytes> <certificate>", untrusted): makes this side's
-  // keys trusting only that certificate and starts `criu`'s page server (ckpt::StreamCriu's
-  // choice) on bind_address:port.
-  static StatusOr<std::unique_ptr<PageSink>> Start(const ckpt::Criu& criu, const std::string& args,
+  // Handles PAGE-SERVER's arguments ("<id> <bytes> <nonce>", untrusted) on `channel`: starts
+  // `criu`'s page server (ckpt::StreamCriu's choice) on a socket pair with this side's relay,
+  // which listens on bind_address:port for the source's relay proving the secret both sides
+  // derive from `channel` and the nonce.
+  static StatusOr<std::unique_ptr<PageSink>> Start(const ckpt::Criu& criu, const Channel& channel,
+                                                   const std::string& args,
                                                    const std::string& bind_address, int port,
                                                    const std::string& disk_parent,
                                                    const ckpt::Progress& progress);
@@ -81,8 +112,10 @@ class PageSink {
   PageSink(const PageSink&) = delete;
   PageSink& operator=(const PageSink&) = delete;
 
-  // PAGE-SERVER's answer: "<port> <memory|disk> <certificate>".
+  // PAGE-SERVER's answer: "<port> <memory|disk>".
   std::string Answer() const;
+  // How many times the page stream's link was made again.
+  int resumes() const { return relay_.resumes(); }
 
   // Once the source has sent the image: waits (at most timeout_s) for the page server, which
   // ends when the dump closes its connection, and fails unless it ended well; then copies the
@@ -98,7 +131,7 @@ class PageSink {
   PageSink() = default;
   void Stop();
 
-  PageTls tls_;
+  PageRelay relay_;
   OwnedDir owner_;  // dir_'s lock
   std::string dir_;
   std::string log_;

@@ -69,11 +69,13 @@ Heard Exchange(int fd, const std::string& send, bool hold_open = false) {
 
 // A forwarder on loopback towards `target`: each connection is cut (both sockets reset) once
 // it has carried `cut_every` bytes, a different count for each (so cuts fall inside frames).
-// With `stay_away`, after the first cut it takes no more connections.
+// With `stay_away`, after the first cut it takes no more connections. With `flip_at`, the byte
+// at that offset of what goes towards `target` is altered on the way (the first connection's).
+// It keeps the first MiB that went towards `target` (seen()).
 class CuttingProxy {
  public:
-  CuttingProxy(int target, size_t cut_every, bool stay_away)
-      : target_(target), cut_every_(cut_every), stay_away_(stay_away) {
+  CuttingProxy(int target, size_t cut_every, bool stay_away, size_t flip_at = 0)
+      : target_(target), cut_every_(cut_every), stay_away_(stay_away), flip_at_(flip_at) {
     StatusOr<Listener> l = Listener::Listen("127.0.0.1", 0);
     EXPECT_TRUE(l.ok());
     port_ = l->port();
@@ -85,6 +87,10 @@ class CuttingProxy {
   }
   int port() const { return port_; }
   int cuts() const { return cuts_.load(); }
+  std::string seen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return seen_;
+  }
 
  private:
   void Run(Listener* listener) {
@@ -114,6 +120,15 @@ class CuttingProxy {
             open = false;
             break;
           }
+          if (i == 0) {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (flip_at_ > toward_ && flip_at_ - toward_ < static_cast<size_t>(n)) {
+              buffer[flip_at_ - toward_] ^= 0x20;
+            }
+            toward_ += static_cast<size_t>(n);
+            seen_.append(buffer, std::min<size_t>(n, (size_t{1} << 20) -
+                                                         std::min(seen_.size(), size_t{1} << 20)));
+          }
           size_t done = 0;
           while (done < static_cast<size_t>(n)) {
             const ssize_t w = send(fds[1 - i], buffer + done, n - done, MSG_NOSIGNAL);
@@ -135,6 +150,10 @@ class CuttingProxy {
   int target_;
   size_t cut_every_;
   bool stay_away_;
+  size_t flip_at_;
+  std::mutex mu_;
+  size_t toward_ = 0;  // bytes that went towards `target`, all connections
+  std::string seen_;
   int port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<int> cuts_{0};
@@ -314,6 +333,90 @@ TEST(PageRelayTest, ACriuThatFailsFailsTheOtherSide) {
             std::string::npos)
       << reached.message();
   EXPECT_FALSE(serve->Wait(20).ok());
+}
+
+// Streaming pre-copy's relays: each CRIU on a socket pair, every frame sealed. The dump's
+// stream (24 MiB) and the page server's answers arrive whole and in order through repeated
+// cuts, and the link never carries the stream in clear.
+TEST(PageRelayTest, SealedStreamsOverSocketPairsArriveWholeThroughRepeatedCuts) {
+  const std::string up = Bytes(24 << 20, 6);    // the dump's pages
+  const std::string down = Bytes(64 << 10, 7);  // the page server's answers
+  int server_pair[2];
+  int dump_pair[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, server_pair), 0);
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, dump_pair), 0);
+  StatusOr<Listener> links = Listener::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(links.ok());
+  const int link_port = links->port();
+  PageRelayOptions options;
+  options.seal = true;
+  options.replay_limit = size_t{2} << 20;
+  options.criu_socket = server_pair[1];
+  StatusOr<PageRelay> serve = PageRelay::Serve(std::move(*links), "", 0, kSecret, options, nullptr);
+  ASSERT_TRUE(serve.ok()) << serve.status().message();
+  CuttingProxy proxy(link_port, size_t{3} << 20, /*stay_away=*/false);
+  options.criu_socket = dump_pair[1];
+  StatusOr<PageRelay> reach =
+      PageRelay::Reach("127.0.0.1", proxy.port(), kSecret, options, nullptr);
+  ASSERT_TRUE(reach.ok()) << reach.status().message();
+  Heard served;
+  std::thread server([&] { served = Exchange(server_pair[0], down); });
+  const Heard dumped = Exchange(dump_pair[0], up);
+  server.join();
+  close(server_pair[0]);
+  close(dump_pair[0]);
+  EXPECT_TRUE(served.clean_end);
+  EXPECT_TRUE(dumped.clean_end);
+  EXPECT_TRUE(served.bytes == up) << "the page server read " << served.bytes.size() << " of "
+                                  << up.size() << " bytes, or others";
+  EXPECT_TRUE(dumped.bytes == down);
+  EXPECT_TRUE(reach->Wait(20).ok()) << reach->Wait(0).message();
+  EXPECT_TRUE(serve->Wait(20).ok()) << serve->Wait(0).message();
+  EXPECT_GE(proxy.cuts(), 4);
+  EXPECT_EQ(reach->resumes(), proxy.cuts());
+  // Sealed: no 64 bytes of the stream show on the link.
+  const std::string seen = proxy.seen();
+  ASSERT_GT(seen.size(), size_t{512} << 10);
+  for (size_t at = 0; at + 64 <= size_t{1} << 20; at += size_t{128} << 10) {
+    EXPECT_EQ(seen.find(up.substr(at, 64)), std::string::npos) << "the stream at " << at;
+  }
+}
+
+// A sealed frame altered on the way does not open: nothing of it reaches the page server, which
+// reads only what came before it and then a failed end, and both relays say why.
+TEST(PageRelayTest, ASealedFrameAlteredOnTheWayFailsBothEnds) {
+  const std::string up = Bytes(8 << 20, 8);
+  int server_pair[2];
+  int dump_pair[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, server_pair), 0);
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, dump_pair), 0);
+  StatusOr<Listener> links = Listener::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(links.ok());
+  const int link_port = links->port();
+  PageRelayOptions options;
+  options.seal = true;
+  options.criu_socket = server_pair[1];
+  StatusOr<PageRelay> serve = PageRelay::Serve(std::move(*links), "", 0, kSecret, options, nullptr);
+  ASSERT_TRUE(serve.ok());
+  // 3 MiB into the link: inside a data frame's sealed payload.
+  CuttingProxy proxy(link_port, size_t{1} << 30, /*stay_away=*/false, size_t{3} << 20);
+  options.criu_socket = dump_pair[1];
+  StatusOr<PageRelay> reach =
+      PageRelay::Reach("127.0.0.1", proxy.port(), kSecret, options, nullptr);
+  ASSERT_TRUE(reach.ok());
+  Heard served;
+  std::thread server([&] { served = Exchange(server_pair[0], "", /*hold_open=*/true); });
+  const Heard dumped = Exchange(dump_pair[0], up, /*hold_open=*/true);
+  server.join();
+  close(server_pair[0]);
+  close(dump_pair[0]);
+  EXPECT_LT(served.bytes.size(), size_t{3} << 20);
+  EXPECT_TRUE(served.bytes == up.substr(0, served.bytes.size())) << "altered bytes were delivered";
+  const Status served_end = serve->Wait(20);
+  EXPECT_NE(served_end.message().find("does not open"), std::string::npos) << served_end.message();
+  const Status reached = reach->Wait(20);
+  EXPECT_NE(reached.message().find("the other relay gave up"), std::string::npos)
+      << reached.message();
 }
 
 }  // namespace

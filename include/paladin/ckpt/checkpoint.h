@@ -32,12 +32,10 @@ struct CheckpointOptions {
   std::string lazy_log;
   pid_t* lazy_dump = nullptr;
   std::vector<std::string> lazy_tls_args;  // DumpOptions::lazy_tls_args
-  // Streaming pre-copy (a migration's source): DumpOptions' page_server_* fields. The image
+  // Streaming pre-copy (a migration's source): DumpOptions::page_server_socket. The image
   // holds everything but the memory, which went to the destination's page server as the dump
   // ran.
-  int page_server_port = 0;
-  std::string page_server_address;
-  std::vector<std::string> page_server_tls_args;
+  int page_server_socket = -1;
 };
 
 struct PhaseTimes {

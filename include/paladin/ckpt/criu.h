@@ -115,12 +115,11 @@ struct DumpOptions {
   // plain TCP.
   std::vector<std::string> lazy_tls_args;
   // Streaming pre-copy (a migration's source): the dump sends the tree's memory (pagemap and
-  // pages images) to a `criu page-server` at page_server_address:page_server_port instead of
-  // writing it into `dir`, over TLS with page_server_tls_args (--tls and its files); the rest
-  // of the image is written into `dir` as usual. 0: memory into `dir`.
-  int page_server_port = 0;
-  std::string page_server_address;
-  std::vector<std::string> page_server_tls_args;
+  // pages images) to a `criu page-server` on this connected socket (--ps-socket; the page relay
+  // carries it on to the destination's page server, migrate/page_relay.h) instead of writing it
+  // into `dir`; the rest of the image is written into `dir` as usual. The caller keeps the
+  // socket. -1: memory into `dir`.
+  int page_server_socket = -1;
   // The tree's network namespace file when it is not this process's and stays out of the image (a
   // rank's own network, rank_net.h): CRIU records it as external (--external net[INODE]:KEY,
   // kExternalNetKey) instead of dumping its devices, addresses and routes, and its network lock
@@ -153,9 +152,10 @@ StatusOr<pid_t> Restore(const Criu& criu, const std::string& dir, const RestoreO
 
 // A CRIU that keeps running after it said it is ready (--status-fd): a post-copy dump serving
 // pages, or a lazy-pages daemon. Started in a process group of its own; waits up to `ready_s`
-// for its word. Fails with its log's first error when it ends or stays silent.
+// for its word. Fails with its log's first error when it ends or stays silent. `pass_fd`: as
+// RunBounded's (a streaming move's page server gets its socket so, --ps-socket).
 StatusOr<pid_t> StartServing(const Criu& criu, std::vector<std::string> argv,
-                             const std::string& log, double ready_s);
+                             const std::string& log, double ready_s, int pass_fd = -1);
 
 // The destination's page puller of a post-copy move: `criu lazy-pages` for the image in `dir`,
 // fetching from the source's page server at host:port (with `tls_args`, as DumpOptions'

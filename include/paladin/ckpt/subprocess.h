@@ -42,9 +42,18 @@ class ExecArgs {
 // whose mounts are its slaves: CRIU restores a job's mounts as slaves of the host's from them)
 // where the root file system is bound at `root_at`, an empty directory: CRIU restores a job's
 // mount namespace onto such a root (--root), and nothing of it shows in this namespace.
+// With `pass_fd` set, the program gets that descriptor as kPassedFd (a socket CRIU is told to
+// use, --ps-socket); the caller keeps its own.
 SubprocessResult RunBounded(const std::vector<std::string>& argv,
                             const std::vector<std::pair<std::string, std::string>>& env,
-                            double timeout_s, const std::string& root_at = "");
+                            double timeout_s, const std::string& root_at = "", int pass_fd = -1);
+
+// The descriptor number a program started by RunBounded or ckpt::StartServing gets `pass_fd` as.
+inline constexpr int kPassedFd = 4;
+
+// In a forked child before exec: `fd` becomes kPassedFd, kept across the exec (nothing when fd
+// is -1). Allocates nothing.
+void PassFd(int fd);
 
 }  // namespace paladin::ckpt
 
