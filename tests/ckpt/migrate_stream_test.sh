@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # `paladin migrate --mode stream` (streaming pre-copy) to a `paladin receive` on loopback. The job
 # (tests/ckpt/lazy_mem.py: MIB MiB of distinct pages, a line every 50 ms) is dumped straight into
-# the destination's `criu page-server` over TLS; then:
+# the destination's `criu page-server` through the two page relays (each CRIU on a socket pair
+# with its relay, every frame between the relays sealed); then:
 #   moved   no fault: the job runs at the destination; the pages were kept in memory there (tmpfs)
 #           and nothing of them is left behind (no page directory in /dev/shm, no keys)
 #   cut     the page server killed once half the memory has arrived (PALADIN_MIGRATE_FAULT=
 #           drop:page-stream at the destination: the page stream cut mid-dump): the job resumes
 #           at the source
-#   attack  a client without the move's keys (tests/ckpt/page_attacker.py: a page request in
-#           clear, TLS with a certificate of its own, TLS without one, in turn) connects to the
-#           destination's page-server port again and again from before the move to its end: the
-#           page server takes one client and refuses any without the source's key, so the move
-#           either completes or fails with the job still running at the source
+#   relay-cut  the link between the relays cut once 24 MiB into the pages
+#           (PALADIN_MIGRATE_FAULT=cut:page-relay at the destination): the source's relay
+#           connects again, the stream goes on where it stopped, and the move completes, saying
+#           the link was cut once and made again
+#   attack  a client without the move's relay secret (tests/ckpt/page_attacker.py: a page request
+#           in clear, TLS with a certificate of its own, TLS without one, in turn) connects to the
+#           destination's page port again and again from before the move to its end: the relay
+#           refuses every one (it never reaches the page server) and the move completes
 #   auto    no --mode (the default, auto): the source asks the receiver which moves it takes
 #           (FEATURES) and, both having the patched CRIU (scripts/criu_lazy.sh) and the job no
 #           GPU, moves post-copy, saying so; the receiver, asked first, takes the move that
@@ -26,7 +30,7 @@ PALADIN=$(realpath "$1")
 shift
 CASES=("$@")
 if ((${#CASES[@]} == 0)); then
-  CASES=(moved cut attack)
+  CASES=(moved cut relay-cut attack)
   [[ -x ${PALADIN_CRIU_LAZY:-/opt/paladin/criu-lazy/criu} ]] && CASES+=(auto)
 fi
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -92,6 +96,7 @@ move() {
   before=$(left_page_dirs "$d" | wc -l)
   local fault=()
   [[ $case == cut ]] && fault=(env PALADIN_MIGRATE_FAULT=drop:page-stream)
+  [[ $case == relay-cut ]] && fault=(env PALADIN_MIGRATE_FAULT=cut:page-relay)
   TMPDIR=$d/tmp PALADIN_RUN_DIR=$d/base timeout 300 "${fault[@]}" "$PALADIN" receive \
     --listen $port --dir "$d/in" >"$d/recv.out" 2>&1 &
   local receiver=$!
@@ -132,15 +137,21 @@ move() {
   if [[ -n $(ls -A "$d/tmp") ]]; then
     fail "$case: the page stream's keys were left behind: $(ls -A "$d/tmp")"
   fi
-  if [[ $case == attack ]]; then
-    if ((rc == 0)) && grep -q '^moved .* streaming pre-copy: pause' <<<"$out"; then
-      [[ $survivor != "$src" ]] || fail "$case: reported moved but the source's copy runs"
-    elif ((rc != 0)) && [[ $survivor == "$src" ]] && grep -q 'keeps running here\|resumed here' <<<"$out"; then
-      grep -q 'NOT trusted\|tls' "$d/in/page-server.log" ||
-        fail "$case: the move failed but the page server refused nobody: $out"
-    else
-      fail "$case: neither moved nor kept at the source (exit $rc): $out"
+  if [[ $case == attack || $case == relay-cut ]]; then
+    if ((rc != 0)) || [[ $survivor == "$src" ]] || ! grep -q '^moved .* streaming pre-copy: pause' <<<"$out"; then
+      fail "$case: expected the job to move (exit $rc): $out; receive: $(cat "$d/recv.out")"
       return
+    fi
+    if [[ $case == attack ]]; then
+      grep -q 'page relay: refused a link' "$d/recv.out" ||
+        fail "$case: the destination's relay refused nobody: $(cat "$d/recv.out")"
+      grep -q 'got-memory 0,' "$d/attacker.out" ||
+        fail "$case: the attacker got something: $(grep '^attacker:' "$d/attacker.out")"
+    else
+      grep -q 'the page stream.s link was cut 1 time(s) and made again' <<<"$out" ||
+        fail "$case: the move did not say its link was cut and made again: $out"
+      grep -q 'fault for the tests: cutting the link' "$d/recv.out" ||
+        fail "$case: the fault was not injected: $(cat "$d/recv.out")"
     fi
   elif [[ $case == auto ]]; then
     if ((rc != 0)) || [[ $survivor == "$src" ]] || ! grep -q '^moved .* post-copy: pause' <<<"$out" ||
@@ -153,8 +164,8 @@ move() {
       fail "$case: expected the job to move (exit $rc): $out; receive: $(cat "$d/recv.out")"
       return
     fi
-    grep -q 'over TLS.*kept in memory' "$d/recv.out" ||
-      fail "$case: the receiver did not keep the pages in memory over TLS: $(cat "$d/recv.out")"
+    grep -q '(sealed).*kept in memory' "$d/recv.out" ||
+      fail "$case: the receiver did not keep the pages in memory, sealed: $(cat "$d/recv.out")"
     local kept
     kept=$(sed -n 's/.*image kept in //p' <<<"$out")
     if [[ ! -d $kept ]] || ls "$kept" | grep -q '^pages-'; then

@@ -90,7 +90,7 @@ struct MigrateReport {
   double total_s = 0;             // from stopping the job here to its release here
   std::string mode = "pre-copy";  // by image; or "stream" (streaming pre-copy), "post-copy"
   std::string mode_note;          // why the mode differs from the one asked for ("" when not)
-  int page_stream_resumes = 0;    // post-copy: times its page stream's link was cut and made again
+  int page_stream_resumes = 0;    // times its page stream's link was cut and made again
   long long remote_pid = 0;
   std::string image;  // kept only with keep_image
 };
