@@ -166,6 +166,31 @@ uint32_t GetU32(const char* p) {
 
 }  // namespace
 
+// Bytes each written once: grown without zeroing (a sealed frame is up to 256 KiB, written
+// at memory speed).
+struct RawBytes {
+  std::unique_ptr<char[]> bytes;
+  size_t size = 0;
+  size_t capacity = 0;
+
+  char* data() const { return bytes.get(); }
+  // Room for `more` bytes after `size`, which then counts them.
+  char* Grow(size_t more) {
+    Reserve(more);
+    char* at = bytes.get() + size;
+    size += more;
+    return at;
+  }
+  void Reserve(size_t more) {
+    if (size + more <= capacity) return;
+    const size_t grown = std::max(size + more, 2 * capacity);
+    auto larger = std::make_unique_for_overwrite<char[]>(grown);
+    if (size > 0) std::memcpy(larger.get(), bytes.get(), size);
+    bytes = std::move(larger);
+    capacity = grown;
+  }
+};
+
 // One direction of a sealed link (PageRelayOptions::seal): AES-128-GCM under that direction's key
 // of the link, the frame's number on the link as its IV, its header as associated data. A key
 // serves one link only (LinkKey), so an IV is never used twice under one key, however often the
@@ -187,10 +212,8 @@ class FrameSeal {
   FrameSeal& operator=(const FrameSeal&) = delete;
 
   // Appends the frame to `out`: `header` in clear, `len` bytes of `in` sealed, the tag.
-  bool Seal(const char* header, const char* in, size_t len, std::string* out) {
-    const size_t at = out->size();
-    out->resize(at + kHeader + len + kTag);
-    auto* p = reinterpret_cast<unsigned char*>(out->data() + at);
+  bool Seal(const char* header, const char* in, size_t len, RawBytes* out) {
+    auto* p = reinterpret_cast<unsigned char*>(out->Grow(kHeader + len + kTag));
     std::memcpy(p, header, kHeader);
     int n = 0;
     return Start(p) &&
@@ -297,7 +320,7 @@ struct PageRelay::State {
   // Sealed links: this link's two directions, and the sealed frames being written.
   std::unique_ptr<FrameSeal> seal_out;
   std::unique_ptr<FrameSeal> seal_in;
-  std::string wire;
+  RawBytes wire;
   size_t wire_head = 0;
 
   // What the other side's CRIU sent. The link's frames are read as they come: a data frame's
@@ -308,7 +331,7 @@ struct PageRelay::State {
   char frame_type = 0;
   size_t frame_left = 0;
   std::string control;  // an acknowledgement's or abort's payload, as it arrives
-  std::string sealed;   // a sealed frame's payload and tag, as they arrive
+  RawBytes sealed;      // a sealed frame's payload and tag, as they arrive
   bool link_quiet = false;
   uint64_t received = 0;
   uint64_t ack_sent = 0;
@@ -360,7 +383,7 @@ struct PageRelay::State {
       std::string frames;
       if (options.seal) {
         SealQueued();
-        frames = wire.substr(wire_head);
+        frames.assign(wire.data() + wire_head, wire.size - wire_head);
       } else {
         if (framing) {  // the data frame under way is finished first
           char header[kHeader];
@@ -525,8 +548,8 @@ struct PageRelay::State {
     head_got = 0;
     in_frame = false;
     control.clear();
-    sealed.clear();
-    wire.clear();
+    sealed.size = 0;
+    wire.size = 0;
     wire_head = 0;
     seal_out.reset();
     seal_in.reset();
@@ -591,7 +614,7 @@ struct PageRelay::State {
   }
 
   bool HasToWrite() const {
-    return framing || out.size() > out_head || sent < read || wire_head < wire.size();
+    return framing || out.size() > out_head || sent < read || wire_head < wire.size;
   }
 
   // Sealed links: the control frames queued go into `wire`, in order.
@@ -611,8 +634,8 @@ struct PageRelay::State {
   // frames queued, then the next data frame), then written.
   void FlushSealed() {
     while (link >= 0) {
-      if (wire_head == wire.size()) {
-        wire.clear();
+      if (wire_head == wire.size) {
+        wire.size = 0;
         wire_head = 0;
         if (out.size() > out_head) {
           SealQueued();
@@ -629,8 +652,7 @@ struct PageRelay::State {
           return;
         }
       }
-      const ssize_t put =
-          send(link, wire.data() + wire_head, wire.size() - wire_head, MSG_NOSIGNAL);
+      const ssize_t put = send(link, wire.data() + wire_head, wire.size - wire_head, MSG_NOSIGNAL);
       if (put > 0) {
         wire_head += static_cast<size_t>(put);
         continue;
@@ -740,7 +762,7 @@ struct PageRelay::State {
     }
     in_frame = true;
     control.clear();
-    sealed.clear();
+    sealed.size = 0;
     return true;
   }
 
@@ -752,26 +774,35 @@ struct PageRelay::State {
         if (!whole.ok()) return whole.status();
         if (!*whole) break;
         frame_left += kTag;
+        sealed.Reserve(frame_left);
       }
       const size_t n = std::min(frame_left, size);
-      sealed.append(data, n);
+      std::memcpy(sealed.data() + sealed.size, data, n);
       data += n;
       size -= n;
-      frame_left -= n;
-      if (frame_left > 0) break;
-      in_frame = false;
-      const size_t len = sealed.size() - kTag;
-      if (!seal_in->Open(head, sealed.data(), len)) {
-        return InvalidArgument(
-            "a frame that does not open under this link's key (altered on the way, or not from "
-            "this move's relay)");
-      }
-      if (frame_type == kData) {
-        PALADIN_RETURN_IF_ERROR(Deliver(sealed.data(), len));
-        received += len;
-      } else {
-        PALADIN_RETURN_IF_ERROR(Frame(frame_type, sealed.data(), len));
-      }
+      PALADIN_RETURN_IF_ERROR(SealedArrived(n));
+    }
+    return Status::Ok();
+  }
+
+  // `n` more bytes of the sealed frame under way are in `sealed` past its size (read there
+  // straight from the link, or copied by TakeSealed); a whole frame is opened and taken.
+  Status SealedArrived(size_t n) {
+    sealed.size += n;
+    frame_left -= n;
+    if (frame_left > 0) return Status::Ok();
+    in_frame = false;
+    const size_t len = sealed.size - kTag;
+    if (!seal_in->Open(head, sealed.data(), len)) {
+      return InvalidArgument(
+          "a frame that does not open under this link's key (altered on the way, or not from "
+          "this move's relay)");
+    }
+    if (frame_type == kData) {
+      PALADIN_RETURN_IF_ERROR(Deliver(sealed.data(), len));
+      received += len;
+    } else {
+      PALADIN_RETURN_IF_ERROR(Frame(frame_type, sealed.data(), len));
     }
     return Status::Ok();
   }
@@ -854,7 +885,7 @@ struct PageRelay::State {
 
   bool Done() const {
     return local_eof && acked == read + 1 && peer_fin && local_shut && link >= 0 &&
-           ack_sent == received && out.size() == out_head && !framing && wire_head == wire.size();
+           ack_sent == received && out.size() == out_head && !framing && wire_head == wire.size;
   }
 
   Status Loop() {
@@ -958,9 +989,13 @@ struct PageRelay::State {
       if (has(n, POLLOUT)) Flush();
       link_quiet = !has(n, POLLIN);
       if (has(n, POLLIN) && link >= 0) {
-        const ssize_t got = recv(link, buffer.data(), buffer.size(), 0);
+        // A sealed frame's payload goes straight where it is opened.
+        const bool straight = options.seal && in_frame;
+        const ssize_t got = straight ? recv(link, sealed.data() + sealed.size, frame_left, 0)
+                                     : recv(link, buffer.data(), buffer.size(), 0);
         if (got > 0) {
-          Status taken = Take(buffer.data(), static_cast<size_t>(got));
+          Status taken = straight ? SealedArrived(static_cast<size_t>(got))
+                                  : Take(buffer.data(), static_cast<size_t>(got));
           if (!taken.ok()) {
             return taken.code() == StatusCode::kInvalidArgument ? Fail(taken.message()) : taken;
           }
