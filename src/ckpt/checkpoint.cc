@@ -130,7 +130,7 @@ class CheckpointRun {
   // processes stayed frozen after Paladin resumed them. The tree stays stopped until its logs
   // are copied: what it writes after the dump must not be in the image. A post-copy dump keeps
   // --leave-stopped (its page server serves the stopped tree's memory).
-  bool StopFirst() const { return !KillAfter() && options_.lazy_port == 0; }
+  bool StopFirst() const { return !KillAfter() && options_.lazy_socket < 0; }
   // Frozen by FreezeJob (a gang's coordinated cut): it stays stopped when a dump fails, and what
   // it had stopped itself was recorded when it was frozen.
   bool Frozen() const {
@@ -229,7 +229,7 @@ Status CheckpointRun::FindGpuProcesses() {
   gpu_ = std::move(*driver);
   ClearForeignControlFiles(job_->gpu, job_->emu_state, pids_);
   if (gpu_ != nullptr) cuda_ = gpu_->CudaProcesses(pids_);
-  if (options_.lazy_port > 0 && !cuda_.empty()) {
+  if (options_.lazy_socket >= 0 && !cuda_.empty()) {
     return FailedPrecondition("post-copy moves of jobs with GPU state are not supported");
   }
   return Status::Ok();
@@ -318,11 +318,9 @@ DumpOptions CheckpointRun::FinalDumpOptions(const std::string& parent) const {
   dump.parent_images = parent;
   dump.timeout_s = options_.timeout_s;
   if (!job_->run_dir.empty()) dump.failed_log = job_->run_dir + "/criu-dump.log";
-  dump.lazy_port = options_.lazy_port;
-  dump.lazy_address = options_.lazy_address;
+  dump.lazy_socket = options_.lazy_socket;
   dump.lazy_log = options_.lazy_log;
   dump.lazy_dump = options_.lazy_dump;
-  dump.lazy_tls_args = options_.lazy_tls_args;
   dump.page_server_socket = options_.page_server_socket;
   dump.net_ns = job_->net_ns;
   return dump;

@@ -507,18 +507,17 @@ Status Dump(const Criu& criu, pid_t root, const std::string& dir, const DumpOpti
   if (options.leave_running && !options.pre_dump) argv.emplace_back("--leave-running");
   if (options.leave_stopped) argv.emplace_back("--leave-stopped");
   const bool streaming =
-      options.page_server_socket >= 0 && options.lazy_port == 0 && !options.pre_dump;
+      options.page_server_socket >= 0 && options.lazy_socket < 0 && !options.pre_dump;
   if (streaming) {
     argv.insert(argv.end(), {"--page-server", "--ps-socket", std::to_string(kPassedFd)});
   }
-  if (options.lazy_port > 0 && !options.pre_dump) {
+  if (options.lazy_socket >= 0 && !options.pre_dump) {
     // The log goes outside the image: the image is sent while the dump still writes it.
     argv[7] = options.lazy_log;
     argv[8] = "-v3";  // -v4 logs every page served, which slows the transfer
-    argv.insert(argv.end(), {"--lazy-pages", "--address", options.lazy_address, "--port",
-                             std::to_string(options.lazy_port)});
-    argv.insert(argv.end(), options.lazy_tls_args.begin(), options.lazy_tls_args.end());
-    StatusOr<pid_t> dump = StartServing(criu, argv, options.lazy_log, options.timeout_s);
+    argv.insert(argv.end(), {"--lazy-pages", "--ps-socket", std::to_string(kPassedFd)});
+    StatusOr<pid_t> dump =
+        StartServing(criu, argv, options.lazy_log, options.timeout_s, options.lazy_socket);
     if (!dump.ok()) {
       return Status(dump.status().code(), "criu dump --lazy-pages of pid " + std::to_string(root) +
                                               ": " + dump.status().message() +
@@ -718,23 +717,12 @@ StatusOr<pid_t> StartServing(const Criu& criu, std::vector<std::string> argv,
       ErrorReport(log));
 }
 
-StatusOr<pid_t> StartLazyPages(const Criu& criu, const std::string& dir, const std::string& host,
-                               int port, const std::vector<std::string>& tls_args) {
+StatusOr<pid_t> StartLazyPages(const Criu& criu, const std::string& dir, int socket) {
   const std::string log = fs::absolute(dir).string() + "/lazy-pages.log";
-  std::vector<std::string> argv = {criu.path,
-                                   "lazy-pages",
-                                   "--page-server",
-                                   "--address",
-                                   host,
-                                   "--port",
-                                   std::to_string(port),
-                                   "-D",
-                                   dir,
-                                   "-o",
-                                   log,
-                                   "-v3"};
-  argv.insert(argv.end(), tls_args.begin(), tls_args.end());
-  return StartServing(criu, argv, log, 60);
+  const std::vector<std::string> argv = {
+      criu.path, "lazy-pages", "--page-server", "--ps-socket", std::to_string(kPassedFd), "-D", dir,
+      "-o",      log,          "-v3"};
+  return StartServing(criu, argv, log, 60, socket);
 }
 
 Status ServingResult(pid_t pid, const std::string& what, const std::string& log, double timeout_s) {

@@ -169,7 +169,8 @@ int RunMigrateReceive(const MigrateReceiveArgs& a) {
     return 1;
   }
   options.lazy_criu = ckpt::LazyCriu(*criu);  // now, not in a post-copy move's pause
-  // A receiver killed mid-move left its page-stream keys or streamed pages behind.
+  // A receiver killed mid-move left its streamed pages behind (or, before the sealed relays,
+  // its page-stream keys).
   for (const std::string& dir : migrate::RemoveOrphanedMoveFolders({})) {
     Say("receive", "removed " + dir + ", left by a move whose process died");
   }
@@ -227,15 +228,15 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"image", "stream", "post-copy", "auto"}));
   migrate->add_flag("--lazy", m->lazy, "The same as --mode post-copy");
   migrate->add_option("--lazy-address", m->lazy_address,
-                      "--lazy: the address the page server listens on (default: the one this host "
+                      "--lazy: the address the page relay listens on (default: the one this host "
                       "reaches the peer from)");
   migrate->add_flag("--lazy-plain", m->lazy_plain,
-                    "--lazy: serve the pages over plain TCP, not TLS with keys made for this move: "
-                    "anyone who reaches the port can read the job's memory (for measurements on "
+                    "--lazy: the page relays carry the pages in clear, not sealed with keys of "
+                    "this move: anyone on the path can read the job's memory (for measurements on "
                     "a trusted network; the receiver must allow it)");
   migrate
       ->add_option("--lazy-port", m->lazy_port,
-                   "--lazy: the page server's port (default: the peer's PORT+2)")
+                   "--lazy: the page relay's port (default: the peer's PORT+2)")
       ->check(CLI::Range(1, 65535));
   migrate->add_option("--work-dir", m->work_dir,
                       "Where the image is written (default: the "
@@ -313,8 +314,8 @@ void RegisterMigrate(CLI::App& app, int* exit_code) {
       ->capture_default_str()
       ->check(CLI::Range(1.0, 86400.0));
   receive->add_flag("--lazy-plain", r->lazy_plain,
-                    "Also take post-copy moves whose pages come over plain TCP "
-                    "(paladin migrate --lazy --lazy-plain), unauthenticated");
+                    "Also take post-copy moves whose pages come in clear "
+                    "(paladin migrate --lazy --lazy-plain)");
   receive->callback([r, exit_code] { *exit_code = RunMigrateReceive(*r); });
 
   // The keeper of one side of a move (started by migrate and receive; docs/formats/migrate.md).

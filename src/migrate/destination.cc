@@ -318,11 +318,6 @@ struct Destination {
         return SourceGone(command.status());
       }
       const bool lazy = command->rfind("RESTORE LAZY ", 0) == 0;
-      if (command->rfind("PAGE-TLS ", 0) == 0 && !restored && st.step == MoveStep::kReceived) {
-        Status s = puller.AcceptTls(st.id, command->substr(9));
-        (void)channel->Send(s.ok() ? "OK " + puller.tls().certificate() : "ERR " + s.message());
-        continue;
-      }
       if ((*command == "RESTORE" || lazy) && !restored && st.step == MoveStep::kReceived) {
         if (std::optional<Status> over = Restore(channel, *command, lazy)) return *over;
       } else if (*command == "RESUME" && restored) {

@@ -8,11 +8,11 @@
 //   postcopy_source.cc     the source's end of a post-copy move (it serves the pages)
 //   destination.cc         ServeOneMigration: the destination's part, and its late answers
 //   postcopy_destination.cc  the destination's page puller for a post-copy move
+//   page_relay.cc          the page relays that carry a page stream (page_relay.h)
 //   keeper.cc              RunKeeper: settling a side whose process died
 //   stream.cc              streaming pre-copy's page server, and the destination's opening
 //   mode_choice.cc         --mode auto's choice (public: ChooseMode in paladin/migrate/migrate.h)
 //   state.cc (state.h)     the state files, the keeper's start, the fault hooks
-//   page_tls.cc            the page stream's per-move keys
 //   owned_dir.cc           a move's folders, locked by their owner (paladin/migrate/owned_dir.h)
 //   control.cc             the command channel (public: paladin/migrate/control.h)
 // The state machine, every message and every timeout: docs/formats/migrate.md.
@@ -30,7 +30,6 @@
 #include <thread>
 
 #include "page_relay.h"
-#include "page_tls.h"
 #include "paladin/base/status.h"
 #include "paladin/ckpt/checkpoint.h"
 #include "paladin/ckpt/criu.h"
@@ -116,12 +115,9 @@ StatusOr<MigrateReport> FleetPostCopyEnd(
     const std::function<StatusOr<MigrateReport>()>& release,
     const std::function<Status(const std::string&)>& resume_here, const ckpt::Progress& progress);
 
-// How long the destination's puller has, once the restore there returned, to complete its TLS
-// handshake with the page server (it connects as the restore hands it the job's memory).
-inline constexpr double kPageHandshakeS = 30;
-// Post-copy over TLS: waits until the dump's page server has completed its handshake with a
-// client (postcopy_source.cc).
-Status WaitPageHandshake(pid_t dump, const std::string& log, double timeout_s);
+// Post-copy, before RESUME: fails when the dump's page server has already failed (a dump that
+// ended with exit 0 served every page) (postcopy_source.cc).
+Status DumpStillServes(pid_t dump, const std::string& log);
 // The source's side of a post-copy move from RESUME on (postcopy_source.cc).
 StatusOr<MigrateReport> PostCopy(ckpt::JobRecord* job, Channel* channel, MoveState* st,
                                  const std::string& state_file, Keeper* keeper, pid_t lazy_dump,
@@ -147,17 +143,11 @@ class PagePuller {
   PagePuller(const PagePuller&) = delete;
   PagePuller& operator=(const PagePuller&) = delete;
 
-  // PAGE-TLS: this side's keys for the page stream of migration `id`, trusting only the
-  // source's certificate.
-  Status AcceptTls(const std::string& id, const std::string& certificate);
-  bool has_tls() const { return tls_.has_peer(); }
-  const PageTls& tls() const { return tls_; }
-
   // Starts the puller for the source's page server, reached through the page relays
-  // (page_relay.h): `relay_text` is RESTORE LAZY's "<port> <secret>", the source's relay at the
-  // command connection's peer address; the puller connects to this side's relay on loopback and
-  // pulls into `image`. Returns the CRIU to restore with. Plain TCP (inside the relays) only when
-  // allow_plain and no PAGE-TLS came.
+  // (page_relay.h): `relay_text` is RESTORE LAZY's "<port> <nonce>[ plain]", the source's relay
+  // at the command connection's peer address; the puller, on a socket pair with this side's
+  // relay, pulls into `image`. Returns the CRIU to restore with. The relays seal every frame;
+  // "plain" (a source's --lazy-plain) is taken only when allow_plain.
   // `known`: the post-copy CRIU when already found (DestinationOptions::lazy_criu).
   StatusOr<ckpt::Criu> Start(const ckpt::Criu& criu,
                              const std::optional<StatusOr<ckpt::Criu>>& known,
@@ -181,7 +171,6 @@ class PagePuller {
   std::atomic<bool> over_{false};
   std::atomic<bool> failed_{false};
   std::string error_;  // read once over_
-  PageTls tls_;        // the page stream's keys, made at PAGE-TLS; removed with this object
   PageRelay relay_;    // this side's end of the page stream's link
 };
 

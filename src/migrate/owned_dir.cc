@@ -120,6 +120,7 @@ std::vector<std::string> RemoveOrphanedDirs(const std::string& parent, const std
 std::vector<std::string> RemoveOrphanedMoveFolders(const std::vector<std::string>& move_dirs) {
   std::error_code ec;
   const std::string temp = fs::temp_directory_path(ec).string();
+  // paladin-page-tls.*: the page stream's keys of a Paladin before the sealed relays.
   std::vector<std::pair<std::string, std::string>> where = {{temp, "paladin-page-tls."},
                                                             {"/dev/shm", "paladin-pages."}};
   for (const std::string& dir : move_dirs) where.emplace_back(dir, "");

@@ -1032,6 +1032,36 @@ struct PageRelay::State {
   void Run() { Finish(Loop()); }
 };
 
+SocketEnd& SocketEnd::operator=(SocketEnd&& other) noexcept {
+  if (this != &other) {
+    Close();
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+void SocketEnd::Close() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
+StatusOr<std::pair<SocketEnd, SocketEnd>> CriuSocketPair() {
+  int ends[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0) {
+    return IoError(std::string("socketpair: ") + strerror(errno));
+  }
+  // Pages go through in runs of megabytes, not the default's few hundred KiB per wake-up (the
+  // forced size needs root, which a move has; else the kernel's limit stands).
+  for (const int end : ends) {
+    const int bytes = 4 << 20;
+    if (setsockopt(end, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof bytes) != 0) {
+      (void)setsockopt(end, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+    }
+  }
+  return std::make_pair(SocketEnd(ends[0]), SocketEnd(ends[1]));
+}
+
 StatusOr<std::string> PageRelaySecret(const Channel& channel, const std::string& nonce) {
   std::string secret = channel.DerivedSecret("page-relay " + nonce);
   if (secret.empty()) {

@@ -1,10 +1,10 @@
 // The page relay: a move's page stream crosses the network between two relays of Paladin's, one
 // beside each CRIU, so that a cut connection is made again and the stream goes on where it
 // stopped instead of failing the move (docs/lazy_migration.md, "A cut page stream"). Post-copy:
-// CRIU's page server at the source, `criu lazy-pages` at the destination, each on its host's
-// loopback, TLS end to end between the two CRIUs (the relays carry its bytes untouched).
-// Streaming pre-copy: the dump at the source, `criu page-server` at the destination, each on a
-// socket pair with its relay, in clear; the relays seal every frame (PageRelayOptions::seal).
+// the dump's page server at the source, `criu lazy-pages` at the destination. Streaming
+// pre-copy: the dump at the source, `criu page-server` at the destination. Each CRIU speaks in
+// clear to its relay on a socket pair (CriuSocketPair, CRIU's --ps-socket; no CRIU listens on
+// any port); the relays seal every frame between them (PageRelayOptions::seal).
 //
 // The relays carry CRIU's bytes in frames of their own, number what each direction carried, and
 // keep what they sent until the other relay acknowledges it. When the link is cut the relay that
@@ -24,11 +24,33 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "paladin/base/status.h"
 #include "paladin/migrate/control.h"
 
 namespace paladin::migrate {
+
+// One end of a socket pair, closed with its owner.
+class SocketEnd {
+ public:
+  SocketEnd() = default;
+  explicit SocketEnd(int fd) : fd_(fd) {}
+  ~SocketEnd() { Close(); }
+  SocketEnd(SocketEnd&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  SocketEnd& operator=(SocketEnd&& other) noexcept;
+  SocketEnd(const SocketEnd&) = delete;
+  SocketEnd& operator=(const SocketEnd&) = delete;
+  int fd() const { return fd_; }
+  void Close();
+
+ private:
+  int fd_ = -1;
+};
+
+// A connected socket pair (close-on-exec both, 4 MiB buffers where root may set them): [0] for
+// CRIU (its --ps-socket), [1] for its relay (PageRelayOptions::criu_socket).
+StatusOr<std::pair<SocketEnd, SocketEnd>> CriuSocketPair();
 
 // The relay secret of a move, as both sides derive it from their command channel and RESTORE
 // LAZY's nonce (Channel::DerivedSecret); refused on a channel that is not sealed.
@@ -46,9 +68,8 @@ struct PageRelayOptions {
   // How long one new link may take to authenticate before it is dropped.
   double handshake_timeout_s = 5;
   // Every frame on the link sealed (AES-128-GCM under keys of that link, derived from the
-  // secret and the link's challenge): for a stream CRIU does not protect itself (streaming
-  // pre-copy's, over a socket pair). Without it the frames go as they are (post-copy's, which
-  // CRIU's TLS protects end to end). Both sides must agree.
+  // secret and the link's challenge). Without it the frames go as they are (a post-copy move's
+  // --lazy-plain). Both sides must agree.
   bool seal = false;
   // This side's CRIU's end of a connected socket pair (CRIU's --ps-socket), taken by the relay:
   // Serve then connects to no page server, Reach listens for no client. -1: over loopback TCP.

@@ -1,6 +1,7 @@
 // The destination's page puller for a post-copy move (PagePuller, migrate_internal.h): `criu
-// lazy-pages` pulls the job's memory from the source's page server, over TLS with keys made for
-// the move unless both sides allow plain TCP, while the restored copy runs.
+// lazy-pages` pulls the job's memory from the source's page server through the page relays
+// (every frame sealed unless both sides allow plain), while the restored copy runs.
+#include <fcntl.h>
 #include <netdb.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,30 +18,27 @@
 
 namespace paladin::migrate {
 
-Status PagePuller::AcceptTls(const std::string& id, const std::string& certificate) {
-  if (tls_.has_peer()) return FailedPrecondition("PAGE-TLS was already given");
-  StatusOr<PageTls> made = PageTls::Create(id + " destination");
-  if (!made.ok()) return made.status();
-  PALADIN_RETURN_IF_ERROR(made->TrustPeer(certificate));
-  tls_ = std::move(*made);
-  return Status::Ok();
-}
-
 StatusOr<ckpt::Criu> PagePuller::Start(const ckpt::Criu& criu,
                                        const std::optional<StatusOr<ckpt::Criu>>& known,
                                        const Channel& channel, const std::string& relay_text,
                                        const std::string& image, bool allow_plain) {
-  const size_t space = relay_text.find(' ');
-  const std::string port_text = relay_text.substr(0, space);
-  const std::string nonce = space == std::string::npos ? "" : relay_text.substr(space + 1);
+  std::istringstream words(relay_text);
+  std::string port_text;
+  std::string nonce;
+  std::string plain;
+  std::string extra;
+  words >> port_text >> nonce >> plain >> extra;
   char* end = nullptr;
   const long port = std::strtol(port_text.c_str(), &end, 10);
   if (end == port_text.c_str() || *end != '\0' || port <= 0 || port > 65535 || nonce.size() != 64 ||
-      nonce.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      nonce.find_first_not_of("0123456789abcdef") != std::string::npos ||
+      !(plain.empty() || plain == "plain") || !extra.empty()) {
     return InvalidArgument(
-        "RESTORE LAZY needs the source's page relay port and a nonce (64 hex digits), got '" +
+        "RESTORE LAZY needs the source's page relay port, a nonce (64 hex digits) and at most "
+        "'plain', got '" +
         relay_text.substr(0, 24) + "'");
   }
+  const bool sealed = plain.empty();
   StatusOr<std::string> secret = PageRelaySecret(channel, nonce);
   if (!secret.ok()) return secret.status();
   StatusOr<ckpt::Criu> lazy = known ? *known : ckpt::LazyCriu(criu);
@@ -52,13 +51,17 @@ StatusOr<ckpt::Criu> PagePuller::Start(const ckpt::Criu& criu,
                   NI_NUMERICHOST) != 0) {
     return IoError("cannot tell the source's address");
   }
-  if (!tls_.has_peer() && !allow_plain) {
+  if (!sealed && !allow_plain) {
     return PermissionDenied(
-        "the page stream is not secured (no PAGE-TLS before RESTORE LAZY); this destination "
-        "takes plain page streams only with paladin receive --lazy-plain");
+        "the source sends its pages in clear (--lazy-plain); this destination takes plain page "
+        "streams only with paladin receive --lazy-plain");
   }
   log_ = image + "/lazy-pages.log";
+  StatusOr<std::pair<SocketEnd, SocketEnd>> ends = CriuSocketPair();
+  if (!ends.ok()) return ends.status();
   PageRelayOptions relay_options;
+  relay_options.seal = sealed;
+  relay_options.criu_socket = fcntl(ends->second.fd(), F_DUPFD_CLOEXEC, 0);
   // For the tests: the link is cut once, a few MiB into the pages (docs/lazy_migration.md).
   if (FaultSet("cut:page-relay")) relay_options.cut_after = uint64_t{24} << 20;
   StatusOr<PageRelay> relay =
@@ -66,11 +69,10 @@ StatusOr<ckpt::Criu> PagePuller::Start(const ckpt::Criu& criu,
   if (!relay.ok()) return relay.status();
   relay_ = std::move(*relay);
   progress_("post-copy: pulling the job's memory from " + std::string(host) + ":" +
-            std::to_string(port) + (tls_.has_peer() ? " over TLS" : " over plain TCP") +
-            " through the page relay (CRIU patches " + lazy->lazy_patches + ")");
-  StatusOr<pid_t> puller =
-      ckpt::StartLazyPages(*lazy, image, "127.0.0.1", relay_.local_port(),
-                           tls_.has_peer() ? tls_.CriuArgs() : std::vector<std::string>{});
+            std::to_string(port) + " through the page relays, " +
+            (sealed ? "sealed" : "in clear (--lazy-plain)") + " (CRIU patches " +
+            lazy->lazy_patches + ")");
+  StatusOr<pid_t> puller = ckpt::StartLazyPages(*lazy, image, ends->first.fd());
   if (!puller.ok()) {
     relay_.Stop();
     return Status(puller.status().code(), "criu lazy-pages: " + puller.status().message());

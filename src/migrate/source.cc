@@ -25,15 +25,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A loopback port free now, for the post-copy dump's page server behind the page relay (picked
-// by the system, then let go for CRIU to take; only this host can reach it, and CRIU's TLS
-// refuses a local client without the move's keys).
-StatusOr<int> FreeLoopbackPort() {
-  StatusOr<Listener> probe = Listener::Listen("127.0.0.1", 0);
-  if (!probe.ok()) return probe.status();
-  return probe->port();
-}
-
 // The address this host sends from to reach HOST:PORT (a UDP socket's connect sends nothing):
 // the post-copy page relay listens there only, not on every interface.
 StatusOr<std::string> LocalAddressTowards(const std::string& host, int port) {
@@ -154,40 +145,31 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   pid_t lazy_dump = 0;
   const std::string lazy_log = image + ".dump.log";
   const int lazy_port = options.lazy_port > 0 ? options.lazy_port : options.port + 2;
-  // The page stream's keys: made before the dump, which starts the page server; removed when
-  // this call returns, once the dump (which reads them when the puller connects) has ended.
-  PageTls page_tls;
   // The page stream crosses the network between two page relays (page_relay.h): the dump's page
-  // server listens on this host's loopback, this side's relay on lazy_address:lazy_port. A
-  // secret both sides derive from the command channel's session key and a nonce sent with
-  // RESTORE LAZY authenticates every link between them.
+  // server serves on a socket pair with this side's relay, which listens on
+  // lazy_address:lazy_port and seals every frame (unless --lazy-plain). A secret both sides
+  // derive from the command channel's session key and a nonce sent with RESTORE LAZY
+  // authenticates every link between them and keys the seal.
   std::optional<Listener> relay_listener;
   PageRelay relay;
+  SocketEnd dump_end;   // the dump's end of the socket pair, closed once it runs
+  SocketEnd relay_end;  // the relay's, taken by it
   if (options.lazy) {
-    StatusOr<int> loopback = FreeLoopbackPort();
+    StatusOr<std::pair<SocketEnd, SocketEnd>> ends = CriuSocketPair();
     StatusOr<Listener> listening = Listener::Listen(lazy_address, lazy_port);
-    Status ready = !loopback.ok() ? loopback.status() : listening.status();
+    Status ready = !ends.ok() ? ends.status() : listening.status();
     if (!ready.ok()) {
       (void)save(MoveStep::kResumed);  // nothing was stopped yet
       keeper.Done();
       return Status(ready.code(), "the page relay: " + ready.message());
     }
     relay_listener.emplace(std::move(*listening));
-    checkpoint.lazy_port = *loopback;
-    checkpoint.lazy_address = "127.0.0.1";
+    dump_end = std::move(ends->first);
+    relay_end = std::move(ends->second);
+    checkpoint.lazy_socket = dump_end.fd();
     checkpoint.lazy_log = lazy_log;
     checkpoint.lazy_dump = &lazy_dump;
     report.mode = "post-copy";
-    if (!options.lazy_plain) {
-      StatusOr<PageTls> made = PageTls::Create(st.id + " source");
-      if (!made.ok()) {
-        (void)save(MoveStep::kResumed);  // nothing was stopped yet
-        keeper.Done();
-        return made.status();
-      }
-      page_tls = std::move(*made);
-      checkpoint.lazy_tls_args = page_tls.CriuArgs();
-    }
   }
   // Streaming pre-copy: the page server there is set up before the dump, on the command channel
   // (which then goes on to BEGIN once the image is there).
@@ -233,6 +215,7 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   const auto paused = std::chrono::steady_clock::now();
   StatusOr<ckpt::PhaseTimes> times =
       ckpt::CheckpointJob(dump_criu, job, image, checkpoint, progress);
+  dump_end.Close();  // the dump's own now: its end is seen once the dump ends
   if (!times.ok()) {
     if (lazy_dump > 0) {
       stop_dump();
@@ -312,15 +295,6 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     if (!proved.ok()) hello = proved;
   }
   if (hello.ok()) hello = channel->Call("BEGIN " + st.id, 30);
-  if (hello.ok() && options.lazy && !options.lazy_plain) {
-    // Before RESTORE LAZY, after which the puller connects: the page server, which reads the
-    // trusted certificate as it accepts, then knows the puller's.
-    hello = channel->Call("PAGE-TLS " + page_tls.certificate(), 30);
-    if (hello.ok()) {
-      Status trusted = page_tls.TrustPeer(*hello);
-      if (!trusted.ok()) hello = Status(trusted.code(), "PAGE-TLS answer: " + trusted.message());
-    }
-  }
   if (!hello.ok()) {
     stop_dump();
     cleanup();
@@ -340,9 +314,13 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
     StatusOr<std::string> nonce = RandomHex(32);
     StatusOr<std::string> secret =
         nonce.ok() ? PageRelaySecret(*channel, *nonce) : StatusOr<std::string>(nonce.status());
+    PageRelayOptions relay_options;
+    relay_options.seal = !options.lazy_plain;
+    if (secret.ok()) relay_options.criu_socket = fcntl(relay_end.fd(), F_DUPFD_CLOEXEC, 0);
+    relay_end.Close();
     StatusOr<PageRelay> serving =
-        secret.ok() ? PageRelay::Serve(std::move(*relay_listener), "127.0.0.1",
-                                       checkpoint.lazy_port, *secret, {}, progress)
+        secret.ok() ? PageRelay::Serve(std::move(*relay_listener), "", 0, *secret, relay_options,
+                                       progress)
                     : StatusOr<PageRelay>(secret.status());
     const Status started = serving.status();
     if (started.ok()) {
@@ -361,7 +339,8 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   const auto restoring = std::chrono::steady_clock::now();
   StatusOr<std::string> restored =
       CallOrDrop(&*channel, "RESTORE",
-                 options.lazy ? "RESTORE LAZY " + std::to_string(lazy_port) + " " + relay_nonce
+                 options.lazy ? "RESTORE LAZY " + std::to_string(lazy_port) + " " + relay_nonce +
+                                    (options.lazy_plain ? " plain" : "")
                               : std::string("RESTORE"),
                  kAnswerTimeoutS);
   if (!restored.ok()) {
@@ -375,8 +354,8 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   report.remote_pid = std::atoll(restored->c_str());
   report.times.seconds.emplace_back("remote restore", Since(restoring));
   CrashPoint("src-after-restore");
-  if (options.lazy && !options.lazy_plain) {
-    Status handshake = WaitPageHandshake(lazy_dump, lazy_log, kPageHandshakeS);
+  if (options.lazy) {
+    Status handshake = DumpStillServes(lazy_dump, lazy_log);
     if (!handshake.ok()) {
       stop_dump();
       cleanup();

@@ -37,26 +37,6 @@ inline constexpr const char* kPageServerCommand = "PAGE-SERVER ";
 // The command line that asks the destination which moves it takes (PeerMoveModes).
 inline constexpr const char* kFeaturesCommand = "FEATURES";
 
-// One end of a socket pair, closed with its owner.
-class SocketEnd {
- public:
-  SocketEnd() = default;
-  explicit SocketEnd(int fd) : fd_(fd) {}
-  ~SocketEnd() { Close(); }
-  SocketEnd(SocketEnd&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
-  SocketEnd& operator=(SocketEnd&& other) noexcept;
-  SocketEnd(const SocketEnd&) = delete;
-  SocketEnd& operator=(const SocketEnd&) = delete;
-  int fd() const { return fd_; }
-  void Close();
-
- private:
-  int fd_ = -1;
-};
-
-// A connected socket pair (close-on-exec both): [0] for CRIU, [1] for its relay.
-StatusOr<std::pair<SocketEnd, SocketEnd>> CriuSocketPair();
-
 // The source's side: the command channel, authenticated (the token proved, BEGIN not yet), the
 // page server the destination started for this move, and this side's relay, linked to the
 // destination's.

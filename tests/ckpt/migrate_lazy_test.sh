@@ -19,8 +19,8 @@
 #                names all four
 #   plain        the source serves its pages in clear (--lazy-plain) to a receiver that does not
 #                allow it: refused, the job resumes at the source
-# Every move but `plain` runs its page stream over TLS (keys made for the move); in `moved` an
-# attacker also tries the port once the destination runs the job. After each, exactly one copy
+# Every move but `plain` runs its page stream sealed by the page relays (keys of the move); in
+# `moved` an attacker also tries the port once the destination runs the job. After each, exactly one copy
 # runs and its memory and generations are verified (lazy_mem.py check; after a resume at the
 # source, from the point it resumed).
 #
@@ -116,7 +116,7 @@ move() {
   local case=$1 d=$work/$1
   local plain=()
   [[ $case == plain ]] && plain=(--lazy-plain)
-  mkdir -p "$d" "$d/tmp" # TMPDIR of both sides: where their page-stream keys go
+  mkdir -p "$d" "$d/tmp" # TMPDIR of both sides: nothing of the move may stay there
   port=$(free_port 3) # the receiver takes PORT and PORT+1, the page server PORT+2
   PALADIN_RUN_DIR=$d/base timeout 300 "$PALADIN" run --name "$case" -- \
     python3 "$HERE/lazy_mem.py" run $MIB "$d/out" 0.05 >"$d/run.out" 2>&1 &
@@ -145,7 +145,7 @@ move() {
     # The rest of the pages takes about half a second: the source's page server (its lazy dump)
     # is stopped, so that the fault lands while pages are still owed, then let go once it has.
     local server
-    server=$(pgrep -f -- "dump .*$d/.*--lazy-pages --address 127.0.0.1 --port ")
+    server=$(pgrep -f -- "dump .*$d/.*--lazy-pages --ps-socket ")
     [[ -n $server ]] || fail "$case: the source's page server (its lazy dump) is not running"
     [[ -n $server ]] && kill -STOP $server
     sleep 0.2
@@ -155,7 +155,7 @@ move() {
     local victim
     case $case in
       destination) victim=$(running "$d/out" | grep -vx "$src") ;;
-      puller) victim=$(pgrep -f "lazy-pages --page-server --address 127.0.0.1 --port [0-9]+ -D $d/") ;;
+      puller) victim=$(pgrep -f "lazy-pages --page-server --ps-socket [0-9]+ -D $d/") ;;
     esac
     [[ -n $victim ]] || fail "$case: nothing to kill (the destination's copy or its page puller)"
     kill -9 $victim 2>/dev/null
@@ -196,9 +196,10 @@ move() {
       return
     fi
   elif [[ $case == moved ]]; then
-    grep -q 'over TLS' "$d/recv.out" || fail "$case: the receiver did not pull over TLS"
+    grep -q 'through the page relays, sealed' "$d/recv.out" ||
+      fail "$case: the receiver did not pull sealed: $(cat "$d/recv.out")"
     if [[ -n $(ls -A "$d/tmp") ]]; then
-      fail "$case: the page stream's keys were left behind: $(ls -A "$d/tmp")"
+      fail "$case: the move left files behind: $(ls -A "$d/tmp")"
     fi
     if ((rc != 0)) || [[ $survivor == "$src" ]] || ! grep -q '^moved .* post-copy: pause' <<<"$out"; then
       fail "$case: expected the job to move (exit $rc): $out; receive: $(cat "$d/recv.out")"

@@ -21,16 +21,16 @@ The drills, each on a fresh server and two agents:
      source resumes the job (the server decided against the move; the dead agent's copy was
      stopped by its lease) and the restarted agent kills its stale copy. The file is verified
      from the source's resumption on (what the destination did meanwhile is lost, as in a
-     recovery). What the dead agent's move left on its host (the incoming image folder, the page
-     stream's keys) is gone once its successor has started, and was there before (the drill
-     would otherwise test nothing).
+     recovery). What the dead agent's move left on its host (the incoming image folder) is gone
+     once its successor has started, and was there before (the drill would otherwise test
+     nothing).
   3. src-killed: the source agent killed (PALADIN_MIGRATE_FAULT=crash:src-during-pages) once the
      job runs at the destination and while its pages are still coming, before the commit; it
      stays away for 3 leases. The destination, losing the source, stops its copy and the server
      decides against the move; the server gives the dead node up and recovers the job from its
      last checkpoint: counted as a recovery (the job's `recoveries`, a `recovered` event,
      paladin_recoveries_total), one copy, the file verified from the recovery's rewind on. The
-     restarted agent's stale stopped copy is killed, and its move's keys are gone.
+     restarted agent's stale stopped copy is killed, and its move's outgoing folder is gone.
 
   4. relay-cut: the link between the two agents' page relays cut once while the pages are
      coming (PALADIN_MIGRATE_FAULT=cut:page-relay at the destination's agent): the destination's
@@ -153,15 +153,15 @@ def fleet_with_own_tmp(work, name, faults, server_args=None):
 
 
 def move_leftovers(fleet, node, env):
-    """What moves left on NODE's host: its agent's incoming and outgoing folders and the
-    page-stream keys in its TMPDIR."""
+    """What moves left on NODE's host: its agent's incoming and outgoing folders and anything of
+    Paladin's in its TMPDIR."""
     left = []
     for kind in ("incoming", "outgoing"):
         folder = os.path.join(fleet.dir, "agents", node, kind)
         left += [os.path.join(folder, n) for n in (os.listdir(folder)
                                                    if os.path.isdir(folder) else [])]
     left += [os.path.join(env["TMPDIR"], n) for n in os.listdir(env["TMPDIR"])
-             if n.startswith("paladin-page-tls.")]
+             if n.startswith("paladin-")]
     return sorted(left)
 
 

@@ -4,9 +4,9 @@ host, real CRIU.
 
 A pre-copy fleet move between agents that both stream (every checkpointable agent registers
 `stream`) dumps the job's memory straight into a page server the destination's agent starts for
-the move, over TLS with keys made for it, kept on tmpfs there; the rest of the image goes by the
-transfer, and the transaction is a pre-copy move's: the source stays stopped until the server
-commits (docs/lazy_migration.md, "Fleet moves", "Streaming pre-copy").
+the move, through the page relays (every frame sealed), kept on tmpfs there; the rest of the
+image goes by the transfer, and the transaction is a pre-copy move's: the source stays stopped
+until the server commits (docs/lazy_migration.md, "Fleet moves", "Streaming pre-copy").
 
 The workload and the checks are postcopy_test.py's: tests/ckpt/lazy_mem.py holding 128 MiB of
 distinct pages, every copy sampled every 100 ms (never two running at once, one at the end), the
@@ -20,10 +20,10 @@ The drills, each on a fresh server and two agents:
      once half the job's memory has reached its page server: nothing was restored there, the
      move fails and the job resumes at its source (one copy, the file verified with no rewind:
      the job went on from where it stopped). What the dead agent's move left on its host (the
-     incoming folder, the page-stream keys, the pages on /dev/shm) is gone once its successor
+     incoming folder, the pages on /dev/shm) is gone once its successor
      has started.
-  3. refused: the destination's page-server port (its migrate port + 2) taken by another
-     program, so its agent cannot start a page server and answers PAGE-SERVER with ERR: the
+  3. refused: the destination's page port (its migrate port + 2) taken by another program, so
+     its agent cannot start its page relay and answers PAGE-SERVER with ERR: the
      source, nothing stopped yet, moves by image instead; the job runs at the destination, its
      file verified with no rewind, one copy throughout, and the event and last_move say
      `pre-copy` with "streaming refused".
@@ -98,10 +98,10 @@ def move_drill(work):
         if last.get("mode") != "stream" or last.get("pause_s") is None:
             fail(f"{what}: the job's last_move does not say stream and its pause: {last}")
         log = open(os.path.join(fleet.dir, f"agent-{to}.log"), errors="replace").read()
-        if "over TLS" not in log or "kept in memory" not in log:
-            fail(f"{what}: the destination's agent did not keep the pages in memory over TLS")
+        if "(sealed)" not in log or "kept in memory" not in log:
+            fail(f"{what}: the destination's agent did not keep the pages in memory, sealed")
         else:
-            ok(f"{what}: the destination kept the streamed pages in memory, over TLS")
+            ok(f"{what}: the destination kept the streamed pages in memory, sealed")
         crash_test.check_one_copy(sampler, what)
         pc.check_file(out, False, what)
         crash_test.cancel_and_check_gone(fleet, job_id, tag)

@@ -27,11 +27,9 @@ struct CheckpointOptions {
   // Post-copy (a migration's source, with a CRIU of LazyCriu): DumpOptions' lazy_* fields. The
   // image holds everything but the anonymous memory, which the dump, still running in
   // *lazy_dump, serves; the job stays stopped. Refused for a job with GPU state.
-  int lazy_port = 0;
-  std::string lazy_address;
+  int lazy_socket = -1;
   std::string lazy_log;
   pid_t* lazy_dump = nullptr;
-  std::vector<std::string> lazy_tls_args;  // DumpOptions::lazy_tls_args
   // Streaming pre-copy (a migration's source): DumpOptions::page_server_socket. The image
   // holds everything but the memory, which went to the destination's page server as the dump
   // ran.

@@ -103,17 +103,15 @@ struct DumpOptions {
   // failed image); "" names it in the image directory.
   std::string failed_log;
   // Post-copy: the dump keeps the tree's anonymous memory and serves it from a page server on
-  // lazy_address:lazy_port until a lazy-pages daemon has it all (or fails); the tree is left
-  // stopped either way (with Paladin's patches). Dump returns once the server is up, with the
-  // running dump in *lazy_dump (ServingResult waits for it); its log goes to lazy_log, outside
-  // the image, which is sent while the dump still runs.
-  int lazy_port = 0;
-  std::string lazy_address;
+  // this connected socket (--ps-socket; the page relay carries it on to the destination's
+  // lazy-pages daemon, migrate/page_relay.h) until the daemon has it all (or fails); the tree is
+  // left stopped either way (with Paladin's patches). Dump returns once the server is up, with
+  // the running dump in *lazy_dump (ServingResult waits for it); its log goes to lazy_log,
+  // outside the image, which is sent while the dump still runs. The caller keeps the socket.
+  // -1: not post-copy.
+  int lazy_socket = -1;
   std::string lazy_log;
   pid_t* lazy_dump = nullptr;
-  // CRIU's options that secure the page stream (migrate's PageTls: --tls and its files); empty:
-  // plain TCP.
-  std::vector<std::string> lazy_tls_args;
   // Streaming pre-copy (a migration's source): the dump sends the tree's memory (pagemap and
   // pages images) to a `criu page-server` on this connected socket (--ps-socket; the page relay
   // carries it on to the destination's page server, migrate/page_relay.h) instead of writing it
@@ -158,10 +156,9 @@ StatusOr<pid_t> StartServing(const Criu& criu, std::vector<std::string> argv,
                              const std::string& log, double ready_s, int pass_fd = -1);
 
 // The destination's page puller of a post-copy move: `criu lazy-pages` for the image in `dir`,
-// fetching from the source's page server at host:port (with `tls_args`, as DumpOptions'
-// lazy_tls_args); returns once it waits for the restore.
-StatusOr<pid_t> StartLazyPages(const Criu& criu, const std::string& dir, const std::string& host,
-                               int port, const std::vector<std::string>& tls_args = {});
+// fetching from the source's page server on `socket`, a connected socket (--ps-socket; the
+// caller keeps its own); returns once it waits for the restore.
+StatusOr<pid_t> StartLazyPages(const Criu& criu, const std::string& dir, int socket);
 
 // Waits for a StartServing process (at most timeout_s, then kills it): OK when it exited 0,
 // else its exit and its log's first error.

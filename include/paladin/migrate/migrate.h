@@ -59,9 +59,10 @@ struct MigrateOptions {
   std::string lazy_address;      // empty: the address this host uses to reach the peer
   int lazy_port = 0;             // 0: the destination's port + 2
   double lazy_timeout_s = 3600;  // for every page to reach the destination
-  // The page stream is TLS with keys made for this move, each side trusting only the other's
-  // certificate (exchanged as PAGE-TLS); true: plain TCP, which anyone who reaches the port can
-  // read (for measurements and trusted networks; the destination must allow it).
+  // The page relays seal every frame of the page stream under keys of the move (AES-128-GCM);
+  // true: they carry it in clear, which anyone on the path can read (for measurements and
+  // trusted networks; the destination must allow it). Either way only the other relay, proving
+  // the move's relay secret, is let in.
   bool lazy_plain = false;
   // The fleet form of a post-copy move, when the destination cannot confirm that its copy is
   // gone (its agent died, the connection broke): asks the owner to decide against the move
@@ -72,8 +73,9 @@ struct MigrateOptions {
   std::function<StatusOr<bool>()> resolve;
   double fence_s = 0;
   // Streaming pre-copy (`paladin migrate --mode stream`; not with lazy): the dump sends the
-  // job's memory straight to a page server the destination starts for this move (over TLS with
-  // keys made for it), which keeps it on tmpfs when it has room; only the rest of the image is
+  // job's memory straight to a page server the destination starts for this move (through the
+  // page relays, every frame sealed), which keeps it on tmpfs when it has room; only the rest of
+  // the image is
   // written here and sent by the transfer. The transaction is a plain move's: the job stays
   // stopped here until the destination holds it restored (docs/lazy_migration.md, "Streaming
   // pre-copy").
@@ -150,7 +152,8 @@ struct DestinationOptions {
   // the job's uid held, its run directory made as the source had it). An error ends the move
   // before anything is restored (the source resumes the job). Unset: nothing to do.
   std::function<Status(const ckpt::Manifest&)> before_restore;
-  // Post-copy: also take a source that serves its pages without TLS (MigrateOptions::lazy_plain).
+  // Post-copy: also take a source whose relay sends its pages in clear
+  // (MigrateOptions::lazy_plain).
   bool lazy_plain = false;
   // The post-copy CRIU (ckpt::LazyCriu of the CRIU given, or why there is none), found before
   // the move: finding it runs CRIU twice (about 0.1 s), which RESTORE LAZY would otherwise spend
