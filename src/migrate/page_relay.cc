@@ -276,11 +276,7 @@ struct PageRelay::State {
   std::string peer;  // the other relay, for messages
   // Serve: the links' listener and CRIU's page server.
   int link_listener = -1;
-  std::string server_host;
-  int server_port = 0;
   // Reach: where this side's CRIU connects, and the other relay.
-  int local_listener = -1;
-  int local_port = 0;
   std::string host;
   int port = 0;
 
@@ -343,6 +339,8 @@ struct PageRelay::State {
   bool closing = false;  // Done, and the link shut for writing: the other side's end awaited
 
   Status broken = Status::Ok();  // a frame that could not be sealed
+  std::string write_error;       // why a write to the link failed, until the link is cut
+  bool link_done = false;        // the other relay ended the link with everything settled
   std::atomic<bool> stop{false};
   std::atomic<int> resumes{0};
   std::mutex mu;
@@ -361,7 +359,6 @@ struct PageRelay::State {
   void Finish(Status s) {
     for (Greeted& g : greeting) Close(&g.fd);
     Close(&link_listener);
-    Close(&local_listener);
     if (s.ok()) {
       Close(&local);
     } else {
@@ -395,6 +392,15 @@ struct PageRelay::State {
         frames += out.substr(out_head);
       }
       (void)SendAll(link, frames, After(1));
+      // Until the other relay has read it and closed (at most a second): closed at once with
+      // what that relay sent still unread here, the link would be reset, which can drop the
+      // abort on its way.
+      shutdown(link, SHUT_WR);
+      char unread[65536];
+      pollfd p{link, POLLIN, 0};
+      const Clock::time_point until = After(1);
+      while (poll(&p, 1, MillisUntil(until)) > 0 && recv(link, unread, sizeof unread, 0) > 0) {
+      }
     }
     return Unavailable(why);
   }
@@ -476,16 +482,7 @@ struct PageRelay::State {
       close(fd);
       return going;
     }
-    const bool first = !ever_linked;
     Adopt(fd, g->challenge);
-    if (first && local < 0) {
-      StatusOr<int> server = Dial(server_host, server_port, 10);
-      if (!server.ok()) {
-        return Unavailable("cannot reach the page server: " + server.status().message());
-      }
-      local = *server;
-      SetNonBlocking(local);
-    }
     return Status::Ok();
   }
 
@@ -657,13 +654,14 @@ struct PageRelay::State {
         wire_head += static_cast<size_t>(put);
         continue;
       }
-      if (put < 0 && errno != EAGAIN && errno != EINTR) Cut(strerror(errno));
+      if (put < 0 && errno != EAGAIN && errno != EINTR) write_error = strerror(errno);
       return;
     }
   }
 
   // Writes to the link until it would block: the data frame under way, then the control frames
-  // queued, then the next data frame. A failed write cuts the link.
+  // queued, then the next data frame. A failed write is kept in write_error (the loop cuts the
+  // link).
   void Flush() {
     if (options.seal) {
       FlushSealed();
@@ -710,7 +708,7 @@ struct PageRelay::State {
         return;
       }
       if (put < 0) {
-        if (errno != EAGAIN && errno != EINTR) Cut(strerror(errno));
+        if (errno != EAGAIN && errno != EINTR) write_error = strerror(errno);
         return;
       }
     }
@@ -897,8 +895,10 @@ struct PageRelay::State {
       // Nothing more to send or to hear: a link gone now is not made again (what the other side
       // sent still goes on to this side's CRIU).
       const bool settled = local_eof && acked == read + 1 && peer_fin;
-      if (link < 0 && ever_linked && settled && !serving && local_shut) return Status::Ok();
-      if (link < 0 && ever_linked && !(settled && !serving)) {
+      if (link < 0 && ever_linked && ((settled && !serving) || link_done) && local_shut) {
+        return Status::Ok();
+      }
+      if (link < 0 && ever_linked && !link_done && !(settled && !serving)) {
         if (!serving) PALADIN_RETURN_IF_ERROR(Reconnect());
         if (link < 0 && Seconds(Clock::now() - cut_since) > options.resume_timeout_s) {
           if (Ended()) {
@@ -941,7 +941,6 @@ struct PageRelay::State {
       const int n = watch(link, static_cast<short>((Pending() < kToLocalMax ? POLLIN : 0) |
                                                    (HasToWrite() ? POLLOUT : 0)));
       const int ll = watch(link_listener, POLLIN);
-      const int cl = local < 0 ? watch(local_listener, POLLIN) : -1;
       const size_t first_greeted = fds.size();
       for (const Greeted& g : greeting) watch(g.fd, POLLIN);
       if (poll(fds.data(), fds.size(), 200) < 0 && errno != EINTR) {
@@ -950,16 +949,6 @@ struct PageRelay::State {
       auto has = [&fds](int i, short what) {
         return i >= 0 && (fds[static_cast<size_t>(i)].revents & (what | POLLERR | POLLHUP)) != 0;
       };
-      if (has(cl, POLLIN)) {
-        local = accept4(local_listener, nullptr, nullptr, SOCK_CLOEXEC);
-        if (local >= 0) {
-          // A page request or the tail of a page must not wait for Nagle.
-          int one = 1;
-          setsockopt(local, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-          SetNonBlocking(local);
-          Close(&local_listener);  // one client
-        }
-      }
       if (has(l, POLLIN) && !local_eof && room) {
         const size_t want =
             std::min<size_t>(kReadChunk, options.replay_limit - (read - AckedData()));
@@ -986,7 +975,8 @@ struct PageRelay::State {
           return Fail("its CRIU's connection failed: " + std::string(strerror(errno)));
         }
       }
-      if (has(n, POLLOUT)) Flush();
+      // What the other relay sent is read before this side writes: an abort it sent before it
+      // closed is heard, not lost to the write error its close causes here.
       link_quiet = !has(n, POLLIN);
       if (has(n, POLLIN) && link >= 0) {
         // A sealed frame's payload goes straight where it is opened.
@@ -999,13 +989,31 @@ struct PageRelay::State {
           if (!taken.ok()) {
             return taken.code() == StatusCode::kInvalidArgument ? Fail(taken.message()) : taken;
           }
-        } else if (got == 0 && closing) {
-          return Status::Ok();  // the other relay's end, after this one's
+        } else if (got == 0 && (closing || (local_eof && acked == read + 1 && peer_fin))) {
+          // The other relay's end, after this one's or once each had all the other sent: what
+          // it sent still goes on to this side's CRIU.
+          if (local_shut) return Status::Ok();
+          Close(&link);
+          link_done = true;
         } else if (got == 0) {
           Cut("closed by the other end");
         } else if (errno != EAGAIN && errno != EINTR) {
           Cut(strerror(errno));
         }
+      }
+      if (has(n, POLLOUT) && link >= 0) Flush();
+      if (!write_error.empty()) {
+        // What the other relay sent before its end made this write fail (an abort above all)
+        // is taken before the link is cut.
+        for (ssize_t got;
+             link >= 0 && (got = recv(link, buffer.data(), buffer.size(), MSG_DONTWAIT)) > 0;) {
+          Status taken = Take(buffer.data(), static_cast<size_t>(got));
+          if (!taken.ok()) {
+            return taken.code() == StatusCode::kInvalidArgument ? Fail(taken.message()) : taken;
+          }
+        }
+        Cut(write_error);
+        write_error.clear();
       }
       if (options.cut_after > 0 && !cut_done && link >= 0 && received >= options.cut_after) {
         cut_done = true;
@@ -1081,31 +1089,22 @@ PageRelay& PageRelay::operator=(PageRelay&& other) noexcept {
   return *this;
 }
 
-StatusOr<PageRelay> PageRelay::Serve(Listener listener, const std::string& server_host,
-                                     int server_port, const std::string& secret,
+StatusOr<PageRelay> PageRelay::Serve(Listener listener, SocketEnd criu, const std::string& secret,
                                      const PageRelayOptions& options,
                                      std::function<void(const std::string&)> progress) {
-  int criu = options.criu_socket;
-  if (secret.size() < 32) {
-    Close(&criu);
-    return InvalidArgument("a page relay's secret needs 32 characters");
-  }
+  if (secret.size() < 32) return InvalidArgument("a page relay's secret needs 32 characters");
+  if (criu.fd() < 0) return InvalidArgument("a page relay needs its CRIU's socket");
   auto state = std::make_unique<State>();
   state->serving = true;
   state->options = options;
-  state->local = criu;
-  if (criu >= 0) SetNonBlocking(criu);
   state->progress = std::move(progress);
   state->secret = secret;
   state->peer = "the other relay";
   state->link_listener = fcntl(listener.fd(), F_DUPFD_CLOEXEC, 0);
-  if (state->link_listener < 0) {
-    Close(&state->local);
-    return IoError(std::string("dup: ") + strerror(errno));
-  }
+  if (state->link_listener < 0) return IoError(std::string("dup: ") + strerror(errno));
   SetNonBlocking(state->link_listener);
-  state->server_host = server_host;
-  state->server_port = server_port;
+  state->local = criu.Release();
+  SetNonBlocking(state->local);
   PageRelay relay;
   relay.state_ = std::move(state);
   State* s = relay.state_.get();
@@ -1113,35 +1112,20 @@ StatusOr<PageRelay> PageRelay::Serve(Listener listener, const std::string& serve
   return relay;
 }
 
-StatusOr<PageRelay> PageRelay::Reach(const std::string& host, int port, const std::string& secret,
-                                     const PageRelayOptions& options,
+StatusOr<PageRelay> PageRelay::Reach(const std::string& host, int port, SocketEnd criu,
+                                     const std::string& secret, const PageRelayOptions& options,
                                      std::function<void(const std::string&)> progress) {
-  int criu = options.criu_socket;
-  if (secret.size() < 32) {
-    Close(&criu);
-    return InvalidArgument("a page relay's secret needs 32 characters");
-  }
+  if (secret.size() < 32) return InvalidArgument("a page relay's secret needs 32 characters");
+  if (criu.fd() < 0) return InvalidArgument("a page relay needs its CRIU's socket");
   auto state = std::make_unique<State>();
   state->options = options;
-  state->local = criu;
   state->progress = std::move(progress);
   state->secret = secret;
   state->peer = "the relay at " + host + ":" + std::to_string(port);
   state->host = host;
   state->port = port;
-  if (criu >= 0) {
-    SetNonBlocking(criu);
-  } else {
-    StatusOr<Listener> local = Listener::Listen("127.0.0.1", 0);
-    if (!local.ok()) return local.status();
-    state->local_port = local->port();
-    state->local_listener = fcntl(local->fd(), F_DUPFD_CLOEXEC, 0);
-    if (state->local_listener < 0) return IoError(std::string("dup: ") + strerror(errno));
-  }
   StatusOr<int> first = Dial(host, port, 10);
   if (!first.ok()) {
-    Close(&state->local_listener);
-    Close(&state->local);
     return Unavailable("cannot reach " + state->peer + ": " + first.status().message());
   }
   WatchLink(*first);
@@ -1149,19 +1133,17 @@ StatusOr<PageRelay> PageRelay::Reach(const std::string& host, int port, const st
   Status shook = state->Handshake(*first, &challenge);
   if (!shook.ok()) {
     close(*first);
-    Close(&state->local_listener);
-    Close(&state->local);
     return Status(shook.code(), state->peer + " refused: " + shook.message());
   }
   state->Adopt(*first, challenge);
+  state->local = criu.Release();
+  SetNonBlocking(state->local);
   PageRelay relay;
   relay.state_ = std::move(state);
   State* s = relay.state_.get();
   s->thread = std::thread([s] { s->Run(); });
   return relay;
 }
-
-int PageRelay::local_port() const { return state_ ? state_->local_port : 0; }
 
 int PageRelay::resumes() const { return state_ ? state_->resumes.load() : 0; }
 

@@ -42,6 +42,12 @@ class SocketEnd {
   SocketEnd(const SocketEnd&) = delete;
   SocketEnd& operator=(const SocketEnd&) = delete;
   int fd() const { return fd_; }
+  // Gives the descriptor up to the caller.
+  int Release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
   void Close();
 
  private:
@@ -49,7 +55,7 @@ class SocketEnd {
 };
 
 // A connected socket pair (close-on-exec both, 4 MiB buffers where root may set them): [0] for
-// CRIU (its --ps-socket), [1] for its relay (PageRelayOptions::criu_socket).
+// CRIU (its --ps-socket), [1] for its relay (PageRelay::Serve, PageRelay::Reach).
 StatusOr<std::pair<SocketEnd, SocketEnd>> CriuSocketPair();
 
 // The relay secret of a move, as both sides derive it from their command channel and RESTORE
@@ -71,9 +77,6 @@ struct PageRelayOptions {
   // secret and the link's challenge). Without it the frames go as they are (a post-copy move's
   // --lazy-plain). Both sides must agree.
   bool seal = false;
-  // This side's CRIU's end of a connected socket pair (CRIU's --ps-socket), taken by the relay:
-  // Serve then connects to no page server, Reach listens for no client. -1: over loopback TCP.
-  int criu_socket = -1;
 };
 
 class PageRelay {
@@ -86,20 +89,17 @@ class PageRelay {
   PageRelay& operator=(const PageRelay&) = delete;
 
   // The side that listens: takes the other relay's links on `listener` (the first and any later
-  // one that proves `secret`) and, once the first has, connects to its CRIU at
-  // `server_host`:`server_port` (unless options.criu_socket gives it).
-  static StatusOr<PageRelay> Serve(Listener listener, const std::string& server_host,
-                                   int server_port, const std::string& secret,
+  // one that proves `secret`) and carries the stream to and from its CRIU on `criu`, its end of
+  // CriuSocketPair.
+  static StatusOr<PageRelay> Serve(Listener listener, SocketEnd criu, const std::string& secret,
                                    const PageRelayOptions& options,
                                    std::function<void(const std::string&)> progress);
-  // The side that connects: to the other relay at `host`:`port`, proving `secret`; and listens on
-  // 127.0.0.1 (local_port()) for its CRIU (unless options.criu_socket gives it).
-  static StatusOr<PageRelay> Reach(const std::string& host, int port, const std::string& secret,
-                                   const PageRelayOptions& options,
+  // The side that connects: to the other relay at `host`:`port`, proving `secret` (again after a
+  // cut), and carries the stream to and from its CRIU on `criu`.
+  static StatusOr<PageRelay> Reach(const std::string& host, int port, SocketEnd criu,
+                                   const std::string& secret, const PageRelayOptions& options,
                                    std::function<void(const std::string&)> progress);
 
-  // Where this side's CRIU connects (Reach), 0 for Serve.
-  int local_port() const;
   // Waits up to `timeout_s` for the relay to end: Ok once both directions were closed by their
   // CRIU and everything was acknowledged; the reason otherwise. Unavailable while it still runs.
   Status Wait(double timeout_s);

@@ -61,11 +61,10 @@ StatusOr<ckpt::Criu> PagePuller::Start(const ckpt::Criu& criu,
   if (!ends.ok()) return ends.status();
   PageRelayOptions relay_options;
   relay_options.seal = sealed;
-  relay_options.criu_socket = fcntl(ends->second.fd(), F_DUPFD_CLOEXEC, 0);
   // For the tests: the link is cut once, a few MiB into the pages (docs/lazy_migration.md).
   if (FaultSet("cut:page-relay")) relay_options.cut_after = uint64_t{24} << 20;
-  StatusOr<PageRelay> relay =
-      PageRelay::Reach(host, static_cast<int>(port), *secret, relay_options, progress_);
+  StatusOr<PageRelay> relay = PageRelay::Reach(
+      host, static_cast<int>(port), std::move(ends->second), *secret, relay_options, progress_);
   if (!relay.ok()) return relay.status();
   relay_ = std::move(*relay);
   progress_("post-copy: pulling the job's memory from " + std::string(host) + ":" +

@@ -316,11 +316,9 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
         nonce.ok() ? PageRelaySecret(*channel, *nonce) : StatusOr<std::string>(nonce.status());
     PageRelayOptions relay_options;
     relay_options.seal = !options.lazy_plain;
-    if (secret.ok()) relay_options.criu_socket = fcntl(relay_end.fd(), F_DUPFD_CLOEXEC, 0);
-    relay_end.Close();
     StatusOr<PageRelay> serving =
-        secret.ok() ? PageRelay::Serve(std::move(*relay_listener), "", 0, *secret, relay_options,
-                                       progress)
+        secret.ok() ? PageRelay::Serve(std::move(*relay_listener), std::move(relay_end), *secret,
+                                       relay_options, progress)
                     : StatusOr<PageRelay>(secret.status());
     const Status started = serving.status();
     if (started.ok()) {

@@ -151,8 +151,8 @@ StatusOr<PageStream> OpenPageStream(const std::string& host, int command_port,
   if (!ends.ok()) return ends.status();
   PageRelayOptions relay_options;
   relay_options.seal = true;
-  relay_options.criu_socket = fcntl(ends->second.fd(), F_DUPFD_CLOEXEC, 0);
-  StatusOr<PageRelay> relay = PageRelay::Reach(host, stream.port, *secret, relay_options, progress);
+  StatusOr<PageRelay> relay = PageRelay::Reach(host, stream.port, std::move(ends->second), *secret,
+                                               relay_options, progress);
   if (!relay.ok()) {
     return Status(relay.status().code(),
                   "the destination's page relay: " + relay.status().message());
@@ -229,11 +229,10 @@ StatusOr<std::unique_ptr<PageSink>> PageSink::Start(const ckpt::Criu& criu, cons
   sink->server_ = *server;
   PageRelayOptions relay_options;
   relay_options.seal = true;
-  relay_options.criu_socket = fcntl(ends->second.fd(), F_DUPFD_CLOEXEC, 0);
   // For the tests: the link is cut once, a few MiB into the pages (docs/lazy_migration.md).
   if (FaultSet("cut:page-relay")) relay_options.cut_after = uint64_t{24} << 20;
-  StatusOr<PageRelay> relay =
-      PageRelay::Serve(std::move(*links), "", 0, *secret, relay_options, progress);
+  StatusOr<PageRelay> relay = PageRelay::Serve(std::move(*links), std::move(ends->second), *secret,
+                                               relay_options, progress);
   if (!relay.ok()) return relay.status();
   sink->relay_ = std::move(*relay);
   progress("page server for migration " + id + ", its relay on " + bind_address + ":" +

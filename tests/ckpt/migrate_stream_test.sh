@@ -14,8 +14,9 @@
 #           the link was cut once and made again
 #   attack  a client without the move's relay secret (tests/ckpt/page_attacker.py: a page request
 #           in clear, TLS with a certificate of its own, TLS without one, in turn) connects to the
-#           destination's page port again and again from before the move to its end: the relay
-#           refuses every one (it never reaches the page server) and the move completes
+#           destination's page port again and again from before the move to its end: it gets in
+#           while the pages stream, nothing of it reaches the page server (the relay forwards
+#           only a link that proves the secret) and the move completes
 #   auto    no --mode (the default, auto): the source asks the receiver which moves it takes
 #           (FEATURES) and, both having the patched CRIU (scripts/criu_lazy.sh) and the job no
 #           GPU, moves post-copy, saying so; the receiver, asked first, takes the move that
@@ -143,10 +144,11 @@ move() {
       return
     fi
     if [[ $case == attack ]]; then
-      grep -q 'page relay: refused a link' "$d/recv.out" ||
-        fail "$case: the destination's relay refused nobody: $(cat "$d/recv.out")"
-      grep -q 'got-memory 0,' "$d/attacker.out" ||
-        fail "$case: the attacker got something: $(grep '^attacker:' "$d/attacker.out")"
+      # The relay listens only while the pages stream (about a second here): the attacker must
+      # have got in then, and got nothing. (Its refusal is logged only if it comes before the
+      # stream ends: an unproven link waits up to 5 s.)
+      grep -q 'attacker: connected [1-9][0-9]*, got-memory 0,' "$d/attacker.out" ||
+        fail "$case: the attacker never reached the relay, or got something: $(grep '^attacker:' "$d/attacker.out")"
     else
       grep -q 'the page stream.s link was cut 1 time(s) and made again' <<<"$out" ||
         fail "$case: the move did not say its link was cut and made again: $out"
