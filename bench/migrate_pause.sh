@@ -12,10 +12,12 @@
 # job's memory and every generation:
 #   image            `paladin migrate --mode image`: dump to a local image, then send it
 #   stream           `--mode stream`: streaming pre-copy, the dump straight into the
-#                    destination's page server over TLS (kept in memory there)
+#                    destination's page server through the sealed page relays (kept in memory
+#                    there)
 #   post-copy        `--mode post-copy` (the CRIU of scripts/criu_lazy.sh), its page stream
-#                    over TLS
-#   plain-post-copy  `--lazy --lazy-plain` (only with BOTH_PLAIN=1): post-copy over plain TCP
+#                    sealed by the relays
+#   plain-post-copy  `--lazy --lazy-plain` (only with BOTH_PLAIN=1): post-copy, the relays
+#                    carrying the pages in clear
 # (MODES="post-copy" moves by the listed modes only)
 # and, as the baseline, a plain copy of SIZE MiB from one process's memory into another's over a
 # loopback TCP connection (python sockets, no hashing, no disk). Prints each move's pause
@@ -97,7 +99,7 @@ if [[ ${1:-} == --both ]]; then
     ratio "post-copy total / plain copy" "${total[post-copy]:-}" "$copy"
     ratio "image pause / plain copy" "${pause[image]:-}" "$copy"
     ratio "stream pause / image pause" "${pause[stream]:-}" "${pause[image]:-}"
-    ratio "post-copy pause: TLS / plain" "${pause[post-copy]:-}" "${pause[plain-post-copy]:-}"
+    ratio "post-copy pause: sealed / plain" "${pause[post-copy]:-}" "${pause[plain-post-copy]:-}"
     # The aim that the pause not grow with memory: each size's post-copy pause against the
     # first (smallest) size's of this run.
     if [[ -n ${pause[post-copy]:-} ]]; then
