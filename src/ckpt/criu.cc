@@ -719,9 +719,16 @@ StatusOr<pid_t> StartServing(const Criu& criu, std::vector<std::string> argv,
 
 StatusOr<pid_t> StartLazyPages(const Criu& criu, const std::string& dir, int socket) {
   const std::string log = fs::absolute(dir).string() + "/lazy-pages.log";
-  const std::vector<std::string> argv = {
-      criu.path, "lazy-pages", "--page-server", "--ps-socket", std::to_string(kPassedFd), "-D", dir,
-      "-o",      log,          "-v3"};
+  const std::vector<std::string> argv = {criu.path,
+                                         "lazy-pages",
+                                         "--page-server",
+                                         "--ps-socket",
+                                         std::to_string(kPassedFd),
+                                         "-D",
+                                         dir,
+                                         "-o",
+                                         log,
+                                         "-v3"};
   return StartServing(criu, argv, log, 60, socket);
 }
 

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <string>
@@ -167,6 +168,16 @@ class CuttingProxy {
   std::thread thread_;
 };
 
+// The listening relay, on a loopback port of its own (*port), for its CRIU on `criu`.
+StatusOr<PageRelay> ServeOnLoopback(SocketEnd criu, const PageRelayOptions& options, int* port,
+                                    std::function<void(const std::string&)> progress) {
+  StatusOr<Listener> links = Listener::Listen("127.0.0.1", 0);
+  if (!links.ok()) return links.status();
+  *port = links->port();
+  return PageRelay::Serve(std::move(*links), std::move(criu), kSecret, options,
+                          std::move(progress));
+}
+
 // A socket pair as a move makes it: `criu` for the stand-in, `relay` for its relay.
 struct Pair {
   SocketEnd criu;
@@ -202,13 +213,11 @@ TEST(PageRelayTest, BothStreamsArriveWholeAndInOrderThroughRepeatedCuts) {
   const std::string up = Bytes(3 << 20, 2);     // the requests
   Pair server = MakePair();
   Pair puller = MakePair();
-  StatusOr<Listener> links = Listener::Listen("127.0.0.1", 0);
-  ASSERT_TRUE(links.ok());
-  const int link_port = links->port();
+  int link_port = 0;
   PageRelayOptions options;
   options.replay_limit = size_t{2} << 20;  // the sender waits for acknowledgements, too
   StatusOr<PageRelay> serve =
-      PageRelay::Serve(std::move(*links), std::move(server.relay), kSecret, options, nullptr);
+      ServeOnLoopback(std::move(server.relay), options, &link_port, nullptr);
   ASSERT_TRUE(serve.ok()) << serve.status().message();
   CuttingProxy proxy(link_port, size_t{3} << 20, /*stay_away=*/false);
   StatusOr<PageRelay> reach = PageRelay::Reach("127.0.0.1", proxy.port(), std::move(puller.relay),
@@ -234,18 +243,16 @@ TEST(PageRelayTest, BothStreamsArriveWholeAndInOrderThroughRepeatedCuts) {
 TEST(PageRelayTest, AStrangerIsRefusedAndDoesNotTakeThePageServer) {
   const std::string down = Bytes(1 << 20, 3);
   Pair server = MakePair();
-  StatusOr<Listener> links = Listener::Listen("127.0.0.1", 0);
-  ASSERT_TRUE(links.ok());
-  const int link_port = links->port();
+  int link_port = 0;
   std::vector<std::string> said;
   std::mutex said_mu;
   PageRelayOptions options;
   options.seal = true;
-  StatusOr<PageRelay> serve = PageRelay::Serve(std::move(*links), std::move(server.relay), kSecret,
-                                               options, [&](const std::string& line) {
-                                                 std::lock_guard<std::mutex> lock(said_mu);
-                                                 said.push_back(line);
-                                               });
+  StatusOr<PageRelay> serve =
+      ServeOnLoopback(std::move(server.relay), options, &link_port, [&](const std::string& line) {
+        std::lock_guard<std::mutex> lock(said_mu);
+        said.push_back(line);
+      });
   ASSERT_TRUE(serve.ok());
   StandIn page_server(server.criu.fd(), down);
   // A stranger who connects first and answers the greeting with a made-up proof.
@@ -290,13 +297,11 @@ TEST(PageRelayTest, ALinkThatStaysAwayEndsBothStreamsEarly) {
   const std::string down = Bytes(16 << 20, 4);
   Pair server = MakePair();
   Pair puller = MakePair();
-  StatusOr<Listener> links = Listener::Listen("127.0.0.1", 0);
-  ASSERT_TRUE(links.ok());
-  const int link_port = links->port();
+  int link_port = 0;
   PageRelayOptions options;
   options.resume_timeout_s = 2;
   StatusOr<PageRelay> serve =
-      PageRelay::Serve(std::move(*links), std::move(server.relay), kSecret, options, nullptr);
+      ServeOnLoopback(std::move(server.relay), options, &link_port, nullptr);
   ASSERT_TRUE(serve.ok());
   CuttingProxy proxy(link_port, size_t{2} << 20, /*stay_away=*/true);
   StatusOr<PageRelay> reach = PageRelay::Reach("127.0.0.1", proxy.port(), std::move(puller.relay),
@@ -323,13 +328,11 @@ TEST(PageRelayTest, ALinkThatStaysAwayEndsBothStreamsEarly) {
 TEST(PageRelayTest, ACriuThatFailsFailsTheOtherSide) {
   Pair server = MakePair();
   Pair puller = MakePair();
-  StatusOr<Listener> links = Listener::Listen("127.0.0.1", 0);
-  ASSERT_TRUE(links.ok());
-  const int link_port = links->port();
+  int link_port = 0;
   PageRelayOptions options;
   options.seal = true;
   StatusOr<PageRelay> serve =
-      PageRelay::Serve(std::move(*links), std::move(server.relay), kSecret, options, nullptr);
+      ServeOnLoopback(std::move(server.relay), options, &link_port, nullptr);
   ASSERT_TRUE(serve.ok());
   StatusOr<PageRelay> reach =
       PageRelay::Reach("127.0.0.1", link_port, std::move(puller.relay), kSecret, options, nullptr);
@@ -366,14 +369,12 @@ TEST(PageRelayTest, SealedStreamsArriveWholeThroughRepeatedCuts) {
   const std::string down = Bytes(64 << 10, 7);  // the page server's answers
   Pair server = MakePair();
   Pair dump = MakePair();
-  StatusOr<Listener> links = Listener::Listen("127.0.0.1", 0);
-  ASSERT_TRUE(links.ok());
-  const int link_port = links->port();
+  int link_port = 0;
   PageRelayOptions options;
   options.seal = true;
   options.replay_limit = size_t{2} << 20;
   StatusOr<PageRelay> serve =
-      PageRelay::Serve(std::move(*links), std::move(server.relay), kSecret, options, nullptr);
+      ServeOnLoopback(std::move(server.relay), options, &link_port, nullptr);
   ASSERT_TRUE(serve.ok()) << serve.status().message();
   CuttingProxy proxy(link_port, size_t{3} << 20, /*stay_away=*/false);
   StatusOr<PageRelay> reach =
@@ -405,14 +406,12 @@ TEST(PageRelayTest, ASealedFrameAlteredOnTheWayFailsBothEnds) {
   const std::string up = Bytes(8 << 20, 8);
   Pair server = MakePair();
   Pair dump = MakePair();
-  StatusOr<Listener> links = Listener::Listen("127.0.0.1", 0);
-  ASSERT_TRUE(links.ok());
-  const int link_port = links->port();
+  int link_port = 0;
   PageRelayOptions options;
   options.seal = true;
   options.resume_timeout_s = 3;
   StatusOr<PageRelay> serve =
-      PageRelay::Serve(std::move(*links), std::move(server.relay), kSecret, options, nullptr);
+      ServeOnLoopback(std::move(server.relay), options, &link_port, nullptr);
   ASSERT_TRUE(serve.ok());
   // 3 MiB into the link: inside a data frame's sealed payload.
   CuttingProxy proxy(link_port, size_t{1} << 30, /*stay_away=*/false, size_t{3} << 20);
