@@ -353,11 +353,11 @@ StatusOr<MigrateReport> Migrate(const ckpt::Criu& criu, ckpt::JobRecord* job,
   report.times.seconds.emplace_back("remote restore", Since(restoring));
   CrashPoint("src-after-restore");
   if (options.lazy) {
-    Status handshake = DumpStillServes(lazy_dump, lazy_log);
-    if (!handshake.ok()) {
+    Status serves = DumpStillServes(lazy_dump, lazy_log);
+    if (!serves.ok()) {
       stop_dump();
       cleanup();
-      return Abandon(criu, job, &*channel, handshake, &st, state_file, &keeper, progress);
+      return Abandon(criu, job, &*channel, serves, &st, state_file, &keeper, progress);
     }
   }
   if (options.lazy) {
