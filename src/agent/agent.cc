@@ -94,7 +94,7 @@ int Agent::Run() {
     return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   // A move received or sent here when the previous agent died left its folders (the image, the
-  // page stream's keys); no live move's is touched (each is locked by the process it belongs to).
+  // streamed pages); no live move's is touched (each is locked by the process it belongs to).
   for (const std::string& dir :
        migrate::RemoveOrphanedMoveFolders({data_dir_ + "/incoming", data_dir_ + "/outgoing"})) {
     Say("removed " + dir + ", left by a move whose process died");

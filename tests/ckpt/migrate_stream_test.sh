@@ -136,7 +136,7 @@ move() {
     fail "$case: the streamed pages were left behind: $(left_page_dirs "$d")"
   fi
   if [[ -n $(ls -A "$d/tmp") ]]; then
-    fail "$case: the page stream's keys were left behind: $(ls -A "$d/tmp")"
+    fail "$case: the move left files behind: $(ls -A "$d/tmp")"
   fi
   if [[ $case == attack || $case == relay-cut ]]; then
     if ((rc != 0)) || [[ $survivor == "$src" ]] || ! grep -q '^moved .* streaming pre-copy: pause' <<<"$out"; then
