@@ -9,6 +9,7 @@
 //   destination.cc         ServeOneMigration: the destination's part, and its late answers
 //   postcopy_destination.cc  the destination's page puller for a post-copy move
 //   page_relay.cc          the page relays that carry a page stream (page_relay.h)
+//   page_relay_link.cc     their link: frames, seal, socket helpers (page_relay_link.h)
 //   keeper.cc              RunKeeper: settling a side whose process died
 //   stream.cc              streaming pre-copy's page server, and the destination's opening
 //   mode_choice.cc         --mode auto's choice (public: ChooseMode in paladin/migrate/migrate.h)

@@ -5,12 +5,8 @@
 #include "page_relay.h"
 
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <openssl/evp.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,245 +22,46 @@
 #include <utility>
 #include <vector>
 
+#include "page_relay_link.h"
+
 namespace paladin::migrate {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using relay_link::After;
+using relay_link::Clock;
+using relay_link::Close;
+using relay_link::Dial;
+using relay_link::FrameSeal;
+using relay_link::GetU32;
+using relay_link::GetU64;
+using relay_link::IsLowerHex;
+using relay_link::kAbort;
+using relay_link::kAck;
+using relay_link::kControlMax;
+using relay_link::kData;
+using relay_link::kFin;
+using relay_link::kFrameMax;
+using relay_link::kHeader;
+using relay_link::kTag;
+using relay_link::LinkKey;
+using relay_link::MillisUntil;
+using relay_link::ParseProof;
+using relay_link::PutHeader;
+using relay_link::PutU32;
+using relay_link::RawBytes;
+using relay_link::ReceiveLine;
+using relay_link::Reset;
+using relay_link::Seconds;
+using relay_link::SendAll;
+using relay_link::SetNonBlocking;
+using relay_link::WatchLink;
 
-constexpr size_t kFrameMax = size_t{256} << 10;  // a data frame's payload, at most
-constexpr size_t kHeader = 5;                    // type, then the payload's length (4 bytes)
 constexpr size_t kReadChunk = size_t{1} << 20;   // one read from a socket, at most
 constexpr size_t kAckEvery = size_t{1} << 20;    // received, acknowledged at least this often
-constexpr size_t kControlMax = 512;              // an acknowledgement's or abort's payload
 constexpr size_t kToLocalMax = size_t{8} << 20;  // received, not yet taken by CRIU, at most
-constexpr char kData = 'D';
-constexpr char kAck = 'A';
-constexpr char kFin = 'F';
-constexpr char kAbort = 'X';
 constexpr const char* kGreeting = "PALADIN-PAGE-RELAY 1 ";
 constexpr size_t kMaxGreeting = 8;  // links waiting to prove the secret, at most
-constexpr size_t kTag = 16;         // GCM's tag after a sealed frame's payload
-
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-Clock::time_point After(double seconds) {
-  return Clock::now() +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
-
-int MillisUntil(Clock::time_point t) {
-  const double left = Seconds(t - Clock::now());
-  return left <= 0 ? 0 : static_cast<int>(std::min(left * 1000 + 1, 1e9));
-}
-
-void SetNonBlocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
-
-// A link that goes silent without closing is found within about 15 s, not TCP's hours.
-void WatchLink(int fd) {
-  int one = 1;
-  int idle = 5;
-  int interval = 2;
-  int count = 3;
-  unsigned int user_timeout_ms = 15000;
-  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
-  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-// Closes `fd` so that its peer sees a reset, not an orderly end: a CRIU whose stream was given
-// up must fail, not take a short stream for a whole one.
-void Reset(int* fd) {
-  if (*fd < 0) return;
-  linger hard{1, 0};
-  setsockopt(*fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
-  close(*fd);
-  *fd = -1;
-}
-
-void Close(int* fd) {
-  if (*fd < 0) return;
-  close(*fd);
-  *fd = -1;
-}
-
-// A dup of a new connection's descriptor (the Channel closes its own).
-StatusOr<int> Dial(const std::string& host, int port, double timeout_s) {
-  StatusOr<Channel> made = Channel::Connect(host, port, timeout_s);
-  if (!made.ok()) return made.status();
-  const int fd = fcntl(made->fd(), F_DUPFD_CLOEXEC, 0);
-  if (fd < 0) return IoError(std::string("dup: ") + strerror(errno));
-  return fd;
-}
-
-Status SendAll(int fd, const std::string& bytes, Clock::time_point until) {
-  size_t done = 0;
-  while (done < bytes.size()) {
-    pollfd p{fd, POLLOUT, 0};
-    if (poll(&p, 1, MillisUntil(until)) <= 0) return Unavailable("timed out writing");
-    const ssize_t n = send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
-    if (n < 0 && errno != EAGAIN && errno != EINTR) return IoError(strerror(errno));
-    if (n > 0) done += static_cast<size_t>(n);
-  }
-  return Status::Ok();
-}
-
-// One line of at most 200 bytes, without its newline.
-StatusOr<std::string> ReceiveLine(int fd, Clock::time_point until) {
-  std::string line;
-  for (;;) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, MillisUntil(until)) <= 0) return Unavailable("no answer in time");
-    char c = 0;
-    const ssize_t n = recv(fd, &c, 1, 0);
-    if (n == 0) return Unavailable("the connection closed");
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
-      return IoError(strerror(errno));
-    }
-    if (c == '\n') return line;
-    if (line.size() >= 200) return InvalidArgument("a line over 200 bytes");
-    line.push_back(c);
-  }
-}
-
-// "<64 hex digits> <decimal count>": a proof and what its sender received.
-bool ParseProof(const std::string& line, std::string* proof, uint64_t* received) {
-  if (line.size() < 66 || line[64] != ' ') return false;
-  *proof = line.substr(0, 64);
-  const std::string count = line.substr(65);
-  if (count.empty() || count.size() > 19 ||
-      count.find_first_not_of("0123456789") != std::string::npos) {
-    return false;
-  }
-  *received = std::stoull(count);
-  return true;
-}
-
-void PutU32(std::string* out, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<char>(v >> shift));
-}
-
-uint64_t GetU64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
-
-bool IsLowerHex(const std::string& s, size_t size) {
-  return s.size() == size && s.find_first_not_of("0123456789abcdef") == std::string::npos;
-}
-
-uint32_t GetU32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
-
-}  // namespace
-
-// Bytes each written once: grown without zeroing (a sealed frame is up to 256 KiB, written
-// at memory speed).
-struct RawBytes {
-  std::unique_ptr<char[]> bytes;
-  size_t size = 0;
-  size_t capacity = 0;
-
-  char* data() const { return bytes.get(); }
-  // Room for `more` bytes after `size`, which then counts them.
-  char* Grow(size_t more) {
-    Reserve(more);
-    char* at = bytes.get() + size;
-    size += more;
-    return at;
-  }
-  void Reserve(size_t more) {
-    if (size + more <= capacity) return;
-    const size_t grown = std::max(size + more, 2 * capacity);
-    auto larger = std::make_unique_for_overwrite<char[]>(grown);
-    if (size > 0) std::memcpy(larger.get(), bytes.get(), size);
-    bytes = std::move(larger);
-    capacity = grown;
-  }
-};
-
-// One direction of a sealed link (PageRelayOptions::seal): AES-128-GCM under that direction's key
-// of the link, the frame's number on the link as its IV, its header as associated data. A key
-// serves one link only (LinkKey), so an IV is never used twice under one key, however often the
-// same bytes are sent again on later links.
-class FrameSeal {
- public:
-  // `hex_key`: at least 32 hex digits, the first 32 taken.
-  FrameSeal(const std::string& hex_key, bool encrypt) : encrypt_(encrypt) {
-    unsigned char key[16];
-    for (size_t i = 0; i < sizeof key; ++i) {
-      key[i] = static_cast<unsigned char>(std::stoi(hex_key.substr(2 * i, 2), nullptr, 16));
-    }
-    ok_ = ctx_ != nullptr &&
-          (encrypt ? EVP_EncryptInit_ex(ctx_, EVP_aes_128_gcm(), nullptr, key, nullptr)
-                   : EVP_DecryptInit_ex(ctx_, EVP_aes_128_gcm(), nullptr, key, nullptr)) == 1;
-  }
-  ~FrameSeal() { EVP_CIPHER_CTX_free(ctx_); }
-  FrameSeal(const FrameSeal&) = delete;
-  FrameSeal& operator=(const FrameSeal&) = delete;
-
-  // Appends the frame to `out`: `header` in clear, `len` bytes of `in` sealed, the tag.
-  bool Seal(const char* header, const char* in, size_t len, RawBytes* out) {
-    auto* p = reinterpret_cast<unsigned char*>(out->Grow(kHeader + len + kTag));
-    std::memcpy(p, header, kHeader);
-    int n = 0;
-    return Start(p) &&
-           (len == 0 ||
-            EVP_EncryptUpdate(ctx_, p + kHeader, &n, reinterpret_cast<const unsigned char*>(in),
-                              static_cast<int>(len)) == 1) &&
-           EVP_EncryptFinal_ex(ctx_, p + kHeader + len, &n) == 1 &&
-           EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_GCM_GET_TAG, kTag, p + kHeader + len) == 1;
-  }
-  // Opens `len` bytes at `data` in place, the tag after them: false when they were not sealed
-  // under this key as this link's next frame with this header.
-  bool Open(const char* header, char* data, size_t len) {
-    auto* p = reinterpret_cast<unsigned char*>(data);
-    int n = 0;
-    return Start(reinterpret_cast<const unsigned char*>(header)) &&
-           (len == 0 || EVP_DecryptUpdate(ctx_, p, &n, p, static_cast<int>(len)) == 1) &&
-           EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_GCM_SET_TAG, kTag, p + len) == 1 &&
-           EVP_DecryptFinal_ex(ctx_, p + len, &n) == 1;
-  }
-
- private:
-  bool Start(const unsigned char* header) {
-    unsigned char iv[12] = {};
-    for (int i = 0; i < 8; ++i) iv[4 + i] = static_cast<unsigned char>(frames_ >> (56 - 8 * i));
-    ++frames_;
-    int n = 0;
-    return ok_ && (encrypt_ ? EVP_EncryptInit_ex(ctx_, nullptr, nullptr, nullptr, iv) == 1 &&
-                                  EVP_EncryptUpdate(ctx_, nullptr, &n, header, kHeader) == 1
-                            : EVP_DecryptInit_ex(ctx_, nullptr, nullptr, nullptr, iv) == 1 &&
-                                  EVP_DecryptUpdate(ctx_, nullptr, &n, header, kHeader) == 1);
-  }
-
-  EVP_CIPHER_CTX* ctx_ = EVP_CIPHER_CTX_new();
-  bool encrypt_;
-  bool ok_ = false;
-  uint64_t frames_ = 0;
-};
-
-namespace {
-
-// A link's key for one direction ("to-serve": written by the relay that connected; "to-reach":
-// by the one that listens), from the move's secret and the challenge of that link's handshake.
-std::string LinkKey(const std::string& secret, const char* direction,
-                    const std::string& challenge) {
-  return HmacSha256Hex(secret, std::string("seal ") + direction + " " + challenge);
-}
-
-void PutHeader(char* header, char type, size_t len) {
-  header[0] = type;
-  for (int i = 0; i < 4; ++i) header[1 + i] = static_cast<char>(len >> (24 - 8 * i));
-}
 
 }  // namespace
 
@@ -305,29 +102,22 @@ struct PageRelay::State {
   uint64_t acked = 0;  // what the other relay acknowledged, FIN included
   bool local_eof = false;
   uint64_t sent = 0;  // what the current link was given, in the same numbering
-  // The data frame being written to the link: its header and payload straight from `replay`
-  // (no copy), `frame_done` bytes of them written.
-  bool framing = false;
-  uint64_t frame_from = 0;
-  size_t frame_len = 0;
-  size_t frame_done = 0;
-  std::string out;  // control frames queued for the link, written between data frames
+  std::string out;    // control frames queued for the link, written between data frames
   size_t out_head = 0;
-  // Sealed links: this link's two directions, and the sealed frames being written.
+  // A sealed link's two directions (none on a plain one).
   std::unique_ptr<FrameSeal> seal_out;
   std::unique_ptr<FrameSeal> seal_in;
-  RawBytes wire;
+  RawBytes wire;  // the frames being written to the link, each put there when its turn comes
   size_t wire_head = 0;
 
-  // What the other side's CRIU sent. The link's frames are read as they come: a data frame's
-  // bytes go on to this side's CRIU before the frame has all arrived.
+  // What the other side's CRIU sent: each frame is kept until it is whole (and opens, on a
+  // sealed link), then taken.
   char head[kHeader] = {};
   size_t head_got = 0;
   bool in_frame = false;
   char frame_type = 0;
   size_t frame_left = 0;
-  std::string control;  // an acknowledgement's or abort's payload, as it arrives
-  RawBytes sealed;      // a sealed frame's payload and tag, as they arrive
+  RawBytes frame_in;  // the frame under way's payload (and tag), as it arrives
   bool link_quiet = false;
   uint64_t received = 0;
   uint64_t ack_sent = 0;
@@ -377,21 +167,8 @@ struct PageRelay::State {
     if (link >= 0) {
       const std::string text = why.substr(0, kControlMax);
       Queue(kAbort, text.data(), text.size());
-      std::string frames;
-      if (options.seal) {
-        SealQueued();
-        frames.assign(wire.data() + wire_head, wire.size - wire_head);
-      } else {
-        if (framing) {  // the data frame under way is finished first
-          char header[kHeader];
-          PutHeader(header, kData, frame_len);
-          const std::string whole =
-              std::string(header, kHeader) + std::string(ReplayAt(frame_from), frame_len);
-          frames = whole.substr(frame_done);
-        }
-        frames += out.substr(out_head);
-      }
-      (void)SendAll(link, frames, After(1));
+      FrameQueued();
+      (void)SendAll(link, std::string(wire.data() + wire_head, wire.size - wire_head), After(1));
       // Until the other relay has read it and closed (at most a second): closed at once with
       // what that relay sent still unread here, the link would be reset, which can drop the
       // abort on its way.
@@ -541,11 +318,9 @@ struct PageRelay::State {
   void ResetLink() {
     out.clear();
     out_head = 0;
-    framing = false;
     head_got = 0;
     in_frame = false;
-    control.clear();
-    sealed.size = 0;
+    frame_in.size = 0;
     wire.size = 0;
     wire_head = 0;
     seal_out.reset();
@@ -604,46 +379,53 @@ struct PageRelay::State {
       Queue(kAck, v, 8);
       ack_sent = received;
     }
-    if (local_eof && sent == read && !framing) {
+    if (local_eof && sent == read) {
       Queue(kFin, nullptr, 0);
       sent = read + 1;
     }
   }
 
-  bool HasToWrite() const {
-    return framing || out.size() > out_head || sent < read || wire_head < wire.size;
-  }
+  bool HasToWrite() const { return out.size() > out_head || sent < read || wire_head < wire.size; }
 
-  // Sealed links: the control frames queued go into `wire`, in order.
-  void SealQueued() {
-    while (out_head < out.size()) {
-      const size_t len = GetU32(out.data() + out_head + 1);
-      if (!seal_out->Seal(out.data() + out_head, out.data() + out_head + kHeader, len, &wire)) {
+  // One frame into `wire`: sealed on a sealed link, else as it is.
+  void PutFrame(const char* header, const char* payload, size_t len) {
+    if (seal_out) {
+      if (!seal_out->Seal(header, payload, len, &wire)) {
         broken = Internal("cannot seal a frame (OpenSSL)");
       }
+      return;
+    }
+    char* at = wire.Grow(kHeader + len);
+    std::memcpy(at, header, kHeader);
+    if (len > 0) std::memcpy(at + kHeader, payload, len);
+  }
+
+  // The control frames queued go into `wire`, in order.
+  void FrameQueued() {
+    while (out_head < out.size()) {
+      const size_t len = GetU32(out.data() + out_head + 1);
+      PutFrame(out.data() + out_head, out.data() + out_head + kHeader, len);
       out_head += kHeader + len;
     }
     out.clear();
     out_head = 0;
   }
 
-  // Flush for a sealed link: each frame is sealed into `wire` when its turn comes (the control
-  // frames queued, then the next data frame), then written.
-  void FlushSealed() {
+  // Writes to the link until it would block: each frame is put into `wire` when its turn comes
+  // (the control frames queued, then the next data frame), then written. A failed write is
+  // kept in write_error (the loop cuts the link).
+  void Flush() {
     while (link >= 0) {
       if (wire_head == wire.size) {
         wire.size = 0;
         wire_head = 0;
         if (out.size() > out_head) {
-          SealQueued();
+          FrameQueued();
         } else if (sent < read) {
           const size_t len = static_cast<size_t>(std::min<uint64_t>(kFrameMax, read - sent));
           char header[kHeader];
           PutHeader(header, kData, len);
-          if (!seal_out->Seal(header, ReplayAt(sent), len, &wire)) {
-            broken = Internal("cannot seal a frame (OpenSSL)");
-            return;
-          }
+          PutFrame(header, ReplayAt(sent), len);
           sent += len;
         } else {
           return;
@@ -659,62 +441,7 @@ struct PageRelay::State {
     }
   }
 
-  // Writes to the link until it would block: the data frame under way, then the control frames
-  // queued, then the next data frame. A failed write is kept in write_error (the loop cuts the
-  // link).
-  void Flush() {
-    if (options.seal) {
-      FlushSealed();
-      return;
-    }
-    while (link >= 0) {
-      ssize_t put = 0;
-      if (framing) {
-        char header[kHeader];
-        PutHeader(header, kData, frame_len);
-        iovec parts[2];
-        int count = 0;
-        if (frame_done < kHeader) {
-          parts[count++] = {header + frame_done, kHeader - frame_done};
-        }
-        const size_t payload_done = frame_done > kHeader ? frame_done - kHeader : 0;
-        parts[count++] = {const_cast<char*>(ReplayAt(frame_from) + payload_done),
-                          frame_len - payload_done};
-        msghdr message{};
-        message.msg_iov = parts;
-        message.msg_iovlen = static_cast<size_t>(count);
-        put = sendmsg(link, &message, MSG_NOSIGNAL);
-        if (put > 0) {
-          frame_done += static_cast<size_t>(put);
-          if (frame_done == kHeader + frame_len) framing = false;
-        }
-      } else if (out.size() > out_head) {
-        put = send(link, out.data() + out_head, out.size() - out_head, MSG_NOSIGNAL);
-        if (put > 0) {
-          out_head += static_cast<size_t>(put);
-          if (out_head == out.size()) {
-            out.clear();
-            out_head = 0;
-          }
-        }
-      } else if (sent < read) {
-        framing = true;
-        frame_from = sent;
-        frame_len = static_cast<size_t>(std::min<uint64_t>(kFrameMax, read - sent));
-        frame_done = 0;
-        sent += frame_len;
-        continue;
-      } else {
-        return;
-      }
-      if (put < 0) {
-        if (errno != EAGAIN && errno != EINTR) write_error = strerror(errno);
-        return;
-      }
-    }
-  }
-
-  // One whole control frame, or a data frame's header (its bytes follow in Take).
+  // One whole control frame.
   Status Frame(char type, const char* payload, size_t len) {
     if (type == kAck) {
       if (len != 8)
@@ -759,78 +486,47 @@ struct PageRelay::State {
       return InvalidArgument("a control frame of " + std::to_string(frame_left) + " bytes");
     }
     in_frame = true;
-    control.clear();
-    sealed.size = 0;
+    if (seal_in) frame_left += kTag;
+    frame_in.size = 0;
+    frame_in.Reserve(frame_left);
     return true;
   }
 
-  // A sealed link's bytes: each frame is kept until it is whole and opens, then taken.
-  Status TakeSealed(const char* data, size_t size) {
+  // The link's bytes as they come (any cut of them): each frame is kept until it is whole.
+  Status Take(const char* data, size_t size) {
     while (size > 0) {
       if (!in_frame) {
         StatusOr<bool> whole = TakeHeader(&data, &size);
         if (!whole.ok()) return whole.status();
         if (!*whole) break;
-        frame_left += kTag;
-        sealed.Reserve(frame_left);
       }
       const size_t n = std::min(frame_left, size);
-      std::memcpy(sealed.data() + sealed.size, data, n);
+      std::memcpy(frame_in.data() + frame_in.size, data, n);
       data += n;
       size -= n;
-      PALADIN_RETURN_IF_ERROR(SealedArrived(n));
+      PALADIN_RETURN_IF_ERROR(FrameArrived(n));
     }
     return Status::Ok();
   }
 
-  // `n` more bytes of the sealed frame under way are in `sealed` past its size (read there
-  // straight from the link, or copied by TakeSealed); a whole frame is opened and taken.
-  Status SealedArrived(size_t n) {
-    sealed.size += n;
+  // `n` more bytes of the frame under way are in `frame_in` past its size (read there straight
+  // from the link, or copied by Take); a whole frame is opened (on a sealed link) and taken.
+  Status FrameArrived(size_t n) {
+    frame_in.size += n;
     frame_left -= n;
     if (frame_left > 0) return Status::Ok();
     in_frame = false;
-    const size_t len = sealed.size - kTag;
-    if (!seal_in->Open(head, sealed.data(), len)) {
+    const size_t len = frame_in.size - (seal_in ? kTag : 0);
+    if (seal_in && !seal_in->Open(head, frame_in.data(), len)) {
       return InvalidArgument(
           "a frame that does not open under this link's key (altered on the way, or not from "
           "this move's relay)");
     }
     if (frame_type == kData) {
-      PALADIN_RETURN_IF_ERROR(Deliver(sealed.data(), len));
+      PALADIN_RETURN_IF_ERROR(Deliver(frame_in.data(), len));
       received += len;
     } else {
-      PALADIN_RETURN_IF_ERROR(Frame(frame_type, sealed.data(), len));
-    }
-    return Status::Ok();
-  }
-
-  // The link's bytes as they come (any cut of them): headers, control payloads, and data that
-  // goes on to this side's CRIU at once.
-  Status Take(const char* data, size_t size) {
-    if (options.seal) return TakeSealed(data, size);
-    while (size > 0) {
-      if (!in_frame) {
-        StatusOr<bool> whole = TakeHeader(&data, &size);
-        if (!whole.ok()) return whole.status();
-        if (!*whole) break;
-      }
-      const size_t n = std::min(frame_left, size);
-      if (frame_type == kData) {
-        PALADIN_RETURN_IF_ERROR(Deliver(data, n));
-        received += n;
-      } else {
-        control.append(data, n);
-      }
-      data += n;
-      size -= n;
-      frame_left -= n;
-      if (frame_left == 0) {
-        in_frame = false;
-        if (frame_type != kData) {
-          PALADIN_RETURN_IF_ERROR(Frame(frame_type, control.data(), control.size()));
-        }
-      }
+      PALADIN_RETURN_IF_ERROR(Frame(frame_type, frame_in.data(), len));
     }
     return Status::Ok();
   }
@@ -883,7 +579,7 @@ struct PageRelay::State {
 
   bool Done() const {
     return local_eof && acked == read + 1 && peer_fin && local_shut && link >= 0 &&
-           ack_sent == received && out.size() == out_head && !framing && wire_head == wire.size;
+           ack_sent == received && out.size() == out_head && wire_head == wire.size;
   }
 
   Status Loop() {
@@ -979,12 +675,12 @@ struct PageRelay::State {
       // closed is heard, not lost to the write error its close causes here.
       link_quiet = !has(n, POLLIN);
       if (has(n, POLLIN) && link >= 0) {
-        // A sealed frame's payload goes straight where it is opened.
-        const bool straight = options.seal && in_frame;
-        const ssize_t got = straight ? recv(link, sealed.data() + sealed.size, frame_left, 0)
+        // A frame's payload goes straight where it is opened and taken.
+        const bool straight = in_frame;
+        const ssize_t got = straight ? recv(link, frame_in.data() + frame_in.size, frame_left, 0)
                                      : recv(link, buffer.data(), buffer.size(), 0);
         if (got > 0) {
-          Status taken = straight ? SealedArrived(static_cast<size_t>(got))
+          Status taken = straight ? FrameArrived(static_cast<size_t>(got))
                                   : Take(buffer.data(), static_cast<size_t>(got));
           if (!taken.ok()) {
             return taken.code() == StatusCode::kInvalidArgument ? Fail(taken.message()) : taken;
