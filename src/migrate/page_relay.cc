@@ -586,7 +586,9 @@ struct PageRelay::State {
     std::vector<char> buffer(kReadChunk);
     std::vector<pollfd> fds;  // what each turn of the loop waits on
     for (;;) {
-      if (stop.load()) return Unavailable("the page relay was stopped");
+      // Its owner gave the move up: the other relay is told, or it would take the closed link
+      // for a cut and wait for it to come back.
+      if (stop.load()) return Fail("the page relay was stopped (the move was called off)");
       if (!broken.ok()) return broken;
       // Nothing more to send or to hear: a link gone now is not made again (what the other side
       // sent still goes on to this side's CRIU).

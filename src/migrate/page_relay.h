@@ -105,7 +105,8 @@ class PageRelay {
   Status Wait(double timeout_s);
   // How many times the link was made again.
   int resumes() const;
-  // Ends it now (its CRIU's connection is reset if it was not over).
+  // Ends it now: if it was not over, its CRIU's connection is reset and the other relay is told
+  // (an abort frame), so that it does not wait for the link to come back.
   void Stop();
 
   struct State;

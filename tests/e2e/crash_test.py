@@ -376,6 +376,7 @@ def verify_once(fleet, job_id, tag, what):
         counts.append(len([s for s in tagged_processes(tag).values() if s not in "TtZ"]))
     if max(counts) > 1 or 1 not in counts:
         fail(f"{what}: running copies of the job seen over {time.time() - began:.0f} s: {counts}")
+        fleet.print_logs([job_id])
         return
     logs = fleet.get(f"/v1/jobs/{job_id}/logs?stream=stdout")["text"]
     job = fleet.job(job_id)

@@ -361,6 +361,35 @@ TEST(PageRelayTest, ACriuThatFailsFailsTheOtherSide) {
   EXPECT_FALSE(serve->Wait(20).ok());
 }
 
+// A relay whose owner calls the move off (a destination told to drop it) tells the other relay:
+// that one fails its CRIU's stream now instead of waiting the resume timeout (here far longer
+// than the test waits) for a link that will not come back.
+TEST(PageRelayTest, ARelayStoppedByItsOwnerFailsTheOtherSide) {
+  Pair server = MakePair();
+  Pair dump = MakePair();
+  int link_port = 0;
+  PageRelayOptions options;
+  options.seal = true;
+  options.resume_timeout_s = 600;
+  StatusOr<PageRelay> serve =
+      ServeOnLoopback(std::move(server.relay), options, &link_port, nullptr);
+  ASSERT_TRUE(serve.ok());
+  StatusOr<PageRelay> reach =
+      PageRelay::Reach("127.0.0.1", link_port, std::move(dump.relay), kSecret, options, nullptr);
+  ASSERT_TRUE(reach.ok());
+  const std::string some = Bytes(1 << 20, 8);
+  ASSERT_EQ(send(dump.criu.fd(), some.data(), some.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(some.size()));
+  serve->Stop();
+  const Status reached = reach->Wait(20);
+  EXPECT_NE(reached.message().find("the other relay gave up: the page relay was stopped"),
+            std::string::npos)
+      << reached.message();
+  // The dump's stream ends (early, nothing answered): its CRIU does not wait either.
+  const Heard dumped = Exchange(dump.criu.fd(), "", /*hold_open=*/true);
+  EXPECT_TRUE(dumped.bytes.empty());
+}
+
 // Sealed relays (every move's but a --lazy-plain one's), as streaming pre-copy uses them: the
 // dump's stream (24 MiB) and the page server's answers arrive whole and in order through
 // repeated cuts, and the link never carries the stream in clear.
