@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -260,10 +261,17 @@ Status CheckpointRun::CheckpointGpu() {
     PALADIN_RETURN_IF_ERROR(gpu_->Lock(pid, 10000));
   }
   if (!cuda_.empty()) times_.seconds.emplace_back("gpu lock", watch_.Lap());
+  // Each process's device memory leaves through a driver call of its own: the job's processes
+  // go side by side, so the GPU part of the pause is its largest process's, not their sum.
   for (pid_t pid : cuda_) {
     progress_("checkpointing the GPU state of pid " + std::to_string(pid));
-    PALADIN_RETURN_IF_ERROR(gpu_->Checkpoint(pid));
   }
+  if (cuda_.size() > 1) {
+    progress_("checkpointing " + std::to_string(cuda_.size()) + " processes' GPU state, " +
+              std::to_string(std::min<size_t>(cuda_.size(), GpuCallsAtOnce())) + " at once");
+  }
+  PALADIN_RETURN_IF_ERROR(
+      ForEachProcessAtOnce(cuda_, [this](pid_t pid) { return gpu_->Checkpoint(pid); }));
   if (!cuda_.empty()) times_.seconds.emplace_back("gpu checkpoint", watch_.Lap());
   return Status::Ok();
 }

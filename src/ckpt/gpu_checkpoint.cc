@@ -9,9 +9,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "paladin/ckpt/subprocess.h"
 #include "paladin/ckpt/workload.h"
@@ -41,6 +46,40 @@ std::string HexBytes(const CUuuid& uuid) {
 }
 
 }  // namespace
+
+int GpuCallsAtOnce() {
+  constexpr int kDefault = 8;
+  const char* text = std::getenv("PALADIN_GPU_CALLS_AT_ONCE");
+  if (text == nullptr || *text == '\0') return kDefault;
+  char* end = nullptr;
+  const long n = std::strtol(text, &end, 10);
+  if (end != text && *end == '\0' && n >= 1 && n <= 64) return static_cast<int>(n);
+  static std::once_flag said;
+  std::call_once(said, [text] {
+    std::fprintf(stderr,
+                 "paladin: PALADIN_GPU_CALLS_AT_ONCE='%s' is not a count from 1 to 64; %d\n", text,
+                 kDefault);
+  });
+  return kDefault;
+}
+
+Status ForEachProcessAtOnce(const std::vector<pid_t>& pids,
+                            const std::function<Status(pid_t)>& call) {
+  std::vector<Status> results(pids.size(), Status::Ok());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < pids.size();) results[i] = call(pids[i]);
+  };
+  const size_t helpers = std::min(pids.size(), static_cast<size_t>(GpuCallsAtOnce()));
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < helpers; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  for (const Status& s : results) {
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
 
 // One driver call in paladin-gpu-call (src/ckpt/gpu_call.cc: why a program of its own), killed
 // after `timeout_ms` instead of hanging Paladin (the checkpoint API works by pid from any

@@ -59,12 +59,13 @@ void ClearForeignControlFiles(const std::string& gpu, const std::string& emu_sta
 }
 
 void ResumeGpu(const GpuCheckpointer& gpu, const std::vector<pid_t>& pids) {
-  for (pid_t pid : pids) {
+  (void)ForEachProcessAtOnce(pids, [&gpu](pid_t pid) {
     StatusOr<CUprocessState> state = gpu.State(pid);
-    if (!state.ok()) continue;
+    if (!state.ok()) return Status::Ok();
     if (*state == CU_PROCESS_STATE_CHECKPOINTED) (void)gpu.Restore(pid, {});
     (void)gpu.Unlock(pid);
-  }
+    return Status::Ok();
+  });
 }
 
 }  // namespace paladin::ckpt

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -187,15 +188,18 @@ Status RestoreGpu(const JobRecord& job, const Manifest& m, pid_t root,
         "the image holds GPU state but no restored process answers the driver's "
         "checkpoint API");
   }
-  Status s = Status::Ok();
-  for (pid_t p : cuda) {
-    progress("restoring the GPU state of pid " + std::to_string(p));
-    if (s.ok()) s = (*driver)->Restore(p, options.gpu_map);
+  // Side by side, as they were checkpointed (checkpoint.cc); unlocked only once all are back.
+  for (pid_t p : cuda) progress("restoring the GPU state of pid " + std::to_string(p));
+  if (cuda.size() > 1) {
+    progress("restoring " + std::to_string(cuda.size()) + " processes' GPU state, " +
+             std::to_string(std::min<size_t>(cuda.size(), GpuCallsAtOnce())) + " at once");
   }
-  for (pid_t p : cuda) {
-    if (s.ok() && !options.leave_stopped) s = (*driver)->Unlock(p);
-  }
-  return s;
+  const GpuCheckpointer& gpu = **driver;
+  PALADIN_RETURN_IF_ERROR(ForEachProcessAtOnce(
+      cuda, [&gpu, &options](pid_t p) { return gpu.Restore(p, options.gpu_map); }));
+  if (options.leave_stopped) return Status::Ok();
+  for (pid_t p : cuda) PALADIN_RETURN_IF_ERROR(gpu.Unlock(p));
+  return Status::Ok();
 }
 
 // The image still holds the job; the half-restored copy must not run.

@@ -9,9 +9,11 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 
+#include "emucuda/config.h"
 #include "emucuda/control_files.h"
 #include "emucuda/host_process.h"
 #include "emucuda/runtime.h"
@@ -96,10 +98,35 @@ void SetIdentity(Target& target, const ControlRequest& request) {
   target.tid = SelfThreadHostTid();
 }
 
+double RealtimeSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+// The real driver's checkpoint and restore take time in proportion to the device memory they
+// move (docs/emucuda.md, "Checkpoint API"): with a rate set, the emulated call takes as long, and
+// says when it ran by the wall clock, so that a test sees whether the calls on a job's processes
+// ran one after another or side by side.
+void TakeDriverTime(const char* call, uint64_t bytes, uint64_t rate) {
+  if (rate == 0) return;
+  const double began = RealtimeSeconds();
+  const double seconds = static_cast<double>(bytes) / static_cast<double>(rate);
+  timespec left{
+      static_cast<time_t>(seconds),
+      static_cast<long>((seconds - static_cast<double>(static_cast<time_t>(seconds))) * 1e9)};
+  while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+  }
+  LogLine("%s of %llu bytes at %llu bytes/s ran from %.3f to %.3f", call,
+          static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(rate), began,
+          RealtimeSeconds());
+}
+
 CUresult Restore(Target& target, const ControlRequest& request) {
   Runtime& runtime = Runtime::Get();
   CUresult result = runtime.ReattachForRestore(request.pairs, request.state_path);
   if (result != CUDA_SUCCESS) return result;
+  TakeDriverTime("restore", runtime.HeldBytes(), ProcessConfig().restore_rate);
   Target before = target;
   SetIdentity(target, request);
   target.dir = runtime.control_dir();
@@ -122,6 +149,7 @@ CUresult Perform(Target& target, const ControlRequest& request) {
     }
     case ControlOp::kCheckpoint:
       if (target.state != CU_PROCESS_STATE_LOCKED) return CUDA_ERROR_ILLEGAL_STATE;
+      TakeDriverTime("checkpoint", runtime.HeldBytes(), ProcessConfig().checkpoint_rate);
       runtime.DetachForCheckpoint();
       target.state = CU_PROCESS_STATE_CHECKPOINTED;
       return CUDA_SUCCESS;

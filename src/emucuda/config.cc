@@ -71,6 +71,17 @@ int DriverVersionFromEnv() {
   return version;
 }
 
+// A rate of the driver's checkpoint API, in bytes a second; 0 (at once) when unset or malformed.
+uint64_t RateFromEnv(const char* name) {
+  const char* text = std::getenv(name);
+  uint64_t bytes = 0;
+  if (text != nullptr && *text != '\0' && !ParseSize(text, &bytes)) {
+    LogLine("%s='%s': not a size a second such as 1600MB; the calls take no time", name, text);
+    bytes = 0;
+  }
+  return bytes;
+}
+
 }  // namespace
 
 uint64_t RoundToGranularity(uint64_t bytes) {
@@ -148,6 +159,8 @@ const Config& ProcessConfig() {
     c->state_path = StatePathFromEnv();
     c->context_overhead = ContextOverheadFromEnv();
     c->driver_version = DriverVersionFromEnv();
+    c->checkpoint_rate = RateFromEnv("PALADIN_EMU_CHECKPOINT_RATE");
+    c->restore_rate = RateFromEnv("PALADIN_EMU_RESTORE_RATE");
     return c;
   }();
   return *config;

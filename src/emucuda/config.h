@@ -43,6 +43,10 @@ struct Config {
   std::string state_path;
   uint64_t context_overhead = kDefaultContextOverhead;
   int driver_version = kDefaultDriverVersion;
+  // Bytes a second the driver's checkpoint and restore move (PALADIN_EMU_CHECKPOINT_RATE and
+  // PALADIN_EMU_RESTORE_RATE, sizes a second such as 1600MB); 0, the default: at once.
+  uint64_t checkpoint_rate = 0;
+  uint64_t restore_rate = 0;
 };
 
 // PALADIN_EMU_STATE, or the default path for this user.

@@ -142,6 +142,12 @@ void Runtime::UnchargeContext(int ordinal) {
   contexts_[ordinal].fetch_sub(1);
 }
 
+uint64_t Runtime::HeldBytes() const {
+  uint64_t bytes = 0;
+  for (const std::atomic<uint64_t>& held : held_) bytes += held.load();
+  return bytes;
+}
+
 void Runtime::DetachForCheckpoint() {
   if (state_ == nullptr) return;
   state_->Leave();

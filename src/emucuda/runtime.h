@@ -64,6 +64,8 @@ class Runtime {
   CUresult ChargeContext(int ordinal);
   void UnchargeContext(int ordinal);
 
+  // The device memory this process holds, all devices together.
+  uint64_t HeldBytes() const;
   // Checkpoint: gives back everything this process counts (removes its usage file) and unmaps the
   // state.
   void DetachForCheckpoint();

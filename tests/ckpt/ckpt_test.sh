@@ -56,7 +56,8 @@ work=$(realpath "$work")
 export PALADIN_RUN_DIR=$work/run
 export PALADIN_EMU_STATE=$work/emu.state
 unset PALADIN_EMU_GPUS PALADIN_QUOTA_REGION PALADIN_GPU_MEM PALADIN_CUDA_DRIVER PALADIN_LIB_DIR \
-  PALADIN_EMU_CTX_OVERHEAD PALADIN_EMU_DRIVER_VERSION LD_PRELOAD CUDA_VISIBLE_DEVICES
+  PALADIN_EMU_CTX_OVERHEAD PALADIN_EMU_DRIVER_VERSION PALADIN_EMU_CHECKPOINT_RATE \
+  PALADIN_EMU_RESTORE_RATE PALADIN_GPU_CALLS_AT_ONCE LD_PRELOAD CUDA_VISIBLE_DEVICES
 mkdir -p "$PALADIN_RUN_DIR"
 
 roots=()     # host pids of job roots (original and restored) to kill at the end
@@ -227,6 +228,10 @@ last_ipc() { awk '$1 == "ipc" && $3 == "ok" { n = $2 } END { print n + 0 }' "$lo
 ipc_at_least() { (($(last_ipc) >= $1)); }
 
 started_at=$SECONDS
+if ! declare -F "scenario_$SCENARIO" >/dev/null; then
+  echo "FAIL: $HERE/scenarios/$SCENARIO.sh defines no scenario_$SCENARIO (does it parse?)"
+  exit 1
+fi
 "scenario_$SCENARIO"
 echo "$SCENARIO: $((SECONDS - started_at)) s, $failures failure(s)"
 ((failures == 0))

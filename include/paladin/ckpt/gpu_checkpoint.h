@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -18,6 +19,17 @@
 #include "paladin/gpu/cuda_api.h"
 
 namespace paladin::ckpt {
+
+// How many of a job's processes have a driver call under way at once (PALADIN_GPU_CALLS_AT_ONCE,
+// 1-64; default 8): each call is a program of its own and each process's checkpoint or restore
+// moves its own device memory, so a job's processes go side by side (docs/ckpt.md, "GPU state");
+// 1 takes them one after another.
+int GpuCallsAtOnce();
+
+// Runs `call` for each process of `pids`, up to GpuCallsAtOnce() at a time, and waits for all of
+// them: Ok, or the first failure in the order of `pids`.
+Status ForEachProcessAtOnce(const std::vector<pid_t>& pids,
+                            const std::function<Status(pid_t)>& call);
 
 class GpuCheckpointer {
  public:
