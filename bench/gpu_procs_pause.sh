@@ -8,7 +8,7 @@
 # process goes on and its device memory verifies at every generation.
 #
 #   bench/gpu_procs_pause.sh [PALADIN] [CKPT_GPU] [PROCS] [MIB] [ROUNDS]
-#       (defaults: build/release/paladin, build/release/tests/ckpt/ckpt_gpu, 4, 512, 3)
+#       (defaults: build/release/paladin, build/release/tests/ckpt/ckpt_gpu, 4, 256, 3)
 #
 # It prints, per round and way, Paladin's own phase times ("gpu checkpoint", "criu dump", "gpu
 # restore", "criu restore") and the pause (the checkpoint's and the restore's wall time), then
@@ -20,7 +20,7 @@ set -euo pipefail
 PALADIN=$(realpath "${1:-build/release/paladin}")
 CKPT_GPU=$(realpath "${2:-build/release/tests/ckpt/ckpt_gpu}")
 PROCS=${3:-4}
-MIB=${4:-512}
+MIB=${4:-256}
 ROUNDS=${5:-3}
 CKPT_RATE=${CKPT_RATE:-1600MB}
 RESTORE_RATE=${RESTORE_RATE:-4600MB}
@@ -35,7 +35,7 @@ fi
 }
 WORK=$(mktemp -d /var/tmp/gpu_procs_pause.XXXXXX)
 IMAGE=$(mktemp -d "$IMAGE_DIR/gpu_procs_pause.XXXXXX")
-export PALADIN_RUN_DIR=$WORK/run PALADIN_EMU_STATE=$WORK/emu.state
+export PALADIN_RUN_DIR=$WORK/run
 unset PALADIN_GPU_CALLS_AT_ONCE PALADIN_EMU_GPUS PALADIN_QUOTA_REGION PALADIN_GPU_MEM
 mkdir -p "$PALADIN_RUN_DIR"
 job_pid=
@@ -83,6 +83,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
   for at_once in 1 8; do
     way=$([[ $at_once == 1 ]] && echo "one_by_one" || echo "side_by_side")
     name=gp$round$at_once
+    # Emulated GPUs of its own: the last job's device memory is not counted on them.
+    export PALADIN_EMU_STATE=$WORK/$name.emu.state
     (cd "$WORK" && PALADIN_EMU_CHECKPOINT_RATE=$CKPT_RATE PALADIN_EMU_RESTORE_RATE=$RESTORE_RATE \
       exec timeout 900 "$PALADIN" run --name "$name" --emulated-gpus "1x${gib}GiB" -- sh -c "$command") \
       >"$WORK/$name.out" 2>&1 &
@@ -93,7 +95,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
       sleep 0.1
     done
     [[ $(gens "$log" | awk '$2 >= 3' | wc -l) == "$PROCS" ]] || {
-      echo "gpu_procs_pause: $PROCS processes did not start: $(cat "$WORK/$name.out")" >&2
+      echo "gpu_procs_pause: $PROCS processes did not start: $(tail -5 "$WORK/$name.out")" >&2
       exit 1
     }
     rm -rf "$IMAGE/image"
