@@ -190,6 +190,26 @@ Pair MakePair() {
   return Pair{std::move(ends->first), std::move(ends->second)};
 }
 
+// Two relays linked straight over loopback, as a move makes them: `serving.criu` and
+// `reaching.criu` are their CRIUs' ends.
+struct Linked {
+  Pair serving;
+  Pair reaching;
+  StatusOr<PageRelay> serve;
+  StatusOr<PageRelay> reach;
+};
+
+Linked LinkOnLoopback(const PageRelayOptions& options) {
+  Linked linked{MakePair(), MakePair(), Unavailable("not served"), Unavailable("not reached")};
+  int port = 0;
+  linked.serve = ServeOnLoopback(std::move(linked.serving.relay), options, &port, nullptr);
+  if (linked.serve.ok()) {
+    linked.reach = PageRelay::Reach("127.0.0.1", port, std::move(linked.reaching.relay), kSecret,
+                                    options, nullptr);
+  }
+  return linked;
+}
+
 // A stand-in CRIU on its own thread: an exchange on its end of a pair.
 class StandIn {
  public:
@@ -326,17 +346,12 @@ TEST(PageRelayTest, ALinkThatStaysAwayEndsBothStreamsEarly) {
 // resets its socket) makes the other side's stream end too: its relay hears why (an abort
 // frame) and lets its CRIU go, rather than wait for pages that will not come.
 TEST(PageRelayTest, ACriuThatFailsFailsTheOtherSide) {
-  Pair server = MakePair();
-  Pair puller = MakePair();
-  int link_port = 0;
   PageRelayOptions options;
   options.seal = true;
-  StatusOr<PageRelay> serve =
-      ServeOnLoopback(std::move(server.relay), options, &link_port, nullptr);
-  ASSERT_TRUE(serve.ok());
-  StatusOr<PageRelay> reach =
-      PageRelay::Reach("127.0.0.1", link_port, std::move(puller.relay), kSecret, options, nullptr);
-  ASSERT_TRUE(reach.ok());
+  Linked linked = LinkOnLoopback(options);
+  ASSERT_TRUE(linked.serve.ok() && linked.reach.ok());
+  Pair& server = linked.serving;
+  Pair& puller = linked.reaching;
   std::thread page_server([fd = server.criu.fd()] {
     const std::string some = Bytes(1 << 20, 5);
     size_t done = 0;
@@ -354,34 +369,28 @@ TEST(PageRelayTest, ACriuThatFailsFailsTheOtherSide) {
   server.criu.Close();  // dies, the request unread
   const Heard pulled = Exchange(puller.criu.fd(), "", /*hold_open=*/true);
   EXPECT_EQ(pulled.bytes.size(), size_t{1} << 20) << "what came before the failure arrives";
-  const Status reached = reach->Wait(20);
+  const Status reached = linked.reach->Wait(20);
   EXPECT_NE(reached.message().find("the other relay gave up: its CRIU's connection failed"),
             std::string::npos)
       << reached.message();
-  EXPECT_FALSE(serve->Wait(20).ok());
+  EXPECT_FALSE(linked.serve->Wait(20).ok());
 }
 
 // A relay whose owner calls the move off (a destination told to drop it) tells the other relay:
 // that one fails its CRIU's stream now instead of waiting the resume timeout (here far longer
 // than the test waits) for a link that will not come back.
 TEST(PageRelayTest, ARelayStoppedByItsOwnerFailsTheOtherSide) {
-  Pair server = MakePair();
-  Pair dump = MakePair();
-  int link_port = 0;
   PageRelayOptions options;
   options.seal = true;
   options.resume_timeout_s = 600;
-  StatusOr<PageRelay> serve =
-      ServeOnLoopback(std::move(server.relay), options, &link_port, nullptr);
-  ASSERT_TRUE(serve.ok());
-  StatusOr<PageRelay> reach =
-      PageRelay::Reach("127.0.0.1", link_port, std::move(dump.relay), kSecret, options, nullptr);
-  ASSERT_TRUE(reach.ok());
+  Linked linked = LinkOnLoopback(options);
+  ASSERT_TRUE(linked.serve.ok() && linked.reach.ok());
+  Pair& dump = linked.reaching;
   const std::string some = Bytes(1 << 20, 8);
   ASSERT_EQ(send(dump.criu.fd(), some.data(), some.size(), MSG_NOSIGNAL),
             static_cast<ssize_t>(some.size()));
-  serve->Stop();
-  const Status reached = reach->Wait(20);
+  linked.serve->Stop();
+  const Status reached = linked.reach->Wait(20);
   EXPECT_NE(reached.message().find("the other relay gave up: the page relay was stopped"),
             std::string::npos)
       << reached.message();
