@@ -132,6 +132,7 @@ struct PageRelay::State {
   Status broken = Status::Ok();  // a frame that could not be sealed
   std::string write_error;       // why a write to the link failed, until the link is cut
   bool link_done = false;        // the other relay ended the link with everything settled
+  bool peer_gone = false;        // nothing listens where the other relay did: not coming back
   std::atomic<bool> stop{false};
   std::atomic<int> resumes{0};
   std::mutex mu;
@@ -557,8 +558,17 @@ struct PageRelay::State {
   }
 
   Status Reconnect() {
-    StatusOr<int> fd = Dial(host, port, 0.5);
-    if (!fd.ok()) return Status::Ok();
+    StatusOr<int> fd = Dial(host, port, 0.5, /*retry_refused=*/false);
+    if (!fd.ok()) {
+      // The other relay's listener lives as long as it does: a refusal means it is gone (its
+      // process died), and no waiting brings it back. Anything else may be the cut itself.
+      if (fd.status().code() == StatusCode::kFailedPrecondition) {
+        peer_gone = true;
+        // After the end of both streams only its acknowledgement was missing (Loop).
+        if (!Ended()) return Fail(peer + " is gone: " + fd.status().message());
+      }
+      return Status::Ok();
+    }
     WatchLink(*fd);
     std::string challenge;
     Status shook = Handshake(*fd, &challenge);
@@ -599,7 +609,8 @@ struct PageRelay::State {
       }
       if (link < 0 && ever_linked && !link_done && !(settled && !serving)) {
         if (!serving) PALADIN_RETURN_IF_ERROR(Reconnect());
-        if (link < 0 && Seconds(Clock::now() - cut_since) > options.resume_timeout_s) {
+        if (link < 0 &&
+            (peer_gone || Seconds(Clock::now() - cut_since) > options.resume_timeout_s)) {
           if (Ended()) {
             Say("the stream had ended; " + peer + " did not come back to acknowledge its end");
             return Status::Ok();
@@ -827,7 +838,7 @@ StatusOr<PageRelay> PageRelay::Reach(const std::string& host, int port, SocketEn
   state->peer = "the relay at " + host + ":" + std::to_string(port);
   state->host = host;
   state->port = port;
-  StatusOr<int> first = Dial(host, port, 10);
+  StatusOr<int> first = Dial(host, port, 10, /*retry_refused=*/true);
   if (!first.ok()) {
     return Unavailable("cannot reach " + state->peer + ": " + first.status().message());
   }

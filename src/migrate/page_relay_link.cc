@@ -2,13 +2,18 @@
 #include "page_relay_link.h"
 
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
+#include <memory>
+#include <thread>
 
 #include "paladin/migrate/control.h"
 
@@ -56,12 +61,66 @@ void Close(int* fd) {
   *fd = -1;
 }
 
-StatusOr<int> Dial(const std::string& host, int port, double timeout_s) {
-  StatusOr<Channel> made = Channel::Connect(host, port, timeout_s);
-  if (!made.ok()) return made.status();
-  const int fd = fcntl(made->fd(), F_DUPFD_CLOEXEC, 0);
-  if (fd < 0) return IoError(std::string("dup: ") + strerror(errno));
+namespace {
+
+// One attempt at `address` until `until`: the connected descriptor, or -1 with errno set.
+int ConnectBefore(const addrinfo& address, Clock::time_point until) {
+  const int fd = socket(address.ai_family, address.ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                        address.ai_protocol);
+  if (fd < 0) return -1;
+  int error = 0;
+  if (connect(fd, address.ai_addr, address.ai_addrlen) != 0) {
+    error = errno;
+    pollfd p{fd, POLLOUT, 0};
+    int ready = 0;
+    while (error == EINPROGRESS && (ready = poll(&p, 1, MillisUntil(until))) < 0 &&
+           errno == EINTR) {
+    }
+    if (error == EINPROGRESS) {
+      socklen_t size = sizeof error;
+      if (ready <= 0) {
+        error = ETIMEDOUT;
+      } else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0) {
+        error = errno;
+      }
+    }
+  }
+  if (error != 0) {
+    close(fd);
+    errno = error;
+    return -1;
+  }
   return fd;
+}
+
+}  // namespace
+
+StatusOr<int> Dial(const std::string& host, int port, double timeout_s, bool retry_refused) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 ||
+      found == nullptr) {
+    return NotFound("cannot resolve " + host);
+  }
+  const std::unique_ptr<addrinfo, void (*)(addrinfo*)> addresses(found, freeaddrinfo);
+  const Clock::time_point until = After(timeout_s);
+  const std::string where = host + ":" + std::to_string(port);
+  for (;;) {
+    bool refused = false;
+    std::string last = "no address";
+    for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+      const int fd = ConnectBefore(*a, until);
+      if (fd >= 0) return fd;
+      refused = refused || errno == ECONNREFUSED;
+      last = strerror(errno);
+    }
+    if (refused && !retry_refused) {
+      return FailedPrecondition("nothing listens at " + where + " (connection refused)");
+    }
+    if (Clock::now() >= until) return Unavailable("cannot connect to " + where + ": " + last);
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(200, MillisUntil(until))));
+  }
 }
 
 Status SendAll(int fd, const std::string& bytes, Clock::time_point until) {

@@ -41,8 +41,11 @@ void WatchLink(int fd);
 // end: a CRIU whose stream was given up must fail, not take a short stream for a whole one.
 void Reset(int* fd);
 void Close(int* fd);
-// A dup of a new connection's descriptor (the Channel closes its own).
-StatusOr<int> Dial(const std::string& host, int port, double timeout_s);
+// A new connection to host:port, made within `timeout_s` (an attempt into a network that drops
+// everything is cut at the limit, not left to TCP's two minutes). A refusal (nothing listens
+// there) is tried again until the time is up when `retry_refused` (a relay that may still be
+// starting), else it is final: kFailedPrecondition. Every other failure: kUnavailable.
+StatusOr<int> Dial(const std::string& host, int port, double timeout_s, bool retry_refused);
 Status SendAll(int fd, const std::string& bytes, Clock::time_point until);
 // One line of at most 200 bytes, without its newline.
 StatusOr<std::string> ReceiveLine(int fd, Clock::time_point until);

@@ -305,6 +305,8 @@ class Fleet:
     def start_agent(self, node, env=None):
         """Starts (or restarts) NODE's agent; `env` adds to its environment for this run only."""
         port = self.proxies[node].port if node in self.proxies else self.port
+        log = os.path.join(self.dir, "agent-" + node + ".log")
+        registered_before = self.registrations(log)
         agent_env = dict(os.environ)
         agent_env.pop("PALADIN_MIGRATE_FAULT", None)
         agent_env.update(self.agent_env.get(node, {}) if env is None else env)
@@ -314,9 +316,21 @@ class Fleet:
              # Workloads run as uids of their own (under a root paladin-workload-init, so that
              # CRIU can checkpoint them).
              "--kill-on-exit"] + self.hosts.agent_args(self, node),
-            os.path.join(self.dir, "agent-" + node + ".log"), agent_env)
+            log, agent_env)
+        # This agent's own registration: a node whose dead agent's lease has not run out yet
+        # still reads alive, before its successor has even started (and cleaned up after it).
+        wait_for(f"agent {node} registered", lambda: self.registrations(log) > registered_before)
         wait_for(f"agent {node}", lambda: any(
             n["name"] == node and n["state"] == "alive" for n in self.get("/v1/nodes")["nodes"]))
+
+    @staticmethod
+    def registrations(log):
+        """How many times the agent writing LOG has said it registered with the server."""
+        try:
+            with open(log, errors="replace") as f:
+                return sum(1 for line in f if "paladin agent: registered with" in line)
+        except FileNotFoundError:
+            return 0
 
     def request(self, method, path, body=None):
         data = json.dumps(body).encode() if body is not None else None

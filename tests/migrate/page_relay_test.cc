@@ -399,6 +399,39 @@ TEST(PageRelayTest, ARelayStoppedByItsOwnerFailsTheOtherSide) {
   EXPECT_TRUE(dumped.bytes.empty());
 }
 
+// The other relay gone for good (its process died: the link closed, and nothing listens on its
+// port any more): the reaching relay gives up at once, not after the resume timeout (here far
+// longer than the test waits), and its CRIU's stream ends.
+TEST(PageRelayTest, ARelayWhoseOtherSideNoLongerListensGivesUpAtOnce) {
+  Pair server = MakePair();
+  Pair dump = MakePair();
+  int link_port = 0;
+  PageRelayOptions options;
+  options.seal = true;
+  options.resume_timeout_s = 600;
+  StatusOr<PageRelay> serve =
+      ServeOnLoopback(std::move(server.relay), options, &link_port, nullptr);
+  ASSERT_TRUE(serve.ok());
+  // The other relay as the reaching one sees it: its listener and its link, both gone at once.
+  auto proxy = std::make_unique<CuttingProxy>(link_port, size_t{1} << 30, /*stay_away=*/false);
+  StatusOr<PageRelay> reach = PageRelay::Reach("127.0.0.1", proxy->port(), std::move(dump.relay),
+                                               kSecret, options, nullptr);
+  ASSERT_TRUE(reach.ok());
+  StandIn page_server(server.criu.fd(), "", /*hold_open=*/true);
+  const std::string some = Bytes(1 << 20, 9);
+  ASSERT_EQ(send(dump.criu.fd(), some.data(), some.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(some.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  proxy.reset();
+  const Status reached = reach->Wait(20);
+  EXPECT_NE(reached.message().find("is gone: nothing listens at 127.0.0.1:"), std::string::npos)
+      << reached.message();
+  const Heard dumped = Exchange(dump.criu.fd(), "", /*hold_open=*/true);
+  EXPECT_TRUE(dumped.bytes.empty());
+  serve->Stop();
+  (void)page_server.Join();
+}
+
 // Sealed relays (every move's but a --lazy-plain one's), as streaming pre-copy uses them: the
 // dump's stream (24 MiB) and the page server's answers arrive whole and in order through
 // repeated cuts, and the link never carries the stream in clear.
