@@ -118,7 +118,10 @@ StatusOr<int> Dial(const std::string& host, int port, double timeout_s, bool ret
     if (refused && !retry_refused) {
       return FailedPrecondition("nothing listens at " + where + " (connection refused)");
     }
-    if (Clock::now() >= until) return Unavailable("cannot connect to " + where + ": " + last);
+    if (Clock::now() >= until) {
+      std::string why = "cannot connect to " + where;
+      return Unavailable(why.append(": ").append(last));
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(200, MillisUntil(until))));
   }
 }
