@@ -22,8 +22,8 @@ namespace paladin::ckpt {
 
 // How many of a job's processes have a driver call under way at once (PALADIN_GPU_CALLS_AT_ONCE,
 // 1-64; default 8): each call is a program of its own and each process's checkpoint or restore
-// moves its own device memory, so a job's processes go side by side (docs/ckpt.md, "GPU state");
-// 1 takes them one after another.
+// moves its own device memory, so a job's processes go side by side (docs/ckpt.md, Checkpoint,
+// step 2); 1 takes them one after another.
 int GpuCallsAtOnce();
 
 // Runs `call` for each process of `pids`, up to GpuCallsAtOnce() at a time, and waits for all of
